@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+)
+
+// Exit statuses of every subcommand but a `guard run` whose server has run.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// app carries what a subcommand may touch of the outside world, so that
+// tests can run subcommands in-process.
+type app struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	logger *slog.Logger
+}
+
+func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
+	return &app{
+		stdin:  stdin,
+		stdout: stdout,
+		stderr: stderr,
+		getenv: getenv,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+}
+
+// command is one subcommand. run returns the process's exit status.
+type command struct {
+	summary string
+	run     func(ctx context.Context, a *app, args []string) int
+}
+
+// commands is filled by the init functions of the subcommand files.
+var commands = map[string]command{}
+
+func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		a.usage()
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(a.stderr, "guard: unknown command %q\n", args[0])
+		a.usage()
+		return exitUsage
+	}
+	return cmd.run(ctx, a, args[1:])
+}
+
+func (a *app) usage() {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: guard COMMAND [flags]\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-15s %s\n", n, commands[n].summary)
+	}
+	b.WriteString("\nEvery command takes --config FILE and --db PATH; `guard COMMAND -h` lists its flags.\n")
+	io.WriteString(a.stderr, b.String())
+}
+
+// flagSet returns a flag set that reports errors to stderr and does not exit.
+func (a *app) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("guard "+name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	return fs
+}
+
+// parseFlags parses args and turns a parse error into the usage status.
+// It returns ok=false with the status to exit with.
+func (a *app) parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
+}

@@ -1,0 +1,18 @@
+// Command guard is a security proxy for the Model Context Protocol: it wraps
+// MCP servers, decides every tool call by policy, holds sensitive calls for a
+// person, and records every invocation in a verifiable audit log.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := newApp(os.Stdin, os.Stdout, os.Stderr, os.Getenv).main(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,234 @@
+// Package guard holds the domain types that guard's packages share: audit
+// records, tool definitions, policy decisions and held calls. It has no
+// behaviour of its own beyond small helpers on those types, so that the relay
+// (proxy), the rules (policy), the holds (approvals) and the storage (store)
+// can depend on it without depending on each other.
+package guard
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Protocol revisions guard knows. Comparisons between revisions are plain
+// string comparisons: the dates sort.
+const (
+	Rev20241105 = "2024-11-05"
+	Rev20250326 = "2025-03-26"
+	Rev20250618 = "2025-06-18"
+	Rev20251125 = "2025-11-25"
+	Rev20260728 = "2026-07-28"
+)
+
+// Record kinds. Every request in either direction has a request record
+// (committed before the request is forwarded) and an outcome record
+// (committed before the answer is delivered), linked by CallID. Events are
+// things guard noticed that belong to no invocation: a line it refused, a
+// response with an unknown id, a server that exited.
+const (
+	KindRequest = "request"
+	KindOutcome = "outcome"
+	KindEvent   = "event"
+)
+
+// Directions of a request.
+const (
+	ClientToServer = "client_to_server"
+	ServerToClient = "server_to_client"
+)
+
+// Decisions on a tools/call (and, later, other gated methods).
+const (
+	DecisionAllowed = "allowed"
+	DecisionDenied  = "denied"
+	DecisionHeld    = "held"
+)
+
+// Outcomes of an invocation.
+const (
+	OutcomeOK             = "ok"
+	OutcomeToolError      = "tool_error"
+	OutcomeProtocolError  = "protocol_error"
+	OutcomeDenied         = "denied"
+	OutcomeExpired        = "expired"
+	OutcomeCancelled      = "cancelled"
+	OutcomeInvalid        = "invalid"
+	OutcomeUpstreamFailed = "upstream_failed"
+	// OutcomeInputRequired marks one round of a 2026-07-28 call that the
+	// server answered with resultType "input_required": the call goes on.
+	OutcomeInputRequired = "input_required"
+)
+
+// Record is one append-only audit record. The store assigns Seq, PrevHash and
+// Hash when it commits the record; everything else is filled in by the
+// writer of the record. Text fields that hold JSON (Arguments, Result,
+// Detail) hold it as text, exactly as it is stored and hashed.
+type Record struct {
+	Seq       int64     `json:"seq"`
+	ID        string    `json:"id"`      // UUIDv7 of this record
+	CallID    string    `json:"call_id"` // UUIDv7 shared by the request and outcome of one invocation
+	Kind      string    `json:"kind"`    // KindRequest, KindOutcome, KindEvent
+	Time      time.Time `json:"time"`
+	Session   string    `json:"session"`
+	Client    string    `json:"client"`   // bearer token name, else clientInfo "name/version"
+	Protocol  string    `json:"protocol"` // negotiated revision
+	Server    string    `json:"server"`
+	Direction string    `json:"direction"`
+	Method    string    `json:"method"`
+	Tool      string    `json:"tool,omitempty"`
+	Arguments string    `json:"arguments,omitempty"` // redacted JSON text
+	Pin       string    `json:"pin,omitempty"`
+	Decision  string    `json:"decision,omitempty"`
+	DecidedBy string    `json:"decided_by,omitempty"` // rule name, "default", or a person
+	Reason    string    `json:"reason,omitempty"`
+	Outcome   string    `json:"outcome,omitempty"`
+	Result    string    `json:"result,omitempty"` // redacted, truncated JSON text
+	// RequestSize and ResponseSize are the sizes in bytes of the message as
+	// it crossed guard.
+	RequestSize  int64 `json:"request_size,omitempty"`
+	ResponseSize int64 `json:"response_size,omitempty"`
+	DurationMS   int64 `json:"duration_ms,omitempty"`
+	// Detail is a JSON object for what has no column of its own yet
+	// (error codes, the id of a dropped response, an exit status).
+	Detail   string `json:"detail,omitempty"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+}
+
+// Tool is one tool definition as a server listed it. Def is the tool object
+// exactly as received; Pin is computed over its pinned members (see
+// policy.Pin / store). Annotations are decoded from Def for policy.
+type Tool struct {
+	Server      string
+	Name        string
+	Def         json.RawMessage
+	Pin         string
+	Annotations Annotations
+}
+
+// Annotations are a tool's behaviour hints as the server declared them. A nil
+// pointer means the hint is absent; Effective fills in the spec's defaults.
+type Annotations struct {
+	ReadOnlyHint    *bool `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool `json:"openWorldHint,omitempty"`
+}
+
+// Effective returns the hints with the specification's defaults filled in:
+// readOnly false, destructive true, idempotent false, openWorld true.
+func (a Annotations) Effective() (readOnly, destructive, idempotent, openWorld bool) {
+	readOnly, destructive, idempotent, openWorld = false, true, false, true
+	if a.ReadOnlyHint != nil {
+		readOnly = *a.ReadOnlyHint
+	}
+	if a.DestructiveHint != nil {
+		destructive = *a.DestructiveHint
+	}
+	if a.IdempotentHint != nil {
+		idempotent = *a.IdempotentHint
+	}
+	if a.OpenWorldHint != nil {
+		openWorld = *a.OpenWorldHint
+	}
+	return
+}
+
+// Call is what policy decides on: one request from a client, with the
+// definition the catalog holds for its tool (nil when the method is not a
+// tool call or the tool is unknown).
+type Call struct {
+	Server    string
+	Method    string
+	ToolName  string
+	Arguments json.RawMessage // the arguments exactly as the server will read them
+	Tool      *Tool
+	Client    ClientInfo
+}
+
+// ClientInfo identifies the client of a session.
+type ClientInfo struct {
+	Name     string
+	Version  string
+	Protocol string
+}
+
+// String renders the client as it appears in the audit log.
+func (c ClientInfo) String() string {
+	switch {
+	case c.Name == "":
+		return ""
+	case c.Version == "":
+		return c.Name
+	}
+	return c.Name + "/" + c.Version
+}
+
+// Actions a rule or the default can take.
+const (
+	ActionAllow   = "allow"
+	ActionDeny    = "deny"
+	ActionApprove = "approve" // hold for a person
+)
+
+// Verdict is the outcome of policy evaluation: an action, the rule that
+// decided it ("default" for the default, "guard-self-protection" for the
+// built-in rule) and a reason for people.
+type Verdict struct {
+	Action string
+	Rule   string
+	Reason string
+	// PolicyVersion identifies the rules in force (a digest of the loaded
+	// configuration), so that an approval is bound to the policy it was
+	// given under.
+	PolicyVersion string
+}
+
+// Approval states. A held call starts pending and leaves it exactly once.
+// An approved approval is consumed (used) by the one call it lets through.
+const (
+	ApprovalPending   = "pending"
+	ApprovalApproved  = "approved"
+	ApprovalDenied    = "denied"
+	ApprovalExpired   = "expired"
+	ApprovalWithdrawn = "withdrawn"
+	ApprovalUsed      = "used"
+)
+
+// Approval is a held call waiting for, or having had, a person's decision.
+// Its ID is the held call's id. Arguments are complete (the approver must
+// see what they approve); the audit log keeps only the redacted form.
+type Approval struct {
+	ID            string
+	Session       string
+	Client        string
+	Server        string
+	Tool          string
+	Arguments     string // complete JSON text
+	Digest        string // sha256 over the canonical arguments
+	Pin           string
+	PolicyVersion string
+	Rule          string // the rule (or "default") that held it
+	HeldReason    string // why it was held, for people
+	State         string
+	DecidedBy     string
+	Reason        string // the decider's reason
+	CreatedAt     time.Time
+	ExpiresAt     time.Time
+	DecidedAt     time.Time
+	UsedAt        time.Time
+}
+
+// Errors callers branch on.
+var (
+	// ErrAlreadyDecided is returned when a decision arrives for an approval
+	// that is no longer pending; the error wrapping it says who decided
+	// and when.
+	ErrAlreadyDecided = errors.New("already decided")
+	// ErrNotFound is returned for an unknown approval, record or tool.
+	ErrNotFound = errors.New("not found")
+	// ErrAuditWrite is returned when the audit log could not be written;
+	// the call it belongs to must not go on.
+	ErrAuditWrite = errors.New("the audit log could not be written")
+)
