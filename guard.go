@@ -58,6 +58,10 @@ const (
 	// OutcomeInputRequired marks one round of a 2026-07-28 call that the
 	// server answered with resultType "input_required": the call goes on.
 	OutcomeInputRequired = "input_required"
+	// OutcomeAwaitingApproval ends a held call that waited approval.wait
+	// without a decision: the client was told to retry once the person
+	// has decided, and the approval stays open until it expires.
+	OutcomeAwaitingApproval = "awaiting_approval"
 )
 
 // Record is one append-only audit record. The store assigns Seq, PrevHash and
