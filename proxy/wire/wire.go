@@ -1,0 +1,683 @@
+// Package wire frames and classifies newline-delimited JSON-RPC 2.0
+// messages for guard's relay without decoding their bodies: one pass finds
+// the top-level members, and only what guard decides on is read in full.
+//
+// It refuses what peers would read differently: a top-level member that
+// appears twice, or that a case-insensitive decoder (Go's encoding/json)
+// would take for jsonrpc, id, method, params, result or error. Strict does
+// the same for every object of a message guard decides on, and also refuses
+// invalid UTF-8 and lone surrogates, which decoders repair differently.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// JSON-RPC error codes.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+)
+
+// TooLongError reports a line over the reader's limit; the line was
+// consumed and the next call reads the line after it.
+type TooLongError struct {
+	Size int64 // bytes of the line seen before it was discarded (at least Max+1)
+	Max  int
+}
+
+func (e *TooLongError) Error() string {
+	return fmt.Sprintf("line longer than %d bytes", e.Max)
+}
+
+// Reader reads newline-delimited messages with bounded memory.
+type Reader struct {
+	br  *bufio.Reader
+	max int
+	buf []byte
+}
+
+// NewReader returns a reader of lines of at most max bytes.
+func NewReader(r io.Reader, max int) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// Next returns the next non-blank line without its line ending. The slice
+// is valid until the next call. A final line without a newline is returned
+// before io.EOF.
+func (r *Reader) Next() ([]byte, error) {
+	for {
+		line, err := r.line()
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			return line, nil
+		}
+	}
+}
+
+func (r *Reader) line() ([]byte, error) {
+	r.buf = r.buf[:0]
+	var size int64
+	over := false
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		size += int64(len(chunk))
+		switch {
+		case err == nil:
+			if over {
+				return nil, &TooLongError{Size: size - 1, Max: r.max}
+			}
+			if len(r.buf) == 0 {
+				return trimEOL(chunk, r.max)
+			}
+			r.buf = append(r.buf, chunk...)
+			return trimEOL(r.buf, r.max)
+		case errors.Is(err, bufio.ErrBufferFull):
+			if !over && len(r.buf)+len(chunk) > r.max+1 {
+				over = true
+				r.buf = r.buf[:0]
+			}
+			if !over {
+				r.buf = append(r.buf, chunk...)
+			}
+		case errors.Is(err, io.EOF):
+			if over {
+				return nil, &TooLongError{Size: size, Max: r.max}
+			}
+			if len(r.buf)+len(chunk) == 0 {
+				return nil, io.EOF
+			}
+			r.buf = append(r.buf, chunk...)
+			if len(r.buf) > r.max {
+				return nil, &TooLongError{Size: size, Max: r.max}
+			}
+			return r.buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+func trimEOL(b []byte, max int) ([]byte, error) {
+	b = b[:len(b)-1]
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	if len(b) > max {
+		return nil, &TooLongError{Size: int64(len(b)), Max: max}
+	}
+	return b, nil
+}
+
+// Kind is what a message is.
+type Kind int
+
+// Kinds of messages.
+const (
+	KindRequest Kind = iota + 1
+	KindNotification
+	KindResponse
+	KindBatch
+)
+
+// Message is a JSON-RPC message's top-level shape. Its slices point into Raw.
+type Message struct {
+	Raw     []byte
+	Kind    Kind
+	ID      []byte // raw id value; nil when absent
+	IDStart int
+	IDEnd   int
+	Method  string
+	Params  []byte
+	Result  []byte
+	Error   []byte
+}
+
+// ErrParse is returned for text that is not JSON.
+var ErrParse = errors.New("not valid JSON")
+
+// InvalidError is valid JSON that is not a valid JSON-RPC 2.0 message. ID is
+// the message's id when it could be read.
+type InvalidError struct {
+	Reason string
+	ID     []byte
+}
+
+func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Reason }
+
+var members = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// Parse classifies one message.
+func Parse(raw []byte) (Message, error) {
+	m := Message{Raw: raw}
+	if !json.Valid(raw) {
+		return m, ErrParse
+	}
+	i := skipWS(raw, 0)
+	switch raw[i] {
+	case '[':
+		m.Kind = KindBatch
+		return m, nil
+	case '{':
+	default:
+		return m, &InvalidError{Reason: "a message must be a JSON object"}
+	}
+	var jsonrpc []byte
+	var method []byte
+	seen := 0
+	invalid := ""
+	i++
+	for {
+		i = skipWS(raw, i)
+		if raw[i] == '}' {
+			break
+		}
+		if raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+		ks := i
+		ke := skipString(raw, i)
+		key, err := decodeKey(raw[ks:ke])
+		if err != nil {
+			return m, &InvalidError{Reason: err.Error()}
+		}
+		i = skipWS(raw, ke)
+		i = skipWS(raw, i+1) // ':'
+		vs := i
+		ve := skipValue(raw, i)
+		i = ve
+		idx := -1
+		for n, name := range members {
+			if key == name {
+				idx = n
+				break
+			}
+			if invalid == "" && strings.EqualFold(key, name) {
+				invalid = fmt.Sprintf("member %q differs only in case from %q", key, name)
+			}
+		}
+		if idx < 0 {
+			continue
+		}
+		if seen&(1<<idx) != 0 {
+			if invalid == "" {
+				invalid = fmt.Sprintf("member %q appears twice", key)
+			}
+			continue
+		}
+		seen |= 1 << idx
+		v := raw[vs:ve]
+		switch idx {
+		case 0:
+			jsonrpc = v
+		case 1:
+			m.ID, m.IDStart, m.IDEnd = v, vs, ve
+		case 2:
+			method = v
+		case 3:
+			m.Params = v
+		case 4:
+			m.Result = v
+		case 5:
+			m.Error = v
+		}
+	}
+	if m.ID != nil {
+		switch m.ID[0] {
+		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		default:
+			m.ID = nil
+			return m, &InvalidError{Reason: "id must be a string, a number or null"}
+		}
+	}
+	if invalid != "" {
+		return m, &InvalidError{Reason: invalid}
+	}
+	if v, ok := String(jsonrpc); !ok || v != "2.0" {
+		return m, &InvalidError{Reason: `jsonrpc must be "2.0"`, ID: m.ID}
+	}
+	switch {
+	case method != nil:
+		s, ok := String(method)
+		if !ok {
+			return m, &InvalidError{Reason: "method must be a string", ID: m.ID}
+		}
+		m.Method = s
+		if m.Result != nil || m.Error != nil {
+			return m, &InvalidError{Reason: "a request cannot carry result or error", ID: m.ID}
+		}
+		if m.Params != nil && m.Params[0] != '{' && m.Params[0] != '[' {
+			return m, &InvalidError{Reason: "params must be an object or an array", ID: m.ID}
+		}
+		if m.ID == nil {
+			m.Kind = KindNotification
+		} else {
+			m.Kind = KindRequest
+		}
+	case m.Result != nil && m.Error != nil:
+		return m, &InvalidError{Reason: "a response cannot carry both result and error", ID: m.ID}
+	case m.Result != nil || m.Error != nil:
+		if m.ID == nil {
+			return m, &InvalidError{Reason: "a response needs an id"}
+		}
+		m.Kind = KindResponse
+	default:
+		return m, &InvalidError{Reason: "neither a request nor a response", ID: m.ID}
+	}
+	return m, nil
+}
+
+// SplitBatch returns the elements of a batch.
+func SplitBatch(raw []byte) ([][]byte, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, ErrParse
+	}
+	if len(parts) == 0 {
+		return nil, &InvalidError{Reason: "an empty batch"}
+	}
+	out := make([][]byte, len(parts))
+	for i, p := range parts {
+		out[i] = p
+	}
+	return out, nil
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"'.
+// b is valid JSON.
+func skipString(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		switch b[i] {
+		case '\\':
+			i += 2
+		case '"':
+			return i + 1
+		default:
+			i++
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value starting at b[i]. b is valid JSON.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default:
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// decodeKey decodes a JSON string that is a member name, refusing what
+// decoders would repair differently.
+func decodeKey(q []byte) (string, error) {
+	if bytes.IndexByte(q, '\\') < 0 {
+		if !utf8.Valid(q) {
+			return "", errors.New("a member name is not valid UTF-8")
+		}
+		return string(q[1 : len(q)-1]), nil
+	}
+	if err := checkString(q); err != nil {
+		return "", fmt.Errorf("a member name: %w", err)
+	}
+	var s string
+	if err := json.Unmarshal(q, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// String decodes a JSON string value.
+func String(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// IDKey returns a map key for an id: ids of different JSON types differ
+// (1 and "1"), and equal values are equal however they are written
+// ("a" and "\u0061"; 1, 1.0 and 1e0).
+func IDKey(id []byte) string {
+	if len(id) == 0 {
+		return ""
+	}
+	switch id[0] {
+	case '"':
+		s, _ := String(id)
+		return "s" + s
+	case 'n':
+		return "null"
+	}
+	if bytes.IndexAny(id, ".eE") < 0 {
+		return "n" + string(id)
+	}
+	f, err := strconv.ParseFloat(string(id), 64)
+	if err != nil {
+		return "n" + string(id)
+	}
+	if f == float64(int64(f)) && f < 1e18 && f > -1e18 {
+		return "n" + strconv.FormatInt(int64(f), 10)
+	}
+	return "n" + strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// ReplaceID returns the message with its id replaced; every other byte is
+// kept.
+func ReplaceID(m Message, id []byte) []byte {
+	out := make([]byte, 0, len(m.Raw)-(m.IDEnd-m.IDStart)+len(id))
+	out = append(out, m.Raw[:m.IDStart]...)
+	out = append(out, id...)
+	return append(out, m.Raw[m.IDEnd:]...)
+}
+
+// ErrorResponse builds an error response; a nil id is written as null.
+func ErrorResponse(id []byte, code int, message string, data any) []byte {
+	if id == nil {
+		id = []byte("null")
+	}
+	e := struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
+	}{code, message, data}
+	b, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   any             `json:"error"`
+	}{"2.0", id, e})
+	if err != nil {
+		b, _ = json.Marshal(struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   any             `json:"error"`
+		}{"2.0", id, struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}{code, message}})
+	}
+	return b
+}
+
+// Response builds a result response.
+func Response(id []byte, result any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  any             `json:"result"`
+	}{"2.0", id, result})
+}
+
+// Request builds a request.
+func Request(id []byte, method string, params any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Method  string          `json:"method"`
+		Params  any             `json:"params,omitempty"`
+	}{"2.0", id, method, params})
+}
+
+// Notification builds a notification.
+func Notification(method string, params any) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params,omitempty"`
+	}{"2.0", method, params})
+}
+
+// ParamsMember returns the raw value of a top-level member of a JSON
+// object, or nil.
+func ParamsMember(obj []byte, key string) []byte {
+	i := skipWS(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return nil
+	}
+	i++
+	for i < len(obj) {
+		i = skipWS(obj, i)
+		if i >= len(obj) || obj[i] == '}' {
+			return nil
+		}
+		if obj[i] == ',' {
+			i = skipWS(obj, i+1)
+		}
+		if i >= len(obj) || obj[i] != '"' {
+			return nil
+		}
+		ke := skipString(obj, i)
+		k, err := decodeKey(obj[i:ke])
+		if err != nil {
+			return nil
+		}
+		i = skipWS(obj, ke)
+		i = skipWS(obj, i+1)
+		if i >= len(obj) {
+			return nil
+		}
+		ve := skipValue(obj, i)
+		if k == key {
+			return obj[i:ve]
+		}
+		i = ve
+	}
+	return nil
+}
+
+// MetaMember returns a member of params._meta, or nil.
+func MetaMember(params []byte, key string) []byte {
+	meta := ParamsMember(params, "_meta")
+	if meta == nil {
+		return nil
+	}
+	return ParamsMember(meta, key)
+}
+
+// StrictError says where a message guard decides on is ambiguous.
+type StrictError struct {
+	Path    string
+	Problem string
+}
+
+func (e *StrictError) Error() string {
+	if e.Path == "" {
+		return e.Problem
+	}
+	return e.Path + ": " + e.Problem
+}
+
+// Strict checks a whole message: no object has duplicate member names or
+// names that differ only in case, and no string holds invalid UTF-8 or a
+// lone surrogate. raw is valid JSON (Parse accepted it).
+func Strict(raw []byte) error {
+	_, err := strictValue(raw, skipWS(raw, 0), "")
+	return err
+}
+
+func strictValue(b []byte, i int, path string) (int, error) {
+	switch b[i] {
+	case '"':
+		e := skipString(b, i)
+		if err := checkString(b[i:e]); err != nil {
+			return e, &StrictError{Path: path, Problem: err.Error()}
+		}
+		return e, nil
+	case '[':
+		i = skipWS(b, i+1)
+		for n := 0; b[i] != ']'; n++ {
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+			}
+			var err error
+			i, err = strictValue(b, i, path+"["+strconv.Itoa(n)+"]")
+			if err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+		}
+		return i + 1, nil
+	case '{':
+		var names map[string]string // folded → as written
+		i = skipWS(b, i+1)
+		for b[i] != '}' {
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+			}
+			ke := skipString(b, i)
+			if err := checkString(b[i:ke]); err != nil {
+				return ke, &StrictError{Path: path, Problem: "a member name: " + err.Error()}
+			}
+			k, _ := String(b[i:ke])
+			if names == nil {
+				names = make(map[string]string, 8)
+			}
+			f := fold(k)
+			if prev, ok := names[f]; ok {
+				if prev == k {
+					return ke, &StrictError{Path: path, Problem: fmt.Sprintf("duplicate key %q", k)}
+				}
+				return ke, &StrictError{Path: join(path, k), Problem: fmt.Sprintf("key differs only in case from %q", prev)}
+			}
+			names[f] = k
+			i = skipWS(b, ke)
+			i = skipWS(b, i+1)
+			var err error
+			i, err = strictValue(b, i, join(path, k))
+			if err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+		}
+		return i + 1, nil
+	default:
+		return skipValue(b, i), nil
+	}
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fold maps a name to a key shared by every name that a case-insensitive
+// decoder would take for it.
+func fold(s string) string {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return strings.ToUpper(s) // the smallest member of each ASCII letter's fold orbit
+	}
+	var b strings.Builder
+	for _, r := range s {
+		min := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < min {
+				min = f
+			}
+		}
+		b.WriteRune(min)
+	}
+	return b.String()
+}
+
+// checkString refuses invalid UTF-8 and escaped lone surrogates in a quoted
+// JSON string.
+func checkString(q []byte) error {
+	if !utf8.Valid(q) {
+		return errors.New("invalid UTF-8")
+	}
+	for i := 0; i < len(q); i++ {
+		if q[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(q) || q[i] != 'u' || i+4 >= len(q) {
+			continue
+		}
+		r, err := strconv.ParseUint(string(q[i+1:i+5]), 16, 32)
+		if err != nil {
+			continue
+		}
+		i += 4
+		if !utf16.IsSurrogate(rune(r)) {
+			continue
+		}
+		if r >= 0xDC00 {
+			return fmt.Errorf(`lone surrogate \u%04x`, r)
+		}
+		// a high surrogate must be followed by an escaped low one
+		if i+6 < len(q) && q[i+1] == '\\' && q[i+2] == 'u' {
+			lo, err := strconv.ParseUint(string(q[i+3:i+7]), 16, 32)
+			if err == nil && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 6
+				continue
+			}
+		}
+		return fmt.Errorf(`lone surrogate \u%04x`, r)
+	}
+	return nil
+}

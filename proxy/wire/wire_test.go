@@ -1,0 +1,347 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseClassifies(t *testing.T) {
+	for _, tc := range []struct {
+		raw    string
+		kind   Kind
+		method string
+		id     string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"ping"}`, KindRequest, "ping", "1"},
+		{`{"jsonrpc":"2.0","id":"x","method":"tools\/call","params":{"name":"a"},"extra":{"k":[1,2]}}`, KindRequest, "tools/call", `"x"`},
+		{` {"method":"notifications/initialized","jsonrpc":"2.0"} `, KindNotification, "notifications/initialized", ""},
+		{`{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}`, KindResponse, "", "null"},
+		{`{"jsonrpc":"2.0","id":1.5,"result":{}}`, KindResponse, "", "1.5"},
+		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, KindBatch, "", ""},
+	} {
+		m, err := Parse([]byte(tc.raw))
+		if err != nil {
+			t.Errorf("%s: %v", tc.raw, err)
+			continue
+		}
+		if m.Kind != tc.kind || m.Method != tc.method || string(m.ID) != tc.id {
+			t.Errorf("%s: got kind %d method %q id %s", tc.raw, m.Kind, m.Method, m.ID)
+		}
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		raw   string
+		parse bool   // ErrParse rather than InvalidError
+		id    string // id recovered for -32600
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":`, true, ""},
+		{`not json`, true, ""},
+		{`"a string"`, false, ""},
+		{`{"id":2,"method":"ping"}`, false, "2"},
+		{`{"jsonrpc":"1.0","id":"a","method":"ping"}`, false, `"a"`},
+		{`{"jsonrpc":"2.0","id":3,"method":"ping","method":"tools/call"}`, false, ""},
+		{`{"jsonrpc":"2.0","id":3,"method":"ping","Method":"tools/call"}`, false, ""},
+		{`{"jsonrpc":"2.0","ID":3,"method":"ping"}`, false, ""},
+		{`{"jsonrpc":"2.0","id":{},"method":"ping"}`, false, ""},
+		{`{"jsonrpc":"2.0","id":4,"method":5}`, false, "4"},
+		{`{"jsonrpc":"2.0","id":5,"result":1,"error":{}}`, false, "5"},
+		{`{"jsonrpc":"2.0","result":1}`, false, ""},
+		{`{"jsonrpc":"2.0","id":6}`, false, "6"},
+		{`{"jsonrpc":"2.0","id":7,"method":"x","params":3}`, false, "7"},
+	} {
+		_, err := Parse([]byte(tc.raw))
+		var inv *InvalidError
+		switch {
+		case tc.parse && !errors.Is(err, ErrParse):
+			t.Errorf("%s: got %v, want ErrParse", tc.raw, err)
+		case !tc.parse && !errors.As(err, &inv):
+			t.Errorf("%s: got %v, want InvalidError", tc.raw, err)
+		case !tc.parse && string(inv.ID) != tc.id:
+			t.Errorf("%s: id %s, want %s", tc.raw, inv.ID, tc.id)
+		}
+	}
+}
+
+func TestStrict(t *testing.T) {
+	ok := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"path":"/x","list":[{"a":1},{"a":2}]}}}`,
+		`{"a":"\ud83d\ude00"}`,
+	}
+	for _, s := range ok {
+		if err := Strict([]byte(s)); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for _, tc := range []struct{ raw, want string }{
+		{`{"params":{"arguments":{"path":"a","path":"b"}}}`, `params.arguments: duplicate key "path"`},
+		{`{"params":{"arguments":{"path":"a","p\u0061th":"b"}}}`, `params.arguments: duplicate key "path"`},
+		{`{"params":{"name":"a","Name":"b"}}`, `params.Name: key differs only in case from "name"`},
+		{`{"params":{"arguments":{"x":"` + "\xff" + `"}}}`, `params.arguments.x: invalid UTF-8`},
+		{`{"a":["\ud800"]}`, `a[0]: lone surrogate \ud800`},
+		{`{"a":"\udc00\ud800"}`, `a: lone surrogate \udc00`},
+		{`{"\u212a":1,"k":2}`, "k: key differs only in case from \"\u212a\""},
+	} {
+		err := Strict([]byte(tc.raw))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: got %v, want %s", tc.raw, err, tc.want)
+		}
+	}
+}
+
+func TestIDKeyAndReplace(t *testing.T) {
+	if IDKey([]byte(`1`)) == IDKey([]byte(`"1"`)) {
+		t.Fatal("number and string ids share a key")
+	}
+	if IDKey([]byte(`1`)) != IDKey([]byte(`1.0`)) || IDKey([]byte(`"a"`)) != IDKey([]byte(`"\u0061"`)) {
+		t.Fatal("equal ids have different keys")
+	}
+	raw := []byte(`{"jsonrpc":"2.0", "id" : 17 ,"method":"ping","x":[1]}`)
+	m, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ReplaceID(m, []byte(`"guard-1"`))
+	if want := `{"jsonrpc":"2.0", "id" : "guard-1" ,"method":"ping","x":[1]}`; string(out) != want {
+		t.Fatalf("got %s", out)
+	}
+	m2, _ := Parse(out)
+	if back := ReplaceID(m2, m.ID); !bytes.Equal(back, raw) {
+		t.Fatalf("round trip: %s", back)
+	}
+}
+
+func TestReaderFramesAndRefusesLongLines(t *testing.T) {
+	in := "a\r\n\n  \nbb\n" + strings.Repeat("x", 100) + "\nccc\nlast"
+	r := NewReader(strings.NewReader(in), 10)
+	var got []string
+	for {
+		l, err := r.Next()
+		var tl *TooLongError
+		if errors.As(err, &tl) {
+			got = append(got, "TOOLONG")
+			continue
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(l))
+	}
+	if want := "a,bb,TOOLONG,ccc,last"; strings.Join(got, ",") != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+}
+
+// endless produces n bytes of 'x' and then a newline, without holding them.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n < 0 {
+		return 0, io.EOF
+	}
+	k := 0
+	for k < len(p) && e.n > 0 {
+		p[k] = 'x'
+		k++
+		e.n--
+	}
+	if k < len(p) && e.n == 0 {
+		p[k] = '\n'
+		k++
+		e.n = -1
+	}
+	return k, nil
+}
+
+func TestReaderMemoryIsBounded(t *testing.T) {
+	r := NewReader(io.MultiReader(&endless{n: 200 << 20}, strings.NewReader("{}\n")), 1<<20)
+	_, err := r.Next()
+	var tl *TooLongError
+	if !errors.As(err, &tl) || tl.Size < 200<<20 {
+		t.Fatalf("got %v", err)
+	}
+	if cap(r.buf) > 2<<20 {
+		t.Fatalf("the reader buffered %d bytes for a refused line", cap(r.buf))
+	}
+	l, err := r.Next()
+	if err != nil || string(l) != "{}" {
+		t.Fatalf("after a long line: %q %v", l, err)
+	}
+}
+
+func TestMembers(t *testing.T) {
+	p := []byte(`{"name":"x","_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"arguments":{}}`)
+	if v := MetaMember(p, "progressToken"); string(v) != "7" {
+		t.Fatalf("progressToken %s", v)
+	}
+	if v, _ := String(MetaMember(p, "io.modelcontextprotocol/protocolVersion")); v != "2026-07-28" {
+		t.Fatalf("protocolVersion %q", v)
+	}
+	if ParamsMember(p, "missing") != nil {
+		t.Fatal("a missing member was found")
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add([]byte("a\nbb\r\n\nccc"), 2)
+	f.Fuzz(func(t *testing.T, in []byte, max int) {
+		if max < 1 || max > 1<<16 {
+			return
+		}
+		r := NewReader(bytes.NewReader(in), max)
+		total := 0
+		for {
+			l, err := r.Next()
+			var tl *TooLongError
+			if errors.As(err, &tl) {
+				if tl.Size <= int64(max) {
+					t.Fatalf("a line of %d bytes refused with max %d", tl.Size, max)
+				}
+				total += int(tl.Size)
+				continue
+			}
+			if err != nil {
+				break
+			}
+			if len(l) > max {
+				t.Fatalf("a line of %d bytes returned with max %d", len(l), max)
+			}
+			if bytes.IndexByte(l, '\n') >= 0 {
+				t.Fatal("a returned line holds a newline")
+			}
+			total += len(l)
+		}
+		if total > len(in) {
+			t.Fatalf("accounted for %d bytes of %d", total, len(in))
+		}
+	})
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`))
+	f.Add([]byte(`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"\u0061","result":{}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := Parse(raw)
+		if !json.Valid(raw) {
+			if !errors.Is(err, ErrParse) {
+				t.Fatalf("invalid JSON accepted: %v", err)
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+		if m.Kind == KindBatch {
+			return
+		}
+		var v map[string]any
+		if json.Unmarshal(raw, &v) != nil {
+			t.Fatal("accepted message does not decode")
+		}
+		if m.Kind == KindRequest || m.Kind == KindNotification {
+			// A case-insensitive decoder reads the same method.
+			var d struct{ Method string }
+			if json.Unmarshal(raw, &d) == nil && d.Method != m.Method {
+				t.Fatalf("method %q read as %q by encoding/json", m.Method, d.Method)
+			}
+		}
+		if m.ID != nil {
+			out := ReplaceID(m, []byte(`"z"`))
+			m2, err := Parse(out)
+			if err != nil {
+				t.Fatalf("replaced id broke the message: %v", err)
+			}
+			if !bytes.Equal(ReplaceID(m2, m.ID), raw) {
+				t.Fatal("id round trip changed the message")
+			}
+		}
+	})
+}
+
+func FuzzStrict(f *testing.F) {
+	f.Add([]byte(`{"a":{"b":1,"B":2}}`))
+	f.Add([]byte(`{"a":[{"x":"\ud800"}]}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		if Strict(raw) != nil {
+			return
+		}
+		// Accepted: encoding/json reads the same members as a
+		// case-sensitive reader, so both see the same object.
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("strict-accepted text does not decode: %v", err)
+		}
+		// No member was dropped: a decoder that keeps the last of
+		// duplicates would show fewer members than the text has.
+		if n, m := countMembers(raw), countDecoded(v); n != m {
+			t.Fatalf("%d members in the text, %d decoded", n, m)
+		}
+	})
+}
+
+// countMembers counts the members of every object in a JSON text: the
+// colons outside strings.
+func countMembers(raw []byte) int {
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			i = skipString(raw, i) - 1
+		case ':':
+			n++
+		}
+	}
+	return n
+}
+
+func countDecoded(v any) int {
+	switch x := v.(type) {
+	case map[string]any:
+		n := len(x)
+		for _, e := range x {
+			n += countDecoded(e)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range x {
+			n += countDecoded(e)
+		}
+		return n
+	}
+	return 0
+}
+
+func BenchmarkParse(b *testing.B) {
+	raw := []byte(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/home/me/projects/notes/todo.md","content":"buy milk and eggs, call the bank, finish the report for monday"},"_meta":{"progressToken":"p-42"}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStrict(b *testing.B) {
+	raw := []byte(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"/home/me/projects/notes/todo.md","content":"buy milk and eggs, call the bank, finish the report for monday"},"_meta":{"progressToken":"p-42"}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Strict(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
