@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// pollEvery is how often WaitApproval reads the database: a decision made
+// by another process is seen within this time plus a read.
+const pollEvery = 25 * time.Millisecond
+
+const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
+ held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at`
+
+func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
+	var a guard.Approval
+	var created, expires, decided, used string
+	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
+		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
+		&created, &expires, &decided, &used)
+	if err != nil {
+		return nil, err
+	}
+	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
+	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
+	return &a, nil
+}
+
+// CreateApproval stores a held call.
+func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
+	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
+		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt))
+	if err != nil {
+		return fmt.Errorf("create approval: %w", err)
+	}
+	return nil
+}
+
+// Approval returns one approval; the error wraps guard.ErrNotFound when
+// there is none with that id.
+func (db *DB) Approval(ctx context.Context, id string) (*guard.Approval, error) {
+	return db.approval(ctx, db.r, id)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
+	a, err := scanApproval(q.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval %s: %w", id, guard.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approval %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Approvals lists approvals in a state ("" for all), oldest first.
+func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE ? = '' OR state = ? ORDER BY created_at, id`, state, state)
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	defer rows.Close()
+	var out []*guard.Approval
+	for rows.Next() {
+		a, err := scanApproval(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("approvals: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// DecideApproval records a person's decision on a pending approval. The
+// first decision wins: on an approval that is no longer pending it returns
+// the approval as it is and an error wrapping guard.ErrAlreadyDecided that
+// says who decided and when.
+func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
+	state := guard.ApprovalDenied
+	if approve {
+		state = guard.ApprovalApproved
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	a, err := db.approval(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.State != guard.ApprovalPending {
+		return a, alreadyDecided(a)
+	}
+	now := db.opts.Now().UTC()
+	// The complete arguments were kept for the approver; once decided,
+	// the audit log's redacted form is what stays.
+	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?, arguments = ''
+		WHERE id = ? AND state = 'pending'`, state, by, reason, fmtTime(now), id); err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("decide %s: %w", id, err)
+	}
+	a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by, reason, now, ""
+	return a, nil
+}
+
+func alreadyDecided(a *guard.Approval) error {
+	when := a.DecidedAt.UTC().Format(time.RFC3339)
+	switch a.State {
+	case guard.ApprovalApproved, guard.ApprovalUsed:
+		return fmt.Errorf("%w: approved by %s at %s", guard.ErrAlreadyDecided, a.DecidedBy, when)
+	case guard.ApprovalDenied:
+		return fmt.Errorf("%w: denied by %s at %s", guard.ErrAlreadyDecided, a.DecidedBy, when)
+	case guard.ApprovalExpired:
+		return fmt.Errorf("%w: expired at %s with no decision", guard.ErrAlreadyDecided, when)
+	case guard.ApprovalWithdrawn:
+		return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
+	}
+	return fmt.Errorf("%w: %s", guard.ErrAlreadyDecided, a.State)
+}
+
+// TransitionApproval moves an approval from one state to another if it is
+// still in the first (compare and set), and reports whether it did.
+func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool, error) {
+	now := fmtTime(db.opts.Now())
+	q := `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = ?`
+	if to == guard.ApprovalUsed {
+		q = `UPDATE approvals SET state = ?, used_at = ? WHERE id = ? AND state = ?`
+	}
+	res, err := db.w.ExecContext(ctx, q, to, now, id, from)
+	if err != nil {
+		return false, fmt.Errorf("approval %s %s→%s: %w", id, from, to, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("approval %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// ConsumeApproval takes, once, an approval of exactly this call (server,
+// tool, argument digest, tool pin and policy version) that a person
+// approved and that has not expired or been used. The error wraps
+// guard.ErrNotFound when there is none.
+func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume approval: %w", err)
+	}
+	defer tx.Rollback()
+	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
+		AND expires_at > ? ORDER BY created_at LIMIT 1`,
+		server, tool, digest, pin, policyVersion, fmtTime(now)).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("consume approval: %w", guard.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consume approval: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = 'used', used_at = ? WHERE id = ? AND state = 'approved'`,
+		fmtTime(now), a.ID); err != nil {
+		return nil, fmt.Errorf("consume approval: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("consume approval: %w", err)
+	}
+	a.State, a.UsedAt = guard.ApprovalUsed, now
+	return a, nil
+}
+
+// PendingApproval returns the newest pending approval of a call of this
+// shape, or an error wrapping guard.ErrNotFound.
+func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error) {
+	a, err := scanApproval(db.r.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending'
+		ORDER BY created_at DESC LIMIT 1`, server, tool, digest).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("pending approval: %w", guard.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pending approval: %w", err)
+	}
+	return a, nil
+}
+
+// WaitApproval returns the approval once it is no longer pending. It polls
+// the database, so a decision made by another process is seen too.
+func (db *DB) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for {
+		a, err := db.Approval(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if a.State != guard.ApprovalPending {
+			return a, nil
+		}
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,462 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	guard "github.com/guard-mcp/guard"
+)
+
+// errClosed is returned for appends after Close.
+var errClosed = errors.New("the database is closed")
+
+// maxBatch bounds how many appends one transaction commits.
+const maxBatch = 512
+
+// AppendAsync queues records for the audit log and returns a channel that
+// receives one value once they are committed (nil) or could not be (an
+// error wrapping guard.ErrAuditWrite). The records of one call are committed
+// together and in order. Writes do not depend on any caller's context: a
+// client that goes away cannot cancel the record of what it did.
+func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
+	done := make(chan error, 1)
+	select {
+	case <-db.done:
+		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
+		return done
+	default:
+	}
+	now := db.opts.Now().UTC().Truncate(time.Millisecond)
+	for _, r := range recs {
+		if r.ID == "" {
+			r.ID = newID()
+		}
+		if r.CallID == "" {
+			r.CallID = r.ID
+		}
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		r.Time = r.Time.UTC().Truncate(time.Millisecond)
+	}
+	select {
+	case db.queue <- &appendReq{recs: recs, done: done}:
+	case <-db.done:
+		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
+	}
+	return done
+}
+
+// Append is AppendAsync that waits for the commit.
+func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }
+
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// writer commits whatever is queued in one transaction (group commit: no
+// timer waits for a batch to fill), then answers every waiter.
+func (db *DB) writer() {
+	defer close(db.closed)
+	t := time.NewTicker(db.opts.CheckpointEvery)
+	defer t.Stop()
+	for {
+		var first *appendReq
+		select {
+		case first = <-db.queue:
+		case <-t.C:
+			db.maybeCheckpoint()
+			continue
+		case <-db.done:
+			db.drain()
+			if err := db.writeCheckpoint(); err != nil {
+				db.opts.Logger.Error("audit checkpoint", "err", err)
+			}
+			return
+		}
+		db.commitBatch(db.collect(first))
+	}
+}
+
+func (db *DB) collect(first *appendReq) []*appendReq {
+	batch := []*appendReq{first}
+	for len(batch) < maxBatch {
+		select {
+		case r := <-db.queue:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// drain commits what is still queued at Close.
+func (db *DB) drain() {
+	for {
+		select {
+		case r := <-db.queue:
+			db.commitBatch(db.collect(r))
+		default:
+			return
+		}
+	}
+}
+
+func (db *DB) commitBatch(batch []*appendReq) {
+	err := db.commit(batch)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
+		db.opts.Logger.Error("audit commit failed", "records", len(batch), "err", err)
+	} else {
+		db.dirty = true
+		db.maybeCheckpoint()
+	}
+	for _, r := range batch {
+		r.done <- err
+	}
+}
+
+func (db *DB) maybeCheckpoint() {
+	if !db.dirty || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
+		return
+	}
+	if err := db.writeCheckpoint(); err != nil {
+		db.opts.Logger.Error("audit checkpoint", "err", err)
+	}
+}
+
+const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
+ direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
+ request_size, response_size, duration_ms, detail, prev_hash, hash)
+ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+func (db *DB) commit(batch []*appendReq) error {
+	ctx := context.Background()
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	var seq int64
+	var prev string
+	err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("chain tail: %w", err)
+	}
+	stmt, err := tx.PrepareContext(ctx, insertRecord)
+	if err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	defer stmt.Close()
+	for _, req := range batch {
+		for _, r := range req.recs {
+			seq++
+			r.Seq = seq
+			r.PrevHash = prev
+			r.Hash = HashRecord(r)
+			prev = r.Hash
+			if _, err := stmt.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+				r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
+				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
+				r.Detail, r.PrevHash, r.Hash); err != nil {
+				return fmt.Errorf("insert record: %w", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// hashVersion names the canonical form a record's hash covers.
+const hashVersion = 1
+
+// HashRecord returns the hex SHA-256 of a record's canonical form: an
+// RFC 8785 object of every field but seq and hash, with "v" naming the
+// form. Text fields are hashed as the exact text stored (JSON held in text
+// fields is not re-canonicalised); bytes that are not valid UTF-8 are
+// hashed as they are.
+func HashRecord(r *guard.Record) string {
+	var b strings.Builder
+	b.Grow(512 + len(r.Arguments) + len(r.Result) + len(r.Detail))
+	// Members in the order RFC 8785 sorts them (all names are ASCII).
+	b.WriteString(`{"arguments":`)
+	writeString(&b, r.Arguments)
+	field(&b, "call_id", r.CallID)
+	field(&b, "client", r.Client)
+	field(&b, "decided_by", r.DecidedBy)
+	field(&b, "decision", r.Decision)
+	field(&b, "detail", r.Detail)
+	field(&b, "direction", r.Direction)
+	number(&b, "duration_ms", r.DurationMS)
+	field(&b, "id", r.ID)
+	field(&b, "kind", r.Kind)
+	field(&b, "method", r.Method)
+	field(&b, "outcome", r.Outcome)
+	field(&b, "pin", r.Pin)
+	field(&b, "prev_hash", r.PrevHash)
+	field(&b, "protocol", r.Protocol)
+	field(&b, "reason", r.Reason)
+	number(&b, "request_size", r.RequestSize)
+	number(&b, "response_size", r.ResponseSize)
+	field(&b, "result", r.Result)
+	field(&b, "server", r.Server)
+	field(&b, "session", r.Session)
+	field(&b, "time", fmtTime(r.Time))
+	field(&b, "tool", r.Tool)
+	number(&b, "v", hashVersion)
+	b.WriteByte('}')
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+func field(b *strings.Builder, name, v string) {
+	b.WriteString(`,"`)
+	b.WriteString(name)
+	b.WriteString(`":`)
+	writeString(b, v)
+}
+
+func number(b *strings.Builder, name string, v int64) {
+	b.WriteString(`,"`)
+	b.WriteString(name)
+	b.WriteString(`":`)
+	b.WriteString(strconv.FormatInt(v, 10))
+}
+
+// writeString writes a JSON string as RFC 8785 serialises it: only the
+// quote, the backslash and control characters are escaped.
+func writeString(b *strings.Builder, s string) {
+	const hexd = "0123456789abcdef"
+	b.WriteByte('"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b.WriteString(s[start:i])
+		switch c {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			b.WriteString(`\u00`)
+			b.WriteByte(hexd[c>>4])
+			b.WriteByte(hexd[c&0xf])
+		}
+		start = i + 1
+	}
+	b.WriteString(s[start:])
+	b.WriteByte('"')
+}
+
+const selectRecord = `SELECT seq, id, call_id, kind, time, session, client, protocol, server, direction, method,
+ tool, arguments, pin, decision, decided_by, reason, outcome, result, request_size, response_size,
+ duration_ms, detail, prev_hash, hash FROM records`
+
+func scanRecord(rows *sql.Rows) (*guard.Record, error) {
+	var r guard.Record
+	var t string
+	err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
+		&r.Direction, &r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason,
+		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.PrevHash, &r.Hash)
+	r.Time = parseTime(t)
+	return &r, err
+}
+
+// Report is what Verify found.
+type Report struct {
+	Records int64
+	OK      bool
+	// Problem names the first record that was altered, removed or
+	// reordered, or a truncation caught against the checkpoint.
+	Problem string
+}
+
+// Verify walks the log in order, recomputing every hash and link, and
+// checks the tail against the signed checkpoint.
+func (db *DB) Verify(ctx context.Context) (Report, error) {
+	var rep Report
+	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
+	if err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	defer rows.Close()
+	hashes := map[string]int64{} // hash → seq, to tell a reorder from a removal
+	var prev *guard.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return rep, fmt.Errorf("verify: %w", err)
+		}
+		rep.Records++
+		if rep.Problem != "" {
+			continue
+		}
+		hashes[r.Hash] = r.Seq
+		wantSeq := int64(1)
+		prevHash := ""
+		if prev != nil {
+			wantSeq, prevHash = prev.Seq+1, prev.Hash
+		}
+		switch {
+		case HashRecord(r) != r.Hash:
+			rep.Problem = fmt.Sprintf("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
+		case r.Seq != wantSeq:
+			rep.Problem = fmt.Sprintf("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
+		case r.PrevHash != prevHash:
+			if s, ok := hashes[r.PrevHash]; ok || r.PrevHash != "" && db.hasHash(ctx, r.PrevHash) {
+				if !ok {
+					s = db.seqOf(ctx, r.PrevHash)
+				}
+				rep.Problem = fmt.Sprintf("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
+			} else {
+				rep.Problem = fmt.Sprintf("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
+			}
+		}
+		prev = r
+	}
+	if err := rows.Err(); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	if rep.Problem == "" {
+		rep.Problem = db.checkCheckpoint(ctx, rep.Records)
+	}
+	rep.OK = rep.Problem == ""
+	return rep, nil
+}
+
+func (db *DB) hasHash(ctx context.Context, h string) bool { return db.seqOf(ctx, h) > 0 }
+
+func (db *DB) seqOf(ctx context.Context, h string) int64 {
+	var s int64
+	_ = db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
+	return s
+}
+
+// Filter selects invocations for Query.
+type Filter struct {
+	Since, Until                     time.Time
+	Server, Tool, Decision, Outcome string
+	Limit                            int // 0: no limit
+}
+
+// Call is one row of the calls view: one invocation.
+type Call struct {
+	ID           string `json:"id"`
+	Time         string `json:"time"`
+	Session      string `json:"session"`
+	Client       string `json:"client"`
+	Protocol     string `json:"protocol"`
+	Server       string `json:"server"`
+	Direction    string `json:"direction"`
+	Method       string `json:"method"`
+	Tool         string `json:"tool"`
+	Arguments    string `json:"arguments"`
+	Pin          string `json:"pin"`
+	Decision     string `json:"decision"`
+	DecidedBy    string `json:"decided_by"`
+	Reason       string `json:"reason"`
+	Outcome      string `json:"outcome"`
+	Result       string `json:"result"`
+	RequestSize  int64  `json:"request_size"`
+	ResponseSize int64  `json:"response_size"`
+	DurationMS   int64  `json:"duration_ms"`
+	Detail       string `json:"detail"`
+	Hash         string `json:"hash"`
+}
+
+// CallColumns are the calls view's columns, in order.
+var CallColumns = []string{"id", "time", "session", "client", "protocol", "server", "direction", "method", "tool",
+	"arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "request_size",
+	"response_size", "duration_ms", "detail", "hash"}
+
+// Query calls fn for each invocation that matches f, newest first.
+func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+	var where []string
+	var args []any
+	if !f.Since.IsZero() {
+		where, args = append(where, "time >= ?"), append(args, fmtTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
+	}
+	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision}, {"outcome", f.Outcome}} {
+		if c.v != "" {
+			where, args = append(where, c.col+" = ?"), append(args, c.v)
+		}
+	}
+	q := `SELECT ` + strings.Join(CallColumns, ", ") + ` FROM calls`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY time DESC, id DESC"
+	if f.Limit > 0 {
+		q += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c Call
+		if err := rows.Scan(&c.ID, &c.Time, &c.Session, &c.Client, &c.Protocol, &c.Server, &c.Direction, &c.Method,
+			&c.Tool, &c.Arguments, &c.Pin, &c.Decision, &c.DecidedBy, &c.Reason, &c.Outcome, &c.Result,
+			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash); err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		if err := fn(&c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	return nil
+}
+
+// Records calls fn for every record in seq order (events included).
+func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
+	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

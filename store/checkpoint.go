@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// signer holds the checkpoint key, which lives outside the database so that
+// whoever can rewrite the database cannot also sign a shorter log.
+type signer struct {
+	key ed25519.PrivateKey
+}
+
+// loadSigner reads the key file, creating it (0600) when it is missing.
+func loadSigner(path string) (*signer, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
+		if gerr != nil {
+			return nil, fmt.Errorf("checkpoint key: %w", gerr)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("checkpoint key: %w", err)
+		}
+		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if ferr == nil {
+			_, werr := f.WriteString(hex.EncodeToString(priv.Seed()) + "\n")
+			cerr := f.Close()
+			if werr != nil || cerr != nil {
+				return nil, fmt.Errorf("checkpoint key %s: %w", path, errors.Join(werr, cerr))
+			}
+			return &signer{key: priv}, nil
+		}
+		if !errors.Is(ferr, os.ErrExist) {
+			return nil, fmt.Errorf("checkpoint key %s: %w", path, ferr)
+		}
+		// Another process created it first.
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint key %s: %w", path, err)
+	}
+	seed, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("checkpoint key %s: not a hex ed25519 seed", path)
+	}
+	return &signer{key: ed25519.NewKeyFromSeed(seed)}, nil
+}
+
+// checkpoint is the signed statement of the log's length and head.
+type checkpoint struct {
+	V         int    `json:"v"`
+	Count     int64  `json:"count"`
+	HeadSeq   int64  `json:"head_seq"`
+	HeadHash  string `json:"head_hash"`
+	Time      string `json:"time"`
+	PublicKey string `json:"public_key"`
+	Signature string `json:"signature"`
+}
+
+func (c *checkpoint) message() []byte {
+	return []byte("guard-checkpoint-v1\n" + strconv.FormatInt(c.Count, 10) + "\n" +
+		strconv.FormatInt(c.HeadSeq, 10) + "\n" + c.HeadHash + "\n" + c.Time + "\n")
+}
+
+// writeCheckpoint signs the log's current length and head and writes it beside
+// the database, unless the checkpoint there already counts more records
+// (another process wrote a newer one).
+func (db *DB) writeCheckpoint() error {
+	ctx := context.Background()
+	c := checkpoint{V: 1, Time: fmtTime(db.opts.Now())}
+	err := db.w.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&c.HeadSeq, &c.HeadHash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records`).Scan(&c.Count); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	c.PublicKey = hex.EncodeToString(db.signer.key.Public().(ed25519.PublicKey))
+	c.Signature = hex.EncodeToString(ed25519.Sign(db.signer.key, c.message()))
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	path := db.opts.CheckpointPath
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
+		db.lastCheckpoint, db.dirty = time.Now(), false
+		return nil
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	db.lastCheckpoint, db.dirty = time.Now(), false
+	return nil
+}
+
+func readCheckpoint(path string) (*checkpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// checkCheckpoint compares the log with the signed checkpoint; it returns
+// a problem for people, or "".
+func (db *DB) checkCheckpoint(ctx context.Context, count int64) string {
+	c, err := readCheckpoint(db.opts.CheckpointPath)
+	if errors.Is(err, os.ErrNotExist) {
+		if count == 0 {
+			return ""
+		}
+		return fmt.Sprintf("no checkpoint at %s: truncation of the log cannot be ruled out", db.opts.CheckpointPath)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	pub := db.signer.key.Public().(ed25519.PublicKey)
+	sig, err := hex.DecodeString(c.Signature)
+	if err != nil || c.PublicKey != hex.EncodeToString(pub) || !ed25519.Verify(pub, c.message(), sig) {
+		return fmt.Sprintf("the checkpoint at %s is not signed by this log's key", db.opts.CheckpointPath)
+	}
+	if count < c.Count {
+		return fmt.Sprintf("the log was truncated: the checkpoint of %s counts %d records, the log has %d", c.Time, c.Count, count)
+	}
+	var h string
+	err = db.r.QueryRowContext(ctx, `SELECT hash FROM records WHERE seq = ?`, c.HeadSeq).Scan(&h)
+	if err != nil || h != c.HeadHash {
+		return fmt.Sprintf("record %d does not match the checkpoint of %s: the log was truncated or rewritten", c.HeadSeq, c.Time)
+	}
+	return ""
+}

@@ -1,0 +1,413 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+func openDB(t testing.TB, path string) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func rec(i int, kind string) *guard.Record {
+	return &guard.Record{CallID: fmt.Sprintf("call-%d", i), Kind: kind, Server: "files", Method: "tools/call",
+		Tool: "write_file", Arguments: `{"path":"/tmp/` + strconv.Itoa(i) + `"}`, Decision: guard.DecisionAllowed}
+}
+
+// rawDB opens the file as an attacker would, without guard.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	r, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if _, err := r.Exec(`DROP TRIGGER records_no_update; DROP TRIGGER records_no_delete`); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGroupCommitKeepsTheChain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				if err := db.Append(rec(g*100+i, guard.KindRequest), rec(g*100+i, guard.KindOutcome)); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK || rep.Records != 1600 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	// The two records of one call are adjacent: committed together, in order.
+	var prev *guard.Record
+	_ = db.Records(context.Background(), func(r *guard.Record) error {
+		if r.Kind == guard.KindOutcome && (prev == nil || prev.CallID != r.CallID) {
+			t.Fatalf("outcome %d is not right after its request", r.Seq)
+		}
+		prev = r
+		return nil
+	})
+	n := 0
+	_ = db.Query(context.Background(), Filter{}, func(c *Call) error { n++; return nil })
+	if n != 800 {
+		t.Fatalf("calls view has %d rows, want 800", n)
+	}
+}
+
+func TestRecordsAreAppendOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := sql.Open("sqlite", "file:"+path)
+	defer r.Close()
+	if _, err := r.Exec(`UPDATE records SET tool = 'x'`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("update: %v", err)
+	}
+	if _, err := r.Exec(`DELETE FROM records`); err == nil {
+		t.Fatal("delete succeeded")
+	}
+}
+
+func TestVerifyCatchesTampering(t *testing.T) {
+	for _, tc := range []struct {
+		name, sql, want string
+	}{
+		{"altered", `UPDATE records SET arguments = '{"path":"/etc/passwd"}' WHERE seq = 5`, "record 5 (id"},
+		{"deleted", `DELETE FROM records WHERE seq = 5`, "records 5 to 5 were removed"},
+		{"reordered", `UPDATE records SET seq = seq + 1000 WHERE seq IN (5, 6); UPDATE records SET seq = 5 WHERE seq = 1006; UPDATE records SET seq = 6 WHERE seq = 1005`, "reordered"},
+		{"truncated", `DELETE FROM records WHERE seq > 8`, "truncated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "g.db")
+			db := openDB(t, path)
+			for i := range 10 {
+				if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db.Close()
+			if _, err := rawDB(t, path).Exec(tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			db = openDB(t, path)
+			defer db.Close()
+			rep, err := db.Verify(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK || !strings.Contains(rep.Problem, tc.want) {
+				t.Fatalf("verify after %s: %+v", tc.name, rep)
+			}
+		})
+	}
+}
+
+func TestVerifyCatchesAForgedCheckpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	for i := range 3 {
+		_ = db.Append(rec(i, guard.KindRequest))
+	}
+	db.Close()
+	b, _ := os.ReadFile(path + ".checkpoint")
+	forged := strings.Replace(string(b), `"count":3`, `"count":2`, 1)
+	if err := os.WriteFile(path+".checkpoint", []byte(forged), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	rep, _ := db.Verify(context.Background())
+	if rep.OK || !strings.Contains(rep.Problem, "not signed") {
+		t.Fatalf("verify with a forged checkpoint: %+v", rep)
+	}
+}
+
+// TestHelperAppender is a child process of TestSeveralProcessesShareOneLog.
+func TestHelperAppender(t *testing.T) {
+	path := os.Getenv("GUARD_STORE_CHILD_DB")
+	if path == "" {
+		t.Skip("run as a child process only")
+	}
+	db := openDB(t, path)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				if err := db.Append(rec(g*1000+i, guard.KindRequest)); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSeveralProcessesShareOneLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path) // create it first
+	db.Close()
+	var cmds []*exec.Cmd
+	for range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAppender$")
+		cmd.Env = append(os.Environ(), "GUARD_STORE_CHILD_DB="+path)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(out.String())
+			}
+		})
+	}
+	for _, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK || rep.Records != 1200 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}
+
+func TestAppendFailsClosed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	// Another connection holds the write lock longer than the busy
+	// timeout: every commit fails, as on a disk that refuses writes.
+	if _, err := db.w.Exec(`PRAGMA busy_timeout = 50`); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := sql.Open("sqlite", "file:"+path)
+	defer other.Close()
+	tx, err := other.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO tools VALUES ('s','t','p','{}','','')`); err != nil {
+		t.Fatal(err)
+	}
+	err = db.Append(rec(2, guard.KindRequest))
+	tx.Rollback()
+	if !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("append under a held lock: %v", err)
+	}
+	if err := db.Append(rec(3, guard.KindRequest)); err != nil {
+		t.Fatalf("append after the lock was released: %v", err)
+	}
+}
+
+func newApproval(id string) *guard.Approval {
+	now := time.Now().UTC()
+	return &guard.Approval{ID: id, Server: "files", Tool: "write_file", Arguments: `{"path":"/x"}`,
+		Digest: "sha256:d", Pin: "sha256:p", PolicyVersion: "v1", State: guard.ApprovalPending,
+		CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
+}
+
+func TestFirstDecisionWins(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	ctx := context.Background()
+	if err := db.CreateApproval(ctx, newApproval("a1")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, refusals := 0, 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := db.DecideApproval(ctx, "a1", i%2 == 0, fmt.Sprintf("person%d", i), "r")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, guard.ErrAlreadyDecided) && strings.Contains(err.Error(), " by person"):
+				refusals++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || refusals != 7 {
+		t.Fatalf("wins %d refusals %d", wins, refusals)
+	}
+	a, _ := db.Approval(ctx, "a1")
+	if a.Arguments != "" {
+		t.Fatal("complete arguments kept after the decision")
+	}
+}
+
+func TestConsumeIsSingleUseAndBound(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	ctx := context.Background()
+	_ = db.CreateApproval(ctx, newApproval("a1"))
+	now := time.Now()
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("a pending approval was consumed: %v", err)
+	}
+	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][3]string{{"sha256:other", "sha256:p", "v1"}, {"sha256:d", "sha256:newpin", "v1"}, {"sha256:d", "sha256:p", "v2"}} {
+		if _, err := db.ConsumeApproval(ctx, "files", "write_file", bad[0], bad[1], bad[2], now); !errors.Is(err, guard.ErrNotFound) {
+			t.Fatalf("consumed for %v: %v", bad, err)
+		}
+	}
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now.Add(2*time.Minute)); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatal("an expired approval was consumed")
+	}
+	if a, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); err != nil || a.DecidedBy != "alice" {
+		t.Fatalf("consume: %v %v", a, err)
+	}
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatal("an approval was used twice")
+	}
+}
+
+func TestWaitSeesAnotherConnectionsDecision(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	other := openDB(t, path)
+	defer other.Close()
+	ctx := context.Background()
+	_ = db.CreateApproval(ctx, newApproval("a1"))
+	decided := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := other.DecideApproval(ctx, "a1", true, "bob", ""); err != nil {
+			t.Error(err)
+		}
+		decided <- time.Now()
+	}()
+	a, err := db.WaitApproval(ctx, "a1")
+	seen := time.Now()
+	if err != nil || a.State != guard.ApprovalApproved {
+		t.Fatalf("wait: %v %v", a, err)
+	}
+	if lag := seen.Sub(<-decided); lag > 250*time.Millisecond {
+		t.Fatalf("decision seen after %v", lag)
+	}
+}
+
+func TestCatalogHistory(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	ctx := context.Background()
+	v1 := guard.Tool{Name: "rm", Pin: "sha256:1", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":true}}`)}
+	v2 := guard.Tool{Name: "rm", Pin: "sha256:2", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":false}}`)}
+	t0 := time.Now()
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v1}, t0)
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(time.Second))
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(2*time.Second))
+	h, err := db.ToolHistory(ctx, "files", "rm")
+	if err != nil || len(h) != 2 || h[0].Tool.Pin != "sha256:1" || !h[1].LastSeen.After(h[1].FirstSeen) {
+		t.Fatalf("history: %+v %v", h, err)
+	}
+	cur, _ := db.Tools(ctx, "files")
+	if len(cur) != 1 || cur[0].Pin != "sha256:2" || *cur[0].Annotations.DestructiveHint {
+		t.Fatalf("current: %+v", cur)
+	}
+}
+
+func FuzzChain(f *testing.F) {
+	f.Add("a", "{\"k\":\"\xff\"}", "\x00\n\"\\", int64(3))
+	path := filepath.Join(f.TempDir(), "fuzz.db")
+	db := openDB(f, path)
+	f.Cleanup(func() { db.Close() })
+	f.Fuzz(func(t *testing.T, tool, args, result string, size int64) {
+		r := &guard.Record{Kind: guard.KindRequest, Tool: tool, Arguments: args, Result: result, RequestSize: size}
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		if HashRecord(r) != r.Hash {
+			t.Fatal("hash is not reproducible")
+		}
+		var got *guard.Record
+		_ = db.Records(context.Background(), func(x *guard.Record) error {
+			if x.Seq == r.Seq {
+				got = x
+			}
+			return nil
+		})
+		if got == nil || HashRecord(got) != r.Hash {
+			t.Fatalf("the stored record does not hash as appended: %+v", got)
+		}
+	})
+}
+
+func BenchmarkAppend(b *testing.B) {
+	for _, d := range []string{"normal", "full"} {
+		for _, n := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/%d", d, n), func(b *testing.B) {
+				db, err := Open(context.Background(), Options{Path: filepath.Join(b.TempDir(), "b.db"), Durability: d})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				b.SetParallelism(n)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		}
+	}
+}
