@@ -1,7 +1,7 @@
 -- The audit log: append-only records, hash-chained in seq order.
 CREATE TABLE records (
     seq           INTEGER PRIMARY KEY,
-    id            TEXT NOT NULL UNIQUE,
+    id            TEXT NOT NULL,
     call_id       TEXT NOT NULL,
     kind          TEXT NOT NULL,
     time          TEXT NOT NULL,
@@ -28,7 +28,6 @@ CREATE TABLE records (
 );
 CREATE INDEX records_call ON records (call_id, kind, seq);
 CREATE INDEX records_time ON records (time);
-CREATE INDEX records_server_tool ON records (server, tool);
 
 CREATE TRIGGER records_no_update BEFORE UPDATE ON records
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;

@@ -143,24 +143,51 @@ const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session
  request_size, response_size, duration_ms, detail, prev_hash, hash)
  VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 
-func (db *DB) commit(batch []*appendReq) error {
-	ctx := context.Background()
-	tx, err := db.w.BeginTx(ctx, nil)
+// writerConn is the audit writer's connection with its statements
+// prepared once: preparing them per commit cost more than the commit.
+type writerConn struct {
+	conn   *sql.Conn
+	tail   *sql.Stmt
+	insert *sql.Stmt
+}
+
+func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
+	conn, err := aw.Conn(ctx)
 	if err != nil {
+		return nil, fmt.Errorf("audit writer: %w", err)
+	}
+	wc := &writerConn{conn: conn}
+	if wc.tail, err = conn.PrepareContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`); err == nil {
+		wc.insert, err = conn.PrepareContext(ctx, insertRecord)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("audit writer: %w", err)
+	}
+	return wc, nil
+}
+
+func (wc *writerConn) close() error {
+	return errors.Join(wc.tail.Close(), wc.insert.Close(), wc.conn.Close())
+}
+
+func (db *DB) commit(batch []*appendReq) (err error) {
+	ctx := context.Background()
+	wc := db.wc
+	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback()
+	defer func() {
+		if err != nil {
+			_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		}
+	}()
 	var seq int64
 	var prev string
-	err = tx.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("chain tail: %w", err)
 	}
-	stmt, err := tx.PrepareContext(ctx, insertRecord)
-	if err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	defer stmt.Close()
 	for _, req := range batch {
 		for _, r := range req.recs {
 			seq++
@@ -168,7 +195,7 @@ func (db *DB) commit(batch []*appendReq) error {
 			r.PrevHash = prev
 			r.Hash = HashRecord(r)
 			prev = r.Hash
-			if _, err := stmt.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+			if _, err := wc.insert.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 				r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
 				r.Detail, r.PrevHash, r.Hash); err != nil {
@@ -176,7 +203,7 @@ func (db *DB) commit(batch []*appendReq) error {
 			}
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
@@ -362,9 +389,9 @@ func (db *DB) seqOf(ctx context.Context, h string) int64 {
 
 // Filter selects invocations for Query.
 type Filter struct {
-	Since, Until                     time.Time
+	Since, Until                    time.Time
 	Server, Tool, Decision, Outcome string
-	Limit                            int // 0: no limit
+	Limit                           int // 0: no limit
 }
 
 // Call is one row of the calls view: one invocation.

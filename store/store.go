@@ -47,13 +47,15 @@ type Options struct {
 // DB is an open guard database.
 type DB struct {
 	opts   Options
-	w      *sql.DB // the one writer connection
+	aw     *sql.DB // the audit writer's own connection
+	w      *sql.DB // the connection of every other write
 	r      *sql.DB // readers
 	queue  chan *appendReq
 	done   chan struct{}
 	closed chan struct{}
 	once   sync.Once
 	signer *signer
+	wc     *writerConn // the audit writer goroutine's connection and statements
 
 	lastCheckpoint time.Time // writer goroutine only
 	dirty          bool      // writer goroutine only: records since the last checkpoint
@@ -138,14 +140,31 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
 	r.SetMaxOpenConns(4)
+	aw, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
+	}
+	aw.SetMaxOpenConns(1)
 	sg, err := loadSigner(opts.KeyPath)
 	if err != nil {
 		w.Close()
 		r.Close()
+		aw.Close()
 		return nil, fmt.Errorf("store: %w", err)
+	}
+	wc, err := newWriterConn(ctx, aw)
+	if err != nil {
+		w.Close()
+		r.Close()
+		aw.Close()
+		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
 	}
 	db := &DB{
 		opts:   opts,
+		aw:     aw,
+		wc:     wc,
 		w:      w,
 		r:      r,
 		queue:  make(chan *appendReq, 4096),
@@ -223,7 +242,7 @@ func (db *DB) Close() error {
 	db.once.Do(func() {
 		close(db.done)
 		<-db.closed
-		err = errors.Join(db.w.Close(), db.r.Close())
+		err = errors.Join(db.wc.close(), db.aw.Close(), db.w.Close(), db.r.Close())
 	})
 	return err
 }

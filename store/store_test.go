@@ -224,7 +224,7 @@ func TestAppendFailsClosed(t *testing.T) {
 	}
 	// Another connection holds the write lock longer than the busy
 	// timeout: every commit fails, as on a disk that refuses writes.
-	if _, err := db.w.Exec(`PRAGMA busy_timeout = 50`); err != nil {
+	if _, err := db.wc.conn.ExecContext(context.Background(), `PRAGMA busy_timeout = 50`); err != nil {
 		t.Fatal(err)
 	}
 	other, _ := sql.Open("sqlite", "file:"+path)
