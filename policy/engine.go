@@ -1,0 +1,224 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"go.yaml.in/yaml/v3"
+)
+
+// ApprovedRulesFile is where rules learned from approvals are kept, in the
+// rules directory.
+const ApprovedRulesFile = "approved.yaml"
+
+// Engine holds the policy in force and replaces it when the configuration
+// changes on disk. Every process sharing a database watches on its own.
+type Engine struct {
+	file     string // the configuration file; "" for built-in defaults
+	rulesDir string
+	prot     *Protected
+	getenv   func(string) string
+	logger   *slog.Logger
+	cur      atomic.Pointer[Policy]
+	cfg      atomic.Pointer[Config]
+	seen     [32]byte // digest of the files last loaded (Watch only)
+}
+
+// EngineOptions configure NewEngine.
+type EngineOptions struct {
+	// RulesDir holds approved.yaml: the config's rules.d, or the data
+	// directory when there is no config file.
+	RulesDir  string
+	Protected *Protected
+	Getenv    func(string) string
+	Logger    *slog.Logger
+}
+
+// NewEngine compiles cfg (read from file) with the approved rules.
+func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, getenv: o.Getenv, logger: o.Logger}
+	approved, err := LoadRules(e.approvedPath(), e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
+		return nil, err
+	}
+	e.cfg.Store(cfg)
+	e.cur.Store(Compile(cfg, approved, e.prot))
+	e.seen = e.digest()
+	return e, nil
+}
+
+func (e *Engine) approvedPath() string {
+	if e.rulesDir == "" {
+		return ""
+	}
+	return filepath.Join(e.rulesDir, ApprovedRulesFile)
+}
+
+// Policy is the policy in force.
+func (e *Engine) Policy() *Policy { return e.cur.Load() }
+
+// Config is the configuration in force.
+func (e *Engine) Config() *Config { return e.cfg.Load() }
+
+// Decide decides a call with the policy in force.
+func (e *Engine) Decide(call *guard.Call) guard.Verdict { return e.cur.Load().Decide(call) }
+
+// digest covers the configuration, its includes and the approved rules.
+func (e *Engine) digest() [32]byte {
+	h := sha256.New()
+	files := []string{e.file, e.approvedPath()}
+	if c := e.cfg.Load(); c != nil && e.file != "" {
+		for _, pat := range c.Include {
+			if !filepath.IsAbs(pat) {
+				pat = filepath.Join(filepath.Dir(e.file), pat)
+			}
+			m, _ := filepath.Glob(pat)
+			files = append(files, m...)
+		}
+	}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		b, _ := os.ReadFile(f)
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// Reload reads the files again; an invalid change leaves the policy in
+// force and is returned.
+func (e *Engine) Reload() error {
+	cfg := Default()
+	var err error
+	if e.file != "" {
+		if cfg, err = Load(e.file, e.getenv); err != nil {
+			return err
+		}
+	}
+	approved, err := LoadRules(e.approvedPath(), e.getenv)
+	if err != nil {
+		return err
+	}
+	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
+		return err
+	}
+	e.cfg.Store(cfg)
+	e.cur.Store(Compile(cfg, approved, e.prot))
+	return nil
+}
+
+// Watch reloads the policy whenever its files change, until ctx ends.
+func (e *Engine) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d := e.digest()
+		if bytes.Equal(d[:], e.seen[:]) {
+			continue
+		}
+		e.seen = d
+		if err := e.Reload(); err != nil {
+			e.logger.Error("config change not applied; the previous policy stays in force", "err", err)
+			continue
+		}
+		e.logger.Info("config reloaded", "policy", e.Policy().Version())
+	}
+}
+
+// AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically.
+func AppendApprovedRule(rulesDir string, r Rule) error {
+	file := filepath.Join(rulesDir, ApprovedRulesFile)
+	rules, err := LoadRules(file, os.Getenv)
+	if err != nil {
+		return err
+	}
+	type yrule struct {
+		Name   string `yaml:"name"`
+		Server string `yaml:"server,omitempty"`
+		Tool   string `yaml:"tool,omitempty"`
+		Action string `yaml:"action"`
+		Reason string `yaml:"reason,omitempty"`
+	}
+	var out struct {
+		Rules []yrule `yaml:"rules"`
+	}
+	for _, x := range append(rules, r) {
+		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, x.Action, x.Reason})
+	}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		return fmt.Errorf("approved rules: %w", err)
+	}
+	if err := os.MkdirAll(rulesDir, 0o700); err != nil {
+		return fmt.Errorf("approved rules: %w", err)
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, append([]byte("# Rules learned from approvals. guard writes this file.\n"), b...), 0o600); err != nil {
+		return fmt.Errorf("approved rules: %w", err)
+	}
+	return os.Rename(tmp, file)
+}
+
+// Paths returns the default configuration file (when it exists) and
+// database path, from XDG_CONFIG_HOME and XDG_DATA_HOME.
+func Paths(getenv func(string) string) (configPath, dbPath string) {
+	home, _ := os.UserHomeDir()
+	if h := getenv("HOME"); h != "" {
+		home = h
+	}
+	cfgDir := getenv("XDG_CONFIG_HOME")
+	if cfgDir == "" {
+		cfgDir = filepath.Join(home, ".config")
+	}
+	if f := filepath.Join(cfgDir, "guard", "guard.yaml"); fileExists(f) {
+		configPath = f
+	}
+	dataDir := getenv("XDG_DATA_HOME")
+	if dataDir == "" {
+		dataDir = filepath.Join(home, ".local", "share")
+	}
+	return configPath, filepath.Join(dataDir, "guard", "guard.db")
+}
+
+func fileExists(f string) bool {
+	st, err := os.Stat(f)
+	return err == nil && !st.IsDir()
+}
+
+// ExpandHome replaces a leading "~/" with the home directory.
+func ExpandHome(p string, getenv func(string) string) string {
+	if len(p) >= 2 && p[:2] == "~/" {
+		home := getenv("HOME")
+		if home == "" {
+			home, _ = os.UserHomeDir()
+		}
+		return filepath.Join(home, p[2:])
+	}
+	return p
+}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// SelfProtectionRule names the built-in rule that keeps guard's own files
+// and command line out of a tool's reach.
+const SelfProtectionRule = "guard-self-protection"
+
+// Policy is a configuration compiled for deciding.
+type Policy struct {
+	rules     []Rule
+	def       string
+	servers   map[string]*Server
+	protected *Protected
+	version   string
+}
+
+// Compile prepares a configuration for deciding. approved are the rules
+// learned from approvals: after the configured rules, before the default.
+func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
+	p := &Policy{
+		rules:     append(append([]Rule(nil), c.Policy.Rules...), approved...),
+		def:       c.Policy.Default,
+		servers:   c.Servers,
+		protected: prot,
+	}
+	type versioned struct {
+		Rules   []Rule
+		Default string
+		Servers map[string]*Server
+	}
+	b, _ := json.Marshal(versioned{p.rules, p.def, p.servers})
+	sum := sha256.Sum256(b)
+	p.version = "sha256:" + hex.EncodeToString(sum[:8])
+	return p
+}
+
+// Rules are the rules in order, learned ones included.
+func (p *Policy) Rules() []Rule { return p.rules }
+
+// DefaultAction is the configured default.
+func (p *Policy) DefaultAction() string { return p.def }
+
+// Version identifies the rules in force.
+func (p *Policy) Version() string { return p.version }
+
+// Decide returns what to do with a call: the built-in self-protection rule
+// first, then the first matching rule, then the default.
+func (p *Policy) Decide(call *guard.Call) guard.Verdict {
+	v := p.decide(call)
+	v.PolicyVersion = p.version
+	return v
+}
+
+func (p *Policy) decide(call *guard.Call) guard.Verdict {
+	if p.protected != nil {
+		if reason := p.protected.Check(call.Arguments); reason != "" {
+			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
+		}
+	}
+	for _, r := range p.rules {
+		if r.Method != call.Method || !glob(r.Server, call.Server) || !glob(r.Tool, call.ToolName) {
+			continue
+		}
+		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason}
+	}
+	return p.byDefault(call)
+}
+
+func glob(pattern, name string) bool {
+	ok, err := path.Match(pattern, name)
+	return err == nil && ok
+}
+
+func (p *Policy) byDefault(call *guard.Call) guard.Verdict {
+	v := guard.Verdict{Rule: "default"}
+	switch p.def {
+	case "allow":
+		v.Action, v.Reason = guard.ActionAllow, "the default policy allows"
+		return v
+	case "deny":
+		v.Action, v.Reason = guard.ActionDeny, "the default policy denies"
+		return v
+	case "approve":
+		v.Action, v.Reason = guard.ActionApprove, "the default policy holds every call for approval"
+		return v
+	}
+	if call.Method != "tools/call" {
+		v.Action, v.Reason = guard.ActionAllow, "not a tool call"
+		return v
+	}
+	if call.Tool == nil {
+		v.Action, v.Reason = guard.ActionApprove, "the tool is not in the catalog"
+		return v
+	}
+	if s := p.servers[call.Server]; s != nil && !s.TrustAnnotations {
+		v.Action, v.Reason = guard.ActionApprove, "the server's annotations are not trusted (trust_annotations: false)"
+		return v
+	}
+	a := call.Tool.Annotations
+	readOnly, destructive, _, openWorld := a.Effective()
+	switch {
+	case readOnly:
+		v.Action, v.Reason = guard.ActionAllow, "read-only tool (readOnlyHint true)"
+	case a.ReadOnlyHint == nil && a.DestructiveHint == nil:
+		v.Action, v.Reason = guard.ActionApprove, "no annotations: the specification's default is destructive"
+	case destructive:
+		v.Action, v.Reason = guard.ActionApprove, "destructive tool (destructiveHint true)"
+	case openWorld:
+		v.Action, v.Reason = guard.ActionApprove, "open-world write (openWorldHint true)"
+	default:
+		v.Action, v.Reason = guard.ActionAllow, "non-destructive write in a closed world"
+	}
+	return v
+}
+
+// DenialText is what the client reads for a call denied by policy.
+func DenialText(v guard.Verdict) string {
+	switch {
+	case v.Rule == "default":
+		return "Denied by the default policy (deny)"
+	case v.Reason == "":
+		return fmt.Sprintf("Denied by policy rule %q", v.Rule)
+	}
+	return fmt.Sprintf("Denied by policy rule %q: %s", v.Rule, v.Reason)
+}

@@ -1,0 +1,285 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+func TestParseErrorsNameFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		line int
+		want string
+	}{
+		{"durability: fast\n", 1, `"fast" is not one of full, normal`},
+		{"policy:\n  defualt: allow\n", 2, `unknown key "defualt"`},
+		{"approval:\n  timeout: soon\n", 2, "not a duration"},
+		{"max_message: lots\n", 1, "not a size"},
+		{"policy:\n  rules:\n    - {name: a, tool: \"[\", action: allow}\n", 3, "not a valid glob"},
+		{"policy:\n  rules:\n    - {name: a, tool: x}\n", 3, "needs an action"},
+		{"policy:\n  rules:\n    - {name: a, action: allow}\n    - {name: a, action: deny}\n", 4, "already used at cfg.yaml:3"},
+		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'args.x'}\n", 3, "when:"},
+		{"servers:\n  files:\n    trust_annotations: maybe\n", 3, "expected true or false"},
+		{"policy: [\n", 1, "did not find expected node content"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
+			continue
+		}
+		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
+			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
+		}
+	}
+}
+
+func TestParseReadsEverything(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "rules.d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "rules.d", "b.yaml"), []byte("rules:\n  - {name: inc, tool: x, action: deny}\n"), 0o600)
+	cfg := `
+db: /tmp/g.db
+durability: normal
+max_message: 10MiB
+approval: {timeout: 1d2h, wait: 30s}
+include: [rules.d/*.yaml]
+servers:
+  remote: {url: "https://h/${TOKEN_HOST}", headers: {Authorization: "Bearer ${TOK}"}, trust_annotations: false}
+policy:
+  default: deny
+  rules:
+    - {name: own, server: "fi*", tool: "read_*", action: allow}
+`
+	f := filepath.Join(dir, "guard.yaml")
+	os.WriteFile(f, []byte(cfg), 0o600)
+	env := map[string]string{"TOK": "s3cret", "TOKEN_HOST": "example"}
+	c, err := Load(f, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxMessage != 10<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
+		t.Fatalf("%+v", c)
+	}
+	if s := c.Servers["remote"]; s.Headers["Authorization"] != "Bearer s3cret" || s.URL != "https://h/example" || s.TrustAnnotations {
+		t.Fatalf("server: %+v", s)
+	}
+	if len(c.Policy.Rules) != 2 || c.Policy.Rules[1].Name != "inc" || c.Policy.Rules[1].Line != 2 {
+		t.Fatalf("rules: %+v", c.Policy.Rules)
+	}
+}
+
+func tool(ann string) *guard.Tool {
+	t := &guard.Tool{Name: "t", Def: []byte(`{"name":"t","annotations":` + ann + `}`)}
+	var a struct{ Annotations guard.Annotations }
+	json.Unmarshal(t.Def, &a)
+	t.Annotations = a.Annotations
+	return t
+}
+
+func TestDefaultFollowsAnnotations(t *testing.T) {
+	c, _ := Parse([]byte("servers:\n  wary: {trust_annotations: false}\n"), "c.yaml")
+	p := Compile(c, nil, nil)
+	for _, tc := range []struct {
+		server, ann string
+		unknown     bool
+		want        string
+	}{
+		{"s", `{"readOnlyHint":true}`, false, "allow"},
+		{"s", `{"readOnlyHint":true,"destructiveHint":true}`, false, "allow"},
+		{"s", `{}`, false, "approve"},
+		{"s", `{"destructiveHint":true}`, false, "approve"},
+		{"s", `{"readOnlyHint":false}`, false, "approve"},
+		{"s", `{"readOnlyHint":false,"destructiveHint":false}`, false, "approve"},
+		{"s", `{"readOnlyHint":false,"destructiveHint":false,"openWorldHint":true}`, false, "approve"},
+		{"s", `{"readOnlyHint":false,"destructiveHint":false,"openWorldHint":false}`, false, "allow"},
+		{"s", ``, true, "approve"},
+		{"wary", `{"readOnlyHint":true}`, false, "approve"},
+	} {
+		call := &guard.Call{Server: tc.server, Method: "tools/call", ToolName: "t"}
+		if !tc.unknown {
+			call.Tool = tool(tc.ann)
+		}
+		if v := p.Decide(call); v.Action != tc.want || v.Rule != "default" || v.Reason == "" {
+			t.Errorf("%s %s: got %+v, want %s", tc.server, tc.ann, v, tc.want)
+		}
+	}
+}
+
+func TestRulesFirstMatchWins(t *testing.T) {
+	c, err := Parse([]byte(`
+policy:
+  default: deny
+  rules:
+    - {name: no-etc, server: files, tool: "write_*", action: deny, reason: "no writes"}
+    - {name: files-ok, server: "fil*", action: allow}
+    - {name: prompts, method: prompts/get, action: approve}
+`), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Compile(c, []Rule{{Name: "learned", Server: "*", Tool: "echo", Method: "tools/call", Action: "allow"}}, nil)
+	for _, tc := range []struct {
+		server, method, tool, rule, action string
+	}{
+		{"files", "tools/call", "write_file", "no-etc", "deny"},
+		{"files", "tools/call", "read_file", "files-ok", "allow"},
+		{"other", "tools/call", "echo", "learned", "allow"},
+		{"other", "tools/call", "rm", "default", "deny"},
+		{"other", "prompts/get", "", "prompts", "approve"},
+	} {
+		v := p.Decide(&guard.Call{Server: tc.server, Method: tc.method, ToolName: tc.tool, Tool: tool(`{"readOnlyHint":true}`)})
+		if v.Rule != tc.rule || v.Action != tc.action || v.PolicyVersion == "" {
+			t.Errorf("%+v: got %+v", tc, v)
+		}
+	}
+	if got := DenialText(guard.Verdict{Rule: "no-etc", Reason: "no writes under /etc"}); got != `Denied by policy rule "no-etc": no writes under /etc` {
+		t.Fatal(got)
+	}
+	if got := DenialText(guard.Verdict{Rule: "default"}); got != "Denied by the default policy (deny)" {
+		t.Fatal(got)
+	}
+}
+
+func TestSelfProtection(t *testing.T) {
+	home := t.TempDir()
+	data := filepath.Join(home, ".local/share/guard")
+	p := NewProtected(filepath.Join(data, "guard.db"), data, filepath.Join(home, ".config/guard/guard.yaml"))
+	p.Home, p.Dir = home, filepath.Join(home, "work")
+	for _, tc := range []struct {
+		args string
+		deny bool
+	}{
+		{`{"path":"` + data + `/guard.db"}`, true},
+		{`{"path":"~/.local/share/guard/guard.db-wal"}`, true},
+		{`{"command":"sqlite3 ` + home + `/.local/share/guard/guard.db 'delete from records'"}`, true},
+		{`{"command":"cat ~/.config/guard/guard.yaml"}`, true},
+		{`{"path":"../.local/share/guard/audit.key"}`, true},
+		{`{"cmd":["sh","-c","guard approvals approve 0193"]}`, true},
+		{`{"cmd":"/usr/local/bin/guard audit verify"}`, true},
+		{`{"path":"/home/other/guardrails.txt"}`, false},
+		{`{"text":"the guard at the gate approves visitors"}`, false},
+		{`{"path":"` + home + `/.local/share/guardian/x"}`, false},
+		{`{"n":1}`, false},
+	} {
+		got := p.Check([]byte(tc.args)) != ""
+		if got != tc.deny {
+			t.Errorf("%s: denied=%v, want %v", tc.args, got, tc.deny)
+		}
+	}
+	c := Default()
+	v := Compile(c, nil, p).Decide(&guard.Call{Method: "tools/call", Arguments: []byte(`{"path":"` + data + `/guard.db"}`), Tool: tool(`{"readOnlyHint":true}`)})
+	if v.Action != guard.ActionDeny || v.Rule != SelfProtectionRule {
+		t.Fatalf("self-protection did not come first: %+v", v)
+	}
+}
+
+func TestEngineReloadsValidChangesOnly(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "guard.yaml")
+	os.WriteFile(f, []byte("policy: {default: allow}\n"), 0o600)
+	c, err := Load(f, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.Watch(ctx, 20*time.Millisecond)
+	call := &guard.Call{Method: "tools/call", ToolName: "x", Tool: tool(`{}`)}
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for e.Decide(call).Action != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("policy did not become %s", want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
+	waitFor("deny")
+	os.WriteFile(f, []byte("policy: {default: nonsense}\n"), 0o600)
+	time.Sleep(200 * time.Millisecond)
+	if got := e.Decide(call).Action; got != "deny" {
+		t.Fatalf("an invalid change was applied: %s", got)
+	}
+	// A rule learned from an approval, written by another process.
+	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
+	if err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("allow")
+}
+
+func TestRedact(t *testing.T) {
+	r := Default().Redactor()
+	for _, tc := range []struct{ in, want string }{
+		{`{"path":"/x","password":"hunter2"}`, `{"password":"[REDACTED]","path":"/x"}`},
+		{`{"auth":{"API-Key":"k","Token":["a"]},"list":[{"client_secret":1}]}`, `{"auth":{"API-Key":"[REDACTED]","Token":"[REDACTED]"},"list":[{"client_secret":1}]}`},
+		{`{"headers":{"Authorization":"Bearer abc"}}`, `{"headers":{"Authorization":"[REDACTED]"}}`},
+		{`{"path":"/x"}`, `{"path":"/x"}`},
+		{`not json with password`, `not json with password`},
+		{`{"n":12345678901234567890,"secret":"s"}`, `{"n":12345678901234567890,"secret":"[REDACTED]"}`},
+	} {
+		if got := r.Redact([]byte(tc.in)); got != tc.want {
+			t.Errorf("%s: got %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestDurationsAndSizes(t *testing.T) {
+	for s, want := range map[string]time.Duration{"7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "90s": 90 * time.Second} {
+		if d, err := ParseDuration(s); err != nil || d != want {
+			t.Errorf("%s: %v %v", s, d, err)
+		}
+	}
+	for s, want := range map[string]int64{"64MiB": 64 << 20, "10MB": 10e6, "1024": 1024, "1 KiB": 1024} {
+		if n, err := ParseSize(s); err != nil || n != want {
+			t.Errorf("%s: %v %v", s, n, err)
+		}
+	}
+	for _, bad := range []string{"x", "10XB", ""} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add([]byte(`{"path":"/x","cmd":"guard approvals approve 1"}`), "write_file")
+	c, _ := Parse([]byte("policy:\n  rules:\n    - {name: r, tool: \"w*\", action: deny}\n"), "c.yaml")
+	p := Compile(c, nil, NewProtected("/var/lib/guard/guard.db"))
+	f.Fuzz(func(t *testing.T, args []byte, name string) {
+		v := p.Decide(&guard.Call{Server: "s", Method: "tools/call", ToolName: name, Arguments: args, Tool: tool(`{}`)})
+		switch v.Action {
+		case guard.ActionAllow, guard.ActionDeny, guard.ActionApprove:
+		default:
+			t.Fatalf("no decision: %+v", v)
+		}
+	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	c, _ := Parse([]byte("policy:\n  rules:\n    - {name: a, tool: \"read_*\", action: allow}\n    - {name: b, tool: \"write_*\", action: approve}\n"), "c.yaml")
+	p := Compile(c, nil, NewProtected("/var/lib/guard/guard.db", "/etc/guard/guard.yaml"))
+	call := &guard.Call{Server: "files", Method: "tools/call", ToolName: "write_file", Tool: tool(`{"destructiveHint":true}`),
+		Arguments: []byte(`{"path":"/home/me/notes/todo.md","content":"buy milk"}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(call)
+	}
+}

@@ -1,0 +1,127 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Protected lists guard's own files: its database, configuration, rules,
+// keys and data directory. A call whose arguments name one of them, or run
+// guard's own command line, is denied: a model must not approve its own
+// calls or rewrite the record through its tools.
+type Protected struct {
+	// Paths are files and directories (absolute); a path under a
+	// directory is protected too.
+	Paths []string
+	// Home is the user's home directory, for "~/" in arguments.
+	Home string
+	// Dir resolves relative paths in arguments (guard's working directory).
+	Dir string
+}
+
+// NewProtected cleans the paths and adds the forms an argument may use.
+func NewProtected(paths ...string) *Protected {
+	p := &Protected{}
+	p.Home, _ = os.UserHomeDir()
+	p.Dir, _ = os.Getwd()
+	for _, x := range paths {
+		if x == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(x); err == nil {
+			x = abs
+		}
+		p.Paths = append(p.Paths, filepath.Clean(x))
+		// The real path too, when a link leads to it.
+		if real, err := filepath.EvalSymlinks(x); err == nil && real != x {
+			p.Paths = append(p.Paths, real)
+		}
+	}
+	return p
+}
+
+// guardCommand matches a command line that runs guard with one of its
+// subcommands, by name or by path.
+var guardCommand = regexp.MustCompile(`(?:^|[\s;&|("'` + "`" + `/=])guard(?:\.exe)?\s+(?:run|serve|approvals|audit|tools|policy|ui|demo|example-server|bench)\b`)
+
+// Check returns why arguments are refused, or "".
+func (p *Protected) Check(args []byte) string {
+	if p == nil || len(args) == 0 || len(p.Paths) == 0 {
+		return ""
+	}
+	var v any
+	if json.Unmarshal(args, &v) != nil {
+		return ""
+	}
+	reason := ""
+	walkStrings(v, func(s string) bool {
+		if guardCommand.MatchString(s) {
+			reason = "arguments run guard's own command line"
+			return false
+		}
+		if p.names(s) {
+			reason = "arguments name guard's own files"
+			return false
+		}
+		return true
+	})
+	return reason
+}
+
+// names reports whether s names a protected path: as a path of its own
+// (absolute, relative, with ~ or ..), or inside a longer text such as a
+// shell command.
+func (p *Protected) names(s string) bool {
+	candidates := []string{s}
+	if p.Home != "" {
+		candidates = append(candidates, strings.ReplaceAll(s, "~/", p.Home+"/"), strings.ReplaceAll(s, "$HOME/", p.Home+"/"))
+		candidates = append(candidates, strings.ReplaceAll(s, "${HOME}/", p.Home+"/"))
+	}
+	for _, c := range candidates {
+		clean := c
+		if !filepath.IsAbs(clean) && p.Dir != "" && !strings.ContainsAny(clean, " \n\t") {
+			clean = filepath.Join(p.Dir, clean)
+		}
+		clean = filepath.Clean(clean)
+		for _, x := range p.Paths {
+			if clean == x || strings.HasPrefix(clean, x+"/") {
+				return true
+			}
+			// Inside a longer text: the path, cleaned of "..", as a
+			// word of it.
+			for _, w := range strings.FieldsFunc(c, func(r rune) bool { return strings.ContainsRune(" \t\n;&|<>\"'`()=,", r) }) {
+				wc := filepath.Clean(w)
+				if !filepath.IsAbs(wc) && p.Dir != "" {
+					wc = filepath.Join(p.Dir, wc)
+				}
+				if wc == x || strings.HasPrefix(wc, x+"/") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func walkStrings(v any, fn func(string) bool) bool {
+	switch x := v.(type) {
+	case string:
+		return fn(x)
+	case map[string]any:
+		for k, e := range x {
+			if !fn(k) || !walkStrings(e, fn) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !walkStrings(e, fn) {
+				return false
+			}
+		}
+	}
+	return true
+}
