@@ -72,35 +72,51 @@ func (p *Protected) Check(args []byte) string {
 }
 
 // names reports whether s names a protected path: as a path of its own
-// (absolute, relative, with ~ or ..), or inside a longer text such as a
-// shell command.
+// (absolute, relative, with ~ or ..), or as a word of a longer text such
+// as a shell command.
 func (p *Protected) names(s string) bool {
-	candidates := []string{s}
-	if p.Home != "" {
-		candidates = append(candidates, strings.ReplaceAll(s, "~/", p.Home+"/"), strings.ReplaceAll(s, "$HOME/", p.Home+"/"))
-		candidates = append(candidates, strings.ReplaceAll(s, "${HOME}/", p.Home+"/"))
+	if p.protects(p.resolve(s)) {
+		return true
 	}
-	for _, c := range candidates {
-		clean := c
-		if !filepath.IsAbs(clean) && p.Dir != "" && !strings.ContainsAny(clean, " \n\t") {
-			clean = filepath.Join(p.Dir, clean)
+	if !strings.ContainsAny(s, "/~") {
+		return false
+	}
+	for _, w := range strings.FieldsFunc(s, isSeparator) {
+		if p.protects(p.resolve(w)) {
+			return true
 		}
-		clean = filepath.Clean(clean)
-		for _, x := range p.Paths {
-			if clean == x || strings.HasPrefix(clean, x+"/") {
-				return true
+	}
+	return false
+}
+
+func isSeparator(r rune) bool { return strings.ContainsRune(" \t\n;&|<>\"'`()=,:", r) }
+
+// resolve turns a path as an argument writes it into a clean absolute one.
+func (p *Protected) resolve(w string) string {
+	if p.Home != "" {
+		for _, pre := range []string{"~/", "$HOME/", "${HOME}/"} {
+			if strings.HasPrefix(w, pre) {
+				w = p.Home + "/" + w[len(pre):]
+				break
 			}
-			// Inside a longer text: the path, cleaned of "..", as a
-			// word of it.
-			for _, w := range strings.FieldsFunc(c, func(r rune) bool { return strings.ContainsRune(" \t\n;&|<>\"'`()=,", r) }) {
-				wc := filepath.Clean(w)
-				if !filepath.IsAbs(wc) && p.Dir != "" {
-					wc = filepath.Join(p.Dir, wc)
-				}
-				if wc == x || strings.HasPrefix(wc, x+"/") {
-					return true
-				}
-			}
+		}
+	}
+	if !filepath.IsAbs(w) {
+		if p.Dir == "" {
+			return ""
+		}
+		w = filepath.Join(p.Dir, w)
+	}
+	return filepath.Clean(w)
+}
+
+func (p *Protected) protects(path string) bool {
+	if path == "" {
+		return false
+	}
+	for _, x := range p.Paths {
+		if path == x || strings.HasPrefix(path, x) && len(path) > len(x) && path[len(x)] == '/' {
+			return true
 		}
 	}
 	return false
