@@ -1,0 +1,293 @@
+// Package approvals holds calls for a person's decision: it stores a held
+// call, waits for the decision while the relay goes on, enforces the wait
+// limit and the expiry, lets an identical call through once after approval,
+// and withdraws calls the client cancelled. A held call leaves "pending"
+// exactly once; later decisions are refused with who decided and when.
+package approvals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// Store keeps approvals; store.DB implements it. Waiting is the store's:
+// polling on SQLite, so a decision made by another process is seen too.
+type Store interface {
+	CreateApproval(ctx context.Context, a *guard.Approval) error
+	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
+	DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
+	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
+	PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error)
+	WaitApproval(ctx context.Context, id string) (*guard.Approval, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	Timeout       time.Duration // an undecided hold expires (default 10m)
+	Wait          time.Duration // a call blocks at most this long (default 50s)
+	ProgressEvery time.Duration // progress while waiting (default 5s)
+	Now           func() time.Time
+	Logger        *slog.Logger
+}
+
+// Manager holds calls.
+type Manager struct {
+	st   Store
+	opts Options
+}
+
+// New returns a Manager over a store.
+func New(st Store, opts Options) *Manager {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Minute
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = 50 * time.Second
+	}
+	if opts.ProgressEvery <= 0 {
+		opts.ProgressEvery = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{st: st, opts: opts}
+}
+
+// Kind is how a wait ended.
+type Kind int
+
+// How a wait ends.
+const (
+	Approved Kind = iota + 1
+	Denied
+	Expired
+	Withdrawn
+	WaitLimit // no decision within Options.Wait; the approval stays open
+)
+
+// Result is how a wait ended, with the approval as it then was.
+type Result struct {
+	Kind     Kind
+	Approval *guard.Approval
+}
+
+// Hold stores a held call, or returns the pending approval of an identical
+// call (same server, tool and arguments) that the client retried while it
+// was still open.
+func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
+	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
+		if m.opts.Now().Before(p.ExpiresAt) {
+			return p, true, nil
+		}
+		_, _ = m.st.TransitionApproval(ctx, p.ID, guard.ApprovalPending, guard.ApprovalExpired)
+	} else if !errors.Is(err, guard.ErrNotFound) {
+		return nil, false, fmt.Errorf("hold: %w", err)
+	}
+	now := m.opts.Now().UTC()
+	a.State = guard.ApprovalPending
+	a.CreatedAt = now
+	a.ExpiresAt = now.Add(m.opts.Timeout)
+	if err := m.st.CreateApproval(ctx, a); err != nil {
+		return nil, false, fmt.Errorf("hold: %w", err)
+	}
+	return a, false, nil
+}
+
+// Consume lets an identical call through once after a person approved it:
+// same server, tool, argument digest, tool pin and policy version.
+func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error) {
+	a, err := m.st.ConsumeApproval(ctx, server, tool, digest, pin, policyVersion, m.opts.Now())
+	if errors.Is(err, guard.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return a, true, nil
+}
+
+// Await waits for the decision on a held call, up to the wait limit and
+// never past its expiry, calling progress every ProgressEvery. An approved
+// call is used by this wait: it cannot let a second call through.
+func (m *Manager) Await(ctx context.Context, id string, progress func(msg string)) (Result, error) {
+	a, err := m.st.Approval(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	limit := m.opts.Wait
+	if left := a.ExpiresAt.Sub(m.opts.Now()); left < limit {
+		limit = left
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(limit, 0))
+	defer cancel()
+	type got struct {
+		a   *guard.Approval
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		a, err := m.st.WaitApproval(wctx, id)
+		ch <- got{a, err}
+	}()
+	t := time.NewTicker(m.opts.ProgressEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if progress != nil {
+				progress("waiting for approval at the guard UI; approval id " + id)
+			}
+		case g := <-ch:
+			if g.err != nil && ctx.Err() != nil {
+				return Result{Approval: g.a}, ctx.Err()
+			}
+			if g.err != nil && !errors.Is(g.err, context.DeadlineExceeded) {
+				return Result{}, g.err
+			}
+			return m.settle(ctx, id, g.a)
+		}
+	}
+}
+
+// settle turns the approval's state after a wait into its result.
+func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (Result, error) {
+	bg := context.WithoutCancel(ctx)
+	if a == nil || a.State == guard.ApprovalPending {
+		cur, err := m.st.Approval(bg, id)
+		if err != nil {
+			return Result{}, err
+		}
+		a = cur
+	}
+	switch a.State {
+	case guard.ApprovalPending:
+		if !m.opts.Now().Before(a.ExpiresAt) {
+			if ok, err := m.st.TransitionApproval(bg, id, guard.ApprovalPending, guard.ApprovalExpired); err != nil {
+				return Result{}, err
+			} else if ok {
+				a.State = guard.ApprovalExpired
+				return Result{Kind: Expired, Approval: a}, nil
+			}
+			return m.settle(ctx, id, nil)
+		}
+		return Result{Kind: WaitLimit, Approval: a}, nil
+	case guard.ApprovalApproved:
+		ok, err := m.st.TransitionApproval(bg, id, guard.ApprovalApproved, guard.ApprovalUsed)
+		if err != nil {
+			return Result{}, err
+		}
+		if !ok { // used by another call already
+			return Result{Kind: Withdrawn, Approval: a}, nil
+		}
+		a.State = guard.ApprovalUsed
+		return Result{Kind: Approved, Approval: a}, nil
+	case guard.ApprovalDenied:
+		return Result{Kind: Denied, Approval: a}, nil
+	case guard.ApprovalExpired:
+		return Result{Kind: Expired, Approval: a}, nil
+	default:
+		return Result{Kind: Withdrawn, Approval: a}, nil
+	}
+}
+
+// Withdraw withdraws a pending approval: the client cancelled the call.
+func (m *Manager) Withdraw(ctx context.Context, id string) error {
+	_, err := m.st.TransitionApproval(ctx, id, guard.ApprovalPending, guard.ApprovalWithdrawn)
+	return err
+}
+
+// Decide records a person's decision. A denial needs a reason. A hold past
+// its expiry is expired, not decided.
+func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
+	if !approve && strings.TrimSpace(reason) == "" {
+		return nil, errors.New("a denial needs a reason")
+	}
+	if strings.TrimSpace(by) == "" {
+		return nil, errors.New("a decision needs the name of who decides")
+	}
+	a, err := m.st.Approval(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.State == guard.ApprovalPending && !m.opts.Now().Before(a.ExpiresAt) {
+		_, _ = m.st.TransitionApproval(ctx, id, guard.ApprovalPending, guard.ApprovalExpired)
+	}
+	return m.st.DecideApproval(ctx, id, approve, by, reason)
+}
+
+// ExpireDue expires pending approvals past their expiry.
+func (m *Manager) ExpireDue(ctx context.Context) (int, error) {
+	list, err := m.st.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	now := m.opts.Now()
+	for _, a := range list {
+		if now.Before(a.ExpiresAt) {
+			continue
+		}
+		ok, err := m.st.TransitionApproval(ctx, a.ID, guard.ApprovalPending, guard.ApprovalExpired)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// DeniedByPersonText is what the client reads when a person denied its call.
+func DeniedByPersonText(a *guard.Approval) string {
+	if a.Reason == "" {
+		return "Denied by " + a.DecidedBy
+	}
+	return "Denied by " + a.DecidedBy + ": " + a.Reason
+}
+
+// ExpiredText is what the client reads when no one decided in time.
+func ExpiredText(timeout time.Duration) string {
+	return "Expired: no one decided on this call within " + HumanDuration(timeout)
+}
+
+// RetryText is what the client reads when its call waited the wait limit.
+func RetryText(id string) string {
+	return "Waiting for approval (id " + id + "): ask the user to approve it, then call the tool again with the same arguments"
+}
+
+// HumanDuration writes a duration as people do: 10m, 1h30m, 45s, 2d.
+func HumanDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d <= 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	if days := d / (24 * time.Hour); days > 0 {
+		fmt.Fprintf(&b, "%dd", days)
+		d -= days * 24 * time.Hour
+	}
+	if h := d / time.Hour; h > 0 {
+		fmt.Fprintf(&b, "%dh", h)
+		d -= h * time.Hour
+	}
+	if m := d / time.Minute; m > 0 {
+		fmt.Fprintf(&b, "%dm", m)
+		d -= m * time.Minute
+	}
+	if d > 0 {
+		fmt.Fprintf(&b, "%ds", d/time.Second)
+	}
+	return b.String()
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+)
+
+func init() {
+	commands["approvals"] = command{summary: "list, approve and deny held calls: approvals list|approve|deny", run: cmdApprovals}
+}
+
+func cmdApprovals(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(a.stderr, "usage: guard approvals list | approve ID [--reason TEXT] | deny ID --reason TEXT")
+		return exitUsage
+	}
+	switch args[0] {
+	case "list":
+		return approvalsList(ctx, a, args[1:])
+	case "approve":
+		return approvalsDecide(ctx, a, args[1:], true)
+	case "deny":
+		return approvalsDecide(ctx, a, args[1:], false)
+	}
+	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, approve, deny)\n", args[0])
+	return exitUsage
+}
+
+func approvalsList(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("approvals list")
+	cf := addCommonFlags(fs)
+	format := fs.String("format", "table", "table or jsonl")
+	state := fs.String("state", "pending", "pending, or all")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if *format != "table" && *format != "jsonl" {
+		fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table or jsonl\n", *format)
+		return exitUsage
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+	if _, err := m.ExpireDue(ctx); err != nil {
+		fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
+		return exitFailure
+	}
+	s := guard.ApprovalPending
+	if *state == "all" {
+		s = ""
+	}
+	list, err := db.Approvals(ctx, s)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
+		return exitFailure
+	}
+	if *format == "jsonl" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetEscapeHTML(false)
+		for _, x := range list {
+			_ = enc.Encode(x)
+		}
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tARGUMENTS")
+	now := time.Now()
+	for _, x := range list {
+		left := "-"
+		if x.State == guard.ApprovalPending {
+			left = approvals.HumanDuration(x.ExpiresAt.Sub(now))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, approvals.HumanDuration(now.Sub(x.CreatedAt)),
+			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), clip(x.Arguments, 60))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) int {
+	verb := "deny"
+	if approve {
+		verb = "approve"
+	}
+	fs := a.flagSet("approvals " + verb)
+	cf := addCommonFlags(fs)
+	reason := fs.String("reason", "", "why (required to deny)")
+	by := fs.String("by", "", "who decides (default: the user running this command)")
+	// The id may come before or after the flags.
+	var id string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	}
+	if id == "" {
+		fmt.Fprintf(a.stderr, "usage: guard approvals %s ID [--reason TEXT]\n", verb)
+		return exitUsage
+	}
+	if !approve && *reason == "" {
+		fmt.Fprintln(a.stderr, "guard approvals deny: --reason is required: the client reads it")
+		return exitUsage
+	}
+	who := *by
+	if who == "" {
+		who = currentUser(a.getenv)
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+	x, err := m.Decide(ctx, id, approve, who, *reason)
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		fmt.Fprintf(a.stderr, "guard approvals %s: no held call with id %s\n", verb, id)
+		return exitFailure
+	case err != nil:
+		fmt.Fprintf(a.stderr, "guard approvals %s: %v\n", verb, err)
+		return exitFailure
+	}
+	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
+	return exitOK
+}
+
+func currentUser(getenv func(string) string) string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := getenv("USER"); u != "" {
+		return u
+	}
+	return "unknown"
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+)
+
+func init() {
+	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
+}
+
+func cmdAudit(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(a.stderr, "usage: guard audit query [flags] | guard audit verify")
+		return exitUsage
+	}
+	switch args[0] {
+	case "query":
+		return auditQuery(ctx, a, args[1:])
+	case "verify":
+		return auditVerify(ctx, a, args[1:])
+	}
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify)\n", args[0])
+	return exitUsage
+}
+
+// openStore opens the database of the resolved settings.
+func (a *app) openStore(ctx context.Context, st *settings) (*store.DB, error) {
+	return store.Open(ctx, store.Options{Path: st.DBPath, Durability: st.Config.Durability, Logger: a.logger})
+}
+
+// parseWhen reads a time: RFC 3339, or a duration back from now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := policy.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+	}
+	return now.Add(-d), nil
+}
+
+func auditQuery(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit query")
+	cf := addCommonFlags(fs)
+	since := fs.String("since", "", "only calls since `DUR|TIME` (7d, 1h, or RFC 3339)")
+	until := fs.String("until", "", "only calls until `TIME` (RFC 3339, or a duration back from now)")
+	var f store.Filter
+	fs.StringVar(&f.Server, "server", "", "only this `server`")
+	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
+	fs.StringVar(&f.Decision, "decision", "", "only this `decision` (allowed, denied, held)")
+	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` (ok, tool_error, denied, expired, ...)")
+	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
+	format := fs.String("format", "table", "table, jsonl or csv")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	now := time.Now()
+	var err error
+	if *since != "" {
+		if f.Since, err = parseWhen(*since, now); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: --since: %v\n", err)
+			return exitUsage
+		}
+	}
+	if *until != "" {
+		if f.Until, err = parseWhen(*until, now); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: --until: %v\n", err)
+			return exitUsage
+		}
+	}
+	switch *format {
+	case "table":
+		f.Limit = 100
+	case "jsonl", "csv":
+	default:
+		fmt.Fprintf(a.stderr, "guard audit query: --format %q: want table, jsonl or csv\n", *format)
+		return exitUsage
+	}
+	if *limit >= 0 {
+		f.Limit = *limit
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	switch *format {
+	case "jsonl":
+		enc := json.NewEncoder(a.stdout)
+		enc.SetEscapeHTML(false)
+		err = db.Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
+	case "csv":
+		w := csv.NewWriter(a.stdout)
+		_ = w.Write(store.CallColumns)
+		err = db.Query(ctx, f, func(c *store.Call) error {
+			return w.Write([]string{c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
+				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Outcome, c.Result,
+				strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
+				strconv.FormatInt(c.DurationMS, 10), c.Detail, c.Hash})
+		})
+		w.Flush()
+		if err == nil {
+			err = w.Error()
+		}
+	default:
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
+		err = db.Query(ctx, f, func(c *store.Call) error {
+			what := c.Method
+			if c.Tool != "" {
+				what = c.Tool
+			}
+			_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, c.Server, clip(what, 40),
+				dash(c.Decision), dash(c.DecidedBy), dash(c.Outcome), c.DurationMS)
+			return werr
+		})
+		tw.Flush()
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit query: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func clip(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func auditVerify(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit verify")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	rep, err := db.Verify(ctx)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
+		return exitFailure
+	}
+	if !rep.OK {
+		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
+		return exitFailure
+	}
+	fmt.Fprintf(a.stdout, "ok: %d records\n", rep.Records)
+	return exitOK
+}

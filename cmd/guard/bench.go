@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/guard-mcp/guard/benchmark"
+)
+
+func init() {
+	commands["bench"] = command{summary: "measure guard's overhead against a direct session", run: cmdBench}
+}
+
+func cmdBench(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("bench")
+	calls := fs.Int("calls", 3000, "calls per measurement")
+	dir := fs.String("dir", "", "`directory` for the benchmark databases (default: a temporary one)")
+	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips)")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+		return exitFailure
+	}
+	d := *dir
+	if d == "" {
+		d, err = os.MkdirTemp("", "guard-bench-")
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+			return exitFailure
+		}
+		defer os.RemoveAll(d)
+	}
+	_, err = benchmark.Run(ctx, benchmark.Config{
+		Guard:       self,
+		Dir:         d,
+		Calls:       *calls,
+		Concurrency: []int{1, 8},
+		Durability:  []string{"normal", "full"},
+		BigResult:   *big,
+	}, a.stdout)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy"
+)
+
+// reloadEvery is how often a running process looks for configuration changes.
+const reloadEvery = time.Second
+
+func init() {
+	commands["run"] = command{summary: "wrap a stdio MCP server: guard run [flags] -- CMD [ARGS...]", run: cmdRun}
+}
+
+func cmdRun(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("run")
+	cf := addCommonFlags(fs)
+	name := fs.String("name", "", "the server's `name` in rules and records (default: derived from the command)")
+	fs.String("ui", "", "serve the approval UI on `ADDR` (the UI is not part of this build yet)")
+	fs.Bool("no-ui", false, "do not serve the approval UI")
+	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	argv := fs.Args()
+	if *upstream != "" {
+		fmt.Fprintln(a.stderr, "guard run: --upstream is not supported by this build yet")
+		return exitUsage
+	}
+	if len(argv) == 0 {
+		fmt.Fprintln(a.stderr, "usage: guard run [--config F] [--db PATH] [--name NAME] -- CMD [ARGS...]")
+		return exitUsage
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	cfg := st.Config
+	server := *name
+	if server == "" {
+		server = proxy.ServerName(argv)
+	}
+	logger := a.logger.With("server", server)
+
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+
+	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
+		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger,
+	})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitUsage
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go engine.Watch(watchCtx, reloadEvery)
+
+	holds := approvals.New(db, approvals.Options{
+		Timeout: cfg.Approval.Timeout,
+		Wait:    cfg.Approval.Wait,
+		Logger:  logger,
+	})
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	code, err := proxy.RunStdio(context.WithoutCancel(ctx), proxy.Options{
+		Server:          server,
+		MaxMessage:      int(cfg.MaxMessage),
+		Recorder:        db,
+		Catalog:         db,
+		Decider:         engine,
+		Holds:           holds,
+		Redactor:        cfg.Redactor(),
+		Logger:          logger,
+		ApprovalTimeout: cfg.Approval.Timeout,
+	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.stdin, a.stdout)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		if errors.Is(err, proxy.ErrStart) {
+			return exitFailure
+		}
+		return exitFailure
+	}
+	return code
+}

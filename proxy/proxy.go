@@ -1,0 +1,96 @@
+// Package proxy relays MCP messages between a client and a server and
+// intercepts what guard must decide on or record: it frames and classifies
+// messages, maps request ids where guard's own messages require it, keeps the
+// tool catalog of a session, asks policy about every tools/call, holds calls
+// for a person, and records every request and its outcome before it moves on.
+//
+// The relay never imports the store or the UI: it records, persists the
+// catalog and waits for decisions through the small interfaces declared here.
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+)
+
+// Recorder makes audit records durable. AppendAsync must send exactly one
+// value on the returned channel once the records are committed (nil) or
+// could not be (an error): the relay forwards nothing it could not record.
+type Recorder interface {
+	AppendAsync(recs ...*guard.Record) <-chan error
+}
+
+// CatalogStore keeps every tool definition a server has shown.
+type CatalogStore interface {
+	RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time) error
+}
+
+// Decider is the policy: a pure function of the call, its tool's pinned
+// definition and the rules in force.
+type Decider interface {
+	Decide(call *guard.Call) guard.Verdict
+}
+
+// Holds keeps calls that wait for a person. approvals.Manager implements it.
+type Holds interface {
+	Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error)
+	Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error)
+	Await(ctx context.Context, id string, progress func(msg string)) (approvals.Result, error)
+	Withdraw(ctx context.Context, id string) error
+}
+
+// Redactor masks secrets in JSON text before it is recorded.
+type Redactor interface {
+	Redact(raw []byte) string
+}
+
+// Options configure a relay session. Recorder and Decider are required;
+// the rest have defaults or do nothing when nil.
+type Options struct {
+	// Server is the wrapped server's name, as audit records and rules see it.
+	Server string
+	// MaxMessage is the largest line accepted from either side (default 64 MiB).
+	MaxMessage int
+	// MaxResult is the most bytes of a result kept in an audit record
+	// (default 64 KiB); larger results are recorded by size and digest.
+	MaxResult int
+	// TrustAnnotations says whether the server's hints are read at all;
+	// it is passed to the policy through the call's tool.
+	Recorder Recorder
+	Catalog  CatalogStore
+	Decider  Decider
+	Holds    Holds
+	Redactor Redactor
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// ProgressEvery is how often a held call with a progressToken gets a
+	// progress notification (default 5s).
+	ProgressEvery time.Duration
+	// ApprovalTimeout is shown to the client in the "expired" answer.
+	ApprovalTimeout time.Duration
+}
+
+func (o *Options) fill() {
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = 64 << 20
+	}
+	if o.MaxResult <= 0 {
+		o.MaxResult = 64 << 10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 5 * time.Second
+	}
+	if o.ApprovalTimeout <= 0 {
+		o.ApprovalTimeout = 10 * time.Minute
+	}
+}

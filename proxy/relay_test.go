@@ -1,0 +1,450 @@
+package proxy
+
+import (
+	"bufio"
+	"log/slog"
+	"context"
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/exampleserver"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// harness runs one session in-process between a client the test drives and
+// a real go-sdk server, over pipes, with a real store and real policy.
+type harness struct {
+	t       *testing.T
+	db      *store.DB
+	holds   *approvals.Manager
+	sess    *Session
+	toGuard io.WriteCloser // the client's side: what guard reads
+	fromG   io.ReadCloser  // the client's side: what guard writes
+	lines   chan []byte    // lines guard wrote to the client, for raw tests
+	done    chan struct{}  // the server's output ended and the session closed
+}
+
+type harnessOpts struct {
+	config   string
+	server   func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) // default: the example server
+	recorder Recorder                                                        // default: the store
+	wait     time.Duration
+	raw      bool // read guard's output as lines (no go-sdk client)
+}
+
+func newHarness(t *testing.T, ho harnessOpts) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "guard.db"), Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if ho.config == "" {
+		ho.config = "policy:\n  default: annotations\n"
+	}
+	cfg, err := policy.Parse([]byte(ho.config), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := policy.NewEngine("", cfg, policy.EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ho.wait == 0 {
+		ho.wait = 10 * time.Second
+	}
+	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond})
+	var rec Recorder = db
+	if ho.recorder != nil {
+		rec = ho.recorder
+	}
+	sess := NewSession(ctx, Options{
+		Server: "notes", Recorder: rec, Catalog: db, Decider: engine, Holds: holds,
+		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	g2sR, g2sW := io.Pipe()
+	s2gR, s2gW := io.Pipe()
+	c2gR, c2gW := io.Pipe()
+	g2cR, g2cW := io.Pipe()
+	if ho.server == nil {
+		ho.server = func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+			_ = exampleserver.Run(ctx, in, out)
+			out.Close()
+		}
+	}
+	go ho.server(ctx, g2sR, s2gW)
+	p := sess.pump(c2gR, g2cW, g2sW)
+	h := &harness{t: t, db: db, holds: holds, sess: sess, toGuard: c2gW, fromG: g2cR, done: make(chan struct{})}
+	go func() {
+		sess.readServer(s2gR)
+		sess.ServerGone(0, "status 0")
+		sess.toClient.close()
+		<-p.clientWritten
+		g2cW.Close()
+		close(h.done)
+	}()
+	if ho.raw {
+		h.lines = make(chan []byte, 100)
+		go func() {
+			sc := bufio.NewScanner(g2cR)
+			sc.Buffer(nil, 4<<20)
+			for sc.Scan() {
+				h.lines <- append([]byte(nil), sc.Bytes()...)
+			}
+			close(h.lines)
+		}()
+	}
+	t.Cleanup(func() {
+		c2gW.Close()
+		select {
+		case <-h.done:
+		case <-time.After(10 * time.Second):
+			t.Error("the session did not end after the client closed its input")
+		}
+	})
+	return h
+}
+
+// client connects a go-sdk client through guard.
+func (h *harness) client(opts *mcp.ClientOptions, version string) *mcp.ClientSession {
+	h.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1.2"}, opts)
+	var so *mcp.ClientSessionOptions
+	if version != "" {
+		so = &mcp.ClientSessionOptions{ProtocolVersion: version}
+	}
+	cs, err := c.Connect(context.Background(), &mcp.IOTransport{Reader: h.fromG, Writer: h.toGuard}, so)
+	if err != nil {
+		h.t.Fatalf("connect through guard: %v", err)
+	}
+	return cs
+}
+
+// send writes one raw line as the client.
+func (h *harness) send(line string) {
+	h.t.Helper()
+	if _, err := io.WriteString(h.toGuard, line+"\n"); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// next reads guard's next line to the client as a JSON object.
+func (h *harness) next() map[string]any {
+	h.t.Helper()
+	select {
+	case l, ok := <-h.lines:
+		if !ok {
+			h.t.Fatal("guard closed the client's output")
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			h.t.Fatalf("guard wrote a line that is not a JSON object: %q", l)
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no answer from guard within 10s")
+	}
+	return nil
+}
+
+// initialize performs the handshake as a raw client.
+func (h *harness) initialize(version string) {
+	h.t.Helper()
+	h.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	m := h.next()
+	if m["result"] == nil {
+		h.t.Fatalf("initialize failed: %v", m)
+	}
+	h.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+func (h *harness) calls() []*store.Call {
+	h.t.Helper()
+	var out []*store.Call
+	err := h.db.Query(context.Background(), store.Filter{}, func(c *store.Call) error {
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+func textOf(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestRelayAllowsReadOnlyAndRecordsEverything(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	cs := h.client(nil, "")
+	defer cs.Close()
+	ctx := context.Background()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || !strings.Contains(textOf(t, res), "hi") {
+		t.Fatalf("echo through guard: %+v", res)
+	}
+	var found bool
+	for _, c := range h.calls() {
+		if c.Method == "tools/call" && c.Tool == "echo" {
+			found = true
+			if c.Decision != guard.DecisionAllowed || c.Outcome != guard.OutcomeOK || c.Client != "test-client/1.2" || c.Pin == "" {
+				t.Fatalf("echo's record: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no record of the echo call")
+	}
+}
+
+func TestRelayDeniesByRuleWithTheContractText(t *testing.T) {
+	h := newHarness(t, harnessOpts{config: `
+policy:
+  default: allow
+  rules:
+    - {name: no-delete, tool: "delete_*", action: deny, reason: "notes are kept"}
+`})
+	cs := h.client(nil, "")
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `Denied by policy rule "no-delete": notes are kept`; !res.IsError || textOf(t, res) != want {
+		t.Fatalf("got %+v, want isError %q", res, want)
+	}
+}
+
+func TestRelayHoldsUntilAPersonDecides(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	cs := h.client(nil, "")
+	defer cs.Close()
+	ctx := context.Background()
+	type out struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	got := make(chan out, 1)
+	go func() {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "groceries"}})
+		got <- out{r, err}
+	}()
+	id := waitPending(t, h, "delete_note")
+	// The relay goes on while the call is held.
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatalf("ping while a call is held: %v", err)
+	}
+	if _, err := h.holds.Decide(ctx, id, false, "alice", "not today"); err != nil {
+		t.Fatal(err)
+	}
+	o := <-got
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if want := "Denied by alice: not today"; !o.res.IsError || textOf(t, o.res) != want {
+		t.Fatalf("got %q, want %q", textOf(t, o.res), want)
+	}
+	for _, c := range h.calls() {
+		if c.ID == id && (c.Outcome != guard.OutcomeDenied || c.DecidedBy != "alice") {
+			t.Fatalf("record of the denied call: %+v", c)
+		}
+	}
+}
+
+func waitPending(t *testing.T, h *harness, tool string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		list, err := h.db.Approvals(context.Background(), guard.ApprovalPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range list {
+			if a.Tool == tool {
+				return a.ID
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no pending approval for %s", tool)
+	return ""
+}
+
+func TestRelayRefusesBadInputAndGoesOn(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250618)
+	for _, tc := range []struct {
+		name, line string
+		code       float64
+		id         any
+	}{
+		{"malformed", `{"jsonrpc":"2.0","id":1,"method":`, -32700, nil},
+		{"not jsonrpc", `{"id":2,"method":"ping"}`, -32600, 2.0},
+		{"duplicate method", `{"jsonrpc":"2.0","id":3,"method":"ping","method":"tools/call"}`, -32600, nil},
+		{"case variant", `{"jsonrpc":"2.0","id":4,"method":"ping","Method":"tools/call"}`, -32600, nil},
+		{"duplicate argument", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a","text":"b"}}}`, -32600, 5.0},
+		{"case argument", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","Name":"delete_note","arguments":{"text":"a"}}}`, -32600, 6.0},
+		{"bad utf-8", "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"text\":\"\xff\"}}}", -32600, 7.0},
+		{"batch outside 2025-03-26", `[{"jsonrpc":"2.0","id":8,"method":"ping"}]`, -32600, nil},
+		{"too long", `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"x":"` + strings.Repeat("a", 2<<20) + `"}}`, -32600, nil},
+	} {
+		h.send(tc.line)
+		m := h.next()
+		e, _ := m["error"].(map[string]any)
+		if e == nil || e["code"] != tc.code || m["id"] != tc.id {
+			t.Errorf("%s: got %v, want code %v id %v", tc.name, m, tc.code, tc.id)
+		}
+		// and the session goes on
+		h.send(`{"jsonrpc":"2.0","id":"after","method":"ping"}`)
+		if m := h.next(); m["id"] != "after" || m["result"] == nil {
+			t.Fatalf("%s: the session did not go on: %v", tc.name, m)
+		}
+	}
+}
+
+func TestRelayKeepsIDTypesAndSeparatesDuplicateIDs(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250618)
+	// The same id twice in flight, as some hosts do, and a string id that
+	// looks like a number.
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"first"}}}`)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"second"}}}`)
+	h.send(`{"jsonrpc":"2.0","id":"1","method":"ping"}`)
+	seen := map[string]bool{}
+	for range 3 {
+		m := h.next()
+		switch id := m["id"].(type) {
+		case float64:
+			b, _ := json.Marshal(m["result"])
+			if strings.Contains(string(b), "first") {
+				seen["first"] = true
+			}
+			if strings.Contains(string(b), "second") {
+				seen["second"] = true
+			}
+		case string:
+			if id != "1" {
+				t.Fatalf("a rewritten id reached the client: %v", m)
+			}
+			seen["ping"] = true
+		default:
+			t.Fatalf("unexpected answer %v", m)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("answers seen: %v", seen)
+	}
+}
+
+func TestRelayAnswersBatchesUnder20250326(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250326)
+	h.send(`[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x","progress":1}},{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"echo","arguments":{"text":"in a batch"}}}]`)
+	select {
+	case l := <-h.lines:
+		var arr []map[string]any
+		if err := json.Unmarshal(l, &arr); err != nil {
+			t.Fatalf("batch answer is not an array: %s", l)
+		}
+		if len(arr) != 2 {
+			t.Fatalf("batch answer has %d members, want 2: %s", len(arr), l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch answer")
+	}
+}
+
+// failingRecorder stands for a disk that fails: no real part produces
+// that on demand.
+type failingRecorder struct {
+	mu   sync.Mutex
+	fail bool
+	Recorder
+}
+
+func (f *failingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail {
+		ch := make(chan error, 1)
+		ch <- guard.ErrAuditWrite
+		return ch
+	}
+	return f.Recorder.AppendAsync(recs...)
+}
+
+func TestRelayFailsClosedWhenTheAuditCannotBeWritten(t *testing.T) {
+	fr := &failingRecorder{}
+	var served sync.WaitGroup
+	calls := make(chan string, 10)
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n", recorder: fr,
+		server: func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+			served.Add(1)
+			defer served.Done()
+			s := exampleserver.New(nil)
+			s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+				return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+					calls <- method
+					return next(ctx, method, req)
+				}
+			})
+			_ = s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+			out.Close()
+		}})
+	fr.Recorder = h.db
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	h.next()
+	<-calls // initialize
+	<-calls // initialized
+	<-calls // tools/list
+	fr.mu.Lock()
+	fr.fail = true
+	fr.mu.Unlock()
+	h.send(`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`)
+	m := h.next()
+	e, _ := m["error"].(map[string]any)
+	if e == nil || e["code"] != -32603.0 || e["message"] != "Refused: the audit log could not be written" || m["id"] != 42.0 {
+		t.Fatalf("got %v", m)
+	}
+	select {
+	case method := <-calls:
+		t.Fatalf("the server saw %s although it could not be recorded", method)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// testWriter sends guard's log to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,732 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// Text of the answers guard gives on its own (DESIGN.md, "What the client reads").
+const (
+	textAuditFailed = "Refused: the audit log could not be written"
+)
+
+// metaProtocol and metaClientInfo are the per-request _meta members that
+// carry the revision and the client on 2026-07-28, where there is no
+// initialize.
+const (
+	metaProtocol     = "io.modelcontextprotocol/protocolVersion"
+	metaClientInfo   = "io.modelcontextprotocol/clientInfo"
+	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// call is one request in flight through guard, in either direction, or one
+// of guard's own requests.
+type call struct {
+	id      string // call id: links the audit records
+	dir     string
+	method  string
+	tool    string
+	pin     string
+	args    []byte // complete arguments of a tools/call
+	origID  []byte // the id as its sender wrote it
+	origKey string
+	sentID  []byte // the id as forwarded, when guard had to rewrite it
+	sentKey string
+	start   time.Time
+	reqSize int
+
+	decision  string
+	decidedBy string
+	reason    string
+
+	// held calls
+	approvalID string
+	progress   []byte // the client's progressToken, raw
+	progBase   float64
+	withdrawn  chan struct{}
+
+	// rounds of a 2026-07-28 call answered with input_required
+	round int
+
+	own   chan wire.Message // guard's own request: where its response goes
+	batch *batch
+
+	recorded atomic.Bool // its request record has been appended
+	ended    atomic.Bool // it has been answered inside guard
+}
+
+// end marks a call answered inside guard; only the first caller may answer.
+func (c *call) end() bool { return c.ended.CompareAndSwap(false, true) }
+
+// Session relays one client session to one server. It is transport-free:
+// FromClient and FromServer take whole messages, and what it sends goes to
+// the two outboxes that the transport drains.
+type Session struct {
+	opts     Options
+	id       string
+	toServer *queue
+	toClient *queue
+	catalog  *catalog
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu       sync.Mutex
+	protocol string
+	client   guard.ClientInfo
+	byClient map[string]*call // client requests in flight, by the client's id
+	up       map[string]*call // requests sent to the server, by the id sent
+	down     map[string]*call // server requests sent to the client, by the id sent
+	progress map[string]*call // held-then-forwarded calls whose progress guard rewrites
+	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
+	ownSeq   uint64
+	refresh  chan struct{} // closed when the running tools/list refresh ends
+	gone     bool
+	exit     string // how the server ended, once it has
+	// On 2026-07-28 every request carries the client's identity in _meta;
+	// guard's own requests carry the client's last one.
+	metaInfo, metaCaps json.RawMessage
+}
+
+// NewSession returns a session; the transport drains ToServer and ToClient.
+func NewSession(ctx context.Context, opts Options) *Session {
+	opts.fill()
+	ctx, cancel := context.WithCancel(ctx)
+	id, _ := uuid.NewV7()
+	return &Session{
+		opts:     opts,
+		id:       id.String(),
+		toServer: newQueue(),
+		toClient: newQueue(),
+		catalog:  newCatalog(),
+		ctx:      ctx,
+		cancel:   cancel,
+		byClient: map[string]*call{},
+		up:       map[string]*call{},
+		down:     map[string]*call{},
+		progress: map[string]*call{},
+		rounds:   map[string]*call{},
+	}
+}
+
+// ID is the session's id as audit records show it.
+func (s *Session) ID() string { return s.id }
+
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+func (s *Session) now() time.Time { return s.opts.Now() }
+
+// clientInfo returns what the records say about the client.
+func (s *Session) clientInfo() (guard.ClientInfo, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client, s.protocol
+}
+
+func (s *Session) record(kind string, c *call) *guard.Record {
+	ci, proto := s.clientInfo()
+	r := &guard.Record{
+		ID:        newID(),
+		CallID:    c.id,
+		Kind:      kind,
+		Time:      s.now(),
+		Session:   s.id,
+		Client:    ci.String(),
+		Protocol:  proto,
+		Server:    s.opts.Server,
+		Direction: c.dir,
+		Method:    c.method,
+		Tool:      c.tool,
+		Pin:       c.pin,
+		Decision:  c.decision,
+		DecidedBy: c.decidedBy,
+		Reason:    c.reason,
+	}
+	if kind == guard.KindRequest {
+		r.RequestSize = int64(c.reqSize)
+		if c.args != nil {
+			r.Arguments = s.redact(c.args)
+		}
+	}
+	return r
+}
+
+func (s *Session) redact(raw []byte) string {
+	if s.opts.Redactor == nil {
+		return string(raw)
+	}
+	return s.opts.Redactor.Redact(raw)
+}
+
+// event records something guard noticed outside any invocation: a refused
+// line, a dropped response, a server exit.
+func (s *Session) event(method, dir string, detail map[string]any) {
+	ci, proto := s.clientInfo()
+	d, _ := json.Marshal(detail)
+	rec := &guard.Record{
+		ID: newID(), CallID: newID(), Kind: guard.KindEvent, Time: s.now(),
+		Session: s.id, Client: ci.String(), Protocol: proto, Server: s.opts.Server,
+		Direction: dir, Method: method, Detail: string(d),
+	}
+	ch := s.opts.Recorder.AppendAsync(rec)
+	go func() {
+		if err := <-ch; err != nil {
+			s.opts.Logger.Error("audit event not recorded", "event", method, "err", err)
+		}
+	}()
+}
+
+// refusal is the answer for a request whose audit record failed.
+func refusal(id []byte) func(error) []byte {
+	return func(error) []byte {
+		return wire.ErrorResponse(id, wire.CodeInternalError, textAuditFailed, nil)
+	}
+}
+
+// toolError is a tools/call result that reports an error to the model.
+func toolError(id []byte, text string) []byte {
+	b, err := wire.Response(id, map[string]any{
+		"content": []map[string]any{{"type": "text", "text": text}},
+		"isError": true,
+	})
+	if err != nil { // cannot happen for this shape
+		return wire.ErrorResponse(id, wire.CodeInternalError, text, nil)
+	}
+	return b
+}
+
+// FromClient handles one message from the client. raw must not be reused
+// by the caller.
+func (s *Session) FromClient(raw []byte) {
+	msg, err := wire.Parse(raw)
+	if err != nil {
+		s.badFromClient(raw, err, nil)
+		return
+	}
+	if msg.Kind == wire.KindBatch {
+		s.clientBatch(raw)
+		return
+	}
+	s.clientMessage(msg, nil)
+}
+
+// badFromClient answers a message guard cannot relay.
+func (s *Session) badFromClient(raw []byte, err error, b *batch) {
+	var inv *wire.InvalidError
+	var answer []byte
+	detail := map[string]any{"size": len(raw), "error": err.Error()}
+	switch {
+	case errors.As(err, &inv):
+		answer = wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
+	default:
+		answer = wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: the message is not valid JSON", nil)
+	}
+	s.event("guard/refused", guard.ClientToServer, detail)
+	s.toClient.push(item{data: answer, batch: b})
+}
+
+// Oversized tells the session that the client sent a line over the limit.
+func (s *Session) Oversized(fromClient bool, size int64) {
+	if fromClient {
+		s.event("guard/refused", guard.ClientToServer, map[string]any{"size": size, "error": fmt.Sprintf("line over max_message (%d bytes)", s.opts.MaxMessage)})
+		s.toClient.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest,
+			fmt.Sprintf("Invalid request: the message is larger than max_message (%d bytes)", s.opts.MaxMessage), nil)})
+		return
+	}
+	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
+}
+
+func (s *Session) clientBatch(raw []byte) {
+	s.mu.Lock()
+	proto := s.protocol
+	s.mu.Unlock()
+	if proto != guard.Rev20250326 {
+		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
+		s.toClient.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest,
+			"Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26", nil)})
+		return
+	}
+	parts, err := wire.SplitBatch(raw)
+	if err != nil {
+		s.badFromClient(raw, err, nil)
+		return
+	}
+	b := &batch{}
+	msgs := make([]wire.Message, len(parts))
+	errs := make([]error, len(parts))
+	for i, p := range parts {
+		msgs[i], errs[i] = wire.Parse(p)
+		if errs[i] != nil || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
+			b.want++
+		}
+	}
+	for i, p := range parts {
+		switch {
+		case errs[i] != nil:
+			s.badFromClient(p, errs[i], b)
+		case msgs[i].Kind == wire.KindBatch:
+			s.badFromClient(p, &wire.InvalidError{Reason: "a batch inside a batch"}, b)
+		case msgs[i].Kind == wire.KindRequest:
+			s.clientMessage(msgs[i], b)
+		default:
+			s.clientMessage(msgs[i], nil)
+		}
+	}
+}
+
+func (s *Session) clientMessage(msg wire.Message, b *batch) {
+	switch msg.Kind {
+	case wire.KindRequest:
+		s.clientRequest(msg, b)
+	case wire.KindNotification:
+		s.clientNotification(msg)
+	case wire.KindResponse:
+		s.clientResponse(msg)
+	}
+}
+
+// noteClient records the revision and client of a session from initialize,
+// or from each request's _meta on 2026-07-28.
+func (s *Session) noteClient(msg wire.Message) {
+	if msg.Method == "initialize" {
+		var p struct {
+			ProtocolVersion string `json:"protocolVersion"`
+			ClientInfo      struct {
+				Name    string `json:"name"`
+				Version string `json:"version"`
+			} `json:"clientInfo"`
+		}
+		if json.Unmarshal(msg.Params, &p) == nil {
+			s.mu.Lock()
+			s.client = guard.ClientInfo{Name: p.ClientInfo.Name, Version: p.ClientInfo.Version}
+			if s.protocol == "" {
+				s.protocol = p.ProtocolVersion
+			}
+			s.mu.Unlock()
+		}
+		return
+	}
+	pv := wire.MetaMember(msg.Params, metaProtocol)
+	if pv == nil {
+		return
+	}
+	v, ok := wire.String(pv)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.protocol = v
+	if caps := wire.MetaMember(msg.Params, metaCapabilities); caps != nil {
+		s.metaCaps = append(json.RawMessage(nil), caps...)
+	}
+	if ci := wire.MetaMember(msg.Params, metaClientInfo); ci != nil {
+		s.metaInfo = append(json.RawMessage(nil), ci...)
+		var info struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		}
+		if json.Unmarshal(ci, &info) == nil && info.Name != "" {
+			s.client = guard.ClientInfo{Name: info.Name, Version: info.Version}
+		}
+	}
+}
+
+func (s *Session) clientRequest(msg wire.Message, b *batch) {
+	s.noteClient(msg)
+	c := &call{
+		id:      newID(),
+		dir:     guard.ClientToServer,
+		method:  msg.Method,
+		origID:  append([]byte(nil), msg.ID...),
+		origKey: wire.IDKey(msg.ID),
+		start:   s.now(),
+		reqSize: len(msg.Raw),
+		batch:   b,
+	}
+	if msg.Method == "tools/call" {
+		s.toolCall(msg, c)
+		return
+	}
+	s.forward(msg, c, false)
+}
+
+// forward records the request and sends it to the server once the record
+// is durable. Ids are kept unless they collide with a request already in
+// flight, in which case guard sends one of its own and restores the
+// client's on the way back.
+// recorded says the request record was written already (a held call).
+func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
+	data := msg.Raw
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		s.serverGoneAnswer(c)
+		return
+	}
+	if _, dup := s.byClient[c.origKey]; !dup {
+		s.byClient[c.origKey] = c
+	}
+	if _, taken := s.up[c.origKey]; taken {
+		s.ownSeq++
+		c.sentID = []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
+		c.sentKey = wire.IDKey(c.sentID)
+		data = wire.ReplaceID(msg, c.sentID)
+	} else {
+		c.sentKey = c.origKey
+	}
+	s.up[c.sentKey] = c
+	s.mu.Unlock()
+	if recorded {
+		s.toServer.push(item{data: data})
+		return
+	}
+	c.recorded.Store(true)
+	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
+	s.toServer.push(item{data: data, wait: wait, fail: func(err error) []byte {
+		s.opts.Logger.Error("request refused: audit write failed", "method", c.method, "err", err)
+		s.forget(c)
+		s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
+		return nil
+	}})
+}
+
+// forget drops a call from the maps.
+func (s *Session) forget(c *call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byClient[c.origKey] == c {
+		delete(s.byClient, c.origKey)
+	}
+	if c.sentKey != "" && s.up[c.sentKey] == c {
+		delete(s.up, c.sentKey)
+	}
+}
+
+// conclude ends a client request inside guard: it records the outcome (and
+// the request, when it has no record yet or withRequest says so) and sends
+// the answer once the records are durable.
+func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byte) {
+	if !c.end() {
+		return
+	}
+	s.forget(c)
+	var recs []*guard.Record
+	if withRequest || !c.recorded.Load() {
+		c.recorded.Store(true)
+		recs = append(recs, s.record(guard.KindRequest, c))
+	}
+	out := s.record(guard.KindOutcome, c)
+	out.Outcome = outcome
+	out.ResponseSize = int64(len(data))
+	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	recs = append(recs, out)
+	wait := s.opts.Recorder.AppendAsync(recs...)
+	s.toClient.push(item{data: data, wait: wait, fail: refusal(c.origID), batch: c.batch})
+}
+
+func (s *Session) clientNotification(msg wire.Message) {
+	if msg.Method == "notifications/cancelled" {
+		s.clientCancelled(msg)
+		return
+	}
+	s.toServer.push(item{data: msg.Raw})
+}
+
+// clientCancelled withdraws a held call, or passes the cancellation on
+// with the request id the server knows.
+func (s *Session) clientCancelled(msg wire.Message) {
+	rid := wire.ParamsMember(msg.Params, "requestId")
+	if rid == nil {
+		s.toServer.push(item{data: msg.Raw})
+		return
+	}
+	s.mu.Lock()
+	c := s.byClient[wire.IDKey(rid)]
+	unsent := c != nil && c.sentKey == ""
+	s.mu.Unlock()
+	switch {
+	case c == nil:
+		s.toServer.push(item{data: msg.Raw})
+	case c.withdrawn != nil && unsent:
+		// Held or still being decided: never reaches the server.
+		select {
+		case <-c.withdrawn:
+		default:
+			close(c.withdrawn)
+		}
+	case c.sentID != nil:
+		s.toServer.push(item{data: rewriteParamsMember(msg, "requestId", c.sentID)})
+	default:
+		s.toServer.push(item{data: msg.Raw})
+	}
+}
+
+// clientResponse passes the client's answer to a server request back.
+func (s *Session) clientResponse(msg wire.Message) {
+	key := wire.IDKey(msg.ID)
+	s.mu.Lock()
+	c := s.down[key]
+	delete(s.down, key)
+	s.mu.Unlock()
+	if c == nil {
+		s.event("guard/dropped", guard.ClientToServer, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
+		return
+	}
+	data := msg.Raw
+	if c.sentID != nil {
+		data = wire.ReplaceID(msg, c.origID)
+	}
+	out := s.record(guard.KindOutcome, c)
+	out.Outcome, out.Result = s.outcomeOf(msg)
+	out.ResponseSize = int64(len(msg.Raw))
+	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	wait := s.opts.Recorder.AppendAsync(out)
+	s.toServer.push(item{data: data, wait: wait, fail: refusal(c.origID)})
+}
+
+// outcomeOf classifies a response and returns its recorded result.
+func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
+	if msg.Error != nil {
+		return guard.OutcomeProtocolError, s.resultText(msg.Error)
+	}
+	outcome = guard.OutcomeOK
+	if v := wire.ParamsMember(msg.Result, "isError"); v != nil && string(v) == "true" {
+		outcome = guard.OutcomeToolError
+	}
+	if v := wire.ParamsMember(msg.Result, "resultType"); v != nil {
+		if rt, _ := wire.String(v); rt == "input_required" {
+			outcome = guard.OutcomeInputRequired
+		}
+	}
+	return outcome, s.resultText(msg.Result)
+}
+
+// resultText is what the audit keeps of a result: redacted, and for a
+// result over MaxResult only its size and digest.
+func (s *Session) resultText(raw []byte) string {
+	if len(raw) > s.opts.MaxResult {
+		d, err := guard.Digest(raw)
+		if err != nil {
+			d = "unavailable: " + err.Error()
+		}
+		b, _ := json.Marshal(map[string]any{"truncated": true, "size": len(raw), "digest": d})
+		return string(b)
+	}
+	return s.redact(raw)
+}
+
+// FromServer handles one message from the server.
+func (s *Session) FromServer(raw []byte) {
+	msg, err := wire.Parse(raw)
+	if err != nil {
+		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "server wrote a line that is not JSON-RPC: " + err.Error(), "size": len(raw)})
+		return
+	}
+	switch msg.Kind {
+	case wire.KindBatch:
+		parts, err := wire.SplitBatch(raw)
+		if err != nil {
+			s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": err.Error()})
+			return
+		}
+		for _, p := range parts {
+			s.FromServer(p)
+		}
+	case wire.KindResponse:
+		s.serverResponse(msg)
+	case wire.KindRequest:
+		s.serverRequest(msg)
+	case wire.KindNotification:
+		s.serverNotification(msg)
+	}
+}
+
+func (s *Session) serverResponse(msg wire.Message) {
+	key := wire.IDKey(msg.ID)
+	s.mu.Lock()
+	c := s.up[key]
+	if c != nil {
+		delete(s.up, key)
+		if s.byClient[c.origKey] == c {
+			delete(s.byClient, c.origKey)
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
+		return
+	}
+	if c.own != nil {
+		c.own <- msg
+		return
+	}
+	if !c.end() {
+		return
+	}
+	switch c.method {
+	case "initialize":
+		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil {
+			if pv, ok := wire.String(v); ok {
+				s.mu.Lock()
+				s.protocol = pv
+				s.mu.Unlock()
+			}
+		}
+	case "tools/list":
+		if msg.Result != nil {
+			s.learnTools(msg.Result, false)
+		}
+	}
+	data := msg.Raw
+	if c.sentID != nil {
+		data = wire.ReplaceID(msg, c.origID)
+	}
+	out := s.record(guard.KindOutcome, c)
+	out.Outcome, out.Result = s.outcomeOf(msg)
+	out.ResponseSize = int64(len(msg.Raw))
+	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
+		s.noteRound(c, msg.Result)
+	}
+	if c.progBase > 0 {
+		s.mu.Lock()
+		delete(s.progress, wire.IDKey(c.progress))
+		s.mu.Unlock()
+	}
+	wait := s.opts.Recorder.AppendAsync(out)
+	s.toClient.push(item{data: data, wait: wait, fail: refusal(c.origID), batch: c.batch})
+}
+
+// learnTools updates the catalog from one tools/list page and persists it.
+func (s *Session) learnTools(result []byte, replace bool) (next string) {
+	tools, next, err := parseTools(s.opts.Server, result)
+	if err != nil {
+		s.opts.Logger.Warn("tools/list", "server", s.opts.Server, "err", err)
+	}
+	s.catalog.add(tools, replace)
+	s.persistTools(tools)
+	return next
+}
+
+// persistTools records tool definitions in the catalog store, off the
+// relay's path.
+func (s *Session) persistTools(tools []guard.Tool) {
+	if s.opts.Catalog != nil && len(tools) > 0 {
+		seen := s.now()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, seen); err != nil {
+				s.opts.Logger.Error("tool catalog not recorded", "server", s.opts.Server, "err", err)
+			}
+		}()
+	}
+}
+
+func (s *Session) serverRequest(msg wire.Message) {
+	c := &call{
+		id:      newID(),
+		dir:     guard.ServerToClient,
+		method:  msg.Method,
+		origID:  append([]byte(nil), msg.ID...),
+		origKey: wire.IDKey(msg.ID),
+		start:   s.now(),
+		reqSize: len(msg.Raw),
+	}
+	data := msg.Raw
+	s.mu.Lock()
+	if _, taken := s.down[c.origKey]; taken {
+		s.ownSeq++
+		c.sentID = []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
+		c.sentKey = wire.IDKey(c.sentID)
+		data = wire.ReplaceID(msg, c.sentID)
+	} else {
+		c.sentKey = c.origKey
+	}
+	s.down[c.sentKey] = c
+	s.mu.Unlock()
+	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
+	s.toClient.push(item{data: data, wait: wait, fail: func(err error) []byte {
+		s.mu.Lock()
+		delete(s.down, c.sentKey)
+		s.mu.Unlock()
+		s.toServer.push(item{data: refusal(c.origID)(err)})
+		return nil
+	}})
+}
+
+func (s *Session) serverNotification(msg wire.Message) {
+	switch msg.Method {
+	case "notifications/tools/list_changed":
+		s.toClient.push(item{data: msg.Raw})
+		go s.refreshTools()
+		return
+	case "notifications/progress":
+		if tok := wire.ParamsMember(msg.Params, "progressToken"); tok != nil {
+			s.mu.Lock()
+			c := s.progress[wire.IDKey(tok)]
+			s.mu.Unlock()
+			if c != nil {
+				s.toClient.push(item{data: shiftProgress(msg, c.progBase)})
+				return
+			}
+		}
+	}
+	s.toClient.push(item{data: msg.Raw})
+}
+
+// ServerGone answers every request still waiting on the server and records
+// the exit. status describes how the server ended ("status 1", "signal 9").
+func (s *Session) ServerGone(code int, status string) {
+	s.mu.Lock()
+	s.gone = true
+	s.exit = status
+	pending := make([]*call, 0, len(s.up))
+	for k, c := range s.up {
+		pending = append(pending, c)
+		delete(s.up, k)
+	}
+	for _, c := range s.byClient {
+		if c.sentKey == "" { // held, or being decided: never forwarded
+			pending = append(pending, c)
+		}
+	}
+	clear(s.down)
+	s.mu.Unlock()
+	s.event("guard/server-exit", guard.ServerToClient, map[string]any{"status": status, "code": code, "pending": len(pending)})
+	for _, c := range pending {
+		if c.own != nil {
+			close(c.own)
+			continue
+		}
+		s.serverGoneAnswer(c)
+	}
+	s.cancel()
+}
+
+func (s *Session) serverGoneAnswer(c *call) {
+	s.mu.Lock()
+	status := s.exit
+	s.mu.Unlock()
+	if status == "" {
+		status = "status unknown"
+	}
+	msg := fmt.Sprintf("The server exited (%s) before answering", status)
+	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+}

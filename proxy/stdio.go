@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// Stdio describes a server that guard runs as a child process and the
+// client's side of the session, on guard's own stdin and stdout.
+type Stdio struct {
+	// Argv is the server's command line. The child inherits guard's
+	// environment and working directory.
+	Argv []string
+	// Stderr receives the server's stderr unchanged (guard's stderr).
+	Stderr io.Writer
+	// Signals are forwarded to the server (SIGINT, SIGTERM).
+	Signals <-chan os.Signal
+	// Grace is how long shutdown waits after closing the server's stdin
+	// before SIGTERM, and again before SIGKILL (default 5s).
+	Grace time.Duration
+}
+
+// ErrStart wraps a failure to start the server: nothing has run yet.
+var ErrStart = errors.New("the server could not be started")
+
+// RunStdio relays between the client on clientIn/clientOut and the server
+// it starts, until the server exits. It returns the server's exit status
+// (128+N when signal N ended it).
+func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, clientOut io.Writer) (int, error) {
+	opts.fill()
+	if len(sc.Argv) == 0 {
+		return 0, fmt.Errorf("%w: no command", ErrStart)
+	}
+	if sc.Grace <= 0 {
+		sc.Grace = 5 * time.Second
+	}
+	cmd := exec.Command(sc.Argv[0], sc.Argv[1:]...)
+	cmd.Stderr = sc.Stderr
+	serverIn, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	serverOut, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrStart, sc.Argv[0], err)
+	}
+	s := NewSession(ctx, opts)
+	p := s.pump(clientIn, clientOut, serverIn)
+
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-p.clientDone:
+		case <-exited:
+			return
+		}
+		<-p.serverWritten
+		t := time.NewTimer(sc.Grace)
+		defer t.Stop()
+		select {
+		case <-exited:
+			return
+		case <-t.C:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		t.Reset(sc.Grace)
+		select {
+		case <-exited:
+		case <-t.C:
+			_ = cmd.Process.Kill()
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case sig := <-sc.Signals:
+				_ = cmd.Process.Signal(sig)
+			case <-exited:
+				return
+			}
+		}
+	}()
+
+	s.readServer(serverOut)
+	werr := cmd.Wait()
+	close(exited)
+	code, status := exitStatus(cmd, werr)
+	s.ServerGone(code, status)
+	s.toClient.close()
+	<-p.clientWritten
+	return code, nil
+}
+
+// pumps are the goroutines that move a session's messages.
+type pumps struct {
+	clientDone    chan struct{} // the client's input ended
+	serverWritten chan struct{} // everything for the server is written and its input closed
+	clientWritten chan error    // everything for the client is written
+}
+
+// pump starts relaying the client's input to the session and the session's
+// outboxes to the client and the server. The caller reads the server's
+// output with readServer.
+func (s *Session) pump(clientIn io.Reader, clientOut io.Writer, serverIn io.WriteCloser) *pumps {
+	p := &pumps{clientDone: make(chan struct{}), serverWritten: make(chan struct{}), clientWritten: make(chan error, 1)}
+	go func() {
+		defer close(p.serverWritten)
+		if err := s.toServer.run(serverIn); err != nil {
+			s.opts.Logger.Debug("writing to the server", "err", err)
+		}
+		serverIn.Close()
+	}()
+	go func() { p.clientWritten <- s.toClient.run(clientOut) }()
+	// When the client closes its input, the server's input is closed too
+	// once everything queued for it is written.
+	go func() {
+		defer close(p.clientDone)
+		readLines(clientIn, s.opts.MaxMessage, s.FromClient, func(n int64) { s.Oversized(true, n) })
+		s.toServer.close()
+	}()
+	return p
+}
+
+// readServer relays the server's output until it ends.
+func (s *Session) readServer(serverOut io.Reader) {
+	readLines(serverOut, s.opts.MaxMessage, s.FromServer, func(n int64) { s.Oversized(false, n) })
+}
+
+// readLines feeds each line of r to handle, a copy the handler owns.
+func readLines(r io.Reader, max int, handle func([]byte), oversized func(int64)) {
+	lr := wire.NewReader(r, max)
+	for {
+		line, err := lr.Next()
+		if err != nil {
+			var tl *wire.TooLongError
+			if errors.As(err, &tl) {
+				oversized(tl.Size)
+				continue
+			}
+			return
+		}
+		handle(append([]byte(nil), line...))
+	}
+}
+
+// exitStatus turns how a process ended into guard's exit status and words
+// for people.
+func exitStatus(cmd *exec.Cmd, err error) (int, string) {
+	ps := cmd.ProcessState
+	if ps == nil {
+		return 1, fmt.Sprintf("unknown: %v", err)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig := ws.Signal()
+		return 128 + int(sig), fmt.Sprintf("signal %d, %s", int(sig), sig)
+	}
+	return ps.ExitCode(), fmt.Sprintf("status %d", ps.ExitCode())
+}

@@ -1,0 +1,442 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// refreshTimeout bounds guard's own tools/list requests.
+const refreshTimeout = 30 * time.Second
+
+// toolCall decides a tools/call. guard decides on exactly what the server
+// will read: a message with duplicate keys, keys differing only in case or
+// invalid UTF-8 is refused before anything is read from it.
+func (s *Session) toolCall(msg wire.Message, c *call) {
+	if err := wire.Strict(msg.Raw); err != nil {
+		c.reason = err.Error()
+		s.conclude(c, true, guard.OutcomeInvalid,
+			wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		return
+	}
+	var p struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+		Meta      struct {
+			ProgressToken json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+		RequestState *string `json:"requestState"`
+	}
+	if err := json.Unmarshal(msg.Params, &p); err != nil || p.Name == "" {
+		text := "Invalid params: tools/call needs a tool name"
+		if err != nil {
+			text = "Invalid params: " + err.Error()
+		}
+		c.reason = text
+		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, text, nil))
+		return
+	}
+	c.tool = p.Name
+	c.args = p.Arguments
+	if len(c.args) == 0 || string(c.args) == "null" {
+		c.args = []byte("{}")
+	}
+	if len(p.Meta.ProgressToken) > 0 && string(p.Meta.ProgressToken) != "null" {
+		c.progress = p.Meta.ProgressToken
+	}
+	// Until it is forwarded, a call can be withdrawn by the client.
+	c.withdrawn = make(chan struct{})
+	s.mu.Lock()
+	if _, dup := s.byClient[c.origKey]; !dup {
+		s.byClient[c.origKey] = c
+	}
+	s.mu.Unlock()
+
+	if p.RequestState != nil && s.continueRound(msg, c, *p.RequestState) {
+		return
+	}
+	if tool := s.catalog.get(c.tool); tool != nil {
+		s.decide(msg, c, tool)
+		return
+	}
+	go s.unknownTool(msg, c)
+}
+
+// continueRound passes a later round of a 2026-07-28 call that guard let
+// through before: it is the same call, recorded under the same id, and is
+// not held again.
+func (s *Session) continueRound(msg wire.Message, c *call, state string) bool {
+	s.mu.Lock()
+	prev := s.rounds[state]
+	delete(s.rounds, state)
+	s.mu.Unlock()
+	if prev == nil || prev.tool != c.tool {
+		return false
+	}
+	a, errA := guard.Digest(prev.args)
+	b, errB := guard.Digest(c.args)
+	if errA != nil || errB != nil || a != b {
+		return false
+	}
+	c.id, c.pin = prev.id, prev.pin
+	c.decision, c.decidedBy, c.reason = prev.decision, prev.decidedBy, prev.reason
+	c.round = prev.round + 1
+	s.forward(msg, c, false)
+	return true
+}
+
+// noteRound remembers an input_required answer so that the client's next
+// round of the same call goes through without a second decision.
+func (s *Session) noteRound(c *call, result []byte) {
+	v := wire.ParamsMember(result, "requestState")
+	state, ok := wire.String(v)
+	if v == nil || !ok || state == "" || c.decision != guard.DecisionAllowed {
+		return
+	}
+	s.mu.Lock()
+	s.rounds[state] = c
+	s.mu.Unlock()
+}
+
+func (s *Session) unknownTool(msg wire.Message, c *call) {
+	s.refreshTools()
+	if c.isWithdrawn() {
+		s.withdrawn(c)
+		return
+	}
+	tool := s.catalog.get(c.tool)
+	if tool == nil {
+		c.reason = "unknown tool"
+		s.conclude(c, true, guard.OutcomeInvalid,
+			wire.ErrorResponse(c.origID, wire.CodeInvalidParams, "Unknown tool: "+c.tool, nil))
+		return
+	}
+	s.decide(msg, c, tool)
+}
+
+func (c *call) isWithdrawn() bool {
+	select {
+	case <-c.withdrawn:
+		return true
+	default:
+		return false
+	}
+}
+
+// withdrawn records a call the client cancelled before it was forwarded;
+// per the specification, a cancelled request gets no answer.
+func (s *Session) withdrawn(c *call) {
+	if !c.end() {
+		return
+	}
+	s.forget(c)
+	out := s.record(guard.KindOutcome, c)
+	out.Outcome = guard.OutcomeCancelled
+	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	recs := []*guard.Record{out}
+	if !c.recorded.Swap(true) {
+		recs = []*guard.Record{s.record(guard.KindRequest, c), out}
+	}
+	ch := s.opts.Recorder.AppendAsync(recs...)
+	go func() {
+		if err := <-ch; err != nil {
+			s.opts.Logger.Error("audit record of a withdrawn call failed", "err", err)
+		}
+	}()
+	if c.batch != nil {
+		s.toClient.push(item{batch: c.batch})
+	}
+}
+
+func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
+	c.pin = tool.Pin
+	ci, proto := s.clientInfo()
+	ci.Protocol = proto
+	v := s.opts.Decider.Decide(&guard.Call{
+		Server:    s.opts.Server,
+		Method:    "tools/call",
+		ToolName:  c.tool,
+		Arguments: c.args,
+		Tool:      tool,
+		Client:    ci,
+	})
+	c.decidedBy, c.reason = v.Rule, v.Reason
+	switch v.Action {
+	case guard.ActionAllow:
+		c.decision = guard.DecisionAllowed
+		s.forward(msg, c, false)
+	case guard.ActionDeny:
+		c.decision = guard.DecisionDenied
+		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, policy.DenialText(v)))
+	default:
+		go s.hold(msg, c, v)
+	}
+}
+
+// hold keeps a call until a person decides, while the relay goes on.
+func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
+	ctx := s.ctx
+	digest, err := guard.Digest(c.args)
+	if err != nil || s.opts.Holds == nil {
+		c.decision = guard.DecisionDenied
+		text := "Refused: this call needs a person's approval, and approvals are not available"
+		if err != nil {
+			text = "Refused: the arguments could not be digested: " + err.Error()
+		}
+		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
+		return
+	}
+	// A repeated call that a person approved passes, once.
+	a, ok, err := s.opts.Holds.Consume(ctx, s.opts.Server, c.tool, digest, c.pin, v.PolicyVersion)
+	if err == nil && ok {
+		c.decision, c.decidedBy = guard.DecisionAllowed, a.DecidedBy
+		c.reason = "approved (approval " + a.ID + ")"
+		if a.Reason != "" {
+			c.reason += ": " + a.Reason
+		}
+		s.forward(msg, c, false)
+		return
+	}
+	c.decision = guard.DecisionHeld
+	ci, _ := s.clientInfo()
+	a, _, err = s.opts.Holds.Hold(ctx, &guard.Approval{
+		ID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		Arguments: string(c.args), Digest: digest, Pin: c.pin, PolicyVersion: v.PolicyVersion,
+		Rule: v.Rule, HeldReason: v.Reason,
+	})
+	if err != nil {
+		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
+		s.conclude(c, true, guard.OutcomeProtocolError,
+			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
+		return
+	}
+	c.approvalID = a.ID
+	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
+		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		if c.end() {
+			s.forget(c)
+			s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
+		}
+		return
+	}
+	awaitCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.withdrawn:
+			cancel()
+		case <-awaitCtx.Done():
+		}
+	}()
+	if c.progress != nil {
+		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
+	}
+	res, err := s.opts.Holds.Await(awaitCtx, a.ID, func(m string) {
+		if c.progress != nil {
+			s.sendProgress(c, m)
+		}
+	})
+	cancel()
+	if c.isWithdrawn() {
+		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		s.withdrawn(c)
+		return
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			// The session ended (ServerGone answered): the call can no
+			// longer be forwarded, so its approval is withdrawn.
+			_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+			return
+		}
+		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
+		s.conclude(c, false, guard.OutcomeProtocolError,
+			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
+		return
+	}
+	if res.Approval != nil {
+		a = res.Approval
+	}
+	switch res.Kind {
+	case approvals.Approved:
+		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
+		if c.progress != nil {
+			s.mu.Lock()
+			s.progress[wire.IDKey(c.progress)] = c
+			s.mu.Unlock()
+		}
+		s.forward(msg, c, true)
+	case approvals.Denied:
+		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
+		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, approvals.DeniedByPersonText(a)))
+	case approvals.Expired:
+		c.reason = "no decision within the approval timeout"
+		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, approvals.ExpiredText(s.opts.ApprovalTimeout)))
+	case approvals.Withdrawn:
+		c.reason = "withdrawn"
+		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
+	default: // the wait limit
+		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, approvals.RetryText(a.ID)))
+	}
+}
+
+// sendProgress tells a client that set a progressToken that its call is
+// still waiting. The values guard sends count up from 1; the server's own
+// progress for the call is shifted past them once it is forwarded.
+func (s *Session) sendProgress(c *call, text string) {
+	c.progBase++
+	data, err := wire.Notification("notifications/progress", map[string]any{
+		"progressToken": json.RawMessage(c.progress),
+		"progress":      c.progBase,
+		"message":       text,
+	})
+	if err == nil {
+		s.toClient.push(item{data: data})
+	}
+}
+
+// refreshTools lists the server's tools itself, every page, and replaces
+// the catalog with what it lists. Concurrent callers share one refresh.
+func (s *Session) refreshTools() {
+	s.mu.Lock()
+	if ch := s.refresh; ch != nil {
+		s.mu.Unlock()
+		<-ch
+		return
+	}
+	ch := make(chan struct{})
+	s.refresh = ch
+	proto := s.protocol
+	var meta map[string]any
+	if proto >= guard.Rev20260728 {
+		meta = map[string]any{metaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
+		if s.metaCaps != nil {
+			meta[metaCapabilities] = s.metaCaps
+		}
+		if s.metaInfo != nil {
+			meta[metaClientInfo] = s.metaInfo
+		}
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.refresh = nil
+		s.mu.Unlock()
+		close(ch)
+	}()
+	var all []guard.Tool
+	cursor := ""
+	for range 1000 {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		if meta != nil {
+			params["_meta"] = meta
+		}
+		res, err := s.ownRequest("tools/list", params)
+		if err != nil {
+			s.opts.Logger.Warn("guard's own tools/list failed", "server", s.opts.Server, "err", err)
+			return
+		}
+		tools, next, err := parseTools(s.opts.Server, res)
+		if err != nil {
+			s.opts.Logger.Warn("tools/list", "server", s.opts.Server, "err", err)
+		}
+		all = append(all, tools...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	s.catalog.add(all, true)
+	s.persistTools(all)
+}
+
+// ownRequest sends a request of guard's own to the server and waits for
+// its result. Its id is guard's and never collides with one in flight.
+func (s *Session) ownRequest(method string, params any) (json.RawMessage, error) {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return nil, errors.New("the server has exited")
+	}
+	s.ownSeq++
+	id := []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
+	c := &call{method: method, sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
+	s.up[c.sentKey] = c
+	s.mu.Unlock()
+	data, err := wire.Request(id, method, params)
+	if err != nil {
+		s.forget(c)
+		return nil, err
+	}
+	s.toServer.push(item{data: data})
+	t := time.NewTimer(refreshTimeout)
+	defer t.Stop()
+	select {
+	case m, ok := <-c.own:
+		if !ok {
+			return nil, errors.New("the server exited before answering")
+		}
+		if m.Error != nil {
+			return nil, errors.New("the server answered " + string(m.Error))
+		}
+		return m.Result, nil
+	case <-t.C:
+		s.forget(c)
+		return nil, errors.New("no answer within " + refreshTimeout.String())
+	case <-s.ctx.Done():
+		return nil, s.ctx.Err()
+	}
+}
+
+// shiftProgress moves a server's progress past the values guard sent while
+// the call was held, so that the client still sees them increase.
+func shiftProgress(msg wire.Message, base float64) []byte {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(msg.Params, &p) != nil {
+		return msg.Raw
+	}
+	for _, k := range []string{"progress", "total"} {
+		var v float64
+		if raw, ok := p[k]; ok && json.Unmarshal(raw, &v) == nil {
+			p[k], _ = json.Marshal(v + base)
+		}
+	}
+	return replaceParams(msg, p)
+}
+
+// rewriteParamsMember returns the message with one member of its params
+// replaced (a cancellation's requestId, when guard rewrote the id).
+func rewriteParamsMember(msg wire.Message, key string, value []byte) []byte {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(msg.Params, &p) != nil {
+		return msg.Raw
+	}
+	p[key] = value
+	return replaceParams(msg, p)
+}
+
+func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg.Raw, &m) != nil {
+		return msg.Raw
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return msg.Raw
+	}
+	m["params"] = b
+	out, err := json.Marshal(m)
+	if err != nil {
+		return msg.Raw
+	}
+	return out
+}
