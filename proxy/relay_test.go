@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"bufio"
-	"log/slog"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
