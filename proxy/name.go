@@ -57,16 +57,15 @@ func ServerName(argv []string) string {
 // stripVersion turns "@scope/name@1.2", "name@latest", "org/image:tag" and
 // "https://host/x/server.ts" into their base name.
 func stripVersion(a string) string {
-	scoped := strings.HasPrefix(a, "@")
-	if i := strings.LastIndex(a, "@"); i > 0 || (i == 0 && !scoped) {
-		a = a[:i]
-	}
 	a = strings.TrimRight(a, "/")
 	a = a[strings.LastIndex(a, "/")+1:]
+	if i := strings.LastIndex(a, "@"); i > 0 {
+		a = a[:i]
+	}
 	if i := strings.Index(a, ":"); i > 0 {
 		a = a[:i]
 	}
-	if a == "" {
+	if a == "" || a == "@" {
 		return "server"
 	}
 	return a

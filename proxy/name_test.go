@@ -15,6 +15,7 @@ func TestServerName(t *testing.T) {
 		{[]string{"node", "/opt/srv/dist/index.js"}, "index.js"},
 		{[]string{"docker", "run", "-i", "--rm", "-e", "TOKEN=x", "mcp/github:latest"}, "github"},
 		{[]string{"npx"}, "npx"},
+		{[]string{"node", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"}, "index.js"},
 		{[]string{"guard", "example-server"}, "guard"},
 	} {
 		if got := ServerName(tc.argv); got != tc.want {

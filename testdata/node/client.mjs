@@ -1,0 +1,133 @@
+// A scripted MCP client on the official TypeScript SDK. It starts the
+// server command given after "--", runs a scenario against it, and prints a
+// JSON transcript of what it saw, with values that change from run to run
+// left out, so that a run through guard can be compared with a direct one.
+//
+//   node client.mjs [--protocol VERSION] -- COMMAND [ARGS...]
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import {
+  CreateMessageRequestSchema,
+  ElicitRequestSchema,
+  ListRootsRequestSchema,
+  LoggingMessageNotificationSchema,
+} from "@modelcontextprotocol/sdk/types.js";
+
+const argv = process.argv.slice(2);
+const sep = argv.indexOf("--");
+if (sep < 0 || sep === argv.length - 1) {
+  console.error("usage: node client.mjs [--protocol VERSION] -- COMMAND [ARGS...]");
+  process.exit(2);
+}
+const command = argv.slice(sep + 1);
+
+const transport = new StdioClientTransport({
+  command: command[0],
+  args: command.slice(1),
+  env: process.env,
+  stderr: "inherit",
+});
+const client = new Client(
+  { name: "guard-ts-client", version: "1.0.0" },
+  { capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } } },
+);
+
+const seen = { sampling: 0, elicitation: 0, roots: 0, logs: 0 };
+client.setRequestHandler(CreateMessageRequestSchema, async () => {
+  seen.sampling++;
+  return { role: "assistant", content: { type: "text", text: "canned sample" }, model: "test-model", stopReason: "endTurn" };
+});
+client.setRequestHandler(ElicitRequestSchema, async () => {
+  seen.elicitation++;
+  return { action: "accept", content: { name: "Ada", email: "ada@example.com", age: 36, color: "red", checked: true } };
+});
+client.setRequestHandler(ListRootsRequestSchema, async () => {
+  seen.roots++;
+  return { roots: [{ uri: "file:///tmp/guard-test-root", name: "test root" }] };
+});
+client.setNotificationHandler(LoggingMessageNotificationSchema, () => {
+  seen.logs++;
+});
+
+const out = { server: null, tools: [], calls: {}, resources: 0, prompts: [], ping: false };
+
+function textOf(result) {
+  return (result.content || []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
+}
+
+await client.connect(transport);
+out.server = client.getServerVersion()?.name ?? null;
+
+let cursor;
+do {
+  const page = await client.listTools(cursor ? { cursor } : {});
+  for (const t of page.tools) out.tools.push(t.name);
+  cursor = page.nextCursor;
+} while (cursor);
+out.tools.sort();
+
+// call records a tool call under label (default: the tool's name).
+async function call(name, args, opts, label) {
+  if (!out.tools.includes(name)) return;
+  label = label || name;
+  try {
+    const res = await client.callTool({ name, arguments: args }, undefined, opts);
+    out.calls[label] = { isError: !!res.isError, text: textOf(res), structured: res.structuredContent ?? null };
+  } catch (e) {
+    out.calls[label] = { error: String(e.message || e) };
+  }
+}
+
+let progress = 0;
+const everything = out.tools.includes("get-sum");
+if (everything) await call("echo", { message: "hello through guard" });
+else await call("echo", { text: "hello through guard" });
+await call("get-sum", { a: 2, b: 40 });
+await call("get-structured-content", { location: "New York" });
+// The weather it reports is random: keep the shape only.
+if (out.calls["get-structured-content"]?.structured) {
+  const s = out.calls["get-structured-content"];
+  s.structured = Object.keys(s.structured).sort();
+  s.text = "";
+}
+await call("trigger-long-running-operation", { duration: 1, steps: 3 }, { onprogress: () => progress++ });
+await call("trigger-sampling-request", { prompt: "say hi", maxTokens: 10 });
+await call("trigger-elicitation-request", {});
+await call("get-roots-list", {});
+await call("read_note", { title: "welcome" });
+await call("run_task", { task: "tidy", seconds: 0 }, { onprogress: () => progress++ });
+await call("note_stats", {});
+out.progress = progress > 0;
+
+try {
+  const r = await client.listResources();
+  out.resources = r.resources.length;
+  if (r.resources.length > 0) {
+    const read = await client.readResource({ uri: r.resources[0].uri });
+    out.readResource = read.contents.length;
+  }
+} catch (e) {
+  out.resources = "error: " + e.message;
+}
+try {
+  const p = await client.listPrompts();
+  out.prompts = p.prompts.map((x) => x.name).sort();
+  const simple = p.prompts.find((x) => !x.arguments || x.arguments.every((a) => !a.required));
+  if (simple) {
+    const got = await client.getPrompt({ name: simple.name });
+    out.getPrompt = got.messages.length;
+  }
+} catch (e) {
+  out.prompts = "error: " + e.message;
+}
+try {
+  await client.setLoggingLevel("debug");
+  out.logging = true;
+} catch (e) {
+  out.logging = "error: " + e.message;
+}
+await client.ping();
+out.ping = true;
+out.seen = { sampling: seen.sampling > 0, elicitation: seen.elicitation > 0, roots: seen.roots > 0 };
+await client.close();
+process.stdout.write(JSON.stringify(out, null, 1) + "\n");
