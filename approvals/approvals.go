@@ -269,6 +269,9 @@ func RetryText(id string) string {
 
 // HumanDuration writes a duration as people do: 10m, 1h30m, 45s, 2d.
 func HumanDuration(d time.Duration) string {
+	if d > 0 && d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
 	d = d.Round(time.Second)
 	if d <= 0 {
 		return "0s"
