@@ -1,0 +1,209 @@
+package approvals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
+)
+
+func newManager(t *testing.T, path string, o Options) (*Manager, *store.DB) {
+	t.Helper()
+	db, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return New(db, o), db
+}
+
+func held(id string) *guard.Approval {
+	return &guard.Approval{ID: id, Server: "files", Tool: "delete_file", Arguments: `{"path":"/tmp/x"}`,
+		Digest: "sha256:d", Pin: "sha256:p", PolicyVersion: "v1", Rule: "default", HeldReason: "destructive"}
+}
+
+func TestHoldReusesThePendingApprovalOfAnIdenticalCall(t *testing.T) {
+	m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+	ctx := context.Background()
+	a, reused, err := m.Hold(ctx, held("a1"))
+	if err != nil || reused || a.State != guard.ApprovalPending || a.ExpiresAt.Sub(a.CreatedAt) != 10*time.Minute {
+		t.Fatalf("hold: %+v %v %v", a, reused, err)
+	}
+	b, reused, err := m.Hold(ctx, held("a2"))
+	if err != nil || !reused || b.ID != "a1" {
+		t.Fatalf("retry while pending: %+v %v %v", b, reused, err)
+	}
+}
+
+func TestAwaitEndings(t *testing.T) {
+	ctx := context.Background()
+	t.Run("denied", func(t *testing.T) {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m.Hold(ctx, held("a"))
+		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", false, "alice", "not on production") }()
+		r, err := m.Await(ctx, "a", nil)
+		if err != nil || r.Kind != Denied || DeniedByPersonText(r.Approval) != "Denied by alice: not on production" {
+			t.Fatalf("%+v %v", r, err)
+		}
+	})
+	t.Run("approved once", func(t *testing.T) {
+		m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m.Hold(ctx, held("a"))
+		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", true, "alice", "") }()
+		r, err := m.Await(ctx, "a", nil)
+		if err != nil || r.Kind != Approved {
+			t.Fatalf("%+v %v", r, err)
+		}
+		a, _ := db.Approval(ctx, "a")
+		if a.State != guard.ApprovalUsed {
+			t.Fatalf("an approval let through is not used up: %s", a.State)
+		}
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+			t.Fatal("an approval used by the waiting call was consumed again")
+		}
+	})
+	t.Run("wait limit, then retry once", func(t *testing.T) {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 100 * time.Millisecond, ProgressEvery: 20 * time.Millisecond})
+		m.Hold(ctx, held("a"))
+		var progress []string
+		r, err := m.Await(ctx, "a", func(s string) { progress = append(progress, s) })
+		if err != nil || r.Kind != WaitLimit || r.Approval.State != guard.ApprovalPending {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if len(progress) < 2 || progress[0] != "waiting for approval at the guard UI; approval id a" {
+			t.Fatalf("progress while waiting: %q", progress)
+		}
+		if _, err := m.Decide(ctx, "a", true, "bob", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:other-pin", "v1"); ok {
+			t.Fatal("consumed with another pin")
+		}
+		if a, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); !ok || err != nil || a.DecidedBy != "bob" {
+			t.Fatalf("consume: %v %v %v", a, ok, err)
+		}
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+			t.Fatal("consumed twice")
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Timeout: 100 * time.Millisecond, Wait: 5 * time.Second})
+		m.Hold(ctx, held("a"))
+		r, err := m.Await(ctx, "a", nil)
+		if err != nil || r.Kind != Expired {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if _, err := m.Decide(ctx, "a", true, "late", ""); !errors.Is(err, guard.ErrAlreadyDecided) || !strings.Contains(err.Error(), "expired") {
+			t.Fatalf("deciding an expired call: %v", err)
+		}
+	})
+	t.Run("withdrawn", func(t *testing.T) {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m.Hold(ctx, held("a"))
+		go func() { time.Sleep(50 * time.Millisecond); m.Withdraw(ctx, "a") }()
+		r, err := m.Await(ctx, "a", nil)
+		if err != nil || r.Kind != Withdrawn {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if _, err := m.Decide(ctx, "a", true, "x", ""); !errors.Is(err, guard.ErrAlreadyDecided) {
+			t.Fatalf("a withdrawn call was decided: %v", err)
+		}
+	})
+}
+
+func TestDecideRules(t *testing.T) {
+	m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+	ctx := context.Background()
+	m.Hold(ctx, held("a"))
+	if _, err := m.Decide(ctx, "a", false, "alice", " "); err == nil {
+		t.Fatal("a denial without a reason was accepted")
+	}
+	if _, err := m.Decide(ctx, "nope", true, "alice", ""); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.Decide(ctx, "a", true, fmt.Sprint("p", i), ""); err == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d decisions won", wins)
+	}
+}
+
+// TestHelperDecider decides an approval from a separate process.
+func TestHelperDecider(t *testing.T) {
+	path := os.Getenv("GUARD_APPROVALS_CHILD_DB")
+	if path == "" {
+		t.Skip("run as a child process only")
+	}
+	m, _ := newManager(t, path, Options{})
+	if _, err := m.Decide(context.Background(), os.Getenv("GUARD_APPROVALS_CHILD_ID"), true, "child", ""); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("DECIDED", time.Now().UnixNano())
+}
+
+func TestADecisionFromAnotherProcessIsSeenWithin250ms(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	m, _ := newManager(t, path, Options{Wait: 20 * time.Second})
+	ctx := context.Background()
+	m.Hold(ctx, held("a"))
+	got := make(chan time.Time, 1)
+	go func() {
+		r, err := m.Await(ctx, "a", nil)
+		if err != nil || r.Kind != Approved {
+			t.Errorf("%+v %v", r, err)
+		}
+		got <- time.Now()
+	}()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDecider$", "-test.v")
+	cmd.Env = append(os.Environ(), "GUARD_APPROVALS_CHILD_DB="+path, "GUARD_APPROVALS_CHILD_ID=a")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	i := strings.Index(string(out), "DECIDED ")
+	if i < 0 {
+		t.Fatalf("child output: %s", out)
+	}
+	var ns int64
+	fmt.Sscan(string(out[i+8:]), &ns)
+	seen := <-got
+	if lag := seen.Sub(time.Unix(0, ns)); lag > 250*time.Millisecond {
+		t.Fatalf("the decision was seen %v after it was made", lag)
+	}
+}
+
+func TestTexts(t *testing.T) {
+	for d, want := range map[time.Duration]string{10 * time.Minute: "10m", 90 * time.Minute: "1h30m", 45 * time.Second: "45s", 48 * time.Hour: "2d", 400 * time.Millisecond: "400ms"} {
+		if got := HumanDuration(d); got != want {
+			t.Errorf("%v: %s, want %s", d, got, want)
+		}
+	}
+	if got := ExpiredText(10 * time.Minute); got != "Expired: no one decided on this call within 10m" {
+		t.Fatal(got)
+	}
+	if got := RetryText("x"); got != "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments" {
+		t.Fatal(got)
+	}
+}
