@@ -546,8 +546,10 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			argv := e.wrap(fmt.Sprintf("notes%d", p), guardBin, "example-server")
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Stderr = os.Stderr
 			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
-				Connect(ctx, &mcp.CommandTransport{Command: exec.Command(argv[0], argv[1:]...)}, nil)
+				Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 			if err != nil {
 				done <- err
 				return

@@ -27,26 +27,9 @@ type signer struct {
 func loadSigner(path string) (*signer, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		_, priv, gerr := ed25519.GenerateKey(rand.Reader)
-		if gerr != nil {
-			return nil, fmt.Errorf("checkpoint key: %w", gerr)
+		if err := createKey(path); err != nil {
+			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("checkpoint key: %w", err)
-		}
-		f, ferr := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if ferr == nil {
-			_, werr := f.WriteString(hex.EncodeToString(priv.Seed()) + "\n")
-			cerr := f.Close()
-			if werr != nil || cerr != nil {
-				return nil, fmt.Errorf("checkpoint key %s: %w", path, errors.Join(werr, cerr))
-			}
-			return &signer{key: priv}, nil
-		}
-		if !errors.Is(ferr, os.ErrExist) {
-			return nil, fmt.Errorf("checkpoint key %s: %w", path, ferr)
-		}
-		// Another process created it first.
 		b, err = os.ReadFile(path)
 	}
 	if err != nil {
@@ -57,6 +40,34 @@ func loadSigner(path string) (*signer, error) {
 		return nil, fmt.Errorf("checkpoint key %s: not a hex ed25519 seed", path)
 	}
 	return &signer{key: ed25519.NewKeyFromSeed(seed)}, nil
+}
+
+// createKey writes a new key file. Several processes may open a new
+// database at once: the key is written to a temporary file and linked into
+// place, so a reader never sees a partial key and the first one wins.
+func createKey(path string) error {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".audit-key-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint key: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.WriteString(hex.EncodeToString(priv.Seed()) + "\n")
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("checkpoint key %s: %w", path, err)
+	}
+	if err := os.Link(f.Name(), path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("checkpoint key %s: %w", path, err)
+	}
+	return nil
 }
 
 // checkpoint is the signed statement of the log's length and head.

@@ -183,9 +183,9 @@ func TestHelperAppender(t *testing.T) {
 }
 
 func TestSeveralProcessesShareOneLog(t *testing.T) {
+	// The children create the database together: the schema and the
+	// checkpoint key must come out whole.
 	path := filepath.Join(t.TempDir(), "g.db")
-	db := openDB(t, path) // create it first
-	db.Close()
 	var cmds []*exec.Cmd
 	for range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAppender$")
@@ -207,7 +207,7 @@ func TestSeveralProcessesShareOneLog(t *testing.T) {
 			t.Fatalf("child: %v", err)
 		}
 	}
-	db = openDB(t, path)
+	db := openDB(t, path)
 	defer db.Close()
 	rep, err := db.Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 1200 {
