@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -109,15 +108,11 @@ func (db *DB) writeCheckpoint() error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	path := db.opts.CheckpointPath
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	unlock, err := lockFile(path + ".lock")
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
 		db.lastCheckpoint, db.dirty = time.Now(), false
 		return nil

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -114,6 +115,14 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	// Processes that open a new database together would race to create it,
+	// switch it to WAL and migrate it (SQLite answers some of that with
+	// "locked" or I/O errors rather than waiting): they take turns.
+	unlock, err := lockFile(opts.Path + ".lock")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	defer unlock()
 	sync := "FULL"
 	if opts.Durability == "normal" {
 		sync = "NORMAL"
@@ -233,6 +242,22 @@ func applyOne(ctx context.Context, w *sql.DB, v int, name, body string) error {
 		return fmt.Errorf("migration %s: %w", name, err)
 	}
 	return nil
+}
+
+// lockFile takes an exclusive advisory lock on path, waiting for it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // Close writes everything queued, a last checkpoint, and closes the
