@@ -218,8 +218,9 @@ func bigResult(ctx context.Context, cfg Config, rep *Report, w io.Writer) error 
 	pid := cmd.Process.Pid
 	rep.IdleRSS, _ = procStatus(pid, "VmRSS")
 	rep.BigBase, _ = procStatus(pid, "VmHWM")
-	text := strings.Repeat("x", cfg.BigResult)
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text}})
+	// A small request with a large result: what a file read or a query
+	// returns.
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "0123456789abcdef", "times": cfg.BigResult / 16}})
 	if err != nil {
 		return fmt.Errorf("big result: %w", err)
 	}
@@ -228,7 +229,7 @@ func bigResult(ctx context.Context, cfg Config, rep *Report, w io.Writer) error 
 	}
 	rep.BigRSS, _ = procStatus(pid, "VmHWM")
 	fmt.Fprintf(w, "guard resident memory idle: %.1f MiB\n", float64(rep.IdleRSS)/(1<<20))
-	fmt.Fprintf(w, "guard peak memory around a %d MiB echo (sent and returned): before %.1f MiB, after %.1f MiB, rise %.1f MiB = %.2f× the message\n",
+	fmt.Fprintf(w, "guard peak memory around a %d MiB result: before %.1f MiB, after %.1f MiB, rise %.1f MiB = %.2f× the message\n",
 		cfg.BigResult>>20, float64(rep.BigBase)/(1<<20), float64(rep.BigRSS)/(1<<20),
 		float64(rep.BigRSS-rep.BigBase)/(1<<20), float64(rep.BigRSS-rep.BigBase)/float64(cfg.BigResult))
 	return nil

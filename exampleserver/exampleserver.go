@@ -35,13 +35,14 @@ func New(logger *slog.Logger) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "guard-example", Version: "1.0.0"}, &mcp.ServerOptions{Logger: logger})
 
 	type echoIn struct {
-		Text string `json:"text" jsonschema:"the text to send back"`
+		Text  string `json:"text" jsonschema:"the text to send back"`
+		Times int    `json:"times,omitempty" jsonschema:"how many times to repeat it (default once)"`
 	}
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "echo", Description: "Returns the text it is given.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, func(_ context.Context, _ *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, any, error) {
-		return text(in.Text), nil, nil
+		return text(strings.Repeat(in.Text, max(in.Times, 1))), nil, nil
 	})
 
 	type titleIn struct {

@@ -75,16 +75,25 @@ func (p *Protected) Check(args []byte) string {
 // (absolute, relative, with ~ or ..), or as a word of a longer text such
 // as a shell command.
 func (p *Protected) names(s string) bool {
-	if p.protects(p.resolve(s)) {
+	if len(s) <= 4096 && p.protects(p.resolve(s)) {
 		return true
 	}
 	if !strings.ContainsAny(s, "/~") {
 		return false
 	}
-	for _, w := range strings.FieldsFunc(s, isSeparator) {
-		if p.protects(p.resolve(w)) {
+	// Each word of a longer text, without copying the text.
+	for start := 0; start < len(s); {
+		for start < len(s) && isSeparator(rune(s[start])) {
+			start++
+		}
+		end := start
+		for end < len(s) && !isSeparator(rune(s[end])) {
+			end++
+		}
+		if w := s[start:end]; w != "" && strings.ContainsAny(w, "/~.") && p.protects(p.resolve(w)) {
 			return true
 		}
+		start = end
 	}
 	return false
 }

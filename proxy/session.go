@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,7 +162,7 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 	if kind == guard.KindRequest {
 		r.RequestSize = int64(c.reqSize)
 		if c.args != nil {
-			r.Arguments = s.redact(c.args)
+			r.Arguments = s.resultText(c.args)
 		}
 	}
 	return r
@@ -517,15 +519,12 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 	return outcome, s.resultText(msg.Result)
 }
 
-// resultText is what the audit keeps of a result: redacted, and for a
-// result over MaxResult only its size and digest.
+// resultText is what the audit keeps of arguments or a result: redacted,
+// and for a text over MaxResult only its size and the SHA-256 of its bytes.
 func (s *Session) resultText(raw []byte) string {
 	if len(raw) > s.opts.MaxResult {
-		d, err := guard.Digest(raw)
-		if err != nil {
-			d = "unavailable: " + err.Error()
-		}
-		b, _ := json.Marshal(map[string]any{"truncated": true, "size": len(raw), "digest": d})
+		sum := sha256.Sum256(raw)
+		b, _ := json.Marshal(map[string]any{"truncated": true, "size": len(raw), "sha256": hex.EncodeToString(sum[:])})
 		return string(b)
 	}
 	return s.redact(raw)

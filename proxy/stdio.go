@@ -141,7 +141,7 @@ func (s *Session) readServer(serverOut io.Reader) {
 func readLines(r io.Reader, max int, handle func([]byte), oversized func(int64)) {
 	lr := wire.NewReader(r, max)
 	for {
-		line, err := lr.Next()
+		line, err := lr.NextOwned()
 		if err != nil {
 			var tl *wire.TooLongError
 			if errors.As(err, &tl) {
@@ -150,7 +150,7 @@ func readLines(r io.Reader, max int, handle func([]byte), oversized func(int64))
 			}
 			return
 		}
-		handle(append([]byte(nil), line...))
+		handle(line)
 	}
 }
 

@@ -26,30 +26,31 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 			wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
 		return
 	}
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		Meta      struct {
-			ProgressToken json.RawMessage `json:"progressToken"`
-		} `json:"_meta"`
-		RequestState *string `json:"requestState"`
-	}
-	if err := json.Unmarshal(msg.Params, &p); err != nil || p.Name == "" {
-		text := "Invalid params: tools/call needs a tool name"
-		if err != nil {
-			text = "Invalid params: " + err.Error()
-		}
-		c.reason = text
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, text, nil))
+	// Strict passed: no duplicate or case-variant keys, so the members
+	// found here are exactly the ones the server will read.
+	name, ok := wire.String(wire.ParamsMember(msg.Params, "name"))
+	if !ok || name == "" {
+		c.reason = "Invalid params: tools/call needs a tool name"
+		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
-	c.tool = p.Name
-	c.args = p.Arguments
+	c.tool = name
+	c.args = wire.ParamsMember(msg.Params, "arguments")
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = []byte("{}")
+	} else if c.args[0] != '{' {
+		c.reason = "Invalid params: arguments must be an object"
+		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
+		return
 	}
-	if len(p.Meta.ProgressToken) > 0 && string(p.Meta.ProgressToken) != "null" {
-		c.progress = p.Meta.ProgressToken
+	if tok := wire.MetaMember(msg.Params, "progressToken"); len(tok) > 0 && string(tok) != "null" {
+		c.progress = tok
+	}
+	var requestState *string
+	if rs := wire.ParamsMember(msg.Params, "requestState"); rs != nil {
+		if v, ok := wire.String(rs); ok {
+			requestState = &v
+		}
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.
 	c.withdrawn = make(chan struct{})
@@ -59,7 +60,7 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	}
 	s.mu.Unlock()
 
-	if p.RequestState != nil && s.continueRound(msg, c, *p.RequestState) {
+	if requestState != nil && s.continueRound(msg, c, *requestState) {
 		return
 	}
 	if tool := s.catalog.get(c.tool); tool != nil {

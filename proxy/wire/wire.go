@@ -70,6 +70,20 @@ func (r *Reader) Next() ([]byte, error) {
 	}
 }
 
+// NextOwned is Next, but the caller owns the returned slice: a long line's
+// buffer is handed over instead of copied.
+func (r *Reader) NextOwned() ([]byte, error) {
+	line, err := r.Next()
+	if err != nil {
+		return nil, err
+	}
+	if len(line) > 0 && cap(r.buf) > 0 && &line[0] == &r.buf[:1][0] {
+		r.buf = nil
+		return line, nil
+	}
+	return append([]byte(nil), line...), nil
+}
+
 func (r *Reader) line() ([]byte, error) {
 	r.buf = r.buf[:0]
 	var size int64
@@ -256,6 +270,11 @@ func Parse(raw []byte) (Message, error) {
 		s, ok := String(method)
 		if !ok {
 			return m, &InvalidError{Reason: "method must be a string", ID: m.ID}
+		}
+		// Decoders repair invalid UTF-8 differently (replace, drop, keep):
+		// a method guard reads one way must not reach a server as another.
+		if err := checkString(method); err != nil {
+			return m, &InvalidError{Reason: "method: " + err.Error(), ID: m.ID}
 		}
 		m.Method = s
 		if m.Result != nil || m.Error != nil {

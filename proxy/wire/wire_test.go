@@ -54,6 +54,8 @@ func TestParseRefuses(t *testing.T) {
 		{`{"jsonrpc":"2.0","result":1}`, false, ""},
 		{`{"jsonrpc":"2.0","id":6}`, false, "6"},
 		{`{"jsonrpc":"2.0","id":7,"method":"x","params":3}`, false, "7"},
+		{"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/\xffcall\"}", false, "8"},
+		{`{"jsonrpc":"2.0","id":9,"method":"tools/call\udc00"}`, false, "9"},
 	} {
 		_, err := Parse([]byte(tc.raw))
 		var inv *InvalidError
