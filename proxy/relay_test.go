@@ -23,7 +23,7 @@ import (
 // harness runs one session in-process between a client the test drives and
 // a real go-sdk server, over pipes, with a real store and real policy.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	db      *store.DB
 	holds   *approvals.Manager
 	sess    *Session
@@ -39,9 +39,10 @@ type harnessOpts struct {
 	recorder Recorder                                                        // default: the store
 	wait     time.Duration
 	raw      bool // read guard's output as lines (no go-sdk client)
+	quiet    bool // discard guard's log
 }
 
-func newHarness(t *testing.T, ho harnessOpts) *harness {
+func newHarness(t testing.TB, ho harnessOpts) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -65,6 +66,10 @@ func newHarness(t *testing.T, ho harnessOpts) *harness {
 		ho.wait = 10 * time.Second
 	}
 	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond})
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if ho.quiet {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	var rec Recorder = db
 	if ho.recorder != nil {
 		rec = ho.recorder
@@ -72,7 +77,7 @@ func newHarness(t *testing.T, ho harnessOpts) *harness {
 	sess := NewSession(ctx, Options{
 		Server: "notes", Recorder: rec, Catalog: db, Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		Logger: logger,
 	})
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()
@@ -442,7 +447,7 @@ func TestRelayFailsClosedWhenTheAuditCannotBeWritten(t *testing.T) {
 }
 
 // testWriter sends guard's log to the test's log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

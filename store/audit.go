@@ -18,14 +18,22 @@ import (
 // errClosed is returned for appends after Close.
 var errClosed = errors.New("the database is closed")
 
-// maxBatch bounds how many appends one transaction commits.
-const maxBatch = 512
+// ingestEvery is how often journals are moved into the database when
+// nothing asks for it sooner.
+const ingestEvery = 200 * time.Millisecond
 
-// AppendAsync queues records for the audit log and returns a channel that
-// receives one value once they are committed (nil) or could not be (an
-// error wrapping guard.ErrAuditWrite). The records of one call are committed
-// together and in order. Writes do not depend on any caller's context: a
-// client that goes away cannot cancel the record of what it did.
+// ingestDelay is how long the ingester lets records gather once one
+// arrives. Larger batches cost far less per record; readers (Query,
+// Verify) ingest what is left themselves, so they never see less.
+const ingestDelay = 25 * time.Millisecond
+
+// AppendAsync makes records durable in this process's journal and returns
+// a channel holding the outcome: nil, or an error wrapping
+// guard.ErrAuditWrite. The records of one call are written together and in
+// order, and reach the database together. Concurrent appends share one
+// write (and, with durability full, one fsync). Writes do not depend on any
+// caller's context: a client that goes away cannot cancel the record of
+// what it did.
 func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	done := make(chan error, 1)
 	select {
@@ -47,15 +55,15 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		}
 		r.Time = r.Time.UTC().Truncate(time.Millisecond)
 	}
+	db.j.append(&appendReq{recs: recs, done: done})
 	select {
-	case db.queue <- &appendReq{recs: recs, done: done}:
-	case <-db.done:
-		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
+	case db.wake <- struct{}{}:
+	default:
 	}
 	return done
 }
 
-// Append is AppendAsync that waits for the commit.
+// Append is AppendAsync that waits for the outcome.
 func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }
 
 func newID() string {
@@ -66,71 +74,44 @@ func newID() string {
 	return id.String()
 }
 
-// writer commits whatever is queued in one transaction (group commit: no
-// timer waits for a batch to fill), then answers every waiter.
-func (db *DB) writer() {
+// ingester moves journals into the database shortly after records arrive
+// (coalescing what arrives meanwhile), and writes checkpoints.
+func (db *DB) ingester() {
 	defer close(db.closed)
-	t := time.NewTicker(db.opts.CheckpointEvery)
+	t := time.NewTicker(ingestEvery)
 	defer t.Stop()
 	for {
-		var first *appendReq
 		select {
-		case first = <-db.queue:
+		case <-db.wake:
+			time.Sleep(ingestDelay) // let a burst gather: one transaction for many records
 		case <-t.C:
-			db.maybeCheckpoint()
-			continue
 		case <-db.done:
-			db.drain()
+			if err := db.closeJournal(); err != nil {
+				db.opts.Logger.Error("audit journal not fully ingested; it stays for the next process", "err", err)
+			}
 			if err := db.writeCheckpoint(); err != nil {
 				db.opts.Logger.Error("audit checkpoint", "err", err)
 			}
 			return
 		}
-		db.commitBatch(db.collect(first))
-	}
-}
-
-func (db *DB) collect(first *appendReq) []*appendReq {
-	batch := []*appendReq{first}
-	for len(batch) < maxBatch {
-		select {
-		case r := <-db.queue:
-			batch = append(batch, r)
-		default:
-			return batch
+		if _, err := db.ingest(); err != nil {
+			db.opts.Logger.Warn("audit journal ingestion", "err", err)
 		}
-	}
-	return batch
-}
-
-// drain commits what is still queued at Close.
-func (db *DB) drain() {
-	for {
-		select {
-		case r := <-db.queue:
-			db.commitBatch(db.collect(r))
-		default:
-			return
-		}
-	}
-}
-
-func (db *DB) commitBatch(batch []*appendReq) {
-	err := db.commit(batch)
-	if err != nil {
-		err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
-		db.opts.Logger.Error("audit commit failed", "records", len(batch), "err", err)
-	} else {
-		db.dirty = true
 		db.maybeCheckpoint()
 	}
-	for _, r := range batch {
-		r.done <- err
-	}
+}
+
+// Sync moves every journal's records into the database now, so that
+// queries and verification see every record made durable so far.
+func (db *DB) Sync() error {
+	db.ingestMu.Lock()
+	defer db.ingestMu.Unlock()
+	_, err := db.ingestAll()
+	return err
 }
 
 func (db *DB) maybeCheckpoint() {
-	if !db.dirty || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
+	if !db.dirty.Load() || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {
@@ -143,12 +124,14 @@ const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session
  request_size, response_size, duration_ms, detail, prev_hash, hash)
  VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 
-// writerConn is the audit writer's connection with its statements
-// prepared once: preparing them per commit cost more than the commit.
+// writerConn is the ingester's connection with its statements prepared
+// once: preparing them per commit cost more than the commit.
 type writerConn struct {
-	conn   *sql.Conn
-	tail   *sql.Stmt
-	insert *sql.Stmt
+	conn      *sql.Conn
+	tail      *sql.Stmt
+	insert    *sql.Stmt
+	offset    *sql.Stmt
+	setOffset *sql.Stmt
 }
 
 func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
@@ -158,7 +141,12 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 	}
 	wc := &writerConn{conn: conn}
 	if wc.tail, err = conn.PrepareContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`); err == nil {
-		wc.insert, err = conn.PrepareContext(ctx, insertRecord)
+		if wc.insert, err = conn.PrepareContext(ctx, insertRecord); err == nil {
+			if wc.offset, err = conn.PrepareContext(ctx, `SELECT offset FROM journals WHERE name = ?`); err == nil {
+				wc.setOffset, err = conn.PrepareContext(ctx, `INSERT INTO journals (name, offset) VALUES (?, ?)
+					ON CONFLICT (name) DO UPDATE SET offset = excluded.offset`)
+			}
+		}
 	}
 	if err != nil {
 		conn.Close()
@@ -168,45 +156,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 }
 
 func (wc *writerConn) close() error {
-	return errors.Join(wc.tail.Close(), wc.insert.Close(), wc.conn.Close())
-}
-
-func (db *DB) commit(batch []*appendReq) (err error) {
-	ctx := context.Background()
-	wc := db.wc
-	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
-		}
-	}()
-	var seq int64
-	var prev string
-	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("chain tail: %w", err)
-	}
-	for _, req := range batch {
-		for _, r := range req.recs {
-			seq++
-			r.Seq = seq
-			r.PrevHash = prev
-			r.Hash = HashRecord(r)
-			prev = r.Hash
-			if _, err := wc.insert.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
-				r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
-				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-				r.Detail, r.PrevHash, r.Hash); err != nil {
-				return fmt.Errorf("insert record: %w", err)
-			}
-		}
-	}
-	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return errors.Join(wc.tail.Close(), wc.insert.Close(), wc.offset.Close(), wc.setOffset.Close(), wc.conn.Close())
 }
 
 // hashVersion names the canonical form a record's hash covers.
@@ -330,6 +280,9 @@ type Report struct {
 // checks the tail against the signed checkpoint.
 func (db *DB) Verify(ctx context.Context) (Report, error) {
 	var rep Report
+	if err := db.Sync(); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
@@ -426,6 +379,9 @@ var CallColumns = []string{"id", "time", "session", "client", "protocol", "serve
 
 // Query calls fn for each invocation that matches f, newest first.
 func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+	if err := db.Sync(); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
 	var where []string
 	var args []any
 	if !f.Since.IsZero() {
@@ -471,6 +427,9 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 
 // Records calls fn for every record in seq order (events included).
 func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
+	if err := db.Sync(); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)

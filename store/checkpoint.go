@@ -114,7 +114,8 @@ func (db *DB) writeCheckpoint() error {
 	}
 	defer unlock()
 	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
-		db.lastCheckpoint, db.dirty = time.Now(), false
+		db.lastCheckpoint = time.Now()
+		db.dirty.Store(false)
 		return nil
 	}
 	tmp := path + ".tmp"
@@ -131,7 +132,8 @@ func (db *DB) writeCheckpoint() error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	db.lastCheckpoint, db.dirty = time.Now(), false
+	db.lastCheckpoint = time.Now()
+	db.dirty.Store(false)
 	return nil
 }
 

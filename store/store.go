@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,19 +48,21 @@ type Options struct {
 
 // DB is an open guard database.
 type DB struct {
-	opts   Options
-	aw     *sql.DB // the audit writer's own connection
-	w      *sql.DB // the connection of every other write
-	r      *sql.DB // readers
-	queue  chan *appendReq
-	done   chan struct{}
-	closed chan struct{}
-	once   sync.Once
-	signer *signer
-	wc     *writerConn // the audit writer goroutine's connection and statements
+	opts     Options
+	aw       *sql.DB // the audit writer's own connection
+	w        *sql.DB // the connection of every other write
+	r        *sql.DB // readers
+	j        *journal
+	wake     chan struct{}
+	ingestMu sync.Mutex // the writer connection is the ingester's
+	done     chan struct{}
+	closed   chan struct{}
+	once     sync.Once
+	signer   *signer
+	wc       *writerConn // the audit writer goroutine's connection and statements
 
-	lastCheckpoint time.Time // writer goroutine only
-	dirty          bool      // writer goroutine only: records since the last checkpoint
+	lastCheckpoint time.Time   // writer goroutine only
+	dirty          atomic.Bool // records were ingested since the last checkpoint
 }
 
 type appendReq struct {
@@ -176,12 +179,24 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		wc:     wc,
 		w:      w,
 		r:      r,
-		queue:  make(chan *appendReq, 4096),
+		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
 		signer: sg,
 	}
-	go db.writer()
+	if db.j, err = openJournal(opts.Path, opts.Durability == "full"); err != nil {
+		db.closeAll()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := db.recoverJournals(); err != nil {
+		opts.Logger.Error("journals of earlier processes not ingested", "err", err)
+	}
+	if db.dirty.Load() {
+		if err := db.writeCheckpoint(); err != nil {
+			opts.Logger.Error("audit checkpoint", "err", err)
+		}
+	}
+	go db.ingester()
 	return db, nil
 }
 
@@ -267,9 +282,13 @@ func (db *DB) Close() error {
 	db.once.Do(func() {
 		close(db.done)
 		<-db.closed
-		err = errors.Join(db.wc.close(), db.aw.Close(), db.w.Close(), db.r.Close())
+		err = db.closeAll()
 	})
 	return err
+}
+
+func (db *DB) closeAll() error {
+	return errors.Join(db.wc.close(), db.aw.Close(), db.w.Close(), db.r.Close())
 }
 
 // Path is the database file.

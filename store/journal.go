@@ -1,0 +1,417 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	guard "github.com/guard-mcp/guard"
+)
+
+// The audit log is written in two steps. A record is durable once it is in
+// this process's journal: an append-only file beside the database, written
+// with one write per batch (and fsync'd when durability is full). Records
+// are then moved into SQLite, where the hash chain is assigned, by any
+// process: the ingested offset of every journal is kept in the database and
+// advanced in the same transaction as the inserts, so a journal is ingested
+// exactly once whoever does it. A journal whose process died is ingested by
+// the next process that opens the database.
+//
+// Compared with one SQLite commit per record, this takes the commit (and,
+// with durability normal, every syscall but one write) off the path of each
+// call, while nothing a process acknowledged can be lost by its crash.
+
+// journal is this process's append-only file of records not yet ingested.
+type journal struct {
+	mu      sync.Mutex
+	f       *os.File
+	name    string // base name, the key in the journals table
+	sync    bool   // fsync every batch (durability full)
+	pending []*appendReq
+	leading bool
+	memMu   sync.Mutex
+	mem     []memRecord
+	size    int64
+	err     error // a write that failed poisons the journal: fail closed
+}
+
+// journalDir holds the journals. (Not "-journal": that name is SQLite's.)
+func journalDir(dbPath string) string { return dbPath + ".journals" }
+
+// openJournal creates this process's journal and locks it, so that other
+// processes know it is alive and leave its deletion to it.
+func openJournal(dbPath string, fsync bool) (*journal, error) {
+	dir := journalDir(dbPath)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	name := fmt.Sprintf("%d-%s.jsonl", os.Getpid(), uuid.NewString()[:8])
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if fsync {
+		// The new file's name must survive a power cut too.
+		if d, err := os.Open(dir); err == nil {
+			_ = d.Sync()
+			d.Close()
+		}
+	}
+	return &journal{f: f, name: name, sync: fsync}, nil
+}
+
+// A record in the journal is one frame: its length (uvarint), its fields
+// in a fixed order (text as length and bytes, kept exactly, numbers as
+// varints), and a CRC-32 of the fields. A frame cut short at the end of a
+// journal is one whose write never finished: it was never acknowledged and
+// is left out.
+func appendFrame(buf []byte, r *guard.Record) []byte {
+	var body []byte
+	for _, f := range frameText(r) {
+		body = binary.AppendUvarint(body, uint64(len(*f)))
+		body = append(body, *f...)
+	}
+	for _, n := range []int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS} {
+		body = binary.AppendVarint(body, n)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(body)))
+	buf = append(buf, body...)
+	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(body))
+}
+
+func frameText(r *guard.Record) []*string {
+	return []*string{&r.ID, &r.CallID, &r.Kind, &r.Session, &r.Client, &r.Protocol, &r.Server, &r.Direction,
+		&r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason, &r.Outcome,
+		&r.Result, &r.Detail}
+}
+
+// errTorn marks a frame cut short: the end of what was written.
+var errTorn = errors.New("frame cut short")
+
+// readFrame decodes the frame at the start of b and returns its size.
+func readFrame(b []byte) (*guard.Record, int, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n+4 {
+		return nil, 0, errTorn
+	}
+	body := b[k : k+int(n)]
+	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[k+int(n):]) {
+		return nil, 0, errors.New("a record's checksum does not match: the journal is damaged")
+	}
+	r := &guard.Record{}
+	for _, f := range frameText(r) {
+		l, k := binary.Uvarint(body)
+		if k <= 0 || uint64(len(body)-k) < l {
+			return nil, 0, errors.New("a record's fields do not fit its frame")
+		}
+		*f = string(body[k : k+int(l)])
+		body = body[k+int(l):]
+	}
+	var nums [4]int64
+	for i := range nums {
+		v, k := binary.Varint(body)
+		if k <= 0 {
+			return nil, 0, errors.New("a record's fields do not fit its frame")
+		}
+		nums[i], body = v, body[k:]
+	}
+	r.Time = time.UnixMilli(nums[0]).UTC()
+	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
+	return r, k + int(n) + 4, nil
+}
+
+// append writes a batch to the journal. Concurrent callers are combined:
+// the first becomes the leader and writes (and syncs) everything queued,
+// so that one fsync serves many records (group commit without a timer).
+func (j *journal) append(req *appendReq) {
+	j.mu.Lock()
+	if j.err != nil {
+		err := j.err
+		j.mu.Unlock()
+		req.done <- err
+		return
+	}
+	j.pending = append(j.pending, req)
+	if j.leading {
+		j.mu.Unlock()
+		return // the leader writes it and answers req.done
+	}
+	j.leading = true
+	for len(j.pending) > 0 {
+		batch := j.pending
+		j.pending = nil
+		j.mu.Unlock()
+		err := j.write(batch)
+		j.mu.Lock()
+		if err != nil && j.err == nil {
+			j.err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
+		}
+		for _, r := range batch {
+			r.done <- j.err
+		}
+	}
+	j.leading = false
+	j.mu.Unlock()
+}
+
+func (j *journal) write(batch []*appendReq) error {
+	var buf []byte
+	var mem []memRecord
+	for _, req := range batch {
+		for _, r := range req.recs {
+			start := len(buf)
+			buf = appendFrame(buf, r)
+			c := *r
+			mem = append(mem, memRecord{rec: &c, start: j.size + int64(start), end: j.size + int64(len(buf))})
+		}
+	}
+	n, err := j.f.Write(buf)
+	j.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if j.sync {
+		if err := syscall.Fdatasync(int(j.f.Fd())); err != nil {
+			return fmt.Errorf("journal: fsync: %w", err)
+		}
+	}
+	j.memMu.Lock()
+	j.mem = append(j.mem, mem...)
+	j.memMu.Unlock()
+	return nil
+}
+
+// memRecord is a record this process wrote to its journal, kept so that
+// it is ingested without reading the file back.
+type memRecord struct {
+	rec        *guard.Record
+	start, end int64
+}
+
+// takeMem returns the records written since the last call.
+func (j *journal) takeMem() []memRecord {
+	j.memMu.Lock()
+	defer j.memMu.Unlock()
+	m := j.mem
+	j.mem = nil
+	return m
+}
+
+// ingest is ingestAll for the ingester goroutine.
+func (db *DB) ingest() (int, error) {
+	db.ingestMu.Lock()
+	defer db.ingestMu.Unlock()
+	return db.ingestAll()
+}
+
+// ingestAll moves every complete record of every journal into the
+// database and returns how many it moved. The caller holds ingestMu: the
+// writer connection is not shared.
+func (db *DB) ingestAll() (int, error) {
+	files, err := filepath.Glob(filepath.Join(journalDir(db.opts.Path), "*.jsonl"))
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var errs []error
+	for _, f := range files {
+		n, err := db.ingestFile(f)
+		total += n
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// ingestFile moves the complete records of one journal past its ingested
+// offset into the database, assigning the chain, in one transaction.
+func (db *DB) ingestFile(path string) (int, error) {
+	name := filepath.Base(path)
+	ctx := context.Background()
+	wc := db.wc
+	var offset int64
+	err := wc.offset.QueryRowContext(ctx, name).Scan(&offset)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("ingest %s: %w", name, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	if st.Size() <= offset {
+		return 0, nil
+	}
+	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return 0, fmt.Errorf("ingest %s: begin: %w", name, err)
+	}
+	n, err := db.ingestLocked(ctx, path, name)
+	if err != nil {
+		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		return 0, fmt.Errorf("ingest %s: %w", name, err)
+	}
+	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		return 0, fmt.Errorf("ingest %s: commit: %w", name, err)
+	}
+	if n > 0 {
+		db.dirty.Store(true)
+	}
+	return n, nil
+}
+
+// ingestLocked runs inside the write transaction: the offset is read again
+// there, since another process may have ingested the journal meanwhile.
+// This process's own records come from memory; other journals are read.
+func (db *DB) ingestLocked(ctx context.Context, path, name string) (int, error) {
+	wc := db.wc
+	var offset int64
+	err := wc.offset.QueryRowContext(ctx, name).Scan(&offset)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	var seq int64
+	var prev string
+	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("chain tail: %w", err)
+	}
+	n := 0
+	add := func(r *guard.Record) error {
+		seq++
+		r.Seq, r.PrevHash = seq, prev
+		r.Hash = HashRecord(r)
+		prev = r.Hash
+		n++
+		return db.insert(ctx, r)
+	}
+	if db.j != nil && name == db.j.name {
+		mem := db.j.takeMem()
+		if len(mem) > 0 && mem[0].start <= offset {
+			for i, m := range mem {
+				if m.end <= offset {
+					continue
+				}
+				if m.start != offset {
+					db.j.requeue(mem[i:])
+					return n, fmt.Errorf("journal %s: memory and file disagree at offset %d", name, offset)
+				}
+				if err := add(m.rec); err != nil {
+					db.j.requeue(mem[i:])
+					return n, err
+				}
+				offset = m.end
+			}
+			_, err := wc.setOffset.ExecContext(ctx, name, offset)
+			return n, err
+		}
+		// Not from where memory starts: read the file, and let memory go.
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for offset < int64(len(b)) {
+		r, size, err := readFrame(b[offset:])
+		if errors.Is(err, errTorn) {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("record at offset %d: %w", offset, err)
+		}
+		if err := add(r); err != nil {
+			return n, err
+		}
+		offset += int64(size)
+	}
+	if _, err := wc.setOffset.ExecContext(ctx, name, offset); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// requeue puts records back for the next ingestion after a failure.
+func (j *journal) requeue(m []memRecord) {
+	j.memMu.Lock()
+	defer j.memMu.Unlock()
+	j.mem = append(append([]memRecord(nil), m...), j.mem...)
+}
+
+func (db *DB) insert(ctx context.Context, r *guard.Record) error {
+	_, err := db.wc.insert.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
+		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
+		r.Detail, r.PrevHash, r.Hash)
+	if err != nil {
+		return fmt.Errorf("insert record: %w", err)
+	}
+	return nil
+}
+
+// recoverJournals ingests the journals of processes that are gone (their
+// lock is free) and removes them.
+func (db *DB) recoverJournals() error {
+	files, err := filepath.Glob(filepath.Join(journalDir(db.opts.Path), "*.jsonl"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, path := range files {
+		if db.j != nil && filepath.Base(path) == db.j.name {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close() // alive
+			continue
+		}
+		if _, err := db.ingestFile(path); err != nil {
+			errs = append(errs, err)
+		} else {
+			db.dropJournal(path)
+		}
+		f.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// dropJournal removes a fully ingested journal and its offset row.
+func (db *DB) dropJournal(path string) {
+	name := filepath.Base(path)
+	_ = os.Remove(path)
+	_, _ = db.wc.conn.ExecContext(context.Background(), `DELETE FROM journals WHERE name = ?`, name)
+}
+
+// closeJournal ingests what is left of this process's journal and removes
+// it when everything in it is in the database.
+func (db *DB) closeJournal() error {
+	db.ingestMu.Lock()
+	defer db.ingestMu.Unlock()
+	j := db.j
+	path := filepath.Join(journalDir(db.opts.Path), j.name)
+	_, err := db.ingestFile(path)
+	if err == nil {
+		var offset int64
+		_ = db.wc.offset.QueryRowContext(context.Background(), j.name).Scan(&offset)
+		if offset >= j.size {
+			db.dropJournal(path)
+		}
+	}
+	return errors.Join(err, j.f.Close())
+}
