@@ -10,8 +10,7 @@ import (
 // goes out only after its audit records are durable; if they could not be
 // written, fail gives what to send instead (nil: nothing). Items leave in
 // the order they were queued, so a notification never overtakes the request
-// queued before it, and waiting for one commit costs the items behind it
-// nothing extra: the audit writer commits whatever is queued at once.
+// queued before it.
 type item struct {
 	data  []byte
 	wait  <-chan error
@@ -26,83 +25,157 @@ type batch struct {
 	parts [][]byte
 }
 
-// queue is the ordered outbox of one peer. Sending never holds a lock.
+// queue is the ordered outbox of one peer. A message that is ready when
+// nothing is queued before it is written by the goroutine that pushes it;
+// the rest wait for the queue's own goroutine. No lock is held while
+// writing: the writing flag keeps writes in order.
 type queue struct {
-	ch        chan item
-	closeOnce sync.Once
-	done      chan struct{}
+	mu      sync.Mutex
+	items   []item
+	writing bool
+	closed  bool
+	w       *bufio.Writer
+	werr    error
+	signal  chan struct{}
+	done    chan struct{}
 }
 
 func newQueue() *queue {
-	return &queue{ch: make(chan item, 1024), done: make(chan struct{})}
+	return &queue{signal: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// push queues an item. It blocks while the peer is slower than the other
-// side, which bounds memory; it drops the item when the queue was closed.
+// push queues an item, or writes it at once when it is ready and first in
+// line. Items pushed after close are dropped.
 func (q *queue) push(it item) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	if q.w != nil && !q.writing && len(q.items) == 0 && ready(&it) {
+		q.writing = true
+		q.mu.Unlock()
+		q.deliver(it)
+		q.flush()
+		q.mu.Lock()
+		q.writing = false
+		more := len(q.items) > 0 || q.closed
+		q.mu.Unlock()
+		if more {
+			q.wake()
+		}
+		return
+	}
+	q.items = append(q.items, it)
+	q.mu.Unlock()
+	q.wake()
+}
+
+func (q *queue) wake() {
 	select {
-	case <-q.done:
-	case q.ch <- it:
+	case q.signal <- struct{}{}:
+	default:
 	}
 }
 
-// close stops the writer once everything queued so far is written.
-func (q *queue) close() {
-	q.closeOnce.Do(func() { q.push(item{}) })
+// ready reports whether an item can be written now. Its audit result,
+// when there is one, is taken and put back in a channel of its own.
+func ready(it *item) bool {
+	if it.batch != nil {
+		return false // batches are assembled by the queue's goroutine
+	}
+	if it.wait == nil {
+		return true
+	}
+	select {
+	case err := <-it.wait:
+		ch := make(chan error, 1)
+		ch <- err
+		it.wait = ch
+		return true
+	default:
+		return false
+	}
 }
 
-// run writes queued items to w until close. Writes are buffered and flushed
-// whenever nothing more is queued. After a write error, items are drained
-// and dropped (the peer is gone) so that pushers never block.
+// close stops the queue once everything queued so far is written.
+func (q *queue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// run writes queued items to w until close, then flushes.
 func (q *queue) run(w io.Writer) error {
 	defer close(q.done)
-	bw := bufio.NewWriterSize(w, 64<<10)
-	var werr error
-	for it := range q.ch {
-		if it.data == nil && it.wait == nil && it.batch == nil {
-			break // close marker
-		}
-		data := it.data
-		if it.wait != nil {
-			if err := <-it.wait; err != nil {
-				data = nil
-				if it.fail != nil {
-					data = it.fail(err)
-				}
+	q.mu.Lock()
+	q.w = bufio.NewWriterSize(w, 64<<10)
+	q.mu.Unlock()
+	for {
+		q.mu.Lock()
+		if q.writing || len(q.items) == 0 {
+			closed := q.closed && !q.writing && len(q.items) == 0
+			q.mu.Unlock()
+			if closed {
+				q.flush()
+				return q.werr
 			}
-		}
-		if it.batch != nil {
-			if data != nil {
-				it.batch.parts = append(it.batch.parts, data)
-			} else {
-				it.batch.want--
-			}
-			if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
-				continue
-			}
-			data = joinBatch(it.batch.parts)
-		}
-		if data == nil || werr != nil {
+			<-q.signal
 			continue
 		}
-		if _, err := bw.Write(data); err != nil {
-			werr = err
-			continue
+		items := q.items
+		q.items = nil
+		q.writing = true
+		q.mu.Unlock()
+		for _, it := range items {
+			q.deliver(it)
 		}
-		if err := bw.WriteByte('\n'); err != nil {
-			werr = err
-			continue
-		}
-		if len(q.ch) == 0 {
-			if err := bw.Flush(); err != nil {
-				werr = err
+		q.flush()
+		q.mu.Lock()
+		q.writing = false
+		q.mu.Unlock()
+	}
+}
+
+// deliver writes one item (the writer of the moment has q.writing).
+func (q *queue) deliver(it item) {
+	data := it.data
+	if it.wait != nil {
+		if err := <-it.wait; err != nil {
+			data = nil
+			if it.fail != nil {
+				data = it.fail(err)
 			}
 		}
 	}
-	if werr == nil {
-		werr = bw.Flush()
+	if it.batch != nil {
+		if data != nil {
+			it.batch.parts = append(it.batch.parts, data)
+		} else {
+			it.batch.want--
+		}
+		if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
+			return
+		}
+		data = joinBatch(it.batch.parts)
 	}
-	return werr
+	if data == nil || q.werr != nil {
+		return
+	}
+	if _, err := q.w.Write(data); err != nil {
+		q.werr = err
+		return
+	}
+	if err := q.w.WriteByte('\n'); err != nil {
+		q.werr = err
+	}
+}
+
+func (q *queue) flush() {
+	if q.werr == nil {
+		q.werr = q.w.Flush()
+	}
 }
 
 func joinBatch(parts [][]byte) []byte {

@@ -34,10 +34,12 @@ import (
 type journal struct {
 	mu      sync.Mutex
 	f       *os.File
-	name    string // base name, the key in the journals table
-	sync    bool   // fsync every batch (durability full)
-	pending []*appendReq
-	leading bool
+	name    string       // base name, the key in the journals table
+	sync    bool         // fsync every batch (durability full)
+	waiters []*appendReq // written, waiting for the next fsync
+	kick    chan struct{}
+	stopped chan struct{}
+	closed  bool
 	memMu   sync.Mutex
 	mem     []memRecord
 	size    int64
@@ -70,7 +72,11 @@ func openJournal(dbPath string, fsync bool) (*journal, error) {
 			d.Close()
 		}
 	}
-	return &journal{f: f, name: name, sync: fsync}, nil
+	j := &journal{f: f, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	if fsync {
+		go j.syncer()
+	}
+	return j, nil
 }
 
 // A record in the journal is one frame: its length (uvarint), its fields
@@ -133,60 +139,94 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 	return r, k + int(n) + 4, nil
 }
 
-// append writes a batch to the journal. Concurrent callers are combined:
-// the first becomes the leader and writes (and syncs) everything queued,
-// so that one fsync serves many records (group commit without a timer).
+// append writes records to the journal at once, one write for the
+// batch. With durability normal that is all: the write is acknowledged.
+// With durability full, the caller's channel is answered once the syncer
+// has fsync'd past the write; writes that arrive while an fsync runs share
+// the next one (group commit without a timer), and the caller goes on
+// reading its next message meanwhile.
 func (j *journal) append(req *appendReq) {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.err != nil {
-		err := j.err
-		j.mu.Unlock()
-		req.done <- err
+		req.done <- j.err
 		return
 	}
-	j.pending = append(j.pending, req)
-	if j.leading {
-		j.mu.Unlock()
-		return // the leader writes it and answers req.done
+	if j.closed {
+		req.done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
+		return
 	}
-	j.leading = true
-	for len(j.pending) > 0 {
-		batch := j.pending
-		j.pending = nil
-		j.mu.Unlock()
-		err := j.write(batch)
-		j.mu.Lock()
-		if err != nil && j.err == nil {
-			j.err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
-		}
-		for _, r := range batch {
-			r.done <- j.err
-		}
+	if err := j.write(req.recs); err != nil {
+		j.err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
+		req.done <- j.err
+		return
 	}
-	j.leading = false
-	j.mu.Unlock()
+	if !j.sync {
+		req.done <- nil
+		return
+	}
+	j.waiters = append(j.waiters, req)
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
 }
 
-func (j *journal) write(batch []*appendReq) error {
-	var buf []byte
-	var mem []memRecord
-	for _, req := range batch {
-		for _, r := range req.recs {
-			start := len(buf)
-			buf = appendFrame(buf, r)
-			c := *r
-			mem = append(mem, memRecord{rec: &c, start: j.size + int64(start), end: j.size + int64(len(buf))})
+// syncer fsyncs the journal for the waiters gathered since the last fsync.
+func (j *journal) syncer() {
+	defer close(j.stopped)
+	for range j.kick {
+		j.mu.Lock()
+		w := j.waiters
+		j.waiters = nil
+		j.mu.Unlock()
+		if len(w) == 0 {
+			continue
 		}
+		err := syscall.Fdatasync(int(j.f.Fd()))
+		j.mu.Lock()
+		if err != nil && j.err == nil {
+			j.err = fmt.Errorf("%w: journal: fsync: %w", guard.ErrAuditWrite, err)
+		}
+		err = j.err
+		j.mu.Unlock()
+		for _, r := range w {
+			r.done <- err
+		}
+	}
+}
+
+// stop ends the syncer after a last fsync for whoever still waits.
+func (j *journal) stop() {
+	if !j.sync {
+		return
+	}
+	j.mu.Lock()
+	if !j.closed {
+		j.closed = true
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+		close(j.kick)
+	}
+	j.mu.Unlock()
+	<-j.stopped
+}
+
+func (j *journal) write(recs []*guard.Record) error {
+	var buf []byte
+	mem := make([]memRecord, 0, len(recs))
+	for _, r := range recs {
+		start := len(buf)
+		buf = appendFrame(buf, r)
+		c := *r
+		mem = append(mem, memRecord{rec: &c, start: j.size + int64(start), end: j.size + int64(len(buf))})
 	}
 	n, err := j.f.Write(buf)
 	j.size += int64(n)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
-	}
-	if j.sync {
-		if err := syscall.Fdatasync(int(j.f.Fd())); err != nil {
-			return fmt.Errorf("journal: fsync: %w", err)
-		}
 	}
 	j.memMu.Lock()
 	j.mem = append(j.mem, mem...)
@@ -401,6 +441,7 @@ func (db *DB) dropJournal(path string) {
 // closeJournal ingests what is left of this process's journal and removes
 // it when everything in it is in the database.
 func (db *DB) closeJournal() error {
+	db.j.stop()
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
 	j := db.j
