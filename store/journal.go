@@ -40,6 +40,7 @@ type journal struct {
 	kick    chan struct{}
 	stopped chan struct{}
 	closed  bool
+	syncing bool // the syncer is fsyncing f
 	memMu   sync.Mutex
 	mem     []memRecord
 	size    int64
@@ -52,18 +53,31 @@ func journalDir(dbPath string) string { return dbPath + ".journals" }
 // openJournal creates this process's journal and locks it, so that other
 // processes know it is alive and leave its deletion to it.
 func openJournal(dbPath string, fsync bool) (*journal, error) {
+	f, name, err := newJournalFile(dbPath, fsync)
+	if err != nil {
+		return nil, err
+	}
+	j := &journal{f: f, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	if fsync {
+		go j.syncer()
+	}
+	return j, nil
+}
+
+// newJournalFile creates and locks a new journal file.
+func newJournalFile(dbPath string, fsync bool) (*os.File, string, error) {
 	dir := journalDir(dbPath)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+		return nil, "", fmt.Errorf("journal: %w", err)
 	}
 	name := fmt.Sprintf("%d-%s.jsonl", os.Getpid(), uuid.NewString()[:8])
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
+		return nil, "", fmt.Errorf("journal: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("journal: %w", err)
+		return nil, "", fmt.Errorf("journal: %w", err)
 	}
 	if fsync {
 		// The new file's name must survive a power cut too.
@@ -72,11 +86,7 @@ func openJournal(dbPath string, fsync bool) (*journal, error) {
 			d.Close()
 		}
 	}
-	j := &journal{f: f, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
-	if fsync {
-		go j.syncer()
-	}
-	return j, nil
+	return f, name, nil
 }
 
 // A record in the journal is one frame: its length (uvarint), its fields
@@ -179,12 +189,15 @@ func (j *journal) syncer() {
 		j.mu.Lock()
 		w := j.waiters
 		j.waiters = nil
+		f := j.f
+		j.syncing = len(w) > 0
 		j.mu.Unlock()
 		if len(w) == 0 {
 			continue
 		}
-		err := syscall.Fdatasync(int(j.f.Fd()))
+		err := syscall.Fdatasync(int(f.Fd()))
 		j.mu.Lock()
+		j.syncing = false
 		if err != nil && j.err == nil {
 			j.err = fmt.Errorf("%w: journal: fsync: %w", guard.ErrAuditWrite, err)
 		}
@@ -250,11 +263,16 @@ func (j *journal) takeMem() []memRecord {
 	return m
 }
 
-// ingest is ingestAll for the ingester goroutine.
+// ingest is ingestAll for the ingester goroutine, which also rotates this
+// process's journal when it has grown.
 func (db *DB) ingest() (int, error) {
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
-	return db.ingestAll()
+	n, err := db.ingestAll()
+	if err == nil {
+		db.maybeRotate()
+	}
+	return n, err
 }
 
 // ingestAll moves every complete record of every journal into the
@@ -436,6 +454,38 @@ func (db *DB) dropJournal(path string) {
 	name := filepath.Base(path)
 	_ = os.Remove(path)
 	_, _ = db.wc.conn.ExecContext(context.Background(), `DELETE FROM journals WHERE name = ?`, name)
+}
+
+// rotateAt is the size past which a fully ingested journal is replaced by
+// a new one, so that a long session's journal does not grow without end.
+const rotateAt = 8 << 20
+
+// maybeRotate starts a new journal when this one is large and everything
+// in it is in the database. The caller holds ingestMu.
+func (db *DB) maybeRotate() {
+	j := db.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.size < rotateAt || j.syncing || len(j.waiters) > 0 || j.closed {
+		return
+	}
+	var offset int64
+	if err := db.wc.offset.QueryRowContext(context.Background(), j.name).Scan(&offset); err != nil || offset != j.size {
+		return
+	}
+	f, name, err := newJournalFile(db.opts.Path, j.sync)
+	if err != nil {
+		db.opts.Logger.Warn("audit journal not rotated", "err", err)
+		return
+	}
+	old := filepath.Join(journalDir(db.opts.Path), j.name)
+	oldF := j.f
+	j.f, j.name, j.size = f, name, 0
+	j.memMu.Lock()
+	j.mem = nil
+	j.memMu.Unlock()
+	oldF.Close()
+	db.dropJournal(old)
 }
 
 // closeJournal ingests what is left of this process's journal and removes

@@ -446,3 +446,40 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+func TestJournalRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	big := strings.Repeat("x", 64<<10)
+	for i := range 200 { // about 13 MiB of records
+		r := rec(i, guard.KindRequest)
+		r.Result = big
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := db.j.name
+	db.ingestMu.Lock()
+	_, err := db.ingestAll()
+	db.maybeRotate()
+	db.ingestMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.j.name == name {
+		t.Fatal("a journal past rotateAt, fully ingested, was not rotated")
+	}
+	if _, err := os.Stat(filepath.Join(path+".journals", name)); !os.IsNotExist(err) {
+		t.Fatalf("the old journal is still there: %v", err)
+	}
+	if err := db.Append(rec(1000, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK || rep.Records != 201 {
+		t.Fatalf("after rotation: %+v %v", rep, err)
+	}
+}
