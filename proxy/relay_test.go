@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -452,4 +453,82 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+func TestRelayProgressWhileHeldThenTheServersOwn(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+	h.next()
+	h.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"run_task","arguments":{"task":"sync","seconds":1},"_meta":{"progressToken":"tok"}}}`)
+	first := h.next()
+	params, _ := first["params"].(map[string]any)
+	if first["method"] != "notifications/progress" || params["progressToken"] != "tok" ||
+		!strings.HasPrefix(params["message"].(string), "waiting for approval at the guard UI; approval id ") {
+		t.Fatalf("first message while held: %v", first)
+	}
+	id := waitPending(t, h, "run_task")
+	if _, err := h.holds.Decide(context.Background(), id, true, "dana", ""); err != nil {
+		t.Fatal(err)
+	}
+	last := params["progress"].(float64)
+	for {
+		m := h.next()
+		if m["id"] == 5.0 {
+			if text := fmt.Sprint(m["result"]); !strings.Contains(text, "done: sync") {
+				t.Fatalf("result: %v", m)
+			}
+			break
+		}
+		p := m["params"].(map[string]any)
+		if p["progress"].(float64) <= last {
+			t.Fatalf("progress went from %v to %v", last, p["progress"])
+		}
+		last = p["progress"].(float64)
+	}
+	if last < 4 {
+		t.Fatalf("the server's own progress did not come through (last %v)", last)
+	}
+}
+
+func TestRelayUnknownToolAfterRefresh(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"format_disk","arguments":{}}}`)
+	m := h.next()
+	e, _ := m["error"].(map[string]any)
+	if e == nil || e["code"] != -32602.0 || e["message"] != "Unknown tool: format_disk" {
+		t.Fatalf("got %v", m)
+	}
+}
+
+func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n",
+		server: func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+			// A server that prints a log line and a stray response on
+			// stdout before it serves.
+			io.WriteString(out, "Server starting on stdio...\n")
+			io.WriteString(out, `{"jsonrpc":"2.0","id":"never-asked","result":{}}`+"\n")
+			_ = exampleserver.Run(ctx, in, out)
+			out.Close()
+		}})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if m := h.next(); m["id"] != 2.0 {
+		t.Fatalf("got %v", m)
+	}
+	var events []string
+	err := h.db.Records(context.Background(), func(r *guard.Record) error {
+		if r.Kind == guard.KindEvent {
+			events = append(events, r.Method+" "+r.Detail)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(events, "\n")
+	if !strings.Contains(joined, "not JSON-RPC") || !strings.Contains(joined, "unknown id") {
+		t.Fatalf("events: %s", joined)
+	}
 }
