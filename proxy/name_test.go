@@ -16,7 +16,7 @@ func TestServerName(t *testing.T) {
 		{[]string{"docker", "run", "-i", "--rm", "-e", "TOKEN=x", "mcp/github:latest"}, "github"},
 		{[]string{"npx"}, "npx"},
 		{[]string{"node", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"}, "index.js"},
-		{[]string{"guard", "example-server"}, "guard"},
+		{[]string{"/usr/local/bin/guard", "example-server"}, "example-server"},
 	} {
 		if got := ServerName(tc.argv); got != tc.want {
 			t.Errorf("ServerName(%q) = %q, want %q", tc.argv, got, tc.want)

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run runs guard in-process with a clean environment rooted in dir.
+func run(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "XDG_DATA_HOME": filepath.Join(dir, "data")}
+	var out, errb bytes.Buffer
+	code = newApp(strings.NewReader(""), &out, &errb, func(k string) string { return env[k] }).main(context.Background(), args)
+	return out.String(), errb.String(), code
+}
+
+func TestCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("policy:\n  default: sometimes\n"), 0o600)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{[]string{"policy", "check", "--config", bad}, 2, "", bad + `:2: "sometimes" is not one of annotations, allow, deny, approve`},
+		{[]string{"policy", "check", "--config", filepath.Join(dir, "missing.yaml")}, 2, "", "missing.yaml"},
+		{[]string{"policy", "check"}, 0, "built-in defaults", ""},
+		{[]string{"audit", "verify"}, 0, "ok: 0 records", ""},
+		{[]string{"audit", "query", "--format", "xml"}, 2, "", "want table, jsonl or csv"},
+		{[]string{"audit", "query", "--since", "yesterday"}, 2, "", "neither an RFC 3339 time nor a duration"},
+		{[]string{"audit", "query", "--since", "7d"}, 0, "TIME", ""},
+		{[]string{"approvals", "deny", "0192"}, 2, "", "--reason is required"},
+		{[]string{"approvals", "approve", "no-such-id", "--by", "x"}, 1, "", "no held call with id no-such-id"},
+		{[]string{"approvals", "list"}, 0, "ID", ""},
+		{[]string{"run"}, 2, "", "usage: guard run"},
+		{[]string{"run", "--config", bad, "--", "true"}, 2, "", bad + ":2:"},
+	} {
+		stdout, stderr, code := run(t, dir, tc.args...)
+		if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("guard %s: exit %d, stdout %q, stderr %q; want exit %d with %q / %q",
+				strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
+		}
+	}
+}
+
+func TestRunExitsWithTheServersStatus(t *testing.T) {
+	dir := t.TempDir()
+	_, _, code := run(t, dir, "run", "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Fatalf("exit %d, want the server's 7", code)
+	}
+	_, _, code = run(t, dir, "run", "--", "sh", "-c", "kill -TERM $$")
+	if code != 128+15 {
+		t.Fatalf("exit %d, want 143 for a server ended by SIGTERM", code)
+	}
+	_, stderr, code := run(t, dir, "run", "--", filepath.Join(dir, "no-such-server"))
+	if code != 1 || !strings.Contains(stderr, "could not be started") {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/guard-mcp/guard/policy"
+)
+
+func init() {
+	commands["policy"] = command{summary: "check the configuration and print the rules in force: policy check", run: cmdPolicy}
+}
+
+func cmdPolicy(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(a.stderr, "usage: guard policy check [--config F]")
+		return exitUsage
+	}
+	fs := a.flagSet("policy check")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args[1:]); !ok {
+		return status
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Getenv: a.getenv})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitUsage
+	}
+	p := engine.Policy()
+	src := st.ConfigPath
+	if src == "" {
+		src = "built-in defaults"
+	}
+	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.DBPath, p.Version())
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tFROM")
+	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\tbuilt in: arguments that name guard's files or run its command line\n", policy.SelfProtectionRule)
+	for i, r := range p.Rules() {
+		from := r.File
+		if r.Line > 0 {
+			from = fmt.Sprintf("%s:%d", r.File, r.Line)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, r.Tool, r.Action, from)
+	}
+	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
+	tw.Flush()
+	return exitOK
+}
