@@ -99,6 +99,7 @@ func (r *Reader) line() ([]byte, error) {
 			if len(r.buf) == 0 {
 				return trimEOL(chunk, r.max)
 			}
+			r.buf = grow(r.buf, len(chunk), len(r.buf)+len(chunk))
 			r.buf = append(r.buf, chunk...)
 			return trimEOL(r.buf, r.max)
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -107,6 +108,7 @@ func (r *Reader) line() ([]byte, error) {
 				r.buf = r.buf[:0]
 			}
 			if !over {
+				r.buf = grow(r.buf, len(chunk), r.max+1)
 				r.buf = append(r.buf, chunk...)
 			}
 		case errors.Is(err, io.EOF):
@@ -136,6 +138,20 @@ func trimEOL(b []byte, max int) ([]byte, error) {
 		return nil, &TooLongError{Size: int64(len(b)), Max: max}
 	}
 	return b, nil
+}
+
+// grow makes room for n more bytes, doubling the capacity (never past
+// limit), so that a long line costs a few copies rather than append's many
+// small steps.
+func grow(b []byte, n, limit int) []byte {
+	if len(b)+n <= cap(b) {
+		return b
+	}
+	c := max(2*cap(b), len(b)+n, 64<<10)
+	c = min(c, max(limit, len(b)+n))
+	nb := make([]byte, len(b), c)
+	copy(nb, b)
+	return nb
 }
 
 // Kind is what a message is.
