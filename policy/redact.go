@@ -42,7 +42,7 @@ func normKey(k string) string {
 // with no such member is returned as it is; text that is not JSON is
 // returned as it is too (it is recorded as received).
 func (r *Redactor) Redact(raw []byte) string {
-	if r == nil || len(r.keys) == 0 || !r.mayContain(raw) {
+	if r == nil || len(r.keys) == 0 || len(raw) == 0 || !r.mayContain(raw) {
 		return string(raw)
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
@@ -63,16 +63,48 @@ func (r *Redactor) Redact(raw []byte) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// mayContain is a cheap first look: could any key occur at all?
+// mayContain is a cheap first look, without copying the text: could any
+// key occur at all (ignoring case, "_" and "-")?
 func (r *Redactor) mayContain(raw []byte) bool {
-	lower := bytes.ToLower(raw)
-	lower = bytes.ReplaceAll(bytes.ReplaceAll(lower, []byte("_"), nil), []byte("-"), nil)
 	for _, p := range r.probes {
-		if bytes.Contains(lower, p) {
+		if containsFolded(raw, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// containsFolded reports whether raw holds probe (lower case, without "_"
+// or "-") when raw's letters are lowered and its "_" and "-" skipped.
+func containsFolded(raw, probe []byte) bool {
+	for i := range raw {
+		if lower(raw[i]) != probe[0] {
+			continue
+		}
+		j, k := i, 0
+		for j < len(raw) && k < len(probe) {
+			c := raw[j]
+			j++
+			if c == '_' || c == '-' {
+				continue
+			}
+			if lower(c) != probe[k] {
+				break
+			}
+			k++
+		}
+		if k == len(probe) {
+			return true
+		}
+	}
+	return false
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 func (r *Redactor) mask(v any) bool {
