@@ -449,9 +449,16 @@ func (db *DB) recoverJournals() error {
 	return errors.Join(errs...)
 }
 
-// dropJournal removes a fully ingested journal and its offset row.
+// dropJournal removes a fully ingested journal and its offset row, once
+// what was ingested from it is in the database file for good: the
+// ingester's commits are not fsync'd, so a full checkpoint comes first.
 func (db *DB) dropJournal(path string) {
 	name := filepath.Base(path)
+	var busy, logPages, done int
+	err := db.wc.conn.QueryRowContext(context.Background(), `PRAGMA wal_checkpoint(FULL)`).Scan(&busy, &logPages, &done)
+	if err != nil || busy != 0 {
+		return // kept, and ingested again by nobody: its offset says it is done
+	}
 	_ = os.Remove(path)
 	_, _ = db.wc.conn.ExecContext(context.Background(), `DELETE FROM journals WHERE name = ?`, name)
 }
