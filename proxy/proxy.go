@@ -72,6 +72,9 @@ type Options struct {
 	ProgressEvery time.Duration
 	// ApprovalTimeout is shown to the client in the "expired" answer.
 	ApprovalTimeout time.Duration
+	// ApprovalWait bounds how long a held call blocks; when the client
+	// ends its input, guard waits that long for held calls to be answered.
+	ApprovalWait time.Duration
 }
 
 func (o *Options) fill() {
@@ -92,5 +95,8 @@ func (o *Options) fill() {
 	}
 	if o.ApprovalTimeout <= 0 {
 		o.ApprovalTimeout = 10 * time.Minute
+	}
+	if o.ApprovalWait <= 0 {
+		o.ApprovalWait = 50 * time.Second
 	}
 }

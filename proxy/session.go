@@ -65,6 +65,17 @@ type call struct {
 
 	recorded atomic.Bool // its request record has been appended
 	ended    atomic.Bool // it has been answered inside guard
+
+	// A tools/call is "deciding" from its arrival until it is forwarded,
+	// answered or held: the client's end of input waits for that.
+	decidingDone func()
+}
+
+// decided ends the call's deciding phase (once; a no-op for other calls).
+func (c *call) decided() {
+	if c.decidingDone != nil {
+		c.decidingDone()
+	}
 }
 
 // end marks a call answered inside guard; only the first caller may answer.
@@ -92,6 +103,7 @@ type Session struct {
 	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
 	ownSeq   uint64
 	refresh  chan struct{} // closed when the running tools/list refresh ends
+	deciding sync.WaitGroup
 	gone     bool
 	exit     string // how the server ended, once it has
 	// On 2026-07-28 every request carries the client's identity in _meta;
@@ -117,6 +129,18 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		down:     map[string]*call{},
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
+	}
+}
+
+// waitDecisions waits, at most d, until no tools/call is still being
+// decided inside guard: when the client ends its input, calls it sent
+// before reach the server as they would without guard.
+func (s *Session) waitDecisions(d time.Duration) {
+	done := make(chan struct{})
+	go func() { s.deciding.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
 	}
 }
 
@@ -381,6 +405,7 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 		s.serverGoneAnswer(c)
 		return
 	}
+	defer c.decided()
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
@@ -424,6 +449,7 @@ func (s *Session) forget(c *call) {
 // the request, when it has no record yet or withRequest says so) and sends
 // the answer once the records are durable.
 func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byte) {
+	defer c.decided()
 	if !c.end() {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -20,6 +21,9 @@ const refreshTimeout = 30 * time.Second
 // will read: a message with duplicate keys, keys differing only in case or
 // invalid UTF-8 is refused before anything is read from it.
 func (s *Session) toolCall(msg wire.Message, c *call) {
+	s.deciding.Add(1)
+	var once sync.Once
+	c.decidingDone = func() { once.Do(s.deciding.Done) }
 	if err := wire.Strict(msg.Raw); err != nil {
 		c.reason = err.Error()
 		s.conclude(c, true, guard.OutcomeInvalid,
@@ -134,6 +138,7 @@ func (c *call) isWithdrawn() bool {
 // withdrawn records a call the client cancelled before it was forwarded;
 // per the specification, a cancelled request gets no answer.
 func (s *Session) withdrawn(c *call) {
+	defer c.decided()
 	if !c.end() {
 		return
 	}
@@ -225,8 +230,10 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
 			s.forget(c)
 			s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
 		}
+		c.decided()
 		return
 	}
+	defer c.decided() // a held call is being decided until its wait ends
 	awaitCtx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {

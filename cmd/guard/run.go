@@ -89,6 +89,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Redactor:        cfg.Redactor(),
 		Logger:          logger,
 		ApprovalTimeout: cfg.Approval.Timeout,
+		ApprovalWait:    cfg.Approval.Wait,
 	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.stdin, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
