@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -265,8 +266,10 @@ func TestGoClientsOfEveryRevisionThroughGuard(t *testing.T) {
 			}
 			if v == "2026-07-28" {
 				// input_required answers are rounds of one call.
-				if !strings.Contains(out, `"tool":"test_input_required_result_multi_round"`) {
-					t.Fatalf("no record of the multi-round call")
+				rounds, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "test_input_required_result_sampling")
+				lines := strings.Split(strings.TrimSpace(rounds), "\n")
+				if len(lines) != 1 || !strings.Contains(lines[0], `"outcome":"ok"`) {
+					t.Fatalf("the rounds of one call are not one invocation ending ok:\n%s", rounds)
 				}
 			}
 		})
@@ -581,5 +584,63 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 	out, _ = e.guard("audit", "query", "--format", "csv", "--tool", "echo")
 	if n := strings.Count(out, "\n") - 1; n != procs*calls {
 		t.Fatalf("%d echo calls recorded, want %d", n, procs*calls)
+	}
+}
+
+// A server's notifications/tools/list_changed reaches the client and makes
+// guard list the tools again: the new tool is in the catalog and callable.
+func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	changed := make(chan struct{}, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	argv := e.wrap("conformance", everythingServer(t))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-06-18"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_trigger_tool_change", Arguments: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("the client never heard of the change")
+	}
+	db, err := store.Open(ctx, store.Options{Path: e.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for {
+		tools, err := db.Tools(ctx, "conformance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, tl := range tools {
+			found = found || tl.Name == "__transient_tool_for_list_changed" && strings.HasPrefix(tl.Pin, "sha256:")
+		}
+		if found {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("guard's catalog never learned the new tool")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "__transient_tool_for_list_changed", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("calling the new tool: %v %v", res, err)
 	}
 }

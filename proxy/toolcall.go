@@ -50,11 +50,16 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	if tok := wire.MetaMember(msg.Params, "progressToken"); len(tok) > 0 && string(tok) != "null" {
 		c.progress = tok
 	}
-	var requestState *string
+	// A later round of a 2026-07-28 call names the round it continues by
+	// its requestState, or (when the server gave none) by answering input
+	// requests for the same tool and arguments.
+	var round string
 	if rs := wire.ParamsMember(msg.Params, "requestState"); rs != nil {
 		if v, ok := wire.String(rs); ok {
-			requestState = &v
+			round = "state\x00" + v
 		}
+	} else if wire.ParamsMember(msg.Params, "inputResponses") != nil {
+		round = roundKey(c.tool, c.args)
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.
 	c.withdrawn = make(chan struct{})
@@ -64,7 +69,7 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	}
 	s.mu.Unlock()
 
-	if requestState != nil && s.continueRound(msg, c, *requestState) {
+	if round != "" && s.continueRound(msg, c, round) {
 		return
 	}
 	if tool := s.catalog.get(c.tool); tool != nil {
@@ -77,10 +82,10 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 // continueRound passes a later round of a 2026-07-28 call that guard let
 // through before: it is the same call, recorded under the same id, and is
 // not held again.
-func (s *Session) continueRound(msg wire.Message, c *call, state string) bool {
+func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
 	s.mu.Lock()
-	prev := s.rounds[state]
-	delete(s.rounds, state)
+	prev := s.rounds[key]
+	delete(s.rounds, key)
 	s.mu.Unlock()
 	if prev == nil || prev.tool != c.tool {
 		return false
@@ -100,14 +105,28 @@ func (s *Session) continueRound(msg wire.Message, c *call, state string) bool {
 // noteRound remembers an input_required answer so that the client's next
 // round of the same call goes through without a second decision.
 func (s *Session) noteRound(c *call, result []byte) {
-	v := wire.ParamsMember(result, "requestState")
-	state, ok := wire.String(v)
-	if v == nil || !ok || state == "" || c.decision != guard.DecisionAllowed {
+	if c.decision != guard.DecisionAllowed {
 		return
 	}
+	key := roundKey(c.tool, c.args)
+	if v := wire.ParamsMember(result, "requestState"); v != nil {
+		if state, ok := wire.String(v); ok && state != "" {
+			key = "state\x00" + state
+		}
+	}
 	s.mu.Lock()
-	s.rounds[state] = c
+	s.rounds[key] = c
 	s.mu.Unlock()
+}
+
+// roundKey links rounds that carry no requestState: same tool, same
+// arguments.
+func roundKey(tool string, args []byte) string {
+	d, err := guard.Digest(args)
+	if err != nil {
+		return ""
+	}
+	return "call\x00" + tool + "\x00" + d
 }
 
 func (s *Session) unknownTool(msg wire.Message, c *call) {
