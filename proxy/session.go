@@ -409,15 +409,7 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
-	if _, taken := s.up[c.origKey]; taken {
-		s.ownSeq++
-		c.sentID = []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
-		c.sentKey = wire.IDKey(c.sentID)
-		data = wire.ReplaceID(msg, c.sentID)
-	} else {
-		c.sentKey = c.origKey
-	}
-	s.up[c.sentKey] = c
+	data = s.mapID(msg, c, s.up)
 	s.mu.Unlock()
 	if recorded {
 		s.toServer.push(item{data: data})
@@ -431,6 +423,29 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 		s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
 		return nil
 	}})
+}
+
+// mapID registers a request forwarded in one direction under the id it is
+// sent with: its own, unless a request with that id is already in flight
+// that way, in which case it gets one of guard's. It returns the message to
+// send. The caller holds s.mu.
+func (s *Session) mapID(msg wire.Message, c *call, inFlight map[string]*call) []byte {
+	data := msg.Raw
+	if _, taken := inFlight[c.origKey]; taken {
+		c.sentID = s.ownID()
+		c.sentKey = wire.IDKey(c.sentID)
+		data = wire.ReplaceID(msg, c.sentID)
+	} else {
+		c.sentKey = c.origKey
+	}
+	inFlight[c.sentKey] = c
+	return data
+}
+
+// ownID returns a new id of guard's own. The caller holds s.mu.
+func (s *Session) ownID() []byte {
+	s.ownSeq++
+	return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
 }
 
 // forget drops a call from the maps.
@@ -676,15 +691,7 @@ func (s *Session) serverRequest(msg wire.Message) {
 	}
 	data := msg.Raw
 	s.mu.Lock()
-	if _, taken := s.down[c.origKey]; taken {
-		s.ownSeq++
-		c.sentID = []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
-		c.sentKey = wire.IDKey(c.sentID)
-		data = wire.ReplaceID(msg, c.sentID)
-	} else {
-		c.sentKey = c.origKey
-	}
-	s.down[c.sentKey] = c
+	data = s.mapID(msg, c, s.down)
 	s.mu.Unlock()
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{data: data, wait: wait, fail: func(err error) []byte {

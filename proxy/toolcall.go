@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -394,8 +393,7 @@ func (s *Session) ownRequest(method string, params any) (json.RawMessage, error)
 		s.mu.Unlock()
 		return nil, errors.New("the server has exited")
 	}
-	s.ownSeq++
-	id := []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
+	id := s.ownID()
 	c := &call{method: method, sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
 	s.up[c.sentKey] = c
 	s.mu.Unlock()

@@ -46,14 +46,9 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table or jsonl\n", *format)
 		return exitUsage
 	}
-	st, status, ok := a.settingsOrExit(cf)
+	db, st, status, ok := a.open(ctx, cf)
 	if !ok {
 		return status
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
 	}
 	defer db.Close()
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
@@ -125,14 +120,9 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 	if who == "" {
 		who = currentUser(a.getenv)
 	}
-	st, status, ok := a.settingsOrExit(cf)
+	db, st, status, ok := a.open(ctx, cf)
 	if !ok {
 		return status
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
 	}
 	defer db.Close()
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})

@@ -38,6 +38,21 @@ func (a *app) openStore(ctx context.Context, st *settings) (*store.DB, error) {
 	return store.Open(ctx, store.Options{Path: st.DBPath, Durability: st.Config.Durability, Logger: a.logger})
 }
 
+// open resolves the settings and opens their database, or says why not and
+// returns the status to exit with.
+func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return nil, nil, status, false
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return nil, nil, exitFailure, false
+	}
+	return db, st, 0, true
+}
+
 // parseWhen reads a time: RFC 3339, or a duration back from now.
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
@@ -90,14 +105,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	if *limit >= 0 {
 		f.Limit = *limit
 	}
-	st, status, ok := a.settingsOrExit(cf)
+	db, _, status, ok := a.open(ctx, cf)
 	if !ok {
 		return status
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
 	}
 	defer db.Close()
 	switch *format {
@@ -160,14 +170,9 @@ func auditVerify(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
-	st, status, ok := a.settingsOrExit(cf)
+	db, _, status, ok := a.open(ctx, cf)
 	if !ok {
 		return status
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
 	}
 	defer db.Close()
 	rep, err := db.Verify(ctx)

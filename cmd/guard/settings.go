@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -79,11 +78,7 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 func (a *app) settingsOrExit(cf *commonFlags) (*settings, int, bool) {
 	st, err := a.settings(cf)
 	if err != nil {
-		var ce *policy.ConfigError
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		if errors.As(err, &ce) {
-			return nil, exitUsage, false
-		}
 		return nil, exitUsage, false
 	}
 	return st, 0, true
