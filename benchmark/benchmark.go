@@ -46,6 +46,9 @@ type Result struct {
 	P50     time.Duration
 	P99     time.Duration
 	PerSec  float64
+	// CPU is the CPU time the first process of the command line (guard,
+	// or the server when direct) used per call.
+	CPU time.Duration
 }
 
 // Report is everything one run measured.
@@ -106,8 +109,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 
 func (rep *Report) add(w io.Writer, r Result, base *Result) {
 	rep.Results = append(rep.Results, r)
-	fmt.Fprintf(w, "%-26s callers=%-2d calls=%-5d p50=%-9s p99=%-9s calls/s=%-8.0f",
-		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), r.PerSec)
+	fmt.Fprintf(w, "%-26s callers=%-2d calls=%-5d p50=%-9s p99=%-9s calls/s=%-6.0f cpu/call=%-7s",
+		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), r.PerSec, fmtDur(r.CPU))
 	if base != nil {
 		fmt.Fprintf(w, " added p50=%-9s calls/s %.0f%% of direct", fmtDur(r.P50-base.P50), 100*r.PerSec/base.PerSec)
 	}
@@ -131,7 +134,7 @@ func connect(ctx context.Context, argv []string) (*mcp.ClientSession, *exec.Cmd,
 
 // measure makes calls echo calls with n concurrent callers on one session.
 func measure(ctx context.Context, name string, argv []string, n, calls int) (Result, error) {
-	cs, _, err := connect(ctx, argv)
+	cs, cmd, err := connect(ctx, argv)
 	if err != nil {
 		return Result{}, err
 	}
@@ -152,6 +155,7 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (Res
 			return Result{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
+	cpu0 := cpuTime(cmd.Process.Pid)
 	lat := make([]time.Duration, calls)
 	var next int
 	var mu sync.Mutex
@@ -183,6 +187,7 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (Res
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuTime(cmd.Process.Pid) - cpu0
 	if firstErr != nil {
 		return Result{}, fmt.Errorf("%s: %w", name, firstErr)
 	}
@@ -192,7 +197,24 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (Res
 		P50:    lat[calls/2],
 		P99:    lat[calls*99/100],
 		PerSec: float64(calls) / elapsed.Seconds(),
+		CPU:    cpu / time.Duration(calls),
 	}, nil
+}
+
+// cpuTime is the user and system time a process has used so far.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces: count fields after its ")".
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ is 100 on Linux)
 }
 
 // bigResult measures guard's resident memory while idle and its peak

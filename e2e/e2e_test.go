@@ -644,3 +644,47 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 		t.Fatalf("calling the new tool: %v %v", res, err)
 	}
 }
+
+// SIGTERM sent to guard reaches the server, and guard exits with the
+// server's status.
+func TestSignalsAreForwarded(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\n")
+	argv := e.wrap("trap", "sh", "-c", `trap 'exit 3' TERM; while true; do sleep 0.05; done`)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	childOf(t, cmd.Process.Pid)
+	time.Sleep(200 * time.Millisecond) // let the shell set its trap
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("guard's exit after SIGTERM: %v", err)
+	}
+}
+
+// When the client closes its input, the server's input is closed; a server
+// that neither exits nor heeds SIGTERM is killed.
+func TestShutdownOfAServerThatWillNotStop(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\n")
+	argv := e.wrap("stubborn", "sh", "-c", `trap '' TERM; exec 0<&-; while true; do sleep 0.05; done`)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	childOf(t, cmd.Process.Pid)
+	start := time.Now()
+	stdin.Close()
+	err := cmd.Wait()
+	took := time.Since(start)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 137 {
+		t.Fatalf("guard's exit: %v", err)
+	}
+	// stdin closed, 5 s, SIGTERM (ignored), 5 s, SIGKILL
+	if took < 9*time.Second || took > 20*time.Second {
+		t.Fatalf("the server was killed after %v, want about 10s", took)
+	}
+}

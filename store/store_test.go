@@ -483,3 +483,24 @@ func TestJournalRotates(t *testing.T) {
 		t.Fatalf("after rotation: %+v %v", rep, err)
 	}
 }
+
+// BenchmarkIngest measures moving records from the journal into the
+// database, per record.
+func BenchmarkIngest(b *testing.B) {
+	db, err := Open(context.Background(), Options{Path: filepath.Join(b.TempDir(), "b.db"), Durability: "normal", CheckpointEvery: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range 100 {
+			if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := db.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
