@@ -34,6 +34,7 @@ import (
 type journal struct {
 	mu      sync.Mutex
 	f       *os.File
+	m       []byte       // the file, mapped: records are copied in, not written
 	name    string       // base name, the key in the journals table
 	sync    bool         // fsync every batch (durability full)
 	waiters []*appendReq // written, waiting for the next fsync
@@ -53,31 +54,57 @@ func journalDir(dbPath string) string { return dbPath + ".journals" }
 // openJournal creates this process's journal and locks it, so that other
 // processes know it is alive and leave its deletion to it.
 func openJournal(dbPath string, fsync bool) (*journal, error) {
-	f, name, err := newJournalFile(dbPath, fsync)
+	f, name, m, err := newJournalFile(dbPath, fsync)
 	if err != nil {
 		return nil, err
 	}
-	j := &journal{f: f, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	j := &journal{f: f, m: m, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	if fsync {
 		go j.syncer()
 	}
 	return j, nil
 }
 
-// newJournalFile creates and locks a new journal file.
-func newJournalFile(dbPath string, fsync bool) (*os.File, string, error) {
+// journalCap is a journal file's size. It is written with zeros when it is
+// created, so that its blocks exist: records are then copied into a shared
+// mapping of the file, which costs no system call and survives a crash of
+// the process (the pages belong to the kernel's cache), and an fsync has
+// only data to flush. A zero length marks the end of what was written.
+const journalCap = 32 << 20
+
+// newJournalFile creates, locks, fills and maps a new journal file.
+func newJournalFile(dbPath string, fsync bool) (*os.File, string, []byte, error) {
 	dir := journalDir(dbPath)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", fmt.Errorf("journal: %w", err)
+		return nil, "", nil, fmt.Errorf("journal: %w", err)
 	}
 	name := fmt.Sprintf("%d-%s.jsonl", os.Getpid(), uuid.NewString()[:8])
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, "", fmt.Errorf("journal: %w", err)
+		return nil, "", nil, fmt.Errorf("journal: %w", err)
+	}
+	fail := func(err error) (*os.File, string, []byte, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, "", nil, fmt.Errorf("journal: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, "", fmt.Errorf("journal: %w", err)
+		return fail(err)
+	}
+	zeros := make([]byte, 1<<20)
+	for off := 0; off < journalCap; off += len(zeros) {
+		if _, err := f.WriteAt(zeros, int64(off)); err != nil {
+			return fail(err)
+		}
+	}
+	if fsync {
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return fail(err)
+		}
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, journalCap, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fail(err)
 	}
 	if fsync {
 		// The new file's name must survive a power cut too.
@@ -86,7 +113,7 @@ func newJournalFile(dbPath string, fsync bool) (*os.File, string, error) {
 			d.Close()
 		}
 	}
-	return f, name, nil
+	return f, name, m, nil
 }
 
 // A record in the journal is one frame: its length (uvarint), its fields
@@ -120,12 +147,14 @@ var errTorn = errors.New("frame cut short")
 // readFrame decodes the frame at the start of b and returns its size.
 func readFrame(b []byte) (*guard.Record, int, error) {
 	n, k := binary.Uvarint(b)
-	if k <= 0 || uint64(len(b)-k) < n+4 {
+	if k <= 0 || n == 0 || uint64(len(b)-k) < n+4 {
 		return nil, 0, errTorn
 	}
 	body := b[k : k+int(n)]
 	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[k+int(n):]) {
-		return nil, 0, errors.New("a record's checksum does not match: the journal is damaged")
+		// Only the last frame can be cut short (a process that died in
+		// the middle of copying it): what follows is never read.
+		return nil, 0, errTorn
 	}
 	r := &guard.Record{}
 	for _, f := range frameText(r) {
@@ -236,11 +265,16 @@ func (j *journal) write(recs []*guard.Record) error {
 		c := *r
 		mem = append(mem, memRecord{rec: &c, start: j.size + int64(start), end: j.size + int64(len(buf))})
 	}
-	n, err := j.f.Write(buf)
-	j.size += int64(n)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+	// One zero byte must stay after the last frame: it marks the end.
+	if j.size+int64(len(buf)) >= int64(len(j.m)) {
+		return errors.New("journal: full (records are not being moved into the database)")
 	}
+	// The first frame's length goes in last: a reader in another process
+	// sees either nothing new or whole frames.
+	_, k := binary.Uvarint(buf)
+	copy(j.m[j.size+int64(k):], buf[k:])
+	copy(j.m[j.size:], buf[:k])
+	j.size += int64(len(buf))
 	j.memMu.Lock()
 	j.mem = append(j.mem, mem...)
 	j.memMu.Unlock()
@@ -306,11 +340,7 @@ func (db *DB) ingestFile(path string) (int, error) {
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("ingest %s: %w", name, err)
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0, err
-	}
-	if st.Size() <= offset {
+	if !hasFrameAt(path, offset) {
 		return 0, nil
 	}
 	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
@@ -329,6 +359,19 @@ func (db *DB) ingestFile(path string) (int, error) {
 		db.dirty.Store(true)
 	}
 	return n, nil
+}
+
+// hasFrameAt reports whether a record starts at offset in a journal.
+func hasFrameAt(path string, offset int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [binary.MaxVarintLen64]byte
+	n, _ := f.ReadAt(b[:], offset)
+	l, k := binary.Uvarint(b[:n])
+	return k > 0 && l > 0
 }
 
 // ingestLocked runs inside the write transaction: the offset is read again
@@ -378,27 +421,49 @@ func (db *DB) ingestLocked(ctx context.Context, path, name string) (int, error) 
 		}
 		// Not from where memory starts: read the file, and let memory go.
 	}
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
-	for offset < int64(len(b)) {
-		r, size, err := readFrame(b[offset:])
-		if errors.Is(err, errTorn) {
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	var b []byte
+	for {
+		got, rerr := f.ReadAt(chunk, offset+int64(len(b)))
+		b = append(b, chunk[:got]...)
+		progressed := false
+		for len(b) > 0 {
+			r, size, err := readFrame(b)
+			if errors.Is(err, errTorn) {
+				break
+			}
+			if err != nil {
+				return n, fmt.Errorf("record at offset %d: %w", offset, err)
+			}
+			if err := add(r); err != nil {
+				return n, err
+			}
+			offset += int64(size)
+			b = b[size:]
+			progressed = true
+		}
+		if rerr != nil || got == 0 || (!progressed && len(b) > 0 && zeroLength(b)) {
 			break
 		}
-		if err != nil {
-			return n, fmt.Errorf("record at offset %d: %w", offset, err)
+		if len(b) > 0 && zeroLength(b) {
+			break
 		}
-		if err := add(r); err != nil {
-			return n, err
-		}
-		offset += int64(size)
 	}
 	if _, err := wc.setOffset.ExecContext(ctx, name, offset); err != nil {
 		return n, err
 	}
 	return n, nil
+}
+
+// zeroLength reports whether b starts with the zero that ends a journal.
+func zeroLength(b []byte) bool {
+	l, k := binary.Uvarint(b)
+	return k > 0 && l == 0
 }
 
 // requeue puts records back for the next ingestion after a failure.
@@ -480,17 +545,18 @@ func (db *DB) maybeRotate() {
 	if err := db.wc.offset.QueryRowContext(context.Background(), j.name).Scan(&offset); err != nil || offset != j.size {
 		return
 	}
-	f, name, err := newJournalFile(db.opts.Path, j.sync)
+	f, name, m, err := newJournalFile(db.opts.Path, j.sync)
 	if err != nil {
 		db.opts.Logger.Warn("audit journal not rotated", "err", err)
 		return
 	}
 	old := filepath.Join(journalDir(db.opts.Path), j.name)
-	oldF := j.f
-	j.f, j.name, j.size = f, name, 0
+	oldF, oldM := j.f, j.m
+	j.f, j.m, j.name, j.size = f, m, name, 0
 	j.memMu.Lock()
 	j.mem = nil
 	j.memMu.Unlock()
+	_ = syscall.Munmap(oldM)
 	oldF.Close()
 	db.dropJournal(old)
 }
@@ -511,5 +577,10 @@ func (db *DB) closeJournal() error {
 			db.dropJournal(path)
 		}
 	}
-	return errors.Join(err, j.f.Close())
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.closed = true
+	merr := syscall.Munmap(j.m)
+	j.m = nil
+	return errors.Join(err, merr, j.f.Close())
 }

@@ -219,33 +219,52 @@ func TestSeveralProcessesShareOneLog(t *testing.T) {
 }
 
 func TestAppendFailsClosed(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "g.db")
-	db := openDB(t, path)
-	defer db.Close()
-	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
-		t.Fatal(err)
-	}
-	// A disk that is full: /dev/full refuses every write with ENOSPC.
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Skip("no /dev/full here:", err)
-	}
-	good := db.j.f
-	db.j.mu.Lock()
-	db.j.f = full
-	db.j.mu.Unlock()
-	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) || !strings.Contains(err.Error(), "no space") {
-		t.Fatalf("append to a full disk: %v", err)
-	}
-	// Once a write failed, nothing more is acknowledged: what follows
-	// might sit after a torn record.
-	db.j.mu.Lock()
-	db.j.f = good
-	db.j.mu.Unlock()
-	if err := db.Append(rec(3, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
-		t.Fatalf("append after a failed write: %v", err)
-	}
-	full.Close()
+	t.Run("journal full", func(t *testing.T) {
+		db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+		defer db.Close()
+		if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+			t.Fatal(err)
+		}
+		// Ingestion that cannot keep up fills the journal.
+		db.j.mu.Lock()
+		whole := db.j.m
+		db.j.m = db.j.m[:db.j.size+10]
+		db.j.mu.Unlock()
+		if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) || !strings.Contains(err.Error(), "full") {
+			t.Fatalf("append to a full journal: %v", err)
+		}
+		db.j.mu.Lock()
+		db.j.m = whole
+		db.j.mu.Unlock()
+		// Once a write failed, nothing more is acknowledged.
+		if err := db.Append(rec(3, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+			t.Fatalf("append after a failed write: %v", err)
+		}
+	})
+	t.Run("fsync fails", func(t *testing.T) {
+		db, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "g.db"), Durability: "full"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+			t.Fatal(err)
+		}
+		// A disk that fails: the syncer's fsync gets an error (a closed
+		// descriptor stands for it; no real disk fails on demand).
+		broken, _ := os.Open(os.DevNull)
+		broken.Close()
+		db.j.mu.Lock()
+		good := db.j.f
+		db.j.f = broken
+		db.j.mu.Unlock()
+		if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) || !strings.Contains(err.Error(), "fsync") {
+			t.Fatalf("append when fsync fails: %v", err)
+		}
+		db.j.mu.Lock()
+		db.j.f = good
+		db.j.mu.Unlock()
+	})
 }
 
 func TestJournalOfADeadProcessIsIngested(t *testing.T) {
