@@ -504,22 +504,29 @@ func TestJournalRotates(t *testing.T) {
 }
 
 // BenchmarkIngest measures moving records from the journal into the
-// database, per record.
+// database, per record, by the size of the batch moved at once.
 func BenchmarkIngest(b *testing.B) {
-	db, err := Open(context.Background(), Options{Path: filepath.Join(b.TempDir(), "b.db"), Durability: "normal", CheckpointEvery: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	b.ReportAllocs()
-	for b.Loop() {
-		for i := range 100 {
-			if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+	for _, size := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			db, err := Open(context.Background(), Options{Path: filepath.Join(b.TempDir(), "b.db"), Durability: "normal", CheckpointEvery: time.Hour})
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-		if err := db.Sync(); err != nil {
-			b.Fatal(err)
-		}
+			defer db.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				for i := range size {
+					if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				if err := db.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/record")
+		})
 	}
 }
