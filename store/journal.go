@@ -27,14 +27,15 @@ import (
 // the next process that opens the database.
 //
 // Compared with one SQLite commit per record, this takes the commit (and,
-// with durability normal, every syscall but one write) off the path of each
-// call, while nothing a process acknowledged can be lost by its crash.
+// with durability normal, every system call) off the path of each call,
+// while nothing a process acknowledged can be lost by its crash.
 
 // journal is this process's append-only file of records not yet ingested.
 type journal struct {
 	mu      sync.Mutex
 	f       *os.File
-	m       []byte       // the file, mapped: records are copied in, not written
+	m       []byte       // the file, mapped (durability normal): records are copied in, not written
+	limit   int64        // a smaller capacity than journalCap (tests)
 	name    string       // base name, the key in the journals table
 	sync    bool         // fsync every batch (durability full)
 	waiters []*appendReq // written, waiting for the next fsync
@@ -102,9 +103,11 @@ func newJournalFile(dbPath string, fsync bool) (*os.File, string, []byte, error)
 			return fail(err)
 		}
 	}
-	m, err := syscall.Mmap(int(f.Fd()), 0, journalCap, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return fail(err)
+	var m []byte
+	if !fsync {
+		if m, err = syscall.Mmap(int(f.Fd()), 0, journalCap, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err != nil {
+			return fail(err)
+		}
 	}
 	if fsync {
 		// The new file's name must survive a power cut too.
@@ -266,19 +269,35 @@ func (j *journal) write(recs []*guard.Record) error {
 		mem = append(mem, memRecord{rec: &c, start: j.size + int64(start), end: j.size + int64(len(buf))})
 	}
 	// One zero byte must stay after the last frame: it marks the end.
-	if j.size+int64(len(buf)) >= int64(len(j.m)) {
+	if j.size+int64(len(buf)) >= j.capacity() {
 		return errors.New("journal: full (records are not being moved into the database)")
 	}
-	// The first frame's length goes in last: a reader in another process
-	// sees either nothing new or whole frames.
-	_, k := binary.Uvarint(buf)
-	copy(j.m[j.size+int64(k):], buf[k:])
-	copy(j.m[j.size:], buf[:k])
+	if j.sync {
+		// Durability full writes (an fsync of pages dirtied through a
+		// mapping costs far more here than a write does).
+		if _, err := j.f.WriteAt(buf, j.size); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+	} else {
+		// The first frame's length goes in last: a reader in another
+		// process sees either nothing new or whole frames.
+		_, k := binary.Uvarint(buf)
+		copy(j.m[j.size+int64(k):], buf[k:])
+		copy(j.m[j.size:], buf[:k])
+	}
 	j.size += int64(len(buf))
 	j.memMu.Lock()
 	j.mem = append(j.mem, mem...)
 	j.memMu.Unlock()
 	return nil
+}
+
+// capacity is how many bytes the journal holds.
+func (j *journal) capacity() int64 {
+	if j.limit > 0 {
+		return j.limit
+	}
+	return journalCap
 }
 
 // memRecord is a record this process wrote to its journal, kept so that
@@ -556,7 +575,9 @@ func (db *DB) maybeRotate() {
 	j.memMu.Lock()
 	j.mem = nil
 	j.memMu.Unlock()
-	_ = syscall.Munmap(oldM)
+	if oldM != nil {
+		_ = syscall.Munmap(oldM)
+	}
 	oldF.Close()
 	db.dropJournal(old)
 }
@@ -580,7 +601,10 @@ func (db *DB) closeJournal() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.closed = true
-	merr := syscall.Munmap(j.m)
-	j.m = nil
+	var merr error
+	if j.m != nil {
+		merr = syscall.Munmap(j.m)
+		j.m = nil
+	}
 	return errors.Join(err, merr, j.f.Close())
 }
