@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -52,6 +53,9 @@ func (p *Protected) Check(args []byte) string {
 	if p == nil || len(args) == 0 || len(p.Paths) == 0 {
 		return ""
 	}
+	if !p.mayName(args) {
+		return ""
+	}
 	var v any
 	if json.Unmarshal(args, &v) != nil {
 		return ""
@@ -69,6 +73,35 @@ func (p *Protected) Check(args []byte) string {
 		return true
 	})
 	return reason
+}
+
+// mayName is a cheap first look: arguments with no path separator, no
+// "~", no "guard" and none of the protected files' names cannot name
+// them, nor run guard's command line.
+func (p *Protected) mayName(args []byte) bool {
+	if bytes.ContainsAny(args, "/~") || containsFoldASCII(args, "guard") {
+		return true
+	}
+	for _, x := range p.Paths {
+		if bytes.Contains(args, []byte(filepath.Base(x))) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFoldASCII reports whether b holds s (ASCII), ignoring case.
+func containsFoldASCII(b []byte, s string) bool {
+	for i := 0; i+len(s) <= len(b); i++ {
+		j := 0
+		for j < len(s) && lower(b[i+j]) == s[j] {
+			j++
+		}
+		if j == len(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // names reports whether s names a protected path: as a path of its own

@@ -222,7 +222,7 @@ func Parse(raw []byte) (Message, error) {
 		}
 		ks := i
 		ke := skipString(raw, i)
-		key, err := decodeKey(raw[ks:ke])
+		key, err := keyText(raw[ks:ke])
 		if err != nil {
 			return m, &InvalidError{Reason: err.Error()}
 		}
@@ -233,11 +233,11 @@ func Parse(raw []byte) (Message, error) {
 		i = ve
 		idx := -1
 		for n, name := range members {
-			if key == name {
+			if string(key) == name {
 				idx = n
 				break
 			}
-			if invalid == "" && strings.EqualFold(key, name) {
+			if invalid == "" && len(key) <= 3*len(name) && strings.EqualFold(string(key), name) {
 				invalid = fmt.Sprintf("member %q differs only in case from %q", key, name)
 			}
 		}
@@ -392,23 +392,24 @@ func skipValue(b []byte, i int) int {
 	}
 }
 
-// decodeKey decodes a JSON string that is a member name, refusing what
-// decoders would repair differently.
-func decodeKey(q []byte) (string, error) {
+// keyText returns a member name's text, refusing what decoders would
+// repair differently. Without escapes it is the quoted bytes themselves,
+// not a copy.
+func keyText(q []byte) ([]byte, error) {
 	if bytes.IndexByte(q, '\\') < 0 {
 		if !utf8.Valid(q) {
-			return "", errors.New("a member name is not valid UTF-8")
+			return nil, errors.New("a member name is not valid UTF-8")
 		}
-		return string(q[1 : len(q)-1]), nil
+		return q[1 : len(q)-1], nil
 	}
 	if err := checkString(q); err != nil {
-		return "", fmt.Errorf("a member name: %w", err)
+		return nil, fmt.Errorf("a member name: %w", err)
 	}
 	var s string
 	if err := json.Unmarshal(q, &s); err != nil {
-		return "", err
+		return nil, err
 	}
-	return s, nil
+	return []byte(s), nil
 }
 
 // String decodes a JSON string value.
@@ -538,7 +539,7 @@ func ParamsMember(obj []byte, key string) []byte {
 			return nil
 		}
 		ke := skipString(obj, i)
-		k, err := decodeKey(obj[i:ke])
+		k, err := keyText(obj[i:ke])
 		if err != nil {
 			return nil
 		}
@@ -548,7 +549,7 @@ func ParamsMember(obj []byte, key string) []byte {
 			return nil
 		}
 		ve := skipValue(obj, i)
-		if k == key {
+		if string(k) == key {
 			return obj[i:ve]
 		}
 		i = ve
@@ -582,16 +583,38 @@ func (e *StrictError) Error() string {
 // names that differ only in case, and no string holds invalid UTF-8 or a
 // lone surrogate. raw is valid JSON (Parse accepted it).
 func Strict(raw []byte) error {
-	_, err := strictValue(raw, skipWS(raw, 0), "")
+	_, err := strictValue(raw, skipWS(raw, 0), nil)
 	return err
 }
 
-func strictValue(b []byte, i int, path string) (int, error) {
+// where is a position in a message, built as the walk descends and turned
+// into text only for an error.
+type where struct {
+	up    *where
+	key   []byte // a member name, or nil for an array element
+	index int
+}
+
+func (w *where) String() string {
+	if w == nil {
+		return ""
+	}
+	up := w.up.String()
+	if w.key == nil {
+		return up + "[" + strconv.Itoa(w.index) + "]"
+	}
+	if up == "" {
+		return string(w.key)
+	}
+	return up + "." + string(w.key)
+}
+
+func strictValue(b []byte, i int, at *where) (int, error) {
 	switch b[i] {
 	case '"':
 		e := skipString(b, i)
 		if err := checkString(b[i:e]); err != nil {
-			return e, &StrictError{Path: path, Problem: err.Error()}
+			return e, &StrictError{Path: at.String(), Problem: err.Error()}
 		}
 		return e, nil
 	case '[':
@@ -601,7 +624,7 @@ func strictValue(b []byte, i int, path string) (int, error) {
 				i = skipWS(b, i+1)
 			}
 			var err error
-			i, err = strictValue(b, i, path+"["+strconv.Itoa(n)+"]")
+			i, err = strictValue(b, i, &where{up: at, index: n})
 			if err != nil {
 				return i, err
 			}
@@ -609,7 +632,9 @@ func strictValue(b []byte, i int, path string) (int, error) {
 		}
 		return i + 1, nil
 	case '{':
-		var names map[string]string // folded → as written
+		var small [8][]byte // the names seen, as written (most objects are small)
+		names := small[:0]
+		var folded map[string][]byte // folded → as written, past eight names
 		i = skipWS(b, i+1)
 		for b[i] != '}' {
 			if b[i] == ',' {
@@ -617,24 +642,33 @@ func strictValue(b []byte, i int, path string) (int, error) {
 			}
 			ke := skipString(b, i)
 			if err := checkString(b[i:ke]); err != nil {
-				return ke, &StrictError{Path: path, Problem: "a member name: " + err.Error()}
+				return ke, &StrictError{Path: at.String(), Problem: "a member name: " + err.Error()}
 			}
-			k, _ := String(b[i:ke])
-			if names == nil {
-				names = make(map[string]string, 8)
-			}
-			f := fold(k)
-			if prev, ok := names[f]; ok {
-				if prev == k {
-					return ke, &StrictError{Path: path, Problem: fmt.Sprintf("duplicate key %q", k)}
+			k, _ := keyText(b[i:ke])
+			if folded == nil && len(names) == cap(small) {
+				folded = make(map[string][]byte, 16)
+				for _, n := range names {
+					folded[fold(string(n))] = n
 				}
-				return ke, &StrictError{Path: join(path, k), Problem: fmt.Sprintf("key differs only in case from %q", prev)}
 			}
-			names[f] = k
+			if folded != nil {
+				f := fold(string(k))
+				if prev, ok := folded[f]; ok {
+					return ke, dupError(at, prev, k)
+				}
+				folded[f] = k
+			} else {
+				for _, prev := range names {
+					if sameName(prev, k) {
+						return ke, dupError(at, prev, k)
+					}
+				}
+			}
+			names = append(names, k)
 			i = skipWS(b, ke)
 			i = skipWS(b, i+1)
 			var err error
-			i, err = strictValue(b, i, join(path, k))
+			i, err = strictValue(b, i, &where{up: at, key: k})
 			if err != nil {
 				return i, err
 			}
@@ -646,11 +680,51 @@ func strictValue(b []byte, i int, path string) (int, error) {
 	}
 }
 
-func join(path, key string) string {
-	if path == "" {
-		return key
+// sameName reports whether two member names are one for a decoder that
+// ignores case.
+func sameName(a, b []byte) bool {
+	if len(a) == len(b) {
+		ascii := true
+		for i := range a {
+			x, y := a[i], b[i]
+			if x >= utf8.RuneSelf || y >= utf8.RuneSelf {
+				ascii = false
+				break
+			}
+			if x != y && lowerASCII(x) != lowerASCII(y) {
+				return false
+			}
+		}
+		if ascii {
+			return true
+		}
+	} else if isASCII(a) && isASCII(b) {
+		return false
 	}
-	return path + "." + key
+	return fold(string(a)) == fold(string(b))
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+func dupError(at *where, prev, k []byte) error {
+	if string(prev) == string(k) {
+		return &StrictError{Path: at.String(), Problem: fmt.Sprintf("duplicate key %q", k)}
+	}
+	return &StrictError{Path: (&where{up: at, key: k}).String(), Problem: fmt.Sprintf("key differs only in case from %q", prev)}
 }
 
 // fold maps a name to a key shared by every name that a case-insensitive
