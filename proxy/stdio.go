@@ -44,17 +44,29 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 	}
 	cmd := exec.Command(sc.Argv[0], sc.Argv[1:]...)
 	cmd.Stderr = sc.Stderr
-	serverIn, err := cmd.StdinPipe()
+	// Blocking pipes: a read waits in the kernel rather than going
+	// through Go's poller (read, EAGAIN, epoll, read again), which costs
+	// two extra system calls per message.
+	childIn, serverIn, err := blockingPipe()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	serverOut, err := cmd.StdoutPipe()
+	serverOut, childOut, err := blockingPipe()
 	if err != nil {
+		childIn.Close()
+		serverIn.Close()
 		return 0, fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdin, cmd.Stdout = childIn, childOut
+	err = cmd.Start()
+	childIn.Close()
+	childOut.Close()
+	if err != nil {
+		serverIn.Close()
+		serverOut.Close()
 		return 0, fmt.Errorf("%w: %s: %w", ErrStart, sc.Argv[0], err)
 	}
+	defer serverOut.Close()
 	s := NewSession(ctx, opts)
 	p := s.pump(clientIn, clientOut, serverIn)
 
@@ -136,6 +148,15 @@ func (s *Session) pump(clientIn io.Reader, clientOut io.Writer, serverIn io.Writ
 // readServer relays the server's output until it ends.
 func (s *Session) readServer(serverOut io.Reader) {
 	readLines(serverOut, s.opts.MaxMessage, s.FromServer, func(n int64) { s.Oversized(false, n) })
+}
+
+// blockingPipe returns the two ends of a pipe in blocking mode.
+func blockingPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
 // readLines feeds each line of r to handle, a copy the handler owns.
