@@ -36,6 +36,8 @@ type Config struct {
 	// BigResult is the size of the result used for the memory measurement
 	// (0 skips it).
 	BigResult int
+	// Rounds splits each measurement into interleaved rounds (default 1).
+	Rounds int
 }
 
 // Result is one measurement.
@@ -76,27 +78,40 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 	rep.Fsync = f
 	fmt.Fprintf(w, "fsync (4 KiB write + fsync, median of 200) in %s: %s\n", cfg.Dir, fmtDur(f))
 
-	direct := []string{cfg.Guard, "example-server"}
-	for _, n := range cfg.Concurrency {
-		r, err := measure(ctx, "direct", direct, n, cfg.Calls)
-		if err != nil {
-			return nil, err
+	// Each configuration is measured in several rounds, interleaved with
+	// the others, so that the machine's drift (other load, CPU frequency,
+	// the disk's cache) falls on all of them alike.
+	type config struct {
+		name string
+		argv []string
+	}
+	configs := []config{{"direct", []string{cfg.Guard, "example-server"}}}
+	for _, d := range cfg.Durability {
+		cfgPath := filepath.Join(cfg.Dir, "bench-"+d+".yaml")
+		conf := "durability: " + d + "\npolicy:\n  default: allow\n"
+		if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
+			return nil, fmt.Errorf("benchmark config: %w", err)
 		}
-		rep.add(w, r, nil)
-		base := r
-		for _, d := range cfg.Durability {
-			cfgPath := filepath.Join(cfg.Dir, "bench-"+d+".yaml")
-			conf := "durability: " + d + "\npolicy:\n  default: allow\n"
-			if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
-				return nil, fmt.Errorf("benchmark config: %w", err)
+		db := filepath.Join(cfg.Dir, "bench-"+d+".db")
+		configs = append(configs, config{"guard durability=" + d,
+			[]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--", cfg.Guard, "example-server"}})
+	}
+	rounds := max(cfg.Rounds, 1)
+	for _, n := range cfg.Concurrency {
+		samples := make([][]sample, len(configs))
+		for range rounds {
+			for i, c := range configs {
+				sm, err := measure(ctx, c.name, c.argv, n, cfg.Calls/rounds)
+				if err != nil {
+					return nil, err
+				}
+				samples[i] = append(samples[i], sm)
 			}
-			db := filepath.Join(cfg.Dir, fmt.Sprintf("bench-%s-%d.db", d, n))
-			argv := []string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--", cfg.Guard, "example-server"}
-			r, err := measure(ctx, "guard durability="+d, argv, n, cfg.Calls)
-			if err != nil {
-				return nil, err
-			}
-			rep.add(w, r, &base)
+		}
+		base := summarize(configs[0].name, n, samples[0])
+		rep.add(w, base, nil)
+		for i := 1; i < len(configs); i++ {
+			rep.add(w, summarize(configs[i].name, n, samples[i]), &base)
 		}
 	}
 	if cfg.BigResult > 0 {
@@ -132,11 +147,38 @@ func connect(ctx context.Context, argv []string) (*mcp.ClientSession, *exec.Cmd,
 	return cs, cmd, nil
 }
 
+// sample is one round of one configuration.
+type sample struct {
+	lat     []time.Duration
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+// summarize turns the rounds of one configuration into its result.
+func summarize(name string, n int, ss []sample) Result {
+	var lat []time.Duration
+	var elapsed, cpu time.Duration
+	for _, s := range ss {
+		lat = append(lat, s.lat...)
+		elapsed += s.elapsed
+		cpu += s.cpu
+	}
+	slices.Sort(lat)
+	calls := len(lat)
+	return Result{
+		Name: name, Callers: n, Calls: calls,
+		P50:    lat[calls/2],
+		P99:    lat[calls*99/100],
+		PerSec: float64(calls) / elapsed.Seconds(),
+		CPU:    cpu / time.Duration(calls),
+	}
+}
+
 // measure makes calls echo calls with n concurrent callers on one session.
-func measure(ctx context.Context, name string, argv []string, n, calls int) (Result, error) {
+func measure(ctx context.Context, name string, argv []string, n, calls int) (sample, error) {
 	cs, cmd, err := connect(ctx, argv)
 	if err != nil {
-		return Result{}, err
+		return sample{}, err
 	}
 	defer cs.Close()
 	call := func() (time.Duration, error) {
@@ -152,7 +194,7 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (Res
 	}
 	for range 200 { // warm-up
 		if _, err := call(); err != nil {
-			return Result{}, fmt.Errorf("%s: %w", name, err)
+			return sample{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	cpu0 := cpuTime(cmd.Process.Pid)
@@ -189,16 +231,9 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (Res
 	elapsed := time.Since(start)
 	cpu := cpuTime(cmd.Process.Pid) - cpu0
 	if firstErr != nil {
-		return Result{}, fmt.Errorf("%s: %w", name, firstErr)
+		return sample{}, fmt.Errorf("%s: %w", name, firstErr)
 	}
-	slices.Sort(lat)
-	return Result{
-		Name: name, Callers: n, Calls: calls,
-		P50:    lat[calls/2],
-		P99:    lat[calls*99/100],
-		PerSec: float64(calls) / elapsed.Seconds(),
-		CPU:    cpu / time.Duration(calls),
-	}, nil
+	return sample{lat: lat, elapsed: elapsed, cpu: cpu}, nil
 }
 
 // cpuTime is the user and system time a process has used so far.

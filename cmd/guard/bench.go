@@ -17,6 +17,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	calls := fs.Int("calls", 3000, "calls per measurement")
 	dir := fs.String("dir", "", "`directory` for the benchmark databases (default: a temporary one)")
 	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips)")
+	rounds := fs.Int("rounds", 5, "interleaved rounds per measurement")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -41,6 +42,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		Concurrency: []int{1, 8},
 		Durability:  []string{"normal", "full"},
 		BigResult:   *big,
+		Rounds:      *rounds,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
