@@ -688,3 +688,31 @@ func TestShutdownOfAServerThatWillNotStop(t *testing.T) {
 		t.Fatalf("the server was killed after %v, want about 10s", took)
 	}
 }
+
+// A server that exits while a process it started keeps its stdout open:
+// guard notices the exit and ends anyway.
+func TestServerExitWhileItsChildHoldsStdout(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\n")
+	argv := e.wrap("forker", "sh", "-c", `sleep 30 & exit 4`)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	stdin, _ := cmd.StdinPipe()
+	defer stdin.Close()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 4 {
+			t.Fatalf("guard's exit: %v", err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("guard took %v to notice", took)
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("guard waited for the server's child")
+	}
+}

@@ -104,9 +104,21 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 		}
 	}()
 
-	s.readServer(serverOut)
+	readDone := make(chan struct{})
+	go func() {
+		s.readServer(serverOut)
+		close(readDone)
+	}()
 	werr := cmd.Wait()
 	close(exited)
+	// The server's output ends when it exits, unless a process it started
+	// still holds it open: then guard stops reading after a moment rather
+	// than wait for that process.
+	select {
+	case <-readDone:
+	case <-time.After(time.Second):
+		opts.Logger.Warn("the server exited but its output is still open (held by a process it started); no longer reading it")
+	}
 	code, status := exitStatus(cmd, werr)
 	s.ServerGone(code, status)
 	s.toClient.close()
