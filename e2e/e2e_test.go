@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	guardBin = filepath.Join(dir, "guard")
-	build := exec.Command("go", "build", "-o", guardBin, "../cmd/guard")
+	// GUARD_TEST_BUILD_FLAGS adds build flags, such as -race.
+	args := append([]string{"build", "-o", guardBin}, strings.Fields(os.Getenv("GUARD_TEST_BUILD_FLAGS"))...)
+	build := exec.Command("go", append(args, "../cmd/guard")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building guard:", err)
