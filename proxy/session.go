@@ -531,6 +531,14 @@ func (s *Session) clientResponse(msg wire.Message) {
 		s.event("guard/dropped", guard.ClientToServer, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
 		return
 	}
+	data, out := s.answered(msg, c)
+	wait := s.opts.Recorder.AppendAsync(out)
+	s.toServer.push(item{data: data, wait: wait, fail: refusal(c.origID)})
+}
+
+// answered returns a response as its request's sender must read it (with
+// the id it sent) and the outcome record of the request.
+func (s *Session) answered(msg wire.Message, c *call) ([]byte, *guard.Record) {
 	data := msg.Raw
 	if c.sentID != nil {
 		data = wire.ReplaceID(msg, c.origID)
@@ -539,8 +547,7 @@ func (s *Session) clientResponse(msg wire.Message) {
 	out.Outcome, out.Result = s.outcomeOf(msg)
 	out.ResponseSize = int64(len(msg.Raw))
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
-	wait := s.opts.Recorder.AppendAsync(out)
-	s.toServer.push(item{data: data, wait: wait, fail: refusal(c.origID)})
+	return data, out
 }
 
 // outcomeOf classifies a response and returns its recorded result.
@@ -633,14 +640,7 @@ func (s *Session) serverResponse(msg wire.Message) {
 			s.learnTools(msg.Result, false)
 		}
 	}
-	data := msg.Raw
-	if c.sentID != nil {
-		data = wire.ReplaceID(msg, c.origID)
-	}
-	out := s.record(guard.KindOutcome, c)
-	out.Outcome, out.Result = s.outcomeOf(msg)
-	out.ResponseSize = int64(len(msg.Raw))
-	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	data, out := s.answered(msg, c)
 	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
 		s.noteRound(c, msg.Result)
 	}
