@@ -126,6 +126,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	defer unlock()
+	// The database holds the complete arguments of held calls: only its
+	// owner may read it (SQLite gives its -wal and -shm files the same mode).
+	if f, err := os.OpenFile(opts.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	}
 	sync := "FULL"
 	if opts.Durability == "normal" {
 		sync = "NORMAL"

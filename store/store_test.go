@@ -529,3 +529,22 @@ func BenchmarkIngest(b *testing.B) {
 		})
 	}
 }
+
+func TestFilesAreOwnerOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	path := filepath.Join(dir, "g.db")
+	db := openDB(t, path)
+	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, f := range []string{dir, path, path + ".checkpoint", filepath.Join(dir, "audit.key"), path + ".journals"} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: others can read it", f, st.Mode().Perm())
+		}
+	}
+}
