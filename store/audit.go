@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +23,10 @@ var errClosed = errors.New("the database is closed")
 // ingestEvery is how often journals are moved into the database when
 // nothing asks for it sooner.
 const ingestEvery = 200 * time.Millisecond
+
+// ingestNice is the scheduling priority of the ingester's thread while
+// the journal has room.
+const ingestNice = 10
 
 // ingestDelay is how long the ingester lets records gather once one
 // arrives. Larger batches cost far less per record; readers (Query,
@@ -78,9 +84,29 @@ func newID() string {
 // (coalescing what arrives meanwhile), and writes checkpoints.
 func (db *DB) ingester() {
 	defer close(db.closed)
+	// Moving records is background work: on a busy machine it yields to
+	// the relay (and to the client and server guard sits between), as long
+	// as the journal has room; when the journal fills, it takes its share.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := syscall.Gettid()
+	niced := false
+	nice := func(on bool) {
+		if on == niced {
+			return
+		}
+		prio := 0
+		if on {
+			prio = ingestNice
+		}
+		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, prio) == nil {
+			niced = on
+		}
+	}
 	t := time.NewTicker(ingestEvery)
 	defer t.Stop()
 	for {
+		nice(db.j.backlog() < journalCap/4)
 		select {
 		case <-db.wake:
 			time.Sleep(ingestDelay) // let a burst gather: one transaction for many records

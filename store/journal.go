@@ -292,6 +292,17 @@ func (j *journal) write(recs []*guard.Record) error {
 	return nil
 }
 
+// backlog is how many bytes of the journal are written but not yet in the
+// database (as far as this process knows).
+func (j *journal) backlog() int64 {
+	j.memMu.Lock()
+	defer j.memMu.Unlock()
+	if len(j.mem) == 0 {
+		return 0
+	}
+	return j.mem[len(j.mem)-1].end - j.mem[0].start
+}
+
 // capacity is how many bytes the journal holds.
 func (j *journal) capacity() int64 {
 	if j.limit > 0 {
