@@ -58,15 +58,13 @@ type Options struct {
 	// MaxResult is the most bytes of a result kept in an audit record
 	// (default 64 KiB); larger results are recorded by size and digest.
 	MaxResult int
-	// TrustAnnotations says whether the server's hints are read at all;
-	// it is passed to the policy through the call's tool.
-	Recorder Recorder
-	Catalog  CatalogStore
-	Decider  Decider
-	Holds    Holds
-	Redactor Redactor
-	Logger   *slog.Logger
-	Now      func() time.Time
+	Recorder  Recorder
+	Catalog   CatalogStore
+	Decider   Decider
+	Holds     Holds
+	Redactor  Redactor
+	Logger    *slog.Logger
+	Now       func() time.Time
 	// ProgressEvery is how often a held call with a progressToken gets a
 	// progress notification (default 5s).
 	ProgressEvery time.Duration

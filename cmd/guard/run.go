@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -92,10 +91,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		ApprovalWait:    cfg.Approval.Wait,
 	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.stdin, a.stdout)
 	if err != nil {
+		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		if errors.Is(err, proxy.ErrStart) {
-			return exitFailure
-		}
 		return exitFailure
 	}
 	return code
