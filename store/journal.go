@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -125,17 +126,43 @@ func newJournalFile(dbPath string, fsync bool) (*os.File, string, []byte, error)
 // journal is one whose write never finished: it was never acknowledged and
 // is left out.
 func appendFrame(buf []byte, r *guard.Record) []byte {
-	var body []byte
-	for _, f := range frameText(r) {
-		body = binary.AppendUvarint(body, uint64(len(*f)))
-		body = append(body, *f...)
+	text := frameText(r)
+	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
+	size := 0
+	for _, f := range text {
+		size += uvarintLen(uint64(len(*f))) + len(*f)
 	}
-	for _, n := range []int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS} {
-		body = binary.AppendVarint(body, n)
+	for _, n := range nums {
+		size += varintLen(n)
 	}
-	buf = binary.AppendUvarint(buf, uint64(len(body)))
-	buf = append(buf, body...)
-	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(body))
+	buf = slices.Grow(buf, binary.MaxVarintLen64+size+4)
+	buf = binary.AppendUvarint(buf, uint64(size))
+	start := len(buf)
+	for _, f := range text {
+		buf = binary.AppendUvarint(buf, uint64(len(*f)))
+		buf = append(buf, *f...)
+	}
+	for _, n := range nums {
+		buf = binary.AppendVarint(buf, n)
+	}
+	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(buf[start:]))
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
 }
 
 func frameText(r *guard.Record) []*string {

@@ -426,7 +426,18 @@ func FuzzChain(f *testing.F) {
 	db := openDB(f, path)
 	f.Cleanup(func() { db.Close() })
 	f.Fuzz(func(t *testing.T, tool, args, result string, size int64) {
-		r := &guard.Record{Kind: guard.KindRequest, Tool: tool, Arguments: args, Result: result, RequestSize: size}
+		r := &guard.Record{Kind: guard.KindRequest, Tool: tool, Arguments: args, Result: result, RequestSize: size,
+			DurationMS: -size, Time: time.UnixMilli(size).UTC()}
+		// The journal's frame gives the record back exactly, and says
+		// where it ends.
+		frame := appendFrame([]byte("x"), r)
+		back, n, err := readFrame(frame[1:])
+		if err != nil || n != len(frame)-1 || *back != *r {
+			t.Fatalf("frame round trip: %v %d/%d %+v", err, n, len(frame)-1, back)
+		}
+		if _, _, err := readFrame(frame[1 : len(frame)-1]); !errors.Is(err, errTorn) {
+			t.Fatal("a frame cut short was read")
+		}
 		if err := db.Append(r); err != nil {
 			t.Fatal(err)
 		}
