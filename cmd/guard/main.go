@@ -8,9 +8,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/google/uuid"
 )
 
 func main() {
+	// Random bits for ids (UUIDv7: every call and record gets one) are
+	// read in batches rather than one system call per id.
+	uuid.EnableRandPool()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := newApp(os.Stdin, os.Stdout, os.Stderr, os.Getenv).main(ctx, os.Args[1:])
 	stop()
