@@ -40,6 +40,7 @@ type journal struct {
 	name    string       // base name, the key in the journals table
 	sync    bool         // fsync every batch (durability full)
 	waiters []*appendReq // written, waiting for the next fsync
+	cond    *sync.Cond   // signalled when an fsync run ends
 	kick    chan struct{}
 	stopped chan struct{}
 	closed  bool
@@ -61,6 +62,7 @@ func openJournal(dbPath string, fsync bool) (*journal, error) {
 		return nil, err
 	}
 	j := &journal{f: f, m: m, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	j.cond = sync.NewCond(&j.mu)
 	if fsync {
 		go j.syncer()
 	}
@@ -235,9 +237,40 @@ func (j *journal) append(req *appendReq) {
 		return
 	}
 	j.waiters = append(j.waiters, req)
+	if !j.syncing && len(j.waiters) == 1 {
+		// Nothing else is being synced or waiting: fsync here rather
+		// than wake the syncer (a lone call then pays no hand-off).
+		j.syncing = true
+		f := j.f
+		j.waiters = nil
+		j.mu.Unlock()
+		err := syscall.Fdatasync(int(f.Fd()))
+		j.mu.Lock()
+		j.synced(err, []*appendReq{req})
+		return
+	}
 	select {
 	case j.kick <- struct{}{}:
 	default:
+	}
+}
+
+// synced ends an fsync run: it answers the waiters it covered and hands
+// whoever arrived meanwhile to the syncer. The caller holds j.mu.
+func (j *journal) synced(err error, w []*appendReq) {
+	j.syncing = false
+	if err != nil && j.err == nil {
+		j.err = fmt.Errorf("%w: journal: fsync: %w", guard.ErrAuditWrite, err)
+	}
+	for _, r := range w {
+		r.done <- j.err
+	}
+	j.cond.Broadcast()
+	if len(j.waiters) > 0 && !j.closed {
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -246,25 +279,22 @@ func (j *journal) syncer() {
 	defer close(j.stopped)
 	for range j.kick {
 		j.mu.Lock()
+		for j.syncing {
+			j.cond.Wait()
+		}
 		w := j.waiters
 		j.waiters = nil
 		f := j.f
-		j.syncing = len(w) > 0
-		j.mu.Unlock()
 		if len(w) == 0 {
+			j.mu.Unlock()
 			continue
 		}
+		j.syncing = true
+		j.mu.Unlock()
 		err := syscall.Fdatasync(int(f.Fd()))
 		j.mu.Lock()
-		j.syncing = false
-		if err != nil && j.err == nil {
-			j.err = fmt.Errorf("%w: journal: fsync: %w", guard.ErrAuditWrite, err)
-		}
-		err = j.err
+		j.synced(err, w)
 		j.mu.Unlock()
-		for _, r := range w {
-			r.done <- err
-		}
 	}
 }
 
