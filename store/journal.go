@@ -623,31 +623,48 @@ const rotateAt = 8 << 20
 // in it is in the database. The caller holds ingestMu.
 func (db *DB) maybeRotate() {
 	j := db.j
+	ready := func() bool { // the caller holds j.mu
+		return j.size >= rotateAt && !j.syncing && len(j.waiters) == 0 && !j.closed
+	}
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.size < rotateAt || j.syncing || len(j.waiters) > 0 || j.closed {
+	size, name := j.size, j.name
+	ok := ready()
+	j.mu.Unlock()
+	if !ok {
 		return
 	}
 	var offset int64
-	if err := db.wc.offset.QueryRowContext(context.Background(), j.name).Scan(&offset); err != nil || offset != j.size {
+	if err := db.wc.offset.QueryRowContext(context.Background(), name).Scan(&offset); err != nil || offset != size {
 		return
 	}
-	f, name, m, err := newJournalFile(db.opts.Path, j.sync)
+	// The new file is made (and zero-filled) without holding the journal:
+	// the relay goes on appending meanwhile.
+	f, newName, m, err := newJournalFile(db.opts.Path, j.sync)
 	if err != nil {
 		db.opts.Logger.Warn("audit journal not rotated", "err", err)
 		return
 	}
-	old := filepath.Join(journalDir(db.opts.Path), j.name)
+	j.mu.Lock()
+	if !ready() || j.size != size || j.name != name {
+		j.mu.Unlock()
+		if m != nil {
+			_ = syscall.Munmap(m)
+		}
+		f.Close()
+		os.Remove(f.Name())
+		return
+	}
 	oldF, oldM := j.f, j.m
-	j.f, j.m, j.name, j.size = f, m, name, 0
+	j.f, j.m, j.name, j.size = f, m, newName, 0
 	j.memMu.Lock()
 	j.mem = nil
 	j.memMu.Unlock()
+	j.mu.Unlock()
 	if oldM != nil {
 		_ = syscall.Munmap(oldM)
 	}
 	oldF.Close()
-	db.dropJournal(old)
+	db.dropJournal(filepath.Join(journalDir(db.opts.Path), name))
 }
 
 // closeJournal ingests what is left of this process's journal and removes
