@@ -47,6 +47,7 @@ type Result struct {
 	Calls   int
 	P50     time.Duration
 	P99     time.Duration
+	Max     time.Duration
 	PerSec  float64
 	// CPU is the CPU time the first process of the command line (guard,
 	// or the server when direct) used per call.
@@ -124,8 +125,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 
 func (rep *Report) add(w io.Writer, r Result, base *Result) {
 	rep.Results = append(rep.Results, r)
-	fmt.Fprintf(w, "%-26s callers=%-2d calls=%-5d p50=%-9s p99=%-9s calls/s=%-6.0f cpu/call=%-7s",
-		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), r.PerSec, fmtDur(r.CPU))
+	fmt.Fprintf(w, "%-24s callers=%-2d calls=%-5d p50=%-8s p99=%-8s max=%-8s calls/s=%-5.0f cpu/call=%-6s",
+		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.PerSec, fmtDur(r.CPU))
 	if base != nil {
 		fmt.Fprintf(w, " added p50=%-9s calls/s %.0f%% of direct", fmtDur(r.P50-base.P50), 100*r.PerSec/base.PerSec)
 	}
@@ -169,6 +170,7 @@ func summarize(name string, n int, ss []sample) Result {
 		Name: name, Callers: n, Calls: calls,
 		P50:    lat[calls/2],
 		P99:    lat[calls*99/100],
+		Max:    lat[calls-1],
 		PerSec: float64(calls) / elapsed.Seconds(),
 		CPU:    cpu / time.Duration(calls),
 	}
@@ -341,7 +343,9 @@ func fmtDur(d time.Duration) string {
 		return "-" + fmtDur(-d)
 	case d < time.Millisecond:
 		return fmt.Sprintf("%dµs", d.Microseconds())
-	default:
+	case d < time.Second:
 		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
 	}
 }
