@@ -718,3 +718,37 @@ func TestServerExitWhileItsChildHoldsStdout(t *testing.T) {
 		t.Fatal("guard waited for the server's child")
 	}
 }
+
+// No call waits on guard's background work: over a few thousand calls, in
+// both durabilities, none takes seconds. (A deadline for stalls, not a
+// speed goal: those are the benchmark's.)
+func TestNoCallStalls(t *testing.T) {
+	for _, d := range []string{"normal", "full"} {
+		t.Run(d, func(t *testing.T) {
+			e := newEnv(t, "durability: "+d+"\npolicy: {default: allow}\n")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			argv := e.wrap("notes", guardBin, "example-server")
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Stderr = os.Stderr
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
+				Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			var worst time.Duration
+			for i := range 1500 {
+				t0 := time.Now()
+				if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": fmt.Sprint(i)}}); err != nil {
+					t.Fatal(err)
+				}
+				worst = max(worst, time.Since(t0))
+			}
+			t.Logf("slowest of 1500 calls: %v", worst)
+			if worst > 2*time.Second {
+				t.Fatalf("a call took %v", worst)
+			}
+		})
+	}
+}
