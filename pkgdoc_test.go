@@ -29,22 +29,26 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for dir := range dirs {
-		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, p := range pkgs {
-			docs := 0
-			for _, f := range p.Files {
-				if f.Doc != nil {
-					docs++
-				}
+		docs := 0
+		for _, e := range entries {
+			name := e.Name()
+			if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+				continue
 			}
-			if docs != 1 {
-				t.Errorf("package %s (%s) has %d doc comments, want 1", name, dir, docs)
+			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.ParseComments|parser.PackageClauseOnly)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if f.Doc != nil {
+				docs++
+			}
+		}
+		if docs != 1 {
+			t.Errorf("package in %s has %d doc comments, want 1", dir, docs)
 		}
 	}
 }

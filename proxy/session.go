@@ -398,7 +398,6 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 // client's on the way back.
 // recorded says the request record was written already (a held call).
 func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
-	data := msg.Raw
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
@@ -409,7 +408,7 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
-	data = s.mapID(msg, c, s.up)
+	data := s.mapID(msg, c, s.up)
 	s.mu.Unlock()
 	if recorded {
 		s.toServer.push(item{data: data})
@@ -689,9 +688,8 @@ func (s *Session) serverRequest(msg wire.Message) {
 		start:   s.now(),
 		reqSize: len(msg.Raw),
 	}
-	data := msg.Raw
 	s.mu.Lock()
-	data = s.mapID(msg, c, s.down)
+	data := s.mapID(msg, c, s.down)
 	s.mu.Unlock()
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{data: data, wait: wait, fail: func(err error) []byte {

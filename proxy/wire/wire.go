@@ -441,7 +441,7 @@ func IDKey(id []byte) string {
 	case 'n':
 		return "null"
 	}
-	if bytes.IndexAny(id, ".eE") < 0 {
+	if !bytes.ContainsAny(id, ".eE") {
 		return "n" + string(id)
 	}
 	f, err := strconv.ParseFloat(string(id), 64)
