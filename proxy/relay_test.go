@@ -532,3 +532,19 @@ func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
 		t.Fatalf("events: %s", joined)
 	}
 }
+
+func TestRelayRecordsArgumentsWithSecretsMasked(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi","auth":{"API_KEY":"sk-live-123"}}}}`)
+	h.next()
+	var args string
+	for _, c := range h.calls() {
+		if c.Tool == "echo" {
+			args = c.Arguments
+		}
+	}
+	if strings.Contains(args, "sk-live-123") || !strings.Contains(args, `"API_KEY":"[REDACTED]"`) {
+		t.Fatalf("recorded arguments: %s", args)
+	}
+}
