@@ -114,8 +114,10 @@ func New(logger *slog.Logger) *mcp.Server {
 		Seconds int    `json:"seconds,omitempty" jsonschema:"how long the task takes"`
 	}
 	mcp.AddTool(s, &mcp.Tool{
-		Name: "run_task", Description: "Runs a named task, reporting progress. Declares no annotations.",
+		Name: "run_task", Description: "Runs a named task, reporting progress and logging its start and end. Declares no annotations.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in taskIn) (*mcp.CallToolResult, any, error) {
+		// Log sends only once the client has set a logging level.
+		_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "run_task", Data: "started " + in.Task})
 		steps := max(in.Seconds*4, 1)
 		for i := range steps {
 			if tok := req.Params.GetProgressToken(); tok != nil {
@@ -131,6 +133,7 @@ func New(logger *slog.Logger) *mcp.Server {
 				}
 			}
 		}
+		_ = req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "run_task", Data: "finished " + in.Task})
 		return text("done: " + in.Task), nil, nil
 	})
 

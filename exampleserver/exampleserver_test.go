@@ -3,6 +3,7 @@ package exampleserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -13,9 +14,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// connect starts a new example server and a go-sdk client on in-memory
-// transports. onProgress, if not nil, receives progress notifications.
-func connect(t *testing.T, onProgress func(*mcp.ProgressNotificationParams)) *mcp.ClientSession {
+// connect starts a new example server and a go-sdk client with opts on
+// in-memory transports, pinned to protocol version if it is not empty.
+func connect(t *testing.T, opts *mcp.ClientOptions, version string) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -25,16 +26,30 @@ func connect(t *testing.T, onProgress func(*mcp.ProgressNotificationParams)) *mc
 		t.Fatalf("server connect: %v", err)
 	}
 	t.Cleanup(func() { _ = ss.Close() })
-	opts := &mcp.ClientOptions{}
-	if onProgress != nil {
-		opts.ProgressNotificationHandler = func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { onProgress(r.Params) }
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("client connect: %v", err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// collect returns what arrives on ch: n values (or fewer after five
+// seconds), and any that follow within a tenth of a second.
+func collect[T any](ch <-chan T, n int) []T {
+	var got []T
+	wait := time.After(5 * time.Second)
+	for {
+		if len(got) == n {
+			wait = time.After(100 * time.Millisecond)
+		}
+		select {
+		case v := <-ch:
+			got = append(got, v)
+		case <-wait:
+			return got
+		}
+	}
 }
 
 // call calls a tool and returns its text, failing on a protocol error.
@@ -73,7 +88,7 @@ func hintsOf(tl *mcp.Tool) hints {
 }
 
 func TestToolsAndTheirAnnotations(t *testing.T) {
-	cs := connect(t, nil)
+	cs := connect(t, nil, "")
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +137,7 @@ func TestToolsAndTheirAnnotations(t *testing.T) {
 }
 
 func TestNotebook(t *testing.T) {
-	cs := connect(t, nil)
+	cs := connect(t, nil, "")
 	if s, _ := call(t, cs, "echo", map[string]any{"text": "ab", "times": 3}); s != "ababab" {
 		t.Errorf("echo: %q", s)
 	}
@@ -165,7 +180,9 @@ func TestNotebook(t *testing.T) {
 
 func TestRunTaskReportsProgress(t *testing.T) {
 	progress := make(chan float64, 16)
-	cs := connect(t, func(p *mcp.ProgressNotificationParams) { progress <- p.Progress })
+	cs := connect(t, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { progress <- r.Params.Progress },
+	}, "")
 	params := &mcp.CallToolParams{Name: "run_task", Arguments: map[string]any{"task": "tidy", "seconds": 1}}
 	params.SetProgressToken("p1")
 	res, err := cs.CallTool(context.Background(), params)
@@ -175,23 +192,29 @@ func TestRunTaskReportsProgress(t *testing.T) {
 	if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != "done: tidy" {
 		t.Errorf("run_task: %v", res.Content)
 	}
-	var seen []float64
-	timeout := time.After(5 * time.Second)
-	for len(seen) < 4 {
-		select {
-		case p := <-progress:
-			seen = append(seen, p)
-		case <-timeout:
-			t.Fatalf("progress: got %v, want 1 to 4", seen)
-		}
+	if seen := collect(progress, 4); !slices.Equal(seen, []float64{1, 2, 3, 4}) {
+		t.Errorf("progress: %v, want 1 to 4", seen)
 	}
-	if !slices.Equal(seen, []float64{1, 2, 3, 4}) {
-		t.Errorf("progress: %v", seen)
+}
+
+func TestRunTaskLogsOnceALevelIsSet(t *testing.T) {
+	logs := make(chan string, 8)
+	cs := connect(t, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) { logs <- fmt.Sprint(r.Params.Data) },
+	}, "2025-11-25") // logging/setLevel predates 2026-07-28
+	args := map[string]any{"task": "tidy"}
+	call(t, cs, "run_task", args)
+	if err := cs.SetLoggingLevel(context.Background(), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	call(t, cs, "run_task", args)
+	if got := collect(logs, 2); !slices.Equal(got, []string{"started tidy", "finished tidy"}) {
+		t.Errorf("logs: %v, want the second call's start and end only", got)
 	}
 }
 
 func TestRunTaskStopsWhenCancelled(t *testing.T) {
-	cs := connect(t, nil)
+	cs := connect(t, nil, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
