@@ -3,7 +3,13 @@
 // JSON transcript of what it saw, with values that change from run to run
 // left out, so that a run through guard can be compared with a direct one.
 //
-//   node client.mjs [--protocol VERSION] -- COMMAND [ARGS...]
+//   node client.mjs [--scenario auto|everything|example] [--protocol VERSION] -- COMMAND [ARGS...]
+//
+// --scenario everything calls server-everything's tools, example calls guard's
+// example server's; auto (the default) chooses by the tools listed.
+// --protocol offers VERSION in initialize instead of the SDK's latest (the
+// SDK has no option for it, so the initialize request is rewritten on its
+// way out); the transcript names the version the server chose.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import {
@@ -15,8 +21,22 @@ import {
 
 const argv = process.argv.slice(2);
 const sep = argv.indexOf("--");
+const usage = "usage: node client.mjs [--scenario auto|everything|example] [--protocol VERSION] -- COMMAND [ARGS...]";
 if (sep < 0 || sep === argv.length - 1) {
-  console.error("usage: node client.mjs [--protocol VERSION] -- COMMAND [ARGS...]");
+  console.error(usage);
+  process.exit(2);
+}
+const flags = { scenario: "auto", protocol: "" };
+for (let i = 0; i < sep; i += 2) {
+  const name = argv[i].replace(/^--?/, "");
+  if (!(name in flags) || i + 1 >= sep) {
+    console.error(usage);
+    process.exit(2);
+  }
+  flags[name] = argv[i + 1];
+}
+if (!["auto", "everything", "example"].includes(flags.scenario)) {
+  console.error(usage);
   process.exit(2);
 }
 const command = argv.slice(sep + 1);
@@ -27,6 +47,20 @@ const transport = new StdioClientTransport({
   env: process.env,
   stderr: "inherit",
 });
+const out = { server: null, protocol: null, tools: [], calls: {}, resources: 0, prompts: [], ping: false };
+if (flags.protocol) {
+  const send = transport.send.bind(transport);
+  transport.send = (message, options) => {
+    if (message.method === "initialize") {
+      message = { ...message, params: { ...message.params, protocolVersion: flags.protocol } };
+    }
+    return send(message, options);
+  };
+}
+// The client tells the transport the negotiated version after initialize.
+transport.setProtocolVersion = (v) => {
+  out.protocol = v;
+};
 const client = new Client(
   { name: "guard-ts-client", version: "1.0.0" },
   { capabilities: { sampling: {}, elicitation: { form: {} }, roots: { listChanged: true } } },
@@ -48,8 +82,6 @@ client.setRequestHandler(ListRootsRequestSchema, async () => {
 client.setNotificationHandler(LoggingMessageNotificationSchema, () => {
   seen.logs++;
 });
-
-const out = { server: null, tools: [], calls: {}, resources: 0, prompts: [], ping: false };
 
 function textOf(result) {
   return (result.content || []).filter((c) => c.type === "text").map((c) => c.text).join("\n");
@@ -79,24 +111,39 @@ async function call(name, args, opts, label) {
 }
 
 let progress = 0;
-const everything = out.tools.includes("get-sum");
-if (everything) await call("echo", { message: "hello through guard" });
-else await call("echo", { text: "hello through guard" });
-await call("get-sum", { a: 2, b: 40 });
-await call("get-structured-content", { location: "New York" });
-// The weather it reports is random: keep the shape only.
-if (out.calls["get-structured-content"]?.structured) {
-  const s = out.calls["get-structured-content"];
-  s.structured = Object.keys(s.structured).sort();
-  s.text = "";
+const onprogress = () => progress++;
+let scenario = flags.scenario;
+if (scenario === "auto") scenario = out.tools.includes("get-sum") ? "everything" : "example";
+out.scenario = scenario;
+if (scenario === "everything") {
+  await call("echo", { message: "hello through guard" });
+  await call("get-sum", { a: 2, b: 40 });
+  await call("get-structured-content", { location: "New York" });
+  // The weather it reports is random: keep the shape only.
+  if (out.calls["get-structured-content"]?.structured) {
+    const s = out.calls["get-structured-content"];
+    s.structured = Object.keys(s.structured).sort();
+    s.text = "";
+  }
+  await call("trigger-long-running-operation", { duration: 1, steps: 3 }, { onprogress });
+  await call("trigger-sampling-request", { prompt: "say hi", maxTokens: 10 });
+  await call("trigger-elicitation-request", {});
+  await call("get-roots-list", {});
+} else {
+  // guard's example server logs the start and end of run_task once a level
+  // is set: those notifications are counted.
+  await client.setLoggingLevel("info");
+  await call("echo", { text: "hello through guard", times: 2 });
+  await call("list_notes", {});
+  await call("write_note", { title: "plan", body: "ship it" });
+  await call("read_note", { title: "plan" });
+  await call("send_message", { to: "ops@example.com", message: "shipped" });
+  await call("run_task", { task: "tidy", seconds: 1 }, { onprogress });
+  await call("note_stats", {});
+  await call("delete_note", { title: "plan" });
+  await call("read_note", { title: "plan" }, undefined, "read_note after delete_note");
+  await call("write_note", { title: "no body" }, undefined, "write_note without body");
 }
-await call("trigger-long-running-operation", { duration: 1, steps: 3 }, { onprogress: () => progress++ });
-await call("trigger-sampling-request", { prompt: "say hi", maxTokens: 10 });
-await call("trigger-elicitation-request", {});
-await call("get-roots-list", {});
-await call("read_note", { title: "welcome" });
-await call("run_task", { task: "tidy", seconds: 0 }, { onprogress: () => progress++ });
-await call("note_stats", {});
 out.progress = progress > 0;
 
 try {
@@ -129,5 +176,7 @@ try {
 await client.ping();
 out.ping = true;
 out.seen = { sampling: seen.sampling > 0, elicitation: seen.elicitation > 0, roots: seen.roots > 0 };
+// server-everything logs at random intervals: only the example's count is fixed.
+if (scenario === "example") out.seen.logs = seen.logs;
 await client.close();
 process.stdout.write(JSON.stringify(out, null, 1) + "\n");
