@@ -54,7 +54,10 @@ func peer(t *testing.T, env, rel string) string {
 		p = filepath.Join(repoRoot(t), rel)
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s is missing (%s): run scripts/test, which installs the test peers", p, env)
+		if env != "" {
+			p += " (" + env + ")"
+		}
+		t.Fatalf("%s is missing: run scripts/test, which installs the test peers", p)
 	}
 	return p
 }
