@@ -10,24 +10,10 @@ import (
 )
 
 // BenchmarkRelayCall measures one allowed tools/call through an in-process
-// session (policy, both audit records committed with durability normal)
+// session (policy, both audit records made durable with durability normal)
 // to the example server, with a go-sdk client.
 func BenchmarkRelayCall(b *testing.B) {
-	h := newHarness(b, harnessOpts{config: "policy:\n  default: allow\n", quiet: true})
-	cs := h.client(nil, "")
-	defer cs.Close()
-	ctx := context.Background()
-	args := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}
-	if _, err := cs.CallTool(ctx, args); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := cs.CallTool(ctx, args); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCalls(b, newHarness(b, harnessOpts{config: "policy:\n  default: allow\n", quiet: true}).client(nil, ""))
 }
 
 // nopRecorder commits nothing: the relay's cost without the audit log.
@@ -40,8 +26,11 @@ func (nopRecorder) AppendAsync(...*guard.Record) <-chan error {
 }
 
 func BenchmarkRelayCallWithoutAudit(b *testing.B) {
-	h := newHarness(b, harnessOpts{config: "policy:\n  default: allow\n", quiet: true, recorder: nopRecorder{}})
-	cs := h.client(nil, "")
+	benchCalls(b, newHarness(b, harnessOpts{config: "policy:\n  default: allow\n", quiet: true, recorder: nopRecorder{}}).client(nil, ""))
+}
+
+// benchCalls makes echo calls on a session, after one that fills caches.
+func benchCalls(b *testing.B, cs *mcp.ClientSession) {
 	defer cs.Close()
 	ctx := context.Background()
 	args := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}
@@ -65,12 +54,5 @@ func BenchmarkDirectCall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cs.Close()
-	args := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := cs.CallTool(ctx, args); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCalls(b, cs)
 }

@@ -509,6 +509,7 @@ func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
 			// stdout before it serves.
 			io.WriteString(out, "Server starting on stdio...\n")
 			io.WriteString(out, `{"jsonrpc":"2.0","id":"never-asked","result":{}}`+"\n")
+			io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"`+strings.Repeat("x", 2<<20)+`"}}`+"\n")
 			_ = exampleserver.Run(ctx, in, out)
 			out.Close()
 		}})
@@ -528,7 +529,8 @@ func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(events, "\n")
-	if !strings.Contains(joined, "not JSON-RPC") || !strings.Contains(joined, "unknown id") {
+	if !strings.Contains(joined, "not JSON-RPC") || !strings.Contains(joined, "unknown id") ||
+		!strings.Contains(joined, "server line over max_message") {
 		t.Fatalf("events: %s", joined)
 	}
 }

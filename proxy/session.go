@@ -52,13 +52,9 @@ type call struct {
 	reason    string
 
 	// held calls
-	approvalID string
-	progress   []byte // the client's progressToken, raw
-	progBase   float64
-	withdrawn  chan struct{}
-
-	// rounds of a 2026-07-28 call answered with input_required
-	round int
+	progress  []byte // the client's progressToken, raw
+	progBase  float64
+	withdrawn chan struct{}
 
 	own   chan wire.Message // guard's own request: where its response goes
 	batch *batch

@@ -96,7 +96,6 @@ func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
 	}
 	c.id, c.pin = prev.id, prev.pin
 	c.decision, c.decidedBy, c.reason = prev.decision, prev.decidedBy, prev.reason
-	c.round = prev.round + 1
 	s.forward(msg, c, false)
 	return true
 }
@@ -241,7 +240,6 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
 			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
 		return
 	}
-	c.approvalID = a.ID
 	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
 		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
 		if c.end() {

@@ -39,6 +39,12 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"approvals", "deny", "0192"}, 2, "", "--reason is required"},
 		{[]string{"approvals", "approve", "no-such-id", "--by", "x"}, 1, "", "no held call with id no-such-id"},
 		{[]string{"approvals", "list"}, 0, "ID", ""},
+		{[]string{"approvals", "list", "--format", "yaml"}, 2, "", "want table or jsonl"},
+		{[]string{"approvals", "revoke", "x"}, 2, "", `unknown subcommand "revoke"`},
+		{[]string{"approvals"}, 2, "", "usage: guard approvals"},
+		{[]string{"audit", "delete"}, 2, "", `unknown subcommand "delete"`},
+		{[]string{"policy", "apply"}, 2, "", "usage: guard policy check"},
+		{[]string{"run", "--upstream", "http://127.0.0.1:1/mcp"}, 2, "", "not supported by this build yet"},
 		{[]string{"run"}, 2, "", "usage: guard run"},
 		{[]string{"run", "--config", bad, "--", "true"}, 2, "", bad + ":2:"},
 	} {
