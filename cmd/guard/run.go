@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -89,11 +90,27 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Logger:          logger,
 		ApprovalTimeout: cfg.Approval.Timeout,
 		ApprovalWait:    cfg.Approval.Wait,
-	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.stdin, a.stdout)
+	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
 	return code
+}
+
+// clientIn and clientOut are guard's own stdin and stdout, read and written
+// with blocking system calls when they are pipes or sockets.
+func (a *app) clientIn() io.Reader {
+	if f, ok := a.stdin.(*os.File); ok {
+		return proxy.Blocking(f)
+	}
+	return a.stdin
+}
+
+func (a *app) clientOut() io.Writer {
+	if f, ok := a.stdout.(*os.File); ok {
+		return proxy.Blocking(f)
+	}
+	return a.stdout
 }
