@@ -147,6 +147,8 @@ type Call struct {
 	Method    string
 	ToolName  string
 	Arguments json.RawMessage // the arguments exactly as the server will read them
+	URI       string          // the resource of a resources/read
+	Time      time.Time       // when the call was made (now when zero)
 	Tool      *Tool
 	Client    ClientInfo
 }
@@ -183,6 +185,10 @@ type Verdict struct {
 	Action string
 	Rule   string
 	Reason string
+	// Would is what enforcement would have done when policy.mode is
+	// monitor and it differs from Action (which is then allow): "deny" or
+	// "approve". Empty otherwise.
+	Would string
 	// PolicyVersion identifies the rules in force (a digest of the loaded
 	// configuration), so that an approval is bound to the policy it was
 	// given under.

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"cel.dev/cel-go/cel"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -60,13 +61,15 @@ type Server struct {
 type Rule struct {
 	Name   string
 	Server string
-	Tool   string
+	Tool   string // a glob over the tool's name (the prompt's, for prompts/get)
 	Method string
+	URI    string // a glob over the resource, for resources/read
 	When   string
 	Action string
 	Reason string
 	File   string
 	Line   int
+	prog   cel.Program // When, compiled
 }
 
 // ConfigError is a problem in a configuration file, with its place.
@@ -192,6 +195,7 @@ func LoadRules(file string, getenv func(string) string) ([]Rule, error) {
 type parser struct {
 	file   string
 	getenv func(string) string
+	conds  *conditions
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
@@ -392,12 +396,17 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 			"server": p.glob(&r.Server),
 			"tool":   p.glob(&r.Tool),
 			"method": p.str(&r.Method),
+			"uri":    p.glob(&r.URI),
 			"when": func(n *yaml.Node) error {
-				// Conditions need CEL, which this build does not
-				// evaluate yet. Ignoring one would silently widen
-				// the rule (or a deny would never apply), so it is
-				// refused loudly instead.
-				return p.errf(n, "conditions (when:) are not supported by this build yet")
+				if n.Kind != yaml.ScalarNode || strings.TrimSpace(n.Value) == "" {
+					return p.errf(n, "a condition must be a CEL expression")
+				}
+				prog, err := p.compile(n.Value)
+				if err != nil {
+					return p.errf(n, "condition %q does not compile: %v", n.Value, err)
+				}
+				r.When, r.prog = n.Value, prog
+				return nil
 			},
 			"action": p.enum(&r.Action, "allow", "deny", "approve"),
 			"reason": p.str(&r.Reason),
@@ -411,9 +420,24 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 		if r.Action == "" {
 			return p.errf(e, "rule %q needs an action (allow, deny or approve)", r.Name)
 		}
+		if r.URI != "" && r.Method != "resources/read" {
+			return p.errf(e, "rule %q: uri applies to method resources/read only", r.Name)
+		}
 		*dst = append(*dst, r)
 	}
 	return nil
+}
+
+// compile compiles a condition; the environment is made on first use.
+func (p *parser) compile(expr string) (cel.Program, error) {
+	if p.conds == nil {
+		c, err := newConditions()
+		if err != nil {
+			return nil, err
+		}
+		p.conds = c
+	}
+	return p.conds.compile(expr)
 }
 
 func (p *parser) glob(dst *string) func(*yaml.Node) error {

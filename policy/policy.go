@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strings"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
@@ -18,6 +20,7 @@ const SelfProtectionRule = "guard-self-protection"
 type Policy struct {
 	rules     []Rule
 	def       string
+	monitor   bool
 	servers   map[string]*Server
 	protected *Protected
 	version   string
@@ -29,15 +32,17 @@ func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
 	p := &Policy{
 		rules:     append(append([]Rule(nil), c.Policy.Rules...), approved...),
 		def:       c.Policy.Default,
+		monitor:   c.Policy.Mode == "monitor",
 		servers:   c.Servers,
 		protected: prot,
 	}
 	type versioned struct {
 		Rules   []Rule
 		Default string
+		Mode    string
 		Servers map[string]*Server
 	}
-	b, _ := json.Marshal(versioned{p.rules, p.def, p.servers})
+	b, _ := json.Marshal(versioned{p.rules, p.def, c.Policy.Mode, p.servers})
 	sum := sha256.Sum256(b)
 	p.version = "sha256:" + hex.EncodeToString(sum[:8])
 	return p
@@ -53,10 +58,16 @@ func (p *Policy) DefaultAction() string { return p.def }
 func (p *Policy) Version() string { return p.version }
 
 // Decide returns what to do with a call: the built-in self-protection rule
-// first, then the first matching rule, then the default.
+// first, then the first matching rule, then the default. In monitor mode
+// every call is allowed and the verdict says what enforcement would have
+// done (the built-in self-protection rule is always enforced).
 func (p *Policy) Decide(call *guard.Call) guard.Verdict {
 	v := p.decide(call)
 	v.PolicyVersion = p.version
+	// guard's own protection is enforced in monitor mode too.
+	if p.monitor && v.Action != guard.ActionAllow && v.Rule != SelfProtectionRule {
+		v.Would, v.Action = v.Action, guard.ActionAllow
+	}
 	return v
 }
 
@@ -65,14 +76,46 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 		if reason := p.protected.Check(call.Arguments); reason != "" {
 			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
 		}
+		if call.URI != "" {
+			if reason := p.protected.Check(uriArgs(call.URI)); reason != "" {
+				return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
+			}
+		}
 	}
-	for _, r := range p.rules {
+	act := activation{call: call, now: call.Time}
+	if act.now.IsZero() {
+		act.now = time.Now()
+	}
+	for i := range p.rules {
+		r := &p.rules[i]
 		if r.Method != call.Method || !glob(r.Server, call.Server) || !glob(r.Tool, call.ToolName) {
 			continue
+		}
+		if r.URI != "" && !glob(r.URI, call.URI) {
+			continue
+		}
+		if r.prog != nil {
+			ok, err := eval(r.prog, &act)
+			if err != nil {
+				// Fail closed: a condition that cannot be evaluated
+				// denies, and says why.
+				return guard.Verdict{Action: guard.ActionDeny, Rule: r.Name,
+					Reason: "the rule's condition could not be evaluated: " + err.Error()}
+			}
+			if !ok {
+				continue
+			}
 		}
 		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason}
 	}
 	return p.byDefault(call)
+}
+
+// uriArgs presents a resource URI to the self-protection check, which
+// looks for guard's paths in argument values.
+func uriArgs(uri string) []byte {
+	b, _ := json.Marshal(map[string]string{"uri": strings.TrimPrefix(uri, "file://")})
+	return b
 }
 
 func glob(pattern, name string) bool {

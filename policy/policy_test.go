@@ -26,7 +26,10 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"policy:\n  rules:\n    - {name: a, tool: \"[\", action: allow}\n", 3, "not a valid glob"},
 		{"policy:\n  rules:\n    - {name: a, tool: x}\n", 3, "needs an action"},
 		{"policy:\n  rules:\n    - {name: a, action: allow}\n    - {name: a, action: deny}\n", 4, "already used at cfg.yaml:3"},
-		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'args.x'}\n", 3, "when:"},
+		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'args.x +'}\n", 3, "does not compile"},
+		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'size(args)'}\n", 3, "not a boolean"},
+		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'nosuch == 1'}\n", 3, "undeclared reference"},
+		{"policy:\n  rules:\n    - {name: a, action: deny, uri: 'file:///*'}\n", 3, "resources/read only"},
 		{"servers:\n  files:\n    trust_annotations: maybe\n", 3, "expected true or false"},
 		{"policy: [\n", 1, "did not find expected node content"},
 	} {
@@ -261,7 +264,17 @@ func TestDurationsAndSizes(t *testing.T) {
 
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte(`{"path":"/x","cmd":"guard approvals approve 1"}`), "write_file")
-	c, _ := Parse([]byte("policy:\n  rules:\n    - {name: r, tool: \"w*\", action: deny}\n"), "c.yaml")
+	f.Add([]byte(`{"path":"/etc/x","n":3}`), "edit")
+	f.Add([]byte(`{"path":7}`), "edit")
+	c, err := Parse([]byte(`policy:
+  rules:
+    - {name: r, tool: "w*", action: deny}
+    - {name: etc, tool: "edit", when: 'args.path.startsWith("/etc")', action: deny}
+    - {name: big, tool: "*", when: 'has(args.n) && args.n > 2', action: approve}
+`), "c.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
 	p := Compile(c, nil, NewProtected("/var/lib/guard/guard.db"))
 	f.Fuzz(func(t *testing.T, args []byte, name string) {
 		v := p.Decide(&guard.Call{Server: "s", Method: "tools/call", ToolName: name, Arguments: args, Tool: tool(`{}`)})

@@ -1,0 +1,112 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	guard "github.com/guard-mcp/guard"
+)
+
+// conditions compiles the `when:` expressions of rules. A condition sees:
+//
+//	server       string  the server's name
+//	tool         string  the tool's name ("" for other methods)
+//	method       string  the JSON-RPC method
+//	uri          string  the resource of a resources/read ("" otherwise)
+//	args         map     the call's arguments (a prompt's, for prompts/get)
+//	annotations  map     the tool's hints as pinned, defaults filled in
+//	client       map     name, version, protocol
+//	now          timestamp
+type conditions struct {
+	env *cel.Env
+}
+
+func newConditions() (*conditions, error) {
+	env, err := cel.NewEnv(
+		cel.Variable("server", cel.StringType),
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("method", cel.StringType),
+		cel.Variable("uri", cel.StringType),
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("annotations", cel.MapType(cel.StringType, cel.BoolType)),
+		cel.Variable("client", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("now", cel.TimestampType),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("conditions: %w", err)
+	}
+	return &conditions{env: env}, nil
+}
+
+// compile checks an expression and prepares it for evaluation. It must be
+// a boolean expression over the variables above.
+func (c *conditions) compile(expr string) (cel.Program, error) {
+	ast, iss := c.env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
+		return nil, fmt.Errorf("the condition is a %s, not a boolean", ast.OutputType())
+	}
+	return c.env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(1_000_000))
+}
+
+// activation holds what a condition sees of one call, built on first use
+// and shared by the rules evaluated for it.
+type activation struct {
+	call *guard.Call
+	now  time.Time
+	vars map[string]any
+	err  error
+}
+
+func (a *activation) get() (map[string]any, error) {
+	if a.vars != nil || a.err != nil {
+		return a.vars, a.err
+	}
+	args := map[string]any{}
+	if len(a.call.Arguments) > 0 {
+		if err := json.Unmarshal(a.call.Arguments, &args); err != nil {
+			a.err = fmt.Errorf("arguments: %w", err)
+			return nil, a.err
+		}
+	}
+	ann := map[string]bool{}
+	if a.call.Tool != nil {
+		ro, de, id, ow := a.call.Tool.Annotations.Effective()
+		ann = map[string]bool{"readOnlyHint": ro, "destructiveHint": de, "idempotentHint": id, "openWorldHint": ow}
+	}
+	a.vars = map[string]any{
+		"server":      a.call.Server,
+		"tool":        a.call.ToolName,
+		"method":      a.call.Method,
+		"uri":         a.call.URI,
+		"args":        args,
+		"annotations": ann,
+		"client": map[string]string{
+			"name": a.call.Client.Name, "version": a.call.Client.Version, "protocol": a.call.Client.Protocol,
+		},
+		"now": a.now,
+	}
+	return a.vars, nil
+}
+
+// eval runs a compiled condition. An error (a missing argument, a type
+// mismatch, the cost limit) is returned: the caller fails closed.
+func eval(prg cel.Program, a *activation) (bool, error) {
+	vars, err := a.get()
+	if err != nil {
+		return false, err
+	}
+	out, _, err := prg.Eval(vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.Value().(bool)
+	if !ok {
+		return false, fmt.Errorf("the condition gave %v, not a boolean", out.Value())
+	}
+	return b, nil
+}
