@@ -109,6 +109,44 @@ type Tool struct {
 	Def         json.RawMessage
 	Pin         string
 	Annotations Annotations
+	// Flags are what a scan of the definition's descriptions found:
+	// instructions aimed at the model rather than a description.
+	Flags []Flag
+}
+
+// Flag is one finding of the description scan.
+type Flag struct {
+	Kind     string `json:"kind"`
+	Where    string `json:"where"`
+	Evidence string `json:"evidence"`
+}
+
+// Review states: whether a tool definition (by pin) may be used.
+const (
+	ReviewAccepted = "accepted"
+	ReviewPending  = "pending"
+	ReviewRejected = "rejected"
+)
+
+// Review causes: why a definition needed (or did not need) a person.
+const (
+	CauseBaseline = "baseline" // in the server's first listing
+	CauseNew      = "new"      // a tool that appeared after the baseline
+	CauseChanged  = "changed"  // a tool whose definition changed
+	CauseFlagged  = "flagged"  // descriptions that carry instructions for the model
+)
+
+// Review is how one tool definition stands.
+type Review struct {
+	Server    string
+	Name      string
+	Pin       string
+	State     string
+	Cause     string
+	Flags     []Flag
+	DecidedBy string
+	DecidedAt time.Time
+	CreatedAt time.Time
 }
 
 // Annotations are a tool's behaviour hints as the server declared them. A nil
@@ -150,7 +188,14 @@ type Call struct {
 	URI       string          // the resource of a resources/read
 	Time      time.Time       // when the call was made (now when zero)
 	Tool      *Tool
-	Client    ClientInfo
+	// Violations lists how the arguments break the tool's inputSchema
+	// ("" when they do not): such a call is refused before any rule.
+	Violations string
+	// Review is how the tool's definition stands (nil: accepted, or not
+	// reviewed); ReviewReason says, for a pending one, what needs a look.
+	Review       *Review
+	ReviewReason string
+	Client       ClientInfo
 }
 
 // ClientInfo identifies the client of a session.

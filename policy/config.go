@@ -29,9 +29,10 @@ type Config struct {
 	MaxMessage int64
 	UI         struct{ Listen string }
 	Approval   struct {
-		Timeout time.Duration
-		Wait    time.Duration
-		InBand  string
+		Timeout    time.Duration
+		Wait       time.Duration
+		InBand     string
+		MaxPending int
 	}
 	Include []string
 	Servers map[string]*Server
@@ -55,6 +56,12 @@ type Server struct {
 	TrustAnnotations bool
 	NewTools         string
 	Output           string
+}
+
+// DefaultServer returns the settings of a server the configuration does
+// not name.
+func DefaultServer() *Server {
+	return &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce"}
 }
 
 // Rule is one policy rule. File and Line say where it was written.
@@ -93,6 +100,7 @@ func Default() *Config {
 	c.Approval.Timeout = 10 * time.Minute
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
+	c.Approval.MaxPending = 20
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
 	c.Policy.Mode = "enforce"
@@ -269,6 +277,17 @@ func (p *parser) duration(dst *time.Duration) func(*yaml.Node) error {
 	}
 }
 
+func (p *parser) count(dst *int) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		v, err := strconv.Atoi(n.Value)
+		if err != nil || v <= 0 || n.Kind != yaml.ScalarNode {
+			return p.errf(n, "%q is not a positive whole number", n.Value)
+		}
+		*dst = v
+		return nil
+	}
+}
+
 func (p *parser) size(dst *int64) func(*yaml.Node) error {
 	return func(n *yaml.Node) error {
 		s, err := ParseSize(n.Value)
@@ -315,9 +334,10 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		},
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
-				"timeout": p.duration(&c.Approval.Timeout),
-				"wait":    p.duration(&c.Approval.Wait),
-				"in_band": p.enum(&c.Approval.InBand, "off", "auto"),
+				"timeout":     p.duration(&c.Approval.Timeout),
+				"wait":        p.duration(&c.Approval.Wait),
+				"in_band":     p.enum(&c.Approval.InBand, "off", "auto"),
+				"max_pending": p.count(&c.Approval.MaxPending),
 			})
 		},
 		"include": p.list(&c.Include),
@@ -358,7 +378,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		name, v := n.Content[i].Value, n.Content[i+1]
-		s := &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce"}
+		s := DefaultServer()
 		err := p.mapping(v, map[string]func(*yaml.Node) error{
 			"command": p.list(&s.Command),
 			"url":     func(n *yaml.Node) error { err := p.str(&s.URL)(n); s.URL = p.expand(s.URL); return err },

@@ -128,6 +128,10 @@ func (e *Engine) Reload() error {
 	return nil
 }
 
+// settle is how long a changed configuration must stay unchanged before
+// it is loaded.
+const settle = 50 * time.Millisecond
+
 // Watch reloads the policy whenever its files change, until ctx ends.
 func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
@@ -140,6 +144,12 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 		}
 		d := e.digest()
 		if bytes.Equal(d[:], e.seen[:]) {
+			continue
+		}
+		// A file being written (truncated, then filled) is read again
+		// once it has stopped changing.
+		time.Sleep(settle)
+		if d2 := e.digest(); !bytes.Equal(d[:], d2[:]) {
 			continue
 		}
 		e.seen = d

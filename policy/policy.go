@@ -12,9 +12,20 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// SelfProtectionRule names the built-in rule that keeps guard's own files
-// and command line out of a tool's reach.
-const SelfProtectionRule = "guard-self-protection"
+// Built-in rules, which come before the configured ones.
+const (
+	// SelfProtectionRule keeps guard's own files and command line out of
+	// a tool's reach.
+	SelfProtectionRule = "guard-self-protection"
+	// InputSchemaRule refuses arguments that break the tool's inputSchema.
+	InputSchemaRule = "guard-input-schema"
+	// ToolReviewRule holds calls to a tool whose definition is pending a
+	// person's review (changed, new, or flagged) and denies calls to a
+	// rejected one.
+	ToolReviewRule = "guard-tool-review"
+	// RateLimitRule refuses calls over a configured rate.
+	RateLimitRule = "guard-rate-limit"
+)
 
 // Policy is a configuration compiled for deciding.
 type Policy struct {
@@ -81,6 +92,19 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 				return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
 			}
 		}
+	}
+	if call.Violations != "" {
+		return guard.Verdict{Action: guard.ActionDeny, Rule: InputSchemaRule, Reason: call.Violations}
+	}
+	if r := call.Review; r != nil && r.State != guard.ReviewAccepted {
+		if r.State == guard.ReviewRejected {
+			reason := "the tool's definition was rejected"
+			if r.DecidedBy != "" {
+				reason += " by " + r.DecidedBy
+			}
+			return guard.Verdict{Action: guard.ActionDeny, Rule: ToolReviewRule, Reason: reason}
+		}
+		return guard.Verdict{Action: guard.ActionApprove, Rule: ToolReviewRule, Reason: call.ReviewReason}
 	}
 	act := activation{call: call, now: call.Time}
 	if act.now.IsZero() {

@@ -24,9 +24,26 @@ type Recorder interface {
 	AppendAsync(recs ...*guard.Record) <-chan error
 }
 
-// CatalogStore keeps every tool definition a server has shown.
+// CatalogStore keeps every tool definition a server has shown, and how each
+// stands: accepted (the baseline, or by a person), pending or rejected.
 type CatalogStore interface {
-	RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time) error
+	// RecordTools records a listing; acceptNew accepts tools that appear
+	// after the baseline without a person.
+	RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time, acceptNew bool) error
+	// Review is nil for a definition never recorded.
+	Review(ctx context.Context, server, name, pin string) (*guard.Review, error)
+	// AcceptedTool is the definition of a tool last accepted, or nil.
+	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
+}
+
+// Contracts checks calls and results against the schemas a tool declares.
+// An error means the schema itself is unusable: the call fails closed.
+type Contracts interface {
+	// Arguments returns how args break the tool's inputSchema ("" if not).
+	Arguments(tool *guard.Tool, args []byte) (string, error)
+	// Result returns how a final result breaks the tool's outputSchema
+	// ("" if not, or when the tool declares none).
+	Result(tool *guard.Tool, result []byte) (string, error)
 }
 
 // Decider is the policy: a pure function of the call, its tool's pinned
@@ -63,8 +80,22 @@ type Options struct {
 	Decider   Decider
 	Holds     Holds
 	Redactor  Redactor
-	Logger    *slog.Logger
-	Now       func() time.Time
+	Contracts Contracts
+	// ScanTool returns what a scan of a tool definition's descriptions
+	// finds; nil scans nothing.
+	ScanTool func(server string, def []byte) []guard.Flag
+	// AcceptNewTools accepts tools that appear after the server's first
+	// listing without a person (new_tools: allow).
+	AcceptNewTools bool
+	// OutputWarn passes results that break the outputSchema on, recording
+	// the violation (output: warn); by default they are replaced by an
+	// error (output: enforce).
+	OutputWarn bool
+	// MaxPending caps the calls of one session waiting for approval at
+	// once (default 20); more are denied rather than queued.
+	MaxPending int
+	Logger     *slog.Logger
+	Now        func() time.Time
 	// ProgressEvery is how often a held call with a progressToken gets a
 	// progress notification (default 5s).
 	ProgressEvery time.Duration
@@ -81,6 +112,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxResult <= 0 {
 		o.MaxResult = 64 << 10
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

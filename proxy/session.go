@@ -39,7 +39,10 @@ type call struct {
 	method  string
 	tool    string
 	pin     string
-	args    []byte // complete arguments of a tools/call
+	args    []byte      // complete arguments of a tools/call
+	def     *guard.Tool // the definition it was decided on
+	detail  map[string]any
+	holds   int    // approvals asked for it
 	origID  []byte // the id as its sender wrote it
 	origKey string
 	sentID  []byte // the id as forwarded, when guard had to rewrite it
@@ -105,6 +108,12 @@ type Session struct {
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
+	accepted           map[string]bool // pins found accepted
+	held               int             // calls waiting for approval now
+
+	persistMu   sync.Mutex
+	persistCond *sync.Cond
+	persisting  int // listings being recorded
 }
 
 // NewSession returns a session; the transport drains ToServer and ToClient.
@@ -112,7 +121,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	opts.fill()
 	ctx, cancel := context.WithCancel(ctx)
 	id, _ := uuid.NewV7()
-	return &Session{
+	s := &Session{
 		opts:     opts,
 		id:       id.String(),
 		toServer: newQueue(),
@@ -125,7 +134,10 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		down:     map[string]*call{},
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
+		accepted: map[string]bool{},
 	}
+	s.persistCond = sync.NewCond(&s.persistMu)
+	return s
 }
 
 // waitDecisions waits, at most d, until no tools/call is still being
@@ -636,6 +648,9 @@ func (s *Session) serverResponse(msg wire.Message) {
 		}
 	}
 	data, out := s.answered(msg, c)
+	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
+		data = s.checkOutput(c, msg, data, out)
+	}
 	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
 		s.noteRound(c, msg.Result)
 	}
@@ -664,10 +679,13 @@ func (s *Session) learnTools(result []byte, replace bool) (next string) {
 func (s *Session) persistTools(tools []guard.Tool) {
 	if s.opts.Catalog != nil && len(tools) > 0 {
 		seen := s.now()
+		s.persistStart()
 		go func() {
+			defer s.persistEnd()
+			s.scanTools(tools)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, seen); err != nil {
+			if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, seen, s.opts.AcceptNewTools); err != nil {
 				s.opts.Logger.Error("tool catalog not recorded", "server", s.opts.Server, "err", err)
 			}
 		}()
@@ -755,4 +773,32 @@ func (s *Session) serverGoneAnswer(c *call) {
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
 	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+}
+
+// checkOutput validates a final tools/call result against the tool's
+// outputSchema. With output: enforce a result that breaks it is replaced by
+// an error the model reads; with warn it passes. Either way the record
+// keeps the result and the violation.
+func (s *Session) checkOutput(c *call, msg wire.Message, data []byte, out *guard.Record) []byte {
+	if s.opts.Contracts == nil || c.def == nil {
+		return data
+	}
+	v, err := s.opts.Contracts.Result(c.def, msg.Result)
+	if err != nil {
+		v = "the outputSchema cannot be used: " + err.Error()
+	}
+	if v == "" {
+		return data
+	}
+	mode := "enforce"
+	if s.opts.OutputWarn {
+		mode = "warn"
+	}
+	d, _ := json.Marshal(map[string]string{"output_violation": v, "output": mode})
+	out.Detail = string(d)
+	if s.opts.OutputWarn {
+		return data
+	}
+	out.Outcome = guard.OutcomeToolError
+	return toolError(c.origID, "The tool's result does not match its output schema: "+v)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -179,32 +180,73 @@ func (s *Session) withdrawn(c *call) {
 }
 
 func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
-	c.pin = tool.Pin
+	c.pin, c.def = tool.Pin, tool
 	ci, proto := s.clientInfo()
 	ci.Protocol = proto
-	v := s.opts.Decider.Decide(&guard.Call{
+	pc := &guard.Call{
 		Server:    s.opts.Server,
 		Method:    "tools/call",
 		ToolName:  c.tool,
 		Arguments: c.args,
 		Tool:      tool,
 		Client:    ci,
-	})
+	}
+	if s.opts.Contracts != nil {
+		v, err := s.opts.Contracts.Arguments(tool, c.args)
+		if err != nil {
+			// An unusable schema fails closed.
+			c.decision, c.decidedBy = guard.DecisionDenied, policy.InputSchemaRule
+			c.reason = err.Error()
+			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
+				"Refused: the inputSchema of tool %q on server %q cannot be used: %v", c.tool, s.opts.Server, err)))
+			return
+		}
+		pc.Violations = v
+	}
+	if s.opts.Catalog == nil || s.acceptedPin(tool.Pin) {
+		s.apply(msg, c, pc, false)
+		return
+	}
+	// The review is read from the store off the relay's path.
+	go func() {
+		r, why, err := s.reviewOf(tool)
+		if err != nil {
+			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
+			c.decision, c.decidedBy, c.reason = guard.DecisionDenied, policy.ToolReviewRule, err.Error()
+			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, "Refused: the tool's review could not be read"))
+			return
+		}
+		pc.Review, pc.ReviewReason = r, why
+		s.apply(msg, c, pc, false)
+	}()
+}
+
+// apply decides a call by policy and acts on the verdict. recorded says
+// its request record was written already (it was held before).
+func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool) {
+	v := s.opts.Decider.Decide(pc)
 	c.decidedBy, c.reason = v.Rule, v.Reason
+	if v.Would != "" {
+		c.reason = "monitor mode: enforcement would " + v.Would + " (" + v.Rule + "): " + v.Reason
+	}
 	switch v.Action {
 	case guard.ActionAllow:
 		c.decision = guard.DecisionAllowed
-		s.forward(msg, c, false)
+		s.forward(msg, c, recorded)
 	case guard.ActionDeny:
 		c.decision = guard.DecisionDenied
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, policy.DenialText(v)))
+		if v.Rule == policy.InputSchemaRule {
+			s.conclude(c, !recorded, guard.OutcomeInvalid, s.invalidArguments(c, v.Reason))
+			return
+		}
+		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, policy.DenialText(v)))
 	default:
-		go s.hold(msg, c, v)
+		go s.hold(msg, c, v, pc)
 	}
 }
 
 // hold keeps a call until a person decides, while the relay goes on.
-func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
+func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
 	ctx := s.ctx
 	digest, err := guard.Digest(c.args)
 	if err != nil || s.opts.Holds == nil {
@@ -219,18 +261,43 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
 	// A repeated call that a person approved passes, once.
 	a, ok, err := s.opts.Holds.Consume(ctx, s.opts.Server, c.tool, digest, c.pin, v.PolicyVersion)
 	if err == nil && ok {
+		if v.Rule == policy.ToolReviewRule {
+			// A person let this call past the tool's review: the rules
+			// decide it now.
+			pc.Review = nil
+			s.apply(msg, c, pc, c.recorded.Load())
+			return
+		}
 		c.decision, c.decidedBy = guard.DecisionAllowed, a.DecidedBy
 		c.reason = "approved (approval " + a.ID + ")"
 		if a.Reason != "" {
 			c.reason += ": " + a.Reason
 		}
-		s.forward(msg, c, false)
+		s.forward(msg, c, c.recorded.Load())
 		return
 	}
+	s.mu.Lock()
+	full := s.held >= s.opts.MaxPending
+	if !full {
+		s.held++
+	}
+	s.mu.Unlock()
+	if full {
+		c.decision, c.decidedBy = guard.DecisionDenied, "guard-pending-limit"
+		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
+		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
+			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		s.held--
+		s.mu.Unlock()
+	}()
 	c.decision = guard.DecisionHeld
 	ci, _ := s.clientInfo()
 	a, _, err = s.opts.Holds.Hold(ctx, &guard.Approval{
-		ID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(c.args), Digest: digest, Pin: c.pin, PolicyVersion: v.PolicyVersion,
 		Rule: v.Rule, HeldReason: v.Reason,
 	})
@@ -240,7 +307,9 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
 			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
 		return
 	}
-	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
+	if c.recorded.Swap(true) {
+		// Held again after a review hold: its request is recorded.
+	} else if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
 		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
 		if c.end() {
 			s.forget(c)
@@ -289,12 +358,19 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict) {
 	}
 	switch res.Kind {
 	case approvals.Approved:
-		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
 		if c.progress != nil {
 			s.mu.Lock()
 			s.progress[wire.IDKey(c.progress)] = c
 			s.mu.Unlock()
 		}
+		if v.Rule == policy.ToolReviewRule {
+			// Released from the tool's review (by a person, or by
+			// accepting the definition): the rules decide it now.
+			pc.Review = nil
+			s.apply(msg, c, pc, true)
+			return
+		}
+		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
 		s.forward(msg, c, true)
 	case approvals.Denied:
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
@@ -462,4 +538,14 @@ func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
 		return msg.Raw
 	}
 	return out
+}
+
+// holdID is the id of a call's approval: the call's own id, or a new one
+// when the call was held before (after its tool's review).
+func (c *call) holdID() string {
+	c.holds++
+	if c.holds == 1 {
+		return c.id
+	}
+	return newID()
 }

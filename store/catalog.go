@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,7 +21,11 @@ type ToolVersion struct {
 
 // RecordTools records the definitions a server listed: a new definition
 // (by pin) is added to the tool's history, a known one is marked seen.
-func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time) error {
+//
+// Each definition not seen before also gets a review (see recordReviews);
+// acceptNew says whether tools that appear after the baseline are accepted
+// without a person (new_tools: allow).
+func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time, acceptNew bool) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record tools: %w", err)
@@ -33,6 +39,9 @@ func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool
 			server, t.Name, t.Pin, string(t.Def), at, at); err != nil {
 			return fmt.Errorf("record tool %s/%s: %w", server, t.Name, err)
 		}
+	}
+	if err := recordReviews(ctx, tx, server, tools, at, acceptNew); err != nil {
+		return fmt.Errorf("record tool reviews: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("record tools: %w", err)
@@ -97,4 +106,152 @@ func scanTool(scan func(dest ...any) error) (guard.Tool, error) {
 	_ = json.Unmarshal(t.Def, &head)
 	t.Annotations = head.Annotations
 	return t, nil
+}
+
+// recordReviews adds a review for each definition not seen before, inside
+// the transaction that records the listing. The server's first listing is
+// its baseline, accepted as it is; a tool seen later is new (accepted when
+// acceptNew), a changed definition is pending, and so is any definition
+// whose descriptions were flagged.
+func recordReviews(ctx context.Context, tx *sql.Tx, server string, tools []guard.Tool, at string, acceptNew bool) error {
+	var known int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE server = ?`, server).Scan(&known); err != nil {
+		return err
+	}
+	for _, t := range tools {
+		var seen, named int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE pin = ?), COUNT(*) FROM tool_reviews
+			WHERE server = ? AND name = ?`, t.Pin, server, t.Name).Scan(&seen, &named); err != nil {
+			return err
+		}
+		if seen > 0 {
+			continue
+		}
+		state, cause, by := guard.ReviewPending, guard.CauseChanged, ""
+		switch {
+		case known == 0:
+			state, cause, by = guard.ReviewAccepted, guard.CauseBaseline, "baseline"
+		case named == 0:
+			state, cause = guard.ReviewPending, guard.CauseNew
+			if acceptNew {
+				state, by = guard.ReviewAccepted, "new_tools: allow"
+			}
+		}
+		flags := ""
+		if len(t.Flags) > 0 {
+			state, cause, by = guard.ReviewPending, guard.CauseFlagged, ""
+			b, _ := json.Marshal(t.Flags)
+			flags = string(b)
+		}
+		decidedAt := ""
+		if by != "" {
+			decidedAt = at
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tool_reviews (server, name, pin, state, cause, flags, decided_by, decided_at, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, server, t.Name, t.Pin, state, cause, flags, by, decidedAt, at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const reviewColumns = `server, name, pin, state, cause, flags, decided_by, decided_at, created_at`
+
+func scanReview(scan func(dest ...any) error) (*guard.Review, error) {
+	var r guard.Review
+	var flags, decidedAt, createdAt string
+	if err := scan(&r.Server, &r.Name, &r.Pin, &r.State, &r.Cause, &flags, &r.DecidedBy, &decidedAt, &createdAt); err != nil {
+		return nil, err
+	}
+	if flags != "" {
+		_ = json.Unmarshal([]byte(flags), &r.Flags)
+	}
+	if decidedAt != "" {
+		r.DecidedAt = parseTime(decidedAt)
+	}
+	r.CreatedAt = parseTime(createdAt)
+	return &r, nil
+}
+
+// Review returns how a tool definition stands, or nil when it was never
+// recorded.
+func (db *DB) Review(ctx context.Context, server, name, pin string) (*guard.Review, error) {
+	r, err := scanReview(db.r.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+		WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool review: %w", err)
+	}
+	return r, nil
+}
+
+// Reviews returns the reviews of every definition of a server's tools (of
+// every server when server is ""), by server, name and creation.
+func (db *DB) Reviews(ctx context.Context, server string) ([]*guard.Review, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+		WHERE (? = '' OR server = ?) ORDER BY server, name, created_at, rowid`, server, server)
+	if err != nil {
+		return nil, fmt.Errorf("tool reviews: %w", err)
+	}
+	defer rows.Close()
+	var out []*guard.Review
+	for rows.Next() {
+		r, err := scanReview(rows.Scan)
+		if err != nil {
+			return nil, fmt.Errorf("tool reviews: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DecideTool accepts or rejects the definition of a tool with the given
+// pin, or its most recently listed one when pin is "". It returns the
+// review as decided.
+func (db *DB) DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error) {
+	if pin == "" {
+		tools, err := db.Tools(ctx, server)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range tools {
+			if t.Name == name {
+				pin = t.Pin
+			}
+		}
+		if pin == "" {
+			return nil, fmt.Errorf("%w: no tool %q on server %q", guard.ErrNotFound, name, server)
+		}
+	}
+	state := guard.ReviewRejected
+	if accept {
+		state = guard.ReviewAccepted
+	}
+	res, err := db.w.ExecContext(ctx, `UPDATE tool_reviews SET state = ?, decided_by = ?, decided_at = ?
+		WHERE server = ? AND name = ? AND pin = ?`, state, by, fmtTime(db.opts.Now()), server, name, pin)
+	if err != nil {
+		return nil, fmt.Errorf("decide tool: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, fmt.Errorf("%w: no definition %s of %s/%s", guard.ErrNotFound, pin, server, name)
+	}
+	return db.Review(ctx, server, name, pin)
+}
+
+// AcceptedTool returns the definition of a tool accepted most recently
+// (the baseline included), or nil when none is.
+func (db *DB) AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error) {
+	t, err := scanTool(db.r.QueryRowContext(ctx, `SELECT t.server, t.name, t.pin, t.def
+		FROM tool_reviews r JOIN tools t ON t.server = r.server AND t.name = r.name AND t.pin = r.pin
+		WHERE r.server = ? AND r.name = ? AND r.state = 'accepted'
+		ORDER BY r.decided_at DESC, r.rowid DESC LIMIT 1`, server, name).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("accepted tool: %w", err)
+	}
+	return &t, nil
 }

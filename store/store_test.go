@@ -407,9 +407,9 @@ func TestCatalogHistory(t *testing.T) {
 	v1 := guard.Tool{Name: "rm", Pin: "sha256:1", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":true}}`)}
 	v2 := guard.Tool{Name: "rm", Pin: "sha256:2", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":false}}`)}
 	t0 := time.Now()
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v1}, t0)
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(time.Second))
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(2*time.Second))
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v1}, t0, false)
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(time.Second), false)
+	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(2*time.Second), false)
 	h, err := db.ToolHistory(ctx, "files", "rm")
 	if err != nil || len(h) != 2 || h[0].Tool.Pin != "sha256:1" || !h[1].LastSeen.After(h[1].FirstSeen) {
 		t.Fatalf("history: %+v %v", h, err)

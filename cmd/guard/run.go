@@ -79,6 +79,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	srv := cfg.Servers[server]
+	if srv == nil {
+		srv = policy.DefaultServer()
+	}
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), proxy.Options{
 		Server:          server,
 		MaxMessage:      int(cfg.MaxMessage),
@@ -87,6 +91,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Decider:         engine,
 		Holds:           holds,
 		Redactor:        cfg.Redactor(),
+		Contracts:       policy.NewContracts(),
+		ScanTool:        toolScanner(ctx, db, logger),
+		AcceptNewTools:  srv.NewTools == "allow",
+		OutputWarn:      srv.Output == "warn",
+		MaxPending:      cfg.Approval.MaxPending,
 		Logger:          logger,
 		ApprovalTimeout: cfg.Approval.Timeout,
 		ApprovalWait:    cfg.Approval.Wait,

@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +105,13 @@ func (c *Cache) compile(raw []byte) (*Schema, error) {
 	comp.UseLoader(refuseLoader{})
 	if c.assertFormats {
 		comp.AssertFormat()
+	} else {
+		// The library asserts formats for drafts before 2019-09; make them
+		// annotations there too. ("regex" cannot be overridden and stays
+		// asserted in those drafts.)
+		for _, name := range libraryFormats {
+			comp.RegisterFormat(&jsonschema.Format{Name: name, Validate: func(any) error { return nil }})
+		}
 	}
 	if err := comp.AddResource(resourceURL, doc); err != nil {
 		return nil, fmt.Errorf("adding resource: %w", err)
@@ -113,6 +121,13 @@ func (c *Cache) compile(raw []byte) (*Schema, error) {
 		return nil, fmt.Errorf("compile: %w", err)
 	}
 	return &Schema{s: s, printer: c.printer}, nil
+}
+
+// libraryFormats are the formats the library knows how to assert.
+var libraryFormats = [...]string{
+	"json-pointer", "relative-json-pointer", "uuid", "duration", "period",
+	"ipv4", "ipv6", "hostname", "email", "date", "time", "date-time",
+	"uri", "iri", "uri-reference", "iri-reference", "uri-template", "semver",
 }
 
 // refuseLoader is the compiler's only loader: a schema may refer to itself,
@@ -184,9 +199,10 @@ func (s *Schema) Validate(instance []byte) []Violation {
 // flatten appends the leaves of the error tree below e.
 func (s *Schema) flatten(e *jsonschema.ValidationError, vs *[]Violation) {
 	switch e.ErrorKind.(type) {
-	case *kind.PropertyNames, *kind.ContentSchema:
+	case *kind.PropertyNames, *kind.ContentSchema, *kind.Contains, *kind.MinContains:
 		// Their causes describe another value (a property name, decoded
-		// content) at locations relative to it; the parent says it all.
+		// content) or why each item is not the one sought; the parent
+		// says it all.
 	default:
 		if len(e.Causes) > 0 {
 			for _, c := range e.Causes {
@@ -239,6 +255,40 @@ func (s *Schema) message(k jsonschema.ErrorKind) string {
 			return fmt.Sprintf("matches more than one oneOf alternative (%d and %d)", k.Subschemas[0], k.Subschemas[1])
 		}
 		return "matches no oneOf alternative"
+	case *kind.Minimum:
+		return "must be >= " + number(k.Want)
+	case *kind.Maximum:
+		return "must be <= " + number(k.Want)
+	case *kind.ExclusiveMinimum:
+		return "must be > " + number(k.Want)
+	case *kind.ExclusiveMaximum:
+		return "must be < " + number(k.Want)
+	case *kind.MultipleOf:
+		return "must be a multiple of " + number(k.Want)
+	case *kind.MinLength:
+		return fmt.Sprintf("must be at least %d characters long, got %d", k.Want, k.Got)
+	case *kind.MaxLength:
+		return fmt.Sprintf("must be at most %d characters long, got %d", k.Want, k.Got)
+	case *kind.MinItems:
+		return fmt.Sprintf("must have at least %d items, got %d", k.Want, k.Got)
+	case *kind.MaxItems:
+		return fmt.Sprintf("must have at most %d items, got %d", k.Want, k.Got)
+	case *kind.MinProperties:
+		return fmt.Sprintf("must have at least %d properties, got %d", k.Want, k.Got)
+	case *kind.MaxProperties:
+		return fmt.Sprintf("must have at most %d properties, got %d", k.Want, k.Got)
+	case *kind.AdditionalItems:
+		return fmt.Sprintf("the last %d items are not allowed", k.Count)
+	case *kind.UniqueItems:
+		return fmt.Sprintf("items %d and %d are equal; items must be unique", k.Duplicates[0], k.Duplicates[1])
+	case *kind.Contains:
+		return "no item matches the \"contains\" schema"
+	case *kind.MinContains:
+		return fmt.Sprintf("must have at least %d items matching the \"contains\" schema, got %d", k.Want, len(k.Got))
+	case *kind.MaxContains:
+		return fmt.Sprintf("must have at most %d items matching the \"contains\" schema, got %d", k.Want, len(k.Got))
+	case *kind.Not:
+		return "must not match the \"not\" schema"
 	case *kind.Dependency:
 		return "properties " + quoteAll(k.Missing) + " are required when " + strconv.Quote(k.Prop) + " is present"
 	case *kind.DependentRequired:
@@ -257,6 +307,15 @@ func display(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// number renders a number written in the schema, exactly when it is whole.
+func number(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 func quoteAll(ss []string) string {

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
+)
+
+func init() {
+	commands["tools"] = command{summary: "review tool definitions: tools list | diff SERVER TOOL | accept SERVER TOOL | reject SERVER TOOL", run: cmdTools}
+}
+
+const toolsUsage = "usage: guard tools list [--server S] | diff SERVER TOOL | accept SERVER TOOL | reject SERVER TOOL [--reason TEXT]"
+
+func cmdTools(ctx context.Context, a *app, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(a.stderr, toolsUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "list":
+		return toolsList(ctx, a, args[1:])
+	case "diff":
+		return toolsDiff(ctx, a, args[1:])
+	case "accept":
+		return toolsDecide(ctx, a, args[1:], true)
+	case "reject":
+		return toolsDecide(ctx, a, args[1:], false)
+	}
+	fmt.Fprintf(a.stderr, "guard tools: unknown subcommand %q (list, diff, accept, reject)\n", args[0])
+	return exitUsage
+}
+
+// serverAndTool takes the two positional arguments, before or after flags.
+func serverAndTool(args []string) (server, tool string, rest []string) {
+	var pos []string
+	for len(args) > 0 && len(pos) < 2 && !strings.HasPrefix(args[0], "-") {
+		pos, args = append(pos, args[0]), args[1:]
+	}
+	if len(pos) == 2 {
+		return pos[0], pos[1], args
+	}
+	return "", "", append(pos, args...)
+}
+
+func toolsList(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("tools list")
+	cf := addCommonFlags(fs)
+	server := fs.String("server", "", "only this server's tools")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	db, _, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	tools, err := db.Tools(ctx, *server)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools list: %v\n", err)
+		return exitFailure
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tTOOL\tSTATE\tCAUSE\tPIN\tANNOTATIONS\tFLAGS")
+	for _, t := range tools {
+		r, err := db.Review(ctx, t.Server, t.Name, t.Pin)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard tools list: %v\n", err)
+			return exitFailure
+		}
+		state, cause, flags := "-", "-", "-"
+		if r != nil {
+			state, cause = r.State, r.Cause
+			if r.DecidedBy != "" && r.Cause != guard.CauseBaseline {
+				state += " by " + r.DecidedBy
+			}
+			if len(r.Flags) > 0 {
+				flags = clip(proxy.FlagText(r.Flags), 60)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Server, t.Name, state, cause, clip(t.Pin, 19),
+			annotationText(t.Annotations), flags)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func annotationText(a guard.Annotations) string {
+	ro, de, id, ow := a.Effective()
+	var parts []string
+	for _, h := range []struct {
+		name string
+		set  *bool
+		v    bool
+	}{{"readOnly", a.ReadOnlyHint, ro}, {"destructive", a.DestructiveHint, de}, {"idempotent", a.IdempotentHint, id}, {"openWorld", a.OpenWorldHint, ow}} {
+		if h.v {
+			name := h.name
+			if h.set == nil {
+				name += "(default)"
+			}
+			parts = append(parts, name)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
+}
+
+func toolsDiff(ctx context.Context, a *app, args []string) int {
+	server, tool, args := serverAndTool(args)
+	fs := a.flagSet("tools diff")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if server == "" {
+		fmt.Fprintln(a.stderr, "usage: guard tools diff SERVER TOOL")
+		return exitUsage
+	}
+	db, _, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	cur, err := currentTool(ctx, db, server, tool)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools diff: %v\n", err)
+		return exitFailure
+	}
+	old, err := db.AcceptedTool(ctx, server, tool)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools diff: %v\n", err)
+		return exitFailure
+	}
+	r, _ := db.Review(ctx, server, tool, cur.Pin)
+	if r != nil {
+		fmt.Fprintf(a.stdout, "%s/%s %s: %s (%s)\n", server, tool, cur.Pin, r.State, r.Cause)
+		if len(r.Flags) > 0 {
+			fmt.Fprintf(a.stdout, "flagged: %s\n", proxy.FlagText(r.Flags))
+		}
+	}
+	if old == nil {
+		fmt.Fprintln(a.stdout, "no definition of this tool was ever accepted; the current one:")
+		fmt.Fprint(a.stdout, policy.LineDiff(nil, cur.Def))
+		return exitOK
+	}
+	if old.Pin == cur.Pin {
+		fmt.Fprintln(a.stdout, "the current definition is the accepted one")
+		return exitOK
+	}
+	fmt.Fprintf(a.stdout, "accepted %s → current %s\n", old.Pin, cur.Pin)
+	for _, c := range policy.DiffTools(old.Def, cur.Def) {
+		mark := "  "
+		if c.Weakens {
+			mark = "! "
+		}
+		fmt.Fprintln(a.stdout, mark+c.Text)
+	}
+	fmt.Fprintln(a.stdout)
+	fmt.Fprint(a.stdout, policy.LineDiff(old.Def, cur.Def))
+	return exitOK
+}
+
+func currentTool(ctx context.Context, db *store.DB, server, name string) (*guard.Tool, error) {
+	tools, err := db.Tools(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	for i := range tools {
+		if tools[i].Name == name {
+			return &tools[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no tool %q on server %q in the catalog (guard tools list shows what it holds)", name, server)
+}
+
+// toolsDecide accepts or rejects a tool's current definition, and releases
+// (or denies) the calls held for its review.
+func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
+	verb := "reject"
+	if accept {
+		verb = "accept"
+	}
+	server, tool, args := serverAndTool(args)
+	fs := a.flagSet("tools " + verb)
+	cf := addCommonFlags(fs)
+	by := fs.String("by", "", "who decides (default: the user running this command)")
+	reason := fs.String("reason", "", "why, for the calls held for this tool")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if server == "" {
+		fmt.Fprintf(a.stderr, "usage: guard tools %s SERVER TOOL\n", verb)
+		return exitUsage
+	}
+	who := *by
+	if who == "" {
+		who = currentUser(a.getenv)
+	}
+	db, st, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	r, err := db.DecideTool(ctx, server, tool, "", accept, who)
+	if errors.Is(err, guard.ErrNotFound) {
+		fmt.Fprintf(a.stderr, "guard tools %s: no tool %q on server %q in the catalog\n", verb, tool, server)
+		return exitFailure
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
+		return exitFailure
+	}
+	fmt.Fprintf(a.stdout, "%s/%s %s: %s by %s\n", server, tool, r.Pin, r.State, who)
+	// Calls held for this definition's review: accepted, they go on to the
+	// rules; rejected, they are denied.
+	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+	pending, err := db.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
+		return exitFailure
+	}
+	why := *reason
+	if why == "" {
+		why = "the tool's definition was " + r.State
+	}
+	n := 0
+	for _, x := range pending {
+		if x.Server != server || x.Tool != tool || x.Pin != r.Pin || x.Rule != policy.ToolReviewRule {
+			continue
+		}
+		if _, err := m.Decide(ctx, x.ID, accept, who, why); err == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(a.stdout, "%d held call(s) %s\n", n, map[bool]string{true: "released to the rules", false: "denied"}[accept])
+	}
+	return exitOK
+}

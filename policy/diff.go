@@ -1,0 +1,141 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// Change is one difference between two definitions of a tool.
+type Change struct {
+	Member string // title, description, inputSchema, outputSchema, annotations.<hint>
+	Text   string // for people
+	// Weakens is set when the new annotations promise less caution than
+	// the old: readOnlyHint false to true, destructiveHint true to false,
+	// openWorldHint true to false (defaults filled in).
+	Weakens bool
+}
+
+// DiffTools lists what changed between an accepted definition and a new
+// one, among the members a pin covers.
+func DiffTools(old, cur json.RawMessage) []Change {
+	var a, b map[string]json.RawMessage
+	_ = json.Unmarshal(old, &a)
+	_ = json.Unmarshal(cur, &b)
+	var out []Change
+	for _, m := range []string{"name", "title", "description", "inputSchema", "outputSchema"} {
+		if !sameJSON(a[m], b[m]) {
+			verb := "changed"
+			switch {
+			case a[m] == nil:
+				verb = "added"
+			case b[m] == nil:
+				verb = "removed"
+			}
+			out = append(out, Change{Member: m, Text: m + " " + verb})
+		}
+	}
+	var ha, hb struct {
+		Annotations guard.Annotations `json:"annotations"`
+	}
+	_ = json.Unmarshal(old, &ha)
+	_ = json.Unmarshal(cur, &hb)
+	ro1, de1, id1, ow1 := ha.Annotations.Effective()
+	ro2, de2, id2, ow2 := hb.Annotations.Effective()
+	hint := func(name string, was, is, weakens bool) {
+		if was == is {
+			return
+		}
+		c := Change{Member: "annotations." + name, Text: fmt.Sprintf("%s %t → %t", name, was, is), Weakens: weakens}
+		if weakens {
+			c.Text += " (weakens the tool's declared caution)"
+		}
+		out = append(out, c)
+	}
+	hint("readOnlyHint", ro1, ro2, !ro1 && ro2)
+	hint("destructiveHint", de1, de2, de1 && !de2)
+	hint("idempotentHint", id1, id2, false)
+	hint("openWorldHint", ow1, ow2, ow1 && !ow2)
+	if len(out) == 0 && !sameJSON(member(old, "annotations"), member(cur, "annotations")) {
+		out = append(out, Change{Member: "annotations", Text: "annotations changed"})
+	}
+	return out
+}
+
+// ChangeText joins changes for a held call's reason.
+func ChangeText(cs []Change) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.Text
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sameJSON(a, b json.RawMessage) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	ca, errA := guard.Canonical(a)
+	cb, errB := guard.Canonical(b)
+	if errA != nil || errB != nil {
+		return bytes.Equal(a, b)
+	}
+	return bytes.Equal(ca, cb)
+}
+
+// LineDiff renders two JSON definitions, indented, as a unified-style
+// line diff ("-" old, "+" new, " " both).
+func LineDiff(old, cur json.RawMessage) string {
+	a, b := indentLines(old), indentLines(cur)
+	// Longest common subsequence over lines; tool definitions are small.
+	n, m := len(a), len(b)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if a[i] == b[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var sb strings.Builder
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && a[i] == b[j]:
+			sb.WriteString("  " + a[i] + "\n")
+			i, j = i+1, j+1
+		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+			sb.WriteString("+ " + b[j] + "\n")
+			j++
+		default:
+			sb.WriteString("- " + a[i] + "\n")
+			i++
+		}
+	}
+	return sb.String()
+}
+
+func indentLines(raw json.RawMessage) []string {
+	var buf bytes.Buffer
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return strings.Split(string(raw), "\n")
+	}
+	return strings.Split(buf.String(), "\n")
+}
+
+func member(def json.RawMessage, name string) json.RawMessage {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(def, &m)
+	return m[name]
+}

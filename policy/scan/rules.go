@@ -1,0 +1,334 @@
+package scan
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The phrase rules run on the normalised text (see fold): lower case, one
+// space for every run of whitespace, no invisible characters, curly quotes
+// and fullwidth ASCII folded.
+var (
+	hiddenTagRE = regexp.MustCompile(`<!--|\[//\]: ?#|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id)\|>|<</?sys>>|\[/?(?:inst|system|sys|important|instructions?|admin|assistant)\]|</? ?(?:important|system|sys|instructions?|system[_-]?(?:prompt|message|instructions?)|hidden|critical|urgent|assistant|ai[_-]?(?:instructions?|only)|note[_-]?to[_-]?(?:ai|model|assistant|llm)|(?:llm|ai|model|assistant)[_-]?(?:notes?|instructions?))(?: [^<>]{0,60})? ?/?>`)
+
+	overrideRE = regexp.MustCompile(strings.Join([]string{
+		`\b(?:ignore|disregard|forget) (?:(?:all|any|every|the|your|of|these|those|my) ){0,3}(?:previous|prior|earlier|above|preceding|former|original|existing|other|system|safety|current) (?:\w+ )?(?:instructions?|prompts?|directions|guidelines|directives|guidance|commands)\b`,
+		`\b(?:ignore|disregard|forget) (?:all|any|every|your) (?:instructions|prompts|directions|guidelines|directives|guidance)\b`,
+		`\boverride (?:all |any |the |your )?(?:previous|prior|earlier|above|system|safety) (?:instructions?|prompts?|guidelines|rules)\b`,
+		`\b(?:do not|don'?t|never|must not|mustn'?t|should not|shouldn'?t) (?:ever )?(?:mention|tell)\b`,
+		`\b(?:do not|don'?t|never|must not|mustn'?t|should not|shouldn'?t) (?:ever )?(?:inform|notify|alert|warn|show|reveal|disclose|say|explain|let|ask|bother) (?:this to |it to |to )?(?:the )?users?\b`,
+		`\bwithout (?:telling|informing|notifying|alerting|asking|showing) (?:the )?users?\b`,
+		`\b(?:hide|conceal|keep) (?:this|it|that|these) (?:\w+ )?from (?:the )?users?\b`,
+		`\bthe user (?:must|should) (?:not|never) (?:know|see|notice|find out|be told)\b`,
+		`\bbefore (?:using|calling|invoking|running|executing) (?:this|any|the|other|each|every) (?:\w+ )?tools?,? (?:you )?(?:must|need to|have to|are required to)\b`,
+		`\byou (?:must|should|have to|need to) always\b`,
+		`\b(?:your|the (?:assistant|model|ai|llm)'?s?) system prompt\b`,
+		`\b(?:reveal|print|output|repeat|show|leak|include|send|override|ignore|disregard) (?:the |your |its )?system prompt\b`,
+		`\bnew system prompt\b|\bsystem prompt override\b`,
+		`\b(?:new|updated|additional|real|actual|hidden|secret) instructions? ?:`,
+	}, "|"))
+
+	// A verb in its base (imperative) form, then within the same clause a
+	// secret file or directory.
+	secretFileRE = regexp.MustCompile(`\b(?:read|cat|open|load|dump|print|output|collect|extract|gather|retrieve|fetch|get|grab|steal|access|list|copy|` + sendVerbs + `)\b(?:[^.!?;]|[.!?]\S){0,80}?(?:(?:^|[\s'"` + "`" + `(/~])\.(?:ssh|aws|env|npmrc|pypirc|netrc|git-credentials|gnupg|kube|docker|cursor|bash_history|zsh_history)\b|\bid_(?:rsa|dsa|ecdsa|ed25519)\b|\bmcp\.json\b|claude_desktop_config|\bcredentials\.json\b|/etc/(?:passwd|shadow)\b|\bwallet\.dat\b)`)
+	// A verb, then within the same clause a kind of secret. It counts only
+	// with a verb of sending and a destination (see secretDestRE) in the text.
+	secretNounRE = regexp.MustCompile(`\b(?:read|cat|open|load|dump|print|output|collect|extract|gather|retrieve|fetch|get|grab|steal|access|copy|` + sendVerbs + `)\b(?:[^.!?;]|[.!?]\S){0,80}?\b(?:environment variables?|env vars?|api[ _-]?keys?|private[ _-]?keys?|ssh[ _-]?keys?|secret[ _-]?keys?|passwords?|passphrases?|secrets|credentials|(?:access|auth|bearer|session|refresh)[ _-]?tokens?|seed phrases?|mnemonics?|cookies)\b`)
+	sendVerbRE   = regexp.MustCompile(`\b(?:` + sendVerbs + `)\b`)
+	secretDestRE = regexp.MustCompile(`\b(?:parameters?|params?|arguments?|args?|fields?|sidenote|side note|metadata|headers?|query string|url)\b|https?://|[a-z0-9._-]+@[a-z0-9-]+\.[a-z]`)
+
+	crossToolRE = regexp.MustCompile(strings.Join([]string{
+		`\bwhen(?:ever)? this tool is (?:available|present|loaded|installed|enabled|active|connected)\b`,
+		`\bwhen(?:ever)? (?:you (?:use|call) |using |calling )?(?:the |any )?[\w.` + "`" + `'"-]+ tool is (?:used|called|invoked|run|executed)\b`,
+		`\b(?:instead of|rather than) (?:using |calling )?(?:the |any )?[\w.` + "`" + `'"-]+ tool\b`,
+		`\bthe [\w.` + "`" + `'"-]+ tool (?:must|should|shall|has to|needs to) (?:always |now |also |only )?(?:send|forward|include|add|cc|bcc|redirect|route|copy|use)\b`,
+		`\b(?:all )?other tools? (?:must|should)\b`,
+	}, "|"))
+)
+
+const sendVerbs = `send|pass|include|attach|append|upload|post|forward|share|exfiltrate|leak|embed|insert|submit|transmit|email`
+
+type scanner struct {
+	others []otherTool
+}
+
+type otherTool struct {
+	name  string // normalised
+	plain bool   // letters only: counts only where written as a tool name
+}
+
+func otherTools(names []string, self string) []otherTool {
+	self = norm(self)
+	var out []otherTool
+	for _, n := range names {
+		f := strings.TrimSpace(norm(n))
+		if len(f) < 3 || f == self {
+			continue
+		}
+		plain := true
+		for i, r := range n {
+			if !unicode.IsLetter(r) || i > 0 && unicode.IsUpper(r) {
+				plain = false
+			}
+		}
+		out = append(out, otherTool{f, plain})
+	}
+	return out
+}
+
+func (sc *scanner) text(where, s string) []Flag {
+	var flags []Flag
+	add := func(kind, ev string) { flags = append(flags, Flag{kind, where, ev}) }
+	n := norm(s)
+	// at gives an excerpt of s from where the normalised text's match starts.
+	at := func(loc []int) string { return excerpt("", s[rawOffset(s, loc[0]):], MaxEvidence) }
+
+	if strings.ContainsAny(n, "<[") {
+		if loc := hiddenTagRE.FindStringIndex(n); loc != nil {
+			add(KindHiddenTag, at(loc))
+		}
+	}
+	if loc := overrideRE.FindStringIndex(n); loc != nil {
+		add(KindOverride, at(loc))
+	}
+	if i := firstInvisible(s); i >= 0 {
+		start := max(0, i-24)
+		for start > 0 && !utf8.RuneStart(s[start]) {
+			start--
+		}
+		add(KindInvisible, excerpt("", s[start:], MaxEvidence))
+	}
+	if start, end, ok := whitespaceRun(s); ok {
+		add(KindWhitespace, excerpt(fmt.Sprintf("[%d whitespace characters] ", utf8.RuneCountInString(s[start:end])), s[end:], MaxEvidence))
+	}
+	if loc := secretFileRE.FindStringIndex(n); loc != nil {
+		add(KindSecretAccess, at(loc))
+	} else if loc := secretNounRE.FindStringIndex(n); loc != nil && sendVerbRE.MatchString(n) && secretDestRE.MatchString(n) {
+		add(KindSecretAccess, at(loc))
+	}
+	loc := crossToolRE.FindStringIndex(n)
+	for _, o := range sc.others {
+		if l := o.find(n); l != nil && (loc == nil || l[0] < loc[0]) {
+			loc = l
+		}
+	}
+	if loc != nil {
+		add(KindCrossTool, at(loc))
+	}
+	slices.SortFunc(flags, func(a, b Flag) int { return strings.Compare(a.Kind, b.Kind) })
+	return flags
+}
+
+// find returns where o is mentioned in the normalised text n, or nil.
+func (o otherTool) find(n string) []int {
+	for off := 0; off < len(n); {
+		i := strings.Index(n[off:], o.name)
+		if i < 0 {
+			return nil
+		}
+		a, b := off+i, off+i+len(o.name)
+		off = a + 1
+		var before, after byte
+		if a > 0 {
+			before = n[a-1]
+		}
+		if b < len(n) {
+			after = n[b]
+		}
+		if identByte(before) || identByte(after) {
+			continue
+		}
+		if !o.plain || strings.ContainsRune("`'\"", rune(before)) && before != 0 && after == before ||
+			strings.HasPrefix(n[b:], " tool") || after == '(' {
+			return []int{a, b}
+		}
+	}
+	return nil
+}
+
+func identByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
+// hidden reports characters that do not show, or that change how text
+// around them shows: format (Cf) and private-use (Co) characters, controls
+// other than whitespace, variation selectors, the combining grapheme joiner
+// and the Hangul fillers. fold drops them.
+func hidden(r rune) bool {
+	switch {
+	case r < 0x80:
+		return r < 0x20 && !unicode.IsSpace(r) || r == 0x7f
+	case unicode.IsSpace(r):
+		return false
+	case isVariationSelector(r), r == 0x34f, r == 0x115f, r == 0x1160, r == 0x3164, r == 0xffa0:
+		return true
+	}
+	return unicode.In(r, unicode.Cf, unicode.Co, unicode.Cc)
+}
+
+func isVariationSelector(r rune) bool {
+	return 0xfe00 <= r && r <= 0xfe0f || 0xe0100 <= r && r <= 0xe01ef
+}
+
+// firstInvisible returns the offset of the first character of s that hides
+// text, or -1. Not counted: a zero-width (non-)joiner between two visible
+// non-ASCII characters (emoji sequences, Persian, Indic scripts), a single
+// variation selector (emoji presentation), and the tag characters of an
+// emoji subdivision flag (U+1F3F4, two to six tag letters, U+E007F).
+func firstInvisible(s string) int {
+	prev := rune(0)
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == 0x1f3f4:
+			if n := flagTags(s[i+w:]); n > 0 {
+				w += n
+			}
+		case r == 0x200c || r == 0x200d:
+			next, _ := utf8.DecodeRuneInString(s[i+w:])
+			if !joinable(prev) || !joinable(next) {
+				return i
+			}
+		case isVariationSelector(r):
+			if isVariationSelector(prev) {
+				return i
+			}
+		case hidden(r):
+			return i
+		}
+		prev = r
+		i += w
+	}
+	return -1
+}
+
+func joinable(r rune) bool {
+	return r >= 0x80 && r != utf8.RuneError && !unicode.IsSpace(r) && (!hidden(r) || isVariationSelector(r))
+}
+
+// flagTags returns the length of the tag sequence of a subdivision flag at
+// the start of s, or 0.
+func flagTags(s string) int {
+	for i, n := 0, 0; i < len(s); n++ {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		i += w
+		switch {
+		case r == 0xe007f && n >= 2:
+			return i
+		case n >= 6 || !(0xe0030 <= r && r <= 0xe0039 || 0xe0061 <= r && r <= 0xe007a):
+			return 0
+		}
+	}
+	return 0
+}
+
+// whitespaceRun finds the first run of whitespace followed by more text that
+// holds five line breaks, or ends in 20 spaces within a line (40 where it
+// indents a line). A run next to "|" (markdown table padding) does not
+// count.
+func whitespaceRun(s string) (start, end int, ok bool) {
+	start, breaks, tail := -1, 0, 0
+	for i, r := range s {
+		if unicode.IsSpace(r) {
+			if start < 0 {
+				start, breaks, tail = i, 0, 0
+			}
+			switch r {
+			case '\n', '\v', '\f', 0x85, 0x2028, 0x2029:
+				breaks, tail = breaks+1, 0
+			case '\r':
+			default:
+				tail++
+			}
+			continue
+		}
+		if start >= 0 && r != '|' && (start == 0 || s[start-1] != '|') {
+			limit := 20
+			if breaks > 0 || start == 0 {
+				limit = 40
+			}
+			if breaks >= 5 || tail >= limit {
+				return start, i, true
+			}
+		}
+		start = -1
+	}
+	return 0, 0, false
+}
+
+// fold calls emit for each character of s as the phrase rules see it, with
+// its offset in s: invisible characters dropped, a run of whitespace as one
+// space, curly quotes straight, fullwidth ASCII as ASCII, in lower case.
+func fold(s string, emit func(r rune, at int)) {
+	space := false
+	for i, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			if !space {
+				emit(' ', i)
+			}
+			space = true
+			continue
+		case hidden(r):
+			continue
+		case r == 0x2018 || r == 0x2019:
+			r = '\''
+		case r == 0x201c || r == 0x201d:
+			r = '"'
+		case 0xff01 <= r && r <= 0xff5e:
+			r -= 0xfee0
+		}
+		space = false
+		emit(unicode.ToLower(r), i)
+	}
+}
+
+func norm(s string) string {
+	b := make([]byte, 0, len(s))
+	fold(s, func(r rune, _ int) { b = utf8.AppendRune(b, r) })
+	return string(b)
+}
+
+// rawOffset returns the offset in s of the character at offset k of norm(s).
+func rawOffset(s string, k int) int {
+	n, at := 0, len(s)
+	fold(s, func(r rune, i int) {
+		if n == k {
+			at = i
+		}
+		n += utf8.RuneLen(r)
+	})
+	return at
+}
+
+// excerpt returns prefix and then s, with invisible characters, controls
+// and whitespace other than the space as \u{XXXX} and bytes that are not
+// UTF-8 as \x{XX}, cut with "…" to at most limit bytes.
+func excerpt(prefix, s string, limit int) string {
+	const ellipsis = "…"
+	b := []byte(prefix)
+	cut := len(b)
+	for i := 0; i < len(s) && len(b) <= limit; {
+		if len(b) <= limit-len(ellipsis) {
+			cut = len(b)
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && w == 1:
+			b = fmt.Appendf(b, `\x{%02X}`, s[i])
+		case hidden(r) || r == 0x200c || r == 0x200d || r != ' ' && unicode.IsSpace(r):
+			b = fmt.Appendf(b, `\u{%X}`, r)
+		default:
+			b = append(b, s[i:i+w]...)
+		}
+		i += w
+	}
+	if len(b) <= limit {
+		return string(b)
+	}
+	return string(b[:cut]) + ellipsis
+}

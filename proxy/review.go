@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// reviewTimeout bounds reading a tool's review from the catalog store.
+const reviewTimeout = 10 * time.Second
+
+// persistStart and persistEnd bracket the recording of a listing, so that
+// a call to a tool just listed waits for its review to exist.
+func (s *Session) persistStart() {
+	s.persistMu.Lock()
+	s.persisting++
+	s.persistMu.Unlock()
+}
+
+func (s *Session) persistEnd() {
+	s.persistMu.Lock()
+	s.persisting--
+	s.persistCond.Broadcast()
+	s.persistMu.Unlock()
+}
+
+func (s *Session) persisted() {
+	s.persistMu.Lock()
+	for s.persisting > 0 {
+		s.persistCond.Wait()
+	}
+	s.persistMu.Unlock()
+}
+
+// acceptedPin reports whether this session already found the definition
+// accepted. An accepted definition stays accepted: a change makes a new pin.
+func (s *Session) acceptedPin(pin string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted[pin]
+}
+
+// reviewOf reads how a tool's definition stands and, when it waits for a
+// person, why: what changed since the accepted definition, that the tool
+// is new, or what the description scan found.
+func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
+	s.persisted()
+	ctx, cancel := context.WithTimeout(s.ctx, reviewTimeout)
+	defer cancel()
+	r, err := s.opts.Catalog.Review(ctx, s.opts.Server, tool.Name, tool.Pin)
+	if err != nil {
+		return nil, "", err
+	}
+	if r == nil {
+		// Not recorded (the listing could not be stored): a person looks.
+		return &guard.Review{Server: s.opts.Server, Name: tool.Name, Pin: tool.Pin, State: guard.ReviewPending, Cause: guard.CauseNew},
+			"the tool's definition is not in the catalog", nil
+	}
+	if r.State == guard.ReviewAccepted {
+		s.mu.Lock()
+		s.accepted[tool.Pin] = true
+		s.mu.Unlock()
+		return r, "", nil
+	}
+	var why string
+	switch r.Cause {
+	case guard.CauseFlagged:
+		why = "its descriptions carry instructions aimed at the model: " + FlagText(r.Flags)
+	case guard.CauseNew:
+		why = "a new tool since the server's first listing (new_tools: approve)"
+	default:
+		why = "the tool's definition changed since it was accepted"
+		if old, err := s.opts.Catalog.AcceptedTool(ctx, s.opts.Server, tool.Name); err == nil && old != nil {
+			if cs := policy.DiffTools(old.Def, tool.Def); len(cs) > 0 {
+				why += ": " + policy.ChangeText(cs)
+			}
+		}
+	}
+	return r, why, nil
+}
+
+// FlagText renders the findings of the description scan for people.
+func FlagText(flags []guard.Flag) string {
+	parts := make([]string, 0, len(flags))
+	for _, f := range flags {
+		parts = append(parts, fmt.Sprintf("%s in %s (%s)", f.Kind, f.Where, f.Evidence))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// scanTools sets the flags of each definition, when a scanner is set.
+func (s *Session) scanTools(tools []guard.Tool) {
+	if s.opts.ScanTool == nil {
+		return
+	}
+	for i := range tools {
+		tools[i].Flags = s.opts.ScanTool(s.opts.Server, tools[i].Def)
+	}
+}
+
+// invalidArguments is the answer to arguments that break the inputSchema:
+// a tool error the model can read from 2025-11-25 on, -32602 before.
+func (s *Session) invalidArguments(c *call, violations string) []byte {
+	text := "Invalid arguments for " + c.tool + ": " + violations
+	_, proto := s.clientInfo()
+	if proto >= guard.Rev20251125 {
+		return toolError(c.origID, text)
+	}
+	return wire.ErrorResponse(c.origID, wire.CodeInvalidParams, text, map[string]string{"tool": c.tool, "violations": violations})
+}
