@@ -21,6 +21,10 @@ import (
 var guardBin string
 
 func TestMain(m *testing.M) {
+	if name := os.Getenv("GUARD_E2E_SERVE"); name != "" {
+		// This binary is also the test's own MCP servers (go-sdk).
+		os.Exit(serveTestServer(name))
+	}
 	dir, err := os.MkdirTemp("", "guard-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -100,10 +104,16 @@ func (e *env) wrap(name string, serverCmd ...string) []string {
 func (e *env) guard(args ...string) (string, int) {
 	e.t.Helper()
 	n := 1 // the subcommand's words come before the flags
-	if args[0] == "approvals" || args[0] == "audit" {
+	switch args[0] {
+	case "approvals", "audit", "policy":
 		n = 2
 		if len(args) > 2 && (args[1] == "approve" || args[1] == "deny") {
 			n = 3
+		}
+	case "tools":
+		n = 2
+		if len(args) > 3 && args[1] != "list" {
+			n = 4 // tools diff|accept|reject SERVER TOOL
 		}
 	}
 	args = append(append(append([]string{}, args[:n]...), "--config", e.cfg, "--db", e.db), args[n:]...)
@@ -432,7 +442,9 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 // A server's notifications/tools/list_changed reaches the client and makes
 // guard list the tools again: the new tool is in the catalog and callable.
 func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
-	e := newEnv(t, "policy: {default: allow}\n")
+	// A tool that appears after the first listing passes at once only
+	// with new_tools: allow (by default it waits for a person).
+	e := newEnv(t, "servers: {conformance: {new_tools: allow}}\npolicy: {default: allow}\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	changed := make(chan struct{}, 4)

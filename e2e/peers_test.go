@@ -26,11 +26,29 @@ type scenario func(t *testing.T, serverCmd []string) transcript
 // through `guard run` with a policy that allows everything, and fails if the
 // client saw anything different. It returns the direct transcript and the
 // guard environment, whose audit log the caller may examine.
-func compareThroughGuard(t *testing.T, sc scenario, name string, serverCmd []string) (transcript, *env) {
+//
+// invalid names calls whose arguments break the tool's inputSchema: the
+// server refuses them in its own words, guard before them in its own
+// ("Invalid arguments for TOOL: ..."); both must be tool errors.
+func compareThroughGuard(t *testing.T, sc scenario, name string, serverCmd []string, invalid ...string) (transcript, *env) {
 	t.Helper()
 	direct := sc(t, serverCmd)
 	e := newEnv(t, "policy: {default: allow}\n")
 	through := sc(t, e.wrap(name, serverCmd...))
+	for _, k := range invalid {
+		d, _ := direct["calls"].(map[string]any)[k].(map[string]any)
+		g, _ := through["calls"].(map[string]any)[k].(map[string]any)
+		// From 2025-11-25 a tool error the model reads; before, -32602.
+		text, _ := g["text"].(string)
+		perr, _ := g["error"].(string)
+		toolErr := g["isError"] == true && strings.HasPrefix(text, "Invalid arguments for ")
+		rpcErr := strings.Contains(perr, "-32602") && strings.Contains(perr, "Invalid arguments for ")
+		if d["isError"] != true || !(toolErr || rpcErr) {
+			t.Fatalf("%s: direct %v, through guard %v: want the server's refusal, and guard's naming the invalid arguments", k, d, g)
+		}
+		delete(direct["calls"].(map[string]any), k)
+		delete(through["calls"].(map[string]any), k)
+	}
 	if !reflect.DeepEqual(direct, through) {
 		a, _ := json.MarshalIndent(direct, "", " ")
 		b, _ := json.MarshalIndent(through, "", " ")
@@ -106,11 +124,11 @@ func TestTypeScriptClientAndExampleServerThroughGuard(t *testing.T) {
 	server := []string{guardBin, "example-server"}
 	for _, v := range []string{tsRevisions[0], tsRevisions[len(tsRevisions)-1]} {
 		t.Run(v, func(t *testing.T) {
-			direct, e := compareThroughGuard(t, tsScenario("example", v), "example", server)
+			direct, e := compareThroughGuard(t, tsScenario("example", v), "example", server, "write_note without body")
 			calls := direct["calls"].(map[string]any)
 			stats, _ := calls["note_stats"].(map[string]any)
 			after, _ := calls["read_note after delete_note"].(map[string]any)
-			if len(calls) != 10 || stats == nil || stats["structured"] == nil || after == nil || after["isError"] != true ||
+			if len(calls) != 9 || stats == nil || stats["structured"] == nil || after == nil || after["isError"] != true ||
 				direct["progress"] != true || direct["seen"].(map[string]any)["logs"] != 2.0 || direct["protocol"] != v {
 				t.Fatalf("the direct run is not what the example scenario does: %v", direct)
 			}

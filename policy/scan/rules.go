@@ -9,48 +9,98 @@ import (
 	"unicode/utf8"
 )
 
-// The phrase rules run on the normalised text (see fold): lower case, one
-// space for every run of whitespace, no invisible characters, curly quotes
-// and fullwidth ASCII folded.
-var (
-	hiddenTagRE = regexp.MustCompile(`<!--|\[//\]: ?#|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id)\|>|<</?sys>>|\[/?(?:inst|system|sys|important|instructions?|admin|assistant)\]|</? ?(?:important|system|sys|instructions?|system[_-]?(?:prompt|message|instructions?)|hidden|critical|urgent|assistant|ai[_-]?(?:instructions?|only)|note[_-]?to[_-]?(?:ai|model|assistant|llm)|(?:llm|ai|model|assistant)[_-]?(?:notes?|instructions?))(?: [^<>]{0,60})? ?/?>`)
+// A rule flags the normalised text (see fold: lower case, one space for any
+// run of whitespace, no invisible characters, curly quotes and fullwidth
+// ASCII folded) where re matches. The text must first hold one word of each
+// need list: a cheap filter, since Go's regexps are slow to scan with.
+type rule struct {
+	kind string
+	need [][]string
+	re   *regexp.Regexp   // the evidence starts where this matches
+	and  []*regexp.Regexp // and these must match somewhere too
+}
 
-	overrideRE = regexp.MustCompile(strings.Join([]string{
+var rules = []rule{
+	{KindHiddenTag, [][]string{{"<", "["}, {"<!--", "[//]", "|>", "sys", "inst", "important", "hidden", "critical", "urgent", "assistant", "note", "ai", "admin", "llm", "model"}}, re(
+		`<!--|\[//\]: ?#|<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id)\|>|<</?sys>>`,
+		`\[/?(?:inst|system|sys|important|instructions?|admin|assistant)\]`,
+		`</? ?(?:important|system|sys|instructions?|system[_-]?(?:prompt|message|instructions?|reminder|notes?)|hidden|critical|urgent|assistant|ai[_-]?(?:instructions?|only)|note[_-]?to[_-]?(?:ai|model|assistant|llm)|(?:llm|ai|model|assistant)[_-]?(?:notes?|instructions?))(?: [^<>]*)? ?/?>`), nil},
+
+	{KindOverride, [][]string{{"ignor", "disregard", "forget", "overrid"}}, re(
 		`\b(?:ignore|disregard|forget) (?:(?:all|any|every|the|your|of|these|those|my) ){0,3}(?:previous|prior|earlier|above|preceding|former|original|existing|other|system|safety|current) (?:\w+ )?(?:instructions?|prompts?|directions|guidelines|directives|guidance|commands)\b`,
 		`\b(?:ignore|disregard|forget) (?:all|any|every|your) (?:instructions|prompts|directions|guidelines|directives|guidance)\b`,
-		`\boverride (?:all |any |the |your )?(?:previous|prior|earlier|above|system|safety) (?:instructions?|prompts?|guidelines|rules)\b`,
-		`\b(?:do not|don'?t|never|must not|mustn'?t|should not|shouldn'?t) (?:ever )?(?:mention|tell)\b`,
+		`\boverride (?:all |any |the |your )?(?:previous|prior|earlier|above|system|safety) (?:instructions?|prompts?|guidelines|rules)\b`), nil},
+	{KindOverride, [][]string{{"mention", "tell"}, {"not", "n't", "dont", "never"}}, re(
+		`\b(?:do not|don'?t|never|must not|mustn'?t|should not|shouldn'?t) (?:ever )?(?:mention|tell)\b`), nil},
+	{KindOverride, [][]string{{"user"}, {"not", "n't", "dont", "never", "without", "hide", "conceal", "keep"}}, re(
 		`\b(?:do not|don'?t|never|must not|mustn'?t|should not|shouldn'?t) (?:ever )?(?:inform|notify|alert|warn|show|reveal|disclose|say|explain|let|ask|bother) (?:this to |it to |to )?(?:the )?users?\b`,
 		`\bwithout (?:telling|informing|notifying|alerting|asking|showing) (?:the )?users?\b`,
 		`\b(?:hide|conceal|keep) (?:this|it|that|these) (?:\w+ )?from (?:the )?users?\b`,
-		`\bthe user (?:must|should) (?:not|never) (?:know|see|notice|find out|be told)\b`,
-		`\bbefore (?:using|calling|invoking|running|executing) (?:this|any|the|other|each|every) (?:\w+ )?tools?,? (?:you )?(?:must|need to|have to|are required to)\b`,
-		`\byou (?:must|should|have to|need to) always\b`,
+		`\bthe user (?:must|should) (?:not|never) (?:know|see|notice|find out|be told)\b`), nil},
+	{KindOverride, [][]string{{"before "}, {"tool"}}, re(
+		`\bbefore (?:using|calling|invoking|running|executing) (?:this|any|the|other|each|every) (?:\w+ )?tools?,? (?:you )?(?:must|need to|have to|are required to)\b`), nil},
+	{KindOverride, [][]string{{"you must always"}}, re(`\byou must always\b`), nil},
+	{KindOverride, [][]string{{"system prompt"}}, re(
 		`\b(?:your|the (?:assistant|model|ai|llm)'?s?) system prompt\b`,
 		`\b(?:reveal|print|output|repeat|show|leak|include|send|override|ignore|disregard) (?:the |your |its )?system prompt\b`,
-		`\bnew system prompt\b|\bsystem prompt override\b`,
-		`\b(?:new|updated|additional|real|actual|hidden|secret) instructions? ?:`,
-	}, "|"))
+		`\bnew system prompt\b|\bsystem prompt override\b`), nil},
+	{KindOverride, [][]string{{"instruction"}, {":"}}, re(`\b(?:new|updated|additional|real|actual|hidden|secret) instructions? ?:`), nil},
 
-	// A verb in its base (imperative) form, then within the same clause a
+	// A verb in its base (imperative) form, then in the same clause a
 	// secret file or directory.
-	secretFileRE = regexp.MustCompile(`\b(?:read|cat|open|load|dump|print|output|collect|extract|gather|retrieve|fetch|get|grab|steal|access|list|copy|` + sendVerbs + `)\b(?:[^.!?;]|[.!?]\S){0,80}?(?:(?:^|[\s'"` + "`" + `(/~])\.(?:ssh|aws|env|npmrc|pypirc|netrc|git-credentials|gnupg|kube|docker|cursor|bash_history|zsh_history)\b|\bid_(?:rsa|dsa|ecdsa|ed25519)\b|\bmcp\.json\b|claude_desktop_config|\bcredentials\.json\b|/etc/(?:passwd|shadow)\b|\bwallet\.dat\b)`)
-	// A verb, then within the same clause a kind of secret. It counts only
-	// with a verb of sending and a destination (see secretDestRE) in the text.
-	secretNounRE = regexp.MustCompile(`\b(?:read|cat|open|load|dump|print|output|collect|extract|gather|retrieve|fetch|get|grab|steal|access|copy|` + sendVerbs + `)\b(?:[^.!?;]|[.!?]\S){0,80}?\b(?:environment variables?|env vars?|api[ _-]?keys?|private[ _-]?keys?|ssh[ _-]?keys?|secret[ _-]?keys?|passwords?|passphrases?|secrets|credentials|(?:access|auth|bearer|session|refresh)[ _-]?tokens?|seed phrases?|mnemonics?|cookies)\b`)
-	sendVerbRE   = regexp.MustCompile(`\b(?:` + sendVerbs + `)\b`)
-	secretDestRE = regexp.MustCompile(`\b(?:parameters?|params?|arguments?|args?|fields?|sidenote|side note|metadata|headers?|query string|url)\b|https?://|[a-z0-9._-]+@[a-z0-9-]+\.[a-z]`)
+	{KindSecretAccess, [][]string{{".ssh", ".aws", ".env", ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".gnupg", ".kube", ".docker", ".cursor", "_history", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "mcp.json", "claude_desktop_config", "credentials.json", "/etc/passwd", "/etc/shadow", "wallet.dat"}}, re(
+		`\b(?:` + readVerbs + `|list|` + sendVerbs + `)\b` + sameClause + `(?:` +
+			`(?:^|[\s'"` + "`" + `(/~])\.(?:ssh|aws|envrc|npmrc|pypirc|netrc|git-credentials|gnupg|kube|docker|cursor|bash_history|zsh_history)\b` +
+			`|(?:^|[\s'"` + "`" + `(/~])\.env(?:\.(?:local|prod\w*|dev\w*|staging|test))?(?:[^.\w-]|\. |\.?$)` + // not .env.example
+			`|\bid_(?:rsa|dsa|ecdsa|ed25519)\b|\bmcp\.json\b|claude_desktop_config|\bcredentials\.json\b|/etc/(?:passwd|shadow)\b|\bwallet\.dat\b)`), nil},
+	// A verb, then in the same clause a kind of secret (or the conversation),
+	// in a text with a verb of sending and a destination: a tool whose purpose
+	// is managing keys or passwords does not ask to send them somewhere.
+	{KindSecretAccess, [][]string{
+		{"environment variable", "env var", "key", "password", "passphrase", "secret", "credential", "token", "seed phrase", "mnemonic", "cookie", "conversation", "chat"},
+		{"send", "pass", "include", "attach", "append", "upload", "post", "forward", "share", "exfiltrate", "leak", "embed", "insert", "submit", "transmit", "email"},
+		{"param", "arg", "field", "side", "metadata", "header", "query string", "url", "http", "@"},
+	}, re(
+		`\b(?:` + readVerbs + `|` + sendVerbs + `)\b` + sameClause + `\b(?:environment variables?|env vars?|api[ _-]?keys?|private[ _-]?keys?|ssh[ _-]?keys?|secret[ _-]?keys?|passwords?|passphrases?|secrets|credentials|(?:access|auth|bearer|session|refresh)[ _-]?tokens?|seed phrases?|mnemonics?|cookies|(?:conversation|chat) (?:history|log|transcript)|(?:whole|entire|full) (?:conversation|chat))\b`),
+		[]*regexp.Regexp{
+			re(`\b(?:` + sendVerbs + `)\b`),
+			re(`\b(?:parameters?|params?|arguments?|args?|fields?|sidenote|side note|metadata|headers?|query string|url)\b|https?://|[a-z0-9._-]+@[a-z0-9-]+\.[a-z]`),
+		}},
 
-	crossToolRE = regexp.MustCompile(strings.Join([]string{
+	{KindCrossTool, [][]string{{"when"}, {"tool is"}}, re(
 		`\bwhen(?:ever)? this tool is (?:available|present|loaded|installed|enabled|active|connected)\b`,
-		`\bwhen(?:ever)? (?:you (?:use|call) |using |calling )?(?:the |any )?[\w.` + "`" + `'"-]+ tool is (?:used|called|invoked|run|executed)\b`,
-		`\b(?:instead of|rather than) (?:using |calling )?(?:the |any )?[\w.` + "`" + `'"-]+ tool\b`,
-		`\bthe [\w.` + "`" + `'"-]+ tool (?:must|should|shall|has to|needs to) (?:always |now |also |only )?(?:send|forward|include|add|cc|bcc|redirect|route|copy|use)\b`,
-		`\b(?:all )?other tools? (?:must|should)\b`,
-	}, "|"))
+		`\bwhen(?:ever)? (?:you (?:use|call) |using |calling )?(?:the |any )?`+toolName+` tool is (?:used|called|invoked|run|executed)\b`), nil},
+	{KindCrossTool, [][]string{{"instead of", "rather than"}, {" tool"}}, re(
+		`\b(?:instead of|rather than) (?:using |calling )?(?:the |any )?` + toolName + ` tool\b`), nil},
+	{KindCrossTool, [][]string{{" tool must", " tool should", " tool shall", " tool has to", " tool needs to"}}, re(
+		`\bthe ` + toolName + ` tool (?:must|should|shall|has to|needs to) (?:always |now |also |only )?(?:send|forward|include|add|cc|bcc|redirect|route|copy|use)\b`), nil},
+	{KindCrossTool, [][]string{{"other tool"}}, re(`\b(?:all )?other tools? (?:must|should)\b`), nil},
+}
+
+const (
+	readVerbs  = `read|cat|open|load|dump|print|output|collect|extract|gather|retrieve|fetch|get|grab|steal|access|copy`
+	sendVerbs  = `send|pass|include|attach|append|upload|post|forward|share|exfiltrate|leak|embed|insert|submit|transmit|email`
+	sameClause = `(?:[^.!?;]|[.!?]\S)*?` // no full stop, "!", "?" or ";" (a dot inside a name is fine)
+	toolName   = `[\w.` + "`" + `'"-]+`
 )
 
-const sendVerbs = `send|pass|include|attach|append|upload|post|forward|share|exfiltrate|leak|embed|insert|submit|transmit|email`
+// re compiles alternatives into one regexp.
+func re(alts ...string) *regexp.Regexp { return regexp.MustCompile(strings.Join(alts, "|")) }
+
+func (r *rule) match(n string) []int {
+	for _, words := range r.need {
+		if !slices.ContainsFunc(words, func(w string) bool { return strings.Contains(n, w) }) {
+			return nil
+		}
+	}
+	loc := r.re.FindStringIndex(n)
+	for _, a := range r.and {
+		if loc != nil && !a.MatchString(n) {
+			return nil
+		}
+	}
+	return loc
+}
 
 type scanner struct {
 	others []otherTool
@@ -83,18 +133,36 @@ func otherTools(names []string, self string) []otherTool {
 func (sc *scanner) text(where, s string) []Flag {
 	var flags []Flag
 	add := func(kind, ev string) { flags = append(flags, Flag{kind, where, ev}) }
-	n := norm(s)
-	// at gives an excerpt of s from where the normalised text's match starts.
-	at := func(loc []int) string { return excerpt("", s[rawOffset(s, loc[0]):], MaxEvidence) }
 
-	if strings.ContainsAny(n, "<[") {
-		if loc := hiddenTagRE.FindStringIndex(n); loc != nil {
-			add(KindHiddenTag, at(loc))
+	// Phrase rules: the earliest match of each kind.
+	type hit struct {
+		kind string
+		at   int // in n
+	}
+	var hits []hit
+	n := norm(s)
+	for i := range rules {
+		if loc := rules[i].match(n); loc != nil {
+			hits = append(hits, hit{rules[i].kind, loc[0]})
 		}
 	}
-	if loc := overrideRE.FindStringIndex(n); loc != nil {
-		add(KindOverride, at(loc))
+	for _, o := range sc.others {
+		if loc := o.find(n); loc != nil {
+			hits = append(hits, hit{KindCrossTool, loc[0]})
+		}
 	}
+	slices.SortFunc(hits, func(a, b hit) int {
+		if c := strings.Compare(a.kind, b.kind); c != 0 {
+			return c
+		}
+		return a.at - b.at
+	})
+	for i, h := range hits {
+		if i == 0 || hits[i-1].kind != h.kind {
+			add(h.kind, excerpt("", s[rawOffset(s, h.at):], MaxEvidence))
+		}
+	}
+
 	if i := firstInvisible(s); i >= 0 {
 		start := max(0, i-24)
 		for start > 0 && !utf8.RuneStart(s[start]) {
@@ -104,20 +172,6 @@ func (sc *scanner) text(where, s string) []Flag {
 	}
 	if start, end, ok := whitespaceRun(s); ok {
 		add(KindWhitespace, excerpt(fmt.Sprintf("[%d whitespace characters] ", utf8.RuneCountInString(s[start:end])), s[end:], MaxEvidence))
-	}
-	if loc := secretFileRE.FindStringIndex(n); loc != nil {
-		add(KindSecretAccess, at(loc))
-	} else if loc := secretNounRE.FindStringIndex(n); loc != nil && sendVerbRE.MatchString(n) && secretDestRE.MatchString(n) {
-		add(KindSecretAccess, at(loc))
-	}
-	loc := crossToolRE.FindStringIndex(n)
-	for _, o := range sc.others {
-		if l := o.find(n); l != nil && (loc == nil || l[0] < loc[0]) {
-			loc = l
-		}
-	}
-	if loc != nil {
-		add(KindCrossTool, at(loc))
 	}
 	slices.SortFunc(flags, func(a, b Flag) int { return strings.Compare(a.Kind, b.Kind) })
 	return flags
@@ -267,6 +321,13 @@ func fold(s string, emit func(r rune, at int)) {
 	space := false
 	for i, r := range s {
 		switch {
+		case ' ' < r && r < 0x7f: // most text
+			if 'A' <= r && r <= 'Z' {
+				r += 'a' - 'A'
+			}
+			space = false
+			emit(r, i)
+			continue
 		case unicode.IsSpace(r):
 			if !space {
 				emit(' ', i)

@@ -52,8 +52,8 @@ type Options struct {
 // Definition scans a tool definition, the tool object as JSON text as a
 // server listed it. It scans the title, the description, and every string in
 // annotations, inputSchema and outputSchema (descriptions, titles, enum,
-// default and examples values, at any depth) except the schema's structural
-// keywords (type, format, pattern, required, $ref, ...). Flags come sorted by
+// default and examples values, at any depth) except the values of required,
+// pattern, $ref, $id, $schema and the other reference keywords. Flags come sorted by
 // Where, then Kind, at most one per Where and Kind. A name in
 // opts.OtherTools equal to the tool's own name is ignored. Text that is not a
 // JSON object is an error.
@@ -99,14 +99,17 @@ func Text(where, s string, opts Options) []Flag {
 	return sc.text(where, s)
 }
 
-// structural are schema keywords whose string values are names, types or
-// patterns, not text meant for the model.
+// structural are schema keywords whose string values are property names,
+// references or regular expressions, not text meant for the model: a
+// pattern may well exclude invisible characters, a required name may be
+// another server's tool's.
 var structural = map[string]bool{
-	"type": true, "format": true, "pattern": true, "required": true,
+	"required": true, "pattern": true,
 	"$ref": true, "$schema": true, "$id": true, "$anchor": true,
 	"$dynamicRef": true, "$dynamicAnchor": true,
-	"contentEncoding": true, "contentMediaType": true,
 }
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // walk scans the strings in v, found under the member named key.
 func (sc *scanner) walk(flags []Flag, where, key string, v any) []Flag {
@@ -130,6 +133,6 @@ func (sc *scanner) walk(flags []Flag, where, key string, v any) []Flag {
 // pointerSegment writes a member name as a JSON Pointer segment (RFC 6901),
 // with invisible characters escaped and at most 64 bytes.
 func pointerSegment(k string) string {
-	k = strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+	k = pointerEscaper.Replace(k)
 	return excerpt("", k, 64)
 }

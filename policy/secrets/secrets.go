@@ -1,0 +1,278 @@
+// Package secrets finds and masks secret values (cloud keys, tokens, private
+// keys) in text, and in the string values of JSON documents, before tool
+// calls are recorded or results are passed on.
+//
+// Every built-in pattern starts with a literal (AKIA, ghp_, xoxb-, eyJ,
+// -----BEGIN, ...). Text is first searched for those literals with
+// strings.IndexByte, and a regular expression runs only where a literal
+// occurs, anchored there; text without any of them is returned as it is,
+// without allocating.
+//
+// A masked value becomes "[REDACTED:<kind>]". Context that identifies a
+// value (the word "Bearer", "aws_secret_access_key=") is kept. Masking is
+// idempotent: no pattern matches a mask, so masking masked text again
+// changes nothing.
+package secrets
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// PatternKind is the kind in the mask of a configured (extra) pattern:
+// "[REDACTED:pattern]".
+const PatternKind = "pattern"
+
+// SecretGroup names the part of a configured pattern that is masked: when
+// a pattern has a group (?P<secret>...), only that group's text is masked
+// and the rest of the match is kept, as in `password=(?P<secret>\S+)`.
+// Without one the whole match is masked.
+const SecretGroup = "secret"
+
+// Masker masks built-in and configured patterns. Immutable after New; safe
+// for concurrent use. A nil *Masker masks the built-in patterns.
+type Masker struct {
+	pats  []*pattern
+	extra int // how many of pats are configured; they come last
+}
+
+// New returns a Masker with the built-in patterns plus extra (Go regexp
+// syntax, RE2). A pattern that does not compile, or that matches empty
+// text, is an error naming the pattern and why.
+func New(extra []string) (*Masker, error) {
+	m := &Masker{pats: make([]*pattern, 0, len(builtins)+len(extra)), extra: len(extra)}
+	m.pats = append(m.pats, builtins...)
+	for i, src := range extra {
+		p, err := compileExtra(src)
+		if err != nil {
+			return nil, fmt.Errorf("secrets: extra pattern %d %q: %w", i+1, src, err)
+		}
+		m.pats = append(m.pats, p)
+	}
+	return m, nil
+}
+
+// Kinds lists the built-in pattern kinds (for docs and tests), in the
+// order in which they win a tie: when two matches start at the same place
+// the longer one is masked, and between equally long ones the kind listed
+// first.
+func Kinds() []string {
+	kinds := make([]string, len(builtins))
+	for i, p := range builtins {
+		kinds[i] = p.kind
+	}
+	return kinds
+}
+
+// Mask returns s with every match replaced by a mask and the number of
+// matches. The mask is "[REDACTED:<kind>]", e.g. "[REDACTED:aws_access_key]",
+// "[REDACTED:pattern]" for configured ones. When s contains no match it
+// returns s itself (no allocation) and 0.
+//
+// Matches do not overlap: the one that starts first is masked (the longest
+// there, or the first in Kinds order), and the search goes on after it.
+func (m *Masker) Mask(s string) (string, int) {
+	return m.mask(s)
+}
+
+// patterns is the masker's list, the built-ins for a nil masker.
+func (m *Masker) patterns() []*pattern {
+	if m == nil {
+		return builtins
+	}
+	return m.pats
+}
+
+// span is a pattern's next match in a string: it starts at start (the
+// pattern's context, such as "Bearer ", comes first), and [from, to) is
+// what is masked.
+type span struct {
+	start, from, to int
+	ok              bool
+}
+
+func (m *Masker) mask(s string) (string, int) {
+	pats := m.patterns()
+	var buf [24]span
+	next := buf[:0]
+	if len(pats) > len(buf) {
+		next = make([]span, len(pats))
+	} else {
+		next = buf[:len(pats)]
+	}
+	found := false
+	for i, p := range pats {
+		next[i] = p.find(s, 0)
+		found = found || next[i].ok
+	}
+	if !found {
+		return s, 0
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	pos, n := 0, 0
+	for {
+		best := -1
+		for i := range next {
+			c := next[i]
+			if !c.ok {
+				continue
+			}
+			if best < 0 || c.from < next[best].from || c.from == next[best].from && c.to > next[best].to {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		c := next[best]
+		b.WriteString(s[pos:c.from])
+		b.WriteString(pats[best].mask)
+		pos = c.to
+		n++
+		// A match that begins at or before pos is searched again from pos,
+		// as it would be when the masked text is masked again, where the
+		// text before pos ends with the mask's "]".
+		for i := range next {
+			if next[i].ok && next[i].start <= pos {
+				next[i] = pats[i].find(s, pos)
+			}
+		}
+	}
+	b.WriteString(s[pos:])
+	return b.String(), n
+}
+
+// pattern is one kind of secret.
+type pattern struct {
+	kind string
+	mask string // "[REDACTED:" + kind + "]"
+
+	// A built-in pattern: nextS and nextB give the first offset at or
+	// after from where a match may start (-1 for none), in text held as a
+	// string or as bytes; match tries one there, in text starting at that
+	// offset, and gives the masked part. wordStart: a match does not
+	// follow a letter, digit or "_" (the regexp's leading \b).
+	nextS     func(s string, from int) int
+	nextB     func(b []byte, from int) int
+	match     func(s string) (from, to int, ok bool)
+	wordStart bool
+
+	// A configured pattern: its regexp, the group that is masked and a
+	// literal every match starts with ("" when there is none, or when it
+	// holds a character JSON may write as an escape).
+	re     *regexp.Regexp
+	group  int
+	prefix string
+}
+
+// find returns p's first match in s that starts at or after from. Text
+// before from is out of sight, as if s started there: a match at from
+// counts as starting a word.
+func (p *pattern) find(s string, from int) span {
+	if p.re != nil {
+		return p.findRegexp(s, from)
+	}
+	for h := from; h <= len(s); h++ {
+		if h = p.nextS(s, h); h < 0 {
+			break
+		}
+		if p.wordStart && h > from && isWordByte(s[h-1]) {
+			continue
+		}
+		if f, t, ok := p.match(s[h:]); ok {
+			return span{start: h, from: h + f, to: h + t, ok: true}
+		}
+	}
+	return span{}
+}
+
+func (p *pattern) findRegexp(s string, from int) span {
+	for from <= len(s) {
+		loc := p.re.FindStringSubmatchIndex(s[from:])
+		if loc == nil {
+			break
+		}
+		f, t := loc[2*p.group], loc[2*p.group+1]
+		if f >= 0 && t > f {
+			return span{start: from + loc[0], from: from + f, to: from + t, ok: true}
+		}
+		// Empty: go on after the match, or one byte further when the
+		// match is empty too.
+		if loc[1] > loc[0] {
+			from += loc[1]
+		} else {
+			from += loc[0] + 1
+		}
+	}
+	return span{}
+}
+
+// compileExtra compiles a configured pattern.
+func compileExtra(src string) (*pattern, error) {
+	re, err := regexp.Compile(src)
+	if err != nil {
+		return nil, err
+	}
+	if re.MatchString("") {
+		return nil, fmt.Errorf("matches empty text")
+	}
+	p := &pattern{kind: PatternKind, mask: maskFor(PatternKind), re: re}
+	if i := re.SubexpIndex(SecretGroup); i > 0 {
+		p.group = i
+	}
+	if prefix, _ := re.LiteralPrefix(); jsonPlain(prefix) {
+		p.prefix = prefix
+	}
+	return p, nil
+}
+
+// jsonPlain reports whether s is not empty and is written in JSON text as
+// it is (printable ASCII but '"' and '\\'), or as \/ or a \u escape, which
+// MaskJSON reads before looking for literals.
+func jsonPlain(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func maskFor(kind string) string { return "[REDACTED:" + kind + "]" }
+
+// isWordByte reports whether c is a word character for \b: [0-9A-Za-z_].
+func isWordByte(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_'
+}
+
+// mayMatch reports whether some pattern of m may match in s: false means
+// Mask would change nothing. It does not allocate.
+func mayMatch[T text](m *Masker, s T) bool {
+	for _, p := range m.patterns() {
+		switch {
+		case p.re == nil:
+			if nextOf(p, s, 0) >= 0 {
+				return true
+			}
+		case p.prefix == "" || indexLit(s, 0, p.prefix, 0) >= 0:
+			return true
+		}
+	}
+	return false
+}
+
+// nextOf calls p's next function for the type of s.
+func nextOf[T text](p *pattern, s T, from int) int {
+	switch v := any(s).(type) {
+	case string:
+		return p.nextS(v, from)
+	case []byte:
+		return p.nextB(v, from)
+	}
+	return -1
+}

@@ -1,0 +1,247 @@
+package secrets_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/guard-mcp/guard/policy/secrets"
+)
+
+// Fake values in the shape of real ones.
+const (
+	awsAccessKey = "AKIAIOSFODNN7EXAMPLE"
+	awsSecretKey = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	githubPAT    = "ghp_R8v2Kq7LmW3xT9bN4cZ1pY6sH0jD5fG2aE8u" // ghp_ and 36
+	githubFine   = "github_pat_11ABCDEFG0123456789abc_dEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKlMnOpQrStUvWxYz01"
+	gitlabPAT    = "glpat-xYz12AbC34dEf56GhI78jK"
+	slackBot     = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+	slackHook    = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+	googleKey    = "AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe" // AIza and 35
+	stripeKey    = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	anthropicKey = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-AbCdEfGhIj_AA"
+	openAIKey    = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd"
+	jwt          = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+	rsaKey       = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\naFDrBz9vFqU4yA8XPA2JHV2dA1KjMTAQ3x7Bj0I4uYJmBf0AVu+VYyLZMHYY\n-----END RSA PRIVATE KEY-----"
+	opensshKey   = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----"
+)
+
+func masker(t testing.TB, extra ...string) *secrets.Masker {
+	t.Helper()
+	m, err := secrets.New(extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func red(kind string) string { return "[REDACTED:" + kind + "]" }
+
+// maskCases are texts with secrets and what Mask makes of them.
+var maskCases = []struct {
+	name, in, want string
+	n              int
+}{
+	{"aws access key", "id=" + awsAccessKey + ";", "id=" + red("aws_access_key") + ";", 1},
+	{"aws temporary key", "ASIAY34FZKBOKMUTVV7A", red("aws_access_key"), 1},
+	{"aws secret key env", "export AWS_SECRET_ACCESS_KEY=" + awsSecretKey + "\n", "export AWS_SECRET_ACCESS_KEY=" + red("aws_secret_key") + "\n", 1},
+	{"aws secret key ini", "aws_secret_access_key = " + awsSecretKey, "aws_secret_access_key = " + red("aws_secret_key"), 1},
+	{"aws secret key json text", `{"SecretAccessKey": "` + awsSecretKey + `"}`, `{"SecretAccessKey": "` + red("aws_secret_key") + `"}`, 1},
+	{"github classic", "token " + githubPAT + " ok", "token " + red("github_token") + " ok", 1},
+	{"github oauth", "gho_" + githubPAT[4:], red("github_token"), 1},
+	{"github fine-grained", "GITHUB_TOKEN=" + githubFine, "GITHUB_TOKEN=" + red("github_token"), 1},
+	{"gitlab", "PRIVATE-TOKEN: " + gitlabPAT, "PRIVATE-TOKEN: " + red("gitlab_token"), 1},
+	{"slack token", "SLACK_BOT_TOKEN=" + slackBot, "SLACK_BOT_TOKEN=" + red("slack_token"), 1},
+	{"slack webhook", "post to " + slackHook + " now", "post to " + red("slack_webhook") + " now", 1},
+	{"private key", "key:\n" + rsaKey + "\nend", "key:\n" + red("private_key") + "\nend", 1},
+	{"openssh private key", opensshKey, red("private_key"), 1},
+	{"private key without end", "x " + rsaKey[:80], "x " + red("private_key"), 1},
+	{"jwt", "id_token=" + jwt + "&x=1", "id_token=" + red("jwt") + "&x=1", 1},
+	{"bearer jwt", "Authorization: Bearer " + jwt, "Authorization: Bearer " + red("jwt"), 1},
+	{"bearer opaque", "authorization: bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "authorization: bearer " + red("bearer"), 1},
+	{"basic auth", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic " + red("basic_auth"), 1},
+	{"google api key", "key=" + googleKey + "&q=1", "key=" + red("google_api_key") + "&q=1", 1},
+	{"stripe", "STRIPE_KEY=" + stripeKey, "STRIPE_KEY=" + red("stripe_key"), 1},
+	{"stripe restricted test", "rk_test_51H8zXyAbCdEfGhIjKlMnOpQr", red("stripe_key"), 1},
+	{"anthropic", "ANTHROPIC_API_KEY=" + anthropicKey, "ANTHROPIC_API_KEY=" + red("anthropic_key"), 1},
+	{"openai", "OPENAI_API_KEY=" + openAIKey, "OPENAI_API_KEY=" + red("openai_key"), 1},
+	{"several", awsAccessKey + " and " + githubPAT + ", " + awsAccessKey, red("aws_access_key") + " and " + red("github_token") + ", " + red("aws_access_key"), 3},
+	{"adjacent", githubPAT + "\n" + stripeKey, red("github_token") + "\n" + red("stripe_key"), 2},
+}
+
+func TestMask(t *testing.T) {
+	m := masker(t)
+	for _, c := range maskCases {
+		t.Run(c.name, func(t *testing.T) {
+			got, n := m.Mask(c.in)
+			if got != c.want || n != c.n {
+				t.Errorf("Mask(%q)\n = %q, %d\nwant %q, %d", c.in, got, n, c.want, c.n)
+			}
+			again, n := m.Mask(got)
+			if again != got || n != 0 {
+				t.Errorf("masking again = %q, %d", again, n)
+			}
+		})
+	}
+}
+
+// Every built-in kind has a case above.
+func TestKindsHaveCases(t *testing.T) {
+	kinds := secrets.Kinds()
+	if len(kinds) < 14 {
+		t.Errorf("Kinds() = %v", kinds)
+	}
+	for _, k := range kinds {
+		found := false
+		for _, c := range maskCases {
+			found = found || strings.Contains(c.want, red(k))
+		}
+		if !found {
+			t.Errorf("no Mask case for %s", k)
+		}
+	}
+	sorted := slices.Clone(kinds)
+	slices.Sort(sorted)
+	if len(slices.Compact(sorted)) != len(kinds) {
+		t.Errorf("Kinds() repeats a kind: %v", kinds)
+	}
+}
+
+// nearMisses look like secrets and are not.
+var nearMisses = []struct{ name, in string }{
+	{"aws prefix and 15", "AKIAIOSFODNN7EXAMPL"},
+	{"aws prefix and 17", "AKIAIOSFODNN7EXAMPLEX"},
+	{"aws inside a word", "xAKIAIOSFODNN7EXAMPLE"},
+	{"aws lower case", "akiaiosfodnn7example"},
+	{"aws secret without name", "value=" + awsSecretKey},
+	{"aws secret too long", "aws_secret_access_key=" + awsSecretKey + "X"},
+	{"ghp short", "ghp_short"},
+	{"ghp 35", githubPAT[:39]},
+	{"ghp in a word", "xghp_" + githubPAT[4:]},
+	{"gh other letter", "ghx_" + githubPAT[4:]},
+	{"gitlab short", "glpat-short"},
+	{"slack short", "xoxb-123"},
+	{"slack other letter", "xoxz-123456789012-abcdefghij"},
+	{"slack webhook without ids", "https://hooks.slack.com/services/"},
+	{"public key", "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----"},
+	{"certificate", "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----"},
+	{"eyJ alone", "eyJ"},
+	{"jwt header only", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"},
+	{"jwt two parts", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0"},
+	{"bearer in prose", "the bearer of this letter is a friend"},
+	{"bearer word then long word", "Bearer token-based-authentication is described below"},
+	{"bearer short", "Bearer abc123"},
+	{"basic in prose", "basic information about the authorization process"},
+	{"google short", "AIzaSyDaGmWKa4JsXZ"},
+	{"stripe short", "sk_live_short"},
+	{"stripe other", "sk_prod_4eC39HqLyjWDarjtT1zdp7dc"},
+	{"sk- without digits", "pip install sk-learn-compatible-estimators"},
+	{"sk- short", "sk-123"},
+	{"task- prefix", "task-1234567890abcdefghijklmnop"},
+	{"uuid", "123e4567-e89b-12d3-a456-426614174000"},
+	{"sha256", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+	{"sha1", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
+	{"base64 image", `{"image":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="}`},
+	{"mask", red("aws_access_key") + " " + red("bearer")},
+	{"empty", ""},
+}
+
+func TestMaskNearMisses(t *testing.T) {
+	m := masker(t)
+	for _, c := range nearMisses {
+		t.Run(c.name, func(t *testing.T) {
+			if got, n := m.Mask(c.in); got != c.in || n != 0 {
+				t.Errorf("Mask(%q) = %q, %d; want it unchanged", c.in, got, n)
+			}
+			if got, n := m.MaskJSON([]byte(c.in)); string(got) != c.in || n != 0 {
+				t.Errorf("MaskJSON(%q) = %q, %d; want it unchanged", c.in, got, n)
+			}
+		})
+	}
+}
+
+// Text with no secret comes back as it is, without allocating.
+func TestMaskCleanDoesNotAllocate(t *testing.T) {
+	m := masker(t, `corp-[0-9]{6}`)
+	for _, c := range nearMisses {
+		if allocs := testing.AllocsPerRun(20, func() { m.Mask(c.in) }); allocs != 0 {
+			t.Errorf("Mask(%q): %v allocations", c.in, allocs)
+		}
+	}
+}
+
+func TestExtraPatterns(t *testing.T) {
+	m := masker(t, `corp-[0-9]{6}`, `(?i)password=(?P<secret>[^&\s]+)`, `(tenant|org)-[a-f0-9]{8}`)
+	cases := []struct {
+		in, want string
+		n        int
+	}{
+		{"ticket corp-123456 and corp-12345", "ticket " + red("pattern") + " and corp-12345", 1},
+		{"https://x/?user=a&Password=hunter2&x=1", "https://x/?user=a&Password=" + red("pattern") + "&x=1", 1},
+		{"org-deadbeef " + awsAccessKey, red("pattern") + " " + red("aws_access_key"), 2},
+		{"nothing here", "nothing here", 0},
+	}
+	for _, c := range cases {
+		if got, n := m.Mask(c.in); got != c.want || n != c.n {
+			t.Errorf("Mask(%q) = %q, %d; want %q, %d", c.in, got, n, c.want, c.n)
+		}
+	}
+	// The built-in masker leaves them.
+	if got, n := masker(t).Mask("corp-123456"); n != 0 {
+		t.Errorf("without extra patterns: %q, %d", got, n)
+	}
+	// In JSON, with a literal behind an escape.
+	got, n := m.MaskJSON([]byte(`{"t":"corp\u002d123456","p":1}`))
+	if want := `{"t":"` + red("pattern") + `","p":1}`; string(got) != want || n != 1 {
+		t.Errorf("MaskJSON = %s, %d; want %s, 1", got, n, want)
+	}
+}
+
+func TestBadExtraPattern(t *testing.T) {
+	for _, c := range []struct{ pattern, why string }{
+		{`corp-(`, "missing closing )"},
+		{`x{2,1}`, "invalid repeat count"},
+		{`a*`, "matches empty text"},
+		{``, "matches empty text"},
+	} {
+		m, err := secrets.New([]string{`ok-[0-9]+`, c.pattern})
+		if err == nil || m != nil {
+			t.Errorf("New(%q) = %v, %v; want an error", c.pattern, m, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%q", c.pattern)) || !strings.Contains(msg, c.why) {
+			t.Errorf("New(%q) error %q does not name the pattern and %q", c.pattern, msg, c.why)
+		}
+	}
+}
+
+// A nil masker masks the built-in patterns.
+func TestNilMasker(t *testing.T) {
+	var m *secrets.Masker
+	if got, n := m.Mask("k " + awsAccessKey); got != "k "+red("aws_access_key") || n != 1 {
+		t.Errorf("nil Mask = %q, %d", got, n)
+	}
+	if got, n := m.MaskJSON([]byte(`["` + githubPAT + `"]`)); string(got) != `["`+red("github_token")+`"]` || n != 1 {
+		t.Errorf("nil MaskJSON = %s, %d", got, n)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	m := masker(t, `corp-[0-9]{6}`)
+	doc := []byte(`{"a":"` + awsAccessKey + `","b":"corp-123456","c":"x\u0041KIA"}`)
+	want, _ := m.MaskJSON(doc)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if got, _ := m.MaskJSON(doc); string(got) != string(want) {
+					t.Errorf("got %s, want %s", got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,103 @@
+package secrets
+
+import (
+	"bytes"
+	"strings"
+)
+
+// text is what the literal searches read: a string, or JSON text as bytes
+// (which they read without copying it to a string).
+type text interface{ string | []byte }
+
+// indexByteFrom returns the offset of the first c in s at or after from,
+// or -1.
+func indexByteFrom[T text](s T, from int, c byte) int {
+	if from < 0 {
+		from = 0
+	}
+	if from >= len(s) {
+		return -1
+	}
+	var j int
+	switch v := any(s).(type) {
+	case string:
+		j = strings.IndexByte(v[from:], c)
+	case []byte:
+		j = bytes.IndexByte(v[from:], c)
+	}
+	if j < 0 {
+		return -1
+	}
+	return from + j
+}
+
+// at reports whether lit occurs in s at i.
+func at[T text](s T, i int, lit string) bool {
+	if i < 0 || i+len(lit) > len(s) {
+		return false
+	}
+	for k := 0; k < len(lit); k++ {
+		if s[i+k] != lit[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// atFold reports whether lit, in lower case, occurs in s at i in any case
+// (ASCII).
+func atFold[T text](s T, i int, lit string) bool {
+	if i < 0 || i+len(lit) > len(s) {
+		return false
+	}
+	for k := 0; k < len(lit); k++ {
+		c := s[i+k]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lit[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// indexLit returns the first offset at or after from where lit occurs in
+// s, or -1. It looks for lit[off], which should be a rare byte.
+func indexLit[T text](s T, from int, lit string, off int) int {
+	for a := from + off; ; a++ {
+		if a = indexByteFrom(s, a, lit[off]); a < 0 {
+			return -1
+		}
+		if at(s, a-off, lit) {
+			return a - off
+		}
+	}
+}
+
+// indexFold is indexLit in any case (ASCII); lit is in lower case and
+// lit[off] is a letter.
+func indexFold[T text](s T, from int, lit string, off int) int {
+	lo := lit[off]
+	up := lo - ('a' - 'A')
+	nl, nu := -2, -2 // the next lo and up at or after a; -1: there are none
+	for a := from + off; ; {
+		if nl != -1 && nl < a {
+			nl = indexByteFrom(s, a, lo)
+		}
+		if nu != -1 && nu < a {
+			nu = indexByteFrom(s, a, up)
+		}
+		c := nl
+		if c < 0 || nu >= 0 && nu < c {
+			c = nu
+		}
+		if c < 0 {
+			return -1
+		}
+		if atFold(s, c-off, lit) {
+			return c - off
+		}
+		a = c + 1
+	}
+}
