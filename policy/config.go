@@ -36,6 +36,7 @@ type Config struct {
 	}
 	Include []string
 	Servers map[string]*Server
+	Limits  []Limit
 	Redact  struct {
 		Keys     []string
 		Patterns []string
@@ -341,6 +342,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 			})
 		},
 		"include": p.list(&c.Include),
+		"limits":  func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
 		"servers": func(n *yaml.Node) error { return p.servers(n, c) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{

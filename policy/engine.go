@@ -25,6 +25,7 @@ type Engine struct {
 	file     string // the configuration file; "" for built-in defaults
 	rulesDir string
 	prot     *Protected
+	limiter  Limiter
 	getenv   func(string) string
 	logger   *slog.Logger
 	cur      atomic.Pointer[Policy]
@@ -40,6 +41,9 @@ type EngineOptions struct {
 	Protected *Protected
 	Getenv    func(string) string
 	Logger    *slog.Logger
+	// Limiter keeps the buckets of the configured rate limits; nil
+	// checks none.
+	Limiter Limiter
 }
 
 // NewEngine compiles cfg (read from file) with the approved rules.
@@ -50,7 +54,7 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, getenv: o.Getenv, logger: o.Logger}
+	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger}
 	approved, err := LoadRules(e.approvedPath(), e.getenv)
 	if err != nil {
 		return nil, err
@@ -77,8 +81,24 @@ func (e *Engine) Policy() *Policy { return e.cur.Load() }
 // Config is the configuration in force.
 func (e *Engine) Config() *Config { return e.cfg.Load() }
 
-// Decide decides a call with the policy in force.
-func (e *Engine) Decide(call *guard.Call) guard.Verdict { return e.cur.Load().Decide(call) }
+// Decide decides a call with the policy in force, then, unless it is
+// denied, checks the rate limits (before any approval, so that a flood of
+// calls cannot fill the approval queue).
+func (e *Engine) Decide(call *guard.Call) guard.Verdict {
+	p := e.cur.Load()
+	v := p.Decide(call)
+	if e.limiter == nil || v.Action == guard.ActionDeny || len(p.limits) == 0 {
+		return v
+	}
+	if lv, ok := checkLimits(e.limiter, p.limits, call); !ok {
+		lv.PolicyVersion = v.PolicyVersion
+		if p.monitor {
+			lv.Would, lv.Action = lv.Action, guard.ActionAllow
+		}
+		return lv
+	}
+	return v
+}
 
 // digest covers the configuration, its includes and the approved rules.
 func (e *Engine) digest() [32]byte {

@@ -32,6 +32,7 @@ type Policy struct {
 	rules     []Rule
 	def       string
 	monitor   bool
+	limits    []Limit
 	servers   map[string]*Server
 	protected *Protected
 	version   string
@@ -44,6 +45,7 @@ func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
 		rules:     append(append([]Rule(nil), c.Policy.Rules...), approved...),
 		def:       c.Policy.Default,
 		monitor:   c.Policy.Mode == "monitor",
+		limits:    c.Limits,
 		servers:   c.Servers,
 		protected: prot,
 	}
@@ -52,8 +54,9 @@ func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
 		Default string
 		Mode    string
 		Servers map[string]*Server
+		Limits  []Limit
 	}
-	b, _ := json.Marshal(versioned{p.rules, p.def, c.Policy.Mode, p.servers})
+	b, _ := json.Marshal(versioned{p.rules, p.def, c.Policy.Mode, p.servers, c.Limits})
 	sum := sha256.Sum256(b)
 	p.version = "sha256:" + hex.EncodeToString(sum[:8])
 	return p
@@ -192,6 +195,8 @@ func (p *Policy) byDefault(call *guard.Call) guard.Verdict {
 // DenialText is what the client reads for a call denied by policy.
 func DenialText(v guard.Verdict) string {
 	switch {
+	case v.Rule == RateLimitRule && strings.HasPrefix(v.Reason, "Rate limit: "):
+		return v.Reason
 	case v.Rule == "default":
 		return "Denied by the default policy (deny)"
 	case v.Reason == "":

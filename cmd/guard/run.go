@@ -59,7 +59,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	defer db.Close()
 
 	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
-		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger,
+		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
 	})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)

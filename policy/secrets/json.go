@@ -58,10 +58,18 @@ func mayMatchJSON(m *Masker, doc []byte) bool {
 
 var viewPool = sync.Pool{New: func() any { return new([]byte) }}
 
-// hasLiteralEscape reports whether doc may have a \/ or a \u escape (the
-// "\u" may also follow an escaped backslash).
+// hasLiteralEscape reports whether doc has a \/ or a \u escape.
 func hasLiteralEscape(doc []byte) bool {
-	return bytes.Contains(doc, []byte(`\u`)) || bytes.Contains(doc, []byte(`\/`))
+	for {
+		i := bytes.IndexByte(doc, '\\')
+		if i < 0 || i+1 >= len(doc) {
+			return false
+		}
+		if c := doc[i+1]; c == 'u' || c == '/' {
+			return true
+		}
+		doc = doc[i+2:]
+	}
 }
 
 // unescapeLiterals appends doc to dst with \/ as "/" and each \u escape of

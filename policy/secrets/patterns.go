@@ -1,6 +1,9 @@
 package secrets
 
-import "regexp"
+import (
+	"regexp"
+	"slices"
+)
 
 // The built-in kinds.
 const (
@@ -20,68 +23,69 @@ const (
 	KindBasicAuth    = "basic_auth"
 )
 
-// builtins are the built-in patterns, in Kinds order. Each is a regexp
-// (given in the comment when the code does the work by hand) tried where
-// its next function finds its literal.
+// builtins are the built-in patterns, in Kinds order. Each is found by
+// its anchors, bytes of its literal that are rare in text, and matched
+// there by a regexp (given in the comment when the code does the work by
+// hand).
 var builtins = []*pattern{
 	// -----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----[\s\S]*?(-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|$)
 	// A key with no END line is masked to the end of the text.
 	{
-		kind:  KindPrivateKey,
-		nextS: nextPrivateKey[string], nextB: nextPrivateKey[[]byte],
+		kind:    KindPrivateKey,
+		anchors: "B", lead: 5, checkS: checkPrivateKey[string], checkB: checkPrivateKey[[]byte],
 		match: matchPrivateKey,
 	},
 	{
-		kind:  KindAWSAccessKey,
-		nextS: nextAWSAccessKey[string], nextB: nextAWSAccessKey[[]byte],
+		kind:    KindAWSAccessKey,
+		anchors: "A", checkS: checkAWSAccessKey[string], checkB: checkAWSAccessKey[[]byte],
 		match:     anchored(`(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b`, 0),
 		wordStart: true,
 	},
 	// Only the value is masked; "aws_secret_access_key = " is kept.
 	{
-		kind:  KindAWSSecretKey,
-		nextS: nextAWSSecretKey[string], nextB: nextAWSSecretKey[[]byte],
+		kind:    KindAWSSecretKey,
+		anchors: "kK", lead: len("secretaccess"), checkS: checkAWSSecretKey[string], checkB: checkAWSSecretKey[[]byte],
 		match: anchored(`(?i:secret[_-]?access[_-]?key)["']?\s*[:=]\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)`, 1),
 	},
 	{
-		kind:  KindGitHubToken,
-		nextS: nextGitHubToken[string], nextB: nextGitHubToken[[]byte],
+		kind:    KindGitHubToken,
+		anchors: "g", checkS: checkGitHubToken[string], checkB: checkGitHubToken[[]byte],
 		match:     anchored(`(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b`, 0),
 		wordStart: true,
 	},
 	{
-		kind:  KindGitLabToken,
-		nextS: nextGitLabToken[string], nextB: nextGitLabToken[[]byte],
+		kind:    KindGitLabToken,
+		anchors: "g", checkS: checkGitLabToken[string], checkB: checkGitLabToken[[]byte],
 		match:     anchored(`glpat-[A-Za-z0-9_-]{20,}`, 0),
 		wordStart: true,
 	},
 	{
-		kind:  KindSlackToken,
-		nextS: nextSlackToken[string], nextB: nextSlackToken[[]byte],
+		kind:    KindSlackToken,
+		anchors: "x", checkS: checkSlackToken[string], checkB: checkSlackToken[[]byte],
 		match:     anchored(`xox[abposr]-[A-Za-z0-9-]{10,}`, 0),
 		wordStart: true,
 	},
 	{
-		kind:  KindSlackWebhook,
-		nextS: nextSlackWebhook[string], nextB: nextSlackWebhook[[]byte],
+		kind:    KindSlackWebhook,
+		anchors: "k", lead: len("https://hoo"), checkS: checkSlackWebhook[string], checkB: checkSlackWebhook[[]byte],
 		match: anchored(`https://hooks\.slack\.com/services/T[A-Z0-9]+/B[A-Z0-9]+/[A-Za-z0-9]+`, 0),
 	},
 	{
-		kind:  KindGoogleAPIKey,
-		nextS: nextGoogleAPIKey[string], nextB: nextGoogleAPIKey[[]byte],
+		kind:    KindGoogleAPIKey,
+		anchors: "A", checkS: checkGoogleAPIKey[string], checkB: checkGoogleAPIKey[[]byte],
 		match:     anchored(`(AIza[0-9A-Za-z_-]{35})(?:[^0-9A-Za-z_-]|$)`, 1),
 		wordStart: true,
 	},
 	{
-		kind:  KindStripeKey,
-		nextS: nextStripeKey[string], nextB: nextStripeKey[[]byte],
+		kind:    KindStripeKey,
+		anchors: "k", lead: 1, checkS: checkStripeKey[string], checkB: checkStripeKey[[]byte],
 		match:     anchored(`[sr]k_(?:live|test)_[0-9A-Za-z]{24,}`, 0),
 		wordStart: true,
 	},
 	// Before openai_key, which matches the same text.
 	{
-		kind:  KindAnthropicKey,
-		nextS: nextAnthropicKey[string], nextB: nextAnthropicKey[[]byte],
+		kind:    KindAnthropicKey,
+		anchors: "k", lead: 1, checkS: checkAnthropicKey[string], checkB: checkAnthropicKey[[]byte],
 		match:     anchored(`sk-ant-[A-Za-z0-9_-]{20,}`, 0),
 		wordStart: true,
 	},
@@ -89,15 +93,15 @@ var builtins = []*pattern{
 	// least one digit, so that words such as
 	// "sk-learn-compatible-estimators" are not taken.
 	{
-		kind:  KindOpenAIKey,
-		nextS: nextOpenAIKey[string], nextB: nextOpenAIKey[[]byte],
+		kind:    KindOpenAIKey,
+		anchors: "k", lead: 1, checkS: checkOpenAIKey[string], checkB: checkOpenAIKey[[]byte],
 		match:     matchOpenAIKey,
 		wordStart: true,
 	},
 	// Before bearer: "Bearer <jwt>" is masked as a jwt.
 	{
-		kind:  KindJWT,
-		nextS: nextJWT[string], nextB: nextJWT[[]byte],
+		kind:    KindJWT,
+		anchors: "J", lead: 2, checkS: checkJWT[string], checkB: checkJWT[[]byte],
 		match:     anchored(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`, 0),
 		wordStart: true,
 	},
@@ -105,23 +109,40 @@ var builtins = []*pattern{
 	// "Bearer " kept. A token has a digit, so that prose ("bearer
 	// token-based-authentication") is not taken.
 	{
-		kind:  KindBearer,
-		nextS: nextBearer[string], nextB: nextBearer[[]byte],
+		kind:    KindBearer,
+		anchors: "bB", checkS: checkBearer[string], checkB: checkBearer[[]byte],
 		match:     matchBearer,
 		wordStart: true,
 	},
 	// The credentials are masked and "Authorization: Basic " kept.
 	{
-		kind:  KindBasicAuth,
-		nextS: nextBasicAuth[string], nextB: nextBasicAuth[[]byte],
+		kind:    KindBasicAuth,
+		anchors: "zZ", lead: len("authori"), checkS: checkBasicAuth[string], checkB: checkBasicAuth[[]byte],
 		match:     anchored(`(?i:authorization)["']?\s*[:=]\s*["']?(?i:basic)\s+([A-Za-z0-9+/=]{8,})`, 1),
 		wordStart: true,
 	},
 }
 
+// anchorGroups are the built-in patterns by anchor, so that a text is
+// searched once for each anchor.
+var anchorGroups []anchorGroup
+
+type anchorGroup struct {
+	anchor byte
+	pats   []*pattern
+}
+
 func init() {
 	for _, p := range builtins {
 		p.mask = maskFor(p.kind)
+		for _, c := range []byte(p.anchors) {
+			i := slices.IndexFunc(anchorGroups, func(g anchorGroup) bool { return g.anchor == c })
+			if i < 0 {
+				i = len(anchorGroups)
+				anchorGroups = append(anchorGroups, anchorGroup{anchor: c})
+			}
+			anchorGroups[i].pats = append(anchorGroups[i].pats, p)
+		}
 	}
 }
 
@@ -186,19 +207,18 @@ func hasDigit(s string) bool {
 	return false
 }
 
-// The next functions return the first offset at or after from where the
-// pattern's literal starts, or -1. They look for a rare byte of the
-// literal with IndexByte and compare the rest there.
+// The check functions are given the offset i of an anchor in s and return
+// where the pattern's literal starts if it is there, or -1.
 
-func nextPrivateKey[T text](s T, from int) int {
-	for h := from; ; h++ {
-		if h = indexLit(s, h, "-----BEGIN ", 5); h < 0 {
-			return -1
-		}
-		if _, ok := pemLabel(s, h+len("-----BEGIN ")); ok {
-			return h
-		}
+func checkPrivateKey[T text](s T, i int) int {
+	h := i - len("-----")
+	if !at(s, h, "-----BEGIN ") {
+		return -1
 	}
+	if _, ok := pemLabel(s, h+len("-----BEGIN ")); !ok {
+		return -1
+	}
+	return h
 }
 
 // pemLabel reads a private key's label, [A-Z0-9 ]*PRIVATE KEY( BLOCK)?,
@@ -231,103 +251,96 @@ func matchPrivateKey(s string) (int, int, bool) {
 	}
 }
 
-func nextAWSAccessKey[T text](s T, from int) int {
-	for h := from; ; h++ {
-		if h = indexByteFrom(s, h, 'A'); h < 0 {
-			return -1
-		}
-		if at(s, h, "AKIA") || at(s, h, "ASIA") || at(s, h, "ABIA") || at(s, h, "ACCA") || at(s, h, "A3T") {
-			return h
-		}
+func checkAWSAccessKey[T text](s T, i int) int {
+	if at(s, i, "AKIA") || at(s, i, "ASIA") || at(s, i, "ABIA") || at(s, i, "ACCA") || at(s, i, "A3T") {
+		return i
 	}
+	return -1
 }
 
-// nextAWSSecretKey finds secret[_-]?access[_-]?key, in any case, from its
-// "key".
-func nextAWSSecretKey[T text](s T, from int) int {
-	for k := from + len("secretaccess"); ; k++ {
-		if k = indexFold(s, k, "key", 0); k < 0 {
-			return -1
-		}
-		if h := secretAccessStart(s, k); h >= from {
-			return h
-		}
+// checkAWSSecretKey finds secret[_-]?access[_-]?key, in any case, from the
+// "k" of "key".
+func checkAWSSecretKey[T text](s T, i int) int {
+	if !atFold(s, i, "key") {
+		return -1
 	}
-}
-
-// secretAccessStart returns where secret[_-]?access[_-]? ends at k starts,
-// or -1.
-func secretAccessStart[T text](s T, k int) int {
+	k := i
 	for _, word := range [...]string{"access", "secret"} {
 		if k > 0 && (s[k-1] == '_' || s[k-1] == '-') {
 			k--
 		}
 		k -= len(word)
-		if k < 0 || !atFold(s, k, word) {
+		if !atFold(s, k, word) {
 			return -1
 		}
 	}
 	return k
 }
 
-func nextGitHubToken[T text](s T, from int) int {
-	for h := from; ; h++ {
-		if h = indexByteFrom(s, h, 'g'); h < 0 {
-			return -1
-		}
-		if h+4 <= len(s) && s[h+1] == 'h' && s[h+3] == '_' {
-			switch s[h+2] {
-			case 'p', 'o', 'u', 's', 'r':
-				return h
-			}
-		}
-		if at(s, h, "github_pat_") {
-			return h
+func checkGitHubToken[T text](s T, i int) int {
+	if i+4 <= len(s) && s[i+1] == 'h' && s[i+3] == '_' {
+		switch s[i+2] {
+		case 'p', 'o', 'u', 's', 'r':
+			return i
 		}
 	}
+	if at(s, i, "github_pat_") {
+		return i
+	}
+	return -1
 }
 
-func nextGitLabToken[T text](s T, from int) int { return indexLit(s, from, "glpat-", 0) }
+func checkGitLabToken[T text](s T, i int) int { return lit(s, i, "glpat-") }
 
-func nextSlackToken[T text](s T, from int) int {
-	for h := from; ; h++ {
-		if h = indexLit(s, h, "xox", 0); h < 0 {
-			return -1
-		}
-		if h+5 <= len(s) && s[h+4] == '-' {
-			switch s[h+3] {
-			case 'a', 'b', 'p', 'o', 's', 'r':
-				return h
-			}
+func checkSlackToken[T text](s T, i int) int {
+	if at(s, i, "xox") && i+5 <= len(s) && s[i+4] == '-' {
+		switch s[i+3] {
+		case 'a', 'b', 'p', 'o', 's', 'r':
+			return i
 		}
 	}
+	return -1
 }
 
-func nextSlackWebhook[T text](s T, from int) int {
-	return indexLit(s, from, "https://hooks.slack.com/services/", 11)
+func checkSlackWebhook[T text](s T, i int) int {
+	return lit(s, i-len("https://hoo"), "https://hooks.slack.com/services/")
 }
 
-func nextGoogleAPIKey[T text](s T, from int) int { return indexLit(s, from, "AIza", 2) }
+func checkGoogleAPIKey[T text](s T, i int) int { return lit(s, i, "AIza") }
 
-// nextStripeKey finds sk_live_, sk_test_, rk_live_ and rk_test_ from their
-// "k".
-func nextStripeKey[T text](s T, from int) int {
-	for k := from + 1; ; k++ {
-		if k = indexByteFrom(s, k, 'k'); k < 0 {
-			return -1
-		}
-		if (s[k-1] == 's' || s[k-1] == 'r') && (at(s, k+1, "_live_") || at(s, k+1, "_test_")) {
-			return k - 1
-		}
+// checkStripeKey finds sk_live_, sk_test_, rk_live_ and rk_test_ from
+// their "k".
+func checkStripeKey[T text](s T, i int) int {
+	if i > 0 && (s[i-1] == 's' || s[i-1] == 'r') && (at(s, i+1, "_live_") || at(s, i+1, "_test_")) {
+		return i - 1
 	}
+	return -1
 }
 
-func nextAnthropicKey[T text](s T, from int) int { return indexLit(s, from, "sk-ant-", 1) }
+func checkAnthropicKey[T text](s T, i int) int { return lit(s, i-1, "sk-ant-") }
 
-func nextOpenAIKey[T text](s T, from int) int { return indexLit(s, from, "sk-", 1) }
+func checkOpenAIKey[T text](s T, i int) int { return lit(s, i-1, "sk-") }
 
-func nextJWT[T text](s T, from int) int { return indexLit(s, from, "eyJ", 2) }
+func checkJWT[T text](s T, i int) int { return lit(s, i-2, "eyJ") }
 
-func nextBearer[T text](s T, from int) int { return indexFold(s, from, "bearer", 0) }
+func checkBearer[T text](s T, i int) int {
+	if atFold(s, i, "bearer") {
+		return i
+	}
+	return -1
+}
 
-func nextBasicAuth[T text](s T, from int) int { return indexFold(s, from, "authorization", 7) }
+func checkBasicAuth[T text](s T, i int) int {
+	if h := i - len("authori"); atFold(s, h, "authorization") {
+		return h
+	}
+	return -1
+}
+
+// lit returns h if lit occurs in s at h, or -1.
+func lit[T text](s T, h int, lit string) int {
+	if at(s, h, lit) {
+		return h
+	}
+	return -1
+}

@@ -149,13 +149,17 @@ type pattern struct {
 	kind string
 	mask string // "[REDACTED:" + kind + "]"
 
-	// A built-in pattern: nextS and nextB give the first offset at or
-	// after from where a match may start (-1 for none), in text held as a
-	// string or as bytes; match tries one there, in text starting at that
-	// offset, and gives the masked part. wordStart: a match does not
-	// follow a letter, digit or "_" (the regexp's leading \b).
-	nextS     func(s string, from int) int
-	nextB     func(b []byte, from int) int
+	// A built-in pattern. Its literal holds one of the anchors (one byte,
+	// or one in each case), at least lead bytes from the start; checkS
+	// and checkB, given an anchor's offset, return where the literal
+	// starts, or -1, in text held as a string or as bytes. match tries a
+	// match there, in text that starts at the literal, and returns what
+	// is masked. wordStart: a match does not follow a letter, digit or
+	// "_" (the regexp's leading \b).
+	anchors   string
+	lead      int
+	checkS    func(s string, i int) int
+	checkB    func(b []byte, i int) int
 	match     func(s string) (from, to int, ok bool)
 	wordStart bool
 
@@ -175,7 +179,7 @@ func (p *pattern) find(s string, from int) span {
 		return p.findRegexp(s, from)
 	}
 	for h := from; h <= len(s); h++ {
-		if h = p.nextS(s, h); h < 0 {
+		if h = next(p, s, h); h < 0 {
 			break
 		}
 		if p.wordStart && h > from && isWordByte(s[h-1]) {
@@ -253,26 +257,61 @@ func isWordByte(c byte) bool {
 // mayMatch reports whether some pattern of m may match in s: false means
 // Mask would change nothing. It does not allocate.
 func mayMatch[T text](m *Masker, s T) bool {
-	for _, p := range m.patterns() {
-		switch {
-		case p.re == nil:
-			if nextOf(p, s, 0) >= 0 {
+	for _, g := range anchorGroups {
+		for i := indexByteFrom(s, 0, g.anchor); i >= 0; i = indexByteFrom(s, i+1, g.anchor) {
+			for _, p := range g.pats {
+				if check(p, s, i) >= 0 {
+					return true
+				}
+			}
+		}
+	}
+	if m != nil {
+		for _, p := range m.pats[len(m.pats)-m.extra:] {
+			if p.prefix == "" || indexLit(s, 0, p.prefix, 0) >= 0 {
 				return true
 			}
-		case p.prefix == "" || indexLit(s, 0, p.prefix, 0) >= 0:
-			return true
 		}
 	}
 	return false
 }
 
-// nextOf calls p's next function for the type of s.
-func nextOf[T text](p *pattern, s T, from int) int {
+// next returns the offset at or after from where the literal of p, a
+// built-in pattern, starts in s, or -1.
+func next[T text](p *pattern, s T, from int) int {
+	a, b := byte(p.anchors[0]), byte(p.anchors[len(p.anchors)-1])
+	na, nb := -2, -2 // the next a and b at or after i; -1: there are none
+	if a == b {
+		nb = -1
+	}
+	for i := from + p.lead; ; {
+		if na != -1 && na < i {
+			na = indexByteFrom(s, i, a)
+		}
+		if nb != -1 && nb < i {
+			nb = indexByteFrom(s, i, b)
+		}
+		c := na
+		if c < 0 || nb >= 0 && nb < c {
+			c = nb
+		}
+		if c < 0 {
+			return -1
+		}
+		if h := check(p, s, c); h >= from {
+			return h
+		}
+		i = c + 1
+	}
+}
+
+// check calls p's check function for the type of s.
+func check[T text](p *pattern, s T, i int) int {
 	switch v := any(s).(type) {
 	case string:
-		return p.nextS(v, from)
+		return p.checkS(v, i)
 	case []byte:
-		return p.nextB(v, from)
+		return p.checkB(v, i)
 	}
 	return -1
 }
