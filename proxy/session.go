@@ -191,6 +191,10 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 		DecidedBy: c.decidedBy,
 		Reason:    c.reason,
 	}
+	if c.detail != nil {
+		d, _ := json.Marshal(c.detail)
+		r.Detail = string(d)
+	}
 	if kind == guard.KindRequest {
 		r.RequestSize = int64(c.reqSize)
 		if c.args != nil {

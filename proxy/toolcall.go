@@ -228,6 +228,7 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 	c.decidedBy, c.reason = v.Rule, v.Reason
 	if v.Would != "" {
 		c.reason = "monitor mode: enforcement would " + v.Would + " (" + v.Rule + "): " + v.Reason
+		c.detail = map[string]any{"monitor": map[string]string{"would": v.Would, "rule": v.Rule}}
 	}
 	switch v.Action {
 	case guard.ActionAllow:

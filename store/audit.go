@@ -472,3 +472,51 @@ func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
 	}
 	return rows.Err()
 }
+
+// Decided is how policy decided one call, from its first request record.
+type Decided struct {
+	CallID    string
+	Time      time.Time
+	Client    string
+	Protocol  string
+	Server    string
+	Method    string
+	Tool      string
+	Arguments string
+	Pin       string
+	Decision  string
+	DecidedBy string
+	Reason    string
+	Detail    string
+}
+
+// Decisions calls fn for each call that policy decided since the given
+// time, oldest first: the decision of its first request record (a held
+// call's is "held", whoever decided it later).
+func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
+	if err := db.Sync(); err != nil {
+		return fmt.Errorf("decisions: %w", err)
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT call_id, time, client, protocol, server, method, tool, arguments,
+		pin, decision, decided_by, reason, detail, MIN(seq) FROM records
+		WHERE kind = 'request' AND decision != '' AND time >= ?
+		GROUP BY call_id ORDER BY MIN(seq)`, fmtTime(since))
+	if err != nil {
+		return fmt.Errorf("decisions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d Decided
+		var at string
+		var seq int64
+		if err := rows.Scan(&d.CallID, &at, &d.Client, &d.Protocol, &d.Server, &d.Method, &d.Tool, &d.Arguments,
+			&d.Pin, &d.Decision, &d.DecidedBy, &d.Reason, &d.Detail, &seq); err != nil {
+			return fmt.Errorf("decisions: %w", err)
+		}
+		d.Time = parseTime(at)
+		if err := fn(&d); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -255,3 +255,16 @@ func (db *DB) AcceptedTool(ctx context.Context, server, name string) (*guard.Too
 	}
 	return &t, nil
 }
+
+// ToolByPin returns one definition of a tool, or nil when it is unknown.
+func (db *DB) ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error) {
+	t, err := scanTool(db.r.QueryRowContext(ctx, `SELECT server, name, pin, def FROM tools
+		WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool by pin: %w", err)
+	}
+	return &t, nil
+}

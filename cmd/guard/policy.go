@@ -9,17 +9,32 @@ import (
 )
 
 func init() {
-	commands["policy"] = command{summary: "check the configuration and print the rules in force: policy check", run: cmdPolicy}
+	commands["policy"] = command{summary: "check, test and replay the policy: policy check | test --call JSON | replay --since DUR", run: cmdPolicy}
 }
 
+const policyUsage = "usage: guard policy check | test --call JSON | replay --since DUR [--config NEW]"
+
 func cmdPolicy(ctx context.Context, a *app, args []string) int {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(a.stderr, "usage: guard policy check [--config F]")
+	if len(args) == 0 {
+		fmt.Fprintln(a.stderr, policyUsage)
 		return exitUsage
 	}
+	switch args[0] {
+	case "check":
+		return policyCheck(ctx, a, args[1:])
+	case "test":
+		return policyTest(ctx, a, args[1:])
+	case "replay":
+		return policyReplay(ctx, a, args[1:])
+	}
+	fmt.Fprintf(a.stderr, "guard policy: unknown subcommand %q (check, test, replay)\n", args[0])
+	return exitUsage
+}
+
+func policyCheck(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("policy check")
 	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args[1:]); !ok {
+	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
 	st, status, ok := a.settingsOrExit(cf)

@@ -73,6 +73,9 @@ func Kinds() []string {
 // Matches do not overlap: the one that starts first is masked (the longest
 // there, or the first in Kinds order), and the search goes on after it.
 func (m *Masker) Mask(s string) (string, int) {
+	if !mayMatch(m, s) {
+		return s, 0
+	}
 	return m.mask(s)
 }
 

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+)
+
+// testCall is what `guard policy test --call` reads.
+type testCall struct {
+	Server string          `json:"server"`
+	Tool   string          `json:"tool"`
+	Method string          `json:"method"`
+	URI    string          `json:"uri"`
+	Args   json.RawMessage `json:"args"`
+	Client struct {
+		Name     string `json:"name"`
+		Version  string `json:"version"`
+		Protocol string `json:"protocol"`
+	} `json:"client"`
+}
+
+func policyTest(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("policy test")
+	cf := addCommonFlags(fs)
+	raw := fs.String("call", "", `the call, as JSON: {"server":"files","tool":"write_file","args":{...}} (also method, uri, client)`)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	var tc testCall
+	dec := json.NewDecoder(strings.NewReader(*raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tc); err != nil || *raw == "" {
+		fmt.Fprintf(a.stderr, "guard policy test: --call: want a JSON object like {\"server\":\"files\",\"tool\":\"write_file\",\"args\":{}}: %v\n", err)
+		return exitUsage
+	}
+	if tc.Method == "" {
+		tc.Method = "tools/call"
+	}
+	if len(tc.Args) == 0 {
+		tc.Args = json.RawMessage(`{}`)
+	}
+	db, st, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitUsage
+	}
+	call := &guard.Call{Server: tc.Server, Method: tc.Method, ToolName: tc.Tool, URI: tc.URI, Arguments: tc.Args,
+		Client: guard.ClientInfo{Name: tc.Client.Name, Version: tc.Client.Version, Protocol: tc.Client.Protocol}}
+	var notes []string
+	if tc.Method == "tools/call" {
+		if t, err := currentTool(ctx, db, tc.Server, tc.Tool); err == nil {
+			call.Tool = t
+			notes = append(notes, fmt.Sprintf("tool: %s as last listed (pin %s; %s)", tc.Tool, t.Pin, annotationText(t.Annotations)))
+			if v, err := policy.NewContracts().Arguments(t, tc.Args); err != nil {
+				notes = append(notes, "inputSchema unusable: "+err.Error())
+			} else {
+				call.Violations = v
+			}
+			if r, _ := db.Review(ctx, tc.Server, tc.Tool, t.Pin); r != nil && r.State != guard.ReviewAccepted {
+				call.Review, call.ReviewReason = r, "the tool's definition is "+r.State+" ("+r.Cause+")"
+			}
+		} else {
+			notes = append(notes, "tool: not in the catalog (decided as a tool guard has not seen listed)")
+		}
+	}
+	p := engine.Policy()
+	v := p.Decide(call)
+	fmt.Fprintf(a.stdout, "decision: %s\n", v.Action)
+	if v.Would != "" {
+		fmt.Fprintf(a.stdout, "monitor mode: enforcement would %s\n", v.Would)
+	}
+	fmt.Fprintf(a.stdout, "rule:     %s%s\n", v.Rule, ruleOrigin(p, v.Rule))
+	fmt.Fprintf(a.stdout, "reason:   %s\n", v.Reason)
+	if v.Action == guard.ActionDeny || v.Would == guard.ActionDeny {
+		fmt.Fprintf(a.stdout, "the client reads: %s\n", policy.DenialText(v))
+	}
+	for _, l := range st.Config.Limits {
+		if tc.Method == "tools/call" && matchGlob(l.Server, tc.Server) && (l.Tool == "" || matchGlob(l.Tool, tc.Tool)) {
+			notes = append(notes, fmt.Sprintf("rate limit %d per %s, burst %d (%s:%d) also applies", l.Count, l.Per, l.Burst, l.File, l.Line))
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(a.stdout, n)
+	}
+	return exitOK
+}
+
+func ruleOrigin(p *policy.Policy, name string) string {
+	for _, r := range p.Rules() {
+		if r.Name == name && r.File != "" {
+			return fmt.Sprintf(" (%s:%d)", r.File, r.Line)
+		}
+	}
+	switch name {
+	case "default":
+		return " (the default: " + p.DefaultAction() + ")"
+	case policy.SelfProtectionRule, policy.InputSchemaRule, policy.ToolReviewRule, policy.RateLimitRule:
+		return " (built in)"
+	}
+	return ""
+}
+
+// replayed is one call decided differently by the replayed policy.
+type replayed struct {
+	d    *store.Decided
+	rule string
+}
+
+func policyReplay(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("policy replay")
+	cf := addCommonFlags(fs)
+	since := fs.String("since", "7d", "replay the calls of this long ago until now (like 24h, 7d)")
+	examples := fs.Int("examples", 3, "examples shown per kind of change")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	d, err := policy.ParseDuration(*since)
+	if err != nil || d <= 0 {
+		fmt.Fprintf(a.stderr, "guard policy replay: --since %q: want a duration like 24h or 7d\n", *since)
+		return exitUsage
+	}
+	db, st, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitUsage
+	}
+	p := engine.Policy()
+	contracts := policy.NewContracts()
+	from := time.Now().Add(-d)
+	var total, same int
+	skipped := map[string]int{}
+	changed := map[string][]replayed{}
+	err = db.Decisions(ctx, from, func(r *store.Decided) error {
+		was := recordedAction(r)
+		switch r.DecidedBy {
+		case policy.ToolReviewRule, policy.RateLimitRule, "guard-pending-limit":
+			skipped["decided by a tool review or a limit, not by rules"]++
+			return nil
+		}
+		if strings.HasPrefix(r.Arguments, `{"truncated":true`) {
+			skipped["arguments larger than the audit keeps"]++
+			return nil
+		}
+		name, version, _ := strings.Cut(r.Client, "/")
+		call := &guard.Call{Server: r.Server, Method: r.Method, ToolName: r.Tool, Arguments: json.RawMessage(r.Arguments),
+			Time: r.Time, Client: guard.ClientInfo{Name: name, Version: version, Protocol: r.Protocol}}
+		if r.Pin != "" {
+			t, err := db.ToolByPin(ctx, r.Server, r.Tool, r.Pin)
+			if err != nil {
+				return err
+			}
+			call.Tool = t
+			if t != nil {
+				if v, err := contracts.Arguments(t, call.Arguments); err == nil {
+					call.Violations = v
+				}
+			}
+		}
+		total++
+		v := p.Decide(call)
+		now := v.Action
+		if v.Would != "" {
+			now = v.Would
+		}
+		if now == was {
+			same++
+			return nil
+		}
+		k := actionWord(was) + " → " + actionWord(now)
+		changed[k] = append(changed[k], replayed{r, v.Rule})
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard policy replay: %v\n", err)
+		return exitFailure
+	}
+	src := st.ConfigPath
+	if src == "" {
+		src = "built-in defaults"
+	}
+	fmt.Fprintf(a.stdout, "replayed %d calls since %s against %s (policy %s)\n", total, from.UTC().Format(time.RFC3339), src, p.Version())
+	fmt.Fprintf(a.stdout, "  same decision:      %d\n", same)
+	fmt.Fprintf(a.stdout, "  different decision: %d\n", total-same)
+	kinds := make([]string, 0, len(changed))
+	for k := range changed {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(x, y string) int { return len(changed[y]) - len(changed[x]) })
+	for _, k := range kinds {
+		fmt.Fprintf(a.stdout, "\n%s: %d\n", k, len(changed[k]))
+		for i, c := range changed[k] {
+			if i == *examples {
+				break
+			}
+			fmt.Fprintf(a.stdout, "  %s  %s/%s %s  was %s, now rule %s\n", c.d.Time.UTC().Format(time.RFC3339), c.d.Server, c.d.Tool,
+				clip(c.d.Arguments, 60), c.d.DecidedBy, c.rule)
+		}
+	}
+	for why, n := range skipped {
+		fmt.Fprintf(a.stdout, "\nnot replayed: %d (%s)\n", n, why)
+	}
+	return exitOK
+}
+
+// recordedAction is what policy did with a recorded call: the decision
+// of its request record, or, in monitor mode, what enforcement would have
+// done.
+func recordedAction(r *store.Decided) string {
+	var d struct {
+		Monitor struct{ Would string } `json:"monitor"`
+	}
+	if r.Detail != "" && json.Unmarshal([]byte(r.Detail), &d) == nil && d.Monitor.Would != "" {
+		return d.Monitor.Would
+	}
+	switch r.Decision {
+	case guard.DecisionDenied:
+		return guard.ActionDeny
+	case guard.DecisionHeld:
+		return guard.ActionApprove
+	}
+	return guard.ActionAllow
+}
+
+func actionWord(action string) string {
+	switch action {
+	case guard.ActionDeny:
+		return "denied"
+	case guard.ActionApprove:
+		return "held"
+	}
+	return "allowed"
+}
+
+func matchGlob(pattern, name string) bool {
+	ok, err := path.Match(pattern, name)
+	return err == nil && ok
+}

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// connectExample runs guard's example server behind guard with a go-sdk
+// client.
+func (e *env) connectExample(ctx context.Context) *mcp.ClientSession {
+	e.t.Helper()
+	argv := e.wrap("notes", guardBin, "example-server")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "replayer", Version: "2"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cs.Close() })
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	return cs
+}
+
+func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return r.Content[0].(*mcp.TextContent).Text, r.IsError
+}
+
+// Monitor mode records what enforcement would do and allows everything;
+// policy test decides a call described on the command line; policy replay
+// runs another policy over the calls recorded through real sessions.
+func TestMonitorTestAndReplay(t *testing.T) {
+	e := newEnv(t, `
+policy:
+  mode: monitor
+  default: annotations
+  rules:
+    - {name: no-secret-notes, tool: write_note, when: 'args.title.startsWith("secret")', action: deny, reason: "no secret notes"}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := e.connectExample(ctx)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"echo", map[string]any{"text": "a"}},
+		{"echo", map[string]any{"text": "b"}},
+		{"write_note", map[string]any{"title": "plan", "body": "ship"}},
+		{"write_note", map[string]any{"title": "secret-plan", "body": "x"}},
+		{"delete_note", map[string]any{"title": "plan"}},
+		{"send_message", map[string]any{"to": "ops@example.com", "message": "hi"}},
+	} {
+		// Monitor mode: every call reaches the server.
+		if text, isErr := callText(t, cs, c.tool, c.args); isErr {
+			t.Fatalf("%s was not allowed in monitor mode: %s", c.tool, text)
+		}
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "write_note")
+	if !strings.Contains(out, `monitor mode: enforcement would deny (no-secret-notes): no secret notes`) {
+		t.Fatalf("the audit does not say what enforcement would have done:\n%s", out)
+	}
+
+	out, code := e.guard("policy", "test", "--call", `{"server":"notes","tool":"write_note","args":{"title":"secret-x","body":"y"}}`)
+	if code != 0 || !strings.Contains(out, "decision: allow") || !strings.Contains(out, "monitor mode: enforcement would deny") ||
+		!strings.Contains(out, "rule:     no-secret-notes ("+e.cfg+":6)") || !strings.Contains(out, `the client reads: Denied by policy rule "no-secret-notes": no secret notes`) {
+		t.Fatalf("policy test (%d):\n%s", code, out)
+	}
+	out, code = e.guard("policy", "test", "--call", `{"server":"notes","tool":"write_note","args":{"title":7}}`)
+	if code != 0 || !strings.Contains(out, "rule:     guard-input-schema (built in)") {
+		t.Fatalf("policy test of invalid arguments (%d):\n%s", code, out)
+	}
+	if _, code := e.guard("policy", "test", "--call", `{"server":"notes","tol":"x"}`); code != 2 {
+		t.Fatalf("a misspelt --call must be a usage error, got %d", code)
+	}
+
+	// Replay an enforcing policy that allows writes and holds echo.
+	newCfg := filepath.Join(e.dir, "new.yaml")
+	os.WriteFile(newCfg, []byte("db: "+e.db+"\npolicy:\n  rules:\n    - {name: hold-echo, tool: echo, action: approve}\n    - {name: writes, tool: write_note, action: allow}\n"), 0o600)
+	cmd := exec.Command(guardBin, "policy", "replay", "--since", "1h", "--config", newCfg)
+	b, err := cmd.CombinedOutput()
+	out = string(b)
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"replayed 6 calls",
+		"same decision:      3",      // delete_note and send_message held, write plan allowed
+		"different decision: 3",      // two echoes, the secret note
+		"allowed → held: 2",          // echo was allowed by annotations
+		"denied → allowed: 1",        // the secret note (monitored deny)
+		"notes/echo {\"text\":\"a\"}", // an example
+		"now rule hold-echo",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replay output lacks %q:\n%s", want, out)
+		}
+	}
+}
