@@ -48,10 +48,33 @@ func serveTestServer(name string) int {
 			weather("Returns the weather for a city. Safe to call at any time.", &mcp.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &no, OpenWorldHint: &no})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "changed"}}}, nil, nil
 		})
+	// Tools whose results break their own outputSchema.
+	out := &jsonschemaObject{Type: "object", Required: []string{"count"}, Properties: map[string]any{"count": map[string]any{"type": "integer"}}}
+	s.AddTool(&mcp.Tool{Name: "bad_output", InputSchema: map[string]any{"type": "object"}, OutputSchema: out, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"count":"many"}`}},
+				StructuredContent: map[string]any{"count": "many"}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "no_structured", InputSchema: map[string]any{"type": "object"}, OutputSchema: out, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "3"}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "good_output", InputSchema: map[string]any{"type": "object"}, OutputSchema: out, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"count":3}`}},
+				StructuredContent: map[string]any{"count": 3}}, nil
+		})
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		return 1
 	}
 	return 0
+}
+
+// jsonschemaObject is an outputSchema as the go-sdk marshals it.
+type jsonschemaObject struct {
+	Type       string         `json:"type"`
+	Required   []string       `json:"required"`
+	Properties map[string]any `json:"properties"`
 }
 
 // pendingFor waits for a pending approval of a tool and returns it.
@@ -190,5 +213,53 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	out, _ = e.guard("tools", "list")
 	if !strings.Contains(out, "accepted by bob") || !strings.Contains(out, "rejected by alice") {
 		t.Fatalf("tools list:\n%s", out)
+	}
+}
+
+// Results are checked against the tool's outputSchema: enforce replaces a
+// result that breaks it (the audit keeps the original), warn passes it on;
+// both record the violation.
+func TestOutputSchemaEnforceAndWarn(t *testing.T) {
+	for _, mode := range []string{"enforce", "warn"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t, "servers: {weather: {output: "+mode+"}}\npolicy: {default: allow}\n")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			argv := e.wrap("weather", os.Args[0])
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "GUARD_E2E_SERVE=rugpull")
+			cmd.Stderr = os.Stderr
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
+				Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if _, err := cs.ListTools(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct{ tool, violation string }{
+				{"bad_output", "/count: expected integer"},
+				{"no_structured", "returned no structuredContent"},
+				{"good_output", ""},
+			} {
+				r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: map[string]any{}})
+				if err != nil {
+					t.Fatalf("%s: %v", tc.tool, err)
+				}
+				text := r.Content[0].(*mcp.TextContent).Text
+				replaced := r.IsError && strings.HasPrefix(text, "The tool's result does not match its output schema: ")
+				if want := mode == "enforce" && tc.violation != ""; replaced != want || (want && !strings.Contains(text, tc.violation)) {
+					t.Errorf("%s: isError %v %q", tc.tool, r.IsError, text)
+				}
+				out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", tc.tool)
+				if tc.violation != "" && (!strings.Contains(out, tc.violation) || !strings.Contains(out, `\"output\":\"`+mode+`\"`)) {
+					t.Errorf("%s: the audit lacks the violation:\n%s", tc.tool, out)
+				}
+				if tc.tool == "bad_output" && !strings.Contains(out, `many`) {
+					t.Errorf("the audit must keep the original result:\n%s", out)
+				}
+			}
+		})
 	}
 }

@@ -98,11 +98,13 @@ var builtins = []*pattern{
 		match:     matchOpenAIKey,
 		wordStart: true,
 	},
-	// Before bearer: "Bearer <jwt>" is masked as a jwt.
+	// eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}:
+	// header, claims and signature. Before bearer: "Bearer <jwt>" is
+	// masked as a jwt.
 	{
 		kind:    KindJWT,
 		anchors: "J", lead: 2, checkS: checkJWT[string], checkB: checkJWT[[]byte],
-		match:     anchored(`eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`, 0),
+		match:     matchJWT,
 		wordStart: true,
 	},
 	// (?i:bearer)\s+([A-Za-z0-9._~+/=-]{16,}): the token is masked and
@@ -159,16 +161,38 @@ func anchored(expr string, group int) func(string) (int, int, bool) {
 	}
 }
 
-// The patterns whose matches are checked further are matched by hand, as
-// FindStringSubmatchIndex allocates for each match.
+// Some patterns are matched by hand: those whose matches are checked
+// further, as FindStringSubmatchIndex allocates for each match; and those
+// that could read a long run of text again from each literal in it (as in
+// "eyJ-eyJ-eyJ-..."), which say where the run ends when they fail.
 
 func matchOpenAIKey(s string) (int, int, bool) {
 	n := len("sk-")
 	t := n + run(s[n:], isKeyByte)
 	if t-n < 20 || !hasDigit(s[n:t]) {
-		return 0, 0, false
+		// An sk- further on in the run has fewer characters, no digit.
+		return 0, t, false
 	}
 	return 0, t, true
+}
+
+func matchJWT(s string) (int, int, bool) {
+	header := run(s, isKeyByte) // with the "eyJ"
+	i, ok := header, header >= len("eyJ")+8
+	if ok = ok && at(s, i, ".eyJ"); ok {
+		n := run(s[i+1:], isKeyByte)
+		i, ok = i+1+n, n >= len("eyJ")+8
+	}
+	if ok = ok && at(s, i, "."); ok {
+		n := run(s[i+1:], isKeyByte)
+		i, ok = i+1+n, n >= 8
+	}
+	if !ok {
+		// An eyJ further on in the header ends where this one does, and
+		// fails as this one does.
+		return 0, header, false
+	}
+	return 0, i, true
 }
 
 func matchBearer(s string) (int, int, bool) {

@@ -157,8 +157,9 @@ type pattern struct {
 	// and checkB, given an anchor's offset, return where the literal
 	// starts, or -1, in text held as a string or as bytes. match tries a
 	// match there, in text that starts at the literal, and returns what
-	// is masked. wordStart: a match does not follow a letter, digit or
-	// "_" (the regexp's leading \b).
+	// is masked; when there is none, to may say that no match starts
+	// before it either. wordStart: a match does not follow a letter,
+	// digit or "_" (the regexp's leading \b).
 	anchors   string
 	lead      int
 	checkS    func(s string, i int) int
@@ -188,8 +189,12 @@ func (p *pattern) find(s string, from int) span {
 		if p.wordStart && h > from && isWordByte(s[h-1]) {
 			continue
 		}
-		if f, t, ok := p.match(s[h:]); ok {
+		f, t, ok := p.match(s[h:])
+		if ok {
 			return span{start: h, from: h + f, to: h + t, ok: true}
+		}
+		if t > 1 {
+			h += t - 1
 		}
 	}
 	return span{}
