@@ -111,3 +111,28 @@ policy:
 		}
 	}
 }
+
+// Secrets in arguments and results are masked in the audit log; with
+// redact_results they are masked in what the client reads too.
+func TestSecretsMasked(t *testing.T) {
+	const key = "AKIAIOSFODNN7EXAMPLE"
+	for _, results := range []bool{false, true} {
+		conf := "policy: {default: allow}\nredact: {patterns: ['corp-[0-9]{6}']}\n"
+		if results {
+			conf += "redact_results: true\n"
+		}
+		e := newEnv(t, conf)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cs := e.connectExample(ctx)
+		text, _ := callText(t, cs, "echo", map[string]any{"text": "key " + key + " id corp-123456"})
+		cancel()
+		if results != !strings.Contains(text, key) || results != strings.Contains(text, "[REDACTED:aws_access_key]") {
+			t.Errorf("redact_results %v: the client read %q", results, text)
+		}
+		out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "echo")
+		if strings.Contains(out, key) || strings.Contains(out, "corp-123456") ||
+			!strings.Contains(out, "[REDACTED:aws_access_key]") || !strings.Contains(out, "[REDACTED:pattern]") {
+			t.Errorf("redact_results %v: the audit log holds:\n%s", results, out)
+		}
+	}
+}

@@ -41,7 +41,10 @@ type Config struct {
 		Keys     []string
 		Patterns []string
 	}
-	Policy struct {
+	// RedactResults masks secret patterns in results before they reach
+	// the client, not only in the audit log.
+	RedactResults bool
+	Policy        struct {
 		Default string
 		Mode    string
 		Rules   []Rule
@@ -341,9 +344,10 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 				"max_pending": p.count(&c.Approval.MaxPending),
 			})
 		},
-		"include": p.list(&c.Include),
-		"limits":  func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
-		"servers": func(n *yaml.Node) error { return p.servers(n, c) },
+		"include":        p.list(&c.Include),
+		"redact_results": p.boolean(&c.RedactResults),
+		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
+		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"keys":     p.list(&c.Redact.Keys),

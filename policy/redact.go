@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/guard-mcp/guard/policy/secrets"
 )
 
 // Redacted replaces a masked value in the audit log.
@@ -12,13 +14,20 @@ const Redacted = "[REDACTED]"
 // Redactor masks the values of secret-named members in JSON text before it
 // is recorded.
 type Redactor struct {
-	keys   map[string]bool // normalised names
-	probes [][]byte        // lower-case names, for a quick check
+	keys    map[string]bool // normalised names
+	probes  [][]byte        // lower-case names, for a quick check
+	secrets *secrets.Masker // secret shapes, wherever they are
 }
 
-// Redactor returns the configuration's redactor.
+// Redactor returns the configuration's redactor: values of the configured
+// keys, and the built-in and configured secret patterns anywhere.
 func (c *Config) Redactor() *Redactor {
-	r := &Redactor{keys: map[string]bool{}}
+	m, err := secrets.New(c.Redact.Patterns)
+	if err != nil {
+		// The patterns were compiled when the configuration was read.
+		m, _ = secrets.New(nil)
+	}
+	r := &Redactor{keys: map[string]bool{}, secrets: m}
 	for _, k := range c.Redact.Keys {
 		n := normKey(k)
 		if n == "" || r.keys[n] {
@@ -37,12 +46,27 @@ func normKey(k string) string {
 	return strings.NewReplacer("_", "", "-", "").Replace(k)
 }
 
+// MaskSecrets masks the secret patterns in a message that goes to the
+// client (redact_results: true), keeping every other byte.
+func (r *Redactor) MaskSecrets(raw []byte) ([]byte, int) {
+	if r == nil || r.secrets == nil {
+		return raw, 0
+	}
+	return r.secrets.MaskJSON(raw)
+}
+
 // Redact returns the JSON text with the value of every member whose name
 // matches a configured key replaced by "[REDACTED]", at any depth. Text
 // with no such member is returned as it is; text that is not JSON is
 // returned as it is too (it is recorded as received).
 func (r *Redactor) Redact(raw []byte) string {
-	if r == nil || len(r.keys) == 0 || len(raw) == 0 || !r.mayContain(raw) {
+	if r == nil {
+		return string(raw)
+	}
+	if r.secrets != nil {
+		raw, _ = r.secrets.MaskJSON(raw)
+	}
+	if len(r.keys) == 0 || len(raw) == 0 || !r.mayContain(raw) {
 		return string(raw)
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))

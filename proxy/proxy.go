@@ -81,6 +81,10 @@ type Options struct {
 	Holds     Holds
 	Redactor  Redactor
 	Contracts Contracts
+	// MaskResults, when set, masks secrets in the results of tools/call,
+	// resources/read and prompts/get before the client reads them
+	// (redact_results: true).
+	MaskResults func(msg []byte) ([]byte, int)
 	// ScanTool returns what a scan of a tool definition's descriptions
 	// finds; nil scans nothing.
 	ScanTool func(server string, def []byte) []guard.Flag

@@ -655,6 +655,11 @@ func (s *Session) serverResponse(msg wire.Message) {
 	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
 		data = s.checkOutput(c, msg, data, out)
 	}
+	if s.opts.MaskResults != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
+		if masked, n := s.opts.MaskResults(data); n > 0 {
+			data = masked
+		}
+	}
 	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
 		s.noteRound(c, msg.Result)
 	}

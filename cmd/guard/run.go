@@ -83,6 +83,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if srv == nil {
 		srv = policy.DefaultServer()
 	}
+	redactor := cfg.Redactor()
+	var maskResults func([]byte) ([]byte, int)
+	if cfg.RedactResults {
+		maskResults = redactor.MaskSecrets
+	}
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), proxy.Options{
 		Server:          server,
 		MaxMessage:      int(cfg.MaxMessage),
@@ -90,7 +95,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Catalog:         db,
 		Decider:         engine,
 		Holds:           holds,
-		Redactor:        cfg.Redactor(),
+		Redactor:        redactor,
+		MaskResults:     maskResults,
 		Contracts:       policy.NewContracts(),
 		ScanTool:        toolScanner(ctx, db, logger),
 		AcceptNewTools:  srv.NewTools == "allow",

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/guard-mcp/guard/policy/secrets"
 )
@@ -244,4 +245,31 @@ func TestConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Long runs of near misses take time in proportion to their length: a
+// pattern does not read a run again from each literal in it.
+func TestMaskLongRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long inputs")
+	}
+	const size = 1 << 20
+	m := masker(t)
+	for _, unit := range []string{
+		"eyJ-", "eyJabcdefghij.", "sk-", "sk-ant-", "Bearer ", "bearer-", "Bearer\t",
+		"AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "sk_live_", "-----BEGIN RSA PRIVATE KEY-----",
+		"-----END RSA PRIVATE KEY-----", "secret_access_key", "authorization: ", "https://hooks.slack.com/services/T",
+	} {
+		in := strings.Repeat(unit, size/len(unit))
+		for _, s := range []string{in, "Bearer " + in, "eyJ" + in, "sk-" + in, "-----BEGIN PRIVATE KEY-----" + in} {
+			start := time.Now()
+			out, _ := m.Mask(s)
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("Mask(%q...) took %v", s[:40], d)
+			}
+			if again, n := m.Mask(out); n != 0 || again != out {
+				t.Errorf("Mask(%q...) is masked again", s[:40])
+			}
+		}
+	}
 }
