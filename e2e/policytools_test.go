@@ -99,10 +99,10 @@ policy:
 	}
 	for _, want := range []string{
 		"replayed 6 calls",
-		"same decision:      3",      // delete_note and send_message held, write plan allowed
-		"different decision: 3",      // two echoes, the secret note
-		"allowed → held: 2",          // echo was allowed by annotations
-		"denied → allowed: 1",        // the secret note (monitored deny)
+		"same decision:      3",       // delete_note and send_message held, write plan allowed
+		"different decision: 3",       // two echoes, the secret note
+		"allowed → held: 2",           // echo was allowed by annotations
+		"denied → allowed: 1",         // the secret note (monitored deny)
 		"notes/echo {\"text\":\"a\"}", // an example
 		"now rule hold-echo",
 	} {
