@@ -136,3 +136,51 @@ func TestSecretsMasked(t *testing.T) {
 		}
 	}
 }
+
+// Rules decide more than tool calls: resources/read by URI, prompts/get by
+// name, and the server's own sampling requests, against the go-sdk
+// conformance server.
+func TestRulesForOtherMethods(t *testing.T) {
+	e := newEnv(t, `
+policy:
+  default: allow
+  rules:
+    - {name: no-static, method: resources/read, uri: "test://static-*", action: deny, reason: "not that one"}
+    - {name: no-simple-prompt, method: prompts/get, tool: "test_simple_*", action: deny}
+    - {name: no-sampling, method: sampling/createMessage, server: conformance, action: deny, reason: "no model calls"}
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sampled := false
+	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			sampled = true
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
+		},
+	})
+	argv := e.wrap("conformance", everythingServer(t))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static-text"}); err == nil ||
+		!strings.Contains(err.Error(), `Denied by policy rule "no-static": not that one`) {
+		t.Errorf("resources/read: %v", err)
+	}
+	if _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "test_simple_prompt"}); err == nil || !strings.Contains(err.Error(), `"no-simple-prompt"`) {
+		t.Errorf("prompts/get: %v", err)
+	}
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_sampling", Arguments: map[string]any{"prompt": "hi"}})
+	if sampled || (err == nil && !r.IsError) {
+		t.Errorf("the server's sampling request reached the client: %v %v", r, err)
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--decision", "denied")
+	for _, m := range []string{"resources/read", "prompts/get", "sampling/createMessage"} {
+		if !strings.Contains(out, `"method":"`+m+`"`) {
+			t.Errorf("no denied %s in the audit:\n%s", m, out)
+		}
+	}
+}

@@ -401,6 +401,9 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 		s.toolCall(msg, c)
 		return
 	}
+	if gatedClient(msg.Method) && !s.gate(msg, c, false) {
+		return
+	}
 	s.forward(msg, c, false)
 }
 
@@ -710,6 +713,9 @@ func (s *Session) serverRequest(msg wire.Message) {
 		origKey: wire.IDKey(msg.ID),
 		start:   s.now(),
 		reqSize: len(msg.Raw),
+	}
+	if gatedServer(msg.Method) && !s.gate(msg, c, true) {
+		return
 	}
 	s.mu.Lock()
 	data := s.mapID(msg, c, s.down)
