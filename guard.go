@@ -185,6 +185,9 @@ type Call struct {
 	Method    string
 	ToolName  string
 	Arguments json.RawMessage // the arguments exactly as the server will read them
+	// Args are the arguments decoded (objects as map[string]any, numbers
+	// as json.Number), by whoever needed them first; nil until then.
+	Args any
 	URI       string          // the resource of a resources/read
 	Time      time.Time       // when the call was made (now when zero)
 	Tool      *Tool

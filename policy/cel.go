@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -66,12 +65,15 @@ func (a *activation) get() (map[string]any, error) {
 	if a.vars != nil || a.err != nil {
 		return a.vars, a.err
 	}
-	args := map[string]any{}
-	if len(a.call.Arguments) > 0 {
-		if err := json.Unmarshal(a.call.Arguments, &args); err != nil {
-			a.err = fmt.Errorf("arguments: %w", err)
-			return nil, a.err
-		}
+	v, err := decodedArgs(a.call)
+	if err != nil {
+		a.err = fmt.Errorf("arguments: %w", err)
+		return nil, a.err
+	}
+	args, ok := v.(map[string]any)
+	if !ok {
+		a.err = fmt.Errorf("arguments: not an object")
+		return nil, a.err
 	}
 	ann := map[string]bool{}
 	if a.call.Tool != nil {

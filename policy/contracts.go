@@ -21,9 +21,11 @@ func NewContracts() *Contracts {
 	return &Contracts{in: schema.NewCache(), out: schema.NewCache()}
 }
 
-// Arguments returns how args break the tool's inputSchema, or "". An error
-// says the schema cannot be compiled (the caller fails closed).
-func (c *Contracts) Arguments(tool *guard.Tool, args []byte) (string, error) {
+// Arguments returns how the call's arguments break the tool's
+// inputSchema, or "". An error says the schema cannot be compiled (the
+// caller fails closed). The decoded arguments are kept in call.Args for
+// the rules' conditions.
+func (c *Contracts) Arguments(tool *guard.Tool, call *guard.Call) (string, error) {
 	raw := wire.ParamsMember(tool.Def, "inputSchema")
 	if len(raw) == 0 {
 		return "", nil
@@ -32,7 +34,28 @@ func (c *Contracts) Arguments(tool *guard.Tool, args []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("inputSchema of %s: %w", tool.Name, err)
 	}
-	return schema.Summary(s.Validate(args)), nil
+	args, err := decodedArgs(call)
+	if err != nil {
+		return "not JSON: " + err.Error(), nil
+	}
+	return schema.Summary(s.ValidateValue(args)), nil
+}
+
+// decodedArgs decodes a call's arguments once.
+func decodedArgs(call *guard.Call) (any, error) {
+	if call.Args != nil {
+		return call.Args, nil
+	}
+	raw := call.Arguments
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	v, err := schema.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	call.Args = v
+	return v, nil
 }
 
 // Result returns how a tools/call result breaks the tool's outputSchema,

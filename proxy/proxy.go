@@ -39,8 +39,9 @@ type CatalogStore interface {
 // Contracts checks calls and results against the schemas a tool declares.
 // An error means the schema itself is unusable: the call fails closed.
 type Contracts interface {
-	// Arguments returns how args break the tool's inputSchema ("" if not).
-	Arguments(tool *guard.Tool, args []byte) (string, error)
+	// Arguments returns how the call's arguments break the tool's
+	// inputSchema ("" if not); it may keep them decoded in call.Args.
+	Arguments(tool *guard.Tool, call *guard.Call) (string, error)
 	// Result returns how a final result breaks the tool's outputSchema
 	// ("" if not, or when the tool declares none).
 	Result(tool *guard.Tool, result []byte) (string, error)

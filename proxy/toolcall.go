@@ -192,7 +192,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		Client:    ci,
 	}
 	if s.opts.Contracts != nil {
-		v, err := s.opts.Contracts.Arguments(tool, c.args)
+		v, err := s.opts.Contracts.Arguments(tool, pc)
 		if err != nil {
 			// An unusable schema fails closed.
 			c.decision, c.decidedBy = guard.DecisionDenied, policy.InputSchemaRule

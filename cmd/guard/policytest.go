@@ -65,7 +65,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		if t, err := currentTool(ctx, db, tc.Server, tc.Tool); err == nil {
 			call.Tool = t
 			notes = append(notes, fmt.Sprintf("tool: %s as last listed (pin %s; %s)", tc.Tool, t.Pin, annotationText(t.Annotations)))
-			if v, err := policy.NewContracts().Arguments(t, tc.Args); err != nil {
+			if v, err := policy.NewContracts().Arguments(t, call); err != nil {
 				notes = append(notes, "inputSchema unusable: "+err.Error())
 			} else {
 				call.Violations = v
@@ -170,7 +170,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 			}
 			call.Tool = t
 			if t != nil {
-				if v, err := contracts.Arguments(t, call.Arguments); err == nil {
+				if v, err := contracts.Arguments(t, call); err == nil {
 					call.Violations = v
 				}
 			}

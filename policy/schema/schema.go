@@ -175,14 +175,19 @@ func Summary(vs []Violation) string {
 // by path then message; empty when valid. An instance that is not JSON is
 // one violation at the root. Callers pass "{}" for absent arguments.
 func (s *Schema) Validate(instance []byte) []Violation {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(instance))
+	v, err := Decode(instance)
 	if err != nil {
 		return []Violation{{Path: "", Message: "not JSON: " + err.Error()}}
 	}
+	return s.ValidateValue(v)
+}
+
+// ValidateValue checks an instance already decoded by Decode.
+func (s *Schema) ValidateValue(v any) []Violation {
 	if s.s == nil {
 		return nil
 	}
-	err = s.s.Validate(v)
+	err := s.s.Validate(v)
 	if err == nil {
 		return nil
 	}
