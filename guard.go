@@ -188,9 +188,9 @@ type Call struct {
 	// Args are the arguments decoded (objects as map[string]any, numbers
 	// as json.Number), by whoever needed them first; nil until then.
 	Args any
-	URI       string          // the resource of a resources/read
-	Time      time.Time       // when the call was made (now when zero)
-	Tool      *Tool
+	URI  string    // the resource of a resources/read
+	Time time.Time // when the call was made (now when zero)
+	Tool *Tool
 	// Violations lists how the arguments break the tool's inputSchema
 	// ("" when they do not): such a call is refused before any rule.
 	Violations string
