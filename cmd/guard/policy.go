@@ -53,16 +53,38 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.DBPath, p.Version())
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tFROM")
-	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\tbuilt in: arguments that name guard's files or run its command line\n", policy.SelfProtectionRule)
+	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tWHEN\tFROM")
+	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", policy.SelfProtectionRule)
+	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tdeny\t-\tbuilt in: arguments that break the tool's inputSchema\n", policy.InputSchemaRule)
+	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tapprove|deny\t-\tbuilt in: a definition changed, new or flagged (approve), or rejected (deny)\n", policy.ToolReviewRule)
 	for i, r := range p.Rules() {
 		from := r.File
 		if r.Line > 0 {
 			from = fmt.Sprintf("%s:%d", r.File, r.Line)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, r.Tool, r.Action, from)
+		tool, when := r.Tool, "-"
+		if r.URI != "" {
+			tool = "uri " + r.URI
+		}
+		if r.When != "" {
+			when = r.When
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, r.Action, when, from)
 	}
-	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
+	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
 	tw.Flush()
+	if st.Config.Policy.Mode == "monitor" {
+		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
+	}
+	if len(st.Config.Limits) > 0 {
+		fmt.Fprintln(a.stdout, "\nrate limits (after the rules, before approval):")
+		for _, l := range st.Config.Limits {
+			scope := "the server as a whole"
+			if l.Tool != "" {
+				scope = "each tool matching " + l.Tool
+			}
+			fmt.Fprintf(a.stdout, "  server %s, %s: %d per %s, burst %d (%s:%d)\n", l.Server, scope, l.Count, l.Per, l.Burst, l.File, l.Line)
+		}
+	}
 	return exitOK
 }
