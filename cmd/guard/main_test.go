@@ -43,7 +43,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"approvals", "revoke", "x"}, 2, "", `unknown subcommand "revoke"`},
 		{[]string{"approvals"}, 2, "", "usage: guard approvals"},
 		{[]string{"audit", "delete"}, 2, "", `unknown subcommand "delete"`},
-		{[]string{"policy", "apply"}, 2, "", "usage: guard policy check"},
+		{[]string{"policy", "apply"}, 2, "", "unknown subcommand \"apply\" (check, test, replay)"},
 		{[]string{"run", "--upstream", "http://127.0.0.1:1/mcp"}, 2, "", "not supported by this build yet"},
 		{[]string{"run"}, 2, "", "usage: guard run"},
 		{[]string{"run", "--config", bad, "--", "true"}, 2, "", bad + ":2:"},
