@@ -40,6 +40,7 @@ type harnessOpts struct {
 	recorder Recorder                                                        // default: the store
 	wait     time.Duration
 	raw      bool // read guard's output as lines (no go-sdk client)
+	pending  int  // MaxPending
 	quiet    bool // discard guard's log
 }
 
@@ -78,7 +79,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	sess := NewSession(ctx, Options{
 		Server: "notes", Recorder: rec, Catalog: db, Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
-		Logger: logger,
+		Logger: logger, MaxPending: ho.pending, Contracts: policy.NewContracts(),
 	})
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()
@@ -281,6 +282,66 @@ func TestRelayHoldsUntilAPersonDecides(t *testing.T) {
 			t.Fatalf("record of the denied call: %+v", c)
 		}
 	}
+}
+
+// A session cannot have more than MaxPending calls waiting for approval:
+// the next is refused at once, and a slot frees when a call is decided.
+func TestRelayCapsPendingApprovalsPerSession(t *testing.T) {
+	h := newHarness(t, harnessOpts{pending: 2})
+	cs := h.client(nil, "")
+	defer cs.Close()
+	ctx := context.Background()
+	held := make(chan *mcp.CallToolResult, 3)
+	for _, title := range []string{"a", "b"} {
+		go func() {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+			if err != nil {
+				t.Error(err)
+			}
+			held <- r
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
+		if len(list) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pending, want 2", len(list))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "c"}})
+	if err != nil || !r.IsError || !strings.Contains(textOf(t, r), "2 calls of this session are already waiting for approval") {
+		t.Fatalf("the third held call: %v %v", r, err)
+	}
+	list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
+	if _, err := h.holds.Decide(ctx, list[0].ID, false, "alice", "no"); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	go func() {
+		r, _ := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "d"}})
+		held <- r
+	}()
+	waitPending(t, h, "delete_note")
+	for time.Now().Before(deadline) {
+		list, _ = h.db.Approvals(ctx, guard.ApprovalPending)
+		if len(list) == 2 {
+			for _, a := range list { // let the session end
+				_, _ = h.holds.Decide(ctx, a.ID, false, "alice", "no")
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-held:
+		t.Fatalf("after a decision a new call should be held: %d pending; got %v", len(list), textOf(t, r))
+	default:
+	}
+	t.Fatalf("after a decision a new call should be held: %d pending", len(list))
 }
 
 func waitPending(t *testing.T, h *harness, tool string) string {

@@ -290,11 +290,16 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
 		return
 	}
-	defer func() {
-		s.mu.Lock()
-		s.held--
-		s.mu.Unlock()
-	}()
+	// The slot frees once the wait ends, before the answer is sent.
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.held--
+			s.mu.Unlock()
+		})
+	}
+	defer release()
 	c.decision = guard.DecisionHeld
 	ci, _ := s.clientInfo()
 	a, _, err = s.opts.Holds.Hold(ctx, &guard.Approval{
@@ -337,6 +342,7 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 		}
 	})
 	cancel()
+	release()
 	if c.isWithdrawn() {
 		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
 		s.withdrawn(c)
