@@ -184,3 +184,27 @@ policy:
 		}
 	}
 }
+
+// Rate limits are shared by the guard processes on one database.
+func TestRateLimitAcrossProcesses(t *testing.T) {
+	e := newEnv(t, "limits:\n  - {tool: echo, rate: 3/hour}\npolicy: {default: allow}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, b := e.connectExample(ctx), e.connectExample(ctx)
+	var limited []string
+	for i, cs := range []*mcp.ClientSession{a, b, a, b} {
+		text, isErr := callText(t, cs, "echo", map[string]any{"text": "x"})
+		if isErr {
+			limited = append(limited, text)
+			if i != 3 {
+				t.Fatalf("call %d was limited: %s", i, text)
+			}
+		}
+	}
+	if len(limited) != 1 || !strings.HasPrefix(limited[0], "Rate limit: echo allows 3 calls per hour; retry in ") {
+		t.Fatalf("limited: %q", limited)
+	}
+	if text, isErr := callText(t, a, "list_notes", map[string]any{}); isErr {
+		t.Fatalf("another tool is not limited: %s", text)
+	}
+}

@@ -283,6 +283,11 @@ func FuzzDecide(f *testing.F) {
 		default:
 			t.Fatalf("no decision: %+v", v)
 		}
+		// A condition that cannot be evaluated denies (fail closed).
+		if strings.Contains(v.Reason, "could not be evaluated") && v.Action != guard.ActionDeny {
+			t.Fatalf("an evaluation error did not deny: %+v", v)
+		}
+
 	})
 }
 
