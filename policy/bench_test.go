@@ -38,7 +38,7 @@ func BenchmarkDecideAndValidate(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := Compile(c, nil, NewProtected("/var/lib/guard/guard.db", "/etc/guard/guard.yaml"))
-	contracts := NewContracts()
+	contracts := NewContracts(false)
 	tool := &guard.Tool{Name: "create_ticket", Def: benchDef, Pin: "sha256:bench"}
 	ro := false
 	tool.Annotations.DestructiveHint = &ro

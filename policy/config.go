@@ -41,6 +41,8 @@ type Config struct {
 		Keys     []string
 		Patterns []string
 	}
+	// AssertFormats makes "format" in tool schemas a check, not a note.
+	AssertFormats bool
 	// RedactResults masks secret patterns in results before they reach
 	// the client, not only in the audit log.
 	RedactResults bool
@@ -60,12 +62,15 @@ type Server struct {
 	TrustAnnotations bool
 	NewTools         string
 	Output           string
+	// BadSchema is what happens to calls of a tool whose inputSchema or
+	// outputSchema does not compile: deny (default), or ignore the schema.
+	BadSchema string
 }
 
 // DefaultServer returns the settings of a server the configuration does
 // not name.
 func DefaultServer() *Server {
-	return &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce"}
+	return &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce", BadSchema: "deny"}
 }
 
 // Rule is one policy rule. File and Line say where it was written.
@@ -346,6 +351,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		},
 		"include":        p.list(&c.Include),
 		"redact_results": p.boolean(&c.RedactResults),
+		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
 		"redact": func(n *yaml.Node) error {
@@ -402,6 +408,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"trust_annotations": p.boolean(&s.TrustAnnotations),
 			"new_tools":         p.enum(&s.NewTools, "approve", "allow"),
 			"output":            p.enum(&s.Output, "enforce", "warn"),
+			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
 		})
 		if err != nil {
 			return err

@@ -16,9 +16,14 @@ type Contracts struct {
 	in, out *schema.Cache
 }
 
-// NewContracts returns an empty set of compiled schemas.
-func NewContracts() *Contracts {
-	return &Contracts{in: schema.NewCache(), out: schema.NewCache()}
+// NewContracts returns an empty set of compiled schemas. Formats
+// ("format": "email") are annotations only, unless assertFormats.
+func NewContracts(assertFormats bool) *Contracts {
+	var opts []schema.Option
+	if assertFormats {
+		opts = append(opts, schema.AssertFormats())
+	}
+	return &Contracts{in: schema.NewCache(opts...), out: schema.NewCache(opts...)}
 }
 
 // Arguments returns how the call's arguments break the tool's

@@ -96,6 +96,9 @@ type Options struct {
 	// the violation (output: warn); by default they are replaced by an
 	// error (output: enforce).
 	OutputWarn bool
+	// IgnoreBadSchemas lets calls of a tool whose schema does not compile
+	// go on unvalidated (bad_schema: ignore); by default they are refused.
+	IgnoreBadSchemas bool
 	// MaxPending caps the calls of one session waiting for approval at
 	// once (default 20); more are denied rather than queued.
 	MaxPending int

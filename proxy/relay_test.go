@@ -41,6 +41,7 @@ type harnessOpts struct {
 	wait     time.Duration
 	raw      bool // read guard's output as lines (no go-sdk client)
 	pending  int  // MaxPending
+	ignore   bool // IgnoreBadSchemas
 	quiet    bool // discard guard's log
 }
 
@@ -79,7 +80,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	sess := NewSession(ctx, Options{
 		Server: "notes", Recorder: rec, Catalog: db, Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
-		Logger: logger, MaxPending: ho.pending, Contracts: policy.NewContracts(),
+		Logger: logger, MaxPending: ho.pending, Contracts: policy.NewContracts(false), IgnoreBadSchemas: ho.ignore,
 	})
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()
@@ -609,5 +610,36 @@ func TestRelayRecordsArgumentsWithSecretsMasked(t *testing.T) {
 	}
 	if strings.Contains(args, "sk-live-123") || !strings.Contains(args, `"API_KEY":"[REDACTED]"`) {
 		t.Fatalf("recorded arguments: %s", args)
+	}
+}
+
+// A tool whose inputSchema does not compile is refused by default, naming
+// the server and tool; with bad_schema: ignore its calls go on.
+func TestRelayBadSchemaFailsClosed(t *testing.T) {
+	server := func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+		s := mcp.NewServer(&mcp.Implementation{Name: "bad", Version: "1"}, nil)
+		s.AddTool(&mcp.Tool{Name: "odd", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"minimum": "ten"}}},
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+			})
+		_ = s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+		out.Close()
+	}
+	for _, ignore := range []bool{false, true} {
+		h := newHarness(t, harnessOpts{server: server, ignore: ignore, config: "policy: {default: allow}\n"})
+		cs := h.client(nil, "")
+		r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "odd", Arguments: map[string]any{"a": 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := textOf(t, r)
+		if ignore && (r.IsError || text != "ran") {
+			t.Errorf("bad_schema: ignore: %q", text)
+		}
+		if !ignore && (!r.IsError || !strings.Contains(text, `the inputSchema of tool "odd" on server "notes" cannot be used`)) {
+			t.Errorf("a schema that does not compile must fail closed: %q", text)
+		}
+		cs.Close()
 	}
 }

@@ -193,6 +193,10 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 	}
 	if s.opts.Contracts != nil {
 		v, err := s.opts.Contracts.Arguments(tool, pc)
+		if err != nil && s.opts.IgnoreBadSchemas {
+			s.opts.Logger.Warn("inputSchema ignored: it does not compile (bad_schema: ignore)", "tool", c.tool, "err", err)
+			err = nil
+		}
 		if err != nil {
 			// An unusable schema fails closed.
 			c.decision, c.decidedBy = guard.DecisionDenied, policy.InputSchemaRule

@@ -65,7 +65,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		if t, err := currentTool(ctx, db, tc.Server, tc.Tool); err == nil {
 			call.Tool = t
 			notes = append(notes, fmt.Sprintf("tool: %s as last listed (pin %s; %s)", tc.Tool, t.Pin, annotationText(t.Annotations)))
-			if v, err := policy.NewContracts().Arguments(t, call); err != nil {
+			if v, err := policy.NewContracts(st.Config.AssertFormats).Arguments(t, call); err != nil {
 				notes = append(notes, "inputSchema unusable: "+err.Error())
 			} else {
 				call.Violations = v
@@ -144,7 +144,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 		return exitUsage
 	}
 	p := engine.Policy()
-	contracts := policy.NewContracts()
+	contracts := policy.NewContracts(st.Config.AssertFormats)
 	from := time.Now().Add(-d)
 	var total, same int
 	skipped := map[string]int{}

@@ -182,22 +182,38 @@ func (p *pattern) find(s string, from int) span {
 	if p.re != nil {
 		return p.findRegexp(s, from)
 	}
-	for h := from; h <= len(s); h++ {
-		if h = next(p, s, h); h < 0 {
-			break
+	// The next offsets of the anchors, in one case and the other; -2:
+	// not looked for yet, -1: there are none.
+	a, b := p.anchors[0], p.anchors[len(p.anchors)-1]
+	na, nb := -2, -2
+	if a == b {
+		nb = -1
+	}
+	for i := from + p.lead; ; {
+		if na != -1 && na < i {
+			na = indexByteFrom(s, i, a)
 		}
-		if p.wordStart && h > from && isWordByte(s[h-1]) {
+		if nb != -1 && nb < i {
+			nb = indexByteFrom(s, i, b)
+		}
+		c := na
+		if c < 0 || nb >= 0 && nb < c {
+			c = nb
+		}
+		if c < 0 {
+			return span{}
+		}
+		i = c + 1
+		h := p.checkS(s, c)
+		if h < from || p.wordStart && h > from && isWordByte(s[h-1]) {
 			continue
 		}
 		f, t, ok := p.match(s[h:])
 		if ok {
 			return span{start: h, from: h + f, to: h + t, ok: true}
 		}
-		if t > 1 {
-			h += t - 1
-		}
+		i = max(i, h+t+p.lead) // no match starts before h+t
 	}
-	return span{}
 }
 
 func (p *pattern) findRegexp(s string, from int) span {
@@ -282,35 +298,6 @@ func mayMatch[T text](m *Masker, s T) bool {
 		}
 	}
 	return false
-}
-
-// next returns the offset at or after from where the literal of p, a
-// built-in pattern, starts in s, or -1.
-func next[T text](p *pattern, s T, from int) int {
-	a, b := byte(p.anchors[0]), byte(p.anchors[len(p.anchors)-1])
-	na, nb := -2, -2 // the next a and b at or after i; -1: there are none
-	if a == b {
-		nb = -1
-	}
-	for i := from + p.lead; ; {
-		if na != -1 && na < i {
-			na = indexByteFrom(s, i, a)
-		}
-		if nb != -1 && nb < i {
-			nb = indexByteFrom(s, i, b)
-		}
-		c := na
-		if c < 0 || nb >= 0 && nb < c {
-			c = nb
-		}
-		if c < 0 {
-			return -1
-		}
-		if h := check(p, s, c); h >= from {
-			return h
-		}
-		i = c + 1
-	}
 }
 
 // check calls p's check function for the type of s.
