@@ -59,6 +59,7 @@ type Holds interface {
 	Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error)
 	Await(ctx context.Context, id string, progress func(msg string)) (approvals.Result, error)
 	Withdraw(ctx context.Context, id string) error
+	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 }
 
 // Redactor masks secrets in JSON text before it is recorded.
@@ -99,6 +100,10 @@ type Options struct {
 	// IgnoreBadSchemas lets calls of a tool whose schema does not compile
 	// go on unvalidated (bad_schema: ignore); by default they are refused.
 	IgnoreBadSchemas bool
+	// InBand also asks the person at the client about a held call, with a
+	// form elicitation, when the client supports one (approval.in_band:
+	// auto). Off by default: a client may answer without a person.
+	InBand bool
 	// MaxPending caps the calls of one session waiting for approval at
 	// once (default 20); more are denied rather than queued.
 	MaxPending int

@@ -109,6 +109,7 @@ type Session struct {
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
 	accepted           map[string]bool // pins found accepted
+	elicitForm         bool            // the client answers form elicitations
 	held               int             // calls waiting for approval now
 
 	persistMu   sync.Mutex
@@ -348,10 +349,21 @@ func (s *Session) noteClient(msg wire.Message) {
 				Name    string `json:"name"`
 				Version string `json:"version"`
 			} `json:"clientInfo"`
+			Capabilities struct {
+				Elicitation *struct {
+					Form *json.RawMessage `json:"form"`
+					URL  *json.RawMessage `json:"url"`
+				} `json:"elicitation"`
+			} `json:"capabilities"`
 		}
 		if json.Unmarshal(msg.Params, &p) == nil {
 			s.mu.Lock()
 			s.client = guard.ClientInfo{Name: p.ClientInfo.Name, Version: p.ClientInfo.Version}
+			// Form elicitation: declared as {} (before modes existed) or
+			// with a form member.
+			if e := p.Capabilities.Elicitation; e != nil {
+				s.elicitForm = e.Form != nil || e.URL == nil
+			}
 			if s.protocol == "" {
 				s.protocol = p.ProtocolVersion
 			}
@@ -543,6 +555,10 @@ func (s *Session) clientResponse(msg wire.Message) {
 	s.mu.Unlock()
 	if c == nil {
 		s.event("guard/dropped", guard.ClientToServer, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
+		return
+	}
+	if c.own != nil { // an answer to guard's own request
+		c.own <- msg
 		return
 	}
 	data, out := s.answered(msg, c)

@@ -340,6 +340,12 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	if c.progress != nil {
 		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
 	}
+	s.mu.Lock()
+	inBand := s.opts.InBand && s.elicitForm && s.protocol < guard.Rev20260728
+	s.mu.Unlock()
+	if inBand {
+		go s.askClient(awaitCtx, a)
+	}
 	res, err := s.opts.Holds.Await(awaitCtx, a.ID, func(m string) {
 		if c.progress != nil {
 			s.sendProgress(c, m)

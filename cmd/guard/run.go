@@ -103,6 +103,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		AcceptNewTools:   srv.NewTools == "allow",
 		OutputWarn:       srv.Output == "warn",
 		MaxPending:       cfg.Approval.MaxPending,
+		InBand:           cfg.Approval.InBand == "auto",
 		Logger:           logger,
 		ApprovalTimeout:  cfg.Approval.Timeout,
 		ApprovalWait:     cfg.Approval.Wait,

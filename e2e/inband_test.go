@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// With approval.in_band: auto a held call is also put to the person at the
+// client as a form elicitation; the first decision wins.
+func TestInBandApproval(t *testing.T) {
+	e := newEnv(t, "approval: {in_band: auto}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	asked := make(chan *mcp.ElicitRequest, 4)
+	answer := make(chan *mcp.ElicitResult, 4)
+	withdrawn := make(chan struct{}, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "3"}, &mcp.ClientOptions{
+		ElicitationHandler: func(hctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req
+			select {
+			case r := <-answer:
+				return r, nil
+			case <-hctx.Done():
+				withdrawn <- struct{}{}
+				return nil, hctx.Err()
+			}
+		},
+	})
+	argv := e.wrap("notes", guardBin, "example-server")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
+	// delete_note is destructive: held under the default policy.
+	del := func(title string) chan *mcp.CallToolResult {
+		got := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- r
+		}()
+		return got
+	}
+
+	// Approved in the client.
+	got := del("welcome")
+	req := <-asked
+	if !strings.Contains(req.Params.Message, "delete_note") || !strings.Contains(req.Params.Message, `"title": "welcome"`) {
+		t.Fatalf("the question does not show the call: %q", req.Params.Message)
+	}
+	answer <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
+	if r := <-got; r == nil || r.IsError || !strings.Contains(text(r), "deleted welcome") {
+		t.Fatalf("approved in the client: %v", r)
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note")
+	if !strings.Contains(out, `"decided_by":"user at desk/3"`) {
+		t.Fatalf("the audit does not name the in-band approver:\n%s", out)
+	}
+
+	// Denied in the client, with a reason.
+	got = del("other")
+	<-asked
+	answer <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "deny", "reason": "keep it"}}
+	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by user at desk/3: keep it" {
+		t.Fatalf("denied in the client: %v", r)
+	}
+
+	// Decided on the command line first: the question is withdrawn.
+	got = del("third")
+	<-asked
+	a := e.pendingFor(ctx, "delete_note")
+	if out, code := e.guard("approvals", "deny", a.ID, "--reason", "from the terminal", "--by", "carol"); code != 0 {
+		t.Fatalf("approvals deny: %d %s", code, out)
+	}
+	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
+		t.Fatalf("decided elsewhere: %v", r)
+	}
+	select {
+	case <-withdrawn:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client's question was not withdrawn after a decision elsewhere")
+	}
+}
