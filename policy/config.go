@@ -8,6 +8,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,7 +28,10 @@ type Config struct {
 	DB         string
 	Durability string
 	MaxMessage int64
-	UI         struct{ Listen string }
+	UI         struct {
+		Listen      string
+		AllowRemote bool
+	}
 	Approval   struct {
 		Timeout    time.Duration
 		Wait       time.Duration
@@ -339,7 +343,14 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
 		"ui": func(n *yaml.Node) error {
-			return p.mapping(n, map[string]func(*yaml.Node) error{"listen": p.str(&c.UI.Listen)})
+			err := p.mapping(n, map[string]func(*yaml.Node) error{
+				"listen":       p.str(&c.UI.Listen),
+				"allow_remote": p.boolean(&c.UI.AllowRemote),
+			})
+			if err == nil && !c.UI.AllowRemote && !LoopbackAddr(c.UI.Listen) {
+				return p.errf(n, "ui.listen %q is reachable from other machines; use a loopback address, or set ui.allow_remote: true", c.UI.Listen)
+			}
+			return err
 		},
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
@@ -494,6 +505,19 @@ func checkRules(rules []Rule) error {
 		seen[r.Name] = r
 	}
 	return nil
+}
+
+// LoopbackAddr reports whether a listen address binds loopback only.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ParseDuration reads Go's durations plus days: "7d", "1d12h".
