@@ -32,7 +32,7 @@ type Config struct {
 		Listen      string
 		AllowRemote bool
 	}
-	Approval   struct {
+	Approval struct {
 		Timeout    time.Duration
 		Wait       time.Duration
 		InBand     string

@@ -33,7 +33,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"servers:\n  files:\n    trust_annotations: maybe\n", 3, "expected true or false"},
 		{"policy: [\n", 1, "did not find expected node content"},
 		{"ui: {listen: \"0.0.0.0:8931\"}\n", 1, "reachable from other machines"},
-		{"ui:\n  listen: \"[::]:8931\"\n", 1, "reachable from other machines"},
+		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
 	} {
 		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
 		var ce *ConfigError
