@@ -198,8 +198,11 @@ func matchJWT(s string) (int, int, bool) {
 func matchBearer(s string) (int, int, bool) {
 	n := len("bearer")
 	f := n + run(s[n:], isSpace)
+	if f == n {
+		return 0, 0, false
+	}
 	t := f + run(s[f:], isToken68Byte)
-	if f == n || t-f < 16 || !hasDigit(s[f:t]) {
+	if t-f < 16 || !hasDigit(s[f:t]) {
 		return 0, 0, false
 	}
 	return f, t, true

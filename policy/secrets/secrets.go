@@ -79,9 +79,10 @@ func (m *Masker) Mask(s string) (string, int) {
 	return m.mask(s)
 }
 
-// patterns is the masker's list, the built-ins for a nil masker.
+// patterns is the masker's list, the built-ins for a nil (or zero)
+// masker.
 func (m *Masker) patterns() []*pattern {
-	if m == nil {
+	if m == nil || m.pats == nil {
 		return builtins
 	}
 	return m.pats
