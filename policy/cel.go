@@ -39,9 +39,23 @@ func newConditions() (*conditions, error) {
 	return &conditions{env: env}, nil
 }
 
+// condition is a compiled `when:` expression, in two forms: one that
+// counts its cost and stops at costLimit, for arguments large enough that
+// an expression over them (a comprehension within a comprehension) could
+// run long, and one that does not count, for everything else.
+type condition struct {
+	fast, bounded cel.Program
+}
+
+// costLimit bounds the evaluation of a condition over large arguments.
+const costLimit = 1_000_000
+
+// boundedFrom is the size of arguments from which conditions count cost.
+const boundedFrom = 2 << 10
+
 // compile checks an expression and prepares it for evaluation. It must be
 // a boolean expression over the variables above.
-func (c *conditions) compile(expr string) (cel.Program, error) {
+func (c *conditions) compile(expr string) (*condition, error) {
 	ast, iss := c.env.Compile(expr)
 	if iss.Err() != nil {
 		return nil, iss.Err()
@@ -49,7 +63,15 @@ func (c *conditions) compile(expr string) (cel.Program, error) {
 	if ast.OutputType() != cel.BoolType && ast.OutputType() != cel.DynType {
 		return nil, fmt.Errorf("the condition is a %s, not a boolean", ast.OutputType())
 	}
-	return c.env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(1_000_000))
+	fast, err := c.env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, err
+	}
+	bounded, err := c.env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(costLimit))
+	if err != nil {
+		return nil, err
+	}
+	return &condition{fast: fast, bounded: bounded}, nil
 }
 
 // activation holds what a condition sees of one call, built on first use
@@ -97,10 +119,14 @@ func (a *activation) get() (map[string]any, error) {
 
 // eval runs a compiled condition. An error (a missing argument, a type
 // mismatch, the cost limit) is returned: the caller fails closed.
-func eval(prg cel.Program, a *activation) (bool, error) {
+func eval(cond *condition, a *activation) (bool, error) {
 	vars, err := a.get()
 	if err != nil {
 		return false, err
+	}
+	prg := cond.fast
+	if len(a.call.Arguments) >= boundedFrom {
+		prg = cond.bounded
 	}
 	out, _, err := prg.Eval(vars)
 	if err != nil {

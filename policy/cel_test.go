@@ -102,3 +102,32 @@ policy:
 		t.Fatal("monitor and enforce share a policy version")
 	}
 }
+
+// A condition over large arguments is bounded: one that would run for
+// long is stopped, and the call is denied.
+func TestConditionCostIsBounded(t *testing.T) {
+	c, err := Parse([]byte(`
+policy:
+  default: allow
+  rules:
+    - {name: dup, tool: "*", when: 'args.items.exists(x, args.items.exists(y, x != y && x == y))', action: deny}
+`), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Compile(c, nil, nil)
+	items := strings.Repeat(`"aaaa",`, 5000)
+	big := []byte(`{"items":[` + items + `"b"]}`)
+	start := time.Now()
+	v := p.Decide(&guard.Call{Method: "tools/call", ToolName: "x", Arguments: big, Tool: tool(`{}`)})
+	if v.Action != guard.ActionDeny || !strings.Contains(v.Reason, "could not be evaluated") {
+		t.Fatalf("a condition over the cost limit: %+v", v)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the bound took effect only after %v", d)
+	}
+	small := []byte(`{"items":["a","b"]}`)
+	if v := p.Decide(&guard.Call{Method: "tools/call", ToolName: "x", Arguments: small, Tool: tool(`{}`)}); v.Rule != "default" {
+		t.Fatalf("small arguments: %+v", v)
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"cel.dev/cel-go/cel"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -89,7 +88,7 @@ type Rule struct {
 	Reason string
 	File   string
 	Line   int
-	prog   cel.Program // When, compiled
+	prog   *condition // When, compiled
 }
 
 // ConfigError is a problem in a configuration file, with its place.
@@ -473,7 +472,7 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 }
 
 // compile compiles a condition; the environment is made on first use.
-func (p *parser) compile(expr string) (cel.Program, error) {
+func (p *parser) compile(expr string) (*condition, error) {
 	if p.conds == nil {
 		c, err := newConditions()
 		if err != nil {

@@ -182,11 +182,18 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 }
 
 // AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically.
+//
+// A rule with the same name is already there: nothing changes.
 func AppendApprovedRule(rulesDir string, r Rule) error {
 	file := filepath.Join(rulesDir, ApprovedRulesFile)
 	rules, err := LoadRules(file, os.Getenv)
 	if err != nil {
 		return err
+	}
+	for _, x := range rules {
+		if x.Name == r.Name {
+			return nil
+		}
 	}
 	type yrule struct {
 		Name   string `yaml:"name"`
