@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		}
 		db := filepath.Join(cfg.Dir, "bench-"+d+".db")
 		configs = append(configs, config{"guard durability=" + d,
-			[]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--", cfg.Guard, "example-server"}})
+			[]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}})
 	}
 	rounds := max(cfg.Rounds, 1)
 	for _, n := range cfg.Concurrency {
@@ -262,7 +262,7 @@ func bigResult(ctx context.Context, cfg Config, rep *Report, w io.Writer) error 
 		return err
 	}
 	db := filepath.Join(cfg.Dir, "bench-memory.db")
-	argv := []string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--", cfg.Guard, "example-server"}
+	argv := []string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}
 	cs, cmd, err := connect(ctx, argv)
 	if err != nil {
 		return err

@@ -97,7 +97,7 @@ func newEnv(t *testing.T, config string) *env {
 
 // wrap returns the command line that runs serverCmd behind guard.
 func (e *env) wrap(name string, serverCmd ...string) []string {
-	return append([]string{guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", name, "--"}, serverCmd...)
+	return append([]string{guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", name, "--no-ui", "--"}, serverCmd...)
 }
 
 // guard runs a guard subcommand and returns its output and status.
@@ -105,7 +105,7 @@ func (e *env) guard(args ...string) (string, int) {
 	e.t.Helper()
 	n := 1 // the subcommand's words come before the flags
 	switch args[0] {
-	case "approvals", "audit", "policy":
+	case "approvals", "audit", "policy", "ui":
 		n = 2
 		if len(args) > 2 && (args[1] == "approve" || args[1] == "deny") {
 			n = 3

@@ -25,8 +25,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("run")
 	cf := addCommonFlags(fs)
 	name := fs.String("name", "", "the server's `name` in rules and records (default: derived from the command)")
-	fs.String("ui", "", "serve the approval UI on `ADDR` (the UI is not part of this build yet)")
-	fs.Bool("no-ui", false, "do not serve the approval UI")
+	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen, 127.0.0.1:8931)")
+	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
@@ -74,6 +74,20 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		Wait:    cfg.Approval.Wait,
 		Logger:  logger,
 	})
+
+	if !*noUI {
+		listen := cfg.UI.Listen
+		if *uiAddr != "" {
+			listen = *uiAddr
+			if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
+				fmt.Fprintf(a.stderr, "guard run: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", listen)
+				return exitUsage
+			}
+		}
+		uiCtx, stopUI := context.WithCancel(context.Background())
+		defer stopUI()
+		go serveUI(uiCtx, st, db, holds, listen, logger)
+	}
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

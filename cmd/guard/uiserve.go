@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
+)
+
+// takeoverEvery is how often a process that does not serve the UI tries
+// to, so that another takes over within seconds when the serving one exits.
+const takeoverEvery = 2 * time.Second
+
+// serveUI serves the approval UI on listen for as long as ctx lasts. The
+// first guard on a machine serves it; the others share its database, and
+// keep trying the address so that one of them takes over when it is free.
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, listen string, logger *slog.Logger) {
+	token, err := uiToken(st.DataDir)
+	if err != nil {
+		logger.Error("approval UI not served", "err", err)
+		return
+	}
+	ui, err := web.New(web.Options{
+		Store:        db,
+		Decider:      holds,
+		Token:        token,
+		AllowedHosts: allowedHosts(listen),
+		AllowAlways:  allowAlways(db, st.RulesDir),
+		Logger:       logger.With("component", "ui"),
+	})
+	if err != nil {
+		logger.Error("approval UI not served", "err", err)
+		return
+	}
+	said := false
+	for {
+		l, err := net.Listen("tcp", listen)
+		if err == nil {
+			logger.Info("approval UI", "url", "http://"+listen+" (guard ui url prints the login address)")
+			runUI(ctx, ui, l)
+			return
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) && !said {
+			logger.Warn("approval UI: cannot listen; retrying", "listen", listen, "err", err)
+		}
+		said = true
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(takeoverEvery):
+		}
+	}
+}
+
+func runUI(ctx context.Context, ui *web.Server, l net.Listener) {
+	srv := &http.Server{Handler: ui, ReadHeaderTimeout: 10 * time.Second}
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go ui.Run(uctx)
+	go func() {
+		<-uctx.Done()
+		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+		defer c()
+		_ = srv.Shutdown(sctx)
+	}()
+	_ = srv.Serve(l)
+}
+
+// allowedHosts are the Host headers the UI answers to: the address it
+// listens on, and localhost for a loopback address; for an address open
+// to other machines, also this machine's name and addresses.
+func allowedHosts(listen string) []string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return []string{listen}
+	}
+	hosts := []string{listen}
+	switch {
+	case host == "127.0.0.1" || host == "::1" || host == "localhost":
+		hosts = append(hosts, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port))
+	case host == "" || host == "0.0.0.0" || host == "::":
+		hosts = append(hosts, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port))
+		if name, err := os.Hostname(); err == nil {
+			hosts = append(hosts, net.JoinHostPort(name, port))
+		}
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if ipn, ok := a.(*net.IPNet); ok {
+					hosts = append(hosts, net.JoinHostPort(ipn.IP.String(), port))
+				}
+			}
+		}
+	}
+	return hosts
+}
+
+// allowAlways writes a rule that allows a tool from now on, and records
+// that it did.
+func allowAlways(db *store.DB, rulesDir string) func(server, tool, by string) error {
+	return func(server, tool, by string) error {
+		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(server+"-"+tool)
+		r := policy.Rule{Name: name, Server: escapeGlob(server), Tool: escapeGlob(tool), Method: "tools/call",
+			Action: guard.ActionAllow, Reason: "allowed from now on by " + by}
+		if err := policy.AppendApprovedRule(rulesDir, r); err != nil {
+			return err
+		}
+		d, _ := json.Marshal(map[string]string{"rule": name, "file": rulesDir + "/" + policy.ApprovedRulesFile, "action": "allow"})
+		return db.Append(&guard.Record{Kind: guard.KindEvent, Method: "guard/rule-added", Server: server, Tool: tool,
+			DecidedBy: by, Reason: "approved, and allowed this tool from now on", Detail: string(d)})
+	}
+}
+
+// escapeGlob makes a name match only itself as a rule's glob.
+func escapeGlob(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(s)
+}

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// freePort returns a loopback address no one listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// uiProcess is a guard run serving (or waiting to serve) the UI on addr.
+func (e *env) uiProcess(ctx context.Context, addr string) (*mcp.ClientSession, *exec.Cmd) {
+	e.t.Helper()
+	cmd := exec.Command(guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", "notes", "--ui", addr, "--", guardBin, "example-server")
+	cmd.Stderr = os.Stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	return cs, cmd
+}
+
+// browserSession logs in to the UI with the token from guard ui url.
+func (e *env) browserSession(addr string) *http.Client {
+	e.t.Helper()
+	out, code := e.guard("ui", "url")
+	if code != 0 {
+		e.t.Fatalf("ui url: %s", out)
+	}
+	url := strings.Replace(strings.TrimSpace(out), "127.0.0.1:8931", addr, 1)
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 5 * time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c
+			}
+			e.t.Fatalf("login: %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the UI never answered on %s: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Two guard processes share one UI: the first serves it, a call held by
+// the second shows in it, and when the first exits the second takes over.
+func TestOneUIForManyProcesses(t *testing.T) {
+	e := newEnv(t, "approval: {wait: 30s}\n")
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first, firstCmd := e.uiProcess(ctx, addr)
+	c := e.browserSession(addr)
+	second, _ := e.uiProcess(ctx, addr)
+	defer second.Close()
+
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		r, err := second.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	a := e.pendingFor(ctx, "delete_note")
+	code, body := get(t, c, "http://"+addr+"/fragments/pending")
+	if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`data-approval-id="%s"`, a.ID)) {
+		t.Fatalf("the UI served by the first process does not show the second's held call (%d):\n%.2000s", code, body)
+	}
+
+	// The first exits; the second takes over within seconds.
+	first.Close()
+	firstCmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A new login: the sessions of the old server are gone with it.
+		if resp, err := http.Get("http://" + addr + "/"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusUnauthorized {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no process took the UI over")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c = e.browserSession(addr)
+	if code, body := get(t, c, "http://"+addr+"/fragments/pending"); code != http.StatusOK || !strings.Contains(body, a.ID) {
+		t.Fatalf("after the takeover (%d):\n%.2000s", code, body)
+	}
+	if out, code := e.guard("approvals", "approve", a.ID, "--by", "dora"); code != 0 {
+		t.Fatalf("approve: %s", out)
+	}
+	if r := <-got; r == nil || r.IsError {
+		t.Fatalf("the approved call: %v", r)
+	}
+}

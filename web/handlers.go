@@ -1,0 +1,343 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/a-h/templ"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
+)
+
+// render writes a component as an HTML answer.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, code int, c templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	if err := c.Render(r.Context(), w); err != nil && r.Context().Err() == nil {
+		s.log.Error("ui: render", "path", r.URL.Path, "err", err)
+	}
+}
+
+// page renders a full page with its navigation bar.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, p pageData, pending int, body templ.Component) {
+	s.pageStatus(w, r, http.StatusOK, p, pending, body)
+}
+
+// pageStatus is page with another status than 200.
+func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p pageData, pending int, body templ.Component) {
+	sess := sessionOf(r.Context())
+	nav, err := s.counts(r.Context(), pending)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	nav.Page = p.Page
+	p.Nav, p.Name, p.CSRF = nav, sess.name, sess.csrf
+	p.Flash = s.sessions.takeFlash(sess.key)
+	s.render(w, r, code, layout(p, body))
+}
+
+// fail answers a store error.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, guard.ErrNotFound) {
+		s.render(w, r, http.StatusNotFound, messagePage("Not found", "There is nothing here: "+err.Error()))
+		return
+	}
+	s.log.Error("ui: request failed", "path", r.URL.Path, "err", err)
+	s.render(w, r, http.StatusInternalServerError, messagePage("Error", "The guard database could not be read: "+err.Error()))
+}
+
+func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.pendingView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Pending", Page: "pending"}, len(v.Cards), pendingPage(v))
+}
+
+func (s *Server) pendingFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.pendingView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, pendingList(v))
+}
+
+func (s *Server) navFragment(w http.ResponseWriter, r *http.Request) {
+	nav, err := s.counts(r.Context(), -1)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	nav.Page = r.URL.Query().Get("page")
+	s.render(w, r, http.StatusOK, navBar(nav))
+}
+
+func (s *Server) changesPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.changesView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Tool changes", Page: "changes"}, -1, changesPage(v))
+}
+
+func (s *Server) changesFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.changesView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, changesList(v))
+}
+
+func (s *Server) toolsPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.toolsView(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Servers and tools", Page: "tools"}, -1, toolsPage(v))
+}
+
+func (s *Server) toolsFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.toolsView(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, toolsList(v))
+}
+
+func (s *Server) activityPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.activityView(r.Context(), r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Activity", Page: "activity"}, -1, activityPage(v))
+}
+
+func (s *Server) activityFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.activityView(r.Context(), r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, activityTable(v))
+}
+
+func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	c, err := s.findCall(ctx, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := callView{Call: c}
+	if a, err := s.opts.Store.Approval(ctx, id); err == nil {
+		v.Approval = a
+	} else if !errors.Is(err, guard.ErrNotFound) {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Call " + id, Page: "activity"}, -1, callPage(v))
+}
+
+// localPath returns next when it is a path on this site, else "/".
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Host != "" || u.Scheme != "" {
+		return "/"
+	}
+	return next
+}
+
+func (s *Server) namePage(w http.ResponseWriter, r *http.Request) {
+	next := localPath(r.URL.Query().Get("next"))
+	s.page(w, r, pageData{Title: "Your name", Page: "name"}, -1, namePage(sessionOf(r.Context()), next, ""))
+}
+
+// validName checks an approver's name: 1 to 64 printable characters.
+func validName(name string) bool {
+	if name == "" || utf8.RuneCountInString(name) > 64 || !utf8.ValidString(name) {
+		return false
+	}
+	for _, c := range name {
+		if !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) setName(w http.ResponseWriter, r *http.Request) {
+	sess := sessionOf(r.Context())
+	name := strings.TrimSpace(r.PostForm.Get("name"))
+	next := localPath(r.PostForm.Get("next"))
+	if !validName(name) {
+		s.pageStatus(w, r, http.StatusBadRequest, pageData{Title: "Your name", Page: "name"}, -1,
+			namePage(sess, next, "A name is 1 to 64 printable characters."))
+		return
+	}
+	s.sessions.setName(sess.key, name)
+	s.log.Info("ui: approver named", "name", name)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+type action int
+
+const (
+	actionApprove action = iota + 1
+	actionDeny
+	actionApproveAlways
+)
+
+// needName sends a person who has not given a name to the name form.
+func (s *Server) needName(w http.ResponseWriter, r *http.Request, sess session, back string) bool {
+	if sess.name != "" {
+		return false
+	}
+	s.sessions.setFlash(sess.key, "Give your name first: it is recorded with every decision.")
+	http.Redirect(w, r, "/name?next="+url.QueryEscape(back), http.StatusSeeOther)
+	return true
+}
+
+// decide records a decision on a held call, then goes back to the pending
+// page with a message saying what happened.
+func (s *Server) decide(act action) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		sess := sessionOf(ctx)
+		if s.needName(w, r, sess, "/") {
+			return
+		}
+		id := r.PathValue("id")
+		reason := strings.TrimSpace(r.PostForm.Get("reason"))
+		approve := act != actionDeny
+		if act == actionDeny && reason == "" {
+			s.render(w, r, http.StatusBadRequest, messagePage("A reason is needed",
+				"A denial needs a reason: the client reads it. Go back and give one."))
+			return
+		}
+		a, err := s.opts.Store.Approval(ctx, id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if act == actionApproveAlways {
+			if s.opts.AllowAlways == nil {
+				s.render(w, r, http.StatusNotFound, messagePage("Not available", "This guard does not write rules from the UI."))
+				return
+			}
+			if a.State != guard.ApprovalPending {
+				s.sessions.setFlash(sess.key, alreadyText(a))
+				http.Redirect(w, r, "/", http.StatusSeeOther)
+				return
+			}
+			if err := s.opts.AllowAlways(a.Server, a.Tool, sess.name); err != nil {
+				s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", err)
+				s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+err.Error())
+				http.Redirect(w, r, "/", http.StatusSeeOther)
+				return
+			}
+			reason = "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on"
+		}
+		d, err := s.opts.Decider.Decide(ctx, id, approve, sess.name, reason)
+		switch {
+		case errors.Is(err, guard.ErrAlreadyDecided):
+			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
+		case err != nil:
+			s.log.Error("ui: decide", "id", id, "err", err)
+			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
+		default:
+			verb := "Denied"
+			if approve {
+				verb = "Approved"
+			}
+			msg := verb + " " + d.Server + "/" + d.Tool + " (" + d.ID + ")"
+			if act == actionApproveAlways {
+				msg += ", and allowed this tool from now on"
+			}
+			s.sessions.setFlash(sess.key, msg+".")
+			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.name, "always", act == actionApproveAlways)
+		}
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	}
+}
+
+func alreadyText(a *guard.Approval) string {
+	if a.DecidedBy != "" {
+		return "Not recorded: the call was already " + a.State + " by " + a.DecidedBy + " at " + fmtTime(a.DecidedAt) + "."
+	}
+	return "Not recorded: the call is already " + a.State + "."
+}
+
+// decideTool accepts or rejects a tool's definition, then releases (or
+// denies) the calls held for its review, as guard tools accept does.
+func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sess := sessionOf(ctx)
+	if s.needName(w, r, sess, "/tools/changes") {
+		return
+	}
+	server, name, pin := r.PostForm.Get("server"), r.PostForm.Get("name"), r.PostForm.Get("pin")
+	var accept bool
+	switch r.PostForm.Get("decision") {
+	case "accept":
+		accept = true
+	case "reject":
+	default:
+		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The decision is accept or reject."))
+		return
+	}
+	if server == "" || name == "" || pin == "" {
+		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
+		return
+	}
+	rev, err := s.opts.Store.DecideTool(ctx, server, name, pin, accept, sess.name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("ui: tool decision", "server", server, "tool", name, "pin", pin, "state", rev.State, "by", sess.name)
+	pending, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	why := "the tool's definition was " + rev.State
+	n := 0
+	for _, a := range pending {
+		if a.Rule != policy.ToolReviewRule || a.Server != server || a.Tool != name || a.Pin != pin {
+			continue
+		}
+		if _, err := s.opts.Decider.Decide(ctx, a.ID, accept, sess.name, why); err != nil {
+			if !errors.Is(err, guard.ErrAlreadyDecided) {
+				s.log.Error("ui: release held call", "id", a.ID, "err", err)
+			}
+			continue
+		}
+		n++
+	}
+	msg := server + "/" + name + " " + shortPin(pin) + ": " + rev.State + "."
+	if n > 0 {
+		if accept {
+			msg += " " + itoa(n) + " held call(s) released to the rules."
+		} else {
+			msg += " " + itoa(n) + " held call(s) denied."
+		}
+	}
+	s.sessions.setFlash(sess.key, msg)
+	http.Redirect(w, r, "/tools/changes", http.StatusSeeOther)
+}

@@ -1,0 +1,528 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+)
+
+// pageData is what every full page carries.
+type pageData struct {
+	Title string
+	Page  string // pending, changes, activity, tools, call, name
+	Name  string // the approver's name, "" until given
+	CSRF  string
+	Flash string
+	Nav   navData
+}
+
+// navData is the navigation bar with its counts.
+type navData struct {
+	Page    string
+	Pending int
+	Changes int
+}
+
+// hintView is one annotation of a tool, as pinned.
+type hintView struct {
+	Name string // readOnlyHint, ...
+	On   bool   // its value, defaults filled in
+	Set  bool   // declared by the server (else the specification's default)
+}
+
+func (h hintView) Text() string {
+	v := "false"
+	if h.On {
+		v = "true"
+	}
+	s := h.Name + ": " + v
+	if !h.Set {
+		s += " (default)"
+	}
+	return s
+}
+
+func hints(a guard.Annotations) []hintView {
+	ro, de, id, ow := a.Effective()
+	return []hintView{
+		{"readOnlyHint", ro, a.ReadOnlyHint != nil},
+		{"destructiveHint", de, a.DestructiveHint != nil},
+		{"idempotentHint", id, a.IdempotentHint != nil},
+		{"openWorldHint", ow, a.OpenWorldHint != nil},
+	}
+}
+
+// cardView is one pending call.
+type cardView struct {
+	ID, Server, Tool, Client string
+	Rule, HeldReason         string
+	Args                     string // pretty-printed, complete
+	Pin                      string
+	Hints                    []hintView
+	ToolKnown                bool
+	PinChanged               bool // the tool's latest definition is not the one the call was held on
+	ToolReview               bool // held for a review of the tool's definition
+	Created, Expires         time.Time
+	Left                     string
+}
+
+// pendingView is the pending page's list.
+type pendingView struct {
+	Cards       []cardView
+	CSRF        string
+	Named       bool
+	AllowAlways bool
+}
+
+func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, error) {
+	list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return pendingView{}, fmt.Errorf("pending approvals: %w", err)
+	}
+	tools := map[string]map[string]guard.Tool{}
+	now := s.opts.Now()
+	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.name != "",
+		AllowAlways: s.opts.AllowAlways != nil}
+	for _, a := range list {
+		byName, ok := tools[a.Server]
+		if !ok {
+			ts, err := s.opts.Store.Tools(ctx, a.Server)
+			if err != nil {
+				return pendingView{}, fmt.Errorf("tools of %s: %w", a.Server, err)
+			}
+			byName = make(map[string]guard.Tool, len(ts))
+			for _, t := range ts {
+				byName[t.Name] = t
+			}
+			tools[a.Server] = byName
+		}
+		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
+			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
+			ToolReview: a.Rule == policy.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
+			Left: timeLeft(a.ExpiresAt.Sub(now))}
+		if t, ok := byName[a.Tool]; ok {
+			c.ToolKnown = true
+			c.Hints = hints(t.Annotations)
+			c.PinChanged = a.Pin != "" && t.Pin != a.Pin
+		}
+		v.Cards = append(v.Cards, c)
+	}
+	return v, nil
+}
+
+// timeLeft writes the time until an expiry.
+func timeLeft(d time.Duration) string {
+	if d <= 0 {
+		return "expired"
+	}
+	return approvals.HumanDuration(d.Truncate(time.Second)) + " left"
+}
+
+// prettyJSON indents JSON text for people; text that is not JSON is shown
+// as it is.
+func prettyJSON(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, []byte(s), "", "  "); err != nil {
+		return s
+	}
+	return b.String()
+}
+
+// reviewView is one tool definition waiting for a person.
+type reviewView struct {
+	Server, Name, Pin, Cause string
+	Created                  time.Time
+	Current                  bool // the server's latest definition of the tool
+	Flags                    []guard.Flag
+	Changes                  []policy.Change
+	Diff                     []diffLine
+	OldPin                   string
+	Def                      string // the definition, indented
+	HeldCalls                int
+}
+
+// diffLine is one line of a line diff: Op is "+", "-" or " ".
+type diffLine struct {
+	Op   string
+	Text string
+}
+
+func (d diffLine) Class() string {
+	switch d.Op {
+	case "+":
+		return "add"
+	case "-":
+		return "del"
+	}
+	return "same"
+}
+
+type changesView struct {
+	Reviews []reviewView
+	CSRF    string
+	Named   bool
+}
+
+func (s *Server) changesView(ctx context.Context, sess session) (changesView, error) {
+	v := changesView{CSRF: sess.csrf, Named: sess.name != ""}
+	reviews, err := s.opts.Store.Reviews(ctx, "")
+	if err != nil {
+		return v, fmt.Errorf("tool reviews: %w", err)
+	}
+	var pending []*guard.Review
+	servers := map[string]bool{}
+	for _, r := range reviews {
+		if r.State == guard.ReviewPending {
+			pending = append(pending, r)
+			servers[r.Server] = true
+		}
+	}
+	if len(pending) == 0 {
+		return v, nil
+	}
+	latest := map[[2]string]string{} // server, name → pin of the latest definition
+	for srv := range servers {
+		ts, err := s.opts.Store.Tools(ctx, srv)
+		if err != nil {
+			return v, fmt.Errorf("tools of %s: %w", srv, err)
+		}
+		for _, t := range ts {
+			latest[[2]string{t.Server, t.Name}] = t.Pin
+		}
+	}
+	held, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return v, fmt.Errorf("pending approvals: %w", err)
+	}
+	for _, r := range pending {
+		rv := reviewView{Server: r.Server, Name: r.Name, Pin: r.Pin, Cause: r.Cause, Created: r.CreatedAt,
+			Flags: r.Flags, Current: latest[[2]string{r.Server, r.Name}] == r.Pin}
+		for _, a := range held {
+			if a.Rule == policy.ToolReviewRule && a.Server == r.Server && a.Tool == r.Name && a.Pin == r.Pin {
+				rv.HeldCalls++
+			}
+		}
+		cur, err := s.opts.Store.ToolByPin(ctx, r.Server, r.Name, r.Pin)
+		if err != nil {
+			return v, fmt.Errorf("definition of %s/%s: %w", r.Server, r.Name, err)
+		}
+		old, err := s.opts.Store.AcceptedTool(ctx, r.Server, r.Name)
+		if err != nil {
+			return v, fmt.Errorf("accepted definition of %s/%s: %w", r.Server, r.Name, err)
+		}
+		if cur != nil {
+			rv.Def = prettyJSON(string(cur.Def))
+			if old != nil && old.Pin != cur.Pin {
+				rv.OldPin = old.Pin
+				rv.Changes = policy.DiffTools(old.Def, cur.Def)
+				rv.Diff = parseDiff(policy.LineDiff(old.Def, cur.Def))
+			}
+		}
+		v.Reviews = append(v.Reviews, rv)
+	}
+	return v, nil
+}
+
+// parseDiff splits policy.LineDiff's text into lines.
+func parseDiff(text string) []diffLine {
+	var out []diffLine
+	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		op, rest := " ", l
+		if len(l) >= 2 {
+			op, rest = l[:1], l[2:]
+		}
+		out = append(out, diffLine{Op: op, Text: rest})
+	}
+	return out
+}
+
+// toolView is one tool of a server, as the catalog holds it.
+type toolView struct {
+	Name, Pin   string
+	Hints       []hintView
+	State       string // review state of the latest definition, "" when never reviewed
+	Cause       string
+	DecidedBy   string
+	Flags       []guard.Flag
+	Description string
+}
+
+type serverView struct {
+	Name  string
+	Tools []toolView
+}
+
+func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
+	tools, err := s.opts.Store.Tools(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	reviews, err := s.opts.Store.Reviews(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("tool reviews: %w", err)
+	}
+	byPin := make(map[[3]string]*guard.Review, len(reviews))
+	for _, r := range reviews {
+		byPin[[3]string{r.Server, r.Name, r.Pin}] = r
+	}
+	var out []serverView
+	for _, t := range tools {
+		if len(out) == 0 || out[len(out)-1].Name != t.Server {
+			out = append(out, serverView{Name: t.Server})
+		}
+		tv := toolView{Name: t.Name, Pin: t.Pin, Hints: hints(t.Annotations), Description: description(t.Def)}
+		if r := byPin[[3]string{t.Server, t.Name, t.Pin}]; r != nil {
+			tv.State, tv.Cause, tv.DecidedBy, tv.Flags = r.State, r.Cause, r.DecidedBy, r.Flags
+		}
+		sv := &out[len(out)-1]
+		sv.Tools = append(sv.Tools, tv)
+	}
+	return out, nil
+}
+
+func description(def json.RawMessage) string {
+	var d struct {
+		Title       string `json:"title"`
+		Description string `json:"description"`
+	}
+	_ = json.Unmarshal(def, &d)
+	if d.Title != "" && d.Description != "" {
+		return d.Title + ": " + d.Description
+	}
+	return d.Title + d.Description
+}
+
+// activityFilter is the activity page's query.
+type activityFilter struct {
+	Server, Tool, Decision, Outcome, Since, Limit string
+	Err                                           string // a filter that could not be read
+}
+
+// readFilter reads the activity filter from a query, into a store.Filter.
+func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
+	af := activityFilter{Server: q.Get("server"), Tool: q.Get("tool"), Decision: q.Get("decision"),
+		Outcome: q.Get("outcome"), Since: strings.TrimSpace(q.Get("since")), Limit: strings.TrimSpace(q.Get("limit"))}
+	f := store.Filter{Server: af.Server, Tool: af.Tool, Decision: af.Decision, Outcome: af.Outcome,
+		Limit: s.opts.ActivityLimit}
+	var errs []string
+	if af.Since != "" {
+		t, err := parseSince(af.Since, s.opts.Now())
+		if err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			f.Since = t
+		}
+	}
+	if af.Limit != "" {
+		n, err := strconv.Atoi(af.Limit)
+		if err != nil || n <= 0 || n > 10000 {
+			errs = append(errs, fmt.Sprintf("limit %q: want a number from 1 to 10000", af.Limit))
+		} else {
+			f.Limit = n
+		}
+	}
+	af.Err = strings.Join(errs, "; ")
+	return af, f
+}
+
+// parseSince reads a duration back from now (Go's forms and days, "7d") or
+// an RFC 3339 time.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n * 24 * float64(time.Hour))), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("since %q: want a duration (90m, 7d) or an RFC 3339 time", s)
+}
+
+type activityView struct {
+	Filter activityFilter
+	Calls  []*store.Call
+	Limit  int
+}
+
+func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, error) {
+	af, f := s.readFilter(q)
+	v := activityView{Filter: af, Limit: f.Limit}
+	err := s.opts.Store.Query(ctx, f, func(c *store.Call) error {
+		v.Calls = append(v.Calls, c)
+		return nil
+	})
+	if err != nil {
+		return v, fmt.Errorf("activity: %w", err)
+	}
+	return v, nil
+}
+
+// callView is one recorded invocation, with its approval when it was held.
+type callView struct {
+	Call     *store.Call
+	Approval *guard.Approval
+}
+
+var errStop = errors.New("stop")
+
+// findCall looks up one invocation. A call's id is a UUIDv7, which carries
+// the time it was made: the calls around that time are read first, and
+// the whole log only when the id says no time.
+func (s *Server) findCall(ctx context.Context, id string) (*store.Call, error) {
+	var found *store.Call
+	match := func(c *store.Call) error {
+		if c.ID == id {
+			found = c
+			return errStop
+		}
+		return nil
+	}
+	if t, ok := uuidV7Time(id); ok {
+		err := s.opts.Store.Query(ctx, store.Filter{Since: t.Add(-10 * time.Minute), Until: t.Add(10 * time.Minute)}, match)
+		if err != nil && !errors.Is(err, errStop) {
+			return nil, err
+		}
+		if found != nil {
+			return found, nil
+		}
+	}
+	err := s.opts.Store.Query(ctx, store.Filter{}, match)
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	if found == nil {
+		return nil, guard.ErrNotFound
+	}
+	return found, nil
+}
+
+// uuidV7Time reads the time a UUIDv7 carries.
+func uuidV7Time(id string) (time.Time, bool) {
+	h := strings.ReplaceAll(id, "-", "")
+	if len(h) != 32 || h[12] != '7' {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(h[:12], 16, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// counts are the navigation bar's numbers.
+func (s *Server) counts(ctx context.Context, pending int) (navData, error) {
+	var n navData
+	if pending < 0 {
+		list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+		if err != nil {
+			return n, fmt.Errorf("pending approvals: %w", err)
+		}
+		pending = len(list)
+	}
+	n.Pending = pending
+	reviews, err := s.opts.Store.Reviews(ctx, "")
+	if err != nil {
+		return n, fmt.Errorf("tool reviews: %w", err)
+	}
+	for _, r := range reviews {
+		if r.State == guard.ReviewPending {
+			n.Changes++
+		}
+	}
+	return n, nil
+}
+
+// Formatting helpers for the templates.
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func isoTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// callTime shows a recorded call's time (RFC 3339 text) for people.
+func callTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+func shortPin(pin string) string {
+	p := strings.TrimPrefix(pin, "sha256:")
+	if len(p) > 12 {
+		p = p[:12] + "…"
+	}
+	if p == "" {
+		return "-"
+	}
+	return p
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func itoa(n int) string       { return strconv.Itoa(n) }
+func i64toa(n int64) string   { return strconv.FormatInt(n, 10) }
+func pathID(id string) string { return url.PathEscape(id) }
+
+// callLabel is what a call was: its tool, else its method.
+func callLabel(c *store.Call) string {
+	if c.Tool != "" {
+		return c.Tool
+	}
+	return c.Method
+}
+
+// sortedFlags keeps flags in a stable order for display.
+func sortedFlags(fs []guard.Flag) []guard.Flag {
+	out := append([]guard.Flag(nil), fs...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Where < out[j].Where })
+	return out
+}
+
+// Known decisions and outcomes, for the activity filter's choices.
+func decisions() []string {
+	return []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld}
+}
+
+func outcomes() []string {
+	return []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
+		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
+		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
+}

@@ -1,0 +1,337 @@
+// Package web is guard's browser UI: a server-rendered page of the calls
+// waiting for a person (approve, deny, or approve and allow the tool from now
+// on), the tool definitions waiting for a review, the activity recorded in
+// the audit log and the servers' tools.
+//
+// Pages are templ components rendered on the server; every decision is a
+// plain HTML form (POST, then a redirect), so the UI works without
+// JavaScript. The one embedded script adds keyboard shortcuts and live
+// updates: a WebSocket (/ws) tells the page that something changed, and the
+// page fetches the fragment that shows it. Changes are found by polling the
+// store (other processes share the database), in one goroutine per Server,
+// started by Run.
+//
+// Security: a person logs in with the UI token (GET /login?token=...), which
+// is exchanged for a session cookie; every other route needs that session.
+// Every request's Host header must be on the allowlist (DNS rebinding);
+// every POST and the WebSocket upgrade must come from the page's own
+// Origin, exactly (Referrer-Policy same-origin, so that browsers send a
+// same-origin form's real Origin rather than "null"), and every POST must
+// carry the session's CSRF token. Responses
+// carry a strict Content-Security-Policy: no inline script or style.
+package web
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
+)
+
+// The templates' Go code is generated and committed; without the version
+// line templ would otherwise put above the package clause, the package
+// keeps one doc comment.
+//go:generate go tool templ generate -include-version=false
+
+// Store is what the UI reads and decides on tool reviews with; *store.DB
+// implements it.
+type Store interface {
+	// Approvals lists approvals in a state ("pending"), or all for "".
+	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
+	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// Query calls fn for each recorded invocation matching f, newest first.
+	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
+	// Tools returns the latest definition of each tool of a server ("" for
+	// every server).
+	Tools(ctx context.Context, server string) ([]guard.Tool, error)
+	// ToolByPin returns one definition of a tool, nil when unknown.
+	ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error)
+	Reviews(ctx context.Context, server string) ([]*guard.Review, error)
+	Review(ctx context.Context, server, name, pin string) (*guard.Review, error)
+	// AcceptedTool returns the definition accepted most recently, nil when
+	// none is.
+	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
+	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
+}
+
+// Decider records a person's decision on a held call; *approvals.Manager
+// implements it.
+type Decider interface {
+	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	Store   Store
+	Decider Decider
+	// Token is the login token (guard ui url). It is compared in constant
+	// time, and never logged or rendered.
+	Token string
+	// AllowedHosts are the Host headers the UI answers to, such as
+	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
+	AllowedHosts []string
+	// AllowAlways writes a rule that allows a tool from now on ("approve,
+	// and allow this tool from now on"); nil hides that choice.
+	AllowAlways func(server, tool, by string) error
+	Logger      *slog.Logger
+	Now         func() time.Time
+	// PollEvery is how often Run reads the store for changes while a page
+	// is open (default 100ms).
+	PollEvery time.Duration
+	// SessionIdle is how long an unused session lasts (default 12h).
+	SessionIdle time.Duration
+	// ActivityLimit is how many calls the activity page shows by default
+	// (default 100).
+	ActivityLimit int
+}
+
+// Server is the UI: an http.Handler. Call Run for live updates.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	hosts    map[string]bool
+	tokenSum [sha256.Size]byte
+	sessions *sessions
+	hub      *hub
+	mux      *http.ServeMux
+	cop      *http.CrossOriginProtection
+	upgrader websocket.Upgrader
+	static   http.Handler
+}
+
+//go:embed static
+var staticFS embed.FS
+
+// Security headers sent with every response.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
+	"img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+const sessionCookie = "guard_session"
+
+// New returns the UI handler.
+func New(o Options) (*Server, error) {
+	if o.Store == nil || o.Decider == nil {
+		return nil, errors.New("web: a store and a decider are needed")
+	}
+	if o.Token == "" {
+		return nil, errors.New("web: no login token")
+	}
+	if len(o.AllowedHosts) == 0 {
+		return nil, errors.New("web: no allowed hosts")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.PollEvery <= 0 {
+		o.PollEvery = 100 * time.Millisecond
+	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = 12 * time.Hour
+	}
+	if o.ActivityLimit <= 0 {
+		o.ActivityLimit = 100
+	}
+	s := &Server{
+		opts:     o,
+		log:      o.Logger,
+		hosts:    make(map[string]bool, len(o.AllowedHosts)),
+		tokenSum: sha256.Sum256([]byte(o.Token)),
+		sessions: newSessions(o.SessionIdle, o.Now),
+		hub:      newHub(),
+		cop:      http.NewCrossOriginProtection(),
+	}
+	for _, h := range o.AllowedHosts {
+		s.hosts[strings.ToLower(h)] = true
+	}
+	s.upgrader = websocket.Upgrader{
+		ReadBufferSize:  512,
+		WriteBufferSize: 1024,
+		CheckOrigin:     s.originOK,
+	}
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, fmt.Errorf("web: static files: %w", err)
+	}
+	s.static = http.StripPrefix("/static/", http.FileServerFS(sub))
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", s.pendingPage)
+	m.HandleFunc("GET /tools/changes", s.changesPage)
+	m.HandleFunc("GET /tools", s.toolsPage)
+	m.HandleFunc("GET /activity", s.activityPage)
+	m.HandleFunc("GET /activity/{id}", s.callPage)
+	m.HandleFunc("GET /name", s.namePage)
+	m.HandleFunc("POST /name", s.setName)
+	m.HandleFunc("POST /logout", s.logout)
+	m.HandleFunc("POST /approvals/{id}/approve", s.decide(actionApprove))
+	m.HandleFunc("POST /approvals/{id}/deny", s.decide(actionDeny))
+	m.HandleFunc("POST /approvals/{id}/approve-always", s.decide(actionApproveAlways))
+	m.HandleFunc("POST /tools/changes/decide", s.decideTool)
+	m.HandleFunc("GET /fragments/pending", s.pendingFragment)
+	m.HandleFunc("GET /fragments/activity", s.activityFragment)
+	m.HandleFunc("GET /fragments/changes", s.changesFragment)
+	m.HandleFunc("GET /fragments/tools", s.toolsFragment)
+	m.HandleFunc("GET /fragments/nav", s.navFragment)
+	m.HandleFunc("GET /ws", s.serveWS)
+	m.Handle("GET /static/", s.static)
+	s.mux = m
+}
+
+// ServeHTTP checks the Host header, the session and, for a state-changing
+// request, its Origin and CSRF token, then serves the route.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	if !s.hosts[strings.ToLower(r.Host)] {
+		s.log.Warn("ui: request for a host not allowed", "host", r.Host, "path", r.URL.Path)
+		plainError(w, "Forbidden: this host name is not one the guard UI answers to.", http.StatusForbidden)
+		return
+	}
+	if r.URL.Path == "/login" {
+		s.login(w, r)
+		return
+	}
+	sess, ok := s.session(r)
+	if !ok {
+		s.unauthorized(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if !s.formOriginOK(r) {
+			s.log.Warn("ui: state-changing request from a foreign origin", "origin", r.Header.Get("Origin"), "path", r.URL.Path)
+			plainError(w, "Forbidden: the request did not come from the guard UI's own page.", http.StatusForbidden)
+			return
+		}
+		if err := s.cop.Check(r); err != nil {
+			plainError(w, "Forbidden: cross-origin request.", http.StatusForbidden)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil {
+			plainError(w, "Bad request: the form could not be read.", http.StatusBadRequest)
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(sess.csrf)) != 1 {
+			s.log.Warn("ui: form with a bad CSRF token", "path", r.URL.Path)
+			plainError(w, "Forbidden: the form's token does not match this session. Reload the page and try again.", http.StatusForbidden)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
+}
+
+// originOK says whether the request's Origin is the UI's own: the scheme
+// of this connection and an allowed Host, exactly.
+func (s *Server) originOK(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !s.hosts[strings.ToLower(r.Host)] {
+		return false
+	}
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return strings.EqualFold(origin, scheme+r.Host)
+}
+
+// formOriginOK is originOK for a form the UI's page sent: its Origin must
+// be exactly the UI's own ("null" never passes).
+func (s *Server) formOriginOK(r *http.Request) bool { return s.originOK(r) }
+
+// login exchanges the token for a session cookie and sends the browser to
+// the pending page, so that the token leaves the address bar.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		plainError(w, "Method not allowed.", http.StatusMethodNotAllowed)
+		return
+	}
+	sum := sha256.Sum256([]byte(r.URL.Query().Get("token")))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+		s.log.Warn("ui: login with a wrong token")
+		s.unauthorized(w, r)
+		return
+	}
+	// A previous session of this browser ends: a new one starts.
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.remove(c.Value)
+	}
+	id, err := s.sessions.create()
+	if err != nil {
+		s.log.Error("ui: new session", "err", err)
+		plainError(w, "Internal error: no session could be made.", http.StatusInternalServerError)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name:     sessionCookie,
+		Value:    id,
+		Path:     "/",
+		HttpOnly: true,
+		Secure:   r.TLS != nil,
+		SameSite: http.SameSiteStrictMode,
+	})
+	s.log.Info("ui: login")
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.remove(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	s.unauthorized(w, r)
+}
+
+// session returns the request's session, marking it used unless the
+// request is the page's own live update (a fragment, the WebSocket): a
+// page left open does not keep its session alive.
+func (s *Server) session(r *http.Request) (session, bool) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return session{}, false
+	}
+	background := strings.HasPrefix(r.URL.Path, "/fragments/") || r.URL.Path == "/ws"
+	return s.sessions.get(c.Value, !background)
+}
+
+type sessionKey struct{}
+
+// sessionOf returns the session ServeHTTP checked.
+func sessionOf(ctx context.Context) session {
+	sess, _ := ctx.Value(sessionKey{}).(session)
+	return sess
+}
+
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	_ = unauthorizedPage().Render(r.Context(), w)
+}
+
+// plainError answers with a short text, for refusals before any page.
+func plainError(w http.ResponseWriter, msg string, code int) {
+	http.Error(w, msg, code)
+}
