@@ -263,3 +263,15 @@ func TestOutputSchemaEnforceAndWarn(t *testing.T) {
 		})
 	}
 }
+
+// pendingApproval returns the id of a pending approval of a tool, if any.
+func (e *env) pendingApproval(tool string) (string, error) {
+	out, _ := e.guard("approvals", "list", "--format", "jsonl")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var a guard.Approval
+		if json.Unmarshal([]byte(line), &a) == nil && a.Tool == tool {
+			return a.ID, nil
+		}
+	}
+	return "", nil
+}
