@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 // freePort returns a loopback address no one listens on now.
@@ -134,4 +137,56 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	if r := <-got; r == nil || r.IsError {
 		t.Fatalf("the approved call: %v", r)
 	}
+}
+
+// With 10,000 calls pending, the guard that serves the UI stays under
+// 100 MiB while it renders them (peak resident memory, from /proc).
+func TestUIMemoryWith10000Pending(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 10,000 approvals")
+	}
+	e := newEnv(t, "approval: {timeout: 1h}\n")
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cs, cmd := e.uiProcess(ctx, addr)
+	defer cs.Close()
+	db, err := store.Open(ctx, store.Options{Path: e.db, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for i := range 10000 {
+		args := fmt.Sprintf(`{"path":"/srv/data/file-%05d.txt","content":"%s"}`, i, strings.Repeat("x", 200))
+		if err := db.CreateApproval(ctx, &guard.Approval{ID: fmt.Sprintf("approval-%05d", i), Server: "files", Tool: "write_file",
+			Arguments: args, Digest: fmt.Sprint(i), Rule: "default", HeldReason: "destructive tool", State: guard.ApprovalPending,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	c := e.browserSession(addr)
+	start := time.Now()
+	code, body := get(t, c, "http://"+addr+"/")
+	if code != http.StatusOK || !strings.Contains(body, `data-approval-id="approval-09999"`) {
+		t.Fatalf("the pending page (%d, %d bytes)", code, len(body))
+	}
+	t.Logf("pending page with 10,000 calls: %d bytes in %v", len(body), time.Since(start))
+	get(t, c, "http://"+addr+"/fragments/pending")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%d", &kb)
+			t.Logf("guard's peak resident memory: %d KiB", kb)
+			if kb > 100<<10 {
+				t.Fatalf("guard's peak resident memory %d KiB is over 100 MiB", kb)
+			}
+			return
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
 }
