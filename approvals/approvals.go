@@ -201,6 +201,11 @@ func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (Res
 	}
 }
 
+// Get returns an approval as it stands.
+func (m *Manager) Get(ctx context.Context, id string) (*guard.Approval, error) {
+	return m.st.Approval(ctx, id)
+}
+
 // Withdraw withdraws a pending approval: the client cancelled the call.
 func (m *Manager) Withdraw(ctx context.Context, id string) error {
 	_, err := m.st.TransitionApproval(ctx, id, guard.ApprovalPending, guard.ApprovalWithdrawn)

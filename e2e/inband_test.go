@@ -96,3 +96,74 @@ func TestInBandApproval(t *testing.T) {
 		t.Fatal("the client's question was not withdrawn after a decision elsewhere")
 	}
 }
+
+// On 2026-07-28 guard asks with an input request of its own: the call is
+// answered input_required, and the client's next round carries the
+// person's answer; the first decision wins there too.
+func TestInBandApprovalInRounds(t *testing.T) {
+	e := newEnv(t, "approval: {in_band: auto}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	answers := make(chan *mcp.ElicitResult, 4)
+	asked := make(chan string, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "4"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return <-answers, nil
+		},
+	})
+	argv := e.wrap("notes", guardBin, "example-server")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
+	del := func(title string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+	}
+
+	answers <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
+	r, err := del("welcome")
+	if err != nil || r.IsError || text(r) != "deleted welcome" {
+		t.Fatalf("approved in the client's round: %v %v", r, err)
+	}
+	if q := <-asked; !strings.Contains(q, "delete_note") || !strings.Contains(q, `"title": "welcome"`) {
+		t.Fatalf("the question: %q", q)
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note")
+	if !strings.Contains(out, `"decided_by":"user at desk/4"`) {
+		t.Fatalf("the audit does not name the in-band approver:\n%s", out)
+	}
+
+	answers <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "deny", "reason": "no"}}
+	if r, err := del("other"); err != nil || !r.IsError || text(r) != "Denied by user at desk/4: no" {
+		t.Fatalf("denied in the client's round: %v %v", r, err)
+	}
+	<-asked
+
+	// Someone decides on the command line while the client's question is
+	// open: that decision wins over the client's later answer.
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		r, err := del("third")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	<-asked
+	a := e.pendingFor(ctx, "delete_note")
+	if out, code := e.guard("approvals", "deny", a.ID, "--reason", "from the terminal", "--by", "carol"); code != 0 {
+		t.Fatalf("approvals deny: %s", out)
+	}
+	answers <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
+	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
+		t.Fatalf("the first decision must win: %v", r)
+	}
+}

@@ -3,11 +3,15 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/proxy/wire"
 )
 
@@ -17,23 +21,8 @@ import (
 // an answer here decides the approval; a decision made elsewhere first
 // cancels the question. It returns when either happens or ctx ends.
 func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
-	args := a.Arguments
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, []byte(args), "", "  ") == nil {
-		args = pretty.String()
-	}
-	params := map[string]any{
-		"message": fmt.Sprintf("guard holds a call for your approval.\n\nServer: %s\nTool: %s\nWhy: %s\nApproval id: %s\n\nArguments:\n%s",
-			a.Server, a.Tool, a.HeldReason, a.ID, args),
-		"requestedSchema": map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"decision": map[string]any{"type": "string", "title": "Decision", "enum": []string{"approve", "deny"}},
-				"reason":   map[string]any{"type": "string", "title": "Reason (needed to deny)"},
-			},
-			"required": []string{"decision"},
-		},
-	}
+	params := approvalQuestion(a)
+	delete(params, "mode") // before modes existed, every elicitation was a form
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
@@ -99,4 +88,124 @@ func (s *Session) inBandAnswer(a *guard.Approval, m wire.Message) {
 	if _, err := s.opts.Holds.Decide(context.Background(), a.ID, approve, by, reason); err != nil {
 		s.opts.Logger.Info("in-band decision not applied (decided already?)", "approval", a.ID, "err", err)
 	}
+}
+
+// guardStatePrefix marks a requestState of guard's own: the client's next
+// round of a call guard put to the person at the client (2026-07-28).
+const guardStatePrefix = "guard-approval."
+
+// guardInput names guard's own input request among a round's requests.
+const guardInput = "guard-approval"
+
+// approvalQuestion is the elicitation guard asks about a held call.
+func approvalQuestion(a *guard.Approval) map[string]any {
+	args := a.Arguments
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, []byte(args), "", "  ") == nil {
+		args = pretty.String()
+	}
+	return map[string]any{
+		"mode": "form",
+		"message": fmt.Sprintf("guard holds a call for your approval.\n\nServer: %s\nTool: %s\nWhy: %s\nApproval id: %s\n\nArguments:\n%s",
+			a.Server, a.Tool, a.HeldReason, a.ID, args),
+		"requestedSchema": map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"decision": map[string]any{"type": "string", "title": "Decision", "enum": []string{"approve", "deny"}},
+				"reason":   map[string]any{"type": "string", "title": "Reason (needed to deny)"},
+			},
+			"required": []string{"decision"},
+		},
+	}
+}
+
+// stateFor is guard's requestState for a held call: the approval's id,
+// signed with the session's key over the call's tool and arguments, so
+// that a round cannot claim another call's approval.
+func (s *Session) stateFor(id, tool string, args []byte) string {
+	d, _ := guard.Digest(args)
+	mac := hmac.New(sha256.New, s.stateKey[:])
+	fmt.Fprintf(mac, "%s\x00%s\x00%s", id, tool, d)
+	return guardStatePrefix + id + "." + hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// askInRound answers a held call (2026-07-28) with guard's own input
+// request; the approval stays pending, in the browser too, and the
+// client's next round carries the person's answer.
+func (s *Session) askInRound(c *call, a *guard.Approval) {
+	result := map[string]any{
+		"resultType":    "input_required",
+		"inputRequests": map[string]any{guardInput: map[string]any{"method": "elicitation/create", "params": approvalQuestion(a)}},
+		"requestState":  s.stateFor(a.ID, c.tool, c.args),
+	}
+	data, err := wire.Response(c.origID, result)
+	if err != nil {
+		data = wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the question could not be made", nil)
+	}
+	c.reason = "asked the person at the client (approval " + a.ID + ")"
+	s.conclude(c, false, guard.OutcomeInputRequired, data)
+}
+
+// answeredInRound takes the client's next round of a call guard asked
+// about: the answer decides the approval (unless someone decided first),
+// then the call goes to the server without guard's members, or is denied.
+func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
+	rest := strings.TrimPrefix(state, guardStatePrefix)
+	id, _, _ := strings.Cut(rest, ".")
+	if !hmac.Equal([]byte(state), []byte(s.stateFor(id, c.tool, c.args))) {
+		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, "guard", "a requestState of guard's that this call does not match"
+		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams,
+			"Invalid params: the requestState does not belong to this call", nil))
+		return
+	}
+	c.id = id // the rounds of one call share its id
+	var responses map[string]json.RawMessage
+	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
+	if r := responses[guardInput]; r != nil {
+		s.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+	}
+	// The first decision wins: the answer above, or one made before it.
+	a, err := s.opts.Holds.Get(s.ctx, id)
+	if err != nil {
+		c.decision, c.reason = guard.DecisionDenied, "approval "+id+" not readable: "+err.Error()
+		s.conclude(c, true, guard.OutcomeProtocolError,
+			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
+		return
+	}
+	switch a.State {
+	case guard.ApprovalDenied:
+		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
+		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, approvals.DeniedByPersonText(a)))
+		return
+	case guard.ApprovalExpired, guard.ApprovalWithdrawn, guard.ApprovalUsed:
+		c.decision, c.reason = guard.DecisionDenied, "approval "+a.State
+		s.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, approvals.ExpiredText(s.opts.ApprovalTimeout)))
+		return
+	}
+	// The call goes on as the round the server should see: guard's
+	// members are its own.
+	fwd := wire.Message{Raw: withoutParams(msg, "inputResponses", "requestState")}
+	if m, err := wire.Parse(fwd.Raw); err == nil {
+		fwd = m
+	}
+	tool := s.catalog.get(c.tool)
+	if tool == nil {
+		c.decision, c.reason = guard.DecisionDenied, "unknown tool"
+		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, "Unknown tool: "+c.tool, nil))
+		return
+	}
+	c.askedInBand = true
+	s.decide(fwd, c, tool)
+}
+
+// withoutParams returns the message with members of its params removed.
+func withoutParams(msg wire.Message, keys ...string) []byte {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(msg.Params, &p) != nil {
+		return msg.Raw
+	}
+	for _, k := range keys {
+		delete(p, k)
+	}
+	return replaceParams(msg, p)
 }

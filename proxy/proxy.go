@@ -60,6 +60,7 @@ type Holds interface {
 	Await(ctx context.Context, id string, progress func(msg string)) (approvals.Result, error)
 	Withdraw(ctx context.Context, id string) error
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+	Get(ctx context.Context, id string) (*guard.Approval, error)
 }
 
 // Redactor masks secrets in JSON text before it is recorded.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,21 +35,22 @@ const (
 // call is one request in flight through guard, in either direction, or one
 // of guard's own requests.
 type call struct {
-	id      string // call id: links the audit records
-	dir     string
-	method  string
-	tool    string
-	pin     string
-	args    []byte      // complete arguments of a tools/call
-	def     *guard.Tool // the definition it was decided on
-	detail  map[string]any
-	holds   int    // approvals asked for it
-	origID  []byte // the id as its sender wrote it
-	origKey string
-	sentID  []byte // the id as forwarded, when guard had to rewrite it
-	sentKey string
-	start   time.Time
-	reqSize int
+	id          string // call id: links the audit records
+	dir         string
+	method      string
+	tool        string
+	pin         string
+	args        []byte      // complete arguments of a tools/call
+	def         *guard.Tool // the definition it was decided on
+	detail      map[string]any
+	holds       int    // approvals asked for it
+	askedInBand bool   // guard\'s own input request was answered (2026-07-28)
+	origID      []byte // the id as its sender wrote it
+	origKey     string
+	sentID      []byte // the id as forwarded, when guard had to rewrite it
+	sentKey     string
+	start       time.Time
+	reqSize     int
 
 	decision  string
 	decidedBy string
@@ -109,6 +111,7 @@ type Session struct {
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
 	accepted           map[string]bool // pins found accepted
+	stateKey           [32]byte        // signs guard's own requestState
 	elicitForm         bool            // the client answers form elicitations
 	held               int             // calls waiting for approval now
 
@@ -138,6 +141,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		accepted: map[string]bool{},
 	}
 	s.persistCond = sync.NewCond(&s.persistMu)
+	_, _ = rand.Read(s.stateKey[:])
 	return s
 }
 
@@ -384,6 +388,15 @@ func (s *Session) noteClient(msg wire.Message) {
 	s.protocol = v
 	if caps := wire.MetaMember(msg.Params, metaCapabilities); caps != nil {
 		s.metaCaps = append(json.RawMessage(nil), caps...)
+		var c struct {
+			Elicitation *struct {
+				Form *json.RawMessage `json:"form"`
+				URL  *json.RawMessage `json:"url"`
+			} `json:"elicitation"`
+		}
+		if json.Unmarshal(caps, &c) == nil {
+			s.elicitForm = c.Elicitation != nil && (c.Elicitation.Form != nil || c.Elicitation.URL == nil)
+		}
 	}
 	if ci := wire.MetaMember(msg.Params, metaClientInfo); ci != nil {
 		s.metaInfo = append(json.RawMessage(nil), ci...)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +57,16 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	var round string
 	if rs := wire.ParamsMember(msg.Params, "requestState"); rs != nil {
 		if v, ok := wire.String(rs); ok {
+			if strings.HasPrefix(v, guardStatePrefix) {
+				s.mu.Lock()
+				if _, dup := s.byClient[c.origKey]; !dup {
+					s.byClient[c.origKey] = c
+				}
+				s.mu.Unlock()
+				c.withdrawn = make(chan struct{})
+				s.answeredInRound(msg, c, v)
+				return
+			}
 			round = "state\x00" + v
 		}
 	} else if wire.ParamsMember(msg.Params, "inputResponses") != nil {
@@ -341,8 +352,16 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
 	}
 	s.mu.Lock()
-	inBand := s.opts.InBand && s.elicitForm && s.protocol < guard.Rev20260728
+	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand
+	modern := s.protocol >= guard.Rev20260728
 	s.mu.Unlock()
+	if inBand && modern {
+		// 2026-07-28: guard's own input request, answered in the
+		// client's next round of this call.
+		cancel()
+		s.askInRound(c, a)
+		return
+	}
 	if inBand {
 		go s.askClient(awaitCtx, a)
 	}
