@@ -131,6 +131,13 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	if code, body := get(t, c, "http://"+addr+"/fragments/pending"); code != http.StatusOK || !strings.Contains(body, a.ID) {
 		t.Fatalf("after the takeover (%d):\n%.2000s", code, body)
 	}
+	// The servers and tools page says what the policy does with each.
+	code, body = get(t, c, "http://"+addr+"/tools")
+	for _, want := range []string{"held by default: destructive tool (destructiveHint true)", "allowed by default: read-only tool (readOnlyHint true)"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("the tools page lacks %q (%d)", want, code)
+		}
+	}
 	if out, code := e.guard("approvals", "approve", a.ID, "--by", "dora"); code != 0 {
 		t.Fatalf("approve: %s", out)
 	}

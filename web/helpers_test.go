@@ -23,6 +23,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
 )
@@ -103,6 +104,12 @@ func newEnv(t testing.TB) *env {
 			defer e.mu.Unlock()
 			e.allows = append(e.allows, allowCall{server, tool, by})
 			return nil
+		},
+		// What the default policy does with each tool, as guard run says.
+		Explain: func(t guard.Tool) string {
+			v := policy.Compile(policy.Default(), nil, nil).Decide(&guard.Call{Server: t.Server, Method: "tools/call",
+				ToolName: t.Name, Arguments: []byte("{}"), Tool: &t})
+			return v.Action + " by " + v.Rule + ": " + v.Reason
 		},
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:    e.clock.now,

@@ -263,6 +263,7 @@ type toolView struct {
 	DecidedBy   string
 	Flags       []guard.Flag
 	Description string
+	Policy      string // what the policy does with a call to it
 }
 
 type serverView struct {
@@ -291,6 +292,9 @@ func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
 		tv := toolView{Name: t.Name, Pin: t.Pin, Hints: hints(t.Annotations), Description: description(t.Def)}
 		if r := byPin[[3]string{t.Server, t.Name, t.Pin}]; r != nil {
 			tv.State, tv.Cause, tv.DecidedBy, tv.Flags = r.State, r.Cause, r.DecidedBy, r.Flags
+		}
+		if s.opts.Explain != nil {
+			tv.Policy = s.opts.Explain(t)
 		}
 		sv := &out[len(out)-1]
 		sv.Tools = append(sv.Tools, tv)

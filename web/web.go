@@ -85,6 +85,9 @@ type Options struct {
 	// AllowAlways writes a rule that allows a tool from now on ("approve,
 	// and allow this tool from now on"); nil hides that choice.
 	AllowAlways func(server, tool, by string) error
+	// Explain says what the policy in force does with a call to a tool
+	// (its arguments aside), for the servers and tools page; nil hides it.
+	Explain func(t guard.Tool) string
 	Logger      *slog.Logger
 	Now         func() time.Time
 	// PollEvery is how often Run reads the store for changes while a page

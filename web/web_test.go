@@ -610,7 +610,7 @@ func TestToolChangesAcceptAndRejectReleaseHeldCalls(t *testing.T) {
 		t.Errorf("decided reviews still shown")
 	}
 	_, body = b.get("/tools")
-	for _, want := range []string{"delete_file", "accepted", "rejected", "by alice", "destructiveHint: false"} {
+	for _, want := range []string{"delete_file", "accepted", "rejected", "by alice", "destructiveHint: false", `data-role="policy">approve by default:`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("tools page: missing %q", want)
 		}

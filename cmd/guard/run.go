@@ -86,7 +86,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		}
 		uiCtx, stopUI := context.WithCancel(context.Background())
 		defer stopUI()
-		go serveUI(uiCtx, st, db, holds, listen, logger)
+		go serveUI(uiCtx, st, db, holds, engine, listen, logger)
 	}
 
 	sigs := make(chan os.Signal, 4)

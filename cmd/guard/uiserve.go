@@ -26,7 +26,7 @@ const takeoverEvery = 2 * time.Second
 // serveUI serves the approval UI on listen for as long as ctx lasts. The
 // first guard on a machine serves it; the others share its database, and
 // keep trying the address so that one of them takes over when it is free.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, listen string, logger *slog.Logger) {
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, logger *slog.Logger) {
 	token, err := uiToken(st.DataDir)
 	if err != nil {
 		logger.Error("approval UI not served", "err", err)
@@ -38,6 +38,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		Token:        token,
 		AllowedHosts: allowedHosts(listen),
 		AllowAlways:  allowAlways(db, st.RulesDir),
+		Explain:      explain(ctx, engine, db),
 		Logger:       logger.With("component", "ui"),
 	})
 	if err != nil {
@@ -125,4 +126,27 @@ func allowAlways(db *store.DB, rulesDir string) func(server, tool, by string) er
 // escapeGlob makes a name match only itself as a rule's glob.
 func escapeGlob(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(s)
+}
+
+// explain says what the policy in force does with a call to a tool, its
+// arguments aside: the action and the rule (a condition on the arguments
+// may decide otherwise).
+func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool) string {
+	return func(t guard.Tool) string {
+		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
+			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
+		if r, err := db.Review(ctx, t.Server, t.Name, t.Pin); err == nil && r != nil && r.State != guard.ReviewAccepted {
+			call.Review, call.ReviewReason = r, "the definition is "+r.State+" ("+r.Cause+")"
+		}
+		v := engine.Policy().Decide(call)
+		verb := map[string]string{guard.ActionAllow: "allowed", guard.ActionDeny: "denied", guard.ActionApprove: "held"}[v.Action]
+		text := verb + " by " + v.Rule
+		if v.Reason != "" {
+			text += ": " + v.Reason
+		}
+		if v.Would != "" {
+			text += " (monitor mode: would be " + map[string]string{guard.ActionDeny: "denied", guard.ActionApprove: "held"}[v.Would] + ")"
+		}
+		return text
+	}
 }
