@@ -88,8 +88,8 @@ type Options struct {
 	// Explain says what the policy in force does with a call to a tool
 	// (its arguments aside), for the servers and tools page; nil hides it.
 	Explain func(t guard.Tool) string
-	Logger      *slog.Logger
-	Now         func() time.Time
+	Logger  *slog.Logger
+	Now     func() time.Time
 	// PollEvery is how often Run reads the store for changes while a page
 	// is open (default 100ms).
 	PollEvery time.Duration
