@@ -26,6 +26,8 @@ type Stdio struct {
 	// Grace is how long shutdown waits after closing the server's stdin
 	// before SIGTERM, and again before SIGKILL (default 5s).
 	Grace time.Duration
+	// started, when set, receives whether the server could be started.
+	started chan<- error
 }
 
 // ErrStart wraps a failure to start the server: nothing has run yet.
@@ -61,6 +63,9 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 	err = cmd.Start()
 	childIn.Close()
 	childOut.Close()
+	if sc.started != nil {
+		sc.started <- err
+	}
 	if err != nil {
 		serverIn.Close()
 		serverOut.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
@@ -93,35 +95,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	srv := cfg.Servers[server]
-	if srv == nil {
-		srv = policy.DefaultServer()
-	}
-	redactor := cfg.Redactor()
-	var maskResults func([]byte) ([]byte, int)
-	if cfg.RedactResults {
-		maskResults = redactor.MaskSecrets
-	}
-	code, err := proxy.RunStdio(context.WithoutCancel(ctx), proxy.Options{
-		Server:           server,
-		MaxMessage:       int(cfg.MaxMessage),
-		Recorder:         db,
-		Catalog:          db,
-		Decider:          engine,
-		Holds:            holds,
-		Redactor:         redactor,
-		MaskResults:      maskResults,
-		Contracts:        policy.NewContracts(cfg.AssertFormats),
-		IgnoreBadSchemas: srv.BadSchema == "ignore",
-		ScanTool:         toolScanner(ctx, db, logger),
-		AcceptNewTools:   srv.NewTools == "allow",
-		OutputWarn:       srv.Output == "warn",
-		MaxPending:       cfg.Approval.MaxPending,
-		InBand:           cfg.Approval.InBand == "auto",
-		Logger:           logger,
-		ApprovalTimeout:  cfg.Approval.Timeout,
-		ApprovalWait:     cfg.Approval.Wait,
-	}, proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
+	code, err := proxy.RunStdio(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
+		proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
@@ -144,4 +119,38 @@ func (a *app) clientOut() io.Writer {
 		return proxy.Blocking(f)
 	}
 	return a.stdout
+}
+
+// relayOptions are the relay's options for one session with a server.
+func relayOptions(ctx context.Context, cfg *policy.Config, server string, db *store.DB, engine *policy.Engine,
+	holds *approvals.Manager, logger *slog.Logger) proxy.Options {
+	srv := cfg.Servers[server]
+	if srv == nil {
+		srv = policy.DefaultServer()
+	}
+	redactor := cfg.Redactor()
+	var maskResults func([]byte) ([]byte, int)
+	if cfg.RedactResults {
+		maskResults = redactor.MaskSecrets
+	}
+	return proxy.Options{
+		Server:           server,
+		MaxMessage:       int(cfg.MaxMessage),
+		Recorder:         db,
+		Catalog:          db,
+		Decider:          engine,
+		Holds:            holds,
+		Redactor:         redactor,
+		MaskResults:      maskResults,
+		Contracts:        policy.NewContracts(cfg.AssertFormats),
+		IgnoreBadSchemas: srv.BadSchema == "ignore",
+		ScanTool:         toolScanner(ctx, db, logger),
+		AcceptNewTools:   srv.NewTools == "allow",
+		OutputWarn:       srv.Output == "warn",
+		MaxPending:       cfg.Approval.MaxPending,
+		InBand:           cfg.Approval.InBand == "auto",
+		Logger:           logger,
+		ApprovalTimeout:  cfg.Approval.Timeout,
+		ApprovalWait:     cfg.Approval.Wait,
+	}
 }

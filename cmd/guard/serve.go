@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy"
+)
+
+func init() {
+	commands["serve"] = command{summary: "serve the configured servers over Streamable HTTP at /mcp/NAME", run: cmdServe}
+}
+
+func cmdServe(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("serve")
+	cf := addCommonFlags(fs)
+	listen := fs.String("listen", "127.0.0.1:8930", "`ADDR` to serve on")
+	allowRemote := fs.Bool("allow-remote", false, "allow a listen address other machines can reach")
+	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
+	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if !*allowRemote && !policy.LoopbackAddr(*listen) {
+		fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
+		return exitUsage
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	cfg := st.Config
+	logger := a.logger
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
+		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
+	})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitUsage
+	}
+	bg, stop := context.WithCancel(context.Background())
+	defer stop()
+	go engine.Watch(bg, reloadEvery)
+	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
+	if !*noUI {
+		addr := cfg.UI.Listen
+		if *uiAddr != "" {
+			addr = *uiAddr
+		}
+		go serveUI(bg, st, db, holds, engine, addr, logger)
+	}
+
+	names := make([]string, 0, len(cfg.Servers))
+	for name := range cfg.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	contracts := policy.NewContracts(cfg.AssertFormats)
+	var fronts []*proxy.HTTPServer
+	for _, name := range names {
+		srv := cfg.Servers[name]
+		if len(srv.Command) == 0 {
+			logger.Warn("server not served: only servers with a command are served by this build", "server", name)
+			continue
+		}
+		log := logger.With("server", name)
+		h := proxy.NewHTTPServer(proxy.HTTPOptions{
+			Name: name,
+			Argv: srv.Command,
+			Session: func() proxy.Options {
+				o := relayOptions(ctx, cfg, name, db, engine, holds, log)
+				o.Contracts = contracts
+				return o
+			},
+			AllowedHosts: allowedHosts(*listen),
+			MaxBody:      cfg.MaxMessage,
+			Stderr:       a.stderr,
+			Logger:       log,
+		})
+		fronts = append(fronts, h)
+		mux.Handle("/mcp/"+name, h)
+		logger.Info("serving", "server", name, "url", "http://"+*listen+"/mcp/"+name)
+	}
+	if len(fronts) == 0 {
+		fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")
+		return exitUsage
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
+		return exitFailure
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(l) }()
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		if !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
+			return exitFailure
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	for _, f := range fronts {
+		f.Close()
+	}
+	return exitOK
+}

@@ -1,0 +1,650 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// HTTPOptions configure an HTTPServer: one wrapped server, reached by
+// clients over Streamable HTTP, run as a stdio child per client session.
+type HTTPOptions struct {
+	// Name is the server's name; its endpoint is /mcp/Name.
+	Name string
+	// Argv is the server's command line.
+	Argv []string
+	// Session returns the relay options of a new client session.
+	Session func() Options
+	// AllowedHosts are the Host headers answered; any other gets 403.
+	// Origins, when a request carries one, must be http(s)://HOST of one.
+	AllowedHosts []string
+	// MaxBody bounds a request body (default 64 MiB).
+	MaxBody int64
+	// Grace is how long a session's server has to exit once its session
+	// ends (default 5s), as for guard run.
+	Grace  time.Duration
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// HTTPServer serves one wrapped server over Streamable HTTP: POST carries
+// the client's messages (answered as JSON or as an SSE stream), GET opens
+// the stream of the server's messages that belong to no request, DELETE
+// ends the session. Each session (Mcp-Session-Id) runs its own server
+// process behind its own relay session, so policy, holds and the audit
+// work exactly as on stdio.
+type HTTPServer struct {
+	opts  HTTPOptions
+	hosts map[string]bool
+
+	mu       sync.Mutex
+	sessions map[string]*httpSession
+	closed   bool
+}
+
+// NewHTTPServer returns the handler of one server's endpoint.
+func NewHTTPServer(o HTTPOptions) *HTTPServer {
+	if o.MaxBody <= 0 {
+		o.MaxBody = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}}
+	for _, x := range o.AllowedHosts {
+		h.hosts[strings.ToLower(x)] = true
+	}
+	return h
+}
+
+// httpSession is one client session: a relay session over a stdio child,
+// fed through a pipe, whose output the router hands to the HTTP streams.
+type httpSession struct {
+	id     string
+	writeM sync.Mutex
+	in     *io.PipeWriter
+	router *router
+	done   chan struct{} // the server process ended
+}
+
+// Close ends every session: their servers get their stdin closed.
+func (h *HTTPServer) Close() {
+	h.mu.Lock()
+	h.closed = true
+	ss := make([]*httpSession, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		ss = append(ss, s)
+	}
+	h.mu.Unlock()
+	for _, s := range ss {
+		s.in.Close()
+	}
+	for _, s := range ss {
+		<-s.done
+	}
+}
+
+// checkRequest refuses a foreign Host (DNS rebinding) or Origin.
+func (h *HTTPServer) checkRequest(w http.ResponseWriter, r *http.Request) bool {
+	if !h.hosts[strings.ToLower(r.Host)] {
+		http.Error(w, "Forbidden: unknown Host", http.StatusForbidden)
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		ok := false
+		for host := range h.hosts {
+			if strings.EqualFold(o, "http://"+host) || strings.EqualFold(o, "https://"+host) {
+				ok = true
+			}
+		}
+		if !ok {
+			http.Error(w, "Forbidden: foreign Origin", http.StatusForbidden)
+			return false
+		}
+	}
+	return true
+}
+
+func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.checkRequest(w, r) {
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.post(w, r)
+	case http.MethodGet:
+		h.get(w, r)
+	case http.MethodDelete:
+		h.delete(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "Method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(wire.ErrorResponse(nil, code, msg, nil))
+}
+
+func (h *HTTPServer) session(r *http.Request) *httpSession {
+	id := r.Header.Get("Mcp-Session-Id")
+	if id == "" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// start runs a new session's server behind a relay session.
+func (h *HTTPServer) start(ctx context.Context) (*httpSession, error) {
+	pr, pw := io.Pipe()
+	s := &httpSession{id: uuid.NewString(), in: pw, router: newRouter(), done: make(chan struct{})}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errors.New("the server is shutting down")
+	}
+	h.sessions[s.id] = s
+	h.mu.Unlock()
+	started := make(chan error, 1)
+	go func() {
+		defer close(s.done)
+		defer func() {
+			h.mu.Lock()
+			delete(h.sessions, s.id)
+			h.mu.Unlock()
+			s.router.end()
+			pr.Close()
+		}()
+		opts := h.opts.Session()
+		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
+			started: started}, pr, s.router)
+		if err != nil {
+			h.opts.Logger.Error("session's server", "session", s.id, "err", err)
+			return
+		}
+		h.opts.Logger.Info("session's server exited", "session", s.id, "status", code)
+	}()
+	select {
+	case err := <-started:
+		if err != nil {
+			<-s.done
+			return nil, err
+		}
+	case <-s.done:
+		return nil, errors.New("the server could not be started")
+	}
+	return s, nil
+}
+
+// send writes the client's messages to the session, in order.
+func (s *httpSession) send(lines [][]byte) error {
+	s.writeM.Lock()
+	defer s.writeM.Unlock()
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.Write(l)
+		b.WriteByte('\n')
+	}
+	_, err := s.in.Write(b.Bytes())
+	return err
+}
+
+func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
+	if err != nil {
+		jsonRPCError(w, http.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, "Request body too large")
+		return
+	}
+	body = bytes.TrimSpace(body)
+	var parts [][]byte
+	if len(body) > 0 && body[0] == '[' {
+		if parts, err = wire.SplitBatch(body); err != nil {
+			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
+			return
+		}
+	} else {
+		parts = [][]byte{body}
+	}
+	var requests []wire.Message
+	initialize := false
+	for _, p := range parts {
+		m, err := wire.Parse(p)
+		if err != nil {
+			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
+			return
+		}
+		if m.Kind == wire.KindRequest {
+			requests = append(requests, m)
+			initialize = initialize || m.Method == "initialize"
+		}
+	}
+	s := h.session(r)
+	switch {
+	case s == nil && r.Header.Get("Mcp-Session-Id") != "":
+		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found: start a new one with initialize")
+		return
+	case s == nil && !initialize:
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
+		return
+	case s == nil:
+		if s, err = h.start(r.Context()); err != nil {
+			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", s.id)
+	}
+	if len(requests) == 0 {
+		// Notifications and responses only.
+		if err := s.send(parts); err != nil {
+			jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	st := s.router.open(requests)
+	defer s.router.close(st)
+	if err := s.send(parts); err != nil {
+		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
+		return
+	}
+	if acceptsSSE(r) {
+		h.streamSSE(w, r, st)
+		return
+	}
+	// JSON: the answers, once all are in.
+	var answers [][]byte
+	for {
+		msg, ok := st.next(r.Context())
+		if !ok {
+			break
+		}
+		if m, err := wire.Parse(msg.data); err == nil && m.Kind == wire.KindResponse {
+			answers = append(answers, msg.data)
+		}
+	}
+	if len(answers) == 0 {
+		jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "No answer: the session ended")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if len(parts) == 1 {
+		_, _ = w.Write(answers[0])
+		return
+	}
+	_, _ = w.Write(joinBatch(answers))
+}
+
+func acceptsSSE(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// streamSSE writes a stream's messages as server-sent events until it ends
+// or the client goes away. A client that goes away does not cancel its
+// calls: the spec says a disconnect is not a cancellation; their answers
+// wait for a resumption (Last-Event-ID).
+func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *stream) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush()
+	}
+	for {
+		msg, ok := st.next(r.Context())
+		if !ok {
+			return
+		}
+		if _, err := fmt.Fprintf(w, "id: %s\nevent: message\ndata: %s\n\n", msg.id, msg.data); err != nil {
+			return
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+}
+
+func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
+	if !acceptsSSE(r) {
+		http.Error(w, "Not Acceptable: GET opens an event stream", http.StatusNotAcceptable)
+		return
+	}
+	s := h.session(r)
+	if s == nil {
+		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found")
+		return
+	}
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		st := s.router.resume(last)
+		if st == nil {
+			http.Error(w, "Unknown Last-Event-ID", http.StatusNotFound)
+			return
+		}
+		h.streamSSE(w, r, st)
+		return
+	}
+	st, ok := s.router.standalone()
+	if !ok {
+		http.Error(w, "Conflict: this session has its event stream open already", http.StatusConflict)
+		return
+	}
+	defer s.router.detach(st)
+	h.streamSSE(w, r, st)
+}
+
+func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
+	s := h.session(r)
+	if s == nil {
+		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found")
+		return
+	}
+	h.mu.Lock()
+	delete(h.sessions, s.id)
+	h.mu.Unlock()
+	s.in.Close()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// event is one message on a stream, with its event id.
+type event struct {
+	id   string
+	data []byte
+}
+
+// stream is where the answers to one POST (or the session's standalone
+// GET stream) go. Events are kept until the stream ends, for resumption.
+type stream struct {
+	id      string
+	mu      sync.Mutex
+	cond    chan struct{} // closed and replaced when an event arrives
+	events  []event
+	sent    int             // events written to the current reader
+	pending map[string]bool // request ids not answered yet
+	ended   bool
+	standby bool // the standalone stream: never ends by itself
+}
+
+func newStream(id string) *stream {
+	return &stream{id: id, cond: make(chan struct{}), pending: map[string]bool{}}
+}
+
+func (st *stream) push(data []byte) {
+	st.mu.Lock()
+	st.events = append(st.events, event{id: st.id + "-" + strconv.Itoa(len(st.events)+1), data: data})
+	close(st.cond)
+	st.cond = make(chan struct{})
+	st.mu.Unlock()
+}
+
+func (st *stream) finish() {
+	st.mu.Lock()
+	st.ended = true
+	close(st.cond)
+	st.cond = make(chan struct{})
+	st.mu.Unlock()
+}
+
+// next returns the next event for the reader, or false when the stream has
+// ended (everything sent) or ctx ended.
+func (st *stream) next(ctx context.Context) (event, bool) {
+	for {
+		st.mu.Lock()
+		if st.sent < len(st.events) {
+			e := st.events[st.sent]
+			st.sent++
+			st.mu.Unlock()
+			return e, true
+		}
+		if st.ended {
+			st.mu.Unlock()
+			return event{}, false
+		}
+		c := st.cond
+		st.mu.Unlock()
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return event{}, false
+		}
+	}
+}
+
+// router hands the relay's output for the client to the HTTP streams: a
+// response to the stream of its request; progress to the stream of the
+// request that carries its token; the server's other requests and
+// notifications to the one request stream open, else the standalone
+// stream, else the newest request stream.
+type router struct {
+	mu       sync.Mutex
+	buf      []byte
+	seq      int
+	byID     map[string]*stream
+	byToken  map[string]*stream
+	reqs     []*stream
+	all      map[string]*stream // streams by id, for resumption
+	alone    *stream
+	attached bool
+	backlog  [][]byte // for a standalone stream not yet opened
+	ended    bool
+}
+
+func newRouter() *router {
+	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{}}
+}
+
+// open registers a POST's requests and returns their stream.
+func (rt *router) open(reqs []wire.Message) *stream {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.seq++
+	st := newStream("s" + strconv.Itoa(rt.seq))
+	for _, m := range reqs {
+		k := wire.IDKey(m.ID)
+		st.pending[k] = true
+		rt.byID[k] = st
+		if tok := wire.MetaMember(m.Params, "progressToken"); len(tok) > 0 {
+			rt.byToken[wire.IDKey(tok)] = st
+		}
+	}
+	rt.reqs = append(rt.reqs, st)
+	rt.all[st.id] = st
+	if rt.ended {
+		st.ended = true
+	}
+	return st
+}
+
+// close forgets a request stream once its reader is done with it; its
+// events stay for resumption while requests are unanswered.
+func (rt *router) close(st *stream) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	st.mu.Lock()
+	done := len(st.pending) == 0 || st.ended
+	st.mu.Unlock()
+	for i, x := range rt.reqs {
+		if x == st {
+			rt.reqs = append(rt.reqs[:i], rt.reqs[i+1:]...)
+			break
+		}
+	}
+	if done {
+		delete(rt.all, st.id)
+	}
+}
+
+// standalone returns the session's GET stream, unless one is attached.
+func (rt *router) standalone() (*stream, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.attached {
+		return nil, false
+	}
+	if rt.alone == nil || rt.alone.ended {
+		rt.seq++
+		rt.alone = newStream("g" + strconv.Itoa(rt.seq))
+		rt.alone.standby = true
+		rt.all[rt.alone.id] = rt.alone
+	}
+	rt.attached = true
+	for _, b := range rt.backlog {
+		rt.alone.push(b)
+	}
+	rt.backlog = nil
+	if rt.ended {
+		rt.alone.finish()
+	}
+	return rt.alone, true
+}
+
+func (rt *router) detach(st *stream) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.alone == st {
+		rt.attached = false
+	}
+}
+
+// resume returns the stream of an event id, positioned after that event.
+func (rt *router) resume(last string) *stream {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	sid, n, ok := strings.Cut(last, "-")
+	st := rt.all[sid]
+	if !ok || st == nil {
+		return nil
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil {
+		return nil
+	}
+	st.mu.Lock()
+	if i > len(st.events) {
+		i = len(st.events)
+	}
+	st.sent = i
+	st.mu.Unlock()
+	return st
+}
+
+// end closes every stream: the session is over.
+func (rt *router) end() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.ended = true
+	for _, st := range rt.all {
+		st.finish()
+	}
+}
+
+// Write takes the relay's newline-delimited output for the client.
+func (rt *router) Write(p []byte) (int, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.buf = append(rt.buf, p...)
+	for {
+		i := bytes.IndexByte(rt.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := append([]byte(nil), rt.buf[:i]...)
+		rt.buf = rt.buf[i+1:]
+		rt.route(line)
+	}
+	if len(rt.buf) == 0 {
+		rt.buf = nil
+	}
+	return len(p), nil
+}
+
+// route delivers one message. The caller holds rt.mu.
+func (rt *router) route(line []byte) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	if line[0] == '[' { // a batch's answers: by their first id
+		if parts, err := wire.SplitBatch(line); err == nil && len(parts) > 0 {
+			if m, err := wire.Parse(parts[0]); err == nil {
+				if st := rt.byID[wire.IDKey(m.ID)]; st != nil {
+					st.push(line)
+					for _, p := range parts {
+						if pm, err := wire.Parse(p); err == nil {
+							rt.answered(st, wire.IDKey(pm.ID))
+						}
+					}
+					return
+				}
+			}
+		}
+	}
+	m, err := wire.Parse(line)
+	if err != nil {
+		return
+	}
+	if m.Kind == wire.KindResponse {
+		k := wire.IDKey(m.ID)
+		if st := rt.byID[k]; st != nil {
+			st.push(line)
+			rt.answered(st, k)
+		}
+		return
+	}
+	if m.Method == "notifications/progress" {
+		if tok := wire.ParamsMember(m.Params, "progressToken"); tok != nil {
+			if st := rt.byToken[wire.IDKey(tok)]; st != nil && !st.ended {
+				st.push(line)
+				return
+			}
+		}
+	}
+	switch {
+	case len(rt.reqs) == 1:
+		rt.reqs[0].push(line)
+	case rt.alone != nil && rt.attached:
+		rt.alone.push(line)
+	case len(rt.reqs) > 0:
+		rt.reqs[len(rt.reqs)-1].push(line)
+	default:
+		rt.backlog = append(rt.backlog, line)
+		if len(rt.backlog) > 1000 {
+			rt.backlog = rt.backlog[1:]
+		}
+	}
+}
+
+// answered marks a request answered; a stream whose requests are all
+// answered ends. The caller holds rt.mu.
+func (rt *router) answered(st *stream, k string) {
+	delete(rt.byID, k)
+	st.mu.Lock()
+	delete(st.pending, k)
+	done := len(st.pending) == 0
+	st.mu.Unlock()
+	if done {
+		for tok, x := range rt.byToken {
+			if x == st {
+				delete(rt.byToken, tok)
+			}
+		}
+		st.finish()
+	}
+}
