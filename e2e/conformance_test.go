@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// conformanceSuites are the official suite and its pre-release, installed
+// by scripts/test under testdata/node.
+var conformanceSuites = map[string]string{
+	"0.1.16":         "testdata/node/node_modules/@modelcontextprotocol/conformance/dist/index.js",
+	"0.2.0-alpha.12": "testdata/node/node_modules/conformance-next/dist/index.js",
+}
+
+var scenarioLine = regexp.MustCompile(`(?m)^([✓✗]) (\S+): (\d+) passed, (\d+) failed`)
+
+// conformance runs a suite in server mode against url and returns each
+// scenario's line ("✓ 2 passed, 0 failed").
+func conformance(t *testing.T, suite, url string, args ...string) map[string]string {
+	t.Helper()
+	script := filepath.Join(repoRoot(t), conformanceSuites[suite])
+	peer(t, "", strings.TrimPrefix(conformanceSuites[suite], ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin(t), append([]string{script, "server", "--url", url}, args...)...)
+	cmd.Dir = t.TempDir()
+	out, _ := cmd.CombinedOutput() // it exits non-zero when a check fails
+	got := map[string]string{}
+	for _, m := range scenarioLine.FindAllStringSubmatch(string(out), -1) {
+		got[m[2]] = m[1] + " " + m[3] + " passed, " + m[4] + " failed"
+	}
+	if len(got) == 0 {
+		t.Fatalf("the conformance suite %s reported nothing:\n%s", suite, out)
+	}
+	return got
+}
+
+// fixture starts go-sdk's conformance server over HTTP and returns its URL.
+func fixture(t *testing.T, stateless bool) string {
+	t.Helper()
+	addr := freePort(t)
+	cmd := exec.Command(everythingServer(t), "-http", addr, "-stateless="+map[bool]string{true: "true", false: "false"}[stateless])
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitHTTP(t, "http://"+addr+"/mcp")
+	return "http://" + addr + "/mcp"
+}
+
+// serveThroughGuard runs guard serve with the conformance server as a stdio
+// child and returns its endpoint.
+func serveThroughGuard(t *testing.T, e *env) string {
+	t.Helper()
+	addr := freePort(t)
+	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	waitHTTP(t, "http://"+addr+"/healthz")
+	return "http://" + addr + "/mcp/conformance"
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never answered: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The official conformance suite passes against the go-sdk fixture reached
+// through guard serve (the fixture a stdio child) exactly as it does
+// directly over HTTP, under an allow-all policy; so does the pre-release's
+// frozen 2025-11-25 requirement set.
+func TestConformanceThroughGuardServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite")
+	}
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    command: ["+everythingServer(t)+"]\n    new_tools: allow\n")
+	through := serveThroughGuard(t, e)
+	for _, run := range []struct {
+		suite string
+		args  []string
+	}{
+		{"0.1.16", nil},
+		{"0.2.0-alpha.12", []string{"--requirements", "2025-11-25"}},
+	} {
+		t.Run(run.suite+strings.Join(run.args, " "), func(t *testing.T) {
+			direct := conformance(t, run.suite, fixture(t, false), run.args...)
+			guarded := conformance(t, run.suite, through, run.args...)
+			// Not scored for 2025-11-25 (pending): the fixture's
+			// test_reconnection tool closes its own HTTP stream mid-call
+			// (SEP-1699 polling); a server on stdio behind guard has no
+			// stream to close, so the scenario has nothing to check there.
+			if strings.HasPrefix(guarded["server-sse-polling"], "✓ 0 passed, 0 failed") {
+				delete(direct, "server-sse-polling")
+				delete(guarded, "server-sse-polling")
+			}
+			passed := 0
+			for _, line := range direct {
+				if strings.HasPrefix(line, "✓") {
+					passed++
+				}
+			}
+			if passed < 30 {
+				t.Fatalf("directly, only %d scenarios pass: %v", passed, direct)
+			}
+			if !reflect.DeepEqual(direct, guarded) {
+				for k, v := range direct {
+					if guarded[k] != v {
+						t.Errorf("%s: directly %q, through guard %q", k, v, guarded[k])
+					}
+				}
+				for k, v := range guarded {
+					if _, ok := direct[k]; !ok {
+						t.Errorf("%s: only through guard: %q", k, v)
+					}
+				}
+			}
+			t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
+		})
+	}
+}
