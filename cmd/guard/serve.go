@@ -25,6 +25,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	allowRemote := fs.Bool("allow-remote", false, "allow a listen address other machines can reach")
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client may take to send its request headers")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -108,7 +109,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
 		return exitFailure
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: *headerTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(l) }()
 	select {

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// serveExample runs guard serve with the example server as "notes".
+func serveExample(t *testing.T, config string, flags ...string) (*env, string) {
+	t.Helper()
+	e := newEnv(t, config+"servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
+	addr := freePort(t)
+	cmd := exec.Command(guardBin, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui"}, flags...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	waitHTTP(t, "http://"+addr+"/healthz")
+	return e, "http://" + addr + "/mcp/notes"
+}
+
+// A call held over HTTP is approved from the command line and the client
+// receives the server's real result; go-sdk clients of each revision with
+// sessions work through guard serve.
+func TestHTTPHeldCallApprovedFromTheCommandLine(t *testing.T) {
+	e, url := serveExample(t, "approval: {wait: 30s}\n")
+	for _, v := range []string{"2025-03-26", "2025-06-18", "2025-11-25"} {
+		t.Run(v, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "http", Version: "1"}, nil).
+				Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_note", Arguments: map[string]any{"title": "t" + v, "body": "x"}}); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *mcp.CallToolResult, 1)
+			go func() {
+				r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "t" + v}})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- r
+			}()
+			a := e.pendingFor(ctx, "delete_note")
+			if out, code := e.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
+				t.Fatalf("approve: %s", out)
+			}
+			if r := <-got; r == nil || r.IsError || r.Content[0].(*mcp.TextContent).Text != "deleted t"+v {
+				t.Fatalf("the approved call: %v", r)
+			}
+		})
+	}
+}
+
+// A client that disconnects while its call is held does not cancel it (a
+// disconnect is not a cancellation): approved later, the call runs.
+func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
+	e, url := serveExample(t, "approval: {wait: 30s}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	post := func(ctx context.Context, session, body string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post(ctx, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	resp.Body.Close()
+	if session == "" {
+		t.Fatal("no Mcp-Session-Id")
+	}
+	post(ctx, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	// The held call, then the client goes away.
+	cctx, hangUp := context.WithCancel(ctx)
+	resp = post(cctx, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`)
+	a := e.pendingFor(ctx, "delete_note")
+	hangUp()
+	resp.Body.Close()
+	time.Sleep(200 * time.Millisecond)
+	if out, code := e.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
+		t.Fatalf("approve after the client left: %s", out)
+	}
+	// The call ran: the note is gone.
+	resp = post(ctx, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_note","arguments":{"title":"welcome"}}}`)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var body strings.Builder
+	for sc.Scan() {
+		body.WriteString(sc.Text() + "\n")
+	}
+	if !strings.Contains(body.String(), `no note titled`) {
+		t.Fatalf("the held call did not run after its client disconnected:\n%s", body.String())
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note")
+	if !strings.Contains(out, `"outcome":"ok"`) {
+		t.Fatalf("audit:\n%s", out)
+	}
+}
+
+// The front door refuses a foreign Origin or Host, and a slow client that
+// never finishes its headers is cut off.
+func TestHTTPFrontDoor(t *testing.T) {
+	_, url := serveExample(t, "", "--header-timeout", "500ms")
+	for _, h := range []map[string]string{{"Origin": "http://evil.example.com"}, {"Host": "evil.example.com"}} {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		for k, v := range h {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%v: %d, want 403", h, resp.StatusCode)
+		}
+	}
+	// A slow client: headers never finished.
+	host := strings.TrimPrefix(strings.TrimSuffix(url, "/mcp/notes"), "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /mcp/notes HTTP/1.1\r\nHost: " + host + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			break // closed by guard (or our deadline)
+		}
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("a client that never finished its headers was kept for %v", d)
+	}
+}
