@@ -163,3 +163,43 @@ func TestHTTPFrontDoor(t *testing.T) {
 		t.Fatalf("a client that never finished its headers was kept for %v", d)
 	}
 }
+
+// /metrics counts calls by server, tool, decision and outcome, with
+// latency histograms, pending approvals and the audit's append latency.
+func TestHTTPMetrics(t *testing.T) {
+	_, url := serveExample(t, "approval: {wait: 1s}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "m", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for range 3 {
+		cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	}
+	cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}}) // held, then "retry"
+	resp, err := http.Get(strings.TrimSuffix(url, "/mcp/notes") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	body := b.String()
+	for _, want := range []string{
+		`guard_calls_total{server="notes",tool="echo",decision="allowed",outcome="ok"} 3`,
+		`guard_calls_total{server="notes",tool="delete_note",decision="held",outcome="awaiting_approval"} 1`,
+		`guard_call_duration_seconds_count{server="notes"} 4`,
+		`guard_pending_approvals 1`,
+		`# TYPE guard_audit_append_seconds histogram`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}

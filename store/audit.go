@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/metrics"
 )
 
 // errClosed is returned for appends after Close.
@@ -61,13 +62,17 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		}
 		r.Time = r.Time.UTC().Truncate(time.Millisecond)
 	}
-	db.j.append(&appendReq{recs: recs, done: done})
+	db.j.append(&appendReq{recs: recs, done: done, start: time.Now()})
 	select {
 	case db.wake <- struct{}{}:
 	default:
 	}
 	return done
 }
+
+// AppendLatency is how long appends take to become durable in the journal
+// (a write, and with durability full its fsync).
+func (db *DB) AppendLatency() *metrics.Histogram { return db.j.latency }
 
 // Append is AppendAsync that waits for the outcome.
 func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }

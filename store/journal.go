@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/metrics"
 )
 
 // The audit log is written in two steps. A record is durable once it is in
@@ -49,6 +50,8 @@ type journal struct {
 	mem     []memRecord
 	size    int64
 	err     error // a write that failed poisons the journal: fail closed
+	// latency observes how long appends take to become durable.
+	latency *metrics.Histogram
 }
 
 // journalDir holds the journals. (Not "-journal": that name is SQLite's.)
@@ -61,7 +64,8 @@ func openJournal(dbPath string, fsync bool) (*journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &journal{f: f, m: m, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	j := &journal{f: f, m: m, name: name, sync: fsync, kick: make(chan struct{}, 1), stopped: make(chan struct{}),
+		latency: metrics.NewHistogram(metrics.LatencyBuckets)}
 	j.cond = sync.NewCond(&j.mu)
 	if fsync {
 		go j.syncer()
@@ -233,6 +237,7 @@ func (j *journal) append(req *appendReq) {
 		return
 	}
 	if !j.sync {
+		j.latency.Observe(time.Since(req.start).Seconds())
 		req.done <- nil
 		return
 	}
@@ -263,6 +268,7 @@ func (j *journal) synced(err error, w []*appendReq) {
 		j.err = fmt.Errorf("%w: journal: fsync: %w", guard.ErrAuditWrite, err)
 	}
 	for _, r := range w {
+		j.latency.Observe(time.Since(r.start).Seconds())
 		r.done <- j.err
 	}
 	j.cond.Broadcast()

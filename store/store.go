@@ -66,8 +66,9 @@ type DB struct {
 }
 
 type appendReq struct {
-	recs []*guard.Record
-	done chan error
+	recs  []*guard.Record
+	done  chan error
+	start time.Time
 }
 
 // timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it

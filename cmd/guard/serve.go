@@ -75,6 +75,8 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(w, "ok")
 	})
 	contracts := policy.NewContracts(cfg.AssertFormats)
+	reg := newMetrics(db)
+	mux.Handle("GET /metrics", metricsHandler(reg))
 	var fronts []*proxy.HTTPServer
 	for _, name := range names {
 		srv := cfg.Servers[name]
@@ -89,6 +91,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			Session: func() proxy.Options {
 				o := relayOptions(ctx, cfg, name, db, engine, holds, log)
 				o.Contracts = contracts
+				o.Recorder = countingRecorder{Recorder: db, reg: reg}
 				return o
 			},
 			AllowedHosts: allowedHosts(*listen),

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"net/http"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/metrics"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
+)
+
+// countingRecorder counts every finished tool call as its outcome record
+// goes to the audit log.
+type countingRecorder struct {
+	proxy.Recorder
+	reg *metrics.Registry
+}
+
+func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
+	for _, r := range recs {
+		if r.Kind == guard.KindOutcome && r.Method == "tools/call" && r.Outcome != guard.OutcomeInputRequired {
+			c.reg.Call(r.Server, r.Tool, r.Decision, r.Outcome, float64(r.DurationMS)/1000)
+		}
+	}
+	return c.Recorder.AppendAsync(recs...)
+}
+
+// newMetrics returns the registry of a serving process: call counters fed
+// by rec, pending approvals and the audit writer's latency from db.
+func newMetrics(db *store.DB) *metrics.Registry {
+	reg := metrics.New()
+	reg.Gauge("guard_pending_approvals", "Calls waiting for a person's decision, in every process on this database.", func() (float64, error) {
+		list, err := db.Approvals(context.Background(), guard.ApprovalPending)
+		return float64(len(list)), err
+	})
+	reg.Histogram("guard_audit_append_seconds", "How long an audit record took to become durable (this process's journal).", db.AppendLatency())
+	return reg
+}
+
+func metricsHandler(reg *metrics.Registry) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		reg.Write(w)
+	}
+}
