@@ -203,3 +203,70 @@ func TestHTTPMetrics(t *testing.T) {
 		}
 	}
 }
+
+// With bearer tokens configured, guard serve answers only their holders,
+// records the token's name as the client, and a session belongs to the
+// token that started it.
+func TestHTTPBearerTokens(t *testing.T) {
+	mk := func(name string) (token, line string) {
+		out, err := exec.Command(guardBin, "token", name).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(out), "\n")
+		return strings.TrimSpace(lines[1]), strings.TrimSpace(lines[len(lines)-2])
+	}
+	aliceTok, aliceLine := mk("alice-laptop")
+	bobTok, bobLine := mk("bob-ci")
+	e, url := serveExample(t, "policy: {default: allow}\nclients:\n  "+aliceLine+"\n  "+bobLine+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	withToken := func(tok string) *http.Client {
+		return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			if tok != "" {
+				r.Header.Set("Authorization", "Bearer "+tok)
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+	}
+	connect := func(tok string) (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "claims-to-be-someone", Version: "9"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: withToken(tok)}, nil)
+	}
+	if _, err := connect(""); err == nil {
+		t.Fatal("no token: connected")
+	}
+	if _, err := connect("not-a-token"); err == nil {
+		t.Fatal("a wrong token: connected")
+	}
+	cs, err := connect(aliceTok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "echo")
+	if !strings.Contains(out, `"client":"alice-laptop"`) || strings.Contains(out, "claims-to-be-someone") {
+		t.Fatalf("the audit must name the token, not the client's claim:\n%s", out)
+	}
+	// Bob cannot use Alice's session.
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	resp, err := withToken(bobTok).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another token's session: %d, want 404", resp.StatusCode)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

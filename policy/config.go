@@ -6,6 +6,7 @@
 package policy
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -40,6 +41,9 @@ type Config struct {
 	Include []string
 	Servers map[string]*Server
 	Limits  []Limit
+	// Clients are the bearer tokens guard serve accepts, by name: when
+	// any is configured, every HTTP request needs one.
+	Clients []Client
 	Redact  struct {
 		Keys     []string
 		Patterns []string
@@ -68,6 +72,12 @@ type Server struct {
 	// BadSchema is what happens to calls of a tool whose inputSchema or
 	// outputSchema does not compile: deny (default), or ignore the schema.
 	BadSchema string
+}
+
+// Client is one bearer token of guard serve, kept as its SHA-256.
+type Client struct {
+	Name        string
+	TokenSHA256 string
 }
 
 // DefaultServer returns the settings of a server the configuration does
@@ -363,6 +373,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"redact_results": p.boolean(&c.RedactResults),
 		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
+		"clients":        func(n *yaml.Node) error { return p.clients(n, &c.Clients) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
@@ -562,4 +573,33 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: unknown unit", s)
 	}
 	return n * unit, nil
+}
+
+func (p *parser) clients(n *yaml.Node, dst *[]Client) error {
+	if n.Kind != yaml.SequenceNode {
+		return p.errf(n, "expected a list of clients")
+	}
+	seen := map[string]bool{}
+	for _, e := range n.Content {
+		var c Client
+		if err := p.mapping(e, map[string]func(*yaml.Node) error{
+			"name":         p.str(&c.Name),
+			"token_sha256": p.str(&c.TokenSHA256),
+		}); err != nil {
+			return err
+		}
+		if c.Name == "" {
+			return p.errf(e, "a client needs a name")
+		}
+		if b, err := hex.DecodeString(c.TokenSHA256); err != nil || len(b) != 32 {
+			return p.errf(e, "client %q: token_sha256 must be 64 hex digits (guard token NAME prints one)", c.Name)
+		}
+		if seen[c.Name] {
+			return p.errf(e, "client name %q is already used", c.Name)
+		}
+		seen[c.Name] = true
+		c.TokenSHA256 = strings.ToLower(c.TokenSHA256)
+		*dst = append(*dst, c)
+	}
+	return nil
 }

@@ -24,8 +24,12 @@ type HTTPOptions struct {
 	Name string
 	// Argv is the server's command line.
 	Argv []string
-	// Session returns the relay options of a new client session.
-	Session func() Options
+	// Session returns the relay options of a new client session; client
+	// is the name its bearer token authenticated ("" without tokens).
+	Session func(client string) Options
+	// Authenticate, when set, names the client of a request from its
+	// Authorization header, or refuses it (false: 401).
+	Authenticate func(r *http.Request) (string, bool)
 	// AllowedHosts are the Host headers answered; any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
 	AllowedHosts []string
@@ -75,6 +79,7 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 // fed through a pipe, whose output the router hands to the HTTP streams.
 type httpSession struct {
 	id     string
+	client string // the token's name that started it
 	writeM sync.Mutex
 	in     *io.PipeWriter
 	router *router
@@ -119,9 +124,20 @@ func (h *HTTPServer) checkRequest(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+type clientKey struct{}
+
 func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.checkRequest(w, r) {
 		return
+	}
+	if h.opts.Authenticate != nil {
+		name, ok := h.opts.Authenticate(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="guard"`)
+			jsonRPCError(w, http.StatusUnauthorized, wire.CodeInvalidRequest, "Unauthorized: a bearer token configured in guard's clients is needed")
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), clientKey{}, name))
 	}
 	switch r.Method {
 	case http.MethodPost:
@@ -142,6 +158,8 @@ func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 	_, _ = w.Write(wire.ErrorResponse(nil, code, msg, nil))
 }
 
+// session returns the request's session; a session belongs to the client
+// (token) that started it, and is not found for another.
 func (h *HTTPServer) session(r *http.Request) *httpSession {
 	id := r.Header.Get("Mcp-Session-Id")
 	if id == "" {
@@ -149,13 +167,22 @@ func (h *HTTPServer) session(r *http.Request) *httpSession {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.sessions[id]
+	s := h.sessions[id]
+	if s != nil && s.client != clientOf(r) {
+		return nil
+	}
+	return s
+}
+
+func clientOf(r *http.Request) string {
+	name, _ := r.Context().Value(clientKey{}).(string)
+	return name
 }
 
 // start runs a new session's server behind a relay session.
-func (h *HTTPServer) start(ctx context.Context) (*httpSession, error) {
+func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, error) {
 	pr, pw := io.Pipe()
-	s := &httpSession{id: uuid.NewString(), in: pw, router: newRouter(), done: make(chan struct{})}
+	s := &httpSession{id: uuid.NewString(), client: client, in: pw, router: newRouter(), done: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -173,7 +200,7 @@ func (h *HTTPServer) start(ctx context.Context) (*httpSession, error) {
 			s.router.end()
 			pr.Close()
 		}()
-		opts := h.opts.Session()
+		opts := h.opts.Session(client)
 		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
 			started: started}, pr, s.router)
 		if err != nil {
@@ -245,7 +272,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
 		return
 	case s == nil:
-		if s, err = h.start(r.Context()); err != nil {
+		if s, err = h.start(r.Context(), clientOf(r)); err != nil {
 			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
 			return
 		}

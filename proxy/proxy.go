@@ -73,6 +73,9 @@ type Redactor interface {
 type Options struct {
 	// Server is the wrapped server's name, as audit records and rules see it.
 	Server string
+	// ClientName, when set, is the client as records and rules see it:
+	// the name of the bearer token it authenticated with.
+	ClientName string
 	// MaxMessage is the largest line accepted from either side (default 64 MiB).
 	MaxMessage int
 	// MaxResult is the most bytes of a result kept in an audit record

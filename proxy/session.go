@@ -174,6 +174,9 @@ func (s *Session) now() time.Time { return s.opts.Now() }
 func (s *Session) clientInfo() (guard.ClientInfo, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.ClientName != "" {
+		return guard.ClientInfo{Name: s.opts.ClientName}, s.protocol
+	}
 	return s.client, s.protocol
 }
 

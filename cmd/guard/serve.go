@@ -78,6 +78,10 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	reg := newMetrics(db)
 	mux.Handle("GET /metrics", metricsHandler(reg))
 	var fronts []*proxy.HTTPServer
+	var auth func(*http.Request) (string, bool)
+	if len(cfg.Clients) > 0 {
+		auth = bearerAuth(cfg.Clients)
+	}
 	for _, name := range names {
 		srv := cfg.Servers[name]
 		if len(srv.Command) == 0 {
@@ -88,13 +92,15 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		h := proxy.NewHTTPServer(proxy.HTTPOptions{
 			Name: name,
 			Argv: srv.Command,
-			Session: func() proxy.Options {
+			Session: func(client string) proxy.Options {
 				o := relayOptions(ctx, cfg, name, db, engine, holds, log)
+				o.ClientName = client
 				o.Contracts = contracts
 				o.Recorder = countingRecorder{Recorder: db, reg: reg}
 				return o
 			},
 			AllowedHosts: allowedHosts(*listen),
+			Authenticate: auth,
 			MaxBody:      cfg.MaxMessage,
 			Stderr:       a.stderr,
 			Logger:       log,

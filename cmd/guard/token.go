@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/guard-mcp/guard/policy"
+)
+
+func init() {
+	commands["token"] = command{summary: "make a bearer token for a client of guard serve: token NAME", run: cmdToken}
+}
+
+func cmdToken(ctx context.Context, a *app, args []string) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(a.stderr, "usage: guard token NAME")
+		return exitUsage
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		fmt.Fprintf(a.stderr, "guard token: %v\n", err)
+		return exitFailure
+	}
+	tok := hex.EncodeToString(buf)
+	sum := sha256.Sum256([]byte(tok))
+	fmt.Fprintf(a.stdout, "token for %s (give it to the client; guard keeps only its hash):\n  %s\n\n", args[0], tok)
+	fmt.Fprintf(a.stdout, "add to guard's configuration:\nclients:\n  - {name: %s, token_sha256: %s}\n", args[0], hex.EncodeToString(sum[:]))
+	return exitOK
+}
+
+// bearerAuth names the client of a request by its bearer token, compared
+// by hash in constant time against every configured client.
+func bearerAuth(clients []policy.Client) func(r *http.Request) (string, bool) {
+	type entry struct {
+		name string
+		sum  []byte
+	}
+	entries := make([]entry, 0, len(clients))
+	for _, c := range clients {
+		b, _ := hex.DecodeString(c.TokenSHA256)
+		entries = append(entries, entry{c.Name, b})
+	}
+	return func(r *http.Request) (string, bool) {
+		h := r.Header.Get("Authorization")
+		if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") {
+			return "", false
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(h[7:])))
+		name, ok := "", false
+		for _, e := range entries {
+			if subtle.ConstantTimeCompare(sum[:], e.sum) == 1 {
+				name, ok = e.name, true
+			}
+		}
+		return name, ok
+	}
+}
