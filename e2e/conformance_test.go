@@ -89,15 +89,18 @@ func waitHTTP(t *testing.T, url string) {
 }
 
 // The official conformance suite passes against the go-sdk fixture reached
-// through guard serve (the fixture a stdio child) exactly as it does
-// directly over HTTP, under an allow-all policy; so does the pre-release's
-// frozen 2025-11-25 requirement set.
+// through guard serve — the fixture a stdio child, or an HTTP upstream —
+// exactly as it does directly over HTTP, under an allow-all policy; so does
+// the pre-release's frozen 2025-11-25 requirement set.
 func TestConformanceThroughGuardServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite")
 	}
 	e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    command: ["+everythingServer(t)+"]\n    new_tools: allow\n")
 	through := serveThroughGuard(t, e)
+	// The fixture as an HTTP upstream of guard serve.
+	e2 := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    url: "+fixture(t, false)+"\n    new_tools: allow\n")
+	throughHTTP := serveThroughGuard(t, e2)
 	for _, run := range []struct {
 		suite string
 		args  []string
@@ -108,13 +111,24 @@ func TestConformanceThroughGuardServe(t *testing.T) {
 		t.Run(run.suite+strings.Join(run.args, " "), func(t *testing.T) {
 			direct := conformance(t, run.suite, fixture(t, false), run.args...)
 			guarded := conformance(t, run.suite, through, run.args...)
+			viaHTTP := conformance(t, run.suite, throughHTTP, run.args...)
 			// Not scored for 2025-11-25 (pending): the fixture's
 			// test_reconnection tool closes its own HTTP stream mid-call
-			// (SEP-1699 polling); a server on stdio behind guard has no
-			// stream to close, so the scenario has nothing to check there.
-			if strings.HasPrefix(guarded["server-sse-polling"], "✓ 0 passed, 0 failed") {
+			// (SEP-1699 polling) to make the client reconnect; behind
+			// guard that stream is guard's, which does not close it, so
+			// the scenario finds nothing to check there.
+			if strings.HasPrefix(guarded["server-sse-polling"], "✓ 0 passed, 0 failed") &&
+				strings.HasPrefix(viaHTTP["server-sse-polling"], "✓ 0 passed, 0 failed") {
 				delete(direct, "server-sse-polling")
 				delete(guarded, "server-sse-polling")
+				delete(viaHTTP, "server-sse-polling")
+			}
+			if !reflect.DeepEqual(direct, viaHTTP) {
+				for k, v := range direct {
+					if viaHTTP[k] != v {
+						t.Errorf("%s: directly %q, through guard to an HTTP upstream %q", k, v, viaHTTP[k])
+					}
+				}
 			}
 			passed := 0
 			for _, line := range direct {
@@ -139,5 +153,63 @@ func TestConformanceThroughGuardServe(t *testing.T) {
 			}
 			t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
 		})
+	}
+}
+
+// guard run --upstream presents a server reached over HTTP to a stdio
+// client, through the same checks: go-sdk clients of each revision see the
+// fixture through it as they see it on stdio.
+func TestRunUpstreamBridgesHTTPToStdio(t *testing.T) {
+	url := fixture(t, false)
+	for _, v := range []string{"2025-03-26", "2025-06-18", "2025-11-25"} {
+		t.Run(v, func(t *testing.T) {
+			sc := goScenario(v)
+			direct := sc(t, []string{everythingServer(t)})
+			e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance: {new_tools: allow, headers: {X-Upstream-Key: from-config}}\n")
+			through := sc(t, []string{guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", "conformance", "--no-ui", "--upstream", url})
+			if !reflect.DeepEqual(direct, through) {
+				t.Fatalf("through guard run --upstream differs:\ndirect:  %v\nthrough: %v", direct, through)
+			}
+			out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "test_simple_text")
+			if !strings.Contains(out, `"server":"conformance"`) {
+				t.Fatalf("the calls through the upstream bridge are not in the audit:\n%s", out)
+			}
+		})
+	}
+}
+
+// When the upstream session is lost (the remote server restarted), a call
+// is answered with an error that says so, never as a success.
+func TestRunUpstreamLostSession(t *testing.T) {
+	addr := freePort(t)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(everythingServer(t), "-http", addr, "-stateless=false")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitHTTP(t, "http://"+addr+"/mcp")
+		return cmd
+	}
+	srv := start()
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance: {new_tools: allow}\n")
+	lc := startLines(t, []string{guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", "conformance", "--no-ui", "--upstream", "http://" + addr + "/mcp"})
+	lc.init()
+	lc.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}`)
+	if m := lc.next(20 * time.Second); m["result"] == nil {
+		t.Fatalf("before the restart: %v", m)
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	srv = start()
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	lc.send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}`)
+	m := lc.next(20 * time.Second)
+	errObj, _ := m["error"].(map[string]any)
+	if m["result"] != nil || errObj == nil || !strings.Contains(errObj["message"].(string), "session expired (HTTP 404)") {
+		t.Fatalf("after the upstream lost the session: %v", m)
+	}
+	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "test_simple_text")
+	if !strings.Contains(out, `"outcome":"protocol_error"`) {
+		t.Fatalf("the audit must not record the lost call as ok:\n%s", out)
 	}
 }

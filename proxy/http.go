@@ -24,6 +24,9 @@ type HTTPOptions struct {
 	Name string
 	// Argv is the server's command line.
 	Argv []string
+	// Remote, when its URL is set, is a server reached over Streamable
+	// HTTP instead: each client session gets its own upstream session.
+	Remote Remote
 	// Session returns the relay options of a new client session; client
 	// is the name its bearer token authenticated ("" without tokens).
 	Session func(client string) Options
@@ -201,6 +204,13 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			pr.Close()
 		}()
 		opts := h.opts.Session(client)
+		if h.opts.Remote.URL != "" {
+			started <- nil
+			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.Remote, pr, s.router); err != nil {
+				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
+			}
+			return
+		}
 		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
 			started: started}, pr, s.router)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -34,11 +35,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	argv := fs.Args()
-	if *upstream != "" {
-		fmt.Fprintln(a.stderr, "guard run: --upstream is not supported by this build yet")
+	if *upstream != "" && len(argv) > 0 {
+		fmt.Fprintln(a.stderr, "guard run: --upstream URL and a command are exclusive")
 		return exitUsage
 	}
-	if len(argv) == 0 {
+	if len(argv) == 0 && *upstream == "" {
 		fmt.Fprintln(a.stderr, "usage: guard run [--config F] [--db PATH] [--name NAME] -- CMD [ARGS...]")
 		return exitUsage
 	}
@@ -48,6 +49,11 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	cfg := st.Config
 	server := *name
+	if server == "" && *upstream != "" {
+		if u, err := url.Parse(*upstream); err == nil && u.Hostname() != "" {
+			server = u.Hostname()
+		}
+	}
 	if server == "" {
 		server = proxy.ServerName(argv)
 	}
@@ -95,6 +101,20 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	if *upstream != "" {
+		// A remote server for a stdio client: headers (credentials) come
+		// from the configuration of the server of that name.
+		var headers map[string]string
+		if srv := cfg.Servers[server]; srv != nil {
+			headers = srv.Headers
+		}
+		err := proxy.RunRemote(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
+			proxy.Remote{URL: *upstream, Headers: headers}, a.clientIn(), a.clientOut())
+		if err != nil {
+			logger.Debug("writing to the client", "err", err)
+		}
+		return exitOK
+	}
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
 		proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {

@@ -1,0 +1,308 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// Remote describes a server guard reaches over Streamable HTTP.
+type Remote struct {
+	// URL is the server's MCP endpoint.
+	URL string
+	// Headers are sent with every request (upstream credentials come from
+	// guard's configuration; a client's own never travel upstream).
+	Headers map[string]string
+	// Client makes the requests (default: one with no overall timeout).
+	Client *http.Client
+}
+
+// RunRemote relays between the client on clientIn/clientOut and a server
+// reached over Streamable HTTP, until the client ends its input. It ends
+// the upstream session (DELETE) when done.
+func RunRemote(ctx context.Context, opts Options, rm Remote, clientIn io.Reader, clientOut io.Writer) error {
+	opts.fill()
+	if rm.Client == nil {
+		rm.Client = &http.Client{}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	up := &upstream{ctx: ctx, rm: rm, out: pw, logger: opts.Logger}
+	s := NewSession(ctx, opts)
+	p := s.pump(clientIn, clientOut, up)
+	readDone := make(chan struct{})
+	go func() {
+		s.readServer(pr)
+		close(readDone)
+	}()
+	<-p.serverWritten // the client ended and everything was sent
+	up.wait()
+	up.end()
+	pw.Close()
+	<-readDone
+	s.ServerGone(0, "the remote session ended")
+	s.toClient.close()
+	return <-p.clientWritten
+}
+
+// upstream speaks Streamable HTTP to the server: each message the relay
+// writes is POSTed, and what comes back (JSON, or an SSE stream) is written
+// as lines to out, which the relay reads as the server's output.
+type upstream struct {
+	ctx    context.Context
+	rm     Remote
+	logger interface {
+		Warn(string, ...any)
+	}
+
+	outMu sync.Mutex
+	out   *io.PipeWriter
+
+	mu       sync.Mutex
+	buf      []byte
+	session  string
+	protocol string
+	initID   string // the initialize request's id key, until answered
+	getOnce  sync.Once
+	inflight sync.WaitGroup
+	closed   bool
+}
+
+// Write takes the relay's newline-delimited messages for the server.
+func (u *upstream) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	u.buf = append(u.buf, p...)
+	var lines [][]byte
+	for {
+		i := bytes.IndexByte(u.buf, '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, append([]byte(nil), u.buf[:i]...))
+		u.buf = u.buf[i+1:]
+	}
+	u.mu.Unlock()
+	for _, l := range lines {
+		u.post(l)
+	}
+	return len(p), nil
+}
+
+// Close is the end of the relay's output for the server.
+func (u *upstream) Close() error { return nil }
+
+func (u *upstream) wait() { u.inflight.Wait() }
+
+// emit hands one message to the relay.
+func (u *upstream) emit(line []byte) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	u.mu.Lock()
+	if u.initID != "" {
+		if m, err := wire.Parse(line); err == nil && m.Kind == wire.KindResponse && wire.IDKey(m.ID) == u.initID {
+			u.initID = ""
+			if v, ok := wire.String(wire.ParamsMember(m.Result, "protocolVersion")); ok {
+				u.protocol = v
+			}
+		}
+	}
+	u.mu.Unlock()
+	u.outMu.Lock()
+	defer u.outMu.Unlock()
+	_, _ = u.out.Write(append(line, '\n'))
+}
+
+func (u *upstream) request(method string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(u.ctx, method, u.rm.URL, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range u.rm.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	u.mu.Lock()
+	if u.session != "" {
+		req.Header.Set("Mcp-Session-Id", u.session)
+	}
+	if u.protocol != "" {
+		req.Header.Set("MCP-Protocol-Version", u.protocol)
+	}
+	u.mu.Unlock()
+	return req, nil
+}
+
+// post sends one message and relays its answer, off the caller's path.
+func (u *upstream) post(line []byte) {
+	m, err := wire.Parse(line)
+	if err != nil {
+		return
+	}
+	if m.Kind == wire.KindRequest && m.Method == "initialize" {
+		u.mu.Lock()
+		u.initID = wire.IDKey(m.ID)
+		u.mu.Unlock()
+	}
+	req, err := u.request(http.MethodPost, line)
+	if err != nil {
+		u.fail(m, err.Error())
+		return
+	}
+	if m.Kind == wire.KindRequest {
+		u.inflight.Add(1)
+		go func() {
+			defer u.inflight.Done()
+			u.exchange(m, req)
+		}()
+		return
+	}
+	// Notifications and responses: in order, and quickly answered (202).
+	u.exchange(m, req)
+	if m.Method == "notifications/initialized" {
+		u.getOnce.Do(func() { go u.listen() })
+	}
+}
+
+// exchange sends one POST and relays what comes back.
+func (u *upstream) exchange(m wire.Message, req *http.Request) {
+	resp, err := u.rm.Client.Do(req)
+	if err != nil {
+		u.fail(m, "the remote server could not be reached: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		u.mu.Lock()
+		if u.session == "" {
+			u.session = sid
+		}
+		u.mu.Unlock()
+	}
+	switch {
+	case resp.StatusCode == http.StatusAccepted:
+		return
+	case resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "":
+		// The upstream session is gone: nothing of this request was
+		// done, and the client is told so rather than left waiting.
+		u.fail(m, "the remote server's session expired (HTTP 404): the request was not processed; reconnect to start a new session")
+		return
+	case resp.StatusCode >= 300:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if em, err := wire.Parse(bytes.TrimSpace(b)); err == nil && em.Kind == wire.KindResponse && m.Kind == wire.KindRequest {
+			u.emit(bytes.TrimSpace(b))
+			return
+		}
+		u.fail(m, fmt.Sprintf("the remote server answered HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b))))
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		readSSE(resp.Body, u.emit)
+		return
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		u.fail(m, "reading the remote server's answer: "+err.Error())
+		return
+	}
+	u.emit(b)
+}
+
+// fail answers a request that could not be relayed with an error; other
+// messages are only logged.
+func (u *upstream) fail(m wire.Message, why string) {
+	u.logger.Warn("remote server", "method", m.Method, "err", why)
+	if m.Kind != wire.KindRequest {
+		return
+	}
+	u.emit(wire.ErrorResponse(m.ID, wire.CodeInternalError, "Upstream failed: "+why, nil))
+}
+
+// listen keeps the session's GET stream open for the server's messages
+// that belong to no request, reconnecting while the relay runs.
+func (u *upstream) listen() {
+	for u.ctx.Err() == nil {
+		req, err := u.request(http.MethodGet, nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := u.rm.Client.Do(req)
+		if err != nil {
+			return
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return // 405: the server offers no such stream
+		}
+		readSSE(resp.Body, u.emit)
+		resp.Body.Close()
+		select {
+		case <-u.ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// end closes the upstream session.
+func (u *upstream) end() {
+	u.mu.Lock()
+	sid := u.session
+	u.mu.Unlock()
+	if sid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := u.request(http.MethodDelete, nil)
+	if err != nil {
+		return
+	}
+	req = req.WithContext(ctx)
+	if resp, err := u.rm.Client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// readSSE calls emit with the data of each event of an SSE stream.
+func readSSE(r io.Reader, emit func([]byte)) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 64<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0:
+			if len(data) > 0 {
+				emit(data)
+				data = nil
+			}
+		case bytes.HasPrefix(line, []byte("data:")):
+			v := bytes.TrimPrefix(line[5:], []byte(" "))
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+		}
+	}
+	if len(data) > 0 {
+		emit(data)
+	}
+}
