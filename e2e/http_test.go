@@ -3,10 +3,13 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -270,3 +273,46 @@ func TestHTTPBearerTokens(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// everythingHTTP runs @modelcontextprotocol/server-everything in its
+// streamableHttp mode and returns its endpoint.
+func everythingHTTP(t *testing.T) string {
+	t.Helper()
+	addr := freePort(t)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command(nodeBin(t), filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitHTTP(t, "http://"+addr+"/mcp")
+	return "http://" + addr + "/mcp"
+}
+
+// The official TypeScript SDK client over Streamable HTTP sees the npm
+// reference server the same directly and through guard serve (the server
+// an HTTP upstream).
+func TestTypeScriptClientOverHTTPThroughGuardServe(t *testing.T) {
+	url := everythingHTTP(t)
+	sc := tsScenario("everything", "")
+	direct := sc(t, []string{"url", url})
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  everything: {url: \""+url+"\", new_tools: allow}\n")
+	addr := freePort(t)
+	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	waitHTTP(t, "http://"+addr+"/healthz")
+	through := sc(t, []string{"url", "http://" + addr + "/mcp/everything"})
+	if len(direct["calls"].(map[string]any)) < 5 {
+		t.Fatalf("the direct run made few calls: %v", direct)
+	}
+	if !reflect.DeepEqual(direct, through) {
+		a, _ := json.MarshalIndent(direct, "", " ")
+		b, _ := json.MarshalIndent(through, "", " ")
+		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
+	}
+}

@@ -70,7 +70,14 @@ func tsScenario(name, protocol string) scenario {
 		if protocol != "" {
 			args = append(args, "--protocol", protocol)
 		}
-		c := exec.Command(nodeBin(t), append(append(args, "--"), serverCmd...)...)
+		// A command runs the server on stdio; "url URL" or "sse URL"
+		// reaches one over HTTP.
+		if len(serverCmd) == 2 && (serverCmd[0] == "url" || serverCmd[0] == "sse") {
+			args = append(args, "--"+serverCmd[0], serverCmd[1])
+		} else {
+			args = append(append(args, "--"), serverCmd...)
+		}
+		c := exec.Command(nodeBin(t), args...)
 		c.Dir = filepath.Join(repoRoot(t), "testdata/node")
 		// Node resolves client.mjs's imports next to it, whatever
 		// GUARD_TEST_NODE_MODULES says.

@@ -4,6 +4,8 @@
 // left out, so that a run through guard can be compared with a direct one.
 //
 //   node client.mjs [--scenario auto|everything|example] [--protocol VERSION] -- COMMAND [ARGS...]
+//   node client.mjs [--scenario ...] --url URL      (Streamable HTTP)
+//   node client.mjs [--scenario ...] --sse URL      (the legacy HTTP+SSE transport)
 //
 // --scenario everything calls server-everything's tools, example calls guard's
 // example server's; auto (the default) chooses by the tools listed.
@@ -12,6 +14,8 @@
 // way out); the transcript names the version the server chose.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
 import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
@@ -20,13 +24,10 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 
 const argv = process.argv.slice(2);
-const sep = argv.indexOf("--");
-const usage = "usage: node client.mjs [--scenario auto|everything|example] [--protocol VERSION] -- COMMAND [ARGS...]";
-if (sep < 0 || sep === argv.length - 1) {
-  console.error(usage);
-  process.exit(2);
-}
-const flags = { scenario: "auto", protocol: "" };
+let sep = argv.indexOf("--");
+if (sep < 0) sep = argv.length;
+const usage = "usage: node client.mjs [--scenario auto|everything|example] [--protocol VERSION] (-- COMMAND [ARGS...] | --url URL | --sse URL)";
+const flags = { scenario: "auto", protocol: "", url: "", sse: "" };
 for (let i = 0; i < sep; i += 2) {
   const name = argv[i].replace(/^--?/, "");
   if (!(name in flags) || i + 1 >= sep) {
@@ -35,18 +36,17 @@ for (let i = 0; i < sep; i += 2) {
   }
   flags[name] = argv[i + 1];
 }
-if (!["auto", "everything", "example"].includes(flags.scenario)) {
+const command = argv.slice(sep + 1);
+if (!["auto", "everything", "example"].includes(flags.scenario) || (command.length === 0 && !flags.url && !flags.sse)) {
   console.error(usage);
   process.exit(2);
 }
-const command = argv.slice(sep + 1);
 
-const transport = new StdioClientTransport({
-  command: command[0],
-  args: command.slice(1),
-  env: process.env,
-  stderr: "inherit",
-});
+const transport = flags.url
+  ? new StreamableHTTPClientTransport(new URL(flags.url))
+  : flags.sse
+    ? new SSEClientTransport(new URL(flags.sse))
+    : new StdioClientTransport({ command: command[0], args: command.slice(1), env: process.env, stderr: "inherit" });
 const out = { server: null, protocol: null, tools: [], calls: {}, resources: 0, prompts: [], ping: false };
 if (flags.protocol) {
   const send = transport.send.bind(transport);
