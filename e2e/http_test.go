@@ -316,3 +316,56 @@ func TestTypeScriptClientOverHTTPThroughGuardServe(t *testing.T) {
 		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
 	}
 }
+
+// everythingSSE runs server-everything in its legacy sse mode.
+func everythingSSE(t *testing.T) string {
+	t.Helper()
+	addr := freePort(t)
+	_, port, _ := strings.Cut(addr, ":")
+	cmd := exec.Command(nodeBin(t), filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "sse")
+	cmd.Env = append(os.Environ(), "PORT="+port)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server-everything (sse) did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://" + addr + "/sse"
+}
+
+// A legacy HTTP+SSE server (2024-11-05) behind guard: the TypeScript SDK
+// client sees server-everything's sse mode the same directly (over SSE)
+// and through guard serve (over Streamable HTTP, guard speaking SSE
+// upstream).
+func TestTypeScriptClientThroughGuardToALegacySSEServer(t *testing.T) {
+	url := everythingSSE(t)
+	sc := tsScenario("everything", "")
+	direct := sc(t, []string{"sse", url})
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  everything: {url: \""+url+"\", transport: sse, new_tools: allow}\n")
+	addr := freePort(t)
+	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	waitHTTP(t, "http://"+addr+"/healthz")
+	through := sc(t, []string{"url", "http://" + addr + "/mcp/everything"})
+	if len(direct["calls"].(map[string]any)) < 5 {
+		t.Fatalf("the direct run made few calls: %v", direct)
+	}
+	if !reflect.DeepEqual(direct, through) {
+		a, _ := json.MarshalIndent(direct, "", " ")
+		b, _ := json.MarshalIndent(through, "", " ")
+		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
+	}
+}

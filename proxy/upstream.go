@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,10 @@ type Remote struct {
 	Headers map[string]string
 	// Client makes the requests (default: one with no overall timeout).
 	Client *http.Client
+	// SSE selects the legacy HTTP+SSE transport (2024-11-05): a GET event
+	// stream carries every server message, and the client POSTs to the
+	// endpoint its first event names.
+	SSE bool
 }
 
 // RunRemote relays between the client on clientIn/clientOut and a server
@@ -75,6 +80,12 @@ type upstream struct {
 	getOnce  sync.Once
 	inflight sync.WaitGroup
 	closed   bool
+
+	// The legacy transport: its event stream, opened on first use, and
+	// the endpoint it named.
+	sseOnce     sync.Once
+	sseEndpoint string
+	sseErr      error
 }
 
 // Write takes the relay's newline-delimited messages for the server.
@@ -154,6 +165,10 @@ func (u *upstream) request(method string, body []byte) (*http.Request, error) {
 func (u *upstream) post(line []byte) {
 	m, err := wire.Parse(line)
 	if err != nil {
+		return
+	}
+	if u.rm.SSE {
+		u.postLegacy(m, line)
 		return
 	}
 	if m.Kind == wire.KindRequest && m.Method == "initialize" {
@@ -283,17 +298,117 @@ func (u *upstream) end() {
 
 // readSSE calls emit with the data of each event of an SSE stream.
 func readSSE(r io.Reader, emit func([]byte)) {
+	readEvents(r, func(_ string, data []byte) { emit(data) })
+}
+
+// openLegacy opens the legacy transport's event stream and waits for the
+// endpoint event; the stream's messages go to the relay until it ends.
+func (u *upstream) openLegacy() {
+	req, err := http.NewRequestWithContext(u.ctx, http.MethodGet, u.rm.URL, nil)
+	if err != nil {
+		u.sseErr = err
+		return
+	}
+	for k, v := range u.rm.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := u.rm.Client.Do(req)
+	if err != nil {
+		u.sseErr = err
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		u.sseErr = fmt.Errorf("HTTP %d", resp.StatusCode)
+		return
+	}
+	endpoint := make(chan string, 1)
+	go func() {
+		defer resp.Body.Close()
+		readEvents(resp.Body, func(event string, data []byte) {
+			if event == "endpoint" {
+				select {
+				case endpoint <- string(data):
+				default:
+				}
+				return
+			}
+			u.emit(data)
+		})
+		close(endpoint)
+	}()
+	select {
+	case e, ok := <-endpoint:
+		if !ok {
+			u.sseErr = fmt.Errorf("the event stream ended before naming an endpoint")
+			return
+		}
+		base, err := url.Parse(u.rm.URL)
+		if err != nil {
+			u.sseErr = err
+			return
+		}
+		ref, err := url.Parse(e)
+		if err != nil {
+			u.sseErr = err
+			return
+		}
+		u.sseEndpoint = base.ResolveReference(ref).String()
+	case <-time.After(30 * time.Second):
+		u.sseErr = fmt.Errorf("no endpoint event within 30s")
+	}
+}
+
+// postLegacy sends one message to the legacy transport's endpoint; the
+// answer comes on the event stream.
+func (u *upstream) postLegacy(m wire.Message, line []byte) {
+	u.sseOnce.Do(u.openLegacy)
+	if u.sseErr != nil {
+		u.fail(m, "the remote server's event stream: "+u.sseErr.Error())
+		return
+	}
+	req, err := http.NewRequestWithContext(u.ctx, http.MethodPost, u.sseEndpoint, bytes.NewReader(line))
+	if err != nil {
+		u.fail(m, err.Error())
+		return
+	}
+	for k, v := range u.rm.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := u.rm.Client.Do(req)
+	if err != nil {
+		u.fail(m, "the remote server could not be reached: "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		u.fail(m, fmt.Sprintf("the remote server answered HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b))))
+	}
+}
+
+// readEvents calls fn with each event of an SSE stream: its type
+// ("message" when unnamed) and data.
+func readEvents(r io.Reader, fn func(event string, data []byte)) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 64<<20)
 	var data []byte
+	event := ""
 	for sc.Scan() {
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0:
 			if len(data) > 0 {
-				emit(data)
-				data = nil
+				if event == "" {
+					event = "message"
+				}
+				fn(event, data)
 			}
+			data, event = nil, ""
+		case bytes.HasPrefix(line, []byte("event:")):
+			event = strings.TrimSpace(string(line[6:]))
 		case bytes.HasPrefix(line, []byte("data:")):
 			v := bytes.TrimPrefix(line[5:], []byte(" "))
 			if len(data) > 0 {
@@ -303,6 +418,9 @@ func readSSE(r io.Reader, emit func([]byte)) {
 		}
 	}
 	if len(data) > 0 {
-		emit(data)
+		if event == "" {
+			event = "message"
+		}
+		fn(event, data)
 	}
 }

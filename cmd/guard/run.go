@@ -104,12 +104,12 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *upstream != "" {
 		// A remote server for a stdio client: headers (credentials) come
 		// from the configuration of the server of that name.
-		var headers map[string]string
+		rm := proxy.Remote{URL: *upstream}
 		if srv := cfg.Servers[server]; srv != nil {
-			headers = srv.Headers
+			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
 		}
 		err := proxy.RunRemote(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
-			proxy.Remote{URL: *upstream, Headers: headers}, a.clientIn(), a.clientOut())
+			rm, a.clientIn(), a.clientOut())
 		if err != nil {
 			logger.Debug("writing to the client", "err", err)
 		}

@@ -88,15 +88,11 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			logger.Warn("server not served: it has neither a command nor a url", "server", name)
 			continue
 		}
-		if srv.URL != "" && srv.Transport == "sse" {
-			logger.Warn("server not served: legacy SSE upstreams are not supported by this build", "server", name)
-			continue
-		}
 		log := logger.With("server", name)
 		h := proxy.NewHTTPServer(proxy.HTTPOptions{
 			Name:   name,
 			Argv:   srv.Command,
-			Remote: proxy.Remote{URL: srv.URL, Headers: srv.Headers},
+			Remote: proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"},
 			Session: func(client string) proxy.Options {
 				o := relayOptions(ctx, cfg, name, db, engine, holds, log)
 				o.ClientName = client
