@@ -213,3 +213,39 @@ func TestRunUpstreamLostSession(t *testing.T) {
 		t.Fatalf("the audit must not record the lost call as ok:\n%s", out)
 	}
 }
+
+// The pre-release's frozen 2026-07-28 requirements (no initialize, no
+// sessions, headers that must agree with the body, input-required rounds):
+// against the fixture run session-less, the same checks pass through guard
+// serve (the fixture a stdio child) as directly — the fixture's own
+// failures (the tasks extension) included.
+func TestConformance20260728ThroughGuardServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite")
+	}
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    command: ["+everythingServer(t)+"]\n    new_tools: allow\n")
+	through := serveThroughGuard(t, e)
+	args := []string{"--requirements", "2026-07-28"}
+	direct := conformance(t, "0.2.0-alpha.12", fixture(t, true), args...)
+	guarded := conformance(t, "0.2.0-alpha.12", through, args...)
+	passed := 0
+	for _, line := range direct {
+		if strings.HasPrefix(line, "✓") {
+			passed++
+		}
+	}
+	if passed < 30 {
+		t.Fatalf("directly, only %d scenarios pass: %v", passed, direct)
+	}
+	for k, v := range direct {
+		if guarded[k] != v {
+			t.Errorf("%s: directly %q, through guard %q", k, v, guarded[k])
+		}
+	}
+	for k, v := range guarded {
+		if _, ok := direct[k]; !ok {
+			t.Errorf("%s: only through guard: %q", k, v)
+		}
+	}
+	t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
+}

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,7 +59,11 @@ type HTTPServer struct {
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
+	shared   map[string]*httpSession // 2026-07-28, by client
 	closed   bool
+
+	toolsMu sync.Mutex
+	params  map[string]map[string]string // tool → argument → x-mcp-header name
 }
 
 // NewHTTPServer returns the handler of one server's endpoint.
@@ -71,7 +77,8 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
-	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}}
+	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}, shared: map[string]*httpSession{},
+		params: map[string]map[string]string{}}
 	for _, x := range o.AllowedHosts {
 		h.hosts[strings.ToLower(x)] = true
 	}
@@ -93,8 +100,11 @@ type httpSession struct {
 func (h *HTTPServer) Close() {
 	h.mu.Lock()
 	h.closed = true
-	ss := make([]*httpSession, 0, len(h.sessions))
+	ss := make([]*httpSession, 0, len(h.sessions)+len(h.shared))
 	for _, s := range h.sessions {
+		ss = append(ss, s)
+	}
+	for _, s := range h.shared {
 		ss = append(ss, s)
 	}
 	h.mu.Unlock()
@@ -186,6 +196,7 @@ func clientOf(r *http.Request) string {
 func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, error) {
 	pr, pw := io.Pipe()
 	s := &httpSession{id: uuid.NewString(), client: client, in: pw, router: newRouter(), done: make(chan struct{})}
+	s.router.onTools = h.learnParams
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -199,6 +210,9 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 		defer func() {
 			h.mu.Lock()
 			delete(h.sessions, s.id)
+			if h.shared[s.client] == s {
+				delete(h.shared, s.client)
+			}
 			h.mu.Unlock()
 			s.router.end()
 			pr.Close()
@@ -274,7 +288,34 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s := h.session(r)
+	modern := s == nil && r.Header.Get("Mcp-Session-Id") == "" && isModern(r, requests, initialize)
+	if modern {
+		// 2026-07-28: no sessions; the request headers must agree with
+		// the body, and the requests share one relay session (ids made
+		// unique on the way in, restored on the way out).
+		if len(parts) != 1 {
+			jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: batches are not allowed in this revision")
+			return
+		}
+		if len(requests) == 1 {
+			if msg := missingMeta(requests[0]); msg != "" {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(wire.ErrorResponse(requests[0].ID, wire.CodeInvalidParams, "Invalid params: "+msg, nil))
+				return
+			}
+			if msg := h.checkHeaders(r, requests[0]); msg != "" {
+				writeHeaderMismatch(w, requests[0].ID, msg)
+				return
+			}
+		}
+		if s, err = h.sharedSession(r.Context(), clientOf(r)); err != nil {
+			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
+			return
+		}
+	}
 	switch {
+	case modern:
 	case s == nil && r.Header.Get("Mcp-Session-Id") != "":
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found: start a new one with initialize")
 		return
@@ -299,12 +340,34 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.router.open(requests)
 	defer s.router.close(st)
+	if modern {
+		parts = s.router.uniqueIDs(st, parts)
+	}
 	if err := s.send(parts); err != nil {
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
 		return
 	}
+	if modern && len(requests) == 1 {
+		// The answer decides the HTTP status (2026-07-28: an error such
+		// as an unknown method is a 404, invalid params a 400); anything
+		// before it makes the response a stream.
+		first, ok := st.next(r.Context())
+		if !ok {
+			return
+		}
+		if fm, err := wire.Parse(first.data); err == nil && fm.Kind == wire.KindResponse && (fm.Error != nil || !acceptsSSE(r)) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(statusOf(fm))
+			_, _ = w.Write(first.data)
+			return
+		}
+		if acceptsSSE(r) {
+			h.streamSSE(w, r, st, &first)
+			return
+		}
+	}
 	if acceptsSSE(r) {
-		h.streamSSE(w, r, st)
+		h.streamSSE(w, r, st, nil)
 		return
 	}
 	// JSON: the answers, once all are in.
@@ -338,7 +401,7 @@ func acceptsSSE(r *http.Request) bool {
 // or the client goes away. A client that goes away does not cancel its
 // calls: the spec says a disconnect is not a cancellation; their answers
 // wait for a resumption (Last-Event-ID).
-func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *stream) {
+func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *stream, first *event) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -347,7 +410,13 @@ func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *strea
 		fl.Flush()
 	}
 	for {
-		msg, ok := st.next(r.Context())
+		var msg event
+		ok := true
+		if first != nil {
+			msg, first = *first, nil
+		} else {
+			msg, ok = st.next(r.Context())
+		}
 		if !ok {
 			return
 		}
@@ -376,7 +445,7 @@ func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "Unknown Last-Event-ID", http.StatusNotFound)
 			return
 		}
-		h.streamSSE(w, r, st)
+		h.streamSSE(w, r, st, nil)
 		return
 	}
 	st, ok := s.router.standalone()
@@ -385,7 +454,7 @@ func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.router.detach(st)
-	h.streamSSE(w, r, st)
+	h.streamSSE(w, r, st, nil)
 }
 
 func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
@@ -482,10 +551,14 @@ type router struct {
 	attached bool
 	backlog  [][]byte // for a standalone stream not yet opened
 	ended    bool
+	unique   int
+	orig     map[string][]byte // unique id key → the client's id (2026-07-28)
+	modern   bool              // the session-less revision: nothing unsolicited
+	onTools  func(result []byte)
 }
 
 func newRouter() *router {
-	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{}}
+	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{}, orig: map[string][]byte{}}
 }
 
 // open registers a POST's requests and returns their stream.
@@ -639,11 +712,44 @@ func (rt *router) route(line []byte) {
 	}
 	if m.Kind == wire.KindResponse {
 		k := wire.IDKey(m.ID)
+		if rt.onTools != nil && m.Result != nil && wire.ParamsMember(m.Result, "tools") != nil {
+			rt.onTools(m.Result)
+		}
 		if st := rt.byID[k]; st != nil {
+			if o, ok := rt.orig[k]; ok {
+				delete(rt.orig, k)
+				line = wire.ReplaceID(m, o)
+			}
 			st.push(line)
 			rt.answered(st, k)
 		}
 		return
+	}
+	if sub := wire.MetaMember(m.Params, metaSubscription); sub != nil {
+		// A subscriptions/listen stream's notification: to that stream,
+		// naming the subscription by the client's id.
+		k := wire.IDKey(sub)
+		if st := rt.byID[k]; st != nil {
+			if o, ok := rt.orig[k]; ok {
+				line = withMeta(m, metaSubscription, o)
+			}
+			st.push(line)
+		}
+		return
+	}
+	if m.Method == "notifications/cancelled" {
+		if rid := wire.ParamsMember(m.Params, "requestId"); rid != nil {
+			k := wire.IDKey(rid)
+			if st := rt.byID[k]; st != nil {
+				if o, ok := rt.orig[k]; ok {
+					line = rewriteParamsMember(m, "requestId", o)
+					delete(rt.orig, k)
+				}
+				st.push(line)
+				rt.answered(st, k)
+				return
+			}
+		}
 	}
 	if m.Method == "notifications/progress" {
 		if tok := wire.ParamsMember(m.Params, "progressToken"); tok != nil {
@@ -652,6 +758,9 @@ func (rt *router) route(line []byte) {
 				return
 			}
 		}
+	}
+	if rt.modern {
+		return // no stream asked for it
 	}
 	switch {
 	case len(rt.reqs) == 1:
@@ -684,4 +793,243 @@ func (rt *router) answered(st *stream, k string) {
 		}
 		st.finish()
 	}
+}
+
+// uniqueIDs gives a POST's requests ids no other POST uses (requests of
+// the session-less revision share one relay session), registering them
+// for its stream; responses get the client's ids back.
+func (rt *router) uniqueIDs(st *stream, parts [][]byte) [][]byte {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make([][]byte, len(parts))
+	for i, p := range parts {
+		m, err := wire.Parse(p)
+		if err != nil || m.Kind != wire.KindRequest {
+			out[i] = p
+			continue
+		}
+		rt.unique++
+		id := []byte(`"guard-http-` + strconv.Itoa(rt.unique) + `"`)
+		old, k := wire.IDKey(m.ID), wire.IDKey(id)
+		delete(rt.byID, old)
+		rt.byID[k] = st
+		rt.orig[k] = append([]byte(nil), m.ID...)
+		st.mu.Lock()
+		delete(st.pending, old)
+		st.pending[k] = true
+		st.mu.Unlock()
+		out[i] = wire.ReplaceID(m, id)
+	}
+	return out
+}
+
+// sharedSession is the relay session of the session-less revision for a
+// client (token), started on first use.
+func (h *HTTPServer) sharedSession(ctx context.Context, client string) (*httpSession, error) {
+	h.mu.Lock()
+	s := h.shared[client]
+	h.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	s, err := h.start(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	delete(h.sessions, s.id) // not reachable by Mcp-Session-Id
+	if prev := h.shared[client]; prev != nil {
+		h.mu.Unlock()
+		s.in.Close()
+		return prev, nil
+	}
+	s.router.mu.Lock()
+	s.router.modern = true
+	s.router.mu.Unlock()
+	h.shared[client] = s
+	h.mu.Unlock()
+	return s, nil
+}
+
+// isModern reports whether a POST speaks the session-less revision
+// (2026-07-28 or later), by its MCP-Protocol-Version header or its
+// requests' _meta.
+func isModern(r *http.Request, reqs []wire.Message, initialize bool) bool {
+	if v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version")); v != "" {
+		return v >= "2026-07-28"
+	}
+	if initialize {
+		return false
+	}
+	for _, m := range reqs {
+		if v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol)); ok && v >= "2026-07-28" {
+			return true
+		}
+	}
+	return false
+}
+
+// codeHeaderMismatch is the JSON-RPC error of request headers that do not
+// agree with the body (2026-07-28).
+const codeHeaderMismatch = -32020
+
+func writeHeaderMismatch(w http.ResponseWriter, id []byte, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(wire.ErrorResponse(id, codeHeaderMismatch, "Header mismatch: "+msg, nil))
+}
+
+// checkHeaders checks a 2026-07-28 request's Mcp-Method, Mcp-Name and
+// Mcp-Param-* headers against its body, as the server behind guard would:
+// guard is the HTTP server its clients see. It returns what is wrong.
+func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
+	if v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol)); ok {
+		if hv := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version")); hv != "" && hv != v {
+			return fmt.Sprintf("MCP-Protocol-Version %q does not match the request's _meta %q", hv, v)
+		}
+	}
+	method := strings.TrimSpace(r.Header.Get("Mcp-Method"))
+	if method == "" {
+		return "the Mcp-Method header is missing"
+	}
+	if method != m.Method {
+		return fmt.Sprintf("Mcp-Method %q does not match the body's method %q", method, m.Method)
+	}
+	var name string
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		name, _ = wire.String(wire.ParamsMember(m.Params, "name"))
+	case "resources/read":
+		name, _ = wire.String(wire.ParamsMember(m.Params, "uri"))
+	}
+	if name != "" {
+		got := strings.TrimSpace(r.Header.Get("Mcp-Name"))
+		if got == "" {
+			return "the Mcp-Name header is missing"
+		}
+		if got != name {
+			return fmt.Sprintf("Mcp-Name %q does not match the body's %q", got, name)
+		}
+	}
+	if m.Method != "tools/call" {
+		return ""
+	}
+	h.toolsMu.Lock()
+	params := h.params[name]
+	h.toolsMu.Unlock()
+	var args map[string]json.RawMessage
+	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
+	for arg, header := range params {
+		raw, inBody := args[arg]
+		hv, inHeader := r.Header[http.CanonicalHeaderKey("Mcp-Param-"+header)]
+		if !inBody {
+			continue
+		}
+		if !inHeader || len(hv) == 0 {
+			return fmt.Sprintf("the Mcp-Param-%s header is missing for argument %q", header, arg)
+		}
+		v := strings.TrimSpace(hv[0])
+		if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") {
+			b, err := base64.StdEncoding.Strict().DecodeString(v[len("=?base64?") : len(v)-2])
+			if err != nil {
+				return fmt.Sprintf("Mcp-Param-%s is not valid Base64", header)
+			}
+			v = string(b)
+		}
+		var want string
+		if s, ok := wire.String(raw); ok {
+			want = s
+		} else {
+			want = string(raw)
+		}
+		if v != want {
+			return fmt.Sprintf("Mcp-Param-%s does not match argument %q", header, arg)
+		}
+	}
+	return ""
+}
+
+// learnParams keeps, from a tools/list result, which arguments of each
+// tool are mirrored in Mcp-Param-* headers (x-mcp-header).
+func (h *HTTPServer) learnParams(result []byte) {
+	var page struct {
+		Tools []struct {
+			Name        string `json:"name"`
+			InputSchema struct {
+				Properties map[string]struct {
+					Header string `json:"x-mcp-header"`
+				} `json:"properties"`
+			} `json:"inputSchema"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(result, &page) != nil {
+		return
+	}
+	h.toolsMu.Lock()
+	defer h.toolsMu.Unlock()
+	for _, t := range page.Tools {
+		m := map[string]string{}
+		for arg, p := range t.InputSchema.Properties {
+			if p.Header != "" {
+				m[arg] = p.Header
+			}
+		}
+		h.params[t.Name] = m
+	}
+}
+
+// metaSubscription names the subscriptions/listen stream a notification
+// belongs to (2026-07-28).
+const metaSubscription = "io.modelcontextprotocol/subscriptionId"
+
+// statusOf is the HTTP status of a session-less answer: its error's.
+func statusOf(m wire.Message) int {
+	if m.Error == nil {
+		return http.StatusOK
+	}
+	var e struct {
+		Code int `json:"code"`
+	}
+	_ = json.Unmarshal(m.Error, &e)
+	switch e.Code {
+	case wire.CodeMethodNotFound:
+		return http.StatusNotFound
+	case wire.CodeInvalidParams, codeHeaderMismatch, -32021, -32022, wire.CodeInvalidRequest, wire.CodeParseError:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// missingMeta says what a session-less request lacks of the _meta every
+// request carries: the revision and the client's capabilities.
+func missingMeta(m wire.Message) string {
+	if wire.ParamsMember(m.Params, "_meta") == nil {
+		return "the request has no _meta (io.modelcontextprotocol/protocolVersion, clientCapabilities)"
+	}
+	if wire.MetaMember(m.Params, metaProtocol) == nil {
+		return "_meta lacks " + metaProtocol
+	}
+	if wire.MetaMember(m.Params, metaCapabilities) == nil {
+		return "_meta lacks " + metaCapabilities
+	}
+	return ""
+}
+
+// withMeta returns the message with one member of params._meta replaced.
+func withMeta(m wire.Message, key string, value []byte) []byte {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(m.Params, &p) != nil {
+		return m.Raw
+	}
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(p["_meta"], &meta) != nil {
+		return m.Raw
+	}
+	meta[key] = value
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return m.Raw
+	}
+	p["_meta"] = b
+	return replaceParams(m, p)
 }
