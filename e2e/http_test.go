@@ -37,7 +37,7 @@ func serveExample(t *testing.T, config string, flags ...string) (*env, string) {
 // sessions work through guard serve.
 func TestHTTPHeldCallApprovedFromTheCommandLine(t *testing.T) {
 	e, url := serveExample(t, "approval: {wait: 30s}\n")
-	for _, v := range []string{"2025-03-26", "2025-06-18", "2025-11-25"} {
+	for _, v := range []string{"2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
 		t.Run(v, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
