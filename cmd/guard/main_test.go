@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // run runs guard in-process with a clean environment rooted in dir.
@@ -69,5 +71,12 @@ func TestRunExitsWithTheServersStatus(t *testing.T) {
 	_, stderr, code := run(t, dir, "run", "--", filepath.Join(dir, "no-such-server"))
 	if code != 1 || !strings.Contains(stderr, "could not be started") {
 		t.Fatalf("exit %d, %q", code, stderr)
+	}
+}
+
+func TestDuplicateTools(t *testing.T) {
+	got := duplicateTools([]guard.Tool{{Server: "a", Name: "search"}, {Server: "b", Name: "search"}, {Server: "a", Name: "read"}})
+	if len(got) != 1 || len(got["search"]) != 2 {
+		t.Fatalf("%v", got)
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sort"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
 )
 
 func init() {
@@ -114,6 +117,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")
 		return exitUsage
 	}
+	go warnDuplicateTools(bg, db, logger)
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
@@ -137,4 +141,42 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		f.Close()
 	}
 	return exitOK
+}
+
+// warnDuplicateTools warns, once per name, when two servers offer a tool of
+// the same name: a client that sees several servers may call the wrong one.
+func warnDuplicateTools(ctx context.Context, db *store.DB, logger *slog.Logger) {
+	warned := map[string]bool{}
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		if tools, err := db.Tools(ctx, ""); err == nil {
+			for name, servers := range duplicateTools(tools) {
+				if !warned[name] {
+					warned[name] = true
+					logger.Warn("two servers offer a tool of the same name", "tool", name, "servers", servers)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// duplicateTools maps each tool name offered by more than one server to
+// those servers.
+func duplicateTools(tools []guard.Tool) map[string][]string {
+	by := map[string][]string{}
+	for _, t := range tools {
+		by[t.Name] = append(by[t.Name], t.Server)
+	}
+	for name, servers := range by {
+		if len(servers) < 2 {
+			delete(by, name)
+		}
+	}
+	return by
 }
