@@ -46,7 +46,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"approvals"}, 2, "", "usage: guard approvals"},
 		{[]string{"audit", "delete"}, 2, "", `unknown subcommand "delete"`},
 		{[]string{"policy", "apply"}, 2, "", "unknown subcommand \"apply\" (check, test, replay)"},
-		{[]string{"run", "--upstream", "http://127.0.0.1:1/mcp"}, 2, "", "not supported by this build yet"},
+		{[]string{"run", "--no-ui", "--upstream", "http://127.0.0.1:1/mcp", "--", "server"}, 2, "", "--upstream URL and a command are exclusive"},
 		{[]string{"run"}, 2, "", "usage: guard run"},
 		{[]string{"run", "--config", bad, "--", "true"}, 2, "", bad + ":2:"},
 	} {
