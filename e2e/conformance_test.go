@@ -217,8 +217,8 @@ func TestRunUpstreamLostSession(t *testing.T) {
 // The pre-release's frozen 2026-07-28 requirements (no initialize, no
 // sessions, headers that must agree with the body, input-required rounds):
 // against the fixture run session-less, the same checks pass through guard
-// serve (the fixture a stdio child) as directly — the fixture's own
-// failures (the tasks extension) included.
+// serve — the fixture a stdio child, or an HTTP upstream — as directly, the
+// fixture's own failures (the tasks extension) included.
 func TestConformance20260728ThroughGuardServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the conformance suite")
@@ -228,6 +228,14 @@ func TestConformance20260728ThroughGuardServe(t *testing.T) {
 	args := []string{"--requirements", "2026-07-28"}
 	direct := conformance(t, "0.2.0-alpha.12", fixture(t, true), args...)
 	guarded := conformance(t, "0.2.0-alpha.12", through, args...)
+	// And with the fixture as an HTTP upstream.
+	e2 := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    url: "+fixture(t, true)+"\n    new_tools: allow\n")
+	viaHTTP := conformance(t, "0.2.0-alpha.12", serveThroughGuard(t, e2), args...)
+	for k, v := range direct {
+		if viaHTTP[k] != v {
+			t.Errorf("%s: directly %q, through guard to an HTTP upstream %q", k, v, viaHTTP[k])
+		}
+	}
 	passed := 0
 	for _, line := range direct {
 		if strings.HasPrefix(line, "✓") {

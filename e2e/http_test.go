@@ -234,8 +234,9 @@ func TestHTTPBearerTokens(t *testing.T) {
 		})}
 	}
 	connect := func(tok string) (*mcp.ClientSession, error) {
+		// A revision with sessions: the last check is about them.
 		return mcp.NewClient(&mcp.Implementation{Name: "claims-to-be-someone", Version: "9"}, nil).
-			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: withToken(tok)}, nil)
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: withToken(tok)}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	}
 	if _, err := connect(""); err == nil {
 		t.Fatal("no token: connected")

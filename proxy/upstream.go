@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,6 +83,10 @@ type upstream struct {
 	inflight sync.WaitGroup
 	closed   bool
 
+	// x-mcp-header arguments of each tool, from the tools lists relayed
+	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
+	params map[string]map[string]string
+
 	// The legacy transport: its event stream, opened on first use, and
 	// the endpoint it named.
 	sseOnce     sync.Once
@@ -118,6 +124,11 @@ func (u *upstream) emit(line []byte) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
 		return
+	}
+	if bytes.Contains(line, []byte(`"x-mcp-header"`)) {
+		if m, err := wire.Parse(line); err == nil && m.Kind == wire.KindResponse && m.Result != nil {
+			u.learnParams(m.Result)
+		}
 	}
 	u.mu.Lock()
 	if u.initID != "" {
@@ -181,6 +192,7 @@ func (u *upstream) post(line []byte) {
 		u.fail(m, err.Error())
 		return
 	}
+	u.modernHeaders(req, m)
 	if m.Kind == wire.KindRequest {
 		u.inflight.Add(1)
 		go func() {
@@ -422,5 +434,94 @@ func readEvents(r io.Reader, fn func(event string, data []byte)) {
 			event = "message"
 		}
 		fn(event, data)
+	}
+}
+
+// modernHeaders sets the headers a 2026-07-28 request carries over HTTP:
+// its revision, method, name, and the arguments its tool mirrors.
+func (u *upstream) modernHeaders(req *http.Request, m wire.Message) {
+	v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol))
+	if !ok || v < "2026-07-28" {
+		return
+	}
+	req.Header.Set("MCP-Protocol-Version", v)
+	if m.Method != "" {
+		req.Header.Set("Mcp-Method", m.Method)
+	}
+	var name string
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		name, _ = wire.String(wire.ParamsMember(m.Params, "name"))
+	case "resources/read":
+		name, _ = wire.String(wire.ParamsMember(m.Params, "uri"))
+	}
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	if m.Method != "tools/call" {
+		return
+	}
+	u.mu.Lock()
+	params := u.params[name]
+	u.mu.Unlock()
+	if len(params) == 0 {
+		return
+	}
+	var args map[string]json.RawMessage
+	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
+	for arg, header := range params {
+		raw, ok := args[arg]
+		if !ok {
+			continue
+		}
+		val, isStr := wire.String(raw)
+		if !isStr {
+			val = string(raw)
+		}
+		// Values that are not plain ASCII travel Base64-encoded.
+		if !printableASCII(val) {
+			val = "=?base64?" + base64.StdEncoding.EncodeToString([]byte(val)) + "?="
+		}
+		req.Header.Set("Mcp-Param-"+header, val)
+	}
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return s == strings.TrimSpace(s)
+}
+
+// learnParams keeps which arguments of each tool are mirrored in headers.
+func (u *upstream) learnParams(result []byte) {
+	var page struct {
+		Tools []struct {
+			Name        string `json:"name"`
+			InputSchema struct {
+				Properties map[string]struct {
+					Header string `json:"x-mcp-header"`
+				} `json:"properties"`
+			} `json:"inputSchema"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(result, &page) != nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.params == nil {
+		u.params = map[string]map[string]string{}
+	}
+	for _, t := range page.Tools {
+		m := map[string]string{}
+		for arg, p := range t.InputSchema.Properties {
+			if p.Header != "" {
+				m[arg] = p.Header
+			}
+		}
+		u.params[t.Name] = m
 	}
 }
