@@ -370,3 +370,32 @@ func TestTypeScriptClientThroughGuardToALegacySSEServer(t *testing.T) {
 		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
 	}
 }
+
+// A session no request uses for --session-idle ends, and its server
+// process with it; a request naming it then gets 404.
+func TestHTTPIdleSessionsEnd(t *testing.T) {
+	_, url := serveExample(t, "", "--session-idle", "1s")
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	id := resp.Header.Get("Mcp-Session-Id")
+	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusAccepted {
+		t.Fatalf("initialized: %d", r.StatusCode)
+	}
+	time.Sleep(2500 * time.Millisecond) // idle
+	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusNotFound {
+		t.Fatalf("an idle session was kept: %d", r.StatusCode)
+	}
+}

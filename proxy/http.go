@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,9 +43,13 @@ type HTTPOptions struct {
 	MaxBody int64
 	// Grace is how long a session's server has to exit once its session
 	// ends (default 5s), as for guard run.
-	Grace  time.Duration
-	Stderr io.Writer
-	Logger *slog.Logger
+	Grace time.Duration
+	// SessionIdle ends a session no request has used for that long
+	// (default 30m), so that a client that never says DELETE does not keep
+	// a server process forever.
+	SessionIdle time.Duration
+	Stderr      io.Writer
+	Logger      *slog.Logger
 }
 
 // HTTPServer serves one wrapped server over Streamable HTTP: POST carries
@@ -62,8 +67,9 @@ type HTTPServer struct {
 	shared   map[string]*httpSession // 2026-07-28, by client
 	closed   bool
 
-	toolsMu sync.Mutex
-	params  map[string]map[string]string // tool → argument → x-mcp-header name
+	reapOnce sync.Once
+	toolsMu  sync.Mutex
+	params   map[string]map[string]string // tool → argument → x-mcp-header name
 }
 
 // NewHTTPServer returns the handler of one server's endpoint.
@@ -77,6 +83,9 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = 30 * time.Minute
+	}
 	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}, shared: map[string]*httpSession{},
 		params: map[string]map[string]string{}}
 	for _, x := range o.AllowedHosts {
@@ -88,6 +97,7 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 // httpSession is one client session: a relay session over a stdio child,
 // fed through a pipe, whose output the router hands to the HTTP streams.
 type httpSession struct {
+	used   atomic.Int64 // unix nanoseconds of the last request
 	id     string
 	client string // the token's name that started it
 	writeM sync.Mutex
@@ -184,6 +194,9 @@ func (h *HTTPServer) session(r *http.Request) *httpSession {
 	if s != nil && s.client != clientOf(r) {
 		return nil
 	}
+	if s != nil {
+		s.used.Store(time.Now().UnixNano())
+	}
 	return s
 }
 
@@ -204,6 +217,8 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 	}
 	h.sessions[s.id] = s
 	h.mu.Unlock()
+	s.used.Store(time.Now().UnixNano())
+	h.reapOnce.Do(func() { go h.reap() })
 	started := make(chan error, 1)
 	go func() {
 		defer close(s.done)
@@ -1032,4 +1047,38 @@ func withMeta(m wire.Message, key string, value []byte) []byte {
 	}
 	p["_meta"] = b
 	return replaceParams(m, p)
+}
+
+// reap ends sessions idle for longer than SessionIdle, unless a stream of
+// theirs is still open (a held call, a GET stream).
+func (h *HTTPServer) reap() {
+	every := min(h.opts.SessionIdle/4, time.Minute)
+	for {
+		time.Sleep(every)
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return
+		}
+		var idle []*httpSession
+		cut := time.Now().Add(-h.opts.SessionIdle).UnixNano()
+		for id, s := range h.sessions {
+			if s.used.Load() < cut && !s.router.busy() {
+				delete(h.sessions, id)
+				idle = append(idle, s)
+			}
+		}
+		h.mu.Unlock()
+		for _, s := range idle {
+			h.opts.Logger.Info("session ended: idle", "session", s.id)
+			s.in.Close()
+		}
+	}
+}
+
+// busy reports whether a stream of the session is open.
+func (rt *router) busy() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.reqs) > 0 || rt.attached
 }

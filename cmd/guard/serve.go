@@ -29,6 +29,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client may take to send its request headers")
+	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -106,6 +107,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			AllowedHosts: allowedHosts(*listen),
 			Authenticate: auth,
 			MaxBody:      cfg.MaxMessage,
+			SessionIdle:  *sessionIdle,
 			Stderr:       a.stderr,
 			Logger:       log,
 		})
