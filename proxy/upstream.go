@@ -17,6 +17,10 @@ import (
 	"github.com/guard-mcp/guard/proxy/wire"
 )
 
+// remoteGrace is how long a remote session's open requests may take to
+// finish once its client has gone.
+const remoteGrace = 5 * time.Second
+
 // Remote describes a server guard reaches over Streamable HTTP.
 type Remote struct {
 	// URL is the server's MCP endpoint.
@@ -52,7 +56,16 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, clientIn io.Reader,
 		close(readDone)
 	}()
 	<-p.serverWritten // the client ended and everything was sent
-	up.wait()
+	// Requests still open get a moment to finish; a stream that never
+	// ends (subscriptions/listen) is then cut.
+	waited := make(chan struct{})
+	go func() { up.wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(remoteGrace):
+		cancel()
+		<-waited
+	}
 	up.end()
 	pw.Close()
 	<-readDone
