@@ -389,7 +389,7 @@ func TestSelfProtection(t *testing.T) {
 // A bad configuration exits 2 naming the file, line and problem.
 func TestBadConfigExits2(t *testing.T) {
 	e := newEnv(t, "policy:\n  default: allow\n  rules:\n    - {name: x, acton: deny}\n")
-	out, code := e.guard("run", "--", guardBin, "example-server")
+	out, code := e.guard("run", "--no-ui", "--", guardBin, "example-server")
 	if code != 2 || !strings.Contains(out, e.cfg+":4: unknown key \"acton\"") {
 		t.Fatalf("got %d: %s", code, out)
 	}

@@ -33,6 +33,10 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"servers:\n  files:\n    trust_annotations: maybe\n", 3, "expected true or false"},
 		{"policy: [\n", 1, "did not find expected node content"},
 		{"ui: {listen: \"0.0.0.0:8931\"}\n", 1, "reachable from other machines"},
+		{"approval: {max_pending: 0}\n", 1, "not a positive whole number"},
+		{"clients:\n  - {name: ci, token_sha256: abc}\n", 2, "must be 64 hex digits"},
+		{"clients:\n  - {token_sha256: abc}\n", 2, "a client needs a name"},
+		{"servers:\n  files: {bad_schema: maybe}\n", 2, `"maybe" is not one of deny, ignore`},
 		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
 	} {
 		_, err := Parse([]byte(tc.yaml), "cfg.yaml")

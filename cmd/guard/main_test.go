@@ -48,6 +48,24 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"policy", "apply"}, 2, "", "unknown subcommand \"apply\" (check, test, replay)"},
 		{[]string{"run", "--no-ui", "--upstream", "http://127.0.0.1:1/mcp", "--", "server"}, 2, "", "--upstream URL and a command are exclusive"},
 		{[]string{"run"}, 2, "", "usage: guard run"},
+		{[]string{"run", "--ui", "0.0.0.0:8931", "--", "true"}, 2, "", "reachable from other machines"},
+		{[]string{"tools"}, 2, "", "usage: guard tools"},
+		{[]string{"tools", "forget", "a", "b"}, 2, "", `unknown subcommand "forget"`},
+		{[]string{"tools", "diff", "files"}, 2, "", "usage: guard tools diff SERVER TOOL"},
+		{[]string{"tools", "accept", "files", "ghost", "--by", "x"}, 1, "", `no tool "ghost" on server "files"`},
+		{[]string{"tools", "list"}, 0, "SERVER", ""},
+		{[]string{"policy", "test", "--call", `{"server":"s","tol":"x"}`}, 2, "", "--call: want a JSON object"},
+		{[]string{"policy", "test", "--call", `{"server":"s","tool":"x"}`}, 0, "decision: approve", ""},
+		{[]string{"policy", "replay", "--since", "soon"}, 2, "", "want a duration"},
+		{[]string{"policy", "replay", "--since", "1h"}, 0, "replayed 0 calls", ""},
+		{[]string{"ui"}, 2, "", "usage: guard ui url"},
+		{[]string{"ui", "url"}, 0, "/login?token=", ""},
+		{[]string{"token"}, 2, "", "usage: guard token NAME"},
+		{[]string{"token", "ci"}, 0, "token_sha256:", ""},
+		{[]string{"serve", "--listen", "0.0.0.0:8930"}, 2, "", "reachable from other machines"},
+		{[]string{"serve", "--no-ui", "--listen", "127.0.0.1:0"}, 2, "", "no server to serve"},
+		{[]string{"bench", "--durability", "fast"}, 2, "", "neither normal nor full"},
+		{[]string{"bench", "--callers", "0"}, 2, "", "not a positive number"},
 		{[]string{"run", "--config", bad, "--", "true"}, 2, "", bad + ":2:"},
 	} {
 		stdout, stderr, code := run(t, dir, tc.args...)
@@ -60,15 +78,15 @@ func TestCommandLine(t *testing.T) {
 
 func TestRunExitsWithTheServersStatus(t *testing.T) {
 	dir := t.TempDir()
-	_, _, code := run(t, dir, "run", "--", "sh", "-c", "exit 7")
+	_, _, code := run(t, dir, "run", "--no-ui", "--", "sh", "-c", "exit 7")
 	if code != 7 {
 		t.Fatalf("exit %d, want the server's 7", code)
 	}
-	_, _, code = run(t, dir, "run", "--", "sh", "-c", "kill -TERM $$")
+	_, _, code = run(t, dir, "run", "--no-ui", "--", "sh", "-c", "kill -TERM $$")
 	if code != 128+15 {
 		t.Fatalf("exit %d, want 143 for a server ended by SIGTERM", code)
 	}
-	_, stderr, code := run(t, dir, "run", "--", filepath.Join(dir, "no-such-server"))
+	_, stderr, code := run(t, dir, "run", "--no-ui", "--", filepath.Join(dir, "no-such-server"))
 	if code != 1 || !strings.Contains(stderr, "could not be started") {
 		t.Fatalf("exit %d, %q", code, stderr)
 	}
