@@ -214,6 +214,22 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	if !strings.Contains(out, "accepted by bob") || !strings.Contains(out, "rejected by alice") {
 		t.Fatalf("tools list:\n%s", out)
 	}
+	// Rejecting a definition that was accepted reaches the running
+	// session within seconds.
+	if out, code := e.guard("tools", "reject", "weather", "fetch_weather", "--by", "carol"); code != 0 {
+		t.Fatalf("tools reject: %d %s", code, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := call("fetch_weather")
+		if err == nil && r.IsError && strings.Contains(text(r), "rejected by carol") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an accepted definition rejected later still passes: %v %v", r, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // Results are checked against the tool's outputSchema: enforce replaces a

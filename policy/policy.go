@@ -25,6 +25,9 @@ const (
 	ToolReviewRule = "guard-tool-review"
 	// RateLimitRule refuses calls over a configured rate.
 	RateLimitRule = "guard-rate-limit"
+	// PendingLimitRule refuses a call that would be held while a session
+	// already has approval.max_pending calls waiting.
+	PendingLimitRule = "guard-pending-limit"
 )
 
 // Policy is a configuration compiled for deciding.

@@ -68,8 +68,7 @@ type HTTPServer struct {
 	closed   bool
 
 	reapOnce sync.Once
-	toolsMu  sync.Mutex
-	params   map[string]map[string]string // tool → argument → x-mcp-header name
+	headers  toolHeaders // x-mcp-header arguments, for 2026-07-28 requests
 }
 
 // NewHTTPServer returns the handler of one server's endpoint.
@@ -86,8 +85,7 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.SessionIdle <= 0 {
 		o.SessionIdle = 30 * time.Minute
 	}
-	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}, shared: map[string]*httpSession{},
-		params: map[string]map[string]string{}}
+	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
 	for _, x := range o.AllowedHosts {
 		h.hosts[strings.ToLower(x)] = true
 	}
@@ -209,7 +207,7 @@ func clientOf(r *http.Request) string {
 func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, error) {
 	pr, pw := io.Pipe()
 	s := &httpSession{id: uuid.NewString(), client: client, in: pw, router: newRouter(), done: make(chan struct{})}
-	s.router.onTools = h.learnParams
+	s.router.headers = &h.headers
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -569,7 +567,7 @@ type router struct {
 	unique   int
 	orig     map[string][]byte // unique id key → the client's id (2026-07-28)
 	modern   bool              // the session-less revision: nothing unsolicited
-	onTools  func(result []byte)
+	headers  *toolHeaders      // what tools lists teach, when set
 }
 
 func newRouter() *router {
@@ -685,18 +683,10 @@ func (rt *router) end() {
 func (rt *router) Write(p []byte) (int, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.buf = append(rt.buf, p...)
-	for {
-		i := bytes.IndexByte(rt.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := append([]byte(nil), rt.buf[:i]...)
-		rt.buf = rt.buf[i+1:]
+	var lines [][]byte
+	lines, rt.buf = cutLines(append(rt.buf, p...))
+	for _, line := range lines {
 		rt.route(line)
-	}
-	if len(rt.buf) == 0 {
-		rt.buf = nil
 	}
 	return len(p), nil
 }
@@ -727,8 +717,8 @@ func (rt *router) route(line []byte) {
 	}
 	if m.Kind == wire.KindResponse {
 		k := wire.IDKey(m.ID)
-		if rt.onTools != nil && m.Result != nil && wire.ParamsMember(m.Result, "tools") != nil {
-			rt.onTools(m.Result)
+		if rt.headers != nil {
+			rt.headers.learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
 			if o, ok := rt.orig[k]; ok {
@@ -910,13 +900,7 @@ func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 	if method != m.Method {
 		return fmt.Sprintf("Mcp-Method %q does not match the body's method %q", method, m.Method)
 	}
-	var name string
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "name"))
-	case "resources/read":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "uri"))
-	}
+	name := requestName(m)
 	if name != "" {
 		got := strings.TrimSpace(r.Header.Get("Mcp-Name"))
 		if got == "" {
@@ -929,9 +913,7 @@ func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 	if m.Method != "tools/call" {
 		return ""
 	}
-	h.toolsMu.Lock()
-	params := h.params[name]
-	h.toolsMu.Unlock()
+	params := h.headers.of(name)
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
 	for arg, header := range params {
@@ -962,35 +944,6 @@ func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 		}
 	}
 	return ""
-}
-
-// learnParams keeps, from a tools/list result, which arguments of each
-// tool are mirrored in Mcp-Param-* headers (x-mcp-header).
-func (h *HTTPServer) learnParams(result []byte) {
-	var page struct {
-		Tools []struct {
-			Name        string `json:"name"`
-			InputSchema struct {
-				Properties map[string]struct {
-					Header string `json:"x-mcp-header"`
-				} `json:"properties"`
-			} `json:"inputSchema"`
-		} `json:"tools"`
-	}
-	if json.Unmarshal(result, &page) != nil {
-		return
-	}
-	h.toolsMu.Lock()
-	defer h.toolsMu.Unlock()
-	for _, t := range page.Tools {
-		m := map[string]string{}
-		for arg, p := range t.InputSchema.Properties {
-			if p.Header != "" {
-				m[arg] = p.Header
-			}
-		}
-		h.params[t.Name] = m
-	}
 }
 
 // metaSubscription names the subscriptions/listen stream a notification

@@ -37,12 +37,17 @@ func (s *Session) persisted() {
 	s.persistMu.Unlock()
 }
 
-// acceptedPin reports whether this session already found the definition
-// accepted. An accepted definition stays accepted: a change makes a new pin.
+// acceptedFor is how long a session trusts that a definition it found
+// accepted still is: a person may reject it later (guard tools reject).
+const acceptedFor = 5 * time.Second
+
+// acceptedPin reports whether this session found the definition accepted
+// within acceptedFor, so that most calls skip reading the store.
 func (s *Session) acceptedPin(pin string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.accepted[pin]
+	at, ok := s.accepted[pin]
+	return ok && s.now().Sub(at) < acceptedFor
 }
 
 // reviewOf reads how a tool's definition stands and, when it waits for a
@@ -63,7 +68,7 @@ func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
 	}
 	if r.State == guard.ReviewAccepted {
 		s.mu.Lock()
-		s.accepted[tool.Pin] = true
+		s.accepted[tool.Pin] = s.now()
 		s.mu.Unlock()
 		return r, "", nil
 	}

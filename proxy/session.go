@@ -44,7 +44,7 @@ type call struct {
 	def         *guard.Tool // the definition it was decided on
 	detail      map[string]any
 	holds       int    // approvals asked for it
-	askedInBand bool   // guard\'s own input request was answered (2026-07-28)
+	askedInBand bool   // guard's own input request was answered (2026-07-28)
 	origID      []byte // the id as its sender wrote it
 	origKey     string
 	sentID      []byte // the id as forwarded, when guard had to rewrite it
@@ -110,10 +110,10 @@ type Session struct {
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
-	accepted           map[string]bool // pins found accepted
-	stateKey           [32]byte        // signs guard's own requestState
-	elicitForm         bool            // the client answers form elicitations
-	held               int             // calls waiting for approval now
+	accepted           map[string]time.Time // pins found accepted, and when
+	stateKey           [32]byte             // signs guard's own requestState
+	elicitForm         bool                 // the client answers form elicitations
+	held               int                  // calls waiting for approval now
 
 	persistMu   sync.Mutex
 	persistCond *sync.Cond
@@ -138,7 +138,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		down:     map[string]*call{},
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
-		accepted: map[string]bool{},
+		accepted: map[string]time.Time{},
 	}
 	s.persistCond = sync.NewCond(&s.persistMu)
 	_, _ = rand.Read(s.stateKey[:])
@@ -356,21 +356,12 @@ func (s *Session) noteClient(msg wire.Message) {
 				Name    string `json:"name"`
 				Version string `json:"version"`
 			} `json:"clientInfo"`
-			Capabilities struct {
-				Elicitation *struct {
-					Form *json.RawMessage `json:"form"`
-					URL  *json.RawMessage `json:"url"`
-				} `json:"elicitation"`
-			} `json:"capabilities"`
+			Capabilities json.RawMessage `json:"capabilities"`
 		}
 		if json.Unmarshal(msg.Params, &p) == nil {
 			s.mu.Lock()
 			s.client = guard.ClientInfo{Name: p.ClientInfo.Name, Version: p.ClientInfo.Version}
-			// Form elicitation: declared as {} (before modes existed) or
-			// with a form member.
-			if e := p.Capabilities.Elicitation; e != nil {
-				s.elicitForm = e.Form != nil || e.URL == nil
-			}
+			s.elicitForm = formElicitation(p.Capabilities)
 			if s.protocol == "" {
 				s.protocol = p.ProtocolVersion
 			}
@@ -391,15 +382,7 @@ func (s *Session) noteClient(msg wire.Message) {
 	s.protocol = v
 	if caps := wire.MetaMember(msg.Params, metaCapabilities); caps != nil {
 		s.metaCaps = append(json.RawMessage(nil), caps...)
-		var c struct {
-			Elicitation *struct {
-				Form *json.RawMessage `json:"form"`
-				URL  *json.RawMessage `json:"url"`
-			} `json:"elicitation"`
-		}
-		if json.Unmarshal(caps, &c) == nil {
-			s.elicitForm = c.Elicitation != nil && (c.Elicitation.Form != nil || c.Elicitation.URL == nil)
-		}
+		s.elicitForm = formElicitation(caps)
 	}
 	if ci := wire.MetaMember(msg.Params, metaClientInfo); ci != nil {
 		s.metaInfo = append(json.RawMessage(nil), ci...)
@@ -851,4 +834,19 @@ func (s *Session) checkOutput(c *call, msg wire.Message, data []byte, out *guard
 	}
 	out.Outcome = guard.OutcomeToolError
 	return toolError(c.origID, "The tool's result does not match its output schema: "+v)
+}
+
+// formElicitation reports whether client capabilities declare form
+// elicitation: {} (before modes existed) or with a form member.
+func formElicitation(caps json.RawMessage) bool {
+	var c struct {
+		Elicitation *struct {
+			Form *json.RawMessage `json:"form"`
+			URL  *json.RawMessage `json:"url"`
+		} `json:"elicitation"`
+	}
+	if len(caps) == 0 || json.Unmarshal(caps, &c) != nil || c.Elicitation == nil {
+		return false
+	}
+	return c.Elicitation.Form != nil || c.Elicitation.URL == nil
 }

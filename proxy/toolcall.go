@@ -299,7 +299,7 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	}
 	s.mu.Unlock()
 	if full {
-		c.decision, c.decidedBy = guard.DecisionDenied, "guard-pending-limit"
+		c.decision, c.decidedBy = guard.DecisionDenied, policy.PendingLimitRule
 		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
 		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
 			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))

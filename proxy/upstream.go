@@ -98,7 +98,7 @@ type upstream struct {
 
 	// x-mcp-header arguments of each tool, from the tools lists relayed
 	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
-	params map[string]map[string]string
+	headers toolHeaders
 
 	// The legacy transport: its event stream, opened on first use, and
 	// the endpoint it named.
@@ -110,16 +110,8 @@ type upstream struct {
 // Write takes the relay's newline-delimited messages for the server.
 func (u *upstream) Write(p []byte) (int, error) {
 	u.mu.Lock()
-	u.buf = append(u.buf, p...)
 	var lines [][]byte
-	for {
-		i := bytes.IndexByte(u.buf, '\n')
-		if i < 0 {
-			break
-		}
-		lines = append(lines, append([]byte(nil), u.buf[:i]...))
-		u.buf = u.buf[i+1:]
-	}
+	lines, u.buf = cutLines(append(u.buf, p...))
 	u.mu.Unlock()
 	for _, l := range lines {
 		u.post(l)
@@ -138,42 +130,54 @@ func (u *upstream) emit(line []byte) {
 	if len(line) == 0 {
 		return
 	}
-	if bytes.Contains(line, []byte(`"x-mcp-header"`)) {
-		if m, err := wire.Parse(line); err == nil && m.Kind == wire.KindResponse && m.Result != nil {
-			u.learnParams(m.Result)
-		}
-	}
 	u.mu.Lock()
-	if u.initID != "" {
-		if m, err := wire.Parse(line); err == nil && m.Kind == wire.KindResponse && wire.IDKey(m.ID) == u.initID {
-			u.initID = ""
-			if v, ok := wire.String(wire.ParamsMember(m.Result, "protocolVersion")); ok {
-				u.protocol = v
+	waitInit := u.initID != ""
+	u.mu.Unlock()
+	if waitInit || bytes.Contains(line, []byte(`"x-mcp-header"`)) {
+		if m, err := wire.Parse(line); err == nil {
+			u.headers.learn(line, m)
+			u.mu.Lock()
+			if m.Kind == wire.KindResponse && u.initID != "" && wire.IDKey(m.ID) == u.initID {
+				u.initID = ""
+				if v, ok := wire.String(wire.ParamsMember(m.Result, "protocolVersion")); ok {
+					u.protocol = v
+				}
 			}
+			u.mu.Unlock()
 		}
 	}
-	u.mu.Unlock()
 	u.outMu.Lock()
 	defer u.outMu.Unlock()
 	_, _ = u.out.Write(append(line, '\n'))
 }
 
-func (u *upstream) request(method string, body []byte) (*http.Request, error) {
+// newRequest is a request to url with the configured headers (the
+// upstream credentials; the client's own never travel).
+func (u *upstream) newRequest(method, url string, body []byte) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(u.ctx, method, u.rm.URL, rd)
+	req, err := http.NewRequestWithContext(u.ctx, method, url, rd)
 	if err != nil {
 		return nil, err
 	}
 	for k, v := range u.rm.Headers {
 		req.Header.Set(k, v)
 	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	return req, nil
+}
+
+// request is a Streamable HTTP request to the server, in its session.
+func (u *upstream) request(method string, body []byte) (*http.Request, error) {
+	req, err := u.newRequest(method, u.rm.URL, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
 	u.mu.Lock()
 	if u.session != "" {
 		req.Header.Set("Mcp-Session-Id", u.session)
@@ -329,13 +333,10 @@ func readSSE(r io.Reader, emit func([]byte)) {
 // openLegacy opens the legacy transport's event stream and waits for the
 // endpoint event; the stream's messages go to the relay until it ends.
 func (u *upstream) openLegacy() {
-	req, err := http.NewRequestWithContext(u.ctx, http.MethodGet, u.rm.URL, nil)
+	req, err := u.newRequest(http.MethodGet, u.rm.URL, nil)
 	if err != nil {
 		u.sseErr = err
 		return
-	}
-	for k, v := range u.rm.Headers {
-		req.Header.Set(k, v)
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := u.rm.Client.Do(req)
@@ -393,15 +394,11 @@ func (u *upstream) postLegacy(m wire.Message, line []byte) {
 		u.fail(m, "the remote server's event stream: "+u.sseErr.Error())
 		return
 	}
-	req, err := http.NewRequestWithContext(u.ctx, http.MethodPost, u.sseEndpoint, bytes.NewReader(line))
+	req, err := u.newRequest(http.MethodPost, u.sseEndpoint, line)
 	if err != nil {
 		u.fail(m, err.Error())
 		return
 	}
-	for k, v := range u.rm.Headers {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.rm.Client.Do(req)
 	if err != nil {
 		u.fail(m, "the remote server could not be reached: "+err.Error())
@@ -461,22 +458,14 @@ func (u *upstream) modernHeaders(req *http.Request, m wire.Message) {
 	if m.Method != "" {
 		req.Header.Set("Mcp-Method", m.Method)
 	}
-	var name string
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "name"))
-	case "resources/read":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "uri"))
-	}
+	name := requestName(m)
 	if name != "" {
 		req.Header.Set("Mcp-Name", name)
 	}
 	if m.Method != "tools/call" {
 		return
 	}
-	u.mu.Lock()
-	params := u.params[name]
-	u.mu.Unlock()
+	params := u.headers.of(name)
 	if len(params) == 0 {
 		return
 	}
@@ -506,35 +495,4 @@ func printableASCII(s string) bool {
 		}
 	}
 	return s == strings.TrimSpace(s)
-}
-
-// learnParams keeps which arguments of each tool are mirrored in headers.
-func (u *upstream) learnParams(result []byte) {
-	var page struct {
-		Tools []struct {
-			Name        string `json:"name"`
-			InputSchema struct {
-				Properties map[string]struct {
-					Header string `json:"x-mcp-header"`
-				} `json:"properties"`
-			} `json:"inputSchema"`
-		} `json:"tools"`
-	}
-	if json.Unmarshal(result, &page) != nil {
-		return
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.params == nil {
-		u.params = map[string]map[string]string{}
-	}
-	for _, t := range page.Tools {
-		m := map[string]string{}
-		for arg, p := range t.InputSchema.Properties {
-			if p.Header != "" {
-				m[arg] = p.Header
-			}
-		}
-		u.params[t.Name] = m
-	}
 }

@@ -152,7 +152,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 	err = db.Decisions(ctx, from, func(r *store.Decided) error {
 		was := recordedAction(r)
 		switch r.DecidedBy {
-		case policy.ToolReviewRule, policy.RateLimitRule, "guard-pending-limit":
+		case policy.ToolReviewRule, policy.RateLimitRule, policy.PendingLimitRule:
 			skipped["decided by a tool review or a limit, not by rules"]++
 			return nil
 		}
