@@ -200,13 +200,23 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (sam
 		}
 	}
 	cpu0 := cpuTime(cmd.Process.Pid)
+	lat, elapsed, err := drive(n, calls, func(int) (time.Duration, error) { return call() })
+	if err != nil {
+		return sample{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(cmd.Process.Pid) - cpu0}, nil
+}
+
+// drive makes calls calls with n concurrent workers and returns each
+// call's latency and the time they all took. call gets its worker's number.
+func drive(n, calls int, call func(worker int) (time.Duration, error)) ([]time.Duration, time.Duration, error) {
 	lat := make([]time.Duration, calls)
 	var next int
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range n {
+	for w := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -214,11 +224,12 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (sam
 				mu.Lock()
 				i := next
 				next++
+				stop := i >= calls || firstErr != nil
 				mu.Unlock()
-				if i >= calls {
+				if stop {
 					return
 				}
-				d, err := call()
+				d, err := call(w)
 				if err != nil {
 					mu.Lock()
 					firstErr = err
@@ -230,12 +241,7 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (sam
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	cpu := cpuTime(cmd.Process.Pid) - cpu0
-	if firstErr != nil {
-		return sample{}, fmt.Errorf("%s: %w", name, firstErr)
-	}
-	return sample{lat: lat, elapsed: elapsed, cpu: cpu}, nil
+	return lat, time.Since(start), firstErr
 }
 
 // cpuTime is the user and system time a process has used so far.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -177,39 +176,9 @@ func measureHTTP(ctx context.Context, t target, n, calls, pid int) (sample, erro
 		}
 	}
 	cpu0 := cpuTime(pid)
-	lat := make([]time.Duration, calls)
-	var next int
-	var mu sync.Mutex
-	var firstErr error
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, cs := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= calls {
-					return
-				}
-				d, err := call(cs)
-				if err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				lat[i] = d
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return sample{}, fmt.Errorf("%s: %w", t.name, firstErr)
+	lat, elapsed, err := drive(n, calls, func(w int) (time.Duration, error) { return call(sessions[w]) })
+	if err != nil {
+		return sample{}, fmt.Errorf("%s: %w", t.name, err)
 	}
 	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(pid) - cpu0}, nil
 }

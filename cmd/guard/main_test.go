@@ -63,6 +63,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"token"}, 2, "", "usage: guard token NAME"},
 		{[]string{"token", "ci"}, 0, "token_sha256:", ""},
 		{[]string{"serve", "--listen", "0.0.0.0:8930"}, 2, "", "reachable from other machines"},
+		{[]string{"serve", "--ui", "0.0.0.0:8931"}, 2, "", "guard serve: --ui 0.0.0.0:8931 is reachable"},
 		{[]string{"serve", "--no-ui", "--listen", "127.0.0.1:0"}, 2, "", "no server to serve"},
 		{[]string{"bench", "--durability", "fast"}, 2, "", "neither normal nor full"},
 		{[]string{"bench", "--callers", "0"}, 2, "", "not a positive number"},

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
-	"github.com/guard-mcp/guard/store"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
@@ -66,36 +62,12 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	defer db.Close()
 
-	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
-		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
-	})
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitUsage
+	rt, status, ok := a.startRelaying(st, db, logger, *uiAddr, *noUI, "guard run")
+	if !ok {
+		return status
 	}
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	go engine.Watch(watchCtx, reloadEvery)
-
-	holds := approvals.New(db, approvals.Options{
-		Timeout: cfg.Approval.Timeout,
-		Wait:    cfg.Approval.Wait,
-		Logger:  logger,
-	})
-
-	if !*noUI {
-		listen := cfg.UI.Listen
-		if *uiAddr != "" {
-			listen = *uiAddr
-			if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
-				fmt.Fprintf(a.stderr, "guard run: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", listen)
-				return exitUsage
-			}
-		}
-		uiCtx, stopUI := context.WithCancel(context.Background())
-		defer stopUI()
-		go serveUI(uiCtx, st, db, holds, engine, listen, logger)
-	}
+	defer rt.stop()
+	engine, holds := rt.engine, rt.holds
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -139,38 +111,4 @@ func (a *app) clientOut() io.Writer {
 		return proxy.Blocking(f)
 	}
 	return a.stdout
-}
-
-// relayOptions are the relay's options for one session with a server.
-func relayOptions(ctx context.Context, cfg *policy.Config, server string, db *store.DB, engine *policy.Engine,
-	holds *approvals.Manager, logger *slog.Logger) proxy.Options {
-	srv := cfg.Servers[server]
-	if srv == nil {
-		srv = policy.DefaultServer()
-	}
-	redactor := cfg.Redactor()
-	var maskResults func([]byte) ([]byte, int)
-	if cfg.RedactResults {
-		maskResults = redactor.MaskSecrets
-	}
-	return proxy.Options{
-		Server:           server,
-		MaxMessage:       int(cfg.MaxMessage),
-		Recorder:         db,
-		Catalog:          db,
-		Decider:          engine,
-		Holds:            holds,
-		Redactor:         redactor,
-		MaskResults:      maskResults,
-		Contracts:        policy.NewContracts(cfg.AssertFormats),
-		IgnoreBadSchemas: srv.BadSchema == "ignore",
-		ScanTool:         toolScanner(ctx, db, logger),
-		AcceptNewTools:   srv.NewTools == "allow",
-		OutputWarn:       srv.Output == "warn",
-		MaxPending:       cfg.Approval.MaxPending,
-		InBand:           cfg.Approval.InBand == "auto",
-		Logger:           logger,
-		ApprovalTimeout:  cfg.Approval.Timeout,
-		ApprovalWait:     cfg.Approval.Wait,
-	}
 }

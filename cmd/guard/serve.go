@@ -11,7 +11,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -49,24 +48,14 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 	defer db.Close()
-	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
-		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
-	})
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitUsage
+	rt, status, ok := a.startRelaying(st, db, logger, *uiAddr, *noUI, "guard serve")
+	if !ok {
+		return status
 	}
+	defer rt.stop()
+	engine, holds := rt.engine, rt.holds
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
-	go engine.Watch(bg, reloadEvery)
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
-	if !*noUI {
-		addr := cfg.UI.Listen
-		if *uiAddr != "" {
-			addr = *uiAddr
-		}
-		go serveUI(bg, st, db, holds, engine, addr, logger)
-	}
 
 	names := make([]string, 0, len(cfg.Servers))
 	for name := range cfg.Servers {
