@@ -41,12 +41,10 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	if !ok {
 		return status
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Getenv: a.getenv})
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitUsage
+	p, status, ok := a.loadPolicy(st)
+	if !ok {
+		return status
 	}
-	p := engine.Policy()
 	src := st.ConfigPath
 	if src == "" {
 		src = "built-in defaults"

@@ -53,10 +53,9 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitUsage
+	p, status, ok := a.loadPolicy(st)
+	if !ok {
+		return status
 	}
 	call := &guard.Call{Server: tc.Server, Method: tc.Method, ToolName: tc.Tool, URI: tc.URI, Arguments: tc.Args,
 		Client: guard.ClientInfo{Name: tc.Client.Name, Version: tc.Client.Version, Protocol: tc.Client.Protocol}}
@@ -77,7 +76,6 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 			notes = append(notes, "tool: not in the catalog (decided as a tool guard has not seen listed)")
 		}
 	}
-	p := engine.Policy()
 	v := p.Decide(call)
 	fmt.Fprintf(a.stdout, "decision: %s\n", v.Action)
 	if v.Would != "" {
@@ -138,12 +136,10 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitUsage
+	p, status, ok := a.loadPolicy(st)
+	if !ok {
+		return status
 	}
-	p := engine.Policy()
 	contracts := policy.NewContracts(st.Config.AssertFormats)
 	from := time.Now().Add(-d)
 	var total, same int
@@ -253,4 +249,15 @@ func actionWord(action string) string {
 func matchGlob(pattern, name string) bool {
 	ok, err := path.Match(pattern, name)
 	return err == nil && ok
+}
+
+// loadPolicy compiles the configured policy with the rules learned from
+// approvals, or says why not (exit 2).
+func (a *app) loadPolicy(st *settings) (*policy.Policy, int, bool) {
+	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return nil, exitUsage, false
+	}
+	return engine.Policy(), 0, true
 }
