@@ -61,15 +61,22 @@ func fixture(t *testing.T, stateless bool) string {
 // child and returns its endpoint.
 func serveThroughGuard(t *testing.T, e *env) string {
 	t.Helper()
-	addr := freePort(t)
-	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
+	return e.serve() + "/mcp/conformance"
+}
+
+// serve runs guard serve on e's configuration, without the UI, and
+// returns its base URL once it answers.
+func (e *env) serve(flags ...string) string {
+	e.t.Helper()
+	addr := freePort(e.t)
+	cmd := exec.Command(guardBin, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui"}, flags...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
-	waitHTTP(t, "http://"+addr+"/healthz")
-	return "http://" + addr + "/mcp/conformance"
+	e.t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
+	waitHTTP(e.t, "http://"+addr+"/healthz")
+	return "http://" + addr
 }
 
 func waitHTTP(t *testing.T, url string) {

@@ -21,15 +21,7 @@ import (
 func serveExample(t *testing.T, config string, flags ...string) (*env, string) {
 	t.Helper()
 	e := newEnv(t, config+"servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
-	addr := freePort(t)
-	cmd := exec.Command(guardBin, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui"}, flags...)...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
-	waitHTTP(t, "http://"+addr+"/healthz")
-	return e, "http://" + addr + "/mcp/notes"
+	return e, e.serve(flags...) + "/mcp/notes"
 }
 
 // A call held over HTTP is approved from the command line and the client

@@ -53,7 +53,13 @@ type Config struct {
 	// RedactResults masks secret patterns in results before they reach
 	// the client, not only in the audit log.
 	RedactResults bool
-	Policy        struct {
+	// Aggregate makes guard serve also answer at /mcp for all its
+	// servers at once, tools and prompts named SERVER+Separator+NAME.
+	Aggregate struct {
+		Enabled   bool
+		Separator string
+	}
+	Policy struct {
 		Default string
 		Mode    string
 		Rules   []Rule
@@ -115,6 +121,9 @@ func (e *ConfigError) Error() string {
 	return e.File + ": " + e.Problem
 }
 
+// separatorRE is what an aggregate separator may be.
+var separatorRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,8}$`)
+
 // Default returns the built-in configuration: no file needed.
 func Default() *Config {
 	c := &Config{Durability: "full", MaxMessage: 64 << 20, Servers: map[string]*Server{}}
@@ -126,6 +135,7 @@ func Default() *Config {
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
 	c.Policy.Mode = "enforce"
+	c.Aggregate.Separator = "__"
 	return c
 }
 
@@ -368,6 +378,16 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 				"in_band":     p.enum(&c.Approval.InBand, "off", "auto"),
 				"max_pending": p.count(&c.Approval.MaxPending),
 			})
+		},
+		"aggregate": func(n *yaml.Node) error {
+			err := p.mapping(n, map[string]func(*yaml.Node) error{
+				"enabled":   p.boolean(&c.Aggregate.Enabled),
+				"separator": p.str(&c.Aggregate.Separator),
+			})
+			if err == nil && !separatorRE.MatchString(c.Aggregate.Separator) {
+				return p.errf(n, "aggregate.separator %q: use 1 to 8 of the characters A-Z a-z 0-9 _ - . (hosts refuse others in tool names)", c.Aggregate.Separator)
+			}
+			return err
 		},
 		"include":        p.list(&c.Include),
 		"redact_results": p.boolean(&c.RedactResults),

@@ -38,6 +38,9 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"clients:\n  - {token_sha256: abc}\n", 2, "a client needs a name"},
 		{"servers:\n  files: {bad_schema: maybe}\n", 2, `"maybe" is not one of deny, ignore`},
 		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
+		{"aggregate: {enabled: true, separator: \"/\"}\n", 1, "aggregate.separator"},
+		{"aggregate: {separator: \"\"}\n", 1, "aggregate.separator"},
+		{"aggregate: {enable: true}\n", 1, `unknown key "enable"`},
 	} {
 		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
 		var ce *ConfigError

@@ -30,6 +30,10 @@ type HTTPOptions struct {
 	// Remote, when its URL is set, is a server reached over Streamable
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
+	// Run, when set, serves a new client session itself (the aggregate
+	// endpoint) instead of Argv or Remote: it reads the client's messages
+	// from in and writes what the client gets to out, until in ends.
+	Run func(ctx context.Context, client string, in io.Reader, out io.Writer) error
 	// Session returns the relay options of a new client session; client
 	// is the name its bearer token authenticated ("" without tokens).
 	Session func(client string) Options
@@ -230,6 +234,13 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			s.router.end()
 			pr.Close()
 		}()
+		if h.opts.Run != nil {
+			started <- nil
+			if err := h.opts.Run(context.WithoutCancel(ctx), client, pr, s.router); err != nil {
+				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
+			}
+			return
+		}
 		opts := h.opts.Session(client)
 		if h.opts.Remote.URL != "" {
 			started <- nil

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -29,6 +32,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client may take to send its request headers")
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
+	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -75,6 +79,31 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	if len(cfg.Clients) > 0 {
 		auth = bearerAuth(cfg.Clients)
 	}
+	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {
+		return func(client string) proxy.Options {
+			o := relayOptions(ctx, cfg, name, db, engine, holds, log)
+			o.ClientName = client
+			o.Contracts = contracts
+			o.Recorder = countingRecorder{Recorder: db, reg: reg}
+			return o
+		}
+	}
+	front := func(name string, log *slog.Logger) proxy.HTTPOptions {
+		return proxy.HTTPOptions{
+			Name:         name,
+			AllowedHosts: allowedHosts(*listen),
+			Authenticate: auth,
+			MaxBody:      cfg.MaxMessage,
+			SessionIdle:  *sessionIdle,
+			Stderr:       a.stderr,
+			Logger:       log,
+		}
+	}
+	type served struct {
+		name string
+		run  func(ctx context.Context, client string, in io.Reader, out io.Writer) error
+	}
+	var members []served
 	for _, name := range names {
 		srv := cfg.Servers[name]
 		if len(srv.Command) == 0 && srv.URL == "" {
@@ -82,27 +111,37 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			continue
 		}
 		log := logger.With("server", name)
-		h := proxy.NewHTTPServer(proxy.HTTPOptions{
-			Name:   name,
-			Argv:   srv.Command,
-			Remote: proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"},
-			Session: func(client string) proxy.Options {
-				o := relayOptions(ctx, cfg, name, db, engine, holds, log)
-				o.ClientName = client
-				o.Contracts = contracts
-				o.Recorder = countingRecorder{Recorder: db, reg: reg}
-				return o
-			},
-			AllowedHosts: allowedHosts(*listen),
-			Authenticate: auth,
-			MaxBody:      cfg.MaxMessage,
-			SessionIdle:  *sessionIdle,
-			Stderr:       a.stderr,
-			Logger:       log,
-		})
+		o := front(name, log)
+		o.Argv = srv.Command
+		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"}
+		o.Session = sessionOptions(name, log)
+		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp/"+name, h)
 		logger.Info("serving", "server", name, "url", "http://"+*listen+"/mcp/"+name)
+		members = append(members, served{name, memberRun(o)})
+	}
+	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
+		for _, m := range members {
+			if strings.Contains(m.name, cfg.Aggregate.Separator) {
+				logger.Warn("a server's name contains the aggregate separator: its tools' names may be read as another server's", "server", m.name, "separator", cfg.Aggregate.Separator)
+			}
+		}
+		log := logger.With("server", "(aggregate)")
+		o := front("", log)
+		o.Run = func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
+			ms := make([]proxy.Member, len(members))
+			for i, m := range members {
+				run := m.run
+				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, in io.Reader, out io.Writer) error { return run(ctx, client, in, out) }}
+			}
+			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
+				MaxMessage: int(cfg.MaxMessage), Version: buildVersion(), Logger: log}, in, out)
+		}
+		h := proxy.NewHTTPServer(o)
+		fronts = append(fronts, h)
+		mux.Handle("/mcp", h)
+		logger.Info("serving every server at one endpoint", "url", "http://"+*listen+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
 	}
 	if len(fronts) == 0 {
 		fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")
@@ -132,6 +171,28 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		f.Close()
 	}
 	return exitOK
+}
+
+// buildVersion is the module version guard was built as ("devel" for a
+// build from a checkout).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// memberRun runs one client session of a server as a member of the
+// aggregate endpoint: the same relay session as at /mcp/NAME.
+func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
+	return func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
+		opts := o.Session(client)
+		if o.Remote.URL != "" {
+			return proxy.RunRemote(ctx, opts, o.Remote, in, out)
+		}
+		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Stderr: o.Stderr}, in, out)
+		return err
+	}
 }
 
 // warnDuplicateTools warns, once per name, when two servers offer a tool of

@@ -174,8 +174,11 @@ type Message struct {
 	IDEnd   int
 	Method  string
 	Params  []byte
-	Result  []byte
-	Error   []byte
+	// ParamsStart and ParamsEnd are where Params lies in Raw.
+	ParamsStart int
+	ParamsEnd   int
+	Result      []byte
+	Error       []byte
 }
 
 // ErrParse is returned for text that is not JSON.
@@ -260,7 +263,7 @@ func Parse(raw []byte) (Message, error) {
 		case 2:
 			method = v
 		case 3:
-			m.Params = v
+			m.Params, m.ParamsStart, m.ParamsEnd = v, vs, ve
 		case 4:
 			m.Result = v
 		case 5:
@@ -461,6 +464,82 @@ func ReplaceID(m Message, id []byte) []byte {
 	out = append(out, m.Raw[:m.IDStart]...)
 	out = append(out, id...)
 	return append(out, m.Raw[m.IDEnd:]...)
+}
+
+// Rebuild returns the message with its id and its params replaced (a nil
+// id or params keeps the message's own); every other byte is kept.
+func Rebuild(m Message, id, params []byte) []byte {
+	type edit struct {
+		start, end int
+		with       []byte
+	}
+	var edits []edit
+	if id != nil && m.ID != nil {
+		edits = append(edits, edit{m.IDStart, m.IDEnd, id})
+	}
+	if params != nil && m.Params != nil {
+		edits = append(edits, edit{m.ParamsStart, m.ParamsEnd, params})
+	}
+	if len(edits) == 2 && edits[1].start < edits[0].start {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	out := make([]byte, 0, len(m.Raw)+len(id)+len(params))
+	at := 0
+	for _, e := range edits {
+		out = append(out, m.Raw[at:e.start]...)
+		out = append(out, e.with...)
+		at = e.end
+	}
+	return append(out, m.Raw[at:]...)
+}
+
+// SetMember returns the JSON object obj with member key set to the raw
+// JSON value: replaced where the key is present (every occurrence), added
+// at the end otherwise. obj must be a valid JSON object.
+func SetMember(obj []byte, key string, value []byte) []byte {
+	out := make([]byte, 0, len(obj)+len(key)+len(value)+4)
+	i := skipWS(obj, 0)
+	out = append(out, obj[:i+1]...) // through '{'
+	i++
+	found, members := false, 0
+	for i < len(obj) {
+		i = skipWS(obj, i)
+		if obj[i] == '}' {
+			break
+		}
+		if obj[i] == ',' {
+			i = skipWS(obj, i+1)
+		}
+		ks := i
+		ke := skipString(obj, i)
+		k, _ := keyText(obj[ks:ke])
+		i = skipWS(obj, ke)
+		i = skipWS(obj, i+1) // ':'
+		ve := skipValue(obj, i)
+		if members > 0 {
+			out = append(out, ',')
+		}
+		members++
+		out = append(out, obj[ks:ke]...)
+		out = append(out, ':')
+		if string(k) == key {
+			found = true
+			out = append(out, value...)
+		} else {
+			out = append(out, obj[i:ve]...)
+		}
+		i = ve
+	}
+	if !found {
+		if members > 0 {
+			out = append(out, ',')
+		}
+		q, _ := json.Marshal(key)
+		out = append(out, q...)
+		out = append(out, ':')
+		out = append(out, value...)
+	}
+	return append(out, '}')
 }
 
 // ErrorResponse builds an error response; a nil id is written as null.

@@ -347,3 +347,34 @@ func BenchmarkStrict(b *testing.B) {
 		}
 	}
 }
+
+func TestRebuildAndSetMember(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__b"},"x":true}`,
+			`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"b"},"x":true}`},
+		{`{"params":{"name":"a__b"} , "method":"tools/call","id":"s","jsonrpc":"2.0"}`,
+			`{"params":{"name":"b"} , "method":"tools/call","id":9,"jsonrpc":"2.0"}`},
+	} {
+		m, err := Parse([]byte(tc.raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Rebuild(m, []byte(`9`), SetMember(m.Params, "name", []byte(`"b"`)))
+		if string(got) != tc.want {
+			t.Errorf("Rebuild(%s) = %s, want %s", tc.raw, got, tc.want)
+		}
+	}
+	m, _ := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if got := Rebuild(m, nil, []byte(`{}`)); string(got) != string(m.Raw) {
+		t.Errorf("params added to a message without them: %s", got)
+	}
+	for _, tc := range []struct{ obj, key, value, want string }{
+		{`{}`, "cursor", `"c"`, `{"cursor":"c"}`},
+		{` { "a" : 1 }`, "cursor", `"c"`, ` {"a":1,"cursor":"c"}`},
+		{`{"cursor":"x","b":[1,{"cursor":2}]}`, "cursor", `"c"`, `{"cursor":"c","b":[1,{"cursor":2}]}`},
+	} {
+		if got := SetMember([]byte(tc.obj), tc.key, []byte(tc.value)); string(got) != tc.want {
+			t.Errorf("SetMember(%s) = %s, want %s", tc.obj, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,908 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guard-mcp/guard/proxy/wire"
+)
+
+// Member is one server behind an aggregate endpoint.
+type Member struct {
+	// Name is the server's name; its tools and prompts are offered as
+	// Name + Separator + their own name.
+	Name string
+	// Run relays between in, where the aggregate writes as the server's
+	// client, and out, where the server's messages arrive (through the
+	// server's own relay session: policy, holds and the audit are the
+	// server's), until in ends.
+	Run func(ctx context.Context, in io.Reader, out io.Writer) error
+}
+
+// Aggregate configures RunAggregate.
+type Aggregate struct {
+	Members []Member
+	// Separator joins a server's name and a tool's or prompt's name
+	// (default "__": several hosts refuse "." or "/" in tool names).
+	Separator string
+	// Timeout bounds how long initialize and listings wait for each
+	// server (default 30s); a server that does not answer in time is left
+	// out of that answer, and said to be.
+	Timeout time.Duration
+	// MaxMessage bounds a message from the client (default 64 MiB).
+	MaxMessage int
+	// Version is guard's version, for serverInfo.
+	Version string
+	Logger  *slog.Logger
+}
+
+// RunAggregate serves one client session for several servers at once:
+// their tools and prompts are listed under namespaced names (SERVER__tool)
+// and each call goes to its server's relay session, named back. Resources
+// keep their URIs and go to the server that listed them. It returns when
+// the client's input ends and every server's session has ended.
+func RunAggregate(ctx context.Context, ag Aggregate, clientIn io.Reader, clientOut io.Writer) error {
+	if ag.Separator == "" {
+		ag.Separator = "__"
+	}
+	if ag.Timeout <= 0 {
+		ag.Timeout = 30 * time.Second
+	}
+	if ag.MaxMessage <= 0 {
+		ag.MaxMessage = 64 << 20
+	}
+	if ag.Logger == nil {
+		ag.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &aggregator{
+		opts:    ag,
+		out:     clientOut,
+		byName:  map[string]*member{},
+		pending: map[string]*waiter{},
+		byCall:  map[string]*waiter{},
+		asked:   map[string]asked{},
+		askedBy: map[string][]byte{},
+		uris:    map[string]*member{},
+	}
+	for _, m := range ag.Members {
+		pr, pw := io.Pipe()
+		mb := &member{name: m.Name, in: pw, done: make(chan struct{}), up: true}
+		a.members = append(a.members, mb)
+		a.byName[m.Name] = mb
+		run := m.Run
+		go func() {
+			defer close(mb.done)
+			ow := &memberOut{a: a, m: mb}
+			if err := run(ctx, pr, ow); err != nil {
+				ag.Logger.Info("aggregate member ended", "member", mb.name, "err", err)
+			}
+			pr.Close()
+			a.gone(mb)
+		}()
+	}
+	// Longest names first: with servers "a" and "a__b", "a__b__t" is b's.
+	sort.SliceStable(a.members, func(i, j int) bool { return len(a.members[i].name) > len(a.members[j].name) })
+	readLines(clientIn, ag.MaxMessage, a.fromClient, func(n int64) {
+		ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", n)
+	})
+	for _, mb := range a.members {
+		mb.in.Close()
+	}
+	for _, mb := range a.members {
+		<-mb.done
+	}
+	return nil
+}
+
+// member is one server's relay session, as the aggregate sees it.
+type member struct {
+	name string
+	wmu  sync.Mutex
+	in   *io.PipeWriter
+	done chan struct{}
+	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
+	caps json.RawMessage
+	// resources and templates are from the server's latest listings.
+	templates []string // literal prefixes of its URI templates
+}
+
+// send writes one message to the member's relay session.
+func (mb *member) send(line []byte) error {
+	mb.wmu.Lock()
+	defer mb.wmu.Unlock()
+	buf := make([]byte, 0, len(line)+1)
+	buf = append(append(buf, line...), '\n')
+	_, err := mb.in.Write(buf)
+	return err
+}
+
+// waiter is a request the aggregate sent to a member: a client's request
+// passed on (clientID set), or part of a fan-out (ch set).
+type waiter struct {
+	m        *member
+	clientID []byte
+	ownID    []byte
+	ch       chan wire.Message
+}
+
+// asked is a member's request passed on to the client.
+type asked struct {
+	m    *member
+	orig []byte
+}
+
+type aggregator struct {
+	opts    Aggregate
+	out     io.Writer
+	outM    sync.Mutex
+	members []*member
+	byName  map[string]*member
+
+	mu      sync.Mutex
+	next    int64
+	pending map[string]*waiter // member name + id key → waiter
+	byCall  map[string]*waiter // client's id key → its passed-on request
+	asked   map[string]asked   // id key toward the client → member's request
+	askedBy map[string][]byte  // member name + its id key → id toward the client
+	uris    map[string]*member // resource URI → the member that listed it
+}
+
+func (a *aggregator) write(line []byte) {
+	a.outM.Lock()
+	defer a.outM.Unlock()
+	buf := make([]byte, 0, len(line)+1)
+	_, _ = a.out.Write(append(append(buf, line...), '\n'))
+}
+
+func (a *aggregator) ownID() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.next++
+	return strconv.AppendInt([]byte("-"), a.next, 10) // negative: unlike what clients pick
+}
+
+func pendingKey(m *member, id []byte) string { return m.name + "\x00" + wire.IDKey(id) }
+
+// fromClient handles one message from the client.
+func (a *aggregator) fromClient(line []byte) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	m, err := wire.Parse(line)
+	if err != nil {
+		var inv *wire.InvalidError
+		switch {
+		case errors.As(err, &inv):
+			a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+		default:
+			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
+		}
+		return
+	}
+	if m.Kind == wire.KindBatch {
+		parts, err := wire.SplitBatch(line)
+		if err != nil {
+			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
+			return
+		}
+		for _, p := range parts {
+			a.fromClient(p)
+		}
+		return
+	}
+	switch m.Kind {
+	case wire.KindRequest:
+		a.request(m)
+	case wire.KindNotification:
+		a.notification(m)
+	case wire.KindResponse:
+		a.response(m)
+	}
+}
+
+// request routes or fans out one client request.
+func (a *aggregator) request(m wire.Message) {
+	switch m.Method {
+	case "initialize", "server/discover":
+		go a.initialize(m)
+	case "ping":
+		a.answer(m.ID, map[string]any{})
+	case "tools/list":
+		go a.list(m, "tools", "tools", true)
+	case "prompts/list":
+		go a.list(m, "prompts", "prompts", true)
+	case "resources/list":
+		go a.list(m, "resources", "resources", false)
+	case "resources/templates/list":
+		go a.list(m, "resources", "resourceTemplates", false)
+	case "logging/setLevel":
+		go a.broadcast(m, "logging")
+	case "tools/call", "prompts/get":
+		a.byPrefix(m, "name", "")
+	case "completion/complete":
+		a.complete(m)
+	case "resources/read", "resources/subscribe", "resources/unsubscribe":
+		a.byURI(m, m.Params)
+	default:
+		a.write(wire.ErrorResponse(m.ID, wire.CodeMethodNotFound,
+			fmt.Sprintf("Method not found: %s is not offered by the aggregate endpoint; use a server's own endpoint", m.Method), nil))
+	}
+}
+
+func (a *aggregator) answer(id []byte, result any) {
+	b, err := wire.Response(id, result)
+	if err != nil {
+		b = wire.ErrorResponse(id, wire.CodeInternalError, "Internal error: "+err.Error(), nil)
+	}
+	a.write(b)
+}
+
+// split finds the member of a namespaced name.
+func (a *aggregator) split(name string) (*member, string) {
+	for _, mb := range a.members {
+		if rest, ok := strings.CutPrefix(name, mb.name+a.opts.Separator); ok && rest != "" {
+			return mb, rest
+		}
+	}
+	return nil, ""
+}
+
+// byPrefix passes on a tools/call or prompts/get (or, with inner set, a
+// completion whose params.ref names a prompt) to the member its
+// namespaced name belongs to, under the server's own name.
+func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
+	// Decide on exactly what the server will read.
+	if err := wire.Strict(m.Raw); err != nil {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		return
+	}
+	obj := m.Params
+	if inner != "" {
+		obj = wire.ParamsMember(m.Params, inner)
+	}
+	name, ok := wire.String(wire.ParamsMember(obj, key))
+	if !ok || name == "" {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, "Invalid params: "+m.Method+" needs a name", nil))
+		return
+	}
+	mb, own := a.split(name)
+	if mb == nil {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, fmt.Sprintf(
+			"Unknown tool: %s (the aggregate endpoint names tools SERVER%sTOOL; no server here is named by its prefix)", name, a.opts.Separator), nil))
+		return
+	}
+	q, _ := json.Marshal(own)
+	params := wire.SetMember(obj, key, q)
+	if inner != "" {
+		params = wire.SetMember(m.Params, inner, params)
+	}
+	a.pass(m, mb, params)
+}
+
+// complete routes completion/complete by its reference: a prompt by its
+// namespaced name, a resource template by its URI.
+func (a *aggregator) complete(m wire.Message) {
+	ref := wire.ParamsMember(m.Params, "ref")
+	if t, _ := wire.String(wire.ParamsMember(ref, "type")); t == "ref/resource" {
+		a.byURI(m, ref)
+		return
+	}
+	a.byPrefix(m, "name", "ref")
+}
+
+// byURI passes on a request about a resource (its URI in obj.uri) to the
+// member that listed it, or whose template it fits, or the only member
+// that has resources.
+func (a *aggregator) byURI(m wire.Message, obj []byte) {
+	if err := wire.Strict(m.Raw); err != nil {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		return
+	}
+	uri, _ := wire.String(wire.ParamsMember(obj, "uri"))
+	if uri == "" {
+		uri, _ = wire.String(wire.ParamsMember(obj, "uriTemplate"))
+	}
+	mb := a.resourceMember(uri)
+	if mb == nil {
+		a.write(wire.ErrorResponse(m.ID, codeResourceNotFound, "Resource not found: no server behind the aggregate endpoint lists "+uri+
+			"; list resources first, or use the server's own endpoint", map[string]string{"uri": uri}))
+		return
+	}
+	a.pass(m, mb, nil)
+}
+
+const codeResourceNotFound = -32002
+
+func (a *aggregator) resourceMember(uri string) *member {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if mb := a.uris[uri]; mb != nil {
+		return mb
+	}
+	var best *member
+	bestLen := -1
+	var withResources []*member
+	for _, mb := range a.members {
+		for _, p := range mb.templates {
+			if strings.HasPrefix(uri, p) && len(p) > bestLen {
+				best, bestLen = mb, len(p)
+			}
+		}
+		if mb.up && wire.ParamsMember(mb.caps, "resources") != nil {
+			withResources = append(withResources, mb)
+		}
+	}
+	if best != nil {
+		return best
+	}
+	if len(withResources) == 1 {
+		return withResources[0]
+	}
+	return nil
+}
+
+// pass sends a client's request on to a member under an id of the
+// aggregate's, with params replaced when given.
+func (a *aggregator) pass(m wire.Message, mb *member, params []byte) {
+	id := a.ownID()
+	w := &waiter{m: mb, clientID: append([]byte(nil), m.ID...), ownID: id}
+	a.mu.Lock()
+	up := mb.up
+	if up {
+		a.pending[pendingKey(mb, id)] = w
+		a.byCall[wire.IDKey(m.ID)] = w
+	}
+	a.mu.Unlock()
+	if !up {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: its session ended or it did not initialize", nil))
+		return
+	}
+	if err := mb.send(rebuild(m, id, params)); err != nil {
+		a.mu.Lock()
+		delete(a.pending, pendingKey(mb, id))
+		delete(a.byCall, wire.IDKey(m.ID))
+		a.mu.Unlock()
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: "+err.Error(), nil))
+	}
+}
+
+// ask sends a copy of the client's request (params replaced when given)
+// to a member and returns the channel its answer arrives on.
+func (a *aggregator) ask(m wire.Message, mb *member, params []byte) (chan wire.Message, []byte) {
+	id := a.ownID()
+	ch := make(chan wire.Message, 1)
+	a.mu.Lock()
+	up := mb.up
+	if up {
+		a.pending[pendingKey(mb, id)] = &waiter{m: mb, ownID: id, ch: ch}
+	}
+	a.mu.Unlock()
+	if !up || mb.send(rebuild(m, id, params)) != nil {
+		a.forget(mb, id)
+		return nil, id
+	}
+	return ch, id
+}
+
+func (a *aggregator) forget(mb *member, id []byte) {
+	a.mu.Lock()
+	delete(a.pending, pendingKey(mb, id))
+	a.mu.Unlock()
+}
+
+// wait waits for a fan-out's answer, or the timeout.
+func (a *aggregator) wait(mb *member, ch chan wire.Message, id []byte, deadline <-chan time.Time) (wire.Message, bool) {
+	if ch == nil {
+		return wire.Message{}, false
+	}
+	select {
+	case r, ok := <-ch:
+		return r, ok
+	case <-deadline:
+		a.forget(mb, id)
+		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", mb.name)
+		return wire.Message{}, false
+	}
+}
+
+// live returns the members that are up.
+func (a *aggregator) live() []*member {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*member
+	for _, mb := range a.members {
+		if mb.up {
+			out = append(out, mb)
+		}
+	}
+	return out
+}
+
+// initialize sends the client's initialize (or server/discover) to every
+// server and answers with what they share: the lowest protocol version,
+// the union of capabilities, and each server's instructions.
+func (a *aggregator) initialize(m wire.Message) {
+	deadline := time.After(a.opts.Timeout)
+	members := a.live()
+	var failed []string
+	a.mu.Lock()
+	for _, mb := range a.members {
+		if !mb.up {
+			failed = append(failed, mb.name)
+			a.opts.Logger.Warn("aggregate: a server is not running; it is left out of this session", "member", mb.name)
+		}
+	}
+	a.mu.Unlock()
+	chans := make([]chan wire.Message, len(members))
+	ids := make([][]byte, len(members))
+	for i, mb := range members {
+		chans[i], ids[i] = a.ask(m, mb, nil)
+	}
+	type initResult struct {
+		ProtocolVersion   string          `json:"protocolVersion"`
+		SupportedVersions []string        `json:"supportedVersions"`
+		Capabilities      json.RawMessage `json:"capabilities"`
+		Instructions      string          `json:"instructions"`
+		ResultType        string          `json:"resultType"`
+	}
+	var results []initResult
+	var names []string
+	for i, mb := range members {
+		r, ok := a.wait(mb, chans[i], ids[i], deadline)
+		var res initResult
+		if ok && r.Result != nil && json.Unmarshal(r.Result, &res) == nil {
+			a.mu.Lock()
+			mb.caps = res.Capabilities
+			a.mu.Unlock()
+			results = append(results, res)
+			names = append(names, mb.name)
+			continue
+		}
+		a.mu.Lock()
+		mb.up = false
+		a.mu.Unlock()
+		failed = append(failed, mb.name)
+		a.opts.Logger.Warn("aggregate: a server did not initialize; it is left out of this session", "member", mb.name, "error", string(r.Error))
+	}
+	if len(results) == 0 {
+		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "No server behind the aggregate endpoint initialized: "+strings.Join(failed, ", "), nil))
+		return
+	}
+	out := map[string]any{}
+	caps := map[string]any{}
+	var instructions []string
+	for i, res := range results {
+		mergeCaps(caps, res.Capabilities)
+		if res.Instructions != "" {
+			instructions = append(instructions, "## "+names[i]+" (tools and prompts named "+names[i]+a.opts.Separator+"…)\n"+res.Instructions)
+		}
+	}
+	delete(caps, "tasks") // not aggregated: a server's own endpoint has them
+	out["capabilities"] = caps
+	if len(instructions) > 0 {
+		out["instructions"] = strings.Join(instructions, "\n\n")
+	}
+	info := map[string]any{"name": "guard", "version": a.opts.Version, "title": "guard: " + strings.Join(names, ", ")}
+	if m.Method == "initialize" {
+		version := results[0].ProtocolVersion
+		for _, res := range results[1:] {
+			if res.ProtocolVersion < version {
+				version = res.ProtocolVersion
+			}
+		}
+		out["protocolVersion"] = version
+		out["serverInfo"] = info
+	} else {
+		out["supportedVersions"] = commonVersions(results[0].SupportedVersions, func(yield func([]string) bool) {
+			for _, res := range results[1:] {
+				if !yield(res.SupportedVersions) {
+					return
+				}
+			}
+		})
+		out["serverInfo"] = info
+		if results[0].ResultType != "" {
+			out["resultType"] = results[0].ResultType
+		}
+	}
+	if len(failed) > 0 {
+		out["_meta"] = map[string]any{"guard/unavailable": failed}
+	}
+	a.answer(m.ID, out)
+}
+
+// commonVersions keeps the versions of first every other list has too.
+func commonVersions(first []string, others func(func([]string) bool)) []string {
+	out := append([]string(nil), first...)
+	others(func(vs []string) bool {
+		keep := out[:0]
+		for _, v := range out {
+			for _, w := range vs {
+				if v == w {
+					keep = append(keep, v)
+					break
+				}
+			}
+		}
+		out = keep
+		return true
+	})
+	return out
+}
+
+// mergeCaps adds a server's capabilities to the union: a capability any
+// server has is offered, with a flag set when any server sets it.
+func mergeCaps(into map[string]any, raw json.RawMessage) {
+	var caps map[string]any
+	if json.Unmarshal(raw, &caps) != nil {
+		return
+	}
+	for k, v := range caps {
+		sub, ok := v.(map[string]any)
+		have, had := into[k].(map[string]any)
+		switch {
+		case !ok:
+			if _, exists := into[k]; !exists {
+				into[k] = v
+			}
+		case !had:
+			cp := map[string]any{}
+			for sk, sv := range sub {
+				cp[sk] = sv
+			}
+			into[k] = cp
+		default:
+			for sk, sv := range sub {
+				if b, isBool := sv.(bool); isBool {
+					prev, _ := have[sk].(bool)
+					have[sk] = prev || b
+				} else if _, exists := have[sk]; !exists {
+					have[sk] = sv
+				}
+			}
+		}
+	}
+}
+
+// maxPages bounds how many pages of one server's listing are read.
+const maxPages = 1000
+
+// list answers a listing with every server's items, all pages read, tools
+// and prompts renamed SERVER__NAME. capability is the server capability
+// the listing needs; servers without it are not asked.
+func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
+	deadline := time.After(a.opts.Timeout)
+	var members []*member
+	for _, mb := range a.live() {
+		a.mu.Lock()
+		has := wire.ParamsMember(mb.caps, capability) != nil || mb.caps == nil
+		a.mu.Unlock()
+		if has {
+			members = append(members, mb)
+		}
+	}
+	type page struct {
+		items      []json.RawMessage
+		resultType string
+		err        []byte
+	}
+	pages := make([]page, len(members))
+	var wg sync.WaitGroup
+	for i, mb := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var all []json.RawMessage
+			cursor := ""
+			for n := 0; n < maxPages; n++ {
+				ch, id := a.ask(m, mb, withCursor(m.Params, cursor))
+				r, ok := a.wait(mb, ch, id, deadline)
+				if ok && r.Error != nil && errorCode(r.Error) == wire.CodeMethodNotFound {
+					return // the server has none
+				}
+				if !ok || r.Result == nil {
+					pages[i].err = r.Error
+					if !ok {
+						pages[i].err = []byte(`"no answer"`)
+					}
+					return
+				}
+				var res map[string]json.RawMessage
+				if json.Unmarshal(r.Result, &res) != nil {
+					pages[i].err = []byte(`"an unreadable listing"`)
+					return
+				}
+				var items []json.RawMessage
+				_ = json.Unmarshal(res[key], &items)
+				all = append(all, items...)
+				if rt, ok := wire.String(res["resultType"]); ok {
+					pages[i].resultType = rt
+				}
+				next, _ := wire.String(res["nextCursor"])
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			pages[i].items = all
+		}()
+	}
+	wg.Wait()
+	items := []json.RawMessage{}
+	var unavailable []string
+	uris := map[string]*member{}
+	for i, mb := range members {
+		if pages[i].err != nil {
+			unavailable = append(unavailable, mb.name)
+			a.opts.Logger.Warn("aggregate: a server's listing failed; its items are left out", "member", mb.name, "method", m.Method, "error", string(pages[i].err))
+			continue
+		}
+		var prefixes []string
+		for _, it := range pages[i].items {
+			switch {
+			case rename:
+				name, _ := wire.String(wire.ParamsMember(it, "name"))
+				q, _ := json.Marshal(mb.name + a.opts.Separator + name)
+				it = wire.SetMember(it, "name", q)
+			case key == "resources":
+				if u, ok := wire.String(wire.ParamsMember(it, "uri")); ok {
+					uris[u] = mb
+				}
+			case key == "resourceTemplates":
+				if t, ok := wire.String(wire.ParamsMember(it, "uriTemplate")); ok {
+					p, _, _ := strings.Cut(t, "{")
+					prefixes = append(prefixes, p)
+				}
+			}
+			items = append(items, it)
+		}
+		if key == "resourceTemplates" {
+			a.mu.Lock()
+			mb.templates = prefixes
+			a.mu.Unlock()
+		}
+	}
+	if key == "resources" {
+		a.mu.Lock()
+		for u, mb := range uris {
+			a.uris[u] = mb
+		}
+		a.mu.Unlock()
+	}
+	out := map[string]any{key: items}
+	for _, p := range pages {
+		if p.resultType != "" {
+			out["resultType"] = p.resultType
+			break
+		}
+	}
+	if len(unavailable) > 0 {
+		out["_meta"] = map[string]any{"guard/unavailable": unavailable}
+	}
+	a.answer(m.ID, out)
+}
+
+// withCursor returns a listing's params for the page after cursor ("" for
+// the first page: a cursor of the client's own is dropped, since the
+// aggregate's answers have no pages).
+func withCursor(params []byte, cursor string) []byte {
+	if params == nil {
+		params = []byte(`{}`)
+	}
+	if cursor != "" {
+		q, _ := json.Marshal(cursor)
+		return wire.SetMember(params, "cursor", q)
+	}
+	if wire.ParamsMember(params, "cursor") == nil {
+		return params
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(params, &obj) != nil {
+		return params
+	}
+	delete(obj, "cursor")
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return params
+	}
+	return b
+}
+
+// rawError is an error response carrying a server's error object as is.
+func rawError(id, errObj []byte) []byte {
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
+	out = append(out, `,"error":`...)
+	out = append(out, errObj...)
+	return append(out, '}')
+}
+
+// rebuild is the client's message m under the aggregate's id, with params
+// replaced when given (added when m had none).
+func rebuild(m wire.Message, id, params []byte) []byte {
+	if params != nil && m.Params == nil {
+		b, err := wire.Request(id, m.Method, json.RawMessage(params))
+		if err == nil {
+			return b
+		}
+	}
+	return wire.Rebuild(m, id, params)
+}
+
+// broadcast sends a request to every server with the capability and
+// answers with the first error, or an empty result.
+func (a *aggregator) broadcast(m wire.Message, capability string) {
+	deadline := time.After(a.opts.Timeout)
+	var firstErr []byte
+	for _, mb := range a.live() {
+		a.mu.Lock()
+		has := wire.ParamsMember(mb.caps, capability) != nil
+		a.mu.Unlock()
+		if !has {
+			continue
+		}
+		ch, id := a.ask(m, mb, nil)
+		if r, ok := a.wait(mb, ch, id, deadline); ok && r.Error != nil && firstErr == nil {
+			firstErr = r.Error
+		}
+	}
+	if firstErr != nil {
+		a.write(rawError(m.ID, firstErr))
+		return
+	}
+	a.answer(m.ID, map[string]any{})
+}
+
+// notification passes a client's notification on: a cancellation to the
+// server of the request it names, anything else to every server.
+func (a *aggregator) notification(m wire.Message) {
+	if m.Method == "notifications/cancelled" {
+		req := wire.ParamsMember(m.Params, "requestId")
+		a.mu.Lock()
+		w := a.byCall[wire.IDKey(req)]
+		a.mu.Unlock()
+		if w == nil || req == nil {
+			return // not ours, or already answered
+		}
+		_ = w.m.send(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID)))
+		return
+	}
+	for _, mb := range a.live() {
+		_ = mb.send(m.Raw)
+	}
+}
+
+// response takes the client's answer to a server's request back to it.
+func (a *aggregator) response(m wire.Message) {
+	k := wire.IDKey(m.ID)
+	a.mu.Lock()
+	q, ok := a.asked[k]
+	if ok {
+		delete(a.asked, k)
+		delete(a.askedBy, q.m.name+"\x00"+wire.IDKey(q.orig))
+	}
+	a.mu.Unlock()
+	if !ok {
+		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
+		return
+	}
+	_ = q.m.send(wire.ReplaceID(m, q.orig))
+}
+
+// memberOut takes one member's output, line by line.
+type memberOut struct {
+	a   *aggregator
+	m   *member
+	buf []byte
+}
+
+func (o *memberOut) Write(p []byte) (int, error) {
+	var lines [][]byte
+	lines, o.buf = cutLines(append(o.buf, p...))
+	for _, l := range lines {
+		o.a.fromMember(o.m, l)
+	}
+	return len(p), nil
+}
+
+// fromMember handles one message of a member's relay session.
+func (a *aggregator) fromMember(mb *member, line []byte) {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	m, err := wire.Parse(line)
+	if err != nil {
+		a.opts.Logger.Warn("aggregate: an unreadable message from a server was dropped", "member", mb.name, "err", err)
+		return
+	}
+	switch m.Kind {
+	case wire.KindBatch:
+		parts, err := wire.SplitBatch(line)
+		if err == nil {
+			for _, p := range parts {
+				a.fromMember(mb, p)
+			}
+		}
+	case wire.KindResponse:
+		k := pendingKey(mb, m.ID)
+		a.mu.Lock()
+		w := a.pending[k]
+		delete(a.pending, k)
+		if w != nil && w.clientID != nil {
+			delete(a.byCall, wire.IDKey(w.clientID))
+		}
+		a.mu.Unlock()
+		switch {
+		case w == nil:
+			a.opts.Logger.Debug("aggregate: a server's response to no request", "member", mb.name)
+		case w.ch != nil:
+			w.ch <- m
+		default:
+			a.write(wire.ReplaceID(m, w.clientID))
+		}
+	case wire.KindRequest:
+		id := a.ownID()
+		a.mu.Lock()
+		a.asked[wire.IDKey(id)] = asked{m: mb, orig: append([]byte(nil), m.ID...)}
+		a.askedBy[mb.name+"\x00"+wire.IDKey(m.ID)] = id
+		a.mu.Unlock()
+		a.write(wire.ReplaceID(m, id))
+	case wire.KindNotification:
+		if m.Method == "notifications/cancelled" {
+			// The server withdrew a request of its own: name it as the
+			// client knows it.
+			req := wire.ParamsMember(m.Params, "requestId")
+			a.mu.Lock()
+			id := a.askedBy[mb.name+"\x00"+wire.IDKey(req)]
+			a.mu.Unlock()
+			if id == nil {
+				return
+			}
+			a.write(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", id)))
+			return
+		}
+		a.write(line)
+	}
+}
+
+// gone ends what waits on a member whose session ended.
+func (a *aggregator) gone(mb *member) {
+	a.mu.Lock()
+	mb.up = false
+	var lost []*waiter
+	for k, w := range a.pending {
+		if w.m == mb {
+			lost = append(lost, w)
+			delete(a.pending, k)
+			if w.clientID != nil {
+				delete(a.byCall, wire.IDKey(w.clientID))
+			}
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range lost {
+		if w.ch != nil {
+			close(w.ch)
+			continue
+		}
+		a.write(wire.ErrorResponse(w.clientID, wire.CodeInternalError, "The server "+mb.name+"'s session ended before answering", nil))
+	}
+}
+
+// errorCode is the code of a JSON-RPC error object (0 when unreadable).
+func errorCode(errObj []byte) int {
+	var e struct {
+		Code int `json:"code"`
+	}
+	_ = json.Unmarshal(errObj, &e)
+	return e.Code
+}
