@@ -284,22 +284,17 @@ func everythingHTTP(t *testing.T) string {
 }
 
 // The official TypeScript SDK client over Streamable HTTP sees the npm
-// reference server the same directly and through guard serve (the server
-// an HTTP upstream).
+// reference server the same directly, through guard serve (the server an
+// HTTP upstream), and through the aggregate endpoint beside guard's example
+// server (tools and prompts named everything__NAME, otherwise the same).
 func TestTypeScriptClientOverHTTPThroughGuardServe(t *testing.T) {
 	url := everythingHTTP(t)
 	sc := tsScenario("everything", "")
 	direct := sc(t, []string{"url", url})
-	e := newEnv(t, "policy: {default: allow}\nservers:\n  everything: {url: \""+url+"\", new_tools: allow}\n")
-	addr := freePort(t)
-	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	waitHTTP(t, "http://"+addr+"/healthz")
-	through := sc(t, []string{"url", "http://" + addr + "/mcp/everything"})
+	e := newEnv(t, "policy: {default: allow}\naggregate: {enabled: true}\nservers:\n  everything: {url: \""+url+"\", new_tools: allow}\n"+
+		"  notes: {command: ["+guardBin+", example-server]}\n")
+	base := e.serve()
+	through := sc(t, []string{"url", base + "/mcp/everything"})
 	if len(direct["calls"].(map[string]any)) < 5 {
 		t.Fatalf("the direct run made few calls: %v", direct)
 	}
@@ -307,6 +302,17 @@ func TestTypeScriptClientOverHTTPThroughGuardServe(t *testing.T) {
 		a, _ := json.MarshalIndent(direct, "", " ")
 		b, _ := json.MarshalIndent(through, "", " ")
 		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
+	}
+	aggregate := tsScenario("everything", "", "--prefix", "everything__")(t, []string{"url", base + "/mcp"})
+	if aggregate["server"] != "guard" {
+		t.Fatalf("the aggregate endpoint's serverInfo: %v", aggregate["server"])
+	}
+	delete(aggregate, "server")
+	delete(direct, "server")
+	if !reflect.DeepEqual(direct, aggregate) {
+		a, _ := json.MarshalIndent(direct, "", " ")
+		b, _ := json.MarshalIndent(aggregate, "", " ")
+		t.Fatalf("through the aggregate endpoint differs from direct:\ndirect: %s\nthrough: %s", a, b)
 	}
 }
 

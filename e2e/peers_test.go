@@ -63,10 +63,10 @@ func compareThroughGuard(t *testing.T, sc scenario, name string, serverCmd []str
 // tsScenario is testdata/node/client.mjs, the official TypeScript SDK's
 // client, running one of its scenarios (auto, everything, example) and
 // offering protocol (the SDK's latest if empty).
-func tsScenario(name, protocol string) scenario {
+func tsScenario(name, protocol string, flags ...string) scenario {
 	return func(t *testing.T, serverCmd []string) transcript {
 		t.Helper()
-		args := []string{filepath.Join(repoRoot(t), "testdata/node/client.mjs"), "--scenario", name}
+		args := append([]string{filepath.Join(repoRoot(t), "testdata/node/client.mjs"), "--scenario", name}, flags...)
 		if protocol != "" {
 			args = append(args, "--protocol", protocol)
 		}

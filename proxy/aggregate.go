@@ -652,7 +652,16 @@ func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
 			switch {
 			case rename:
 				name, _ := wire.String(wire.ParamsMember(it, "name"))
-				q, _ := json.Marshal(mb.name + a.opts.Separator + name)
+				full := mb.name + a.opts.Separator + name
+				if owner, _ := a.split(full); owner != mb {
+					// Server "a" offering "b__x" would be listed as
+					// "a__b__x", which calls go to server "a__b": leave
+					// it out rather than show one server's description
+					// for another's tool.
+					a.opts.Logger.Warn("aggregate: a name that would reach another server is left out", "member", mb.name, "name", name, "as", full)
+					continue
+				}
+				q, _ := json.Marshal(full)
 				it = wire.SetMember(it, "name", q)
 			case key == "resources":
 				if u, ok := wire.String(wire.ParamsMember(it, "uri")); ok {

@@ -7,6 +7,10 @@
 //   node client.mjs [--scenario ...] --url URL      (Streamable HTTP)
 //   node client.mjs [--scenario ...] --sse URL      (the legacy HTTP+SSE transport)
 //
+// --prefix P keeps only the tools and prompts named P..., records them
+// without P and calls them with it (guard serve's aggregate endpoint names
+// them SERVER__NAME).
+//
 // --scenario everything calls server-everything's tools, example calls guard's
 // example server's; auto (the default) chooses by the tools listed.
 // --protocol offers VERSION in initialize instead of the SDK's latest (the
@@ -26,8 +30,8 @@ import {
 const argv = process.argv.slice(2);
 let sep = argv.indexOf("--");
 if (sep < 0) sep = argv.length;
-const usage = "usage: node client.mjs [--scenario auto|everything|example] [--protocol VERSION] (-- COMMAND [ARGS...] | --url URL | --sse URL)";
-const flags = { scenario: "auto", protocol: "", url: "", sse: "" };
+const usage = "usage: node client.mjs [--scenario auto|everything|example] [--protocol VERSION] [--prefix P] (-- COMMAND [ARGS...] | --url URL | --sse URL)";
+const flags = { scenario: "auto", protocol: "", url: "", sse: "", prefix: "" };
 for (let i = 0; i < sep; i += 2) {
   const name = argv[i].replace(/^--?/, "");
   if (!(name in flags) || i + 1 >= sep) {
@@ -93,7 +97,7 @@ out.server = client.getServerVersion()?.name ?? null;
 let cursor;
 do {
   const page = await client.listTools(cursor ? { cursor } : {});
-  for (const t of page.tools) out.tools.push(t.name);
+  for (const t of page.tools) if (t.name.startsWith(flags.prefix)) out.tools.push(t.name.slice(flags.prefix.length));
   cursor = page.nextCursor;
 } while (cursor);
 out.tools.sort();
@@ -103,7 +107,7 @@ async function call(name, args, opts, label) {
   if (!out.tools.includes(name)) return;
   label = label || name;
   try {
-    const res = await client.callTool({ name, arguments: args }, undefined, opts);
+    const res = await client.callTool({ name: flags.prefix + name, arguments: args }, undefined, opts);
     out.calls[label] = { isError: !!res.isError, text: textOf(res), structured: res.structuredContent ?? null };
   } catch (e) {
     out.calls[label] = { error: String(e.message || e) };
@@ -158,8 +162,9 @@ try {
 }
 try {
   const p = await client.listPrompts();
-  out.prompts = p.prompts.map((x) => x.name).sort();
-  const simple = p.prompts.find((x) => !x.arguments || x.arguments.every((a) => !a.required));
+  const mine = p.prompts.filter((x) => x.name.startsWith(flags.prefix));
+  out.prompts = mine.map((x) => x.name.slice(flags.prefix.length)).sort();
+  const simple = mine.find((x) => !x.arguments || x.arguments.every((a) => !a.required));
   if (simple) {
     const got = await client.getPrompt({ name: simple.name });
     out.getPrompt = got.messages.length;
