@@ -378,3 +378,30 @@ func TestRebuildAndSetMember(t *testing.T) {
 		}
 	}
 }
+
+// SetMember on any object gives valid JSON whose member is the value
+// given, with every other member kept.
+func FuzzSetMember(f *testing.F) {
+	for _, s := range []string{`{}`, `{"name":"a","x":[1,{"name":2}]}`, ` { "a" : "\u0061" , "name" : null } `, `{"name":1,"name":2}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, obj string) {
+		var before map[string]json.RawMessage
+		if json.Unmarshal([]byte(obj), &before) != nil || before == nil {
+			return
+		}
+		out := SetMember([]byte(obj), "name", []byte(`"z"`))
+		var after map[string]json.RawMessage
+		if err := json.Unmarshal(out, &after); err != nil {
+			t.Fatalf("SetMember(%s) = %s: %v", obj, out, err)
+		}
+		if v := after["name"]; string(v) != `"z"` {
+			t.Fatalf("SetMember(%s) = %s: name is %s", obj, out, v)
+		}
+		for k := range before {
+			if _, ok := after[k]; !ok {
+				t.Fatalf("SetMember(%s) = %s: %q lost", obj, out, k)
+			}
+		}
+	})
+}
