@@ -67,31 +67,33 @@ func RunAggregate(ctx context.Context, ag Aggregate, clientIn io.Reader, clientO
 	a := &aggregator{
 		opts:    ag,
 		out:     clientOut,
-		byName:  map[string]*member{},
 		pending: map[string]*waiter{},
 		byCall:  map[string]*waiter{},
 		asked:   map[string]asked{},
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
-	for _, m := range ag.Members {
+	runs := make([]func(context.Context, io.Reader, io.Writer) error, len(ag.Members))
+	pipes := make([]*io.PipeReader, len(ag.Members))
+	for i, m := range ag.Members {
 		pr, pw := io.Pipe()
-		mb := &member{name: m.Name, in: pw, done: make(chan struct{}), up: true}
-		a.members = append(a.members, mb)
-		a.byName[m.Name] = mb
-		run := m.Run
+		a.members = append(a.members, &member{name: m.Name, in: pw, done: make(chan struct{}), up: true})
+		runs[i], pipes[i] = m.Run, pr
+	}
+	// split tries the longest names first: with servers "a" and "a__b",
+	// "a__b__t" is b's.
+	a.byLength = append([]*member(nil), a.members...)
+	sort.SliceStable(a.byLength, func(i, j int) bool { return len(a.byLength[i].name) > len(a.byLength[j].name) })
+	for i, mb := range a.members {
 		go func() {
 			defer close(mb.done)
-			ow := &memberOut{a: a, m: mb}
-			if err := run(ctx, pr, ow); err != nil {
+			if err := runs[i](ctx, pipes[i], &memberOut{a: a, m: mb}); err != nil {
 				ag.Logger.Info("aggregate member ended", "member", mb.name, "err", err)
 			}
-			pr.Close()
+			pipes[i].Close()
 			a.gone(mb)
 		}()
 	}
-	// Longest names first: with servers "a" and "a__b", "a__b__t" is b's.
-	sort.SliceStable(a.members, func(i, j int) bool { return len(a.members[i].name) > len(a.members[j].name) })
 	readLines(clientIn, ag.MaxMessage, a.fromClient, func(n int64) {
 		ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", n)
 	})
@@ -142,11 +144,11 @@ type asked struct {
 }
 
 type aggregator struct {
-	opts    Aggregate
-	out     io.Writer
-	outM    sync.Mutex
-	members []*member
-	byName  map[string]*member
+	opts     Aggregate
+	out      io.Writer
+	outM     sync.Mutex
+	members  []*member // in the order given
+	byLength []*member // longest name first
 
 	mu      sync.Mutex
 	next    int64
@@ -249,7 +251,7 @@ func (a *aggregator) answer(id []byte, result any) {
 
 // split finds the member of a namespaced name.
 func (a *aggregator) split(name string) (*member, string) {
-	for _, mb := range a.members {
+	for _, mb := range a.byLength {
 		if rest, ok := strings.CutPrefix(name, mb.name+a.opts.Separator); ok && rest != "" {
 			return mb, rest
 		}
