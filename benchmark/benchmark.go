@@ -52,6 +52,9 @@ type Result struct {
 	// CPU is the CPU time the first process of the command line (guard,
 	// or the server when direct) used per call.
 	CPU time.Duration
+	// TreeCPU is CPU with that of the process's children (the servers
+	// guard runs) added.
+	TreeCPU time.Duration
 }
 
 // Report is everything one run measured.
@@ -125,8 +128,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 
 func (rep *Report) add(w io.Writer, r Result, base *Result) {
 	rep.Results = append(rep.Results, r)
-	fmt.Fprintf(w, "%-24s callers=%-2d calls=%-5d p50=%-8s p99=%-8s max=%-8s calls/s=%-5.0f cpu/call=%-6s",
-		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.PerSec, fmtDur(r.CPU))
+	fmt.Fprintf(w, "%-24s callers=%-2d calls=%-5d p50=%-8s p99=%-8s max=%-8s calls/s=%-5.0f cpu/call=%-6s with children=%-6s",
+		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.PerSec, fmtDur(r.CPU), fmtDur(r.TreeCPU))
 	if base != nil {
 		fmt.Fprintf(w, " added p50=%-9s calls/s %.0f%% of direct", fmtDur(r.P50-base.P50), 100*r.PerSec/base.PerSec)
 	}
@@ -153,26 +156,29 @@ type sample struct {
 	lat     []time.Duration
 	elapsed time.Duration
 	cpu     time.Duration
+	tree    time.Duration // cpu and that of the process's children
 }
 
 // summarize turns the rounds of one configuration into its result.
 func summarize(name string, n int, ss []sample) Result {
 	var lat []time.Duration
-	var elapsed, cpu time.Duration
+	var elapsed, cpu, tree time.Duration
 	for _, s := range ss {
 		lat = append(lat, s.lat...)
 		elapsed += s.elapsed
 		cpu += s.cpu
+		tree += s.tree
 	}
 	slices.Sort(lat)
 	calls := len(lat)
 	return Result{
 		Name: name, Callers: n, Calls: calls,
-		P50:    lat[calls/2],
-		P99:    lat[calls*99/100],
-		Max:    lat[calls-1],
-		PerSec: float64(calls) / elapsed.Seconds(),
-		CPU:    cpu / time.Duration(calls),
+		P50:     lat[calls/2],
+		P99:     lat[calls*99/100],
+		Max:     lat[calls-1],
+		PerSec:  float64(calls) / elapsed.Seconds(),
+		CPU:     cpu / time.Duration(calls),
+		TreeCPU: tree / time.Duration(calls),
 	}
 }
 
@@ -199,12 +205,12 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (sam
 			return sample{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	cpu0 := cpuTime(cmd.Process.Pid)
+	cpu0, tree0 := cpuTime(cmd.Process.Pid), treeCPU(cmd.Process.Pid)
 	lat, elapsed, err := drive(n, calls, func(int) (time.Duration, error) { return call() })
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(cmd.Process.Pid) - cpu0}, nil
+	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(cmd.Process.Pid) - cpu0, tree: treeCPU(cmd.Process.Pid) - tree0}, nil
 }
 
 // drive makes calls calls with n concurrent workers and returns each
@@ -246,18 +252,64 @@ func drive(n, calls int, call func(worker int) (time.Duration, error)) ([]time.D
 
 // cpuTime is the user and system time a process has used so far.
 func cpuTime(pid int) time.Duration {
+	cpu, _, _ := procStat(pid)
+	return cpu
+}
+
+// procStat reads a process's user and system time, its parent and whether
+// it could be read.
+func procStat(pid int) (cpu time.Duration, ppid int, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0, false
 	}
 	// The command name may hold spaces: count fields after its ")".
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, 0, false
 	}
+	ppid, _ = strconv.Atoi(f[1])
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ is 100 on Linux)
+	return time.Duration(ut+st) * time.Second / 100, ppid, true // clock ticks (USER_HZ is 100 on Linux)
+}
+
+// treeCPU is the user and system time a process and its live descendants
+// (the servers guard runs) have used so far. A child that exits during a
+// measurement takes its time with it: the sessions measured live
+// throughout.
+func treeCPU(pid int) time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	type proc struct {
+		cpu  time.Duration
+		ppid int
+	}
+	procs := map[int]proc{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cpu, ppid, ok := procStat(p); ok {
+			procs[p] = proc{cpu, ppid}
+		}
+	}
+	var total time.Duration
+	for p, pr := range procs {
+		for q := p; q > 1; q = procs[q].ppid {
+			if q == pid {
+				total += pr.cpu
+				break
+			}
+			if _, ok := procs[q]; !ok {
+				break
+			}
+		}
+	}
+	return total
 }
 
 // bigResult measures guard's resident memory while idle and its peak

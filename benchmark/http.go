@@ -16,7 +16,8 @@ import (
 // HTTPConfig says what to measure over Streamable HTTP: a go-sdk client per
 // caller (each its own session) calling a trivial tool of go-sdk's
 // conformance server, directly over HTTP, through guard serve with the
-// server as a stdio child, and through the bridges given.
+// server as a stdio child (one per session), through guard serve with the
+// direct server as its HTTP upstream, and through the bridges given.
 type HTTPConfig struct {
 	Guard string
 	Dir   string
@@ -36,6 +37,12 @@ type target struct {
 	argv []string
 	url  string
 	env  []string
+	// same, when not "", is the name of the target whose process this one
+	// uses instead of starting its own.
+	same string
+	// also, when not "", names a target whose process serves this one
+	// too (an upstream): its CPU counts with this one's children.
+	also string
 }
 
 // RunHTTP measures as configured and writes a report to w as it goes.
@@ -56,34 +63,40 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	targets = append(targets, target{"direct (HTTP)", []string{cfg.Fixture, "-http", addr, "-stateless=false"}, "http://" + addr + "/mcp", nil})
+	direct := "http://" + addr + "/mcp"
+	targets = append(targets, target{name: "direct (HTTP)", argv: []string{cfg.Fixture, "-http", addr, "-stateless=false"}, url: direct})
 	conf := filepath.Join(cfg.Dir, "serve.yaml")
-	if err := os.WriteFile(conf, []byte("durability: normal\npolicy: {default: allow}\nservers:\n  fixture:\n    command: ["+cfg.Fixture+"]\n    new_tools: allow\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte("durability: normal\npolicy: {default: allow}\nservers:\n  fixture:\n    command: ["+cfg.Fixture+"]\n    new_tools: allow\n"+
+		"  upstream:\n    url: "+direct+"\n    new_tools: allow\n"), 0o600); err != nil {
 		return nil, err
 	}
 	if addr, err = port(); err != nil {
 		return nil, err
 	}
-	targets = append(targets, target{"guard serve", []string{cfg.Guard, "serve", "--config", conf, "--db", filepath.Join(cfg.Dir, "serve.db"),
-		"--listen", addr, "--no-ui"}, "http://" + addr + "/mcp/fixture", nil})
+	targets = append(targets, target{name: "guard serve", argv: []string{cfg.Guard, "serve", "--config", conf, "--db", filepath.Join(cfg.Dir, "serve.db"),
+		"--listen", addr, "--no-ui"}, url: "http://" + addr + "/mcp/fixture"})
+	// The same guard serve, with the direct server as its HTTP upstream:
+	// what guard costs without a process per session.
+	targets = append(targets, target{name: "guard serve (HTTP up)", url: "http://" + addr + "/mcp/upstream", same: "guard serve", also: "direct (HTTP)"})
 	if cfg.MCPProxy != "" {
 		if addr, err = port(); err != nil {
 			return nil, err
 		}
 		_, p, _ := net.SplitHostPort(addr)
-		targets = append(targets, target{"mcp-proxy", []string{cfg.Node, cfg.MCPProxy, "--host", "127.0.0.1", "--port", p, "--server", "stream", "--", cfg.Fixture},
-			"http://" + addr + "/mcp", nil})
+		targets = append(targets, target{name: "mcp-proxy", argv: []string{cfg.Node, cfg.MCPProxy, "--host", "127.0.0.1", "--port", p, "--server", "stream", "--", cfg.Fixture},
+			url: "http://" + addr + "/mcp"})
 	}
 	if cfg.Supergateway != "" {
 		if addr, err = port(); err != nil {
 			return nil, err
 		}
 		_, p, _ := net.SplitHostPort(addr)
-		targets = append(targets, target{"supergateway", []string{cfg.Node, cfg.Supergateway, "--stdio", cfg.Fixture, "--outputTransport", "streamableHttp",
-			"--stateful", "--port", p, "--logLevel", "none"}, "http://" + addr + "/mcp", nil})
+		targets = append(targets, target{name: "supergateway", argv: []string{cfg.Node, cfg.Supergateway, "--stdio", cfg.Fixture, "--outputTransport", "streamableHttp",
+			"--stateful", "--port", p, "--logLevel", "none"}, url: "http://" + addr + "/mcp"})
 	}
 	rep := &Report{}
 	var procs []*exec.Cmd
+	pids := map[string]int{}
 	defer func() {
 		for _, c := range procs {
 			_ = c.Process.Signal(os.Interrupt)
@@ -97,12 +110,17 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 		}
 	}()
 	for _, t := range targets {
-		cmd := exec.Command(t.argv[0], t.argv[1:]...)
-		cmd.Stderr = io.Discard
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", t.name, err)
+		if t.same != "" {
+			pids[t.name] = pids[t.same]
+		} else {
+			cmd := exec.Command(t.argv[0], t.argv[1:]...)
+			cmd.Stderr = io.Discard
+			if err := cmd.Start(); err != nil {
+				return nil, fmt.Errorf("%s: %w", t.name, err)
+			}
+			procs = append(procs, cmd)
+			pids[t.name] = cmd.Process.Pid
 		}
-		procs = append(procs, cmd)
 		if err := waitReady(ctx, t.url); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
@@ -112,7 +130,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 		samples := make([][]sample, len(targets))
 		for range rounds {
 			for i, t := range targets {
-				sm, err := measureHTTP(ctx, t, n, cfg.Calls/rounds, procs[i].Process.Pid)
+				sm, err := measureHTTP(ctx, t, n, cfg.Calls/rounds, pids[t.name], pids[t.also])
 				if err != nil {
 					return nil, err
 				}
@@ -145,8 +163,10 @@ func waitReady(ctx context.Context, url string) error {
 	}
 }
 
-// measureHTTP makes calls with n clients, each its own session.
-func measureHTTP(ctx context.Context, t target, n, calls, pid int) (sample, error) {
+// measureHTTP makes calls with n clients, each its own session. pid is the
+// process that serves them; also, when not 0, an upstream whose CPU counts
+// with pid's children.
+func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample, error) {
 	sessions := make([]*mcp.ClientSession, n)
 	for i := range sessions {
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "guard-bench", Version: "1"}, nil).
@@ -175,10 +195,17 @@ func measureHTTP(ctx context.Context, t target, n, calls, pid int) (sample, erro
 			}
 		}
 	}
-	cpu0 := cpuTime(pid)
+	tree := func() time.Duration {
+		d := treeCPU(pid)
+		if also != 0 {
+			d += treeCPU(also)
+		}
+		return d
+	}
+	cpu0, tree0 := cpuTime(pid), tree()
 	lat, elapsed, err := drive(n, calls, func(w int) (time.Duration, error) { return call(sessions[w]) })
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", t.name, err)
 	}
-	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(pid) - cpu0}, nil
+	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(pid) - cpu0, tree: tree() - tree0}, nil
 }
