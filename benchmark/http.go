@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,8 +170,14 @@ func waitReady(ctx context.Context, url string) error {
 func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample, error) {
 	sessions := make([]*mcp.ClientSession, n)
 	for i := range sessions {
+		// Each client its own connections, as separate client processes
+		// would have: sessions sharing http.DefaultTransport (2 idle
+		// connections per host) would open and close connections all the
+		// time, a cost of the benchmark rather than of what it measures.
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		defer hc.CloseIdleConnections()
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "guard-bench", Version: "1"}, nil).
-			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.url, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		if err != nil {
 			return sample{}, fmt.Errorf("%s: %w", t.name, err)
 		}
