@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -395,5 +396,51 @@ func TestHTTPIdleSessionsEnd(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond) // idle
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusNotFound {
 		t.Fatalf("an idle session was kept: %d", r.StatusCode)
+	}
+}
+
+// A pretty-printed body (newlines between tokens, a batch across lines) is
+// one message per element, answered like a compact one.
+func TestHTTPPrettyPrintedBodies(t *testing.T) {
+	_, url := serveExample(t, "policy: {default: allow}\n")
+	post := func(session, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	resp, body := post("", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1,\n  \"method\": \"initialize\",\n  \"params\": {\n    \"protocolVersion\": \"2025-06-18\",\n"+
+		"    \"capabilities\": {},\n    \"clientInfo\": {\"name\": \"pretty\", \"version\": \"1\"}\n  }\n}\n")
+	session := resp.Header.Get("Mcp-Session-Id")
+	if session == "" || !strings.Contains(body, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("pretty-printed initialize: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := post(session, "{\n\"jsonrpc\": \"2.0\",\r\n\"method\": \"notifications/initialized\"\n}"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("initialized: %d %s", resp.StatusCode, body)
+	}
+	_, body = post(session, "[\n {\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": \"tools/call\",\n  \"params\": {\"name\": \"echo\", \"arguments\": {\"text\": \"two\\nlines\"}}},\n"+
+		" {\"jsonrpc\": \"2.0\", \"id\": 3,\n  \"method\": \"ping\"}\n]\n")
+	var answers []map[string]any
+	if err := json.Unmarshal([]byte(body), &answers); err != nil || len(answers) != 2 {
+		t.Fatalf("pretty-printed batch: %v %s", err, body)
+	}
+	if !strings.Contains(body, `two\nlines`) {
+		t.Fatalf("the echo's answer: %s", body)
 	}
 }
