@@ -301,15 +301,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	var requests []wire.Message
 	initialize := false
 	for i, p := range parts {
-		// The relay reads one message per line: a pretty-printed body
-		// loses the whitespace between its tokens (strings cannot hold a
-		// raw newline), nothing else.
-		if bytes.IndexByte(p, '\n') >= 0 || bytes.IndexByte(p, '\r') >= 0 {
-			var b bytes.Buffer
-			if err := json.Compact(&b, p); err == nil {
-				parts[i], p = b.Bytes(), b.Bytes()
-			}
-		}
+		p = oneLine(p)
+		parts[i] = p
 		m, err := wire.Parse(p)
 		if err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())

@@ -28,6 +28,22 @@ func cutLines(buf []byte) (lines [][]byte, rest []byte) {
 	return lines, buf
 }
 
+// oneLine returns a message as one line, as the relay reads them: a
+// pretty-printed body (or an SSE event whose data spans several lines)
+// loses the whitespace between its tokens, nothing else, since a JSON
+// string cannot hold a raw newline. Text that is not JSON is returned as
+// is, for the relay to refuse.
+func oneLine(b []byte) []byte {
+	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
+		return b
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
+}
+
 // requestName is the name a 2026-07-28 request carries in its Mcp-Name
 // header: the tool's or prompt's name, or the resource's URI ("" for other
 // methods).

@@ -45,19 +45,20 @@ type harnessOpts struct {
 	quiet    bool // discard guard's log
 }
 
-func newHarness(t testing.TB, ho harnessOpts) *harness {
+// testOptions are relay options over a new database in t's temporary
+// directory, with config's policy (default: annotations) and holds that
+// wait at most wait.
+func testOptions(t testing.TB, ctx context.Context, config string, wait time.Duration) (Options, *store.DB, *approvals.Manager) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "guard.db"), Durability: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if ho.config == "" {
-		ho.config = "policy:\n  default: annotations\n"
+	if config == "" {
+		config = "policy:\n  default: annotations\n"
 	}
-	cfg, err := policy.Parse([]byte(ho.config), "test.yaml")
+	cfg, err := policy.Parse([]byte(config), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,23 +66,30 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
+	return Options{
+		Server: "notes", Recorder: db, Catalog: db, Decider: engine, Holds: holds,
+		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Contracts: policy.NewContracts(false),
+	}, db, holds
+}
+
+func newHarness(t testing.TB, ho harnessOpts) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	if ho.wait == 0 {
 		ho.wait = 10 * time.Second
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond})
-	logger := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	opts, db, holds := testOptions(t, ctx, ho.config, ho.wait)
 	if ho.quiet {
-		logger = slog.New(slog.DiscardHandler)
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	var rec Recorder = db
 	if ho.recorder != nil {
-		rec = ho.recorder
+		opts.Recorder = ho.recorder
 	}
-	sess := NewSession(ctx, Options{
-		Server: "notes", Recorder: rec, Catalog: db, Decider: engine, Holds: holds,
-		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
-		Logger: logger, MaxPending: ho.pending, Contracts: policy.NewContracts(false), IgnoreBadSchemas: ho.ignore,
-	})
+	opts.MaxPending, opts.IgnoreBadSchemas = ho.pending, ho.ignore
+	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()
 	c2gR, c2gW := io.Pipe()

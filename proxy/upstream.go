@@ -126,7 +126,7 @@ func (u *upstream) wait() { u.inflight.Wait() }
 
 // emit hands one message to the relay.
 func (u *upstream) emit(line []byte) {
-	line = bytes.TrimSpace(line)
+	line = oneLine(bytes.TrimSpace(line))
 	if len(line) == 0 {
 		return
 	}
