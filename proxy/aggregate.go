@@ -430,6 +430,21 @@ func (a *aggregator) live() []*member {
 	return out
 }
 
+// withCapability returns the members that are up and have the
+// capability, or have not said what they have (2026-07-28 without
+// server/discover: they are asked, and "method not found" counts as none).
+func (a *aggregator) withCapability(capability string) []*member {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*member
+	for _, mb := range a.members {
+		if mb.up && (mb.caps == nil || wire.ParamsMember(mb.caps, capability) != nil) {
+			out = append(out, mb)
+		}
+	}
+	return out
+}
+
 // initialize sends the client's initialize (or server/discover) to every
 // server and answers with what they share: the lowest protocol version,
 // the union of capabilities, and each server's instructions.
@@ -584,15 +599,7 @@ const maxPages = 1000
 // the listing needs; servers without it are not asked.
 func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
 	deadline := time.After(a.opts.Timeout)
-	var members []*member
-	for _, mb := range a.live() {
-		a.mu.Lock()
-		has := wire.ParamsMember(mb.caps, capability) != nil || mb.caps == nil
-		a.mu.Unlock()
-		if has {
-			members = append(members, mb)
-		}
-	}
+	members := a.withCapability(capability)
 	type page struct {
 		items      []json.RawMessage
 		resultType string
@@ -754,15 +761,9 @@ func rebuild(m wire.Message, id, params []byte) []byte {
 func (a *aggregator) broadcast(m wire.Message, capability string) {
 	deadline := time.After(a.opts.Timeout)
 	var firstErr []byte
-	for _, mb := range a.live() {
-		a.mu.Lock()
-		has := wire.ParamsMember(mb.caps, capability) != nil
-		a.mu.Unlock()
-		if !has {
-			continue
-		}
+	for _, mb := range a.withCapability(capability) {
 		ch, id := a.ask(m, mb, nil)
-		if r, ok := a.wait(mb, ch, id, deadline); ok && r.Error != nil && firstErr == nil {
+		if r, ok := a.wait(mb, ch, id, deadline); ok && r.Error != nil && firstErr == nil && errorCode(r.Error) != wire.CodeMethodNotFound {
 			firstErr = r.Error
 		}
 	}
