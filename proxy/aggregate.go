@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -520,13 +521,11 @@ func (a *aggregator) initialize(m wire.Message) {
 		out["protocolVersion"] = version
 		out["serverInfo"] = info
 	} else {
-		out["supportedVersions"] = commonVersions(results[0].SupportedVersions, func(yield func([]string) bool) {
-			for _, res := range results[1:] {
-				if !yield(res.SupportedVersions) {
-					return
-				}
-			}
-		})
+		lists := make([][]string, len(results))
+		for i, res := range results {
+			lists[i] = res.SupportedVersions
+		}
+		out["supportedVersions"] = commonVersions(lists)
 		out["serverInfo"] = info
 		if results[0].ResultType != "" {
 			out["resultType"] = results[0].ResultType
@@ -538,22 +537,16 @@ func (a *aggregator) initialize(m wire.Message) {
 	a.answer(m.ID, out)
 }
 
-// commonVersions keeps the versions of first every other list has too.
-func commonVersions(first []string, others func(func([]string) bool)) []string {
-	out := append([]string(nil), first...)
-	others(func(vs []string) bool {
-		keep := out[:0]
-		for _, v := range out {
-			for _, w := range vs {
-				if v == w {
-					keep = append(keep, v)
-					break
-				}
-			}
-		}
-		out = keep
-		return true
-	})
+// commonVersions keeps the versions of the first list every other list
+// has too, in the first list's order.
+func commonVersions(lists [][]string) []string {
+	if len(lists) == 0 {
+		return nil
+	}
+	out := append([]string(nil), lists[0]...)
+	for _, vs := range lists[1:] {
+		out = slices.DeleteFunc(out, func(v string) bool { return !slices.Contains(vs, v) })
+	}
 	return out
 }
 
@@ -898,6 +891,12 @@ func (a *aggregator) gone(mb *member) {
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
+		}
+	}
+	for k, q := range a.asked {
+		if q.m == mb { // its requests to the client: an answer has nowhere to go
+			delete(a.asked, k)
+			delete(a.askedBy, mb.name+"\x00"+wire.IDKey(q.orig))
 		}
 	}
 	a.mu.Unlock()

@@ -148,10 +148,7 @@ func TestMergeCapsAndVersions(t *testing.T) {
 	if want := `{"logging":{},"resources":{"subscribe":true},"tools":{"listChanged":true}}`; string(b) != want {
 		t.Fatalf("merged %s, want %s", b, want)
 	}
-	got := commonVersions([]string{"2026-07-28", "2025-11-25", "2025-06-18"}, func(yield func([]string) bool) {
-		yield([]string{"2025-06-18", "2026-07-28"})
-		yield([]string{"2026-07-28", "2025-06-18", "2024-11-05"})
-	})
+	got := commonVersions([][]string{{"2026-07-28", "2025-11-25", "2025-06-18"}, {"2025-06-18", "2026-07-28"}, {"2026-07-28", "2025-06-18", "2024-11-05"}})
 	if strings.Join(got, ",") != "2026-07-28,2025-06-18" {
 		t.Fatalf("common versions: %v", got)
 	}
