@@ -115,8 +115,9 @@ type member struct {
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
-	// resources and templates are from the server's latest listings.
-	templates []string // literal prefixes of its URI templates
+	// templates are the literal prefixes of the URI templates in the
+	// server's latest listing.
+	templates []string
 }
 
 // send writes one message to the member's relay session.
@@ -156,7 +157,7 @@ type aggregator struct {
 	pending map[string]*waiter // member name + id key → waiter
 	byCall  map[string]*waiter // client's id key → its passed-on request
 	asked   map[string]asked   // id key toward the client → member's request
-	askedBy map[string][]byte  // member name + its id key → id toward the client
+	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
 	uris    map[string]*member // resource URI → the member that listed it
 }
 
@@ -280,8 +281,12 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 	}
 	mb, own := a.split(name)
 	if mb == nil {
+		what := "tool"
+		if m.Method != "tools/call" {
+			what = "prompt"
+		}
 		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, fmt.Sprintf(
-			"Unknown tool: %s (the aggregate endpoint names tools SERVER%sTOOL; no server here is named by its prefix)", name, a.opts.Separator), nil))
+			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator), nil))
 		return
 	}
 	q, _ := json.Marshal(own)
@@ -355,65 +360,67 @@ func (a *aggregator) resourceMember(uri string) *member {
 }
 
 // pass sends a client's request on to a member under an id of the
-// aggregate's, with params replaced when given.
+// aggregate's, with params replaced when given; the answer goes back to
+// the client under its own id.
 func (a *aggregator) pass(m wire.Message, mb *member, params []byte) {
-	id := a.ownID()
-	w := &waiter{m: mb, clientID: append([]byte(nil), m.ID...), ownID: id}
-	a.mu.Lock()
-	up := mb.up
-	if up {
-		a.pending[pendingKey(mb, id)] = w
-		a.byCall[wire.IDKey(m.ID)] = w
-	}
-	a.mu.Unlock()
-	if !up {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: its session ended or it did not initialize", nil))
-		return
-	}
-	if err := mb.send(rebuild(m, id, params)); err != nil {
-		a.mu.Lock()
-		delete(a.pending, pendingKey(mb, id))
-		delete(a.byCall, wire.IDKey(m.ID))
-		a.mu.Unlock()
+	w := &waiter{m: mb, clientID: append([]byte(nil), m.ID...)}
+	if err := a.send(m, w, params); err != nil {
 		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: "+err.Error(), nil))
 	}
 }
 
 // ask sends a copy of the client's request (params replaced when given)
-// to a member and returns the channel its answer arrives on.
-func (a *aggregator) ask(m wire.Message, mb *member, params []byte) (chan wire.Message, []byte) {
-	id := a.ownID()
-	ch := make(chan wire.Message, 1)
-	a.mu.Lock()
-	up := mb.up
-	if up {
-		a.pending[pendingKey(mb, id)] = &waiter{m: mb, ownID: id, ch: ch}
+// to a member, for the aggregate itself: the answer arrives on the
+// waiter's channel, which is nil when the request could not be sent.
+func (a *aggregator) ask(m wire.Message, mb *member, params []byte) *waiter {
+	w := &waiter{m: mb, ch: make(chan wire.Message, 1)}
+	if a.send(m, w, params) != nil {
+		w.ch = nil
 	}
-	a.mu.Unlock()
-	if !up || mb.send(rebuild(m, id, params)) != nil {
-		a.forget(mb, id)
-		return nil, id
-	}
-	return ch, id
+	return w
 }
 
-func (a *aggregator) forget(mb *member, id []byte) {
+// send registers w under a new id of the aggregate's and sends m to w's
+// member under it.
+func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
+	mb := w.m
+	w.ownID = a.ownID()
 	a.mu.Lock()
-	delete(a.pending, pendingKey(mb, id))
+	if !mb.up {
+		a.mu.Unlock()
+		return errors.New("its session ended or it did not initialize")
+	}
+	a.pending[pendingKey(mb, w.ownID)] = w
+	if w.clientID != nil {
+		a.byCall[wire.IDKey(w.clientID)] = w
+	}
 	a.mu.Unlock()
+	err := mb.send(rebuild(m, w.ownID, params))
+	if err != nil {
+		a.mu.Lock()
+		delete(a.pending, pendingKey(mb, w.ownID))
+		if w.clientID != nil {
+			delete(a.byCall, wire.IDKey(w.clientID))
+		}
+		a.mu.Unlock()
+	}
+	return err
 }
 
-// wait waits for a fan-out's answer, or the timeout.
-func (a *aggregator) wait(mb *member, ch chan wire.Message, id []byte, deadline <-chan time.Time) (wire.Message, bool) {
-	if ch == nil {
+// wait waits for the answer to ask, or for done (the fan-out's time is
+// up: the answer is no longer wanted).
+func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) {
+	if w.ch == nil {
 		return wire.Message{}, false
 	}
 	select {
-	case r, ok := <-ch:
+	case r, ok := <-w.ch:
 		return r, ok
-	case <-deadline:
-		a.forget(mb, id)
-		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", mb.name)
+	case <-done:
+		a.mu.Lock()
+		delete(a.pending, pendingKey(w.m, w.ownID))
+		a.mu.Unlock()
+		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", w.m.name)
 		return wire.Message{}, false
 	}
 }
@@ -450,7 +457,8 @@ func (a *aggregator) withCapability(capability string) []*member {
 // server and answers with what they share: the lowest protocol version,
 // the union of capabilities, and each server's instructions.
 func (a *aggregator) initialize(m wire.Message) {
-	deadline := time.After(a.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Timeout)
+	defer cancel()
 	members := a.live()
 	var failed []string
 	a.mu.Lock()
@@ -461,10 +469,9 @@ func (a *aggregator) initialize(m wire.Message) {
 		}
 	}
 	a.mu.Unlock()
-	chans := make([]chan wire.Message, len(members))
-	ids := make([][]byte, len(members))
+	asks := make([]*waiter, len(members))
 	for i, mb := range members {
-		chans[i], ids[i] = a.ask(m, mb, nil)
+		asks[i] = a.ask(m, mb, nil)
 	}
 	type initResult struct {
 		ProtocolVersion   string          `json:"protocolVersion"`
@@ -476,7 +483,7 @@ func (a *aggregator) initialize(m wire.Message) {
 	var results []initResult
 	var names []string
 	for i, mb := range members {
-		r, ok := a.wait(mb, chans[i], ids[i], deadline)
+		r, ok := a.wait(asks[i], ctx.Done())
 		var res initResult
 		if ok && r.Result != nil && json.Unmarshal(r.Result, &res) == nil {
 			a.mu.Lock()
@@ -591,7 +598,8 @@ const maxPages = 1000
 // and prompts renamed SERVER__NAME. capability is the server capability
 // the listing needs; servers without it are not asked.
 func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
-	deadline := time.After(a.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Timeout)
+	defer cancel()
 	members := a.withCapability(capability)
 	type page struct {
 		items      []json.RawMessage
@@ -607,8 +615,7 @@ func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
 			var all []json.RawMessage
 			cursor := ""
 			for n := 0; n < maxPages; n++ {
-				ch, id := a.ask(m, mb, withCursor(m.Params, cursor))
-				r, ok := a.wait(mb, ch, id, deadline)
+				r, ok := a.wait(a.ask(m, mb, withCursor(m.Params, cursor)), ctx.Done())
 				if ok && r.Error != nil && errorCode(r.Error) == wire.CodeMethodNotFound {
 					return // the server has none
 				}
@@ -752,11 +759,11 @@ func rebuild(m wire.Message, id, params []byte) []byte {
 // broadcast sends a request to every server with the capability and
 // answers with the first error, or an empty result.
 func (a *aggregator) broadcast(m wire.Message, capability string) {
-	deadline := time.After(a.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.Timeout)
+	defer cancel()
 	var firstErr []byte
 	for _, mb := range a.withCapability(capability) {
-		ch, id := a.ask(m, mb, nil)
-		if r, ok := a.wait(mb, ch, id, deadline); ok && r.Error != nil && firstErr == nil && errorCode(r.Error) != wire.CodeMethodNotFound {
+		if r, ok := a.wait(a.ask(m, mb, nil), ctx.Done()); ok && r.Error != nil && firstErr == nil && errorCode(r.Error) != wire.CodeMethodNotFound {
 			firstErr = r.Error
 		}
 	}
@@ -793,7 +800,7 @@ func (a *aggregator) response(m wire.Message) {
 	q, ok := a.asked[k]
 	if ok {
 		delete(a.asked, k)
-		delete(a.askedBy, q.m.name+"\x00"+wire.IDKey(q.orig))
+		delete(a.askedBy, pendingKey(q.m, q.orig))
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -858,7 +865,7 @@ func (a *aggregator) fromMember(mb *member, line []byte) {
 		id := a.ownID()
 		a.mu.Lock()
 		a.asked[wire.IDKey(id)] = asked{m: mb, orig: append([]byte(nil), m.ID...)}
-		a.askedBy[mb.name+"\x00"+wire.IDKey(m.ID)] = id
+		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
 		a.write(wire.ReplaceID(m, id))
 	case wire.KindNotification:
@@ -867,7 +874,7 @@ func (a *aggregator) fromMember(mb *member, line []byte) {
 			// client knows it.
 			req := wire.ParamsMember(m.Params, "requestId")
 			a.mu.Lock()
-			id := a.askedBy[mb.name+"\x00"+wire.IDKey(req)]
+			id := a.askedBy[pendingKey(mb, req)]
 			a.mu.Unlock()
 			if id == nil {
 				return
@@ -896,7 +903,7 @@ func (a *aggregator) gone(mb *member) {
 	for k, q := range a.asked {
 		if q.m == mb { // its requests to the client: an answer has nowhere to go
 			delete(a.asked, k)
-			delete(a.askedBy, mb.name+"\x00"+wire.IDKey(q.orig))
+			delete(a.askedBy, pendingKey(mb, q.orig))
 		}
 	}
 	a.mu.Unlock()

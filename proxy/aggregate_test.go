@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,5 +152,81 @@ func TestMergeCapsAndVersions(t *testing.T) {
 	got := commonVersions([][]string{{"2026-07-28", "2025-11-25", "2025-06-18"}, {"2025-06-18", "2026-07-28"}, {"2026-07-28", "2025-06-18", "2024-11-05"}})
 	if strings.Join(got, ",") != "2026-07-28,2025-06-18" {
 		t.Fatalf("common versions: %v", got)
+	}
+}
+
+// silent is a member that reads what it is sent and never answers.
+func silent(name string) Member {
+	return Member{Name: name, Run: func(_ context.Context, in io.Reader, _ io.Writer) error {
+		_, err := io.Copy(io.Discard, in)
+		return err
+	}}
+}
+
+// rawAggregate runs RunAggregate over pipes; ask writes a line and
+// returns the next line of the answer.
+func rawAggregate(t *testing.T, ag Aggregate) (ask func(string) string, send func(string)) {
+	cr, cw := io.Pipe()
+	ar, aw := io.Pipe()
+	go func() {
+		_ = RunAggregate(context.Background(), ag, cr, aw)
+		aw.Close()
+	}()
+	t.Cleanup(func() { cw.Close() })
+	lines := bufio.NewScanner(ar)
+	send = func(line string) { io.WriteString(cw, line+"\n") }
+	ask = func(line string) string {
+		t.Helper()
+		send(line)
+		if !lines.Scan() {
+			t.Fatal("no answer")
+		}
+		return lines.Text()
+	}
+	return ask, send
+}
+
+const rawInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`
+
+// Servers that never answer are left out once the timeout has passed, each
+// of them (the time is up for every wait at once), and named.
+func TestAggregateTimeoutLeavesOutEveryServerThatIsSilent(t *testing.T) {
+	start := time.Now()
+	ask, send := rawAggregate(t, Aggregate{Timeout: 300 * time.Millisecond,
+		Members: []Member{silent("s1"), goServer("a", make(chan string, 1)), silent("s2")}})
+	if got := ask(rawInitialize); !strings.Contains(got, `"guard/unavailable":["s1","s2"]`) || !strings.Contains(got, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if got := ask(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); strings.Count(got, `"name":"a__`) != 3 {
+		t.Fatalf("tools/list: %s", got)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("initialize and a listing took %v with a 300ms timeout", d)
+	}
+}
+
+// What the aggregate refuses itself gets a precise error: an ambiguous
+// message, a name no server's prefix matches, a method it does not offer,
+// a resource nobody listed.
+func TestAggregateRefusals(t *testing.T) {
+	ask, send := rawAggregate(t, Aggregate{Members: []Member{goServer("a", make(chan string, 1)), goServer("b", make(chan string, 1))}})
+	if got := ask(rawInitialize); !strings.Contains(got, `"protocolVersion":"2025-06-18"`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for line, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a__who","name":"b__who"}}`: `"code":-32600,"message":"Invalid request: params: duplicate key \"name\""`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"c__who"}}`:                 `"code":-32602,"message":"Unknown tool: c__who`,
+		`{"jsonrpc":"2.0","id":4,"method":"prompts/get","params":{"name":"who"}}`:                   `"code":-32602,"message":"Unknown prompt: who`,
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}`:                                `"code":-32602,"message":"Invalid params: tools/call needs a name"`,
+		`{"jsonrpc":"2.0","id":6,"method":"tasks/list"}`:                                            `"code":-32601,"message":"Method not found: tasks/list`,
+		`{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"file:///x"}}`:           `"code":-32002,"message":"Resource not found`,
+		`{"jsonrpc":"2.0","id":8,"method":"ping"}`:                                                  `"result":{}`,
+		`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"a__who"}}`:                 `"text":"a"`,
+	} {
+		if got := ask(line); !strings.Contains(got, want) {
+			t.Errorf("%s\n got %s\nwant %s", line, got, want)
+		}
 	}
 }
