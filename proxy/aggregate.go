@@ -414,6 +414,11 @@ func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) 
 		return wire.Message{}, false
 	}
 	select {
+	case r, ok := <-w.ch: // an answer already in wins over a time that is up
+		return r, ok
+	default:
+	}
+	select {
 	case r, ok := <-w.ch:
 		return r, ok
 	case <-done:

@@ -19,8 +19,8 @@ type nopWriteCloser struct{ io.Writer }
 func (nopWriteCloser) Close() error { return nil }
 
 // goServer is a member that runs a go-sdk server in-process: tool "who"
-// answers the server's name, "wait" blocks until cancelled (and says so on
-// cancelled), "die" ends the server's session mid-call.
+// answers the server's name, "wait" says "started NAME" on cancelled,
+// blocks until cancelled and then says NAME, "die" ends the server's session mid-call.
 func goServer(name string, cancelled chan<- string) Member {
 	return Member{Name: name, Run: func(ctx context.Context, in io.Reader, out io.Writer) error {
 		crash := make(chan struct{})
@@ -30,6 +30,7 @@ func goServer(name string, cancelled chan<- string) Member {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil, nil
 		})
 		mcp.AddTool(s, &mcp.Tool{Name: "wait"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ none) (*mcp.CallToolResult, any, error) {
+			cancelled <- "started " + name
 			<-ctx.Done()
 			cancelled <- name
 			return nil, nil, ctx.Err()
@@ -114,7 +115,9 @@ func TestAggregateRoutesCancelsAndSurvivesAServer(t *testing.T) {
 		_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "a__b__wait"})
 		errc <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if got := <-cancelled; got != "started a__b" {
+		t.Fatalf("the call reached %q", got)
+	}
 	ccancel()
 	select {
 	case who := <-cancelled:

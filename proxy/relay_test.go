@@ -300,57 +300,54 @@ func TestRelayCapsPendingApprovalsPerSession(t *testing.T) {
 	cs := h.client(nil, "")
 	defer cs.Close()
 	ctx := context.Background()
-	held := make(chan *mcp.CallToolResult, 3)
-	for _, title := range []string{"a", "b"} {
-		go func() {
-			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
-			if err != nil {
-				t.Error(err)
+	type result struct {
+		r   *mcp.CallToolResult
+		err error
+	}
+	held := make(chan result, 3) // no t in the callers: they may outlive a failed test
+	call := func(title string) {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+		held <- result{r, err}
+	}
+	pending := func(want int) []*guard.Approval {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
+			if len(list) == want {
+				return list
 			}
-			held <- r
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
-		if len(list) == 2 {
-			break
+			if time.Now().After(deadline) {
+				t.Fatalf("%d pending, want %d", len(list), want)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending, want 2", len(list))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	go call("a")
+	go call("b")
+	list := pending(2)
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "c"}})
 	if err != nil || !r.IsError || !strings.Contains(textOf(t, r), "2 calls of this session are already waiting for approval") {
 		t.Fatalf("the third held call: %v %v", r, err)
 	}
-	list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
 	if _, err := h.holds.Decide(ctx, list[0].ID, false, "alice", "no"); err != nil {
 		t.Fatal(err)
 	}
-	<-held
-	go func() {
-		r, _ := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "d"}})
-		held <- r
-	}()
-	waitPending(t, h, "delete_note")
-	for time.Now().Before(deadline) {
-		list, _ = h.db.Approvals(ctx, guard.ApprovalPending)
-		if len(list) == 2 {
-			for _, a := range list { // let the session end
-				_, _ = h.holds.Decide(ctx, a.ID, false, "alice", "no")
-			}
-			return
+	if got := <-held; got.err != nil || !got.r.IsError {
+		t.Fatalf("the denied call: %+v", got)
+	}
+	// The slot is free again: a new call is held, not refused.
+	go call("d")
+	for _, a := range pending(2) {
+		if _, err := h.holds.Decide(ctx, a.ID, false, "alice", "no"); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	select {
-	case r := <-held:
-		t.Fatalf("after a decision a new call should be held: %d pending; got %v", len(list), textOf(t, r))
-	default:
+	for range 2 {
+		if got := <-held; got.err != nil || !got.r.IsError || !strings.Contains(textOf(t, got.r), "no") {
+			t.Fatalf("a held call denied: %+v", got)
+		}
 	}
-	t.Fatalf("after a decision a new call should be held: %d pending", len(list))
 }
 
 func waitPending(t *testing.T, h *harness, tool string) string {

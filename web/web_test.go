@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -527,8 +528,9 @@ func TestApproveAlways(t *testing.T) {
 
 func TestApproveAlwaysThatCannotWriteTheRuleDoesNotApprove(t *testing.T) {
 	e := newEnv(t)
+	var tried atomic.Int32
 	ui, err := web.New(web.Options{Store: e.db, Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
-		AllowAlways: func(string, string, string) error { return errors.New("disk full") }})
+		AllowAlways: func(string, string, string) error { tried.Add(1); return errors.New("disk full") }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,10 +554,21 @@ func TestApproveAlwaysThatCannotWriteTheRuleDoesNotApprove(t *testing.T) {
 		ui.ServeHTTP(rec, req)
 		return rec
 	}
-	post("/name", url.Values{"name": {"alice"}})
-	post("/approvals/"+a.ID+"/approve-always", url.Values{})
+	if rec := post("/name", url.Values{"name": {"alice"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("/name: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("/approvals/"+a.ID+"/approve-always", url.Values{}); rec.Code != http.StatusSeeOther || tried.Load() != 1 {
+		t.Fatalf("approve-always: %d, rule writer called %d times", rec.Code, tried.Load())
+	}
 	if got := e.approval(a.ID); got.State != guard.ApprovalPending {
 		t.Fatalf("approved although the rule was not written: %+v", got)
+	}
+	req = httptest.NewRequest("GET", "http://h:1/", nil)
+	req.AddCookie(cookie)
+	rec = httptest.NewRecorder()
+	ui.ServeHTTP(rec, req)
+	if !strings.Contains(rec.Body.String(), "could not be written, and the call was not approved: disk full") {
+		t.Fatalf("the person is not told why: %s", rec.Body)
 	}
 }
 
