@@ -30,6 +30,10 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
+	if *rounds < 1 || *calls < *rounds {
+		fmt.Fprintf(a.stderr, "guard bench: --calls %d over --rounds %d: want at least one round and one call per round\n", *calls, *rounds)
+		return exitUsage
+	}
 	modes := strings.Split(*durability, ",")
 	for _, m := range modes {
 		if m != "normal" && m != "full" {

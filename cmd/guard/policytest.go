@@ -131,6 +131,10 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard policy replay: --since %q: want a duration like 24h or 7d\n", *since)
 		return exitUsage
 	}
+	if *examples < 0 {
+		fmt.Fprintf(a.stderr, "guard policy replay: --examples %d: want 0 or more\n", *examples)
+		return exitUsage
+	}
 	db, st, status, ok := a.open(ctx, cf)
 	if !ok {
 		return status

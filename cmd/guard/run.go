@@ -35,6 +35,12 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(a.stderr, "guard run: --upstream URL and a command are exclusive")
 		return exitUsage
 	}
+	if *upstream != "" {
+		if u, err := url.Parse(*upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fmt.Fprintf(a.stderr, "guard run: --upstream %q: want the http:// or https:// URL of an MCP endpoint\n", *upstream)
+			return exitUsage
+		}
+	}
 	if len(argv) == 0 && *upstream == "" {
 		fmt.Fprintln(a.stderr, "usage: guard run [--config F] [--db PATH] [--name NAME] -- CMD [ARGS...]")
 		return exitUsage
@@ -46,9 +52,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	cfg := st.Config
 	server := *name
 	if server == "" && *upstream != "" {
-		if u, err := url.Parse(*upstream); err == nil && u.Hostname() != "" {
-			server = u.Hostname()
-		}
+		u, _ := url.Parse(*upstream) // checked above
+		server = u.Hostname()
 	}
 	if server == "" {
 		server = proxy.ServerName(argv)
