@@ -14,6 +14,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
 )
 
 // Store keeps approvals; store.DB implements it. Waiting is the store's:
@@ -298,4 +299,38 @@ func HumanDuration(d time.Duration) string {
 		fmt.Fprintf(&b, "%ds", d/time.Second)
 	}
 	return b.String()
+}
+
+// HeldForReview reports whether a is a call held for the review of one
+// tool definition (server, tool, pin).
+func HeldForReview(a *guard.Approval, server, tool, pin string) bool {
+	return a.Rule == policy.ToolReviewRule && a.Server == server && a.Tool == tool && a.Pin == pin
+}
+
+// ReviewDecider decides one held call.
+type ReviewDecider interface {
+	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+}
+
+// SettleReview decides the calls of pending held for the review of one
+// tool definition, once a person has accepted the definition (the calls
+// go on to the rules) or rejected it (they are denied), with why as the
+// reason. It returns how many it decided; a call someone else decided
+// meanwhile is skipped, other failures are returned together.
+func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, server, tool, pin string, accept bool, by, why string) (int, error) {
+	n := 0
+	var errs []error
+	for _, a := range pending {
+		if !HeldForReview(a, server, tool, pin) {
+			continue
+		}
+		if _, err := d.Decide(ctx, a.ID, accept, by, why); err != nil {
+			if !errors.Is(err, guard.ErrAlreadyDecided) {
+				errs = append(errs, fmt.Errorf("held call %s: %w", a.ID, err))
+			}
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }

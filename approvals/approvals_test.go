@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -205,5 +206,43 @@ func TestTexts(t *testing.T) {
 	}
 	if got := RetryText("x"); got != "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments" {
 		t.Fatal(got)
+	}
+}
+
+// Settling a review decides the calls held for that definition's review,
+// and only those; one decided meanwhile is skipped.
+func TestSettleReview(t *testing.T) {
+	m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+	ctx := context.Background()
+	review := func(id, pin, digest string) *guard.Approval {
+		a := held(id)
+		a.Rule, a.Pin, a.Digest = policy.ToolReviewRule, pin, digest
+		return a
+	}
+	for _, a := range []*guard.Approval{review("r1", "sha256:new", "d1"), review("r2", "sha256:new", "d2"), review("r3", "sha256:new", "d3"),
+		review("other-pin", "sha256:old", "d4"), held("by-rule")} {
+		if _, _, err := m.Hold(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending, err := db.Approvals(ctx, guard.ApprovalPending)
+	if err != nil || len(pending) != 5 {
+		t.Fatalf("pending: %d %v", len(pending), err)
+	}
+	if _, err := m.Decide(ctx, "r3", true, "bob", ""); err != nil { // decided meanwhile
+		t.Fatal(err)
+	}
+	n, err := SettleReview(ctx, m, pending, "files", "delete_file", "sha256:new", false, "alice", "the tool's definition was rejected")
+	if n != 2 || err != nil {
+		t.Fatalf("settled %d: %v", n, err)
+	}
+	for id, want := range map[string]string{"r1": guard.ApprovalDenied, "r2": guard.ApprovalDenied, "r3": guard.ApprovalApproved,
+		"other-pin": guard.ApprovalPending, "by-rule": guard.ApprovalPending} {
+		if a, _ := m.Get(ctx, id); a.State != want {
+			t.Errorf("%s: %s, want %s", id, a.State, want)
+		}
+	}
+	if _, err := SettleReview(ctx, m, pending, "files", "delete_file", "sha256:old", false, "", "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
+		t.Fatalf("a decision that cannot be recorded: %v", err)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/a-h/templ"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/approvals"
 )
 
 // render writes a component as an HTML answer.
@@ -316,19 +316,9 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	why := "the tool's definition was " + rev.State
-	n := 0
-	for _, a := range pending {
-		if a.Rule != policy.ToolReviewRule || a.Server != server || a.Tool != name || a.Pin != pin {
-			continue
-		}
-		if _, err := s.opts.Decider.Decide(ctx, a.ID, accept, sess.name, why); err != nil {
-			if !errors.Is(err, guard.ErrAlreadyDecided) {
-				s.log.Error("ui: release held call", "id", a.ID, "err", err)
-			}
-			continue
-		}
-		n++
+	n, err := approvals.SettleReview(ctx, s.opts.Decider, pending, server, name, pin, accept, sess.name, "the tool's definition was "+rev.State)
+	if err != nil {
+		s.log.Error("ui: release held calls", "err", err)
 	}
 	msg := server + "/" + name + " " + shortPin(pin) + ": " + rev.State + "."
 	if n > 0 {

@@ -213,7 +213,7 @@ func (s *Server) changesView(ctx context.Context, sess session) (changesView, er
 		rv := reviewView{Server: r.Server, Name: r.Name, Pin: r.Pin, Cause: r.Cause, Created: r.CreatedAt,
 			Flags: r.Flags, Current: latest[[2]string{r.Server, r.Name}] == r.Pin}
 		for _, a := range held {
-			if a.Rule == policy.ToolReviewRule && a.Server == r.Server && a.Tool == r.Name && a.Pin == r.Pin {
+			if approvals.HeldForReview(a, r.Server, r.Name, r.Pin) {
 				rv.HeldCalls++
 			}
 		}

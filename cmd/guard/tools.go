@@ -233,17 +233,13 @@ func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
 	if why == "" {
 		why = "the tool's definition was " + r.State
 	}
-	n := 0
-	for _, x := range pending {
-		if x.Server != server || x.Tool != tool || x.Pin != r.Pin || x.Rule != policy.ToolReviewRule {
-			continue
-		}
-		if _, err := m.Decide(ctx, x.ID, accept, who, why); err == nil {
-			n++
-		}
-	}
+	n, err := approvals.SettleReview(ctx, m, pending, server, tool, r.Pin, accept, who, why)
 	if n > 0 {
 		fmt.Fprintf(a.stdout, "%d held call(s) %s\n", n, map[bool]string{true: "released to the rules", false: "denied"}[accept])
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
+		return exitFailure
 	}
 	return exitOK
 }
