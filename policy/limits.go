@@ -29,6 +29,12 @@ type Limiter interface {
 	TakeToken(ctx context.Context, key string, rate float64, burst int, now time.Time) (bool, time.Duration, error)
 }
 
+// Applies reports whether the limit counts the call: a tool call of a
+// matching server (and tool, when the limit names one).
+func (l Limit) Applies(call *guard.Call) bool {
+	return call.Method == "tools/call" && glob(l.Server, call.Server) && (l.Tool == "" || glob(l.Tool, call.ToolName))
+}
+
 // limitTimeout bounds one check against the shared buckets.
 const limitTimeout = 5 * time.Second
 
@@ -40,7 +46,7 @@ func checkLimits(lim Limiter, limits []Limit, call *guard.Call) (guard.Verdict, 
 		now = time.Now()
 	}
 	for _, l := range limits {
-		if call.Method != "tools/call" || !glob(l.Server, call.Server) || (l.Tool != "" && !glob(l.Tool, call.ToolName)) {
+		if !l.Applies(call) {
 			continue
 		}
 		key, subject := "server\x00"+call.Server, "server "+call.Server

@@ -104,3 +104,23 @@ func TestDuplicateTools(t *testing.T) {
 		t.Fatalf("%v", got)
 	}
 }
+
+// policy test names the rate limits a call would also count against, by
+// the same matching the relay uses, and only those.
+func TestPolicyTestNamesLimits(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "limits.yaml")
+	os.WriteFile(cfg, []byte("limits:\n  - {server: files, tool: \"write_*\", rate: 30/min, burst: 5}\n  - {server: \"*\", rate: 600/min}\n"), 0o600)
+	stdout, stderr, code := run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"files","tool":"write_file"}`)
+	if code != 0 || strings.Count(stdout, "also applies") != 2 || !strings.Contains(stdout, "limits.yaml:2") || !strings.Contains(stdout, "limits.yaml:3") {
+		t.Fatalf("write_file (%d): %s %s", code, stdout, stderr)
+	}
+	stdout, _, _ = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"files","tool":"read_file"}`)
+	if strings.Count(stdout, "also applies") != 1 || !strings.Contains(stdout, "limits.yaml:3") {
+		t.Fatalf("read_file: %s", stdout)
+	}
+	stdout, _, _ = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"files","method":"prompts/get","tool":"write_x"}`)
+	if strings.Contains(stdout, "also applies") {
+		t.Fatalf("a prompt counted against tool-call limits: %s", stdout)
+	}
+}

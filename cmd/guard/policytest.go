@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -87,7 +86,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stdout, "the client reads: %s\n", policy.DenialText(v))
 	}
 	for _, l := range st.Config.Limits {
-		if tc.Method == "tools/call" && matchGlob(l.Server, tc.Server) && (l.Tool == "" || matchGlob(l.Tool, tc.Tool)) {
+		if l.Applies(call) {
 			notes = append(notes, fmt.Sprintf("rate limit %d per %s, burst %d (%s:%d) also applies", l.Count, l.Per, l.Burst, l.File, l.Line))
 		}
 	}
@@ -248,11 +247,6 @@ func actionWord(action string) string {
 		return "held"
 	}
 	return "allowed"
-}
-
-func matchGlob(pattern, name string) bool {
-	ok, err := path.Match(pattern, name)
-	return err == nil && ok
 }
 
 // loadPolicy compiles the configured policy with the rules learned from
