@@ -572,6 +572,19 @@ func ParseDuration(s string) (time.Duration, error) {
 	return days + d, nil
 }
 
+// ParseSince reads a point in the past: an RFC 3339 time, or a duration
+// (Go's forms plus days: "90m", "7d", "1d12h") back from now.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration back from now (90m, 7d)", s)
+}
+
 var sizeUnits = map[string]int64{
 	"": 1, "B": 1, "KB": 1000, "MB": 1000 * 1000, "GB": 1000 * 1000 * 1000,
 	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30,

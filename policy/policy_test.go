@@ -259,6 +259,18 @@ func TestDurationsAndSizes(t *testing.T) {
 			t.Errorf("%s: %v %v", s, d, err)
 		}
 	}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	for s, want := range map[string]time.Time{"1d12h": now.Add(-36 * time.Hour), " 90m": now.Add(-90 * time.Minute),
+		"2026-11-01T00:00:00Z": time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)} {
+		if got, err := ParseSince(s, now); err != nil || !got.Equal(want) {
+			t.Errorf("since %q: %v %v", s, got, err)
+		}
+	}
+	for _, bad := range []string{"yesterday", "-5m", "", "1.5d"} {
+		if _, err := ParseSince(bad, now); err == nil || !strings.Contains(err.Error(), "neither an RFC 3339 time nor a duration") {
+			t.Errorf("since %q: %v", bad, err)
+		}
+	}
 	for s, want := range map[string]int64{"64MiB": 64 << 20, "10MB": 10e6, "1024": 1024, "1 KiB": 1024} {
 		if n, err := ParseSize(s); err != nil || n != want {
 			t.Errorf("%s: %v %v", s, n, err)

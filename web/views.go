@@ -328,9 +328,9 @@ func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 		Limit: s.opts.ActivityLimit}
 	var errs []string
 	if af.Since != "" {
-		t, err := parseSince(af.Since, s.opts.Now())
+		t, err := policy.ParseSince(af.Since, s.opts.Now())
 		if err != nil {
-			errs = append(errs, err.Error())
+			errs = append(errs, "since "+err.Error())
 		} else {
 			f.Since = t
 		}
@@ -345,23 +345,6 @@ func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 	}
 	af.Err = strings.Join(errs, "; ")
 	return af, f
-}
-
-// parseSince reads a duration back from now (Go's forms and days, "7d") or
-// an RFC 3339 time.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n * 24 * float64(time.Hour))), nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("since %q: want a duration (90m, 7d) or an RFC 3339 time", s)
 }
 
 type activityView struct {

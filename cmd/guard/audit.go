@@ -53,18 +53,6 @@ func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, 
 	return db, st, 0, true
 }
 
-// parseWhen reads a time: RFC 3339, or a duration back from now.
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	d, err := policy.ParseDuration(s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
-	}
-	return now.Add(-d), nil
-}
-
 func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("audit query")
 	cf := addCommonFlags(fs)
@@ -83,13 +71,13 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	now := time.Now()
 	var err error
 	if *since != "" {
-		if f.Since, err = parseWhen(*since, now); err != nil {
+		if f.Since, err = policy.ParseSince(*since, now); err != nil {
 			fmt.Fprintf(a.stderr, "guard audit query: --since: %v\n", err)
 			return exitUsage
 		}
 	}
 	if *until != "" {
-		if f.Until, err = parseWhen(*until, now); err != nil {
+		if f.Until, err = policy.ParseSince(*until, now); err != nil {
 			fmt.Fprintf(a.stderr, "guard audit query: --until: %v\n", err)
 			return exitUsage
 		}
