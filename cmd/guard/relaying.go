@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
@@ -15,9 +16,13 @@ import (
 // runs beside them: the policy, reloaded when its files change; the holds;
 // and the approval UI, served or taken over.
 type relaying struct {
-	engine *policy.Engine
-	holds  *approvals.Manager
-	stop   func()
+	cfg       *policy.Config
+	db        *store.DB
+	engine    *policy.Engine
+	holds     *approvals.Manager
+	contracts *policy.Contracts                            // compiled schemas, shared by the sessions
+	scan      func(server string, def []byte) []guard.Flag // shared by the sessions
+	stop      func()
 }
 
 // startRelaying starts it, or says why not and returns the status to exit
@@ -45,12 +50,13 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if !noUI {
 		go serveUI(ctx, st, db, holds, engine, listen, logger)
 	}
-	return &relaying{engine: engine, holds: holds, stop: cancel}, 0, true
+	return &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
+		scan: toolScanner(ctx, db, logger), stop: cancel}, 0, true
 }
 
-// relayOptions are the relay's options for one session with a server.
-func relayOptions(ctx context.Context, cfg *policy.Config, server string, db *store.DB, engine *policy.Engine,
-	holds *approvals.Manager, logger *slog.Logger) proxy.Options {
+// options are the relay's options for one session with a server.
+func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
+	cfg := rt.cfg
 	srv := cfg.Servers[server]
 	if srv == nil {
 		srv = policy.DefaultServer()
@@ -63,15 +69,15 @@ func relayOptions(ctx context.Context, cfg *policy.Config, server string, db *st
 	return proxy.Options{
 		Server:           server,
 		MaxMessage:       int(cfg.MaxMessage),
-		Recorder:         db,
-		Catalog:          db,
-		Decider:          engine,
-		Holds:            holds,
+		Recorder:         rt.db,
+		Catalog:          rt.db,
+		Decider:          rt.engine,
+		Holds:            rt.holds,
 		Redactor:         redactor,
 		MaskResults:      maskResults,
-		Contracts:        policy.NewContracts(cfg.AssertFormats),
+		Contracts:        rt.contracts,
 		IgnoreBadSchemas: srv.BadSchema == "ignore",
-		ScanTool:         toolScanner(ctx, db, logger),
+		ScanTool:         rt.scan,
 		AcceptNewTools:   srv.NewTools == "allow",
 		OutputWarn:       srv.Output == "warn",
 		MaxPending:       cfg.Approval.MaxPending,

@@ -72,7 +72,6 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer rt.stop()
-	engine, holds := rt.engine, rt.holds
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -85,14 +84,14 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		if srv := cfg.Servers[server]; srv != nil {
 			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
 		}
-		err := proxy.RunRemote(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
+		err := proxy.RunRemote(context.WithoutCancel(ctx), rt.options(server, logger),
 			rm, a.clientIn(), a.clientOut())
 		if err != nil {
 			logger.Debug("writing to the client", "err", err)
 		}
 		return exitOK
 	}
-	code, err := proxy.RunStdio(context.WithoutCancel(ctx), relayOptions(ctx, cfg, server, db, engine, holds, logger),
+	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
 		proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.

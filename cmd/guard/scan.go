@@ -16,21 +16,23 @@ import (
 // database knows.
 func toolScanner(ctx context.Context, db *store.DB, logger *slog.Logger) func(server string, def []byte) []guard.Flag {
 	var mu sync.Mutex
-	var others []string
+	var known []guard.Tool
 	var read time.Time
-	// The other servers' tools are read once for a whole listing.
+	// The catalog is read at most every 5 s (once for a whole listing);
+	// one scanner serves every server of the process.
 	otherTools := func(server string) []string {
 		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(read) < 5*time.Second {
-			return others
+		if time.Since(read) >= 5*time.Second {
+			if tools, err := db.Tools(ctx, ""); err == nil {
+				known, read = tools, time.Now()
+			}
 		}
-		others, read = nil, time.Now()
-		if tools, err := db.Tools(ctx, ""); err == nil {
-			for _, t := range tools {
-				if t.Server != server {
-					others = append(others, t.Name, t.Server+"__"+t.Name)
-				}
+		tools := known
+		mu.Unlock()
+		var others []string
+		for _, t := range tools {
+			if t.Server != server {
+				others = append(others, t.Name, t.Server+"__"+t.Name)
 			}
 		}
 		return others

@@ -57,7 +57,6 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer rt.stop()
-	engine, holds := rt.engine, rt.holds
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 
@@ -71,7 +70,6 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
-	contracts := policy.NewContracts(cfg.AssertFormats)
 	reg := newMetrics(db)
 	mux.Handle("GET /metrics", metricsHandler(reg))
 	var fronts []*proxy.HTTPServer
@@ -81,9 +79,8 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {
 		return func(client string) proxy.Options {
-			o := relayOptions(ctx, cfg, name, db, engine, holds, log)
+			o := rt.options(name, log)
 			o.ClientName = client
-			o.Contracts = contracts
 			o.Recorder = countingRecorder{Recorder: db, reg: reg}
 			return o
 		}
