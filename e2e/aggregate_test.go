@@ -181,8 +181,15 @@ func TestAggregateSeparator(t *testing.T) {
 		t.Fatalf("notes-echo: %q %v", text, isErr)
 	}
 	_, off := serveAggregate(t, "policy: {default: allow}\n")
-	if _, err := mcp.NewClient(&mcp.Implementation{Name: "agg", Version: "1"}, nil).
-		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: off}, nil); err == nil {
-		t.Fatal("/mcp answered without aggregate enabled")
+	resp, err = http.Post(off, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/mcp without aggregate enabled: %d, want 404", resp.StatusCode)
+	}
+	if resp, err := http.Post(strings.TrimSuffix(off, "/mcp")+"/mcp/notes", "application/json", strings.NewReader(`{}`)); err != nil || resp.StatusCode == http.StatusNotFound {
+		t.Fatalf("/mcp/notes is not served: %v %v", resp, err)
 	}
 }

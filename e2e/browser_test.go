@@ -97,15 +97,10 @@ policy:
 		}
 	}
 	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
-	held := func(title string) (chan *mcp.CallToolResult, string) {
-		got := make(chan *mcp.CallToolResult, 1)
-		go func() {
-			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
-			if err != nil {
-				t.Error(err)
-			}
-			got <- r
-		}()
+	held := func(title string) (<-chan callResult, string) {
+		got := goCall(func() (*mcp.CallToolResult, error) {
+			return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+		})
 		a := e.pendingFor(ctx, "delete_note")
 		sel := `[data-approval-id="` + a.ID + `"]`
 		browse(t, b, 5*time.Second, chromedp.WaitVisible(chromedp.CSS(sel)))
@@ -115,7 +110,7 @@ policy:
 	// Approve: the client gets the server's real result.
 	got, sel := held("a")
 	click(t, b, sel+` [data-action="approve"]`)
-	if r := <-got; r == nil || r.IsError || text(r) != "deleted a" {
+	if r := awaitCall(t, got); r == nil || r.IsError || text(r) != "deleted a" {
 		t.Fatalf("approved in the browser: %v", r)
 	}
 
@@ -123,14 +118,14 @@ policy:
 	got, sel = held("b")
 	browse(t, b, 5*time.Second, chromedp.SendKeys(chromedp.CSS(sel+` [data-role="reason"]`), "not today"))
 	click(t, b, sel+` [data-action="deny"]`)
-	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by alice: not today" {
+	if r := awaitCall(t, got); r == nil || !r.IsError || text(r) != "Denied by alice: not today" {
 		t.Fatalf("denied in the browser: %v", r)
 	}
 
 	// Approve, and allow from now on: the next call passes unheld...
 	got, sel = held("c")
 	click(t, b, sel+` [data-action="approve-always"]`)
-	if r := <-got; r == nil || r.IsError || text(r) != "deleted c" {
+	if r := awaitCall(t, got); r == nil || r.IsError || text(r) != "deleted c" {
 		t.Fatalf("approved always: %v", r)
 	}
 	deadline = time.Now().Add(10 * time.Second) // the rule file is reloaded within seconds

@@ -79,6 +79,33 @@ func (e *env) serve(flags ...string) string {
 	return "http://" + addr
 }
 
+// sameScenarios fails unless at least 30 scenarios pass directly and every
+// other run has exactly the scenarios of direct, with the same results.
+func sameScenarios(t *testing.T, direct map[string]string, others map[string]map[string]string) {
+	t.Helper()
+	passed := 0
+	for _, line := range direct {
+		if strings.HasPrefix(line, "✓") {
+			passed++
+		}
+	}
+	if passed < 30 {
+		t.Fatalf("directly, only %d scenarios pass: %v", passed, direct)
+	}
+	for how, got := range others {
+		for k, v := range direct {
+			if got[k] != v {
+				t.Errorf("%s: directly %q, %s %q", k, v, how, got[k])
+			}
+		}
+		for k, v := range got {
+			if _, ok := direct[k]; !ok {
+				t.Errorf("%s: only %s: %q", k, how, v)
+			}
+		}
+	}
+}
+
 func waitHTTP(t *testing.T, url string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -130,34 +157,7 @@ func TestConformanceThroughGuardServe(t *testing.T) {
 				delete(guarded, "server-sse-polling")
 				delete(viaHTTP, "server-sse-polling")
 			}
-			if !reflect.DeepEqual(direct, viaHTTP) {
-				for k, v := range direct {
-					if viaHTTP[k] != v {
-						t.Errorf("%s: directly %q, through guard to an HTTP upstream %q", k, v, viaHTTP[k])
-					}
-				}
-			}
-			passed := 0
-			for _, line := range direct {
-				if strings.HasPrefix(line, "✓") {
-					passed++
-				}
-			}
-			if passed < 30 {
-				t.Fatalf("directly, only %d scenarios pass: %v", passed, direct)
-			}
-			if !reflect.DeepEqual(direct, guarded) {
-				for k, v := range direct {
-					if guarded[k] != v {
-						t.Errorf("%s: directly %q, through guard %q", k, v, guarded[k])
-					}
-				}
-				for k, v := range guarded {
-					if _, ok := direct[k]; !ok {
-						t.Errorf("%s: only through guard: %q", k, v)
-					}
-				}
-			}
+			sameScenarios(t, direct, map[string]map[string]string{"through guard": guarded, "through guard to an HTTP upstream": viaHTTP})
 			t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
 		})
 	}
@@ -238,29 +238,6 @@ func TestConformance20260728ThroughGuardServe(t *testing.T) {
 	// And with the fixture as an HTTP upstream.
 	e2 := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    url: "+fixture(t, true)+"\n    new_tools: allow\n")
 	viaHTTP := conformance(t, "0.2.0-alpha.12", serveThroughGuard(t, e2), args...)
-	for k, v := range direct {
-		if viaHTTP[k] != v {
-			t.Errorf("%s: directly %q, through guard to an HTTP upstream %q", k, v, viaHTTP[k])
-		}
-	}
-	passed := 0
-	for _, line := range direct {
-		if strings.HasPrefix(line, "✓") {
-			passed++
-		}
-	}
-	if passed < 30 {
-		t.Fatalf("directly, only %d scenarios pass: %v", passed, direct)
-	}
-	for k, v := range direct {
-		if guarded[k] != v {
-			t.Errorf("%s: directly %q, through guard %q", k, v, guarded[k])
-		}
-	}
-	for k, v := range guarded {
-		if _, ok := direct[k]; !ok {
-			t.Errorf("%s: only through guard: %q", k, v)
-		}
-	}
+	sameScenarios(t, direct, map[string]map[string]string{"through guard": guarded, "through guard to an HTTP upstream": viaHTTP})
 	t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
 }

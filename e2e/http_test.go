@@ -43,19 +43,14 @@ func TestHTTPHeldCallApprovedFromTheCommandLine(t *testing.T) {
 			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_note", Arguments: map[string]any{"title": "t" + v, "body": "x"}}); err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *mcp.CallToolResult, 1)
-			go func() {
-				r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "t" + v}})
-				if err != nil {
-					t.Error(err)
-				}
-				got <- r
-			}()
+			got := goCall(func() (*mcp.CallToolResult, error) {
+				return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "t" + v}})
+			})
 			a := e.pendingFor(ctx, "delete_note")
 			if out, code := e.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
 				t.Fatalf("approve: %s", out)
 			}
-			if r := <-got; r == nil || r.IsError || r.Content[0].(*mcp.TextContent).Text != "deleted t"+v {
+			if r := awaitCall(t, got); r == nil || r.IsError || r.Content[0].(*mcp.TextContent).Text != "deleted t"+v {
 				t.Fatalf("the approved call: %v", r)
 			}
 		})
@@ -295,26 +290,14 @@ func TestTypeScriptClientOverHTTPThroughGuardServe(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\naggregate: {enabled: true}\nservers:\n  everything: {url: \""+url+"\", new_tools: allow}\n"+
 		"  notes: {command: ["+guardBin+", example-server]}\n")
 	base := e.serve()
-	through := sc(t, []string{"url", base + "/mcp/everything"})
-	if len(direct["calls"].(map[string]any)) < 5 {
-		t.Fatalf("the direct run made few calls: %v", direct)
-	}
-	if !reflect.DeepEqual(direct, through) {
-		a, _ := json.MarshalIndent(direct, "", " ")
-		b, _ := json.MarshalIndent(through, "", " ")
-		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
-	}
+	sameTranscript(t, "through guard serve", direct, sc(t, []string{"url", base + "/mcp/everything"}))
 	aggregate := tsScenario("everything", "", "--prefix", "everything__")(t, []string{"url", base + "/mcp"})
 	if aggregate["server"] != "guard" {
 		t.Fatalf("the aggregate endpoint's serverInfo: %v", aggregate["server"])
 	}
 	delete(aggregate, "server")
 	delete(direct, "server")
-	if !reflect.DeepEqual(direct, aggregate) {
-		a, _ := json.MarshalIndent(direct, "", " ")
-		b, _ := json.MarshalIndent(aggregate, "", " ")
-		t.Fatalf("through the aggregate endpoint differs from direct:\ndirect: %s\nthrough: %s", a, b)
-	}
+	sameTranscript(t, "through the aggregate endpoint", direct, aggregate)
 }
 
 // everythingSSE runs server-everything in its legacy sse mode.
@@ -351,22 +334,20 @@ func TestTypeScriptClientThroughGuardToALegacySSEServer(t *testing.T) {
 	sc := tsScenario("everything", "")
 	direct := sc(t, []string{"sse", url})
 	e := newEnv(t, "policy: {default: allow}\nservers:\n  everything: {url: \""+url+"\", transport: sse, new_tools: allow}\n")
-	addr := freePort(t)
-	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	waitHTTP(t, "http://"+addr+"/healthz")
-	through := sc(t, []string{"url", "http://" + addr + "/mcp/everything"})
-	if len(direct["calls"].(map[string]any)) < 5 {
+	sameTranscript(t, "through guard serve", direct, sc(t, []string{"url", e.serve() + "/mcp/everything"}))
+}
+
+// sameTranscript fails unless the direct run made calls and got is the
+// same transcript.
+func sameTranscript(t *testing.T, how string, direct, got transcript) {
+	t.Helper()
+	if calls, _ := direct["calls"].(map[string]any); len(calls) < 5 {
 		t.Fatalf("the direct run made few calls: %v", direct)
 	}
-	if !reflect.DeepEqual(direct, through) {
+	if !reflect.DeepEqual(direct, got) {
 		a, _ := json.MarshalIndent(direct, "", " ")
-		b, _ := json.MarshalIndent(through, "", " ")
-		t.Fatalf("through guard serve differs from direct:\ndirect: %s\nthrough: %s", a, b)
+		b, _ := json.MarshalIndent(got, "", " ")
+		t.Fatalf("%s differs from direct:\ndirect: %s\n%s: %s", how, a, how, b)
 	}
 }
 
@@ -443,4 +424,37 @@ func TestHTTPPrettyPrintedBodies(t *testing.T) {
 	if !strings.Contains(body, `two\nlines`) {
 		t.Fatalf("the echo's answer: %s", body)
 	}
+}
+
+// callResult is what a call made in its own goroutine returned.
+type callResult struct {
+	r   *mcp.CallToolResult
+	err error
+}
+
+// goCall makes a call in its own goroutine, which does not use t: it may
+// outlive a test that fails meanwhile.
+func goCall(call func() (*mcp.CallToolResult, error)) <-chan callResult {
+	got := make(chan callResult, 1)
+	go func() {
+		r, err := call()
+		got <- callResult{r, err}
+	}()
+	return got
+}
+
+// awaitCall returns the result of goCall, failing the test on an error or
+// after a minute.
+func awaitCall(t *testing.T, got <-chan callResult) *mcp.CallToolResult {
+	t.Helper()
+	select {
+	case res := <-got:
+		if res.err != nil {
+			t.Fatalf("the call: %v", res.err)
+		}
+		return res.r
+	case <-time.After(time.Minute):
+		t.Fatal("the call never ended")
+	}
+	return nil
 }

@@ -45,26 +45,21 @@ func TestInBandApproval(t *testing.T) {
 	}
 	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
 	// delete_note is destructive: held under the default policy.
-	del := func(title string) chan *mcp.CallToolResult {
-		got := make(chan *mcp.CallToolResult, 1)
-		go func() {
-			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
-			if err != nil {
-				t.Error(err)
-			}
-			got <- r
-		}()
+	del := func(title string) <-chan callResult {
+		got := goCall(func() (*mcp.CallToolResult, error) {
+			return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})
+		})
 		return got
 	}
 
 	// Approved in the client.
 	got := del("welcome")
-	req := <-asked
+	req := within(t, asked)
 	if !strings.Contains(req.Params.Message, "delete_note") || !strings.Contains(req.Params.Message, `"title": "welcome"`) {
 		t.Fatalf("the question does not show the call: %q", req.Params.Message)
 	}
 	answer <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
-	if r := <-got; r == nil || r.IsError || !strings.Contains(text(r), "deleted welcome") {
+	if r := awaitCall(t, got); r == nil || r.IsError || !strings.Contains(text(r), "deleted welcome") {
 		t.Fatalf("approved in the client: %v", r)
 	}
 	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note")
@@ -74,20 +69,20 @@ func TestInBandApproval(t *testing.T) {
 
 	// Denied in the client, with a reason.
 	got = del("other")
-	<-asked
+	within(t, asked)
 	answer <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "deny", "reason": "keep it"}}
-	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by user at desk/3: keep it" {
+	if r := awaitCall(t, got); r == nil || !r.IsError || text(r) != "Denied by user at desk/3: keep it" {
 		t.Fatalf("denied in the client: %v", r)
 	}
 
 	// Decided on the command line first: the question is withdrawn.
 	got = del("third")
-	<-asked
+	within(t, asked)
 	a := e.pendingFor(ctx, "delete_note")
 	if out, code := e.guard("approvals", "deny", a.ID, "--reason", "from the terminal", "--by", "carol"); code != 0 {
 		t.Fatalf("approvals deny: %d %s", code, out)
 	}
-	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
+	if r := awaitCall(t, got); r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
 		t.Fatalf("decided elsewhere: %v", r)
 	}
 	select {
@@ -107,9 +102,14 @@ func TestInBandApprovalInRounds(t *testing.T) {
 	answers := make(chan *mcp.ElicitResult, 4)
 	asked := make(chan string, 4)
 	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "4"}, &mcp.ClientOptions{
-		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			asked <- req.Params.Message
-			return <-answers, nil
+			select {
+			case a := <-answers:
+				return a, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		},
 	})
 	argv := e.wrap("notes", guardBin, "example-server")
@@ -133,7 +133,7 @@ func TestInBandApprovalInRounds(t *testing.T) {
 	if err != nil || r.IsError || text(r) != "deleted welcome" {
 		t.Fatalf("approved in the client's round: %v %v", r, err)
 	}
-	if q := <-asked; !strings.Contains(q, "delete_note") || !strings.Contains(q, `"title": "welcome"`) {
+	if q := within(t, asked); !strings.Contains(q, "delete_note") || !strings.Contains(q, `"title": "welcome"`) {
 		t.Fatalf("the question: %q", q)
 	}
 	out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note")
@@ -145,25 +145,31 @@ func TestInBandApprovalInRounds(t *testing.T) {
 	if r, err := del("other"); err != nil || !r.IsError || text(r) != "Denied by user at desk/4: no" {
 		t.Fatalf("denied in the client's round: %v %v", r, err)
 	}
-	<-asked
+	within(t, asked)
 
 	// Someone decides on the command line while the client's question is
 	// open: that decision wins over the client's later answer.
-	got := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		r, err := del("third")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- r
-	}()
-	<-asked
+	got := goCall(func() (*mcp.CallToolResult, error) { return del("third") })
+	within(t, asked)
 	a := e.pendingFor(ctx, "delete_note")
 	if out, code := e.guard("approvals", "deny", a.ID, "--reason", "from the terminal", "--by", "carol"); code != 0 {
 		t.Fatalf("approvals deny: %s", out)
 	}
 	answers <- &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}
-	if r := <-got; r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
+	if r := awaitCall(t, got); r == nil || !r.IsError || text(r) != "Denied by carol: from the terminal" {
 		t.Fatalf("the first decision must win: %v", r)
 	}
+}
+
+// within receives from ch, failing the test after 30 s: guard never asked.
+func within[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatal("guard never asked the client")
+	}
+	var zero T
+	return zero
 }

@@ -96,14 +96,9 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	second, _ := e.uiProcess(ctx, addr)
 	defer second.Close()
 
-	got := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		r, err := second.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- r
-	}()
+	got := goCall(func() (*mcp.CallToolResult, error) {
+		return second.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
+	})
 	a := e.pendingFor(ctx, "delete_note")
 	code, body := get(t, c, "http://"+addr+"/fragments/pending")
 	if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`data-approval-id="%s"`, a.ID)) {
@@ -141,7 +136,7 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	if out, code := e.guard("approvals", "approve", a.ID, "--by", "dora"); code != 0 {
 		t.Fatalf("approve: %s", out)
 	}
-	if r := <-got; r == nil || r.IsError {
+	if r := awaitCall(t, got); r == nil || r.IsError {
 		t.Fatalf("the approved call: %v", r)
 	}
 }
