@@ -139,3 +139,32 @@ func member(def json.RawMessage, name string) json.RawMessage {
 	_ = json.Unmarshal(def, &m)
 	return m[name]
 }
+
+// ReviewReason says why a call to a tool whose definition r waits for a
+// person is held: what its description scan found, that the tool is new,
+// or what changed since accepted (the definition last accepted, or nil).
+// current is the definition under review.
+func ReviewReason(r *guard.Review, current, accepted *guard.Tool) string {
+	switch r.Cause {
+	case guard.CauseFlagged:
+		return "its descriptions carry instructions aimed at the model: " + FlagText(r.Flags)
+	case guard.CauseNew:
+		return "a new tool since the server's first listing (new_tools: approve)"
+	}
+	why := "the tool's definition changed since it was accepted"
+	if accepted != nil && current != nil {
+		if cs := DiffTools(accepted.Def, current.Def); len(cs) > 0 {
+			why += ": " + ChangeText(cs)
+		}
+	}
+	return why
+}
+
+// FlagText renders the findings of the description scan for people.
+func FlagText(flags []guard.Flag) string {
+	parts := make([]string, 0, len(flags))
+	for _, f := range flags {
+		parts = append(parts, fmt.Sprintf("%s in %s (%s)", f.Kind, f.Where, f.Evidence))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -72,30 +70,11 @@ func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
 		s.mu.Unlock()
 		return r, "", nil
 	}
-	var why string
-	switch r.Cause {
-	case guard.CauseFlagged:
-		why = "its descriptions carry instructions aimed at the model: " + FlagText(r.Flags)
-	case guard.CauseNew:
-		why = "a new tool since the server's first listing (new_tools: approve)"
-	default:
-		why = "the tool's definition changed since it was accepted"
-		if old, err := s.opts.Catalog.AcceptedTool(ctx, s.opts.Server, tool.Name); err == nil && old != nil {
-			if cs := policy.DiffTools(old.Def, tool.Def); len(cs) > 0 {
-				why += ": " + policy.ChangeText(cs)
-			}
-		}
+	var old *guard.Tool
+	if r.Cause != guard.CauseFlagged && r.Cause != guard.CauseNew {
+		old, _ = s.opts.Catalog.AcceptedTool(ctx, s.opts.Server, tool.Name)
 	}
-	return r, why, nil
-}
-
-// FlagText renders the findings of the description scan for people.
-func FlagText(flags []guard.Flag) string {
-	parts := make([]string, 0, len(flags))
-	for _, f := range flags {
-		parts = append(parts, fmt.Sprintf("%s in %s (%s)", f.Kind, f.Where, f.Evidence))
-	}
-	return strings.Join(parts, "; ")
+	return r, policy.ReviewReason(r, tool, old), nil
 }
 
 // scanTools sets the flags of each definition, when a scanner is set.

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"github.com/guard-mcp/guard/store"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
@@ -122,5 +126,33 @@ func TestPolicyTestNamesLimits(t *testing.T) {
 	stdout, _, _ = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"files","method":"prompts/get","tool":"write_x"}`)
 	if strings.Contains(stdout, "also applies") {
 		t.Fatalf("a prompt counted against tool-call limits: %s", stdout)
+	}
+}
+
+// policy test gives a call to a tool whose definition changed the reason
+// the relay gives: what changed since the accepted definition.
+func TestPolicyTestGivesTheReviewReason(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "g.db")
+	db, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(desc string) guard.Tool {
+		d := `{"name":"wipe","description":"` + desc + `","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`
+		sum := sha256.Sum256([]byte(d))
+		return guard.Tool{Server: "files", Name: "wipe", Def: []byte(d), Pin: "sha256:" + hex.EncodeToString(sum[:])}
+	}
+	now := time.Now()
+	if err := db.RecordTools(context.Background(), "files", []guard.Tool{def("Reads.")}, now, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordTools(context.Background(), "files", []guard.Tool{def("Deletes everything.")}, now.Add(time.Second), false); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	stdout, stderr, code := run(t, dir, "policy", "test", "--db", path, "--call", `{"server":"files","tool":"wipe"}`)
+	if code != 0 || !strings.Contains(stdout, "decision: approve") || !strings.Contains(stdout, "reason:   the tool's definition changed since it was accepted: description") {
+		t.Fatalf("policy test (%d): %s %s", code, stdout, stderr)
 	}
 }

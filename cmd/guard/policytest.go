@@ -68,9 +68,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 			} else {
 				call.Violations = v
 			}
-			if r, _ := db.Review(ctx, tc.Server, tc.Tool, t.Pin); r != nil && r.State != guard.ReviewAccepted {
-				call.Review, call.ReviewReason = r, "the tool's definition is "+r.State+" ("+r.Cause+")"
-			}
+			call.Review, call.ReviewReason = reviewOf(ctx, db, t)
 		} else {
 			notes = append(notes, "tool: not in the catalog (decided as a tool guard has not seen listed)")
 		}
@@ -247,6 +245,17 @@ func actionWord(action string) string {
 		return "held"
 	}
 	return "allowed"
+}
+
+// reviewOf is how a tool's definition stands when it is not accepted, and
+// why a call to it is held, as the relay says it; nil when accepted.
+func reviewOf(ctx context.Context, db *store.DB, t *guard.Tool) (*guard.Review, string) {
+	r, _ := db.Review(ctx, t.Server, t.Name, t.Pin)
+	if r == nil || r.State == guard.ReviewAccepted {
+		return nil, ""
+	}
+	old, _ := db.AcceptedTool(ctx, t.Server, t.Name)
+	return r, policy.ReviewReason(r, t, old)
 }
 
 // loadPolicy compiles the configured policy with the rules learned from

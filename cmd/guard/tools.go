@@ -10,7 +10,6 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
-	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -83,7 +82,7 @@ func toolsList(ctx context.Context, a *app, args []string) int {
 				state += " by " + r.DecidedBy
 			}
 			if len(r.Flags) > 0 {
-				flags = clip(proxy.FlagText(r.Flags), 60)
+				flags = clip(policy.FlagText(r.Flags), 60)
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Server, t.Name, state, cause, clip(t.Pin, 19),
@@ -145,7 +144,7 @@ func toolsDiff(ctx context.Context, a *app, args []string) int {
 	if r != nil {
 		fmt.Fprintf(a.stdout, "%s/%s %s: %s (%s)\n", server, tool, cur.Pin, r.State, r.Cause)
 		if len(r.Flags) > 0 {
-			fmt.Fprintf(a.stdout, "flagged: %s\n", proxy.FlagText(r.Flags))
+			fmt.Fprintf(a.stdout, "flagged: %s\n", policy.FlagText(r.Flags))
 		}
 	}
 	if old == nil {

@@ -135,17 +135,14 @@ func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t gu
 	return func(t guard.Tool) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
-		if r, err := db.Review(ctx, t.Server, t.Name, t.Pin); err == nil && r != nil && r.State != guard.ReviewAccepted {
-			call.Review, call.ReviewReason = r, "the definition is "+r.State+" ("+r.Cause+")"
-		}
+		call.Review, call.ReviewReason = reviewOf(ctx, db, &t)
 		v := engine.Policy().Decide(call)
-		verb := map[string]string{guard.ActionAllow: "allowed", guard.ActionDeny: "denied", guard.ActionApprove: "held"}[v.Action]
-		text := verb + " by " + v.Rule
+		text := actionWord(v.Action) + " by " + v.Rule
 		if v.Reason != "" {
 			text += ": " + v.Reason
 		}
 		if v.Would != "" {
-			text += " (monitor mode: would be " + map[string]string{guard.ActionDeny: "denied", guard.ActionApprove: "held"}[v.Would] + ")"
+			text += " (monitor mode: would be " + actionWord(v.Would) + ")"
 		}
 		return text
 	}
