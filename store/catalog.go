@@ -132,7 +132,7 @@ func recordReviews(ctx context.Context, tx *sql.Tx, server string, tools []guard
 		case known == 0:
 			state, cause, by = guard.ReviewAccepted, guard.CauseBaseline, "baseline"
 		case named == 0:
-			state, cause = guard.ReviewPending, guard.CauseNew
+			cause = guard.CauseNew
 			if acceptNew {
 				state, by = guard.ReviewAccepted, "new_tools: allow"
 			}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -27,11 +26,9 @@ func (db *DB) TakeToken(ctx context.Context, key string, rate float64, burst int
 	}
 	us := now.UnixMicro()
 	if err == nil && us > at {
-		tokens = math.Min(float64(burst), tokens+rate*float64(us-at)/1e6)
+		tokens += rate * float64(us-at) / 1e6
 	}
-	if tokens > float64(burst) { // the limit was lowered
-		tokens = float64(burst)
-	}
+	tokens = min(tokens, float64(burst)) // full, or the limit was lowered
 	if tokens < 1 {
 		wait := time.Duration((1 - tokens) / rate * float64(time.Second))
 		return false, wait, nil
