@@ -84,6 +84,17 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 	return out, rows.Err()
 }
 
+// CountApprovals counts the approvals in a state and names the newest
+// (its creation time and id): together they change whenever one is added
+// to the state or leaves it, without reading any approval.
+func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
+	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(created_at || ' ' || id), '') FROM approvals WHERE state = ?`, state).Scan(&n, &newest)
+	if err != nil {
+		return 0, "", fmt.Errorf("count approvals: %w", err)
+	}
+	return n, newest, nil
+}
+
 // DecideApproval records a person's decision on a pending approval. The
 // first decision wins: on an approval that is no longer pending it returns
 // the approval as it is and an error wrapping guard.ErrAlreadyDecided that

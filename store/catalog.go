@@ -189,6 +189,15 @@ func (db *DB) Review(ctx context.Context, server, name, pin string) (*guard.Revi
 
 // Reviews returns the reviews of every definition of a server's tools (of
 // every server when server is ""), by server, name and creation.
+// CountReviews counts the tool definitions in a review state.
+func (db *DB) CountReviews(ctx context.Context, state string) (int, error) {
+	var n int
+	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE state = ?`, state).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count tool reviews: %w", err)
+	}
+	return n, nil
+}
+
 func (db *DB) Reviews(ctx context.Context, server string) ([]*guard.Review, error) {
 	rows, err := db.r.QueryContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
 		WHERE (? = '' OR server = ?) ORDER BY server, name, created_at, rowid`, server, server)

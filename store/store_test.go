@@ -559,3 +559,50 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+// CountApprovals' count and newest change when an approval joins the state
+// or leaves it; CountReviews counts the definitions in a review state.
+func TestCounts(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	ctx := context.Background()
+	count := func() (int, string) {
+		t.Helper()
+		n, newest, err := db.CountApprovals(ctx, guard.ApprovalPending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, newest
+	}
+	if n, newest := count(); n != 0 || newest != "" {
+		t.Fatalf("empty: %d %q", n, newest)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		a := newApproval(id)
+		a.Digest = "sha256:" + id
+		if err := db.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, before := count()
+	if n != 2 || !strings.HasSuffix(before, " a2") {
+		t.Fatalf("two pending: %d %q", n, before)
+	}
+	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, newest := count(); n != 1 || newest != before {
+		t.Fatalf("one decided: %d %q", n, newest)
+	}
+	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p1", Def: []byte(`{"name":"a"}`)}}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p2", Def: []byte(`{"name":"a","description":"x"}`)}}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	for state, want := range map[string]int{guard.ReviewAccepted: 1, guard.ReviewPending: 1, guard.ReviewRejected: 0} {
+		if n, err := db.CountReviews(ctx, state); err != nil || n != want {
+			t.Errorf("%s reviews: %d %v, want %d", state, n, err, want)
+		}
+	}
+}

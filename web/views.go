@@ -421,24 +421,15 @@ func uuidV7Time(id string) (time.Time, bool) {
 // counts are the navigation bar's numbers.
 func (s *Server) counts(ctx context.Context, pending int) (navData, error) {
 	var n navData
+	var err error
 	if pending < 0 {
-		list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
-		if err != nil {
-			return n, fmt.Errorf("pending approvals: %w", err)
+		if pending, _, err = s.opts.Store.CountApprovals(ctx, guard.ApprovalPending); err != nil {
+			return n, err
 		}
-		pending = len(list)
 	}
 	n.Pending = pending
-	reviews, err := s.opts.Store.Reviews(ctx, "")
-	if err != nil {
-		return n, fmt.Errorf("tool reviews: %w", err)
-	}
-	for _, r := range reviews {
-		if r.State == guard.ReviewPending {
-			n.Changes++
-		}
-	}
-	return n, nil
+	n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending)
+	return n, err
 }
 
 // Formatting helpers for the templates.

@@ -51,6 +51,9 @@ type Store interface {
 	// Approvals lists approvals in a state ("pending"), or all for "".
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// CountApprovals counts the approvals in a state and names the newest.
+	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
+	CountReviews(ctx context.Context, state string) (int, error)
 	// Query calls fn for each recorded invocation matching f, newest first.
 	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
 	// Tools returns the latest definition of each tool of a server ("" for
