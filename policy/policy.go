@@ -93,10 +93,8 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 		if reason := p.protected.Check(call.Arguments); reason != "" {
 			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
 		}
-		if call.URI != "" {
-			if reason := p.protected.Check(uriArgs(call.URI)); reason != "" {
-				return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
-			}
+		if reason := p.protected.CheckURI(call.URI); reason != "" {
+			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
 		}
 	}
 	if call.Violations != "" {
@@ -139,13 +137,6 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason}
 	}
 	return p.byDefault(call)
-}
-
-// uriArgs presents a resource URI to the self-protection check, which
-// looks for guard's paths in argument values.
-func uriArgs(uri string) []byte {
-	b, _ := json.Marshal(map[string]string{"uri": strings.TrimPrefix(uri, "file://")})
-	return b
 }
 
 func glob(pattern, name string) bool {

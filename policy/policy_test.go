@@ -189,7 +189,23 @@ func TestSelfProtection(t *testing.T) {
 			t.Errorf("%s: denied=%v, want %v", tc.args, got, tc.deny)
 		}
 	}
+	for uri, deny := range map[string]bool{
+		"file://" + data + "/guard.db":                                            true,
+		"file://localhost" + data + "/guard.db":                                   true,
+		"file://" + data + "/guard%2edb":                                          true,
+		"file://" + strings.ReplaceAll(data, "/guard", "/guard%2F") + "audit.key": true,
+		"file:" + data + "/guard.db":                                              true,
+		"file://" + home + "/notes.txt":                                           false,
+		"notes://welcome":                                                         false,
+	} {
+		if got := p.CheckURI(uri) != ""; got != deny {
+			t.Errorf("%s: denied=%v, want %v", uri, got, deny)
+		}
+	}
 	c := Default()
+	if v := Compile(c, nil, p).Decide(&guard.Call{Method: "resources/read", URI: "file://localhost" + data + "/guard%2edb"}); v.Rule != SelfProtectionRule || v.Action != guard.ActionDeny {
+		t.Fatalf("a resource read of guard's database: %+v", v)
+	}
 	v := Compile(c, nil, p).Decide(&guard.Call{Method: "tools/call", Arguments: []byte(`{"path":"` + data + `/guard.db"}`), Tool: tool(`{"readOnlyHint":true}`)})
 	if v.Action != guard.ActionDeny || v.Rule != SelfProtectionRule {
 		t.Fatalf("self-protection did not come first: %+v", v)

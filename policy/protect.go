@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -73,6 +74,28 @@ func (p *Protected) Check(args []byte) string {
 		return true
 	})
 	return reason
+}
+
+// CheckURI is Check for the URI of a resource read: its text, and its
+// path decoded (percent-escapes undone, a file: URI's host ignored), must
+// not name guard's files.
+func (p *Protected) CheckURI(uri string) string {
+	if p == nil || uri == "" || len(p.Paths) == 0 {
+		return ""
+	}
+	texts := []string{uri}
+	if u, err := url.Parse(uri); err == nil {
+		texts = append(texts, u.Path, u.Opaque)
+	}
+	if s, err := url.PathUnescape(uri); err == nil {
+		texts = append(texts, s)
+	}
+	for _, s := range texts {
+		if s != "" && p.names(s) {
+			return "the resource is one of guard's own files"
+		}
+	}
+	return ""
 }
 
 // mayName is a cheap first look: arguments with no path separator, no
