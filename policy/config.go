@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guard-mcp/guard/policy/secrets"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -417,7 +418,9 @@ func (p *parser) patterns(dst *[]string) func(*yaml.Node) error {
 			return err
 		}
 		for i, pat := range *dst {
-			if _, err := regexp.Compile(pat); err != nil {
+			// The masker's own check: a pattern must compile, and must
+			// not match empty text.
+			if _, err := secrets.New([]string{pat}); err != nil {
 				return p.errf(n.Content[i], "pattern %q: %v", pat, err)
 			}
 		}

@@ -39,6 +39,8 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"servers:\n  files: {bad_schema: maybe}\n", 2, `"maybe" is not one of deny, ignore`},
 		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
 		{"aggregate: {enabled: true, separator: \"/\"}\n", 1, "aggregate.separator"},
+		{"redact:\n  patterns: ['corp-[0-9]{6}', 'x*']\n", 2, `pattern "x*"`},
+		{"redact:\n  patterns: ['(']\n", 2, `pattern "("`},
 		{"aggregate: {separator: \"\"}\n", 1, "aggregate.separator"},
 		{"aggregate: {enable: true}\n", 1, `unknown key "enable"`},
 	} {
@@ -266,6 +268,13 @@ func TestRedact(t *testing.T) {
 		if got := r.Redact([]byte(tc.in)); got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.in, got, tc.want)
 		}
+	}
+	// A configuration not read by Parse, with a pattern the masker
+	// refuses, keeps its other patterns.
+	c := Default()
+	c.Redact.Patterns = []string{"corp-[0-9]{6}", "x*"}
+	if got := c.Redactor().Redact([]byte(`{"note":"ticket corp-123456"}`)); strings.Contains(got, "corp-123456") {
+		t.Errorf("a configured pattern was dropped: %s", got)
 	}
 }
 

@@ -24,8 +24,15 @@ type Redactor struct {
 func (c *Config) Redactor() *Redactor {
 	m, err := secrets.New(c.Redact.Patterns)
 	if err != nil {
-		// The patterns were compiled when the configuration was read.
-		m, _ = secrets.New(nil)
+		// Parse refuses such patterns; a configuration built otherwise
+		// keeps every pattern that compiles rather than none.
+		var good []string
+		for _, pat := range c.Redact.Patterns {
+			if _, err := secrets.New([]string{pat}); err == nil {
+				good = append(good, pat)
+			}
+		}
+		m, _ = secrets.New(good)
 	}
 	r := &Redactor{keys: map[string]bool{}, secrets: m}
 	for _, k := range c.Redact.Keys {
