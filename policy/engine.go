@@ -87,7 +87,9 @@ func (e *Engine) Config() *Config { return e.cfg.Load() }
 func (e *Engine) Decide(call *guard.Call) guard.Verdict {
 	p := e.cur.Load()
 	v := p.Decide(call)
-	if e.limiter == nil || v.Action == guard.ActionDeny || len(p.limits) == 0 {
+	// A call enforcement denies takes no token, in monitor mode too
+	// (where its verdict allows and says it would deny).
+	if e.limiter == nil || v.Action == guard.ActionDeny || v.Would == guard.ActionDeny || len(p.limits) == 0 {
 		return v
 	}
 	if lv, ok := checkLimits(e.limiter, p.limits, call); !ok {

@@ -116,6 +116,15 @@ policy:
 	if v := call(em, "write_file", now.Add(6*time.Second)); v.Action != guard.ActionAllow || v.Would != guard.ActionDeny || v.Rule != RateLimitRule {
 		t.Fatalf("monitor: %+v", v)
 	}
+	// A call a rule denies keeps its rule in monitor mode, and takes no
+	// token there either.
+	if v := call(em, "rm", now.Add(6*time.Second)); v.Action != guard.ActionAllow || v.Would != guard.ActionDeny || v.Rule != "no-rm" {
+		t.Fatalf("monitor, a denied call: %+v", v)
+	}
+	em2 := limitEngine(t, "limits:\n  - {rate: 5/s}\npolicy:\n  mode: monitor\n  rules:\n    - {name: no-rm, tool: rm, action: deny}\n", failingLimiter{})
+	if v := call(em2, "rm", now); v.Rule != "no-rm" {
+		t.Fatalf("monitor, a denied call asked the limiter: %+v", v)
+	}
 }
 
 type failingLimiter struct{}
