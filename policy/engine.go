@@ -183,24 +183,44 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 	}
 }
 
-// AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically.
-//
-// A rule with the same name is already there: nothing changes.
-func AppendApprovedRule(rulesDir string, r Rule) error {
+// AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically,
+// and reports whether it did: a rule that matches the same calls with the
+// same action is there already. Every field of the rules already there is
+// written back as it was; a new rule whose name is taken gets a numbered
+// one.
+func AppendApprovedRule(rulesDir string, r Rule) (bool, error) {
 	file := filepath.Join(rulesDir, ApprovedRulesFile)
 	rules, err := LoadRules(file, os.Getenv)
 	if err != nil {
-		return err
+		return false, err
 	}
+	if r.Method == "" {
+		r.Method = "tools/call"
+	}
+	if r.Server == "" {
+		r.Server = "*"
+	}
+	if r.Tool == "" {
+		r.Tool = "*"
+	}
+	names := map[string]bool{}
 	for _, x := range rules {
-		if x.Name == r.Name {
-			return nil
+		if x.Server == r.Server && x.Tool == r.Tool && x.Method == r.Method && x.URI == r.URI && x.When == r.When && x.Action == r.Action {
+			return false, nil
 		}
+		names[x.Name] = true
+	}
+	base := r.Name
+	for i := 2; names[r.Name]; i++ {
+		r.Name = fmt.Sprintf("%s-%d", base, i)
 	}
 	type yrule struct {
 		Name   string `yaml:"name"`
 		Server string `yaml:"server,omitempty"`
 		Tool   string `yaml:"tool,omitempty"`
+		Method string `yaml:"method,omitempty"`
+		URI    string `yaml:"uri,omitempty"`
+		When   string `yaml:"when,omitempty"`
 		Action string `yaml:"action"`
 		Reason string `yaml:"reason,omitempty"`
 	}
@@ -208,20 +228,27 @@ func AppendApprovedRule(rulesDir string, r Rule) error {
 		Rules []yrule `yaml:"rules"`
 	}
 	for _, x := range append(rules, r) {
-		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, x.Action, x.Reason})
+		method := x.Method
+		if method == "tools/call" {
+			method = "" // the default
+		}
+		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Action, x.Reason})
 	}
 	b, err := yaml.Marshal(out)
 	if err != nil {
-		return fmt.Errorf("approved rules: %w", err)
+		return false, fmt.Errorf("approved rules: %w", err)
 	}
 	if err := os.MkdirAll(rulesDir, 0o700); err != nil {
-		return fmt.Errorf("approved rules: %w", err)
+		return false, fmt.Errorf("approved rules: %w", err)
 	}
 	tmp := file + ".tmp"
 	if err := os.WriteFile(tmp, append([]byte("# Rules learned from approvals. guard writes this file.\n"), b...), 0o600); err != nil {
-		return fmt.Errorf("approved rules: %w", err)
+		return false, fmt.Errorf("approved rules: %w", err)
 	}
-	return os.Rename(tmp, file)
+	if err := os.Rename(tmp, file); err != nil {
+		return false, fmt.Errorf("approved rules: %w", err)
+	}
+	return true, nil
 }
 
 // Paths returns the default configuration file (when it exists) and

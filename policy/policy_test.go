@@ -249,10 +249,41 @@ func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	}
 	// A rule learned from an approval, written by another process.
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
-	if err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}); err != nil {
-		t.Fatal(err)
+	if added, err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}); err != nil || !added {
+		t.Fatal(added, err)
 	}
 	waitFor("allow")
+}
+
+// Appending a learned rule keeps every field of the rules already there,
+// adds nothing when the same rule is there, and numbers a taken name.
+func TestAppendApprovedRule(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "rules.d")
+	os.MkdirAll(dir, 0o700)
+	os.WriteFile(filepath.Join(dir, ApprovedRulesFile), []byte("rules:\n  - {name: approved-a-b-c, server: a, tool: b-c, when: 'args.n < 3', action: allow}\n"+
+		"  - {name: read-etc, method: resources/read, uri: 'file:///etc/*', action: deny, reason: not etc}\n"), 0o600)
+	add := func(r Rule) bool {
+		t.Helper()
+		added, err := AppendApprovedRule(dir, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return added
+	}
+	if !add(Rule{Name: "approved-a-b-c", Server: "a-b", Tool: "c", Action: "allow"}) {
+		t.Fatal("a rule for another tool whose name collides was not added")
+	}
+	if add(Rule{Name: "approved-a-b-c", Server: "a-b", Tool: "c", Method: "tools/call", Action: "allow"}) {
+		t.Fatal("the same rule was added twice")
+	}
+	rules, err := LoadRules(filepath.Join(dir, ApprovedRulesFile), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) != 3 || rules[0].When != "args.n < 3" || rules[1].Method != "resources/read" || rules[1].URI != "file:///etc/*" ||
+		rules[2].Name != "approved-a-b-c-2" || rules[2].Server != "a-b" {
+		t.Fatalf("rules after appending: %+v", rules)
+	}
 }
 
 func TestRedact(t *testing.T) {

@@ -114,8 +114,9 @@ func allowAlways(db *store.DB, rulesDir string) func(server, tool, by string) er
 		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(server+"-"+tool)
 		r := policy.Rule{Name: name, Server: escapeGlob(server), Tool: escapeGlob(tool), Method: "tools/call",
 			Action: guard.ActionAllow, Reason: "allowed from now on by " + by}
-		if err := policy.AppendApprovedRule(rulesDir, r); err != nil {
-			return err
+		added, err := policy.AppendApprovedRule(rulesDir, r)
+		if err != nil || !added {
+			return err // not added: the same rule is there already
 		}
 		d, _ := json.Marshal(map[string]string{"rule": name, "file": rulesDir + "/" + policy.ApprovedRulesFile, "action": "allow"})
 		return db.Append(&guard.Record{Kind: guard.KindEvent, Method: "guard/rule-added", Server: server, Tool: tool,
