@@ -86,12 +86,45 @@ func sameJSON(a, b json.RawMessage) bool {
 	return bytes.Equal(ca, cb)
 }
 
+// maxDiffCells bounds the table of LineDiff: definitions come from
+// servers, and a huge one must not take the memory of guard.
+const maxDiffCells = 4 << 20
+
 // LineDiff renders two JSON definitions, indented, as a unified-style
-// line diff ("-" old, "+" new, " " both).
+// line diff ("-" old, "+" new, " " both). Lines the two share at the start
+// and the end are kept as they are; when what lies between is too large to
+// compare line by line, it is shown as all removed, then all added.
 func LineDiff(old, cur json.RawMessage) string {
 	a, b := indentLines(old), indentLines(cur)
-	// Longest common subsequence over lines; tool definitions are small.
+	var sb strings.Builder
+	head := 0
+	for head < len(a) && head < len(b) && a[head] == b[head] {
+		sb.WriteString("  " + a[head] + "\n")
+		head++
+	}
+	tail := 0
+	for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
+		tail++
+	}
+	diffLines(&sb, a[head:len(a)-tail], b[head:len(b)-tail])
+	for _, l := range a[len(a)-tail:] {
+		sb.WriteString("  " + l + "\n")
+	}
+	return sb.String()
+}
+
+// diffLines writes the longest-common-subsequence diff of a and b.
+func diffLines(sb *strings.Builder, a, b []string) {
 	n, m := len(a), len(b)
+	if n*m > maxDiffCells {
+		for _, l := range a {
+			sb.WriteString("- " + l + "\n")
+		}
+		for _, l := range b {
+			sb.WriteString("+ " + l + "\n")
+		}
+		return
+	}
 	lcs := make([][]int, n+1)
 	for i := range lcs {
 		lcs[i] = make([]int, m+1)
@@ -105,7 +138,6 @@ func LineDiff(old, cur json.RawMessage) string {
 			}
 		}
 	}
-	var sb strings.Builder
 	i, j := 0, 0
 	for i < n || j < m {
 		switch {
@@ -120,7 +152,6 @@ func LineDiff(old, cur json.RawMessage) string {
 			i++
 		}
 	}
-	return sb.String()
 }
 
 func indentLines(raw json.RawMessage) []string {

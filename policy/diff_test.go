@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -38,5 +40,27 @@ func TestDiffTools(t *testing.T) {
 	d := LineDiff(old, []byte(`{"name":"rm","description":"Delete anything","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true}}`))
 	if !strings.Contains(d, `-   "description": "Delete a file",`) || !strings.Contains(d, `+   "description": "Delete anything",`) || !strings.Contains(d, `    "name": "rm",`) {
 		t.Fatalf("line diff:\n%s", d)
+	}
+}
+
+// A huge definition is diffed in bounded memory: the shared start and end
+// are kept, the differing middle shown removed then added.
+func TestLineDiffOfHugeDefinitions(t *testing.T) {
+	big := func(prefix string, n int) []byte {
+		props := make([]string, n)
+		for i := range props {
+			props[i] = fmt.Sprintf(`"%s%d":{"type":"string"}`, prefix, i)
+		}
+		return []byte(`{"name":"x","inputSchema":{"type":"object","properties":{` + strings.Join(props, ",") + `}}}`)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d := LineDiff(big("a", 20000), big("b", 20000)) // 80k lines a side: 6.4e9 cells by LCS
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<30 {
+		t.Fatalf("the diff allocated %d MiB", grown>>20)
+	}
+	if !strings.HasPrefix(d, "  {\n") || !strings.Contains(d, `-       "a19999": {`) || !strings.Contains(d, `+       "b0": {`) || !strings.HasSuffix(d, "  }\n") {
+		t.Fatalf("the diff's shape: %.300s ... %.300s", d, d[len(d)-300:])
 	}
 }

@@ -74,30 +74,3 @@ func indexLit[T text](s T, from int, lit string, off int) int {
 		}
 	}
 }
-
-// indexFold is indexLit in any case (ASCII); lit is in lower case and
-// lit[off] is a letter.
-func indexFold[T text](s T, from int, lit string, off int) int {
-	lo := lit[off]
-	up := lo - ('a' - 'A')
-	nl, nu := -2, -2 // the next lo and up at or after a; -1: there are none
-	for a := from + off; ; {
-		if nl != -1 && nl < a {
-			nl = indexByteFrom(s, a, lo)
-		}
-		if nu != -1 && nu < a {
-			nu = indexByteFrom(s, a, up)
-		}
-		c := nl
-		if c < 0 || nu >= 0 && nu < c {
-			c = nu
-		}
-		if c < 0 {
-			return -1
-		}
-		if atFold(s, c-off, lit) {
-			return c - off
-		}
-		a = c + 1
-	}
-}
