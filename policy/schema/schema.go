@@ -43,14 +43,21 @@ func AssertFormats() Option {
 	return func(c *Cache) { c.assertFormats = true }
 }
 
-// Cache compiles schemas once per key (a tool's pin, a string like "sha256:...") and keeps them; safe for concurrent use.
+// Cache compiles schemas once per key (a tool's pin, a string like
+// "sha256:...") and keeps them, up to a bound: a server that keeps
+// changing its definitions does not grow it without end. Safe for
+// concurrent use.
 type Cache struct {
 	assertFormats bool
 	printer       *message.Printer
+	max           int // entries kept; past it, one is dropped for each new one
 
 	mu      sync.Mutex
 	entries map[string]*entry
 }
+
+// cacheEntries is how many compiled schemas a Cache keeps.
+const cacheEntries = 4096
 
 type entry struct {
 	once   sync.Once
@@ -63,6 +70,7 @@ func NewCache(opts ...Option) *Cache {
 	c := &Cache{
 		printer: message.NewPrinter(language.English),
 		entries: map[string]*entry{},
+		max:     cacheEntries,
 	}
 	for _, o := range opts {
 		o(c)
@@ -79,6 +87,12 @@ func (c *Cache) Compile(key string, raw []byte) (*Schema, error) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	if !ok {
+		if len(c.entries) >= c.max {
+			for k := range c.entries { // an arbitrary one: map order is random
+				delete(c.entries, k)
+				break
+			}
+		}
 		e = &entry{}
 		c.entries[key] = e
 	}

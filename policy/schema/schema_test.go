@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -514,5 +515,24 @@ func BenchmarkValidate(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Validate(inst)
+	}
+}
+
+// The cache keeps a bounded number of schemas; one dropped is compiled
+// again when next used.
+func TestCacheIsBounded(t *testing.T) {
+	c := NewCache()
+	c.max = 8
+	for i := range 100 {
+		if _, err := c.Compile(fmt.Sprintf("sha256:%d", i), []byte(`{"type":"object"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.entries); n != 8 {
+		t.Fatalf("%d entries kept, want 8", n)
+	}
+	s, err := c.Compile("sha256:0", []byte(`{"type":"string"}`))
+	if err != nil || s.Validate(json.RawMessage(`"x"`)) != nil {
+		t.Fatalf("a dropped key compiled again: %v", err)
 	}
 }
