@@ -36,6 +36,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"approval: {max_pending: 0}\n", 1, "not a positive whole number"},
 		{"clients:\n  - {name: ci, token_sha256: abc}\n", 2, "must be 64 hex digits"},
 		{"clients:\n  - {token_sha256: abc}\n", 2, "a client needs a name"},
+		{"clients:\n  - {name: ci, token_sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n  - {name: ci, token_sha256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", 3, `client name "ci" is already used`},
 		{"servers:\n  files: {bad_schema: maybe}\n", 2, `"maybe" is not one of deny, ignore`},
 		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
 		{"aggregate: {enabled: true, separator: \"/\"}\n", 1, "aggregate.separator"},
@@ -376,5 +377,13 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Decide(call)
+	}
+}
+
+// A client's token hash may be written in upper case; it is kept in lower.
+func TestClientTokenHashCase(t *testing.T) {
+	c, err := Parse([]byte("clients:\n  - {name: ci, token_sha256: "+strings.Repeat("AB", 32)+"}\n"), "c.yaml")
+	if err != nil || len(c.Clients) != 1 || c.Clients[0].TokenSHA256 != strings.Repeat("ab", 32) {
+		t.Fatalf("%+v %v", c, err)
 	}
 }
