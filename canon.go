@@ -36,6 +36,10 @@ func Digest(raw []byte) (string, error) {
 // pinnedMembers are the members of a tool definition that its pin covers.
 var pinnedMembers = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations"}
 
+// PinnedMembers returns the members of a tool definition that its pin
+// covers.
+func PinnedMembers() []string { return append([]string(nil), pinnedMembers...) }
+
 // PinOf computes a tool's pin: the Digest of an object holding the tool
 // definition's name, title, description, inputSchema, outputSchema and
 // annotations exactly as received. A member that is absent stays absent, so

@@ -26,7 +26,10 @@ func DiffTools(old, cur json.RawMessage) []Change {
 	_ = json.Unmarshal(old, &a)
 	_ = json.Unmarshal(cur, &b)
 	var out []Change
-	for _, m := range []string{"name", "title", "description", "inputSchema", "outputSchema"} {
+	for _, m := range guard.PinnedMembers() {
+		if m == "annotations" {
+			continue // hint by hint, below
+		}
 		if !sameJSON(a[m], b[m]) {
 			verb := "changed"
 			switch {
@@ -38,13 +41,11 @@ func DiffTools(old, cur json.RawMessage) []Change {
 			out = append(out, Change{Member: m, Text: m + " " + verb})
 		}
 	}
-	var ha, hb struct {
-		Annotations guard.Annotations `json:"annotations"`
-	}
-	_ = json.Unmarshal(old, &ha)
-	_ = json.Unmarshal(cur, &hb)
-	ro1, de1, id1, ow1 := ha.Annotations.Effective()
-	ro2, de2, id2, ow2 := hb.Annotations.Effective()
+	var ha, hb guard.Annotations
+	_ = json.Unmarshal(a["annotations"], &ha)
+	_ = json.Unmarshal(b["annotations"], &hb)
+	ro1, de1, id1, ow1 := ha.Effective()
+	ro2, de2, id2, ow2 := hb.Effective()
 	hint := func(name string, was, is, weakens bool) {
 		if was == is {
 			return
@@ -59,7 +60,7 @@ func DiffTools(old, cur json.RawMessage) []Change {
 	hint("destructiveHint", de1, de2, de1 && !de2)
 	hint("idempotentHint", id1, id2, false)
 	hint("openWorldHint", ow1, ow2, ow1 && !ow2)
-	if len(out) == 0 && !sameJSON(member(old, "annotations"), member(cur, "annotations")) {
+	if len(out) == 0 && !sameJSON(a["annotations"], b["annotations"]) {
 		out = append(out, Change{Member: "annotations", Text: "annotations changed"})
 	}
 	return out
@@ -163,12 +164,6 @@ func indentLines(raw json.RawMessage) []string {
 		return strings.Split(string(raw), "\n")
 	}
 	return strings.Split(buf.String(), "\n")
-}
-
-func member(def json.RawMessage, name string) json.RawMessage {
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(def, &m)
-	return m[name]
 }
 
 // ReviewReason says why a call to a tool whose definition r waits for a
