@@ -140,8 +140,8 @@ policy:
 			t.Fatalf("after allow-always the next call is still held: %v %v", r, err)
 		}
 		// Held meanwhile: decide it so the loop goes on.
-		if a, err := e.pendingApproval("delete_note"); err == nil && a != "" {
-			e.guard("approvals", "deny", a, "--reason", "retry")
+		if a := e.pendingApproval("delete_note"); a != nil {
+			e.guard("approvals", "deny", a.ID, "--reason", "retry")
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -26,8 +25,7 @@ var scenarioLine = regexp.MustCompile(`(?m)^([✓✗]) (\S+): (\d+) passed, (\d+
 // scenario's line ("✓ 2 passed, 0 failed").
 func conformance(t *testing.T, suite, url string, args ...string) map[string]string {
 	t.Helper()
-	script := filepath.Join(repoRoot(t), conformanceSuites[suite])
-	peer(t, "", strings.TrimPrefix(conformanceSuites[suite], ""))
+	script := peer(t, "", conformanceSuites[suite])
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, nodeBin(t), append([]string{script, "server", "--url", url}, args...)...)
@@ -74,9 +72,25 @@ func (e *env) serve(flags ...string) string {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
-	waitHTTP(e.t, "http://"+addr+"/healthz")
-	return "http://" + addr
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	e.t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); <-exited })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			return "http://" + addr
+		}
+		select {
+		case err := <-exited: // a port taken meanwhile, a bad configuration
+			exited <- err
+			e.t.Fatalf("guard serve exited before it answered: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("guard serve at %s never answered", addr)
+		}
+	}
 }
 
 // sameScenarios fails unless at least 30 scenarios pass directly and every

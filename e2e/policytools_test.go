@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,10 +152,10 @@ policy:
 `)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sampled := false
+	var sampled atomic.Bool
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
 		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			sampled = true
+			sampled.Store(true)
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
 		},
 	})
@@ -174,7 +175,7 @@ policy:
 		t.Errorf("prompts/get: %v", err)
 	}
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_sampling", Arguments: map[string]any{"prompt": "hi"}})
-	if sampled || (err == nil && !r.IsError) {
+	if sampled.Load() || (err == nil && !r.IsError) {
 		t.Errorf("the server's sampling request reached the client: %v %v", r, err)
 	}
 	out, _ := e.guard("audit", "query", "--format", "jsonl", "--decision", "denied")

@@ -81,12 +81,8 @@ type jsonschemaObject struct {
 func (e *env) pendingFor(ctx context.Context, tool string) guard.Approval {
 	e.t.Helper()
 	for {
-		out, _ := e.guard("approvals", "list", "--format", "jsonl")
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			var a guard.Approval
-			if json.Unmarshal([]byte(line), &a) == nil && a.Tool == tool {
-				return a
-			}
+		if a := e.pendingApproval(tool); a != nil {
+			return *a
 		}
 		select {
 		case <-ctx.Done():
@@ -280,14 +276,14 @@ func TestOutputSchemaEnforceAndWarn(t *testing.T) {
 	}
 }
 
-// pendingApproval returns the id of a pending approval of a tool, if any.
-func (e *env) pendingApproval(tool string) (string, error) {
+// pendingApproval returns a pending approval of a tool, or nil.
+func (e *env) pendingApproval(tool string) *guard.Approval {
 	out, _ := e.guard("approvals", "list", "--format", "jsonl")
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		var a guard.Approval
 		if json.Unmarshal([]byte(line), &a) == nil && a.Tool == tool {
-			return a.ID, nil
+			return &a
 		}
 	}
-	return "", nil
+	return nil
 }
