@@ -89,7 +89,12 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 	a := e.pendingFor(ctx, "delete_note")
 	hangUp()
 	resp.Body.Close()
-	time.Sleep(200 * time.Millisecond)
+	// guard sees the connection close within milliseconds; a second later
+	// the hold must still be there (a cancellation would withdraw it).
+	time.Sleep(time.Second)
+	if p := e.pendingApproval("delete_note"); p == nil || p.ID != a.ID {
+		t.Fatalf("the hold did not outlive its client's connection: %+v", p)
+	}
 	if out, code := e.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
 		t.Fatalf("approve after the client left: %s", out)
 	}

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -32,17 +30,7 @@ func TestInBandApproval(t *testing.T) {
 			}
 		},
 	})
-	argv := e.wrap("notes", guardBin, "example-server")
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cs := e.connect(ctx, client, "2025-11-25", nil, "notes", guardBin, "example-server")
 	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
 	// delete_note is destructive: held under the default policy.
 	del := func(title string) <-chan callResult {
@@ -112,17 +100,7 @@ func TestInBandApprovalInRounds(t *testing.T) {
 			}
 		},
 	})
-	argv := e.wrap("notes", guardBin, "example-server")
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cs := e.connect(ctx, client, "2026-07-28", nil, "notes", guardBin, "example-server")
 	text := func(r *mcp.CallToolResult) string { return r.Content[0].(*mcp.TextContent).Text }
 	del := func(title string) (*mcp.CallToolResult, error) {
 		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": title}})

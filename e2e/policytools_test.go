@@ -17,11 +17,21 @@ import (
 // client.
 func (e *env) connectExample(ctx context.Context) *mcp.ClientSession {
 	e.t.Helper()
-	argv := e.wrap("notes", guardBin, "example-server")
+	return e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "replayer", Version: "2"}, nil), "2025-11-25", nil, "notes", guardBin, "example-server")
+}
+
+// connect runs serverCmd behind guard run as server name (with env added
+// to guard's environment), connects client in the given revision, lists
+// the tools, and closes the session when the test ends.
+func (e *env) connect(ctx context.Context, client *mcp.Client, version string, env []string, name string, serverCmd ...string) *mcp.ClientSession {
+	e.t.Helper()
+	argv := e.wrap(name, serverCmd...)
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = os.Stderr
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "replayer", Version: "2"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -159,14 +169,7 @@ policy:
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
 		},
 	})
-	argv := e.wrap("conformance", everythingServer(t))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := e.connect(ctx, client, "2025-11-25", nil, "conformance", everythingServer(t))
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static-text"}); err == nil ||
 		!strings.Contains(err.Error(), `Denied by policy rule "no-static": not that one`) {
 		t.Errorf("resources/read: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -105,19 +104,8 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 	})
-	argv := e.wrap("weather", os.Args[0])
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "GUARD_E2E_SERVE=rugpull")
-	cmd.Stderr = os.Stderr
 	// On 2026-07-28 list_changed needs a subscriptions/listen stream.
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	if _, err := cs.ListTools(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cs := e.connect(ctx, client, "2025-11-25", []string{"GUARD_E2E_SERVE=rugpull"}, "weather", os.Args[0])
 	call := func(name string) (*mcp.CallToolResult, error) {
 		return cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{"city": "Oslo"}})
 	}
@@ -237,19 +225,7 @@ func TestOutputSchemaEnforceAndWarn(t *testing.T) {
 			e := newEnv(t, "servers: {weather: {output: "+mode+"}}\npolicy: {default: allow}\n")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			argv := e.wrap("weather", os.Args[0])
-			cmd := exec.Command(argv[0], argv[1:]...)
-			cmd.Env = append(os.Environ(), "GUARD_E2E_SERVE=rugpull")
-			cmd.Stderr = os.Stderr
-			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
-				Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cs.Close()
-			if _, err := cs.ListTools(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
+			cs := e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil), "2025-11-25", []string{"GUARD_E2E_SERVE=rugpull"}, "weather", os.Args[0])
 			for _, tc := range []struct{ tool, violation string }{
 				{"bad_output", "/count: expected integer"},
 				{"no_structured", "returned no structuredContent"},
