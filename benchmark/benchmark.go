@@ -100,23 +100,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		configs = append(configs, config{"guard durability=" + d,
 			[]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}})
 	}
-	rounds := max(cfg.Rounds, 1)
-	for _, n := range cfg.Concurrency {
-		samples := make([][]sample, len(configs))
-		for range rounds {
-			for i, c := range configs {
-				sm, err := measure(ctx, c.name, c.argv, n, cfg.Calls/rounds)
-				if err != nil {
-					return nil, err
-				}
-				samples[i] = append(samples[i], sm)
-			}
-		}
-		base := summarize(configs[0].name, n, samples[0])
-		rep.add(w, base, nil)
-		for i := 1; i < len(configs); i++ {
-			rep.add(w, summarize(configs[i].name, n, samples[i]), &base)
-		}
+	names := make([]string, len(configs))
+	for i, c := range configs {
+		names[i] = c.name
+	}
+	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, calls int) (sample, error) {
+		return measure(ctx, configs[i].name, configs[i].argv, n, calls)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if cfg.BigResult > 0 {
 		if err := bigResult(ctx, cfg, rep, w); err != nil {
@@ -157,6 +149,32 @@ type sample struct {
 	elapsed time.Duration
 	cpu     time.Duration
 	tree    time.Duration // cpu and that of the process's children
+}
+
+// rounds measures every target (the first is the base the others are
+// compared with) for each count of concurrent callers, in interleaved
+// rounds of calls/rounds calls, and reports them.
+func (rep *Report) rounds(w io.Writer, names []string, concurrency []int, rounds, calls int,
+	measure func(target, callers, calls int) (sample, error)) error {
+	rounds = max(rounds, 1)
+	for _, n := range concurrency {
+		samples := make([][]sample, len(names))
+		for range rounds {
+			for i := range names {
+				sm, err := measure(i, n, calls/rounds)
+				if err != nil {
+					return err
+				}
+				samples[i] = append(samples[i], sm)
+			}
+		}
+		base := summarize(names[0], n, samples[0])
+		rep.add(w, base, nil)
+		for i := 1; i < len(names); i++ {
+			rep.add(w, summarize(names[i], n, samples[i]), &base)
+		}
+	}
+	return nil
 }
 
 // summarize turns the rounds of one configuration into its result.

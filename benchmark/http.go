@@ -126,23 +126,16 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
-	rounds := max(cfg.Rounds, 1)
-	for _, n := range cfg.Concurrency {
-		samples := make([][]sample, len(targets))
-		for range rounds {
-			for i, t := range targets {
-				sm, err := measureHTTP(ctx, t, n, cfg.Calls/rounds, pids[t.name], pids[t.also])
-				if err != nil {
-					return nil, err
-				}
-				samples[i] = append(samples[i], sm)
-			}
-		}
-		base := summarize(targets[0].name, n, samples[0])
-		rep.add(w, base, nil)
-		for i := 1; i < len(targets); i++ {
-			rep.add(w, summarize(targets[i].name, n, samples[i]), &base)
-		}
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.name
+	}
+	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, calls int) (sample, error) {
+		t := targets[i]
+		return measureHTTP(ctx, t, n, calls, pids[t.name], pids[t.also])
+	})
+	if err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
