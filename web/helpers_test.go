@@ -106,9 +106,9 @@ func newEnv(t testing.TB) *env {
 			return nil
 		},
 		// What the default policy does with each tool, as guard run says.
-		Explain: func(t guard.Tool) string {
+		Explain: func(t guard.Tool, r *guard.Review) string {
 			v := policy.Compile(policy.Default(), nil, nil).Decide(&guard.Call{Server: t.Server, Method: "tools/call",
-				ToolName: t.Name, Arguments: []byte("{}"), Tool: &t})
+				ToolName: t.Name, Arguments: []byte("{}"), Tool: &t, Review: r})
 			return v.Action + " by " + v.Rule + ": " + v.Reason
 		},
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

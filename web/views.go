@@ -290,11 +290,12 @@ func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
 			out = append(out, serverView{Name: t.Server})
 		}
 		tv := toolView{Name: t.Name, Pin: t.Pin, Hints: hints(t.Annotations), Description: description(t.Def)}
-		if r := byPin[[3]string{t.Server, t.Name, t.Pin}]; r != nil {
+		r := byPin[[3]string{t.Server, t.Name, t.Pin}]
+		if r != nil {
 			tv.State, tv.Cause, tv.DecidedBy, tv.Flags = r.State, r.Cause, r.DecidedBy, r.Flags
 		}
 		if s.opts.Explain != nil {
-			tv.Policy = s.opts.Explain(t)
+			tv.Policy = s.opts.Explain(t, r)
 		}
 		sv := &out[len(out)-1]
 		sv.Tools = append(sv.Tools, tv)

@@ -90,7 +90,7 @@ type Options struct {
 	AllowAlways func(server, tool, by string) error
 	// Explain says what the policy in force does with a call to a tool
 	// (its arguments aside), for the servers and tools page; nil hides it.
-	Explain func(t guard.Tool) string
+	Explain func(t guard.Tool, r *guard.Review) string
 	Logger  *slog.Logger
 	Now     func() time.Time
 	// PollEvery is how often Run reads the store for changes while a page

@@ -251,10 +251,18 @@ func actionWord(action string) string {
 // why a call to it is held, as the relay says it; nil when accepted.
 func reviewOf(ctx context.Context, db *store.DB, t *guard.Tool) (*guard.Review, string) {
 	r, _ := db.Review(ctx, t.Server, t.Name, t.Pin)
+	return pendingReview(ctx, db, t, r)
+}
+
+// pendingReview is reviewOf with the review already read.
+func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Review) (*guard.Review, string) {
 	if r == nil || r.State == guard.ReviewAccepted {
 		return nil, ""
 	}
-	old, _ := db.AcceptedTool(ctx, t.Server, t.Name)
+	var old *guard.Tool
+	if r.Cause == guard.CauseChanged {
+		old, _ = db.AcceptedTool(ctx, t.Server, t.Name)
+	}
 	return r, policy.ReviewReason(r, t, old)
 }
 

@@ -132,11 +132,11 @@ func escapeGlob(s string) string {
 // explain says what the policy in force does with a call to a tool, its
 // arguments aside: the action and the rule (a condition on the arguments
 // may decide otherwise).
-func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool) string {
-	return func(t guard.Tool) string {
+func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
+	return func(t guard.Tool, r *guard.Review) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
-		call.Review, call.ReviewReason = reviewOf(ctx, db, &t)
+		call.Review, call.ReviewReason = pendingReview(ctx, db, &t, r)
 		v := engine.Policy().Decide(call)
 		text := actionWord(v.Action) + " by " + v.Rule
 		if v.Reason != "" {
