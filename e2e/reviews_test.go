@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -249,6 +251,28 @@ func TestOutputSchemaEnforceAndWarn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// outcomeFor waits until the audit log holds the outcome of a call to a
+// tool whose outcome is one of want, and returns the call's jsonl row: the
+// event that a released call has run, rather than a guess at how long it
+// takes.
+func (e *env) outcomeFor(ctx context.Context, tool string, want ...string) map[string]any {
+	e.t.Helper()
+	for {
+		out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", tool)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var row map[string]any
+			if json.Unmarshal([]byte(line), &row) == nil && slices.Contains(want, fmt.Sprint(row["outcome"])) {
+				return row
+			}
+		}
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("no call to %s ended with %v; the audit says:\n%s", tool, want, out)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
