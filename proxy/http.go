@@ -304,6 +304,15 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		p = oneLine(p)
 		parts[i] = p
 		m, err := wire.Parse(p)
+		var inv *wire.InvalidError
+		if errors.As(err, &inv) {
+			// An id no peer reads the same way is not echoed (inv.ID is
+			// nil then): the answer carries id null.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+			return
+		}
 		if err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return

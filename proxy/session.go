@@ -277,6 +277,12 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 	var answer []byte
 	detail := map[string]any{"size": len(raw), "error": err.Error()}
 	switch {
+	case droppedResponse(err):
+		// A response whose id no request of guard's or the server's
+		// could have: it answers nothing, and a response is not answered.
+		s.opts.Logger.Warn("client response dropped", "err", err)
+		s.event("guard/dropped", guard.ClientToServer, detail)
+		return
 	case errors.As(err, &inv):
 		answer = wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
 	default:
@@ -284,6 +290,13 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 	}
 	s.event("guard/refused", guard.ClientToServer, detail)
 	s.toClient.push(item{data: answer, batch: b})
+}
+
+// droppedResponse reports whether err refuses a response for its id alone:
+// such a response is dropped, not answered.
+func droppedResponse(err error) bool {
+	var inv *wire.InvalidError
+	return errors.As(err, &inv) && inv.Kind == wire.KindResponse
 }
 
 // Oversized tells the session that the client sent a line over the limit.
@@ -317,7 +330,7 @@ func (s *Session) clientBatch(raw []byte) {
 	errs := make([]error, len(parts))
 	for i, p := range parts {
 		msgs[i], errs[i] = wire.Parse(p)
-		if errs[i] != nil || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
+		if (errs[i] != nil && !droppedResponse(errs[i])) || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
 			b.want++
 		}
 	}
@@ -610,7 +623,17 @@ func (s *Session) resultText(raw []byte) string {
 // FromServer handles one message from the server.
 func (s *Session) FromServer(raw []byte) {
 	msg, err := wire.Parse(raw)
+	var inv *wire.InvalidError
+	if errors.As(err, &inv) && inv.Kind == wire.KindRequest {
+		// A request whose id no client could answer: the server is told,
+		// as guard tells a client, and the client never sees it.
+		s.opts.Logger.Warn("server request refused", "err", err)
+		s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
+		s.toServer.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)})
+		return
+	}
 	if err != nil {
+		s.opts.Logger.Warn("server message dropped", "err", err)
 		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "server wrote a line that is not JSON-RPC: " + err.Error(), "size": len(raw)})
 		return
 	}

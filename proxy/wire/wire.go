@@ -185,10 +185,59 @@ type Message struct {
 var ErrParse = errors.New("not valid JSON")
 
 // InvalidError is valid JSON that is not a valid JSON-RPC 2.0 message. ID is
-// the message's id when it could be read.
+// the message's id when it could be read (and CheckID accepts it).
 type InvalidError struct {
 	Reason string
 	ID     []byte
+	// Kind is what the message would be but for its id (KindRequest or
+	// KindResponse) when only the id is wrong; zero otherwise. A response
+	// is dropped rather than answered.
+	Kind Kind
+}
+
+// maxSafeID is the largest integer id: 2^53-1, the last integer every
+// peer's number type (a JavaScript number, a double) holds exactly.
+const maxSafeID = 1<<53 - 1
+
+const errIDType = "must be a string or an integer within ±(2^53-1) written without fraction or exponent"
+
+// CheckID accepts a JSON-RPC id that every peer reads as guard does: a
+// string (valid UTF-8, no lone surrogate), or an integer within
+// ±(2^53−1) written without fraction or exponent. -0 is refused too: a
+// peer echoes it as 0, an id guard would not match. It reads only the id's
+// bytes.
+func CheckID(id []byte) error {
+	if len(id) == 0 {
+		return errors.New("id: " + errIDType)
+	}
+	switch c := id[0]; {
+	case c == '"':
+		if err := checkString(id); err != nil {
+			return fmt.Errorf("id: %w", err)
+		}
+		return nil
+	case c == '-' || ('0' <= c && c <= '9'):
+	default:
+		return errors.New("id: " + errIDType)
+	}
+	digits := id
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 16 || (len(digits) > 1 && digits[0] == '0') || string(id) == "-0" {
+		return fmt.Errorf("id %.40s %s", id, errIDType)
+	}
+	var n int64
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return fmt.Errorf("id %.40s %s", id, errIDType)
+		}
+		n = n*10 + int64(d-'0')
+	}
+	if n > maxSafeID {
+		return fmt.Errorf("id %.40s %s", id, errIDType)
+	}
+	return nil
 }
 
 func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Reason }
@@ -270,12 +319,12 @@ func Parse(raw []byte) (Message, error) {
 			m.Error = v
 		}
 	}
-	if m.ID != nil {
-		switch m.ID[0] {
-		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		default:
+	// An id no peer can read the same way is never echoed: the answer
+	// carries id null, and the message is refused whatever it is.
+	var badID error
+	if m.ID != nil && string(m.ID) != "null" {
+		if badID = CheckID(m.ID); badID != nil {
 			m.ID = nil
-			return m, &InvalidError{Reason: "id must be a string, a number or null"}
 		}
 	}
 	if invalid != "" {
@@ -302,14 +351,25 @@ func Parse(raw []byte) (Message, error) {
 		if m.Params != nil && m.Params[0] != '{' && m.Params[0] != '[' {
 			return m, &InvalidError{Reason: "params must be an object or an array", ID: m.ID}
 		}
-		if m.ID == nil {
+		switch {
+		case badID != nil:
+			return m, &InvalidError{Reason: badID.Error(), Kind: KindRequest}
+		case m.ID == nil:
 			m.Kind = KindNotification
-		} else {
+		case string(m.ID) == "null":
+			m.ID = nil
+			return m, &InvalidError{Reason: "id: " + errIDType, Kind: KindRequest}
+		default:
 			m.Kind = KindRequest
 		}
 	case m.Result != nil && m.Error != nil:
 		return m, &InvalidError{Reason: "a response cannot carry both result and error", ID: m.ID}
 	case m.Result != nil || m.Error != nil:
+		if badID != nil {
+			// It answers nothing guard sent: an id of guard's or of a
+			// peer's is always one CheckID accepts.
+			return m, &InvalidError{Reason: badID.Error(), Kind: KindResponse}
+		}
 		if m.ID == nil {
 			return m, &InvalidError{Reason: "a response needs an id"}
 		}

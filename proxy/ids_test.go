@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// scriptedServer is a stdio server that writes what a real one cannot
+// (raw lines with duplicate keys, invalid UTF-8, unusable ids): answer
+// returns the lines to write for each line guard sends (nil: none), and got
+// receives every line guard sent.
+func scriptedServer(got chan<- []byte, answer func(m map[string]any, line []byte) []string) func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+	return func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
+		// Writes go through their own goroutine, as through an OS pipe's
+		// buffer: the test's pipes have none, and guard answers some
+		// lines while the server is still writing.
+		lines := make(chan string, 100)
+		go func() {
+			defer out.Close()
+			for l := range lines {
+				if _, err := io.WriteString(out, l+"\n"); err != nil {
+					return
+				}
+			}
+		}()
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			line := append([]byte(nil), sc.Bytes()...)
+			if got != nil {
+				got <- line
+			}
+			var m map[string]any
+			_ = json.Unmarshal(line, &m)
+			for _, l := range answer(m, line) {
+				lines <- l
+			}
+		}
+	}
+}
+
+// initResult answers initialize with a server that has tools.
+func initResult(m map[string]any) string {
+	id, _ := json.Marshal(m["id"])
+	return `{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"scripted","version":"1"}}}`
+}
+
+// A server's request whose id no client reads the same way is answered by
+// guard (-32600, id null) and never reaches the client; a server's
+// response with such an id is dropped and recorded.
+func TestRelayRefusesServerIDsNoPeerReadsAlike(t *testing.T) {
+	got := make(chan []byte, 100)
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n",
+		server: scriptedServer(got, func(m map[string]any, _ []byte) []string {
+			id, _ := json.Marshal(m["id"])
+			switch m["method"] {
+			case "initialize":
+				return []string{initResult(m)}
+			case "ping":
+				return []string{
+					`{"jsonrpc":"2.0","id":1e400,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}`,
+					`{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"roots/list"}`,
+					`{"jsonrpc":"2.0","id":1.5,"result":{}}`,
+					`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{}}`,
+				}
+			}
+			return nil
+		})})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":"p","method":"ping"}`)
+	// The client reads the ping's answer and nothing else.
+	if m := h.next(); m["id"] != "p" || m["result"] == nil {
+		t.Fatalf("the client read %v, want the ping's answer", m)
+	}
+	var refused int
+	for refused < 2 {
+		select {
+		case l := <-got:
+			var m map[string]any
+			_ = json.Unmarshal(l, &m)
+			if m["method"] != nil {
+				continue
+			}
+			if e, _ := m["error"].(map[string]any); e == nil || e["code"] != -32600.0 || m["id"] != nil {
+				t.Fatalf("the server read %s, want -32600 with id null", l)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatal("guard did not answer the server's requests")
+		}
+	}
+	h.send(`{"jsonrpc":"2.0","id":"q","method":"ping"}`)
+	if m := h.next(); m["id"] != "q" {
+		t.Fatalf("the client read %v, want the second ping's answer", m)
+	}
+	var events []string
+	if err := h.db.Records(context.Background(), func(r *guard.Record) error {
+		if r.Kind == guard.KindEvent {
+			events = append(events, r.Method+" "+r.Detail)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(events, "\n")
+	if strings.Count(joined, "guard/refused") < 2 || !strings.Contains(joined, "guard/dropped") {
+		t.Fatalf("events: %s", joined)
+	}
+}
+
+// A client's response whose id no request could have is dropped, not
+// answered (a response is never answered), and the session goes on.
+func TestRelayDropsClientResponsesWithUnusableIDs(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, config: "policy:\n  default: allow\n"})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":1e400,"result":{}}`)
+	h.send(`{"jsonrpc":"2.0","id":true,"error":{"code":-1,"message":"x"}}`)
+	h.send(`{"jsonrpc":"2.0","id":"after","method":"ping"}`)
+	if m := h.next(); m["id"] != "after" {
+		t.Fatalf("the client read %v, want the ping's answer only", m)
+	}
+}
