@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,42 @@ func TestServeRefusesIDsNoPeerReadsAlike(t *testing.T) {
 		if m["id"] != 2.0 || m["result"] == nil {
 			t.Fatalf("after id %s the session did not go on: %d %v", id, resp.StatusCode, m)
 		}
+	}
+}
+
+// A number in the arguments that overflows a double is invalid arguments,
+// refused before the server, in the form of every invalid argument: -32602
+// before 2025-11-25, a tool error from then on.
+func TestRunRefusesNumbersThatOverflowADouble(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\n")
+	for _, version := range []string{"2025-06-18", "2025-11-25"} {
+		lc := startLines(t, e.wrap("notes", guardBin, "example-server"))
+		lc.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"lines","version":"1"}}}`)
+		lc.next(20 * time.Second)
+		lc.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		for i, n := range []string{`1e400`, `-1e400`, `1E+99999999999999999999`} {
+			lc.send(`{"jsonrpc":"2.0","id":` + strconv.Itoa(i+1) + `,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x","times":` + n + `}}}`)
+			m := lc.next(10 * time.Second)
+			want := "Invalid arguments for echo: /times: number " + n + " is out of range"
+			if version < "2025-11-25" {
+				e, _ := m["error"].(map[string]any)
+				if msg, _ := e["message"].(string); e == nil || e["code"] != -32602.0 || !strings.HasPrefix(msg, want) {
+					t.Errorf("%s, times %s: %v, want -32602 %q", version, n, m, want)
+				}
+				continue
+			}
+			if text, isErr := resultText(m); !isErr || !strings.HasPrefix(text, want) {
+				t.Errorf("%s, times %s: %v, want isError %q", version, n, m, want)
+			}
+		}
+		// The server is still there.
+		lc.send(`{"jsonrpc":"2.0","id":"after","method":"tools/call","params":{"name":"echo","arguments":{"text":"after","times":1e2}}}`)
+		if text, isErr := resultText(lc.next(10 * time.Second)); isErr || !strings.Contains(text, "after") {
+			t.Fatalf("%s: the session did not go on: %q", version, text)
+		}
+	}
+	out, _ := e.guard("audit", "query", "--outcome", "invalid", "--format", "jsonl")
+	if n := strings.Count(out, "\n"); n != 6 {
+		t.Fatalf("want 6 invalid calls recorded, got %d:\n%s", n, out)
 	}
 }
