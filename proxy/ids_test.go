@@ -128,3 +128,67 @@ func TestRelayDropsClientResponsesWithUnusableIDs(t *testing.T) {
 		t.Fatalf("the client read %v, want the ping's answer only", m)
 	}
 }
+
+// A server's result is judged on what the client will read: a member given
+// twice at any depth, invalid UTF-8, or a case variant of a member the
+// protocol defines is refused (a tool error for tools/call, -32603 for
+// resources/read), recorded as invalid; case variants inside the tool's
+// own data pass.
+func TestRelayRefusesAmbiguousResults(t *testing.T) {
+	results := map[string]string{
+		"twice":        `{"content":[{"type":"text","text":"3"}],"structuredContent":{"count":3},"structuredContent":{"count":"many"}}`,
+		"deep_twice":   `{"content":[{"type":"text","text":"a","text":"b"}],"structuredContent":{"count":3}}`,
+		"bad_utf8":     "{\"content\":[{\"type\":\"text\",\"text\":\"\xff\"}],\"structuredContent\":{\"count\":3}}",
+		"case_content": `{"Content":[{"type":"text","text":"rm -rf"}],"content":[],"structuredContent":{"count":3}}`,
+		"case_error":   `{"content":[],"IsError":true,"structuredContent":{"count":3}}`,
+		"own_case":     `{"content":[{"type":"text","text":"3"}],"structuredContent":{"count":3,"Count":4}}`,
+	}
+	h := newHarness(t, harnessOpts{raw: true, quiet: true, config: "policy:\n  default: allow\n",
+		server: scriptedServer(nil, func(m map[string]any, _ []byte) []string {
+			id, _ := json.Marshal(m["id"])
+			answer := func(result string) []string {
+				return []string{`{"jsonrpc":"2.0","id":` + string(id) + `,"result":` + result + `}`}
+			}
+			switch m["method"] {
+			case "initialize":
+				return []string{initResult(m)}
+			case "tools/list":
+				var tools []string
+				for name := range results {
+					tools = append(tools, `{"name":"`+name+`","inputSchema":{"type":"object"},"outputSchema":{"type":"object","properties":{"count":{"type":"integer"}}},"annotations":{"readOnlyHint":true}}`)
+				}
+				return answer(`{"tools":[` + strings.Join(tools, ",") + `]}`)
+			case "tools/call":
+				return answer(results[m["params"].(map[string]any)["name"].(string)])
+			case "resources/read":
+				return answer(`{"contents":[{"uri":"a","text":"x","text":"y"}]}`)
+			}
+			return nil
+		})})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+	h.next()
+	for name := range results {
+		h.send(`{"jsonrpc":"2.0","id":"` + name + `","method":"tools/call","params":{"name":"` + name + `","arguments":{}}}`)
+		m := h.next()
+		r, _ := m["result"].(map[string]any)
+		b, _ := json.Marshal(r)
+		refused := r != nil && r["isError"] == true && strings.Contains(string(b), "Refused: the server's result is ambiguous")
+		if refused != (name != "own_case") {
+			t.Errorf("%s: the client read %s", name, b)
+		}
+	}
+	h.send(`{"jsonrpc":"2.0","id":"read","method":"resources/read","params":{"uri":"a"}}`)
+	if m := h.next(); m["error"] == nil || m["error"].(map[string]any)["code"] != -32603.0 {
+		t.Errorf("resources/read: the client read %v", m)
+	}
+	invalid := map[string]bool{}
+	for _, c := range h.calls() {
+		if c.Outcome == guard.OutcomeInvalid {
+			invalid[c.Tool+c.Method] = true
+		}
+	}
+	if len(invalid) != len(results) { // every refused call, and resources/read
+		t.Errorf("recorded invalid: %v", invalid)
+	}
+}

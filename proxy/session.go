@@ -693,6 +693,11 @@ func (s *Session) serverResponse(msg wire.Message) {
 		}
 	}
 	data, out := s.answered(msg, c)
+	if msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
+		if refused := s.checkResult(c, msg, out); refused != nil {
+			data = refused
+		}
+	}
 	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
 		data = s.checkOutput(c, msg, data, out)
 	}
@@ -826,6 +831,29 @@ func (s *Session) serverGoneAnswer(c *call) {
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
 	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+}
+
+// checkResult refuses a result that clients would read differently from
+// guard: a member name given twice at any depth (a JavaScript or Python
+// client reads the last, guard's checks the first), invalid UTF-8, or in a
+// tools/call result a case variant of a member the protocol defines. The
+// client gets an error instead (a tool error for tools/call, as for a
+// result that breaks its outputSchema; -32603 for resources/read and
+// prompts/get, which have no error result), and the outcome is invalid.
+func (s *Session) checkResult(c *call, msg wire.Message, out *guard.Record) []byte {
+	err := wire.StrictResult(msg.Result, c.method == "tools/call")
+	if err == nil {
+		return nil
+	}
+	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "err", err)
+	out.Outcome = guard.OutcomeInvalid
+	d, _ := json.Marshal(map[string]string{"invalid_result": err.Error()})
+	out.Detail = string(d)
+	text := "Refused: the server's result is ambiguous (clients would read it differently): " + err.Error()
+	if c.method == "tools/call" {
+		return toolError(c.origID, text)
+	}
+	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
 }
 
 // checkOutput validates a final tools/call result against the tool's

@@ -722,8 +722,46 @@ func (e *StrictError) Error() string {
 // names that differ only in case, and no string holds invalid UTF-8 or a
 // lone surrogate. raw is valid JSON (Parse accepted it).
 func Strict(raw []byte) error {
-	_, err := strictValue(raw, skipWS(raw, 0), nil)
+	_, err := strictValue(raw, skipWS(raw, 0), nil, false)
 	return err
+}
+
+// resultMembers are the members a result of tools/call defines (through
+// 2026-07-28's rounds): a case variant of one is read as it by some
+// clients and ignored by others.
+var resultMembers = []string{"content", "structuredContent", "isError", "_meta", "resultType", "inputRequests", "requestState"}
+
+// StrictResult checks a result that the client will read: no object
+// anywhere has a member name twice, no string holds invalid UTF-8 or a lone
+// surrogate, and, for a tools/call result (toolCall), no top-level member
+// differs only in case from one the protocol defines. Case variants inside
+// a tool's own data stay allowed. raw is valid JSON.
+func StrictResult(raw []byte, toolCall bool) error {
+	if _, err := strictValue(raw, skipWS(raw, 0), nil, true); err != nil {
+		return err
+	}
+	if !toolCall {
+		return nil
+	}
+	i := skipWS(raw, 0)
+	if raw[i] != '{' {
+		return nil
+	}
+	for i = skipWS(raw, i+1); raw[i] != '}'; i = skipWS(raw, i) {
+		if raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+		ke := skipString(raw, i)
+		k, _ := keyText(raw[i:ke])
+		for _, name := range resultMembers {
+			if string(k) != name && len(k) == len(name) && strings.EqualFold(string(k), name) {
+				return &StrictError{Path: string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
+			}
+		}
+		i = skipWS(raw, skipWS(raw, ke)+1)
+		i = skipValue(raw, i)
+	}
+	return nil
 }
 
 // where is a position in a message, built as the walk descends and turned
@@ -748,7 +786,9 @@ func (w *where) String() string {
 	return up + "." + string(w.key)
 }
 
-func strictValue(b []byte, i int, at *where) (int, error) {
+// strictValue checks the value at b[i]; exact compares member names as
+// written (duplicates only), otherwise as a case-insensitive decoder does.
+func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 	switch b[i] {
 	case '"':
 		e := skipString(b, i)
@@ -763,7 +803,7 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 				i = skipWS(b, i+1)
 			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, index: n})
+			i, err = strictValue(b, i, &where{up: at, index: n}, exact)
 			if err != nil {
 				return i, err
 			}
@@ -774,6 +814,10 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 		var small [8][]byte // the names seen, as written (most objects are small)
 		names := small[:0]
 		var folded map[string][]byte // folded → as written, past eight names
+		key := fold
+		if exact {
+			key = func(s string) string { return s }
+		}
 		i = skipWS(b, i+1)
 		for b[i] != '}' {
 			if b[i] == ',' {
@@ -787,18 +831,18 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 			if folded == nil && len(names) == cap(small) {
 				folded = make(map[string][]byte, 16)
 				for _, n := range names {
-					folded[fold(string(n))] = n
+					folded[key(string(n))] = n
 				}
 			}
 			if folded != nil {
-				f := fold(string(k))
+				f := key(string(k))
 				if prev, ok := folded[f]; ok {
 					return ke, dupError(at, prev, k)
 				}
 				folded[f] = k
 			} else {
 				for _, prev := range names {
-					if sameName(prev, k) {
+					if (exact && string(prev) == string(k)) || (!exact && sameName(prev, k)) {
 						return ke, dupError(at, prev, k)
 					}
 				}
@@ -807,7 +851,7 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 			i = skipWS(b, ke)
 			i = skipWS(b, i+1)
 			var err error
-			i, err = strictValue(b, i, &where{up: at, key: k})
+			i, err = strictValue(b, i, &where{up: at, key: k}, exact)
 			if err != nil {
 				return i, err
 			}
