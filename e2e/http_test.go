@@ -190,18 +190,23 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 }
 
+// newToken makes a client token with guard token: the token, and its
+// line for the configuration's clients:.
+func newToken(t *testing.T, name string) (token, line string) {
+	t.Helper()
+	out, err := exec.Command(guardBin, "token", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(out), "\n")
+	return strings.TrimSpace(lines[1]), strings.TrimSpace(lines[len(lines)-2])
+}
+
 // With bearer tokens configured, guard serve answers only their holders,
 // records the token's name as the client, and a session belongs to the
 // token that started it.
 func TestHTTPBearerTokens(t *testing.T) {
-	mk := func(name string) (token, line string) {
-		out, err := exec.Command(guardBin, "token", name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(string(out), "\n")
-		return strings.TrimSpace(lines[1]), strings.TrimSpace(lines[len(lines)-2])
-	}
+	mk := func(name string) (token, line string) { return newToken(t, name) }
 	aliceTok, aliceLine := mk("alice-laptop")
 	bobTok, bobLine := mk("bob-ci")
 	e, url := serveExample(t, "policy: {default: allow}\nclients:\n  "+aliceLine+"\n  "+bobLine+"\n")
