@@ -192,3 +192,27 @@ func TestRelayRefusesAmbiguousResults(t *testing.T) {
 		t.Errorf("recorded invalid: %v", invalid)
 	}
 }
+
+// A server that never answers guard's own tools/list (sent for a tool guard
+// has not seen) gives the client an error that says so, not "Unknown tool".
+func TestRelayToolsListUnanswered(t *testing.T) {
+	h := newHarness(t, harnessOpts{raw: true, quiet: true, refresh: 200 * time.Millisecond, config: "policy:\n  default: allow\n",
+		server: scriptedServer(nil, func(m map[string]any, _ []byte) []string {
+			if m["method"] == "initialize" {
+				return []string{initResult(m)}
+			}
+			return nil // tools/list: never answered
+		})})
+	h.initialize(guard.Rev20250618)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{}}}`)
+	m := h.next()
+	e, _ := m["error"].(map[string]any)
+	if msg, _ := e["message"].(string); e == nil || !strings.Contains(msg, "the server did not answer tools/list within 200ms") {
+		t.Fatalf("the client read %v", m)
+	}
+	for _, c := range h.calls() {
+		if c.Tool == "echo" && c.Outcome != guard.OutcomeUpstreamFailed {
+			t.Fatalf("recorded outcome %q, want upstream_failed", c.Outcome)
+		}
+	}
+}

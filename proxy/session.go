@@ -104,6 +104,8 @@ type Session struct {
 	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
 	ownSeq   uint64
 	refresh  chan struct{} // closed when the running tools/list refresh ends
+	// refreshErr is how the last refresh ended.
+	refreshErr error
 	deciding sync.WaitGroup
 	gone     bool
 	exit     string // how the server ended, once it has
