@@ -106,9 +106,9 @@ type Session struct {
 	refresh  chan struct{} // closed when the running tools/list refresh ends
 	// refreshErr is how the last refresh ended.
 	refreshErr error
-	deciding sync.WaitGroup
-	gone     bool
-	exit     string // how the server ended, once it has
+	deciding   sync.WaitGroup
+	gone       bool
+	exit       string // how the server ended, once it has
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
