@@ -64,17 +64,7 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	post := func(ctx context.Context, session, body string) *http.Response {
-		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return openPost(t, ctx, url, session, body)
 	}
 	resp := post(ctx, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
@@ -199,18 +189,23 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 }
 
+// newToken makes a client token with guard token: the token, and its
+// line for the configuration's clients:.
+func newToken(t *testing.T, name string) (token, line string) {
+	t.Helper()
+	out, err := exec.Command(guardBin, "token", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(out), "\n")
+	return strings.TrimSpace(lines[1]), strings.TrimSpace(lines[len(lines)-2])
+}
+
 // With bearer tokens configured, guard serve answers only their holders,
 // records the token's name as the client, and a session belongs to the
 // token that started it.
 func TestHTTPBearerTokens(t *testing.T) {
-	mk := func(name string) (token, line string) {
-		out, err := exec.Command(guardBin, "token", name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(string(out), "\n")
-		return strings.TrimSpace(lines[1]), strings.TrimSpace(lines[len(lines)-2])
-	}
+	mk := func(name string) (token, line string) { return newToken(t, name) }
 	aliceTok, aliceLine := mk("alice-laptop")
 	bobTok, bobLine := mk("bob-ci")
 	e, url := serveExample(t, "policy: {default: allow}\nclients:\n  "+aliceLine+"\n  "+bobLine+"\n")
@@ -360,17 +355,7 @@ func sameTranscript(t *testing.T, how string, direct, got transcript) {
 func TestHTTPIdleSessionsEnd(t *testing.T) {
 	_, url := serveExample(t, "", "--session-idle", "1s")
 	post := func(session, body string) *http.Response {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		resp, _ := rawPost(t, url, session, body)
 		return resp
 	}
 	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
@@ -382,6 +367,41 @@ func TestHTTPIdleSessionsEnd(t *testing.T) {
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusNotFound {
 		t.Fatalf("an idle session was kept: %d", r.StatusCode)
 	}
+}
+
+// openPost posts one body as a client that takes JSON or SSE, in the
+// session named (none: ""); the caller reads and closes the response.
+func openPost(t *testing.T, ctx context.Context, url, session, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// rawPost posts one body to a guard serve endpoint as a client that takes
+// JSON or SSE, in the session named (none: ""), and returns the response
+// and its first message (the body, or an SSE answer's first event).
+func rawPost(t *testing.T, url, session, body string) (*http.Response, map[string]any) {
+	t.Helper()
+	resp := openPost(t, context.Background(), url, session, body)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	s := string(b)
+	if i := strings.Index(s, "data: "); i >= 0 {
+		s = s[i+6:]
+		s = s[:strings.IndexByte(s, '\n')]
+	}
+	var m map[string]any
+	_ = json.Unmarshal([]byte(s), &m)
+	return resp, m
 }
 
 // A pretty-printed body (newlines between tokens, a batch across lines) is

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	guard "github.com/guard-mcp/guard"
@@ -40,6 +41,10 @@ func (c *Contracts) Arguments(tool *guard.Tool, call *guard.Call) (string, error
 		return "", fmt.Errorf("inputSchema of %s: %w", tool.Name, err)
 	}
 	args, err := decodedArgs(call)
+	var re *schema.RangeError
+	if errors.As(err, &re) {
+		return schema.Violation{Path: re.Path, Message: re.Message()}.String(), nil
+	}
 	if err != nil {
 		return "not JSON: " + err.Error(), nil
 	}

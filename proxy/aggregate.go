@@ -186,6 +186,8 @@ func (a *aggregator) fromClient(line []byte) {
 	if err != nil {
 		var inv *wire.InvalidError
 		switch {
+		case errors.As(err, &inv) && inv.Kind == wire.KindResponse:
+			a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", err)
 		case errors.As(err, &inv):
 			a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
 		default:

@@ -45,6 +45,10 @@ type HTTPOptions struct {
 	AllowedHosts []string
 	// MaxBody bounds a request body (default 64 MiB).
 	MaxBody int64
+	// BodyTimeout bounds how long a client may take to send a request's
+	// body (default 30s): a body that trickles in is cut. Only reading
+	// the request is bounded, never the response streams.
+	BodyTimeout time.Duration
 	// Grace is how long a session's server has to exit once its session
 	// ends (default 5s), as for guard run.
 	Grace time.Duration
@@ -64,7 +68,7 @@ type HTTPOptions struct {
 // work exactly as on stdio.
 type HTTPServer struct {
 	opts  HTTPOptions
-	hosts map[string]bool
+	hosts hostCheck
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
@@ -89,11 +93,33 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.SessionIdle <= 0 {
 		o.SessionIdle = 30 * time.Minute
 	}
-	h := &HTTPServer{opts: o, hosts: map[string]bool{}, sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
-	for _, x := range o.AllowedHosts {
-		h.hosts[strings.ToLower(x)] = true
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
 	}
-	return h
+	return &HTTPServer{opts: o, hosts: newHostCheck(o.AllowedHosts), sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
+}
+
+// hostCheck is the allowlist of Host headers (against DNS rebinding).
+type hostCheck map[string]bool
+
+func newHostCheck(hosts []string) hostCheck {
+	hc := hostCheck{}
+	for _, x := range hosts {
+		hc[strings.ToLower(x)] = true
+	}
+	return hc
+}
+
+// CheckHosts serves next only for a request whose Host is one of hosts
+// and whose Origin, when sent, is http(s)://HOST of one (403 otherwise):
+// every route of guard serve answers only its own names.
+func CheckHosts(hosts []string, next http.Handler) http.Handler {
+	hc := newHostCheck(hosts)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hc.allow(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // httpSession is one client session: a relay session over a stdio child,
@@ -128,15 +154,15 @@ func (h *HTTPServer) Close() {
 	}
 }
 
-// checkRequest refuses a foreign Host (DNS rebinding) or Origin.
-func (h *HTTPServer) checkRequest(w http.ResponseWriter, r *http.Request) bool {
-	if !h.hosts[strings.ToLower(r.Host)] {
+// allow refuses a foreign Host (DNS rebinding) or Origin.
+func (hc hostCheck) allow(w http.ResponseWriter, r *http.Request) bool {
+	if !hc[strings.ToLower(r.Host)] {
 		http.Error(w, "Forbidden: unknown Host", http.StatusForbidden)
 		return false
 	}
 	if o := r.Header.Get("Origin"); o != "" {
 		ok := false
-		for host := range h.hosts {
+		for host := range hc {
 			if strings.EqualFold(o, "http://"+host) || strings.EqualFold(o, "https://"+host) {
 				ok = true
 			}
@@ -152,7 +178,7 @@ func (h *HTTPServer) checkRequest(w http.ResponseWriter, r *http.Request) bool {
 type clientKey struct{}
 
 func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.checkRequest(w, r) {
+	if !h.hosts.allow(w, r) {
 		return
 	}
 	if h.opts.Authenticate != nil {
@@ -283,9 +309,28 @@ func (s *httpSession) send(lines [][]byte) error {
 }
 
 func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
+	// A body that trickles in is cut: only reading it is bounded, and the
+	// response (an SSE stream may last long) is not.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
-	if err != nil {
+	if err == nil {
+		// A stream's connection is read in the background (to see the
+		// client go): it must not time out.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
 		jsonRPCError(w, http.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, "Request body too large")
+		return
+	case err != nil:
+		// The deadline stays passed, so that the server does not read
+		// the rest of the body before it closes the connection.
+		h.opts.Logger.Warn("request body not read", "err", err)
+		w.Header().Set("Connection", "close")
+		jsonRPCError(w, http.StatusRequestTimeout, wire.CodeInvalidRequest,
+			fmt.Sprintf("Request timeout: the body was not received within %v", h.opts.BodyTimeout))
 		return
 	}
 	body = bytes.TrimSpace(body)
@@ -304,6 +349,15 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		p = oneLine(p)
 		parts[i] = p
 		m, err := wire.Parse(p)
+		var inv *wire.InvalidError
+		if errors.As(err, &inv) {
+			// An id no peer reads the same way is not echoed (inv.ID is
+			// nil then): the answer carries id null.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+			return
+		}
 		if err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return

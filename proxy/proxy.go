@@ -121,6 +121,10 @@ type Options struct {
 	// ApprovalWait bounds how long a held call blocks; when the client
 	// ends its input, guard waits that long for held calls to be answered.
 	ApprovalWait time.Duration
+	// RefreshTimeout bounds guard's own requests to the server, the
+	// tools/list it sends when a call names a tool it has not seen
+	// (default 30s).
+	RefreshTimeout time.Duration
 }
 
 func (o *Options) fill() {
@@ -147,5 +151,8 @@ func (o *Options) fill() {
 	}
 	if o.ApprovalWait <= 0 {
 		o.ApprovalWait = 50 * time.Second
+	}
+	if o.RefreshTimeout <= 0 {
+		o.RefreshTimeout = 30 * time.Second
 	}
 }

@@ -104,9 +104,11 @@ type Session struct {
 	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
 	ownSeq   uint64
 	refresh  chan struct{} // closed when the running tools/list refresh ends
-	deciding sync.WaitGroup
-	gone     bool
-	exit     string // how the server ended, once it has
+	// refreshErr is how the last refresh ended.
+	refreshErr error
+	deciding   sync.WaitGroup
+	gone       bool
+	exit       string // how the server ended, once it has
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
@@ -277,6 +279,12 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 	var answer []byte
 	detail := map[string]any{"size": len(raw), "error": err.Error()}
 	switch {
+	case droppedResponse(err):
+		// A response whose id no request of guard's or the server's
+		// could have: it answers nothing, and a response is not answered.
+		s.opts.Logger.Warn("client response dropped", "err", err)
+		s.event("guard/dropped", guard.ClientToServer, detail)
+		return
 	case errors.As(err, &inv):
 		answer = wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
 	default:
@@ -284,6 +292,13 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 	}
 	s.event("guard/refused", guard.ClientToServer, detail)
 	s.toClient.push(item{data: answer, batch: b})
+}
+
+// droppedResponse reports whether err refuses a response for its id alone:
+// such a response is dropped, not answered.
+func droppedResponse(err error) bool {
+	var inv *wire.InvalidError
+	return errors.As(err, &inv) && inv.Kind == wire.KindResponse
 }
 
 // Oversized tells the session that the client sent a line over the limit.
@@ -317,7 +332,7 @@ func (s *Session) clientBatch(raw []byte) {
 	errs := make([]error, len(parts))
 	for i, p := range parts {
 		msgs[i], errs[i] = wire.Parse(p)
-		if errs[i] != nil || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
+		if (errs[i] != nil && !droppedResponse(errs[i])) || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
 			b.want++
 		}
 	}
@@ -610,7 +625,17 @@ func (s *Session) resultText(raw []byte) string {
 // FromServer handles one message from the server.
 func (s *Session) FromServer(raw []byte) {
 	msg, err := wire.Parse(raw)
+	var inv *wire.InvalidError
+	if errors.As(err, &inv) && inv.Kind == wire.KindRequest {
+		// A request whose id no client could answer: the server is told,
+		// as guard tells a client, and the client never sees it.
+		s.opts.Logger.Warn("server request refused", "err", err)
+		s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
+		s.toServer.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)})
+		return
+	}
 	if err != nil {
+		s.opts.Logger.Warn("server message dropped", "err", err)
 		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "server wrote a line that is not JSON-RPC: " + err.Error(), "size": len(raw)})
 		return
 	}
@@ -670,6 +695,11 @@ func (s *Session) serverResponse(msg wire.Message) {
 		}
 	}
 	data, out := s.answered(msg, c)
+	if msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
+		if refused := s.checkResult(c, msg, out); refused != nil {
+			data = refused
+		}
+	}
 	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
 		data = s.checkOutput(c, msg, data, out)
 	}
@@ -803,6 +833,29 @@ func (s *Session) serverGoneAnswer(c *call) {
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
 	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+}
+
+// checkResult refuses a result that clients would read differently from
+// guard: a member name given twice at any depth (a JavaScript or Python
+// client reads the last, guard's checks the first), invalid UTF-8, or in a
+// tools/call result a case variant of a member the protocol defines. The
+// client gets an error instead (a tool error for tools/call, as for a
+// result that breaks its outputSchema; -32603 for resources/read and
+// prompts/get, which have no error result), and the outcome is invalid.
+func (s *Session) checkResult(c *call, msg wire.Message, out *guard.Record) []byte {
+	err := wire.StrictResult(msg.Result, c.method == "tools/call")
+	if err == nil {
+		return nil
+	}
+	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "err", err)
+	out.Outcome = guard.OutcomeInvalid
+	d, _ := json.Marshal(map[string]string{"invalid_result": err.Error()})
+	out.Detail = string(d)
+	text := "Refused: the server's result is ambiguous (clients would read it differently): " + err.Error()
+	if c.method == "tools/call" {
+		return toolError(c.origID, text)
+	}
+	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
 }
 
 // checkOutput validates a final tools/call result against the tool's

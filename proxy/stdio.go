@@ -156,7 +156,7 @@ func (s *Session) pump(clientIn io.Reader, clientOut io.Writer, serverIn io.Writ
 	go func() {
 		defer close(p.clientDone)
 		readLines(clientIn, s.opts.MaxMessage, s.FromClient, func(n int64) { s.Oversized(true, n) })
-		s.waitDecisions(refreshTimeout + s.opts.ApprovalWait)
+		s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
 		s.toServer.close()
 	}()
 	return p

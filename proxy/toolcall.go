@@ -15,8 +15,9 @@ import (
 	"github.com/guard-mcp/guard/proxy/wire"
 )
 
-// refreshTimeout bounds guard's own tools/list requests.
-const refreshTimeout = 30 * time.Second
+// errNoAnswer is guard's own request left unanswered within
+// Options.RefreshTimeout.
+var errNoAnswer = errors.New("no answer")
 
 // toolCall decides a tools/call. guard decides on exactly what the server
 // will read: a message with duplicate keys, keys differing only in case or
@@ -140,12 +141,19 @@ func roundKey(tool string, args []byte) string {
 }
 
 func (s *Session) unknownTool(msg wire.Message, c *call) {
-	s.refreshTools()
+	err := s.refreshTools()
 	if c.isWithdrawn() {
 		s.withdrawn(c)
 		return
 	}
 	tool := s.catalog.get(c.tool)
+	if tool == nil && errors.Is(err, errNoAnswer) {
+		// The tool may exist: guard could not see the list, and says so.
+		c.reason = fmt.Sprintf("the server did not answer tools/list within %v", s.opts.RefreshTimeout)
+		s.conclude(c, true, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError,
+			fmt.Sprintf("Refused: the server did not answer tools/list within %v, so guard cannot judge a call of %q", s.opts.RefreshTimeout, c.tool), nil))
+		return
+	}
 	if tool == nil {
 		c.reason = "unknown tool"
 		s.conclude(c, true, guard.OutcomeInvalid,
@@ -438,13 +446,16 @@ func (s *Session) sendProgress(c *call, text string) {
 }
 
 // refreshTools lists the server's tools itself, every page, and replaces
-// the catalog with what it lists. Concurrent callers share one refresh.
-func (s *Session) refreshTools() {
+// the catalog with what it lists. Concurrent callers share one refresh
+// and its error.
+func (s *Session) refreshTools() (err error) {
 	s.mu.Lock()
 	if ch := s.refresh; ch != nil {
 		s.mu.Unlock()
 		<-ch
-		return
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.refreshErr
 	}
 	ch := make(chan struct{})
 	s.refresh = ch
@@ -463,6 +474,7 @@ func (s *Session) refreshTools() {
 	defer func() {
 		s.mu.Lock()
 		s.refresh = nil
+		s.refreshErr = err
 		s.mu.Unlock()
 		close(ch)
 	}()
@@ -479,7 +491,7 @@ func (s *Session) refreshTools() {
 		res, err := s.ownRequest("tools/list", params)
 		if err != nil {
 			s.opts.Logger.Warn("guard's own tools/list failed", "server", s.opts.Server, "err", err)
-			return
+			return err
 		}
 		tools, next, err := parseTools(s.opts.Server, res)
 		if err != nil {
@@ -493,6 +505,7 @@ func (s *Session) refreshTools() {
 	}
 	s.catalog.add(all, true)
 	s.persistTools(all)
+	return nil
 }
 
 // ownRequest sends a request of guard's own to the server and waits for
@@ -513,7 +526,7 @@ func (s *Session) ownRequest(method string, params any) (json.RawMessage, error)
 		return nil, err
 	}
 	s.toServer.push(item{data: data})
-	t := time.NewTimer(refreshTimeout)
+	t := time.NewTimer(s.opts.RefreshTimeout)
 	defer t.Stop()
 	select {
 	case m, ok := <-c.own:
@@ -526,7 +539,7 @@ func (s *Session) ownRequest(method string, params any) (json.RawMessage, error)
 		return m.Result, nil
 	case <-t.C:
 		s.forget(c)
-		return nil, errors.New("no answer within " + refreshTimeout.String())
+		return nil, fmt.Errorf("%w within %v", errNoAnswer, s.opts.RefreshTimeout)
 	case <-s.ctx.Done():
 		return nil, s.ctx.Err()
 	}

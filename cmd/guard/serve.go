@@ -31,6 +31,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client may take to send its request headers")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a client may take to send a request's body")
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -65,18 +66,22 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		fmt.Fprintln(w, "ok")
-	})
-	reg := newMetrics(db)
-	mux.Handle("GET /metrics", metricsHandler(reg))
-	var fronts []*proxy.HTTPServer
 	var auth func(*http.Request) (string, bool)
 	if len(cfg.Clients) > 0 {
 		auth = bearerAuth(cfg.Clients)
 	}
+	// /healthz and /metrics answer only guard's own Host names, like
+	// every other route; /metrics needs a client's token where tokens are
+	// configured (it names servers and tools).
+	hosts := allowedHosts(*listen)
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", proxy.CheckHosts(hosts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})))
+	reg := newMetrics(db)
+	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, withBearer(auth, metricsHandler(reg))))
+	var fronts []*proxy.HTTPServer
 	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {
 		return func(client string) proxy.Options {
 			o := rt.options(name, log)
@@ -88,9 +93,10 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	front := func(name string, log *slog.Logger) proxy.HTTPOptions {
 		return proxy.HTTPOptions{
 			Name:         name,
-			AllowedHosts: allowedHosts(*listen),
+			AllowedHosts: hosts,
 			Authenticate: auth,
 			MaxBody:      cfg.MaxMessage,
+			BodyTimeout:  *bodyTimeout,
 			SessionIdle:  *sessionIdle,
 			Stderr:       a.stderr,
 			Logger:       log,

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -35,6 +38,40 @@ type decoder struct {
 }
 
 var errEnd = errors.New("unexpected end of JSON")
+
+// RangeError is a number that overflows a double (1e400): peers read it
+// as infinity, as an error, or as a big number, so guard refuses it.
+type RangeError struct {
+	Path   string // JSON Pointer to the number, "" for the root
+	Number string
+}
+
+func (e *RangeError) Error() string {
+	p := e.Path
+	if p == "" {
+		p = "/"
+	}
+	return p + ": " + e.Message()
+}
+
+// Message says what is wrong, without the path.
+func (e *RangeError) Message() string {
+	n := e.Number
+	if len(n) > 40 {
+		n = n[:37] + "..."
+	}
+	return fmt.Sprintf("number %s is out of range: it overflows a double (at most ±1.8e308)", n)
+}
+
+// under adds one step (a member name or an index) in front of a
+// RangeError's path.
+func under(err error, step string) error {
+	var re *RangeError
+	if errors.As(err, &re) {
+		re.Path = "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(step) + re.Path
+	}
+	return err
+}
 
 func (d *decoder) space() {
 	for d.i < len(d.b) {
@@ -113,7 +150,7 @@ func (d *decoder) object(depth int) (any, error) {
 		d.space()
 		v, err := d.value(depth + 1)
 		if err != nil {
-			return nil, err
+			return nil, under(err, k)
 		}
 		m[k] = v
 		d.space()
@@ -144,7 +181,7 @@ func (d *decoder) array(depth int) (any, error) {
 		d.space()
 		v, err := d.value(depth + 1)
 		if err != nil {
-			return nil, err
+			return nil, under(err, strconv.Itoa(len(a)))
 		}
 		a = append(a, v)
 		d.space()
@@ -223,7 +260,9 @@ func (d *decoder) number() (any, error) {
 			return nil, d.errAt("invalid number")
 		}
 	}
+	exp := false
 	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		exp = true
 		d.i++
 		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
 			d.i++
@@ -232,5 +271,12 @@ func (d *decoder) number() (any, error) {
 			return nil, d.errAt("invalid number")
 		}
 	}
-	return json.Number(d.b[start:d.i]), nil
+	n := d.b[start:d.i]
+	// Only an exponent or more than 308 digits can overflow a double.
+	if exp || len(n) > 308 {
+		if f, _ := strconv.ParseFloat(string(n), 64); math.IsInf(f, 0) {
+			return nil, &RangeError{Number: string(n)}
+		}
+	}
+	return json.Number(n), nil
 }

@@ -185,10 +185,59 @@ type Message struct {
 var ErrParse = errors.New("not valid JSON")
 
 // InvalidError is valid JSON that is not a valid JSON-RPC 2.0 message. ID is
-// the message's id when it could be read.
+// the message's id when it could be read (and CheckID accepts it).
 type InvalidError struct {
 	Reason string
 	ID     []byte
+	// Kind is what the message would be but for its id (KindRequest or
+	// KindResponse) when only the id is wrong; zero otherwise. A response
+	// is dropped rather than answered.
+	Kind Kind
+}
+
+// maxSafeID is the largest integer id: 2^53-1, the last integer every
+// peer's number type (a JavaScript number, a double) holds exactly.
+const maxSafeID = 1<<53 - 1
+
+const errIDType = "must be a string or an integer within ±(2^53-1) written without fraction or exponent"
+
+// CheckID accepts a JSON-RPC id that every peer reads as guard does: a
+// string (valid UTF-8, no lone surrogate), or an integer within
+// ±(2^53−1) written without fraction or exponent. -0 is refused too: a
+// peer echoes it as 0, an id guard would not match. It reads only the id's
+// bytes.
+func CheckID(id []byte) error {
+	if len(id) == 0 {
+		return errors.New("id: " + errIDType)
+	}
+	switch c := id[0]; {
+	case c == '"':
+		if err := checkString(id); err != nil {
+			return fmt.Errorf("id: %w", err)
+		}
+		return nil
+	case c == '-' || ('0' <= c && c <= '9'):
+	default:
+		return errors.New("id: " + errIDType)
+	}
+	digits := id
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 16 || (len(digits) > 1 && digits[0] == '0') || string(id) == "-0" {
+		return fmt.Errorf("id %.40s %s", id, errIDType)
+	}
+	var n int64
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return fmt.Errorf("id %.40s %s", id, errIDType)
+		}
+		n = n*10 + int64(d-'0')
+	}
+	if n > maxSafeID {
+		return fmt.Errorf("id %.40s %s", id, errIDType)
+	}
+	return nil
 }
 
 func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Reason }
@@ -270,12 +319,12 @@ func Parse(raw []byte) (Message, error) {
 			m.Error = v
 		}
 	}
-	if m.ID != nil {
-		switch m.ID[0] {
-		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		default:
+	// An id no peer can read the same way is never echoed: the answer
+	// carries id null, and the message is refused whatever it is.
+	var badID error
+	if m.ID != nil && string(m.ID) != "null" {
+		if badID = CheckID(m.ID); badID != nil {
 			m.ID = nil
-			return m, &InvalidError{Reason: "id must be a string, a number or null"}
 		}
 	}
 	if invalid != "" {
@@ -302,14 +351,25 @@ func Parse(raw []byte) (Message, error) {
 		if m.Params != nil && m.Params[0] != '{' && m.Params[0] != '[' {
 			return m, &InvalidError{Reason: "params must be an object or an array", ID: m.ID}
 		}
-		if m.ID == nil {
+		switch {
+		case badID != nil:
+			return m, &InvalidError{Reason: badID.Error(), Kind: KindRequest}
+		case m.ID == nil:
 			m.Kind = KindNotification
-		} else {
+		case string(m.ID) == "null":
+			m.ID = nil
+			return m, &InvalidError{Reason: "id: " + errIDType, Kind: KindRequest}
+		default:
 			m.Kind = KindRequest
 		}
 	case m.Result != nil && m.Error != nil:
 		return m, &InvalidError{Reason: "a response cannot carry both result and error", ID: m.ID}
 	case m.Result != nil || m.Error != nil:
+		if badID != nil {
+			// It answers nothing guard sent: an id of guard's or of a
+			// peer's is always one CheckID accepts.
+			return m, &InvalidError{Reason: badID.Error(), Kind: KindResponse}
+		}
 		if m.ID == nil {
 			return m, &InvalidError{Reason: "a response needs an id"}
 		}
@@ -662,8 +722,46 @@ func (e *StrictError) Error() string {
 // names that differ only in case, and no string holds invalid UTF-8 or a
 // lone surrogate. raw is valid JSON (Parse accepted it).
 func Strict(raw []byte) error {
-	_, err := strictValue(raw, skipWS(raw, 0), nil)
+	_, err := strictValue(raw, skipWS(raw, 0), nil, false)
 	return err
+}
+
+// resultMembers are the members a result of tools/call defines (through
+// 2026-07-28's rounds): a case variant of one is read as it by some
+// clients and ignored by others.
+var resultMembers = []string{"content", "structuredContent", "isError", "_meta", "resultType", "inputRequests", "requestState"}
+
+// StrictResult checks a result that the client will read: no object
+// anywhere has a member name twice, no string holds invalid UTF-8 or a lone
+// surrogate, and, for a tools/call result (toolCall), no top-level member
+// differs only in case from one the protocol defines. Case variants inside
+// a tool's own data stay allowed. raw is valid JSON.
+func StrictResult(raw []byte, toolCall bool) error {
+	if _, err := strictValue(raw, skipWS(raw, 0), nil, true); err != nil {
+		return err
+	}
+	if !toolCall {
+		return nil
+	}
+	i := skipWS(raw, 0)
+	if raw[i] != '{' {
+		return nil
+	}
+	for i = skipWS(raw, i+1); raw[i] != '}'; i = skipWS(raw, i) {
+		if raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+		ke := skipString(raw, i)
+		k, _ := keyText(raw[i:ke])
+		for _, name := range resultMembers {
+			if string(k) != name && len(k) == len(name) && strings.EqualFold(string(k), name) {
+				return &StrictError{Path: string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
+			}
+		}
+		i = skipWS(raw, skipWS(raw, ke)+1)
+		i = skipValue(raw, i)
+	}
+	return nil
 }
 
 // where is a position in a message, built as the walk descends and turned
@@ -688,7 +786,9 @@ func (w *where) String() string {
 	return up + "." + string(w.key)
 }
 
-func strictValue(b []byte, i int, at *where) (int, error) {
+// strictValue checks the value at b[i]; exact compares member names as
+// written (duplicates only), otherwise as a case-insensitive decoder does.
+func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 	switch b[i] {
 	case '"':
 		e := skipString(b, i)
@@ -703,7 +803,7 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 				i = skipWS(b, i+1)
 			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, index: n})
+			i, err = strictValue(b, i, &where{up: at, index: n}, exact)
 			if err != nil {
 				return i, err
 			}
@@ -714,6 +814,10 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 		var small [8][]byte // the names seen, as written (most objects are small)
 		names := small[:0]
 		var folded map[string][]byte // folded → as written, past eight names
+		key := fold
+		if exact {
+			key = func(s string) string { return s }
+		}
 		i = skipWS(b, i+1)
 		for b[i] != '}' {
 			if b[i] == ',' {
@@ -727,18 +831,18 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 			if folded == nil && len(names) == cap(small) {
 				folded = make(map[string][]byte, 16)
 				for _, n := range names {
-					folded[fold(string(n))] = n
+					folded[key(string(n))] = n
 				}
 			}
 			if folded != nil {
-				f := fold(string(k))
+				f := key(string(k))
 				if prev, ok := folded[f]; ok {
 					return ke, dupError(at, prev, k)
 				}
 				folded[f] = k
 			} else {
 				for _, prev := range names {
-					if sameName(prev, k) {
+					if (exact && string(prev) == string(k)) || (!exact && sameName(prev, k)) {
 						return ke, dupError(at, prev, k)
 					}
 				}
@@ -747,7 +851,7 @@ func strictValue(b []byte, i int, at *where) (int, error) {
 			i = skipWS(b, ke)
 			i = skipWS(b, i+1)
 			var err error
-			i, err = strictValue(b, i, &where{up: at, key: k})
+			i, err = strictValue(b, i, &where{up: at, key: k}, exact)
 			if err != nil {
 				return i, err
 			}

@@ -20,7 +20,7 @@ func TestParseClassifies(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"x","method":"tools\/call","params":{"name":"a"},"extra":{"k":[1,2]}}`, KindRequest, "tools/call", `"x"`},
 		{` {"method":"notifications/initialized","jsonrpc":"2.0"} `, KindNotification, "notifications/initialized", ""},
 		{`{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}`, KindResponse, "", "null"},
-		{`{"jsonrpc":"2.0","id":1.5,"result":{}}`, KindResponse, "", "1.5"},
+		{`{"jsonrpc":"2.0","id":15,"result":{}}`, KindResponse, "", "15"},
 		{`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, KindBatch, "", ""},
 	} {
 		m, err := Parse([]byte(tc.raw))
@@ -404,4 +404,42 @@ func FuzzSetMember(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCheckID(t *testing.T) {
+	for _, ok := range []string{`1`, `0`, `-1`, `9007199254740991`, `-9007199254740991`, `"a"`, `""`, `"1e400"`} {
+		if err := CheckID([]byte(ok)); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{`9007199254740992`, `-9007199254740992`, `123456789012345678901234567890`,
+		`1e400`, `1.5`, `1e3`, `1.0`, `-0`, `true`, `false`, `null`, `{}`, `[]`, `[1]`, "\"\xff\"", `"\ud800"`} {
+		if err := CheckID([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestParseRefusesIDsNoPeerReadsAlike(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		kind Kind
+	}{
+		{`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`, KindRequest},
+		{`{"jsonrpc":"2.0","id":null,"method":"ping"}`, KindRequest},
+		{`{"jsonrpc":"2.0","id":true,"method":"ping"}`, KindRequest},
+		{`{"jsonrpc":"2.0","id":1.5,"result":{}}`, KindResponse},
+		{`{"jsonrpc":"2.0","id":[1],"error":{"code":1,"message":"x"}}`, KindResponse},
+	} {
+		_, err := Parse([]byte(tc.line))
+		var inv *InvalidError
+		if !errors.As(err, &inv) || inv.Kind != tc.kind || inv.ID != nil {
+			t.Errorf("%s: %#v", tc.line, err)
+		}
+	}
+	// An error response with id null answers a message its sender could
+	// not read: it stays a response (that matches nothing).
+	if m, err := Parse([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}`)); err != nil || m.Kind != KindResponse {
+		t.Errorf("id null error response: %v %v", m.Kind, err)
+	}
 }

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A request body that trickles in (headers, then a byte a second) is cut
+// after --body-timeout: guard answers 408 and closes the connection.
+func TestHTTPBodyThatTricklesInIsCut(t *testing.T) {
+	_, url := serveExample(t, "", "--body-timeout", "1s")
+	host := strings.TrimPrefix(strings.TrimSuffix(url, "/mcp/notes"), "http://")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /mcp/notes HTTP/1.1\r\nHost: " + host +
+		"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // the slow client: one byte a second, until guard hangs up
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, _ := io.ReadAll(conn) // until guard closes the connection
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("a body trickling in was read for %v (guard answered %q)", d, got)
+	}
+	if !strings.HasPrefix(string(got), "HTTP/1.1 408") {
+		t.Fatalf("guard answered %q, want 408", got)
+	}
+}
+
+// /healthz and /metrics check Host like every route (DNS rebinding), and
+// /metrics needs a client's bearer token where tokens are configured.
+func TestHTTPHealthAndMetricsFrontDoor(t *testing.T) {
+	tok, line := newToken(t, "prometheus")
+	for _, withTokens := range []bool{false, true} {
+		config := ""
+		if withTokens {
+			config = "clients:\n  " + line + "\n"
+		}
+		_, url := serveExample(t, config)
+		base := strings.TrimSuffix(url, "/mcp/notes")
+		get := func(path, host, token string) int {
+			t.Helper()
+			req, _ := http.NewRequest("GET", base+path, nil)
+			if host != "" {
+				req.Host = host
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		for _, path := range []string{"/healthz", "/metrics"} {
+			if code := get(path, "evil.example.com", tok); code != http.StatusForbidden {
+				t.Errorf("tokens %v: %s with a foreign Host: %d, want 403", withTokens, path, code)
+			}
+		}
+		if code := get("/healthz", "", ""); code != http.StatusOK {
+			t.Errorf("tokens %v: /healthz: %d", withTokens, code)
+		}
+		want := http.StatusOK
+		if withTokens {
+			want = http.StatusUnauthorized
+		}
+		if code := get("/metrics", "", ""); code != want {
+			t.Errorf("tokens %v: /metrics without a token: %d, want %d", withTokens, code, want)
+		}
+		if code := get("/metrics", "", "wrong"); withTokens && code != http.StatusUnauthorized {
+			t.Errorf("/metrics with a wrong token: %d, want 401", code)
+		}
+		if code := get("/metrics", "", tok); code != http.StatusOK {
+			t.Errorf("tokens %v: /metrics with a token: %d, want 200", withTokens, code)
+		}
+	}
+}
