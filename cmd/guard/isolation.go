@@ -166,6 +166,9 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 			break
 		}
 	}
+	if !create {
+		hide = slices.DeleteFunc(hide, func(p string) bool { _, err := os.Lstat(p); return err != nil })
+	}
 	sort.Strings(hide)
 	return slices.Compact(hide)
 }
