@@ -119,6 +119,13 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 			dirs = append(dirs, globDir(pat))
 		}
 	}
+	if create && st.RulesDir != "" {
+		// Where learned rules go: made now, so that it is hidden as itself
+		// rather than a server creating it with rules of its own.
+		if err := os.MkdirAll(st.RulesDir, 0o700); err != nil {
+			logger.Warn("cannot create the rules directory", "dir", st.RulesDir, "err", err)
+		}
+	}
 	var hide []string
 	for _, d := range dirs {
 		if !create {

@@ -69,7 +69,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		go serveUI(ctx, st, db, holds, engine, listen, logger)
 	}
 	rt := &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
-		scan: toolScanner(ctx, db, logger), iso: a.newIsolation(st, logger, true), stop: cancel}
+		scan: toolScanner(ctx, db, logger), iso: a.newIsolation(st, a.logger, true), stop: cancel}
 	rt.configDir, _ = policy.Dirs(a.getenv)
 	if st.ConfigPath != "" {
 		rt.configDir = filepath.Dir(st.ConfigPath)
