@@ -79,6 +79,10 @@ type Server struct {
 	// BadSchema is what happens to calls of a tool whose inputSchema or
 	// outputSchema does not compile: deny (default), or ignore the schema.
 	BadSchema string
+	// Sandbox is "on" (default): a server guard starts runs where guard's
+	// own directories and files do not exist (where the kernel allows
+	// it); "off": it sees everything its user can.
+	Sandbox string
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -90,7 +94,7 @@ type Client struct {
 // DefaultServer returns the settings of a server the configuration does
 // not name.
 func DefaultServer() *Server {
-	return &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce", BadSchema: "deny"}
+	return &Server{TrustAnnotations: true, NewTools: "approve", Output: "enforce", BadSchema: "deny", Sandbox: "on"}
 }
 
 // Rule is one policy rule. File and Line say where it was written.
@@ -453,6 +457,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"new_tools":         p.enum(&s.NewTools, "approve", "allow"),
 			"output":            p.enum(&s.Output, "enforce", "warn"),
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
+			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
 		})
 		if err != nil {
 			return err

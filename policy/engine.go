@@ -254,22 +254,30 @@ func AppendApprovedRule(rulesDir string, r Rule) (bool, error) {
 // Paths returns the default configuration file (when it exists) and
 // database path, from XDG_CONFIG_HOME and XDG_DATA_HOME.
 func Paths(getenv func(string) string) (configPath, dbPath string) {
+	cfgDir, dataDir := Dirs(getenv)
+	if f := filepath.Join(cfgDir, "guard.yaml"); fileExists(f) {
+		configPath = f
+	}
+	return configPath, filepath.Join(dataDir, "guard.db")
+}
+
+// Dirs returns guard's default configuration and data directories:
+// $XDG_CONFIG_HOME/guard (~/.config/guard) and $XDG_DATA_HOME/guard
+// (~/.local/share/guard).
+func Dirs(getenv func(string) string) (configDir, dataDir string) {
 	home, _ := os.UserHomeDir()
 	if h := getenv("HOME"); h != "" {
 		home = h
 	}
-	cfgDir := getenv("XDG_CONFIG_HOME")
-	if cfgDir == "" {
-		cfgDir = filepath.Join(home, ".config")
+	cfg := getenv("XDG_CONFIG_HOME")
+	if cfg == "" {
+		cfg = filepath.Join(home, ".config")
 	}
-	if f := filepath.Join(cfgDir, "guard", "guard.yaml"); fileExists(f) {
-		configPath = f
+	data := getenv("XDG_DATA_HOME")
+	if data == "" {
+		data = filepath.Join(home, ".local", "share")
 	}
-	dataDir := getenv("XDG_DATA_HOME")
-	if dataDir == "" {
-		dataDir = filepath.Join(home, ".local", "share")
-	}
-	return configPath, filepath.Join(dataDir, "guard", "guard.db")
+	return filepath.Join(cfg, "guard"), filepath.Join(data, "guard")
 }
 
 func fileExists(f string) bool {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,9 @@ type HTTPOptions struct {
 	Name string
 	// Argv is the server's command line.
 	Argv []string
+	// Start, when set, starts each session's server process: see
+	// Stdio.Start.
+	Start func(cmd *exec.Cmd) (*exec.Cmd, error)
 	// Remote, when its URL is set, is a server reached over Streamable
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
@@ -275,7 +279,7 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			}
 			return
 		}
-		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
+		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Start: h.opts.Start, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
 			started: started}, pr, s.router)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)

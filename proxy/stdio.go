@@ -26,6 +26,13 @@ type Stdio struct {
 	// Grace is how long shutdown waits after closing the server's stdin
 	// before SIGTERM, and again before SIGKILL (default 5s).
 	Grace time.Duration
+	// Start, when set, starts the server's process in place of
+	// cmd.Start: it is given the command made of Argv (Stdin, Stdout and
+	// Stderr set) and returns the started command whose process is the
+	// server for RunStdio: signals go to it, and its exit status is the
+	// server's. That may be cmd itself, or another command on cmd's
+	// standard streams (one that runs Argv in a sandbox). nil: cmd.Start().
+	Start func(cmd *exec.Cmd) (*exec.Cmd, error)
 	// started, when set, receives whether the server could be started.
 	started chan<- error
 }
@@ -60,7 +67,14 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 		return 0, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	cmd.Stdin, cmd.Stdout = childIn, childOut
-	err = cmd.Start()
+	if sc.Start != nil {
+		var started *exec.Cmd
+		if started, err = sc.Start(cmd); err == nil {
+			cmd = started
+		}
+	} else {
+		err = cmd.Start()
+	}
 	childIn.Close()
 	childOut.Close()
 	if sc.started != nil {

@@ -10,9 +10,15 @@ import (
 	"syscall"
 
 	"github.com/google/uuid"
+	"github.com/guard-mcp/guard/sandbox"
 )
 
 func main() {
+	// The init of a server's sandbox: before anything else, and nothing
+	// else (package sandbox).
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		os.Exit(sandbox.Init(os.Args[2:]))
+	}
 	// Random bits for ids (UUIDv7: every call and record gets one) are
 	// read in batches rather than one system call per id.
 	uuid.EnableRandPool()

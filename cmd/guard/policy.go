@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sort"
 	"text/tabwriter"
+	"time"
 
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/sandbox"
 )
 
 func init() {
@@ -74,6 +78,7 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
 	}
+	checkIsolation(a, st)
 	if len(st.Config.Limits) > 0 {
 		fmt.Fprintln(a.stdout, "\nrate limits (after the rules, before approval):")
 		for _, l := range st.Config.Limits {
@@ -85,4 +90,35 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// checkIsolation says, for each configured stdio server, whether it would
+// run isolated from guard's files, probing the sandbox once (it runs
+// nothing); it says so on stderr too when a server would not.
+func checkIsolation(a *app, st *settings) {
+	var names []string
+	for name, srv := range st.Config.Servers {
+		if len(srv.Command) > 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	iso := a.newIsolation(st, slog.New(slog.DiscardHandler), false)
+	took, err := sandbox.Probe(iso.spec)
+	fmt.Fprintln(a.stdout, "\nisolation of stdio servers from guard's files:")
+	for _, name := range names {
+		switch {
+		case st.Config.Servers[name].Sandbox == "off":
+			fmt.Fprintf(a.stdout, "  %s: OFF (sandbox: off): the server can reach guard's files\n", name)
+			fmt.Fprintf(a.stderr, "guard: WARNING: server %s is not isolated (sandbox: off): it can reach guard's files\n", name)
+		case err != nil:
+			fmt.Fprintf(a.stdout, "  %s: NOT AVAILABLE: %v\n", name, err)
+			fmt.Fprintf(a.stderr, "guard: WARNING: server %s would run without isolation: %v\n", name, err)
+		default:
+			fmt.Fprintf(a.stdout, "  %s: in force (setup %v)\n", name, took.Round(10*time.Microsecond))
+		}
+	}
 }

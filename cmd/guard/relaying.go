@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
@@ -22,8 +23,25 @@ type relaying struct {
 	holds     *approvals.Manager
 	contracts *policy.Contracts                            // compiled schemas, shared by the sessions
 	scan      func(server string, def []byte) []guard.Flag // shared by the sessions
-	stop      func()
+	iso       *isolation                                   // how stdio servers are started
+	// configDir is the configuration's directory, and configDirID its
+	// identity when the process started (see configDirReplaced).
+	configDir   string
+	configDirID dirIdentity
+	stop        func()
 }
+
+// everyServerIsolated reports whether isolation (package sandbox) has
+// been in force for every stdio server this process started and is
+// configured to start: when it is, no server could have written guard's
+// configuration, so a change found there came from someone else.
+func (rt *relaying) everyServerIsolated() bool { return rt.iso.everyServerIsolated() }
+
+// configDirReplaced reports whether the configuration's directory is no
+// longer the one this process started with (moved away, another put in
+// its place): then a changed configuration there must not be applied
+// without a person, and guard should say so loudly.
+func (rt *relaying) configDirReplaced() bool { return configDirReplaced(rt.configDir, rt.configDirID) }
 
 // startRelaying starts it, or says why not and returns the status to exit
 // with (2 for a bad configuration or UI address).
@@ -50,8 +68,16 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if !noUI {
 		go serveUI(ctx, st, db, holds, engine, listen, logger)
 	}
-	return &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
-		scan: toolScanner(ctx, db, logger), stop: cancel}, 0, true
+	rt := &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
+		scan: toolScanner(ctx, db, logger), iso: a.newIsolation(st, a.logger, true), stop: cancel}
+	rt.configDir, _ = policy.Dirs(a.getenv)
+	if st.ConfigPath != "" {
+		rt.configDir = filepath.Dir(st.ConfigPath)
+	}
+	if rt.configDirID, err = identify(rt.configDir); err != nil {
+		logger.Warn("cannot tell later whether the configuration's directory was replaced", "err", err)
+	}
+	return rt, 0, true
 }
 
 // options are the relay's options for one session with a server.

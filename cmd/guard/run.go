@@ -91,8 +91,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		}
 		return exitOK
 	}
+	rt.iso.declare(server, cfg.Servers[server])
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
-		proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
+		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Stderr: a.stderr, Signals: sigs},
+		a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)

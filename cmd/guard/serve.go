@@ -107,6 +107,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		run  func(ctx context.Context, client string, in io.Reader, out io.Writer) error
 	}
 	var members []served
+	var stdio []string // servers with a command
 	for _, name := range names {
 		srv := cfg.Servers[name]
 		if len(srv.Command) == 0 && srv.URL == "" {
@@ -116,6 +117,11 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		log := logger.With("server", name)
 		o := front(name, log)
 		o.Argv = srv.Command
+		if len(srv.Command) > 0 {
+			rt.iso.declare(name, srv)
+			o.Start = rt.iso.start(name, srv)
+			stdio = append(stdio, name)
+		}
 		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"}
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
@@ -123,6 +129,9 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		mux.Handle("/mcp/"+name, h)
 		logger.Info("serving", "server", name, "url", "http://"+*listen+"/mcp/"+name)
 		members = append(members, served{name, memberRun(o)})
+	}
+	if len(stdio) > 0 {
+		_, _ = rt.iso.probe(stdio, cfg.Servers)
 	}
 	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
 		for _, m := range members {
@@ -193,7 +202,7 @@ func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, in 
 		if o.Remote.URL != "" {
 			return proxy.RunRemote(ctx, opts, o.Remote, in, out)
 		}
-		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Stderr: o.Stderr}, in, out)
+		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Stderr: o.Stderr}, in, out)
 		return err
 	}
 }

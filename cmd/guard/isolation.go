@@ -1,0 +1,234 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/sandbox"
+)
+
+// isolation starts the stdio servers of one guard process so that guard's
+// own directories and files do not exist for them (package sandbox), and
+// keeps track of whether every server it started was isolated.
+type isolation struct {
+	spec   sandbox.Spec
+	logger *slog.Logger
+	// exposed counts the servers started, or configured, without isolation.
+	exposed atomic.Int64
+	logged  sync.Map // server name → true once its isolation was logged
+}
+
+// newIsolation works out what servers must not see. With create, the
+// directories it hides that do not exist yet are created, so that a
+// server cannot create them first; without, they are left out.
+func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isolation {
+	self, err := os.Executable()
+	if err != nil {
+		logger.Error("servers cannot be isolated from guard's files: guard cannot find its own program", "err", err)
+	}
+	return &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger}
+}
+
+// declare logs, once per process, whether the stdio server name will be
+// isolated by its configuration, and counts one that opted out.
+func (iso *isolation) declare(name string, srv *policy.Server) {
+	if srv != nil && srv.Sandbox == "off" {
+		iso.exposed.Add(1)
+		iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
+		iso.logged.Store(name, true)
+	}
+}
+
+// probe sets up a sandbox once, running nothing in it, and logs for each
+// of the stdio servers names whether isolation will be in force; it
+// returns how long the setup took, or why it failed.
+func (iso *isolation) probe(names []string, servers map[string]*policy.Server) (time.Duration, error) {
+	took, err := sandbox.Probe(iso.spec)
+	for _, name := range names {
+		if srv := servers[name]; srv != nil && srv.Sandbox == "off" {
+			continue
+		}
+		if err != nil {
+			iso.exposed.Add(1)
+			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
+		} else {
+			iso.logger.Info("isolation in force: guard's own directories and files do not exist for the server", "server", name)
+		}
+		iso.logged.Store(name, true)
+	}
+	return took, err
+}
+
+// everyServerIsolated reports whether isolation has been in force for
+// every stdio server this process started and for every one it is
+// configured to start: false once one ran, or may run, where it could
+// reach guard's files.
+func (iso *isolation) everyServerIsolated() bool { return iso.exposed.Load() == 0 }
+
+// start returns the hook (proxy.Stdio.Start) that starts the server
+// name's processes, isolated unless its configuration says sandbox: off.
+// Where isolation cannot be set up, it says so at error level and starts
+// the server without it.
+func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*exec.Cmd, error) {
+	return func(cmd *exec.Cmd) (*exec.Cmd, error) {
+		if srv != nil && srv.Sandbox == "off" {
+			return cmd, cmd.Start()
+		}
+		started, err := sandbox.Start(cmd, iso.spec)
+		if err == nil {
+			if _, seen := iso.logged.LoadOrStore(name, true); !seen {
+				iso.logger.Info("isolation in force: guard's own directories and files do not exist for the server", "server", name)
+			}
+			return started, nil
+		}
+		if !errors.Is(err, sandbox.ErrUnavailable) {
+			return nil, err // the server itself could not be started
+		}
+		iso.exposed.Add(1)
+		iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
+		return cmd, cmd.Start()
+	}
+}
+
+// sandboxHide lists what a server must not see: guard's default data and
+// configuration directories, the directories of included rule files, and
+// guard's files that live elsewhere (a configured database or
+// configuration): their directory when it holds only guard's files, else
+// each file. A file that does not exist yet cannot be hidden by itself:
+// then its directory is, unless that is the home directory or above it.
+func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
+	cfgDir, dataDir := policy.Dirs(getenv)
+	dirs := []string{cfgDir, dataDir}
+	if st.ConfigPath != "" {
+		for _, pat := range st.Config.Include {
+			if !filepath.IsAbs(pat) {
+				pat = filepath.Join(filepath.Dir(st.ConfigPath), pat)
+			}
+			dirs = append(dirs, globDir(pat))
+		}
+	}
+	if create && st.RulesDir != "" {
+		// Where learned rules go: made now, so that it is hidden as itself
+		// rather than a server creating it with rules of its own.
+		if err := os.MkdirAll(st.RulesDir, 0o700); err != nil {
+			logger.Warn("cannot create the rules directory", "dir", st.RulesDir, "err", err)
+		}
+	}
+	var hide []string
+	for _, d := range dirs {
+		if !create {
+			if _, err := os.Stat(d); err == nil {
+				hide = append(hide, d)
+			}
+			continue
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			logger.Error("cannot create guard's directory to hide it from servers", "dir", d, "err", err)
+			continue
+		}
+		hide = append(hide, d)
+	}
+	db := st.DBPath
+	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", db + ".journals",
+		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), st.RulesDir, st.ConfigPath}
+	elsewhere := map[string][]string{} // directory → guard's files in it
+	for _, f := range files {
+		if f == "" || slices.ContainsFunc(hide, func(d string) bool { return under(f, d) }) {
+			continue
+		}
+		elsewhere[filepath.Dir(f)] = append(elsewhere[filepath.Dir(f)], f)
+	}
+	home, _ := os.UserHomeDir()
+	if h := getenv("HOME"); h != "" {
+		home = h
+	}
+	for dir, fs := range elsewhere {
+		if onlyThese(dir, fs) {
+			hide = append(hide, dir)
+			continue
+		}
+		for _, f := range fs {
+			if _, err := os.Lstat(f); err == nil {
+				hide = append(hide, f)
+				continue
+			}
+			if under(home, dir) {
+				logger.Error("a file of guard's cannot be hidden from servers: it does not exist yet, and its directory is the home directory or above it; keep guard's files in a directory of their own", "file", f)
+				continue
+			}
+			logger.Warn("guard's files share a directory with others; the whole directory is hidden from servers, since one of them does not exist yet", "dir", dir, "file", f)
+			hide = append(hide, dir)
+			break
+		}
+	}
+	if !create {
+		hide = slices.DeleteFunc(hide, func(p string) bool { _, err := os.Lstat(p); return err != nil })
+	}
+	sort.Strings(hide)
+	return slices.Compact(hide)
+}
+
+// onlyThese reports whether dir holds nothing but files of the list.
+func onlyThese(dir string, files []string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !slices.Contains(files, filepath.Join(dir, e.Name())) {
+			return false
+		}
+	}
+	return true
+}
+
+// globDir is the directory part of a glob before its first pattern
+// character: where files it may match can be created.
+func globDir(pat string) string {
+	d := filepath.Dir(pat)
+	for strings.ContainsAny(d, `*?[\`) {
+		d = filepath.Dir(d)
+	}
+	return d
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// dirIdentity is a directory's device and inode: whether the directory at
+// a path is still the one guard started with.
+type dirIdentity struct{ dev, ino uint64 }
+
+// identify returns the identity of the directory at path.
+func identify(path string) (dirIdentity, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return dirIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
+	}
+	return dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, nil
+}
+
+// configDirReplaced reports whether the directory at path is no longer the
+// one whose identity was taken at start (was): someone moved it, or a
+// directory above it, away and put another in its place. A changed
+// configuration found there must not be applied without a person: it may
+// have been written by a server that escaped isolation this way.
+func configDirReplaced(path string, was dirIdentity) bool {
+	now, err := identify(path)
+	return err != nil || now != was
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	// Servers that in-process subcommands start are isolated by this
+	// binary, re-executed as the sandbox's init.
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
+		os.Exit(sandbox.Init(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// What servers must not see: guard's default directories, and of guard's
+// files elsewhere, their directory when it holds only them, else each
+// file, or the directory when one does not exist yet.
+func TestSandboxHide(t *testing.T) {
+	home := t.TempDir()
+	getenv := func(k string) string {
+		if k == "HOME" {
+			return home
+		}
+		return ""
+	}
+	shared := filepath.Join(home, "projects")
+	own := filepath.Join(home, "etc-guard")
+	for _, d := range []string{shared, own} {
+		os.MkdirAll(d, 0o700)
+	}
+	os.WriteFile(filepath.Join(shared, "notes.txt"), nil, 0o600)
+	os.WriteFile(filepath.Join(own, "guard.yaml"), nil, 0o600)
+	db := filepath.Join(shared, "guard.db")
+	for _, f := range []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token")} {
+		os.WriteFile(f, nil, 0o600)
+	}
+	os.MkdirAll(db+".journals", 0o700)
+	os.MkdirAll(filepath.Join(own, "rules.d"), 0o700)
+	st := &settings{Config: policy.Default(), ConfigPath: filepath.Join(own, "guard.yaml"), DBPath: db, DataDir: shared, RulesDir: filepath.Join(own, "rules.d")}
+	got := st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
+	want := []string{
+		filepath.Join(home, ".config/guard"), filepath.Join(home, ".local/share/guard"), own,
+		db, db + "-shm", db + "-wal", db + ".checkpoint", db + ".journals", db + ".lock",
+		filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token"),
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("hidden:\n%q\nwant:\n%q", got, want)
+	}
+	if fi, err := os.Stat(filepath.Join(home, ".config/guard")); err != nil || !fi.IsDir() {
+		t.Fatalf("the default config directory was not created: %v", err)
+	}
+	// One of guard's files missing: the shared directory is hidden whole.
+	os.Remove(db + ".checkpoint")
+	got = st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
+	if !slices.Contains(got, shared) {
+		t.Fatalf("hidden %q: want %s whole", got, shared)
+	}
+}
