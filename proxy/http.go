@@ -27,6 +27,9 @@ type HTTPOptions struct {
 	Name string
 	// Argv is the server's command line.
 	Argv []string
+	// Env is the environment of its processes (KEY=VALUE); nil inherits
+	// guard's.
+	Env []string
 	// Remote, when its URL is set, is a server reached over Streamable
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
@@ -249,7 +252,7 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			}
 			return
 		}
-		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
+		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Env: h.opts.Env, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
 			started: started}, pr, s.router)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)

@@ -92,7 +92,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return exitOK
 	}
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
-		proxy.Stdio{Argv: argv, Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
+		proxy.Stdio{Argv: argv, Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]), Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)

@@ -110,6 +110,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		log := logger.With("server", name)
 		o := front(name, log)
 		o.Argv = srv.Command
+		o.Env = cfg.ServerEnv(a.environ(), srv)
 		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"}
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
@@ -187,7 +188,7 @@ func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, in 
 		if o.Remote.URL != "" {
 			return proxy.RunRemote(ctx, opts, o.Remote, in, out)
 		}
-		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Stderr: o.Stderr}, in, out)
+		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Env: o.Env, Stderr: o.Stderr}, in, out)
 		return err
 	}
 }
