@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +19,10 @@ const (
 )
 
 // secretsConfig expands two variables (a remote server's credentials) and
-// lets the server "everything" see one of them.
-func secretsConfig(extra string) string {
-	return `policy: {default: allow}
+// lets the server "everything" see one of them; top comes first, extra
+// last (more of everything's settings).
+func secretsConfig(top, extra string) string {
+	return top + `
 servers:
   remote:
     url: http://127.0.0.1:9/mcp
@@ -54,8 +57,9 @@ func checkServerEnv(t *testing.T, env map[string]string) {
 	if _, ok := env["GUARD_DB"]; ok {
 		t.Errorf("the server sees GUARD_DB")
 	}
-	if _, ok := env["E2E_LISTED_TOKEN"]; !ok {
-		t.Errorf("the server does not see E2E_LISTED_TOKEN, which its env list names")
+	// The server sees it; the client reads its value masked, as guard's.
+	if v, ok := env["E2E_LISTED_TOKEN"]; !ok || v != "[REDACTED:guard-secret]" {
+		t.Errorf("E2E_LISTED_TOKEN, which the server's env list names, reads %q (present: %v), want it masked", v, ok)
 	}
 	if env["PATH"] == "" || env["HOME"] == "" {
 		t.Errorf("the server lacks PATH or HOME: %v", env)
@@ -68,7 +72,7 @@ func everythingArgv(t *testing.T) []string {
 
 // A server run by guard run does not see guard's secrets.
 func TestServerEnvironmentThroughRun(t *testing.T) {
-	e := newEnv(t, secretsConfig(""))
+	e := newEnv(t, secretsConfig("policy: {default: allow}", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs := e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "env", Version: "1"}, nil), "2025-11-25", secretsEnv, "everything", everythingArgv(t)...)
@@ -79,7 +83,7 @@ func TestServerEnvironmentThroughRun(t *testing.T) {
 // either.
 func TestServerEnvironmentThroughServe(t *testing.T) {
 	argv, _ := json.Marshal(everythingArgv(t))
-	e := newEnv(t, secretsConfig("    command: "+string(argv)+"\n"))
+	e := newEnv(t, secretsConfig("policy: {default: allow}", "    command: "+string(argv)+"\n"))
 	e.environ = secretsEnv
 	url := e.serve() + "/mcp/everything"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -91,4 +95,58 @@ func TestServerEnvironmentThroughServe(t *testing.T) {
 	}
 	defer cs.Close()
 	checkServerEnv(t, serverEnv(t, cs))
+}
+
+// guard's own secrets — the UI's login token, the checkpoint key, the
+// values its configuration expanded — are masked in what the client reads
+// (redact_results is off) and in the audit log's arguments and results, and
+// in the arguments a pending approval keeps.
+func TestOwnSecretsMasked(t *testing.T) {
+	e := newEnv(t, secretsConfig(`policy:
+  default: allow
+  rules: [{name: hold-writes, tool: write_note, action: approve}]
+approval: {wait: 30s}`, ""))
+	if out, code := e.guard("ui", "url"); code != 0 { // makes the token
+		t.Fatal(out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "own", Version: "1"}, nil), "2025-11-25", secretsEnv, "notes", guardBin, "example-server")
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(e.db), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	own := map[string]string{"ui token": read("ui.token"), "checkpoint key": read("audit.key"), "expanded variable": remoteToken}
+	var text string
+	for _, v := range own {
+		text += "[" + v + "] "
+	}
+	got, _ := callText(t, cs, "echo", map[string]any{"text": text})
+	audit, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "echo")
+	for what, v := range own {
+		if strings.Contains(got, v) {
+			t.Errorf("the client read the %s: %q", what, got)
+		}
+		if strings.Contains(audit, v) {
+			t.Errorf("the audit log holds the %s:\n%s", what, audit)
+		}
+	}
+	if strings.Count(got, "[[REDACTED:guard-secret]]") != 3 || strings.Count(audit, "[[REDACTED:guard-secret]]") != 6 {
+		t.Errorf("want each secret masked: the client read %q; the audit holds:\n%s", got, audit)
+	}
+
+	held := goCall(func() (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_note", Arguments: map[string]any{"title": "t", "body": own["ui token"]}})
+	})
+	a := e.pendingFor(ctx, "write_note")
+	if strings.Contains(a.Arguments, own["ui token"]) || !strings.Contains(a.Arguments, "[REDACTED:guard-secret]") {
+		t.Errorf("the pending approval keeps %s", a.Arguments)
+	}
+	if out, code := e.guard("approvals", "deny", a.ID, "--reason", "no"); code != 0 {
+		t.Fatal(out)
+	}
+	awaitCall(t, held)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
@@ -22,7 +23,10 @@ type relaying struct {
 	holds     *approvals.Manager
 	contracts *policy.Contracts                            // compiled schemas, shared by the sessions
 	scan      func(server string, def []byte) []guard.Flag // shared by the sessions
-	stop      func()
+	// own are guard's own secrets, by value: masked in every record and
+	// in every result a client reads.
+	own  []string
+	stop func()
 }
 
 // startRelaying starts it, or says why not and returns the status to exit
@@ -44,6 +48,11 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, exitUsage, false
 	}
+	own, err := ownSecrets(st, cfg, db)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return nil, exitFailure, false
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go engine.Watch(ctx, reloadEvery)
 	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
@@ -51,7 +60,23 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		go serveUI(ctx, st, db, holds, engine, listen, logger)
 	}
 	return &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
-		scan: toolScanner(ctx, db, logger), stop: cancel}, 0, true
+		scan: toolScanner(ctx, db, logger), own: own, stop: cancel}, 0, true
+}
+
+// ownSecrets lists the values of guard's own secrets: the UI's login token
+// (made now when it does not exist yet, so that it is known before the
+// first session), the checkpoint key in every form it may be written in,
+// and the values of the variables the configuration expanded.
+func ownSecrets(st *settings, cfg *policy.Config, db *store.DB) ([]string, error) {
+	tok, err := uiToken(st.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	own := append([]string{tok, strings.ToUpper(tok)}, db.SecretForms()...)
+	for _, v := range cfg.Expanded {
+		own = append(own, v)
+	}
+	return own, nil
 }
 
 // options are the relay's options for one session with a server.
@@ -61,8 +86,10 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 	if srv == nil {
 		srv = policy.DefaultServer()
 	}
-	redactor := cfg.Redactor()
-	var maskResults func([]byte) ([]byte, int)
+	redactor := cfg.Redactor().WithOwnSecrets(rt.own)
+	// guard's own secrets are masked in what the client reads whatever
+	// redact_results says; the user's only when it says so.
+	maskResults := redactor.MaskOwnSecrets
 	if cfg.RedactResults {
 		maskResults = redactor.MaskSecrets
 	}
@@ -75,6 +102,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		Holds:            rt.holds,
 		Redactor:         redactor,
 		MaskResults:      maskResults,
+		MaskOwnSecrets:   redactor.MaskOwnSecrets,
 		Contracts:        rt.contracts,
 		IgnoreBadSchemas: srv.BadSchema == "ignore",
 		ScanTool:         rt.scan,
