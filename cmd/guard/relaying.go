@@ -43,6 +43,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	}
 	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
+		Gate: db, Isolated: a.isolated(cfg),
 	})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
@@ -62,6 +63,12 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	return &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
 		scan: toolScanner(ctx, db, logger), own: own, stop: cancel}, 0, true
 }
+
+// isolated reports whether isolation is in force for every server this
+// process runs, so that none of them can write guard's configuration.
+// Until the sandbox says so, no process claims it: a configuration change
+// that alters decisions then waits for a person.
+func (a *app) isolated(*policy.Config) bool { return false }
 
 // ownSecrets lists the values of guard's own secrets: the UI's login token
 // (made now when it does not exist yet, so that it is known before the
