@@ -69,6 +69,9 @@ func (e *env) serve(flags ...string) string {
 	addr := freePort(e.t)
 	cmd := exec.Command(guardBin, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--listen", addr, "--no-ui"}, flags...)...)
 	cmd.Stderr = os.Stderr
+	if e.environ != nil {
+		cmd.Env = append(os.Environ(), e.environ...)
+	}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -84,6 +84,8 @@ type env struct {
 	dir string
 	db  string
 	cfg string
+	// environ, when set, is added to guard serve's environment.
+	environ []string
 }
 
 func newEnv(t *testing.T, config string) *env {

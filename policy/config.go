@@ -65,6 +65,11 @@ type Config struct {
 		Mode    string
 		Rules   []Rule
 	}
+	// Expanded maps each environment variable the configuration expanded
+	// (${NAME}, anywhere but in a server's command) to the value it had:
+	// guard's own secrets, kept from the servers' environment and masked
+	// wherever they appear.
+	Expanded map[string]string
 }
 
 // Server holds the settings of one named server.
@@ -83,6 +88,9 @@ type Server struct {
 	// own directories and files do not exist (where the kernel allows
 	// it); "off": it sees everything its user can.
 	Sandbox string
+	// Env names the variables of Config.Expanded this server's process
+	// may still see; the others are removed from its environment.
+	Env []string
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -162,7 +170,7 @@ func Parse(data []byte, file string) (*Config, error) {
 func parse(data []byte, file string, getenv func(string) string, includes bool) (*Config, error) {
 	c := Default()
 	c.File = file
-	p := &parser{file: file, getenv: getenv}
+	p := &parser{file: file, getenv: getenv, expanded: map[string]string{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, yamlError(file, err)
@@ -176,6 +184,9 @@ func parse(data []byte, file string, getenv func(string) string, includes bool) 
 		if err := c.readIncludes(getenv); err != nil {
 			return nil, err
 		}
+	}
+	if len(p.expanded) > 0 {
+		c.Expanded = p.expanded
 	}
 	return c, checkRules(c.Policy.Rules)
 }
@@ -241,6 +252,9 @@ type parser struct {
 	file   string
 	getenv func(string) string
 	conds  *conditions
+	// expanded records every variable expand replaced, with its value;
+	// nil records none.
+	expanded map[string]string
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) error {
@@ -337,6 +351,22 @@ func (p *parser) size(dst *int64) func(*yaml.Node) error {
 }
 
 func (p *parser) list(dst *[]string) func(*yaml.Node) error {
+	return p.listWith(dst, p.expand)
+}
+
+// command reads a server's command line. Its variables are expanded but
+// not recorded as guard's secrets: the server reads their values on its
+// command line anyway (${HOME}/projects must not take HOME from it).
+func (p *parser) command(dst *[]string) func(*yaml.Node) error {
+	return p.listWith(dst, func(s string) string {
+		if !strings.Contains(s, "${") {
+			return s
+		}
+		return os.Expand(s, p.getenv)
+	})
+}
+
+func (p *parser) listWith(dst *[]string, expand func(string) string) func(*yaml.Node) error {
 	return func(n *yaml.Node) error {
 		if n.Kind != yaml.SequenceNode {
 			return p.errf(n, "expected a list")
@@ -346,19 +376,47 @@ func (p *parser) list(dst *[]string) func(*yaml.Node) error {
 			if e.Kind != yaml.ScalarNode {
 				return p.errf(e, "expected a string")
 			}
-			out = append(out, p.expand(e.Value))
+			out = append(out, expand(e.Value))
 		}
 		*dst = out
 		return nil
 	}
 }
 
-// expand replaces ${VAR} with the environment's value.
+// expand replaces ${VAR} with the environment's value, and records the
+// variable: every expansion site but a server's command goes through it, so
+// that a value the configuration reads (a header's token, a password) is
+// known as guard's own secret.
 func (p *parser) expand(s string) string {
 	if !strings.Contains(s, "${") {
 		return s
 	}
-	return os.Expand(s, func(k string) string { return p.getenv(k) })
+	return os.Expand(s, func(k string) string {
+		v := p.getenv(k)
+		if p.expanded != nil {
+			p.expanded[k] = v
+		}
+		return v
+	})
+}
+
+// envNameRE is what a name in a server's env list may be.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envNames reads a server's env: a list of variable names.
+func (p *parser) envNames(dst *[]string) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind != yaml.SequenceNode {
+			return p.errf(n, "env: expected a list of variable names, like [REMOTE_TOKEN]")
+		}
+		for _, e := range n.Content {
+			if e.Kind != yaml.ScalarNode || !envNameRE.MatchString(e.Value) {
+				return p.errf(e, "env: %q is not a variable name (list names, like REMOTE_TOKEN: the values come from guard's environment)", e.Value)
+			}
+			*dst = append(*dst, e.Value)
+		}
+		return nil
+	}
 }
 
 func (p *parser) config(n *yaml.Node, c *Config) error {
@@ -440,7 +498,8 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 		name, v := n.Content[i].Value, n.Content[i+1]
 		s := DefaultServer()
 		err := p.mapping(v, map[string]func(*yaml.Node) error{
-			"command": p.list(&s.Command),
+			"command": p.command(&s.Command),
+			"env":     p.envNames(&s.Env),
 			"url":     func(n *yaml.Node) error { err := p.str(&s.URL)(n); s.URL = p.expand(s.URL); return err },
 			"headers": func(n *yaml.Node) error {
 				if n.Kind != yaml.MappingNode {

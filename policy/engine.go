@@ -1,13 +1,12 @@
 package policy
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +29,22 @@ type Engine struct {
 	logger   *slog.Logger
 	cur      atomic.Pointer[Policy]
 	cfg      atomic.Pointer[Config]
-	seen     [32]byte // digest of the files last loaded (Watch only)
+	isolated func() bool
+	gate     Gate
+	// Watch's own: the files' digest last looked at, the approved rules
+	// in force, the digest of a change waiting for a person ("": none).
+	seen     string
+	approved []Rule
+	pending  string
+}
+
+// Gate is where the processes sharing a database learn which
+// configuration changes a person applied, note the ones that wait, and
+// which approved-rules files guard itself wrote. store.DB implements it.
+type Gate interface {
+	ConfigApplied(ctx context.Context, digest string) (bool, error)
+	NoteConfigChange(ctx context.Context, digest, summary string) error
+	RulesWritten(ctx context.Context, digest string) (bool, error)
 }
 
 // EngineOptions configure NewEngine.
@@ -44,6 +58,15 @@ type EngineOptions struct {
 	// Limiter keeps the buckets of the configured rate limits; nil
 	// checks none.
 	Limiter Limiter
+	// Isolated reports whether isolation is in force for every server
+	// that could write guard's files: none of them can, so Watch applies
+	// every valid change by itself. When it is nil or says false, a
+	// change that alters decisions waits for a person (Gate). It is asked
+	// at each change, since a server may lose its isolation meanwhile.
+	Isolated func() bool
+	// Gate records changes that wait and the decisions on them; nil
+	// applies none of them.
+	Gate Gate
 }
 
 // NewEngine compiles cfg (read from file) with the approved rules.
@@ -54,7 +77,8 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger}
+	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
+		isolated: o.Isolated, gate: o.Gate}
 	approved, err := LoadRules(e.approvedPath(), e.getenv)
 	if err != nil {
 		return nil, err
@@ -64,7 +88,7 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 	}
 	e.cfg.Store(cfg)
 	e.cur.Store(Compile(cfg, approved, e.prot))
-	e.seen = e.digest()
+	e.seen, e.approved = e.digest(), approved
 	return e, nil
 }
 
@@ -103,58 +127,55 @@ func (e *Engine) Decide(call *guard.Call) guard.Verdict {
 }
 
 // digest covers the configuration, its includes and the approved rules.
-func (e *Engine) digest() [32]byte {
-	h := sha256.New()
-	files := []string{e.file, e.approvedPath()}
-	if c := e.cfg.Load(); c != nil && e.file != "" {
-		for _, pat := range c.Include {
-			if !filepath.IsAbs(pat) {
-				pat = filepath.Join(filepath.Dir(e.file), pat)
-			}
-			m, _ := filepath.Glob(pat)
-			files = append(files, m...)
-		}
+func (e *Engine) digest() string { return FilesDigest(e.file, e.rulesDir, e.cfg.Load()) }
+
+// Reload reads the files again and applies them; an invalid change leaves
+// the policy in force and is returned.
+func (e *Engine) Reload() error {
+	cfg, approved, err := e.load()
+	if err != nil {
+		return err
 	}
-	for _, f := range files {
-		if f == "" {
-			continue
-		}
-		b, _ := os.ReadFile(f)
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
-		h.Write(b)
-	}
-	var out [32]byte
-	copy(out[:], h.Sum(nil))
-	return out
+	e.apply(cfg, approved)
+	return nil
 }
 
-// Reload reads the files again; an invalid change leaves the policy in
-// force and is returned.
-func (e *Engine) Reload() error {
+// load reads and checks the files.
+func (e *Engine) load() (*Config, []Rule, error) {
 	cfg := Default()
 	var err error
 	if e.file != "" {
 		if cfg, err = Load(e.file, e.getenv); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	approved, err := LoadRules(e.approvedPath(), e.getenv)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
-		return err
+		return nil, nil, err
 	}
+	return cfg, approved, nil
+}
+
+func (e *Engine) apply(cfg *Config, approved []Rule) {
 	e.cfg.Store(cfg)
 	e.cur.Store(Compile(cfg, approved, e.prot))
-	return nil
+	e.approved = approved
 }
 
 // settle is how long a changed configuration must stay unchanged before
 // it is loaded.
 const settle = 50 * time.Millisecond
 
-// Watch reloads the policy whenever its files change, until ctx ends.
+// Watch looks at the policy's files every so often, until ctx ends. A
+// valid change is applied at once when it cannot alter a decision (see
+// Changes), when it only adds rules guard itself learned, or when
+// isolation is in force (EngineOptions.Isolated). Otherwise a wrapped
+// server could have written it: guard logs what changed, keeps the policy
+// in force, and notes the change for a person (the UI, or guard policy
+// reload), applying it once a person has, in any process on the database.
 func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -165,21 +186,74 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		d := e.digest()
-		if bytes.Equal(d[:], e.seen[:]) {
+		if d == e.seen {
+			if e.pending != "" && e.applied(ctx, e.pending) {
+				e.consider(ctx)
+			}
 			continue
 		}
 		// A file being written (truncated, then filled) is read again
 		// once it has stopped changing.
 		time.Sleep(settle)
-		if d2 := e.digest(); !bytes.Equal(d[:], d2[:]) {
+		if d2 := e.digest(); d != d2 {
 			continue
 		}
 		e.seen = d
-		if err := e.Reload(); err != nil {
-			e.logger.Error("config change not applied; the previous policy stays in force", "err", err)
-			continue
+		e.consider(ctx)
+	}
+}
+
+// applied reports whether a person applied the files with digest d.
+func (e *Engine) applied(ctx context.Context, d string) bool {
+	if e.gate == nil {
+		return false
+	}
+	ok, err := e.gate.ConfigApplied(ctx, d)
+	if err != nil {
+		e.logger.Error("config change: cannot read whether it was applied", "err", err)
+	}
+	return ok
+}
+
+// consider loads the files and applies them, or leaves them to a person.
+func (e *Engine) consider(ctx context.Context) {
+	e.pending = ""
+	cfg, approved, err := e.load()
+	if err != nil {
+		e.logger.Error("config change not applied; the previous policy stays in force", "err", err)
+		return
+	}
+	// By the includes of the files read, as guard policy reload does; a
+	// file that changed while it was read is read again at the next look.
+	d := FilesDigest(e.file, e.rulesDir, cfg)
+	if e.digest() != e.seen {
+		return
+	}
+	learned := true // a learned-rules file guard did not write counts
+	if e.gate != nil {
+		b, _ := os.ReadFile(e.approvedPath())
+		if ok, err := e.gate.RulesWritten(ctx, RulesDigest(b)); err == nil && ok {
+			learned = false
 		}
+	}
+	changes := Changes(e.cfg.Load(), cfg, e.approved, approved, learned)
+	switch {
+	case len(changes) == 0, e.isolated != nil && e.isolated():
+		e.apply(cfg, approved)
 		e.logger.Info("config reloaded", "policy", e.Policy().Version())
+	case e.applied(ctx, d):
+		e.apply(cfg, approved)
+		e.logger.Info("config reloaded: a person applied this change", "policy", e.Policy().Version(), "digest", d)
+	default:
+		e.pending = d
+		summary := strings.Join(changes, "\n")
+		e.logger.Warn("config change waits for a person (the UI's Configuration change, or guard policy reload): the previous policy stays in force",
+			"digest", d, "changes", summary)
+		if e.gate != nil {
+			if err := e.gate.NoteConfigChange(ctx, d, summary); err != nil {
+				e.logger.Error("config change: cannot record it", "err", err)
+			}
+		}
 	}
 }
 
@@ -188,7 +262,11 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 // same action is there already. Every field of the rules already there is
 // written back as it was; a new rule whose name is taken gets a numbered
 // one.
-func AppendApprovedRule(rulesDir string, r Rule) (bool, error) {
+//
+// wrote, when set, is given the digest of the new file before it replaces
+// the old one (RulesDigest): a running guard applies a file it knows guard
+// wrote without waiting for a person.
+func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string) error) (bool, error) {
 	file := filepath.Join(rulesDir, ApprovedRulesFile)
 	rules, err := LoadRules(file, os.Getenv)
 	if err != nil {
@@ -242,7 +320,13 @@ func AppendApprovedRule(rulesDir string, r Rule) (bool, error) {
 		return false, fmt.Errorf("approved rules: %w", err)
 	}
 	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, append([]byte("# Rules learned from approvals. guard writes this file.\n"), b...), 0o600); err != nil {
+	content := append([]byte("# Rules learned from approvals. guard writes this file.\n"), b...)
+	if wrote != nil {
+		if err := wrote(RulesDigest(content)); err != nil {
+			return false, fmt.Errorf("approved rules: %w", err)
+		}
+	}
+	if err := os.WriteFile(tmp, content, 0o600); err != nil {
 		return false, fmt.Errorf("approved rules: %w", err)
 	}
 	if err := os.Rename(tmp, file); err != nil {

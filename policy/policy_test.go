@@ -215,6 +215,7 @@ func TestSelfProtection(t *testing.T) {
 	}
 }
 
+// With isolation in force, a valid change is applied by itself.
 func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "guard.yaml")
@@ -223,7 +224,7 @@ func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d")})
+	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Isolated: func() bool { return true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	}
 	// A rule learned from an approval, written by another process.
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
-	if added, err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}); err != nil || !added {
+	if added, err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}, nil); err != nil || !added {
 		t.Fatal(added, err)
 	}
 	waitFor("allow")
@@ -265,7 +266,7 @@ func TestAppendApprovedRule(t *testing.T) {
 		"  - {name: read-etc, method: resources/read, uri: 'file:///etc/*', action: deny, reason: not etc}\n"), 0o600)
 	add := func(r Rule) bool {
 		t.Helper()
-		added, err := AppendApprovedRule(dir, r)
+		added, err := AppendApprovedRule(dir, r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

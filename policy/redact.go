@@ -17,6 +17,37 @@ type Redactor struct {
 	keys    map[string]bool // normalised names
 	probes  [][]byte        // lower-case names, for a quick check
 	secrets *secrets.Masker // secret shapes, wherever they are
+	own     *secrets.Masker // guard's own secrets alone; nil: none
+}
+
+// OwnSecretKind is the kind in the mask of one of guard's own secrets:
+// "[REDACTED:guard-secret]".
+const OwnSecretKind = "guard-secret"
+
+// WithOwnSecrets returns a copy of r that also masks guard's own secrets,
+// by value, wherever they appear: the UI's login token, the checkpoint
+// key, the values of the variables the configuration expanded. Values
+// shorter than secrets.MinValue (8 bytes) are not masked: they would mask
+// ordinary text.
+func (r *Redactor) WithOwnSecrets(values []string) *Redactor {
+	out := *r
+	own := secrets.Values(OwnSecretKind, values)
+	if own.Len() == 0 {
+		return &out
+	}
+	out.own = own
+	out.secrets = r.secrets.WithValues(OwnSecretKind, values)
+	return &out
+}
+
+// MaskOwnSecrets masks guard's own secrets (WithOwnSecrets) in a message
+// that goes to the client, whatever redact_results says: they are guard's,
+// not the user's, and no tool has a reason to return them.
+func (r *Redactor) MaskOwnSecrets(raw []byte) ([]byte, int) {
+	if r == nil || r.own == nil {
+		return raw, 0
+	}
+	return r.own.MaskJSON(raw)
 }
 
 // Redactor returns the configuration's redactor: values of the configured

@@ -31,6 +31,9 @@ type HTTPOptions struct {
 	// Start, when set, starts each session's server process: see
 	// Stdio.Start.
 	Start func(cmd *exec.Cmd) (*exec.Cmd, error)
+	// Env is the environment of its processes (KEY=VALUE); nil inherits
+	// guard's.
+	Env []string
 	// Remote, when its URL is set, is a server reached over Streamable
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
@@ -279,7 +282,7 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			}
 			return
 		}
-		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Start: h.opts.Start, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
+		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Start: h.opts.Start, Env: h.opts.Env, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
 			started: started}, pr, s.router)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)

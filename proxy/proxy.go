@@ -91,6 +91,10 @@ type Options struct {
 	// resources/read and prompts/get before the client reads them
 	// (redact_results: true).
 	MaskResults func(msg []byte) ([]byte, int)
+	// MaskOwnSecrets, when set, masks guard's own secrets in the complete
+	// arguments a pending approval keeps (the audit's are redacted by
+	// Redactor): the approver needs to see the call, never guard's keys.
+	MaskOwnSecrets func(msg []byte) ([]byte, int)
 	// ScanTool returns what a scan of a tool definition's descriptions
 	// finds; nil scans nothing.
 	ScanTool func(server string, def []byte) []guard.Flag

@@ -17,8 +17,10 @@ import (
 // client's side of the session, on guard's own stdin and stdout.
 type Stdio struct {
 	// Argv is the server's command line. The child inherits guard's
-	// environment and working directory.
+	// working directory.
 	Argv []string
+	// Env is the child's environment (KEY=VALUE); nil inherits guard's.
+	Env []string
 	// Stderr receives the server's stderr unchanged (guard's stderr).
 	Stderr io.Writer
 	// Signals are forwarded to the server (SIGINT, SIGTERM).
@@ -53,6 +55,7 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 	}
 	cmd := exec.Command(sc.Argv[0], sc.Argv[1:]...)
 	cmd.Stderr = sc.Stderr
+	cmd.Env = sc.Env
 	// Blocking pipes: a read waits in the kernel rather than going
 	// through Go's poller (read, EAGAIN, epoll, read again), which costs
 	// two extra system calls per message.

@@ -325,9 +325,13 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	defer release()
 	c.decision = guard.DecisionHeld
 	ci, _ := s.clientInfo()
+	args := c.args
+	if s.opts.MaskOwnSecrets != nil {
+		args, _ = s.opts.MaskOwnSecrets(args)
+	}
 	a, _, err = s.opts.Holds.Hold(ctx, &guard.Approval{
 		ID: c.holdID(), Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
-		Arguments: string(c.args), Digest: digest, Pin: c.pin, PolicyVersion: v.PolicyVersion,
+		Arguments: string(args), Digest: digest, Pin: c.pin, PolicyVersion: v.PolicyVersion,
 		Rule: v.Rule, HeldReason: v.Reason,
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,21 @@ import (
 // whoever can rewrite the database cannot also sign a shorter log.
 type signer struct {
 	key ed25519.PrivateKey
+}
+
+// SecretForms returns the ways the checkpoint key may be written: its file's
+// text (the hex seed), and the seed and the whole private key in hex (both
+// cases) and base64 (standard and URL alphabets, padded or not). guard masks
+// each wherever it appears; none of it is ever recorded.
+func (db *DB) SecretForms() []string {
+	var out []string
+	for _, b := range [][]byte{db.signer.key.Seed(), db.signer.key} {
+		h := hex.EncodeToString(b)
+		out = append(out, h, strings.ToUpper(h),
+			base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+			base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b))
+	}
+	return out
 }
 
 // loadSigner reads the key file, creating it (0600) when it is missing.

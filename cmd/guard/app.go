@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 )
@@ -25,16 +26,20 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
-	logger *slog.Logger
+	// environ is the environment the servers guard starts inherit, less
+	// guard's own secrets (default os.Environ).
+	environ func() []string
+	logger  *slog.Logger
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
 	return &app{
-		stdin:  stdin,
-		stdout: stdout,
-		stderr: stderr,
-		getenv: getenv,
-		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		stdin:   stdin,
+		stdout:  stdout,
+		stderr:  stderr,
+		getenv:  getenv,
+		environ: os.Environ,
+		logger:  slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 }
 

@@ -28,6 +28,63 @@ type isolation struct {
 	// exposed counts the servers started, or configured, without isolation.
 	exposed atomic.Int64
 	logged  sync.Map // server name → true once its isolation was logged
+	// marker is exposedMarker's path; marked holds it (shared lock) from
+	// the first server without isolation until the process ends.
+	marker   string
+	markOnce sync.Once
+	marked   *os.File
+}
+
+// exposedMarker is the file, in guard's data directory, that every guard
+// process running a server without isolation holds a shared lock on for
+// the rest of its life: another process on the machine then knows that
+// guard's files may have been written by a server, whatever its own
+// servers are.
+const exposedMarker = "exposed.lock"
+
+// expose counts a server that runs, or may run, without isolation, and
+// says so to the other guard processes on the machine.
+func (iso *isolation) expose() {
+	iso.exposed.Add(1)
+	iso.markOnce.Do(func() {
+		if iso.marker == "" {
+			return
+		}
+		f, err := os.OpenFile(iso.marker, os.O_RDWR|os.O_CREATE, 0o600)
+		if err == nil {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+		}
+		if err != nil {
+			// The others cannot be told: this process's own answer
+			// (everyServerIsolated) is false all the same.
+			iso.logger.Warn("other guard processes cannot be told that a server here runs without isolation", "err", err)
+			if f != nil {
+				f.Close()
+			}
+			return
+		}
+		iso.marked = f
+	})
+}
+
+// othersExposed reports whether a guard process on this machine (this
+// one included) runs a server without isolation, or whether that cannot
+// be told.
+func (iso *isolation) othersExposed() bool {
+	if iso.marker == "" {
+		return true
+	}
+	f, err := os.OpenFile(iso.marker, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	// A shared lock held by any process makes an exclusive one fail.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // newIsolation works out what servers must not see. With create, the
@@ -38,14 +95,15 @@ func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isol
 	if err != nil {
 		logger.Error("servers cannot be isolated from guard's files: guard cannot find its own program", "err", err)
 	}
-	return &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger}
+	return &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger,
+		marker: filepath.Join(st.DataDir, exposedMarker)}
 }
 
 // declare logs, once per process, whether the stdio server name will be
 // isolated by its configuration, and counts one that opted out.
 func (iso *isolation) declare(name string, srv *policy.Server) {
 	if srv != nil && srv.Sandbox == "off" {
-		iso.exposed.Add(1)
+		iso.expose()
 		iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
 		iso.logged.Store(name, true)
 	}
@@ -61,7 +119,7 @@ func (iso *isolation) probe(names []string, servers map[string]*policy.Server) (
 			continue
 		}
 		if err != nil {
-			iso.exposed.Add(1)
+			iso.expose()
 			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
 		} else {
 			iso.logger.Info("isolation in force: guard's own directories and files do not exist for the server", "server", name)
@@ -96,7 +154,7 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 		if !errors.Is(err, sandbox.ErrUnavailable) {
 			return nil, err // the server itself could not be started
 		}
-		iso.exposed.Add(1)
+		iso.expose()
 		iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
 		return cmd, cmd.Start()
 	}

@@ -49,7 +49,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"approvals", "revoke", "x"}, 2, "", `unknown subcommand "revoke"`},
 		{[]string{"approvals"}, 2, "", "usage: guard approvals"},
 		{[]string{"audit", "delete"}, 2, "", `unknown subcommand "delete"`},
-		{[]string{"policy", "apply"}, 2, "", "unknown subcommand \"apply\" (check, test, replay)"},
+		{[]string{"policy", "apply"}, 2, "", "unknown subcommand \"apply\" (check, test, replay, reload)"},
 		{[]string{"run", "--no-ui", "--upstream", "http://127.0.0.1:1/mcp", "--", "server"}, 2, "", "--upstream URL and a command are exclusive"},
 		{[]string{"run"}, 2, "", "usage: guard run"},
 		{[]string{"run", "--ui", "0.0.0.0:8931", "--", "true"}, 2, "", "reachable from other machines"},

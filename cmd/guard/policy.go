@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,10 +14,10 @@ import (
 )
 
 func init() {
-	commands["policy"] = command{summary: "check, test and replay the policy: policy check | test --call JSON | replay --since DUR", run: cmdPolicy}
+	commands["policy"] = command{summary: "check, test and replay the policy: policy check | test --call JSON | replay --since DUR | reload", run: cmdPolicy}
 }
 
-const policyUsage = "usage: guard policy check | test --call JSON | replay --since DUR [--config NEW]"
+const policyUsage = "usage: guard policy check | test --call JSON | replay --since DUR [--config NEW] | reload [--by NAME]"
 
 func cmdPolicy(ctx context.Context, a *app, args []string) int {
 	if len(args) == 0 {
@@ -30,8 +31,10 @@ func cmdPolicy(ctx context.Context, a *app, args []string) int {
 		return policyTest(ctx, a, args[1:])
 	case "replay":
 		return policyReplay(ctx, a, args[1:])
+	case "reload":
+		return policyReload(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard policy: unknown subcommand %q (check, test, replay)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard policy: unknown subcommand %q (check, test, replay, reload)\n", args[0])
 	return exitUsage
 }
 
@@ -121,4 +124,62 @@ func checkIsolation(a *app, st *settings) {
 			fmt.Fprintf(a.stdout, "  %s: in force (setup %v)\n", name, took.Round(10*time.Microsecond))
 		}
 	}
+}
+
+// policyReload applies the configuration on disk in every running guard on
+// the database: a change that alters decisions waits for a person, and the
+// person running this command is that person. It prints what changed (as
+// the running guards noted it) and the digest it applies, so that a file
+// changed after the review is not what gets applied: a running guard
+// applies only files with that digest.
+func policyReload(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("policy reload")
+	cf := addCommonFlags(fs)
+	by := fs.String("by", "", "who applies it (default: the user running this command)")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	if _, status, ok := a.loadPolicy(st); !ok { // the files must be valid
+		return status
+	}
+	db, err := a.openStore(ctx, st)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	defer db.Close()
+	digest := policy.FilesDigest(st.ConfigPath, st.RulesDir, st.Config)
+	c, err := db.ConfigChangeByDigest(ctx, digest)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	summary := ""
+	switch {
+	case c == nil:
+		fmt.Fprintf(a.stdout, "No running guard has noted a change to these files; applying them as they are.\n")
+	case c.State == "applied":
+		fmt.Fprintf(a.stdout, "Already applied by %s at %s.\n", c.DecidedBy, c.DecidedAt)
+		return exitOK
+	default:
+		summary = c.Summary
+		fmt.Fprintf(a.stdout, "Changes:\n")
+		for line := range strings.SplitSeq(c.Summary, "\n") {
+			fmt.Fprintf(a.stdout, "  %s\n", line)
+		}
+	}
+	who := *by
+	if who == "" {
+		who = currentUser(a.getenv)
+	}
+	if err := db.ApplyConfig(ctx, digest, summary, who); err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(a.stdout, "Applied %s (by %s): running guards take it within seconds.\n", digest, who)
+	return exitOK
 }

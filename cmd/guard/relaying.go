@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
@@ -28,7 +29,10 @@ type relaying struct {
 	// identity when the process started (see configDirReplaced).
 	configDir   string
 	configDirID dirIdentity
-	stop        func()
+	// own are guard's own secrets, by value: masked in every record and
+	// in every result a client reads.
+	own  []string
+	stop func()
 }
 
 // everyServerIsolated reports whether isolation (package sandbox) has
@@ -55,12 +59,27 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			return nil, exitUsage, false
 		}
 	}
+	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true)}
+	rt.configDir, _ = policy.Dirs(a.getenv)
+	if st.ConfigPath != "" {
+		rt.configDir = filepath.Dir(st.ConfigPath)
+	}
+	var err error
+	if rt.configDirID, err = identify(rt.configDir); err != nil {
+		logger.Warn("cannot tell later whether the configuration's directory was replaced", "err", err)
+	}
 	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
+		Gate: db, Isolated: rt.isolated,
 	})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, exitUsage, false
+	}
+	own, err := ownSecrets(st, cfg, db)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		return nil, exitFailure, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go engine.Watch(ctx, reloadEvery)
@@ -68,16 +87,37 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if !noUI {
 		go serveUI(ctx, st, db, holds, engine, listen, logger)
 	}
-	rt := &relaying{cfg: cfg, db: db, engine: engine, holds: holds, contracts: policy.NewContracts(cfg.AssertFormats),
-		scan: toolScanner(ctx, db, logger), iso: a.newIsolation(st, a.logger, true), stop: cancel}
-	rt.configDir, _ = policy.Dirs(a.getenv)
-	if st.ConfigPath != "" {
-		rt.configDir = filepath.Dir(st.ConfigPath)
-	}
-	if rt.configDirID, err = identify(rt.configDir); err != nil {
-		logger.Warn("cannot tell later whether the configuration's directory was replaced", "err", err)
-	}
+	rt.engine, rt.holds, rt.own, rt.stop = engine, holds, own, cancel
+	rt.contracts = policy.NewContracts(cfg.AssertFormats)
+	rt.scan = toolScanner(ctx, db, logger)
 	return rt, 0, true
+}
+
+// isolated reports whether no server can have written guard's
+// configuration: isolation is in force for every server this process
+// started or is configured to start, no other guard process on this
+// machine runs one without it, and the configuration's directory is
+// still the one this process started with. Then a changed configuration
+// applies by itself; otherwise one that alters decisions waits for a
+// person.
+func (rt *relaying) isolated() bool {
+	return rt.everyServerIsolated() && !rt.iso.othersExposed() && !rt.configDirReplaced()
+}
+
+// ownSecrets lists the values of guard's own secrets: the UI's login token
+// (made now when it does not exist yet, so that it is known before the
+// first session), the checkpoint key in every form it may be written in,
+// and the values of the variables the configuration expanded.
+func ownSecrets(st *settings, cfg *policy.Config, db *store.DB) ([]string, error) {
+	tok, err := uiToken(st.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	own := append([]string{tok, strings.ToUpper(tok)}, db.SecretForms()...)
+	for _, v := range cfg.Expanded {
+		own = append(own, v)
+	}
+	return own, nil
 }
 
 // options are the relay's options for one session with a server.
@@ -87,8 +127,10 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 	if srv == nil {
 		srv = policy.DefaultServer()
 	}
-	redactor := cfg.Redactor()
-	var maskResults func([]byte) ([]byte, int)
+	redactor := cfg.Redactor().WithOwnSecrets(rt.own)
+	// guard's own secrets are masked in what the client reads whatever
+	// redact_results says; the user's only when it says so.
+	maskResults := redactor.MaskOwnSecrets
 	if cfg.RedactResults {
 		maskResults = redactor.MaskSecrets
 	}
@@ -101,6 +143,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		Holds:            rt.holds,
 		Redactor:         redactor,
 		MaskResults:      maskResults,
+		MaskOwnSecrets:   redactor.MaskOwnSecrets,
 		Contracts:        rt.contracts,
 		IgnoreBadSchemas: srv.BadSchema == "ignore",
 		ScanTool:         rt.scan,

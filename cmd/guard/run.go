@@ -93,8 +93,8 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	rt.iso.declare(server, cfg.Servers[server])
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
-		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Stderr: a.stderr, Signals: sigs},
-		a.clientIn(), a.clientOut())
+		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
+			Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)

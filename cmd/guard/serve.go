@@ -122,6 +122,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			o.Start = rt.iso.start(name, srv)
 			stdio = append(stdio, name)
 		}
+		o.Env = cfg.ServerEnv(a.environ(), srv)
 		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"}
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
@@ -202,7 +203,7 @@ func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, in 
 		if o.Remote.URL != "" {
 			return proxy.RunRemote(ctx, opts, o.Remote, in, out)
 		}
-		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Stderr: o.Stderr}, in, out)
+		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Env: o.Env, Stderr: o.Stderr}, in, out)
 		return err
 	}
 }

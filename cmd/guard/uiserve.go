@@ -114,7 +114,9 @@ func allowAlways(db *store.DB, rulesDir string) func(server, tool, by string) er
 		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(server+"-"+tool)
 		r := policy.Rule{Name: name, Server: escapeGlob(server), Tool: escapeGlob(tool), Method: "tools/call",
 			Action: guard.ActionAllow, Reason: "allowed from now on by " + by}
-		added, err := policy.AppendApprovedRule(rulesDir, r)
+		added, err := policy.AppendApprovedRule(rulesDir, r, func(digest string) error {
+			return db.NoteRulesWritten(context.Background(), digest)
+		})
 		if err != nil || !added {
 			return err // not added: the same rule is there already
 		}

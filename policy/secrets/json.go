@@ -165,6 +165,9 @@ func (m *Masker) maskJSON(doc []byte) ([]byte, int) {
 // maskValue masks a string value, decoded, that belongs to a member with
 // the name.
 func (m *Masker) maskValue(v []byte, name memberName) (string, int) {
+	if m != nil && m.valuesOnly {
+		name = none // the names' rules are built in
+	}
 	switch name {
 	case awsSecretName:
 		if len(v) == 40 && all(v, isAWSSecretByte) {

@@ -17,6 +17,7 @@ package secrets
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -34,7 +35,59 @@ const SecretGroup = "secret"
 // for concurrent use. A nil *Masker masks the built-in patterns.
 type Masker struct {
 	pats  []*pattern
-	extra int // how many of pats are configured; they come last
+	extra int // how many of pats are configured or values; they come last
+	// valuesOnly: no built-in pattern, only exact values (Values).
+	valuesOnly bool
+}
+
+// MinValue is the shortest exact value a Masker masks: a shorter one
+// would mask ordinary text ("admin", a port number) wherever it occurs.
+const MinValue = 8
+
+// WithValues returns a Masker that also masks each of values exactly,
+// wherever it occurs, as "[REDACTED:<kind>]": secrets whose values are
+// known rather than their shapes. Values shorter than MinValue, and
+// duplicates, are left out. m is not changed.
+func (m *Masker) WithValues(kind string, values []string) *Masker {
+	out := &Masker{pats: append([]*pattern(nil), m.patterns()...)}
+	if m != nil {
+		out.extra, out.valuesOnly = m.extra, m.valuesOnly
+	}
+	for _, v := range values {
+		if len(v) < MinValue || slices.ContainsFunc(out.pats, func(p *pattern) bool { return p.lit == v }) {
+			continue
+		}
+		out.pats = append(out.pats, literal(kind, v))
+		out.extra++
+	}
+	return out
+}
+
+// Values returns a Masker of exact values only, without the built-in
+// patterns (see WithValues).
+func Values(kind string, values []string) *Masker {
+	return (&Masker{pats: []*pattern{}, valuesOnly: true}).WithValues(kind, values)
+}
+
+// probeLen bounds the probe of an exact value.
+const probeLen = 16
+
+// Len is how many patterns and values m masks.
+func (m *Masker) Len() int { return len(m.patterns()) }
+
+// literal is the pattern of one exact value. Its probe, what a text must
+// hold to be searched, is the value's start that JSON writes as it is (so
+// that an escaped character later in the value does not hide it from the
+// quick look), at most probeLen bytes (which the substring search finds
+// with vector instructions).
+func literal(kind, v string) *pattern {
+	p := &pattern{kind: kind, mask: maskFor(kind), lit: v}
+	n := 0
+	for n < len(v) && n < probeLen && jsonPlain(v[n:n+1]) {
+		n++
+	}
+	p.prefix, p.probe = v[:n], []byte(v[:n])
+	return p
 }
 
 // New returns a Masker with the built-in patterns plus extra (Go regexp
@@ -174,12 +227,27 @@ type pattern struct {
 	re     *regexp.Regexp
 	group  int
 	prefix string
+
+	// An exact value (WithValues), found with strings.Index; its prefix
+	// (also as bytes: probe) is what a text must hold to be searched.
+	lit   string
+	probe []byte
 }
 
 // find returns p's first match in s that starts at or after from. Text
 // before from is out of sight, as if s started there: a match at from
 // counts as starting a word.
 func (p *pattern) find(s string, from int) span {
+	if p.lit != "" {
+		if from > len(s) {
+			return span{}
+		}
+		j := strings.Index(s[from:], p.lit)
+		if j < 0 {
+			return span{}
+		}
+		return span{start: from + j, from: from + j, to: from + j + len(p.lit), ok: true}
+	}
 	if p.re != nil {
 		return p.findRegexp(s, from)
 	}
@@ -282,6 +350,9 @@ func isWordByte(c byte) bool {
 // mayMatch reports whether some pattern of m may match in s: false means
 // Mask would change nothing. It does not allocate.
 func mayMatch[T text](m *Masker, s T) bool {
+	if m != nil && m.valuesOnly {
+		return mayMatchExtra(m, s)
+	}
 	for _, g := range anchorGroups {
 		for i := indexByteFrom(s, 0, g.anchor); i >= 0; i = indexByteFrom(s, i+1, g.anchor) {
 			for _, p := range g.pats {
@@ -291,11 +362,21 @@ func mayMatch[T text](m *Masker, s T) bool {
 			}
 		}
 	}
-	if m != nil {
-		for _, p := range m.pats[len(m.pats)-m.extra:] {
-			if p.prefix == "" || indexLit(s, 0, p.prefix, 0) >= 0 {
+	return m != nil && mayMatchExtra(m, s)
+}
+
+// mayMatchExtra is mayMatch for the configured patterns and the values.
+func mayMatchExtra[T text](m *Masker, s T) bool {
+	for _, p := range m.pats[len(m.pats)-m.extra:] {
+		switch {
+		case p.prefix == "":
+			return true
+		case p.lit != "":
+			if indexText(s, p.prefix, p.probe) >= 0 {
 				return true
 			}
+		case indexLit(s, 0, p.prefix, 0) >= 0:
+			return true
 		}
 	}
 	return false

@@ -312,3 +312,32 @@ func TestMaskNeighbours(t *testing.T) {
 		}
 	}
 }
+
+// Known values are masked exactly, in text and in JSON strings (escaped
+// or not), beside the built-in patterns or alone; short values are not.
+func TestValues(t *testing.T) {
+	const tok = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	const quoted = `pa"ss\word-1234`
+	for _, m := range []*secrets.Masker{secrets.Values("guard-secret", []string{tok, quoted, "short"}),
+		(*secrets.Masker)(nil).WithValues("guard-secret", []string{tok, quoted, "short"})} {
+		if got, n := m.Mask("token " + tok + ", short, again " + tok); n != 2 || got != "token [REDACTED:guard-secret], short, again [REDACTED:guard-secret]" {
+			t.Errorf("Mask: %q, %d", got, n)
+		}
+		doc := []byte(`{"text":"x` + tok + `y","p":"` + jsonString(quoted)[1:len(jsonString(quoted))-1] + `","u":"\u0030f1e2d3c4b5a69788796a5b4c3d2e1f0"}`)
+		got, n := m.MaskJSON(doc)
+		if n != 3 || string(got) != `{"text":"x[REDACTED:guard-secret]y","p":"[REDACTED:guard-secret]","u":"[REDACTED:guard-secret]"}` {
+			t.Errorf("MaskJSON: %s, %d", got, n)
+		}
+		if again, n := m.MaskJSON(got); n != 0 || string(again) != string(got) {
+			t.Errorf("masking again: %s, %d", again, n)
+		}
+	}
+	only := secrets.Values("guard-secret", []string{tok})
+	if got, n := only.MaskJSON([]byte(`{"k":"AKIAIOSFODNN7EXAMPLE","authorization":"Bearer abcdefghijkl"}`)); n != 0 {
+		t.Errorf("a values-only masker masked a built-in pattern: %s", got)
+	}
+	got, n := masker(t).WithValues("guard-secret", []string{tok}).Mask("AKIAIOSFODNN7EXAMPLE " + tok)
+	if n != 2 || got != "[REDACTED:aws_access_key] [REDACTED:guard-secret]" {
+		t.Errorf("with the built-ins: %q, %d", got, n)
+	}
+}

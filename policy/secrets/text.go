@@ -74,3 +74,16 @@ func indexLit[T text](s T, from int, lit string, off int) int {
 		}
 	}
 }
+
+// indexText returns the first offset of lit (also given as bytes) in s,
+// or -1, with the standard library's substring search (vectorised where it
+// can be).
+func indexText[T text](s T, lit string, litB []byte) int {
+	switch v := any(s).(type) {
+	case string:
+		return strings.Index(v, lit)
+	case []byte:
+		return bytes.Index(v, litB)
+	}
+	return -1
+}

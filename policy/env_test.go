@@ -1,0 +1,48 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// Every variable the configuration expands is recorded with its value,
+// but those of a server's command (which the server reads anyway); a
+// server's environment lacks them unless its env list names them.
+func TestServerEnvWithholdsExpandedVariables(t *testing.T) {
+	vars := map[string]string{"TOKEN": "t0ken-value-1", "OTHER": "other-value-2", "ROOT": "/srv/data"}
+	cfg, err := parse([]byte(`
+servers:
+  remote:
+    url: https://x.example/mcp?key=${OTHER}
+    headers: {Authorization: "Bearer ${TOKEN}"}
+  files:
+    command: [server, "${ROOT}"]
+    env: [OTHER]
+`), "guard.yaml", func(k string) string { return vars[k] }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"TOKEN": "t0ken-value-1", "OTHER": "other-value-2"}; len(cfg.Expanded) != 2 ||
+		cfg.Expanded["TOKEN"] != want["TOKEN"] || cfg.Expanded["OTHER"] != want["OTHER"] {
+		t.Errorf("Expanded = %v, want %v", cfg.Expanded, want)
+	}
+	environ := []string{"PATH=/bin", "HOME=/home/me", "TOKEN=t0ken-value-1", "OTHER=other-value-2", "ROOT=/srv/data", "GUARD_DB=/x.db", "GUARD_CONFIG=/g.yaml"}
+	if got, want := cfg.ServerEnv(environ, cfg.Servers["files"]), []string{"PATH=/bin", "HOME=/home/me", "OTHER=other-value-2", "ROOT=/srv/data"}; !slices.Equal(got, want) {
+		t.Errorf("files' environment = %q, want %q", got, want)
+	}
+	if got, want := cfg.ServerEnv(environ, nil), []string{"PATH=/bin", "HOME=/home/me", "ROOT=/srv/data"}; !slices.Equal(got, want) {
+		t.Errorf("an unnamed server's environment = %q, want %q", got, want)
+	}
+}
+
+// env takes names only: a value, or a mapping, is an error with its line.
+func TestServerEnvTakesNamesOnly(t *testing.T) {
+	for _, bad := range []string{"env: [TOKEN=x]", "env: [\"${TOKEN}\"]", "env: {TOKEN: x}", "env: [1A]"} {
+		_, err := parse([]byte("servers:\n  s:\n    "+bad+"\n"), "guard.yaml", func(string) string { return "" }, false)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.File != "guard.yaml" || ce.Line != 3 {
+			t.Errorf("%s: err = %v, want a config error at guard.yaml:3", bad, err)
+		}
+	}
+}
