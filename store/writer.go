@@ -58,8 +58,9 @@ type appendReq struct {
 type auditStats struct {
 	latency *metrics.Histogram // until committed
 	batches *metrics.Histogram // records per transaction
-	backlog atomic.Int64       // records appended, not yet answered
-	peak    atomic.Int64       // the most backlog has been
+	backlog  atomic.Int64       // records appended, not yet answered
+	peak     atomic.Int64       // the most backlog has been
+	attempts atomic.Int64       // transactions begun (retries included)
 }
 
 func newAuditStats() *auditStats {
@@ -247,6 +248,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 		}
 	}
 	wc := db.wc
+	db.stats.attempts.Add(1)
 	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
