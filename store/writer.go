@@ -56,8 +56,8 @@ type appendReq struct {
 
 // auditStats are the writer's figures.
 type auditStats struct {
-	latency *metrics.Histogram // until committed
-	batches *metrics.Histogram // records per transaction
+	latency  *metrics.Histogram // until committed
+	batches  *metrics.Histogram // records per transaction
 	backlog  atomic.Int64       // records appended, not yet answered
 	peak     atomic.Int64       // the most backlog has been
 	attempts atomic.Int64       // transactions begun (retries included)
