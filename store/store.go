@@ -56,6 +56,7 @@ type DB struct {
 	w      *sql.DB // the connection of every other write (readers when read-only)
 	r      *sql.DB // readers
 	signer *signer // nil when read-only and there is no key
+	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	queue   chan *appendReq // to the writer; nil when read-only
 	closeMu sync.RWMutex    // held by AppendAsync while it queues
@@ -325,6 +326,9 @@ func (db *DB) Close() error {
 // -wal and -shm files for read-only openers (persistWAL).
 func (db *DB) closeAll() error {
 	var errs []error
+	if db.hold != nil {
+		errs = append(errs, db.hold.Close())
+	}
 	if db.r != nil && db.r != db.w {
 		errs = append(errs, db.r.Close())
 	}
@@ -377,8 +381,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if _, err := os.Stat(opts.Path); err != nil {
-		return nil, fmt.Errorf("store: no database at %s: %w", opts.Path, err)
+	if _, err := os.Stat(opts.Path); errors.Is(err, os.ErrNotExist) {
+		return openEmpty(ctx, opts)
 	}
 	r, err := sql.Open("sqlite", "file:"+opts.Path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
@@ -404,6 +408,27 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
+}
+
+// openEmpty stands for a database that does not exist yet: one in memory,
+// with the schema and nothing in it, so that reading commands answer
+// "nothing recorded" without creating the file.
+func openEmpty(ctx context.Context, opts Options) (*DB, error) {
+	r, err := sql.Open("sqlite", "file:guard-empty-"+newID()+"?mode=memory&cache=shared&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	r.SetMaxOpenConns(4)
+	// The database lives as long as a connection to it: one is held.
+	hold, err := r.Conn(ctx)
+	if err == nil {
+		err = migrate(ctx, r, 0)
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats()}, nil
 }
 
 // latestMigration is the version of the last embedded migration.
