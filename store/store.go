@@ -52,10 +52,10 @@ type Options struct {
 // DB is an open guard database.
 type DB struct {
 	opts   Options
-	aw     *sql.DB // the audit writer's own connection (nil when read-only)
-	w      *sql.DB // the connection of every other write (readers when read-only)
-	r      *sql.DB // readers
-	signer *signer // nil when read-only and there is no key
+	aw     *sql.DB   // the audit writer's own connection (nil when read-only)
+	w      *sql.DB   // the connection of every other write (readers when read-only)
+	r      *sql.DB   // readers
+	signer *signer   // nil when read-only and there is no key
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	queue   chan *appendReq // to the writer; nil when read-only
