@@ -316,6 +316,8 @@ func (db *DB) Close() error {
 			close(db.queue)
 			db.closeMu.Unlock()
 			<-db.closed
+			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
+				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
 		}
 		err = db.closeAll()
 	})
