@@ -249,7 +249,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	}
 	wc := db.wc
 	db.stats.attempts.Add(1)
-	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := wc.begin.ExecContext(ctx); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() {
@@ -280,7 +280,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			}
 		}
 	}
-	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if _, err := wc.commit.ExecContext(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
@@ -303,9 +303,11 @@ const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session
 // writerConn is the audit writer's connection with its statements
 // prepared once: preparing them per commit cost more than the commit.
 type writerConn struct {
-	conn *sql.Conn
-	tail *sql.Stmt
-	ins  *sql.Stmt
+	conn   *sql.Conn
+	begin  *sql.Stmt
+	commit *sql.Stmt
+	tail   *sql.Stmt
+	ins    *sql.Stmt
 }
 
 const selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
@@ -317,8 +319,13 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 	}
 	wc := &writerConn{conn: conn}
 	if err = persistWAL(ctx, conn); err == nil {
-		if wc.tail, err = conn.PrepareContext(ctx, selectTail); err == nil {
-			wc.ins, err = conn.PrepareContext(ctx, insertRecord)
+		for _, p := range []struct {
+			s **sql.Stmt
+			q string
+		}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}} {
+			if *p.s, err = conn.PrepareContext(ctx, p.q); err != nil {
+				break
+			}
 		}
 	}
 	if err != nil {
@@ -341,7 +348,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
 
 func (wc *writerConn) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{wc.tail, wc.ins} {
+	for _, s := range []*sql.Stmt{wc.begin, wc.commit, wc.tail, wc.ins} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
