@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 )
 
-// Histogram counts observations (in seconds) into fixed buckets. Safe for
+// Histogram counts observations (in seconds, or records) into fixed buckets. Safe for
 // concurrent use without locks.
 type Histogram struct {
 	bounds []float64
@@ -43,6 +43,12 @@ func (h *Histogram) Observe(seconds float64) {
 		}
 	}
 }
+
+// Count is the number of observations.
+func (h *Histogram) Count() uint64 { return h.n.Load() }
+
+// Sum is the sum of the observations.
+func (h *Histogram) Sum() float64 { return math.Float64frombits(h.sum.Load()) }
 
 // write writes the histogram's series with the given labels.
 func (h *Histogram) write(w io.Writer, name, labels string) {

@@ -5,190 +5,13 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/metrics"
 )
-
-// errClosed is returned for appends after Close.
-var errClosed = errors.New("the database is closed")
-
-// ingestEvery is how often journals are moved into the database when
-// nothing asks for it sooner.
-const ingestEvery = 200 * time.Millisecond
-
-// ingestNice is the scheduling priority of the ingester's thread while
-// the journal has room.
-const ingestNice = 10
-
-// ingestDelay is how long the ingester lets records gather once one
-// arrives. Larger batches cost far less per record; readers (Query,
-// Verify) ingest what is left themselves, so they never see less.
-const ingestDelay = 25 * time.Millisecond
-
-// AppendAsync makes records durable in this process's journal and returns
-// a channel holding the outcome: nil, or an error wrapping
-// guard.ErrAuditWrite. The records of one call are written together and in
-// order, and reach the database together. Concurrent appends share one
-// write (and, with durability full, one fsync). Writes do not depend on any
-// caller's context: a client that goes away cannot cancel the record of
-// what it did.
-func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
-	done := make(chan error, 1)
-	select {
-	case <-db.done:
-		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
-		return done
-	default:
-	}
-	now := db.opts.Now().UTC().Truncate(time.Millisecond)
-	for _, r := range recs {
-		if r.ID == "" {
-			r.ID = newID()
-		}
-		if r.CallID == "" {
-			r.CallID = r.ID
-		}
-		if r.Time.IsZero() {
-			r.Time = now
-		}
-		r.Time = r.Time.UTC().Truncate(time.Millisecond)
-	}
-	db.j.append(&appendReq{recs: recs, done: done, start: time.Now()})
-	select {
-	case db.wake <- struct{}{}:
-	default:
-	}
-	return done
-}
-
-// AppendLatency is how long appends take to become durable in the journal
-// (a write, and with durability full its fsync).
-func (db *DB) AppendLatency() *metrics.Histogram { return db.j.latency }
-
-// Append is AppendAsync that waits for the outcome.
-func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }
-
-func newID() string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return uuid.NewString()
-	}
-	return id.String()
-}
-
-// ingester moves journals into the database shortly after records arrive
-// (coalescing what arrives meanwhile), and writes checkpoints.
-func (db *DB) ingester() {
-	defer close(db.closed)
-	// Moving records is background work: on a busy machine it yields to
-	// the relay (and to the client and server guard sits between), as long
-	// as the journal has room; when the journal fills, it takes its share.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	tid := syscall.Gettid()
-	niced := false
-	nice := func(on bool) {
-		if on == niced {
-			return
-		}
-		prio := 0
-		if on {
-			prio = ingestNice
-		}
-		if syscall.Setpriority(syscall.PRIO_PROCESS, tid, prio) == nil {
-			niced = on
-		}
-	}
-	t := time.NewTicker(ingestEvery)
-	defer t.Stop()
-	for {
-		nice(db.j.backlog() < journalCap/4)
-		select {
-		case <-db.wake:
-			time.Sleep(ingestDelay) // let a burst gather: one transaction for many records
-		case <-t.C:
-		case <-db.done:
-			if err := db.closeJournal(); err != nil {
-				db.opts.Logger.Error("audit journal not fully ingested; it stays for the next process", "err", err)
-			}
-			if err := db.writeCheckpoint(); err != nil {
-				db.opts.Logger.Error("audit checkpoint", "err", err)
-			}
-			return
-		}
-		if _, err := db.ingest(); err != nil {
-			db.opts.Logger.Warn("audit journal ingestion", "err", err)
-		}
-		db.maybeCheckpoint()
-	}
-}
-
-// Sync moves every journal's records into the database now, so that
-// queries and verification see every record made durable so far.
-func (db *DB) Sync() error {
-	db.ingestMu.Lock()
-	defer db.ingestMu.Unlock()
-	_, err := db.ingestAll()
-	return err
-}
-
-func (db *DB) maybeCheckpoint() {
-	if !db.dirty.Load() || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
-		return
-	}
-	if err := db.writeCheckpoint(); err != nil {
-		db.opts.Logger.Error("audit checkpoint", "err", err)
-	}
-}
-
-const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
- direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
- request_size, response_size, duration_ms, detail, prev_hash, hash)
- VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
-
-// writerConn is the ingester's connection with its statements prepared
-// once: preparing them per commit cost more than the commit.
-type writerConn struct {
-	conn      *sql.Conn
-	tail      *sql.Stmt
-	insert    *sql.Stmt
-	offset    *sql.Stmt
-	setOffset *sql.Stmt
-}
-
-func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
-	conn, err := aw.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit writer: %w", err)
-	}
-	wc := &writerConn{conn: conn}
-	if wc.tail, err = conn.PrepareContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`); err == nil {
-		if wc.insert, err = conn.PrepareContext(ctx, insertRecord); err == nil {
-			if wc.offset, err = conn.PrepareContext(ctx, `SELECT offset FROM journals WHERE name = ?`); err == nil {
-				wc.setOffset, err = conn.PrepareContext(ctx, `INSERT INTO journals (name, offset) VALUES (?, ?)
-					ON CONFLICT (name) DO UPDATE SET offset = excluded.offset`)
-			}
-		}
-	}
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("audit writer: %w", err)
-	}
-	return wc, nil
-}
-
-func (wc *writerConn) close() error {
-	return errors.Join(wc.tail.Close(), wc.insert.Close(), wc.offset.Close(), wc.setOffset.Close(), wc.conn.Close())
-}
 
 // hashVersion names the canonical form a record's hash covers.
 const hashVersion = 1
@@ -311,9 +134,6 @@ type Report struct {
 // checks the tail against the signed checkpoint.
 func (db *DB) Verify(ctx context.Context) (Report, error) {
 	var rep Report
-	if err := db.Sync(); err != nil {
-		return rep, fmt.Errorf("verify: %w", err)
-	}
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
@@ -410,9 +230,6 @@ var CallColumns = []string{"id", "time", "session", "client", "protocol", "serve
 
 // Query calls fn for each invocation that matches f, newest first.
 func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
-	if err := db.Sync(); err != nil {
-		return fmt.Errorf("query: %w", err)
-	}
 	var where []string
 	var args []any
 	if !f.Since.IsZero() {
@@ -458,9 +275,6 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 
 // Records calls fn for every record in seq order (events included).
 func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
-	if err := db.Sync(); err != nil {
-		return fmt.Errorf("records: %w", err)
-	}
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
@@ -499,9 +313,6 @@ type Decided struct {
 // time, oldest first: the decision of its first request record (a held
 // call's is "held", whoever decided it later).
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
-	if err := db.Sync(); err != nil {
-		return fmt.Errorf("decisions: %w", err)
-	}
 	rows, err := db.r.QueryContext(ctx, `SELECT call_id, time, client, protocol, server, method, tool, arguments,
 		pin, decision, decided_by, reason, detail, MIN(seq) FROM records
 		WHERE kind = 'request' AND decision != '' AND time >= ?

@@ -40,13 +40,20 @@ func (db *DB) SecretForms() []string {
 
 // loadSigner reads the key file, creating it (0600) when it is missing.
 func loadSigner(path string) (*signer, error) {
-	b, err := os.ReadFile(path)
+	s, err := readSigner(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if err := createKey(path); err != nil {
 			return nil, err
 		}
-		b, err = os.ReadFile(path)
+		s, err = readSigner(path)
 	}
+	return s, err
+}
+
+// readSigner reads the key file; the error wraps os.ErrNotExist when there
+// is none.
+func readSigner(path string) (*signer, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint key %s: %w", path, err)
 	}
@@ -177,6 +184,9 @@ func (db *DB) checkCheckpoint(ctx context.Context, count int64) string {
 	}
 	if err != nil {
 		return err.Error()
+	}
+	if db.signer == nil {
+		return fmt.Sprintf("there is no checkpoint key at %s: the checkpoint at %s cannot be checked", db.opts.KeyPath, db.opts.CheckpointPath)
 	}
 	pub := db.signer.key.Public().(ed25519.PublicKey)
 	sig, err := hex.DecodeString(c.Signature)

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/migrations"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
@@ -42,33 +41,35 @@ type Options struct {
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
 	CheckpointEvery time.Duration
-	Logger          *slog.Logger
-	Now             func() time.Time
+	// BusyWait is how long an audit batch waits while other processes
+	// hold the database's write lock before its callers are refused
+	// (default 2m).
+	BusyWait time.Duration
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // DB is an open guard database.
 type DB struct {
-	opts     Options
-	aw       *sql.DB // the audit writer's own connection
-	w        *sql.DB // the connection of every other write
-	r        *sql.DB // readers
-	j        *journal
-	wake     chan struct{}
-	ingestMu sync.Mutex // the writer connection is the ingester's
-	done     chan struct{}
-	closed   chan struct{}
-	once     sync.Once
-	signer   *signer
-	wc       *writerConn // the audit writer goroutine's connection and statements
+	opts   Options
+	aw     *sql.DB   // the audit writer's own connection (nil when read-only)
+	w      *sql.DB   // the connection of every other write (readers when read-only)
+	r      *sql.DB   // readers
+	signer *signer   // nil when read-only and there is no key
+	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
-	lastCheckpoint time.Time   // writer goroutine only
-	dirty          atomic.Bool // records were ingested since the last checkpoint
-}
+	queue   chan *appendReq // to the writer; nil when read-only
+	closeMu sync.RWMutex    // held by AppendAsync while it queues
+	closing bool            // set by Close: the queue is closed
+	closed  chan struct{}   // the writer has answered everything and ended
+	once    sync.Once
+	stats   *auditStats
 
-type appendReq struct {
-	recs  []*guard.Record
-	done  chan error
-	start time.Time
+	// The writer goroutine's own.
+	wc             *writerConn // its connection and statements; nil after a failure until the next batch
+	batch          []*appendReq
+	lastCheckpoint time.Time
+	dirty          atomic.Bool // records were committed since the last checkpoint
 }
 
 // timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it
@@ -110,6 +111,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.CheckpointEvery <= 0 {
 		opts.CheckpointEvery = time.Second
 	}
+	if opts.BusyWait <= 0 {
+		opts.BusyWait = 2 * time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -136,7 +140,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Durability == "normal" {
 		sync = "NORMAL"
 	}
-	dsn := "file:" + opts.Path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_txlock=immediate"
+	// SQLite waits for other processes' locks up to its busy timeout; the
+	// audit writer retries after it up to BusyWait.
+	busy := min(10*time.Second, opts.BusyWait).Milliseconds()
+	dsn := "file:" + opts.Path + "?_pragma=busy_timeout(" + strconv.FormatInt(busy, 10) + ")&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_txlock=immediate"
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
@@ -148,71 +155,82 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
-	if err := migrate(ctx, w); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
-	}
 	r, err := sql.Open("sqlite", "file:"+opts.Path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
 	r.SetMaxOpenConns(4)
-	// The ingester's commits need no fsync of their own: every record it
-	// moves is still in a journal, fsync'd when durability is full, and a
-	// journal is removed only after a full WAL checkpoint (dropJournal).
-	aw, err := sql.Open("sqlite", strings.Replace(dsn, "synchronous(FULL)", "synchronous(NORMAL)", 1))
+	aw, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		w.Close()
 		r.Close()
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
 	aw.SetMaxOpenConns(1)
-	sg, err := loadSigner(opts.KeyPath)
-	if err != nil {
-		w.Close()
-		r.Close()
-		aw.Close()
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	wc, err := newWriterConn(ctx, aw)
-	if err != nil {
-		w.Close()
-		r.Close()
-		aw.Close()
-		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
-	}
+	aw.SetMaxIdleConns(1)
+	aw.SetConnMaxLifetime(0)
 	db := &DB{
 		opts:   opts,
 		aw:     aw,
-		wc:     wc,
 		w:      w,
 		r:      r,
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		queue:  make(chan *appendReq, queueCap),
 		closed: make(chan struct{}),
-		signer: sg,
+		stats:  newAuditStats(),
 	}
-	if db.j, err = openJournal(opts.Path, opts.Durability == "full"); err != nil {
+	fail := func(err error) (*DB, error) {
 		db.closeAll()
-		return nil, fmt.Errorf("store: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
 	}
-	if err := db.recoverJournals(); err != nil {
-		opts.Logger.Error("journals of earlier processes not ingested", "err", err)
+	if err := db.upgrade(ctx); err != nil {
+		return fail(err)
+	}
+	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
+		return fail(err)
+	}
+	if db.wc, err = newWriterConn(ctx, aw); err != nil {
+		return fail(err)
+	}
+	if conn, err := w.Conn(ctx); err == nil {
+		_ = persistWAL(ctx, conn)
+		conn.Close()
 	}
 	if db.dirty.Load() {
 		if err := db.writeCheckpoint(); err != nil {
 			opts.Logger.Error("audit checkpoint", "err", err)
 		}
 	}
-	go db.ingester()
+	go db.writer()
 	return db, nil
 }
 
-// migrate applies the migrations not yet applied, each in a transaction.
-// Several processes may open a new database at once: the IMMEDIATE
-// transaction serialises them, and each checks again inside it.
-func migrate(ctx context.Context, w *sql.DB) error {
+// journalsDropped is the migration that drops the journals table of
+// earlier versions: it runs once their journals are in the database.
+const journalsDropped = 4
+
+// upgrade applies the migrations, moving what earlier versions left in
+// their journals into the database before the migration that drops their
+// offsets.
+func (db *DB) upgrade(ctx context.Context) error {
+	if err := migrate(ctx, db.w, journalsDropped-1); err != nil {
+		return err
+	}
+	done, err := db.importJournals(ctx)
+	if err != nil {
+		db.opts.Logger.Error("records of earlier versions' journals not moved into the database; they stay for the next start", "err", err)
+	}
+	if !done {
+		return nil // the journals table stays until they are
+	}
+	return migrate(ctx, db.w, 0)
+}
+
+// migrate applies the migrations not yet applied, up to version upTo (0:
+// all), each in a transaction. Several processes may open a new database
+// at once: the IMMEDIATE transaction serialises them, and each checks
+// again inside it.
+func migrate(ctx context.Context, w *sql.DB, upTo int) error {
 	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
@@ -231,6 +249,9 @@ func migrate(ctx context.Context, w *sql.DB) error {
 		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
 		if err != nil {
 			return fmt.Errorf("migration %s: the name must start with its number", name)
+		}
+		if upTo > 0 && v > upTo {
+			break
 		}
 		body, err := fs.ReadFile(migrations.FS, name)
 		if err != nil {
@@ -284,21 +305,142 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
-// Close writes everything queued, a last checkpoint, and closes the
-// database.
+// Close commits everything queued, writes a last checkpoint, and closes
+// the database. Appends after Close are refused.
 func (db *DB) Close() error {
 	var err error
 	db.once.Do(func() {
-		close(db.done)
-		<-db.closed
+		if db.queue != nil {
+			db.closeMu.Lock()
+			db.closing = true
+			close(db.queue)
+			db.closeMu.Unlock()
+			<-db.closed
+			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
+				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
+		}
 		err = db.closeAll()
 	})
 	return err
 }
 
+// closeAll closes the connections, the audit writer's last: it keeps the
+// -wal and -shm files for read-only openers (persistWAL).
 func (db *DB) closeAll() error {
-	return errors.Join(db.wc.close(), db.aw.Close(), db.w.Close(), db.r.Close())
+	var errs []error
+	if db.hold != nil {
+		errs = append(errs, db.hold.Close())
+	}
+	if db.r != nil && db.r != db.w {
+		errs = append(errs, db.r.Close())
+	}
+	if db.w != nil {
+		errs = append(errs, db.w.Close())
+	}
+	if db.wc != nil {
+		errs = append(errs, db.wc.close())
+	}
+	if db.aw != nil {
+		errs = append(errs, db.aw.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Path is the database file.
 func (db *DB) Path() string { return db.opts.Path }
+
+// ErrSchemaTooOld is returned by OpenReadOnly for a database whose schema
+// predates what this version reads: a writable open upgrades it.
+var ErrSchemaTooOld = errors.New("the database's schema is older than this version of guard reads")
+
+// readableFrom is the oldest schema version OpenReadOnly reads: the
+// migrations after it change nothing that is read.
+const readableFrom = journalsDropped - 1
+
+// OpenReadOnly opens an existing database for reading only: it creates,
+// migrates and writes nothing (no directory, no key, no lock file; SQLite
+// opens the file with mode=ro), so that queries and verification work on a
+// full disk or a read-only copy. Appends are refused. The checkpoint key is
+// read if it exists, to check the checkpoint.
+//
+// SQLite needs the -wal and -shm files of a WAL database to read it; every
+// writable open keeps them when it closes (persistWAL), so they are there
+// for any database this version has written. Without them (a database last
+// closed by an older version), SQLite creates them, which needs the disk.
+func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
+	if opts.Path == "" {
+		return nil, errors.New("store: no database path")
+	}
+	if opts.KeyPath == "" {
+		opts.KeyPath = filepath.Join(filepath.Dir(opts.Path), "audit.key")
+	}
+	if opts.CheckpointPath == "" {
+		opts.CheckpointPath = opts.Path + ".checkpoint"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if _, err := os.Stat(opts.Path); errors.Is(err, os.ErrNotExist) {
+		return openEmpty(ctx, opts)
+	}
+	r, err := sql.Open("sqlite", "file:"+opts.Path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
+	}
+	r.SetMaxOpenConns(4)
+	var v sql.NullInt64
+	if err := r.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: %s is not a guard database (or it was never opened by guard): %w", opts.Path, err)
+	}
+	if latest := latestMigration(); v.Int64 < readableFrom {
+		r.Close()
+		return nil, fmt.Errorf("store: %s: %w (schema version %d, this version's is %d): run a command that writes to it once (guard run, guard serve) to upgrade it",
+			opts.Path, ErrSchemaTooOld, v.Int64, latest)
+	}
+	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
+		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", journalDir(opts.Path))
+	}
+	sg, err := readSigner(opts.KeyPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
+}
+
+// openEmpty stands for a database that does not exist yet: one in memory,
+// with the schema and nothing in it, so that reading commands answer
+// "nothing recorded" without creating the file.
+func openEmpty(ctx context.Context, opts Options) (*DB, error) {
+	r, err := sql.Open("sqlite", "file:guard-empty-"+newID()+"?mode=memory&cache=shared&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	r.SetMaxOpenConns(4)
+	// The database lives as long as a connection to it: one is held.
+	hold, err := r.Conn(ctx)
+	if err == nil {
+		err = migrate(ctx, r, 0)
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats()}, nil
+}
+
+// latestMigration is the version of the last embedded migration.
+func latestMigration() int64 {
+	entries, _ := fs.ReadDir(migrations.FS, ".")
+	var latest int64
+	for _, e := range entries {
+		if v, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
+}

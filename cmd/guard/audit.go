@@ -41,11 +41,24 @@ func (a *app) openStore(ctx context.Context, st *settings) (*store.DB, error) {
 // open resolves the settings and opens their database, or says why not and
 // returns the status to exit with.
 func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
+	return a.openWith(ctx, cf, a.openStore)
+}
+
+// openReadOnly is open for commands that only read: the database is opened
+// read-only (no migration, no file created, nothing written), so that they
+// work on a full disk.
+func (a *app) openReadOnly(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
+	return a.openWith(ctx, cf, func(ctx context.Context, st *settings) (*store.DB, error) {
+		return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger})
+	})
+}
+
+func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context.Context, *settings) (*store.DB, error)) (*store.DB, *settings, int, bool) {
 	st, status, ok := a.settingsOrExit(cf)
 	if !ok {
 		return nil, nil, status, false
 	}
-	db, err := a.openStore(ctx, st)
+	db, err := openDB(ctx, st)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, nil, exitFailure, false
@@ -93,7 +106,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	if *limit >= 0 {
 		f.Limit = *limit
 	}
-	db, _, status, ok := a.open(ctx, cf)
+	db, _, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}
@@ -158,7 +171,7 @@ func auditVerify(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
-	db, _, status, ok := a.open(ctx, cf)
+	db, _, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}

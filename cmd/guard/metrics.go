@@ -34,7 +34,14 @@ func newMetrics(db *store.DB) *metrics.Registry {
 		n, _, err := db.CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
 	})
-	reg.Histogram("guard_audit_append_seconds", "How long an audit record took to become durable (this process's journal).", db.AppendLatency())
+	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until committed (queueing included).", db.AppendLatency())
+	reg.Histogram("guard_audit_batch_records", "Records committed per audit transaction (group commit).", db.BatchSizes())
+	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet committed.", func() (float64, error) {
+		return float64(db.Backlog()), nil
+	})
+	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting for a commit.", func() (float64, error) {
+		return float64(db.PeakBacklog()), nil
+	})
 	return reg
 }
 

@@ -47,7 +47,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 	if len(tc.Args) == 0 {
 		tc.Args = json.RawMessage(`{}`)
 	}
-	db, st, status, ok := a.open(ctx, cf)
+	db, st, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}
@@ -132,7 +132,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard policy replay: --examples %d: want 0 or more\n", *examples)
 		return exitUsage
 	}
-	db, st, status, ok := a.open(ctx, cf)
+	db, st, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}

@@ -57,7 +57,7 @@ func toolsList(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
-	db, _, status, ok := a.open(ctx, cf)
+	db, _, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}
@@ -125,7 +125,7 @@ func toolsDiff(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(a.stderr, "usage: guard tools diff SERVER TOOL")
 		return exitUsage
 	}
-	db, _, status, ok := a.open(ctx, cf)
+	db, _, status, ok := a.openReadOnly(ctx, cf)
 	if !ok {
 		return status
 	}

@@ -1,0 +1,108 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// appendFrame writes a record as earlier versions wrote it to their
+// journals (the format readFrame reads).
+func appendFrame(buf []byte, r *guard.Record) []byte {
+	text := frameText(r)
+	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
+	var body []byte
+	for _, f := range text {
+		body = binary.AppendUvarint(body, uint64(len(*f)))
+		body = append(body, *f...)
+	}
+	for _, n := range nums {
+		body = binary.AppendVarint(body, n)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(body)))
+	buf = append(buf, body...)
+	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(body))
+}
+
+// TestJournalsOfAnEarlierVersionAreMovedIn builds what an earlier version
+// leaves behind (a schema with the journals table, a journal partly
+// ingested, a frame cut short at its end, zeros after it) and checks that
+// the first writable Open moves the rest into the log, in order and
+// chained after what was there, and removes the journal and the table.
+func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	for i := range 3 {
+		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	// The journal: records 10..19; the first 4 were ingested already.
+	var buf []byte
+	var ingested int
+	base := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for i := 10; i < 20; i++ {
+		r := rec(i, guard.KindRequest)
+		r.ID = "rec-" + string(rune('a'+i-10))
+		r.Time = base.Add(time.Duration(i) * time.Millisecond)
+		r.Result, r.DurationMS = "\x00\n\"ü", int64(i)
+		buf = appendFrame(buf, r)
+		if i == 13 {
+			ingested = len(buf)
+		}
+	}
+	torn := appendFrame(nil, rec(99, guard.KindRequest))
+	buf = append(buf, torn[:len(torn)-3]...)
+	buf = append(buf, make([]byte, 4096)...)
+	dir := path + ".journals"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "123-abcd.jsonl"), buf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawDB(t, path)
+	if _, err := raw.Exec(`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+		INSERT INTO journals VALUES ('123-abcd.jsonl', ?);
+		DELETE FROM schema_migrations WHERE version >= 4`, ingested); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	db = openDB(t, path)
+	defer db.Close()
+	rep, err := db.Verify(ctx)
+	if err != nil || !rep.OK || rep.Records != 3+6 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	var ids []string
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if r.Seq > 3 {
+			ids = append(ids, r.ID)
+			if r.Result != "\x00\n\"ü" || r.Time.UnixMilli() != base.UnixMilli()+r.DurationMS {
+				t.Errorf("record %d came back changed: %+v", r.Seq, r)
+			}
+		}
+		return nil
+	})
+	if want := []string{"rec-e", "rec-f", "rec-g", "rec-h", "rec-i", "rec-j"}; !slices.Equal(ids, want) {
+		t.Fatalf("moved in: %v, want %v", ids, want)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the journals are still there: %v", err)
+	}
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'journals'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("journals table: %d %v", n, err)
+	}
+}

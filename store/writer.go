@@ -1,0 +1,380 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/metrics"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// The audit log is written by group commit. Each process has one writer
+// goroutine with its own connection; callers queue their records and wait.
+// The writer takes whatever is queued, commits it in one transaction (the
+// chain's tail is read inside it, as several processes share the database),
+// and answers every caller of the batch. While a commit runs, the next
+// batch gathers: the busier the process, the larger the batches and the
+// cheaper each record, so the writer keeps pace without a timer. When it
+// cannot, the queue fills and AppendAsync blocks: callers slow down, and
+// nothing is refused for want of room.
+//
+// A batch that cannot be committed (disk full, I/O error) is refused to its
+// callers only: the next batch tries again, so guard recovers by itself when
+// the cause goes away. Another process holding the database's write lock is
+// not a failure: the batch waits for it (up to Options.BusyWait).
+
+// errClosed is returned for appends after Close.
+var errClosed = errors.New("the database is closed")
+
+// errReadOnly is returned for appends to a database opened read-only.
+var errReadOnly = errors.New("the database is open read-only")
+
+// queueCap bounds the appends waiting for the writer: beyond it,
+// AppendAsync blocks until the writer has taken some (backpressure).
+const queueCap = 1024
+
+// maxBatch is the number of records past which the writer stops adding
+// appends to a batch (one append's records always go together).
+const maxBatch = 2048
+
+// BatchBuckets are the bounds of the batch-size histogram, in records.
+var BatchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}
+
+type appendReq struct {
+	recs  []*guard.Record
+	done  chan error
+	start time.Time
+}
+
+// auditStats are the writer's figures.
+type auditStats struct {
+	latency  *metrics.Histogram // until committed
+	batches  *metrics.Histogram // records per transaction
+	backlog  atomic.Int64       // records appended, not yet answered
+	peak     atomic.Int64       // the most backlog has been
+	attempts atomic.Int64       // transactions begun (retries included)
+}
+
+func newAuditStats() *auditStats {
+	return &auditStats{latency: metrics.NewHistogram(metrics.LatencyBuckets), batches: metrics.NewHistogram(BatchBuckets)}
+}
+
+func (s *auditStats) add(n int) {
+	b := s.backlog.Add(int64(n))
+	for {
+		p := s.peak.Load()
+		if b <= p || s.peak.CompareAndSwap(p, b) {
+			return
+		}
+	}
+}
+
+// AppendAsync queues records for the audit log and returns a channel that
+// receives one value once they are committed (nil) or could not be (an
+// error wrapping guard.ErrAuditWrite). The records of one call are
+// committed in one transaction, in order. When the writer is behind by
+// more than its queue holds, AppendAsync blocks until there is room. Writes
+// do not depend on any caller's context: a client that goes away cannot
+// cancel the record of what it did.
+func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
+	done := make(chan error, 1)
+	if db.queue == nil {
+		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errReadOnly)
+		return done
+	}
+	now := db.opts.Now().UTC().Truncate(time.Millisecond)
+	for _, r := range recs {
+		if r.ID == "" {
+			r.ID = newID()
+		}
+		if r.CallID == "" {
+			r.CallID = r.ID
+		}
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		r.Time = r.Time.UTC().Truncate(time.Millisecond)
+	}
+	// Close waits for appends that are blocked on a full queue (the writer
+	// goes on taking from it), then closes the queue.
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closing {
+		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
+		return done
+	}
+	db.stats.add(len(recs))
+	db.queue <- &appendReq{recs: recs, done: done, start: time.Now()}
+	return done
+}
+
+// Append is AppendAsync that waits for the commit.
+func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }
+
+// AppendLatency is how long appends take until committed (queueing
+// included).
+func (db *DB) AppendLatency() *metrics.Histogram { return db.stats.latency }
+
+// BatchSizes is how many records each audit transaction committed.
+func (db *DB) BatchSizes() *metrics.Histogram { return db.stats.batches }
+
+// Backlog is the number of records appended and not yet answered: queued,
+// blocked on the full queue, or being committed.
+func (db *DB) Backlog() int64 { return db.stats.backlog.Load() }
+
+// PeakBacklog is the most Backlog has been since Open.
+func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
+
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// writer commits whatever is queued in one transaction, answers the
+// batch's callers, and writes checkpoints; it ends when Close has closed
+// the queue and everything in it is answered.
+func (db *DB) writer() {
+	defer close(db.closed)
+	t := time.NewTicker(db.opts.CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case req, ok := <-db.queue:
+			if !ok {
+				if err := db.writeCheckpoint(); err != nil {
+					db.opts.Logger.Error("audit checkpoint", "err", err)
+				}
+				return
+			}
+			db.commitBatch(db.collect(req))
+		case <-t.C:
+			db.maybeCheckpoint()
+		}
+	}
+}
+
+// collect adds to first whatever else is queued, up to maxBatch records.
+func (db *DB) collect(first *appendReq) []*appendReq {
+	batch := append(db.batch[:0], first)
+	n := len(first.recs)
+	for n < maxBatch {
+		select {
+		case r, ok := <-db.queue:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+			n += len(r.recs)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (db *DB) commitBatch(batch []*appendReq) {
+	n := 0
+	for _, r := range batch {
+		n += len(r.recs)
+	}
+	err := db.commitRetrying(batch)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
+		db.opts.Logger.Error("audit commit failed; its calls are refused", "records", n, "err", err)
+	} else {
+		db.dirty.Store(true)
+		db.stats.batches.Observe(float64(n))
+	}
+	for i, r := range batch {
+		db.stats.latency.Observe(time.Since(r.start).Seconds())
+		db.stats.backlog.Add(-int64(len(r.recs)))
+		r.done <- err
+		batch[i] = nil
+	}
+	db.batch = batch[:0]
+	if err == nil {
+		db.maybeCheckpoint()
+	}
+}
+
+// retryPause is the pause between two attempts at a batch that another
+// process kept from its commit (SQLite's busy timeout has already waited).
+const retryPause = 5 * time.Millisecond
+
+// commitRetrying commits a batch, waiting up to BusyWait while other
+// processes hold the database's lock.
+func (db *DB) commitRetrying(batch []*appendReq) error {
+	deadline := time.Now().Add(db.opts.BusyWait)
+	for {
+		err := db.commit(batch)
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the database stayed locked by another process for %v: %w", db.opts.BusyWait, err)
+		}
+		db.opts.Logger.Debug("audit commit waits for another process", "err", err)
+		time.Sleep(retryPause)
+	}
+}
+
+// isBusy reports whether err is SQLite's "busy" or "locked": another
+// connection holds a lock, which goes away.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+}
+
+func (db *DB) commit(batch []*appendReq) (err error) {
+	ctx := context.Background()
+	if db.wc == nil {
+		if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+			return err
+		}
+	}
+	wc := db.wc
+	db.stats.attempts.Add(1)
+	if _, err := wc.begin.ExecContext(ctx); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
+			// The connection is no use any more: the next batch opens
+			// another.
+			db.wc = nil
+			_ = wc.discard()
+		}
+	}()
+	var seq int64
+	var prev string
+	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("chain tail: %w", err)
+	}
+	for _, req := range batch {
+		for _, r := range req.recs {
+			seq++
+			r.Seq, r.PrevHash = seq, prev
+			r.Hash = HashRecord(r)
+			prev = r.Hash
+			if err := wc.insert(ctx, r); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := wc.commit.ExecContext(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (db *DB) maybeCheckpoint() {
+	if !db.dirty.Load() || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
+		return
+	}
+	if err := db.writeCheckpoint(); err != nil {
+		db.opts.Logger.Error("audit checkpoint", "err", err)
+	}
+}
+
+const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
+ direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
+ request_size, response_size, duration_ms, detail, prev_hash, hash)
+ VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+
+// writerConn is the audit writer's connection with its statements
+// prepared once: preparing them per commit cost more than the commit.
+type writerConn struct {
+	conn   *sql.Conn
+	begin  *sql.Stmt
+	commit *sql.Stmt
+	tail   *sql.Stmt
+	ins    *sql.Stmt
+}
+
+const selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
+
+func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
+	conn, err := aw.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("audit writer: %w", err)
+	}
+	wc := &writerConn{conn: conn}
+	if err = persistWAL(ctx, conn); err == nil {
+		for _, p := range []struct {
+			s **sql.Stmt
+			q string
+		}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}} {
+			if *p.s, err = conn.PrepareContext(ctx, p.q); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		_ = wc.discard()
+		return nil, fmt.Errorf("audit writer: %w", err)
+	}
+	return wc, nil
+}
+
+func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
+	_, err := wc.ins.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
+		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
+		r.Detail, r.PrevHash, r.Hash)
+	if err != nil {
+		return fmt.Errorf("insert record: %w", err)
+	}
+	return nil
+}
+
+func (wc *writerConn) close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{wc.begin, wc.commit, wc.tail, wc.ins} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(append(errs, wc.conn.Close())...)
+}
+
+// discard closes the connection for good rather than return it to the
+// pool (its state is unknown after a failure).
+func (wc *writerConn) discard() error {
+	_ = wc.conn.Raw(func(any) error { return driver.ErrBadConn })
+	return wc.close()
+}
+
+// persistWAL keeps the -wal and -shm files when the last connection
+// closes, so that a reader opening the database read-only (on a full disk,
+// say) finds them and creates nothing.
+func persistWAL(ctx context.Context, conn *sql.Conn) error {
+	return conn.Raw(func(dc any) error {
+		fc, ok := dc.(sqlite.FileControl)
+		if !ok {
+			return nil
+		}
+		if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
+			return fmt.Errorf("persist WAL: %w", err)
+		}
+		return nil
+	})
+}

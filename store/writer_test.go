@@ -1,0 +1,391 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// waitFor polls a condition the writer reaches by itself (no event to wait
+// on from outside the package's goroutine), failing after a generous time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// lockDB takes the database's write lock from another connection, as
+// another guard process committing does; the returned func releases it.
+func lockDB(t *testing.T, path string) func() {
+	t.Helper()
+	c, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
+			conn.Close()
+			c.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// verifyAll closes db (which writes the last checkpoint), then checks the
+// chain and that every acknowledged record is there.
+func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
+	t.Helper()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := OpenReadOnly(context.Background(), Options{Path: db.Path()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	have := map[string]bool{}
+	_ = db.Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
+	for _, r := range acked {
+		if !have[r.ID] {
+			t.Fatalf("acknowledged record %s is not in the log", r.ID)
+		}
+	}
+}
+
+// Many goroutines appending at once, each keeping several appends in
+// flight, make one complete chain.
+func TestConcurrentAppendersMakeOneChain(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	const goroutines, each = 64, 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []*guard.Record
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var chans []<-chan error
+			var recs []*guard.Record
+			for i := range each {
+				r := rec(g*each+i, guard.KindRequest)
+				recs = append(recs, r)
+				chans = append(chans, db.AppendAsync(r))
+			}
+			for i, ch := range chans {
+				if err := <-ch; err != nil {
+					t.Error(err)
+					continue
+				}
+				mu.Lock()
+				acked = append(acked, recs[i])
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(acked) != goroutines*each {
+		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
+	}
+	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
+		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
+	}
+	verifyAll(t, db, acked)
+}
+
+// A batch that cannot be committed refuses its own callers only: the batch
+// before it and the appends after it are committed.
+func TestABatchFailureAnswersOnlyItsCallers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	// A record the database refuses to take (as a full disk refuses a
+	// write): a trigger of the test's own.
+	raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`CREATE TRIGGER poison BEFORE INSERT ON records WHEN NEW.tool = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	release := lockDB(t, path)
+	before := rec(1, guard.KindRequest)
+	first := db.AppendAsync(before)
+	// The writer has taken the first batch and waits for the lock: what
+	// is queued now forms the next batch.
+	waitFor(t, "the writer to take the first batch", func() bool { return db.stats.attempts.Load() > 0 })
+	bad := rec(2, guard.KindRequest)
+	bad.Tool = "poison"
+	good := rec(3, guard.KindRequest)
+	second := []<-chan error{db.AppendAsync(bad), db.AppendAsync(good)}
+	waitFor(t, "both appends to be queued", func() bool { return len(db.queue) == 2 })
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("the batch before: %v", err)
+	}
+	for _, ch := range second {
+		if err := <-ch; !errors.Is(err, guard.ErrAuditWrite) {
+			t.Fatalf("a caller of the failed batch: %v", err)
+		}
+	}
+	after := rec(4, guard.KindRequest)
+	if err := db.Append(after); err != nil {
+		t.Fatalf("the batch after: %v", err)
+	}
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d records, want 2 (%v)", n, err)
+	}
+	verifyAll(t, db, []*guard.Record{before, after})
+}
+
+// Another process holding the write lock makes appends wait, not fail;
+// past BusyWait they are refused, and the next append goes through.
+func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db, err := Open(context.Background(), Options{Path: path, Durability: "normal", BusyWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	release := lockDB(t, path)
+	if err := db.Append(rec(1, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("append while locked past BusyWait: %v", err)
+	}
+	release()
+	r := rec(2, guard.KindRequest)
+	if err := db.Append(r); err != nil {
+		t.Fatalf("append once the lock is gone: %v", err)
+	}
+	verifyAll(t, db, []*guard.Record{r})
+
+	// Within BusyWait, the append waits for the lock and succeeds.
+	db2 := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	defer db2.Close()
+	release = lockDB(t, db2.Path())
+	ch := db2.AppendAsync(rec(3, guard.KindRequest))
+	waitFor(t, "the writer to take the batch", func() bool { return db2.stats.attempts.Load() > 0 })
+	release()
+	if err := <-ch; err != nil {
+		t.Fatalf("append that waited for the lock: %v", err)
+	}
+}
+
+// A full queue blocks AppendAsync until the writer makes room; nothing is
+// refused.
+func TestAFullQueueBlocksAndDoesNotRefuse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	release := lockDB(t, path)
+	var acked []*guard.Record
+	first := rec(0, guard.KindRequest)
+	chans := []<-chan error{db.AppendAsync(first)}
+	acked = append(acked, first)
+	waitFor(t, "the writer to take the first batch", func() bool { return db.stats.attempts.Load() > 0 })
+	for i := range queueCap {
+		r := rec(i+1, guard.KindRequest)
+		acked = append(acked, r)
+		chans = append(chans, db.AppendAsync(r)) // fills the queue: none of these block
+	}
+	extra := rec(queueCap+1, guard.KindRequest)
+	acked = append(acked, extra)
+	returned := make(chan (<-chan error), 1)
+	go func() { returned <- db.AppendAsync(extra) }()
+	waitFor(t, "the extra append to reach the full queue", func() bool { return db.Backlog() == queueCap+2 })
+	select {
+	case <-returned:
+		t.Fatal("AppendAsync returned while the queue was full")
+	default:
+	}
+	release()
+	chans = append(chans, <-returned)
+	for i, ch := range chans {
+		if err := <-ch; err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	if db.PeakBacklog() != queueCap+2 {
+		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), queueCap+2)
+	}
+	verifyAll(t, db, acked)
+}
+
+// mountTmpfs mounts a small tmpfs (a disk that can fill) on a new
+// directory and returns it.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// fillDisk writes a file until the disk is full and returns its path.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := bytes.Repeat([]byte{1}, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	for _, n := range []int{4096, 512, 1} { // the last blocks
+		for {
+			if _, err := f.Write(chunk[:n]); err != nil {
+				break
+			}
+		}
+	}
+	return path
+}
+
+// On a disk that fills, appends are refused while it is full and succeed
+// again, without reopening, once there is room; every record acknowledged
+// before, during and after is in the log, and the chain verifies.
+func TestADiskThatFillsAndEmpties(t *testing.T) {
+	dir := mountTmpfs(t, "4m")
+	path := filepath.Join(dir, "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	var acked []*guard.Record
+	for i := range 20 {
+		r := rec(i, guard.KindRequest)
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, r)
+	}
+	filler := fillDisk(t, dir)
+	// The WAL may still have room: appends go on until it has none.
+	big := string(bytes.Repeat([]byte("x"), 32<<10))
+	var refused error
+	for i := 100; refused == nil; i++ {
+		if i > 10000 {
+			t.Fatal("appends never failed on a full disk")
+		}
+		r := rec(i, guard.KindRequest)
+		r.Result = big
+		if err := db.Append(r); err != nil {
+			refused = err
+		} else {
+			acked = append(acked, r)
+		}
+	}
+	if !errors.Is(refused, guard.ErrAuditWrite) {
+		t.Fatalf("append on a full disk: %v", refused)
+	}
+	t.Logf("refused on a full disk: %v", refused)
+	if err := db.Append(rec(20000, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("a second append on the full disk: %v", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		r := rec(30000+i, guard.KindRequest)
+		if err := db.Append(r); err != nil {
+			t.Fatalf("append once the disk has room again: %v", err)
+		}
+		acked = append(acked, r)
+	}
+	verifyAll(t, db, acked)
+}
+
+// A database opened read-only on a full disk is read, verified and
+// queried, and no file appears in its directory.
+func TestReadOnlyOnAFullDisk(t *testing.T) {
+	dir := mountTmpfs(t, "4m")
+	path := filepath.Join(dir, "g.db")
+	db := openDB(t, path)
+	for i := range 10 {
+		if err := db.Append(rec(i, guard.KindRequest), rec(i, guard.KindOutcome)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.CreateApproval(context.Background(), newApproval("a1")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	filler := fillDisk(t, dir)
+	defer os.Remove(filler)
+	before := listDir(t, dir)
+	ro, err := OpenReadOnly(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ro.Verify(context.Background())
+	if err != nil || !rep.OK || rep.Records != 20 {
+		t.Fatalf("verify read-only: %+v %v", rep, err)
+	}
+	n := 0
+	if err := ro.Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
+		t.Fatalf("query read-only: %d %v", n, err)
+	}
+	if list, err := ro.Approvals(context.Background(), ""); err != nil || len(list) != 1 {
+		t.Fatalf("approvals read-only: %v %v", list, err)
+	}
+	if err := ro.Append(rec(99, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("append to a read-only database: %v", err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := listDir(t, dir); after != before {
+		t.Fatalf("files changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+func listDir(t *testing.T, dir string) string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, e := range es {
+		b.WriteString(e.Name() + " ")
+	}
+	return b.String()
+}
