@@ -74,7 +74,7 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 	raw := rawDB(t, path)
 	if _, err := raw.Exec(`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 		INSERT INTO journals VALUES ('123-abcd.jsonl', ?);
-		DELETE FROM schema_migrations WHERE version >= 4`, ingested); err != nil {
+		DELETE FROM schema_migrations WHERE version >= 5`, ingested); err != nil {
 		t.Fatal(err)
 	}
 	raw.Close()

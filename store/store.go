@@ -207,7 +207,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
-const journalsDropped = 4
+const journalsDropped = 5
 
 // upgrade applies the migrations, moving what earlier versions left in
 // their journals into the database before the migration that drops their
@@ -354,8 +354,9 @@ func (db *DB) Path() string { return db.opts.Path }
 var ErrSchemaTooOld = errors.New("the database's schema is older than this version of guard reads")
 
 // readableFrom is the oldest schema version OpenReadOnly reads: the
-// migrations after it change nothing that is read.
-const readableFrom = journalsDropped - 1
+// migrations after it (the configuration changes that wait for a person,
+// the journals table dropped) change nothing the read-only commands read.
+const readableFrom = 3
 
 // OpenReadOnly opens an existing database for reading only: it creates,
 // migrates and writes nothing (no directory, no key, no lock file; SQLite
