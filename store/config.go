@@ -15,18 +15,51 @@ import (
 type ConfigChange struct {
 	Digest    string
 	Summary   string // what changed, one line each
-	State     string // pending | applied | dismissed | superseded
+	State     string // ConfigPending, ConfigApplied, ConfigDismissed or ConfigSuperseded
 	DecidedBy string
 	DecidedAt string
 	Created   string
 }
 
+// The states of a configuration change.
+const (
+	ConfigPending    = "pending"    // waits for a person; the policy in force stays
+	ConfigApplied    = "applied"    // a person applied it: every process applies files with this digest
+	ConfigDismissed  = "dismissed"  // a person dismissed it: the policy in force stays
+	ConfigSuperseded = "superseded" // the files changed again before anyone decided
+)
+
 // ErrNoConfigChange: no pending configuration change has that digest.
 var ErrNoConfigChange = errors.New("no pending configuration change with that digest")
 
+// NotPendingError says why a decision on a configuration change was
+// refused: the change with that digest is not the pending one (the first
+// decision wins). It wraps ErrNoConfigChange.
+type NotPendingError struct {
+	Digest string
+	Change *ConfigChange // nil when no process noted a change with that digest
+}
+
+func (e *NotPendingError) Error() string {
+	c := e.Change
+	switch {
+	case c == nil:
+		return "no running guard noted a configuration change with digest " + e.Digest
+	case c.State == ConfigSuperseded:
+		return "the configuration changed again after this change was noted: it was superseded by a newer one"
+	case c.DecidedBy != "":
+		return "this configuration change was already " + c.State + " by " + c.DecidedBy + " at " + c.DecidedAt
+	}
+	return "this configuration change is " + c.State + ", not pending"
+}
+
+func (e *NotPendingError) Unwrap() error { return ErrNoConfigChange }
+
 // NoteConfigChange records a change that waits for a person, once: a
 // change already decided keeps its decision. An older pending change is
-// superseded (its files are no longer on disk).
+// superseded (its files are no longer on disk); a superseded change whose
+// files are back on disk is pending again, with the summary given (what
+// it changes against the policy in force now), when there is one.
 func (db *DB) NoteConfigChange(ctx context.Context, digest, summary string) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -37,7 +70,9 @@ func (db *DB) NoteConfigChange(ctx context.Context, digest, summary string) erro
 		return fmt.Errorf("config change: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO config_changes (digest, summary, state, created_at) VALUES (?, ?, 'pending', ?)
-		ON CONFLICT (digest) DO NOTHING`, digest, summary, fmtTime(db.opts.Now())); err != nil {
+		ON CONFLICT (digest) DO UPDATE SET state = 'pending', created_at = excluded.created_at,
+			summary = CASE WHEN excluded.summary <> '' THEN excluded.summary ELSE config_changes.summary END
+		WHERE config_changes.state = 'superseded'`, digest, summary, fmtTime(db.opts.Now())); err != nil {
 		return fmt.Errorf("config change: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -85,44 +120,57 @@ func (db *DB) ConfigChangeByDigest(ctx context.Context, digest string) (*ConfigC
 // that digest: every process on the database then applies it.
 func (db *DB) ConfigApplied(ctx context.Context, digest string) (bool, error) {
 	c, err := db.ConfigChangeByDigest(ctx, digest)
-	return c != nil && c.State == "applied", err
+	return c != nil && c.State == ConfigApplied, err
 }
 
-// ApplyConfig records that a person applied the configuration with that
-// digest (summary says what changed, when no process noted it first), and
-// records it in the audit log (event guard/config-applied).
-func (db *DB) ApplyConfig(ctx context.Context, digest, summary, by string) error {
-	now := fmtTime(db.opts.Now())
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO config_changes (digest, summary, state, decided_by, decided_at, created_at)
-		VALUES (?, ?, 'applied', ?, ?, ?)
-		ON CONFLICT (digest) DO UPDATE SET state = 'applied', decided_by = excluded.decided_by, decided_at = excluded.decided_at`,
-		digest, summary, by, now, now); err != nil {
-		return fmt.Errorf("config change: %w", err)
+// ApplyConfig records that a person (by) applied the pending change with
+// that digest, and records it in the audit log (event
+// guard/config-applied): every process on the database then applies the
+// files with that digest. It is the one way to apply a change, for the UI
+// and guard policy reload alike. The first decision wins: a change that is
+// not pending (decided already, superseded by a newer edit, never noted)
+// is refused with a *NotPendingError.
+func (db *DB) ApplyConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
+	return db.decideConfig(ctx, digest, ConfigApplied, by, "guard/config-applied", "configuration change applied")
+}
+
+// DismissConfig records that a person (by) dismissed the pending change
+// with that digest: it is not applied and the policy in force stays
+// (event guard/config-dismissed). Refused like ApplyConfig when the
+// change is not pending.
+func (db *DB) DismissConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
+	return db.decideConfig(ctx, digest, ConfigDismissed, by, "guard/config-dismissed",
+		"configuration change dismissed; the policy in force stays")
+}
+
+// decideConfig moves the pending change with that digest to state, in one
+// statement so that of two people deciding at once only the first counts,
+// then writes the audit event.
+func (db *DB) decideConfig(ctx context.Context, digest, state, by, method, reason string) (*ConfigChange, error) {
+	if by == "" {
+		return nil, errors.New("config change: a decision needs the name of who made it")
 	}
-	return db.configEvent("guard/config-applied", digest, by, "configuration change applied")
-}
-
-// DismissConfig records that a person dismissed the pending change with
-// that digest: the policy in force stays (event guard/config-dismissed).
-func (db *DB) DismissConfig(ctx context.Context, digest, by string) error {
-	res, err := db.w.ExecContext(ctx, `UPDATE config_changes SET state = 'dismissed', decided_by = ?, decided_at = ?
-		WHERE digest = ? AND state = 'pending'`, by, fmtTime(db.opts.Now()), digest)
+	res, err := db.w.ExecContext(ctx, `UPDATE config_changes SET state = ?, decided_by = ?, decided_at = ?
+		WHERE digest = ? AND state = 'pending'`, state, by, fmtTime(db.opts.Now()), digest)
 	if err != nil {
-		return fmt.Errorf("config change: %w", err)
+		return nil, fmt.Errorf("config change %s: %w", state, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return ErrNoConfigChange
-	}
-	return db.configEvent("guard/config-dismissed", digest, by, "configuration change dismissed; the policy in force stays")
-}
-
-func (db *DB) configEvent(method, digest, by, reason string) error {
-	c, err := db.ConfigChangeByDigest(context.Background(), digest)
+	n, err := res.RowsAffected()
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("config change %s: %w", state, err)
+	}
+	c, err := db.ConfigChangeByDigest(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, &NotPendingError{Digest: digest, Change: c}
 	}
 	d, _ := json.Marshal(map[string]string{"digest": digest, "changes": c.Summary})
-	return db.Append(&guard.Record{Kind: guard.KindEvent, Method: method, DecidedBy: by, Reason: reason, Detail: string(d)})
+	if err := db.Append(&guard.Record{Kind: guard.KindEvent, Method: method, DecidedBy: by, Reason: reason, Detail: string(d)}); err != nil {
+		return c, fmt.Errorf("config change %s: audit event: %w", state, err)
+	}
+	return c, nil
 }
 
 // NoteRulesWritten records the digest of an approved-rules file guard

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -351,6 +352,30 @@ func TestBrowser(t *testing.T) {
 		p.open("/tools")
 		if got := evaluate[string](p, `document.querySelector('[data-tool="files/rm"]').textContent`); !strings.Contains(got, "accepted") {
 			t.Fatalf("tools page: %q", got)
+		}
+	})
+
+	t.Run("a configuration change appears live, and Apply records the name", func(t *testing.T) {
+		p.t = t
+		p.open("/config")
+		p.do(2*time.Second, chromedp.WaitVisible(chromedp.CSS(`#config-change [data-empty]`)))
+		e.note(digestA, `rule "no-echo" added`+"\n"+`policy.default: allow → deny`)
+		sel := `[data-config-digest="` + digestA + `"]`
+		p.do(3*time.Second, chromedp.WaitVisible(chromedp.CSS(sel)), // live, with the nav's count
+			chromedp.WaitVisible(chromedp.CSS(`#nav[data-config="1"]`)))
+		if got := evaluate[string](p, `document.querySelector('`+sel+` .changes').innerText`); got != "rule \"no-echo\" added\npolicy.default: allow → deny" {
+			t.Fatalf("changes shown: %q", got)
+		}
+		p.submit(sel + ` [data-action="apply-config"]`)
+		if c := e.configChange(digestA); c.State != store.ConfigApplied || c.DecidedBy != name {
+			t.Fatalf("after Apply: %+v", c)
+		}
+		if got := evaluate[string](p, `document.querySelector(".flash").textContent + " | " + document.getElementById("config-change").textContent`); !strings.Contains(got, "Applied the configuration change") ||
+			!strings.Contains(got, "No configuration change waits") {
+			t.Fatalf("page after Apply: %q", got)
+		}
+		if got := evaluate[string](p, `document.getElementById("nav").dataset.config`); got != "0" {
+			t.Fatalf("nav count after Apply: %s", got)
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/store"
 )
 
 // render writes a component as an HTML answer.
@@ -96,6 +97,24 @@ func (s *Server) changesFragment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, http.StatusOK, changesList(v))
+}
+
+func (s *Server) configPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.configView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.page(w, r, pageData{Title: "Configuration change", Page: "config"}, -1, configPage(v))
+}
+
+func (s *Server) configFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.configView(r.Context(), sessionOf(r.Context()))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, configChange(v))
 }
 
 func (s *Server) toolsPage(w http.ResponseWriter, r *http.Request) {
@@ -330,4 +349,61 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 	}
 	s.sessions.setFlash(sess.key, msg)
 	http.Redirect(w, r, "/tools/changes", http.StatusSeeOther)
+}
+
+// decideConfig applies or dismisses the pending configuration change the
+// form names by its digest, as guard policy reload does (store.ApplyConfig).
+// A form for a change that is no longer the pending one (the files
+// changed again, or someone decided first) is refused, with why, over the
+// page as it is now.
+func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sess := sessionOf(ctx)
+	if s.needName(w, r, sess, "/config") {
+		return
+	}
+	digest := r.PostForm.Get("digest")
+	decide, verb := s.opts.Store.ApplyConfig, "Applied"
+	switch r.PostForm.Get("decision") {
+	case "apply":
+	case "dismiss":
+		decide, verb = s.opts.Store.DismissConfig, "Dismissed"
+	default:
+		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The decision is apply or dismiss."))
+		return
+	}
+	if digest == "" {
+		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The change's digest is needed."))
+		return
+	}
+	c, err := decide(ctx, digest, sess.name)
+	var np *store.NotPendingError
+	switch {
+	case errors.As(err, &np):
+		s.log.Info("ui: configuration decision refused", "digest", digest, "by", sess.name, "why", err)
+		v, verr := s.configView(ctx, sess)
+		if verr != nil {
+			s.fail(w, r, verr)
+			return
+		}
+		v.Problem = "Not recorded: " + err.Error() + ". The page now shows what waits."
+		s.pageStatus(w, r, http.StatusConflict, pageData{Title: "Configuration change", Page: "config"}, -1, configPage(v))
+		return
+	case err != nil && c == nil:
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("ui: configuration decision", "digest", digest, "state", c.State, "by", sess.name)
+	msg := verb + " the configuration change " + shortPin(digest) + "."
+	if c.State == store.ConfigApplied {
+		msg += " The running guards apply it within seconds."
+	} else {
+		msg += " The running guards keep the policy in force."
+	}
+	if err != nil { // decided, but its audit event was not written
+		s.log.Error("ui: configuration decision", "digest", digest, "err", err)
+		msg += " The audit log could not record it: " + err.Error()
+	}
+	s.sessions.setFlash(sess.key, msg)
+	http.Redirect(w, r, "/config", http.StatusSeeOther)
 }

@@ -21,6 +21,7 @@ const (
 	whatPending  = "pending"
 	whatActivity = "activity"
 	whatTools    = "tools"
+	whatConfig   = "config"
 )
 
 // message is what /ws sends.
@@ -80,7 +81,7 @@ func (h *hub) broadcast(what []string, joined map[*client]bool) {
 	for c := range h.clients {
 		ws := what
 		if joined[c] {
-			ws = []string{whatPending, whatActivity, whatTools}
+			ws = []string{whatPending, whatActivity, whatTools, whatConfig}
 		}
 		for _, w := range ws {
 			b, _ := json.Marshal(message{Type: "changed", What: w})
@@ -166,6 +167,9 @@ func (s *Server) Run(ctx context.Context) {
 			if sig.tools != last.tools {
 				what = append(what, whatTools)
 			}
+			if sig.config != last.config {
+				what = append(what, whatConfig)
+			}
 		}
 		last, have = sig, true
 		if len(what) > 0 || len(joined) > 0 {
@@ -177,6 +181,7 @@ func (s *Server) Run(ctx context.Context) {
 // signature sums what the pages show, to tell when it changed.
 type signature struct {
 	pending, activity, tools [sha256.Size]byte
+	config                   string // the digest of the pending configuration change
 }
 
 // activityWindow is how many of the newest calls the poller watches: an
@@ -214,6 +219,14 @@ func (s *Server) signature(ctx context.Context) (signature, error) {
 		io.WriteString(h, r.Server+"\x00"+r.Name+"\x00"+r.Pin+"\x00"+r.State+"\x00")
 	}
 	h.Sum(sig.tools[:0])
+
+	c, err := s.opts.Store.PendingConfigChange(ctx)
+	if err != nil {
+		return sig, fmt.Errorf("configuration change: %w", err)
+	}
+	if c != nil {
+		sig.config = c.Digest
+	}
 	return sig, nil
 }
 

@@ -33,6 +33,7 @@ type navData struct {
 	Page    string
 	Pending int
 	Changes int
+	Config  int // 1 when a configuration change waits for a person
 }
 
 // hintView is one annotation of a tool, as pinned.
@@ -254,6 +255,29 @@ func parseDiff(text string) []diffLine {
 	return out
 }
 
+// configView is the configuration change page: the change that waits
+// for a person, if any.
+type configView struct {
+	Change  *store.ConfigChange // nil when none waits
+	Lines   []string            // what changed, one line each
+	CSRF    string
+	Named   bool
+	Problem string // why a decision was refused
+}
+
+func (s *Server) configView(ctx context.Context, sess session) (configView, error) {
+	v := configView{CSRF: sess.csrf, Named: sess.name != ""}
+	c, err := s.opts.Store.PendingConfigChange(ctx)
+	if err != nil {
+		return v, fmt.Errorf("pending configuration change: %w", err)
+	}
+	v.Change = c
+	if c != nil && c.Summary != "" {
+		v.Lines = strings.Split(c.Summary, "\n")
+	}
+	return v, nil
+}
+
 // toolView is one tool of a server, as the catalog holds it.
 type toolView struct {
 	Name, Pin   string
@@ -429,7 +453,13 @@ func (s *Server) counts(ctx context.Context, pending int) (navData, error) {
 		}
 	}
 	n.Pending = pending
-	n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending)
+	if n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending); err != nil {
+		return n, err
+	}
+	c, err := s.opts.Store.PendingConfigChange(ctx)
+	if c != nil {
+		n.Config = 1
+	}
 	return n, err
 }
 

@@ -1,7 +1,8 @@
 // Package web is guard's browser UI: a server-rendered page of the calls
 // waiting for a person (approve, deny, or approve and allow the tool from now
-// on), the tool definitions waiting for a review, the activity recorded in
-// the audit log and the servers' tools.
+// on), the tool definitions waiting for a review, the configuration change
+// waiting for a person (apply or dismiss), the activity recorded in the
+// audit log and the servers' tools.
 //
 // Pages are templ components rendered on the server; every decision is a
 // plain HTML form (POST, then a redirect), so the UI works without
@@ -67,6 +68,13 @@ type Store interface {
 	// none is.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
 	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
+	// PendingConfigChange returns the configuration change that waits for
+	// a person, nil when none does.
+	PendingConfigChange(ctx context.Context) (*store.ConfigChange, error)
+	// ApplyConfig and DismissConfig decide the pending change with that
+	// digest; a change that is not pending is refused (*store.NotPendingError).
+	ApplyConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
+	DismissConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
 }
 
 // Decider records a person's decision on a held call; *approvals.Manager
@@ -192,6 +200,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /approvals/{id}/deny", s.decide(actionDeny))
 	m.HandleFunc("POST /approvals/{id}/approve-always", s.decide(actionApproveAlways))
 	m.HandleFunc("POST /tools/changes/decide", s.decideTool)
+	m.HandleFunc("GET /config", s.configPage)
+	m.HandleFunc("POST /config/decide", s.decideConfig)
+	m.HandleFunc("GET /fragments/config", s.configFragment)
 	m.HandleFunc("GET /fragments/pending", s.pendingFragment)
 	m.HandleFunc("GET /fragments/activity", s.activityFragment)
 	m.HandleFunc("GET /fragments/changes", s.changesFragment)

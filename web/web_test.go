@@ -364,7 +364,7 @@ func TestWebSocketTellsOfChangesWithin250ms(t *testing.T) {
 	defer c.Close()
 	// A new client first hears of everything, once the poller has seen
 	// the store after it joined.
-	for _, w := range []string{"pending", "activity", "tools"} {
+	for _, w := range []string{"pending", "activity", "tools", "config"} {
 		if !readChanged(t, c, w, 2*time.Second) {
 			t.Fatalf("no first %q", w)
 		}
@@ -402,6 +402,18 @@ func TestWebSocketTellsOfChangesWithin250ms(t *testing.T) {
 	}
 	if !readChanged(t, c, "tools", time.Second) {
 		t.Fatal("no tools message")
+	}
+	// A configuration change a running guard notes, and one decided
+	// elsewhere (guard policy reload).
+	e.note(digestA, `rule "no-echo" added`)
+	if !readChanged(t, c, "config", time.Second) {
+		t.Fatal("no config message for a change noted")
+	}
+	if _, err := e.db.ApplyConfig(context.Background(), digestA, "cli"); err != nil {
+		t.Fatal(err)
+	}
+	if !readChanged(t, c, "config", time.Second) {
+		t.Fatal("no config message for a change decided elsewhere")
 	}
 }
 

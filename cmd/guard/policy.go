@@ -11,6 +11,7 @@ import (
 
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
+	"github.com/guard-mcp/guard/store"
 )
 
 func init() {
@@ -131,7 +132,8 @@ func checkIsolation(a *app, st *settings) {
 // person running this command is that person. It prints what changed (as
 // the running guards noted it) and the digest it applies, so that a file
 // changed after the review is not what gets applied: a running guard
-// applies only files with that digest.
+// applies only files with that digest. It applies the change as the UI
+// does (store.ApplyConfig): a change dismissed already stays dismissed.
 func policyReload(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("policy reload")
 	cf := addCommonFlags(fs)
@@ -158,28 +160,48 @@ func policyReload(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
-	summary := ""
 	switch {
-	case c == nil:
-		fmt.Fprintf(a.stdout, "No running guard has noted a change to these files; applying them as they are.\n")
-	case c.State == "applied":
+	case c == nil, c.State == store.ConfigSuperseded:
+		// Noted here, it is the pending change (files back as they were
+		// are pending again), and is applied the one way every change is.
+		if c == nil {
+			fmt.Fprintf(a.stdout, "No running guard has noted a change to these files; applying them as they are.\n")
+		} else {
+			printChanges(a, c.Summary)
+		}
+		if err := db.NoteConfigChange(ctx, digest, ""); err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return exitFailure
+		}
+	case c.State == store.ConfigApplied:
 		fmt.Fprintf(a.stdout, "Already applied by %s at %s.\n", c.DecidedBy, c.DecidedAt)
 		return exitOK
+	case c.State == store.ConfigDismissed:
+		fmt.Fprintf(a.stderr, "guard: this change was dismissed by %s at %s: the running guards keep the policy in force. "+
+			"A later change of the files is noted anew.\n", c.DecidedBy, c.DecidedAt)
+		return exitFailure
 	default:
-		summary = c.Summary
-		fmt.Fprintf(a.stdout, "Changes:\n")
-		for line := range strings.SplitSeq(c.Summary, "\n") {
-			fmt.Fprintf(a.stdout, "  %s\n", line)
-		}
+		printChanges(a, c.Summary)
 	}
 	who := *by
 	if who == "" {
 		who = currentUser(a.getenv)
 	}
-	if err := db.ApplyConfig(ctx, digest, summary, who); err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+	if _, err := db.ApplyConfig(ctx, digest, who); err != nil {
+		fmt.Fprintf(a.stderr, "guard: not applied: %v\n", err)
 		return exitFailure
 	}
 	fmt.Fprintf(a.stdout, "Applied %s (by %s): running guards take it within seconds.\n", digest, who)
 	return exitOK
+}
+
+// printChanges prints what a configuration change changes, one line each.
+func printChanges(a *app, summary string) {
+	if summary == "" {
+		return
+	}
+	fmt.Fprintf(a.stdout, "Changes:\n")
+	for line := range strings.SplitSeq(summary, "\n") {
+		fmt.Fprintf(a.stdout, "  %s\n", line)
+	}
 }

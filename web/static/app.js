@@ -116,12 +116,14 @@
   var refreshActivity = replaceById("activity", function () { return "/fragments/activity" + location.search; });
   var refreshChanges = replaceById("changes-list", function () { return "/fragments/changes"; });
   var refreshTools = replaceById("tools-list", function () { return "/fragments/tools"; });
+  var refreshConfig = replaceById("config-change", function () { return "/fragments/config"; });
   var refreshNav = replaceById("nav", function () { return "/fragments/nav?page=" + encodeURIComponent(page); });
 
   function changed(what) {
     if (what === "pending") { refreshPending(); refreshNav(); refreshChanges(); }
     if (what === "activity") refreshActivity();
     if (what === "tools") { refreshChanges(); refreshTools(); refreshNav(); }
+    if (what === "config") { refreshConfig(); refreshNav(); }
   }
 
   // Live updates: the server says what changed; the page fetches it.
