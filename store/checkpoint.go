@@ -137,7 +137,7 @@ func (db *DB) writeCheckpoint() error {
 	}
 	defer unlock()
 	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
-		db.lastCheckpoint = time.Now()
+		db.lastCheckpoint.Store(time.Now().UnixNano())
 		db.dirty.Store(false)
 		return nil
 	}
@@ -155,7 +155,7 @@ func (db *DB) writeCheckpoint() error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	db.lastCheckpoint = time.Now()
+	db.lastCheckpoint.Store(time.Now().UnixNano())
 	db.dirty.Store(false)
 	return nil
 }

@@ -65,11 +65,17 @@ type DB struct {
 	once    sync.Once
 	stats   *auditStats
 
-	// The writer goroutine's own.
-	wc             *writerConn // its connection and statements; nil after a failure until the next batch
-	batch          []*appendReq
-	lastCheckpoint time.Time
-	dirty          atomic.Bool // records were committed since the last checkpoint
+	// commitMu is held while a batch is committed: by the writer, or by
+	// a lone caller that found the writer idle (AppendAsync). It guards wc.
+	commitMu sync.Mutex
+	fsync    bool        // durability full: every commit is fsync'd
+	wc       *writerConn // the writer's connection and statements; nil after a failure until the next batch
+
+	// due tells the writer that a checkpoint is due after a caller's
+	// own commit (the writer checkpoints after its own).
+	due            chan struct{}
+	lastCheckpoint atomic.Int64 // unix nanoseconds
+	dirty          atomic.Bool  // records were committed since the last checkpoint
 }
 
 // timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it
@@ -176,6 +182,8 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		w:      w,
 		r:      r,
 		queue:  make(chan *appendReq, queueCap),
+		due:    make(chan struct{}, 1),
+		fsync:  opts.Durability == "full",
 		closed: make(chan struct{}),
 		stats:  newAuditStats(),
 	}

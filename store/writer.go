@@ -80,8 +80,10 @@ func (s *auditStats) add(n int) {
 // AppendAsync queues records for the audit log and returns a channel that
 // receives one value once they are committed (nil) or could not be (an
 // error wrapping guard.ErrAuditWrite). The records of one call are
-// committed in one transaction, in order. When the writer is behind by
-// more than its queue holds, AppendAsync blocks until there is room. Writes
+// committed in one transaction, in order. With durability normal, a caller
+// that finds nothing queued and no commit running commits its records
+// itself before AppendAsync returns. When the writer is behind by more than
+// its queue holds, AppendAsync blocks until there is room. Writes
 // do not depend on any caller's context: a client that goes away cannot
 // cancel the record of what it did.
 func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
@@ -112,7 +114,26 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		return done
 	}
 	db.stats.add(len(recs))
-	db.queue <- &appendReq{recs: recs, done: done, start: time.Now()}
+	req := &appendReq{recs: recs, done: done, start: time.Now()}
+	if !db.fsync && len(db.queue) == 0 && db.commitMu.TryLock() {
+		// Nothing waits and nothing is being committed: the caller
+		// commits its own records, which spares a lone call two
+		// hand-offs between goroutines. Under load the queue is never
+		// empty for long and the writer batches as before. Not with
+		// durability full: a caller that waited for its own fsync here
+		// would keep the next records of its session (read by the same
+		// goroutine) out of the batch that shares it.
+		db.commitBatch([]*appendReq{req})
+		db.commitMu.Unlock()
+		if db.checkpointDue() {
+			select {
+			case db.due <- struct{}{}:
+			default:
+			}
+		}
+		return done
+	}
+	db.queue <- req
 	return done
 }
 
@@ -148,6 +169,7 @@ func (db *DB) writer() {
 	defer close(db.closed)
 	t := time.NewTicker(db.opts.CheckpointEvery)
 	defer t.Stop()
+	var batch []*appendReq
 	for {
 		select {
 		case req, ok := <-db.queue:
@@ -157,16 +179,24 @@ func (db *DB) writer() {
 				}
 				return
 			}
-			db.commitBatch(db.collect(req))
+			batch = db.collect(batch[:0], req)
+			db.commitMu.Lock()
+			db.commitBatch(batch)
+			db.commitMu.Unlock()
+			clear(batch)
+			db.maybeCheckpoint()
+		case <-db.due:
+			db.maybeCheckpoint()
 		case <-t.C:
 			db.maybeCheckpoint()
 		}
 	}
 }
 
-// collect adds to first whatever else is queued, up to maxBatch records.
-func (db *DB) collect(first *appendReq) []*appendReq {
-	batch := append(db.batch[:0], first)
+// collect appends first and whatever else is queued to batch, up to
+// maxBatch records.
+func (db *DB) collect(batch []*appendReq, first *appendReq) []*appendReq {
+	batch = append(batch, first)
 	n := len(first.recs)
 	for n < maxBatch {
 		select {
@@ -183,6 +213,8 @@ func (db *DB) collect(first *appendReq) []*appendReq {
 	return batch
 }
 
+// commitBatch commits a batch and answers its callers. The caller holds
+// commitMu.
 func (db *DB) commitBatch(batch []*appendReq) {
 	n := 0
 	for _, r := range batch {
@@ -196,15 +228,10 @@ func (db *DB) commitBatch(batch []*appendReq) {
 		db.dirty.Store(true)
 		db.stats.batches.Observe(float64(n))
 	}
-	for i, r := range batch {
+	for _, r := range batch {
 		db.stats.latency.Observe(time.Since(r.start).Seconds())
 		db.stats.backlog.Add(-int64(len(r.recs)))
 		r.done <- err
-		batch[i] = nil
-	}
-	db.batch = batch[:0]
-	if err == nil {
-		db.maybeCheckpoint()
 	}
 }
 
@@ -286,8 +313,14 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	return nil
 }
 
+// checkpointDue reports whether records were committed since the last
+// checkpoint and it is older than CheckpointEvery.
+func (db *DB) checkpointDue() bool {
+	return db.dirty.Load() && time.Since(time.Unix(0, db.lastCheckpoint.Load())) >= db.opts.CheckpointEvery
+}
+
 func (db *DB) maybeCheckpoint() {
-	if !db.dirty.Load() || time.Since(db.lastCheckpoint) < db.opts.CheckpointEvery {
+	if !db.checkpointDue() {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {

@@ -140,17 +140,19 @@ func TestABatchFailureAnswersOnlyItsCallers(t *testing.T) {
 	}
 	release := lockDB(t, path)
 	before := rec(1, guard.KindRequest)
-	first := db.AppendAsync(before)
-	// The writer has taken the first batch and waits for the lock: what
-	// is queued now forms the next batch.
-	waitFor(t, "the writer to take the first batch", func() bool { return db.stats.attempts.Load() > 0 })
+	// The first append's commit (the caller's own: nothing else is
+	// queued) waits for the lock: what is appended meanwhile forms the
+	// next batch.
+	firstc := make(chan (<-chan error), 1)
+	go func() { firstc <- db.AppendAsync(before) }()
+	waitFor(t, "the first batch to wait for the lock", func() bool { return db.stats.attempts.Load() > 0 })
 	bad := rec(2, guard.KindRequest)
 	bad.Tool = "poison"
 	good := rec(3, guard.KindRequest)
 	second := []<-chan error{db.AppendAsync(bad), db.AppendAsync(good)}
-	waitFor(t, "both appends to be queued", func() bool { return len(db.queue) == 2 })
+	waitFor(t, "both appends to wait", func() bool { return db.Backlog() == 3 })
 	release()
-	if err := <-first; err != nil {
+	if err := <-<-firstc; err != nil {
 		t.Fatalf("the batch before: %v", err)
 	}
 	for _, ch := range second {
@@ -193,10 +195,13 @@ func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
 	db2 := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	defer db2.Close()
 	release = lockDB(t, db2.Path())
-	ch := db2.AppendAsync(rec(3, guard.KindRequest))
-	waitFor(t, "the writer to take the batch", func() bool { return db2.stats.attempts.Load() > 0 })
+	// With durability normal and nothing queued, the caller commits its
+	// own records: AppendAsync itself waits for the lock.
+	ch := make(chan (<-chan error), 1)
+	go func() { ch <- db2.AppendAsync(rec(3, guard.KindRequest)) }()
+	waitFor(t, "the commit to begin", func() bool { return db2.stats.attempts.Load() > 0 })
 	release()
-	if err := <-ch; err != nil {
+	if err := <-<-ch; err != nil {
 		t.Fatalf("append that waited for the lock: %v", err)
 	}
 }
@@ -205,7 +210,12 @@ func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
 // refused.
 func TestAFullQueueBlocksAndDoesNotRefuse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
-	db := openDB(t, path)
+	// Durability full: every append goes through the queue (with normal,
+	// a lone caller commits its own).
+	db, err := Open(context.Background(), Options{Path: path, Durability: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 	release := lockDB(t, path)
 	var acked []*guard.Record

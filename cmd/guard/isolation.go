@@ -199,8 +199,13 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		hide = append(hide, d)
 	}
 	db := st.DBPath
-	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", db + ".journals",
-		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), st.RulesDir, st.ConfigPath}
+	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock",
+		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+		st.RulesDir, st.ConfigPath}
+	if _, err := os.Lstat(db + ".journals"); err == nil {
+		// An earlier version's journals, until a writable open moves them in.
+		files = append(files, db+".journals")
+	}
 	elsewhere := map[string][]string{} // directory → guard's files in it
 	for _, f := range files {
 		if f == "" || slices.ContainsFunc(hide, func(d string) bool { return under(f, d) }) {
