@@ -21,6 +21,11 @@ import (
 var guardBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(noUserNSEnv) != "" {
+		// This binary is also the launcher of a process that cannot
+		// create user namespaces.
+		os.Exit(execWithoutUserNamespaces())
+	}
 	if name := os.Getenv("GUARD_E2E_SERVE"); name != "" {
 		// This binary is also the test's own MCP servers (go-sdk).
 		os.Exit(serveTestServer(name))

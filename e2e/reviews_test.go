@@ -18,7 +18,11 @@ import (
 
 // serveTestServer runs one of the test's own go-sdk servers on stdio.
 func serveTestServer(name string) int {
-	if name != "rugpull" {
+	switch name {
+	case "slow":
+		return serveSlow()
+	case "rugpull":
+	default:
 		return 2
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "rugpull", Version: "1"}, nil)

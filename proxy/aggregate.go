@@ -788,6 +788,12 @@ func (a *aggregator) notification(m wire.Message) {
 		req := wire.ParamsMember(m.Params, "requestId")
 		a.mu.Lock()
 		w := a.byCall[wire.IDKey(req)]
+		if w != nil && req != nil {
+			// The server's session records it cancelled and drops a
+			// late answer; nothing is left to wait for here.
+			delete(a.byCall, wire.IDKey(req))
+			delete(a.pending, pendingKey(w.m, w.ownID))
+		}
 		a.mu.Unlock()
 		if w == nil || req == nil {
 			return // not ours, or already answered

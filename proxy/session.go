@@ -65,7 +65,10 @@ type call struct {
 	batch *batch
 
 	recorded atomic.Bool // its request record has been appended
-	ended    atomic.Bool // it has been answered inside guard
+	// cancelled: the client cancelled it after it was forwarded (under
+	// Session.mu).
+	cancelled bool
+	ended     atomic.Bool // it has been answered inside guard
 
 	// A tools/call is "deciding" from its arrival until it is forwarded,
 	// answered or held: the client's end of input waits for that.
@@ -116,6 +119,9 @@ type Session struct {
 	stateKey           [32]byte             // signs guard's own requestState
 	elicitForm         bool                 // the client answers form elicitations
 	held               int                  // calls waiting for approval now
+	// cancelledKeys are the ids toward the server of forwarded requests
+	// the client cancelled, oldest first (see cancelInFlight).
+	cancelledKeys []string
 
 	persistMu   sync.Mutex
 	persistCond *sync.Cond
@@ -446,6 +452,12 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 		return
 	}
 	defer c.decided()
+	if c.withdrawn != nil && c.isWithdrawn() {
+		// The client cancelled it while it was being decided.
+		s.mu.Unlock()
+		s.withdrawn(c)
+		return
+	}
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
@@ -541,22 +553,88 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	}
 	s.mu.Lock()
 	c := s.byClient[wire.IDKey(rid)]
-	unsent := c != nil && c.sentKey == ""
+	if c != nil && c.sentKey == "" {
+		// Held or still being decided: it never reaches the server.
+		// Closed under s.mu, so that forward sees it.
+		if c.withdrawn != nil && !c.isWithdrawn() {
+			close(c.withdrawn)
+		}
+		s.mu.Unlock()
+		return
+	}
+	if c != nil {
+		s.cancelInFlight(c)
+	}
 	s.mu.Unlock()
+	why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
 	switch {
 	case c == nil:
 		s.toServer.push(item{data: msg.Raw})
-	case c.withdrawn != nil && unsent:
-		// Held or still being decided: never reaches the server.
-		select {
-		case <-c.withdrawn:
-		default:
-			close(c.withdrawn)
-		}
 	case c.sentID != nil:
 		s.toServer.push(item{data: rewriteParamsMember(msg, "requestId", c.sentID)})
 	default:
 		s.toServer.push(item{data: msg.Raw})
+	}
+	if c != nil {
+		s.cancelled(c, why)
+	}
+}
+
+// maxCancelled bounds the cancelled requests whose ids guard keeps
+// reserved toward the server (a server need not answer them).
+const maxCancelled = 1024
+
+// cancelInFlight unlinks a forwarded request the client cancelled from the
+// client's ids. Its id toward the server stays taken until the server
+// answers (or maxCancelled later ones push it out), so that a new request
+// reusing the client's id is sent under one of guard's and a late answer
+// to the cancelled one cannot be taken for it. The caller holds s.mu.
+func (s *Session) cancelInFlight(c *call) {
+	c.cancelled = true
+	if s.byClient[c.origKey] == c {
+		delete(s.byClient, c.origKey)
+	}
+	if c.progBase > 0 {
+		delete(s.progress, wire.IDKey(c.progress))
+	}
+	s.cancelledKeys = append(s.cancelledKeys, c.sentKey)
+	if len(s.cancelledKeys) > maxCancelled {
+		old := s.cancelledKeys[0]
+		s.cancelledKeys = s.cancelledKeys[1:]
+		if x := s.up[old]; x != nil && x.ended.Load() {
+			delete(s.up, old)
+		}
+	}
+}
+
+// cancelled records the outcome of a forwarded request the client
+// cancelled. Per the specification a cancelled request gets no answer: the
+// server's, should one still come, is dropped (serverResponse finds the
+// call ended).
+func (s *Session) cancelled(c *call, why string) {
+	if !c.end() {
+		return // answered already
+	}
+	out := s.record(guard.KindOutcome, c)
+	out.Outcome = guard.OutcomeCancelled
+	detail := map[string]any{"cancelled_by": "client"}
+	if why != "" {
+		detail["cancel_reason"] = why
+	}
+	for k, v := range c.detail {
+		detail[k] = v
+	}
+	d, _ := json.Marshal(detail)
+	out.Detail = string(d)
+	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	ch := s.opts.Recorder.AppendAsync(out)
+	go func() {
+		if err := <-ch; err != nil {
+			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.method, "err", err)
+		}
+	}()
+	if c.batch != nil {
+		s.toClient.push(item{batch: c.batch})
 	}
 }
 
@@ -662,15 +740,22 @@ func (s *Session) serverResponse(msg wire.Message) {
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
 	c := s.up[key]
+	cancelled := false
 	if c != nil {
 		delete(s.up, key)
 		if s.byClient[c.origKey] == c {
 			delete(s.byClient, c.origKey)
 		}
+		cancelled = c.cancelled
 	}
 	s.mu.Unlock()
 	if c == nil {
 		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
+		return
+	}
+	if cancelled {
+		// The client cancelled it: it must not get an answer.
+		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "an answer to a request the client cancelled", "call": c.id, "method": c.method})
 		return
 	}
 	if c.own != nil {
@@ -803,7 +888,9 @@ func (s *Session) ServerGone(code int, status string) {
 	s.exit = status
 	pending := make([]*call, 0, len(s.up))
 	for k, c := range s.up {
-		pending = append(pending, c)
+		if !c.cancelled { // a cancelled one is recorded already
+			pending = append(pending, c)
+		}
 		delete(s.up, k)
 	}
 	for _, c := range s.byClient {
