@@ -202,6 +202,13 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock",
 		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
+	if create {
+		// The marker of processes running a server without isolation
+		// exists from the start, so that it is hidden as itself.
+		if f, err := os.OpenFile(filepath.Join(st.DataDir, exposedMarker), os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+			f.Close()
+		}
+	}
 	if _, err := os.Lstat(db + ".journals"); err == nil {
 		// An earlier version's journals, until a writable open moves them in.
 		files = append(files, db+".journals")
