@@ -5,23 +5,44 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/guard-mcp/guard/store"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 // run runs guard in-process with a clean environment rooted in dir.
 func run(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "XDG_DATA_HOME": filepath.Join(dir, "data")}
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer
 	code = newApp(strings.NewReader(""), &out, &errb, func(k string) string { return env[k] }).main(context.Background(), args)
 	return out.String(), errb.String(), code
+}
+
+// lockedBuffer is a buffer several goroutines may write: guard's stderr is
+// written by its logger and, when it is not a file, by the goroutine that
+// copies a server's stderr to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestCommandLine(t *testing.T) {
