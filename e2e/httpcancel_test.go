@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -244,5 +245,54 @@ func TestHTTPHeldCallWithdrawnWhenItsStreamClosesOn20260728(t *testing.T) {
 	e.outcomeFor(ctx, "delete_note", guard.OutcomeCancelled)
 	if p := e.pendingApproval("delete_note"); p != nil {
 		t.Fatalf("the hold outlived its cancelled call: %+v", p)
+	}
+}
+
+// On 2026-07-28 guard passes a cancellation on to an HTTP upstream of that
+// revision as it expects one: the upstream request's stream is closed (a
+// go-sdk server then cancels the tool's context), and no
+// notifications/cancelled is sent.
+func TestHTTPUpstreamOn20260728IsCancelledByClosingItsStream(t *testing.T) {
+	cancelled := make(chan struct{})
+	s := mcp.NewServer(&mcp.Implementation{Name: "slow-http", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "block", InputSchema: map[string]any{"type": "object"}, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: 1, Message: "started"})
+			}
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	notified := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if bytes.Contains(b, []byte(`"notifications/cancelled"`)) {
+			select {
+			case notified <- string(b):
+			default:
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(up.Close) // after guard serve has stopped (cleanups run last first)
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  up:\n    url: "+up.URL+"\n")
+	url := e.serve() + "/mcp/up"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cancelBlock(t, ctx, url, "2026-07-28", withoutCancelNotifications())
+	select {
+	case <-cancelled:
+	case <-ctx.Done():
+		out, _ := e.guard("audit", "query", "--format", "jsonl")
+		t.Fatalf("the upstream tool was never cancelled; the audit says:\n%s", out)
+	}
+	e.outcomeFor(ctx, "block", guard.OutcomeCancelled)
+	select {
+	case b := <-notified:
+		t.Fatalf("the 2026-07-28 upstream was sent %s", b)
+	default:
 	}
 }
