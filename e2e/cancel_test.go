@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -86,30 +85,9 @@ func TestCancelledCallIsRecordedCancelled(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	started := make(chan struct{}, 1)
-	client := mcp.NewClient(&mcp.Implementation{Name: "canceller", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-			started <- struct{}{}
-		},
-	})
+	client, started := progressClient()
 	cs := e.connect(ctx, client, "2025-11-25", []string{"GUARD_E2E_SERVE=slow"}, "slow", os.Args[0])
-	cctx, stop := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		params := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{}}
-		params.SetProgressToken("tok")
-		_, err := cs.CallTool(cctx, params)
-		errc <- err
-	}()
-	select {
-	case <-started:
-	case <-ctx.Done():
-		t.Fatal("the tool never started")
-	}
-	stop()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the cancelled call returned %v", err)
-	}
+	blockThenCancel(t, ctx, cs, started)
 	e.waitRecords(ctx, "the call cancelled", func(recs []*guard.Record) bool {
 		switch outcomeOf(recs, "block") {
 		case "":

@@ -373,11 +373,22 @@ func TestHTTPIdleSessionsEnd(t *testing.T) {
 // session named (none: ""); the caller reads and closes the response.
 func openPost(t *testing.T, ctx context.Context, url, session, body string) *http.Response {
 	t.Helper()
+	h := http.Header{}
+	if session != "" {
+		h.Set("Mcp-Session-Id", session)
+	}
+	return openPostWith(t, ctx, url, h, body)
+}
+
+// openPostWith posts one body as a client that takes JSON or SSE, with
+// the headers given added; the caller reads and closes the response.
+func openPostWith(t *testing.T, ctx context.Context, url string, header http.Header, body string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -351,6 +351,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		parts = [][]byte{body}
 	}
 	var requests []wire.Message
+	var cancels []int // parts that are notifications/cancelled
 	initialize := false
 	for i, p := range parts {
 		p = oneLine(p)
@@ -372,6 +373,9 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		if m.Kind == wire.KindRequest {
 			requests = append(requests, m)
 			initialize = initialize || m.Method == "initialize"
+		}
+		if m.Kind == wire.KindNotification && m.Method == "notifications/cancelled" {
+			cancels = append(cancels, i)
 		}
 	}
 	s := h.session(r)
@@ -418,10 +422,17 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(requests) == 0 {
 		// Notifications and responses only.
-		if err := s.send(parts); err != nil {
-			jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
-			return
+		var ended []string // requests the client cancelled: no answer comes
+		if len(cancels) > 0 {
+			parts, ended = s.router.clientCancelled(parts, cancels, modern)
 		}
+		if len(parts) > 0 {
+			if err := s.send(parts); err != nil {
+				jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
+				return
+			}
+		}
+		s.router.cancelled(ended)
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
@@ -429,6 +440,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	defer s.router.close(st)
 	if modern {
 		parts = s.router.uniqueIDs(st, parts)
+		// 2026-07-28: closing a request's stream cancels the request.
+		defer h.cancelUnanswered(s, st)
 	}
 	if err := s.send(parts); err != nil {
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
@@ -493,9 +506,10 @@ func acceptsSSE(r *http.Request) bool {
 const headerDelay = 50 * time.Millisecond
 
 // streamSSE writes a stream's messages as server-sent events until it ends
-// or the client goes away. A client that goes away does not cancel its
-// calls: the spec says a disconnect is not a cancellation; their answers
-// wait for a resumption (Last-Event-ID). Events that are ready together
+// or the client goes away. Before 2026-07-28 a client that goes away does
+// not cancel its calls (the spec says a disconnect is not a cancellation):
+// their answers wait for a resumption (Last-Event-ID). On 2026-07-28 the
+// caller cancels them (cancelUnanswered). Events that are ready together
 // are written together, and a flush is left to net/http when the stream
 // ends after them.
 func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *stream, first *event) {
@@ -958,6 +972,132 @@ func (rt *router) answered(st *stream, k string) {
 			}
 		}
 		st.finish()
+	}
+}
+
+// clientCancelled reads the client's notifications/cancelled among a
+// POST's parts (at the indexes given) and returns the parts to send on and
+// the keys of the requests they cancel, whose streams then end: no answer
+// will come (the receiver of a cancellation ignores a late one). On
+// 2026-07-28 (modern) the client names a request by its own id, which
+// guard made unique on the way in: the cancellation is passed on under
+// that unique id, and dropped when it names no request in flight, or more
+// than one (two POSTs may carry the same id; a 2026-07-28 client cancels
+// by closing the request's stream, and is not expected to send these).
+func (rt *router) clientCancelled(parts [][]byte, at []int, modern bool) ([][]byte, []string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var keys []string
+	drop := map[int]bool{}
+	for _, i := range at {
+		m, err := wire.Parse(parts[i])
+		rid := wire.ParamsMember(m.Params, "requestId")
+		if err != nil || rid == nil {
+			continue
+		}
+		k := wire.IDKey(rid)
+		if !modern {
+			if rt.byID[k] != nil {
+				keys = append(keys, k)
+			}
+			continue
+		}
+		u := ""
+		for uk, o := range rt.orig {
+			if wire.IDKey(o) == k && rt.byID[uk] != nil {
+				if u != "" {
+					u = ""
+					break
+				}
+				u = uk
+			}
+		}
+		if u == "" {
+			drop[i] = true
+			continue
+		}
+		parts[i] = rewriteParamsMember(m, "requestId", uniqueID(u))
+		keys = append(keys, u)
+	}
+	if len(drop) == 0 {
+		return parts, keys
+	}
+	kept := parts[:0:0]
+	for i, p := range parts {
+		if !drop[i] {
+			kept = append(kept, p)
+		}
+	}
+	return kept, keys
+}
+
+// uniqueID is the id, as sent, of a unique id's key (see uniqueIDs).
+func uniqueID(key string) []byte {
+	return []byte(strconv.Quote(strings.TrimPrefix(key, "s")))
+}
+
+// cancelled ends the requests the client cancelled: their streams end
+// once nothing else of theirs is pending.
+func (rt *router) cancelled(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, k := range keys {
+		if st := rt.byID[k]; st != nil {
+			delete(rt.orig, k)
+			rt.answered(st, k)
+		}
+	}
+}
+
+// abandon ends a 2026-07-28 POST's stream whose client went before every
+// answer was written, and returns the ids (as sent to the relay) of the
+// requests left unanswered; none once the session has ended.
+func (rt *router) abandon(st *stream) [][]byte {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.ended {
+		return nil
+	}
+	st.mu.Lock()
+	keys := make([]string, 0, len(st.pending))
+	for k := range st.pending {
+		keys = append(keys, k)
+	}
+	st.mu.Unlock()
+	var ids [][]byte
+	for _, k := range keys {
+		if _, ok := rt.orig[k]; !ok {
+			continue
+		}
+		delete(rt.orig, k)
+		rt.answered(st, k)
+		ids = append(ids, uniqueID(k))
+	}
+	return ids
+}
+
+// cancelUnanswered cancels the requests of a 2026-07-28 POST whose
+// response ended before their answers were written. In that revision the
+// close of a request's stream is the client's cancellation (no
+// notifications/cancelled is expected): the relay gets one, as from the
+// client, and records the call cancelled, withdraws a hold, and tells the
+// server. In earlier revisions a disconnect is not a cancellation, and
+// this is not called.
+func (h *HTTPServer) cancelUnanswered(s *httpSession, st *stream) {
+	ids := s.router.abandon(st)
+	if len(ids) == 0 {
+		return
+	}
+	lines := make([][]byte, len(ids))
+	for i, id := range ids {
+		lines[i] = []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
+			`,"reason":"the client closed the request's stream"}}`)
+	}
+	if err := s.send(lines); err != nil {
+		h.opts.Logger.Info("cancellation not passed on: the session ended", "session", s.id, "err", err)
 	}
 }
 

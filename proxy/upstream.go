@@ -95,6 +95,9 @@ type upstream struct {
 	getOnce  sync.Once
 	inflight sync.WaitGroup
 	closed   bool
+	// 2026-07-28 requests in flight, by id key: closing a request's
+	// stream is how that revision cancels it.
+	modern map[string]context.CancelFunc
 
 	// x-mcp-header arguments of each tool, from the tools lists relayed
 	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
@@ -204,17 +207,40 @@ func (u *upstream) post(line []byte) {
 		u.initID = wire.IDKey(m.ID)
 		u.mu.Unlock()
 	}
+	if m.Kind == wire.KindNotification && m.Method == "notifications/cancelled" && u.cancelModern(m) {
+		return
+	}
 	req, err := u.request(http.MethodPost, line)
 	if err != nil {
 		u.fail(m, err.Error())
 		return
 	}
-	u.modernHeaders(req, m)
+	modern := u.modernHeaders(req, m)
 	if m.Kind == wire.KindRequest {
+		var key string
+		if modern {
+			key = wire.IDKey(m.ID)
+			ctx, cancel := context.WithCancel(req.Context())
+			req = req.WithContext(ctx)
+			u.mu.Lock()
+			if u.modern == nil {
+				u.modern = map[string]context.CancelFunc{}
+			}
+			u.modern[key] = cancel
+			u.mu.Unlock()
+		}
 		u.inflight.Add(1)
 		go func() {
 			defer u.inflight.Done()
 			u.exchange(m, req)
+			if modern {
+				u.mu.Lock()
+				if c := u.modern[key]; c != nil {
+					c()
+					delete(u.modern, key)
+				}
+				u.mu.Unlock()
+			}
 		}()
 		return
 	}
@@ -225,9 +251,33 @@ func (u *upstream) post(line []byte) {
 	}
 }
 
+// cancelModern passes on the relay's cancellation of a 2026-07-28 request
+// as that revision's server expects it: its request's stream is closed,
+// and no notifications/cancelled is sent. It reports whether the
+// cancellation named such a request in flight.
+func (u *upstream) cancelModern(m wire.Message) bool {
+	rid := wire.ParamsMember(m.Params, "requestId")
+	if rid == nil {
+		return false
+	}
+	key := wire.IDKey(rid)
+	u.mu.Lock()
+	cancel := u.modern[key]
+	delete(u.modern, key)
+	u.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel()
+	return true
+}
+
 // exchange sends one POST and relays what comes back.
 func (u *upstream) exchange(m wire.Message, req *http.Request) {
 	resp, err := u.rm.Client.Do(req)
+	if err != nil && req.Context().Err() != nil && u.ctx.Err() == nil {
+		return // cancelled by the client: no answer is expected
+	}
 	if err != nil {
 		u.fail(m, "the remote server could not be reached: "+err.Error())
 		return
@@ -262,6 +312,9 @@ func (u *upstream) exchange(m wire.Message, req *http.Request) {
 		return
 	}
 	b, err := io.ReadAll(resp.Body)
+	if err != nil && req.Context().Err() != nil && u.ctx.Err() == nil {
+		return // cancelled by the client
+	}
 	if err != nil {
 		u.fail(m, "reading the remote server's answer: "+err.Error())
 		return
@@ -448,11 +501,12 @@ func readEvents(r io.Reader, fn func(event string, data []byte)) {
 }
 
 // modernHeaders sets the headers a 2026-07-28 request carries over HTTP:
-// its revision, method, name, and the arguments its tool mirrors.
-func (u *upstream) modernHeaders(req *http.Request, m wire.Message) {
+// its revision, method, name, and the arguments its tool mirrors. It
+// reports whether the message is of that revision.
+func (u *upstream) modernHeaders(req *http.Request, m wire.Message) bool {
 	v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol))
 	if !ok || v < "2026-07-28" {
-		return
+		return false
 	}
 	req.Header.Set("MCP-Protocol-Version", v)
 	if m.Method != "" {
@@ -463,11 +517,11 @@ func (u *upstream) modernHeaders(req *http.Request, m wire.Message) {
 		req.Header.Set("Mcp-Name", name)
 	}
 	if m.Method != "tools/call" {
-		return
+		return true
 	}
 	params := u.headers.of(name)
 	if len(params) == 0 {
-		return
+		return true
 	}
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
@@ -486,6 +540,7 @@ func (u *upstream) modernHeaders(req *http.Request, m wire.Message) {
 		}
 		req.Header.Set("Mcp-Param-"+header, val)
 	}
+	return true
 }
 
 func printableASCII(s string) bool {
