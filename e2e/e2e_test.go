@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -30,22 +31,14 @@ func TestMain(m *testing.M) {
 		// This binary is also the test's own MCP servers (go-sdk).
 		os.Exit(serveTestServer(name))
 	}
-	dir, err := os.MkdirTemp("", "guard-e2e-")
+	bin, remove, err := guardtest.Build("../cmd/guard")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	guardBin = filepath.Join(dir, "guard")
-	// GUARD_TEST_BUILD_FLAGS adds build flags, such as -race.
-	args := append([]string{"build", "-o", guardBin}, strings.Fields(os.Getenv("GUARD_TEST_BUILD_FLAGS"))...)
-	build := exec.Command("go", append(args, "../cmd/guard")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building guard:", err)
-		os.Exit(1)
-	}
+	guardBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 

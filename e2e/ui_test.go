@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -16,19 +15,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
 )
 
 // freePort returns a loopback address no one listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort(t *testing.T) string { return guardtest.FreePort(t) }
 
 // uiProcess is a guard run serving (or waiting to serve) the UI on addr.
 func (e *env) uiProcess(ctx context.Context, addr string) (*mcp.ClientSession, *exec.Cmd) {

@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+
+	"github.com/guard-mcp/guard/e2e/guardtest"
 )
 
 // defaultCalls is the calls per configuration when GUARD_SOAK_CALLS is not
@@ -35,21 +36,14 @@ const defaultCalls = 60000
 var guardBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "guard-soak-")
+	bin, remove, err := guardtest.Build("../../cmd/guard")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	guardBin = filepath.Join(dir, "guard")
-	args := append([]string{"build", "-o", guardBin}, strings.Fields(os.Getenv("GUARD_TEST_BUILD_FLAGS"))...)
-	build := exec.Command("go", append(args, "../../cmd/guard")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building guard:", err)
-		os.Exit(1)
-	}
+	guardBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -222,7 +216,7 @@ func TestSoakServe(t *testing.T) {
 	for _, durability := range []string{"normal", "full"} {
 		t.Run(durability, func(t *testing.T) {
 			db, cfg := setup(t, durability, "servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
-			addr := freePort(t)
+			addr := guardtest.FreePort(t)
 			cmd := exec.Command(guardBin, "serve", "--config", cfg, "--db", db, "--listen", addr, "--no-ui")
 			var logs stderrLog
 			cmd.Stderr = &logs
@@ -263,16 +257,6 @@ func TestSoakServe(t *testing.T) {
 			check(t, db, cfg, calls)
 		})
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // waitReady waits until guard serve answers, failing at once if it exits.
