@@ -111,10 +111,20 @@ func (c *checkpoint) message() []byte {
 // writeCheckpoint signs the log's current length and head and writes it beside
 // the database, unless the checkpoint there already counts more records
 // (another process wrote a newer one).
-func (db *DB) writeCheckpoint() error {
+func (db *DB) writeCheckpoint() (err error) {
+	// dirty is cleared before the head is read: a commit that lands
+	// meanwhile (a caller's own, in AppendAsync) sets it again, and is
+	// covered by the next checkpoint. A failure leaves it set.
+	if db.dirty.Swap(false) {
+		defer func() {
+			if err != nil {
+				db.dirty.Store(true)
+			}
+		}()
+	}
 	ctx := context.Background()
 	c := checkpoint{V: 1, Time: fmtTime(db.opts.Now())}
-	err := db.w.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&c.HeadSeq, &c.HeadHash)
+	err = db.w.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&c.HeadSeq, &c.HeadHash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
 	}
@@ -138,7 +148,6 @@ func (db *DB) writeCheckpoint() error {
 	defer unlock()
 	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
 		db.lastCheckpoint.Store(time.Now().UnixNano())
-		db.dirty.Store(false)
 		return nil
 	}
 	tmp := path + ".tmp"
@@ -156,7 +165,6 @@ func (db *DB) writeCheckpoint() error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	db.lastCheckpoint.Store(time.Now().UnixNano())
-	db.dirty.Store(false)
 	return nil
 }
 

@@ -115,15 +115,26 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	db.stats.add(len(recs))
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
-	if !db.fsync && len(db.queue) == 0 && db.commitMu.TryLock() {
+	if !db.fsync && db.stats.backlog.Load() == int64(len(recs)) && db.commitMu.TryLock() {
 		// Nothing waits and nothing is being committed: the caller
 		// commits its own records, which spares a lone call two
 		// hand-offs between goroutines. Under load the queue is never
 		// empty for long and the writer batches as before. Not with
 		// durability full: a caller that waited for its own fsync here
 		// would keep the next records of its session (read by the same
-		// goroutine) out of the batch that shares it.
-		db.commitBatch([]*appendReq{req})
+		// goroutine) out of the batch that shares it. Nothing else is
+		// outstanding (the backlog is this append's own), so no record
+		// appended earlier can be committed after these. One attempt
+		// only: if another process holds the database, the writer waits
+		// for it instead, and the caller goes on.
+		batch := []*appendReq{req}
+		err := db.commit(batch)
+		if err != nil && isBusy(err) {
+			db.commitMu.Unlock()
+			db.queue <- req
+			return done
+		}
+		db.answer(batch, err)
 		db.commitMu.Unlock()
 		if db.checkpointDue() {
 			select {
@@ -216,11 +227,15 @@ func (db *DB) collect(batch []*appendReq, first *appendReq) []*appendReq {
 // commitBatch commits a batch and answers its callers. The caller holds
 // commitMu.
 func (db *DB) commitBatch(batch []*appendReq) {
+	db.answer(batch, db.commitRetrying(batch))
+}
+
+// answer answers the callers of a batch with the outcome of its commit.
+func (db *DB) answer(batch []*appendReq, err error) {
 	n := 0
 	for _, r := range batch {
 		n += len(r.recs)
 	}
-	err := db.commitRetrying(batch)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		db.opts.Logger.Error("audit commit failed; its calls are refused", "records", n, "err", err)
@@ -285,7 +300,8 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 		}
 		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
 			// The connection is no use any more: the next batch opens
-			// another.
+			// another. (A ROLLBACK that fails because SQLite already
+			// rolled back, as after a full disk, leaves it usable.)
 			db.wc = nil
 			_ = wc.discard()
 		}
