@@ -700,16 +700,25 @@ func (s *Session) resultText(raw []byte) string {
 	return s.redact(raw)
 }
 
+// refusedServerRequest answers, and reports, a server request whose id no
+// client could answer: the server is told, as guard tells a client, and the
+// client never sees it. (Apart from FromServer so that the error's target
+// is allocated only for a message that failed to parse.)
+func (s *Session) refusedServerRequest(raw []byte, err error) bool {
+	var inv *wire.InvalidError
+	if !errors.As(err, &inv) || inv.Kind != wire.KindRequest {
+		return false
+	}
+	s.opts.Logger.Warn("server request refused", "err", err)
+	s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
+	s.toServer.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)})
+	return true
+}
+
 // FromServer handles one message from the server.
 func (s *Session) FromServer(raw []byte) {
 	msg, err := wire.Parse(raw)
-	var inv *wire.InvalidError
-	if errors.As(err, &inv) && inv.Kind == wire.KindRequest {
-		// A request whose id no client could answer: the server is told,
-		// as guard tells a client, and the client never sees it.
-		s.opts.Logger.Warn("server request refused", "err", err)
-		s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
-		s.toServer.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)})
+	if err != nil && s.refusedServerRequest(raw, err) {
 		return
 	}
 	if err != nil {

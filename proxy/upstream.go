@@ -97,7 +97,7 @@ type upstream struct {
 	closed   bool
 	// 2026-07-28 requests in flight, by id key: closing a request's
 	// stream is how that revision cancels it.
-	modern map[string]context.CancelFunc
+	modern map[string]*modernCall
 
 	// x-mcp-header arguments of each tool, from the tools lists relayed
 	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
@@ -218,25 +218,29 @@ func (u *upstream) post(line []byte) {
 	modern := u.modernHeaders(req, m)
 	if m.Kind == wire.KindRequest {
 		var key string
+		var mine *modernCall
 		if modern {
 			key = wire.IDKey(m.ID)
 			ctx, cancel := context.WithCancel(req.Context())
 			req = req.WithContext(ctx)
+			mine = &modernCall{cancel: cancel}
 			u.mu.Lock()
 			if u.modern == nil {
-				u.modern = map[string]context.CancelFunc{}
+				u.modern = map[string]*modernCall{}
 			}
-			u.modern[key] = cancel
+			u.modern[key] = mine
 			u.mu.Unlock()
 		}
 		u.inflight.Add(1)
 		go func() {
 			defer u.inflight.Done()
 			u.exchange(m, req)
-			if modern {
+			if mine != nil {
+				mine.cancel()
+				// Once answered, the id may already name a newer
+				// request: only this one's entry goes.
 				u.mu.Lock()
-				if c := u.modern[key]; c != nil {
-					c()
+				if u.modern[key] == mine {
 					delete(u.modern, key)
 				}
 				u.mu.Unlock()
@@ -251,6 +255,10 @@ func (u *upstream) post(line []byte) {
 	}
 }
 
+// modernCall is a 2026-07-28 request in flight to the upstream, whose
+// stream closing is its cancellation.
+type modernCall struct{ cancel context.CancelFunc }
+
 // cancelModern passes on the relay's cancellation of a 2026-07-28 request
 // as that revision's server expects it: its request's stream is closed,
 // and no notifications/cancelled is sent. It reports whether the
@@ -262,13 +270,13 @@ func (u *upstream) cancelModern(m wire.Message) bool {
 	}
 	key := wire.IDKey(rid)
 	u.mu.Lock()
-	cancel := u.modern[key]
+	c := u.modern[key]
 	delete(u.modern, key)
 	u.mu.Unlock()
-	if cancel == nil {
+	if c == nil {
 		return false
 	}
-	cancel()
+	c.cancel()
 	return true
 }
 
