@@ -350,14 +350,12 @@ func (p *parser) size(dst *int64) func(*yaml.Node) error {
 	}
 }
 
+// list reads a list of strings: include globs, redact keys and patterns,
+// a server's command line. Their variables are expanded but not recorded
+// as guard's secrets: they are paths and names, not credentials, and a
+// server reads its own command line anyway (${HOME}/projects must not take
+// HOME from it, nor mask the home directory in every record).
 func (p *parser) list(dst *[]string) func(*yaml.Node) error {
-	return p.listWith(dst, p.expand)
-}
-
-// command reads a server's command line. Its variables are expanded but
-// not recorded as guard's secrets: the server reads their values on its
-// command line anyway (${HOME}/projects must not take HOME from it).
-func (p *parser) command(dst *[]string) func(*yaml.Node) error {
 	return p.listWith(dst, func(s string) string {
 		if !strings.Contains(s, "${") {
 			return s
@@ -365,6 +363,9 @@ func (p *parser) command(dst *[]string) func(*yaml.Node) error {
 		return os.Expand(s, p.getenv)
 	})
 }
+
+// command reads a server's command line (see list).
+func (p *parser) command(dst *[]string) func(*yaml.Node) error { return p.list(dst) }
 
 func (p *parser) listWith(dst *[]string, expand func(string) string) func(*yaml.Node) error {
 	return func(n *yaml.Node) error {
@@ -384,9 +385,9 @@ func (p *parser) listWith(dst *[]string, expand func(string) string) func(*yaml.
 }
 
 // expand replaces ${VAR} with the environment's value, and records the
-// variable: every expansion site but a server's command goes through it, so
-// that a value the configuration reads (a header's token, a password) is
-// known as guard's own secret.
+// variable: the sites that carry credentials (a server's url and headers;
+// later passwords and webhook secrets) go through it, so that a value the
+// configuration reads is known as guard's own secret.
 func (p *parser) expand(s string) string {
 	if !strings.Contains(s, "${") {
 		return s

@@ -10,8 +10,10 @@ import (
 // but those of a server's command (which the server reads anyway); a
 // server's environment lacks them unless its env list names them.
 func TestServerEnvWithholdsExpandedVariables(t *testing.T) {
-	vars := map[string]string{"TOKEN": "t0ken-value-1", "OTHER": "other-value-2", "ROOT": "/srv/data"}
+	vars := map[string]string{"TOKEN": "t0ken-value-1", "OTHER": "other-value-2", "ROOT": "/srv/data", "HOME": "/home/me"}
 	cfg, err := parse([]byte(`
+include: ["${HOME}/guard-rules/*.yaml"]
+redact: {keys: ["${ROOT}"]}
 servers:
   remote:
     url: https://x.example/mcp?key=${OTHER}

@@ -31,8 +31,13 @@ type isolation struct {
 	// marker is exposedMarker's path; marked holds it (shared lock) from
 	// the first server without isolation until the process ends.
 	marker   string
+	markerID fileIdentity // the marker's identity when this process made sure it existed
 	markOnce sync.Once
 	marked   *os.File
+	// settled is set once the servers this process runs have been
+	// declared (and, for guard serve, the sandbox probed): before, whether
+	// they are isolated is not known yet.
+	settled atomic.Bool
 }
 
 // exposedMarker is the file, in guard's data directory, that every guard
@@ -74,11 +79,19 @@ func (iso *isolation) othersExposed() bool {
 	if iso.marker == "" {
 		return true
 	}
-	f, err := os.OpenFile(iso.marker, os.O_RDWR|os.O_CREATE, 0o600)
+	// The marker is the file this process found at start: one removed or
+	// put in its place (by a server without isolation, which could also
+	// have written the configuration) tells nothing, so it counts as
+	// exposure.
+	f, err := os.OpenFile(iso.marker, os.O_RDWR, 0)
 	if err != nil {
 		return true
 	}
 	defer f.Close()
+	var st syscall.Stat_t
+	if syscall.Fstat(int(f.Fd()), &st) != nil || identityOf(&st) != iso.markerID {
+		return true
+	}
 	// A shared lock held by any process makes an exclusive one fail.
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return true
@@ -95,8 +108,12 @@ func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isol
 	if err != nil {
 		logger.Error("servers cannot be isolated from guard's files: guard cannot find its own program", "err", err)
 	}
-	return &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger,
+	iso := &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger,
 		marker: filepath.Join(st.DataDir, exposedMarker)}
+	if iso.markerID, err = identifyFile(iso.marker); err != nil && create {
+		logger.Warn("configuration changes will wait for a person: the marker of servers without isolation cannot be read", "err", err)
+	}
+	return iso
 }
 
 // declare logs, once per process, whether the stdio server name will be
@@ -283,6 +300,28 @@ func under(p, dir string) bool {
 // dirIdentity is a directory's device and inode: whether the directory at
 // a path is still the one guard started with.
 type dirIdentity struct{ dev, ino uint64 }
+
+// fileIdentity tells a file from another put in its place: the inode
+// number alone does not, since a removed file's number is soon reused, so
+// the time its inode last changed (its creation, for a file nobody chmods)
+// is part of it.
+type fileIdentity struct {
+	dirIdentity
+	ctime syscall.Timespec
+}
+
+func identityOf(st *syscall.Stat_t) fileIdentity {
+	return fileIdentity{dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, st.Ctim}
+}
+
+// identifyFile returns the identity of the file at path.
+func identifyFile(path string) (fileIdentity, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
+	}
+	return identityOf(&st), nil
+}
 
 // identify returns the identity of the directory at path.
 func identify(path string) (dirIdentity, error) {

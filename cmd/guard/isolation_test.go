@@ -65,3 +65,41 @@ func TestSandboxHide(t *testing.T) {
 		t.Fatalf("hidden %q: want %s whole", got, shared)
 	}
 }
+
+// The marker of servers without isolation tells only while it is the file
+// found at start: a process holding it, or a marker removed or replaced
+// (as a server without isolation could), counts as exposure.
+func TestOthersExposed(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, exposedMarker)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, err := identifyFile(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iso := &isolation{logger: slog.New(slog.DiscardHandler), marker: marker, markerID: id}
+	if iso.othersExposed() {
+		t.Fatal("exposed with no process holding the marker")
+	}
+	other := &isolation{logger: slog.New(slog.DiscardHandler), marker: marker, markerID: id}
+	other.expose()
+	if !iso.othersExposed() {
+		t.Fatal("not exposed while another holds the marker")
+	}
+	other.marked.Close()
+	if iso.othersExposed() {
+		t.Fatal("still exposed once the other let go")
+	}
+	os.Remove(marker)
+	if !iso.othersExposed() {
+		t.Fatal("not exposed with the marker removed")
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !iso.othersExposed() {
+		t.Fatal("not exposed with the marker replaced")
+	}
+}

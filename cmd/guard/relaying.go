@@ -101,7 +101,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 // applies by itself; otherwise one that alters decisions waits for a
 // person.
 func (rt *relaying) isolated() bool {
-	return rt.everyServerIsolated() && !rt.iso.othersExposed() && !rt.configDirReplaced()
+	return rt.iso.settled.Load() && rt.everyServerIsolated() && !rt.iso.othersExposed() && !rt.configDirReplaced()
 }
 
 // ownSecrets lists the values of guard's own secrets: the UI's login token

@@ -84,6 +84,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		if srv := cfg.Servers[server]; srv != nil {
 			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
 		}
+		rt.iso.settled.Store(true) // no server of its own
 		err := proxy.RunRemote(context.WithoutCancel(ctx), rt.options(server, logger),
 			rm, a.clientIn(), a.clientOut())
 		if err != nil {
@@ -92,6 +93,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return exitOK
 	}
 	rt.iso.declare(server, cfg.Servers[server])
+	rt.iso.settled.Store(true)
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
 		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
 			Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())

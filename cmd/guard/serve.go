@@ -134,6 +134,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	if len(stdio) > 0 {
 		_, _ = rt.iso.probe(stdio, cfg.Servers)
 	}
+	rt.iso.settled.Store(true)
 	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
 		for _, m := range members {
 			if strings.Contains(m.name, cfg.Aggregate.Separator) {
