@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Protocol revisions guard knows. Comparisons between revisions are plain
@@ -290,3 +292,13 @@ var (
 	// the call it belongs to must not go on.
 	ErrAuditWrite = errors.New("the audit log could not be written")
 )
+
+// NewID returns a new identifier for a record, a call or a session: a
+// UUIDv7, so that identifiers sort by creation time.
+func NewID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}

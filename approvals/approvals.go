@@ -14,7 +14,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 )
 
 // Store keeps approvals; store.DB implements it. Waiting is the store's:
@@ -65,24 +64,6 @@ func New(st Store, opts Options) *Manager {
 	return &Manager{st: st, opts: opts}
 }
 
-// Kind is how a wait ended.
-type Kind int
-
-// How a wait ends.
-const (
-	Approved Kind = iota + 1
-	Denied
-	Expired
-	Withdrawn
-	WaitLimit // no decision within Options.Wait; the approval stays open
-)
-
-// Result is how a wait ended, with the approval as it then was.
-type Result struct {
-	Kind     Kind
-	Approval *guard.Approval
-}
-
 // Hold stores a held call, or returns the pending approval of an identical
 // call (same server, tool and arguments) that the client retried while it
 // was still open.
@@ -121,10 +102,10 @@ func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policy
 // Await waits for the decision on a held call, up to the wait limit and
 // never past its expiry, calling progress every ProgressEvery. An approved
 // call is used by this wait: it cannot let a second call through.
-func (m *Manager) Await(ctx context.Context, id string, progress func(msg string)) (Result, error) {
+func (m *Manager) Await(ctx context.Context, id string, progress func(msg string)) (guard.WaitResult, error) {
 	a, err := m.st.Approval(ctx, id)
 	if err != nil {
-		return Result{}, err
+		return guard.WaitResult{}, err
 	}
 	limit := m.opts.Wait
 	if left := a.ExpiresAt.Sub(m.opts.Now()); left < limit {
@@ -151,10 +132,10 @@ func (m *Manager) Await(ctx context.Context, id string, progress func(msg string
 			}
 		case g := <-ch:
 			if g.err != nil && ctx.Err() != nil {
-				return Result{Approval: g.a}, ctx.Err()
+				return guard.WaitResult{Approval: g.a}, ctx.Err()
 			}
 			if g.err != nil && !errors.Is(g.err, context.DeadlineExceeded) {
-				return Result{}, g.err
+				return guard.WaitResult{}, g.err
 			}
 			return m.settle(ctx, id, g.a)
 		}
@@ -162,12 +143,12 @@ func (m *Manager) Await(ctx context.Context, id string, progress func(msg string
 }
 
 // settle turns the approval's state after a wait into its result.
-func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (Result, error) {
+func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (guard.WaitResult, error) {
 	bg := context.WithoutCancel(ctx)
 	if a == nil || a.State == guard.ApprovalPending {
 		cur, err := m.st.Approval(bg, id)
 		if err != nil {
-			return Result{}, err
+			return guard.WaitResult{}, err
 		}
 		a = cur
 	}
@@ -175,30 +156,30 @@ func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (Res
 	case guard.ApprovalPending:
 		if !m.opts.Now().Before(a.ExpiresAt) {
 			if ok, err := m.st.TransitionApproval(bg, id, guard.ApprovalPending, guard.ApprovalExpired); err != nil {
-				return Result{}, err
+				return guard.WaitResult{}, err
 			} else if ok {
 				a.State = guard.ApprovalExpired
-				return Result{Kind: Expired, Approval: a}, nil
+				return guard.WaitResult{End: guard.WaitExpired, Approval: a}, nil
 			}
 			return m.settle(ctx, id, nil)
 		}
-		return Result{Kind: WaitLimit, Approval: a}, nil
+		return guard.WaitResult{End: guard.WaitLimit, Approval: a}, nil
 	case guard.ApprovalApproved:
 		ok, err := m.st.TransitionApproval(bg, id, guard.ApprovalApproved, guard.ApprovalUsed)
 		if err != nil {
-			return Result{}, err
+			return guard.WaitResult{}, err
 		}
 		if !ok { // used by another call already
-			return Result{Kind: Withdrawn, Approval: a}, nil
+			return guard.WaitResult{End: guard.WaitWithdrawn, Approval: a}, nil
 		}
 		a.State = guard.ApprovalUsed
-		return Result{Kind: Approved, Approval: a}, nil
+		return guard.WaitResult{End: guard.WaitApproved, Approval: a}, nil
 	case guard.ApprovalDenied:
-		return Result{Kind: Denied, Approval: a}, nil
+		return guard.WaitResult{End: guard.WaitDenied, Approval: a}, nil
 	case guard.ApprovalExpired:
-		return Result{Kind: Expired, Approval: a}, nil
+		return guard.WaitResult{End: guard.WaitExpired, Approval: a}, nil
 	default:
-		return Result{Kind: Withdrawn, Approval: a}, nil
+		return guard.WaitResult{End: guard.WaitWithdrawn, Approval: a}, nil
 	}
 }
 
@@ -255,56 +236,10 @@ func (m *Manager) ExpireDue(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// DeniedByPersonText is what the client reads when a person denied its call.
-func DeniedByPersonText(a *guard.Approval) string {
-	if a.Reason == "" {
-		return "Denied by " + a.DecidedBy
-	}
-	return "Denied by " + a.DecidedBy + ": " + a.Reason
-}
-
-// ExpiredText is what the client reads when no one decided in time.
-func ExpiredText(timeout time.Duration) string {
-	return "Expired: no one decided on this call within " + HumanDuration(timeout)
-}
-
-// RetryText is what the client reads when its call waited the wait limit.
-func RetryText(id string) string {
-	return "Waiting for approval (id " + id + "): ask the user to approve it, then call the tool again with the same arguments"
-}
-
-// HumanDuration writes a duration as people do: 10m, 1h30m, 45s, 2d.
-func HumanDuration(d time.Duration) string {
-	if d > 0 && d < time.Second {
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	}
-	d = d.Round(time.Second)
-	if d <= 0 {
-		return "0s"
-	}
-	var b strings.Builder
-	if days := d / (24 * time.Hour); days > 0 {
-		fmt.Fprintf(&b, "%dd", days)
-		d -= days * 24 * time.Hour
-	}
-	if h := d / time.Hour; h > 0 {
-		fmt.Fprintf(&b, "%dh", h)
-		d -= h * time.Hour
-	}
-	if m := d / time.Minute; m > 0 {
-		fmt.Fprintf(&b, "%dm", m)
-		d -= m * time.Minute
-	}
-	if d > 0 {
-		fmt.Fprintf(&b, "%ds", d/time.Second)
-	}
-	return b.String()
-}
-
 // HeldForReview reports whether a is a call held for the review of one
 // tool definition (server, tool, pin).
 func HeldForReview(a *guard.Approval, server, tool, pin string) bool {
-	return a.Rule == policy.ToolReviewRule && a.Server == server && a.Tool == tool && a.Pin == pin
+	return a.Rule == guard.ToolReviewRule && a.Server == server && a.Tool == tool && a.Pin == pin
 }
 
 // ReviewDecider decides one held call.

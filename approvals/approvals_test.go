@@ -13,7 +13,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -52,7 +51,7 @@ func TestAwaitEndings(t *testing.T) {
 		m.Hold(ctx, held("a"))
 		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", false, "alice", "not on production") }()
 		r, err := m.Await(ctx, "a", nil)
-		if err != nil || r.Kind != Denied || DeniedByPersonText(r.Approval) != "Denied by alice: not on production" {
+		if err != nil || r.End != guard.WaitDenied || guard.DeniedByPersonText(r.Approval) != "Denied by alice: not on production" {
 			t.Fatalf("%+v %v", r, err)
 		}
 	})
@@ -61,7 +60,7 @@ func TestAwaitEndings(t *testing.T) {
 		m.Hold(ctx, held("a"))
 		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", true, "alice", "") }()
 		r, err := m.Await(ctx, "a", nil)
-		if err != nil || r.Kind != Approved {
+		if err != nil || r.End != guard.WaitApproved {
 			t.Fatalf("%+v %v", r, err)
 		}
 		a, _ := db.Approval(ctx, "a")
@@ -77,7 +76,7 @@ func TestAwaitEndings(t *testing.T) {
 		m.Hold(ctx, held("a"))
 		var progress []string
 		r, err := m.Await(ctx, "a", func(s string) { progress = append(progress, s) })
-		if err != nil || r.Kind != WaitLimit || r.Approval.State != guard.ApprovalPending {
+		if err != nil || r.End != guard.WaitLimit || r.Approval.State != guard.ApprovalPending {
 			t.Fatalf("%+v %v", r, err)
 		}
 		if len(progress) < 2 || progress[0] != "waiting for approval at the guard UI; approval id a" {
@@ -100,7 +99,7 @@ func TestAwaitEndings(t *testing.T) {
 		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Timeout: 100 * time.Millisecond, Wait: 5 * time.Second})
 		m.Hold(ctx, held("a"))
 		r, err := m.Await(ctx, "a", nil)
-		if err != nil || r.Kind != Expired {
+		if err != nil || r.End != guard.WaitExpired {
 			t.Fatalf("%+v %v", r, err)
 		}
 		if _, err := m.Decide(ctx, "a", true, "late", ""); !errors.Is(err, guard.ErrAlreadyDecided) || !strings.Contains(err.Error(), "expired") {
@@ -112,7 +111,7 @@ func TestAwaitEndings(t *testing.T) {
 		m.Hold(ctx, held("a"))
 		go func() { time.Sleep(50 * time.Millisecond); m.Withdraw(ctx, "a") }()
 		r, err := m.Await(ctx, "a", nil)
-		if err != nil || r.Kind != Withdrawn {
+		if err != nil || r.End != guard.WaitWithdrawn {
 			t.Fatalf("%+v %v", r, err)
 		}
 		if _, err := m.Decide(ctx, "a", true, "x", ""); !errors.Is(err, guard.ErrAlreadyDecided) {
@@ -172,7 +171,7 @@ func TestADecisionFromAnotherProcessIsSeenWithin250ms(t *testing.T) {
 	got := make(chan time.Time, 1)
 	go func() {
 		r, err := m.Await(ctx, "a", nil)
-		if err != nil || r.Kind != Approved {
+		if err != nil || r.End != guard.WaitApproved {
 			t.Errorf("%+v %v", r, err)
 		}
 		got <- time.Now()
@@ -197,14 +196,14 @@ func TestADecisionFromAnotherProcessIsSeenWithin250ms(t *testing.T) {
 
 func TestTexts(t *testing.T) {
 	for d, want := range map[time.Duration]string{10 * time.Minute: "10m", 90 * time.Minute: "1h30m", 45 * time.Second: "45s", 48 * time.Hour: "2d", 400 * time.Millisecond: "400ms"} {
-		if got := HumanDuration(d); got != want {
+		if got := guard.HumanDuration(d); got != want {
 			t.Errorf("%v: %s, want %s", d, got, want)
 		}
 	}
-	if got := ExpiredText(10 * time.Minute); got != "Expired: no one decided on this call within 10m" {
+	if got := guard.ExpiredText(10 * time.Minute); got != "Expired: no one decided on this call within 10m" {
 		t.Fatal(got)
 	}
-	if got := RetryText("x"); got != "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments" {
+	if got := guard.RetryText("x"); got != "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments" {
 		t.Fatal(got)
 	}
 }
@@ -216,7 +215,7 @@ func TestSettleReview(t *testing.T) {
 	ctx := context.Background()
 	review := func(id, pin, digest string) *guard.Approval {
 		a := held(id)
-		a.Rule, a.Pin, a.Digest = policy.ToolReviewRule, pin, digest
+		a.Rule, a.Pin, a.Digest = guard.ToolReviewRule, pin, digest
 		return a
 	}
 	for _, a := range []*guard.Approval{review("r1", "sha256:new", "d1"), review("r2", "sha256:new", "d2"), review("r3", "sha256:new", "d3"),

@@ -93,7 +93,7 @@ policy:
 		{"ls", `{}`, "ok", "", "allow"},
 		{"other", `{}`, "default", "approve", "allow"},
 		// guard's own protection is never merely monitored.
-		{"ls", `{"path":"/var/lib/guard/guard.db"}`, SelfProtectionRule, "", "deny"},
+		{"ls", `{"path":"/var/lib/guard/guard.db"}`, guard.SelfProtectionRule, "", "deny"},
 	} {
 		v := p.Decide(&guard.Call{Method: "tools/call", ToolName: tc.tool, Arguments: []byte(tc.args), Tool: tool(`{}`)})
 		if v.Action != tc.action || v.Would != tc.would || v.Rule != tc.rule {

@@ -7,7 +7,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy/schema"
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // Contracts validates arguments against a tool's pinned inputSchema and

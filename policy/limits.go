@@ -58,11 +58,11 @@ func checkLimits(lim Limiter, limits []Limit, call *guard.Call) (guard.Verdict, 
 		ok, wait, err := lim.TakeToken(ctx, key, float64(l.Count)/l.Per.Seconds(), l.Burst, now)
 		cancel()
 		if err != nil {
-			return guard.Verdict{Action: guard.ActionDeny, Rule: RateLimitRule,
+			return guard.Verdict{Action: guard.ActionDeny, Rule: guard.RateLimitRule,
 				Reason: "the rate limit could not be checked: " + err.Error()}, false
 		}
 		if !ok {
-			return guard.Verdict{Action: guard.ActionDeny, Rule: RateLimitRule,
+			return guard.Verdict{Action: guard.ActionDeny, Rule: guard.RateLimitRule,
 				Reason: fmt.Sprintf("Rate limit: %s allows %d calls per %s; retry in %s", subject, l.Count, perWord(l.Per), retryIn(wait))}, false
 		}
 	}

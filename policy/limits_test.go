@@ -85,10 +85,10 @@ policy:
 			switch v := call(e, "write_file", now); v.Rule {
 			case "default":
 				held.Add(1)
-			case RateLimitRule:
+			case guard.RateLimitRule:
 				limited.Add(1)
-				if v.Action != guard.ActionDeny || DenialText(v) != "Rate limit: write_file allows 10 calls per minute; retry in 6s" {
-					t.Errorf("limited: %+v → %q", v, DenialText(v))
+				if v.Action != guard.ActionDeny || guard.DenialText(v) != "Rate limit: write_file allows 10 calls per minute; retry in 6s" {
+					t.Errorf("limited: %+v → %q", v, guard.DenialText(v))
 				}
 			}
 		}()
@@ -108,12 +108,12 @@ policy:
 	if v := call(eb, "write_file", now.Add(6*time.Second)); v.Rule != "default" {
 		t.Fatalf("after refill: %+v", v)
 	}
-	if v := call(ea, "write_file", now.Add(6*time.Second)); v.Rule != RateLimitRule {
+	if v := call(ea, "write_file", now.Add(6*time.Second)); v.Rule != guard.RateLimitRule {
 		t.Fatalf("second after refill: %+v", v)
 	}
 	// Monitor mode: allowed, and says it would have been limited.
 	em := limitEngine(t, strings.Replace(conf, "policy:\n", "policy:\n  mode: monitor\n", 1), a)
-	if v := call(em, "write_file", now.Add(6*time.Second)); v.Action != guard.ActionAllow || v.Would != guard.ActionDeny || v.Rule != RateLimitRule {
+	if v := call(em, "write_file", now.Add(6*time.Second)); v.Action != guard.ActionAllow || v.Would != guard.ActionDeny || v.Rule != guard.RateLimitRule {
 		t.Fatalf("monitor: %+v", v)
 	}
 	// A call a rule denies keeps its rule in monitor mode, and takes no

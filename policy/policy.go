@@ -4,30 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-)
-
-// Built-in rules, which come before the configured ones.
-const (
-	// SelfProtectionRule keeps guard's own files and command line out of
-	// a tool's reach.
-	SelfProtectionRule = "guard-self-protection"
-	// InputSchemaRule refuses arguments that break the tool's inputSchema.
-	InputSchemaRule = "guard-input-schema"
-	// ToolReviewRule holds calls to a tool whose definition is pending a
-	// person's review (changed, new, or flagged) and denies calls to a
-	// rejected one.
-	ToolReviewRule = "guard-tool-review"
-	// RateLimitRule refuses calls over a configured rate.
-	RateLimitRule = "guard-rate-limit"
-	// PendingLimitRule refuses a call that would be held while a session
-	// already has approval.max_pending calls waiting.
-	PendingLimitRule = "guard-pending-limit"
 )
 
 // Policy is a configuration compiled for deciding.
@@ -82,7 +62,7 @@ func (p *Policy) Decide(call *guard.Call) guard.Verdict {
 	v := p.decide(call)
 	v.PolicyVersion = p.version
 	// guard's own protection is enforced in monitor mode too.
-	if p.monitor && v.Action != guard.ActionAllow && v.Rule != SelfProtectionRule {
+	if p.monitor && v.Action != guard.ActionAllow && v.Rule != guard.SelfProtectionRule {
 		v.Would, v.Action = v.Action, guard.ActionAllow
 	}
 	return v
@@ -91,14 +71,14 @@ func (p *Policy) Decide(call *guard.Call) guard.Verdict {
 func (p *Policy) decide(call *guard.Call) guard.Verdict {
 	if p.protected != nil {
 		if reason := p.protected.Check(call.Arguments); reason != "" {
-			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
+			return guard.Verdict{Action: guard.ActionDeny, Rule: guard.SelfProtectionRule, Reason: reason}
 		}
 		if reason := p.protected.CheckURI(call.URI); reason != "" {
-			return guard.Verdict{Action: guard.ActionDeny, Rule: SelfProtectionRule, Reason: reason}
+			return guard.Verdict{Action: guard.ActionDeny, Rule: guard.SelfProtectionRule, Reason: reason}
 		}
 	}
 	if call.Violations != "" {
-		return guard.Verdict{Action: guard.ActionDeny, Rule: InputSchemaRule, Reason: call.Violations}
+		return guard.Verdict{Action: guard.ActionDeny, Rule: guard.InputSchemaRule, Reason: call.Violations}
 	}
 	if r := call.Review; r != nil && r.State != guard.ReviewAccepted {
 		if r.State == guard.ReviewRejected {
@@ -106,9 +86,9 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 			if r.DecidedBy != "" {
 				reason += " by " + r.DecidedBy
 			}
-			return guard.Verdict{Action: guard.ActionDeny, Rule: ToolReviewRule, Reason: reason}
+			return guard.Verdict{Action: guard.ActionDeny, Rule: guard.ToolReviewRule, Reason: reason}
 		}
-		return guard.Verdict{Action: guard.ActionApprove, Rule: ToolReviewRule, Reason: call.ReviewReason}
+		return guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, Reason: call.ReviewReason}
 	}
 	act := activation{call: call, now: call.Time}
 	if act.now.IsZero() {
@@ -184,17 +164,4 @@ func (p *Policy) byDefault(call *guard.Call) guard.Verdict {
 		v.Action, v.Reason = guard.ActionAllow, "non-destructive write in a closed world"
 	}
 	return v
-}
-
-// DenialText is what the client reads for a call denied by policy.
-func DenialText(v guard.Verdict) string {
-	switch {
-	case v.Rule == RateLimitRule && strings.HasPrefix(v.Reason, "Rate limit: "):
-		return v.Reason
-	case v.Rule == "default":
-		return "Denied by the default policy (deny)"
-	case v.Reason == "":
-		return fmt.Sprintf("Denied by policy rule %q", v.Rule)
-	}
-	return fmt.Sprintf("Denied by policy rule %q: %s", v.Rule, v.Reason)
 }

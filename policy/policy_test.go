@@ -158,10 +158,10 @@ policy:
 			t.Errorf("%+v: got %+v", tc, v)
 		}
 	}
-	if got := DenialText(guard.Verdict{Rule: "no-etc", Reason: "no writes under /etc"}); got != `Denied by policy rule "no-etc": no writes under /etc` {
+	if got := guard.DenialText(guard.Verdict{Rule: "no-etc", Reason: "no writes under /etc"}); got != `Denied by policy rule "no-etc": no writes under /etc` {
 		t.Fatal(got)
 	}
-	if got := DenialText(guard.Verdict{Rule: "default"}); got != "Denied by the default policy (deny)" {
+	if got := guard.DenialText(guard.Verdict{Rule: "default"}); got != "Denied by the default policy (deny)" {
 		t.Fatal(got)
 	}
 }
@@ -206,11 +206,11 @@ func TestSelfProtection(t *testing.T) {
 		}
 	}
 	c := Default()
-	if v := Compile(c, nil, p).Decide(&guard.Call{Method: "resources/read", URI: "file://localhost" + data + "/guard%2edb"}); v.Rule != SelfProtectionRule || v.Action != guard.ActionDeny {
+	if v := Compile(c, nil, p).Decide(&guard.Call{Method: "resources/read", URI: "file://localhost" + data + "/guard%2edb"}); v.Rule != guard.SelfProtectionRule || v.Action != guard.ActionDeny {
 		t.Fatalf("a resource read of guard's database: %+v", v)
 	}
 	v := Compile(c, nil, p).Decide(&guard.Call{Method: "tools/call", Arguments: []byte(`{"path":"` + data + `/guard.db"}`), Tool: tool(`{"readOnlyHint":true}`)})
-	if v.Action != guard.ActionDeny || v.Rule != SelfProtectionRule {
+	if v.Action != guard.ActionDeny || v.Rule != guard.SelfProtectionRule {
 		t.Fatalf("self-protection did not come first: %+v", v)
 	}
 }

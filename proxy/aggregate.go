@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // Member is one server behind an aggregate endpoint.
@@ -623,7 +623,7 @@ func (a *aggregator) list(m wire.Message, capability, key string, rename bool) {
 			cursor := ""
 			for n := 0; n < maxPages; n++ {
 				r, ok := a.wait(a.ask(m, mb, withCursor(m.Params, cursor)), ctx.Done())
-				if ok && r.Error != nil && errorCode(r.Error) == wire.CodeMethodNotFound {
+				if ok && r.Error != nil && wire.ErrorCode(r.Error) == wire.CodeMethodNotFound {
 					return // the server has none
 				}
 				if !ok || r.Result == nil {
@@ -770,7 +770,7 @@ func (a *aggregator) broadcast(m wire.Message, capability string) {
 	defer cancel()
 	var firstErr []byte
 	for _, mb := range a.withCapability(capability) {
-		if r, ok := a.wait(a.ask(m, mb, nil), ctx.Done()); ok && r.Error != nil && firstErr == nil && errorCode(r.Error) != wire.CodeMethodNotFound {
+		if r, ok := a.wait(a.ask(m, mb, nil), ctx.Done()); ok && r.Error != nil && firstErr == nil && wire.ErrorCode(r.Error) != wire.CodeMethodNotFound {
 			firstErr = r.Error
 		}
 	}
@@ -927,13 +927,4 @@ func (a *aggregator) gone(mb *member) {
 		}
 		a.write(wire.ErrorResponse(w.clientID, wire.CodeInternalError, "The server "+mb.name+"'s session ended before answering", nil))
 	}
-}
-
-// errorCode is the code of a JSON-RPC error object (0 when unreadable).
-func errorCode(errObj []byte) int {
-	var e struct {
-		Code int `json:"code"`
-	}
-	_ = json.Unmarshal(errObj, &e)
-	return e.Code
 }

@@ -2,8 +2,7 @@ package proxy
 
 import (
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // CodeDenied is the JSON-RPC error code of a request other than a tool
@@ -44,7 +43,7 @@ func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 		return true
 	}
 	c.decision = guard.DecisionDenied
-	text := policy.DenialText(v)
+	text := guard.DenialText(v)
 	if v.Action == guard.ActionApprove {
 		text = "Denied: rule " + v.Rule + " holds " + c.method + " for approval, and only tool calls can wait for one"
 		c.reason = text

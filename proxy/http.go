@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // HTTPOptions configure an HTTPServer: one wrapped server, reached by
@@ -1256,11 +1256,7 @@ func statusOf(m wire.Message) int {
 	if m.Error == nil {
 		return http.StatusOK
 	}
-	var e struct {
-		Code int `json:"code"`
-	}
-	_ = json.Unmarshal(m.Error, &e)
-	switch e.Code {
+	switch wire.ErrorCode(m.Error) {
 	case wire.CodeMethodNotFound:
 		return http.StatusNotFound
 	case wire.CodeInvalidParams, codeHeaderMismatch, -32021, -32022, wire.CodeInvalidRequest, wire.CodeParseError:

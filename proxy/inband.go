@@ -11,8 +11,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // askClient asks the person at the client about a held call with a form
@@ -175,11 +174,11 @@ func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
 	switch a.State {
 	case guard.ApprovalDenied:
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, approvals.DeniedByPersonText(a)))
+		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
 		return
 	case guard.ApprovalExpired, guard.ApprovalWithdrawn, guard.ApprovalUsed:
 		c.decision, c.reason = guard.DecisionDenied, "approval "+a.State
-		s.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, approvals.ExpiredText(s.opts.ApprovalTimeout)))
+		s.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
 		return
 	}
 	// The call goes on as the round the server should see: guard's

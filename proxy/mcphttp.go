@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // What guard's HTTP front and its HTTP upstreams share about the

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
 )
 
 // Recorder makes audit records durable. AppendAsync must send exactly one
@@ -57,7 +56,7 @@ type Decider interface {
 type Holds interface {
 	Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error)
 	Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error)
-	Await(ctx context.Context, id string, progress func(msg string)) (approvals.Result, error)
+	Await(ctx context.Context, id string, progress func(msg string)) (guard.WaitResult, error)
 	Withdraw(ctx context.Context, id string) error
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 	Get(ctx context.Context, id string) (*guard.Approval, error)

@@ -15,12 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/proxy/wire"
-)
-
-// Text of the answers guard gives on its own (DESIGN.md, "What the client reads").
-const (
-	textAuditFailed = "Refused: the audit log could not be written"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // metaProtocol and metaClientInfo are the per-request _meta members that
@@ -168,14 +163,6 @@ func (s *Session) waitDecisions(d time.Duration) {
 // ID is the session's id as audit records show it.
 func (s *Session) ID() string { return s.id }
 
-func newID() string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return uuid.NewString()
-	}
-	return id.String()
-}
-
 func (s *Session) now() time.Time { return s.opts.Now() }
 
 // clientInfo returns what the records say about the client.
@@ -191,7 +178,7 @@ func (s *Session) clientInfo() (guard.ClientInfo, string) {
 func (s *Session) record(kind string, c *call) *guard.Record {
 	ci, proto := s.clientInfo()
 	r := &guard.Record{
-		ID:        newID(),
+		ID:        guard.NewID(),
 		CallID:    c.id,
 		Kind:      kind,
 		Time:      s.now(),
@@ -233,7 +220,7 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 	ci, proto := s.clientInfo()
 	d, _ := json.Marshal(detail)
 	rec := &guard.Record{
-		ID: newID(), CallID: newID(), Kind: guard.KindEvent, Time: s.now(),
+		ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: s.now(),
 		Session: s.id, Client: ci.String(), Protocol: proto, Server: s.opts.Server,
 		Direction: dir, Method: method, Detail: string(d),
 	}
@@ -248,7 +235,7 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 // refusal is the answer for a request whose audit record failed.
 func refusal(id []byte) func(error) []byte {
 	return func(error) []byte {
-		return wire.ErrorResponse(id, wire.CodeInternalError, textAuditFailed, nil)
+		return wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil)
 	}
 }
 
@@ -420,7 +407,7 @@ func (s *Session) noteClient(msg wire.Message) {
 func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	s.noteClient(msg)
 	c := &call{
-		id:      newID(),
+		id:      guard.NewID(),
 		dir:     guard.ClientToServer,
 		method:  msg.Method,
 		origID:  append([]byte(nil), msg.ID...),
@@ -845,7 +832,7 @@ func (s *Session) persistTools(tools []guard.Tool) {
 
 func (s *Session) serverRequest(msg wire.Message) {
 	c := &call{
-		id:      newID(),
+		id:      guard.NewID(),
 		dir:     guard.ServerToClient,
 		method:  msg.Method,
 		origID:  append([]byte(nil), msg.ID...),

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // Stdio describes a server that guard runs as a child process and the

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // errNoAnswer is guard's own request left unanswered within
@@ -218,7 +216,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		}
 		if err != nil {
 			// An unusable schema fails closed.
-			c.decision, c.decidedBy = guard.DecisionDenied, policy.InputSchemaRule
+			c.decision, c.decidedBy = guard.DecisionDenied, guard.InputSchemaRule
 			c.reason = err.Error()
 			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
 				"Refused: the inputSchema of tool %q on server %q cannot be used: %v", c.tool, s.opts.Server, err)))
@@ -235,7 +233,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		r, why, err := s.reviewOf(tool)
 		if err != nil {
 			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
-			c.decision, c.decidedBy, c.reason = guard.DecisionDenied, policy.ToolReviewRule, err.Error()
+			c.decision, c.decidedBy, c.reason = guard.DecisionDenied, guard.ToolReviewRule, err.Error()
 			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, "Refused: the tool's review could not be read"))
 			return
 		}
@@ -259,11 +257,11 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 		s.forward(msg, c, recorded)
 	case guard.ActionDeny:
 		c.decision = guard.DecisionDenied
-		if v.Rule == policy.InputSchemaRule {
+		if v.Rule == guard.InputSchemaRule {
 			s.conclude(c, !recorded, guard.OutcomeInvalid, s.invalidArguments(c, v.Reason))
 			return
 		}
-		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, policy.DenialText(v)))
+		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, guard.DenialText(v)))
 	default:
 		go s.hold(msg, c, v, pc)
 	}
@@ -285,7 +283,7 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	// A repeated call that a person approved passes, once.
 	a, ok, err := s.opts.Holds.Consume(ctx, s.opts.Server, c.tool, digest, c.pin, v.PolicyVersion)
 	if err == nil && ok {
-		if v.Rule == policy.ToolReviewRule {
+		if v.Rule == guard.ToolReviewRule {
 			// A person let this call past the tool's review: the rules
 			// decide it now.
 			pc.Review = nil
@@ -307,7 +305,7 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	}
 	s.mu.Unlock()
 	if full {
-		c.decision, c.decidedBy = guard.DecisionDenied, policy.PendingLimitRule
+		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
 		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
 		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
 			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
@@ -404,14 +402,14 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 	if res.Approval != nil {
 		a = res.Approval
 	}
-	switch res.Kind {
-	case approvals.Approved:
+	switch res.End {
+	case guard.WaitApproved:
 		if c.progress != nil {
 			s.mu.Lock()
 			s.progress[wire.IDKey(c.progress)] = c
 			s.mu.Unlock()
 		}
-		if v.Rule == policy.ToolReviewRule {
+		if v.Rule == guard.ToolReviewRule {
 			// Released from the tool's review (by a person, or by
 			// accepting the definition): the rules decide it now.
 			pc.Review = nil
@@ -420,17 +418,17 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 		}
 		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
 		s.forward(msg, c, true)
-	case approvals.Denied:
+	case guard.WaitDenied:
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, approvals.DeniedByPersonText(a)))
-	case approvals.Expired:
+		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
+	case guard.WaitExpired:
 		c.reason = "no decision within the approval timeout"
-		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, approvals.ExpiredText(s.opts.ApprovalTimeout)))
-	case approvals.Withdrawn:
+		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
+	case guard.WaitWithdrawn:
 		c.reason = "withdrawn"
 		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
 	default: // the wait limit
-		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, approvals.RetryText(a.ID)))
+		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a.ID)))
 	}
 }
 
@@ -600,5 +598,5 @@ func (c *call) holdID() string {
 	if c.holds == 1 {
 		return c.id
 	}
-	return newID()
+	return guard.NewID()
 }

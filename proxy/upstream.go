@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guard-mcp/guard/proxy/wire"
+	"github.com/guard-mcp/guard/wire"
 )
 
 // remoteGrace is how long a remote session's open requests may take to

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/migrations"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
@@ -425,7 +426,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 // with the schema and nothing in it, so that reading commands answer
 // "nothing recorded" without creating the file.
 func openEmpty(ctx context.Context, opts Options) (*DB, error) {
-	r, err := sql.Open("sqlite", "file:guard-empty-"+newID()+"?mode=memory&cache=shared&_pragma=busy_timeout(10000)")
+	r, err := sql.Open("sqlite", "file:guard-empty-"+guard.NewID()+"?mode=memory&cache=shared&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}

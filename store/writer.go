@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/metrics"
 	"modernc.org/sqlite"
@@ -95,7 +94,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	now := db.opts.Now().UTC().Truncate(time.Millisecond)
 	for _, r := range recs {
 		if r.ID == "" {
-			r.ID = newID()
+			r.ID = guard.NewID()
 		}
 		if r.CallID == "" {
 			r.CallID = r.ID
@@ -164,14 +163,6 @@ func (db *DB) Backlog() int64 { return db.stats.backlog.Load() }
 
 // PeakBacklog is the most Backlog has been since Open.
 func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
-
-func newID() string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return uuid.NewString()
-	}
-	return id.String()
-}
 
 // writer commits whatever is queued in one transaction, answers the
 // batch's callers, and writes checkpoints; it ends when Close has closed

@@ -111,7 +111,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		}
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
-			ToolReview: a.Rule == policy.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
+			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
 			Left: timeLeft(a.ExpiresAt.Sub(now))}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
@@ -128,7 +128,7 @@ func timeLeft(d time.Duration) string {
 	if d <= 0 {
 		return "expired"
 	}
-	return approvals.HumanDuration(d.Truncate(time.Second)) + " left"
+	return guard.HumanDuration(d.Truncate(time.Second)) + " left"
 }
 
 // prettyJSON indents JSON text for people; text that is not JSON is shown

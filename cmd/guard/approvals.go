@@ -86,9 +86,9 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 	for _, x := range list {
 		left := "-"
 		if x.State == guard.ApprovalPending {
-			left = approvals.HumanDuration(x.ExpiresAt.Sub(now))
+			left = guard.HumanDuration(x.ExpiresAt.Sub(now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, approvals.HumanDuration(now.Sub(x.CreatedAt)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
 			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), clip(x.Arguments, 60))
 	}
 	tw.Flush()

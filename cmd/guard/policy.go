@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
 	"github.com/guard-mcp/guard/store"
@@ -60,9 +61,9 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.DBPath, p.Version())
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tWHEN\tFROM")
-	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", policy.SelfProtectionRule)
-	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tdeny\t-\tbuilt in: arguments that break the tool's inputSchema\n", policy.InputSchemaRule)
-	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tapprove|deny\t-\tbuilt in: a definition changed, new or flagged (approve), or rejected (deny)\n", policy.ToolReviewRule)
+	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", guard.SelfProtectionRule)
+	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tdeny\t-\tbuilt in: arguments that break the tool's inputSchema\n", guard.InputSchemaRule)
+	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tapprove|deny\t-\tbuilt in: a definition changed, new or flagged (approve), or rejected (deny)\n", guard.ToolReviewRule)
 	for i, r := range p.Rules() {
 		from := r.File
 		if r.Line > 0 {

@@ -81,7 +81,7 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 	fmt.Fprintf(a.stdout, "rule:     %s%s\n", v.Rule, ruleOrigin(p, v.Rule))
 	fmt.Fprintf(a.stdout, "reason:   %s\n", v.Reason)
 	if v.Action == guard.ActionDeny || v.Would == guard.ActionDeny {
-		fmt.Fprintf(a.stdout, "the client reads: %s\n", policy.DenialText(v))
+		fmt.Fprintf(a.stdout, "the client reads: %s\n", guard.DenialText(v))
 	}
 	for _, l := range st.Config.Limits {
 		if l.Applies(call) {
@@ -103,7 +103,7 @@ func ruleOrigin(p *policy.Policy, name string) string {
 	switch name {
 	case "default":
 		return " (the default: " + p.DefaultAction() + ")"
-	case policy.SelfProtectionRule, policy.InputSchemaRule, policy.ToolReviewRule, policy.RateLimitRule:
+	case guard.SelfProtectionRule, guard.InputSchemaRule, guard.ToolReviewRule, guard.RateLimitRule:
 		return " (built in)"
 	}
 	return ""
@@ -149,7 +149,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 	err = db.Decisions(ctx, from, func(r *store.Decided) error {
 		was := recordedAction(r)
 		switch r.DecidedBy {
-		case policy.ToolReviewRule, policy.RateLimitRule, policy.PendingLimitRule:
+		case guard.ToolReviewRule, guard.RateLimitRule, guard.PendingLimitRule:
 			skipped["decided by a tool review or a limit, not by rules"]++
 			return nil
 		}

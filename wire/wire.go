@@ -973,3 +973,14 @@ func checkString(q []byte) error {
 	}
 	return nil
 }
+
+// ErrorCode is the code of a JSON-RPC error object (0 when it has none).
+func ErrorCode(errObj []byte) int {
+	var e struct {
+		Code int `json:"code"`
+	}
+	if json.Unmarshal(errObj, &e) != nil {
+		return 0
+	}
+	return e.Code
+}
