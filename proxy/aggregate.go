@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sort"
@@ -23,11 +21,10 @@ type Member struct {
 	// Name is the server's name; its tools and prompts are offered as
 	// Name + Separator + their own name.
 	Name string
-	// Run relays between in, where the aggregate writes as the server's
-	// client, and out, where the server's messages arrive (through the
-	// server's own relay session: policy, holds and the audit are the
-	// server's), until in ends.
-	Run func(ctx context.Context, in io.Reader, out io.Writer) error
+	// Run relays between conn, the aggregate as the server's client, and
+	// the server, through the server's own relay session (policy, holds
+	// and the audit are the server's), until conn's input ends.
+	Run func(ctx context.Context, conn Conn) error
 }
 
 // Aggregate configures RunAggregate.
@@ -40,8 +37,6 @@ type Aggregate struct {
 	// server (default 30s); a server that does not answer in time is left
 	// out of that answer, and said to be.
 	Timeout time.Duration
-	// MaxMessage bounds a message from the client (default 64 MiB).
-	MaxMessage int
 	// Version is guard's version, for serverInfo.
 	Version string
 	Logger  *slog.Logger
@@ -52,54 +47,82 @@ type Aggregate struct {
 // and each call goes to its server's relay session, named back. Resources
 // keep their URIs and go to the server that listed them. It returns when
 // the client's input ends and every server's session has ended.
-func RunAggregate(ctx context.Context, ag Aggregate, clientIn io.Reader, clientOut io.Writer) error {
+func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	if ag.Separator == "" {
 		ag.Separator = "__"
 	}
 	if ag.Timeout <= 0 {
 		ag.Timeout = 30 * time.Second
 	}
-	if ag.MaxMessage <= 0 {
-		ag.MaxMessage = 64 << 20
-	}
 	if ag.Logger == nil {
 		ag.Logger = slog.New(slog.DiscardHandler)
 	}
 	a := &aggregator{
 		opts:    ag,
-		out:     clientOut,
+		out:     client,
 		pending: map[string]*waiter{},
 		byCall:  map[string]*waiter{},
 		asked:   map[string]asked{},
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
-	runs := make([]func(context.Context, io.Reader, io.Writer) error, len(ag.Members))
-	pipes := make([]*io.PipeReader, len(ag.Members))
+	runs := make([]func(context.Context, Conn) error, len(ag.Members))
+	theirs := make([]*pipeConn, len(ag.Members))
 	for i, m := range ag.Members {
-		pr, pw := io.Pipe()
-		a.members = append(a.members, &member{name: m.Name, in: pw, done: make(chan struct{}), up: true})
-		runs[i], pipes[i] = m.Run, pr
+		ours, their := newPipe()
+		a.members = append(a.members, &member{name: m.Name, conn: ours, done: make(chan struct{}), up: true})
+		runs[i], theirs[i] = m.Run, their
 	}
 	// split tries the longest names first: with servers "a" and "a__b",
 	// "a__b__t" is b's.
 	a.byLength = append([]*member(nil), a.members...)
 	sort.SliceStable(a.byLength, func(i, j int) bool { return len(a.byLength[i].name) > len(a.byLength[j].name) })
 	for i, mb := range a.members {
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			for {
+				m, err := mb.conn.Read(ctx)
+				var bad *BadMessage
+				switch {
+				case errors.As(err, &bad):
+					ag.Logger.Warn("aggregate: an unreadable message from a server was dropped", "member", mb.name, "err", err)
+				case err != nil:
+					return
+				default:
+					a.fromMember(mb, m)
+				}
+			}
+		}()
 		go func() {
 			defer close(mb.done)
-			if err := runs[i](ctx, pipes[i], &memberOut{a: a, m: mb}); err != nil {
+			if err := runs[i](ctx, theirs[i]); err != nil {
 				ag.Logger.Info("aggregate member ended", "member", mb.name, "err", err)
 			}
-			pipes[i].Close()
+			theirs[i].end()
+			<-read
 			a.gone(mb)
 		}()
 	}
-	readLines(clientIn, ag.MaxMessage, a.fromClient, func(n int64) {
-		ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", n)
-	})
+	for {
+		m, err := client.Read(ctx)
+		var bad *BadMessage
+		var tl *wire.TooLongError
+		if errors.As(err, &tl) {
+			ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", tl.Size)
+			continue
+		}
+		if errors.As(err, &bad) {
+			a.refuse(bad)
+			continue
+		}
+		if err != nil {
+			break
+		}
+		a.fromClient(m)
+	}
 	for _, mb := range a.members {
-		mb.in.Close()
+		mb.conn.Close()
 	}
 	for _, mb := range a.members {
 		<-mb.done
@@ -110,8 +133,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, clientIn io.Reader, clientO
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	wmu  sync.Mutex
-	in   *io.PipeWriter
+	conn Conn // the aggregate's side of the member's client connection
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -122,12 +144,7 @@ type member struct {
 
 // send writes one message to the member's relay session.
 func (mb *member) send(line []byte) error {
-	mb.wmu.Lock()
-	defer mb.wmu.Unlock()
-	buf := make([]byte, 0, len(line)+1)
-	buf = append(append(buf, line...), '\n')
-	_, err := mb.in.Write(buf)
-	return err
+	return mb.conn.Write(context.Background(), unparsed(line))
 }
 
 // waiter is a request the aggregate sent to a member: a client's request
@@ -147,8 +164,7 @@ type asked struct {
 
 type aggregator struct {
 	opts     Aggregate
-	out      io.Writer
-	outM     sync.Mutex
+	out      Conn
 	members  []*member // in the order given
 	byLength []*member // longest name first
 
@@ -162,10 +178,11 @@ type aggregator struct {
 }
 
 func (a *aggregator) write(line []byte) {
-	a.outM.Lock()
-	defer a.outM.Unlock()
-	buf := make([]byte, 0, len(line)+1)
-	_, _ = a.out.Write(append(append(buf, line...), '\n'))
+	if a.out.Write(context.Background(), unparsed(line)) == nil {
+		if f, ok := a.out.(flusher); ok {
+			_ = f.Flush()
+		}
+	}
 }
 
 func (a *aggregator) ownID() []byte {
@@ -177,32 +194,35 @@ func (a *aggregator) ownID() []byte {
 
 func pendingKey(m *member, id []byte) string { return m.name + "\x00" + wire.IDKey(id) }
 
+// refuse answers a client message that did not parse.
+func (a *aggregator) refuse(bad *BadMessage) {
+	var inv *wire.InvalidError
+	switch {
+	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
+		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
+	case errors.As(bad.Err, &inv):
+		a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+	default:
+		a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+bad.Err.Error(), nil))
+	}
+}
+
 // fromClient handles one message from the client.
-func (a *aggregator) fromClient(line []byte) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return
-	}
-	m, err := wire.Parse(line)
-	if err != nil {
-		var inv *wire.InvalidError
-		switch {
-		case errors.As(err, &inv) && inv.Kind == wire.KindResponse:
-			a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", err)
-		case errors.As(err, &inv):
-			a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
-		default:
-			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
-		}
-		return
-	}
+func (a *aggregator) fromClient(m wire.Message) {
 	if m.Kind == wire.KindBatch {
-		parts, err := wire.SplitBatch(line)
+		parts, err := wire.SplitBatch(m.Raw)
 		if err != nil {
 			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
 			return
 		}
 		for _, p := range parts {
-			a.fromClient(p)
+			pm, err := readMessage(p)
+			var bad *BadMessage
+			if errors.As(err, &bad) {
+				a.refuse(bad)
+				continue
+			}
+			a.fromClient(pm)
 		}
 		return
 	}
@@ -823,38 +843,17 @@ func (a *aggregator) response(m wire.Message) {
 	_ = q.m.send(wire.ReplaceID(m, q.orig))
 }
 
-// memberOut takes one member's output, line by line.
-type memberOut struct {
-	a   *aggregator
-	m   *member
-	buf []byte
-}
-
-func (o *memberOut) Write(p []byte) (int, error) {
-	var lines [][]byte
-	lines, o.buf = cutLines(append(o.buf, p...))
-	for _, l := range lines {
-		o.a.fromMember(o.m, l)
-	}
-	return len(p), nil
-}
-
 // fromMember handles one message of a member's relay session.
-func (a *aggregator) fromMember(mb *member, line []byte) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return
-	}
-	m, err := wire.Parse(line)
-	if err != nil {
-		a.opts.Logger.Warn("aggregate: an unreadable message from a server was dropped", "member", mb.name, "err", err)
-		return
-	}
+func (a *aggregator) fromMember(mb *member, m wire.Message) {
+	line := m.Raw
 	switch m.Kind {
 	case wire.KindBatch:
 		parts, err := wire.SplitBatch(line)
 		if err == nil {
 			for _, p := range parts {
-				a.fromMember(mb, p)
+				if pm, err := readMessage(p); err == nil {
+					a.fromMember(mb, pm)
+				}
 			}
 		}
 	case wire.KindResponse:

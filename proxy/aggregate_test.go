@@ -22,7 +22,13 @@ func (nopWriteCloser) Close() error { return nil }
 // answers the server's name, "wait" says "started NAME" on cancelled,
 // blocks until cancelled and then says NAME, "die" ends the server's session mid-call.
 func goServer(name string, cancelled chan<- string) Member {
-	return Member{Name: name, Run: func(ctx context.Context, in io.Reader, out io.Writer) error {
+	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
+		return overStreams(ctx, conn, func(in io.Reader, out io.WriteCloser) error { return runGoServer(ctx, name, cancelled, in, out) })
+	}}
+}
+
+func runGoServer(ctx context.Context, name string, cancelled chan<- string, in io.Reader, out io.WriteCloser) error {
+	{
 		crash := make(chan struct{})
 		s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1"}, nil)
 		type none struct{}
@@ -50,7 +56,7 @@ func goServer(name string, cancelled chan<- string) Member {
 		case <-crash:
 			return errors.New("crashed")
 		}
-	}}
+	}
 }
 
 // connectAggregate runs RunAggregate over pipes and connects a go-sdk
@@ -62,7 +68,7 @@ func connectAggregate(t *testing.T, ag Aggregate) *mcp.ClientSession {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = RunAggregate(context.Background(), ag, cr, aw)
+		_ = RunAggregate(context.Background(), ag, NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
@@ -160,9 +166,12 @@ func TestMergeCapsAndVersions(t *testing.T) {
 
 // silent is a member that reads what it is sent and never answers.
 func silent(name string) Member {
-	return Member{Name: name, Run: func(_ context.Context, in io.Reader, _ io.Writer) error {
-		_, err := io.Copy(io.Discard, in)
-		return err
+	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
+		for {
+			if _, err := conn.Read(ctx); err != nil && !isMessageError(err) {
+				return err
+			}
+		}
 	}}
 }
 
@@ -172,7 +181,7 @@ func rawAggregate(t *testing.T, ag Aggregate) (ask func(string) string, send fun
 	cr, cw := io.Pipe()
 	ar, aw := io.Pipe()
 	go func() {
-		_ = RunAggregate(context.Background(), ag, cr, aw)
+		_ = RunAggregate(context.Background(), ag, NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	t.Cleanup(func() { cw.Close() })

@@ -56,6 +56,6 @@ func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 	out := s.record(guard.KindOutcome, c)
 	out.Outcome = guard.OutcomeDenied
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c), out)
-	s.toServer.push(item{data: data, wait: wait, fail: refusal(c.origID)})
+	s.toServer.push(item{msg: built(data), wait: wait, fail: refusal(c.origID)})
 	return false
 }

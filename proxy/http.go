@@ -38,9 +38,9 @@ type HTTPOptions struct {
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
 	// Run, when set, serves a new client session itself (the aggregate
-	// endpoint) instead of Argv or Remote: it reads the client's messages
-	// from in and writes what the client gets to out, until in ends.
-	Run func(ctx context.Context, client string, in io.Reader, out io.Writer) error
+	// endpoint) instead of Argv or Remote, relaying with conn until its
+	// input ends.
+	Run func(ctx context.Context, client string, conn Conn) error
 	// Session returns the relay options of a new client session; client
 	// is the name its bearer token authenticated ("" without tokens).
 	Session func(client string) Options
@@ -129,17 +129,37 @@ func CheckHosts(hosts []string, next http.Handler) http.Handler {
 	})
 }
 
-// httpSession is one client session: a relay session over a stdio child,
-// fed through a pipe, whose output the router hands to the HTTP streams.
+// httpSession is one client session: a relay session whose client Conn
+// takes the messages of the session's POSTs and hands what the relay
+// writes to the router, which gives it to the HTTP streams.
 type httpSession struct {
 	used   atomic.Int64 // unix nanoseconds of the last request
 	id     string
 	client string // the token's name that started it
 	writeM sync.Mutex
-	in     *io.PipeWriter
+	in     *inbox // the client's messages, in the order POSTed
 	router *router
-	done   chan struct{} // the server process ended
+	done   chan struct{} // the session's relay ended
 }
+
+// frontConn is the client of an HTTP session as its relay sees it.
+type frontConn struct{ s *httpSession }
+
+func (c frontConn) Read(ctx context.Context) (wire.Message, error) {
+	m, err := c.s.in.take(ctx)
+	if err == nil && m.Kind == 0 {
+		return readMessage(m.Raw)
+	}
+	return m, err
+}
+
+func (c frontConn) Write(_ context.Context, m wire.Message) error {
+	c.s.router.deliver(m)
+	return nil
+}
+
+// Close does nothing: the session's streams end when its relay returns.
+func (c frontConn) Close() error { return nil }
 
 // Close ends every session: their servers get their stdin closed.
 func (h *HTTPServer) Close() {
@@ -154,7 +174,7 @@ func (h *HTTPServer) Close() {
 	}
 	h.mu.Unlock()
 	for _, s := range ss {
-		s.in.Close()
+		s.in.close()
 	}
 	for _, s := range ss {
 		<-s.done
@@ -242,8 +262,8 @@ func clientOf(r *http.Request) string {
 
 // start runs a new session's server behind a relay session.
 func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, error) {
-	pr, pw := io.Pipe()
-	s := &httpSession{id: uuid.NewString(), client: client, in: pw, router: newRouter(), done: make(chan struct{})}
+	s := &httpSession{id: uuid.NewString(), client: client, in: newInbox(), router: newRouter(), done: make(chan struct{})}
+	conn := frontConn{s}
 	s.router.headers = &h.headers
 	h.mu.Lock()
 	if h.closed {
@@ -265,11 +285,11 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 			}
 			h.mu.Unlock()
 			s.router.end()
-			pr.Close()
+			s.in.close()
 		}()
 		if h.opts.Run != nil {
 			started <- nil
-			if err := h.opts.Run(context.WithoutCancel(ctx), client, pr, s.router); err != nil {
+			if err := h.opts.Run(context.WithoutCancel(ctx), client, conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
@@ -277,13 +297,13 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 		opts := h.opts.Session(client)
 		if h.opts.Remote.URL != "" {
 			started <- nil
-			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.Remote, pr, s.router); err != nil {
+			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.Remote, conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
 		}
 		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Start: h.opts.Start, Env: h.opts.Env, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
-			started: started}, pr, s.router)
+			started: started}, conn)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)
 			return
@@ -302,17 +322,16 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 	return s, nil
 }
 
-// send writes the client's messages to the session, in order.
-func (s *httpSession) send(lines [][]byte) error {
+// send hands the client's messages to the session's relay, in order.
+func (s *httpSession) send(msgs []wire.Message) error {
 	s.writeM.Lock()
 	defer s.writeM.Unlock()
-	var b bytes.Buffer
-	for _, l := range lines {
-		b.Write(l)
-		b.WriteByte('\n')
+	for _, m := range msgs {
+		if err := s.in.put(context.Background(), m); err != nil {
+			return err
+		}
 	}
-	_, err := s.in.Write(b.Bytes())
-	return err
+	return nil
 }
 
 func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
@@ -353,10 +372,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	var requests []wire.Message
 	var cancels []int // parts that are notifications/cancelled
 	initialize := false
+	msgs := make([]wire.Message, len(parts))
 	for i, p := range parts {
-		p = oneLine(p)
-		parts[i] = p
-		m, err := wire.Parse(p)
+		// One line: the relay may pass it to a server on stdio.
+		m, err := wire.Parse(oneLine(p))
+		msgs[i] = m
 		var inv *wire.InvalidError
 		if errors.As(err, &inv) {
 			// An id no peer reads the same way is not echoed (inv.ID is
@@ -424,10 +444,10 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// Notifications and responses only.
 		var ended []string // requests the client cancelled: no answer comes
 		if len(cancels) > 0 {
-			parts, ended = s.router.clientCancelled(parts, cancels, modern)
+			msgs, ended = s.router.clientCancelled(msgs, cancels, modern)
 		}
-		if len(parts) > 0 {
-			if err := s.send(parts); err != nil {
+		if len(msgs) > 0 {
+			if err := s.send(msgs); err != nil {
 				jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
 				return
 			}
@@ -439,11 +459,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	st := s.router.open(requests)
 	defer s.router.close(st)
 	if modern {
-		parts = s.router.uniqueIDs(st, parts)
+		msgs = s.router.uniqueIDs(st, msgs)
 		// 2026-07-28: closing a request's stream cancels the request.
 		defer h.cancelUnanswered(s, st)
 	}
-	if err := s.send(parts); err != nil {
+	if err := s.send(msgs); err != nil {
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session ended")
 		return
 	}
@@ -455,10 +475,10 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		if fm, err := wire.Parse(first.data); err == nil && fm.Kind == wire.KindResponse && (fm.Error != nil || !acceptsSSE(r)) {
+		if fm := first.msg; fm.Kind == wire.KindResponse && (fm.Error != nil || !acceptsSSE(r)) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(statusOf(fm))
-			_, _ = w.Write(first.data)
+			_, _ = w.Write(fm.Raw)
 			return
 		}
 		if acceptsSSE(r) {
@@ -477,8 +497,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			break
 		}
-		if m, err := wire.Parse(msg.data); err == nil && m.Kind == wire.KindResponse {
-			answers = append(answers, msg.data)
+		if msg.msg.Kind == wire.KindResponse {
+			answers = append(answers, msg.msg.Raw)
 		}
 	}
 	if len(answers) == 0 {
@@ -573,7 +593,7 @@ func appendEvent(b []byte, e event) []byte {
 	b = append(b, "id: "...)
 	b = append(b, e.id...)
 	b = append(b, "\nevent: message\ndata: "...)
-	b = append(b, e.data...)
+	b = append(b, e.msg.Raw...)
 	return append(b, "\n\n"...)
 }
 
@@ -614,14 +634,14 @@ func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
 	h.mu.Unlock()
-	s.in.Close()
+	s.in.close()
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // event is one message on a stream, with its event id.
 type event struct {
-	id   string
-	data []byte
+	id  string
+	msg wire.Message
 }
 
 // stream is where the answers to one POST (or the session's standalone
@@ -641,9 +661,9 @@ func newStream(id string) *stream {
 	return &stream{id: id, cond: make(chan struct{}), pending: map[string]bool{}}
 }
 
-func (st *stream) push(data []byte) {
+func (st *stream) push(m wire.Message) {
 	st.mu.Lock()
-	st.events = append(st.events, event{id: st.id + "-" + strconv.Itoa(len(st.events)+1), data: data})
+	st.events = append(st.events, event{id: st.id + "-" + strconv.Itoa(len(st.events)+1), msg: m})
 	close(st.cond)
 	st.cond = make(chan struct{})
 	st.mu.Unlock()
@@ -737,7 +757,7 @@ type router struct {
 	all      map[string]*stream // streams by id, for resumption
 	alone    *stream
 	attached bool
-	backlog  [][]byte // for a standalone stream not yet opened
+	backlog  []wire.Message // for a standalone stream not yet opened
 	ended    bool
 	unique   int
 	orig     map[string][]byte // unique id key → the client's id (2026-07-28)
@@ -854,28 +874,22 @@ func (rt *router) end() {
 	}
 }
 
-// Write takes the relay's newline-delimited output for the client.
-func (rt *router) Write(p []byte) (int, error) {
+// deliver takes one message the relay writes to the client.
+func (rt *router) deliver(m wire.Message) {
+	m = parsed(m)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	var lines [][]byte
-	lines, rt.buf = cutLines(append(rt.buf, p...))
-	for _, line := range lines {
-		rt.route(line)
-	}
-	return len(p), nil
+	rt.route(m)
 }
 
 // route delivers one message. The caller holds rt.mu.
-func (rt *router) route(line []byte) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return
-	}
-	if line[0] == '[' { // a batch's answers: by their first id
+func (rt *router) route(m wire.Message) {
+	line := m.Raw
+	if m.Kind == wire.KindBatch { // a batch's answers: by their first id
 		if parts, err := wire.SplitBatch(line); err == nil && len(parts) > 0 {
-			if m, err := wire.Parse(parts[0]); err == nil {
-				if st := rt.byID[wire.IDKey(m.ID)]; st != nil {
-					st.push(line)
+			if pm, err := wire.Parse(parts[0]); err == nil {
+				if st := rt.byID[wire.IDKey(pm.ID)]; st != nil {
+					st.push(m)
 					for _, p := range parts {
 						if pm, err := wire.Parse(p); err == nil {
 							rt.answered(st, wire.IDKey(pm.ID))
@@ -886,8 +900,7 @@ func (rt *router) route(line []byte) {
 			}
 		}
 	}
-	m, err := wire.Parse(line)
-	if err != nil {
+	if m.Kind == 0 {
 		return
 	}
 	if m.Kind == wire.KindResponse {
@@ -898,9 +911,9 @@ func (rt *router) route(line []byte) {
 		if st := rt.byID[k]; st != nil {
 			if o, ok := rt.orig[k]; ok {
 				delete(rt.orig, k)
-				line = wire.ReplaceID(m, o)
+				m = wire.WithID(m, o)
 			}
-			st.push(line)
+			st.push(m)
 			rt.answered(st, k)
 		}
 		return
@@ -911,9 +924,9 @@ func (rt *router) route(line []byte) {
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
 			if o, ok := rt.orig[k]; ok {
-				line = withMeta(m, metaSubscription, o)
+				m = unparsed(withMeta(m, metaSubscription, o))
 			}
-			st.push(line)
+			st.push(m)
 		}
 		return
 	}
@@ -922,10 +935,10 @@ func (rt *router) route(line []byte) {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
 				if o, ok := rt.orig[k]; ok {
-					line = rewriteParamsMember(m, "requestId", o)
+					m = unparsed(rewriteParamsMember(m, "requestId", o))
 					delete(rt.orig, k)
 				}
-				st.push(line)
+				st.push(m)
 				rt.answered(st, k)
 				return
 			}
@@ -934,7 +947,7 @@ func (rt *router) route(line []byte) {
 	if m.Method == "notifications/progress" {
 		if tok := wire.ParamsMember(m.Params, "progressToken"); tok != nil {
 			if st := rt.byToken[wire.IDKey(tok)]; st != nil && !st.ended {
-				st.push(line)
+				st.push(m)
 				return
 			}
 		}
@@ -944,13 +957,13 @@ func (rt *router) route(line []byte) {
 	}
 	switch {
 	case len(rt.reqs) == 1:
-		rt.reqs[0].push(line)
+		rt.reqs[0].push(m)
 	case rt.alone != nil && rt.attached:
-		rt.alone.push(line)
+		rt.alone.push(m)
 	case len(rt.reqs) > 0:
-		rt.reqs[len(rt.reqs)-1].push(line)
+		rt.reqs[len(rt.reqs)-1].push(m)
 	default:
-		rt.backlog = append(rt.backlog, line)
+		rt.backlog = append(rt.backlog, m)
 		if len(rt.backlog) > 1000 {
 			rt.backlog = rt.backlog[1:]
 		}
@@ -984,15 +997,15 @@ func (rt *router) answered(st *stream, k string) {
 // that unique id, and dropped when it names no request in flight, or more
 // than one (two POSTs may carry the same id; a 2026-07-28 client cancels
 // by closing the request's stream, and is not expected to send these).
-func (rt *router) clientCancelled(parts [][]byte, at []int, modern bool) ([][]byte, []string) {
+func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) ([]wire.Message, []string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	var keys []string
 	drop := map[int]bool{}
 	for _, i := range at {
-		m, err := wire.Parse(parts[i])
+		m := parts[i]
 		rid := wire.ParamsMember(m.Params, "requestId")
-		if err != nil || rid == nil {
+		if rid == nil {
 			continue
 		}
 		k := wire.IDKey(rid)
@@ -1016,7 +1029,7 @@ func (rt *router) clientCancelled(parts [][]byte, at []int, modern bool) ([][]by
 			drop[i] = true
 			continue
 		}
-		parts[i] = rewriteParamsMember(m, "requestId", uniqueID(u))
+		parts[i] = unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
 		keys = append(keys, u)
 	}
 	if len(drop) == 0 {
@@ -1091,12 +1104,12 @@ func (h *HTTPServer) cancelUnanswered(s *httpSession, st *stream) {
 	if len(ids) == 0 {
 		return
 	}
-	lines := make([][]byte, len(ids))
+	msgs := make([]wire.Message, len(ids))
 	for i, id := range ids {
-		lines[i] = []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
-			`,"reason":"the client closed the request's stream"}}`)
+		msgs[i] = unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
+			`,"reason":"the client closed the request's stream"}}`))
 	}
-	if err := s.send(lines); err != nil {
+	if err := s.send(msgs); err != nil {
 		h.opts.Logger.Info("cancellation not passed on: the session ended", "session", s.id, "err", err)
 	}
 }
@@ -1104,14 +1117,13 @@ func (h *HTTPServer) cancelUnanswered(s *httpSession, st *stream) {
 // uniqueIDs gives a POST's requests ids no other POST uses (requests of
 // the session-less revision share one relay session), registering them
 // for its stream; responses get the client's ids back.
-func (rt *router) uniqueIDs(st *stream, parts [][]byte) [][]byte {
+func (rt *router) uniqueIDs(st *stream, parts []wire.Message) []wire.Message {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	out := make([][]byte, len(parts))
-	for i, p := range parts {
-		m, err := wire.Parse(p)
-		if err != nil || m.Kind != wire.KindRequest {
-			out[i] = p
+	out := make([]wire.Message, len(parts))
+	for i, m := range parts {
+		if m.Kind != wire.KindRequest {
+			out[i] = m
 			continue
 		}
 		rt.unique++
@@ -1124,7 +1136,7 @@ func (rt *router) uniqueIDs(st *stream, parts [][]byte) [][]byte {
 		delete(st.pending, old)
 		st.pending[k] = true
 		st.mu.Unlock()
-		out[i] = wire.ReplaceID(m, id)
+		out[i] = wire.WithID(m, id)
 	}
 	return out
 }
@@ -1146,7 +1158,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, client string) (*httpSes
 	delete(h.sessions, s.id) // not reachable by Mcp-Session-Id
 	if prev := h.shared[client]; prev != nil {
 		h.mu.Unlock()
-		s.in.Close()
+		s.in.close()
 		return prev, nil
 	}
 	s.router.mu.Lock()
@@ -1321,7 +1333,7 @@ func (h *HTTPServer) reap() {
 		h.mu.Unlock()
 		for _, s := range idle {
 			h.opts.Logger.Info("session ended: idle", "session", s.id)
-			s.in.Close()
+			s.in.close()
 		}
 	}
 }

@@ -35,7 +35,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 	if err != nil {
 		return
 	}
-	s.toClient.push(item{data: data})
+	s.toClient.push(item{msg: unparsed(data)})
 	select {
 	case m := <-c.own:
 		s.inBandAnswer(a, m)
@@ -47,7 +47,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 		s.mu.Unlock()
 		if note, err := wire.Notification("notifications/cancelled", map[string]any{
 			"requestId": json.RawMessage(id), "reason": "decided elsewhere"}); err == nil {
-			s.toClient.push(item{data: note})
+			s.toClient.push(item{msg: unparsed(note)})
 		}
 	}
 }

@@ -130,9 +130,12 @@ type Options struct {
 	RefreshTimeout time.Duration
 }
 
+// defaultMaxMessage is the largest message accepted when none is set.
+const defaultMaxMessage = 64 << 20
+
 func (o *Options) fill() {
 	if o.MaxMessage <= 0 {
-		o.MaxMessage = 64 << 20
+		o.MaxMessage = defaultMaxMessage
 	}
 	if o.MaxResult <= 0 {
 		o.MaxResult = 64 << 10

@@ -1,20 +1,21 @@
 package proxy
 
 import (
-	"bufio"
-	"io"
+	"context"
 	"sync"
+
+	"github.com/guard-mcp/guard/wire"
 )
 
 // item is one message on its way to a peer. When wait is set the message
 // goes out only after its audit records are durable; if they could not be
-// written, fail gives what to send instead (nil: nothing). Items leave in
-// the order they were queued, so a notification never overtakes the request
-// queued before it.
+// written, fail gives what to send instead (a message without Raw:
+// nothing). Items leave in the order they were queued, so a notification
+// never overtakes the request queued before it.
 type item struct {
-	data  []byte
+	msg   wire.Message
 	wait  <-chan error
-	fail  func(error) []byte
+	fail  func(error) wire.Message
 	batch *batch
 }
 
@@ -34,7 +35,7 @@ type queue struct {
 	items   []item
 	writing bool
 	closed  bool
-	w       *bufio.Writer
+	w       Conn
 	werr    error
 	signal  chan struct{}
 	done    chan struct{}
@@ -107,10 +108,10 @@ func (q *queue) close() {
 }
 
 // run writes queued items to w until close, then flushes.
-func (q *queue) run(w io.Writer) error {
+func (q *queue) run(w Conn) error {
 	defer close(q.done)
 	q.mu.Lock()
-	q.w = bufio.NewWriterSize(w, 64<<10)
+	q.w = w
 	q.mu.Unlock()
 	for {
 		q.mu.Lock()
@@ -140,41 +141,35 @@ func (q *queue) run(w io.Writer) error {
 
 // deliver writes one item (the writer of the moment has q.writing).
 func (q *queue) deliver(it item) {
-	data := it.data
+	msg := it.msg
 	if it.wait != nil {
 		if err := <-it.wait; err != nil {
-			data = nil
+			msg = wire.Message{}
 			if it.fail != nil {
-				data = it.fail(err)
+				msg = it.fail(err)
 			}
 		}
 	}
 	if it.batch != nil {
-		if data != nil {
-			it.batch.parts = append(it.batch.parts, data)
+		if msg.Raw != nil {
+			it.batch.parts = append(it.batch.parts, msg.Raw)
 		} else {
 			it.batch.want--
 		}
 		if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
 			return
 		}
-		data = joinBatch(it.batch.parts)
+		msg = unparsed(joinBatch(it.batch.parts))
 	}
-	if data == nil || q.werr != nil {
+	if msg.Raw == nil || q.werr != nil {
 		return
 	}
-	if _, err := q.w.Write(data); err != nil {
-		q.werr = err
-		return
-	}
-	if err := q.w.WriteByte('\n'); err != nil {
-		q.werr = err
-	}
+	q.werr = q.w.Write(context.Background(), msg)
 }
 
 func (q *queue) flush() {
-	if q.werr == nil {
-		q.werr = q.w.Flush()
+	if f, ok := q.w.(flusher); ok && q.werr == nil {
+		q.werr = f.Flush()
 	}
 }
 

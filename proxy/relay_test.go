@@ -102,10 +102,11 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 		}
 	}
 	go ho.server(ctx, g2sR, s2gW)
-	p := sess.pump(c2gR, g2cW, g2sW)
+	server := NewStreamConn(s2gR, g2sW, opts.MaxMessage)
+	p := sess.pump(NewStreamConn(c2gR, g2cW, opts.MaxMessage), server)
 	h := &harness{t: t, db: db, holds: holds, sess: sess, toGuard: c2gW, fromG: g2cR, done: make(chan struct{})}
 	go func() {
-		sess.readServer(s2gR)
+		sess.readServer(server)
 		sess.ServerGone(0, "status 0")
 		sess.toClient.close()
 		<-p.clientWritten

@@ -233,9 +233,9 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 }
 
 // refusal is the answer for a request whose audit record failed.
-func refusal(id []byte) func(error) []byte {
-	return func(error) []byte {
-		return wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil)
+func refusal(id []byte) func(error) wire.Message {
+	return func(error) wire.Message {
+		return built(wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil))
 	}
 }
 
@@ -251,25 +251,31 @@ func toolError(id []byte, text string) []byte {
 	return b
 }
 
-// FromClient handles one message from the client. raw must not be reused
-// by the caller.
-func (s *Session) FromClient(raw []byte) {
-	msg, err := wire.Parse(raw)
-	if err != nil {
-		s.badFromClient(raw, err, nil)
-		return
+// readClient relays the client's messages until its input ends.
+func (s *Session) readClient(client Conn) {
+	for {
+		msg, err := client.Read(context.Background())
+		var bad *BadMessage
+		var tl *wire.TooLongError
+		switch {
+		case errors.As(err, &bad):
+			s.badFromClient(bad.Raw, bad.Err, nil)
+		case errors.As(err, &tl):
+			s.Oversized(true, tl.Size)
+		case err != nil:
+			return
+		case msg.Kind == wire.KindBatch:
+			s.clientBatch(msg.Raw)
+		default:
+			s.clientMessage(msg, nil)
+		}
 	}
-	if msg.Kind == wire.KindBatch {
-		s.clientBatch(raw)
-		return
-	}
-	s.clientMessage(msg, nil)
 }
 
 // badFromClient answers a message guard cannot relay.
 func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 	var inv *wire.InvalidError
-	var answer []byte
+	var answer, id []byte
 	detail := map[string]any{"size": len(raw), "error": err.Error()}
 	switch {
 	case droppedResponse(err):
@@ -279,12 +285,13 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 		s.event("guard/dropped", guard.ClientToServer, detail)
 		return
 	case errors.As(err, &inv):
-		answer = wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
+		id = inv.ID
+		answer = wire.ErrorResponse(id, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
 	default:
 		answer = wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: the message is not valid JSON", nil)
 	}
 	s.event("guard/refused", guard.ClientToServer, detail)
-	s.toClient.push(item{data: answer, batch: b})
+	s.toClient.push(item{msg: built(answer), batch: b})
 }
 
 // droppedResponse reports whether err refuses a response for its id alone:
@@ -298,8 +305,8 @@ func droppedResponse(err error) bool {
 func (s *Session) Oversized(fromClient bool, size int64) {
 	if fromClient {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"size": size, "error": fmt.Sprintf("line over max_message (%d bytes)", s.opts.MaxMessage)})
-		s.toClient.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			fmt.Sprintf("Invalid request: the message is larger than max_message (%d bytes)", s.opts.MaxMessage), nil)})
+		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
+			fmt.Sprintf("Invalid request: the message is larger than max_message (%d bytes)", s.opts.MaxMessage), nil))})
 		return
 	}
 	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
@@ -311,8 +318,8 @@ func (s *Session) clientBatch(raw []byte) {
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			"Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26", nil)})
+		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
+			"Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26", nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
@@ -448,19 +455,19 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
-	data := s.mapID(msg, c, s.up)
+	fwd := s.mapID(msg, c, s.up)
 	s.mu.Unlock()
 	if recorded {
-		s.toServer.push(item{data: data})
+		s.toServer.push(item{msg: fwd})
 		return
 	}
 	c.recorded.Store(true)
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
-	s.toServer.push(item{data: data, wait: wait, fail: func(err error) []byte {
+	s.toServer.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.opts.Logger.Error("request refused: audit write failed", "method", c.method, "err", err)
 		s.forget(c)
-		s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
-		return nil
+		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
+		return wire.Message{}
 	}})
 }
 
@@ -468,17 +475,16 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 // sent with: its own, unless a request with that id is already in flight
 // that way, in which case it gets one of guard's. It returns the message to
 // send. The caller holds s.mu.
-func (s *Session) mapID(msg wire.Message, c *call, inFlight map[string]*call) []byte {
-	data := msg.Raw
+func (s *Session) mapID(msg wire.Message, c *call, inFlight map[string]*call) wire.Message {
 	if _, taken := inFlight[c.origKey]; taken {
 		c.sentID = s.ownID()
 		c.sentKey = wire.IDKey(c.sentID)
-		data = wire.ReplaceID(msg, c.sentID)
+		msg = wire.WithID(msg, c.sentID)
 	} else {
 		c.sentKey = c.origKey
 	}
 	inFlight[c.sentKey] = c
-	return data
+	return msg
 }
 
 // ownID returns a new id of guard's own. The caller holds s.mu.
@@ -519,7 +525,7 @@ func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byt
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
 	recs = append(recs, out)
 	wait := s.opts.Recorder.AppendAsync(recs...)
-	s.toClient.push(item{data: data, wait: wait, fail: refusal(c.origID), batch: c.batch})
+	s.toClient.push(item{msg: built(data), wait: wait, fail: refusal(c.origID), batch: c.batch})
 }
 
 func (s *Session) clientNotification(msg wire.Message) {
@@ -527,7 +533,7 @@ func (s *Session) clientNotification(msg wire.Message) {
 		s.clientCancelled(msg)
 		return
 	}
-	s.toServer.push(item{data: msg.Raw})
+	s.toServer.push(item{msg: msg})
 }
 
 // clientCancelled withdraws a held call, or passes the cancellation on
@@ -535,7 +541,7 @@ func (s *Session) clientNotification(msg wire.Message) {
 func (s *Session) clientCancelled(msg wire.Message) {
 	rid := wire.ParamsMember(msg.Params, "requestId")
 	if rid == nil {
-		s.toServer.push(item{data: msg.Raw})
+		s.toServer.push(item{msg: msg})
 		return
 	}
 	s.mu.Lock()
@@ -556,11 +562,11 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
 	switch {
 	case c == nil:
-		s.toServer.push(item{data: msg.Raw})
+		s.toServer.push(item{msg: msg})
 	case c.sentID != nil:
-		s.toServer.push(item{data: rewriteParamsMember(msg, "requestId", c.sentID)})
+		s.toServer.push(item{msg: unparsed(rewriteParamsMember(msg, "requestId", c.sentID))})
 	default:
-		s.toServer.push(item{data: msg.Raw})
+		s.toServer.push(item{msg: msg})
 	}
 	if c != nil {
 		s.cancelled(c, why)
@@ -640,23 +646,23 @@ func (s *Session) clientResponse(msg wire.Message) {
 		c.own <- msg
 		return
 	}
-	data, out := s.answered(msg, c)
+	ans, out := s.answered(msg, c)
 	wait := s.opts.Recorder.AppendAsync(out)
-	s.toServer.push(item{data: data, wait: wait, fail: refusal(c.origID)})
+	s.toServer.push(item{msg: ans, wait: wait, fail: refusal(c.origID)})
 }
 
 // answered returns a response as its request's sender must read it (with
 // the id it sent) and the outcome record of the request.
-func (s *Session) answered(msg wire.Message, c *call) ([]byte, *guard.Record) {
-	data := msg.Raw
+func (s *Session) answered(msg wire.Message, c *call) (wire.Message, *guard.Record) {
+	ans := msg
 	if c.sentID != nil {
-		data = wire.ReplaceID(msg, c.origID)
+		ans = wire.WithID(msg, c.origID)
 	}
 	out := s.record(guard.KindOutcome, c)
 	out.Outcome, out.Result = s.outcomeOf(msg)
 	out.ResponseSize = int64(len(msg.Raw))
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
-	return data, out
+	return ans, out
 }
 
 // outcomeOf classifies a response and returns its recorded result.
@@ -698,13 +704,33 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	}
 	s.opts.Logger.Warn("server request refused", "err", err)
 	s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
-	s.toServer.push(item{data: wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)})
+	s.toServer.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))})
 	return true
 }
 
-// FromServer handles one message from the server.
-func (s *Session) FromServer(raw []byte) {
-	msg, err := wire.Parse(raw)
+// readServer relays the server's messages until its output ends.
+func (s *Session) readServer(server Conn) {
+	for {
+		msg, err := server.Read(context.Background())
+		var bad *BadMessage
+		var tl *wire.TooLongError
+		switch {
+		case errors.As(err, &bad):
+			s.fromServer(msg, bad.Err)
+		case errors.As(err, &tl):
+			s.Oversized(false, tl.Size)
+		case err != nil:
+			return
+		default:
+			s.fromServer(msg, nil)
+		}
+	}
+}
+
+// fromServer handles one message from the server, or one that did not
+// parse (err).
+func (s *Session) fromServer(msg wire.Message, err error) {
+	raw := msg.Raw
 	if err != nil && s.refusedServerRequest(raw, err) {
 		return
 	}
@@ -721,7 +747,8 @@ func (s *Session) FromServer(raw []byte) {
 			return
 		}
 		for _, p := range parts {
-			s.FromServer(p)
+			pm, err := readMessage(p)
+			s.fromServer(pm, err)
 		}
 	case wire.KindResponse:
 		s.serverResponse(msg)
@@ -775,7 +802,8 @@ func (s *Session) serverResponse(msg wire.Message) {
 			s.learnTools(msg.Result, false)
 		}
 	}
-	data, out := s.answered(msg, c)
+	ans, out := s.answered(msg, c)
+	data := ans.Raw
 	if msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
 		if refused := s.checkResult(c, msg, out); refused != nil {
 			data = refused
@@ -797,8 +825,11 @@ func (s *Session) serverResponse(msg wire.Message) {
 		delete(s.progress, wire.IDKey(c.progress))
 		s.mu.Unlock()
 	}
+	if len(data) != len(ans.Raw) || &data[0] != &ans.Raw[0] {
+		ans = built(data) // guard's own answer, or masked
+	}
 	wait := s.opts.Recorder.AppendAsync(out)
-	s.toClient.push(item{data: data, wait: wait, fail: refusal(c.origID), batch: c.batch})
+	s.toClient.push(item{msg: ans, wait: wait, fail: refusal(c.origID), batch: c.batch})
 }
 
 // learnTools updates the catalog from one tools/list page and persists it.
@@ -844,22 +875,22 @@ func (s *Session) serverRequest(msg wire.Message) {
 		return
 	}
 	s.mu.Lock()
-	data := s.mapID(msg, c, s.down)
+	fwd := s.mapID(msg, c, s.down)
 	s.mu.Unlock()
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
-	s.toClient.push(item{data: data, wait: wait, fail: func(err error) []byte {
+	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.mu.Lock()
 		delete(s.down, c.sentKey)
 		s.mu.Unlock()
-		s.toServer.push(item{data: refusal(c.origID)(err)})
-		return nil
+		s.toServer.push(item{msg: refusal(c.origID)(err)})
+		return wire.Message{}
 	}})
 }
 
 func (s *Session) serverNotification(msg wire.Message) {
 	switch msg.Method {
 	case "notifications/tools/list_changed":
-		s.toClient.push(item{data: msg.Raw})
+		s.toClient.push(item{msg: msg})
 		go s.refreshTools()
 		return
 	case "notifications/progress":
@@ -868,12 +899,12 @@ func (s *Session) serverNotification(msg wire.Message) {
 			c := s.progress[wire.IDKey(tok)]
 			s.mu.Unlock()
 			if c != nil {
-				s.toClient.push(item{data: shiftProgress(msg, c.progBase)})
+				s.toClient.push(item{msg: unparsed(shiftProgress(msg, c.progBase))})
 				return
 			}
 		}
 	}
-	s.toClient.push(item{data: msg.Raw})
+	s.toClient.push(item{msg: msg})
 }
 
 // ServerGone answers every request still waiting on the server and records

@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
-
-	"github.com/guard-mcp/guard/wire"
 )
 
 // Stdio describes a server that guard runs as a child process and the
@@ -42,10 +40,10 @@ type Stdio struct {
 // ErrStart wraps a failure to start the server: nothing has run yet.
 var ErrStart = errors.New("the server could not be started")
 
-// RunStdio relays between the client on clientIn/clientOut and the server
-// it starts, until the server exits. It returns the server's exit status
-// (128+N when signal N ended it).
-func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, clientOut io.Writer) (int, error) {
+// RunStdio relays between the client and the server it starts, until the
+// server exits. It returns the server's exit status (128+N when signal N
+// ended it).
+func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, error) {
 	opts.fill()
 	if len(sc.Argv) == 0 {
 		return 0, fmt.Errorf("%w: no command", ErrStart)
@@ -89,8 +87,9 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 		return 0, fmt.Errorf("%w: %s: %w", ErrStart, sc.Argv[0], err)
 	}
 	defer serverOut.Close()
+	server := NewStreamConn(serverOut, serverIn, opts.MaxMessage)
 	s := NewSession(ctx, opts)
-	p := s.pump(clientIn, clientOut, serverIn)
+	p := s.pump(client, server)
 
 	exited := make(chan struct{})
 	go func() {
@@ -128,7 +127,7 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, clientIn io.Reader, c
 
 	readDone := make(chan struct{})
 	go func() {
-		s.readServer(serverOut)
+		s.readServer(server)
 		close(readDone)
 	}()
 	werr := cmd.Wait()
@@ -155,33 +154,29 @@ type pumps struct {
 	clientWritten chan error    // everything for the client is written
 }
 
-// pump starts relaying the client's input to the session and the session's
-// outboxes to the client and the server. The caller reads the server's
-// output with readServer.
-func (s *Session) pump(clientIn io.Reader, clientOut io.Writer, serverIn io.WriteCloser) *pumps {
+// pump starts relaying the client's messages to the session and the
+// session's outboxes to the client and the server. The caller reads the
+// server's messages with readServer. When the server's outbox is done, the
+// server's Conn is closed; the client's stays open for its owner.
+func (s *Session) pump(client, server Conn) *pumps {
 	p := &pumps{clientDone: make(chan struct{}), serverWritten: make(chan struct{}), clientWritten: make(chan error, 1)}
 	go func() {
 		defer close(p.serverWritten)
-		if err := s.toServer.run(serverIn); err != nil {
+		if err := s.toServer.run(server); err != nil {
 			s.opts.Logger.Debug("writing to the server", "err", err)
 		}
-		serverIn.Close()
+		server.Close()
 	}()
-	go func() { p.clientWritten <- s.toClient.run(clientOut) }()
+	go func() { p.clientWritten <- s.toClient.run(client) }()
 	// When the client closes its input, the server's input is closed too
 	// once everything queued for it is written.
 	go func() {
 		defer close(p.clientDone)
-		readLines(clientIn, s.opts.MaxMessage, s.FromClient, func(n int64) { s.Oversized(true, n) })
+		s.readClient(client)
 		s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
 		s.toServer.close()
 	}()
 	return p
-}
-
-// readServer relays the server's output until it ends.
-func (s *Session) readServer(serverOut io.Reader) {
-	readLines(serverOut, s.opts.MaxMessage, s.FromServer, func(n int64) { s.Oversized(false, n) })
 }
 
 // blockingPipe returns the two ends of a pipe in blocking mode.
@@ -191,23 +186,6 @@ func blockingPipe() (r, w *os.File, err error) {
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
-}
-
-// readLines feeds each line of r to handle, a copy the handler owns.
-func readLines(r io.Reader, max int, handle func([]byte), oversized func(int64)) {
-	lr := wire.NewReader(r, max)
-	for {
-		line, err := lr.NextOwned()
-		if err != nil {
-			var tl *wire.TooLongError
-			if errors.As(err, &tl) {
-				oversized(tl.Size)
-				continue
-			}
-			return
-		}
-		handle(line)
-	}
 }
 
 // exitStatus turns how a process ended into guard's exit status and words

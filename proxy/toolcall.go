@@ -344,7 +344,7 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
 		if c.end() {
 			s.forget(c)
-			s.toClient.push(item{data: refusal(c.origID)(err), batch: c.batch})
+			s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
 		}
 		c.decided()
 		return
@@ -443,7 +443,7 @@ func (s *Session) sendProgress(c *call, text string) {
 		"message":       text,
 	})
 	if err == nil {
-		s.toClient.push(item{data: data})
+		s.toClient.push(item{msg: unparsed(data)})
 	}
 }
 
@@ -527,7 +527,7 @@ func (s *Session) ownRequest(method string, params any) (json.RawMessage, error)
 		s.forget(c)
 		return nil, err
 	}
-	s.toServer.push(item{data: data})
+	s.toServer.push(item{msg: unparsed(data)})
 	t := time.NewTimer(s.opts.RefreshTimeout)
 	defer t.Stop()
 	select {

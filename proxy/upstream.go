@@ -36,23 +36,22 @@ type Remote struct {
 	SSE bool
 }
 
-// RunRemote relays between the client on clientIn/clientOut and a server
-// reached over Streamable HTTP, until the client ends its input. It ends
-// the upstream session (DELETE) when done.
-func RunRemote(ctx context.Context, opts Options, rm Remote, clientIn io.Reader, clientOut io.Writer) error {
+// RunRemote relays between the client and a server reached over
+// Streamable HTTP (or the legacy HTTP+SSE transport), until the client ends
+// its input. It ends the upstream session (DELETE) when done.
+func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error {
 	opts.fill()
 	if rm.Client == nil {
 		rm.Client = &http.Client{}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pr, pw := io.Pipe()
-	up := &upstream{ctx: ctx, rm: rm, out: pw, logger: opts.Logger}
+	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), logger: opts.Logger}
 	s := NewSession(ctx, opts)
-	p := s.pump(clientIn, clientOut, up)
+	p := s.pump(client, up)
 	readDone := make(chan struct{})
 	go func() {
-		s.readServer(pr)
+		s.readServer(up)
 		close(readDone)
 	}()
 	<-p.serverWritten // the client ended and everything was sent
@@ -67,28 +66,25 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, clientIn io.Reader,
 		<-waited
 	}
 	up.end()
-	pw.Close()
+	up.in.close()
 	<-readDone
 	s.ServerGone(0, "the remote session ended")
 	s.toClient.close()
 	return <-p.clientWritten
 }
 
-// upstream speaks Streamable HTTP to the server: each message the relay
-// writes is POSTed, and what comes back (JSON, or an SSE stream) is written
-// as lines to out, which the relay reads as the server's output.
+// upstream is the Conn of a server reached over HTTP: each message the
+// relay writes is POSTed, and what comes back (JSON, or an SSE stream) is
+// what the relay reads, each message parsed once.
 type upstream struct {
 	ctx    context.Context
 	rm     Remote
 	logger interface {
 		Warn(string, ...any)
 	}
-
-	outMu sync.Mutex
-	out   *io.PipeWriter
+	in *inbox // the server's messages, for Read
 
 	mu       sync.Mutex
-	buf      []byte
 	session  string
 	protocol string
 	initID   string // the initialize request's id key, until answered
@@ -110,19 +106,26 @@ type upstream struct {
 	sseErr      error
 }
 
-// Write takes the relay's newline-delimited messages for the server.
-func (u *upstream) Write(p []byte) (int, error) {
-	u.mu.Lock()
-	var lines [][]byte
-	lines, u.buf = cutLines(append(u.buf, p...))
-	u.mu.Unlock()
-	for _, l := range lines {
-		u.post(l)
+// Write sends one message to the server; a request's answer comes back
+// through Read.
+func (u *upstream) Write(_ context.Context, msg wire.Message) error {
+	if m := parsed(msg); m.Kind != 0 {
+		u.post(m)
 	}
-	return len(p), nil
+	return nil
 }
 
-// Close is the end of the relay's output for the server.
+// Read returns the server's next message.
+func (u *upstream) Read(ctx context.Context) (wire.Message, error) {
+	m, err := u.in.take(ctx)
+	if err == nil && m.Kind == 0 {
+		return readMessage(m.Raw)
+	}
+	return m, err
+}
+
+// Close is the end of the relay's output for the server: the upstream
+// session ends once its open requests are done (RunRemote).
 func (u *upstream) Close() error { return nil }
 
 func (u *upstream) wait() { u.inflight.Wait() }
@@ -133,25 +136,22 @@ func (u *upstream) emit(line []byte) {
 	if len(line) == 0 {
 		return
 	}
+	m, err := wire.Parse(line)
+	if err != nil {
+		// Delivered unparsed: Read reports why it does not parse.
+		_ = u.in.put(context.Background(), unparsed(line))
+		return
+	}
+	u.headers.learn(line, m)
 	u.mu.Lock()
-	waitInit := u.initID != ""
-	u.mu.Unlock()
-	if waitInit || bytes.Contains(line, []byte(`"x-mcp-header"`)) {
-		if m, err := wire.Parse(line); err == nil {
-			u.headers.learn(line, m)
-			u.mu.Lock()
-			if m.Kind == wire.KindResponse && u.initID != "" && wire.IDKey(m.ID) == u.initID {
-				u.initID = ""
-				if v, ok := wire.String(wire.ParamsMember(m.Result, "protocolVersion")); ok {
-					u.protocol = v
-				}
-			}
-			u.mu.Unlock()
+	if m.Kind == wire.KindResponse && u.initID != "" && wire.IDKey(m.ID) == u.initID {
+		u.initID = ""
+		if v, ok := wire.String(wire.ParamsMember(m.Result, "protocolVersion")); ok {
+			u.protocol = v
 		}
 	}
-	u.outMu.Lock()
-	defer u.outMu.Unlock()
-	_, _ = u.out.Write(append(line, '\n'))
+	u.mu.Unlock()
+	_ = u.in.put(context.Background(), m)
 }
 
 // newRequest is a request to url with the configured headers (the
@@ -193,11 +193,8 @@ func (u *upstream) request(method string, body []byte) (*http.Request, error) {
 }
 
 // post sends one message and relays its answer, off the caller's path.
-func (u *upstream) post(line []byte) {
-	m, err := wire.Parse(line)
-	if err != nil {
-		return
-	}
+func (u *upstream) post(m wire.Message) {
+	line := m.Raw
 	if u.rm.SSE {
 		u.postLegacy(m, line)
 		return

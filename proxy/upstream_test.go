@@ -42,7 +42,7 @@ func TestRemoteMultiLineAnswers(t *testing.T) {
 	done := make(chan error, 1)
 	opts, _, _ := testOptions(t, context.Background(), "policy: {default: allow}\n", time.Second)
 	go func() {
-		done <- RunRemote(context.Background(), opts, Remote{URL: srv.URL}, cr, aw)
+		done <- RunRemote(context.Background(), opts, Remote{URL: srv.URL}, NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	lines := bufio.NewScanner(ar)

@@ -526,6 +526,35 @@ func ReplaceID(m Message, id []byte) []byte {
 	return append(out, m.Raw[m.IDEnd:]...)
 }
 
+// WithID is ReplaceID for a message that goes on being read: the result is
+// the message Parse would return for the new bytes, without parsing them
+// again. m must have an id.
+func WithID(m Message, id []byte) Message {
+	raw := ReplaceID(m, id)
+	shift := len(id) - (m.IDEnd - m.IDStart)
+	// A member's slice points into m.Raw: its offset there is what its
+	// capacity lacks of Raw's.
+	at := func(v []byte) []byte {
+		if v == nil {
+			return nil
+		}
+		off := cap(m.Raw) - cap(v)
+		if off > m.IDStart {
+			off += shift
+		}
+		return raw[off : off+len(v) : off+len(v)]
+	}
+	n := m
+	n.Raw = raw
+	n.IDEnd = m.IDStart + len(id)
+	n.ID = raw[m.IDStart:n.IDEnd:n.IDEnd]
+	n.Params, n.Result, n.Error = at(m.Params), at(m.Result), at(m.Error)
+	if m.Params != nil && m.ParamsStart > m.IDStart {
+		n.ParamsStart, n.ParamsEnd = m.ParamsStart+shift, m.ParamsEnd+shift
+	}
+	return n
+}
+
 // Rebuild returns the message with its id and its params replaced (a nil
 // id or params keeps the message's own); every other byte is kept.
 func Rebuild(m Message, id, params []byte) []byte {

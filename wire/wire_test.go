@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"reflect"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -441,5 +442,31 @@ func TestParseRefusesIDsNoPeerReadsAlike(t *testing.T) {
 	// not read: it stays a response (that matches nothing).
 	if m, err := Parse([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}`)); err != nil || m.Kind != KindResponse {
 		t.Errorf("id null error response: %v %v", m.Kind, err)
+	}
+}
+
+func TestWithIDIsWhatParseReads(t *testing.T) {
+	msgs := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{}}}`,
+		`{"params":{"x":[1,2]},"method":"m","id":"abc","jsonrpc":"2.0"}`,
+		`{"jsonrpc":"2.0","result":{"content":[]},"id":12345}`,
+		`{"id":"x","jsonrpc":"2.0","error":{"code":-32601,"message":"no"}}`,
+		`{ "jsonrpc" : "2.0" , "id" : 7 , "result" : null }`,
+	}
+	for _, raw := range msgs {
+		for _, id := range []string{`"guard-1"`, `9`, `"a much longer identifier than before"`} {
+			m, err := Parse([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := WithID(m, []byte(id))
+			want, err := Parse(ReplaceID(m, []byte(id)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("WithID(%s, %s):\n got %+v\nwant %+v", raw, id, got, want)
+			}
+		}
 	}
 }

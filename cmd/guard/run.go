@@ -85,8 +85,9 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
 		}
 		rt.iso.settled.Store(true) // no server of its own
-		err := proxy.RunRemote(context.WithoutCancel(ctx), rt.options(server, logger),
-			rm, a.clientIn(), a.clientOut())
+		opts := rt.options(server, logger)
+		err := proxy.RunRemote(context.WithoutCancel(ctx), opts,
+			rm, proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage))
 		if err != nil {
 			logger.Debug("writing to the client", "err", err)
 		}
@@ -94,9 +95,10 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	rt.iso.declare(server, cfg.Servers[server])
 	rt.iso.settled.Store(true)
-	code, err := proxy.RunStdio(context.WithoutCancel(ctx), rt.options(server, logger),
+	opts := rt.options(server, logger)
+	code, err := proxy.RunStdio(context.WithoutCancel(ctx), opts,
 		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
-			Stderr: a.stderr, Signals: sigs}, a.clientIn(), a.clientOut())
+			Stderr: a.stderr, Signals: sigs}, proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage))
 	if err != nil {
 		// The server did not run (proxy.ErrStart): guard's own failure.
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)

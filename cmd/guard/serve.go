@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -104,7 +103,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	type served struct {
 		name string
-		run  func(ctx context.Context, client string, in io.Reader, out io.Writer) error
+		run  func(ctx context.Context, client string, conn proxy.Conn) error
 	}
 	var members []served
 	var stdio []string // servers with a command
@@ -143,14 +142,14 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		}
 		log := logger.With("server", "(aggregate)")
 		o := front("", log)
-		o.Run = func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
+		o.Run = func(ctx context.Context, client string, conn proxy.Conn) error {
 			ms := make([]proxy.Member, len(members))
 			for i, m := range members {
 				run := m.run
-				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, in io.Reader, out io.Writer) error { return run(ctx, client, in, out) }}
+				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, client, conn) }}
 			}
 			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
-				MaxMessage: int(cfg.MaxMessage), Version: buildVersion(), Logger: log}, in, out)
+				Version: buildVersion(), Logger: log}, conn)
 		}
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
@@ -198,13 +197,13 @@ func buildVersion() string {
 
 // memberRun runs one client session of a server as a member of the
 // aggregate endpoint: the same relay session as at /mcp/NAME.
-func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
-	return func(ctx context.Context, client string, in io.Reader, out io.Writer) error {
+func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, conn proxy.Conn) error {
+	return func(ctx context.Context, client string, conn proxy.Conn) error {
 		opts := o.Session(client)
 		if o.Remote.URL != "" {
-			return proxy.RunRemote(ctx, opts, o.Remote, in, out)
+			return proxy.RunRemote(ctx, opts, o.Remote, conn)
 		}
-		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Env: o.Env, Stderr: o.Stderr}, in, out)
+		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Env: o.Env, Stderr: o.Stderr}, conn)
 		return err
 	}
 }

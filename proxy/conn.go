@@ -1,0 +1,218 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/guard-mcp/guard/wire"
+)
+
+// Conn is one peer of a relay session, whatever carries its messages: the
+// client on guard's stdin and stdout, a server run as a child, a client of
+// the Streamable HTTP endpoint, a server reached over HTTP, or a member of
+// the aggregate endpoint. A session relays between two of them.
+//
+// Messages cross a Conn whole and parsed once: Read returns the exact bytes
+// of one message with what wire.Parse found in them, and Write takes such a
+// message. A message guard built itself may be written unparsed (Kind 0);
+// a Conn that routes by id or method parses it then.
+type Conn interface {
+	// Read returns the peer's next message. A *BadMessage or a
+	// *wire.TooLongError is about that one message and the next Read goes
+	// on; any other error (io.EOF) ends the peer's input.
+	Read(ctx context.Context) (wire.Message, error)
+	// Write sends one message to the peer.
+	Write(ctx context.Context, msg wire.Message) error
+	// Close ends what guard sends to the peer.
+	Close() error
+}
+
+// flusher is a Conn that buffers writes: the relay flushes after each run
+// of messages it writes together.
+type flusher interface {
+	Flush() error
+}
+
+// BadMessage is a message that did not parse: Raw is its exact bytes, Err
+// says why (a *wire.InvalidError, or wire.ErrParse).
+type BadMessage struct {
+	Raw []byte
+	Err error
+}
+
+func (e *BadMessage) Error() string { return e.Err.Error() }
+func (e *BadMessage) Unwrap() error { return e.Err }
+
+// readMessage parses one message's bytes as Conn.Read returns them.
+func readMessage(raw []byte) (wire.Message, error) {
+	m, err := wire.Parse(raw)
+	if err != nil {
+		return wire.Message{Raw: raw}, &BadMessage{Raw: raw, Err: err}
+	}
+	return m, nil
+}
+
+// parsed returns a message with its parsed fields, parsing one guard
+// wrote unparsed (Kind 0). A message that does not parse keeps Kind 0.
+func parsed(m wire.Message) wire.Message {
+	if m.Kind != 0 {
+		return m
+	}
+	p, err := wire.Parse(m.Raw)
+	if err != nil {
+		return m
+	}
+	return p
+}
+
+// unparsed is a message guard built, as a Conn writes it.
+func unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
+
+// built is a message guard built (an answer of its own, a result it
+// masked), parsed: a Conn may route it by its id or rewrite it, and a
+// message is either parsed in full or not at all.
+func built(raw []byte) wire.Message {
+	return parsed(unparsed(raw))
+}
+
+// NewStreamConn returns a Conn over a newline-delimited byte stream: the
+// client on guard's own stdin and stdout, or a server's pipes. Lines over
+// max bytes (default 64 MiB) are refused one by one (*wire.TooLongError).
+// Close closes w when it is an io.Closer.
+func NewStreamConn(r io.Reader, w io.Writer, max int) Conn {
+	if max <= 0 {
+		max = defaultMaxMessage
+	}
+	return &streamConn{r: wire.NewReader(r, max), w: bufio.NewWriterSize(w, 64<<10), c: w}
+}
+
+type streamConn struct {
+	r   *wire.Reader
+	wmu sync.Mutex
+	w   *bufio.Writer
+	c   io.Writer
+}
+
+func (c *streamConn) Read(context.Context) (wire.Message, error) {
+	line, err := c.r.NextOwned()
+	if err != nil {
+		return wire.Message{}, err
+	}
+	return readMessage(line)
+}
+
+func (c *streamConn) Write(_ context.Context, m wire.Message) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.w.Write(m.Raw); err != nil {
+		return err
+	}
+	return c.w.WriteByte('\n')
+}
+
+func (c *streamConn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.w.Flush()
+}
+
+func (c *streamConn) Close() error {
+	err := c.Flush()
+	if cl, ok := c.c.(io.Closer); ok {
+		err = errors.Join(err, cl.Close())
+	}
+	return err
+}
+
+// errClosed is a write to a Conn whose peer has ended.
+var errClosed = errors.New("the connection is closed")
+
+// Pipe returns two Conns joined in memory: what is written to one is read
+// from the other, parsed once, in order. A write waits until the other side
+// reads it (or closes), as over a pipe. Closing one side ends the other's
+// input once it has read what was written before.
+func Pipe() (Conn, Conn) {
+	a, b := newPipe()
+	return a, b
+}
+
+func newPipe() (*pipeConn, *pipeConn) {
+	ab := newInbox()
+	ba := newInbox()
+	return &pipeConn{in: ba, out: ab}, &pipeConn{in: ab, out: ba}
+}
+
+type pipeConn struct {
+	in, out *inbox
+}
+
+// end closes both directions: its side reads no more either, so what the
+// other side writes fails rather than waits.
+func (p *pipeConn) end() {
+	p.out.close()
+	p.in.close()
+}
+
+func (p *pipeConn) Read(ctx context.Context) (wire.Message, error) {
+	m, err := p.in.take(ctx)
+	if err != nil {
+		return m, err
+	}
+	if m.Kind == 0 {
+		return readMessage(m.Raw)
+	}
+	return m, nil
+}
+
+func (p *pipeConn) Write(ctx context.Context, m wire.Message) error {
+	return p.out.put(ctx, m)
+}
+
+func (p *pipeConn) Close() error {
+	p.out.close()
+	return nil
+}
+
+// inbox hands messages from writers to one reader, each write waiting for
+// the read that takes it. Once closed, writes fail and reads end.
+type inbox struct {
+	ch     chan wire.Message
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newInbox() *inbox {
+	return &inbox{ch: make(chan wire.Message), closed: make(chan struct{})}
+}
+
+func (b *inbox) put(ctx context.Context, m wire.Message) error {
+	select {
+	case <-b.closed:
+		return errClosed
+	default:
+	}
+	select {
+	case b.ch <- m:
+		return nil
+	case <-b.closed:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *inbox) take(ctx context.Context) (wire.Message, error) {
+	select {
+	case m := <-b.ch:
+		return m, nil
+	case <-b.closed:
+		return wire.Message{}, io.EOF
+	case <-ctx.Done():
+		return wire.Message{}, ctx.Err()
+	}
+}
+
+func (b *inbox) close() { b.once.Do(func() { close(b.closed) }) }
