@@ -1,11 +1,11 @@
 package wire
 
 import (
-	"reflect"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
