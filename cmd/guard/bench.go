@@ -12,6 +12,27 @@ import (
 
 func init() {
 	commands["bench"] = command{summary: "measure guard's overhead against a direct session", run: cmdBench}
+	commands[benchmark.CopyRelayCommand] = command{run: cmdCopyRelay, hidden: true}
+}
+
+// cmdCopyRelay relays bytes between its stdin and stdout and a child
+// server's, nothing else (benchmark.CopyRelay), and exits with the child's
+// status.
+func cmdCopyRelay(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet(benchmark.CopyRelayCommand)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(a.stderr, "usage: guard %s -- CMD [ARGS...]\n", benchmark.CopyRelayCommand)
+		return exitUsage
+	}
+	code, err := benchmark.CopyRelay(ctx, fs.Args(), a.stdin, a.stdout, a.stderr)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard %s: %v\n", benchmark.CopyRelayCommand, err)
+		return exitFailure
+	}
+	return code
 }
 
 func cmdBench(ctx context.Context, a *app, args []string) int {
