@@ -83,10 +83,13 @@ type Result struct {
 	Max     time.Duration
 	PerSec  float64
 	// CPU is the CPU time the first process of the command line (guard,
-	// or the server when direct) used per call.
+	// or the server when direct) used per call, read after the calls and
+	// a pause (quiet).
 	CPU time.Duration
-	// TreeCPU is CPU with that of the process's children (the servers
-	// guard runs) added.
+	// TreeCPU is CPU with that of the process's descendants (the servers
+	// guard runs, and their sandbox's init) added. In a stdio run it is
+	// read once the session has ended: it holds what the calls left to do
+	// (their records' commits, a last checkpoint) and the processes' exit.
 	TreeCPU time.Duration
 
 	// The comparisons are medians over rounds of a figure against the
