@@ -1,14 +1,18 @@
 // Package benchmark measures what guard costs a session: a go-sdk client
-// calls a trivial tool on a go-sdk server, directly and through `guard run`,
+// calls a trivial tool on a go-sdk server, directly, through a relay that
+// only copies bytes (the floor of any stdio proxy) and through `guard run`,
 // with one and with several concurrent callers, and reports latency
-// percentiles, calls per second, guard's added latency, its memory, and the
-// fsync time of the disk that holds the audit log.
+// percentiles, calls per second, the latency and CPU guard adds, its
+// memory, and the fsync time of the disk that holds the audit log, then
+// compares the figures with guard's targets.
 package benchmark
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +42,35 @@ type Config struct {
 	BigResult int
 	// Rounds splits each measurement into interleaved rounds (default 1).
 	Rounds int
+	// Profile, when not "", is a directory where each guard process the
+	// benchmark starts writes a CPU profile (see ProfileEnv).
+	Profile string
+}
+
+// ProfileEnv is the environment variable that makes `guard run` and
+// `guard serve` write a CPU profile of their run to the file it names.
+const ProfileEnv = "GUARD_CPUPROFILE"
+
+// The rows every stdio run measures besides guard's.
+const (
+	rowDirect    = "direct"
+	rowCopyRelay = "copy relay"
+)
+
+// profileEnv is the environment of a guard process that writes its CPU
+// profile to dir as the row, callers and round given (nil without a dir:
+// the benchmark's own environment).
+func profileEnv(dir, row string, callers, round int) []string {
+	if dir == "" {
+		return nil
+	}
+	name := strings.Join(strings.FieldsFunc(row, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}), "-")
+	if callers > 0 {
+		name += fmt.Sprintf("-%d-%d", callers, round)
+	}
+	return append(os.Environ(), ProfileEnv+"="+filepath.Join(dir, name+".pprof"))
 }
 
 // Result is one measurement.
@@ -50,11 +83,29 @@ type Result struct {
 	Max     time.Duration
 	PerSec  float64
 	// CPU is the CPU time the first process of the command line (guard,
-	// or the server when direct) used per call.
+	// or the server when direct) used per call, read after the calls and
+	// a pause (quiet).
 	CPU time.Duration
-	// TreeCPU is CPU with that of the process's children (the servers
-	// guard runs) added.
+	// TreeCPU is CPU with that of the process's descendants (the servers
+	// guard runs, and their sandbox's init) added. In a stdio run it is
+	// read once the session has ended: it holds what the calls left to do
+	// (their records' commits, a last checkpoint) and the processes' exit.
 	TreeCPU time.Duration
+
+	// The comparisons are medians over rounds of a figure against the
+	// other row's in the same round, so that the machine's drift between
+	// rounds cancels out; 0 where not measured.
+
+	// AddedP50 is P50 less the direct row's.
+	AddedP50 time.Duration
+	// OfDirect and OfRelay are calls per second as a share of the direct
+	// row's and of the copy relay's.
+	OfDirect, OfRelay float64
+	// AddedCPU is the CPU per call the proxy adds (stdio): TreeCPU less
+	// the direct server's; AddedCPUOfRelay is it as a multiple of the
+	// copy relay's.
+	AddedCPU        time.Duration
+	AddedCPUOfRelay float64
 }
 
 // Report is everything one run measured.
@@ -67,6 +118,34 @@ type Report struct {
 	// BigRSS is guard's peak resident memory after relaying a BigResult
 	// result; BigBase is its peak before.
 	BigBase, BigRSS int64
+	// Targets are the lines that compare figures with guard's targets.
+	Targets []string
+
+	series []series
+}
+
+// series is the rounds of one row with one count of callers.
+type series struct {
+	name    string
+	callers int
+	rounds  []sample
+}
+
+// find returns the rounds of a row, nil when it was not measured.
+func (rep *Report) find(name string, callers int) []sample {
+	for _, s := range rep.series {
+		if s.name == name && s.callers == callers {
+			return s.rounds
+		}
+	}
+	return nil
+}
+
+// target adds and writes one line of the comparison with the targets.
+func (rep *Report) target(w io.Writer, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	rep.Targets = append(rep.Targets, line)
+	fmt.Fprintln(w, line)
 }
 
 // Run measures as configured and writes a report to w as it goes.
@@ -86,10 +165,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 	// the others, so that the machine's drift (other load, CPU frequency,
 	// the disk's cache) falls on all of them alike.
 	type config struct {
-		name string
-		argv []string
+		name  string
+		argv  []string
+		guard bool
 	}
-	configs := []config{{"direct", []string{cfg.Guard, "example-server"}}}
+	server := []string{cfg.Guard, "example-server"}
+	configs := []config{
+		{name: rowDirect, argv: server},
+		{name: rowCopyRelay, argv: append([]string{cfg.Guard, CopyRelayCommand, "--"}, server...)},
+	}
 	for _, d := range cfg.Durability {
 		cfgPath := filepath.Join(cfg.Dir, "bench-"+d+".yaml")
 		conf := "durability: " + d + "\npolicy:\n  default: allow\n"
@@ -97,19 +181,25 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 			return nil, fmt.Errorf("benchmark config: %w", err)
 		}
 		db := filepath.Join(cfg.Dir, "bench-"+d+".db")
-		configs = append(configs, config{"guard durability=" + d,
-			[]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}})
+		configs = append(configs, config{name: "guard durability=" + d, guard: true,
+			argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
 	}
 	names := make([]string, len(configs))
 	for i, c := range configs {
 		names[i] = c.name
 	}
-	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, calls int) (sample, error) {
-		return measure(ctx, configs[i].name, configs[i].argv, n, calls)
+	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, round, calls int) (sample, error) {
+		c := configs[i]
+		var env []string
+		if c.guard {
+			env = profileEnv(cfg.Profile, c.name, n, round)
+		}
+		return measure(ctx, c.name, c.argv, env, n, calls)
 	})
 	if err != nil {
 		return nil, err
 	}
+	rep.stdioTargets(w)
 	if cfg.BigResult > 0 {
 		if err := bigResult(ctx, cfg, rep, w); err != nil {
 			return nil, err
@@ -118,18 +208,83 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-func (rep *Report) add(w io.Writer, r Result, base *Result) {
+// Guard's targets for stdio sessions.
+const (
+	// A lone caller through guard (durability normal) makes at least
+	// this share of the copy relay's calls per second...
+	targetNormalOfRelay = 0.90
+	// ...and guard adds at most this multiple of the CPU per call the
+	// copy relay adds.
+	targetNormalCPUOfRelay = 2.0
+	// With durability full, a lone call pays two fsync'd commits (its
+	// call and its result) and at most this much more.
+	targetFullP50Extra = 150 * time.Microsecond
+	// Eight callers through guard (durability full) make at least this
+	// share of the direct session's calls per second.
+	targetFull8OfDirect = 0.75
+)
+
+// stdioTargets compares the figures measured with guard's targets.
+func (rep *Report) stdioTargets(w io.Writer) {
+	const normal, full = "guard durability=normal", "guard durability=full"
+	if rep.find(normal, 1) != nil && rep.find(rowCopyRelay, 1) != nil {
+		r := rep.result(normal, 1)
+		rep.target(w, "stdio normal, 1 caller: calls/s %.2f of copy relay (target ≥ %.2f); added cpu %s copy relay (target ≤ %.0fx)",
+			r.OfRelay, targetNormalOfRelay, fmtTimes(r.AddedCPUOfRelay), targetNormalCPUOfRelay)
+	}
+	if rep.find(full, 1) != nil {
+		r := rep.result(full, 1)
+		rep.target(w, "stdio full, 1 caller: added p50 %s (target ≤ two fsyncs + %s = %s)",
+			fmtDur(r.AddedP50), fmtDur(targetFullP50Extra), fmtDur(2*rep.Fsync+targetFullP50Extra))
+	}
+	if rep.find(full, 8) != nil {
+		rep.target(w, "stdio full, 8 callers: calls/s %.2f of direct (target ≥ %.2f)", rep.result(full, 8).OfDirect, targetFull8OfDirect)
+	}
+}
+
+// result returns the result of a row measured with n callers.
+func (rep *Report) result(name string, n int) Result {
+	for _, r := range rep.Results {
+		if r.Name == name && r.Callers == n {
+			return r
+		}
+	}
+	return Result{}
+}
+
+func (rep *Report) add(w io.Writer, r Result, base bool) {
 	rep.Results = append(rep.Results, r)
 	fmt.Fprintf(w, "%-24s callers=%-2d calls=%-5d p50=%-8s p99=%-8s max=%-8s calls/s=%-5.0f cpu/call=%-6s with children=%-6s",
 		r.Name, r.Callers, r.Calls, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.Max), r.PerSec, fmtDur(r.CPU), fmtDur(r.TreeCPU))
-	if base != nil {
-		fmt.Fprintf(w, " added p50=%-9s calls/s %.0f%% of direct", fmtDur(r.P50-base.P50), 100*r.PerSec/base.PerSec)
+	if !base {
+		fmt.Fprintf(w, " added p50=%-9s calls/s %.2f of direct", fmtDur(r.AddedP50), r.OfDirect)
+		if r.OfRelay != 0 {
+			fmt.Fprintf(w, ", %.2f of copy relay", r.OfRelay)
+		}
+		if r.AddedCPU != 0 {
+			fmt.Fprintf(w, " added cpu/call=%s", fmtDur(r.AddedCPU))
+		}
+		if r.Name != rowCopyRelay && r.OfRelay != 0 {
+			fmt.Fprintf(w, " added cpu %s copy relay", fmtTimes(r.AddedCPUOfRelay))
+		}
 	}
 	fmt.Fprintln(w)
 }
 
-func connect(ctx context.Context, argv []string) (*mcp.ClientSession, *exec.Cmd, error) {
+// fmtTimes writes a multiple ("n/a" for none: no round in which the copy
+// relay added CPU).
+func fmtTimes(x float64) string {
+	if x == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1fx", x)
+}
+
+// connect starts argv with env (nil: the benchmark's own) and connects a
+// client to it.
+func connect(ctx context.Context, argv, env []string) (*mcp.ClientSession, *exec.Cmd, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "guard-bench", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -151,30 +306,106 @@ type sample struct {
 	tree    time.Duration // cpu and that of the process's children
 }
 
-// rounds measures every target (the first is the base the others are
-// compared with) for each count of concurrent callers, in interleaved
-// rounds of calls/rounds calls, and reports them.
+func (s sample) perSec() float64 { return float64(len(s.lat)) / s.elapsed.Seconds() }
+
+func (s sample) p50() time.Duration {
+	lat := slices.Clone(s.lat)
+	slices.Sort(lat)
+	return lat[len(lat)/2]
+}
+
+func (s sample) cpuPerCall() time.Duration  { return s.cpu / time.Duration(len(s.lat)) }
+func (s sample) treePerCall() time.Duration { return s.tree / time.Duration(len(s.lat)) }
+
+// rounds measures every target (the first is the direct session the
+// others are compared with) for each count of concurrent callers, in
+// interleaved rounds of calls/rounds calls, and reports them. measure
+// gets the target's index, the count of callers, the round (from 1) and
+// the calls to make.
 func (rep *Report) rounds(w io.Writer, names []string, concurrency []int, rounds, calls int,
-	measure func(target, callers, calls int) (sample, error)) error {
+	measure func(target, callers, round, calls int) (sample, error)) error {
 	rounds = max(rounds, 1)
+	relay := slices.Index(names, rowCopyRelay)
 	for _, n := range concurrency {
 		samples := make([][]sample, len(names))
-		for range rounds {
+		for r := range rounds {
 			for i := range names {
-				sm, err := measure(i, n, calls/rounds)
+				sm, err := measure(i, n, r+1, calls/rounds)
 				if err != nil {
 					return err
 				}
 				samples[i] = append(samples[i], sm)
 			}
 		}
-		base := summarize(names[0], n, samples[0])
-		rep.add(w, base, nil)
-		for i := 1; i < len(names); i++ {
-			rep.add(w, summarize(names[i], n, samples[i]), &base)
+		for i, name := range names {
+			rep.series = append(rep.series, series{name, n, samples[i]})
+			res := summarize(name, n, samples[i])
+			if i > 0 {
+				var rel []sample
+				if relay >= 0 && i != relay {
+					rel = samples[relay]
+				}
+				compare(&res, samples[i], samples[0], rel, relay >= 0)
+			}
+			rep.add(w, res, i == 0)
 		}
 	}
 	return nil
+}
+
+// compare sets the comparisons of r, whose rounds are own, with the
+// direct row's rounds and, in a stdio run, the copy relay's (relay; nil
+// for the copy relay itself). stdio says whether the rows are stdio
+// sessions, whose trees hold the server and nothing else.
+func compare(r *Result, own, direct, relay []sample, stdio bool) {
+	r.AddedP50 = perRound(own, direct, func(a, b sample) (time.Duration, bool) { return a.p50() - b.p50(), true })
+	r.OfDirect = perRound(own, direct, func(a, b sample) (float64, bool) { return a.perSec() / b.perSec(), true })
+	if !stdio {
+		return
+	}
+	r.AddedCPU = perRound(own, direct, func(a, b sample) (time.Duration, bool) { return a.treePerCall() - b.treePerCall(), true })
+	if relay == nil {
+		return
+	}
+	r.OfRelay = perRound(own, relay, func(a, b sample) (float64, bool) { return a.perSec() / b.perSec(), true })
+	// Each round's added CPU against the copy relay's of the same round:
+	// a round where the relay added none (noise) has no ratio.
+	var ratios []float64
+	for i := range min(len(own), len(relay), len(direct)) {
+		base := direct[i].treePerCall()
+		if floor := relay[i].treePerCall() - base; floor > 0 {
+			ratios = append(ratios, float64(own[i].treePerCall()-base)/float64(floor))
+		}
+	}
+	if len(ratios) > 0 {
+		r.AddedCPUOfRelay = median(ratios)
+	}
+}
+
+// perRound is the median over rounds of f of a row's round and another
+// row's same round, leaving out the rounds f has no figure for.
+func perRound[T time.Duration | float64](a, b []sample, f func(a, b sample) (T, bool)) T {
+	var xs []T
+	for i := range min(len(a), len(b)) {
+		if x, ok := f(a[i], b[i]); ok {
+			xs = append(xs, x)
+		}
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	return median(xs)
+}
+
+// median is the middle value of xs, or the mean of the two middle ones.
+func median[T time.Duration | float64](xs []T) T {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // summarize turns the rounds of one configuration into its result.
@@ -200,13 +431,24 @@ func summarize(name string, n int, ss []sample) Result {
 	}
 }
 
-// measure makes calls echo calls with n concurrent callers on one session.
-func measure(ctx context.Context, name string, argv []string, n, calls int) (sample, error) {
-	cs, cmd, err := connect(ctx, argv)
+// quiet is how long a measurement lets the processes measured finish what
+// earlier calls left them to do (an audit record's commit, say) before it
+// reads their CPU time, so that each reading is taken at a like point.
+const quiet = 100 * time.Millisecond
+
+// measure makes calls echo calls with n concurrent callers on one session
+// with the server argv, started with env.
+func measure(ctx context.Context, name string, argv, env []string, n, calls int) (sample, error) {
+	cs, cmd, err := connect(ctx, argv, env)
 	if err != nil {
 		return sample{}, err
 	}
-	defer cs.Close()
+	open := true
+	defer func() {
+		if open {
+			cs.Close()
+		}
+	}()
 	call := func() (time.Duration, error) {
 		t0 := time.Now()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}})
@@ -223,12 +465,28 @@ func measure(ctx context.Context, name string, argv []string, n, calls int) (sam
 			return sample{}, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	cpu0, tree0 := cpuTime(cmd.Process.Pid), treeCPU(cmd.Process.Pid)
+	pid := cmd.Process.Pid
+	time.Sleep(quiet)
+	cpu0, tree0 := procCPU(pid), treeCPU(pid)
 	lat, elapsed, err := drive(n, calls, func(int) (time.Duration, error) { return call() })
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(cmd.Process.Pid) - cpu0, tree: treeCPU(cmd.Process.Pid) - tree0}, nil
+	time.Sleep(quiet)
+	sm := sample{lat: lat, elapsed: elapsed, cpu: procCPU(pid) - cpu0}
+	// The tree's time is read once the session has ended, from the
+	// process's resource usage, which holds that of the children it
+	// waited for (the server, or a sandbox's init, which holds the
+	// server's): what is done after the last answers (their records
+	// committed, a last checkpoint) counts with the calls, and so does a
+	// process of the tree that ended.
+	open = false
+	if err := cs.Close(); err != nil {
+		return sample{}, fmt.Errorf("%s: ending the session: %w", name, err)
+	}
+	st := cmd.ProcessState
+	sm.tree = st.UserTime() + st.SystemTime() - tree0
+	return sm, nil
 }
 
 // drive makes calls calls with n concurrent workers and returns each
@@ -268,58 +526,99 @@ func drive(n, calls int, call func(worker int) (time.Duration, error)) ([]time.D
 	return lat, time.Since(start), firstErr
 }
 
-// cpuTime is the user and system time a process has used so far.
-func cpuTime(pid int) time.Duration {
-	cpu, _, _ := procStat(pid)
-	return cpu
+// procCPU is the CPU time a process has used so far: the sum of its
+// threads' run times, to the nanosecond (/proc/PID/task/TID/schedstat),
+// or, where those cannot be read, its user and system time in clock
+// ticks (/proc/PID/stat).
+func procCPU(pid int) time.Duration {
+	if d, ok := schedCPU(pid); ok {
+		return d
+	}
+	st, _ := procStat(pid)
+	return st.cpu
 }
 
-// procStat reads a process's user and system time, its parent and whether
-// it could be read.
-func procStat(pid int) (cpu time.Duration, ppid int, ok bool) {
+// schedCPU is the sum of the run times of a process's live threads.
+func schedCPU(pid int) (time.Duration, bool) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, false
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a thread that ended meanwhile
+		}
+		if err != nil {
+			return 0, false
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		total += time.Duration(ns)
+	}
+	return total, true
+}
+
+// stat is what procStat reads of a process.
+type stat struct {
+	// cpu is the process's user and system time; children that of the
+	// children it waited for (and theirs).
+	cpu, children time.Duration
+	ppid          int
+}
+
+// procStat reads a process's /proc/PID/stat; ok is false when it cannot.
+func procStat(pid int) (st stat, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, false
+		return stat{}, false
 	}
 	// The command name may hold spaces: count fields after its ")".
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, 0, false
+	if len(f) < 15 {
+		return stat{}, false
 	}
-	ppid, _ = strconv.Atoi(f[1])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100, ppid, true // clock ticks (USER_HZ is 100 on Linux)
+	ticks := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * time.Second / 100 // USER_HZ is 100 on Linux
+	}
+	st.ppid, _ = strconv.Atoi(f[1])
+	st.cpu, st.children = ticks(11)+ticks(12), ticks(13)+ticks(14)
+	return st, true
 }
 
-// treeCPU is the user and system time a process and its live descendants
-// (the servers guard runs) have used so far. A child that exits during a
-// measurement takes its time with it: the sessions measured live
-// throughout.
+// treeCPU is the CPU time a process and its descendants (the servers guard
+// runs, and their sandbox's init) have used so far: the live ones' own
+// (procCPU) and that of the children they waited for, in clock ticks.
 func treeCPU(pid int) time.Duration {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
-	type proc struct {
-		cpu  time.Duration
-		ppid int
-	}
-	procs := map[int]proc{}
+	procs := map[int]stat{}
 	for _, e := range ents {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if cpu, ppid, ok := procStat(p); ok {
-			procs[p] = proc{cpu, ppid}
+		if st, ok := procStat(p); ok {
+			procs[p] = st
 		}
 	}
 	var total time.Duration
-	for p, pr := range procs {
+	for p, st := range procs {
+		// Up the parents to pid (in the tree) or to one that is not
+		// (init, or a process gone meanwhile).
 		for q := p; q > 1; q = procs[q].ppid {
 			if q == pid {
-				total += pr.cpu
+				total += procCPU(p) + st.children
 				break
 			}
 			if _, ok := procs[q]; !ok {
@@ -339,7 +638,7 @@ func bigResult(ctx context.Context, cfg Config, rep *Report, w io.Writer) error 
 	}
 	db := filepath.Join(cfg.Dir, "bench-memory.db")
 	argv := []string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}
-	cs, cmd, err := connect(ctx, argv)
+	cs, cmd, err := connect(ctx, argv, profileEnv(cfg.Profile, "guard memory", 0, 0))
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,8 +18,9 @@ import (
 // HTTPConfig says what to measure over Streamable HTTP: a go-sdk client per
 // caller (each its own session) calling a trivial tool of go-sdk's
 // conformance server, directly over HTTP, through guard serve with the
-// server as a stdio child (one per session), through guard serve with the
-// direct server as its HTTP upstream, and through the bridges given.
+// server as a stdio child (one per session) at the server's own endpoint
+// and at the aggregate endpoint, through guard serve with the direct
+// server as its HTTP upstream, and through the bridges given.
 type HTTPConfig struct {
 	Guard string
 	Dir   string
@@ -30,6 +32,9 @@ type HTTPConfig struct {
 	Calls                        int
 	Concurrency                  []int
 	Rounds                       int
+	// Profile, when not "", is a directory where guard serve writes a CPU
+	// profile of the whole run (see ProfileEnv).
+	Profile string
 }
 
 // target is one way of reaching the server over HTTP.
@@ -38,6 +43,8 @@ type target struct {
 	argv []string
 	url  string
 	env  []string
+	// tool is the tool called (default test_simple_text).
+	tool string
 	// same, when not "", is the name of the target whose process this one
 	// uses instead of starting its own.
 	same string
@@ -65,20 +72,23 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 		return nil, err
 	}
 	direct := "http://" + addr + "/mcp"
-	targets = append(targets, target{name: "direct (HTTP)", argv: []string{cfg.Fixture, "-http", addr, "-stateless=false"}, url: direct})
+	targets = append(targets, target{name: rowHTTPDirect, argv: []string{cfg.Fixture, "-http", addr, "-stateless=false"}, url: direct})
 	conf := filepath.Join(cfg.Dir, "serve.yaml")
-	if err := os.WriteFile(conf, []byte("durability: normal\npolicy: {default: allow}\nservers:\n  fixture:\n    command: ["+cfg.Fixture+"]\n    new_tools: allow\n"+
+	if err := os.WriteFile(conf, []byte("durability: normal\npolicy: {default: allow}\naggregate: {enabled: true}\nservers:\n  fixture:\n    command: ["+cfg.Fixture+"]\n    new_tools: allow\n"+
 		"  upstream:\n    url: "+direct+"\n    new_tools: allow\n"), 0o600); err != nil {
 		return nil, err
 	}
 	if addr, err = port(); err != nil {
 		return nil, err
 	}
-	targets = append(targets, target{name: "guard serve", argv: []string{cfg.Guard, "serve", "--config", conf, "--db", filepath.Join(cfg.Dir, "serve.db"),
-		"--listen", addr, "--no-ui"}, url: "http://" + addr + "/mcp/fixture"})
+	targets = append(targets, target{name: rowServe, argv: []string{cfg.Guard, "serve", "--config", conf, "--db", filepath.Join(cfg.Dir, "serve.db"),
+		"--listen", addr, "--no-ui"}, url: "http://" + addr + "/mcp/fixture", env: profileEnv(cfg.Profile, rowServe, 0, 0)})
+	// The same server through the same guard serve at the endpoint of
+	// every server, where its tools are named fixture__NAME.
+	targets = append(targets, target{name: rowAggregate, url: "http://" + addr + "/mcp", same: rowServe, tool: "fixture__test_simple_text"})
 	// The same guard serve, with the direct server as its HTTP upstream:
 	// what guard costs without a process per session.
-	targets = append(targets, target{name: "guard serve (HTTP up)", url: "http://" + addr + "/mcp/upstream", same: "guard serve", also: "direct (HTTP)"})
+	targets = append(targets, target{name: rowUpstream, url: "http://" + addr + "/mcp/upstream", same: rowServe, also: rowHTTPDirect})
 	if cfg.MCPProxy != "" {
 		if addr, err = port(); err != nil {
 			return nil, err
@@ -115,6 +125,7 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 			pids[t.name] = pids[t.same]
 		} else {
 			cmd := exec.Command(t.argv[0], t.argv[1:]...)
+			cmd.Env = t.env
 			cmd.Stderr = io.Discard
 			if err := cmd.Start(); err != nil {
 				return nil, fmt.Errorf("%s: %w", t.name, err)
@@ -130,14 +141,74 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 	for i, t := range targets {
 		names[i] = t.name
 	}
-	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, calls int) (sample, error) {
+	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, _, calls int) (sample, error) {
 		t := targets[i]
 		return measureHTTP(ctx, t, n, calls, pids[t.name], pids[t.also])
 	})
 	if err != nil {
 		return nil, err
 	}
+	rep.httpTargets(w)
 	return rep, nil
+}
+
+// The rows of an HTTP run that guard's targets name.
+const (
+	rowHTTPDirect = "direct (HTTP)"
+	rowServe      = "guard serve"
+	rowAggregate  = "guard serve aggregate"
+	rowUpstream   = "guard serve (HTTP up)"
+)
+
+// Guard's targets for guard serve.
+const (
+	// The aggregate endpoint makes at least this share of the calls per
+	// second of the server's own endpoint.
+	targetAggregateOfOwn = 0.90
+	// With 16 clients, guard itself (not the servers it runs) spends at
+	// most this much CPU per call...
+	targetServeCPU = 150 * time.Microsecond
+	// ...and an HTTP upstream through guard makes at least this share of
+	// its own calls per second.
+	targetUpstreamOfDirect = 0.85
+)
+
+// httpTargets compares the figures measured with guard's targets.
+func (rep *Report) httpTargets(w io.Writer) {
+	for _, n := range rep.counts() {
+		agg, own := rep.find(rowAggregate, n), rep.find(rowServe, n)
+		if agg == nil || own == nil {
+			continue
+		}
+		ratio := perRound(agg, own, func(a, b sample) (float64, bool) { return a.perSec() / b.perSec(), true })
+		rep.target(w, "aggregate, %s: calls/s %.2f of the server's own endpoint (target ≥ %.2f)", clients(n), ratio, targetAggregateOfOwn)
+	}
+	const n = 16
+	serve, up := rep.find(rowServe, n), rep.find(rowUpstream, n)
+	if serve == nil || up == nil {
+		return
+	}
+	cpu := perRound(serve, serve, func(a, _ sample) (time.Duration, bool) { return a.cpuPerCall(), true })
+	rep.target(w, "guard serve, %s: guard's own cpu/call %s (target ≤ %s); HTTP upstream calls/s %.2f of direct (target ≥ %.2f)",
+		clients(n), fmtDur(cpu), fmtDur(targetServeCPU), rep.result(rowUpstream, n).OfDirect, targetUpstreamOfDirect)
+}
+
+// counts lists the counts of callers measured, in order.
+func (rep *Report) counts() []int {
+	var ns []int
+	for _, s := range rep.series {
+		if !slices.Contains(ns, s.callers) {
+			ns = append(ns, s.callers)
+		}
+	}
+	return ns
+}
+
+func clients(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
 }
 
 func waitReady(ctx context.Context, url string) error {
@@ -177,14 +248,18 @@ func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample
 		defer cs.Close()
 		sessions[i] = cs
 	}
+	tool := t.tool
+	if tool == "" {
+		tool = "test_simple_text"
+	}
 	call := func(cs *mcp.ClientSession) (time.Duration, error) {
 		t0 := time.Now()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test_simple_text", Arguments: map[string]any{}})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
 		if err != nil {
 			return 0, err
 		}
 		if res.IsError {
-			return 0, fmt.Errorf("test_simple_text failed")
+			return 0, fmt.Errorf("%s failed", tool)
 		}
 		return time.Since(t0), nil
 	}
@@ -202,10 +277,14 @@ func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample
 		}
 		return d
 	}
-	cpu0, tree0 := cpuTime(pid), tree()
+	// The sessions stay open until the second reading: guard ends a
+	// session's server when it ends, taking the server out of the tree.
+	time.Sleep(quiet)
+	cpu0, tree0 := procCPU(pid), tree()
 	lat, elapsed, err := drive(n, calls, func(w int) (time.Duration, error) { return call(sessions[w]) })
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", t.name, err)
 	}
-	return sample{lat: lat, elapsed: elapsed, cpu: cpuTime(pid) - cpu0, tree: tree() - tree0}, nil
+	time.Sleep(quiet)
+	return sample{lat: lat, elapsed: elapsed, cpu: procCPU(pid) - cpu0, tree: tree() - tree0}, nil
 }

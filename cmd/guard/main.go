@@ -23,7 +23,9 @@ func main() {
 	// read in batches rather than one system call per id.
 	uuid.EnableRandPool()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := newApp(os.Stdin, os.Stdout, os.Stderr, os.Getenv).main(ctx, os.Args[1:])
+	a := newApp(os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	a.cpuProfile = os.Getenv(cpuProfileEnv)
+	code := a.main(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

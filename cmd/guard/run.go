@@ -17,7 +17,7 @@ import (
 const reloadEvery = time.Second
 
 func init() {
-	commands["run"] = command{summary: "wrap a stdio MCP server: guard run [flags] -- CMD [ARGS...]", run: cmdRun}
+	commands["run"] = command{summary: "wrap a stdio MCP server: guard run [flags] -- CMD [ARGS...]", run: cmdRun, profiled: true}
 }
 
 func cmdRun(ctx context.Context, a *app, args []string) int {

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{summary: "serve the configured servers over Streamable HTTP at /mcp/NAME", run: cmdServe}
+	commands["serve"] = command{summary: "serve the configured servers over Streamable HTTP at /mcp/NAME", run: cmdServe, profiled: true}
 }
 
 func cmdServe(ctx context.Context, a *app, args []string) int {
