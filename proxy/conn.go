@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
@@ -216,3 +218,19 @@ func (b *inbox) take(ctx context.Context) (wire.Message, error) {
 }
 
 func (b *inbox) close() { b.once.Do(func() { close(b.closed) }) }
+
+// oneLine returns a message as one line, as the relay reads them: a
+// pretty-printed body (or an SSE event whose data spans several lines)
+// loses the whitespace between its tokens, nothing else, since a JSON
+// string cannot hold a raw newline. Text that is not JSON is returned as
+// is, for the relay to refuse.
+func oneLine(b []byte) []byte {
+	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
+		return b
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
+}

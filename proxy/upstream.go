@@ -1,15 +1,11 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -90,7 +86,6 @@ type upstream struct {
 	initID   string // the initialize request's id key, until answered
 	getOnce  sync.Once
 	inflight sync.WaitGroup
-	closed   bool
 	// 2026-07-28 requests in flight, by id key: closing a request's
 	// stream is how that revision cancels it.
 	modern map[string]*modernCall
@@ -252,31 +247,6 @@ func (u *upstream) post(m wire.Message) {
 	}
 }
 
-// modernCall is a 2026-07-28 request in flight to the upstream, whose
-// stream closing is its cancellation.
-type modernCall struct{ cancel context.CancelFunc }
-
-// cancelModern passes on the relay's cancellation of a 2026-07-28 request
-// as that revision's server expects it: its request's stream is closed,
-// and no notifications/cancelled is sent. It reports whether the
-// cancellation named such a request in flight.
-func (u *upstream) cancelModern(m wire.Message) bool {
-	rid := wire.ParamsMember(m.Params, "requestId")
-	if rid == nil {
-		return false
-	}
-	key := wire.IDKey(rid)
-	u.mu.Lock()
-	c := u.modern[key]
-	delete(u.modern, key)
-	u.mu.Unlock()
-	if c == nil {
-		return false
-	}
-	c.cancel()
-	return true
-}
-
 // exchange sends one POST and relays what comes back.
 func (u *upstream) exchange(m wire.Message, req *http.Request) {
 	resp, err := u.rm.Client.Do(req)
@@ -381,178 +351,4 @@ func (u *upstream) end() {
 	if resp, err := u.rm.Client.Do(req); err == nil {
 		resp.Body.Close()
 	}
-}
-
-// readSSE calls emit with the data of each event of an SSE stream.
-func readSSE(r io.Reader, emit func([]byte)) {
-	readEvents(r, func(_ string, data []byte) { emit(data) })
-}
-
-// openLegacy opens the legacy transport's event stream and waits for the
-// endpoint event; the stream's messages go to the relay until it ends.
-func (u *upstream) openLegacy() {
-	req, err := u.newRequest(http.MethodGet, u.rm.URL, nil)
-	if err != nil {
-		u.sseErr = err
-		return
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := u.rm.Client.Do(req)
-	if err != nil {
-		u.sseErr = err
-		return
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		u.sseErr = fmt.Errorf("HTTP %d", resp.StatusCode)
-		return
-	}
-	endpoint := make(chan string, 1)
-	go func() {
-		defer resp.Body.Close()
-		readEvents(resp.Body, func(event string, data []byte) {
-			if event == "endpoint" {
-				select {
-				case endpoint <- string(data):
-				default:
-				}
-				return
-			}
-			u.emit(data)
-		})
-		close(endpoint)
-	}()
-	select {
-	case e, ok := <-endpoint:
-		if !ok {
-			u.sseErr = fmt.Errorf("the event stream ended before naming an endpoint")
-			return
-		}
-		base, err := url.Parse(u.rm.URL)
-		if err != nil {
-			u.sseErr = err
-			return
-		}
-		ref, err := url.Parse(e)
-		if err != nil {
-			u.sseErr = err
-			return
-		}
-		u.sseEndpoint = base.ResolveReference(ref).String()
-	case <-time.After(30 * time.Second):
-		u.sseErr = fmt.Errorf("no endpoint event within 30s")
-	}
-}
-
-// postLegacy sends one message to the legacy transport's endpoint; the
-// answer comes on the event stream.
-func (u *upstream) postLegacy(m wire.Message, line []byte) {
-	u.sseOnce.Do(u.openLegacy)
-	if u.sseErr != nil {
-		u.fail(m, "the remote server's event stream: "+u.sseErr.Error())
-		return
-	}
-	req, err := u.newRequest(http.MethodPost, u.sseEndpoint, line)
-	if err != nil {
-		u.fail(m, err.Error())
-		return
-	}
-	resp, err := u.rm.Client.Do(req)
-	if err != nil {
-		u.fail(m, "the remote server could not be reached: "+err.Error())
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		u.fail(m, fmt.Sprintf("the remote server answered HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b))))
-	}
-}
-
-// readEvents calls fn with each event of an SSE stream: its type
-// ("message" when unnamed) and data.
-func readEvents(r io.Reader, fn func(event string, data []byte)) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 64<<20)
-	var data []byte
-	event := ""
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) == 0:
-			if len(data) > 0 {
-				if event == "" {
-					event = "message"
-				}
-				fn(event, data)
-			}
-			data, event = nil, ""
-		case bytes.HasPrefix(line, []byte("event:")):
-			event = strings.TrimSpace(string(line[6:]))
-		case bytes.HasPrefix(line, []byte("data:")):
-			v := bytes.TrimPrefix(line[5:], []byte(" "))
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-		}
-	}
-	if len(data) > 0 {
-		if event == "" {
-			event = "message"
-		}
-		fn(event, data)
-	}
-}
-
-// modernHeaders sets the headers a 2026-07-28 request carries over HTTP:
-// its revision, method, name, and the arguments its tool mirrors. It
-// reports whether the message is of that revision.
-func (u *upstream) modernHeaders(req *http.Request, m wire.Message) bool {
-	v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol))
-	if !ok || v < "2026-07-28" {
-		return false
-	}
-	req.Header.Set("MCP-Protocol-Version", v)
-	if m.Method != "" {
-		req.Header.Set("Mcp-Method", m.Method)
-	}
-	name := requestName(m)
-	if name != "" {
-		req.Header.Set("Mcp-Name", name)
-	}
-	if m.Method != "tools/call" {
-		return true
-	}
-	params := u.headers.of(name)
-	if len(params) == 0 {
-		return true
-	}
-	var args map[string]json.RawMessage
-	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
-	for arg, header := range params {
-		raw, ok := args[arg]
-		if !ok {
-			continue
-		}
-		val, isStr := wire.String(raw)
-		if !isStr {
-			val = string(raw)
-		}
-		// Values that are not plain ASCII travel Base64-encoded.
-		if !printableASCII(val) {
-			val = "=?base64?" + base64.StdEncoding.EncodeToString([]byte(val)) + "?="
-		}
-		req.Header.Set("Mcp-Param-"+header, val)
-	}
-	return true
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return s == strings.TrimSpace(s)
 }

@@ -1,0 +1,336 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/guard-mcp/guard/wire"
+)
+
+// The router of an HTTP session: which of the session's streams each
+// message the relay writes for the client goes to.
+
+// router hands the relay's output for the client to the HTTP streams: a
+// response to the stream of its request; progress to the stream of the
+// request that carries its token; the server's other requests and
+// notifications to the one request stream open, else the standalone
+// stream, else the newest request stream.
+type router struct {
+	mu       sync.Mutex
+	seq      int
+	byID     map[string]*stream
+	byToken  map[string]*stream
+	reqs     []*stream
+	all      map[string]*stream // streams by id, for resumption
+	alone    *stream
+	attached bool
+	backlog  []wire.Message // for a standalone stream not yet opened
+	ended    bool
+	unique   int
+	orig     map[string][]byte // unique id key → the client's id (2026-07-28)
+	modern   bool              // the session-less revision: nothing unsolicited
+	headers  *toolHeaders      // what tools lists teach, when set
+}
+
+func newRouter() *router {
+	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{}, orig: map[string][]byte{}}
+}
+
+// open registers a POST's requests and returns their stream.
+func (rt *router) open(reqs []wire.Message) *stream {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.seq++
+	st := newStream("s" + strconv.Itoa(rt.seq))
+	for _, m := range reqs {
+		k := wire.IDKey(m.ID)
+		st.pending[k] = true
+		rt.byID[k] = st
+		if tok := wire.MetaMember(m.Params, "progressToken"); len(tok) > 0 {
+			rt.byToken[wire.IDKey(tok)] = st
+		}
+	}
+	rt.reqs = append(rt.reqs, st)
+	rt.all[st.id] = st
+	if rt.ended {
+		st.ended = true
+	}
+	return st
+}
+
+// close forgets a request stream once its reader is done with it; its
+// events stay for resumption while requests are unanswered.
+func (rt *router) close(st *stream) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	st.mu.Lock()
+	done := len(st.pending) == 0 || st.ended
+	st.mu.Unlock()
+	for i, x := range rt.reqs {
+		if x == st {
+			rt.reqs = append(rt.reqs[:i], rt.reqs[i+1:]...)
+			break
+		}
+	}
+	if done {
+		delete(rt.all, st.id)
+	}
+}
+
+// standalone returns the session's GET stream, unless one is attached.
+func (rt *router) standalone() (*stream, bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.attached {
+		return nil, false
+	}
+	if rt.alone == nil || rt.alone.ended {
+		rt.seq++
+		rt.alone = newStream("g" + strconv.Itoa(rt.seq))
+		rt.alone.standby = true
+		rt.all[rt.alone.id] = rt.alone
+	}
+	rt.attached = true
+	for _, b := range rt.backlog {
+		rt.alone.push(b)
+	}
+	rt.backlog = nil
+	if rt.ended {
+		rt.alone.finish()
+	}
+	return rt.alone, true
+}
+
+func (rt *router) detach(st *stream) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.alone == st {
+		rt.attached = false
+	}
+}
+
+// resume returns the stream of an event id, positioned after that event.
+func (rt *router) resume(last string) *stream {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	sid, n, ok := strings.Cut(last, "-")
+	st := rt.all[sid]
+	if !ok || st == nil {
+		return nil
+	}
+	i, err := strconv.Atoi(n)
+	if err != nil {
+		return nil
+	}
+	st.mu.Lock()
+	if i > len(st.events) {
+		i = len(st.events)
+	}
+	st.sent = i
+	st.mu.Unlock()
+	return st
+}
+
+// end closes every stream: the session is over.
+func (rt *router) end() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.ended = true
+	for _, st := range rt.all {
+		st.finish()
+	}
+}
+
+// deliver takes one message the relay writes to the client.
+func (rt *router) deliver(m wire.Message) {
+	m = parsed(m)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.route(m)
+}
+
+// route delivers one message. The caller holds rt.mu.
+func (rt *router) route(m wire.Message) {
+	line := m.Raw
+	if m.Kind == wire.KindBatch { // a batch's answers: by their first id
+		if parts, err := wire.SplitBatch(line); err == nil && len(parts) > 0 {
+			if pm, err := wire.Parse(parts[0]); err == nil {
+				if st := rt.byID[wire.IDKey(pm.ID)]; st != nil {
+					st.push(m)
+					for _, p := range parts {
+						if pm, err := wire.Parse(p); err == nil {
+							rt.answered(st, wire.IDKey(pm.ID))
+						}
+					}
+					return
+				}
+			}
+		}
+	}
+	if m.Kind == 0 {
+		return
+	}
+	if m.Kind == wire.KindResponse {
+		k := wire.IDKey(m.ID)
+		if rt.headers != nil {
+			rt.headers.learn(line, m)
+		}
+		if st := rt.byID[k]; st != nil {
+			if o, ok := rt.orig[k]; ok {
+				delete(rt.orig, k)
+				m = wire.WithID(m, o)
+			}
+			st.push(m)
+			rt.answered(st, k)
+		}
+		return
+	}
+	if sub := wire.MetaMember(m.Params, metaSubscription); sub != nil {
+		// A subscriptions/listen stream's notification: to that stream,
+		// naming the subscription by the client's id.
+		k := wire.IDKey(sub)
+		if st := rt.byID[k]; st != nil {
+			if o, ok := rt.orig[k]; ok {
+				m = unparsed(withMeta(m, metaSubscription, o))
+			}
+			st.push(m)
+		}
+		return
+	}
+	if m.Method == "notifications/cancelled" {
+		if rid := wire.ParamsMember(m.Params, "requestId"); rid != nil {
+			k := wire.IDKey(rid)
+			if st := rt.byID[k]; st != nil {
+				if o, ok := rt.orig[k]; ok {
+					m = unparsed(rewriteParamsMember(m, "requestId", o))
+					delete(rt.orig, k)
+				}
+				st.push(m)
+				rt.answered(st, k)
+				return
+			}
+		}
+	}
+	if m.Method == "notifications/progress" {
+		if tok := wire.ParamsMember(m.Params, "progressToken"); tok != nil {
+			if st := rt.byToken[wire.IDKey(tok)]; st != nil && !st.ended {
+				st.push(m)
+				return
+			}
+		}
+	}
+	if rt.modern {
+		return // no stream asked for it
+	}
+	switch {
+	case len(rt.reqs) == 1:
+		rt.reqs[0].push(m)
+	case rt.alone != nil && rt.attached:
+		rt.alone.push(m)
+	case len(rt.reqs) > 0:
+		rt.reqs[len(rt.reqs)-1].push(m)
+	default:
+		rt.backlog = append(rt.backlog, m)
+		if len(rt.backlog) > 1000 {
+			rt.backlog = rt.backlog[1:]
+		}
+	}
+}
+
+// answered marks a request answered; a stream whose requests are all
+// answered ends. The caller holds rt.mu.
+func (rt *router) answered(st *stream, k string) {
+	delete(rt.byID, k)
+	st.mu.Lock()
+	delete(st.pending, k)
+	done := len(st.pending) == 0
+	st.mu.Unlock()
+	if done {
+		for tok, x := range rt.byToken {
+			if x == st {
+				delete(rt.byToken, tok)
+			}
+		}
+		st.finish()
+	}
+}
+
+// clientCancelled reads the client's notifications/cancelled among a
+// POST's parts (at the indexes given) and returns the parts to send on and
+// the keys of the requests they cancel, whose streams then end: no answer
+// will come (the receiver of a cancellation ignores a late one). On
+// 2026-07-28 (modern) the client names a request by its own id, which
+// guard made unique on the way in: the cancellation is passed on under
+// that unique id, and dropped when it names no request in flight, or more
+// than one (two POSTs may carry the same id; a 2026-07-28 client cancels
+// by closing the request's stream, and is not expected to send these).
+func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) ([]wire.Message, []string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var keys []string
+	drop := map[int]bool{}
+	for _, i := range at {
+		m := parts[i]
+		rid := wire.ParamsMember(m.Params, "requestId")
+		if rid == nil {
+			continue
+		}
+		k := wire.IDKey(rid)
+		if !modern {
+			if rt.byID[k] != nil {
+				keys = append(keys, k)
+			}
+			continue
+		}
+		u := ""
+		for uk, o := range rt.orig {
+			if wire.IDKey(o) == k && rt.byID[uk] != nil {
+				if u != "" {
+					u = ""
+					break
+				}
+				u = uk
+			}
+		}
+		if u == "" {
+			drop[i] = true
+			continue
+		}
+		parts[i] = unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
+		keys = append(keys, u)
+	}
+	if len(drop) == 0 {
+		return parts, keys
+	}
+	kept := parts[:0:0]
+	for i, p := range parts {
+		if !drop[i] {
+			kept = append(kept, p)
+		}
+	}
+	return kept, keys
+}
+
+// cancelled ends the requests the client cancelled: their streams end
+// once nothing else of theirs is pending.
+func (rt *router) cancelled(keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, k := range keys {
+		if st := rt.byID[k]; st != nil {
+			delete(rt.orig, k)
+			rt.answered(st, k)
+		}
+	}
+}
+
+// busy reports whether a stream of the session is open.
+func (rt *router) busy() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return len(rt.reqs) > 0 || rt.attached
+}
