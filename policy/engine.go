@@ -108,6 +108,13 @@ func (e *Engine) Config() *Config { return e.cfg.Load() }
 // Decide decides a call with the policy in force, then, unless it is
 // denied, checks the rate limits (before any approval, so that a flood of
 // calls cannot fill the approval queue).
+//
+// Deciding is a function of the call, its tool's definition and the
+// policy, with one effect: a call that a rate limit counts takes a token
+// from that limit's bucket, which processes on one database share, so
+// Decide writes to the store then (and waits for it, at most 5s; an error
+// denies). Policy.Decide is the pure part; a call no limit counts writes
+// nothing.
 func (e *Engine) Decide(call *guard.Call) guard.Verdict {
 	p := e.cur.Load()
 	v := p.Decide(call)

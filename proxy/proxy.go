@@ -46,8 +46,9 @@ type Contracts interface {
 	Result(tool *guard.Tool, result []byte) (string, error)
 }
 
-// Decider is the policy: a pure function of the call, its tool's pinned
-// definition and the rules in force.
+// Decider is the policy: a function of the call, its tool's pinned
+// definition and the rules in force. It has one effect: a call a rate
+// limit counts takes a token from a bucket in the store (policy.Engine).
 type Decider interface {
 	Decide(call *guard.Call) guard.Verdict
 }
