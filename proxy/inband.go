@@ -27,9 +27,9 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 		s.mu.Unlock()
 		return
 	}
-	id := s.ownID()
+	id := s.down.own()
 	c := &call{method: "elicitation/create", sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
-	s.down[c.sentKey] = c
+	s.down.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, "elicitation/create", params)
 	if err != nil {
@@ -43,7 +43,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 		// Decided elsewhere, withdrawn, or the session ended: the
 		// question is withdrawn from the client too.
 		s.mu.Lock()
-		delete(s.down, c.sentKey)
+		s.down.drop(c.sentKey)
 		s.mu.Unlock()
 		if note, err := wire.Notification("notifications/cancelled", map[string]any{
 			"requestId": json.RawMessage(id), "reason": "decided elsewhere"}); err == nil {

@@ -119,10 +119,9 @@ func (rt *router) abandon(st *stream) [][]byte {
 	st.mu.Unlock()
 	var ids [][]byte
 	for _, k := range keys {
-		if _, ok := rt.orig[k]; !ok {
+		if _, _, ok := rt.renamed.take(k); !ok {
 			continue
 		}
-		delete(rt.orig, k)
 		rt.answered(st, k)
 		ids = append(ids, uniqueID(k))
 	}
@@ -163,12 +162,10 @@ func (rt *router) uniqueIDs(st *stream, parts []wire.Message) []wire.Message {
 			out[i] = m
 			continue
 		}
-		rt.unique++
-		id := []byte(`"guard-http-` + strconv.Itoa(rt.unique) + `"`)
-		old, k := wire.IDKey(m.ID), wire.IDKey(id)
+		id, k, _ := rt.renamed.add(m.ID, st)
+		old := wire.IDKey(m.ID)
 		delete(rt.byID, old)
 		rt.byID[k] = st
-		rt.orig[k] = append([]byte(nil), m.ID...)
 		st.mu.Lock()
 		delete(st.pending, old)
 		st.pending[k] = true

@@ -27,14 +27,16 @@ type router struct {
 	attached bool
 	backlog  []wire.Message // for a standalone stream not yet opened
 	ended    bool
-	unique   int
-	orig     map[string][]byte // unique id key → the client's id (2026-07-28)
-	modern   bool              // the session-less revision: nothing unsolicited
-	headers  *toolHeaders      // what tools lists teach, when set
+	// renamed are the requests of the session-less revision (2026-07-28),
+	// each sent under an id of guard's; their answers get the client's.
+	renamed *idMap[*stream]
+	modern  bool         // the session-less revision: nothing unsolicited
+	headers *toolHeaders // what tools lists teach, when set
 }
 
 func newRouter() *router {
-	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{}, orig: map[string][]byte{}}
+	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{},
+		renamed: newIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true)}
 }
 
 // open registers a POST's requests and returns their stream.
@@ -177,8 +179,7 @@ func (rt *router) route(m wire.Message) {
 			rt.headers.learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
-			if o, ok := rt.orig[k]; ok {
-				delete(rt.orig, k)
+			if _, o, ok := rt.renamed.take(k); ok {
 				m = wire.WithID(m, o)
 			}
 			st.push(m)
@@ -191,7 +192,7 @@ func (rt *router) route(m wire.Message) {
 		// naming the subscription by the client's id.
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
-			if o, ok := rt.orig[k]; ok {
+			if o, ok := rt.renamed.sender(k); ok {
 				m = unparsed(withMeta(m, metaSubscription, o))
 			}
 			st.push(m)
@@ -202,9 +203,8 @@ func (rt *router) route(m wire.Message) {
 		if rid := wire.ParamsMember(m.Params, "requestId"); rid != nil {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
-				if o, ok := rt.orig[k]; ok {
+				if _, o, ok := rt.renamed.take(k); ok {
 					m = unparsed(rewriteParamsMember(m, "requestId", o))
-					delete(rt.orig, k)
 				}
 				st.push(m)
 				rt.answered(st, k)
@@ -283,15 +283,14 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			}
 			continue
 		}
-		u := ""
-		for uk, o := range rt.orig {
+		u, found := "", 0
+		rt.renamed.each(func(uk string, _ *stream, o []byte) {
 			if wire.IDKey(o) == k && rt.byID[uk] != nil {
-				if u != "" {
-					u = ""
-					break
-				}
-				u = uk
+				u, found = uk, found+1
 			}
+		})
+		if found != 1 {
+			u = ""
 		}
 		if u == "" {
 			drop[i] = true
@@ -322,7 +321,7 @@ func (rt *router) cancelled(keys []string) {
 	defer rt.mu.Unlock()
 	for _, k := range keys {
 		if st := rt.byID[k]; st != nil {
-			delete(rt.orig, k)
+			rt.renamed.drop(k)
 			rt.answered(st, k)
 		}
 	}

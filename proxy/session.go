@@ -96,12 +96,11 @@ type Session struct {
 	protocol string
 	client   guard.ClientInfo
 	byClient map[string]*call // client requests in flight, by the client's id
-	up       map[string]*call // requests sent to the server, by the id sent
-	down     map[string]*call // server requests sent to the client, by the id sent
+	up       *idMap[*call]    // requests sent to the server, by the id sent
+	down     *idMap[*call]    // server requests sent to the client, by the id sent
 	progress map[string]*call // held-then-forwarded calls whose progress guard rewrites
 	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
-	ownSeq   uint64
-	refresh  chan struct{} // closed when the running tools/list refresh ends
+	refresh  chan struct{}    // closed when the running tools/list refresh ends
 	// refreshErr is how the last refresh ended.
 	refreshErr error
 	deciding   sync.WaitGroup
@@ -137,12 +136,17 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		ctx:      ctx,
 		cancel:   cancel,
 		byClient: map[string]*call{},
-		up:       map[string]*call{},
-		down:     map[string]*call{},
+
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
 		accepted: map[string]time.Time{},
 	}
+	// guard's own ids name the session: a client that also talks to
+	// the server directly does not pick them.
+	mint := func(n uint64) []byte {
+		return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(n, 10)))
+	}
+	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
 	s.persistCond = sync.NewCond(&s.persistMu)
 	_, _ = rand.Read(s.stateKey[:])
 	return s
@@ -475,22 +479,14 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 // sent with: its own, unless a request with that id is already in flight
 // that way, in which case it gets one of guard's. It returns the message to
 // send. The caller holds s.mu.
-func (s *Session) mapID(msg wire.Message, c *call, inFlight map[string]*call) wire.Message {
-	if _, taken := inFlight[c.origKey]; taken {
-		c.sentID = s.ownID()
-		c.sentKey = wire.IDKey(c.sentID)
-		msg = wire.WithID(msg, c.sentID)
-	} else {
-		c.sentKey = c.origKey
+func (s *Session) mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
+	sent, key, renamed := inFlight.add(c.origID, c)
+	c.sentKey = key
+	if renamed {
+		c.sentID = sent
+		msg = wire.WithID(msg, sent)
 	}
-	inFlight[c.sentKey] = c
 	return msg
-}
-
-// ownID returns a new id of guard's own. The caller holds s.mu.
-func (s *Session) ownID() []byte {
-	s.ownSeq++
-	return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(s.ownSeq, 10)))
 }
 
 // forget drops a call from the maps.
@@ -500,8 +496,8 @@ func (s *Session) forget(c *call) {
 	if s.byClient[c.origKey] == c {
 		delete(s.byClient, c.origKey)
 	}
-	if c.sentKey != "" && s.up[c.sentKey] == c {
-		delete(s.up, c.sentKey)
+	if x, _ := s.up.get(c.sentKey); c.sentKey != "" && x == c {
+		s.up.drop(c.sentKey)
 	}
 }
 
@@ -594,8 +590,8 @@ func (s *Session) cancelInFlight(c *call) {
 	if len(s.cancelledKeys) > maxCancelled {
 		old := s.cancelledKeys[0]
 		s.cancelledKeys = s.cancelledKeys[1:]
-		if x := s.up[old]; x != nil && x.ended.Load() {
-			delete(s.up, old)
+		if x, _ := s.up.get(old); x != nil && x.ended.Load() {
+			s.up.drop(old)
 		}
 	}
 }
@@ -635,8 +631,7 @@ func (s *Session) cancelled(c *call, why string) {
 func (s *Session) clientResponse(msg wire.Message) {
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
-	c := s.down[key]
-	delete(s.down, key)
+	c, _, _ := s.down.take(key)
 	s.mu.Unlock()
 	if c == nil {
 		s.event("guard/dropped", guard.ClientToServer, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
@@ -762,10 +757,9 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 func (s *Session) serverResponse(msg wire.Message) {
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
-	c := s.up[key]
+	c, _, _ := s.up.take(key)
 	cancelled := false
 	if c != nil {
-		delete(s.up, key)
 		if s.byClient[c.origKey] == c {
 			delete(s.byClient, c.origKey)
 		}
@@ -880,7 +874,7 @@ func (s *Session) serverRequest(msg wire.Message) {
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.mu.Lock()
-		delete(s.down, c.sentKey)
+		s.down.drop(c.sentKey)
 		s.mu.Unlock()
 		s.toServer.push(item{msg: refusal(c.origID)(err)})
 		return wire.Message{}
@@ -913,19 +907,19 @@ func (s *Session) ServerGone(code int, status string) {
 	s.mu.Lock()
 	s.gone = true
 	s.exit = status
-	pending := make([]*call, 0, len(s.up))
-	for k, c := range s.up {
+	pending := make([]*call, 0, s.up.size())
+	s.up.each(func(k string, c *call, _ []byte) {
 		if !c.cancelled { // a cancelled one is recorded already
 			pending = append(pending, c)
 		}
-		delete(s.up, k)
-	}
+		s.up.drop(k)
+	})
 	for _, c := range s.byClient {
 		if c.sentKey == "" { // held, or being decided: never forwarded
 			pending = append(pending, c)
 		}
 	}
-	clear(s.down)
+	s.down.each(func(k string, _ *call, _ []byte) { s.down.drop(k) })
 	s.mu.Unlock()
 	s.event("guard/server-exit", guard.ServerToClient, map[string]any{"status": status, "code": code, "pending": len(pending)})
 	for _, c := range pending {

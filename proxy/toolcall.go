@@ -518,9 +518,9 @@ func (s *Session) ownRequest(method string, params any) (json.RawMessage, error)
 		s.mu.Unlock()
 		return nil, errors.New("the server has exited")
 	}
-	id := s.ownID()
+	id := s.up.own()
 	c := &call{method: method, sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
-	s.up[c.sentKey] = c
+	s.up.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, method, params)
 	if err != nil {
