@@ -60,9 +60,9 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: map[string]*waiter{},
+		pending: newIDMap[*waiter](negativeID, true),
 		byCall:  map[string]*waiter{},
-		asked:   map[string]asked{},
+		asked:   newIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
@@ -156,12 +156,6 @@ type waiter struct {
 	ch       chan wire.Message
 }
 
-// asked is a member's request passed on to the client.
-type asked struct {
-	m    *member
-	orig []byte
-}
-
 type aggregator struct {
 	opts     Aggregate
 	out      Conn
@@ -169,10 +163,9 @@ type aggregator struct {
 	byLength []*member // longest name first
 
 	mu      sync.Mutex
-	next    int64
-	pending map[string]*waiter // member name + id key → waiter
+	pending *idMap[*waiter]    // requests sent to members, under the aggregate's ids
 	byCall  map[string]*waiter // client's id key → its passed-on request
-	asked   map[string]asked   // id key toward the client → member's request
+	asked   *idMap[*member]    // members' requests passed on to the client, under the aggregate's ids
 	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
 	uris    map[string]*member // resource URI → the member that listed it
 }
@@ -185,12 +178,9 @@ func (a *aggregator) write(line []byte) {
 	}
 }
 
-func (a *aggregator) ownID() []byte {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.next++
-	return strconv.AppendInt([]byte("-"), a.next, 10) // negative: unlike what clients pick
-}
+// negativeID is the aggregate's n-th id: negative, unlike what clients
+// and servers pick.
+func negativeID(n uint64) []byte { return strconv.AppendUint([]byte("-"), n, 10) }
 
 func pendingKey(m *member, id []byte) string { return m.name + "\x00" + wire.IDKey(id) }
 
@@ -406,13 +396,12 @@ func (a *aggregator) ask(m wire.Message, mb *member, params []byte) *waiter {
 // member under it.
 func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 	mb := w.m
-	w.ownID = a.ownID()
 	a.mu.Lock()
 	if !mb.up {
 		a.mu.Unlock()
 		return errors.New("its session ended or it did not initialize")
 	}
-	a.pending[pendingKey(mb, w.ownID)] = w
+	w.ownID, _, _ = a.pending.add(w.clientID, w)
 	if w.clientID != nil {
 		a.byCall[wire.IDKey(w.clientID)] = w
 	}
@@ -420,7 +409,7 @@ func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 	err := mb.send(rebuild(m, w.ownID, params))
 	if err != nil {
 		a.mu.Lock()
-		delete(a.pending, pendingKey(mb, w.ownID))
+		a.pending.drop(wire.IDKey(w.ownID))
 		if w.clientID != nil {
 			delete(a.byCall, wire.IDKey(w.clientID))
 		}
@@ -445,7 +434,7 @@ func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) 
 		return r, ok
 	case <-done:
 		a.mu.Lock()
-		delete(a.pending, pendingKey(w.m, w.ownID))
+		a.pending.drop(wire.IDKey(w.ownID))
 		a.mu.Unlock()
 		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", w.m.name)
 		return wire.Message{}, false
@@ -812,7 +801,7 @@ func (a *aggregator) notification(m wire.Message) {
 			// The server's session records it cancelled and drops a
 			// late answer; nothing is left to wait for here.
 			delete(a.byCall, wire.IDKey(req))
-			delete(a.pending, pendingKey(w.m, w.ownID))
+			a.pending.drop(wire.IDKey(w.ownID))
 		}
 		a.mu.Unlock()
 		if w == nil || req == nil {
@@ -830,17 +819,16 @@ func (a *aggregator) notification(m wire.Message) {
 func (a *aggregator) response(m wire.Message) {
 	k := wire.IDKey(m.ID)
 	a.mu.Lock()
-	q, ok := a.asked[k]
+	mb, orig, ok := a.asked.take(k)
 	if ok {
-		delete(a.asked, k)
-		delete(a.askedBy, pendingKey(q.m, q.orig))
+		delete(a.askedBy, pendingKey(mb, orig))
 	}
 	a.mu.Unlock()
 	if !ok {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = q.m.send(wire.ReplaceID(m, q.orig))
+	_ = mb.send(wire.ReplaceID(m, orig))
 }
 
 // fromMember handles one message of a member's relay session.
@@ -857,12 +845,19 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 			}
 		}
 	case wire.KindResponse:
-		k := pendingKey(mb, m.ID)
+		// The aggregate's ids are its own across members: the answer
+		// must come from the member asked.
+		k := wire.IDKey(m.ID)
 		a.mu.Lock()
-		w := a.pending[k]
-		delete(a.pending, k)
-		if w != nil && w.clientID != nil {
-			delete(a.byCall, wire.IDKey(w.clientID))
+		w, _ := a.pending.get(k)
+		if w != nil && w.m != mb {
+			w = nil
+		}
+		if w != nil {
+			a.pending.drop(k)
+			if w.clientID != nil {
+				delete(a.byCall, wire.IDKey(w.clientID))
+			}
 		}
 		a.mu.Unlock()
 		switch {
@@ -874,9 +869,8 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 			a.write(wire.ReplaceID(m, w.clientID))
 		}
 	case wire.KindRequest:
-		id := a.ownID()
 		a.mu.Lock()
-		a.asked[wire.IDKey(id)] = asked{m: mb, orig: append([]byte(nil), m.ID...)}
+		id, _, _ := a.asked.add(m.ID, mb)
 		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
 		a.write(wire.ReplaceID(m, id))
@@ -903,21 +897,21 @@ func (a *aggregator) gone(mb *member) {
 	a.mu.Lock()
 	mb.up = false
 	var lost []*waiter
-	for k, w := range a.pending {
+	a.pending.each(func(k string, w *waiter, _ []byte) {
 		if w.m == mb {
 			lost = append(lost, w)
-			delete(a.pending, k)
+			a.pending.drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
 		}
-	}
-	for k, q := range a.asked {
-		if q.m == mb { // its requests to the client: an answer has nowhere to go
-			delete(a.asked, k)
-			delete(a.askedBy, pendingKey(mb, q.orig))
+	})
+	a.asked.each(func(k string, q *member, orig []byte) {
+		if q == mb { // its requests to the client: an answer has nowhere to go
+			a.asked.drop(k)
+			delete(a.askedBy, pendingKey(mb, orig))
 		}
-	}
+	})
 	a.mu.Unlock()
 	for _, w := range lost {
 		if w.ch != nil {
