@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -501,27 +502,74 @@ func (s *Session) forget(c *call) {
 	}
 }
 
-// conclude ends a client request inside guard: it records the outcome (and
-// the request, when it has no record yet or withRequest says so) and sends
-// the answer once the records are durable.
+// conclude ends a client request inside guard with guard's own answer:
+// see settle.
 func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byte) {
+	s.settle(c, ending{outcome: outcome, answer: data, withRequest: withRequest})
+}
+
+// ending is how guard ends a client request itself.
+type ending struct {
+	outcome string
+	// answer is what the client reads; nil for a cancelled request, which
+	// gets no answer.
+	answer []byte
+	// withRequest records the request even when it has a record.
+	withRequest bool
+	// forwarded: the server has the request (the client cancelled it),
+	// whose id toward the server stays reserved (cancelInFlight).
+	forwarded bool
+	detail    map[string]any // added to the outcome's detail
+}
+
+// settle is the one transition that ends a client request inside guard:
+// record, then answer. The first caller records the outcome (and the
+// request, when it has no record yet or withRequest says so) and sends the
+// answer once the records are durable (guard's refusal if they could not
+// be written); a later caller does nothing. A request without an answer
+// (cancelled) has its records written behind it.
+func (s *Session) settle(c *call, e ending) {
 	defer c.decided()
 	if !c.end() {
 		return
 	}
-	s.forget(c)
+	if !e.forwarded {
+		s.forget(c)
+	}
 	var recs []*guard.Record
-	if withRequest || !c.recorded.Load() {
-		c.recorded.Store(true)
+	if !c.recorded.Swap(true) || e.withRequest {
 		recs = append(recs, s.record(guard.KindRequest, c))
 	}
 	out := s.record(guard.KindOutcome, c)
-	out.Outcome = outcome
-	out.ResponseSize = int64(len(data))
+	out.Outcome = e.outcome
+	out.ResponseSize = int64(len(e.answer))
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
+	if e.detail != nil {
+		detail := maps.Clone(e.detail)
+		maps.Copy(detail, c.detail)
+		d, _ := json.Marshal(detail)
+		out.Detail = string(d)
+	}
 	recs = append(recs, out)
 	wait := s.opts.Recorder.AppendAsync(recs...)
-	s.toClient.push(item{msg: built(data), wait: wait, fail: refusal(c.origID), batch: c.batch})
+	if e.answer != nil {
+		s.toClient.push(item{msg: built(e.answer), wait: wait, fail: refusal(c.origID), batch: c.batch})
+		return
+	}
+	go func() {
+		if err := <-wait; err != nil {
+			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.method, "err", err)
+		}
+	}()
+	if c.batch != nil {
+		s.toClient.push(item{batch: c.batch}) // its batch no longer waits for it
+	}
+}
+
+// withdrawn records a call the client cancelled before it was forwarded;
+// per the specification, a cancelled request gets no answer.
+func (s *Session) withdrawn(c *call) {
+	s.settle(c, ending{outcome: guard.OutcomeCancelled})
 }
 
 func (s *Session) clientNotification(msg wire.Message) {
@@ -601,30 +649,11 @@ func (s *Session) cancelInFlight(c *call) {
 // server's, should one still come, is dropped (serverResponse finds the
 // call ended).
 func (s *Session) cancelled(c *call, why string) {
-	if !c.end() {
-		return // answered already
-	}
-	out := s.record(guard.KindOutcome, c)
-	out.Outcome = guard.OutcomeCancelled
 	detail := map[string]any{"cancelled_by": "client"}
 	if why != "" {
 		detail["cancel_reason"] = why
 	}
-	for k, v := range c.detail {
-		detail[k] = v
-	}
-	d, _ := json.Marshal(detail)
-	out.Detail = string(d)
-	out.DurationMS = s.now().Sub(c.start).Milliseconds()
-	ch := s.opts.Recorder.AppendAsync(out)
-	go func() {
-		if err := <-ch; err != nil {
-			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.method, "err", err)
-		}
-	}()
-	if c.batch != nil {
-		s.toClient.push(item{batch: c.batch})
-	}
+	s.settle(c, ending{outcome: guard.OutcomeCancelled, forwarded: true, detail: detail})
 }
 
 // clientResponse passes the client's answer to a server request back.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,32 +169,6 @@ func (c *call) isWithdrawn() bool {
 	}
 }
 
-// withdrawn records a call the client cancelled before it was forwarded;
-// per the specification, a cancelled request gets no answer.
-func (s *Session) withdrawn(c *call) {
-	defer c.decided()
-	if !c.end() {
-		return
-	}
-	s.forget(c)
-	out := s.record(guard.KindOutcome, c)
-	out.Outcome = guard.OutcomeCancelled
-	out.DurationMS = s.now().Sub(c.start).Milliseconds()
-	recs := []*guard.Record{out}
-	if !c.recorded.Swap(true) {
-		recs = []*guard.Record{s.record(guard.KindRequest, c), out}
-	}
-	ch := s.opts.Recorder.AppendAsync(recs...)
-	go func() {
-		if err := <-ch; err != nil {
-			s.opts.Logger.Error("audit record of a withdrawn call failed", "err", err)
-		}
-	}()
-	if c.batch != nil {
-		s.toClient.push(item{batch: c.batch})
-	}
-}
-
 func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 	c.pin, c.def = tool.Pin, tool
 	ci, proto := s.clientInfo()
@@ -264,186 +237,6 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, guard.DenialText(v)))
 	default:
 		go s.hold(msg, c, v, pc)
-	}
-}
-
-// hold keeps a call until a person decides, while the relay goes on.
-func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
-	ctx := s.ctx
-	digest, err := guard.Digest(c.args)
-	if err != nil || s.opts.Holds == nil {
-		c.decision = guard.DecisionDenied
-		text := "Refused: this call needs a person's approval, and approvals are not available"
-		if err != nil {
-			text = "Refused: the arguments could not be digested: " + err.Error()
-		}
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
-		return
-	}
-	// A repeated call that a person approved passes, once.
-	a, ok, err := s.opts.Holds.Consume(ctx, s.opts.Server, c.tool, digest, c.pin, v.PolicyVersion)
-	if err == nil && ok {
-		if v.Rule == guard.ToolReviewRule {
-			// A person let this call past the tool's review: the rules
-			// decide it now.
-			pc.Review = nil
-			s.apply(msg, c, pc, c.recorded.Load())
-			return
-		}
-		c.decision, c.decidedBy = guard.DecisionAllowed, a.DecidedBy
-		c.reason = "approved (approval " + a.ID + ")"
-		if a.Reason != "" {
-			c.reason += ": " + a.Reason
-		}
-		s.forward(msg, c, c.recorded.Load())
-		return
-	}
-	s.mu.Lock()
-	full := s.held >= s.opts.MaxPending
-	if !full {
-		s.held++
-	}
-	s.mu.Unlock()
-	if full {
-		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
-		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
-		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
-			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
-		return
-	}
-	// The slot frees once the wait ends, before the answer is sent.
-	var once sync.Once
-	release := func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.held--
-			s.mu.Unlock()
-		})
-	}
-	defer release()
-	c.decision = guard.DecisionHeld
-	ci, _ := s.clientInfo()
-	args := c.args
-	if s.opts.MaskOwnSecrets != nil {
-		args, _ = s.opts.MaskOwnSecrets(args)
-	}
-	a, _, err = s.opts.Holds.Hold(ctx, &guard.Approval{
-		ID: c.holdID(), Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
-		Arguments: string(args), Digest: digest, Pin: c.pin, PolicyVersion: v.PolicyVersion,
-		Rule: v.Rule, HeldReason: v.Reason,
-	})
-	if err != nil {
-		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
-		s.conclude(c, true, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
-		return
-	}
-	if c.recorded.Swap(true) {
-		// Held again after a review hold: its request is recorded.
-	} else if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
-		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
-		if c.end() {
-			s.forget(c)
-			s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
-		}
-		c.decided()
-		return
-	}
-	defer c.decided() // a held call is being decided until its wait ends
-	awaitCtx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-c.withdrawn:
-			cancel()
-		case <-awaitCtx.Done():
-		}
-	}()
-	if c.progress != nil {
-		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
-	}
-	s.mu.Lock()
-	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand
-	modern := s.protocol >= guard.Rev20260728
-	s.mu.Unlock()
-	if inBand && modern {
-		// 2026-07-28: guard's own input request, answered in the
-		// client's next round of this call.
-		cancel()
-		s.askInRound(c, a)
-		return
-	}
-	if inBand {
-		go s.askClient(awaitCtx, a)
-	}
-	res, err := s.opts.Holds.Await(awaitCtx, a.ID, func(m string) {
-		if c.progress != nil {
-			s.sendProgress(c, m)
-		}
-	})
-	cancel()
-	release()
-	if c.isWithdrawn() {
-		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
-		s.withdrawn(c)
-		return
-	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			// The session ended (ServerGone answered): the call can no
-			// longer be forwarded, so its approval is withdrawn.
-			_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
-			return
-		}
-		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
-		s.conclude(c, false, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
-		return
-	}
-	if res.Approval != nil {
-		a = res.Approval
-	}
-	switch res.End {
-	case guard.WaitApproved:
-		if c.progress != nil {
-			s.mu.Lock()
-			s.progress[wire.IDKey(c.progress)] = c
-			s.mu.Unlock()
-		}
-		if v.Rule == guard.ToolReviewRule {
-			// Released from the tool's review (by a person, or by
-			// accepting the definition): the rules decide it now.
-			pc.Review = nil
-			s.apply(msg, c, pc, true)
-			return
-		}
-		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
-		s.forward(msg, c, true)
-	case guard.WaitDenied:
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
-	case guard.WaitExpired:
-		c.reason = "no decision within the approval timeout"
-		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
-	case guard.WaitWithdrawn:
-		c.reason = "withdrawn"
-		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
-	default: // the wait limit
-		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a.ID)))
-	}
-}
-
-// sendProgress tells a client that set a progressToken that its call is
-// still waiting. The values guard sends count up from 1; the server's own
-// progress for the call is shifted past them once it is forwarded.
-func (s *Session) sendProgress(c *call, text string) {
-	c.progBase++
-	data, err := wire.Notification("notifications/progress", map[string]any{
-		"progressToken": json.RawMessage(c.progress),
-		"progress":      c.progBase,
-		"message":       text,
-	})
-	if err == nil {
-		s.toClient.push(item{msg: unparsed(data)})
 	}
 }
 
@@ -589,14 +382,4 @@ func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
 		return msg.Raw
 	}
 	return out
-}
-
-// holdID is the id of a call's approval: the call's own id, or a new one
-// when the call was held before (after its tool's review).
-func (c *call) holdID() string {
-	c.holds++
-	if c.holds == 1 {
-		return c.id
-	}
-	return guard.NewID()
 }

@@ -1,0 +1,279 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/wire"
+)
+
+// held is a tools/call that policy holds for a person. It owns the steps
+// of the wait, in order: a prior approval of the same call is used, once;
+// otherwise a slot among the session's pending calls is reserved, the
+// approval is stored, the request recorded, and the decision awaited (from
+// the browser, from the person at the client, or the wait's limit); then
+// the call is settled: forwarded, decided again by the rules, or answered
+// (Session.conclude: record, then answer).
+type held struct {
+	s      *Session
+	c      *call
+	msg    wire.Message
+	v      guard.Verdict
+	pc     *guard.Call
+	digest string
+	a      *guard.Approval
+	free   func() // gives the pending slot back (once)
+}
+
+// hold keeps a call until a person decides, while the relay goes on.
+func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
+	h := &held{s: s, c: c, msg: msg, v: v, pc: pc}
+	if !h.digestArgs() || h.usePrior() || !h.reserve() {
+		return
+	}
+	defer h.free()
+	if !h.store() || !h.record() {
+		return
+	}
+	defer c.decided() // a held call is being decided until its wait ends
+	if res, err, ok := h.await(); ok {
+		h.settle(res, err)
+	}
+}
+
+// digestArgs digests the arguments that an approval is given for.
+func (h *held) digestArgs() bool {
+	s, c := h.s, h.c
+	digest, err := guard.Digest(c.args)
+	if err != nil || s.opts.Holds == nil {
+		c.decision = guard.DecisionDenied
+		text := "Refused: this call needs a person's approval, and approvals are not available"
+		if err != nil {
+			text = "Refused: the arguments could not be digested: " + err.Error()
+		}
+		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
+		return false
+	}
+	h.digest = digest
+	return true
+}
+
+// usePrior lets a repeated call that a person approved pass, once.
+func (h *held) usePrior() bool {
+	s, c := h.s, h.c
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion)
+	if err != nil || !ok {
+		return false
+	}
+	if h.v.Rule == guard.ToolReviewRule {
+		// A person let this call past the tool's review: the rules
+		// decide it now.
+		h.pc.Review = nil
+		s.apply(h.msg, c, h.pc, c.recorded.Load())
+		return true
+	}
+	c.decision, c.decidedBy = guard.DecisionAllowed, a.DecidedBy
+	c.reason = "approved (approval " + a.ID + ")"
+	if a.Reason != "" {
+		c.reason += ": " + a.Reason
+	}
+	s.forward(h.msg, c, c.recorded.Load())
+	return true
+}
+
+// reserve takes a slot among the session's pending calls, or denies the
+// call when they are all taken.
+func (h *held) reserve() bool {
+	s, c := h.s, h.c
+	s.mu.Lock()
+	full := s.held >= s.opts.MaxPending
+	if !full {
+		s.held++
+	}
+	s.mu.Unlock()
+	if full {
+		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
+		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
+		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
+			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
+		return false
+	}
+	var once sync.Once
+	h.free = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.held--
+			s.mu.Unlock()
+		})
+	}
+	return true
+}
+
+// store stores the approval the person decides on (or finds the pending
+// one of an identical call the client retried).
+func (h *held) store() bool {
+	s, c := h.s, h.c
+	c.decision = guard.DecisionHeld
+	ci, _ := s.clientInfo()
+	args := c.args
+	if s.opts.MaskOwnSecrets != nil {
+		args, _ = s.opts.MaskOwnSecrets(args)
+	}
+	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
+		ID: c.holdID(), Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
+		Rule: h.v.Rule, HeldReason: h.v.Reason,
+	})
+	if err != nil {
+		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
+		s.conclude(c, true, guard.OutcomeProtocolError,
+			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
+		return false
+	}
+	h.a = a
+	return true
+}
+
+// record makes the request's record durable before the wait (a call held
+// again after its tool's review is recorded already). A call guard could
+// not record is refused, and its approval withdrawn.
+func (h *held) record() bool {
+	s, c := h.s, h.c
+	if c.recorded.Swap(true) {
+		return true
+	}
+	err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
+	if err == nil {
+		return true
+	}
+	_ = s.opts.Holds.Withdraw(context.Background(), h.a.ID)
+	if c.end() {
+		s.forget(c)
+		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
+	}
+	c.decided()
+	return false
+}
+
+// await waits for the decision: from the browser, from the person at the
+// client when asked in band, or until the wait's limit. It reports false
+// when the call is settled already (withdrawn by the client, the session
+// ended, or asked in the client's next round on 2026-07-28).
+func (h *held) await() (guard.WaitResult, error, bool) {
+	s, c, a := h.s, h.c, h.a
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.withdrawn:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if c.progress != nil {
+		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
+	}
+	s.mu.Lock()
+	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand
+	modern := s.protocol >= guard.Rev20260728
+	s.mu.Unlock()
+	if inBand && modern {
+		// 2026-07-28: guard's own input request, answered in the
+		// client's next round of this call.
+		s.askInRound(c, a)
+		return guard.WaitResult{}, nil, false
+	}
+	if inBand {
+		go s.askClient(ctx, a)
+	}
+	res, err := s.opts.Holds.Await(ctx, a.ID, func(m string) {
+		if c.progress != nil {
+			s.sendProgress(c, m)
+		}
+	})
+	cancel()
+	h.free() // the slot frees once the wait ends, before the answer
+	if c.isWithdrawn() {
+		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		s.withdrawn(c)
+		return res, err, false
+	}
+	if errors.Is(err, context.Canceled) {
+		// The session ended (ServerGone answered): the call can no
+		// longer be forwarded, so its approval is withdrawn.
+		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		return res, err, false
+	}
+	return res, err, true
+}
+
+// settle acts on the decision.
+func (h *held) settle(res guard.WaitResult, err error) {
+	s, c, a := h.s, h.c, h.a
+	if err != nil {
+		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
+		s.conclude(c, false, guard.OutcomeProtocolError,
+			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
+		return
+	}
+	if res.Approval != nil {
+		a = res.Approval
+	}
+	switch res.End {
+	case guard.WaitApproved:
+		if c.progress != nil {
+			s.mu.Lock()
+			s.progress[wire.IDKey(c.progress)] = c
+			s.mu.Unlock()
+		}
+		if h.v.Rule == guard.ToolReviewRule {
+			// Released from the tool's review (by a person, or by
+			// accepting the definition): the rules decide it now.
+			h.pc.Review = nil
+			s.apply(h.msg, c, h.pc, true)
+			return
+		}
+		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
+		s.forward(h.msg, c, true)
+	case guard.WaitDenied:
+		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
+		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
+	case guard.WaitExpired:
+		c.reason = "no decision within the approval timeout"
+		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
+	case guard.WaitWithdrawn:
+		c.reason = "withdrawn"
+		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
+	default: // the wait limit
+		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a.ID)))
+	}
+}
+
+// sendProgress tells a client that set a progressToken that its call is
+// still waiting. The values guard sends count up from 1; the server's own
+// progress for the call is shifted past them once it is forwarded.
+func (s *Session) sendProgress(c *call, text string) {
+	c.progBase++
+	data, err := wire.Notification("notifications/progress", map[string]any{
+		"progressToken": json.RawMessage(c.progress),
+		"progress":      c.progBase,
+		"message":       text,
+	})
+	if err == nil {
+		s.toClient.push(item{msg: unparsed(data)})
+	}
+}
+
+// holdID is the id of a call's approval: the call's own id, or a new one
+// when the call was held before (after its tool's review).
+func (c *call) holdID() string {
+	c.holds++
+	if c.holds == 1 {
+		return c.id
+	}
+	return guard.NewID()
+}
