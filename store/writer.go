@@ -18,8 +18,8 @@ import (
 // The audit log is written by group commit. Each process has one writer
 // goroutine with its own connection; callers queue their records and wait.
 // The writer takes whatever is queued, commits it in one transaction (the
-// chain's tail is read inside it, as several processes share the database),
-// and answers every caller of the batch. While a commit runs, the next
+// chain's tail is found inside it, as several processes share the
+// database), and answers every caller of the batch. While a commit runs, the next
 // batch gathers: the busier the process, the larger the batches and the
 // cheaper each record, so the writer keeps pace without a timer. When it
 // cannot, the queue fills and AppendAsync blocks: callers slow down, and
@@ -297,11 +297,9 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			_ = wc.discard()
 		}
 	}()
-	var seq int64
-	var prev string
-	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("chain tail: %w", err)
+	seq, prev, err := wc.chainTail(ctx)
+	if err != nil {
+		return err
 	}
 	for _, req := range batch {
 		for _, r := range req.recs {
@@ -317,6 +315,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	if _, err := wc.commit.ExecContext(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	wc.committed(seq, prev)
 	return nil
 }
 
@@ -348,6 +347,21 @@ type writerConn struct {
 	commit *sql.Stmt
 	tail   *sql.Stmt
 	ins    *sql.Stmt
+
+	// The chain's tail as this connection last committed it, and the
+	// database's data version right after that commit. SQLite changes a
+	// connection's data version when it finds, as a transaction begins,
+	// that another connection (of this process or another) has committed
+	// since: while it is unchanged inside the write transaction, no one
+	// else has written since this connection's last commit, and the tail
+	// that commit left is still the tail. No one else can commit while
+	// the transaction holds the write lock, so the check cannot go stale
+	// before the records are committed.
+	known     bool
+	tailSeq   int64
+	tailHash  string
+	version   uint32
+	tailReads int64 // times the tail was read from the table
 }
 
 const selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
@@ -373,6 +387,57 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
 	return wc, nil
+}
+
+// chainTail returns the chain's tail, inside the write transaction: the
+// one this connection committed last if the data version says nothing else
+// was committed since, else the last record in the table.
+func (wc *writerConn) chainTail(ctx context.Context) (int64, string, error) {
+	known := wc.known
+	wc.known = false // until this transaction commits
+	if known {
+		if v, err := wc.dataVersion(); err == nil && v == wc.version {
+			return wc.tailSeq, wc.tailHash, nil
+		}
+	}
+	wc.tailReads++
+	var seq int64
+	var prev string
+	err := wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, "", fmt.Errorf("chain tail: %w", err)
+	}
+	return seq, prev, nil
+}
+
+// committed keeps the tail this connection has just committed, with the
+// data version its own commit left.
+func (wc *writerConn) committed(seq int64, hash string) {
+	v, err := wc.dataVersion()
+	if err != nil {
+		return // the next transaction reads the tail from the table
+	}
+	wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, hash, v
+}
+
+// dataVersion is SQLite's data version of the main database on this
+// connection (SQLITE_FCNTL_DATA_VERSION): it changes with every commit
+// the connection has seen, its own and those of other connections.
+func (wc *writerConn) dataVersion() (uint32, error) {
+	var v uint32
+	err := wc.conn.Raw(func(dc any) error {
+		fc, ok := dc.(sqlite.FileControl)
+		if !ok {
+			return errors.New("the driver has no file control")
+		}
+		var err error
+		v, err = fc.FileControlDataVersion("main")
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("data version: %w", err)
+	}
+	return v, nil
 }
 
 func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
