@@ -467,3 +467,36 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 	}
 	verifyAll(t, a, acked)
 }
+
+// Text the writer binds as NULL (the empty string) is stored as empty
+// text, as any other text is stored as text.
+func TestEmptyTextIsStoredAsText(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	empty := &guard.Record{Kind: guard.KindEvent}
+	full := rec(1, guard.KindOutcome)
+	full.Session, full.Client, full.Protocol, full.Direction, full.Pin = "s", "c", "p", "d", "pin"
+	full.DecidedBy, full.Reason, full.Outcome, full.Result, full.Detail = "by", "why", "ok", "{}", "{}"
+	if err := db.Append(empty, full); err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"id", "call_id", "kind", "time", "session", "client", "protocol", "server", "direction",
+		"method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "detail",
+		"prev_hash", "hash"}
+	for _, r := range []*guard.Record{empty, full} {
+		for _, col := range cols {
+			var typ, v string
+			if err := db.r.QueryRow(`SELECT typeof(`+col+`), `+col+` FROM records WHERE seq = ?`, r.Seq).Scan(&typ, &v); err != nil {
+				t.Fatal(err)
+			}
+			if typ != "text" {
+				t.Errorf("record %d: %s is stored as %s %q", r.Seq, col, typ, v)
+			}
+		}
+	}
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM records WHERE session = '' AND client = '' AND prev_hash = '' AND seq = 1`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the empty record's text is not empty: %d %v", n, err)
+	}
+	verifyAll(t, db, []*guard.Record{empty, full})
+}
