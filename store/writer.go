@@ -20,11 +20,11 @@ import (
 // goroutine with its own connection; callers queue their records and wait.
 // The writer takes whatever is queued, commits it in one transaction (the
 // chain's tail is found inside it, as several processes share the
-// database), and answers every caller of the batch. While a commit runs, the next
-// batch gathers: the busier the process, the larger the batches and the
-// cheaper each record, so the writer keeps pace without a timer. When it
-// cannot, the queue fills and AppendAsync blocks: callers slow down, and
-// nothing is refused for want of room.
+// database), and answers every caller of the batch. While a commit runs,
+// the next batch gathers: the busier the process, the larger the batches
+// and the cheaper each record, so the writer keeps pace without a timer.
+// When it cannot, the queue fills and AppendAsync blocks: callers slow
+// down, and nothing is refused for want of room.
 //
 // A batch that cannot be committed (disk full, I/O error) is refused to its
 // callers only: the next batch tries again, so guard recovers by itself when
