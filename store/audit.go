@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,89 +23,99 @@ const hashVersion = 1
 // fields is not re-canonicalised); bytes that are not valid UTF-8 are
 // hashed as they are.
 func HashRecord(r *guard.Record) string {
-	var b strings.Builder
-	b.Grow(512 + len(r.Arguments) + len(r.Result) + len(r.Detail))
+	h, _ := hashRecord(nil, r)
+	return h
+}
+
+// hashRecord is HashRecord writing the canonical form into buf, which it
+// returns for the next record.
+func hashRecord(buf []byte, r *guard.Record) (string, []byte) {
+	buf = appendCanonical(buf[:0], r)
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:]), buf
+}
+
+// appendCanonical appends a record's canonical form to b.
+func appendCanonical(b []byte, r *guard.Record) []byte {
+	b = slices.Grow(b, 512+len(r.Arguments)+len(r.Result)+len(r.Detail))
 	// Members in the order RFC 8785 sorts them (all names are ASCII).
-	b.WriteString(`{"arguments":`)
-	writeString(&b, r.Arguments)
-	field(&b, "call_id", r.CallID)
-	field(&b, "client", r.Client)
-	field(&b, "decided_by", r.DecidedBy)
-	field(&b, "decision", r.Decision)
-	field(&b, "detail", r.Detail)
-	field(&b, "direction", r.Direction)
-	number(&b, "duration_ms", r.DurationMS)
-	field(&b, "id", r.ID)
-	field(&b, "kind", r.Kind)
-	field(&b, "method", r.Method)
-	field(&b, "outcome", r.Outcome)
-	field(&b, "pin", r.Pin)
-	field(&b, "prev_hash", r.PrevHash)
-	field(&b, "protocol", r.Protocol)
-	field(&b, "reason", r.Reason)
-	number(&b, "request_size", r.RequestSize)
-	number(&b, "response_size", r.ResponseSize)
-	field(&b, "result", r.Result)
-	field(&b, "server", r.Server)
-	field(&b, "session", r.Session)
-	field(&b, "time", fmtTime(r.Time))
-	field(&b, "tool", r.Tool)
-	number(&b, "v", hashVersion)
-	b.WriteByte('}')
-	sum := sha256.Sum256([]byte(b.String()))
-	return hex.EncodeToString(sum[:])
+	b = append(b, `{"arguments":`...)
+	b = appendString(b, r.Arguments)
+	b = field(b, "call_id", r.CallID)
+	b = field(b, "client", r.Client)
+	b = field(b, "decided_by", r.DecidedBy)
+	b = field(b, "decision", r.Decision)
+	b = field(b, "detail", r.Detail)
+	b = field(b, "direction", r.Direction)
+	b = number(b, "duration_ms", r.DurationMS)
+	b = field(b, "id", r.ID)
+	b = field(b, "kind", r.Kind)
+	b = field(b, "method", r.Method)
+	b = field(b, "outcome", r.Outcome)
+	b = field(b, "pin", r.Pin)
+	b = field(b, "prev_hash", r.PrevHash)
+	b = field(b, "protocol", r.Protocol)
+	b = field(b, "reason", r.Reason)
+	b = number(b, "request_size", r.RequestSize)
+	b = number(b, "response_size", r.ResponseSize)
+	b = field(b, "result", r.Result)
+	b = field(b, "server", r.Server)
+	b = field(b, "session", r.Session)
+	b = field(b, "time", fmtTime(r.Time))
+	b = field(b, "tool", r.Tool)
+	b = number(b, "v", hashVersion)
+	return append(b, '}')
 }
 
-func field(b *strings.Builder, name, v string) {
-	b.WriteString(`,"`)
-	b.WriteString(name)
-	b.WriteString(`":`)
-	writeString(b, v)
+func field(b []byte, name, v string) []byte {
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":`...)
+	return appendString(b, v)
 }
 
-func number(b *strings.Builder, name string, v int64) {
-	b.WriteString(`,"`)
-	b.WriteString(name)
-	b.WriteString(`":`)
-	b.WriteString(strconv.FormatInt(v, 10))
+func number(b []byte, name string, v int64) []byte {
+	b = append(b, `,"`...)
+	b = append(b, name...)
+	b = append(b, `":`...)
+	return strconv.AppendInt(b, v, 10)
 }
 
-// writeString writes a JSON string as RFC 8785 serialises it: only the
+// appendString appends a JSON string as RFC 8785 serialises it: only the
 // quote, the backslash and control characters are escaped.
-func writeString(b *strings.Builder, s string) {
+func appendString(b []byte, s string) []byte {
 	const hexd = "0123456789abcdef"
-	b.WriteByte('"')
+	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b.WriteString(s[start:i])
+		b = append(b, s[start:i]...)
 		switch c {
 		case '"':
-			b.WriteString(`\"`)
+			b = append(b, `\"`...)
 		case '\\':
-			b.WriteString(`\\`)
+			b = append(b, `\\`...)
 		case '\b':
-			b.WriteString(`\b`)
+			b = append(b, `\b`...)
 		case '\f':
-			b.WriteString(`\f`)
+			b = append(b, `\f`...)
 		case '\n':
-			b.WriteString(`\n`)
+			b = append(b, `\n`...)
 		case '\r':
-			b.WriteString(`\r`)
+			b = append(b, `\r`...)
 		case '\t':
-			b.WriteString(`\t`)
+			b = append(b, `\t`...)
 		default:
-			b.WriteString(`\u00`)
-			b.WriteByte(hexd[c>>4])
-			b.WriteByte(hexd[c&0xf])
+			b = append(b, `\u00`...)
+			b = append(b, hexd[c>>4], hexd[c&0xf])
 		}
 		start = i + 1
 	}
-	b.WriteString(s[start:])
-	b.WriteByte('"')
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 const selectRecord = `SELECT seq, id, call_id, kind, time, session, client, protocol, server, direction, method,

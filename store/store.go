@@ -1,7 +1,9 @@
 // Package store keeps guard's state in SQLite (modernc.org/sqlite): the
 // append-only, hash-chained audit log with its signed checkpoint, the tool
 // catalog, and held calls. Several guard processes share one database: the
-// chain's tail is read inside every write transaction, never cached.
+// chain's tail is found inside every write transaction, and a writer takes
+// the tail it committed last only while SQLite's data version shows that
+// no one else has committed since.
 package store
 
 import (

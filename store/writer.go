@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -18,12 +19,12 @@ import (
 // The audit log is written by group commit. Each process has one writer
 // goroutine with its own connection; callers queue their records and wait.
 // The writer takes whatever is queued, commits it in one transaction (the
-// chain's tail is read inside it, as several processes share the database),
-// and answers every caller of the batch. While a commit runs, the next
-// batch gathers: the busier the process, the larger the batches and the
-// cheaper each record, so the writer keeps pace without a timer. When it
-// cannot, the queue fills and AppendAsync blocks: callers slow down, and
-// nothing is refused for want of room.
+// chain's tail is found inside it, as several processes share the
+// database), and answers every caller of the batch. While a commit runs,
+// the next batch gathers: the busier the process, the larger the batches
+// and the cheaper each record, so the writer keeps pace without a timer.
+// When it cannot, the queue fills and AppendAsync blocks: callers slow
+// down, and nothing is refused for want of room.
 //
 // A batch that cannot be committed (disk full, I/O error) is refused to its
 // callers only: the next batch tries again, so guard recovers by itself when
@@ -282,13 +283,15 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	}
 	wc := db.wc
 	db.stats.attempts.Add(1)
-	if _, err := wc.begin.ExecContext(ctx); err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if err == nil {
-			return
+	begun := false
+	err = wc.conn.Raw(func(dc any) error {
+		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
+			return fmt.Errorf("begin: %w", err)
 		}
+		begun = true
+		return wc.write(ctx, dc, batch)
+	})
+	if err != nil && begun {
 		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
 			// The connection is no use any more: the next batch opens
 			// another. (A ROLLBACK that fails because SQLite already
@@ -296,28 +299,8 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			db.wc = nil
 			_ = wc.discard()
 		}
-	}()
-	var seq int64
-	var prev string
-	err = wc.tail.QueryRowContext(ctx).Scan(&seq, &prev)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("chain tail: %w", err)
 	}
-	for _, req := range batch {
-		for _, r := range req.recs {
-			seq++
-			r.Seq, r.PrevHash = seq, prev
-			r.Hash = HashRecord(r)
-			prev = r.Hash
-			if err := wc.insert(ctx, r); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := wc.commit.ExecContext(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return err
 }
 
 // checkpointDue reports whether records were committed since the last
@@ -335,19 +318,61 @@ func (db *DB) maybeCheckpoint() {
 	}
 }
 
+// insertRecord inserts a record; a text parameter bound to NULL stands for
+// the empty string (see writerConn.insert).
 const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
  request_size, response_size, duration_ms, detail, prev_hash, hash)
- VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+ VALUES (?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
+ coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
+ coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
+ coalesce(?,''), ?, ?, ?, coalesce(?,''), coalesce(?,''), coalesce(?,''))`
+
+// insertArgs is the number of insertRecord's parameters.
+const insertArgs = 25
 
 // writerConn is the audit writer's connection with its statements
-// prepared once: preparing them per commit cost more than the commit.
+// prepared once on the driver's connection: preparing them per commit
+// cost more than the commit, and calling the driver directly spares
+// database/sql's work per statement (its locks, a check and a slice of
+// arguments per insert). The driver's connection and the statements are
+// used only inside conn.Raw, and the statements are closed before the
+// connection is.
 type writerConn struct {
 	conn   *sql.Conn
-	begin  *sql.Stmt
-	commit *sql.Stmt
-	tail   *sql.Stmt
-	ins    *sql.Stmt
+	begin  driverStmt
+	commit driverStmt
+	tail   driverStmt
+	ins    driverStmt
+	args   [insertArgs]driver.NamedValue
+	row    [2]driver.Value
+	buf    []byte // records' canonical forms, to hash
+
+	// The chain's tail as this connection last committed it, and the
+	// database's data version right after that commit. SQLite changes a
+	// connection's data version when it finds, as a transaction begins,
+	// that another connection (of this process or another) has committed
+	// since: while it is unchanged inside the write transaction, no one
+	// else has written since this connection's last commit, and the tail
+	// that commit left is still the tail. No one else can commit while
+	// the transaction holds the write lock, so the check cannot go stale
+	// before the records are committed.
+	known     bool
+	tailSeq   int64
+	tailHash  string
+	version   uint32
+	tailReads int64 // times the tail was read from the table
+}
+
+// maxHashBuf is the largest buffer for canonical forms the writer keeps
+// from one commit to the next.
+const maxHashBuf = 64 << 10
+
+// driverStmt is what the writer needs of a driver's prepared statement.
+type driverStmt interface {
+	driver.Stmt
+	driver.StmtExecContext
+	driver.StmtQueryContext
 }
 
 const selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
@@ -358,15 +383,30 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
 	wc := &writerConn{conn: conn}
+	for i := range wc.args {
+		wc.args[i].Ordinal = i + 1
+	}
 	if err = persistWAL(ctx, conn); err == nil {
-		for _, p := range []struct {
-			s **sql.Stmt
-			q string
-		}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}} {
-			if *p.s, err = conn.PrepareContext(ctx, p.q); err != nil {
-				break
+		err = conn.Raw(func(dc any) error {
+			pc, ok := dc.(driver.ConnPrepareContext)
+			if !ok {
+				return errors.New("the driver cannot prepare statements")
 			}
-		}
+			for _, p := range []struct {
+				s *driverStmt
+				q string
+			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}} {
+				st, err := pc.PrepareContext(ctx, p.q)
+				if err != nil {
+					return err
+				}
+				if *p.s, ok = st.(driverStmt); !ok {
+					st.Close()
+					return errors.New("the driver's statements take no context")
+				}
+			}
+			return nil
+		})
 	}
 	if err != nil {
 		_ = wc.discard()
@@ -375,32 +415,140 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 	return wc, nil
 }
 
+// write appends the batch's records to the chain and commits them, in the
+// transaction begun on dc.
+func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) error {
+	seq, prev, err := wc.chainTail(ctx, dc)
+	if err != nil {
+		return err
+	}
+	for _, req := range batch {
+		for _, r := range req.recs {
+			seq++
+			r.Seq, r.PrevHash = seq, prev
+			r.Hash, wc.buf = hashRecord(wc.buf, r)
+			prev = r.Hash
+			if err := wc.insert(ctx, r); err != nil {
+				return err
+			}
+		}
+	}
+	if cap(wc.buf) > maxHashBuf {
+		wc.buf = nil // a large record's buffer is not kept
+	}
+	if _, err := wc.commit.ExecContext(ctx, nil); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if v, err := dataVersion(dc); err == nil {
+		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
+	}
+	return nil
+}
+
+// chainTail returns the chain's tail, inside the write transaction: the
+// one this connection committed last if the data version says nothing else
+// was committed since, else the last record in the table.
+func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, error) {
+	known := wc.known
+	wc.known = false // until this transaction commits
+	if known {
+		if v, err := dataVersion(dc); err == nil && v == wc.version {
+			return wc.tailSeq, wc.tailHash, nil
+		}
+	}
+	wc.tailReads++
+	rows, err := wc.tail.QueryContext(ctx, nil)
+	if err != nil {
+		return 0, "", fmt.Errorf("chain tail: %w", err)
+	}
+	err = rows.Next(wc.row[:])
+	cerr := rows.Close()
+	switch {
+	case errors.Is(err, io.EOF):
+		return 0, "", cerr
+	case err != nil:
+		return 0, "", fmt.Errorf("chain tail: %w", err)
+	case cerr != nil:
+		return 0, "", fmt.Errorf("chain tail: %w", cerr)
+	}
+	seq, ok := wc.row[0].(int64)
+	var hash string
+	switch h := wc.row[1].(type) {
+	case string:
+		hash = h
+	case []byte:
+		hash = string(h)
+	default:
+		ok = false
+	}
+	if !ok {
+		return 0, "", fmt.Errorf("chain tail: seq %T and hash %T, want an integer and text", wc.row[0], wc.row[1])
+	}
+	return seq, hash, nil
+}
+
+// dataVersion is SQLite's data version of the main database on the
+// driver's connection dc (SQLITE_FCNTL_DATA_VERSION): it changes with
+// every commit the connection has seen, its own and those of others.
+func dataVersion(dc any) (uint32, error) {
+	fc, ok := dc.(sqlite.FileControl)
+	if !ok {
+		return 0, errors.New("data version: the driver has no file control")
+	}
+	v, err := fc.FileControlDataVersion("main")
+	if err != nil {
+		return 0, fmt.Errorf("data version: %w", err)
+	}
+	return v, nil
+}
+
 func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
-	_, err := wc.ins.ExecContext(ctx, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+	a := &wc.args
+	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.PrevHash, r.Hash)
+		r.Detail, r.PrevHash, r.Hash} {
+		if v == "" {
+			v = nil // bound without copying an empty string into SQLite's memory
+		}
+		a[i].Value = v
+	}
+	_, err := wc.ins.ExecContext(ctx, a[:])
+	for i := range a {
+		a[i].Value = nil // the record's text is not kept
+	}
 	if err != nil {
 		return fmt.Errorf("insert record: %w", err)
 	}
 	return nil
 }
 
-func (wc *writerConn) close() error {
+// closeStmts closes the prepared statements; the caller is inside
+// conn.Raw.
+func (wc *writerConn) closeStmts() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{wc.begin, wc.commit, wc.tail, wc.ins} {
-		if s != nil {
-			errs = append(errs, s.Close())
+	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins} {
+		if *s != nil {
+			errs = append(errs, (*s).Close())
+			*s = nil
 		}
 	}
-	return errors.Join(append(errs, wc.conn.Close())...)
+	return errors.Join(errs...)
+}
+
+func (wc *writerConn) close() error {
+	err := wc.conn.Raw(func(any) error { return wc.closeStmts() })
+	return errors.Join(err, wc.conn.Close())
 }
 
 // discard closes the connection for good rather than return it to the
 // pool (its state is unknown after a failure).
 func (wc *writerConn) discard() error {
-	_ = wc.conn.Raw(func(any) error { return driver.ErrBadConn })
-	return wc.close()
+	_ = wc.conn.Raw(func(any) error {
+		_ = wc.closeStmts()
+		return driver.ErrBadConn
+	})
+	return wc.conn.Close()
 }
 
 // persistWAL keeps the -wal and -shm files when the last connection

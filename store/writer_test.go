@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -398,4 +399,104 @@ func listDir(t *testing.T, dir string) string {
 		b.WriteString(e.Name() + " ")
 	}
 	return b.String()
+}
+
+// tailReads is how many times db's writer has read the chain's tail from
+// the table.
+func tailReads(db *DB) int64 {
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	if db.wc == nil {
+		return 0
+	}
+	return db.wc.tailReads
+}
+
+// Two writers on one database (as two guard processes are) take turns: each
+// finds the tail the other committed, and reads it from the table only when
+// something else was committed since its own last commit.
+func TestTheTailFollowsAnotherWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	a := openDB(t, path)
+	defer a.Close()
+	b := openDB(t, path)
+	defer b.Close()
+	ctx := context.Background()
+	var acked []*guard.Record
+	appendTo := func(db *DB, i int) {
+		t.Helper()
+		r := rec(i, guard.KindRequest)
+		if err := db.Append(r); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		acked = append(acked, r)
+	}
+	appendTo(a, 0)
+	before := tailReads(a)
+	for i := 1; i <= 5; i++ {
+		appendTo(a, i)
+	}
+	if n := tailReads(a) - before; n != 0 {
+		t.Fatalf("the tail was read %d times while no one else wrote", n)
+	}
+	// Strict turns, then a run of the other writer.
+	for i := 10; i < 30; i++ {
+		if i < 20 && i%2 == 0 {
+			appendTo(a, i)
+		} else {
+			appendTo(b, i)
+		}
+	}
+	// A write to another table is a commit by someone else too.
+	for i := 30; i < 40; i++ {
+		before := tailReads(a)
+		want := int64(0)
+		if i%3 == 0 { // and i == 30, after b's run
+			want = 1
+			if err := b.CreateApproval(ctx, newApproval(fmt.Sprintf("ap%d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendTo(a, i)
+		if n := tailReads(a) - before; n != want {
+			t.Fatalf("append %d read the tail %d times, want %d", i, n, want)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	verifyAll(t, a, acked)
+}
+
+// Text the writer binds as NULL (the empty string) is stored as empty
+// text, as any other text is stored as text.
+func TestEmptyTextIsStoredAsText(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	empty := &guard.Record{Kind: guard.KindEvent}
+	full := rec(1, guard.KindOutcome)
+	full.Session, full.Client, full.Protocol, full.Direction, full.Pin = "s", "c", "p", "d", "pin"
+	full.DecidedBy, full.Reason, full.Outcome, full.Result, full.Detail = "by", "why", "ok", "{}", "{}"
+	if err := db.Append(empty, full); err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"id", "call_id", "kind", "time", "session", "client", "protocol", "server", "direction",
+		"method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "detail",
+		"prev_hash", "hash"}
+	for _, r := range []*guard.Record{empty, full} {
+		for _, col := range cols {
+			var typ, v string
+			if err := db.r.QueryRow(`SELECT typeof(`+col+`), `+col+` FROM records WHERE seq = ?`, r.Seq).Scan(&typ, &v); err != nil {
+				t.Fatal(err)
+			}
+			if typ != "text" {
+				t.Errorf("record %d: %s is stored as %s %q", r.Seq, col, typ, v)
+			}
+		}
+	}
+	var n int
+	if err := db.r.QueryRow(`SELECT count(*) FROM records WHERE session = '' AND client = '' AND prev_hash = '' AND seq = 1`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the empty record's text is not empty: %d %v", n, err)
+	}
+	verifyAll(t, db, []*guard.Record{empty, full})
 }
