@@ -24,12 +24,26 @@ type Remote struct {
 	// Headers are sent with every request (upstream credentials come from
 	// guard's configuration; a client's own never travel upstream).
 	Headers map[string]string
-	// Client makes the requests (default: one with no overall timeout).
+	// Client makes the requests (default: NewUpstreamClient's, for this
+	// session alone). Sessions of one server share one, so that its
+	// connections are reused.
 	Client *http.Client
 	// SSE selects the legacy HTTP+SSE transport (2024-11-05): a GET event
 	// stream carries every server message, and the client POSTs to the
 	// endpoint its first event names.
 	SSE bool
+}
+
+// NewUpstreamClient returns the HTTP client of a server reached over HTTP,
+// for the sessions of every client at once: it keeps an idle connection for
+// each of them (net/http's default keeps two per host, and the rest would
+// open a connection per request), and has no overall timeout (a held call
+// or an event stream lasts).
+func NewUpstreamClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	return &http.Client{Transport: t}
 }
 
 // RunRemote relays between the client and a server reached over
@@ -38,7 +52,8 @@ type Remote struct {
 func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error {
 	opts.fill()
 	if rm.Client == nil {
-		rm.Client = &http.Client{}
+		rm.Client = NewUpstreamClient()
+		defer rm.Client.CloseIdleConnections()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

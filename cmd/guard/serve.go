@@ -122,7 +122,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			stdio = append(stdio, name)
 		}
 		o.Env = cfg.ServerEnv(a.environ(), srv)
-		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse"}
+		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
