@@ -181,23 +181,34 @@ func (p *pipeConn) Close() error {
 // inbox hands messages from writers to one reader, each write waiting for
 // the read that takes it. Once closed, writes fail and reads end.
 type inbox struct {
-	ch     chan wire.Message
+	ch     chan delivery
 	closed chan struct{}
 	once   sync.Once
 }
 
+// delivery is what one read takes: a message, or an error about one
+// message (a *wire.TooLongError).
+type delivery struct {
+	m   wire.Message
+	err error
+}
+
 func newInbox() *inbox {
-	return &inbox{ch: make(chan wire.Message), closed: make(chan struct{})}
+	return &inbox{ch: make(chan delivery), closed: make(chan struct{})}
 }
 
 func (b *inbox) put(ctx context.Context, m wire.Message) error {
+	return b.send(ctx, delivery{m: m})
+}
+
+func (b *inbox) send(ctx context.Context, d delivery) error {
 	select {
 	case <-b.closed:
 		return errClosed
 	default:
 	}
 	select {
-	case b.ch <- m:
+	case b.ch <- d:
 		return nil
 	case <-b.closed:
 		return errClosed
@@ -208,8 +219,8 @@ func (b *inbox) put(ctx context.Context, m wire.Message) error {
 
 func (b *inbox) take(ctx context.Context) (wire.Message, error) {
 	select {
-	case m := <-b.ch:
-		return m, nil
+	case d := <-b.ch:
+		return d.m, d.err
 	case <-b.closed:
 		return wire.Message{}, io.EOF
 	case <-ctx.Done():

@@ -37,7 +37,7 @@ func (u *upstream) openLegacy() {
 	endpoint := make(chan string, 1)
 	go func() {
 		defer resp.Body.Close()
-		readEvents(resp.Body, func(event string, data []byte) {
+		readEvents(resp.Body, u.max, func(event string, data []byte) {
 			if event == "endpoint" {
 				select {
 				case endpoint <- string(data):
@@ -46,7 +46,7 @@ func (u *upstream) openLegacy() {
 				return
 			}
 			u.emit(data)
-		})
+		}, u.tooLong)
 		close(endpoint)
 	}()
 	select {

@@ -461,12 +461,16 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 		s.byClient[c.origKey] = c
 	}
 	fwd := s.mapID(msg, c, s.up)
+	if !recorded {
+		// Marked before the lock goes: a cancellation that finds the
+		// call forwarded must not record its request a second time.
+		c.recorded.Store(true)
+	}
 	s.mu.Unlock()
 	if recorded {
 		s.toServer.push(item{msg: fwd})
 		return
 	}
-	c.recorded.Store(true)
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toServer.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.opts.Logger.Error("request refused: audit write failed", "method", c.method, "err", err)
@@ -537,7 +541,8 @@ func (s *Session) settle(c *call, e ending) {
 		s.forget(c)
 	}
 	var recs []*guard.Record
-	if !c.recorded.Swap(true) || e.withRequest {
+	// A forwarded request is recorded by forward.
+	if (!c.recorded.Swap(true) || e.withRequest) && !e.forwarded {
 		recs = append(recs, s.record(guard.KindRequest, c))
 	}
 	out := s.record(guard.KindOutcome, c)

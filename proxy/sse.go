@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -18,45 +19,62 @@ import (
 // answers of a POST, the session's GET stream, resumption by event id), and
 // reading the event streams of HTTP upstreams.
 
-// readSSE calls emit with the data of each event of an SSE stream.
-func readSSE(r io.Reader, emit func([]byte)) {
-	readEvents(r, func(_ string, data []byte) { emit(data) })
+// readSSE calls emit with the data of each event of an SSE stream (see
+// readEvents).
+func readSSE(r io.Reader, max int, emit func([]byte), tooLong func(size int)) {
+	readEvents(r, max, func(_ string, data []byte) { emit(data) }, tooLong)
 }
 
 // readEvents calls fn with each event of an SSE stream: its type
-// ("message" when unnamed) and data.
-func readEvents(r io.Reader, fn func(event string, data []byte)) {
+// ("message" when unnamed) and data. An event whose data is over max bytes
+// is not kept: tooLong gets its size instead (at least max+1), and a line
+// so long that it cannot be an event's ends the stream after saying so.
+func readEvents(r io.Reader, max int, fn func(event string, data []byte), tooLong func(size int)) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 64<<20)
+	sc.Buffer(nil, max+len("data: \r\n"))
 	var data []byte
+	size := 0 // of the event's data, kept or not
 	event := ""
+	dispatch := func() {
+		switch {
+		case size > max:
+			tooLong(size)
+		case len(data) > 0:
+			if event == "" {
+				event = "message"
+			}
+			fn(event, data)
+		}
+		data, size, event = nil, 0, ""
+	}
 	for sc.Scan() {
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0:
-			if len(data) > 0 {
-				if event == "" {
-					event = "message"
-				}
-				fn(event, data)
-			}
-			data, event = nil, ""
+			dispatch()
 		case bytes.HasPrefix(line, []byte("event:")):
 			event = strings.TrimSpace(string(line[6:]))
 		case bytes.HasPrefix(line, []byte("data:")):
 			v := bytes.TrimPrefix(line[5:], []byte(" "))
+			if size > 0 {
+				size++
+			}
+			size += len(v)
+			if size > max {
+				data = nil
+				continue
+			}
 			if len(data) > 0 {
 				data = append(data, '\n')
 			}
 			data = append(data, v...)
 		}
 	}
-	if len(data) > 0 {
-		if event == "" {
-			event = "message"
-		}
-		fn(event, data)
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		tooLong(max + 1)
+		return
 	}
+	dispatch()
 }
 
 func acceptsSSE(r *http.Request) bool {

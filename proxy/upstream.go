@@ -57,7 +57,7 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), logger: opts.Logger}
+	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), max: opts.MaxMessage, logger: opts.Logger}
 	s := NewSession(ctx, opts)
 	p := s.pump(client, up)
 	readDone := make(chan struct{})
@@ -93,7 +93,8 @@ type upstream struct {
 	logger interface {
 		Warn(string, ...any)
 	}
-	in *inbox // the server's messages, for Read
+	in  *inbox // the server's messages, for Read
+	max int    // the largest message relayed (Options.MaxMessage)
 
 	mu       sync.Mutex
 	session  string
@@ -140,10 +141,20 @@ func (u *upstream) Close() error { return nil }
 
 func (u *upstream) wait() { u.inflight.Wait() }
 
+// tooLong tells the relay that the server sent a message over max_message,
+// which is not relayed.
+func (u *upstream) tooLong(size int) {
+	_ = u.in.send(context.Background(), delivery{err: &wire.TooLongError{Size: int64(size), Max: u.max}})
+}
+
 // emit hands one message to the relay.
 func (u *upstream) emit(line []byte) {
 	line = oneLine(bytes.TrimSpace(line))
 	if len(line) == 0 {
+		return
+	}
+	if len(line) > u.max {
+		u.tooLong(len(line))
 		return
 	}
 	m, err := wire.Parse(line)
@@ -298,10 +309,14 @@ func (u *upstream) exchange(m wire.Message, req *http.Request) {
 		return
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		readSSE(resp.Body, u.emit)
+		readSSE(resp.Body, u.max, u.emit, u.tooLong)
 		return
 	}
-	b, err := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(u.max)+1))
+	if len(b) > u.max {
+		u.tooLong(len(b))
+		return
+	}
 	if err != nil && req.Context().Err() != nil && u.ctx.Err() == nil {
 		return // cancelled by the client
 	}
@@ -339,7 +354,7 @@ func (u *upstream) listen() {
 			resp.Body.Close()
 			return // 405: the server offers no such stream
 		}
-		readSSE(resp.Body, u.emit)
+		readSSE(resp.Body, u.max, u.emit, u.tooLong)
 		resp.Body.Close()
 		select {
 		case <-u.ctx.Done():

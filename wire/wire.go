@@ -532,8 +532,10 @@ func ReplaceID(m Message, id []byte) []byte {
 func WithID(m Message, id []byte) Message {
 	raw := ReplaceID(m, id)
 	shift := len(id) - (m.IDEnd - m.IDStart)
-	// A member's slice points into m.Raw: its offset there is what its
-	// capacity lacks of Raw's.
+	// A member's slice points into m.Raw, as Parse slices it (running to
+	// Raw's end of capacity): its offset there is what its capacity lacks
+	// of Raw's. The slices made here are cut the same way, so that the
+	// result can be rewritten again.
 	at := func(v []byte) []byte {
 		if v == nil {
 			return nil
@@ -542,12 +544,12 @@ func WithID(m Message, id []byte) Message {
 		if off > m.IDStart {
 			off += shift
 		}
-		return raw[off : off+len(v) : off+len(v)]
+		return raw[off : off+len(v)]
 	}
 	n := m
 	n.Raw = raw
 	n.IDEnd = m.IDStart + len(id)
-	n.ID = raw[m.IDStart:n.IDEnd:n.IDEnd]
+	n.ID = raw[m.IDStart:n.IDEnd]
 	n.Params, n.Result, n.Error = at(m.Params), at(m.Result), at(m.Error)
 	if m.Params != nil && m.ParamsStart > m.IDStart {
 		n.ParamsStart, n.ParamsEnd = m.ParamsStart+shift, m.ParamsEnd+shift

@@ -467,6 +467,15 @@ func TestWithIDIsWhatParseReads(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("WithID(%s, %s):\n got %+v\nwant %+v", raw, id, got, want)
 			}
+			// Rewritten again, as a message renamed twice would be.
+			again := WithID(got, []byte(`"x"`))
+			want, err = Parse(ReplaceID(want, []byte(`"x"`)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(again, want) {
+				t.Errorf("WithID twice (%s, %s):\n got %+v\nwant %+v", raw, id, again, want)
+			}
 		}
 	}
 }
