@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -13,10 +14,10 @@ import (
 )
 
 // conformanceSuites are the official suite and its pre-release, installed
-// by scripts/test under testdata/node.
+// by scripts/test under testdata/node (their paths within node_modules).
 var conformanceSuites = map[string]string{
-	"0.1.16":         "testdata/node/node_modules/@modelcontextprotocol/conformance/dist/index.js",
-	"0.2.0-alpha.12": "testdata/node/node_modules/conformance-next/dist/index.js",
+	"0.1.16":         "@modelcontextprotocol/conformance/dist/index.js",
+	"0.2.0-alpha.12": "conformance-next/dist/index.js",
 }
 
 var scenarioLine = regexp.MustCompile(`(?m)^([✓✗]) (\S+): (\d+) passed, (\d+) failed`)
@@ -25,7 +26,7 @@ var scenarioLine = regexp.MustCompile(`(?m)^([✓✗]) (\S+): (\d+) passed, (\d+
 // scenario's line ("✓ 2 passed, 0 failed").
 func conformance(t *testing.T, suite, url string, args ...string) map[string]string {
 	t.Helper()
-	script := peer(t, "", conformanceSuites[suite])
+	script := peer(t, "", filepath.Join(nodeModules(t), conformanceSuites[suite]))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, nodeBin(t), append([]string{script, "server", "--url", url}, args...)...)

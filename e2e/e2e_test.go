@@ -48,11 +48,17 @@ func repoRoot(t *testing.T) string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// peer finds a real peer installed by the test command, or fails saying so.
+// peer finds a real peer installed by the test command, or fails saying so:
+// the path in the environment variable env when set, else rel (relative to
+// the repository unless absolute).
 func peer(t *testing.T, env, rel string) string {
 	t.Helper()
 	p := os.Getenv(env)
-	if p == "" {
+	switch {
+	case p != "":
+	case filepath.IsAbs(rel):
+		p = rel
+	default:
 		p = filepath.Join(repoRoot(t), rel)
 	}
 	if _, err := os.Stat(p); err != nil {

@@ -16,7 +16,7 @@ import (
 
 // filesystemServer is the reference filesystem server (npm).
 func filesystemServer(t *testing.T) string {
-	return peer(t, "GUARD_TEST_FILESYSTEM_SERVER", "testdata/node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+	return peer(t, "GUARD_TEST_FILESYSTEM_SERVER", filepath.Join(nodeModules(t), "@modelcontextprotocol/server-filesystem/dist/index.js"))
 }
 
 // The filesystem server, rooted at the home directory, cannot reach guard's
