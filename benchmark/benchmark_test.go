@@ -2,8 +2,6 @@ package benchmark
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,15 +15,7 @@ import (
 var guardBin string
 
 func TestMain(m *testing.M) {
-	bin, remove, err := guardtest.Build("../cmd/guard")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	guardBin = bin
-	code := m.Run()
-	remove()
-	os.Exit(code)
+	guardtest.Main(m, "../cmd/guard", &guardBin)
 }
 
 // A small run measures the direct session, the copy relay and guard, and

@@ -31,15 +31,7 @@ func TestMain(m *testing.M) {
 		// This binary is also the test's own MCP servers (go-sdk).
 		os.Exit(serveTestServer(name))
 	}
-	bin, remove, err := guardtest.Build("../cmd/guard")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	guardBin = bin
-	code := m.Run()
-	remove()
-	os.Exit(code)
+	guardtest.Main(m, "../cmd/guard", &guardBin)
 }
 
 func repoRoot(t *testing.T) string {

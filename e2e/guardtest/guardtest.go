@@ -32,6 +32,21 @@ func Build(pkg string) (bin string, remove func(), err error) {
 	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
+// Main is a test package's TestMain: it builds guard's command (pkg, as
+// for Build) into *bin, runs the tests, removes the binary and exits with
+// the tests' status.
+func Main(m *testing.M, pkg string, bin *string) {
+	b, remove, err := Build(pkg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = b
+	code := m.Run()
+	remove()
+	os.Exit(code)
+}
+
 // FreePort returns a loopback address no one listens on now.
 func FreePort(t testing.TB) string {
 	t.Helper()

@@ -36,15 +36,7 @@ const defaultCalls = 60000
 var guardBin string
 
 func TestMain(m *testing.M) {
-	bin, remove, err := guardtest.Build("../../cmd/guard")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	guardBin = bin
-	code := m.Run()
-	remove()
-	os.Exit(code)
+	guardtest.Main(m, "../../cmd/guard", &guardBin)
 }
 
 func soakCalls(t *testing.T) int {
