@@ -170,8 +170,12 @@ type aggregator struct {
 	uris    map[string]*member // resource URI → the member that listed it
 }
 
-func (a *aggregator) write(line []byte) {
-	if a.out.Write(context.Background(), unparsed(line)) == nil {
+func (a *aggregator) write(line []byte) { a.toClient(unparsed(line)) }
+
+// toClient writes one message to the client (a member's, parsed, goes on
+// without a second parse).
+func (a *aggregator) toClient(m wire.Message) {
+	if a.out.Write(context.Background(), m) == nil {
 		if f, ok := a.out.(flusher); ok {
 			_ = f.Flush()
 		}
@@ -866,14 +870,14 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		case w.ch != nil:
 			w.ch <- m
 		default:
-			a.write(wire.ReplaceID(m, w.clientID))
+			a.toClient(wire.WithID(m, w.clientID))
 		}
 	case wire.KindRequest:
 		a.mu.Lock()
 		id, _, _ := a.asked.add(m.ID, mb)
 		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
-		a.write(wire.ReplaceID(m, id))
+		a.toClient(wire.WithID(m, id))
 	case wire.KindNotification:
 		if m.Method == "notifications/cancelled" {
 			// The server withdrew a request of its own: name it as the
@@ -888,7 +892,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 			a.write(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", id)))
 			return
 		}
-		a.write(line)
+		a.toClient(m)
 	}
 }
 

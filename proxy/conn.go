@@ -159,14 +159,7 @@ func (p *pipeConn) end() {
 }
 
 func (p *pipeConn) Read(ctx context.Context) (wire.Message, error) {
-	m, err := p.in.take(ctx)
-	if err != nil {
-		return m, err
-	}
-	if m.Kind == 0 {
-		return readMessage(m.Raw)
-	}
-	return m, nil
+	return p.in.take(ctx)
 }
 
 func (p *pipeConn) Write(ctx context.Context, m wire.Message) error {
@@ -217,9 +210,14 @@ func (b *inbox) send(ctx context.Context, d delivery) error {
 	}
 }
 
+// take returns the next message, parsed (one put unparsed is parsed here,
+// as Conn.Read returns it), or the error delivered in its place.
 func (b *inbox) take(ctx context.Context) (wire.Message, error) {
 	select {
 	case d := <-b.ch:
+		if d.err == nil && d.m.Kind == 0 {
+			return readMessage(d.m.Raw)
+		}
 		return d.m, d.err
 	case <-b.closed:
 		return wire.Message{}, io.EOF

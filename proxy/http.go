@@ -143,11 +143,7 @@ type httpSession struct {
 type frontConn struct{ s *httpSession }
 
 func (c frontConn) Read(ctx context.Context) (wire.Message, error) {
-	m, err := c.s.in.take(ctx)
-	if err == nil && m.Kind == 0 {
-		return readMessage(m.Raw)
-	}
-	return m, err
+	return c.s.in.take(ctx)
 }
 
 func (c frontConn) Write(_ context.Context, m wire.Message) error {

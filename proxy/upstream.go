@@ -128,11 +128,7 @@ func (u *upstream) Write(_ context.Context, msg wire.Message) error {
 
 // Read returns the server's next message.
 func (u *upstream) Read(ctx context.Context) (wire.Message, error) {
-	m, err := u.in.take(ctx)
-	if err == nil && m.Kind == 0 {
-		return readMessage(m.Raw)
-	}
-	return m, err
+	return u.in.take(ctx)
 }
 
 // Close is the end of the relay's output for the server: the upstream

@@ -152,7 +152,7 @@ type span struct {
 func (m *Masker) mask(s string) (string, int) {
 	pats := m.patterns()
 	var buf [24]span
-	next := buf[:0]
+	var next []span
 	if len(pats) > len(buf) {
 		next = make([]span, len(pats))
 	} else {
