@@ -144,6 +144,7 @@ type Report struct {
 // Verify walks the log in order, recomputing every hash and link, and
 // checks the tail against the signed checkpoint.
 func (db *DB) Verify(ctx context.Context) (Report, error) {
+	db.caughtUp(ctx)
 	var rep Report
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
@@ -241,6 +242,7 @@ var CallColumns = []string{"id", "time", "session", "client", "protocol", "serve
 
 // Query calls fn for each invocation that matches f, newest first.
 func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+	db.caughtUp(ctx)
 	var where []string
 	var args []any
 	if !f.Since.IsZero() {
@@ -286,6 +288,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 
 // Records calls fn for every record in seq order (events included).
 func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
+	db.caughtUp(ctx)
 	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
@@ -324,6 +327,7 @@ type Decided struct {
 // time, oldest first: the decision of its first request record (a held
 // call's is "held", whoever decided it later).
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
+	db.caughtUp(ctx)
 	rows, err := db.r.QueryContext(ctx, `SELECT call_id, time, client, protocol, server, method, tool, arguments,
 		pin, decision, decided_by, reason, detail, MIN(seq) FROM records
 		WHERE kind = 'request' AND decision != '' AND time >= ?

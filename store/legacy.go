@@ -3,16 +3,11 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"syscall"
-	"time"
-
-	guard "github.com/guard-mcp/guard"
 )
 
 // Earlier versions of guard made records durable in a per-process journal
@@ -21,88 +16,15 @@ import (
 // database directory may still hold journals with records that never
 // reached the database (a process that was killed, or stopped while the
 // disk was full): the first writable Open moves them into the database, in
-// order and chained, then removes the files. What follows is only what
-// that needs: the frame reader and the import.
+// order and chained, then removes the files. Their frames are those of
+// today's journal (journal.go); what follows is the import.
 
-// journalDir holds the journals of earlier versions.
-func journalDir(dbPath string) string { return dbPath + ".journals" }
+// legacyJournalDir holds the journals of earlier versions.
+func legacyJournalDir(dbPath string) string { return dbPath + ".journals" }
 
 // legacyJournals lists the journals an earlier version left.
 func legacyJournals(dbPath string) ([]string, error) {
-	return filepath.Glob(filepath.Join(journalDir(dbPath), "*.jsonl"))
-}
-
-// A record in a journal is one frame: its length (uvarint), its fields in
-// a fixed order (text as length and bytes, numbers as varints), and a
-// CRC-32 of the fields. A frame cut short (or a zero length) marks the end
-// of what was written.
-
-func frameText(r *guard.Record) []*string {
-	return []*string{&r.ID, &r.CallID, &r.Kind, &r.Session, &r.Client, &r.Protocol, &r.Server, &r.Direction,
-		&r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason, &r.Outcome,
-		&r.Result, &r.Detail}
-}
-
-// errTorn marks a frame cut short: the end of what was written.
-var errTorn = errors.New("frame cut short")
-
-// readFrame decodes the frame at the start of b and returns its size.
-func readFrame(b []byte) (*guard.Record, int, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n == 0 || uint64(len(b)-k) < n+4 {
-		return nil, 0, errTorn
-	}
-	body := b[k : k+int(n)]
-	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[k+int(n):]) {
-		// Only the last frame can be cut short (a process that died in
-		// the middle of copying it): what follows is never read.
-		return nil, 0, errTorn
-	}
-	r := &guard.Record{}
-	for _, f := range frameText(r) {
-		l, k := binary.Uvarint(body)
-		if k <= 0 || uint64(len(body)-k) < l {
-			return nil, 0, errors.New("a record's fields do not fit its frame")
-		}
-		*f = string(body[k : k+int(l)])
-		body = body[k+int(l):]
-	}
-	var nums [4]int64
-	for i := range nums {
-		v, k := binary.Varint(body)
-		if k <= 0 {
-			return nil, 0, errors.New("a record's fields do not fit its frame")
-		}
-		nums[i], body = v, body[k:]
-	}
-	r.Time = time.UnixMilli(nums[0]).UTC()
-	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
-	return r, k + int(n) + 4, nil
-}
-
-// readJournal returns the complete records of a journal from offset on.
-func readJournal(path string, offset int64) ([]*guard.Record, int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, offset, err
-	}
-	if offset > int64(len(b)) {
-		return nil, offset, nil
-	}
-	var recs []*guard.Record
-	for rest := b[offset:]; len(rest) > 0; {
-		r, size, err := readFrame(rest)
-		if errors.Is(err, errTorn) {
-			break
-		}
-		if err != nil {
-			return nil, offset, fmt.Errorf("record at offset %d: %w", offset, err)
-		}
-		recs = append(recs, r)
-		offset += int64(size)
-		rest = rest[size:]
-	}
-	return recs, offset, nil
+	return filepath.Glob(filepath.Join(legacyJournalDir(dbPath), "*.jsonl"))
 }
 
 // importJournals moves the records of earlier versions' journals into the
@@ -138,7 +60,7 @@ func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
 		}
 	}
 	if done {
-		_ = os.Remove(journalDir(db.opts.Path)) // only when empty
+		_ = os.Remove(legacyJournalDir(db.opts.Path)) // only when empty
 	}
 	return done, errors.Join(errs...)
 }

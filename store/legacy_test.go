@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,24 +10,6 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 )
-
-// appendFrame writes a record as earlier versions wrote it to their
-// journals (the format readFrame reads).
-func appendFrame(buf []byte, r *guard.Record) []byte {
-	text := frameText(r)
-	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
-	var body []byte
-	for _, f := range text {
-		body = binary.AppendUvarint(body, uint64(len(*f)))
-		body = append(body, *f...)
-	}
-	for _, n := range nums {
-		body = binary.AppendVarint(body, n)
-	}
-	buf = binary.AppendUvarint(buf, uint64(len(body)))
-	buf = append(buf, body...)
-	return binary.BigEndian.AppendUint32(buf, crc32.ChecksumIEEE(body))
-}
 
 // TestJournalsOfAnEarlierVersionAreMovedIn builds what an earlier version
 // leaves behind (a schema with the journals table, a journal partly

@@ -1,9 +1,11 @@
 // Package store keeps guard's state in SQLite (modernc.org/sqlite): the
 // append-only, hash-chained audit log with its signed checkpoint, the tool
-// catalog, and held calls. Several guard processes share one database: the
-// chain's tail is found inside every write transaction, and a writer takes
-// the tail it committed last only while SQLite's data version shows that
-// no one else has committed since.
+// catalog, and held calls. Records become durable in a journal of the
+// process's own before they reach the database (journal.go, writer.go);
+// readers wait for the journals to be moved in. Several guard processes
+// share one database: the chain's tail is found inside every write
+// transaction, and a writer takes the tail it committed last only while
+// SQLite's data version shows that no one else has committed since.
 package store
 
 import (
@@ -61,22 +63,40 @@ type DB struct {
 	signer *signer   // nil when read-only and there is no key
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
-	queue   chan *appendReq // to the writer; nil when read-only
-	closeMu sync.RWMutex    // held by AppendAsync while it queues
-	closing bool            // set by Close: the queue is closed
-	closed  chan struct{}   // the writer has answered everything and ended
-	once    sync.Once
-	stats   *auditStats
+	writable bool          // false when read-only: appends are refused
+	closeMu  sync.RWMutex  // held by AppendAsync while it appends
+	closing  bool          // set by Close: appends are refused
+	stop     chan struct{} // closed by Close: the ingester and syncer finish
+	closed   chan struct{} // the ingester has ended
+	synced   chan struct{} // the syncer has ended (durability full)
+	once     sync.Once
+	stats    *auditStats
 
-	// commitMu is held while a batch is committed: by the writer, or by
-	// a lone caller that found the writer idle (AppendAsync). It guards wc.
+	// The journal (journal.go, writer.go). jmu is held to write an
+	// append's frames and to hand appends on, never across a wait.
+	jmu      sync.Mutex
+	room     *sync.Cond    // on jmu: the backlog went down, or the ingester failed or ended
+	seg      *segment      // where appends go
+	writing  bool          // until the ingester has ended
+	appended int64         // appends written to the journal
+	unsynced []*appendReq  // durability full: written, not yet synced
+	syncing  bool          // durability full: a sync is under way
+	pend     []*appendReq  // durable, not yet in the database, in order
+	frames   sync.Pool     // *[]byte, to build an append's frames in
+	work     chan struct{} // there are appends pending
+	urgent   chan struct{} // ingest now, without lingering
+	syncWork chan struct{} // there are appends to sync
+	segs     []*segment    // the ingester's: segments not yet removed, oldest first
+	settled  atomic.Int64  // appends in the database (or refused)
+	failure  atomic.Pointer[error]
+	progMu   sync.Mutex
+	progress chan struct{} // closed and replaced after every batch ingested
+
+	// commitMu is held while a batch is committed. It guards wc.
 	commitMu sync.Mutex
-	fsync    bool        // durability full: every commit is fsync'd
-	wc       *writerConn // the writer's connection and statements; nil after a failure until the next batch
+	fsync    bool        // durability full: the journal and every commit are fsync'd
+	wc       *writerConn // the ingester's connection and statements; nil after a failure until the next batch
 
-	// due tells the writer that a checkpoint is due after a caller's
-	// own commit (the writer checkpoints after its own).
-	due            chan struct{}
 	lastCheckpoint atomic.Int64 // unix nanoseconds
 	dirty          atomic.Bool  // records were committed since the last checkpoint
 }
@@ -145,15 +165,17 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if f, err := os.OpenFile(opts.Path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
 		f.Close()
 	}
-	sync := "FULL"
+	syncMode := "FULL"
 	if opts.Durability == "normal" {
-		sync = "NORMAL"
+		syncMode = "NORMAL"
 	}
 	// SQLite waits for other processes' locks up to its busy timeout; the
 	// audit writer retries after it up to BusyWait.
 	busy := min(10*time.Second, opts.BusyWait).Milliseconds()
-	dsn := "file:" + opts.Path + "?_pragma=busy_timeout(" + strconv.FormatInt(busy, 10) + ")&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(1)&_txlock=immediate"
-	w, err := sql.Open("sqlite", dsn)
+	dsn := func(syncMode string) string {
+		return "file:" + opts.Path + "?_pragma=busy_timeout(" + strconv.FormatInt(busy, 10) + ")&_pragma=journal_mode(WAL)&_pragma=synchronous(" + syncMode + ")&_pragma=foreign_keys(1)&_txlock=immediate"
+	}
+	w, err := sql.Open("sqlite", dsn(syncMode))
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
@@ -170,7 +192,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Path, err)
 	}
 	r.SetMaxOpenConns(4)
-	aw, err := sql.Open("sqlite", dsn)
+	// The ingester's commits are not fsync'd: the journal holds the
+	// durable copy of their records until the database's files are
+	// synced, before a segment is removed (DB.rotate).
+	aw, err := sql.Open("sqlite", dsn("NORMAL"))
 	if err != nil {
 		w.Close()
 		r.Close()
@@ -180,16 +205,24 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	aw.SetMaxIdleConns(1)
 	aw.SetConnMaxLifetime(0)
 	db := &DB{
-		opts:   opts,
-		aw:     aw,
-		w:      w,
-		r:      r,
-		queue:  make(chan *appendReq, queueCap),
-		due:    make(chan struct{}, 1),
-		fsync:  opts.Durability == "full",
-		closed: make(chan struct{}),
-		stats:  newAuditStats(),
+		opts:     opts,
+		aw:       aw,
+		w:        w,
+		r:        r,
+		writable: true,
+		writing:  true,
+		fsync:    opts.Durability == "full",
+		stop:     make(chan struct{}),
+		closed:   make(chan struct{}),
+		synced:   make(chan struct{}),
+		work:     make(chan struct{}, 1),
+		urgent:   make(chan struct{}, 1),
+		syncWork: make(chan struct{}, 1),
+		progress: make(chan struct{}),
+		stats:    newAuditStats(),
 	}
+	db.room = sync.NewCond(&db.jmu)
+	db.frames.New = func() any { return new([]byte) }
 	fail := func(err error) (*DB, error) {
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
@@ -207,12 +240,27 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		_ = persistWAL(ctx, conn)
 		conn.Close()
 	}
+	if err := os.MkdirAll(journalsDir(opts.Path), 0o700); err != nil {
+		return fail(fmt.Errorf("journal: %w", err))
+	}
+	if err := db.recoverJournals(ctx); err != nil {
+		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
+	}
+	if db.seg, err = newSegment(journalsDir(opts.Path), db.fsync); err != nil {
+		return fail(err)
+	}
+	db.segs = []*segment{db.seg}
 	if db.dirty.Load() {
 		if err := db.writeCheckpoint(); err != nil {
 			opts.Logger.Error("audit checkpoint", "err", err)
 		}
 	}
-	go db.writer()
+	go db.ingester()
+	if db.fsync {
+		go db.syncer()
+	} else {
+		close(db.synced)
+	}
 	return db, nil
 }
 
@@ -316,16 +364,16 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
-// Close commits everything queued, writes a last checkpoint, and closes
-// the database. Appends after Close are refused.
+// Close moves everything appended into the database, writes a last
+// checkpoint, and closes the database. Appends after Close are refused.
 func (db *DB) Close() error {
 	var err error
 	db.once.Do(func() {
-		if db.queue != nil {
+		if db.writable {
 			db.closeMu.Lock()
 			db.closing = true
-			close(db.queue)
 			db.closeMu.Unlock()
+			close(db.stop)
 			<-db.closed
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
@@ -414,7 +462,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
 	}
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
-		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", journalDir(opts.Path))
+		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
 	}
 	sg, err := readSigner(opts.KeyPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -94,6 +94,7 @@ func TestRecordsAreAppendOnly(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
+	db.caughtUp(context.Background())
 	r, _ := sql.Open("sqlite", "file:"+path)
 	defer r.Close()
 	if _, err := r.Exec(`UPDATE records SET tool = 'x' WHERE seq = 1`); err == nil || !strings.Contains(err.Error(), "append-only") {
@@ -216,20 +217,32 @@ func TestSeveralProcessesShareOneLog(t *testing.T) {
 	}
 }
 
-// A process killed after its appends were acknowledged loses none of them.
+// A process killed after its appends were acknowledged loses none of them:
+// the next Open moves what its journal holds into the database, once, and
+// removes the journal.
 func TestAcknowledgedRecordsSurviveACrash(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "g.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrasher$")
-	cmd.Env = append(os.Environ(), "GUARD_STORE_CRASH_DB="+path)
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	db := openDB(t, path)
-	defer db.Close()
-	rep, err := db.Verify(context.Background())
-	if err != nil || !rep.OK || rep.Records != 50 {
-		t.Fatalf("after a crash: %+v %v", rep, err)
+	for _, durability := range []string{"normal", "full"} {
+		t.Run(durability, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "g.db")
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrasher$")
+			cmd.Env = append(os.Environ(), "GUARD_STORE_CRASH_DB="+path, "GUARD_STORE_CRASH_DURABILITY="+durability)
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			if left, _ := segments(journalsDir(path)); len(left) != 1 {
+				t.Fatalf("the crashed process left %d journals, want its own", len(left))
+			}
+			db := openDB(t, path)
+			defer db.Close()
+			rep, err := db.Verify(context.Background())
+			if err != nil || !rep.OK || rep.Records != 50 {
+				t.Fatalf("after a crash: %+v %v", rep, err)
+			}
+			if left, _ := segments(journalsDir(path)); len(left) != 1 {
+				t.Fatalf("%d journals after the next Open, want its own only", len(left))
+			}
+		})
 	}
 }
 
@@ -240,7 +253,10 @@ func TestHelperCrasher(t *testing.T) {
 	if path == "" {
 		t.Skip("run as a child process only")
 	}
-	db := openDB(t, path)
+	db, err := Open(context.Background(), Options{Path: path, Durability: os.Getenv("GUARD_STORE_CRASH_DURABILITY")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 50 {
 		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 			t.Fatal(err)
@@ -248,7 +264,8 @@ func TestHelperCrasher(t *testing.T) {
 		if i == 24 {
 			// A checkpoint trails the commits: the crash comes after one
 			// was written and before the next, so the records it does not
-			// cover must be found intact beyond it.
+			// cover must be found intact beyond it. The records before
+			// it are in the database and still in the journal.
 			waitFor(t, "the first checkpoint", func() bool { _, err := os.Stat(path + ".checkpoint"); return err == nil })
 		}
 	}

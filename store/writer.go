@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -16,20 +19,24 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// The audit log is written by group commit. Each process has one writer
-// goroutine with its own connection; callers queue their records and wait.
-// The writer takes whatever is queued, commits it in one transaction (the
-// chain's tail is found inside it, as several processes share the
-// database), and answers every caller of the batch. While a commit runs,
-// the next batch gathers: the busier the process, the larger the batches
-// and the cheaper each record, so the writer keeps pace without a timer.
-// When it cannot, the queue fills and AppendAsync blocks: callers slow
-// down, and nothing is refused for want of room.
+// The audit log is written in two steps. An append makes its records
+// durable in the process's journal (journal.go): one write, and with
+// durability full an fdatasync shared by every append written meanwhile
+// (the syncer). The ingester then moves what the journal holds into the
+// records table, with the chain, in batches: it waits a little after the
+// first record (linger) so that a transaction carries many, and the
+// SQLite work a record costs is a small share of a transaction. Readers
+// of this process wait for it to catch up (caughtUp), and readers of
+// other processes wait for the journals' headers to show that it has.
 //
-// A batch that cannot be committed (disk full, I/O error) is refused to its
-// callers only: the next batch tries again, so guard recovers by itself when
-// the cause goes away. Another process holding the database's write lock is
-// not a failure: the batch waits for it (up to Options.BusyWait).
+// Appends are bounded by what is waiting for the ingester: past
+// maxBacklog records, AppendAsync blocks until it has caught up some
+// (backpressure), and nothing is refused for want of room. While the
+// ingester cannot commit (disk full, an I/O error, another process
+// holding the database longer than Options.BusyWait), new appends are
+// refused and it tries again; what was appended before stays in the
+// journal and reaches the database once it can, so guard recovers by
+// itself when the cause goes away and loses nothing it acknowledged.
 
 // errClosed is returned for appends after Close.
 var errClosed = errors.New("the database is closed")
@@ -37,13 +44,28 @@ var errClosed = errors.New("the database is closed")
 // errReadOnly is returned for appends to a database opened read-only.
 var errReadOnly = errors.New("the database is open read-only")
 
-// queueCap bounds the appends waiting for the writer: beyond it,
-// AppendAsync blocks until the writer has taken some (backpressure).
-const queueCap = 1024
+// maxBacklog bounds the records appended and not yet in the database:
+// beyond it, AppendAsync blocks until the ingester has taken some.
+const maxBacklog = 16384
 
-// maxBatch is the number of records past which the writer stops adding
-// appends to a batch (one append's records always go together).
+// maxBatch is the number of records past which the ingester stops adding
+// appends to a transaction (one append's records always go together).
 const maxBatch = 2048
+
+// linger is how long the ingester waits after the first record before it
+// commits, and lingerAppends the number of appends that end the wait
+// early.
+const (
+	linger        = 10 * time.Millisecond
+	lingerAppends = 256
+)
+
+// retryAfter is the pause before the ingester tries again a batch it
+// could not commit.
+const retryAfter = 100 * time.Millisecond
+
+// maxFrameBuf is the largest frame buffer kept for the next append.
+const maxFrameBuf = 64 << 10
 
 // BatchBuckets are the bounds of the batch-size histogram, in records.
 var BatchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}
@@ -52,15 +74,21 @@ type appendReq struct {
 	recs  []*guard.Record
 	done  chan error
 	start time.Time
+	seg   *segment // the journal segment it was written to
+	end   int64    // the offset after its frames
+	// refused is set by the syncer when the journal could not be synced:
+	// its caller was refused and the ingester only counts it.
+	refused bool
 }
 
 // auditStats are the writer's figures.
 type auditStats struct {
-	latency  *metrics.Histogram // until committed
+	latency  *metrics.Histogram // until durable
 	batches  *metrics.Histogram // records per transaction
-	backlog  atomic.Int64       // records appended, not yet answered
+	backlog  atomic.Int64       // records appended, not yet in the database
 	peak     atomic.Int64       // the most backlog has been
 	attempts atomic.Int64       // transactions begun (retries included)
+	waits    atomic.Int64       // appends that waited for room
 }
 
 func newAuditStats() *auditStats {
@@ -77,18 +105,29 @@ func (s *auditStats) add(n int) {
 	}
 }
 
-// AppendAsync queues records for the audit log and returns a channel that
-// receives one value once they are committed (nil) or could not be (an
-// error wrapping guard.ErrAuditWrite). The records of one call are
-// committed in one transaction, in order. With durability normal, a caller
-// that finds nothing queued and no commit running commits its records
-// itself before AppendAsync returns. When the writer is behind by more than
-// its queue holds, AppendAsync blocks until there is room. Writes
-// do not depend on any caller's context: a client that goes away cannot
-// cancel the record of what it did.
+// signal wakes the goroutine that waits on c, unless it is already due
+// to wake.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// AppendAsync makes records durable in the audit log and returns a
+// channel that receives one value once they are (nil) or could not be (an
+// error wrapping guard.ErrAuditWrite). The records of one append are
+// written together, in order, and reach the database in one transaction.
+// With durability normal the channel has its value when AppendAsync
+// returns; with full, once the journal is synced: by the caller itself
+// when no sync is under way (AppendAsync returns after it), else by the
+// next sync. When more records wait
+// for the database than the ingester's backlog holds, AppendAsync blocks
+// until there is room. Writes do not depend on any caller's context: a
+// client that goes away cannot cancel the record of what it did.
 func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	done := make(chan error, 1)
-	if db.queue == nil {
+	if !db.writable {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errReadOnly)
 		return done
 	}
@@ -105,141 +144,527 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		}
 		r.Time = r.Time.UTC().Truncate(time.Millisecond)
 	}
-	// Close waits for appends that are blocked on a full queue (the writer
-	// goes on taking from it), then closes the queue.
+	// Close waits for appends under way (one that waits for room goes on
+	// once the ingester has made some).
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closing {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
 		return done
 	}
-	db.stats.add(len(recs))
-	req := &appendReq{recs: recs, done: done, start: time.Now()}
-	if !db.fsync && db.stats.backlog.Load() == int64(len(recs)) && db.commitMu.TryLock() {
-		// Nothing waits and nothing is being committed: the caller
-		// commits its own records, which spares a lone call two
-		// hand-offs between goroutines. Under load the queue is never
-		// empty for long and the writer batches as before. Not with
-		// durability full: a caller that waited for its own fsync here
-		// would keep the next records of its session (read by the same
-		// goroutine) out of the batch that shares it. Nothing else is
-		// outstanding (the backlog is this append's own), so no record
-		// appended earlier can be committed after these. One attempt
-		// only: if another process holds the database, the writer waits
-		// for it instead, and the caller goes on.
-		batch := []*appendReq{req}
-		err := db.commit(batch)
-		if err != nil && isBusy(err) {
-			db.commitMu.Unlock()
-			db.queue <- req
-			return done
-		}
-		db.answer(batch, err)
-		db.commitMu.Unlock()
-		if db.checkpointDue() {
-			select {
-			case db.due <- struct{}{}:
-			default:
-			}
-		}
+	if err := db.failed(); err != nil {
+		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	db.queue <- req
+	bp := db.frames.Get().(*[]byte)
+	b := (*bp)[:0]
+	for _, r := range recs {
+		b = appendFrame(b, r)
+	}
+	req := &appendReq{recs: recs, done: done, start: time.Now()}
+	db.jmu.Lock()
+	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.writing && db.failed() == nil; {
+		if !waited {
+			waited = true
+			db.stats.waits.Add(1)
+		}
+		db.room.Wait()
+	}
+	seg := db.seg
+	err := db.failed()
+	switch {
+	case err != nil:
+	case !db.writing:
+		err = errors.New("the audit log stopped")
+	case seg.bad:
+		err = errors.New("the journal could not be synced; a new one is being made")
+	default:
+		// One write, at the end the journal had: a frame cut short by
+		// a failure is written over by the next append.
+		_, err = seg.f.WriteAt(b, seg.end)
+	}
+	if err != nil {
+		db.jmu.Unlock()
+		db.putFrames(bp, b)
+		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
+		return done
+	}
+	seg.end += int64(len(b))
+	seg.appends++
+	db.appended++
+	req.seg, req.end = seg, seg.end
+	db.stats.add(len(recs))
+	var n int
+	var sync []*appendReq
+	if db.fsync {
+		db.unsynced = append(db.unsynced, req)
+		if !db.syncing {
+			db.syncing = true
+			sync, db.unsynced = db.unsynced, nil
+		}
+	} else {
+		db.pend = append(db.pend, req)
+		n = len(db.pend)
+	}
+	db.jmu.Unlock()
+	db.putFrames(bp, b)
+	if db.fsync {
+		db.syncJournal(sync) // nil when a sync is under way
+		return done
+	}
+	db.stats.latency.Observe(time.Since(req.start).Seconds())
+	done <- nil
+	switch {
+	case n >= lingerAppends:
+		signal(db.urgent)
+	case n == 1:
+		signal(db.work)
+	}
 	return done
 }
 
-// Append is AppendAsync that waits for the commit.
+// putFrames keeps a frame buffer for the next append, unless it grew
+// large.
+func (db *DB) putFrames(bp *[]byte, b []byte) {
+	if cap(b) > maxFrameBuf {
+		return
+	}
+	*bp = b[:0]
+	db.frames.Put(bp)
+}
+
+// Append is AppendAsync that waits until the records are durable.
 func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs...) }
 
-// AppendLatency is how long appends take until committed (queueing
+// AppendLatency is how long appends take until durable (waiting for room
 // included).
 func (db *DB) AppendLatency() *metrics.Histogram { return db.stats.latency }
 
 // BatchSizes is how many records each audit transaction committed.
 func (db *DB) BatchSizes() *metrics.Histogram { return db.stats.batches }
 
-// Backlog is the number of records appended and not yet answered: queued,
-// blocked on the full queue, or being committed.
+// Backlog is the number of records appended and not yet in the database.
 func (db *DB) Backlog() int64 { return db.stats.backlog.Load() }
 
 // PeakBacklog is the most Backlog has been since Open.
 func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
 
-// writer commits whatever is queued in one transaction, answers the
-// batch's callers, and writes checkpoints; it ends when Close has closed
-// the queue and everything in it is answered.
-func (db *DB) writer() {
-	defer close(db.closed)
-	t := time.NewTicker(db.opts.CheckpointEvery)
-	defer t.Stop()
-	var batch []*appendReq
+// failed is the ingester's last failure while it lasts: appends are
+// refused with it.
+func (db *DB) failed() error {
+	if p := db.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// With durability full, the journal is synced by group commit: an append
+// that finds no sync under way syncs the journal itself, for itself and
+// for whatever was written meanwhile, so that a lone call's record costs
+// one fdatasync and no hand-off between goroutines; appends written while
+// a sync is under way wait for the next one, which the syncer makes as
+// soon as the one under way ends. No append waits for more than two
+// syncs, and the caller that syncs waits for one only.
+
+// syncer fsyncs the journal for the appends written while another sync
+// was under way (durability full); it ends once Close has stopped appends
+// and every append is answered.
+func (db *DB) syncer() {
+	defer close(db.synced)
 	for {
 		select {
-		case req, ok := <-db.queue:
-			if !ok {
-				if err := db.writeCheckpoint(); err != nil {
-					db.opts.Logger.Error("audit checkpoint", "err", err)
-				}
-				return
-			}
-			batch = db.collect(batch[:0], req)
-			db.commitMu.Lock()
-			db.commitBatch(batch)
-			db.commitMu.Unlock()
-			clear(batch)
-			db.maybeCheckpoint()
-		case <-db.due:
-			db.maybeCheckpoint()
-		case <-t.C:
-			db.maybeCheckpoint()
+		case <-db.syncWork:
+		case <-db.stop:
+			db.syncJournal(db.takeUnsynced())
+			return
 		}
+		db.syncJournal(db.takeUnsynced())
 	}
 }
 
-// collect appends first and whatever else is queued to batch, up to
-// maxBatch records.
-func (db *DB) collect(batch []*appendReq, first *appendReq) []*appendReq {
-	batch = append(batch, first)
-	n := len(first.recs)
-	for n < maxBatch {
-		select {
-		case r, ok := <-db.queue:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-			n += len(r.recs)
-		default:
-			return batch
-		}
+// takeUnsynced takes the appends waiting for a sync and marks a sync
+// under way, unless one is already (its end wakes the syncer).
+func (db *DB) takeUnsynced() []*appendReq {
+	db.jmu.Lock()
+	defer db.jmu.Unlock()
+	if db.syncing || len(db.unsynced) == 0 {
+		return nil
 	}
+	db.syncing = true
+	batch := db.unsynced
+	db.unsynced = nil
 	return batch
 }
 
-// commitBatch commits a batch and answers its callers. The caller holds
-// commitMu.
-func (db *DB) commitBatch(batch []*appendReq) {
-	db.answer(batch, db.commitRetrying(batch))
-}
-
-// answer answers the callers of a batch with the outcome of its commit.
-func (db *DB) answer(batch []*appendReq, err error) {
-	n := 0
-	for _, r := range batch {
-		n += len(r.recs)
+// syncJournal fsyncs the journal for a batch taken by takeUnsynced,
+// answers its callers and hands it to the ingester.
+func (db *DB) syncJournal(batch []*appendReq) {
+	if len(batch) == 0 {
+		return
 	}
-	if err != nil {
-		err = fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
-		db.opts.Logger.Error("audit commit failed; its calls are refused", "records", n, "err", err)
-	} else {
-		db.dirty.Store(true)
-		db.stats.batches.Observe(float64(n))
+	// The appends are in the order they were written: one fdatasync per
+	// segment covers every append written to it before the sync began.
+	errs := map[*segment]error{}
+	for i, r := range batch {
+		if i > 0 && r.seg == batch[i-1].seg {
+			continue
+		}
+		if err := syscall.Fdatasync(r.seg.fd); err != nil {
+			errs[r.seg] = err
+			db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
+		}
+	}
+	for _, r := range batch {
+		r.refused = errs[r.seg] != nil
+	}
+	db.jmu.Lock()
+	for s := range errs {
+		s.bad = true
+	}
+	db.pend = append(db.pend, batch...)
+	db.syncing = false
+	more := len(db.unsynced) > 0
+	db.jmu.Unlock()
+	signal(db.work)
+	if more {
+		signal(db.syncWork)
 	}
 	for _, r := range batch {
 		db.stats.latency.Observe(time.Since(r.start).Seconds())
-		db.stats.backlog.Add(-int64(len(r.recs)))
-		r.done <- err
+		if r.refused {
+			r.done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, errs[r.seg])
+			continue
+		}
+		r.done <- nil
 	}
+}
+
+// ingester moves the journal's records into the database, writes
+// checkpoints and replaces full journal segments; it ends when Close has
+// stopped appends and everything appended is in the database (or, if the
+// database cannot take it, left in the journal for the next Open).
+func (db *DB) ingester() {
+	defer close(db.closed)
+	t := time.NewTicker(db.opts.CheckpointEvery)
+	defer t.Stop()
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	var batch []*appendReq
+	stopping := false
+	for !stopping {
+		select {
+		case <-db.work:
+			// More records come while this one waits: they share its
+			// transaction.
+			wait.Reset(linger)
+			select {
+			case <-wait.C:
+			case <-db.urgent:
+				wait.Stop()
+			case <-db.stop:
+				wait.Stop()
+				stopping = true
+			}
+		case <-db.urgent:
+		case <-db.stop:
+			stopping = true
+		case <-t.C:
+			db.maybeCheckpoint()
+			continue
+		}
+		if stopping && db.fsync {
+			<-db.synced // every append is answered and pending
+		}
+		for {
+			batch = db.take(batch[:0])
+			if len(batch) == 0 {
+				break
+			}
+			err := db.ingest(batch)
+			clear(batch)
+			if err == nil {
+				if stopping {
+					continue // everything, before the end
+				}
+				db.jmu.Lock()
+				n := len(db.pend)
+				db.jmu.Unlock()
+				if n >= lingerAppends {
+					signal(db.urgent)
+				} else if n > 0 {
+					signal(db.work)
+				}
+				break
+			}
+			if stopping {
+				break
+			}
+			// Appends are refused until a batch goes in again.
+			wait.Reset(retryAfter)
+			select {
+			case <-wait.C:
+			case <-db.stop:
+				wait.Stop()
+				stopping = true
+			}
+		}
+		db.rotate()
+		db.maybeCheckpoint()
+	}
+	db.finish()
+}
+
+// take moves the oldest pending appends, up to maxBatch records, to batch.
+func (db *DB) take(batch []*appendReq) []*appendReq {
+	db.jmu.Lock()
+	defer db.jmu.Unlock()
+	n, i := 0, 0
+	for ; i < len(db.pend) && (i == 0 || n+len(db.pend[i].recs) <= maxBatch); i++ {
+		n += len(db.pend[i].recs)
+	}
+	batch = append(batch, db.pend[:i]...)
+	rest := copy(db.pend, db.pend[i:])
+	clear(db.pend[rest:])
+	db.pend = db.pend[:rest]
+	return batch
+}
+
+// ingest commits a batch to the database. On failure the batch goes back
+// to the front of what is pending and appends are refused until a batch
+// goes in.
+func (db *DB) ingest(batch []*appendReq) error {
+	recs := batch
+	if slices.ContainsFunc(batch, func(r *appendReq) bool { return r.refused }) {
+		recs = slices.DeleteFunc(slices.Clone(batch), func(r *appendReq) bool { return r.refused })
+	}
+	var err error
+	n := 0
+	if len(recs) > 0 {
+		db.commitMu.Lock()
+		err = db.commitRetrying(recs)
+		db.commitMu.Unlock()
+		for _, r := range recs {
+			n += len(r.recs)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("audit commit: %w", err)
+		if db.failure.Swap(&err) == nil {
+			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
+		}
+		db.jmu.Lock()
+		db.pend = append(slices.Clone(batch), db.pend...)
+		db.room.Broadcast() // appends waiting for room are refused
+		db.jmu.Unlock()
+		return err
+	}
+	if db.failure.Swap(nil) != nil {
+		db.opts.Logger.Info("audit records go into the database again")
+	}
+	if n > 0 {
+		db.dirty.Store(true)
+		db.stats.batches.Observe(float64(n))
+	}
+	var last *segment
+	for _, r := range batch {
+		r.seg.done++
+		r.seg.doneTill = r.end
+		if !r.refused {
+			db.stats.backlog.Add(-int64(len(r.recs)))
+		}
+		if last != nil && last != r.seg {
+			_ = last.noteIngested(last.doneTill)
+		}
+		last = r.seg
+	}
+	if err := last.noteIngested(last.doneTill); err != nil {
+		db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
+	}
+	db.settled.Add(int64(len(batch)))
+	db.jmu.Lock()
+	db.room.Broadcast()
+	db.jmu.Unlock()
+	db.progMu.Lock()
+	close(db.progress)
+	db.progress = make(chan struct{})
+	db.progMu.Unlock()
+	return nil
+}
+
+// rotate replaces the journal segment appends go to once it is large (or
+// could not be synced), and removes the earlier segments whose records
+// are all in the database.
+func (db *DB) rotate() {
+	db.jmu.Lock()
+	cur := db.seg
+	full := cur.end >= segmentSize || cur.bad
+	db.jmu.Unlock()
+	if full {
+		// Made without holding the journal: appends go on meanwhile.
+		s, err := newSegment(journalsDir(db.opts.Path), db.fsync)
+		if err != nil {
+			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one grows", "err", err)
+		} else {
+			db.jmu.Lock()
+			db.seg = s
+			db.jmu.Unlock()
+			db.segs = append(db.segs, s)
+		}
+	}
+	synced := false
+	for len(db.segs) > 1 {
+		s := db.segs[0]
+		db.jmu.Lock()
+		all := s.done == s.appends // no append goes to it any more
+		db.jmu.Unlock()
+		if !all {
+			return
+		}
+		if db.fsync && !synced {
+			if err := db.syncFiles(); err != nil {
+				db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
+				return
+			}
+			synced = true
+		}
+		if err := s.close(true); err != nil {
+			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+		}
+		db.segs = db.segs[1:]
+	}
+}
+
+// syncFiles makes what the ingester has committed durable: its commits
+// are not fsync'd, so with durability full the database's files are
+// synced before a journal segment with those records goes.
+func (db *DB) syncFiles() error {
+	var errs []error
+	for _, p := range []string{db.opts.Path + "-wal", db.opts.Path} {
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, f.Sync(), f.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// finish ends the ingester: a last checkpoint, and the journal segments
+// closed, removed when every record in them is in the database (else kept
+// for the next Open).
+func (db *DB) finish() {
+	if err := db.writeCheckpoint(); err != nil {
+		db.opts.Logger.Error("audit checkpoint", "err", err)
+	}
+	db.jmu.Lock()
+	db.writing = false
+	db.room.Broadcast()
+	left := 0
+	for _, r := range db.pend {
+		if !r.refused {
+			left += len(r.recs)
+		}
+	}
+	db.jmu.Unlock()
+	if db.fsync && left == 0 {
+		if err := db.syncFiles(); err != nil {
+			db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
+			left = -1
+		}
+	}
+	for _, s := range db.segs {
+		keep := s.done != s.appends || left < 0
+		if keep {
+			db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
+		}
+		if err := s.close(!keep); err != nil {
+			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+		}
+	}
+	db.segs = nil
+}
+
+// caughtUp waits, up to a few seconds, until what this process and the
+// others writing to the database have appended is in the database, so
+// that a reader sees every record acknowledged before it began. It gives
+// up early when the ingester cannot commit, or a journal's owner is gone.
+func (db *DB) caughtUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, caughtUpWait)
+	defer cancel()
+	if db.writable {
+		db.jmu.Lock()
+		target := db.appended
+		db.jmu.Unlock()
+		for db.settled.Load() < target && db.failed() == nil {
+			db.progMu.Lock()
+			ch := db.progress
+			db.progMu.Unlock()
+			if db.settled.Load() >= target {
+				break
+			}
+			signal(db.urgent)
+			select {
+			case <-ch:
+			case <-db.closed:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	db.awaitJournals(ctx)
+}
+
+// caughtUpWait bounds how long a reader waits for the journals.
+const caughtUpWait = 5 * time.Second
+
+// journalPoll is how often a reader looks again at another process's
+// journal it waits for.
+const journalPoll = 2 * time.Millisecond
+
+// awaitJournals waits until every live journal's header shows the
+// records it held when the wait began in the database (or ctx ends). A
+// journal whose owner is gone is left to the next writable Open.
+func (db *DB) awaitJournals(ctx context.Context) {
+	files, _ := segments(journalsDir(db.opts.Path))
+	for _, p := range files {
+		if !awaitJournal(ctx, p) {
+			return
+		}
+	}
+}
+
+// awaitJournal waits for one journal; it reports false when ctx ended.
+func awaitJournal(ctx context.Context, path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return true // no one writes to it
+	}
+	off, err := segmentIngested(f)
+	if err != nil {
+		return true
+	}
+	end := framesEnd(f, off)
+	for off < end {
+		select {
+		case <-time.After(journalPoll):
+		case <-ctx.Done():
+			return false
+		}
+		if off, err = segmentIngested(f); err != nil {
+			return true
+		}
+	}
+	return true
 }
 
 // retryPause is the pause between two attempts at a batch that another

@@ -84,7 +84,16 @@ func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
 // Many goroutines appending at once, each keeping several appends in
 // flight, make one complete chain.
 func TestConcurrentAppendersMakeOneChain(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	for _, durability := range []string{"normal", "full"} {
+		t.Run(durability, func(t *testing.T) { concurrentAppenders(t, durability) })
+	}
+}
+
+func concurrentAppenders(t *testing.T, durability string) {
+	db, err := Open(context.Background(), Options{Path: filepath.Join(t.TempDir(), "g.db"), Durability: durability})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 	const goroutines, each = 64, 100
 	var wg sync.WaitGroup
@@ -116,15 +125,18 @@ func TestConcurrentAppendersMakeOneChain(t *testing.T) {
 	if len(acked) != goroutines*each {
 		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
 	}
+	db.caughtUp(context.Background())
 	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
 		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
 	}
 	verifyAll(t, db, acked)
 }
 
-// A batch that cannot be committed refuses its own callers only: the batch
-// before it and the appends after it are committed.
-func TestABatchFailureAnswersOnlyItsCallers(t *testing.T) {
+// A record the database will not take is kept, not lost: it was
+// acknowledged once in the journal, new appends are refused while the
+// ingester cannot commit, and once the cause goes away it reaches the
+// log with everything appended before and after it.
+func TestARecordTheDatabaseRefusesIsKept(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
 	defer db.Close()
@@ -139,41 +151,40 @@ func TestABatchFailureAnswersOnlyItsCallers(t *testing.T) {
 		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
 		t.Fatal(err)
 	}
-	release := lockDB(t, path)
 	before := rec(1, guard.KindRequest)
-	// The first append's commit (the caller's own: nothing else is
-	// queued) waits for the lock: what is appended meanwhile forms the
-	// next batch.
-	firstc := make(chan (<-chan error), 1)
-	go func() { firstc <- db.AppendAsync(before) }()
-	waitFor(t, "the first batch to wait for the lock", func() bool { return db.stats.attempts.Load() > 0 })
+	if err := db.Append(before); err != nil {
+		t.Fatal(err)
+	}
+	db.caughtUp(context.Background())
 	bad := rec(2, guard.KindRequest)
 	bad.Tool = "poison"
-	good := rec(3, guard.KindRequest)
-	second := []<-chan error{db.AppendAsync(bad), db.AppendAsync(good)}
-	waitFor(t, "both appends to wait", func() bool { return db.Backlog() == 3 })
-	release()
-	if err := <-<-firstc; err != nil {
-		t.Fatalf("the batch before: %v", err)
+	if err := db.Append(bad); err != nil {
+		t.Fatalf("an append is durable in the journal before the database takes it: %v", err)
 	}
-	for _, ch := range second {
-		if err := <-ch; !errors.Is(err, guard.ErrAuditWrite) {
-			t.Fatalf("a caller of the failed batch: %v", err)
-		}
+	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	if err := db.Append(rec(3, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("an append while the database refuses records: %v", err)
 	}
+	if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
 	after := rec(4, guard.KindRequest)
 	if err := db.Append(after); err != nil {
-		t.Fatalf("the batch after: %v", err)
+		t.Fatalf("an append once the database takes records again: %v", err)
 	}
 	var n int
-	if err := db.r.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("%d records, want 2 (%v)", n, err)
+	db.caughtUp(context.Background())
+	if err := db.r.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d records, want 3 (%v)", n, err)
 	}
-	verifyAll(t, db, []*guard.Record{before, after})
+	verifyAll(t, db, []*guard.Record{before, bad, after})
 }
 
-// Another process holding the write lock makes appends wait, not fail;
-// past BusyWait they are refused, and the next append goes through.
+// Another process holding the write lock makes the ingester wait, not
+// fail: appends go on into the journal. Past BusyWait new appends are
+// refused; once the lock is gone, every acknowledged record is in the
+// log.
 func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db, err := Open(context.Background(), Options{Path: path, Durability: "normal", BusyWait: 200 * time.Millisecond})
@@ -182,61 +193,57 @@ func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
 	}
 	defer db.Close()
 	release := lockDB(t, path)
-	if err := db.Append(rec(1, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+	first := rec(1, guard.KindRequest)
+	if err := db.Append(first); err != nil {
+		t.Fatalf("append while the database is locked: %v", err)
+	}
+	waitFor(t, "the ingester to give up on the lock", func() bool { return db.failed() != nil })
+	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("append while locked past BusyWait: %v", err)
 	}
 	release()
-	r := rec(2, guard.KindRequest)
+	waitFor(t, "the ingester to commit again", func() bool { return db.failed() == nil })
+	r := rec(3, guard.KindRequest)
 	if err := db.Append(r); err != nil {
 		t.Fatalf("append once the lock is gone: %v", err)
 	}
-	verifyAll(t, db, []*guard.Record{r})
+	verifyAll(t, db, []*guard.Record{first, r})
 
-	// Within BusyWait, the append waits for the lock and succeeds.
+	// Within BusyWait, the ingester waits for the lock and commits.
 	db2 := openDB(t, filepath.Join(t.TempDir(), "h.db"))
 	defer db2.Close()
 	release = lockDB(t, db2.Path())
-	// With durability normal and nothing queued, the caller commits its
-	// own records: AppendAsync itself waits for the lock.
-	ch := make(chan (<-chan error), 1)
-	go func() { ch <- db2.AppendAsync(rec(3, guard.KindRequest)) }()
-	waitFor(t, "the commit to begin", func() bool { return db2.stats.attempts.Load() > 0 })
-	release()
-	if err := <-<-ch; err != nil {
-		t.Fatalf("append that waited for the lock: %v", err)
-	}
-}
-
-// A full queue blocks AppendAsync until the writer makes room; nothing is
-// refused.
-func TestAFullQueueBlocksAndDoesNotRefuse(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "g.db")
-	// Durability full: every append goes through the queue (with normal,
-	// a lone caller commits its own).
-	db, err := Open(context.Background(), Options{Path: path, Durability: "full"})
-	if err != nil {
+	r = rec(4, guard.KindRequest)
+	if err := db2.Append(r); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the commit to begin", func() bool { return db2.stats.attempts.Load() > 0 })
+	release()
+	verifyAll(t, db2, []*guard.Record{r})
+}
+
+// A full backlog blocks AppendAsync until the ingester makes room;
+// nothing is refused.
+func TestAFullBacklogBlocksAndDoesNotRefuse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
 	defer db.Close()
 	release := lockDB(t, path)
 	var acked []*guard.Record
-	first := rec(0, guard.KindRequest)
-	chans := []<-chan error{db.AppendAsync(first)}
-	acked = append(acked, first)
-	waitFor(t, "the writer to take the first batch", func() bool { return db.stats.attempts.Load() > 0 })
-	for i := range queueCap {
-		r := rec(i+1, guard.KindRequest)
+	var chans []<-chan error
+	for i := range maxBacklog {
+		r := rec(i, guard.KindRequest)
 		acked = append(acked, r)
-		chans = append(chans, db.AppendAsync(r)) // fills the queue: none of these block
+		chans = append(chans, db.AppendAsync(r)) // none of these block
 	}
-	extra := rec(queueCap+1, guard.KindRequest)
+	extra := rec(maxBacklog, guard.KindRequest)
 	acked = append(acked, extra)
 	returned := make(chan (<-chan error), 1)
 	go func() { returned <- db.AppendAsync(extra) }()
-	waitFor(t, "the extra append to reach the full queue", func() bool { return db.Backlog() == queueCap+2 })
+	waitFor(t, "the extra append to wait for room", func() bool { return db.stats.waits.Load() > 0 })
 	select {
 	case <-returned:
-		t.Fatal("AppendAsync returned while the queue was full")
+		t.Fatal("AppendAsync returned while the backlog was full")
 	default:
 	}
 	release()
@@ -246,8 +253,8 @@ func TestAFullQueueBlocksAndDoesNotRefuse(t *testing.T) {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if db.PeakBacklog() != queueCap+2 {
-		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), queueCap+2)
+	if db.PeakBacklog() != maxBacklog {
+		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), maxBacklog)
 	}
 	verifyAll(t, db, acked)
 }
@@ -328,12 +335,17 @@ func TestADiskThatFillsAndEmpties(t *testing.T) {
 		t.Fatalf("append on a full disk: %v", refused)
 	}
 	t.Logf("refused on a full disk: %v", refused)
-	if err := db.Append(rec(20000, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+	second := rec(20000, guard.KindRequest)
+	second.Result = big
+	if err := db.Append(second); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("a second append on the full disk: %v", err)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	// The ingester tries again by itself: appends are taken again once
+	// it has committed what waited.
+	waitFor(t, "the ingester to commit again", func() bool { return db.failed() == nil })
 	for i := range 20 {
 		r := rec(30000+i, guard.KindRequest)
 		if err := db.Append(r); err != nil {
@@ -429,6 +441,7 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 		if err := db.Append(r); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
+		db.caughtUp(ctx) // in the database before the next append
 		acked = append(acked, r)
 	}
 	appendTo(a, 0)
@@ -480,6 +493,7 @@ func TestEmptyTextIsStoredAsText(t *testing.T) {
 	if err := db.Append(empty, full); err != nil {
 		t.Fatal(err)
 	}
+	db.caughtUp(context.Background())
 	cols := []string{"id", "call_id", "kind", "time", "session", "client", "protocol", "server", "direction",
 		"method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "detail",
 		"prev_hash", "hash"}
@@ -499,4 +513,67 @@ func TestEmptyTextIsStoredAsText(t *testing.T) {
 		t.Fatalf("the empty record's text is not empty: %d %v", n, err)
 	}
 	verifyAll(t, db, []*guard.Record{empty, full})
+}
+
+// A reader in another process sees every record acknowledged before it
+// began, though the writer has not moved it into the database yet: it
+// waits for the writer's journal to show that it has.
+func TestAReaderWaitsForAnotherProcessesJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	release := lockDB(t, path) // the writer cannot commit
+	r := rec(1, guard.KindRequest)
+	if err := db.Append(r); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := OpenReadOnly(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	found := make(chan bool, 1)
+	go func() {
+		seen := false
+		_ = reader.Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
+		found <- seen
+	}()
+	release()
+	if !<-found {
+		t.Fatal("a reader missed a record acknowledged before it began")
+	}
+}
+
+// Journal segments are replaced once large and removed once their
+// records are in the database; Close removes the last.
+func TestJournalSegmentsAreReplacedAndRemoved(t *testing.T) {
+	for _, durability := range []string{"normal", "full"} {
+		t.Run(durability, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "g.db")
+			db, err := Open(context.Background(), Options{Path: path, Durability: durability})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _ := segments(journalsDir(path))
+			big := string(bytes.Repeat([]byte("x"), 64<<10))
+			var acked []*guard.Record
+			for i := 0; i*len(big) < 2*segmentSize; i++ {
+				r := rec(i, guard.KindRequest)
+				r.Result = big
+				if err := db.Append(r); err != nil {
+					t.Fatal(err)
+				}
+				acked = append(acked, r)
+			}
+			db.caughtUp(context.Background())
+			waitFor(t, "the full segments to go", func() bool {
+				now, _ := segments(journalsDir(path))
+				return len(now) == 1 && now[0] != first[0]
+			})
+			verifyAll(t, db, acked)
+			if left, _ := segments(journalsDir(path)); len(left) != 0 {
+				t.Fatalf("%d journals after Close", len(left))
+			}
+		})
+	}
 }

@@ -216,7 +216,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		hide = append(hide, d)
 	}
 	db := st.DBPath
-	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock",
+	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", db + ".journal",
 		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
@@ -224,6 +224,11 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		// exists from the start, so that it is hidden as itself.
 		if f, err := os.OpenFile(filepath.Join(st.DataDir, exposedMarker), os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 			f.Close()
+		}
+		// So is the audit journal's directory (the database's Open makes
+		// it too, perhaps later).
+		if err := os.MkdirAll(db+".journal", 0o700); err != nil {
+			logger.Warn("cannot create the audit journal's directory", "dir", db+".journal", "err", err)
 		}
 	}
 	if _, err := os.Lstat(db + ".journals"); err == nil {

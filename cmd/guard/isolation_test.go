@@ -48,7 +48,7 @@ func TestSandboxHide(t *testing.T) {
 	got := st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
 	want := []string{
 		filepath.Join(home, ".config/guard"), filepath.Join(home, ".local/share/guard"), own,
-		db, db + "-shm", db + "-wal", db + ".checkpoint", db + ".journals", db + ".lock",
+		db, db + "-shm", db + "-wal", db + ".checkpoint", db + ".journal", db + ".journals", db + ".lock",
 		filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token"), filepath.Join(shared, exposedMarker),
 	}
 	slices.Sort(want)

@@ -34,12 +34,12 @@ func newMetrics(db *store.DB) *metrics.Registry {
 		n, _, err := db.CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
 	})
-	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until committed (queueing included).", db.AppendLatency())
-	reg.Histogram("guard_audit_batch_records", "Records committed per audit transaction (group commit).", db.BatchSizes())
-	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet committed.", func() (float64, error) {
+	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.AppendLatency())
+	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.BatchSizes())
+	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet in the database.", func() (float64, error) {
 		return float64(db.Backlog()), nil
 	})
-	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting for a commit.", func() (float64, error) {
+	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
 	return reg

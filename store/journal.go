@@ -1,0 +1,375 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// Records become durable in a journal before they reach SQLite. Each open
+// database that writes has one journal, a file of its own in
+// DB.journal/ (a segment), locked while it is open. An append is one write
+// of its records' frames at the journal's end: with durability normal that
+// is all (the record survives a crash of guard in the kernel's page cache),
+// with full the journal is fdatasync'd, once for every append written
+// meanwhile. The ingester moves what the journal holds into the records
+// table in batches, with the chain, and notes in the journal's header how
+// far it has come. A journal whose records are all in the database is
+// replaced once it is large and removed.
+//
+// A journal left by a process that died (its lock is free) is moved into
+// the database by the next writable Open; records already there (a crash
+// between the database's commit and the header's update) are skipped.
+
+// journalMagic opens every journal segment.
+const journalMagic = "guard-journal-1\n"
+
+// journalHeader is the size of a segment's header: the magic, then the
+// offset of the first frame not yet in the database (8 bytes, little
+// endian). Frames follow it.
+const journalHeader = 64
+
+// ingestedAt is the offset of the ingested offset in the header.
+const ingestedAt = len(journalMagic)
+
+// segmentSize is the size past which a segment is replaced by a new one.
+// With durability full a segment is written with zeros to this size when
+// it is made, so that an fdatasync after an append has only data to
+// flush, not the file's size.
+const segmentSize = 8 << 20
+
+// journalsDir holds the journals of the database at dbPath.
+func journalsDir(dbPath string) string { return dbPath + ".journal" }
+
+// segment is one journal file.
+type segment struct {
+	f    *os.File
+	fd   int // f's, for fdatasync
+	path string
+	// Under DB.jmu: where the next frame goes, and the appends written
+	// to this segment.
+	end     int64
+	appends int64
+	// bad is set (under DB.jmu) when an fdatasync failed: the kernel may
+	// have dropped what it could not write, so nothing more goes here.
+	bad bool
+	// The ingester's own: appends of this segment moved into the
+	// database (or refused), and the offset after the last of them.
+	done     int64
+	doneTill int64
+}
+
+// newSegment creates a journal segment in dir, locked for this process.
+// With zero, it is filled with zeros to segmentSize and synced.
+func newSegment(dir string, zero bool) (*segment, error) {
+	path := filepath.Join(dir, guard.NewID()+".log")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	s := &segment{f: f, fd: int(f.Fd()), path: path, end: journalHeader, doneTill: journalHeader}
+	fail := func(err error) (*segment, error) {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fail(err)
+	}
+	h := make([]byte, journalHeader)
+	copy(h, journalMagic)
+	binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
+	if _, err := f.WriteAt(h, 0); err != nil {
+		return fail(err)
+	}
+	if zero {
+		if err := zeroFill(f); err != nil {
+			// A disk without room for it: the segment grows with its
+			// frames instead (each sync then also writes its size).
+			if err := f.Truncate(journalHeader); err != nil {
+				return fail(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			return fail(err)
+		}
+		if err := syncDir(dir); err != nil {
+			return fail(err)
+		}
+	}
+	return s, nil
+}
+
+// zeroFill writes zeros after the header up to segmentSize.
+func zeroFill(f *os.File) error {
+	chunk := make([]byte, 1<<20)
+	for off := int64(journalHeader); off < segmentSize; off += int64(len(chunk)) {
+		if _, err := f.WriteAt(chunk[:min(int64(len(chunk)), segmentSize-off)], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir makes a directory's entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// noteIngested writes in the header how far the database holds the
+// segment's records. It is a hint, for readers that wait for the
+// database to catch up and for the recovery after a crash: nothing
+// depends on it being on disk.
+func (s *segment) noteIngested(off int64) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(off))
+	_, err := s.f.WriteAt(b[:], int64(ingestedAt))
+	return err
+}
+
+// close closes the segment and, when remove, deletes it.
+func (s *segment) close(remove bool) error {
+	var err error
+	if remove {
+		err = os.Remove(s.path)
+	}
+	return errors.Join(err, s.f.Close())
+}
+
+// A record in a journal is one frame: its length (uvarint), its fields in
+// a fixed order (text as length and bytes, numbers as varints), and a
+// CRC-32 of the fields. A frame cut short (or a zero length) marks the end
+// of what was written. The chain's fields (seq, hashes) are not in it: the
+// ingester computes them.
+
+func frameText(r *guard.Record) []*string {
+	return []*string{&r.ID, &r.CallID, &r.Kind, &r.Session, &r.Client, &r.Protocol, &r.Server, &r.Direction,
+		&r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason, &r.Outcome,
+		&r.Result, &r.Detail}
+}
+
+// appendFrame appends r's frame to b.
+func appendFrame(b []byte, r *guard.Record) []byte {
+	text := frameText(r)
+	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
+	n := 0
+	for _, f := range text {
+		n += uvarintLen(uint64(len(*f))) + len(*f)
+	}
+	for _, v := range nums {
+		n += varintLen(v)
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	start := len(b)
+	for _, f := range text {
+		b = binary.AppendUvarint(b, uint64(len(*f)))
+		b = append(b, *f...)
+	}
+	for _, v := range nums {
+		b = binary.AppendVarint(b, v)
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(v int64) int {
+	u := uint64(v) << 1
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintLen(u)
+}
+
+// errTorn marks a frame cut short: the end of what was written.
+var errTorn = errors.New("frame cut short")
+
+// readFrame decodes the frame at the start of b and returns its size.
+func readFrame(b []byte) (*guard.Record, int, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n == 0 || uint64(len(b)-k) < n+4 {
+		return nil, 0, errTorn
+	}
+	body := b[k : k+int(n)]
+	if crc32.ChecksumIEEE(body) != binary.BigEndian.Uint32(b[k+int(n):]) {
+		// Only the last frame can be cut short (a process that died in
+		// the middle of writing it): what follows is never read.
+		return nil, 0, errTorn
+	}
+	r := &guard.Record{}
+	for _, f := range frameText(r) {
+		l, k := binary.Uvarint(body)
+		if k <= 0 || uint64(len(body)-k) < l {
+			return nil, 0, errors.New("a record's fields do not fit its frame")
+		}
+		*f = string(body[k : k+int(l)])
+		body = body[k+int(l):]
+	}
+	var nums [4]int64
+	for i := range nums {
+		v, k := binary.Varint(body)
+		if k <= 0 {
+			return nil, 0, errors.New("a record's fields do not fit its frame")
+		}
+		nums[i], body = v, body[k:]
+	}
+	r.Time = time.UnixMilli(nums[0]).UTC()
+	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
+	return r, k + int(n) + 4, nil
+}
+
+// readJournal returns the complete records of a journal from offset on.
+func readJournal(path string, offset int64) ([]*guard.Record, int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, offset, err
+	}
+	if offset > int64(len(b)) {
+		return nil, offset, nil
+	}
+	var recs []*guard.Record
+	for rest := b[offset:]; len(rest) > 0; {
+		r, size, err := readFrame(rest)
+		if errors.Is(err, errTorn) {
+			break
+		}
+		if err != nil {
+			return nil, offset, fmt.Errorf("record at offset %d: %w", offset, err)
+		}
+		recs = append(recs, r)
+		offset += int64(size)
+		rest = rest[size:]
+	}
+	return recs, offset, nil
+}
+
+// segmentIngested reads a segment's header: the offset of its first
+// record not yet in the database.
+func segmentIngested(f io.ReaderAt) (int64, error) {
+	h := make([]byte, journalHeader)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		return 0, err
+	}
+	if string(h[:len(journalMagic)]) != journalMagic {
+		return 0, errors.New("not a guard journal")
+	}
+	off := int64(binary.LittleEndian.Uint64(h[ingestedAt:]))
+	if off < journalHeader {
+		return 0, errors.New("the journal's header is damaged")
+	}
+	return off, nil
+}
+
+// framesEnd is the offset after the last complete frame written to f from
+// off on, found from the frames' lengths (the contents are not read).
+func framesEnd(f *os.File, off int64) int64 {
+	st, err := f.Stat()
+	if err != nil {
+		return off
+	}
+	var b [binary.MaxVarintLen64]byte
+	for {
+		n, _ := f.ReadAt(b[:], off)
+		l, k := binary.Uvarint(b[:n])
+		next := off + int64(k) + int64(l) + 4
+		if k <= 0 || l == 0 || next > st.Size() {
+			return off
+		}
+		off = next
+	}
+}
+
+// segments lists the journal segments in dir.
+func segments(dir string) ([]string, error) {
+	return filepath.Glob(filepath.Join(dir, "*.log"))
+}
+
+// recoverJournals moves into the database the records of journals whose
+// owner is gone (a process that was killed, or stopped while the database
+// could not take them), in order and chained, skipping those already
+// there, and removes the journals. A journal still locked belongs to a
+// live process.
+func (db *DB) recoverJournals(ctx context.Context) error {
+	files, err := segments(journalsDir(db.opts.Path))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, path := range files {
+		n, err := db.recoverJournal(ctx, path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
+			continue
+		}
+		if n > 0 {
+			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", path, "records", n)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return 0, nil // removed meanwhile by its owner
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return 0, nil // its owner is alive
+	}
+	if _, err := segmentIngested(f); err != nil {
+		return 0, err
+	}
+	// Read from the first frame, whatever the header says: it is written
+	// after the database's commits, which are not fsync'd (DB.rotate), so
+	// after a power cut either may be ahead of the other. Records already
+	// in the database are skipped.
+	recs, _, err := readJournal(path, journalHeader)
+	if err != nil {
+		return 0, err
+	}
+	fresh := recs[:0]
+	for _, r := range recs {
+		var n int
+		if err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&n); err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			fresh = append(fresh, r)
+		}
+	}
+	for rest := fresh; len(rest) > 0; {
+		k := min(len(rest), maxBatch)
+		batch := []*appendReq{{recs: rest[:k]}}
+		db.commitMu.Lock()
+		err := db.commitRetrying(batch)
+		db.commitMu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		db.dirty.Store(true)
+		rest = rest[k:]
+	}
+	return len(fresh), os.Remove(path)
+}
