@@ -82,7 +82,9 @@ func newSegment(dir string, zero bool) (*segment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A reader looking for live journals holds a shared lock for a
+	// moment: the new file's lock waits for it.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return fail(err)
 	}
 	h := make([]byte, journalHeader)
@@ -298,6 +300,24 @@ func framesEnd(f *os.File, off int64) int64 {
 		}
 		off = next
 	}
+}
+
+// orphanJournals counts the journals of the database at dbPath whose
+// owner is gone.
+func orphanJournals(dbPath string) int {
+	files, _ := segments(journalsDir(dbPath))
+	n := 0
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) == nil {
+			n++
+		}
+		f.Close() // the lock goes with it
+	}
+	return n
 }
 
 // segments lists the journal segments in dir.
