@@ -89,7 +89,8 @@ type Result struct {
 	// TreeCPU is CPU with that of the process's descendants (the servers
 	// guard runs, and their sandbox's init) added. In a stdio run it is
 	// read once the session has ended: it holds what the calls left to do
-	// (their records' commits, a last checkpoint) and the processes' exit.
+	// (their records moved into the database, a last checkpoint) and the
+	// processes' exit.
 	TreeCPU time.Duration
 
 	// The comparisons are medians over rounds of a figure against the
@@ -216,8 +217,8 @@ const (
 	// ...and guard adds at most this multiple of the CPU per call the
 	// copy relay adds.
 	targetNormalCPUOfRelay = 2.0
-	// With durability full, a lone call pays two fsync'd commits (its
-	// call and its result) and at most this much more.
+	// With durability full, a lone call pays two fsyncs of the audit
+	// journal (its call and its result) and at most this much more.
 	targetFullP50Extra = 150 * time.Microsecond
 	// Eight callers through guard (durability full) make at least this
 	// share of the direct session's calls per second.
@@ -432,8 +433,9 @@ func summarize(name string, n int, ss []sample) Result {
 }
 
 // quiet is how long a measurement lets the processes measured finish what
-// earlier calls left them to do (an audit record's commit, say) before it
-// reads their CPU time, so that each reading is taken at a like point.
+// earlier calls left them to do (moving audit records into the database,
+// say) before it reads their CPU time, so that each reading is taken at a
+// like point.
 const quiet = 100 * time.Millisecond
 
 // measure makes calls echo calls with n concurrent callers on one session
@@ -478,8 +480,8 @@ func measure(ctx context.Context, name string, argv, env []string, n, calls int)
 	// process's resource usage, which holds that of the children it
 	// waited for (the server, or a sandbox's init, which holds the
 	// server's): what is done after the last answers (their records
-	// committed, a last checkpoint) counts with the calls, and so does a
-	// process of the tree that ended.
+	// moved into the database, a last checkpoint) counts with the calls,
+	// and so does a process of the tree that ended.
 	open = false
 	if err := cs.Close(); err != nil {
 		return sample{}, fmt.Errorf("%s: ending the session: %w", name, err)
