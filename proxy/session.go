@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -110,10 +111,14 @@ type Session struct {
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
-	accepted           map[string]time.Time // pins found accepted, and when
-	stateKey           [32]byte             // signs guard's own requestState
-	elicitForm         bool                 // the client answers form elicitations
-	held               int                  // calls waiting for approval now
+	// metaClient is what metaInfo names (no name: nothing), metaCapsForm
+	// whether metaCaps declare form elicitation.
+	metaClient   guard.ClientInfo
+	metaCapsForm bool
+	accepted     map[string]time.Time // pins found accepted, and when
+	stateKey     [32]byte             // signs guard's own requestState
+	elicitForm   bool                 // the client answers form elicitations
+	held         int                  // calls waiting for approval now
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
@@ -389,7 +394,9 @@ func (s *Session) noteClient(msg wire.Message) {
 		}
 		return
 	}
-	pv := wire.MetaMember(msg.Params, metaProtocol)
+	var meta [3][]byte
+	wire.Members(wire.ParamsMember(msg.Params, "_meta"), []string{metaProtocol, metaCapabilities, metaClientInfo}, meta[:])
+	pv, caps, ci := meta[0], meta[1], meta[2]
 	if pv == nil {
 		return
 	}
@@ -400,18 +407,29 @@ func (s *Session) noteClient(msg wire.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.protocol = v
-	if caps := wire.MetaMember(msg.Params, metaCapabilities); caps != nil {
-		s.metaCaps = append(json.RawMessage(nil), caps...)
-		s.elicitForm = formElicitation(caps)
-	}
-	if ci := wire.MetaMember(msg.Params, metaClientInfo); ci != nil {
-		s.metaInfo = append(json.RawMessage(nil), ci...)
-		var info struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
+	// A client repeats the same capabilities and clientInfo in every
+	// request: they are decoded when they change.
+	if caps != nil {
+		if !bytes.Equal(caps, s.metaCaps) {
+			s.metaCaps = append(json.RawMessage(nil), caps...)
+			s.metaCapsForm = formElicitation(caps)
 		}
-		if json.Unmarshal(ci, &info) == nil && info.Name != "" {
-			s.client = guard.ClientInfo{Name: info.Name, Version: info.Version}
+		s.elicitForm = s.metaCapsForm
+	}
+	if ci != nil {
+		if !bytes.Equal(ci, s.metaInfo) {
+			s.metaInfo = append(json.RawMessage(nil), ci...)
+			var info struct {
+				Name    string `json:"name"`
+				Version string `json:"version"`
+			}
+			s.metaClient = guard.ClientInfo{}
+			if json.Unmarshal(ci, &info) == nil && info.Name != "" {
+				s.metaClient = guard.ClientInfo{Name: info.Name, Version: info.Version}
+			}
+		}
+		if s.metaClient.Name != "" {
+			s.client = s.metaClient
 		}
 	}
 }
@@ -700,10 +718,12 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 		return guard.OutcomeProtocolError, s.resultText(msg.Error)
 	}
 	outcome = guard.OutcomeOK
-	if v := wire.ParamsMember(msg.Result, "isError"); v != nil && string(v) == "true" {
+	var m [2][]byte
+	wire.Members(msg.Result, []string{"isError", "resultType"}, m[:])
+	if v := m[0]; v != nil && string(v) == "true" {
 		outcome = guard.OutcomeToolError
 	}
-	if v := wire.ParamsMember(msg.Result, "resultType"); v != nil {
+	if v := m[1]; v != nil {
 		if rt, _ := wire.String(v); rt == "input_required" {
 			outcome = guard.OutcomeInputRequired
 		}

@@ -31,14 +31,16 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	}
 	// Strict passed: no duplicate or case-variant keys, so the members
 	// found here are exactly the ones the server will read.
-	name, ok := wire.String(wire.ParamsMember(msg.Params, "name"))
+	var p [5][]byte
+	wire.Members(msg.Params, []string{"name", "arguments", "_meta", "requestState", "inputResponses"}, p[:])
+	name, ok := wire.String(p[0])
 	if !ok || name == "" {
 		c.reason = "Invalid params: tools/call needs a tool name"
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
 	c.tool = name
-	c.args = wire.ParamsMember(msg.Params, "arguments")
+	c.args = p[1]
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = []byte("{}")
 	} else if c.args[0] != '{' {
@@ -46,14 +48,14 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
-	if tok := wire.MetaMember(msg.Params, "progressToken"); len(tok) > 0 && string(tok) != "null" {
+	if tok := wire.ParamsMember(p[2], "progressToken"); len(tok) > 0 && string(tok) != "null" {
 		c.progress = tok
 	}
 	// A later round of a 2026-07-28 call names the round it continues by
 	// its requestState, or (when the server gave none) by answering input
 	// requests for the same tool and arguments.
 	var round string
-	if rs := wire.ParamsMember(msg.Params, "requestState"); rs != nil {
+	if rs := p[3]; rs != nil {
 		if v, ok := wire.String(rs); ok {
 			if strings.HasPrefix(v, guardStatePrefix) {
 				s.mu.Lock()
@@ -67,7 +69,7 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 			}
 			round = "state\x00" + v
 		}
-	} else if wire.ParamsMember(msg.Params, "inputResponses") != nil {
+	} else if p[4] != nil {
 		round = roundKey(c.tool, c.args)
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.

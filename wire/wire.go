@@ -692,39 +692,71 @@ func Notification(method string, params any) ([]byte, error) {
 // ParamsMember returns the raw value of a top-level member of a JSON
 // object, or nil.
 func ParamsMember(obj []byte, key string) []byte {
+	var v []byte
+	eachMember(obj, func(k, val []byte) bool {
+		if string(k) == key {
+			v = val
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// Members finds several top-level members of a JSON object in one pass:
+// vals[i] is what ParamsMember(obj, keys[i]) returns. vals is as long as
+// keys.
+func Members(obj []byte, keys []string, vals [][]byte) {
+	clear(vals)
+	left := len(keys)
+	eachMember(obj, func(k, v []byte) bool {
+		for i, key := range keys {
+			if vals[i] == nil && string(k) == key {
+				vals[i] = v
+				left--
+				break
+			}
+		}
+		return left > 0
+	})
+}
+
+// eachMember calls f with the name and the raw value of each top-level
+// member of a JSON object, in order, until f returns false. It stops
+// early, without an error, at anything that is not a well-formed member.
+func eachMember(obj []byte, f func(k, v []byte) bool) {
 	i := skipWS(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return nil
+		return
 	}
 	i++
 	for i < len(obj) {
 		i = skipWS(obj, i)
 		if i >= len(obj) || obj[i] == '}' {
-			return nil
+			return
 		}
 		if obj[i] == ',' {
 			i = skipWS(obj, i+1)
 		}
 		if i >= len(obj) || obj[i] != '"' {
-			return nil
+			return
 		}
 		ke := skipString(obj, i)
 		k, err := keyText(obj[i:ke])
 		if err != nil {
-			return nil
+			return
 		}
 		i = skipWS(obj, ke)
 		i = skipWS(obj, i+1)
 		if i >= len(obj) {
-			return nil
+			return
 		}
 		ve := skipValue(obj, i)
-		if string(k) == key {
-			return obj[i:ve]
+		if !f(k, obj[i:ve]) {
+			return
 		}
 		i = ve
 	}
-	return nil
 }
 
 // MetaMember returns a member of params._meta, or nil.

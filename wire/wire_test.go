@@ -193,6 +193,29 @@ func TestMembers(t *testing.T) {
 	}
 }
 
+// Members finds in one pass what ParamsMember finds member by member: the
+// first of a name given twice, nothing past a malformed member.
+func TestMembersInOnePass(t *testing.T) {
+	keys := []string{"arguments", "missing", "name", "_meta", "x"}
+	for _, obj := range []string{
+		`{"name":"x","_meta":{"a":1},"arguments":{"b":[1,"}"]},"name":"y"}`,
+		` { "x" : null , "name" : "a\"b" } `,
+		`{"name":1,"arguments":2,bad}`,
+		`{"n\u0061me":"escaped","x":[]}`,
+		`[1,2]`,
+		``,
+	} {
+		vals := make([][]byte, len(keys))
+		vals[1] = []byte("stale")
+		Members([]byte(obj), keys, vals)
+		for i, k := range keys {
+			if want := ParamsMember([]byte(obj), k); string(vals[i]) != string(want) || (vals[i] == nil) != (want == nil) {
+				t.Errorf("%s: %s = %q, ParamsMember finds %q", obj, k, vals[i], want)
+			}
+		}
+	}
+}
+
 func FuzzReader(f *testing.F) {
 	f.Add([]byte("a\nbb\r\n\nccc"), 2)
 	f.Fuzz(func(t *testing.T, in []byte, max int) {
