@@ -785,8 +785,7 @@ func (e *StrictError) Error() string {
 // names that differ only in case, and no string holds invalid UTF-8 or a
 // lone surrogate. raw is valid JSON (Parse accepted it).
 func Strict(raw []byte) error {
-	_, err := strictValue(raw, skipWS(raw, 0), nil, false)
-	return err
+	return strict(raw, false)
 }
 
 // resultMembers are the members a result of tools/call defines (through
@@ -800,7 +799,7 @@ var resultMembers = []string{"content", "structuredContent", "isError", "_meta",
 // differs only in case from one the protocol defines. Case variants inside
 // a tool's own data stay allowed. raw is valid JSON.
 func StrictResult(raw []byte, toolCall bool) error {
-	if _, err := strictValue(raw, skipWS(raw, 0), nil, true); err != nil {
+	if err := strict(raw, true); err != nil {
 		return err
 	}
 	if !toolCall {
@@ -827,6 +826,33 @@ func StrictResult(raw []byte, toolCall bool) error {
 	return nil
 }
 
+// strict checks every value of raw (see strictWalk.value). The walk keeps
+// no path: when it finds a problem, it is done again with paths, for the
+// error to say where.
+func strict(raw []byte, exact bool) error {
+	w := strictWalk{exact: exact, utf8: utf8.Valid(raw)}
+	i := skipWS(raw, 0)
+	if _, err := w.value(raw, i, nil); err == nil {
+		return nil
+	}
+	w.paths = true
+	_, err := w.value(raw, i, nil)
+	return err
+}
+
+// strictWalk is how strict walks a message.
+type strictWalk struct {
+	// exact compares member names as written (duplicates only), otherwise
+	// as a case-insensitive decoder does.
+	exact bool
+	// utf8: the whole message is valid UTF-8, so a string's escapes are
+	// all that is left to check.
+	utf8 bool
+	// paths builds each value's position as the walk descends (at); without
+	// it at is nil and errors name no path.
+	paths bool
+}
+
 // where is a position in a message, built as the walk descends and turned
 // into text only for an error.
 type where struct {
@@ -849,13 +875,20 @@ func (w *where) String() string {
 	return up + "." + string(w.key)
 }
 
-// strictValue checks the value at b[i]; exact compares member names as
-// written (duplicates only), otherwise as a case-insensitive decoder does.
-func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
+// checkString checks a quoted string of the message walked.
+func (w strictWalk) checkString(q []byte) error {
+	if w.utf8 {
+		return checkEscapes(q)
+	}
+	return checkString(q)
+}
+
+// value checks the value at b[i] and returns the index after it.
+func (w strictWalk) value(b []byte, i int, at *where) (int, error) {
 	switch b[i] {
 	case '"':
 		e := skipString(b, i)
-		if err := checkString(b[i:e]); err != nil {
+		if err := w.checkString(b[i:e]); err != nil {
 			return e, &StrictError{Path: at.String(), Problem: err.Error()}
 		}
 		return e, nil
@@ -865,8 +898,12 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 			}
+			var next *where
+			if w.paths {
+				next = &where{up: at, index: n}
+			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, index: n}, exact)
+			i, err = w.value(b, i, next)
 			if err != nil {
 				return i, err
 			}
@@ -878,7 +915,7 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 		names := small[:0]
 		var folded map[string][]byte // folded → as written, past eight names
 		key := fold
-		if exact {
+		if w.exact {
 			key = func(s string) string { return s }
 		}
 		i = skipWS(b, i+1)
@@ -887,10 +924,10 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 				i = skipWS(b, i+1)
 			}
 			ke := skipString(b, i)
-			if err := checkString(b[i:ke]); err != nil {
+			if err := w.checkString(b[i:ke]); err != nil {
 				return ke, &StrictError{Path: at.String(), Problem: "a member name: " + err.Error()}
 			}
-			k, _ := keyText(b[i:ke])
+			k := memberName(b[i:ke])
 			if folded == nil && len(names) == cap(small) {
 				folded = make(map[string][]byte, 16)
 				for _, n := range names {
@@ -905,7 +942,7 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 				folded[f] = k
 			} else {
 				for _, prev := range names {
-					if (exact && string(prev) == string(k)) || (!exact && sameName(prev, k)) {
+					if (w.exact && string(prev) == string(k)) || (!w.exact && sameName(prev, k)) {
 						return ke, dupError(at, prev, k)
 					}
 				}
@@ -913,8 +950,12 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 			names = append(names, k)
 			i = skipWS(b, ke)
 			i = skipWS(b, i+1)
+			var next *where
+			if w.paths {
+				next = &where{up: at, key: k}
+			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, key: k}, exact)
+			i, err = w.value(b, i, next)
 			if err != nil {
 				return i, err
 			}
@@ -924,6 +965,19 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 	default:
 		return skipValue(b, i), nil
 	}
+}
+
+// memberName returns the text of a member name checkString accepted: the
+// quoted bytes themselves when it has no escapes, not a copy.
+func memberName(q []byte) []byte {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return q[1 : len(q)-1]
+	}
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return nil
+	}
+	return []byte(s)
 }
 
 // sameName reports whether two member names are one for a decoder that
@@ -1004,6 +1058,14 @@ func fold(s string) string {
 func checkString(q []byte) error {
 	if !utf8.Valid(q) {
 		return errors.New("invalid UTF-8")
+	}
+	return checkEscapes(q)
+}
+
+// checkEscapes refuses escaped lone surrogates in a quoted JSON string.
+func checkEscapes(q []byte) error {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return nil
 	}
 	for i := 0; i < len(q); i++ {
 		if q[i] != '\\' {
