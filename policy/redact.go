@@ -16,6 +16,7 @@ const Redacted = "[REDACTED]"
 type Redactor struct {
 	keys    map[string]bool // normalised names
 	probes  [][]byte        // lower-case names, for a quick check
+	starts  [256]bool       // the probes' first bytes
 	secrets *secrets.Masker // secret shapes, wherever they are
 	own     *secrets.Masker // guard's own secrets alone; nil: none
 }
@@ -73,6 +74,7 @@ func (c *Config) Redactor() *Redactor {
 		}
 		r.keys[n] = true
 		r.probes = append(r.probes, []byte(n))
+		r.starts[n[0]] = true
 	}
 	return r
 }
@@ -126,40 +128,39 @@ func (r *Redactor) Redact(raw []byte) string {
 }
 
 // mayContain is a cheap first look, without copying the text: could any
-// key occur at all (ignoring case, "_" and "-")?
+// key occur at all (ignoring case, "_" and "-")? One pass tries the keys
+// only where one of them could begin.
 func (r *Redactor) mayContain(raw []byte) bool {
-	for _, p := range r.probes {
-		if containsFolded(raw, p) {
-			return true
+	for i, c := range raw {
+		c = lower(c)
+		if !r.starts[c] {
+			continue
+		}
+		for _, p := range r.probes {
+			if p[0] == c && foldedPrefix(raw[i:], p) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// containsFolded reports whether raw holds probe (lower case, without "_"
-// or "-") when raw's letters are lowered and its "_" and "-" skipped.
-func containsFolded(raw, probe []byte) bool {
-	for i := range raw {
-		if lower(raw[i]) != probe[0] {
+// foldedPrefix reports whether raw begins with probe (lower case, without
+// "_" or "-") when raw's letters are lowered and its "_" and "-" skipped.
+func foldedPrefix(raw, probe []byte) bool {
+	j, k := 0, 0
+	for j < len(raw) && k < len(probe) {
+		c := raw[j]
+		j++
+		if c == '_' || c == '-' {
 			continue
 		}
-		j, k := i, 0
-		for j < len(raw) && k < len(probe) {
-			c := raw[j]
-			j++
-			if c == '_' || c == '-' {
-				continue
-			}
-			if lower(c) != probe[k] {
-				break
-			}
-			k++
+		if lower(c) != probe[k] {
+			break
 		}
-		if k == len(probe) {
-			return true
-		}
+		k++
 	}
-	return false
+	return k == len(probe)
 }
 
 func lower(c byte) byte {
