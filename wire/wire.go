@@ -247,7 +247,7 @@ var members = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 // Parse classifies one message.
 func Parse(raw []byte) (Message, error) {
 	m := Message{Raw: raw}
-	if !json.Valid(raw) {
+	if !valid(raw) {
 		return m, ErrParse
 	}
 	i := skipWS(raw, 0)

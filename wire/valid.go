@@ -1,0 +1,202 @@
+package wire
+
+// maxDepth is how deeply arrays and objects may nest: encoding/json's
+// limit, past which its Valid refuses a text.
+const maxDepth = 10000
+
+// valid reports whether b is one JSON value (RFC 8259) with only whitespace
+// around it: what encoding/json.Valid accepts (strings are not checked for
+// UTF-8, nesting past maxDepth is refused), found in one pass that moves
+// through strings and numbers by loops of their own rather than a state
+// change per byte.
+func valid(b []byte) bool {
+	var small [64]bool
+	open := small[:0] // the containers the value at i is in: true for an object
+	i := skipWS(b, 0)
+	for {
+		// A value begins at i.
+		if i >= len(b) {
+			return false
+		}
+		switch c := b[i]; c {
+		case '{', '[':
+			if len(open) == maxDepth {
+				return false
+			}
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == closer(c) {
+				i++ // empty
+				break
+			}
+			open = append(open, c == '{')
+			if c == '{' {
+				if i = validKey(b, i); i < 0 {
+					return false
+				}
+			}
+			continue
+		case '"':
+			if i = validString(b, i); i < 0 {
+				return false
+			}
+		case 't':
+			if i = literal(b, i, "true"); i < 0 {
+				return false
+			}
+		case 'f':
+			if i = literal(b, i, "false"); i < 0 {
+				return false
+			}
+		case 'n':
+			if i = literal(b, i, "null"); i < 0 {
+				return false
+			}
+		default:
+			if i = validNumber(b, i); i < 0 {
+				return false
+			}
+		}
+		// A value ended at i: close what it ends, until the next value.
+		for {
+			i = skipWS(b, i)
+			if len(open) == 0 {
+				return i == len(b)
+			}
+			if i >= len(b) {
+				return false
+			}
+			obj := open[len(open)-1]
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+				if obj {
+					if i = validKey(b, i); i < 0 {
+						return false
+					}
+				}
+				break
+			}
+			if (obj && b[i] != '}') || (!obj && b[i] != ']') {
+				return false
+			}
+			open = open[:len(open)-1]
+			i++
+		}
+	}
+}
+
+func closer(open byte) byte {
+	if open == '{' {
+		return '}'
+	}
+	return ']'
+}
+
+// validKey checks a member name and its colon at b[i] and returns where its
+// value begins, or -1.
+func validKey(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	if i = validString(b, i); i < 0 {
+		return -1
+	}
+	i = skipWS(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipWS(b, i+1)
+}
+
+// validString checks the string at b[i] == '"' and returns the index after
+// it, or -1.
+func validString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return -1
+					}
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// validNumber checks the number at b[i] and returns the index after it, or
+// -1: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(b []byte, i int) int {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return -1
+	case b[i] == '0':
+		i++
+	case '1' <= b[i] && b[i] <= '9':
+		i = digits(b, i)
+	default:
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		if i = digits(b, i+1); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i = digits(b, i); i < 0 {
+			return -1
+		}
+	}
+	return i
+}
+
+// digits returns the index after the digits at b[i], or -1 when there is
+// none.
+func digits(b []byte, i int) int {
+	start := i
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return -1
+	}
+	return i
+}
+
+// literal checks that b holds word at i and returns the index after it, or
+// -1.
+func literal(b []byte, i int, word string) int {
+	if len(b)-i < len(word) || string(b[i:i+len(word)]) != word {
+		return -1
+	}
+	return i + len(word)
+}
