@@ -371,9 +371,22 @@ func (s *Session) clientMessage(msg wire.Message, b *batch) {
 	}
 }
 
+// requestMeta holds the members of a request's params._meta that guard
+// reads.
+type requestMeta struct {
+	protocol, caps, info, progressToken []byte
+}
+
+// readMeta finds the members of a _meta object guard reads, in one pass.
+func readMeta(meta []byte) requestMeta {
+	var m [4][]byte
+	wire.Members(meta, []string{metaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
+	return requestMeta{protocol: m[0], caps: m[1], info: m[2], progressToken: m[3]}
+}
+
 // noteClient records the revision and client of a session from initialize,
-// or from each request's _meta on 2026-07-28.
-func (s *Session) noteClient(msg wire.Message) {
+// or from each request's _meta on 2026-07-28 (meta).
+func (s *Session) noteClient(msg wire.Message, meta requestMeta) {
 	if msg.Method == "initialize" {
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`
@@ -394,9 +407,7 @@ func (s *Session) noteClient(msg wire.Message) {
 		}
 		return
 	}
-	var meta [3][]byte
-	wire.Members(wire.ParamsMember(msg.Params, "_meta"), []string{metaProtocol, metaCapabilities, metaClientInfo}, meta[:])
-	pv, caps, ci := meta[0], meta[1], meta[2]
+	pv, caps, ci := meta.protocol, meta.caps, meta.info
 	if pv == nil {
 		return
 	}
@@ -435,7 +446,13 @@ func (s *Session) noteClient(msg wire.Message) {
 }
 
 func (s *Session) clientRequest(msg wire.Message, b *batch) {
-	s.noteClient(msg)
+	var p toolCallParams
+	if msg.Method == "tools/call" {
+		p = readToolCall(msg.Params)
+	} else {
+		p.meta = readMeta(wire.ParamsMember(msg.Params, "_meta"))
+	}
+	s.noteClient(msg, p.meta)
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ClientToServer,
@@ -447,7 +464,7 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 		batch:   b,
 	}
 	if msg.Method == "tools/call" {
-		s.toolCall(msg, c)
+		s.toolCall(msg, c, p)
 		return
 	}
 	if gatedClient(msg.Method) && !s.gate(msg, c, false) {

@@ -16,10 +16,25 @@ import (
 // Options.RefreshTimeout.
 var errNoAnswer = errors.New("no answer")
 
-// toolCall decides a tools/call. guard decides on exactly what the server
-// will read: a message with duplicate keys, keys differing only in case or
-// invalid UTF-8 is refused before anything is read from it.
-func (s *Session) toolCall(msg wire.Message, c *call) {
+// toolCallParams are the members of a tools/call's params guard reads.
+type toolCallParams struct {
+	name, args, requestState, inputResponses []byte
+	meta                                     requestMeta
+}
+
+// readToolCall finds the members of a tools/call's params guard reads: one
+// pass over the params, one over their _meta.
+func readToolCall(params []byte) toolCallParams {
+	var m [5][]byte
+	wire.Members(params, []string{"name", "arguments", "_meta", "requestState", "inputResponses"}, m[:])
+	return toolCallParams{name: m[0], args: m[1], meta: readMeta(m[2]), requestState: m[3], inputResponses: m[4]}
+}
+
+// toolCall decides a tools/call, whose params' members p holds. guard
+// decides on exactly what the server will read: a message with duplicate
+// keys, keys differing only in case or invalid UTF-8 is refused before
+// anything found in it is used.
+func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	s.deciding.Add(1)
 	var once sync.Once
 	c.decidingDone = func() { once.Do(s.deciding.Done) }
@@ -31,16 +46,14 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	}
 	// Strict passed: no duplicate or case-variant keys, so the members
 	// found here are exactly the ones the server will read.
-	var p [5][]byte
-	wire.Members(msg.Params, []string{"name", "arguments", "_meta", "requestState", "inputResponses"}, p[:])
-	name, ok := wire.String(p[0])
+	name, ok := wire.String(p.name)
 	if !ok || name == "" {
 		c.reason = "Invalid params: tools/call needs a tool name"
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
 	c.tool = name
-	c.args = p[1]
+	c.args = p.args
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = []byte("{}")
 	} else if c.args[0] != '{' {
@@ -48,14 +61,14 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
-	if tok := wire.ParamsMember(p[2], "progressToken"); len(tok) > 0 && string(tok) != "null" {
+	if tok := p.meta.progressToken; len(tok) > 0 && string(tok) != "null" {
 		c.progress = tok
 	}
 	// A later round of a 2026-07-28 call names the round it continues by
 	// its requestState, or (when the server gave none) by answering input
 	// requests for the same tool and arguments.
 	var round string
-	if rs := p[3]; rs != nil {
+	if rs := p.requestState; rs != nil {
 		if v, ok := wire.String(rs); ok {
 			if strings.HasPrefix(v, guardStatePrefix) {
 				s.mu.Lock()
@@ -69,7 +82,7 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 			}
 			round = "state\x00" + v
 		}
-	} else if p[4] != nil {
+	} else if p.inputResponses != nil {
 		round = roundKey(c.tool, c.args)
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.
