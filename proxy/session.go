@@ -68,14 +68,17 @@ type call struct {
 	ended     atomic.Bool // it has been answered inside guard
 
 	// A tools/call is "deciding" from its arrival until it is forwarded,
-	// answered or held: the client's end of input waits for that.
-	decidingDone func()
+	// answered or held: the client's end of input waits for that. deciding
+	// is the session's count of such calls (nil for other calls), undecided
+	// whether this one is still counted in it.
+	deciding  *sync.WaitGroup
+	undecided atomic.Bool
 }
 
 // decided ends the call's deciding phase (once; a no-op for other calls).
 func (c *call) decided() {
-	if c.decidingDone != nil {
-		c.decidingDone()
+	if c.deciding != nil && c.undecided.CompareAndSwap(true, false) {
+		c.deciding.Done()
 	}
 }
 
@@ -115,10 +118,13 @@ type Session struct {
 	// whether metaCaps declare form elicitation.
 	metaClient   guard.ClientInfo
 	metaCapsForm bool
-	accepted     map[string]time.Time // pins found accepted, and when
-	stateKey     [32]byte             // signs guard's own requestState
-	elicitForm   bool                 // the client answers form elicitations
-	held         int                  // calls waiting for approval now
+	// shownText is how the records show the client shown.
+	shown      guard.ClientInfo
+	shownText  string
+	accepted   map[string]time.Time // pins found accepted, and when
+	stateKey   [32]byte             // signs guard's own requestState
+	elicitForm bool                 // the client answers form elicitations
+	held       int                  // calls waiting for approval now
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
@@ -179,21 +185,38 @@ func (s *Session) now() time.Time { return s.opts.Now() }
 func (s *Session) clientInfo() (guard.ClientInfo, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.clientLocked(), s.protocol
+}
+
+// clientLocked is clientInfo's client; the caller holds s.mu.
+func (s *Session) clientLocked() guard.ClientInfo {
 	if s.opts.ClientName != "" {
-		return guard.ClientInfo{Name: s.opts.ClientName}, s.protocol
+		return guard.ClientInfo{Name: s.opts.ClientName}
 	}
-	return s.client, s.protocol
+	return s.client
+}
+
+// recordedClient returns the client as the records show it
+// (ClientInfo.String of clientInfo), made again only when the client
+// changed, and the revision.
+func (s *Session) recordedClient() (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ci := s.clientLocked(); ci != s.shown {
+		s.shown, s.shownText = ci, ci.String()
+	}
+	return s.shownText, s.protocol
 }
 
 func (s *Session) record(kind string, c *call) *guard.Record {
-	ci, proto := s.clientInfo()
+	client, proto := s.recordedClient()
 	r := &guard.Record{
 		ID:        guard.NewID(),
 		CallID:    c.id,
 		Kind:      kind,
 		Time:      s.now(),
 		Session:   s.id,
-		Client:    ci.String(),
+		Client:    client,
 		Protocol:  proto,
 		Server:    s.opts.Server,
 		Direction: c.dir,
@@ -227,11 +250,11 @@ func (s *Session) redact(raw []byte) string {
 // event records something guard noticed outside any invocation: a refused
 // line, a dropped response, a server exit.
 func (s *Session) event(method, dir string, detail map[string]any) {
-	ci, proto := s.clientInfo()
+	client, proto := s.recordedClient()
 	d, _ := json.Marshal(detail)
 	rec := &guard.Record{
 		ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: s.now(),
-		Session: s.id, Client: ci.String(), Protocol: proto, Server: s.opts.Server,
+		Session: s.id, Client: client, Protocol: proto, Server: s.opts.Server,
 		Direction: dir, Method: method, Detail: string(d),
 	}
 	ch := s.opts.Recorder.AppendAsync(rec)
@@ -411,13 +434,15 @@ func (s *Session) noteClient(msg wire.Message, meta requestMeta) {
 	if pv == nil {
 		return
 	}
-	v, ok := wire.String(pv)
-	if !ok {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.protocol = v
+	if !wire.StringIs(pv, s.protocol) { // decoded when it changes
+		v, ok := wire.String(pv)
+		if !ok {
+			return
+		}
+		s.protocol = v
+	}
 	// A client repeats the same capabilities and clientInfo in every
 	// request: they are decoded when they change.
 	if caps != nil {
@@ -740,10 +765,8 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 	if v := m[0]; v != nil && string(v) == "true" {
 		outcome = guard.OutcomeToolError
 	}
-	if v := m[1]; v != nil {
-		if rt, _ := wire.String(v); rt == "input_required" {
-			outcome = guard.OutcomeInputRequired
-		}
+	if wire.StringIs(m[1], "input_required") {
+		outcome = guard.OutcomeInputRequired
 	}
 	return outcome, s.resultText(msg.Result)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -36,8 +35,8 @@ func readToolCall(params []byte) toolCallParams {
 // anything found in it is used.
 func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	s.deciding.Add(1)
-	var once sync.Once
-	c.decidingDone = func() { once.Do(s.deciding.Done) }
+	c.deciding = &s.deciding
+	c.undecided.Store(true)
 	if err := wire.Strict(msg.Raw); err != nil {
 		c.reason = err.Error()
 		s.conclude(c, true, guard.OutcomeInvalid,

@@ -490,6 +490,16 @@ func String(raw []byte) (string, bool) {
 	return s, true
 }
 
+// StringIs reports whether raw is a JSON string whose value is s, without
+// a copy of it when it has no escapes.
+func StringIs(raw []byte, s string) bool {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1:len(raw)-1]) == s
+	}
+	v, ok := String(raw)
+	return ok && v == s
+}
+
 // IDKey returns a map key for an id: ids of different JSON types differ
 // (1 and "1"), and equal values are equal however they are written
 // ("a" and "\u0061"; 1, 1.0 and 1e0).

@@ -502,3 +502,24 @@ func TestWithIDIsWhatParseReads(t *testing.T) {
 		}
 	}
 }
+
+func TestStringIs(t *testing.T) {
+	for _, tc := range []struct {
+		raw, s string
+		want   bool
+	}{
+		{`"input_required"`, "input_required", true},
+		{`"input\u005frequired"`, "input_required", true},
+		{`"input_required"`, "input", false},
+		{`"a\\b"`, `a\b`, true},
+		{`"a\\b"`, `a\\b`, false},
+		{`5`, "5", false},
+		{``, "", false},
+		{`""`, "", true},
+	} {
+		v, ok := String([]byte(tc.raw))
+		if got := StringIs([]byte(tc.raw), tc.s); got != tc.want || got != (ok && v == tc.s) {
+			t.Errorf("StringIs(%s, %q) = %v, want %v", tc.raw, tc.s, got, tc.want)
+		}
+	}
+}
