@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/guard-mcp/guard/policy/secrets"
@@ -14,9 +15,11 @@ const Redacted = "[REDACTED]"
 // Redactor masks the values of secret-named members in JSON text before it
 // is recorded.
 type Redactor struct {
-	keys    map[string]bool // normalised names
-	probes  [][]byte        // lower-case names, for a quick check
-	starts  [256]bool       // the probes' first bytes
+	keys   map[string]bool // normalised names
+	probes [][]byte        // lower-case names, sorted, for a quick check
+	// starts[c] is 1 + the index of the first probe that begins with c (0:
+	// none does).
+	starts  [256]int32
 	secrets *secrets.Masker // secret shapes, wherever they are
 	own     *secrets.Masker // guard's own secrets alone; nil: none
 }
@@ -74,7 +77,10 @@ func (c *Config) Redactor() *Redactor {
 		}
 		r.keys[n] = true
 		r.probes = append(r.probes, []byte(n))
-		r.starts[n[0]] = true
+	}
+	slices.SortFunc(r.probes, bytes.Compare)
+	for i := len(r.probes) - 1; i >= 0; i-- {
+		r.starts[r.probes[i][0]] = int32(i + 1)
 	}
 	return r
 }
@@ -133,11 +139,8 @@ func (r *Redactor) Redact(raw []byte) string {
 func (r *Redactor) mayContain(raw []byte) bool {
 	for i, c := range raw {
 		c = lower(c)
-		if !r.starts[c] {
-			continue
-		}
-		for _, p := range r.probes {
-			if p[0] == c && foldedPrefix(raw[i:], p) {
+		for k := int(r.starts[c]) - 1; k >= 0 && k < len(r.probes) && r.probes[k][0] == c; k++ {
+			if foldedPrefix(raw[i:], r.probes[k]) {
 				return true
 			}
 		}
