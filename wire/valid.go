@@ -111,6 +111,10 @@ func validKey(b []byte, i int) int {
 // it, or -1.
 func validString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		i = indexSpecial(b, i)
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':

@@ -35,3 +35,27 @@ func FuzzValid(f *testing.F) {
 		}
 	})
 }
+
+// The word-at-a-time searches find what a byte-at-a-time loop finds.
+func TestIndexSpecial(t *testing.T) {
+	var b []byte
+	for c := range 256 {
+		b = append(b, 'a', byte(c), 0xff, 0x20, 'b', 0x80, '!', 0x1f, '[', 0x5b, 0x5d, 0x22^0x80, 0x5c^0x80, byte(c)^0x20)
+	}
+	for i := 0; i <= len(b); i++ {
+		want1, want2 := len(b), len(b)
+		for j := len(b) - 1; j >= i; j-- {
+			if c := b[j]; c == '"' || c == '\\' {
+				want1, want2 = j, j
+			} else if c < 0x20 {
+				want2 = j
+			}
+		}
+		if got := indexQuoteOrBackslash(b, i); got != want1 {
+			t.Fatalf("indexQuoteOrBackslash from %d: %d, want %d", i, got, want1)
+		}
+		if got := indexSpecial(b, i); got != want2 {
+			t.Fatalf("indexSpecial from %d: %d, want %d", i, got, want2)
+		}
+	}
+}

@@ -406,18 +406,15 @@ func skipWS(b []byte, i int) int {
 // skipString returns the index after the string starting at b[i] == '"'.
 // b is valid JSON.
 func skipString(b []byte, i int) int {
-	i++
-	for i < len(b) {
-		switch b[i] {
-		case '\\':
-			i += 2
-		case '"':
+	for i++; ; i += 2 { // past an escape
+		i = indexQuoteOrBackslash(b, i)
+		if i >= len(b) {
+			return len(b)
+		}
+		if b[i] == '"' {
 			return i + 1
-		default:
-			i++
 		}
 	}
-	return i
 }
 
 // skipValue returns the index after the value starting at b[i]. b is valid JSON.
