@@ -288,19 +288,24 @@ func toolError(id []byte, text string) []byte {
 func (s *Session) readClient(client Conn) {
 	for {
 		msg, err := client.Read(context.Background())
-		var bad *BadMessage
-		var tl *wire.TooLongError
 		switch {
-		case errors.As(err, &bad):
-			s.badFromClient(bad.Raw, bad.Err, nil)
-		case errors.As(err, &tl):
-			s.Oversized(true, tl.Size)
-		case err != nil:
-			return
-		case msg.Kind == wire.KindBatch:
+		case err == nil && msg.Kind == wire.KindBatch:
 			s.clientBatch(msg.Raw)
-		default:
+		case err == nil:
 			s.clientMessage(msg, nil)
+		default:
+			// Declared here, not for every message: errors.As's targets
+			// live on the heap.
+			var bad *BadMessage
+			var tl *wire.TooLongError
+			switch {
+			case errors.As(err, &bad):
+				s.badFromClient(bad.Raw, bad.Err, nil)
+			case errors.As(err, &tl):
+				s.Oversized(true, tl.Size)
+			default:
+				return
+			}
 		}
 	}
 }
@@ -801,17 +806,19 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 func (s *Session) readServer(server Conn) {
 	for {
 		msg, err := server.Read(context.Background())
-		var bad *BadMessage
+		if err == nil {
+			s.fromServer(msg, nil)
+			continue
+		}
+		var bad *BadMessage // declared here, as in readClient
 		var tl *wire.TooLongError
 		switch {
 		case errors.As(err, &bad):
 			s.fromServer(msg, bad.Err)
 		case errors.As(err, &tl):
 			s.Oversized(false, tl.Size)
-		case err != nil:
-			return
 		default:
-			s.fromServer(msg, nil)
+			return
 		}
 	}
 }

@@ -215,8 +215,10 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		s.apply(msg, c, pc, false)
 		return
 	}
-	// The review is read from the store off the relay's path.
-	go func() {
+	// The review is read from the store off the relay's path. (msg is
+	// passed, not captured: captured, it would be on the heap for every
+	// call.)
+	go func(msg wire.Message) {
 		r, why, err := s.reviewOf(tool)
 		if err != nil {
 			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
@@ -226,7 +228,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		}
 		pc.Review, pc.ReviewReason = r, why
 		s.apply(msg, c, pc, false)
-	}()
+	}(msg)
 }
 
 // apply decides a call by policy and acts on the verdict. recorded says
