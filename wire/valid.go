@@ -4,24 +4,31 @@ package wire
 // limit, past which its Valid refuses a text.
 const maxDepth = 10000
 
+// span is where one member of a message's top-level object lies: its name
+// (quoted) is b[keyStart:keyEnd], its value b[valueStart:valueEnd].
+type span struct {
+	keyStart, keyEnd, valueStart, valueEnd int
+}
+
 // valid reports whether b is one JSON value (RFC 8259) with only whitespace
 // around it: what encoding/json.Valid accepts (strings are not checked for
 // UTF-8, nesting past maxDepth is refused), found in one pass that moves
 // through strings and numbers by loops of their own rather than a state
-// change per byte.
-func valid(b []byte) bool {
+// change per byte. The members of a top-level object are appended to top,
+// in order, for Parse to read without a second pass.
+func valid(b []byte, top []span) ([]span, bool) {
 	var small [64]bool
 	open := small[:0] // the containers the value at i is in: true for an object
 	i := skipWS(b, 0)
 	for {
 		// A value begins at i.
 		if i >= len(b) {
-			return false
+			return top, false
 		}
 		switch c := b[i]; c {
 		case '{', '[':
 			if len(open) == maxDepth {
-				return false
+				return top, false
 			}
 			i = skipWS(b, i+1)
 			if i < len(b) && b[i] == closer(c) {
@@ -30,53 +37,56 @@ func valid(b []byte) bool {
 			}
 			open = append(open, c == '{')
 			if c == '{' {
-				if i = validKey(b, i); i < 0 {
-					return false
+				if i, top = validKey(b, i, len(open) == 1, top); i < 0 {
+					return top, false
 				}
 			}
 			continue
 		case '"':
 			if i = validString(b, i); i < 0 {
-				return false
+				return top, false
 			}
 		case 't':
 			if i = literal(b, i, "true"); i < 0 {
-				return false
+				return top, false
 			}
 		case 'f':
 			if i = literal(b, i, "false"); i < 0 {
-				return false
+				return top, false
 			}
 		case 'n':
 			if i = literal(b, i, "null"); i < 0 {
-				return false
+				return top, false
 			}
 		default:
 			if i = validNumber(b, i); i < 0 {
-				return false
+				return top, false
 			}
 		}
 		// A value ended at i: close what it ends, until the next value.
 		for {
+			if len(open) == 1 && open[0] {
+				top[len(top)-1].valueEnd = i // a top-level member's
+			}
 			i = skipWS(b, i)
 			if len(open) == 0 {
-				return i == len(b)
+				return top, i == len(b)
 			}
 			if i >= len(b) {
-				return false
+				return top, false
 			}
 			obj := open[len(open)-1]
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 				if obj {
-					if i = validKey(b, i); i < 0 {
-						return false
+					if i, top = validKey(b, i, len(open) == 1, top); i < 0 {
+						return top, false
 					}
 				}
 				break
 			}
 			if (obj && b[i] != '}') || (!obj && b[i] != ']') {
-				return false
+				return top, false
 			}
 			open = open[:len(open)-1]
 			i++
@@ -92,19 +102,26 @@ func closer(open byte) byte {
 }
 
 // validKey checks a member name and its colon at b[i] and returns where its
-// value begins, or -1.
-func validKey(b []byte, i int) int {
+// value begins, or -1. A member of the top-level object (atTop) is
+// appended to top.
+func validKey(b []byte, i int, atTop bool, top []span) (int, []span) {
 	if i >= len(b) || b[i] != '"' {
-		return -1
+		return -1, top
 	}
+	ks := i
 	if i = validString(b, i); i < 0 {
-		return -1
+		return -1, top
 	}
+	ke := i
 	i = skipWS(b, i)
 	if i >= len(b) || b[i] != ':' {
-		return -1
+		return -1, top
 	}
-	return skipWS(b, i+1)
+	i = skipWS(b, i+1)
+	if atTop {
+		top = append(top, span{keyStart: ks, keyEnd: ke, valueStart: i})
+	}
+	return i, top
 }
 
 // validString checks the string at b[i] == '"' and returns the index after

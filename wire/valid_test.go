@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,9 +20,32 @@ func TestValidIsJSONValid(t *testing.T) {
 		`[1]x`, `{} {}`, "\t{\r\n}\n", "\v1",
 		deep(maxDepth), deep(maxDepth + 1), deepObj(maxDepth), deepObj(maxDepth + 1), "[" + deep(maxDepth-1) + "," + deep(maxDepth-1) + "]",
 	} {
-		if got, want := valid([]byte(s)), json.Valid([]byte(s)); got != want {
-			t.Errorf("%.40q: valid %v, json.Valid %v", s, got, want)
+		checkValid(t, []byte(s))
+	}
+}
+
+// checkValid checks valid against json.Valid, and the members it finds in
+// a top-level object against those a walk of the object finds.
+func checkValid(t *testing.T, b []byte) {
+	t.Helper()
+	top, ok := valid(b, nil)
+	if want := json.Valid(b); ok != want {
+		t.Fatalf("%.40q: valid %v, json.Valid %v", b, ok, want)
+	}
+	var want []span
+	if i := skipWS(b, 0); ok && b[i] == '{' {
+		for i = skipWS(b, i+1); b[i] != '}'; i = skipWS(b, i) {
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+			}
+			ke := skipString(b, i)
+			vs := skipWS(b, skipWS(b, ke)+1)
+			want = append(want, span{keyStart: i, keyEnd: ke, valueStart: vs, valueEnd: skipValue(b, vs)})
+			i = want[len(want)-1].valueEnd
 		}
+	}
+	if ok && !slices.Equal(top, want) {
+		t.Fatalf("%.40q: members %v, want %v", b, top, want)
 	}
 }
 
@@ -29,11 +53,7 @@ func FuzzValid(f *testing.F) {
 	for _, s := range []string{`{"jsonrpc":"2.0","id":1,"method":"a","params":{"x":[1,-2.5e3,true,null,"\u00e9\n"]}}`, `[[],{}]`, `"\"`} {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := valid(b), json.Valid(b); got != want {
-			t.Fatalf("%q: valid %v, json.Valid %v", b, got, want)
-		}
-	})
+	f.Fuzz(checkValid)
 }
 
 // The word-at-a-time searches find what a byte-at-a-time loop finds.

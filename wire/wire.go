@@ -247,11 +247,12 @@ var members = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 // Parse classifies one message.
 func Parse(raw []byte) (Message, error) {
 	m := Message{Raw: raw}
-	if !valid(raw) {
+	var small [8]span
+	top, ok := valid(raw, small[:0])
+	if !ok {
 		return m, ErrParse
 	}
-	i := skipWS(raw, 0)
-	switch raw[i] {
+	switch raw[skipWS(raw, 0)] {
 	case '[':
 		m.Kind = KindBatch
 		return m, nil
@@ -263,26 +264,12 @@ func Parse(raw []byte) (Message, error) {
 	var method []byte
 	seen := 0
 	invalid := ""
-	i++
-	for {
-		i = skipWS(raw, i)
-		if raw[i] == '}' {
-			break
-		}
-		if raw[i] == ',' {
-			i = skipWS(raw, i+1)
-		}
-		ks := i
-		ke := skipString(raw, i)
-		key, err := keyText(raw[ks:ke])
+	for _, sp := range top {
+		key, err := keyText(raw[sp.keyStart:sp.keyEnd])
 		if err != nil {
 			return m, &InvalidError{Reason: err.Error()}
 		}
-		i = skipWS(raw, ke)
-		i = skipWS(raw, i+1) // ':'
-		vs := i
-		ve := skipValue(raw, i)
-		i = ve
+		vs, ve := sp.valueStart, sp.valueEnd
 		idx := -1
 		for n, name := range members {
 			if string(key) == name {
