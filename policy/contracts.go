@@ -32,13 +32,17 @@ func NewContracts(assertFormats bool) *Contracts {
 // caller fails closed). The decoded arguments are kept in call.Args for
 // the rules' conditions.
 func (c *Contracts) Arguments(tool *guard.Tool, call *guard.Call) (string, error) {
-	raw := wire.ParamsMember(tool.Def, "inputSchema")
-	if len(raw) == 0 {
-		return "", nil
-	}
-	s, err := c.in.Compile(tool.Pin, raw)
+	s, err := c.in.CompileFrom(tool.Pin, func() []byte {
+		if raw := wire.ParamsMember(tool.Def, "inputSchema"); len(raw) > 0 {
+			return raw
+		}
+		return nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("inputSchema of %s: %w", tool.Name, err)
+	}
+	if s == nil {
+		return "", nil
 	}
 	args, err := decodedArgs(call)
 	var re *schema.RangeError
@@ -72,13 +76,17 @@ func decodedArgs(call *guard.Call) (any, error) {
 // or "" (also when the tool declares none). A tool with an outputSchema
 // must return structuredContent.
 func (c *Contracts) Result(tool *guard.Tool, result []byte) (string, error) {
-	raw := wire.ParamsMember(tool.Def, "outputSchema")
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	s, err := c.out.Compile(tool.Pin, raw)
+	s, err := c.out.CompileFrom(tool.Pin, func() []byte {
+		if raw := wire.ParamsMember(tool.Def, "outputSchema"); len(raw) > 0 && string(raw) != "null" {
+			return raw
+		}
+		return nil
+	})
 	if err != nil {
 		return "", fmt.Errorf("outputSchema of %s: %w", tool.Name, err)
+	}
+	if s == nil {
+		return "", nil
 	}
 	sc := wire.ParamsMember(result, "structuredContent")
 	if len(sc) == 0 || string(sc) == "null" {

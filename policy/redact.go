@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/guard-mcp/guard/policy/secrets"
@@ -14,8 +15,11 @@ const Redacted = "[REDACTED]"
 // Redactor masks the values of secret-named members in JSON text before it
 // is recorded.
 type Redactor struct {
-	keys    map[string]bool // normalised names
-	probes  [][]byte        // lower-case names, for a quick check
+	keys   map[string]bool // normalised names
+	probes [][]byte        // lower-case names, sorted, for a quick check
+	// starts[c] is 1 + the index of the first probe that begins with c (0:
+	// none does).
+	starts  [256]int32
 	secrets *secrets.Masker // secret shapes, wherever they are
 	own     *secrets.Masker // guard's own secrets alone; nil: none
 }
@@ -74,6 +78,10 @@ func (c *Config) Redactor() *Redactor {
 		r.keys[n] = true
 		r.probes = append(r.probes, []byte(n))
 	}
+	slices.SortFunc(r.probes, bytes.Compare)
+	for i := len(r.probes) - 1; i >= 0; i-- {
+		r.starts[r.probes[i][0]] = int32(i + 1)
+	}
 	return r
 }
 
@@ -126,40 +134,36 @@ func (r *Redactor) Redact(raw []byte) string {
 }
 
 // mayContain is a cheap first look, without copying the text: could any
-// key occur at all (ignoring case, "_" and "-")?
+// key occur at all (ignoring case, "_" and "-")? One pass tries the keys
+// only where one of them could begin.
 func (r *Redactor) mayContain(raw []byte) bool {
-	for _, p := range r.probes {
-		if containsFolded(raw, p) {
-			return true
+	for i, c := range raw {
+		c = lower(c)
+		for k := int(r.starts[c]) - 1; k >= 0 && k < len(r.probes) && r.probes[k][0] == c; k++ {
+			if foldedPrefix(raw[i:], r.probes[k]) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// containsFolded reports whether raw holds probe (lower case, without "_"
-// or "-") when raw's letters are lowered and its "_" and "-" skipped.
-func containsFolded(raw, probe []byte) bool {
-	for i := range raw {
-		if lower(raw[i]) != probe[0] {
+// foldedPrefix reports whether raw begins with probe (lower case, without
+// "_" or "-") when raw's letters are lowered and its "_" and "-" skipped.
+func foldedPrefix(raw, probe []byte) bool {
+	j, k := 0, 0
+	for j < len(raw) && k < len(probe) {
+		c := raw[j]
+		j++
+		if c == '_' || c == '-' {
 			continue
 		}
-		j, k := i, 0
-		for j < len(raw) && k < len(probe) {
-			c := raw[j]
-			j++
-			if c == '_' || c == '-' {
-				continue
-			}
-			if lower(c) != probe[k] {
-				break
-			}
-			k++
+		if lower(c) != probe[k] {
+			break
 		}
-		if k == len(probe) {
-			return true
-		}
+		k++
 	}
-	return false
+	return k == len(probe)
 }
 
 func lower(c byte) byte {

@@ -2,10 +2,14 @@ package proxy
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"testing"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/exampleserver"
+	"github.com/guard-mcp/guard/policy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -55,4 +59,60 @@ func BenchmarkDirectCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchCalls(b, cs)
+}
+
+// BenchmarkSessionToolCall measures the relay's own work for one allowed
+// tools/call and its result, without a peer, a pipe or the audit log: the
+// client's request and the server's answer (the lines a go-sdk client on
+// 2026-07-28 and the example server exchange) are read from in-memory
+// streams, decided, recorded to nowhere and written to io.Discard, all on
+// the benchmark's goroutine.
+func BenchmarkSessionToolCall(b *testing.B) {
+	opts, _, _ := testOptions(b, context.Background(), "policy:\n  default: allow\n", time.Second)
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Recorder, opts.Catalog = nopRecorder{}, nil
+	redactor := opts.Redactor.(*policy.Redactor).WithOwnSecrets([]string{"guard-own-secret-value"})
+	opts.Redactor, opts.MaskResults = redactor, redactor.MaskOwnSecrets
+	s := NewSession(context.Background(), opts)
+	s.toServer.w = NewStreamConn(nil, io.Discard, 0)
+	s.toClient.w = NewStreamConn(nil, io.Discard, 0)
+	const meta = `"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},"io.modelcontextprotocol/clientInfo":{"name":"test-client","version":"1.2"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`
+	relay := func(client, server *loopConn) {
+		msg, err := client.Read(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.clientMessage(msg, nil)
+		msg, err = server.Read(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.fromServer(msg, nil)
+	}
+	relay(newLoopConn(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{`+meta+`}}`),
+		newLoopConn(`{"jsonrpc":"2.0","id":1,"result":{"tools":[{"description":"Returns the text it is given.","inputSchema":{"type":"object","properties":{"text":{"type":"string","description":"the text to send back"},"times":{"type":"integer","description":"how many times to repeat it (default once)"}},"required":["text"],"additionalProperties":false},"name":"echo"}]}}`))
+	client := newLoopConn(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{` + meta + `,"name":"echo","arguments":{"text":"hello"}}}`)
+	server := newLoopConn(`{"jsonrpc":"2.0","id":2,"result":{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"guard-example","version":"1.0.0"}},"content":[{"type":"text","text":"hello"}],"resultType":"complete"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		relay(client, server)
+	}
+}
+
+// loopConn reads the same line over and over, as a Conn over a stream.
+type loopConn struct{ Conn }
+
+func newLoopConn(line string) *loopConn {
+	return &loopConn{NewStreamConn(&loopReader{line: []byte(line + "\n")}, io.Discard, 0)}
+}
+
+type loopReader struct {
+	line []byte
+	at   int
+}
+
+func (r *loopReader) Read(p []byte) (int, error) {
+	n := copy(p, r.line[r.at:])
+	r.at = (r.at + n) % len(r.line)
+	return n, nil
 }

@@ -17,6 +17,9 @@ type item struct {
 	wait  <-chan error
 	fail  func(error) wire.Message
 	batch *batch
+	// waited: the audit result was taken from wait already; it is err.
+	waited bool
+	err    error
 }
 
 // batch collects the answers to the requests of one JSON-RPC batch, which
@@ -80,7 +83,7 @@ func (q *queue) wake() {
 }
 
 // ready reports whether an item can be written now. Its audit result,
-// when there is one, is taken and put back in a channel of its own.
+// when there is one, is taken and kept in the item.
 func ready(it *item) bool {
 	if it.batch != nil {
 		return false // batches are assembled by the queue's goroutine
@@ -89,10 +92,8 @@ func ready(it *item) bool {
 		return true
 	}
 	select {
-	case err := <-it.wait:
-		ch := make(chan error, 1)
-		ch <- err
-		it.wait = ch
+	case it.err = <-it.wait:
+		it.waited = true
 		return true
 	default:
 		return false
@@ -143,7 +144,11 @@ func (q *queue) run(w Conn) error {
 func (q *queue) deliver(it item) {
 	msg := it.msg
 	if it.wait != nil {
-		if err := <-it.wait; err != nil {
+		err := it.err
+		if !it.waited {
+			err = <-it.wait
+		}
+		if err != nil {
 			msg = wire.Message{}
 			if it.fail != nil {
 				msg = it.fail(err)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -67,14 +68,17 @@ type call struct {
 	ended     atomic.Bool // it has been answered inside guard
 
 	// A tools/call is "deciding" from its arrival until it is forwarded,
-	// answered or held: the client's end of input waits for that.
-	decidingDone func()
+	// answered or held: the client's end of input waits for that. deciding
+	// is the session's count of such calls (nil for other calls), undecided
+	// whether this one is still counted in it.
+	deciding  *sync.WaitGroup
+	undecided atomic.Bool
 }
 
 // decided ends the call's deciding phase (once; a no-op for other calls).
 func (c *call) decided() {
-	if c.decidingDone != nil {
-		c.decidingDone()
+	if c.deciding != nil && c.undecided.CompareAndSwap(true, false) {
+		c.deciding.Done()
 	}
 }
 
@@ -110,10 +114,17 @@ type Session struct {
 	// On 2026-07-28 every request carries the client's identity in _meta;
 	// guard's own requests carry the client's last one.
 	metaInfo, metaCaps json.RawMessage
-	accepted           map[string]time.Time // pins found accepted, and when
-	stateKey           [32]byte             // signs guard's own requestState
-	elicitForm         bool                 // the client answers form elicitations
-	held               int                  // calls waiting for approval now
+	// metaClient is what metaInfo names (no name: nothing), metaCapsForm
+	// whether metaCaps declare form elicitation.
+	metaClient   guard.ClientInfo
+	metaCapsForm bool
+	// shownText is how the records show the client shown.
+	shown      guard.ClientInfo
+	shownText  string
+	accepted   map[string]time.Time // pins found accepted, and when
+	stateKey   [32]byte             // signs guard's own requestState
+	elicitForm bool                 // the client answers form elicitations
+	held       int                  // calls waiting for approval now
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
@@ -174,21 +185,38 @@ func (s *Session) now() time.Time { return s.opts.Now() }
 func (s *Session) clientInfo() (guard.ClientInfo, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.clientLocked(), s.protocol
+}
+
+// clientLocked is clientInfo's client; the caller holds s.mu.
+func (s *Session) clientLocked() guard.ClientInfo {
 	if s.opts.ClientName != "" {
-		return guard.ClientInfo{Name: s.opts.ClientName}, s.protocol
+		return guard.ClientInfo{Name: s.opts.ClientName}
 	}
-	return s.client, s.protocol
+	return s.client
+}
+
+// recordedClient returns the client as the records show it
+// (ClientInfo.String of clientInfo), made again only when the client
+// changed, and the revision.
+func (s *Session) recordedClient() (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ci := s.clientLocked(); ci != s.shown {
+		s.shown, s.shownText = ci, ci.String()
+	}
+	return s.shownText, s.protocol
 }
 
 func (s *Session) record(kind string, c *call) *guard.Record {
-	ci, proto := s.clientInfo()
+	client, proto := s.recordedClient()
 	r := &guard.Record{
 		ID:        guard.NewID(),
 		CallID:    c.id,
 		Kind:      kind,
 		Time:      s.now(),
 		Session:   s.id,
-		Client:    ci.String(),
+		Client:    client,
 		Protocol:  proto,
 		Server:    s.opts.Server,
 		Direction: c.dir,
@@ -222,11 +250,11 @@ func (s *Session) redact(raw []byte) string {
 // event records something guard noticed outside any invocation: a refused
 // line, a dropped response, a server exit.
 func (s *Session) event(method, dir string, detail map[string]any) {
-	ci, proto := s.clientInfo()
+	client, proto := s.recordedClient()
 	d, _ := json.Marshal(detail)
 	rec := &guard.Record{
 		ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: s.now(),
-		Session: s.id, Client: ci.String(), Protocol: proto, Server: s.opts.Server,
+		Session: s.id, Client: client, Protocol: proto, Server: s.opts.Server,
 		Direction: dir, Method: method, Detail: string(d),
 	}
 	ch := s.opts.Recorder.AppendAsync(rec)
@@ -260,19 +288,24 @@ func toolError(id []byte, text string) []byte {
 func (s *Session) readClient(client Conn) {
 	for {
 		msg, err := client.Read(context.Background())
-		var bad *BadMessage
-		var tl *wire.TooLongError
 		switch {
-		case errors.As(err, &bad):
-			s.badFromClient(bad.Raw, bad.Err, nil)
-		case errors.As(err, &tl):
-			s.Oversized(true, tl.Size)
-		case err != nil:
-			return
-		case msg.Kind == wire.KindBatch:
+		case err == nil && msg.Kind == wire.KindBatch:
 			s.clientBatch(msg.Raw)
-		default:
+		case err == nil:
 			s.clientMessage(msg, nil)
+		default:
+			// Declared here, not for every message: errors.As's targets
+			// live on the heap.
+			var bad *BadMessage
+			var tl *wire.TooLongError
+			switch {
+			case errors.As(err, &bad):
+				s.badFromClient(bad.Raw, bad.Err, nil)
+			case errors.As(err, &tl):
+				s.Oversized(true, tl.Size)
+			default:
+				return
+			}
 		}
 	}
 }
@@ -366,9 +399,22 @@ func (s *Session) clientMessage(msg wire.Message, b *batch) {
 	}
 }
 
+// requestMeta holds the members of a request's params._meta that guard
+// reads.
+type requestMeta struct {
+	protocol, caps, info, progressToken []byte
+}
+
+// readMeta finds the members of a _meta object guard reads, in one pass.
+func readMeta(meta []byte) requestMeta {
+	var m [4][]byte
+	wire.Members(meta, []string{metaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
+	return requestMeta{protocol: m[0], caps: m[1], info: m[2], progressToken: m[3]}
+}
+
 // noteClient records the revision and client of a session from initialize,
-// or from each request's _meta on 2026-07-28.
-func (s *Session) noteClient(msg wire.Message) {
+// or from each request's _meta on 2026-07-28 (meta).
+func (s *Session) noteClient(msg wire.Message, meta requestMeta) {
 	if msg.Method == "initialize" {
 		var p struct {
 			ProtocolVersion string `json:"protocolVersion"`
@@ -389,35 +435,54 @@ func (s *Session) noteClient(msg wire.Message) {
 		}
 		return
 	}
-	pv := wire.MetaMember(msg.Params, metaProtocol)
+	pv, caps, ci := meta.protocol, meta.caps, meta.info
 	if pv == nil {
-		return
-	}
-	v, ok := wire.String(pv)
-	if !ok {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.protocol = v
-	if caps := wire.MetaMember(msg.Params, metaCapabilities); caps != nil {
-		s.metaCaps = append(json.RawMessage(nil), caps...)
-		s.elicitForm = formElicitation(caps)
-	}
-	if ci := wire.MetaMember(msg.Params, metaClientInfo); ci != nil {
-		s.metaInfo = append(json.RawMessage(nil), ci...)
-		var info struct {
-			Name    string `json:"name"`
-			Version string `json:"version"`
+	if !wire.StringIs(pv, s.protocol) { // decoded when it changes
+		v, ok := wire.String(pv)
+		if !ok {
+			return
 		}
-		if json.Unmarshal(ci, &info) == nil && info.Name != "" {
-			s.client = guard.ClientInfo{Name: info.Name, Version: info.Version}
+		s.protocol = v
+	}
+	// A client repeats the same capabilities and clientInfo in every
+	// request: they are decoded when they change.
+	if caps != nil {
+		if !bytes.Equal(caps, s.metaCaps) {
+			s.metaCaps = append(json.RawMessage(nil), caps...)
+			s.metaCapsForm = formElicitation(caps)
+		}
+		s.elicitForm = s.metaCapsForm
+	}
+	if ci != nil {
+		if !bytes.Equal(ci, s.metaInfo) {
+			s.metaInfo = append(json.RawMessage(nil), ci...)
+			var info struct {
+				Name    string `json:"name"`
+				Version string `json:"version"`
+			}
+			s.metaClient = guard.ClientInfo{}
+			if json.Unmarshal(ci, &info) == nil && info.Name != "" {
+				s.metaClient = guard.ClientInfo{Name: info.Name, Version: info.Version}
+			}
+		}
+		if s.metaClient.Name != "" {
+			s.client = s.metaClient
 		}
 	}
 }
 
 func (s *Session) clientRequest(msg wire.Message, b *batch) {
-	s.noteClient(msg)
+	var p toolCallParams
+	if msg.Method == "tools/call" {
+		p = readToolCall(msg.Params)
+	} else {
+		p.meta = readMeta(wire.ParamsMember(msg.Params, "_meta"))
+	}
+	s.noteClient(msg, p.meta)
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ClientToServer,
@@ -429,7 +494,7 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 		batch:   b,
 	}
 	if msg.Method == "tools/call" {
-		s.toolCall(msg, c)
+		s.toolCall(msg, c, p)
 		return
 	}
 	if gatedClient(msg.Method) && !s.gate(msg, c, false) {
@@ -700,13 +765,13 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 		return guard.OutcomeProtocolError, s.resultText(msg.Error)
 	}
 	outcome = guard.OutcomeOK
-	if v := wire.ParamsMember(msg.Result, "isError"); v != nil && string(v) == "true" {
+	var m [2][]byte
+	wire.Members(msg.Result, []string{"isError", "resultType"}, m[:])
+	if v := m[0]; v != nil && string(v) == "true" {
 		outcome = guard.OutcomeToolError
 	}
-	if v := wire.ParamsMember(msg.Result, "resultType"); v != nil {
-		if rt, _ := wire.String(v); rt == "input_required" {
-			outcome = guard.OutcomeInputRequired
-		}
+	if wire.StringIs(m[1], "input_required") {
+		outcome = guard.OutcomeInputRequired
 	}
 	return outcome, s.resultText(msg.Result)
 }
@@ -741,17 +806,19 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 func (s *Session) readServer(server Conn) {
 	for {
 		msg, err := server.Read(context.Background())
-		var bad *BadMessage
+		if err == nil {
+			s.fromServer(msg, nil)
+			continue
+		}
+		var bad *BadMessage // declared here, as in readClient
 		var tl *wire.TooLongError
 		switch {
 		case errors.As(err, &bad):
 			s.fromServer(msg, bad.Err)
 		case errors.As(err, &tl):
 			s.Oversized(false, tl.Size)
-		case err != nil:
-			return
 		default:
-			s.fromServer(msg, nil)
+			return
 		}
 	}
 }

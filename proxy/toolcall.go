@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -16,13 +15,28 @@ import (
 // Options.RefreshTimeout.
 var errNoAnswer = errors.New("no answer")
 
-// toolCall decides a tools/call. guard decides on exactly what the server
-// will read: a message with duplicate keys, keys differing only in case or
-// invalid UTF-8 is refused before anything is read from it.
-func (s *Session) toolCall(msg wire.Message, c *call) {
+// toolCallParams are the members of a tools/call's params guard reads.
+type toolCallParams struct {
+	name, args, requestState, inputResponses []byte
+	meta                                     requestMeta
+}
+
+// readToolCall finds the members of a tools/call's params guard reads: one
+// pass over the params, one over their _meta.
+func readToolCall(params []byte) toolCallParams {
+	var m [5][]byte
+	wire.Members(params, []string{"name", "arguments", "_meta", "requestState", "inputResponses"}, m[:])
+	return toolCallParams{name: m[0], args: m[1], meta: readMeta(m[2]), requestState: m[3], inputResponses: m[4]}
+}
+
+// toolCall decides a tools/call, whose params' members p holds. guard
+// decides on exactly what the server will read: a message with duplicate
+// keys, keys differing only in case or invalid UTF-8 is refused before
+// anything found in it is used.
+func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	s.deciding.Add(1)
-	var once sync.Once
-	c.decidingDone = func() { once.Do(s.deciding.Done) }
+	c.deciding = &s.deciding
+	c.undecided.Store(true)
 	if err := wire.Strict(msg.Raw); err != nil {
 		c.reason = err.Error()
 		s.conclude(c, true, guard.OutcomeInvalid,
@@ -31,14 +45,14 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 	}
 	// Strict passed: no duplicate or case-variant keys, so the members
 	// found here are exactly the ones the server will read.
-	name, ok := wire.String(wire.ParamsMember(msg.Params, "name"))
+	name, ok := wire.String(p.name)
 	if !ok || name == "" {
 		c.reason = "Invalid params: tools/call needs a tool name"
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
 	c.tool = name
-	c.args = wire.ParamsMember(msg.Params, "arguments")
+	c.args = p.args
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = []byte("{}")
 	} else if c.args[0] != '{' {
@@ -46,14 +60,14 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
-	if tok := wire.MetaMember(msg.Params, "progressToken"); len(tok) > 0 && string(tok) != "null" {
+	if tok := p.meta.progressToken; len(tok) > 0 && string(tok) != "null" {
 		c.progress = tok
 	}
 	// A later round of a 2026-07-28 call names the round it continues by
 	// its requestState, or (when the server gave none) by answering input
 	// requests for the same tool and arguments.
 	var round string
-	if rs := wire.ParamsMember(msg.Params, "requestState"); rs != nil {
+	if rs := p.requestState; rs != nil {
 		if v, ok := wire.String(rs); ok {
 			if strings.HasPrefix(v, guardStatePrefix) {
 				s.mu.Lock()
@@ -67,7 +81,7 @@ func (s *Session) toolCall(msg wire.Message, c *call) {
 			}
 			round = "state\x00" + v
 		}
-	} else if wire.ParamsMember(msg.Params, "inputResponses") != nil {
+	} else if p.inputResponses != nil {
 		round = roundKey(c.tool, c.args)
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.
@@ -201,8 +215,10 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		s.apply(msg, c, pc, false)
 		return
 	}
-	// The review is read from the store off the relay's path.
-	go func() {
+	// The review is read from the store off the relay's path. (msg is
+	// passed, not captured: captured, it would be on the heap for every
+	// call.)
+	go func(msg wire.Message) {
 		r, why, err := s.reviewOf(tool)
 		if err != nil {
 			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
@@ -212,7 +228,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		}
 		pc.Review, pc.ReviewReason = r, why
 		s.apply(msg, c, pc, false)
-	}()
+	}(msg)
 }
 
 // apply decides a call by policy and acts on the verdict. recorded says

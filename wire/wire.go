@@ -247,11 +247,12 @@ var members = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 // Parse classifies one message.
 func Parse(raw []byte) (Message, error) {
 	m := Message{Raw: raw}
-	if !json.Valid(raw) {
+	var small [8]span
+	top, ok := valid(raw, small[:0])
+	if !ok {
 		return m, ErrParse
 	}
-	i := skipWS(raw, 0)
-	switch raw[i] {
+	switch raw[skipWS(raw, 0)] {
 	case '[':
 		m.Kind = KindBatch
 		return m, nil
@@ -263,26 +264,12 @@ func Parse(raw []byte) (Message, error) {
 	var method []byte
 	seen := 0
 	invalid := ""
-	i++
-	for {
-		i = skipWS(raw, i)
-		if raw[i] == '}' {
-			break
-		}
-		if raw[i] == ',' {
-			i = skipWS(raw, i+1)
-		}
-		ks := i
-		ke := skipString(raw, i)
-		key, err := keyText(raw[ks:ke])
+	for _, sp := range top {
+		key, err := keyText(raw[sp.keyStart:sp.keyEnd])
 		if err != nil {
 			return m, &InvalidError{Reason: err.Error()}
 		}
-		i = skipWS(raw, ke)
-		i = skipWS(raw, i+1) // ':'
-		vs := i
-		ve := skipValue(raw, i)
-		i = ve
+		vs, ve := sp.valueStart, sp.valueEnd
 		idx := -1
 		for n, name := range members {
 			if string(key) == name {
@@ -406,18 +393,15 @@ func skipWS(b []byte, i int) int {
 // skipString returns the index after the string starting at b[i] == '"'.
 // b is valid JSON.
 func skipString(b []byte, i int) int {
-	i++
-	for i < len(b) {
-		switch b[i] {
-		case '\\':
-			i += 2
-		case '"':
+	for i++; ; i += 2 { // past an escape
+		i = indexQuoteOrBackslash(b, i)
+		if i >= len(b) {
+			return len(b)
+		}
+		if b[i] == '"' {
 			return i + 1
-		default:
-			i++
 		}
 	}
-	return i
 }
 
 // skipValue returns the index after the value starting at b[i]. b is valid JSON.
@@ -488,6 +472,16 @@ func String(raw []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// StringIs reports whether raw is a JSON string whose value is s, without
+// a copy of it when it has no escapes.
+func StringIs(raw []byte, s string) bool {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1:len(raw)-1]) == s
+	}
+	v, ok := String(raw)
+	return ok && v == s
 }
 
 // IDKey returns a map key for an id: ids of different JSON types differ
@@ -692,39 +686,71 @@ func Notification(method string, params any) ([]byte, error) {
 // ParamsMember returns the raw value of a top-level member of a JSON
 // object, or nil.
 func ParamsMember(obj []byte, key string) []byte {
+	var v []byte
+	eachMember(obj, func(k, val []byte) bool {
+		if string(k) == key {
+			v = val
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// Members finds several top-level members of a JSON object in one pass:
+// vals[i] is what ParamsMember(obj, keys[i]) returns. vals is as long as
+// keys.
+func Members(obj []byte, keys []string, vals [][]byte) {
+	clear(vals)
+	left := len(keys)
+	eachMember(obj, func(k, v []byte) bool {
+		for i, key := range keys {
+			if vals[i] == nil && string(k) == key {
+				vals[i] = v
+				left--
+				break
+			}
+		}
+		return left > 0
+	})
+}
+
+// eachMember calls f with the name and the raw value of each top-level
+// member of a JSON object, in order, until f returns false. It stops
+// early, without an error, at anything that is not a well-formed member.
+func eachMember(obj []byte, f func(k, v []byte) bool) {
 	i := skipWS(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return nil
+		return
 	}
 	i++
 	for i < len(obj) {
 		i = skipWS(obj, i)
 		if i >= len(obj) || obj[i] == '}' {
-			return nil
+			return
 		}
 		if obj[i] == ',' {
 			i = skipWS(obj, i+1)
 		}
 		if i >= len(obj) || obj[i] != '"' {
-			return nil
+			return
 		}
 		ke := skipString(obj, i)
 		k, err := keyText(obj[i:ke])
 		if err != nil {
-			return nil
+			return
 		}
 		i = skipWS(obj, ke)
 		i = skipWS(obj, i+1)
 		if i >= len(obj) {
-			return nil
+			return
 		}
 		ve := skipValue(obj, i)
-		if string(k) == key {
-			return obj[i:ve]
+		if !f(k, obj[i:ve]) {
+			return
 		}
 		i = ve
 	}
-	return nil
 }
 
 // MetaMember returns a member of params._meta, or nil.
@@ -753,8 +779,7 @@ func (e *StrictError) Error() string {
 // names that differ only in case, and no string holds invalid UTF-8 or a
 // lone surrogate. raw is valid JSON (Parse accepted it).
 func Strict(raw []byte) error {
-	_, err := strictValue(raw, skipWS(raw, 0), nil, false)
-	return err
+	return strict(raw, false)
 }
 
 // resultMembers are the members a result of tools/call defines (through
@@ -768,7 +793,7 @@ var resultMembers = []string{"content", "structuredContent", "isError", "_meta",
 // differs only in case from one the protocol defines. Case variants inside
 // a tool's own data stay allowed. raw is valid JSON.
 func StrictResult(raw []byte, toolCall bool) error {
-	if _, err := strictValue(raw, skipWS(raw, 0), nil, true); err != nil {
+	if err := strict(raw, true); err != nil {
 		return err
 	}
 	if !toolCall {
@@ -795,6 +820,33 @@ func StrictResult(raw []byte, toolCall bool) error {
 	return nil
 }
 
+// strict checks every value of raw (see strictWalk.value). The walk keeps
+// no path: when it finds a problem, it is done again with paths, for the
+// error to say where.
+func strict(raw []byte, exact bool) error {
+	w := strictWalk{exact: exact, utf8: utf8.Valid(raw)}
+	i := skipWS(raw, 0)
+	if _, err := w.value(raw, i, nil); err == nil {
+		return nil
+	}
+	w.paths = true
+	_, err := w.value(raw, i, nil)
+	return err
+}
+
+// strictWalk is how strict walks a message.
+type strictWalk struct {
+	// exact compares member names as written (duplicates only), otherwise
+	// as a case-insensitive decoder does.
+	exact bool
+	// utf8: the whole message is valid UTF-8, so a string's escapes are
+	// all that is left to check.
+	utf8 bool
+	// paths builds each value's position as the walk descends (at); without
+	// it at is nil and errors name no path.
+	paths bool
+}
+
 // where is a position in a message, built as the walk descends and turned
 // into text only for an error.
 type where struct {
@@ -817,13 +869,20 @@ func (w *where) String() string {
 	return up + "." + string(w.key)
 }
 
-// strictValue checks the value at b[i]; exact compares member names as
-// written (duplicates only), otherwise as a case-insensitive decoder does.
-func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
+// checkString checks a quoted string of the message walked.
+func (w strictWalk) checkString(q []byte) error {
+	if w.utf8 {
+		return checkEscapes(q)
+	}
+	return checkString(q)
+}
+
+// value checks the value at b[i] and returns the index after it.
+func (w strictWalk) value(b []byte, i int, at *where) (int, error) {
 	switch b[i] {
 	case '"':
 		e := skipString(b, i)
-		if err := checkString(b[i:e]); err != nil {
+		if err := w.checkString(b[i:e]); err != nil {
 			return e, &StrictError{Path: at.String(), Problem: err.Error()}
 		}
 		return e, nil
@@ -833,8 +892,12 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 			}
+			var next *where
+			if w.paths {
+				next = &where{up: at, index: n}
+			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, index: n}, exact)
+			i, err = w.value(b, i, next)
 			if err != nil {
 				return i, err
 			}
@@ -846,7 +909,7 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 		names := small[:0]
 		var folded map[string][]byte // folded → as written, past eight names
 		key := fold
-		if exact {
+		if w.exact {
 			key = func(s string) string { return s }
 		}
 		i = skipWS(b, i+1)
@@ -855,10 +918,10 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 				i = skipWS(b, i+1)
 			}
 			ke := skipString(b, i)
-			if err := checkString(b[i:ke]); err != nil {
+			if err := w.checkString(b[i:ke]); err != nil {
 				return ke, &StrictError{Path: at.String(), Problem: "a member name: " + err.Error()}
 			}
-			k, _ := keyText(b[i:ke])
+			k := memberName(b[i:ke])
 			if folded == nil && len(names) == cap(small) {
 				folded = make(map[string][]byte, 16)
 				for _, n := range names {
@@ -873,7 +936,7 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 				folded[f] = k
 			} else {
 				for _, prev := range names {
-					if (exact && string(prev) == string(k)) || (!exact && sameName(prev, k)) {
+					if (w.exact && string(prev) == string(k)) || (!w.exact && sameName(prev, k)) {
 						return ke, dupError(at, prev, k)
 					}
 				}
@@ -881,8 +944,12 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 			names = append(names, k)
 			i = skipWS(b, ke)
 			i = skipWS(b, i+1)
+			var next *where
+			if w.paths {
+				next = &where{up: at, key: k}
+			}
 			var err error
-			i, err = strictValue(b, i, &where{up: at, key: k}, exact)
+			i, err = w.value(b, i, next)
 			if err != nil {
 				return i, err
 			}
@@ -892,6 +959,19 @@ func strictValue(b []byte, i int, at *where, exact bool) (int, error) {
 	default:
 		return skipValue(b, i), nil
 	}
+}
+
+// memberName returns the text of a member name checkString accepted: the
+// quoted bytes themselves when it has no escapes, not a copy.
+func memberName(q []byte) []byte {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return q[1 : len(q)-1]
+	}
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return nil
+	}
+	return []byte(s)
 }
 
 // sameName reports whether two member names are one for a decoder that
@@ -972,6 +1052,14 @@ func fold(s string) string {
 func checkString(q []byte) error {
 	if !utf8.Valid(q) {
 		return errors.New("invalid UTF-8")
+	}
+	return checkEscapes(q)
+}
+
+// checkEscapes refuses escaped lone surrogates in a quoted JSON string.
+func checkEscapes(q []byte) error {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return nil
 	}
 	for i := 0; i < len(q); i++ {
 		if q[i] != '\\' {

@@ -193,6 +193,29 @@ func TestMembers(t *testing.T) {
 	}
 }
 
+// Members finds in one pass what ParamsMember finds member by member: the
+// first of a name given twice, nothing past a malformed member.
+func TestMembersInOnePass(t *testing.T) {
+	keys := []string{"arguments", "missing", "name", "_meta", "x"}
+	for _, obj := range []string{
+		`{"name":"x","_meta":{"a":1},"arguments":{"b":[1,"}"]},"name":"y"}`,
+		` { "x" : null , "name" : "a\"b" } `,
+		`{"name":1,"arguments":2,bad}`,
+		`{"n\u0061me":"escaped","x":[]}`,
+		`[1,2]`,
+		``,
+	} {
+		vals := make([][]byte, len(keys))
+		vals[1] = []byte("stale")
+		Members([]byte(obj), keys, vals)
+		for i, k := range keys {
+			if want := ParamsMember([]byte(obj), k); string(vals[i]) != string(want) || (vals[i] == nil) != (want == nil) {
+				t.Errorf("%s: %s = %q, ParamsMember finds %q", obj, k, vals[i], want)
+			}
+		}
+	}
+}
+
 func FuzzReader(f *testing.F) {
 	f.Add([]byte("a\nbb\r\n\nccc"), 2)
 	f.Fuzz(func(t *testing.T, in []byte, max int) {
@@ -476,6 +499,27 @@ func TestWithIDIsWhatParseReads(t *testing.T) {
 			if !reflect.DeepEqual(again, want) {
 				t.Errorf("WithID twice (%s, %s):\n got %+v\nwant %+v", raw, id, again, want)
 			}
+		}
+	}
+}
+
+func TestStringIs(t *testing.T) {
+	for _, tc := range []struct {
+		raw, s string
+		want   bool
+	}{
+		{`"input_required"`, "input_required", true},
+		{`"input\u005frequired"`, "input_required", true},
+		{`"input_required"`, "input", false},
+		{`"a\\b"`, `a\b`, true},
+		{`"a\\b"`, `a\\b`, false},
+		{`5`, "5", false},
+		{``, "", false},
+		{`""`, "", true},
+	} {
+		v, ok := String([]byte(tc.raw))
+		if got := StringIs([]byte(tc.raw), tc.s); got != tc.want || got != (ok && v == tc.s) {
+			t.Errorf("StringIs(%s, %q) = %v, want %v", tc.raw, tc.s, got, tc.want)
 		}
 	}
 }

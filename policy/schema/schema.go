@@ -84,6 +84,24 @@ func NewCache(opts ...Option) *Cache {
 // does not compile gives an error saying why, and that error is kept too,
 // so it is not compiled again on every call.
 func (c *Cache) Compile(key string, raw []byte) (*Schema, error) {
+	return c.once(key, func() (*Schema, error) { return c.compile(raw) })
+}
+
+// CompileFrom is Compile for a schema whose text find returns: find is
+// called on the key's first use only, and when it returns nil (there is no
+// schema) the result is nil with no error, kept as a compiled schema is.
+func (c *Cache) CompileFrom(key string, find func() []byte) (*Schema, error) {
+	return c.once(key, func() (*Schema, error) {
+		raw := find()
+		if raw == nil {
+			return nil, nil
+		}
+		return c.compile(raw)
+	})
+}
+
+// once returns key's entry, made by compile on the key's first use.
+func (c *Cache) once(key string, compile func() (*Schema, error)) (*Schema, error) {
 	c.mu.Lock()
 	e, ok := c.entries[key]
 	if !ok {
@@ -98,7 +116,7 @@ func (c *Cache) Compile(key string, raw []byte) (*Schema, error) {
 	}
 	c.mu.Unlock()
 	e.once.Do(func() {
-		e.schema, e.err = c.compile(raw)
+		e.schema, e.err = compile()
 		if e.err != nil {
 			e.err = fmt.Errorf("schema %s: %w", key, e.err)
 		}
