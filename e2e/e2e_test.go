@@ -412,14 +412,17 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 				done <- err
 				return
 			}
-			defer cs.Close()
 			for i := range calls {
-				if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": fmt.Sprint(i)}}); err != nil {
-					done <- err
-					return
+				if _, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": fmt.Sprint(i)}}); err != nil {
+					break
 				}
 			}
-			done <- nil
+			// Each guard has ended before the test reads the log and
+			// its directory goes.
+			if cerr := cs.Close(); err == nil {
+				err = cerr
+			}
+			done <- err
 		}()
 	}
 	for range procs {
