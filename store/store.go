@@ -46,9 +46,9 @@ type Options struct {
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
 	CheckpointEvery time.Duration
-	// BusyWait is how long an audit batch waits while other processes
-	// hold the database's write lock before its callers are refused
-	// (default 2m).
+	// BusyWait is how long the audit ingester waits while other
+	// processes hold the database's write lock before new appends are
+	// refused until it can commit (default 2m).
 	BusyWait time.Duration
 	Logger   *slog.Logger
 	Now      func() time.Time

@@ -24,8 +24,8 @@ import (
 // durability full an fdatasync shared by every append written meanwhile
 // (the syncer). The ingester then moves what the journal holds into the
 // records table, with the chain, in batches: it waits a little after the
-// first record (linger) so that a transaction carries many, and the
-// SQLite work a record costs is a small share of a transaction. Readers
+// first record (linger) so that a transaction carries many and its fixed
+// cost (locks, the write-ahead log's frames) is shared among them. Readers
 // of this process wait for it to catch up (caughtUp), and readers of
 // other processes wait for the journals' headers to show that it has.
 //
