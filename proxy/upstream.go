@@ -355,6 +355,7 @@ func (w *workers) loop(job func(buf []byte)) {
 	buf := make([]byte, workerBuffer)
 	for {
 		job(buf)
+		job = nil // what it holds (a message, up to max_message) is not kept
 		select {
 		case job = <-w.jobs:
 		case <-w.done:
