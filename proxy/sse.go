@@ -148,6 +148,9 @@ func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *strea
 			}
 		}
 		for {
+			if buf == nil {
+				buf = make([]byte, 0, eventSize(msg))
+			}
 			buf = appendEvent(buf[:0], msg)
 			if _, err := w.Write(buf); err != nil {
 				return
@@ -163,6 +166,11 @@ func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *strea
 		}
 		flush()
 	}
+}
+
+// eventSize is the size of a message's event, as appendEvent writes it.
+func eventSize(e event) int {
+	return len("id: \nevent: message\ndata: \n\n") + len(e.id) + len(e.msg.Raw)
 }
 
 // appendEvent appends one server-sent event.

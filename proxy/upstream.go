@@ -207,7 +207,7 @@ func (u *upstream) request(method string, body []byte) (*http.Request, error) {
 		req.Header.Set("Mcp-Session-Id", u.session)
 	}
 	if u.protocol != "" {
-		req.Header.Set("MCP-Protocol-Version", u.protocol)
+		req.Header.Set("Mcp-Protocol-Version", u.protocol)
 	}
 	u.mu.Unlock()
 	return req, nil
