@@ -256,6 +256,12 @@ func (st *stream) poll() (event, streamResult) {
 // wait returns the next event, waiting for it at most d (0: without
 // limit), or why there is none.
 func (st *stream) wait(ctx context.Context, d time.Duration) (event, streamResult) {
+	var timer *time.Timer // made when the wait has to block
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var timeout <-chan time.Time
 	for {
 		st.mu.Lock()
@@ -271,10 +277,9 @@ func (st *stream) wait(ctx context.Context, d time.Duration) (event, streamResul
 		}
 		c := st.cond
 		st.mu.Unlock()
-		if d > 0 && timeout == nil {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+		if d > 0 && timer == nil {
+			timer = time.NewTimer(d)
+			timeout = timer.C
 		}
 		select {
 		case <-c:
