@@ -274,7 +274,7 @@ func (u *upstream) post(m wire.Message) {
 }
 
 // exchange sends one POST and relays what comes back; an event stream is
-// read with buf (see readEvents).
+// read with buf (see readEventsWith).
 func (u *upstream) exchange(m wire.Message, req *http.Request, buf []byte) {
 	resp, err := u.rm.Client.Do(req)
 	if err != nil && req.Context().Err() != nil && u.ctx.Err() == nil {
