@@ -338,12 +338,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// client go): it must not time out.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		jsonRPCError(w, http.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, "Request body too large")
-		return
-	case err != nil:
+	if err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			jsonRPCError(w, http.StatusRequestEntityTooLarge, wire.CodeInvalidRequest, "Request body too large")
+			return
+		}
 		// The deadline stays passed, so that the server does not read
 		// the rest of the body before it closes the connection.
 		h.opts.Logger.Warn("request body not read", "err", err)
@@ -370,16 +369,15 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// One line: the relay may pass it to a server on stdio.
 		m, err := wire.Parse(oneLine(p))
 		msgs[i] = m
-		var inv *wire.InvalidError
-		if errors.As(err, &inv) {
-			// An id no peer reads the same way is not echoed (inv.ID is
-			// nil then): the answer carries id null.
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
-			return
-		}
 		if err != nil {
+			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {
+				// An id no peer reads the same way is not echoed
+				// (inv.ID is nil then): the answer carries id null.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+				return
+			}
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return
 		}

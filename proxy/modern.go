@@ -53,7 +53,7 @@ func (u *upstream) modernHeaders(req *http.Request, m wire.Message) bool {
 	if !ok || v < "2026-07-28" {
 		return false
 	}
-	req.Header.Set("MCP-Protocol-Version", v)
+	req.Header.Set("Mcp-Protocol-Version", v)
 	if m.Method != "" {
 		req.Header.Set("Mcp-Method", m.Method)
 	}
@@ -207,7 +207,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, client string) (*httpSes
 // (2026-07-28 or later), by its MCP-Protocol-Version header or its
 // requests' _meta.
 func isModern(r *http.Request, reqs []wire.Message, initialize bool) bool {
-	if v := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version")); v != "" {
+	if v := strings.TrimSpace(r.Header.Get("Mcp-Protocol-Version")); v != "" {
 		return v >= "2026-07-28"
 	}
 	if initialize {
@@ -236,7 +236,7 @@ func writeHeaderMismatch(w http.ResponseWriter, id []byte, msg string) {
 // guard is the HTTP server its clients see. It returns what is wrong.
 func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 	if v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol)); ok {
-		if hv := strings.TrimSpace(r.Header.Get("MCP-Protocol-Version")); hv != "" && hv != v {
+		if hv := strings.TrimSpace(r.Header.Get("Mcp-Protocol-Version")); hv != "" && hv != v {
 			return fmt.Sprintf("MCP-Protocol-Version %q does not match the request's _meta %q", hv, v)
 		}
 	}

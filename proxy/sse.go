@@ -19,10 +19,10 @@ import (
 // answers of a POST, the session's GET stream, resumption by event id), and
 // reading the event streams of HTTP upstreams.
 
-// readSSE calls emit with the data of each event of an SSE stream (see
-// readEvents).
-func readSSE(r io.Reader, max int, emit func([]byte), tooLong func(size int)) {
-	readEvents(r, max, func(_ string, data []byte) { emit(data) }, tooLong)
+// readSSE calls emit with the data of each event of an SSE stream, read
+// with buf (see readEventsWith).
+func readSSE(r io.Reader, max int, buf []byte, emit func([]byte), tooLong func(size int)) {
+	readEventsWith(r, max, buf, func(_ string, data []byte) { emit(data) }, tooLong)
 }
 
 // readEvents calls fn with each event of an SSE stream: its type
@@ -30,8 +30,17 @@ func readSSE(r io.Reader, max int, emit func([]byte), tooLong func(size int)) {
 // is not kept: tooLong gets its size instead (at least max+1), and a line
 // so long that it cannot be an event's ends the stream after saying so.
 func readEvents(r io.Reader, max int, fn func(event string, data []byte), tooLong func(size int)) {
+	readEventsWith(r, max, nil, fn, tooLong)
+}
+
+// readEventsWith is readEvents reading lines into buf (nil: a new buffer),
+// which nothing keeps once it returns: fn gets data of its own.
+func readEventsWith(r io.Reader, max int, buf []byte, fn func(event string, data []byte), tooLong func(size int)) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, max+len("data: \r\n"))
+	limit := max + len("data: \r\n")
+	// A buffer no larger than the limit, so that a line too long is
+	// refused exactly as with the scanner's own buffer.
+	sc.Buffer(buf[:0:min(cap(buf), limit)], limit)
 	var data []byte
 	size := 0 // of the event's data, kept or not
 	event := ""
@@ -53,7 +62,11 @@ func readEvents(r io.Reader, max int, fn func(event string, data []byte), tooLon
 		case len(line) == 0:
 			dispatch()
 		case bytes.HasPrefix(line, []byte("event:")):
-			event = strings.TrimSpace(string(line[6:]))
+			if v := bytes.TrimSpace(line[6:]); string(v) == "message" {
+				event = "message" // the usual name, without a copy
+			} else {
+				event = string(v)
+			}
 		case bytes.HasPrefix(line, []byte("data:")):
 			v := bytes.TrimPrefix(line[5:], []byte(" "))
 			if size > 0 {
@@ -135,6 +148,9 @@ func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *strea
 			}
 		}
 		for {
+			if buf == nil {
+				buf = make([]byte, 0, eventSize(msg))
+			}
 			buf = appendEvent(buf[:0], msg)
 			if _, err := w.Write(buf); err != nil {
 				return
@@ -150,6 +166,11 @@ func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *strea
 		}
 		flush()
 	}
+}
+
+// eventSize is the size of a message's event, as appendEvent writes it.
+func eventSize(e event) int {
+	return len("id: \nevent: message\ndata: \n\n") + len(e.id) + len(e.msg.Raw)
 }
 
 // appendEvent appends one server-sent event.
@@ -235,6 +256,12 @@ func (st *stream) poll() (event, streamResult) {
 // wait returns the next event, waiting for it at most d (0: without
 // limit), or why there is none.
 func (st *stream) wait(ctx context.Context, d time.Duration) (event, streamResult) {
+	var timer *time.Timer // made when the wait has to block
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	var timeout <-chan time.Time
 	for {
 		st.mu.Lock()
@@ -250,10 +277,9 @@ func (st *stream) wait(ctx context.Context, d time.Duration) (event, streamResul
 		}
 		c := st.cond
 		st.mu.Unlock()
-		if d > 0 && timeout == nil {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+		if d > 0 && timer == nil {
+			timer = time.NewTimer(d)
+			timeout = timer.C
 		}
 		select {
 		case <-c:

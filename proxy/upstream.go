@@ -57,7 +57,8 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), max: opts.MaxMessage, logger: opts.Logger}
+	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), max: opts.MaxMessage, logger: opts.Logger,
+		work: workers{jobs: make(chan func([]byte)), done: ctx.Done()}}
 	s := NewSession(ctx, opts)
 	p := s.pump(client, up)
 	readDone := make(chan struct{})
@@ -109,6 +110,9 @@ type upstream struct {
 	// x-mcp-header arguments of each tool, from the tools lists relayed
 	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
 	headers toolHeaders
+
+	// The goroutines that wait for requests' answers.
+	work workers
 
 	// The legacy transport: its event stream, opened on first use, and
 	// the endpoint it named.
@@ -203,7 +207,7 @@ func (u *upstream) request(method string, body []byte) (*http.Request, error) {
 		req.Header.Set("Mcp-Session-Id", u.session)
 	}
 	if u.protocol != "" {
-		req.Header.Set("MCP-Protocol-Version", u.protocol)
+		req.Header.Set("Mcp-Protocol-Version", u.protocol)
 	}
 	u.mu.Unlock()
 	return req, nil
@@ -246,9 +250,9 @@ func (u *upstream) post(m wire.Message) {
 			u.mu.Unlock()
 		}
 		u.inflight.Add(1)
-		go func() {
+		u.work.run(func(buf []byte) {
 			defer u.inflight.Done()
-			u.exchange(m, req)
+			u.exchange(m, req, buf)
 			if mine != nil {
 				mine.cancel()
 				// Once answered, the id may already name a newer
@@ -259,18 +263,19 @@ func (u *upstream) post(m wire.Message) {
 				}
 				u.mu.Unlock()
 			}
-		}()
+		})
 		return
 	}
 	// Notifications and responses: in order, and quickly answered (202).
-	u.exchange(m, req)
+	u.exchange(m, req, nil)
 	if m.Method == "notifications/initialized" {
 		u.getOnce.Do(func() { go u.listen() })
 	}
 }
 
-// exchange sends one POST and relays what comes back.
-func (u *upstream) exchange(m wire.Message, req *http.Request) {
+// exchange sends one POST and relays what comes back; an event stream is
+// read with buf (see readEventsWith).
+func (u *upstream) exchange(m wire.Message, req *http.Request, buf []byte) {
 	resp, err := u.rm.Client.Do(req)
 	if err != nil && req.Context().Err() != nil && u.ctx.Err() == nil {
 		return // cancelled by the client: no answer is expected
@@ -305,7 +310,7 @@ func (u *upstream) exchange(m wire.Message, req *http.Request) {
 		return
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		readSSE(resp.Body, u.max, u.emit, u.tooLong)
+		readSSE(resp.Body, u.max, buf, u.emit, u.tooLong)
 		return
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(u.max)+1))
@@ -321,6 +326,42 @@ func (u *upstream) exchange(m wire.Message, req *http.Request) {
 		return
 	}
 	u.emit(b)
+}
+
+// workers run the exchanges of an upstream's requests, each on a
+// goroutine of its own while it lasts. A goroutine whose exchange is done
+// waits for the next one rather than ending, until the upstream ends: its
+// stack, which net/http's client grows, and its buffer for reading event
+// streams serve again instead of being made anew for every request.
+type workers struct {
+	jobs chan func(buf []byte) // taken by a goroutine that waits
+	done <-chan struct{}       // the upstream ended: waiting goroutines end
+}
+
+// workerBuffer is the size of a worker's buffer for event streams, the
+// size bufio.Scanner starts with.
+const workerBuffer = 4096
+
+// run runs job on a waiting goroutine, or on a new one when none waits.
+func (w *workers) run(job func(buf []byte)) {
+	select {
+	case w.jobs <- job:
+	default:
+		go w.loop(job)
+	}
+}
+
+func (w *workers) loop(job func(buf []byte)) {
+	buf := make([]byte, workerBuffer)
+	for {
+		job(buf)
+		job = nil // what it holds (a message, up to max_message) is not kept
+		select {
+		case job = <-w.jobs:
+		case <-w.done:
+			return
+		}
+	}
 }
 
 // fail answers a request that could not be relayed with an error; other
@@ -350,7 +391,7 @@ func (u *upstream) listen() {
 			resp.Body.Close()
 			return // 405: the server offers no such stream
 		}
-		readSSE(resp.Body, u.max, u.emit, u.tooLong)
+		readSSE(resp.Body, u.max, nil, u.emit, u.tooLong)
 		resp.Body.Close()
 		select {
 		case <-u.ctx.Done():
