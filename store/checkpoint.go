@@ -122,6 +122,14 @@ func (db *DB) writeCheckpoint() (err error) {
 			}
 		}()
 	}
+	if db.fsync && db.writable {
+		// The head it signs is durable first: the ingester's commits
+		// are not synced, and a checkpoint ahead of the log after a
+		// power cut would read as a truncation.
+		if err := db.syncFiles(); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
 	ctx := context.Background()
 	c := checkpoint{V: 1, Time: fmtTime(db.opts.Now())}
 	err = db.w.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&c.HeadSeq, &c.HeadHash)

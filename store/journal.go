@@ -210,7 +210,7 @@ var errTorn = errors.New("frame cut short")
 // readFrame decodes the frame at the start of b and returns its size.
 func readFrame(b []byte) (*guard.Record, int, error) {
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n == 0 || uint64(len(b)-k) < n+4 {
+	if k <= 0 || n == 0 || len(b)-k < 4 || n > uint64(len(b)-k-4) {
 		return nil, 0, errTorn
 	}
 	body := b[k : k+int(n)]
@@ -390,6 +390,13 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 		}
 		db.dirty.Store(true)
 		rest = rest[k:]
+	}
+	if db.fsync {
+		// The records are durable in the database before the journal
+		// that held them goes (the ingester's commits are not synced).
+		if err := db.syncFiles(); err != nil {
+			return 0, err
+		}
 	}
 	return len(fresh), os.Remove(path)
 }

@@ -34,9 +34,10 @@ import (
 type Options struct {
 	// Path is the database file; its directory is created (0700).
 	Path string
-	// Durability is "full" (the default: every commit is fsync'd) or
-	// "normal" (SQLite's WAL default: commits survive a crash of guard,
-	// not a power cut).
+	// Durability is "full" (the default: every append is fsync'd in the
+	// journal before it is acknowledged) or "normal" (an append is
+	// written to the journal: it survives a crash of guard, not a power
+	// cut).
 	Durability string
 	// KeyPath is the ed25519 key that signs checkpoints, kept outside the
 	// database (default: audit.key beside it, created 0600).
@@ -75,26 +76,27 @@ type DB struct {
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
 	jmu      sync.Mutex
-	room     *sync.Cond    // on jmu: the backlog went down, or the ingester failed or ended
-	seg      *segment      // where appends go
-	writing  bool          // until the ingester has ended
-	appended int64         // appends written to the journal
-	unsynced []*appendReq  // durability full: written, not yet synced
-	syncing  bool          // durability full: a sync is under way
-	pend     []*appendReq  // durable, not yet in the database, in order
-	frames   sync.Pool     // *[]byte, to build an append's frames in
-	work     chan struct{} // there are appends pending
-	urgent   chan struct{} // ingest now, without lingering
-	syncWork chan struct{} // there are appends to sync
-	segs     []*segment    // the ingester's: segments not yet removed, oldest first
-	settled  atomic.Int64  // appends in the database (or refused)
+	room     *sync.Cond      // on jmu: the backlog went down, or the ingester failed or ended
+	seg      *segment        // where appends go
+	writing  bool            // until the ingester has ended
+	appended int64           // appends written to the journal
+	unsynced []*appendReq    // durability full: written, not yet synced
+	syncing  bool            // durability full: a sync is under way
+	pend     []*appendReq    // durable, not yet in the database, in order
+	frames   sync.Pool       // *[]byte, to build an append's frames in
+	work     chan struct{}   // there are appends pending
+	urgent   chan struct{}   // ingest now, without lingering
+	syncWork chan struct{}   // there are appends to sync
+	segs     []*segment      // the ingester's: segments not yet removed, oldest first
+	own      map[string]bool // under jmu: the paths of this DB's segments, which readers do not wait for
+	settled  atomic.Int64    // appends in the database (or refused)
 	failure  atomic.Pointer[error]
 	progMu   sync.Mutex
 	progress chan struct{} // closed and replaced after every batch ingested
 
 	// commitMu is held while a batch is committed. It guards wc.
 	commitMu sync.Mutex
-	fsync    bool        // durability full: the journal and every commit are fsync'd
+	fsync    bool        // durability full: the journal is fsync'd, and the database's files before a journal goes
 	wc       *writerConn // the ingester's connection and statements; nil after a failure until the next batch
 
 	lastCheckpoint atomic.Int64 // unix nanoseconds
@@ -250,6 +252,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.segs = []*segment{db.seg}
+	db.own = map[string]bool{db.seg.path: true}
 	if db.dirty.Load() {
 		if err := db.writeCheckpoint(); err != nil {
 			opts.Logger.Error("audit checkpoint", "err", err)

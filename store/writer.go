@@ -184,8 +184,12 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		_, err = seg.f.WriteAt(b, seg.end)
 	}
 	if err != nil {
+		bad := seg.bad
 		db.jmu.Unlock()
 		db.putFrames(bp, b)
+		if bad {
+			signal(db.urgent) // the ingester makes a new segment
+		}
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -350,7 +354,7 @@ func (db *DB) ingester() {
 	wait := time.NewTimer(time.Hour)
 	wait.Stop()
 	var batch []*appendReq
-	stopping := false
+	stopping, syncerDone := false, false
 	for !stopping {
 		select {
 		case <-db.work:
@@ -369,13 +373,18 @@ func (db *DB) ingester() {
 		case <-db.stop:
 			stopping = true
 		case <-t.C:
+			db.rotate() // a segment that could not be made before
 			db.maybeCheckpoint()
 			continue
 		}
-		if stopping && db.fsync {
-			<-db.synced // every append is answered and pending
-		}
 		for {
+			if stopping && !syncerDone {
+				// Every append is answered and pending once the
+				// syncer has ended (with durability normal it has
+				// none).
+				<-db.synced
+				syncerDone = true
+			}
 			batch = db.take(batch[:0])
 			if len(batch) == 0 {
 				break
@@ -469,9 +478,7 @@ func (db *DB) ingest(batch []*appendReq) error {
 	for _, r := range batch {
 		r.seg.done++
 		r.seg.doneTill = r.end
-		if !r.refused {
-			db.stats.backlog.Add(-int64(len(r.recs)))
-		}
+		db.stats.backlog.Add(-int64(len(r.recs)))
 		if last != nil && last != r.seg {
 			_ = last.noteIngested(last.doneTill)
 		}
@@ -503,10 +510,11 @@ func (db *DB) rotate() {
 		// Made without holding the journal: appends go on meanwhile.
 		s, err := newSegment(journalsDir(db.opts.Path), db.fsync)
 		if err != nil {
-			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one grows", "err", err)
+			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
 		} else {
 			db.jmu.Lock()
 			db.seg = s
+			db.own[s.path] = true
 			db.jmu.Unlock()
 			db.segs = append(db.segs, s)
 		}
@@ -530,6 +538,9 @@ func (db *DB) rotate() {
 		if err := s.close(true); err != nil {
 			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
+		db.jmu.Lock()
+		delete(db.own, s.path)
+		db.jmu.Unlock()
 		db.segs = db.segs[1:]
 	}
 }
@@ -570,14 +581,15 @@ func (db *DB) finish() {
 		}
 	}
 	db.jmu.Unlock()
-	if db.fsync && left == 0 {
+	synced := true
+	if db.fsync {
 		if err := db.syncFiles(); err != nil {
 			db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
-			left = -1
+			synced = false
 		}
 	}
 	for _, s := range db.segs {
-		keep := s.done != s.appends || left < 0
+		keep := s.done != s.appends || !synced
 		if keep {
 			db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
 		}
@@ -632,6 +644,12 @@ const journalPoll = 2 * time.Millisecond
 func (db *DB) awaitJournals(ctx context.Context) {
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
+		db.jmu.Lock()
+		own := db.own[p]
+		db.jmu.Unlock()
+		if own {
+			continue // caughtUp waited for this process's own
+		}
 		if !awaitJournal(ctx, p) {
 			return
 		}

@@ -132,6 +132,27 @@ func concurrentAppenders(t *testing.T, durability string) {
 	verifyAll(t, db, acked)
 }
 
+// poison makes the database at path refuse records of the tool "poison"
+// (as a full disk refuses a write), with a trigger of the test's own; the
+// returned func drops it.
+func poison(t *testing.T, path string) (cure func()) {
+	t.Helper()
+	raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	if _, err := raw.Exec(`CREATE TRIGGER poison BEFORE INSERT ON records WHEN NEW.tool = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A record the database will not take is kept, not lost: it was
 // acknowledged once in the journal, new appends are refused while the
 // ingester cannot commit, and once the cause goes away it reaches the
@@ -140,17 +161,7 @@ func TestARecordTheDatabaseRefusesIsKept(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
 	defer db.Close()
-	// A record the database refuses to take (as a full disk refuses a
-	// write): a trigger of the test's own.
-	raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	if _, err := raw.Exec(`CREATE TRIGGER poison BEFORE INSERT ON records WHEN NEW.tool = 'poison'
-		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
-		t.Fatal(err)
-	}
+	cure := poison(t, path)
 	before := rec(1, guard.KindRequest)
 	if err := db.Append(before); err != nil {
 		t.Fatal(err)
@@ -165,9 +176,7 @@ func TestARecordTheDatabaseRefusesIsKept(t *testing.T) {
 	if err := db.Append(rec(3, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append while the database refuses records: %v", err)
 	}
-	if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
-		t.Fatal(err)
-	}
+	cure()
 	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
 	after := rec(4, guard.KindRequest)
 	if err := db.Append(after); err != nil {
@@ -576,4 +585,73 @@ func TestJournalSegmentsAreReplacedAndRemoved(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A journal that cannot be synced (a disk that fails: its descriptor is
+// made invalid, as no real disk here can be made to fail an fdatasync)
+// refuses the appends it was to hold, is replaced by a new journal, and
+// leaves nothing in the backlog; appends are taken again at once.
+func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db, err := Open(context.Background(), Options{Path: path, Durability: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	before := rec(1, guard.KindRequest)
+	if err := db.Append(before); err != nil {
+		t.Fatal(err)
+	}
+	db.jmu.Lock()
+	broken := db.seg
+	broken.fd = -1
+	db.jmu.Unlock()
+	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("an append whose journal could not be synced: %v", err)
+	}
+	var after *guard.Record
+	waitFor(t, "a new journal", func() bool {
+		r := rec(3, guard.KindRequest)
+		if db.Append(r) != nil {
+			return false
+		}
+		after = r
+		return true
+	})
+	db.caughtUp(context.Background())
+	if b := db.Backlog(); b != 0 {
+		t.Fatalf("backlog %d after a refused append, want 0", b)
+	}
+	db.jmu.Lock()
+	replaced := db.seg != broken
+	db.jmu.Unlock()
+	if !replaced {
+		t.Fatal("the journal that could not be synced is still in use")
+	}
+	verifyAll(t, db, []*guard.Record{before, after})
+}
+
+// A reader does not wait for this process's own journal while the
+// ingester cannot commit: it reads what the database holds, at once.
+func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	cure := poison(t, path)
+	bad := rec(1, guard.KindRequest)
+	bad.Tool = "poison"
+	if err := db.Append(bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	start := time.Now()
+	if err := db.Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > caughtUpWait/2 {
+		t.Fatalf("a query waited %v for a journal its own ingester cannot move in", d)
+	}
+	cure()
+	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	verifyAll(t, db, []*guard.Record{bad})
 }

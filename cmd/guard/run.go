@@ -132,7 +132,9 @@ func (a *app) clientOut() io.Writer {
 // idle, the runtime's monitor takes theirs back after 20 µs, every time,
 // and so keeps waking every 20 µs itself, which cost more CPU than the
 // relay's own work per message on a 2-core machine. With processors to
-// spare it leaves them alone and sleeps.
+// spare it leaves them alone and sleeps. (Setting the count also ends the
+// runtime's following of a container's CPU limit for this process: the
+// count is that limit's, plus two, from the start.)
 func (a *app) roomForBlockingReads() {
 	if a.getenv("GOMAXPROCS") != "" {
 		return
