@@ -203,10 +203,11 @@ func (db *DB) seqOf(ctx context.Context, h string) int64 {
 	return s
 }
 
-// Filter selects invocations for Query.
+// Filter selects invocations for Query; each field set must match.
 type Filter struct {
 	Since, Until                    time.Time
 	Server, Tool, Decision, Outcome string
+	Client, Session, DecidedBy      string
 	Limit                           int // 0: no limit
 }
 
@@ -251,7 +252,8 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if !f.Until.IsZero() {
 		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
 	}
-	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision}, {"outcome", f.Outcome}} {
+	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision},
+		{"outcome", f.Outcome}, {"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}} {
 		if c.v != "" {
 			where, args = append(where, c.col+" = ?"), append(args, c.v)
 		}

@@ -1,6 +1,9 @@
 package store
 
 import (
+	"context"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,6 +35,45 @@ func TestHashRecordIsStable(t *testing.T) {
 		buf := []byte("left over from a longer record")
 		if got, _ := hashRecord(buf, tc.r); got != tc.want {
 			t.Errorf("record %d: hash with a used buffer %s, want %s", i, got, tc.want)
+		}
+	}
+}
+
+// Query's filters on who called and who decided select the calls whose
+// records say so, and only those.
+func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	type who struct{ client, session, by string }
+	calls := []who{{"alice", "s1", "default"}, {"bob", "s1", "no-shell"}, {"alice", "s2", "ops@example.com"}}
+	for i, w := range calls {
+		req := rec(i, guard.KindRequest)
+		req.Client, req.Session, req.DecidedBy = w.client, w.session, w.by
+		out := rec(i, guard.KindOutcome)
+		out.Client, out.Session, out.Outcome = w.client, w.session, guard.OutcomeOK
+		if err := db.Append(req, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		f    Filter
+		want []string // call ids
+	}{
+		{Filter{Client: "alice"}, []string{"call-2", "call-0"}},
+		{Filter{Session: "s1"}, []string{"call-1", "call-0"}},
+		{Filter{DecidedBy: "no-shell"}, []string{"call-1"}},
+		{Filter{Client: "alice", Session: "s1"}, []string{"call-0"}},
+		{Filter{Client: "carol"}, nil},
+	} {
+		var got []string
+		if err := db.Query(context.Background(), tc.f, func(c *Call) error { got = append(got, c.ID); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%+v: calls %v, want %v", tc.f, got, want)
 		}
 	}
 }

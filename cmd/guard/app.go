@@ -117,3 +117,19 @@ func (a *app) parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) 
 	}
 	return 0, true
 }
+
+// subcommandUsage handles a command of subcommands called without one, or
+// asked for help (-h, --help, help): the usage goes to stderr with exit 2
+// in the first case and to stdout with exit 0 in the second. ok is true
+// when args name a subcommand for the caller to run.
+func (a *app) subcommandUsage(args []string, usage string) (status int, ok bool) {
+	switch {
+	case len(args) == 0:
+		fmt.Fprintln(a.stderr, usage)
+		return exitUsage, false
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprintln(a.stdout, usage)
+		return exitOK, false
+	}
+	return 0, true
+}

@@ -18,9 +18,8 @@ func init() {
 }
 
 func cmdApprovals(ctx context.Context, a *app, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(a.stderr, "usage: guard approvals list | approve ID [--reason TEXT] | deny ID --reason TEXT")
-		return exitUsage
+	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
+		return status
 	}
 	switch args[0] {
 	case "list":

@@ -5,11 +5,13 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
@@ -18,10 +20,11 @@ func init() {
 	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
 }
 
+const auditUsage = "usage: guard audit query [flags] | verify (guard audit query -h for its flags)"
+
 func cmdAudit(ctx context.Context, a *app, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(a.stderr, "usage: guard audit query [flags] | guard audit verify")
-		return exitUsage
+	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
+		return status
 	}
 	switch args[0] {
 	case "query":
@@ -66,6 +69,15 @@ func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context
 	return db, st, 0, true
 }
 
+// decisions and outcomes are the values a call's record can hold, which
+// the query's filters accept.
+var (
+	decisions = []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld}
+	outcomes  = []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
+		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
+		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
+)
+
 func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("audit query")
 	cf := addCommonFlags(fs)
@@ -74,12 +86,24 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	var f store.Filter
 	fs.StringVar(&f.Server, "server", "", "only this `server`")
 	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
-	fs.StringVar(&f.Decision, "decision", "", "only this `decision` (allowed, denied, held)")
-	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` (ok, tool_error, denied, expired, ...)")
+	fs.StringVar(&f.Client, "client", "", "only calls of this `client` (a token's name, or clientInfo name/version)")
+	fs.StringVar(&f.Session, "session", "", "only calls of this `session`")
+	fs.StringVar(&f.DecidedBy, "decided-by", "", "only calls decided by this `rule or person` (\"default\": the default policy)")
+	fs.StringVar(&f.Decision, "decision", "", "only this `decision` ("+strings.Join(decisions, ", ")+")")
+	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` ("+strings.Join(outcomes, ", ")+")")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
+	}
+	for _, e := range []struct {
+		flag, v string
+		allowed []string
+	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}} {
+		if e.v != "" && !slices.Contains(e.allowed, e.v) {
+			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
+			return exitUsage
+		}
 	}
 	now := time.Now()
 	var err error

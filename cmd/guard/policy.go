@@ -22,9 +22,8 @@ func init() {
 const policyUsage = "usage: guard policy check | test --call JSON | replay --since DUR [--config NEW] | reload [--by NAME]"
 
 func cmdPolicy(ctx context.Context, a *app, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(a.stderr, policyUsage)
-		return exitUsage
+	if status, ok := a.subcommandUsage(args, policyUsage); !ok {
+		return status
 	}
 	switch args[0] {
 	case "check":

@@ -20,9 +20,8 @@ func init() {
 const toolsUsage = "usage: guard tools list [--server S] | diff SERVER TOOL | accept SERVER TOOL | reject SERVER TOOL [--reason TEXT]"
 
 func cmdTools(ctx context.Context, a *app, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(a.stderr, toolsUsage)
-		return exitUsage
+	if status, ok := a.subcommandUsage(args, toolsUsage); !ok {
+		return status
 	}
 	switch args[0] {
 	case "list":
