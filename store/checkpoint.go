@@ -122,7 +122,7 @@ func (db *DB) writeCheckpoint() (err error) {
 			}
 		}()
 	}
-	if db.fsync && db.writable {
+	if db.fsync {
 		// The head it signs is durable first: the ingester's commits
 		// are not synced, and a checkpoint ahead of the log after a
 		// power cut would read as a truncation.

@@ -312,12 +312,23 @@ func orphanJournals(dbPath string) int {
 		if err != nil {
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) == nil {
+		if !ownerAlive(f) {
 			n++
 		}
-		f.Close() // the lock goes with it
+		f.Close()
 	}
 	return n
+}
+
+// ownerAlive reports whether the journal open as f is locked by the
+// process that writes it (a shared lock cannot be had). The lock this
+// takes to find out is given back at once.
+func ownerAlive(f *os.File) bool {
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
+		return true
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // segments lists the journal segments in dir.

@@ -76,9 +76,8 @@ type DB struct {
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
 	jmu      sync.Mutex
-	room     *sync.Cond      // on jmu: the backlog went down, or the ingester failed or ended
+	room     *sync.Cond      // on jmu: the backlog went down, or the ingester failed
 	seg      *segment        // where appends go
-	writing  bool            // until the ingester has ended
 	appended int64           // appends written to the journal
 	unsynced []*appendReq    // durability full: written, not yet synced
 	syncing  bool            // durability full: a sync is under way
@@ -212,7 +211,6 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		w:        w,
 		r:        r,
 		writable: true,
-		writing:  true,
 		fsync:    opts.Durability == "full",
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),

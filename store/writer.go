@@ -163,7 +163,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.jmu.Lock()
-	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.writing && db.failed() == nil; {
+	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.failed() == nil; {
 		if !waited {
 			waited = true
 			db.stats.waits.Add(1)
@@ -174,8 +174,6 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	err := db.failed()
 	switch {
 	case err != nil:
-	case !db.writing:
-		err = errors.New("the audit log stopped")
 	case seg.bad:
 		err = errors.New("the journal could not be synced; a new one is being made")
 	default:
@@ -572,8 +570,6 @@ func (db *DB) finish() {
 		db.opts.Logger.Error("audit checkpoint", "err", err)
 	}
 	db.jmu.Lock()
-	db.writing = false
-	db.room.Broadcast()
 	left := 0
 	for _, r := range db.pend {
 		if !r.refused {
@@ -663,8 +659,7 @@ func awaitJournal(ctx context.Context, path string) bool {
 		return true
 	}
 	defer f.Close()
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) == nil {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if !ownerAlive(f) {
 		return true // no one writes to it
 	}
 	off, err := segmentIngested(f)

@@ -6,8 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -654,4 +657,36 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 	cure()
 	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
 	verifyAll(t, db, []*guard.Record{bad})
+}
+
+// A file in the journal directory that is not a journal is not read as
+// one: Open goes on, says so in its log, and leaves the file where it is,
+// while a dead process's journal beside it is moved in.
+func TestAFileThatIsNotAJournalIsLeftAlone(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCrasher$")
+	cmd.Env = append(os.Environ(), "GUARD_STORE_CRASH_DB="+path, "GUARD_STORE_CRASH_DURABILITY=normal")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("the child did not crash:\n%s", out)
+	}
+	stray := filepath.Join(journalsDir(path), "stray.log")
+	if err := os.WriteFile(stray, []byte("not a journal at all, and long enough to have a header of sorts......"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	db, err := Open(context.Background(), Options{Path: path, Durability: "normal", Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatalf("Open beside a file that is not a journal: %v", err)
+	}
+	defer db.Close()
+	if !strings.Contains(logged.String(), "stray.log: not a guard journal") {
+		t.Fatalf("the log does not name the file:\n%s", logged.String())
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Fatalf("the file that is not a journal went: %v", err)
+	}
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK || rep.Records != 50 {
+		t.Fatalf("the dead process's records: %+v %v", rep, err)
+	}
 }
