@@ -32,6 +32,18 @@ const (
 	KindRequest = "request"
 	KindOutcome = "outcome"
 	KindEvent   = "event"
+	// KindDecision is a person's approve or deny of a held call, or its
+	// expiry or withdrawal; its CallID is the held call's, Approval the
+	// approval's id.
+	KindDecision = "decision"
+	// KindToolReview is a tool definition accepted or rejected.
+	KindToolReview = "tool_review"
+	// KindRuleAdded is a policy rule learned from an approval.
+	KindRuleAdded = "rule_added"
+	// KindConfig is a configuration loaded, with its digest.
+	KindConfig = "config"
+	// KindLifecycle is guard starting or stopping.
+	KindLifecycle = "lifecycle"
 )
 
 // Directions of a request.
@@ -87,9 +99,12 @@ type Record struct {
 	Pin       string    `json:"pin,omitempty"`
 	Decision  string    `json:"decision,omitempty"`
 	DecidedBy string    `json:"decided_by,omitempty"` // rule name, "default", or a person
-	Reason    string    `json:"reason,omitempty"`
-	Outcome   string    `json:"outcome,omitempty"`
-	Result    string    `json:"result,omitempty"` // redacted, truncated JSON text
+	// Approval is the id of the approval a held call waited on, or that a
+	// decision record decides.
+	Approval string `json:"approval,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+	Result   string `json:"result,omitempty"` // redacted, truncated JSON text
 	// RequestSize and ResponseSize are the sizes in bytes of the message as
 	// it crossed guard.
 	RequestSize  int64 `json:"request_size,omitempty"`

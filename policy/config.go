@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -65,11 +66,51 @@ type Config struct {
 		Mode    string
 		Rules   []Rule
 	}
+	// Audit holds the audit log's settings beyond the database.
+	Audit Audit
 	// Expanded maps each environment variable the configuration expanded
 	// (${NAME}, anywhere but in a server's command) to the value it had:
 	// guard's own secrets, kept from the servers' environment and masked
 	// wherever they appear.
 	Expanded map[string]string
+}
+
+// Audit holds the audit log's settings. A zero duration is off.
+type Audit struct {
+	// KeyFile is the ed25519 key that signs checkpoints ("": audit.key
+	// beside the database).
+	KeyFile string
+	// VerifyEvery is how often the whole log is verified in the
+	// background.
+	VerifyEvery time.Duration
+	// Retention is how long records keep their bodies in the database.
+	Retention time.Duration
+	// Checkpoints: how often one is signed, and where each is also sent
+	// so that a witness outside the machine holds it ("file:///dir",
+	// "syslog", "https://...").
+	Checkpoints struct {
+		Every   time.Duration
+		Witness []string
+	}
+	// Stream lists the receivers the log is streamed to, in order.
+	Stream []Stream
+}
+
+// Stream is one receiver of the audit log's stream: Syslog
+// ("tcp://host:port", RFC 5424, TLS when TLS is set) or OTLP (an
+// OTLP/HTTP endpoint's base URL).
+type Stream struct {
+	Syslog string
+	TLS    bool
+	OTLP   string
+}
+
+// Name identifies the receiver in logs, metrics and the stream's cursor.
+func (s Stream) Name() string {
+	if s.Syslog != "" {
+		return "syslog " + s.Syslog
+	}
+	return "otlp " + s.OTLP
 }
 
 // Server holds the settings of one named server.
@@ -465,6 +506,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 				"patterns": p.patterns(&c.Redact.Patterns),
 			})
 		},
+		"audit": func(n *yaml.Node) error { return p.audit(n, &c.Audit) },
 		"policy": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"default": p.enum(&c.Policy.Default, "annotations", "allow", "deny", "approve"),
@@ -674,6 +716,81 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: unknown unit", s)
 	}
 	return n * unit, nil
+}
+
+// optDuration reads a duration, or "off" (zero).
+func (p *parser) optDuration(dst *time.Duration) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind == yaml.ScalarNode && (n.Value == "off" || n.Value == "false") {
+			*dst = 0
+			return nil
+		}
+		return p.duration(dst)(n)
+	}
+}
+
+func (p *parser) audit(n *yaml.Node, a *Audit) error {
+	return p.mapping(n, map[string]func(*yaml.Node) error{
+		"key_file":     func(n *yaml.Node) error { return p.str(&a.KeyFile)(n) },
+		"verify_every": p.optDuration(&a.VerifyEvery),
+		"retention":    p.optDuration(&a.Retention),
+		"checkpoints": func(n *yaml.Node) error {
+			return p.mapping(n, map[string]func(*yaml.Node) error{
+				"every": p.duration(&a.Checkpoints.Every),
+				"witness": func(n *yaml.Node) error {
+					if err := p.list(&a.Checkpoints.Witness)(n); err != nil {
+						return err
+					}
+					for i, w := range a.Checkpoints.Witness {
+						u, err := url.Parse(w)
+						ok := err == nil && (w == "syslog" || u.Scheme == "file" && u.Path != "" ||
+							(u.Scheme == "http" || u.Scheme == "https") && u.Host != "")
+						if !ok {
+							return p.errf(n.Content[i], "witness %q: use file:///PATH, syslog, or an http(s) URL", w)
+						}
+					}
+					return nil
+				},
+			})
+		},
+		"stream": func(n *yaml.Node) error {
+			if n.Kind != yaml.SequenceNode {
+				return p.errf(n, "expected a list of receivers ({syslog: tcp://HOST:PORT} or {otlp: http://HOST:4318})")
+			}
+			seen := map[string]bool{}
+			for _, e := range n.Content {
+				var s Stream
+				if err := p.mapping(e, map[string]func(*yaml.Node) error{
+					"syslog": p.str(&s.Syslog),
+					"tls":    p.boolean(&s.TLS),
+					"otlp":   p.str(&s.OTLP),
+				}); err != nil {
+					return err
+				}
+				switch {
+				case (s.Syslog == "") == (s.OTLP == ""):
+					return p.errf(e, "a receiver is either syslog: tcp://HOST:PORT or otlp: http(s)://HOST:PORT")
+				case s.Syslog != "":
+					if u, err := url.Parse(s.Syslog); err != nil || u.Scheme != "tcp" || u.Port() == "" {
+						return p.errf(e, "syslog %q: use tcp://HOST:PORT", s.Syslog)
+					}
+				default:
+					if s.TLS {
+						return p.errf(e, "otlp %q: tls is set by the URL's scheme (https)", s.OTLP)
+					}
+					if u, err := url.Parse(s.OTLP); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+						return p.errf(e, "otlp %q: use http(s)://HOST:PORT", s.OTLP)
+					}
+				}
+				if seen[s.Name()] {
+					return p.errf(e, "receiver %s is listed twice", s.Name())
+				}
+				seen[s.Name()] = true
+				a.Stream = append(a.Stream, s)
+			}
+			return nil
+		},
+	})
 }
 
 func (p *parser) clients(n *yaml.Node, dst *[]Client) error {

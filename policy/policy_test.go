@@ -44,6 +44,12 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"redact:\n  patterns: ['(']\n", 2, `pattern "("`},
 		{"aggregate: {separator: \"\"}\n", 1, "aggregate.separator"},
 		{"aggregate: {enable: true}\n", 1, `unknown key "enable"`},
+		{"audit: {retention: forever}\n", 1, "not a duration"},
+		{"audit:\n  checkpoints: {witness: [ftp://x]}\n", 2, `witness "ftp://x"`},
+		{"audit:\n  stream:\n    - {syslog: udp://h:514}\n", 3, "use tcp://HOST:PORT"},
+		{"audit:\n  stream:\n    - {syslog: tcp://h:514, otlp: http://h:4318}\n", 3, "either syslog"},
+		{"audit:\n  stream:\n    - {otlp: h:4318}\n", 3, "use http(s)://HOST:PORT"},
+		{"audit:\n  stream:\n    - {otlp: http://h:4318}\n    - {otlp: http://h:4318}\n", 4, "listed twice"},
 	} {
 		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
 		var ce *ConfigError
@@ -69,6 +75,14 @@ durability: normal
 max_message: 10MiB
 approval: {timeout: 1d2h, wait: 30s}
 include: [rules.d/*.yaml]
+audit:
+  key_file: /etc/guard/audit.key
+  verify_every: 1h
+  retention: off
+  checkpoints: {every: 1m, witness: ["file:///var/log/guard-checkpoints", syslog, "https://w.example/cp"]}
+  stream:
+    - {syslog: "tcp://127.0.0.1:6514", tls: true}
+    - {otlp: "http://127.0.0.1:4318"}
 servers:
   remote: {url: "https://h/${TOKEN_HOST}", headers: {Authorization: "Bearer ${TOK}"}, trust_annotations: false}
 policy:
@@ -85,6 +99,11 @@ policy:
 	}
 	if c.MaxMessage != 10<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
 		t.Fatalf("%+v", c)
+	}
+	if a := c.Audit; a.KeyFile != "/etc/guard/audit.key" || a.VerifyEvery != time.Hour || a.Retention != 0 ||
+		a.Checkpoints.Every != time.Minute || len(a.Checkpoints.Witness) != 3 || len(a.Stream) != 2 ||
+		!a.Stream[0].TLS || a.Stream[0].Syslog != "tcp://127.0.0.1:6514" || a.Stream[1].Name() != "otlp http://127.0.0.1:4318" {
+		t.Fatalf("audit: %+v", a)
 	}
 	if s := c.Servers["remote"]; s.Headers["Authorization"] != "Bearer s3cret" || s.URL != "https://h/example" || s.TrustAnnotations {
 		t.Fatalf("server: %+v", s)

@@ -14,12 +14,18 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// hashVersion names the canonical form a record's hash covers.
-const hashVersion = 1
+// hashVersion names the canonical form a record's hash covers. Version 2
+// adds the members later versions of guard record (approval), each present
+// only when it is not empty; a record without any of them is hashed in
+// version 1's form, so the hashes of records written before stay valid.
+const (
+	hashVersion1 = 1
+	hashVersion2 = 2
+)
 
 // HashRecord returns the hex SHA-256 of a record's canonical form: an
 // RFC 8785 object of every field but seq and hash, with "v" naming the
-// form. Text fields are hashed as the exact text stored (JSON held in text
+// form (see hashVersion1). Text fields are hashed as the exact text stored (JSON held in text
 // fields is not re-canonicalised); bytes that are not valid UTF-8 are
 // hashed as they are.
 func HashRecord(r *guard.Record) string {
@@ -39,7 +45,15 @@ func hashRecord(buf []byte, r *guard.Record) (string, []byte) {
 func appendCanonical(b []byte, r *guard.Record) []byte {
 	b = slices.Grow(b, 512+len(r.Arguments)+len(r.Result)+len(r.Detail))
 	// Members in the order RFC 8785 sorts them (all names are ASCII).
-	b = append(b, `{"arguments":`...)
+	v := int64(hashVersion1)
+	b = append(b, '{')
+	if r.Approval != "" {
+		v = hashVersion2
+		b = append(b, `"approval":`...)
+		b = appendString(b, r.Approval)
+		b = append(b, ',')
+	}
+	b = append(b, `"arguments":`...)
 	b = appendString(b, r.Arguments)
 	b = field(b, "call_id", r.CallID)
 	b = field(b, "client", r.Client)
@@ -63,7 +77,7 @@ func appendCanonical(b []byte, r *guard.Record) []byte {
 	b = field(b, "session", r.Session)
 	b = field(b, "time", fmtTime(r.Time))
 	b = field(b, "tool", r.Tool)
-	b = number(b, "v", hashVersion)
+	b = number(b, "v", v)
 	return append(b, '}')
 }
 
@@ -120,14 +134,14 @@ func appendString(b []byte, s string) []byte {
 
 const selectRecord = `SELECT seq, id, call_id, kind, time, session, client, protocol, server, direction, method,
  tool, arguments, pin, decision, decided_by, reason, outcome, result, request_size, response_size,
- duration_ms, detail, prev_hash, hash FROM records`
+ duration_ms, detail, approval, prev_hash, hash FROM records`
 
 func scanRecord(rows *sql.Rows) (*guard.Record, error) {
 	var r guard.Record
 	var t string
 	err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
 		&r.Direction, &r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason,
-		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.PrevHash, &r.Hash)
+		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash)
 	r.Time = parseTime(t)
 	return &r, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,40 @@ func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%+v: calls %v, want %v", tc.f, got, want)
 		}
+	}
+}
+
+// A record's approval reaches the database through the journal, is
+// covered by its hash, and a record without one hashes as before.
+func TestApprovalIsKeptAndHashed(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	r := rec(1, guard.KindDecision)
+	r.Approval = "01930000-0000-7000-8000-000000000001"
+	if err := db.Append(r); err != nil {
+		t.Fatal(err)
+	}
+	var got *guard.Record
+	if err := db.Records(ctx, func(r *guard.Record) error { got = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Approval != r.Approval {
+		t.Fatalf("record came back as %+v", got)
+	}
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	h := HashRecord(got)
+	got.Approval = "01930000-0000-7000-8000-000000000002"
+	if HashRecord(got) == h {
+		t.Fatal("the approval is not covered by the hash")
+	}
+	got.Approval = ""
+	if c := string(appendCanonical(nil, got)); !strings.HasPrefix(c, `{"arguments":`) || !strings.HasSuffix(c, `"v":1}`) {
+		t.Fatalf("a record without the later members is not in the first form: %s", c)
 	}
 }

@@ -164,6 +164,10 @@ func frameText(r *guard.Record) []*string {
 		&r.Result, &r.Detail}
 }
 
+// frameExt lists the text fields a frame holds after its numbers, in
+// order; a frame may end before any of them (they are then empty).
+func frameExt(r *guard.Record) []*string { return []*string{&r.Approval} }
+
 // appendFrame appends r's frame to b.
 func appendFrame(b []byte, r *guard.Record) []byte {
 	text := frameText(r)
@@ -175,6 +179,16 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 	for _, v := range nums {
 		n += varintLen(v)
 	}
+	// The fields added after the frame's first form follow the numbers,
+	// and only when one of them is set: a frame without them reads as
+	// before.
+	var ext []*string
+	if r.Approval != "" {
+		ext = frameExt(r)
+		for _, f := range ext {
+			n += uvarintLen(uint64(len(*f))) + len(*f)
+		}
+	}
 	b = binary.AppendUvarint(b, uint64(n))
 	start := len(b)
 	for _, f := range text {
@@ -183,6 +197,10 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 	}
 	for _, v := range nums {
 		b = binary.AppendVarint(b, v)
+	}
+	for _, f := range ext {
+		b = binary.AppendUvarint(b, uint64(len(*f)))
+		b = append(b, *f...)
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
 }
@@ -235,6 +253,17 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 			return nil, 0, errors.New("a record's fields do not fit its frame")
 		}
 		nums[i], body = v, body[k:]
+	}
+	for _, f := range frameExt(r) {
+		if len(body) == 0 {
+			break
+		}
+		l, k := binary.Uvarint(body)
+		if k <= 0 || uint64(len(body)-k) < l {
+			return nil, 0, errors.New("a record's fields do not fit its frame")
+		}
+		*f = string(body[k : k+int(l)])
+		body = body[k+int(l):]
 	}
 	r.Time = time.UnixMilli(nums[0]).UTC()
 	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]

@@ -271,9 +271,10 @@ const journalsDropped = 5
 
 // upgrade applies the migrations, moving what earlier versions left in
 // their journals into the database before the migration that drops their
-// offsets.
+// offsets (which alone waits: the import needs the records table as the
+// other migrations leave it).
 func (db *DB) upgrade(ctx context.Context) error {
-	if err := migrate(ctx, db.w, journalsDropped-1); err != nil {
+	if err := migrate(ctx, db.w, journalsDropped); err != nil {
 		return err
 	}
 	done, err := db.importJournals(ctx)
@@ -286,11 +287,11 @@ func (db *DB) upgrade(ctx context.Context) error {
 	return migrate(ctx, db.w, 0)
 }
 
-// migrate applies the migrations not yet applied, up to version upTo (0:
+// migrate applies the migrations not yet applied but version skip (0:
 // all), each in a transaction. Several processes may open a new database
 // at once: the IMMEDIATE transaction serialises them, and each checks
 // again inside it.
-func migrate(ctx context.Context, w *sql.DB, upTo int) error {
+func migrate(ctx context.Context, w *sql.DB, skip int) error {
 	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
@@ -310,8 +311,8 @@ func migrate(ctx context.Context, w *sql.DB, upTo int) error {
 		if err != nil {
 			return fmt.Errorf("migration %s: the name must start with its number", name)
 		}
-		if upTo > 0 && v > upTo {
-			break
+		if v == skip {
+			continue
 		}
 		body, err := fs.ReadFile(migrations.FS, name)
 		if err != nil {
