@@ -275,7 +275,11 @@ const (
 // Its ID is the held call's id. Arguments are complete (the approver must
 // see what they approve); the audit log keeps only the redacted form.
 type Approval struct {
-	ID            string
+	ID string
+	// CallID is the held call's id: the approval's own id unless the call
+	// was held before (after its tool's review). Empty for approvals
+	// stored before it was kept; ID stands for it then.
+	CallID        string
 	Session       string
 	Client        string
 	Server        string

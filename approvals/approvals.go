@@ -18,11 +18,18 @@ import (
 
 // Store keeps approvals; store.DB implements it. Waiting is the store's:
 // polling on SQLite, so a decision made by another process is seen too.
+//
+// A pending approval leaves "pending" only through DecideApproval (a
+// person) or EndApproval (an expiry, a withdrawal), each of which records
+// the decision in the audit log before the state changes and refuses it
+// when the record cannot be written; TransitionApproval only uses up an
+// approved one.
 type Store interface {
 	CreateApproval(ctx context.Context, a *guard.Approval) error
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
 	DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+	EndApproval(ctx context.Context, id, to, reason string) (bool, error)
 	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
 	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
 	PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error)
@@ -72,7 +79,9 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 		if m.opts.Now().Before(p.ExpiresAt) {
 			return p, true, nil
 		}
-		_, _ = m.st.TransitionApproval(ctx, p.ID, guard.ApprovalPending, guard.ApprovalExpired)
+		if _, err := m.st.EndApproval(ctx, p.ID, guard.ApprovalExpired, ExpiredReason); err != nil {
+			m.opts.Logger.Error("an expired approval could not be ended", "approval", p.ID, "err", err)
+		}
 	} else if !errors.Is(err, guard.ErrNotFound) {
 		return nil, false, fmt.Errorf("hold: %w", err)
 	}
@@ -155,7 +164,7 @@ func (m *Manager) settle(ctx context.Context, id string, a *guard.Approval) (gua
 	switch a.State {
 	case guard.ApprovalPending:
 		if !m.opts.Now().Before(a.ExpiresAt) {
-			if ok, err := m.st.TransitionApproval(bg, id, guard.ApprovalPending, guard.ApprovalExpired); err != nil {
+			if ok, err := m.st.EndApproval(bg, id, guard.ApprovalExpired, ExpiredReason); err != nil {
 				return guard.WaitResult{}, err
 			} else if ok {
 				a.State = guard.ApprovalExpired
@@ -188,9 +197,14 @@ func (m *Manager) Get(ctx context.Context, id string) (*guard.Approval, error) {
 	return m.st.Approval(ctx, id)
 }
 
-// Withdraw withdraws a pending approval: the client cancelled the call.
-func (m *Manager) Withdraw(ctx context.Context, id string) error {
-	_, err := m.st.TransitionApproval(ctx, id, guard.ApprovalPending, guard.ApprovalWithdrawn)
+// ExpiredReason is the reason an expiry's record gives.
+const ExpiredReason = "no decision within the approval timeout"
+
+// Withdraw withdraws a pending approval (the client cancelled the call,
+// or the session ended), for the reason given. The withdrawal is recorded
+// in the audit log first; an approval no longer pending is left as it is.
+func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
+	_, err := m.st.EndApproval(ctx, id, guard.ApprovalWithdrawn, reason)
 	return err
 }
 
@@ -208,7 +222,9 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reaso
 		return nil, err
 	}
 	if a.State == guard.ApprovalPending && !m.opts.Now().Before(a.ExpiresAt) {
-		_, _ = m.st.TransitionApproval(ctx, id, guard.ApprovalPending, guard.ApprovalExpired)
+		if _, err := m.st.EndApproval(ctx, id, guard.ApprovalExpired, ExpiredReason); err != nil {
+			return nil, err
+		}
 	}
 	return m.st.DecideApproval(ctx, id, approve, by, reason)
 }
@@ -225,7 +241,7 @@ func (m *Manager) ExpireDue(ctx context.Context) (int, error) {
 		if now.Before(a.ExpiresAt) {
 			continue
 		}
-		ok, err := m.st.TransitionApproval(ctx, a.ID, guard.ApprovalPending, guard.ApprovalExpired)
+		ok, err := m.st.EndApproval(ctx, a.ID, guard.ApprovalExpired, ExpiredReason)
 		if err != nil {
 			return n, err
 		}

@@ -109,7 +109,7 @@ func TestAwaitEndings(t *testing.T) {
 	t.Run("withdrawn", func(t *testing.T) {
 		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
 		m.Hold(ctx, held("a"))
-		go func() { time.Sleep(50 * time.Millisecond); m.Withdraw(ctx, "a") }()
+		go func() { time.Sleep(50 * time.Millisecond); m.Withdraw(ctx, "a", "the client cancelled the call") }()
 		r, err := m.Await(ctx, "a", nil)
 		if err != nil || r.End != guard.WaitWithdrawn {
 			t.Fatalf("%+v %v", r, err)

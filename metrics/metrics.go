@@ -98,6 +98,7 @@ type Registry struct {
 type gauge struct {
 	name, help string
 	read       func() (float64, error)
+	kind       string // "gauge" or "counter"
 }
 
 type external struct {
@@ -127,7 +128,15 @@ func (r *Registry) Call(server, tool, decision, outcome string, seconds float64)
 func (r *Registry) Gauge(name, help string, read func() (float64, error)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.gauges = append(r.gauges, gauge{name, help, read})
+	r.gauges = append(r.gauges, gauge{name, help, read, "gauge"})
+}
+
+// CounterFunc adds a counter whose value is kept elsewhere and read when
+// the metrics are scraped (it must only grow).
+func (r *Registry) CounterFunc(name, help string, read func() (float64, error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gauges = append(r.gauges, gauge{name, help, read, "counter"})
 }
 
 // Histogram adds a histogram kept elsewhere (the audit writer's).
@@ -180,7 +189,7 @@ func (r *Registry) Write(w io.Writer) {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, v)
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %g\n", g.name, g.help, g.name, g.kind, g.name, v)
 	}
 	for _, e := range ext {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", e.name, e.help, e.name)

@@ -31,6 +31,7 @@ type Engine struct {
 	cfg      atomic.Pointer[Config]
 	isolated func() bool
 	gate     Gate
+	record   func(ConfigLoad) error
 	// Watch's own: the files' digest last looked at, the approved rules
 	// in force, the digest of a change waiting for a person ("": none).
 	seen     string
@@ -67,6 +68,28 @@ type EngineOptions struct {
 	// Gate records changes that wait and the decisions on them; nil
 	// applies none of them.
 	Gate Gate
+	// Record, when set, records each configuration the engine puts in
+	// force (as it starts, and each change it applies) and each change it
+	// leaves to a person, in the audit log, before it takes effect. When
+	// it fails the policy in force stays: NewEngine fails, and Watch tries
+	// the change again at its next look.
+	Record func(ConfigLoad) error
+}
+
+// What a ConfigLoad says happened.
+const (
+	Loaded   = "loaded"   // put in force as the engine started
+	Reloaded = "reloaded" // a change put in force
+	Held     = "held"     // a change left to a person; the policy in force stays
+)
+
+// ConfigLoad is one configuration the engine put in force, or left to a person.
+type ConfigLoad struct {
+	How     string // Loaded, Reloaded or Held
+	Digest  string // FilesDigest of the files
+	Policy  string // the version of the policy compiled from them
+	Reason  string // why, for people
+	Changes string // what changed, one line each (a change)
 }
 
 // NewEngine compiles cfg (read from file) with the approved rules.
@@ -78,7 +101,7 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
-		isolated: o.Isolated, gate: o.Gate}
+		isolated: o.Isolated, gate: o.Gate, record: o.Record}
 	approved, err := LoadRules(e.approvedPath(), e.getenv)
 	if err != nil {
 		return nil, err
@@ -86,10 +109,26 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
 		return nil, err
 	}
+	p := Compile(cfg, approved, e.prot)
+	d := FilesDigest(file, o.RulesDir, cfg)
+	if err := e.recordLoad(ConfigLoad{How: Loaded, Digest: d, Policy: p.Version(), Reason: "configuration loaded"}); err != nil {
+		return nil, err
+	}
 	e.cfg.Store(cfg)
-	e.cur.Store(Compile(cfg, approved, e.prot))
-	e.seen, e.approved = e.digest(), approved
+	e.cur.Store(p)
+	e.seen, e.approved = d, approved
 	return e, nil
+}
+
+// recordLoad records a load, when the engine records them.
+func (e *Engine) recordLoad(l ConfigLoad) error {
+	if e.record == nil {
+		return nil
+	}
+	if err := e.record(l); err != nil {
+		return fmt.Errorf("the configuration's record could not be written, so it is not put in force: %w", err)
+	}
+	return nil
 }
 
 func (e *Engine) approvedPath() string {
@@ -143,7 +182,12 @@ func (e *Engine) Reload() error {
 	if err != nil {
 		return err
 	}
-	e.apply(cfg, approved)
+	p := Compile(cfg, approved, e.prot)
+	if err := e.recordLoad(ConfigLoad{How: Reloaded, Digest: FilesDigest(e.file, e.rulesDir, cfg), Policy: p.Version(),
+		Reason: "configuration reloaded"}); err != nil {
+		return err
+	}
+	e.apply(cfg, p, approved)
 	return nil
 }
 
@@ -166,9 +210,9 @@ func (e *Engine) load() (*Config, []Rule, error) {
 	return cfg, approved, nil
 }
 
-func (e *Engine) apply(cfg *Config, approved []Rule) {
+func (e *Engine) apply(cfg *Config, p *Policy, approved []Rule) {
 	e.cfg.Store(cfg)
-	e.cur.Store(Compile(cfg, approved, e.prot))
+	e.cur.Store(p)
 	e.approved = approved
 }
 
@@ -244,24 +288,40 @@ func (e *Engine) consider(ctx context.Context) {
 		}
 	}
 	changes := Changes(e.cfg.Load(), cfg, e.approved, approved, learned)
+	summary := strings.Join(changes, "\n")
+	reason := ""
 	switch {
-	case len(changes) == 0, e.isolated != nil && e.isolated():
-		e.apply(cfg, approved)
-		e.logger.Info("config reloaded", "policy", e.Policy().Version())
+	case len(changes) == 0:
+		reason = "configuration reloaded: the change alters no decision"
+	case e.isolated != nil && e.isolated():
+		reason = "configuration reloaded: no server can have written it (isolation in force)"
 	case e.applied(ctx, d):
-		e.apply(cfg, approved)
-		e.logger.Info("config reloaded: a person applied this change", "policy", e.Policy().Version(), "digest", d)
-	default:
+		reason = "configuration reloaded: a person applied this change"
+	}
+	if reason == "" {
 		e.pending = d
-		summary := strings.Join(changes, "\n")
 		e.logger.Warn("config change waits for a person (the UI's Configuration change, or guard policy reload): the previous policy stays in force",
 			"digest", d, "changes", summary)
+		if err := e.recordLoad(ConfigLoad{How: Held, Digest: d, Reason: "configuration change waits for a person; the policy in force stays",
+			Changes: summary}); err != nil {
+			e.logger.Error("config change: its record could not be written", "err", err)
+		}
 		if e.gate != nil {
 			if err := e.gate.NoteConfigChange(ctx, d, summary); err != nil {
 				e.logger.Error("config change: cannot record it", "err", err)
 			}
 		}
+		return
 	}
+	p := Compile(cfg, approved, e.prot)
+	if err := e.recordLoad(ConfigLoad{How: Reloaded, Digest: d, Policy: p.Version(), Reason: reason, Changes: summary}); err != nil {
+		// Looked at again next time: the files count as unseen.
+		e.seen = ""
+		e.logger.Error("config change not applied; the previous policy stays in force", "digest", d, "err", err)
+		return
+	}
+	e.apply(cfg, p, approved)
+	e.logger.Info(reason, "policy", p.Version(), "digest", d)
 }
 
 // AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically,
@@ -270,10 +330,13 @@ func (e *Engine) consider(ctx context.Context) {
 // written back as it was; a new rule whose name is taken gets a numbered
 // one.
 //
-// wrote, when set, is given the digest of the new file before it replaces
-// the old one (RulesDigest): a running guard applies a file it knows guard
-// wrote without waiting for a person.
-func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string) error) (bool, error) {
+// wrote, when set, is given the digest of the new file (RulesDigest) and
+// the rule as it is written (its name made unique) before the file
+// replaces the old one: a running guard applies a file it knows guard
+// wrote without waiting for a person, and the rule's record in the audit
+// log comes before the rule takes effect. When wrote fails, nothing is
+// written.
+func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string, r Rule) error) (bool, error) {
 	file := filepath.Join(rulesDir, ApprovedRulesFile)
 	rules, err := LoadRules(file, os.Getenv)
 	if err != nil {
@@ -329,7 +392,7 @@ func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string) error
 	tmp := file + ".tmp"
 	content := append([]byte("# Rules learned from approvals. guard writes this file.\n"), b...)
 	if wrote != nil {
-		if err := wrote(RulesDigest(content)); err != nil {
+		if err := wrote(RulesDigest(content), r); err != nil {
 			return false, fmt.Errorf("approved rules: %w", err)
 		}
 	}

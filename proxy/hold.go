@@ -72,11 +72,12 @@ func (h *held) usePrior() bool {
 	if h.v.Rule == guard.ToolReviewRule {
 		// A person let this call past the tool's review: the rules
 		// decide it now.
+		c.approval = a.ID
 		h.pc.Review = nil
 		s.apply(h.msg, c, h.pc, c.recorded.Load())
 		return true
 	}
-	c.decision, c.decidedBy = guard.DecisionAllowed, a.DecidedBy
+	c.decision, c.decidedBy, c.approval = guard.DecisionAllowed, a.DecidedBy, a.ID
 	c.reason = "approved (approval " + a.ID + ")"
 	if a.Reason != "" {
 		c.reason += ": " + a.Reason
@@ -124,7 +125,7 @@ func (h *held) store() bool {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason,
 	})
@@ -135,7 +136,17 @@ func (h *held) store() bool {
 		return false
 	}
 	h.a = a
+	c.approval = a.ID
 	return true
+}
+
+// withdraw withdraws an approval whose call can no longer go on; the
+// withdrawal is recorded in the audit log (a failure is logged: the call
+// is answered either way, and the approval expires in time).
+func (s *Session) withdraw(id, reason string) {
+	if err := s.opts.Holds.Withdraw(context.Background(), id, reason); err != nil {
+		s.opts.Logger.Error("approval not withdrawn", "approval", id, "err", err)
+	}
 }
 
 // record makes the request's record durable before the wait (a call held
@@ -150,7 +161,7 @@ func (h *held) record() bool {
 	if err == nil {
 		return true
 	}
-	_ = s.opts.Holds.Withdraw(context.Background(), h.a.ID)
+	s.withdraw(h.a.ID, "the call's request could not be recorded")
 	if c.end() {
 		s.forget(c)
 		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
@@ -198,14 +209,14 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	cancel()
 	h.free() // the slot frees once the wait ends, before the answer
 	if c.isWithdrawn() {
-		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		s.withdraw(a.ID, "the client cancelled the call")
 		s.withdrawn(c)
 		return res, err, false
 	}
 	if errors.Is(err, context.Canceled) {
 		// The session ended (ServerGone answered): the call can no
 		// longer be forwarded, so its approval is withdrawn.
-		_ = s.opts.Holds.Withdraw(context.Background(), a.ID)
+		s.withdraw(a.ID, "the session ended")
 		return res, err, false
 	}
 	return res, err, true

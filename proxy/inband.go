@@ -158,6 +158,7 @@ func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
 		return
 	}
 	c.id = id // the rounds of one call share its id
+	c.approval = id
 	var responses map[string]json.RawMessage
 	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
 	if r := responses[guardInput]; r != nil {

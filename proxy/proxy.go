@@ -58,7 +58,7 @@ type Holds interface {
 	Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error)
 	Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error)
 	Await(ctx context.Context, id string, progress func(msg string)) (guard.WaitResult, error)
-	Withdraw(ctx context.Context, id string) error
+	Withdraw(ctx context.Context, id, reason string) error
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 	Get(ctx context.Context, id string) (*guard.Approval, error)
 }

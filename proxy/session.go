@@ -52,6 +52,7 @@ type call struct {
 	decision  string
 	decidedBy string
 	reason    string
+	approval  string // the approval it waited on or was let through by
 
 	// held calls
 	progress  []byte // the client's progressToken, raw
@@ -225,6 +226,7 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 		Pin:       c.pin,
 		Decision:  c.decision,
 		DecidedBy: c.decidedBy,
+		Approval:  c.approval,
 		Reason:    c.reason,
 	}
 	if c.detail != nil {

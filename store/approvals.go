@@ -15,14 +15,14 @@ import (
 const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
- held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at`
+ held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id`
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
 	var created, expires, decided, used string
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used)
+		&created, &expires, &decided, &used, &a.CallID)
 	if err != nil {
 		return nil, err
 	}
@@ -34,10 +34,10 @@ func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 // CreateApproval stores a held call.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
-		fmtTime(a.DecidedAt), fmtTime(a.UsedAt))
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID)
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -95,39 +95,80 @@ func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest s
 	return n, newest, nil
 }
 
-// DecideApproval records a person's decision on a pending approval. The
-// first decision wins: on an approval that is no longer pending it returns
-// the approval as it is and an error wrapping guard.ErrAlreadyDecided that
-// says who decided and when.
+// DecideApproval records a person's decision on a pending approval: a
+// decision record in the audit log first (see decide), then the
+// approval's state. The first decision wins: on an approval that is no
+// longer pending it returns the approval as it is and an error wrapping
+// guard.ErrAlreadyDecided that says who decided and when. A decision
+// whose record cannot be written is refused (the error wraps
+// guard.ErrAuditWrite) and changes nothing.
 func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
 	state := guard.ApprovalDenied
 	if approve {
 		state = guard.ApprovalApproved
 	}
-	tx, err := db.w.BeginTx(ctx, nil)
+	var a *guard.Approval
+	var now time.Time
+	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		var err error
+		if a, err = db.approval(ctx, db.w, id); err != nil {
+			return nil, err
+		}
+		if a.State != guard.ApprovalPending {
+			return nil, alreadyDecided(a)
+		}
+		now = db.opts.Now().UTC()
+		return approvalRecord(a, state, by, reason, now), nil
+	}, func(ctx context.Context) (bool, error) {
+		// The complete arguments were kept for the approver; once
+		// decided, the audit log's redacted form is what stays.
+		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?, arguments = ''
+			WHERE id = ? AND state = 'pending'`, state, by, reason, fmtTime(now), id)
+		return affected(res, err)
+	})
+	if errors.Is(err, guard.ErrAlreadyDecided) {
+		return a, err
+	}
 	if err != nil {
-		return nil, fmt.Errorf("decide %s: %w", id, err)
-	}
-	defer tx.Rollback()
-	a, err := db.approval(ctx, tx, id)
-	if err != nil {
-		return nil, err
-	}
-	if a.State != guard.ApprovalPending {
-		return a, alreadyDecided(a)
-	}
-	now := db.opts.Now().UTC()
-	// The complete arguments were kept for the approver; once decided,
-	// the audit log's redacted form is what stays.
-	if _, err := tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?, arguments = ''
-		WHERE id = ? AND state = 'pending'`, state, by, reason, fmtTime(now), id); err != nil {
-		return nil, fmt.Errorf("decide %s: %w", id, err)
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("decide %s: %w", id, err)
 	}
 	a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by, reason, now, ""
 	return a, nil
+}
+
+// EndApproval ends a pending approval without a person's decision: it
+// expired (guard.ApprovalExpired) or was withdrawn (guard.ApprovalWithdrawn),
+// for the reason given. Like a decision, the end is recorded in the audit
+// log before the approval's state changes, and refused when the record
+// cannot be written. It reports false when the approval was no longer
+// pending.
+func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
+	if to != guard.ApprovalExpired && to != guard.ApprovalWithdrawn {
+		return false, fmt.Errorf("approval %s: %q is not how a pending approval ends without a decision", id, to)
+	}
+	var now time.Time
+	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		a, err := db.approval(ctx, db.w, id)
+		if err != nil {
+			return nil, err
+		}
+		if a.State != guard.ApprovalPending {
+			return nil, alreadyDecided(a)
+		}
+		now = db.opts.Now().UTC()
+		return approvalRecord(a, to, ByGuard, reason, now), nil
+	}, func(ctx context.Context) (bool, error) {
+		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
+			to, fmtTime(now), id)
+		return affected(res, err)
+	})
+	if errors.Is(err, guard.ErrAlreadyDecided) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("approval %s %s: %w", id, to, err)
+	}
+	return true, nil
 }
 
 func alreadyDecided(a *guard.Approval) error {
@@ -147,7 +188,17 @@ func alreadyDecided(a *guard.Approval) error {
 
 // TransitionApproval moves an approval from one state to another if it is
 // still in the first (compare and set), and reports whether it did.
+//
+// A pending approval that expires or is withdrawn this way is recorded as
+// EndApproval records it (with a reason that says only what happened).
 func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool, error) {
+	if from == guard.ApprovalPending {
+		reason := "no decision within the approval timeout"
+		if to == guard.ApprovalWithdrawn {
+			reason = "withdrawn before anyone decided"
+		}
+		return db.EndApproval(ctx, id, to, reason)
+	}
 	now := fmtTime(db.opts.Now())
 	q := `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = ?`
 	if to == guard.ApprovalUsed {

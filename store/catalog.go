@@ -238,13 +238,27 @@ func (db *DB) DecideTool(ctx context.Context, server, name, pin string, accept b
 	if accept {
 		state = guard.ReviewAccepted
 	}
-	res, err := db.w.ExecContext(ctx, `UPDATE tool_reviews SET state = ?, decided_by = ?, decided_at = ?
-		WHERE server = ? AND name = ? AND pin = ?`, state, by, fmtTime(db.opts.Now()), server, name, pin)
+	// Recorded in the audit log before it takes effect (see decide).
+	var now string
+	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		r, err := scanReview(db.w.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+			WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("%w: no definition %s of %s/%s", guard.ErrNotFound, pin, server, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		t := db.opts.Now().UTC()
+		now = fmtTime(t)
+		return toolReviewRecord(r, state, by, t), nil
+	}, func(ctx context.Context) (bool, error) {
+		res, err := db.w.ExecContext(ctx, `UPDATE tool_reviews SET state = ?, decided_by = ?, decided_at = ?
+			WHERE server = ? AND name = ? AND pin = ?`, state, by, now, server, name, pin)
+		return affected(res, err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("decide tool: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, fmt.Errorf("%w: no definition %s of %s/%s", guard.ErrNotFound, pin, server, name)
 	}
 	return db.Review(ctx, server, name, pin)
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -124,53 +123,61 @@ func (db *DB) ConfigApplied(ctx context.Context, digest string) (bool, error) {
 }
 
 // ApplyConfig records that a person (by) applied the pending change with
-// that digest, and records it in the audit log (event
-// guard/config-applied): every process on the database then applies the
-// files with that digest. It is the one way to apply a change, for the UI
-// and guard policy reload alike. The first decision wins: a change that is
-// not pending (decided already, superseded by a newer edit, never noted)
-// is refused with a *NotPendingError.
+// that digest, in the audit log (a config record, decision "applied")
+// before the change takes effect: every process on the database then
+// applies the files with that digest. It is the one way to apply a change,
+// for the UI and guard policy reload alike. The first decision wins: a
+// change that is not pending (decided already, superseded by a newer edit,
+// never noted) is refused with a *NotPendingError. A decision whose record
+// cannot be written is refused (the error wraps guard.ErrAuditWrite).
 func (db *DB) ApplyConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
-	return db.decideConfig(ctx, digest, ConfigApplied, by, "guard/config-applied", "configuration change applied")
+	return db.decideConfig(ctx, digest, ConfigApplied, by, "configuration change applied")
 }
 
 // DismissConfig records that a person (by) dismissed the pending change
 // with that digest: it is not applied and the policy in force stays
-// (event guard/config-dismissed). Refused like ApplyConfig when the
-// change is not pending.
+// (a config record, decision "dismissed"). Refused like ApplyConfig when
+// the change is not pending or its record cannot be written.
 func (db *DB) DismissConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
-	return db.decideConfig(ctx, digest, ConfigDismissed, by, "guard/config-dismissed",
-		"configuration change dismissed; the policy in force stays")
+	return db.decideConfig(ctx, digest, ConfigDismissed, by, "configuration change dismissed; the policy in force stays")
 }
 
-// decideConfig moves the pending change with that digest to state, in one
-// statement so that of two people deciding at once only the first counts,
-// then writes the audit event.
-func (db *DB) decideConfig(ctx context.Context, digest, state, by, method, reason string) (*ConfigChange, error) {
+// decideConfig moves the pending change with that digest to state: the
+// record first, then the change (see decide), so that of two people
+// deciding at once only the first counts.
+func (db *DB) decideConfig(ctx context.Context, digest, state, by, reason string) (*ConfigChange, error) {
 	if by == "" {
 		return nil, errors.New("config change: a decision needs the name of who made it")
 	}
-	res, err := db.w.ExecContext(ctx, `UPDATE config_changes SET state = ?, decided_by = ?, decided_at = ?
-		WHERE digest = ? AND state = 'pending'`, state, by, fmtTime(db.opts.Now()), digest)
+	var now string
+	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		c, err := scanConfigChange(db.w.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes WHERE digest = ?`, digest))
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, &NotPendingError{Digest: digest}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if c.State != ConfigPending {
+			return nil, &NotPendingError{Digest: digest, Change: c}
+		}
+		t := db.opts.Now().UTC()
+		now = fmtTime(t)
+		return &guard.Record{Kind: guard.KindConfig, Time: t, Decision: state, DecidedBy: by, Reason: reason,
+			Detail: detail(map[string]any{"digest": digest, "changes": c.Summary})}, nil
+	}, func(ctx context.Context) (bool, error) {
+		res, err := db.w.ExecContext(ctx, `UPDATE config_changes SET state = ?, decided_by = ?, decided_at = ?
+			WHERE digest = ? AND state = 'pending'`, state, by, now, digest)
+		return affected(res, err)
+	})
+	var np *NotPendingError
+	if errors.As(err, &np) {
+		return nil, np
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config change %s: %w", state, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return nil, fmt.Errorf("config change %s: %w", state, err)
-	}
-	c, err := db.ConfigChangeByDigest(ctx, digest)
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, &NotPendingError{Digest: digest, Change: c}
-	}
-	d, _ := json.Marshal(map[string]string{"digest": digest, "changes": c.Summary})
-	if err := db.Append(&guard.Record{Kind: guard.KindEvent, Method: method, DecidedBy: by, Reason: reason, Detail: string(d)}); err != nil {
-		return c, fmt.Errorf("config change %s: audit event: %w", state, err)
-	}
-	return c, nil
+	return db.ConfigChangeByDigest(ctx, digest)
 }
 
 // NoteRulesWritten records the digest of an approved-rules file guard

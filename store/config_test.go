@@ -17,7 +17,7 @@ func configEvents(t *testing.T, db *DB) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
 	err := db.Records(context.Background(), func(r *guard.Record) error {
-		if strings.HasPrefix(r.Method, "guard/config-") {
+		if r.Kind == guard.KindConfig && (r.Decision == ConfigApplied || r.Decision == ConfigDismissed) {
 			out = append(out, r)
 		}
 		return nil
@@ -128,7 +128,7 @@ func TestConfigChangeApplied(t *testing.T) {
 		t.Errorf("still pending: %s", d)
 	}
 	ev := configEvents(t, db)
-	if len(ev) != 1 || ev[0].Method != "guard/config-applied" || ev[0].DecidedBy != "alice" || ev[0].Kind != guard.KindEvent {
+	if len(ev) != 1 || ev[0].Decision != ConfigApplied || ev[0].DecidedBy != "alice" || ev[0].Kind != guard.KindConfig {
 		t.Fatalf("audit events: %+v", ev)
 	}
 	var detail map[string]string
@@ -171,7 +171,7 @@ func TestConfigChangeDismissed(t *testing.T) {
 		t.Errorf("still pending: %s", d)
 	}
 	ev := configEvents(t, db)
-	if len(ev) != 1 || ev[0].Method != "guard/config-dismissed" || ev[0].DecidedBy != "bob" || !strings.Contains(ev[0].Detail, "sha256:a") {
+	if len(ev) != 1 || ev[0].Decision != ConfigDismissed || ev[0].DecidedBy != "bob" || !strings.Contains(ev[0].Detail, "sha256:a") {
 		t.Fatalf("audit events: %+v", ev)
 	}
 	// The same files noted again stay dismissed; a different change waits.

@@ -55,6 +55,8 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 	if _, err := raw.Exec(`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 		INSERT INTO journals VALUES ('123-abcd.jsonl', ?);
 		ALTER TABLE records DROP COLUMN approval;
+		ALTER TABLE approvals DROP COLUMN call_id;
+		DROP TABLE audit_verifications;
 		DELETE FROM schema_migrations WHERE version >= 5`, ingested); err != nil {
 		t.Fatal(err)
 	}

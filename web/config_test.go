@@ -33,18 +33,18 @@ func (e *env) configChange(digest string) *store.ConfigChange {
 	return c
 }
 
-// configEvents returns the audit events of decisions on configuration
-// changes, as "method by digest".
+// configEvents returns the audit records of decisions on configuration
+// changes, as "decision by digest".
 func (e *env) configEvents() []string {
 	e.t.Helper()
 	var out []string
 	err := e.db.Records(context.Background(), func(r *guard.Record) error {
-		if strings.HasPrefix(r.Method, "guard/config-") {
+		if r.Kind == guard.KindConfig && (r.Decision == store.ConfigApplied || r.Decision == store.ConfigDismissed) {
 			d := digestA
 			if strings.Contains(r.Detail, digestB) {
 				d = digestB
 			}
-			out = append(out, r.Method+" "+r.DecidedBy+" "+d)
+			out = append(out, r.Decision+" "+r.DecidedBy+" "+d)
 		}
 		return nil
 	})
@@ -107,8 +107,8 @@ func TestConfigChangeApplyAndDismiss(t *testing.T) {
 		decision, state, event, flash string
 		applied                       bool
 	}{
-		{"apply", store.ConfigApplied, "guard/config-applied", "Applied the configuration change", true},
-		{"dismiss", store.ConfigDismissed, "guard/config-dismissed", "keep the policy in force", false},
+		{"apply", store.ConfigApplied, store.ConfigApplied, "Applied the configuration change", true},
+		{"dismiss", store.ConfigDismissed, store.ConfigDismissed, "keep the policy in force", false},
 	} {
 		t.Run(tc.decision, func(t *testing.T) {
 			e := newEnv(t)
@@ -202,7 +202,7 @@ func TestConfigChangeStaleFormIsRefused(t *testing.T) {
 	if c := e.configChange(digestB); c.State != store.ConfigDismissed || c.DecidedBy != "bob" {
 		t.Fatalf("the second decision changed the first: %+v", c)
 	}
-	if got := e.configEvents(); len(got) != 1 || got[0] != "guard/config-dismissed bob "+digestB {
+	if got := e.configEvents(); len(got) != 1 || got[0] != "dismissed bob "+digestB {
 		t.Errorf("audit: %q", got)
 	}
 	// A digest no guard noted is never applied from a form.

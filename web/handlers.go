@@ -39,6 +39,11 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 	}
 	nav.Page = p.Page
 	p.Nav, p.Name, p.CSRF = nav, sess.name, sess.csrf
+	if v, err := s.opts.Store.LastVerification(r.Context()); err != nil {
+		s.log.Error("ui: the last verification of the audit log could not be read", "err", err)
+	} else if v != nil && !v.OK {
+		p.Verify = v
+	}
 	p.Flash = s.sessions.takeFlash(sess.key)
 	s.render(w, r, code, layout(p, body))
 }
@@ -47,6 +52,13 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, guard.ErrNotFound) {
 		s.render(w, r, http.StatusNotFound, messagePage("Not found", "There is nothing here: "+err.Error()))
+		return
+	}
+	if errors.Is(err, guard.ErrAuditWrite) {
+		// A decision is taken only once the audit log holds it.
+		s.log.Error("ui: decision refused: the audit log could not be written", "path", r.URL.Path, "err", err)
+		s.render(w, r, http.StatusServiceUnavailable, messagePage("Not recorded",
+			"The decision was not taken: the audit log could not record it. Nothing changed. "+err.Error()))
 		return
 	}
 	s.log.Error("ui: request failed", "path", r.URL.Path, "err", err)
@@ -264,7 +276,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				http.Redirect(w, r, "/", http.StatusSeeOther)
 				return
 			}
-			if err := s.opts.AllowAlways(a.Server, a.Tool, sess.name); err != nil {
+			if err := s.opts.AllowAlways(a, sess.name); err != nil {
 				s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", err)
 				s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+err.Error())
 				http.Redirect(w, r, "/", http.StatusSeeOther)
@@ -276,6 +288,9 @@ func (s *Server) decide(act action) http.HandlerFunc {
 		switch {
 		case errors.Is(err, guard.ErrAlreadyDecided):
 			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
+		case errors.Is(err, guard.ErrAuditWrite):
+			s.fail(w, r, err)
+			return
 		case err != nil:
 			s.log.Error("ui: decide", "id", id, "err", err)
 			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
@@ -389,7 +404,7 @@ func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
 		v.Problem = "Not recorded: " + err.Error() + ". The page now shows what waits."
 		s.pageStatus(w, r, http.StatusConflict, pageData{Title: "Configuration change", Page: "config"}, -1, configPage(v))
 		return
-	case err != nil && c == nil:
+	case err != nil:
 		s.fail(w, r, err)
 		return
 	}
@@ -399,10 +414,6 @@ func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
 		msg += " The running guards apply it within seconds."
 	} else {
 		msg += " The running guards keep the policy in force."
-	}
-	if err != nil { // decided, but its audit event was not written
-		s.log.Error("ui: configuration decision", "digest", digest, "err", err)
-		msg += " The audit log could not record it: " + err.Error()
 	}
 	s.sessions.setFlash(sess.key, msg)
 	http.Redirect(w, r, "/config", http.StatusSeeOther)

@@ -99,10 +99,10 @@ func newEnv(t testing.TB) *env {
 		Decider:      e.m,
 		Token:        testToken,
 		AllowedHosts: []string{e.host, "localhost:" + port},
-		AllowAlways: func(server, tool, by string) error {
+		AllowAlways: func(a *guard.Approval, by string) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			e.allows = append(e.allows, allowCall{server, tool, by})
+			e.allows = append(e.allows, allowCall{a.Server, a.Tool, by})
 			return nil
 		},
 		// What the default policy does with each tool, as guard run says.

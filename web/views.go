@@ -26,6 +26,9 @@ type pageData struct {
 	CSRF  string
 	Flash string
 	Nav   navData
+	// Verify is the last scheduled verification of the audit log when it
+	// failed (a banner on every page), else nil.
+	Verify *store.Verification
 }
 
 // navData is the navigation bar with its counts.

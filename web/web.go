@@ -75,6 +75,9 @@ type Store interface {
 	// digest; a change that is not pending is refused (*store.NotPendingError).
 	ApplyConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
 	DismissConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
+	// LastVerification is the last scheduled verification of the audit
+	// log, nil when there was none: a failed one is shown on every page.
+	LastVerification(ctx context.Context) (*store.Verification, error)
 }
 
 // Decider records a person's decision on a held call; *approvals.Manager
@@ -93,9 +96,10 @@ type Options struct {
 	// AllowedHosts are the Host headers the UI answers to, such as
 	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
 	AllowedHosts []string
-	// AllowAlways writes a rule that allows a tool from now on ("approve,
-	// and allow this tool from now on"); nil hides that choice.
-	AllowAlways func(server, tool, by string) error
+	// AllowAlways writes a rule that allows the tool of a held call from
+	// now on ("approve, and allow this tool from now on"), learned from
+	// its approval; nil hides that choice.
+	AllowAlways func(a *guard.Approval, by string) error
 	// Explain says what the policy in force does with a call to a tool
 	// (its arguments aside), for the servers and tools page; nil hides it.
 	Explain func(t guard.Tool, r *guard.Review) string

@@ -542,7 +542,7 @@ func TestApproveAlwaysThatCannotWriteTheRuleDoesNotApprove(t *testing.T) {
 	e := newEnv(t)
 	var tried atomic.Int32
 	ui, err := web.New(web.Options{Store: e.db, Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
-		AllowAlways: func(string, string, string) error { tried.Add(1); return errors.New("disk full") }})
+		AllowAlways: func(*guard.Approval, string) error { tried.Add(1); return errors.New("disk full") }})
 	if err != nil {
 		t.Fatal(err)
 	}

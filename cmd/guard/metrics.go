@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	guard "github.com/guard-mcp/guard"
@@ -42,7 +43,42 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
+	addVerifyMetrics(reg, db)
 	return reg
+}
+
+// errNoVerification leaves out the gauges of the last verification while
+// there was none.
+var errNoVerification = errors.New("no verification yet")
+
+// addVerifyMetrics adds the scheduled verification's figures, read from
+// the database: every process on it shows the same, whichever verified.
+func addVerifyMetrics(reg *metrics.Registry, db *store.DB) {
+	reg.CounterFunc("guard_audit_verify_failures_total", "Scheduled verifications of the audit log that failed (audit.verify_every), by any process on this database.", func() (float64, error) {
+		n, err := db.VerificationFailures(context.Background())
+		return float64(n), err
+	})
+	last := func(f func(v *store.Verification) float64) func() (float64, error) {
+		return func() (float64, error) {
+			v, err := db.LastVerification(context.Background())
+			if err == nil && v == nil {
+				err = errNoVerification
+			}
+			if err != nil {
+				return 0, err
+			}
+			return f(v), nil
+		}
+	}
+	reg.Gauge("guard_audit_verify_ok", "1 when the last scheduled verification of the audit log passed, 0 when it failed.", last(func(v *store.Verification) float64 {
+		if v.OK {
+			return 1
+		}
+		return 0
+	}))
+	reg.Gauge("guard_audit_verify_last_timestamp_seconds", "When the last scheduled verification of the audit log ran (Unix time).", last(func(v *store.Verification) float64 {
+		return float64(v.Time.UnixMilli()) / 1000
+	}))
 }
 
 func metricsHandler(reg *metrics.Registry) http.HandlerFunc {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
@@ -33,6 +35,29 @@ type relaying struct {
 	// in every result a client reads.
 	own  []string
 	stop func()
+	// process is the command ("guard run"); running, once started has
+	// recorded its start, is recorded as stopped by stop.
+	process string
+	running *store.Lifecycle
+	logger  *slog.Logger
+}
+
+// started records, in the audit log, that the process started and what it
+// serves; stop records that it stopped.
+func (rt *relaying) started(server string, serves []string) {
+	l := store.Lifecycle{Event: store.LifecycleStarted, Process: rt.process, Version: buildVersion(), Server: server, Serves: serves,
+		Reason: rt.process + " started"}
+	recordLifecycle(rt.db, rt.logger, l)
+	rt.running = &l
+}
+
+// recordLifecycle records a process, or its UI, starting or stopping. A
+// record that cannot be written is logged: the calls that follow are
+// refused on their own when the log cannot take them.
+func recordLifecycle(db *store.DB, logger *slog.Logger, l store.Lifecycle) {
+	if err := db.RecordLifecycle(l); err != nil {
+		logger.Error("audit: the record of guard "+l.Event+" could not be written", "process", l.Process, "err", err)
+	}
 }
 
 // everyServerIsolated reports whether isolation (package sandbox) has
@@ -59,7 +84,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			return nil, exitUsage, false
 		}
 	}
-	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true)}
+	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true), process: cmd, logger: logger}
 	rt.configDir, _ = policy.Dirs(a.getenv)
 	if st.ConfigPath != "" {
 		rt.configDir = filepath.Dir(st.ConfigPath)
@@ -70,10 +95,13 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	}
 	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
-		Gate: db, Isolated: rt.isolated,
+		Gate: db, Isolated: rt.isolated, Record: recordConfig(db, cmd),
 	})
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		if errors.Is(err, guard.ErrAuditWrite) {
+			return nil, exitFailure, false
+		}
 		return nil, exitUsage, false
 	}
 	own, err := ownSecrets(st, cfg, db)
@@ -82,15 +110,37 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		return nil, exitFailure, false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go engine.Watch(ctx, reloadEvery)
+	var bg sync.WaitGroup
+	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
 	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
 	if !noUI {
-		go serveUI(ctx, st, db, holds, engine, listen, logger)
+		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, logger) })
 	}
-	rt.engine, rt.holds, rt.own, rt.stop = engine, holds, own, cancel
+	// Every relaying process takes part in verifying the log on schedule;
+	// the database has one of them verify per period (store.VerifyIfDue).
+	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
+	rt.engine, rt.holds, rt.own = engine, holds, own
+	rt.stop = func() {
+		cancel()
+		bg.Wait() // the UI records that it stopped
+		if rt.running != nil {
+			l := *rt.running
+			l.Event, l.Reason = store.LifecycleStopped, rt.process+" stopped"
+			recordLifecycle(db, logger, l)
+		}
+	}
 	rt.contracts = policy.NewContracts(cfg.AssertFormats)
 	rt.scan = toolScanner(ctx, db, logger)
 	return rt, 0, true
+}
+
+// recordConfig records each configuration a process's engine loads, in the
+// audit log (a config record with the files' digest).
+func recordConfig(db *store.DB, process string) func(policy.ConfigLoad) error {
+	return func(l policy.ConfigLoad) error {
+		return db.RecordConfig(store.ConfigLoad{Digest: l.Digest, Policy: l.Policy, How: l.How, Reason: l.Reason,
+			Changes: l.Changes, Process: process})
+	}
 }
 
 // isolated reports whether no server can have written guard's

@@ -73,6 +73,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer rt.stop()
+	rt.started(server, []string{server})
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -166,6 +166,14 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
 		return exitFailure
 	}
+	serves := make([]string, 0, len(members)+1)
+	for _, m := range members {
+		serves = append(serves, "http://"+*listen+"/mcp/"+m.name)
+	}
+	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
+		serves = append(serves, "http://"+*listen+"/mcp")
+	}
+	rt.started("", serves)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: *headerTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(l) }()

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -47,10 +47,15 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 	}
 	said := false
 	for {
-		l, err := net.Listen("tcp", listen)
+		ln, err := net.Listen("tcp", listen)
 		if err == nil {
 			logger.Info("approval UI", "url", "http://"+listen+" (guard ui url prints the login address)")
-			runUI(ctx, ui, l)
+			l := store.Lifecycle{Event: store.LifecycleStarted, Process: "guard ui", Version: buildVersion(),
+				Serves: []string{"http://" + listen}, Reason: "the approval UI started"}
+			recordLifecycle(db, logger, l)
+			runUI(ctx, ui, ln)
+			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
+			recordLifecycle(db, logger, l)
 			return
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) && !said {
@@ -107,22 +112,23 @@ func allowedHosts(listen string) []string {
 	return hosts
 }
 
-// allowAlways writes a rule that allows a tool from now on, and records
-// that it did.
-func allowAlways(db *store.DB, rulesDir string) func(server, tool, by string) error {
-	return func(server, tool, by string) error {
-		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(server+"-"+tool)
-		r := policy.Rule{Name: name, Server: escapeGlob(server), Tool: escapeGlob(tool), Method: "tools/call",
+// allowAlways writes a rule that allows a tool from now on, learned from
+// an approval: its record (rule_added) goes to the audit log before the
+// file is written, and a rule whose record cannot be written is not.
+func allowAlways(db *store.DB, rulesDir string) func(a *guard.Approval, by string) error {
+	return func(a *guard.Approval, by string) error {
+		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(a.Server+"-"+a.Tool)
+		r := policy.Rule{Name: name, Server: escapeGlob(a.Server), Tool: escapeGlob(a.Tool), Method: "tools/call",
 			Action: guard.ActionAllow, Reason: "allowed from now on by " + by}
-		added, err := policy.AppendApprovedRule(rulesDir, r, func(digest string) error {
+		file := filepath.Join(rulesDir, policy.ApprovedRulesFile)
+		_, err := policy.AppendApprovedRule(rulesDir, r, func(digest string, r policy.Rule) error {
+			if err := db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
+				Method: r.Method, Action: r.Action, File: file}); err != nil {
+				return err
+			}
 			return db.NoteRulesWritten(context.Background(), digest)
 		})
-		if err != nil || !added {
-			return err // not added: the same rule is there already
-		}
-		d, _ := json.Marshal(map[string]string{"rule": name, "file": rulesDir + "/" + policy.ApprovedRulesFile, "action": "allow"})
-		return db.Append(&guard.Record{Kind: guard.KindEvent, Method: "guard/rule-added", Server: server, Tool: tool,
-			DecidedBy: by, Reason: "approved, and allowed this tool from now on", Detail: string(d)})
+		return err // not added: the same rule is there already
 	}
 }
 

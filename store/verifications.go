@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Verification is one verification of the audit log on a schedule.
+type Verification struct {
+	Time    time.Time
+	OK      bool
+	Records int64
+	// Problem is what Verify found, or why it could not run.
+	Problem string
+	Took    time.Duration
+}
+
+// verifyLock is the suffix of the file lock a process holds while it
+// verifies on schedule: the others skip that round.
+const verifyLock = ".verify.lock"
+
+// LastVerification returns the latest scheduled verification by any
+// process on the database, or nil when there was none.
+func (db *DB) LastVerification(ctx context.Context) (*Verification, error) {
+	var v Verification
+	var at string
+	var took int64
+	err := db.r.QueryRowContext(ctx, `SELECT time, ok, records, problem, took_ms FROM audit_verifications
+		ORDER BY id DESC LIMIT 1`).Scan(&at, &v.OK, &v.Records, &v.Problem, &took)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last verification: %w", err)
+	}
+	v.Time, v.Took = parseTime(at), time.Duration(took)*time.Millisecond
+	return &v, nil
+}
+
+// VerificationFailures counts the scheduled verifications that failed, by
+// every process on the database, ever: a counter an alert can watch.
+func (db *DB) VerificationFailures(ctx context.Context) (int64, error) {
+	var n int64
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM audit_verifications WHERE ok = 0`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("verification failures: %w", err)
+	}
+	return n, nil
+}
+
+// VerifyIfDue verifies the audit log (Verify) unless a process on the
+// database did within every, and keeps the result for LastVerification.
+// Processes sharing the database take turns: one that finds another
+// verifying skips. It returns the verification it made, or nil. A failure
+// is logged at error level, naming the problem.
+func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verification, error) {
+	unlock, ok, err := tryLockFile(db.opts.Path + verifyLock)
+	if err != nil || !ok {
+		return nil, err // another process verifies now
+	}
+	defer unlock()
+	last, err := db.LastVerification(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := db.opts.Now()
+	if last != nil && now.Sub(last.Time) < every {
+		return nil, nil
+	}
+	start := time.Now()
+	rep, err := db.Verify(ctx)
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // stopped, not failed
+	}
+	v := &Verification{Time: now.UTC(), OK: err == nil && rep.OK, Records: rep.Records, Problem: rep.Problem, Took: time.Since(start)}
+	if err != nil {
+		v.Problem = "the log could not be verified: " + err.Error()
+	}
+	if !v.OK {
+		db.opts.Logger.Error("audit log verification failed", "problem", v.Problem, "records", v.Records)
+	} else {
+		db.opts.Logger.Info("audit log verified", "records", v.Records, "took", v.Took.Round(time.Millisecond))
+	}
+	if _, err := db.w.ExecContext(ctx, `INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES (?, ?, ?, ?, ?)`,
+		fmtTime(v.Time), v.OK, v.Records, v.Problem, v.Took.Milliseconds()); err != nil {
+		return v, fmt.Errorf("verification: keep its result: %w", err)
+	}
+	return v, nil
+}
+
+// RunVerifier verifies the audit log every period (audit.verify_every)
+// until ctx ends, in turn with the other processes on the database (see
+// VerifyIfDue): the first round comes once the last verification of any
+// process is a period old, at once when there was none. done, when set,
+// is given each verification this process made.
+func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Verification)) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := db.VerifyIfDue(ctx, every)
+		if err != nil && ctx.Err() == nil {
+			db.opts.Logger.Error("audit log verification", "err", err)
+		}
+		if v != nil && done != nil {
+			done(*v)
+		}
+		next := every
+		if last, err := db.LastVerification(ctx); err == nil && last != nil {
+			next = max(time.Until(last.Time.Add(every)), time.Second)
+		}
+		t.Reset(next)
+	}
+}
+
+// tryLockFile takes an exclusive advisory lock on path if no one holds
+// it; ok is false when someone does.
+func tryLockFile(path string) (unlock func(), ok bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, true, nil
+}
