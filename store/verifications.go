@@ -94,14 +94,19 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 
 // RunVerifier verifies the audit log every period (audit.verify_every)
 // until ctx ends, in turn with the other processes on the database (see
-// VerifyIfDue): the first round comes once the last verification of any
-// process is a period old, at once when there was none. done, when set,
-// is given each verification this process made.
+// VerifyIfDue): a round comes once the last verification of any process
+// is a period old, or a period after the start when there was none (the
+// records a new log starts with have a checkpoint by then). done, when
+// set, is given each verification this process made.
 func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Verification)) {
 	if every <= 0 {
 		return
 	}
-	t := time.NewTimer(0)
+	first := every
+	if last, err := db.LastVerification(ctx); err == nil && last != nil {
+		first = max(time.Until(last.Time.Add(every)), 0)
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {

@@ -84,8 +84,14 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvAt(t, filepath.Join(t.TempDir(), "g.db"))
+}
+
+// newEnvAt is newEnv over the database at path.
+func newEnvAt(t testing.TB, path string) *env {
+	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "g.db"), Durability: "normal"})
+	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
