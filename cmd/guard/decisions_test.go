@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
+)
+
+// holdIn stores a pending approval in the database at path, as a running
+// guard holding a call does, and closes it.
+func holdIn(t *testing.T, path string, ids ...string) {
+	t.Helper()
+	db, err := store.Open(context.Background(), store.Options{Path: path, Durability: "full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, id := range ids {
+		if err := db.CreateApproval(context.Background(), &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
+			Tool: "delete_file", Arguments: `{"path":"/tmp/x"}`, Digest: "sha256:" + id, State: guard.ApprovalPending,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordsIn reads the records of a kind from the database at path.
+func recordsIn(t *testing.T, path, kind string) []*guard.Record {
+	t.Helper()
+	db, err := store.OpenReadOnly(context.Background(), store.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var out []*guard.Record
+	if err := db.Records(context.Background(), func(r *guard.Record) error {
+		if r.Kind == kind {
+			out = append(out, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// guard approvals approve and deny leave a decision record in the chain.
+func TestApprovalsFromTheCommandLineAreRecords(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "data", "guard", "guard.db")
+	holdIn(t, path, "held-1", "held-2")
+	if out, errOut, code := run(t, dir, "approvals", "approve", "held-1", "--by", "alice", "--reason", "checked"); code != 0 {
+		t.Fatalf("approve: %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, dir, "approvals", "deny", "held-2", "--by", "bob", "--reason", "not that file"); code != 0 {
+		t.Fatalf("deny: %d %s %s", code, out, errOut)
+	}
+	got := recordsIn(t, path, guard.KindDecision)
+	if len(got) != 2 || got[0].Decision != guard.ApprovalApproved || got[0].DecidedBy != "alice" || got[0].Reason != "checked" ||
+		got[0].Approval != "held-1" || got[0].CallID != "held-1" || got[1].Decision != guard.ApprovalDenied ||
+		got[1].DecidedBy != "bob" || got[1].Approval != "held-2" || got[1].Session != "s1" {
+		t.Fatalf("decision records: %+v", got)
+	}
+}
+
+// On a full disk, a decision whose record does not fit in the audit
+// journal is refused with a clear error, and the held call stays pending.
+func TestADecisionTheLogCannotRecordIsRefusedByTheCommandLine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+	path := filepath.Join(data, "guard", "guard.db")
+	holdIn(t, path, "held-1")
+
+	// Fill the disk, then free one page: room for the new journal's
+	// header as guard opens the database, none for the decision's record.
+	filler := filepath.Join(data, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte{1}, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := f.Write(chunk[:1]); err != nil {
+			break
+		}
+	}
+	st, _ := f.Stat()
+	if err := f.Truncate(st.Size() - 4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	reason := strings.Repeat("checked every path of this deletion. ", 200) // needs pages of its own
+	out, errOut, code := run(t, dir, "approvals", "approve", "held-1", "--by", "alice", "--reason", reason)
+	if code != exitFailure || !strings.Contains(errOut, "the audit log could not be written") {
+		t.Fatalf("approve on a full disk: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	t.Logf("refused: %s", errOut)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(context.Background(), store.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if a, err := ro.Approval(context.Background(), "held-1"); err != nil || a.State != guard.ApprovalPending || a.DecidedBy != "" {
+		t.Fatalf("the held call changed: %+v %v", a, err)
+	}
+	if got := recordsIn(t, path, guard.KindDecision); len(got) != 0 {
+		t.Fatalf("a refused decision was recorded: %+v", got)
+	}
+}
+
+// A rule learned from an approval is recorded (rule_added, with the rule
+// and the approval) before its file is written; a rule whose record
+// cannot be written is not written.
+func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "guard.db")
+	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rules := filepath.Join(dir, "rules.d")
+	add := allowAlways(db, rules)
+	a := &guard.Approval{ID: "ap-1", CallID: "call-1", Session: "s1", Server: "files", Tool: "write_file"}
+	if err := add(a, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(filepath.Join(rules, "approved.yaml"))
+	if err != nil || !strings.Contains(string(file), "approved-files-write_file") {
+		t.Fatalf("the rule file: %s %v", file, err)
+	}
+	var got []*guard.Record
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if r.Kind == guard.KindRuleAdded {
+			got = append(got, r)
+		}
+		return nil
+	})
+	if len(got) != 1 || got[0].Approval != "ap-1" || got[0].CallID != "call-1" || got[0].DecidedBy != "alice" ||
+		!strings.Contains(got[0].Detail, `"rule":"approved-files-write_file"`) || !strings.Contains(got[0].Detail, filepath.Join(rules, "approved.yaml")) {
+		t.Fatalf("rule_added records: %+v", got)
+	}
+
+	// The database refuses records (as a full disk does): appends are
+	// refused once its ingester fails.
+	raw, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`CREATE TRIGGER poison BEFORE INSERT ON records BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Append(&guard.Record{Kind: guard.KindEvent, Method: "test/poison"})
+	for db.Append(&guard.Record{Kind: guard.KindEvent, Method: "test/probe"}) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	b := &guard.Approval{ID: "ap-2", CallID: "call-2", Server: "files", Tool: "delete_file"}
+	if err := add(b, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("a rule with no audit log: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(rules, "approved.yaml")); !bytes.Equal(after, file) {
+		t.Fatalf("the rule file changed though its record was not written:\n%s", after)
+	}
+	if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
+)
+
+// chain reads every record of the database once guard has stopped, and
+// checks that the log verifies.
+func (e *env) chain() []*guard.Record {
+	e.t.Helper()
+	if out, code := e.guard("audit", "verify"); code != 0 {
+		e.t.Fatalf("audit verify: %d %s", code, out)
+	}
+	db, err := store.OpenReadOnly(context.Background(), store.Options{Path: e.db})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer db.Close()
+	var out []*guard.Record
+	if err := db.Records(context.Background(), func(r *guard.Record) error { out = append(out, r); return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// find returns the records that match.
+func find(recs []*guard.Record, match func(r *guard.Record) bool) []*guard.Record {
+	var out []*guard.Record
+	for _, r := range recs {
+		if match(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A person approves from the command line after the client was told to
+// retry: the decision is a record of the held call in the chain, the
+// held call's request and outcome and the retry that uses the approval
+// carry the approval's id, and guard run's start, configuration and stop
+// are records too.
+func TestADecisionAfterTheClientWasToldToRetryIsARecord(t *testing.T) {
+	e := newEnv(t, "approval: {wait: 300ms}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := e.connectExample(ctx)
+	args := map[string]any{"task": "backup"}
+	text, isErr := callText(t, cs, "run_task", args)
+	const prefix = "Waiting for approval (id "
+	if !isErr || !strings.HasPrefix(text, prefix) {
+		t.Fatalf("first call: %q", text)
+	}
+	id := text[len(prefix) : len(prefix)+36]
+	if out, code := e.guard("approvals", "approve", id, "--by", "carol", "--reason", "backups are fine"); code != 0 {
+		t.Fatalf("approve: %d %s", code, out)
+	}
+	if text, isErr := callText(t, cs, "run_task", args); isErr || text != "done: backup" {
+		t.Fatalf("retry after approval: %q", text)
+	}
+	cs.Close() // guard run stops
+
+	recs := e.chain()
+	decisions := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindDecision })
+	if len(decisions) != 1 {
+		t.Fatalf("decision records: %+v", decisions)
+	}
+	d := decisions[0]
+	if d.Decision != guard.ApprovalApproved || d.DecidedBy != "carol" || d.Reason != "backups are fine" || d.Approval != id ||
+		d.CallID != id || d.Server != "notes" || d.Tool != "run_task" || d.Session == "" {
+		t.Fatalf("decision record: %+v", d)
+	}
+	held := find(recs, func(r *guard.Record) bool { return r.CallID == id && r.Kind != guard.KindDecision })
+	if len(held) != 2 || held[0].Kind != guard.KindRequest || held[1].Kind != guard.KindOutcome ||
+		held[1].Outcome != guard.OutcomeAwaitingApproval || held[0].Approval != id || held[1].Approval != id || d.Session != held[0].Session {
+		t.Fatalf("the held call's records: %+v", held)
+	}
+	retry := find(recs, func(r *guard.Record) bool {
+		return r.Tool == "run_task" && r.CallID != id && r.Kind != guard.KindDecision
+	})
+	if len(retry) != 2 || retry[0].Approval != id || retry[1].Approval != id || retry[1].Decision != guard.DecisionAllowed ||
+		retry[1].DecidedBy != "carol" || retry[1].Outcome != guard.OutcomeOK {
+		t.Fatalf("the retry's records: %+v", retry)
+	}
+	if d.Seq > retry[0].Seq {
+		t.Fatalf("the decision (%d) is after the call it let through (%d)", d.Seq, retry[0].Seq)
+	}
+
+	// guard run: its configuration and its start and stop.
+	configs := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindConfig })
+	if len(configs) != 1 || configs[0].Decision != "loaded" {
+		t.Fatalf("config records: %+v", configs)
+	}
+	var cd map[string]any
+	if err := json.Unmarshal([]byte(configs[0].Detail), &cd); err != nil || !strings.HasPrefix(cd["digest"].(string), "sha256:") ||
+		cd["process"] != "guard run" {
+		t.Fatalf("config record's detail: %s", configs[0].Detail)
+	}
+	life := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindLifecycle })
+	if len(life) != 2 || life[0].Decision != store.LifecycleStarted || life[1].Decision != store.LifecycleStopped ||
+		life[0].Server != "notes" || life[1].Seq != recs[len(recs)-1].Seq {
+		t.Fatalf("lifecycle records: %+v", life)
+	}
+	var ld map[string]any
+	if err := json.Unmarshal([]byte(life[0].Detail), &ld); err != nil || ld["process"] != "guard run" || ld["version"] == "" {
+		t.Fatalf("lifecycle record's detail: %s", life[0].Detail)
+	}
+	if configs[0].Seq > life[0].Seq {
+		t.Fatal("guard run said it started before its configuration was recorded")
+	}
+}
+
+// A held call that expires and one the client cancels leave decision
+// records (expired, withdrawn) before the outcome that answers them.
+func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
+	e := newEnv(t, "approval: {timeout: 400ms, wait: 10s}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := e.connectExample(ctx)
+	if text, isErr := callText(t, cs, "delete_note", map[string]any{"title": "a"}); !isErr || !strings.HasPrefix(text, "Expired") {
+		t.Fatalf("expiry: %q", text)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	got := goCall(func() (*mcp.CallToolResult, error) {
+		return cs.CallTool(cctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "b"}})
+	})
+	a := e.pendingFor(ctx, "delete_note")
+	stop() // the client cancels the held call
+	<-got
+	for {
+		out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl")
+		if strings.Contains(out, `"State":"withdrawn"`) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cancelled call was not withdrawn: %s", out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cs.Close()
+
+	recs := e.chain()
+	decisions := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindDecision })
+	if len(decisions) != 2 {
+		t.Fatalf("decision records: %+v", decisions)
+	}
+	exp, wd := decisions[0], decisions[1]
+	if exp.Decision != guard.ApprovalExpired || exp.DecidedBy != store.ByGuard || exp.Tool != "delete_note" || exp.Approval == "" || exp.CallID != exp.Approval {
+		t.Fatalf("expiry record: %+v", exp)
+	}
+	if wd.Decision != guard.ApprovalWithdrawn || wd.DecidedBy != store.ByGuard || wd.Reason != "the client cancelled the call" || wd.Approval != a.ID {
+		t.Fatalf("withdrawal record: %+v", wd)
+	}
+	out := find(recs, func(r *guard.Record) bool { return r.CallID == exp.CallID && r.Kind == guard.KindOutcome })
+	if len(out) != 1 || out[0].Outcome != guard.OutcomeExpired || out[0].Approval != exp.Approval || out[0].Seq < exp.Seq {
+		t.Fatalf("the expired call's outcome: %+v (decision at %d)", out, exp.Seq)
+	}
+}
+
+// On 2026-07-28 the person at the client answers in the call's next
+// round: that decision is a record of the call too, before the rounds
+// that carry the approval.
+func TestADecisionInTheClientsRoundIsARecord(t *testing.T) {
+	e := newEnv(t, "approval: {in_band: auto}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "4"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}, nil
+		},
+	})
+	cs := e.connect(ctx, client, "2026-07-28", nil, "notes", guardBin, "example-server")
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
+	if err != nil || r.IsError {
+		t.Fatalf("approved in the client's round: %v %v", r, err)
+	}
+	cs.Close()
+	recs := e.chain()
+	d := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindDecision })
+	if len(d) != 1 || d[0].Decision != guard.ApprovalApproved || d[0].DecidedBy != "user at desk/4" || d[0].Approval == "" || d[0].CallID != d[0].Approval {
+		t.Fatalf("decision records: %+v", d)
+	}
+	rounds := find(recs, func(r *guard.Record) bool { return r.CallID == d[0].CallID && r.Kind == guard.KindOutcome })
+	if len(rounds) != 2 || rounds[0].Outcome != guard.OutcomeInputRequired || rounds[1].Outcome != guard.OutcomeOK ||
+		rounds[1].Approval != d[0].Approval || rounds[1].DecidedBy != "user at desk/4" || rounds[1].Seq < d[0].Seq {
+		t.Fatalf("the call's outcomes: %+v", rounds)
+	}
+}
