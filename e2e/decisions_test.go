@@ -2,8 +2,14 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,4 +200,99 @@ func TestADecisionInTheClientsRoundIsARecord(t *testing.T) {
 		rounds[1].Approval != d[0].Approval || rounds[1].DecidedBy != "user at desk/4" || rounds[1].Seq < d[0].Seq {
 		t.Fatalf("the call's outcomes: %+v", rounds)
 	}
+}
+
+// guard serve with audit.verify_every verifies the log in the background:
+// a file rewritten by someone who dropped its triggers fails, and the
+// failure is logged at error level naming the problem, counted in
+// /metrics for an alert, and shown as a banner on the UI's pages.
+func TestAScheduledVerificationFailureIsLoggedCountedAndShown(t *testing.T) {
+	e := newEnv(t, "audit: {verify_every: 300ms}\nservers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
+	ctx := context.Background()
+	db, err := store.Open(ctx, store.Options{Path: e.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := db.Append(&guard.Record{Kind: guard.KindRequest, Server: "notes", Method: "tools/call", Tool: "echo",
+			Arguments: `{"text":"` + strings.Repeat("x", i) + `"}`, Decision: guard.DecisionAllowed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", "file:"+e.db+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(`DROP TRIGGER records_no_update; DROP TRIGGER records_no_delete;
+		UPDATE records SET arguments = '{"text":"rewritten"}' WHERE seq = 2`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	listen, ui := freePort(t), freePort(t)
+	var logs lockedLog
+	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db, "--listen", listen, "--ui", ui)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cmd.Process.Signal(os.Interrupt)
+			<-exited
+		}
+	}
+	defer stop()
+	var metrics string
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(metrics, "guard_audit_verify_failures_total 1\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed verification in /metrics:\n%s\nlog:\n%s", metrics, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+		if resp, err := http.Get("http://" + listen + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			metrics = string(b)
+		}
+	}
+	for _, want := range []string{"# TYPE guard_audit_verify_failures_total counter", "guard_audit_verify_ok 0\n", "guard_audit_verify_last_timestamp_seconds "} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	c := e.browserSession(ui)
+	code, page := get(t, c, "http://"+ui+"/activity")
+	if code != http.StatusOK || !strings.Contains(page, `id="verify-failed"`) || !strings.Contains(page, "The audit log failed verification") {
+		t.Fatalf("the UI shows no failed verification: %d\n%s", code, page)
+	}
+	stop()
+	if l := logs.String(); !strings.Contains(l, `level=ERROR msg="audit log verification failed" problem=`) {
+		t.Fatalf("the failure was not logged at error level with its problem:\n%s", l)
+	}
+}
+
+// lockedLog is a process's stderr, read while it writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
