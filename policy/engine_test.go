@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// reloadEveryInTests is how often engines under test look at their files.
+const reloadEveryInTests = 20 * time.Millisecond
+
+// loads records what an engine says it loads, and can refuse the next.
+type loads struct {
+	mu     sync.Mutex
+	got    []ConfigLoad
+	refuse error
+	seen   chan ConfigLoad
+}
+
+func (l *loads) record(c ConfigLoad) error {
+	l.mu.Lock()
+	err := l.refuse
+	if err == nil {
+		l.got = append(l.got, c)
+	}
+	l.refuse = nil
+	l.mu.Unlock()
+	l.seen <- c
+	return err
+}
+
+// Every configuration the engine puts in force is recorded first, with the
+// files' digest; a change whose record cannot be written is not applied,
+// and is applied once its record is; a change left to a person is
+// recorded as held.
+func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "guard.yaml")
+	os.WriteFile(f, []byte("policy: {default: allow}\n"), 0o600)
+	c, err := Load(f, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &loads{seen: make(chan ConfigLoad, 16), refuse: errors.New("disk full")}
+	isolated := true
+	var mu sync.Mutex
+	if _, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record}); err == nil {
+		t.Fatal("an engine started on a configuration whose record was not written")
+	}
+	<-l.seen
+	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record,
+		Isolated: func() bool { mu.Lock(); defer mu.Unlock(); return isolated }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-l.seen; got.How != Loaded || got.Digest != FilesDigest(f, filepath.Join(dir, "rules.d"), c) || got.Policy != e.Policy().Version() {
+		t.Fatalf("the start: %+v", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.Watch(ctx, reloadEveryInTests)
+	call := &guard.Call{Method: "tools/call", ToolName: "x", Tool: tool(`{}`)}
+
+	l.mu.Lock()
+	l.refuse = errors.New("disk full")
+	l.mu.Unlock()
+	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
+	if got := <-l.seen; got.How != Reloaded {
+		t.Fatalf("the refused reload: %+v", got)
+	}
+	if a := e.Decide(call).Action; a != guard.ActionAllow {
+		t.Fatalf("a change whose record was not written is in force: %s", a)
+	}
+	got := <-l.seen // tried again at the next look
+	if got.How != Reloaded || got.Changes == "" {
+		t.Fatalf("the reload: %+v", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Decide(call).Action != guard.ActionDeny { // applied right after its record
+		if time.Now().After(deadline) {
+			t.Fatal("the recorded change was not applied")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	mu.Lock()
+	isolated = false
+	mu.Unlock()
+	os.WriteFile(f, []byte("policy: {default: approve}\n"), 0o600)
+	if got := <-l.seen; got.How != Held || got.Changes == "" || got.Policy != "" {
+		t.Fatalf("a change left to a person: %+v", got)
+	}
+	if a := e.Decide(call).Action; a != guard.ActionDeny {
+		t.Fatalf("a held change is in force: %s", a)
+	}
+}
