@@ -158,11 +158,11 @@ policy:
 	defer db.Close()
 	found := false
 	_ = db.Records(ctx, func(r *guard.Record) error {
-		found = found || (r.Method == "guard/rule-added" && r.Tool == "delete_note" && r.DecidedBy == "alice")
+		found = found || (r.Kind == guard.KindRuleAdded && r.Tool == "delete_note" && r.DecidedBy == "alice" && r.Approval != "")
 		return nil
 	})
 	if !found {
-		t.Fatal("no guard/rule-added record by alice")
+		t.Fatal("no rule_added record by alice")
 	}
 }
 

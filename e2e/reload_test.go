@@ -58,7 +58,7 @@ func TestConfigChangeWaitsForAPerson(t *testing.T) {
 	echoDenied(ctx, t, cs)
 	found := false
 	_ = db.Records(ctx, func(r *guard.Record) error {
-		found = found || (r.Method == "guard/config-applied" && r.DecidedBy == "erin" && strings.Contains(r.Detail, pending.Digest))
+		found = found || (r.Kind == guard.KindConfig && r.Decision == store.ConfigApplied && r.DecidedBy == "erin" && strings.Contains(r.Detail, pending.Digest))
 		return nil
 	})
 	if !found {
