@@ -84,13 +84,15 @@ func TestADecisionAfterTheClientWasToldToRetryIsARecord(t *testing.T) {
 		d.CallID != id || d.Server != "notes" || d.Tool != "run_task" || d.Session == "" {
 		t.Fatalf("decision record: %+v", d)
 	}
-	held := find(recs, func(r *guard.Record) bool { return r.CallID == id && r.Kind != guard.KindDecision })
+	held := find(recs, func(r *guard.Record) bool {
+		return r.CallID == id && (r.Kind == guard.KindRequest || r.Kind == guard.KindOutcome)
+	})
 	if len(held) != 2 || held[0].Kind != guard.KindRequest || held[1].Kind != guard.KindOutcome ||
 		held[1].Outcome != guard.OutcomeAwaitingApproval || held[0].Approval != id || held[1].Approval != id || d.Session != held[0].Session {
 		t.Fatalf("the held call's records: %+v", held)
 	}
 	retry := find(recs, func(r *guard.Record) bool {
-		return r.Tool == "run_task" && r.CallID != id && r.Kind != guard.KindDecision
+		return r.Tool == "run_task" && r.CallID != id && (r.Kind == guard.KindRequest || r.Kind == guard.KindOutcome)
 	})
 	if len(retry) != 2 || retry[0].Approval != id || retry[1].Approval != id || retry[1].Decision != guard.DecisionAllowed ||
 		retry[1].DecidedBy != "carol" || retry[1].Outcome != guard.OutcomeOK {
@@ -121,6 +123,11 @@ func TestADecisionAfterTheClientWasToldToRetryIsARecord(t *testing.T) {
 	}
 	if configs[0].Seq > life[0].Seq {
 		t.Fatal("guard run said it started before its configuration was recorded")
+	}
+	// The server's first listing, accepted as its baseline.
+	reviews := find(recs, func(r *guard.Record) bool { return r.Kind == guard.KindToolReview && r.Tool == "run_task" })
+	if len(reviews) != 1 || reviews[0].Decision != guard.ReviewAccepted || reviews[0].DecidedBy != "baseline" || reviews[0].Pin == "" {
+		t.Fatalf("the baseline's tool_review records: %+v", reviews)
 	}
 }
 

@@ -22,16 +22,51 @@ type ToolVersion struct {
 // RecordTools records the definitions a server listed: a new definition
 // (by pin) is added to the tool's history, a known one is marked seen.
 //
-// Each definition not seen before also gets a review (see recordReviews);
+// Each definition not seen before also gets a review (see planReviews);
 // acceptNew says whether tools that appear after the baseline are accepted
-// without a person (new_tools: allow).
+// without a person (new_tools: allow). A definition accepted that way (or
+// as part of the server's baseline) is a decision of guard's: its
+// tool_review record is written before the review is stored, under the
+// decisions lock (see decide), and the listing is not recorded when the
+// record cannot be.
 func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time, acceptNew bool) error {
+	at := fmtTime(seen)
+	plan, err := planReviews(ctx, db.w, server, tools, at, acceptNew)
+	if err != nil {
+		return fmt.Errorf("record tool reviews: %w", err)
+	}
+	if len(plan) > 0 {
+		// New definitions: planned again under the lock, with the
+		// decisions of other processes settled.
+		unlock, err := lockFile(db.opts.Path + decisionsLock)
+		if err != nil {
+			return fmt.Errorf("record tools: decisions lock: %w", err)
+		}
+		defer unlock()
+		if plan, err = planReviews(ctx, db.w, server, tools, at, acceptNew); err != nil {
+			return fmt.Errorf("record tool reviews: %w", err)
+		}
+		var recs []*guard.Record
+		for _, r := range plan {
+			if r.State == guard.ReviewAccepted {
+				rec := toolReviewRecord(r, guard.ReviewAccepted, r.DecidedBy, seen.UTC())
+				rec.Reason = map[string]string{guard.CauseBaseline: "in the server's first listing (its baseline)",
+					guard.CauseNew: "a new tool, accepted by new_tools: allow"}[r.Cause]
+				rec.Detail = detail(map[string]any{"cause": r.Cause})
+				recs = append(recs, rec)
+			}
+		}
+		if len(recs) > 0 {
+			if err := db.Append(recs...); err != nil {
+				return fmt.Errorf("record tools: %w", err)
+			}
+		}
+	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record tools: %w", err)
 	}
 	defer tx.Rollback()
-	at := fmtTime(seen)
 	for _, t := range tools {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO tools (server, name, pin, def, first_seen, last_seen)
 			VALUES (?, ?, ?, ?, ?, ?)
@@ -40,7 +75,7 @@ func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool
 			return fmt.Errorf("record tool %s/%s: %w", server, t.Name, err)
 		}
 	}
-	if err := recordReviews(ctx, tx, server, tools, at, acceptNew); err != nil {
+	if err := insertReviews(ctx, tx, plan, at); err != nil {
 		return fmt.Errorf("record tool reviews: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -108,47 +143,62 @@ func scanTool(scan func(dest ...any) error) (guard.Tool, error) {
 	return t, nil
 }
 
-// recordReviews adds a review for each definition not seen before, inside
-// the transaction that records the listing. The server's first listing is
-// its baseline, accepted as it is; a tool seen later is new (accepted when
-// acceptNew), a changed definition is pending, and so is any definition
-// whose descriptions were flagged.
-func recordReviews(ctx context.Context, tx *sql.Tx, server string, tools []guard.Tool, at string, acceptNew bool) error {
+// planReviews returns a review for each definition not seen before. The
+// server's first listing is its baseline, accepted as it is; a tool seen
+// later is new (accepted when acceptNew), a changed definition is
+// pending, and so is any definition whose descriptions were flagged.
+func planReviews(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, server string, tools []guard.Tool, at string, acceptNew bool) ([]*guard.Review, error) {
 	var known int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE server = ?`, server).Scan(&known); err != nil {
-		return err
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE server = ?`, server).Scan(&known); err != nil {
+		return nil, err
 	}
+	var plan []*guard.Review
+	planned := map[string]bool{} // name and pin, for a listing that repeats a definition
 	for _, t := range tools {
 		var seen, named int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE pin = ?), COUNT(*) FROM tool_reviews
+		if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FILTER (WHERE pin = ?), COUNT(*) FROM tool_reviews
 			WHERE server = ? AND name = ?`, t.Pin, server, t.Name).Scan(&seen, &named); err != nil {
-			return err
+			return nil, err
 		}
-		if seen > 0 {
+		if seen > 0 || planned[t.Name+"\x00"+t.Pin] {
 			continue
 		}
-		state, cause, by := guard.ReviewPending, guard.CauseChanged, ""
+		planned[t.Name+"\x00"+t.Pin] = true
+		r := &guard.Review{Server: server, Name: t.Name, Pin: t.Pin, State: guard.ReviewPending, Cause: guard.CauseChanged}
 		switch {
 		case known == 0:
-			state, cause, by = guard.ReviewAccepted, guard.CauseBaseline, "baseline"
+			r.State, r.Cause, r.DecidedBy = guard.ReviewAccepted, guard.CauseBaseline, "baseline"
 		case named == 0:
-			cause = guard.CauseNew
+			r.Cause = guard.CauseNew
 			if acceptNew {
-				state, by = guard.ReviewAccepted, "new_tools: allow"
+				r.State, r.DecidedBy = guard.ReviewAccepted, "new_tools: allow"
 			}
 		}
-		flags := ""
 		if len(t.Flags) > 0 {
-			state, cause, by = guard.ReviewPending, guard.CauseFlagged, ""
-			b, _ := json.Marshal(t.Flags)
+			r.State, r.Cause, r.DecidedBy, r.Flags = guard.ReviewPending, guard.CauseFlagged, "", t.Flags
+		}
+		plan = append(plan, r)
+	}
+	return plan, nil
+}
+
+// insertReviews stores planned reviews, inside the transaction that
+// records the listing.
+func insertReviews(ctx context.Context, tx *sql.Tx, plan []*guard.Review, at string) error {
+	for _, r := range plan {
+		flags := ""
+		if len(r.Flags) > 0 {
+			b, _ := json.Marshal(r.Flags)
 			flags = string(b)
 		}
 		decidedAt := ""
-		if by != "" {
+		if r.DecidedBy != "" {
 			decidedAt = at
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO tool_reviews (server, name, pin, state, cause, flags, decided_by, decided_at, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, server, t.Name, t.Pin, state, cause, flags, by, decidedAt, at); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Server, r.Name, r.Pin, r.State, r.Cause, flags, r.DecidedBy, decidedAt, at); err != nil {
 			return err
 		}
 	}

@@ -47,9 +47,13 @@ func heldApproval(id string) *guard.Approval {
 	return a
 }
 
-// verifyOK checks the chain as it stands.
+// verifyOK checks the chain as it stands, with a checkpoint of it.
 func verifyOK(t *testing.T, db *DB) {
 	t.Helper()
+	db.caughtUp(context.Background())
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := db.Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
@@ -199,21 +203,34 @@ func TestAToolReviewIsARecord(t *testing.T) {
 	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:nope", true, "bob"); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown pin: %v", err)
 	}
-	got := recordsOf(t, db, guard.KindToolReview)
-	if len(got) != 2 {
-		t.Fatalf("%d tool_review records, want 2", len(got))
+	// A tool that appears later is accepted by new_tools: allow, and a
+	// listing with nothing new records nothing.
+	other := guard.Tool{Name: "read_file", Def: []byte(`{"name":"read_file"}`), Pin: "sha256:r1"}
+	for range 2 {
+		if err := db.RecordTools(ctx, "files", []guard.Tool{def("v2"), other}, now, true); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for i, want := range []struct{ decision, by, was string }{
-		{guard.ReviewRejected, "alice", guard.ReviewPending},
-		{guard.ReviewAccepted, "bob", guard.ReviewRejected},
+	got := recordsOf(t, db, guard.KindToolReview)
+	if len(got) != 4 {
+		t.Fatalf("%d tool_review records, want 4: %+v", len(got), got)
+	}
+	for i, want := range []struct{ tool, pin, decision, by, cause string }{
+		{"write_file", "sha256:v1", guard.ReviewAccepted, "baseline", guard.CauseBaseline},
+		{"write_file", "sha256:v2", guard.ReviewRejected, "alice", guard.CauseChanged},
+		{"write_file", "sha256:v2", guard.ReviewAccepted, "bob", guard.CauseChanged},
+		{"read_file", "sha256:r1", guard.ReviewAccepted, "new_tools: allow", guard.CauseNew},
 	} {
 		r := got[i]
-		if r.Server != "files" || r.Tool != "write_file" || r.Pin != "sha256:v2" || r.Decision != want.decision || r.DecidedBy != want.by {
+		if r.Server != "files" || r.Tool != want.tool || r.Pin != want.pin || r.Decision != want.decision || r.DecidedBy != want.by || r.Reason == "" {
 			t.Errorf("record %d: %+v", i, r)
 		}
-		if d := detailOf(t, r); d["cause"] != guard.CauseChanged || d["was"] != want.was {
+		if d := detailOf(t, r); d["cause"] != want.cause {
 			t.Errorf("record %d detail: %v", i, d)
 		}
+	}
+	if d := detailOf(t, got[2]); d["was"] != guard.ReviewRejected {
+		t.Errorf("a person's review says how the definition stood: %v", d)
 	}
 	verifyOK(t, db)
 }
@@ -297,6 +314,12 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	}
 	if _, err := db.ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("apply a configuration with no audit log: %v", err)
+	}
+	if err := db.RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("a baseline accepted with no audit log: %v", err)
+	}
+	if r, _ := db.Review(ctx, "mail", "send", "sha256:s1"); r != nil {
+		t.Fatalf("a baseline was accepted without its record: %+v", r)
 	}
 	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || a.DecidedBy != "" || a.Arguments == "" {
 		t.Fatalf("the approval changed: %+v", a)
