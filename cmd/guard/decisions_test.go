@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,44 +78,20 @@ func TestApprovalsFromTheCommandLineAreRecords(t *testing.T) {
 // On a full disk, a decision whose record does not fit in the audit
 // journal is refused with a clear error, and the held call stays pending.
 func TestADecisionTheLogCannotRecordIsRefusedByTheCommandLine(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
-	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+	dir, data := smallDisk(t)
 	path := filepath.Join(data, "guard", "guard.db")
 	holdIn(t, path, "held-1")
 
 	// Fill the disk, then free one page: room for the new journal's
 	// header as guard opens the database, none for the decision's record.
-	filler := filepath.Join(data, "filler")
-	f, err := os.Create(filler)
+	filler := fillDisk(t, data)
+	st, err := os.Stat(filler)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := bytes.Repeat([]byte{1}, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	for {
-		if _, err := f.Write(chunk[:1]); err != nil {
-			break
-		}
-	}
-	st, _ := f.Stat()
-	if err := f.Truncate(st.Size() - 4096); err != nil {
+	if err := os.Truncate(filler, st.Size()-4096); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
 
 	reason := strings.Repeat("checked every path of this deletion. ", 200) // needs pages of its own
 	out, errOut, code := run(t, dir, "approvals", "approve", "held-1", "--by", "alice", "--reason", reason)

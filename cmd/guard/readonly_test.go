@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,19 +40,7 @@ func tree(t *testing.T, dir string) string {
 // write nothing: no file appears in the data directory, and a hold past
 // its expiry is shown as expired without being recorded as such.
 func TestReadOnlyCommandsOnAFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
-	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
-
+	dir, data := smallDisk(t)
 	ctx := context.Background()
 	dbPath := filepath.Join(data, "guard", "guard.db")
 	db, err := store.Open(ctx, store.Options{Path: dbPath, Durability: "full"})
@@ -77,23 +63,7 @@ func TestReadOnlyCommandsOnAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Fill the disk.
-	f, err := os.Create(filepath.Join(data, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := bytes.Repeat([]byte{1}, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	for {
-		if _, err := f.Write(chunk[:1]); err != nil {
-			break
-		}
-	}
-	f.Close()
+	fillDisk(t, data)
 
 	before := tree(t, data)
 	for _, tc := range []struct {
