@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -84,7 +85,11 @@ func (s *Session) inBandAnswer(a *guard.Approval, m wire.Message) {
 	default:
 		return
 	}
-	if _, err := s.opts.Holds.Decide(context.Background(), a.ID, approve, by, reason); err != nil {
+	_, err := s.opts.Holds.Decide(context.Background(), a.ID, approve, by, reason)
+	switch {
+	case errors.Is(err, guard.ErrAuditWrite):
+		s.opts.Logger.Error("in-band decision refused: the audit log could not record it", "approval", a.ID, "err", err)
+	case err != nil:
 		s.opts.Logger.Info("in-band decision not applied (decided already?)", "approval", a.ID, "err", err)
 	}
 }
