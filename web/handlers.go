@@ -61,6 +61,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"The decision was not taken: the audit log could not record it. Nothing changed. "+err.Error()))
 		return
 	}
+	if errors.Is(err, store.ErrNotApplied) {
+		s.log.Error("ui: decision recorded but not applied", "path", r.URL.Path, "err", err)
+		s.render(w, r, http.StatusInternalServerError, messagePage("Recorded, not applied",
+			"The audit log records the decision, but the guard database refused the change: "+err.Error()))
+		return
+	}
 	s.log.Error("ui: request failed", "path", r.URL.Path, "err", err)
 	s.render(w, r, http.StatusInternalServerError, messagePage("Error", "The guard database could not be read: "+err.Error()))
 }
@@ -288,7 +294,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 		switch {
 		case errors.Is(err, guard.ErrAlreadyDecided):
 			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
-		case errors.Is(err, guard.ErrAuditWrite):
+		case errors.Is(err, guard.ErrAuditWrite), errors.Is(err, store.ErrNotApplied):
 			s.fail(w, r, err)
 			return
 		case err != nil:
