@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 // serveExample runs guard serve with the example server as "notes".
@@ -101,6 +104,23 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 	}
 	if !strings.Contains(body.String(), `no note titled`) {
 		t.Fatalf("the held call did not run after its client disconnected:\n%s", body.String())
+	}
+	// The decision given after the client left is a record of the call.
+	if out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note"); !strings.Contains(out, `"decided_by":"erin"`) {
+		t.Fatalf("the audit of the call decided after its client left:\n%s", out)
+	}
+	db, err := store.OpenReadOnly(ctx, store.Options{Path: e.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	found := false
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		found = found || r.Kind == guard.KindDecision && r.Approval == a.ID && r.CallID == a.ID && r.DecidedBy == "erin" && r.Decision == guard.ApprovalApproved
+		return nil
+	})
+	if !found {
+		t.Fatal("no decision record of the call approved after its client left")
 	}
 }
 
