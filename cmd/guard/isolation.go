@@ -216,7 +216,8 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		hide = append(hide, d)
 	}
 	db := st.DBPath
-	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", db + ".journal",
+	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
+		db + ".decisions.lock", db + ".verify.lock",
 		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
@@ -224,6 +225,13 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		// exists from the start, so that it is hidden as itself.
 		if f, err := os.OpenFile(filepath.Join(st.DataDir, exposedMarker), os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 			f.Close()
+		}
+		// So are the database's lock files, which the store makes when
+		// it first needs them.
+		for _, lock := range []string{db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock"} {
+			if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+				f.Close()
+			}
 		}
 		// So is the audit journal's directory (the database's Open makes
 		// it too, perhaps later).
