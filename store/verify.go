@@ -85,10 +85,12 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			rep.Problem = fmt.Sprintf(format, args...)
 		}
 	}
-	if v == nil {
+	noKey := func() {
 		problem("there is no checkpoint key at %s: the checkpoints cannot be checked (pass the verifier key)", db.opts.KeyPath)
 	}
-	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil && v != nil {
+	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil && v == nil {
+		noKey()
+	} else if err == nil {
 		c, err := OpenCheckpoint(b, v)
 		if err != nil {
 			problem("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
@@ -100,6 +102,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	}
 	for _, k := range o.Kept {
 		if v == nil {
+			noKey()
 			break
 		}
 		c, err := OpenCheckpoint(k.Note, v)
@@ -192,6 +195,9 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	}
 	if err := cps.err(); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
+	}
+	if rep.Records > 0 && v == nil {
+		noKey()
 	}
 	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
 		problem("no checkpoint covers the log: its truncation cannot be ruled out")

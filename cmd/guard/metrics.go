@@ -42,6 +42,7 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
+	treeMetrics(reg, db)
 	return reg
 }
 
