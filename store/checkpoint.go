@@ -249,10 +249,6 @@ func (db *DB) writeCheckpoint() (err error) {
 	c, fresh, err := db.signCheckpoint(context.Background(), path)
 	if errors.Is(err, errRewritten) {
 		db.stats.refused.Add(1)
-		if db.refusedLogged.Swap(true) {
-			db.opts.Logger.Debug("audit checkpoint refused", "err", err)
-			return nil
-		}
 		return err
 	}
 	if err != nil || c == nil {
@@ -268,6 +264,17 @@ func (db *DB) writeCheckpoint() (err error) {
 		db.witness.send(c)
 	}
 	return nil
+}
+
+// logCheckpoint logs why a checkpoint was not written. A log that does not
+// extend the last checkpoint stays so: that is logged as an error once,
+// and counted each time (CheckpointRefusals).
+func (db *DB) logCheckpoint(err error) {
+	if errors.Is(err, errRewritten) && db.refusedLogged.Swap(true) {
+		db.opts.Logger.Debug("audit checkpoint refused", "err", err)
+		return
+	}
+	db.opts.Logger.Error("audit checkpoint", "err", err)
 }
 
 // signCheckpoint signs and keeps the checkpoint of the tree as it is, in

@@ -279,7 +279,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	// A checkpoint of the log as it is (the file may be older, or of an
 	// earlier version's form); nothing is kept twice.
 	if err := db.writeCheckpoint(); err != nil {
-		opts.Logger.Error("audit checkpoint", "err", err)
+		db.logCheckpoint(err)
 	}
 	go db.ingester()
 	if db.fsync {

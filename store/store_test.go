@@ -95,7 +95,7 @@ func TestRecordsAreAppendOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.caughtUp(context.Background())
-	r, _ := sql.Open("sqlite", "file:"+path)
+	r, _ := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)") // the ingester may be writing a checkpoint
 	defer r.Close()
 	if _, err := r.Exec(`UPDATE records SET tool = 'x' WHERE seq = 1`); err == nil || !strings.Contains(err.Error(), "append-only") {
 		t.Fatalf("update: %v", err)

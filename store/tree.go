@@ -71,13 +71,6 @@ func loadEdge(n int64, read func([]int64) ([]tlog.Hash, error)) (*treeEdge, erro
 	return e, nil
 }
 
-// clone returns a copy of e that appends without changing e.
-func (e *treeEdge) clone() *treeEdge {
-	c := &treeEdge{n: e.n, nodes: make([]edgeNode, len(e.nodes), len(e.nodes)+1)}
-	copy(c.nodes, e.nodes)
-	return c
-}
-
 // ReadHashes serves the edge's hashes to tlog, which asks for no other
 // when it appends a leaf or computes the root.
 func (e *treeEdge) ReadHashes(indexes []int64) ([]tlog.Hash, error) {

@@ -569,7 +569,7 @@ func (db *DB) syncFiles() error {
 // for the next Open).
 func (db *DB) finish() {
 	if err := db.writeCheckpoint(); err != nil {
-		db.opts.Logger.Error("audit checkpoint", "err", err)
+		db.logCheckpoint(err)
 	}
 	db.jmu.Lock()
 	left := 0
@@ -754,7 +754,7 @@ func (db *DB) maybeCheckpoint() {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {
-		db.opts.Logger.Error("audit checkpoint", "err", err)
+		db.logCheckpoint(err)
 	}
 }
 
