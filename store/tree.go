@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	guard "github.com/guard-mcp/guard"
 
@@ -169,20 +170,55 @@ func leafHash(canonical []byte) tlog.Hash { return tlog.RecordHash(canonical) }
 // insertTreeHash stores one of the tree's hashes.
 const insertTreeHash = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)`
 
+// treeRows is how many tree hashes one statement inserts: a batch's
+// hashes are inserted that many at a time, which costs less than a
+// statement each.
+const treeRows = 32
+
+// insertTreeHashes inserts treeRows tree hashes.
+var insertTreeHashes = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)` + strings.Repeat(`, (?, ?)`, treeRows-1)
+
 // addLeaf appends a record's leaf to the tree inside the writer's
-// transaction and stores the hashes it adds.
+// transaction; the hashes it adds are inserted by flushTree.
 func (wc *writerConn) addLeaf(ctx context.Context, edge *treeEdge, canonical []byte) error {
-	first := tlog.StoredHashIndex(0, edge.n)
+	if len(wc.treeHashes) == 0 {
+		wc.treeFirst = tlog.StoredHashIndex(0, edge.n)
+	}
 	hs, err := edge.append(leafHash(canonical))
 	if err != nil {
 		return err
 	}
-	for j := range hs {
-		wc.treeArgs[0].Value = first + int64(j)
-		wc.treeArgs[1].Value = hs[j][:]
-		if _, err := wc.insTree.ExecContext(ctx, wc.treeArgs[:]); err != nil {
+	wc.treeHashes = append(wc.treeHashes, hs...)
+	if len(wc.treeHashes) >= 4*treeRows {
+		return wc.flushTree(ctx)
+	}
+	return nil
+}
+
+// flushTree inserts the tree hashes addLeaf added (their indexes follow
+// one another).
+func (wc *writerConn) flushTree(ctx context.Context) error {
+	hs := wc.treeHashes
+	idx := wc.treeFirst
+	defer func() {
+		for i := range wc.manyArgs {
+			wc.manyArgs[i].Value = nil // the hashes are not kept
+		}
+		wc.treeHashes = wc.treeHashes[:0]
+	}()
+	for len(hs) > 0 {
+		st, args, n := wc.insTree, wc.treeArgs[:], 1
+		if len(hs) >= treeRows {
+			st, args, n = wc.insTrees, wc.manyArgs[:], treeRows
+		}
+		for j := range n {
+			args[2*j].Value = idx + int64(j)
+			args[2*j+1].Value = hs[j][:]
+		}
+		if _, err := st.ExecContext(ctx, args); err != nil {
 			return fmt.Errorf("insert tree hash: %w", err)
 		}
+		hs, idx = hs[n:], idx+int64(n)
 	}
 	wc.treeArgs[1].Value = nil
 	return nil

@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -427,4 +429,57 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestVerifyTime builds a log of GUARD_VERIFY_RECORDS records through the
+// append path (the journal and the ingester), then times a verification
+// of the whole of it. It is skipped unless the variable is set:
+//
+//	GUARD_VERIFY_RECORDS=2000000 go test ./store/ -run TestVerifyTime -v -timeout 30m
+func TestVerifyTime(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("GUARD_VERIFY_RECORDS"))
+	if n <= 0 {
+		t.Skip("set GUARD_VERIFY_RECORDS to the number of records")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	start := time.Now()
+	const per = 1000
+	var last <-chan error
+	for i := 0; i < n; i += per {
+		recs := make([]*guard.Record, 0, per)
+		for j := i; j < min(i+per, n); j++ {
+			kind := guard.KindRequest
+			if j%2 == 1 {
+				kind = guard.KindOutcome
+			}
+			recs = append(recs, rec(j/2, kind))
+		}
+		last = db.AppendAsync(recs...)
+	}
+	if err := <-last; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built %d records in %v", n, time.Since(start).Round(time.Millisecond))
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start = time.Now()
+	rep, err := ro.Verify(ctx)
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if err != nil || !rep.OK || rep.Records != int64(n) {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	t.Logf("verified %d records in %v (%.2f µs a record; %d MB allocated in all, %d MB heap after)", n, took.Round(time.Millisecond),
+		float64(took.Microseconds())/float64(n), (after.TotalAlloc-before.TotalAlloc)>>20, after.HeapInuse>>20)
 }

@@ -15,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/metrics"
+	"golang.org/x/mod/sumdb/tlog"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -811,7 +812,13 @@ type writerConn struct {
 	getTree  driverStmt
 	treeMax  driverStmt
 	recsFrom driverStmt
+	insTrees driverStmt // treeRows at a time
 	treeArgs [2]driver.NamedValue
+	manyArgs [2 * treeRows]driver.NamedValue
+	// The hashes of the transaction's leaves not yet inserted, from
+	// stored index treeFirst on.
+	treeHashes []tlog.Hash
+	treeFirst  int64
 }
 
 // maxHashBuf is the largest buffer for canonical forms the writer keeps
@@ -839,6 +846,9 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 	for i := range wc.treeArgs {
 		wc.treeArgs[i].Ordinal = i + 1
 	}
+	for i := range wc.manyArgs {
+		wc.manyArgs[i].Ordinal = i + 1
+	}
 	if err = persistWAL(ctx, conn); err == nil {
 		err = conn.Raw(func(dc any) error {
 			pc, ok := dc.(driver.ConnPrepareContext)
@@ -849,7 +859,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 				s *driverStmt
 				q string
 			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord},
-				{&wc.insTree, insertTreeHash}, {&wc.getTree, `SELECT hash FROM tree_hashes WHERE idx = ?`},
+				{&wc.insTree, insertTreeHash}, {&wc.insTrees, insertTreeHashes}, {&wc.getTree, `SELECT hash FROM tree_hashes WHERE idx = ?`},
 				{&wc.treeMax, `SELECT max(idx) FROM tree_hashes`}, {&wc.recsFrom, selectRecord + ` WHERE seq > ? ORDER BY seq LIMIT ?`}} {
 				st, err := pc.PrepareContext(ctx, p.q)
 				if err != nil {
@@ -880,6 +890,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 	// The edge is set again only once this transaction commits.
 	edge := wc.edge
 	wc.edge = nil
+	wc.treeHashes = wc.treeHashes[:0] // left by a transaction that failed
 	if edge == nil || edge.n != seq {
 		if edge, err = wc.loadTree(ctx, seq); err != nil {
 			return err
@@ -898,6 +909,9 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 				return err
 			}
 		}
+	}
+	if err := wc.flushTree(ctx); err != nil {
+		return err
 	}
 	if cap(wc.buf) > maxHashBuf {
 		wc.buf = nil // a large record's buffer is not kept
@@ -995,7 +1009,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
 // conn.Raw.
 func (wc *writerConn) closeStmts() error {
 	var errs []error
-	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.getTree, &wc.treeMax, &wc.recsFrom} {
+	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom} {
 		if *s != nil {
 			errs = append(errs, (*s).Close())
 			*s = nil
