@@ -217,7 +217,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	}
 	db := st.DBPath
 	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", db + ".journal",
-		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+		keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
 		// The marker of processes running a server without isolation
