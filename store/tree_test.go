@@ -483,3 +483,37 @@ func TestVerifyTime(t *testing.T) {
 	t.Logf("verified %d records in %v (%.2f µs a record; %d MB allocated in all, %d MB heap after)", n, took.Round(time.Millisecond),
 		float64(took.Microseconds())/float64(n), (after.TotalAlloc-before.TotalAlloc)>>20, after.HeapInuse>>20)
 }
+
+// A database an earlier version wrote, not yet opened by a writable
+// guard, has no tree: verify says so rather than pass it.
+func TestVerifyOfALogWithoutATree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := rawDB(t, path).Exec(`DROP TABLE tree_hashes; DROP TABLE checkpoints; DELETE FROM schema_migrations WHERE version = 7`); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rep, err := ro.Verify(context.Background())
+	if err != nil || rep.OK || !strings.Contains(rep.Problem, "no Merkle tree yet") {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	// A writable open builds it over the records there.
+	db = openDB(t, path)
+	db.Close()
+	ro2, err := OpenReadOnly(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro2.Close()
+	if rep, err := ro2.Verify(context.Background()); err != nil || !rep.OK || rep.Records != 1 {
+		t.Fatalf("verify once the tree is built: %+v %v", rep, err)
+	}
+}

@@ -211,3 +211,58 @@ func TestAuditVerifyCatchesARewriteOnlyAgainstWhatWasKept(t *testing.T) {
 	wantOutput(t, "verify --checkpoint", guardIn(t, dir, path2, 1, "audit", "verify", "--checkpoint", kept2),
 		"the checkpoint of 10 records in "+kept2+" does not match the log")
 }
+
+// The configuration's key file and witnesses reach the store: the key is
+// where audit.key_file says (relative to the configuration), each
+// checkpoint is also written to the witness directory, and verify checks
+// the log against the latest witnessed checkpoint, which a rewrite with a
+// new key does not get past.
+func TestAuditVerifyChecksTheWitnessedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db", "guard.db")
+	witness := filepath.Join(dir, "witness")
+	if err := os.Mkdir(witness, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, filepath.Join(dir, "guard.yaml"), "audit:\n  key_file: keys/audit.key\n  checkpoints:\n    every: 1h\n    witness: [\"file://"+witness+"\"]\n")
+	appendWith := func(n int) {
+		t.Helper()
+		var out, errb lockedBuffer
+		a := newApp(strings.NewReader(""), &out, &errb, func(string) string { return "" })
+		st, err := a.settings(&commonFlags{config: cfg, db: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := a.openStore(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := db.Append(&guard.Record{CallID: fmt.Sprintf("c%d", i), Kind: guard.KindRequest, Server: "s"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendWith(4)
+	if _, err := os.Stat(filepath.Join(dir, "keys", "audit.key")); err != nil {
+		t.Fatalf("the configured key file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(witness, "00000000000000000004.checkpoint")); err != nil {
+		t.Fatalf("the witnessed checkpoint: %v", err)
+	}
+	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--config", cfg), "ok: 4 records, extends checkpoint 4")
+
+	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	for _, f := range []string{path + ".checkpoint", filepath.Join(dir, "keys", "audit.key")} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendWith(3) // its checkpoint, of 3 records, is witnessed too: the latest file is still the one of 4
+	wantOutput(t, "verify after a rewrite", guardIn(t, dir, path, 1, "audit", "verify", "--config", cfg),
+		"the checkpoint witnessed in "+filepath.Join(witness, "00000000000000000004.checkpoint")+": it is not signed by")
+}
