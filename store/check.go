@@ -15,7 +15,7 @@ import (
 // The offline check needs no database: only the verifier key and the
 // files an auditor was given (proofs, exports, checkpoints; docs/tree.md).
 
-// File is one input of Check.
+// File is one input of CheckFiles.
 type File struct {
 	Name string
 	Data []byte
@@ -60,14 +60,14 @@ func parseProof(b []byte) ([]proved, []byte, error) {
 	return out, cp, nil
 }
 
-// Check verifies files offline against the verifier: each proof's records
+// CheckFiles verifies files offline against the verifier: each proof's records
 // against its checkpoint; each export's records (every hash rebuilt from
 // the fields, the chain between successive records, the leaf hashes, and
 // the proofs, or for a whole log the tree's root) against its checkpoint;
 // a checkpoint's signature. A record that is both in an export and in a
 // proof is checked to be the same record (its leaf hash). It returns what
 // it found, a line for each file, or the first problem.
-func Check(v note.Verifier, files []File) ([]string, error) {
+func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 	var out []string
 	leaves := map[string]tlog.Hash{} // id → leaf hash, from exports
 	where := map[string]string{}

@@ -284,7 +284,7 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 		}
 		files = append(files, store.File{Name: name, Data: b})
 	}
-	lines, err := store.Check(v, files)
+	lines, err := store.CheckFiles(v, files)
 	for _, l := range lines {
 		fmt.Fprintln(a.stdout, l)
 	}
