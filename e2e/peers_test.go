@@ -54,7 +54,7 @@ func compareThroughGuard(t *testing.T, sc scenario, name string, serverCmd []str
 		b, _ := json.MarshalIndent(through, "", " ")
 		t.Fatalf("through guard differs from direct:\ndirect: %s\nthrough: %s", a, b)
 	}
-	if out, code := e.guard("audit", "verify"); code != 0 || !strings.HasPrefix(out, "ok: ") {
+	if out, code := e.guard("audit", "verify"); code != 0 || !strings.HasPrefix(out, "ok, unwitnessed: ") {
 		t.Fatalf("audit verify: %d %s", code, out)
 	}
 	return direct, e

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,12 +15,49 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // signer holds the checkpoint key, which lives outside the database so that
-// whoever can rewrite the database cannot also sign a shorter log.
+// whoever can rewrite the database cannot also sign a shorter log, and the
+// C2SP note signer and verifier derived from it. The key's name, which is
+// also the checkpoints' origin, is derived from the public key (see
+// originOf): replicas that share one key sign one log.
 type signer struct {
-	key ed25519.PrivateKey
+	key      ed25519.PrivateKey
+	note     note.Signer
+	verifier note.Verifier
+	vkey     string // the verifier key, note.NewVerifier's form
+	skey     string // the signer key, note.NewSigner's form (secret)
+}
+
+// originOf names the log, and its key, after the public key.
+func originOf(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return "guard-audit/" + hex.EncodeToString(sum[:8])
+}
+
+// newSigner derives the note signer and verifier from an ed25519 seed.
+func newSigner(seed []byte) (*signer, error) {
+	key := ed25519.NewKeyFromSeed(seed)
+	pub := key.Public().(ed25519.PublicKey)
+	origin := originOf(pub)
+	vkey, err := note.NewEd25519VerifierKey(origin, pub)
+	if err != nil {
+		return nil, err
+	}
+	v, err := note.NewVerifier(vkey)
+	if err != nil {
+		return nil, err
+	}
+	skey := fmt.Sprintf("PRIVATE+KEY+%s+%08x+%s", origin, v.KeyHash(), base64.StdEncoding.EncodeToString(append([]byte{1}, seed...)))
+	ns, err := note.NewSigner(skey)
+	if err != nil {
+		return nil, err
+	}
+	return &signer{key: key, note: ns, verifier: v, vkey: vkey, skey: skey}, nil
 }
 
 // SecretForms returns the ways the checkpoint key may be written: its file's
@@ -29,13 +66,13 @@ type signer struct {
 // each wherever it appears; none of it is ever recorded.
 func (db *DB) SecretForms() []string {
 	var out []string
-	for _, b := range [][]byte{db.signer.key.Seed(), db.signer.key} {
+	for _, b := range [][]byte{db.signer.key.Seed(), db.signer.key, append([]byte{1}, db.signer.key.Seed()...)} {
 		h := hex.EncodeToString(b)
 		out = append(out, h, strings.ToUpper(h),
 			base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
 			base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b))
 	}
-	return out
+	return append(out, db.signer.skey)
 }
 
 // loadSigner reads the key file, creating it (0600) when it is missing.
@@ -61,7 +98,11 @@ func readSigner(path string) (*signer, error) {
 	if err != nil || len(seed) != ed25519.SeedSize {
 		return nil, fmt.Errorf("checkpoint key %s: not a hex ed25519 seed", path)
 	}
-	return &signer{key: ed25519.NewKeyFromSeed(seed)}, nil
+	s, err := newSigner(seed)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint key %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // createKey writes a new key file. Several processes may open a new
@@ -92,25 +133,94 @@ func createKey(path string) error {
 	return nil
 }
 
-// checkpoint is the signed statement of the log's length and head.
-type checkpoint struct {
-	V         int    `json:"v"`
-	Count     int64  `json:"count"`
-	HeadSeq   int64  `json:"head_seq"`
-	HeadHash  string `json:"head_hash"`
-	Time      string `json:"time"`
-	PublicKey string `json:"public_key"`
-	Signature string `json:"signature"`
+// Checkpoint is a signed statement of the tree: a C2SP signed note whose
+// text is the log's origin, its size (records) and the base64 root hash of
+// the tree over them, each on its own line, followed by a blank line and
+// the ed25519 signature.
+type Checkpoint struct {
+	Origin string
+	Size   int64
+	Root   tlog.Hash
+	Note   []byte // the signed note, as written
 }
 
-func (c *checkpoint) message() []byte {
-	return []byte("guard-checkpoint-v1\n" + strconv.FormatInt(c.Count, 10) + "\n" +
-		strconv.FormatInt(c.HeadSeq, 10) + "\n" + c.HeadHash + "\n" + c.Time + "\n")
+// checkpointText is the body of the checkpoint of a tree.
+func checkpointText(origin string, size int64, root tlog.Hash) string {
+	return origin + "\n" + strconv.FormatInt(size, 10) + "\n" + root.String() + "\n"
 }
 
-// writeCheckpoint signs the log's current length and head and writes it beside
-// the database, unless the checkpoint there already counts more records
-// (another process wrote a newer one).
+// OpenCheckpoint checks a signed checkpoint against the verifier and
+// parses it. Its origin must be the key's name.
+func OpenCheckpoint(msg []byte, v note.Verifier) (*Checkpoint, error) {
+	n, err := note.Open(msg, note.VerifierList(v))
+	if err != nil {
+		var unknown *note.UnverifiedNoteError
+		if errors.As(err, &unknown) {
+			return nil, fmt.Errorf("it is not signed by %s", v.Name())
+		}
+		return nil, fmt.Errorf("its signature does not verify: %w", err)
+	}
+	lines := strings.SplitN(n.Text, "\n", 4)
+	if len(lines) < 4 {
+		return nil, errors.New("it is not a checkpoint: want origin, size and root hash lines")
+	}
+	c := &Checkpoint{Origin: lines[0], Note: msg}
+	if c.Size, err = strconv.ParseInt(lines[1], 10, 64); err != nil || c.Size < 0 || lines[1] != strconv.FormatInt(c.Size, 10) {
+		return nil, fmt.Errorf("it is not a checkpoint: size %q", lines[1])
+	}
+	if c.Root, err = tlog.ParseHash(lines[2]); err != nil {
+		return nil, fmt.Errorf("it is not a checkpoint: root hash %q", lines[2])
+	}
+	if c.Origin != v.Name() {
+		return nil, fmt.Errorf("its origin %q is not the key's (%s)", c.Origin, v.Name())
+	}
+	return c, nil
+}
+
+// ParseVerifier reads a verifier key: its text (note.NewVerifier's form,
+// as guard audit key prints it), or the name of a file holding it.
+func ParseVerifier(key string) (note.Verifier, error) {
+	k := strings.TrimSpace(key)
+	if v, err := note.NewVerifier(k); err == nil {
+		return v, nil
+	}
+	b, err := os.ReadFile(key)
+	if err != nil {
+		return nil, fmt.Errorf("key %q: neither a verifier key nor a file holding one", key)
+	}
+	v, err := note.NewVerifier(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// VerifierKey is the verifier key of the log's checkpoint key, to pin.
+func (db *DB) VerifierKey() (string, error) {
+	if db.signer == nil {
+		return "", fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
+	}
+	return db.signer.vkey, nil
+}
+
+// VerifierKeyOf is the verifier key of the checkpoint key in a key file.
+func VerifierKeyOf(keyPath string) (string, error) {
+	s, err := readSigner(keyPath)
+	if err != nil {
+		return "", err
+	}
+	return s.vkey, nil
+}
+
+// errRewritten is why a checkpoint is not signed: the log does not extend
+// the last one.
+var errRewritten = errors.New("the log does not extend the last checkpoint: it was truncated or rewritten")
+
+// writeCheckpoint signs the tree's current size and root, once it is
+// proved consistent with the last checkpoint kept in the database and the
+// one in the file beside it, keeps it in the checkpoints table, writes it
+// to the file and hands it to the witnesses. A log that does not extend
+// the last checkpoint gets no new one: the refusal is logged and counted.
 func (db *DB) writeCheckpoint() (err error) {
 	// dirty is cleared before the head is read: a commit that lands
 	// meanwhile (a caller's own, in AppendAsync) sets it again, and is
@@ -130,95 +240,227 @@ func (db *DB) writeCheckpoint() (err error) {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	ctx := context.Background()
-	c := checkpoint{V: 1, Time: fmtTime(db.opts.Now())}
-	err = db.w.QueryRowContext(ctx, `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&c.HeadSeq, &c.HeadHash)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	// The chain numbers its records 1, 2, 3… with no gap (each commit
-	// continues from the tail inside its transaction), so the head's seq
-	// is the count: counting the rows would read the whole table, every
-	// second on a busy day, at a cost that grows with the log. A record
-	// taken out of the chain breaks its links, which verify reports.
-	c.Count = c.HeadSeq
-	c.PublicKey = hex.EncodeToString(db.signer.key.Public().(ed25519.PublicKey))
-	c.Signature = hex.EncodeToString(ed25519.Sign(db.signer.key, c.message()))
-	b, err := json.Marshal(c)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
 	path := db.opts.CheckpointPath
 	unlock, err := lockFile(path + ".lock")
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer unlock()
-	if old, err := readCheckpoint(path); err == nil && old.Count > c.Count {
-		db.lastCheckpoint.Store(time.Now().UnixNano())
-		return nil
+	c, fresh, err := db.signCheckpoint(context.Background(), path)
+	if errors.Is(err, errRewritten) {
+		db.stats.refused.Add(1)
+		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	if err != nil || c == nil {
+		return err
 	}
-	_, werr := f.Write(append(b, '\n'))
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+	if old, err := readCheckpointFile(path, db.signer.verifier); err != nil || old.Size < c.Size {
+		if err := writeFileAtomic(path, c.Note); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	db.lastCheckpoint.Store(time.Now().UnixNano())
+	if fresh && db.witness != nil {
+		db.witness.send(c)
+	}
 	return nil
 }
 
-func readCheckpoint(path string) (*checkpoint, error) {
+// logCheckpoint logs why a checkpoint was not written. A log that does not
+// extend the last checkpoint stays so: that is logged as an error once,
+// and counted each time (CheckpointRefusals).
+func (db *DB) logCheckpoint(err error) {
+	if errors.Is(err, errRewritten) && db.refusedLogged.Swap(true) {
+		db.opts.Logger.Debug("audit checkpoint refused", "err", err)
+		return
+	}
+	db.opts.Logger.Error("audit checkpoint", "err", err)
+}
+
+// signCheckpoint signs and keeps the checkpoint of the tree as it is, in
+// one write transaction; fresh reports that it was not kept before. It
+// returns nil when the log is empty.
+func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, fresh bool, err error) {
+	err = db.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
+		c, fresh, err = db.signIn(ctx, conn, path)
+		return fresh, err
+	})
+	return c, fresh, err
+}
+
+// writerTx runs fn in a write transaction on the audit writer's
+// connection, committed when fn says so. The writer's knowledge of the
+// chain's tail survives it (writerConn.chainTail): a checkpoint is not
+// another writer's commit.
+func (db *DB) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (err error) {
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	if db.wc == nil {
+		if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+			return err
+		}
+	}
+	wc := db.wc
+	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	same := false
+	_ = wc.conn.Raw(func(dc any) error {
+		v, err := dataVersion(dc)
+		same = err == nil && wc.known && v == wc.version
+		return nil
+	})
+	commit, err := fn(wc.conn)
+	if err != nil || !commit {
+		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("commit: %w", err)
+	}
+	if same {
+		_ = wc.conn.Raw(func(dc any) error {
+			if v, err := dataVersion(dc); err == nil {
+				wc.version = v
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// signIn is signCheckpoint inside the transaction on conn.
+func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Checkpoint, fresh bool, err error) {
+	size, err := treeSize(ctx, conn)
+	if err != nil || size == 0 {
+		return nil, false, err
+	}
+	hr := sqlHashReader(ctx, conn)
+	root, err := tlog.TreeHash(size, hr)
+	if err != nil {
+		return nil, false, fmt.Errorf("checkpoint: %w", err)
+	}
+	// The last checkpoint kept, and the file's (another process may
+	// have written it, or it may be all that is left of one).
+	var prev []*Checkpoint
+	var kept int64
+	var text string
+	err = conn.QueryRowContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&kept, &text)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, false, fmt.Errorf("checkpoint: %w", err)
+	default:
+		p, err := OpenCheckpoint([]byte(text), db.signer.verifier)
+		if err != nil {
+			return nil, false, fmt.Errorf("checkpoint: the last one kept (%d records): %w", kept, err)
+		}
+		prev = append(prev, p)
+	}
+	switch p, err := readCheckpointFile(path, db.signer.verifier); {
+	case err == nil:
+		prev = append(prev, p)
+	case !errors.Is(err, os.ErrNotExist):
+		db.opts.Logger.Warn("the checkpoint file is not one of this log's checkpoints: it is replaced", "err", err)
+	}
+	for _, p := range prev {
+		if err := proveExtends(p, size, root, hr); err != nil {
+			return nil, false, err
+		}
+	}
+	c = &Checkpoint{Origin: db.signer.verifier.Name(), Size: size, Root: root}
+	c.Note, err = note.Sign(&note.Note{Text: checkpointText(c.Origin, size, root)}, db.signer.note)
+	if err != nil {
+		return nil, false, fmt.Errorf("checkpoint: %w", err)
+	}
+	if size <= kept {
+		return c, false, nil
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO checkpoints (size, note, time) VALUES (?, ?, ?)`,
+		size, string(c.Note), fmtTime(db.opts.Now())); err != nil {
+		return nil, false, fmt.Errorf("checkpoint: %w", err)
+	}
+	return c, true, nil
+}
+
+// proveExtends proves that the tree of the given size and root extends the
+// checkpoint p, with a consistency proof from the stored tree.
+func proveExtends(p *Checkpoint, size int64, root tlog.Hash, hr tlog.HashReader) error {
+	if p.Size > size {
+		return fmt.Errorf("%w: the checkpoint of %d records is ahead of the log's %d", errRewritten, p.Size, size)
+	}
+	if p.Size == size {
+		if p.Root != root {
+			return fmt.Errorf("%w: the tree of %d records has another root than its checkpoint", errRewritten, size)
+		}
+		return nil
+	}
+	proof, err := tlog.ProveTree(size, p.Size, hr)
+	if err == nil {
+		err = tlog.CheckTree(proof, size, root, p.Size, p.Root)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: the tree of %d records is not consistent with the checkpoint of %d: %v", errRewritten, size, p.Size, err)
+	}
+	return nil
+}
+
+// readCheckpointFile reads and checks a checkpoint file.
+func readCheckpointFile(path string, v note.Verifier) (*Checkpoint, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var c checkpoint
-	if err := json.Unmarshal(b, &c); err != nil {
+	c, err := OpenCheckpoint(b, v)
+	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	return &c, nil
+	return c, nil
 }
 
-// checkCheckpoint compares the log with the signed checkpoint; it returns
-// a problem for people, or "".
-func (db *DB) checkCheckpoint(ctx context.Context, count int64) string {
-	c, err := readCheckpoint(db.opts.CheckpointPath)
-	if errors.Is(err, os.ErrNotExist) {
-		if count == 0 {
-			return ""
+// writeFileAtomic replaces the file at path with b (0600), synced.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// LatestCheckpoint is the latest checkpoint kept in the database (or, when
+// none is, the one in the file beside it), checked against the log's key.
+func (db *DB) LatestCheckpoint(ctx context.Context) (*Checkpoint, error) {
+	db.caughtUp(ctx)
+	if db.signer == nil {
+		return nil, fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
+	}
+	var text string
+	err := db.r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&text)
+	if errors.Is(err, sql.ErrNoRows) {
+		c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errors.New("no checkpoint yet: the log is empty")
 		}
-		return fmt.Sprintf("no checkpoint at %s: truncation of the log cannot be ruled out", db.opts.CheckpointPath)
+		return c, err
 	}
 	if err != nil {
-		return err.Error()
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if db.signer == nil {
-		return fmt.Sprintf("there is no checkpoint key at %s: the checkpoint at %s cannot be checked", db.opts.KeyPath, db.opts.CheckpointPath)
+	c, err := OpenCheckpoint([]byte(text), db.signer.verifier)
+	if err != nil {
+		return nil, fmt.Errorf("the latest checkpoint kept: %w", err)
 	}
-	pub := db.signer.key.Public().(ed25519.PublicKey)
-	sig, err := hex.DecodeString(c.Signature)
-	if err != nil || c.PublicKey != hex.EncodeToString(pub) || !ed25519.Verify(pub, c.message(), sig) {
-		return fmt.Sprintf("the checkpoint at %s is not signed by this log's key", db.opts.CheckpointPath)
-	}
-	if count < c.Count {
-		return fmt.Sprintf("the log was truncated: the checkpoint of %s counts %d records, the log has %d", c.Time, c.Count, count)
-	}
-	var h string
-	err = db.r.QueryRowContext(ctx, `SELECT hash FROM records WHERE seq = ?`, c.HeadSeq).Scan(&h)
-	if err != nil || h != c.HeadHash {
-		return fmt.Sprintf("record %d does not match the checkpoint of %s: the log was truncated or rewritten", c.HeadSeq, c.Time)
-	}
-	return ""
+	return c, nil
 }
+
+// CheckpointRefusals is how many times a checkpoint was not signed because
+// the log did not extend the last one (it was truncated or rewritten).
+func (db *DB) CheckpointRefusals() int64 { return db.stats.refused.Load() }

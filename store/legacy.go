@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // Earlier versions of guard made records durable in a per-process journal
@@ -94,16 +96,43 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("chain tail: %w", err)
 		}
+		// The tree grows with the records when it covers the log; if
+		// it does not yet, the writer completes it from the table
+		// (writerConn.loadTree).
+		size, err := treeSize(ctx, conn)
+		if err != nil {
+			return 0, err
+		}
+		var edge *treeEdge
+		if size == seq {
+			if edge, err = loadEdge(size, sqlHashReader(ctx, conn)); err != nil {
+				return 0, err
+			}
+		}
+		var buf []byte
 		for _, r := range recs {
 			seq++
 			r.Seq, r.PrevHash = seq, prev
-			r.Hash = HashRecord(r)
+			r.Hash, buf = hashRecord(buf, r)
 			prev = r.Hash
 			if _, err := conn.ExecContext(ctx, insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session,
 				r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
 				r.Detail, r.Approval, r.PrevHash, r.Hash); err != nil {
 				return 0, fmt.Errorf("insert record: %w", err)
+			}
+			if edge == nil {
+				continue
+			}
+			first := tlog.StoredHashIndex(0, edge.n)
+			hs, err := edge.append(leafHash(buf))
+			if err != nil {
+				return 0, err
+			}
+			for j := range hs {
+				if _, err := conn.ExecContext(ctx, insertTreeHash, first+int64(j), hs[j][:]); err != nil {
+					return 0, fmt.Errorf("insert tree hash: %w", err)
+				}
 			}
 		}
 		_, err = conn.ExecContext(ctx, `INSERT INTO journals (name, offset) VALUES (?, ?)

@@ -55,9 +55,7 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 	if _, err := raw.Exec(`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 		INSERT INTO journals VALUES ('123-abcd.jsonl', ?);
 		ALTER TABLE records DROP COLUMN approval;
-		ALTER TABLE approvals DROP COLUMN call_id;
-		DROP TABLE audit_verifications;
-		DELETE FROM schema_migrations WHERE version >= 5`, ingested); err != nil {
+		DELETE FROM schema_migrations WHERE version IN (5, 6)`, ingested); err != nil {
 		t.Fatal(err)
 	}
 	raw.Close()

@@ -47,6 +47,12 @@ type Options struct {
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
 	CheckpointEvery time.Duration
+	// Witnesses are where each new checkpoint is also sent (witness.go):
+	// file:///PATH, syslog, or an http(s) URL.
+	Witnesses []string
+	// SyslogSocket is the local syslog socket the syslog witness writes
+	// to ("": the system's, /dev/log).
+	SyslogSocket string
 	// BusyWait is how long the audit ingester waits while other
 	// processes hold the database's write lock before new appends are
 	// refused until it can commit (default 2m).
@@ -100,6 +106,8 @@ type DB struct {
 
 	lastCheckpoint atomic.Int64 // unix nanoseconds
 	dirty          atomic.Bool  // records were committed since the last checkpoint
+	refusedLogged  atomic.Bool  // a refused checkpoint was logged as an error
+	witness        *witnesses   // where each new checkpoint is also sent; nil: nowhere
 }
 
 // timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it
@@ -224,6 +232,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.room = sync.NewCond(&db.jmu)
 	db.frames.New = func() any { return new([]byte) }
 	fail := func(err error) (*DB, error) {
+		if db.witness != nil {
+			db.witness.close()
+		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
 	}
@@ -233,7 +244,21 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
+	if len(opts.Witnesses) > 0 {
+		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+			return fail(err)
+		}
+	}
 	if db.wc, err = newWriterConn(ctx, aw); err != nil {
+		return fail(err)
+	}
+	// The tree over records an earlier version appended is built now
+	// (a transaction that appends nothing), not in the first call's.
+	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+		// Records were removed from the log's end: appends are refused
+		// (the ingester fails the same way) and verify says why.
+		opts.Logger.Error("audit log", "err", err)
+	} else if err != nil {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
@@ -251,10 +276,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.segs = []*segment{db.seg}
 	db.own = map[string]bool{db.seg.path: true}
-	if db.dirty.Load() {
-		if err := db.writeCheckpoint(); err != nil {
-			opts.Logger.Error("audit checkpoint", "err", err)
-		}
+	// A checkpoint of the log as it is (the file may be older, or of an
+	// earlier version's form); nothing is kept twice.
+	if err := db.writeCheckpoint(); err != nil {
+		db.logCheckpoint(err)
 	}
 	go db.ingester()
 	if db.fsync {
@@ -377,6 +402,9 @@ func (db *DB) Close() error {
 			db.closeMu.Unlock()
 			close(db.stop)
 			<-db.closed
+			if db.witness != nil {
+				db.witness.close()
+			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
 		}

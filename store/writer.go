@@ -15,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/metrics"
+	"golang.org/x/mod/sumdb/tlog"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -89,6 +90,8 @@ type auditStats struct {
 	peak     atomic.Int64       // the most backlog has been
 	attempts atomic.Int64       // transactions begun (retries included)
 	waits    atomic.Int64       // appends that waited for room
+	refused  atomic.Int64       // checkpoints not signed: the log did not extend the last one
+	witness  atomic.Int64       // checkpoints a witness did not get
 }
 
 func newAuditStats() *auditStats {
@@ -567,7 +570,7 @@ func (db *DB) syncFiles() error {
 // for the next Open).
 func (db *DB) finish() {
 	if err := db.writeCheckpoint(); err != nil {
-		db.opts.Logger.Error("audit checkpoint", "err", err)
+		db.logCheckpoint(err)
 	}
 	db.jmu.Lock()
 	left := 0
@@ -752,7 +755,7 @@ func (db *DB) maybeCheckpoint() {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {
-		db.opts.Logger.Error("audit checkpoint", "err", err)
+		db.logCheckpoint(err)
 	}
 }
 
@@ -800,6 +803,22 @@ type writerConn struct {
 	tailHash  string
 	version   uint32
 	tailReads int64 // times the tail was read from the table
+
+	// The Merkle tree's right edge as this connection last committed it
+	// (tree.go), valid under the same condition as the tail; nil when it
+	// must be read again.
+	edge     *treeEdge
+	insTree  driverStmt
+	getTree  driverStmt
+	treeMax  driverStmt
+	recsFrom driverStmt
+	insTrees driverStmt // treeRows at a time
+	treeArgs [2]driver.NamedValue
+	manyArgs [2 * treeRows]driver.NamedValue
+	// The hashes of the transaction's leaves not yet inserted, from
+	// stored index treeFirst on.
+	treeHashes []tlog.Hash
+	treeFirst  int64
 }
 
 // maxHashBuf is the largest buffer for canonical forms the writer keeps
@@ -824,6 +843,12 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 	for i := range wc.args {
 		wc.args[i].Ordinal = i + 1
 	}
+	for i := range wc.treeArgs {
+		wc.treeArgs[i].Ordinal = i + 1
+	}
+	for i := range wc.manyArgs {
+		wc.manyArgs[i].Ordinal = i + 1
+	}
 	if err = persistWAL(ctx, conn); err == nil {
 		err = conn.Raw(func(dc any) error {
 			pc, ok := dc.(driver.ConnPrepareContext)
@@ -833,7 +858,9 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 			for _, p := range []struct {
 				s *driverStmt
 				q string
-			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}} {
+			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord},
+				{&wc.insTree, insertTreeHash}, {&wc.insTrees, insertTreeHashes}, {&wc.getTree, `SELECT hash FROM tree_hashes WHERE idx = ?`},
+				{&wc.treeMax, `SELECT max(idx) FROM tree_hashes`}, {&wc.recsFrom, selectRecord + ` WHERE seq > ? ORDER BY seq LIMIT ?`}} {
 				st, err := pc.PrepareContext(ctx, p.q)
 				if err != nil {
 					return err
@@ -860,6 +887,15 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 	if err != nil {
 		return err
 	}
+	// The edge is set again only once this transaction commits.
+	edge := wc.edge
+	wc.edge = nil
+	wc.treeHashes = wc.treeHashes[:0] // left by a transaction that failed
+	if edge == nil || edge.n != seq {
+		if edge, err = wc.loadTree(ctx, seq); err != nil {
+			return err
+		}
+	}
 	for _, req := range batch {
 		for _, r := range req.recs {
 			seq++
@@ -869,7 +905,13 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 			if err := wc.insert(ctx, r); err != nil {
 				return err
 			}
+			if err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
+				return err
+			}
 		}
+	}
+	if err := wc.flushTree(ctx); err != nil {
+		return err
 	}
 	if cap(wc.buf) > maxHashBuf {
 		wc.buf = nil // a large record's buffer is not kept
@@ -879,6 +921,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 	}
 	if v, err := dataVersion(dc); err == nil {
 		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
+		wc.edge = edge
 	}
 	return nil
 }
@@ -895,6 +938,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		}
 	}
 	wc.tailReads++
+	wc.edge = nil
 	rows, err := wc.tail.QueryContext(ctx, nil)
 	if err != nil {
 		return 0, "", fmt.Errorf("chain tail: %w", err)
@@ -965,7 +1009,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
 // conn.Raw.
 func (wc *writerConn) closeStmts() error {
 	var errs []error
-	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins} {
+	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom} {
 		if *s != nil {
 			errs = append(errs, (*s).Close())
 			*s = nil

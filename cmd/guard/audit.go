@@ -20,7 +20,7 @@ func init() {
 	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
 }
 
-const auditUsage = "usage: guard audit query [flags] | verify (guard audit query -h for its flags)"
+const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... (guard audit SUBCOMMAND -h for its flags)"
 
 func cmdAudit(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
@@ -30,15 +30,25 @@ func cmdAudit(ctx context.Context, a *app, args []string) int {
 	case "query":
 		return auditQuery(ctx, a, args[1:])
 	case "verify":
-		return auditVerify(ctx, a, args[1:])
+		return auditVerifyTree(ctx, a, args[1:])
+	case "key":
+		return auditKey(ctx, a, args[1:])
+	case "checkpoint":
+		return auditCheckpoint(ctx, a, args[1:])
+	case "prove":
+		return auditProve(ctx, a, args[1:])
+	case "export":
+		return auditExport(ctx, a, args[1:])
+	case "check":
+		return auditCheck(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check)\n", args[0])
 	return exitUsage
 }
 
 // openStore opens the database of the resolved settings.
 func (a *app) openStore(ctx context.Context, st *settings) (*store.DB, error) {
-	return store.Open(ctx, store.Options{Path: st.DBPath, Durability: st.Config.Durability, Logger: a.logger})
+	return store.Open(ctx, a.storeOptions(st))
 }
 
 // open resolves the settings and opens their database, or says why not and
@@ -52,7 +62,7 @@ func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, 
 // work on a full disk.
 func (a *app) openReadOnly(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
 	return a.openWith(ctx, cf, func(ctx context.Context, st *settings) (*store.DB, error) {
-		return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger})
+		return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
 	})
 }
 
@@ -187,28 +197,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
-}
-
-func auditVerify(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit verify")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	rep, err := db.Verify(ctx)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
-		return exitFailure
-	}
-	if !rep.OK {
-		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
-		return exitFailure
-	}
-	fmt.Fprintf(a.stdout, "ok: %d records\n", rep.Records)
-	return exitOK
 }

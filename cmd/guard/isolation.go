@@ -218,7 +218,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	db := st.DBPath
 	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
 		db + ".decisions.lock", db + ".verify.lock",
-		filepath.Join(st.DataDir, "audit.key"), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+		keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
 		// The marker of processes running a server without isolation

@@ -44,6 +44,7 @@ func newMetrics(db *store.DB) *metrics.Registry {
 		return float64(db.PeakBacklog()), nil
 	})
 	addVerifyMetrics(reg, db)
+	treeMetrics(reg, db)
 	return reg
 }
 

@@ -72,7 +72,7 @@ func TestReadOnlyCommandsOnAFullDisk(t *testing.T) {
 	}{
 		{[]string{"audit", "query"}, "read_file"},
 		{[]string{"audit", "query", "--format", "jsonl"}, `"outcome":"ok"`},
-		{[]string{"audit", "verify"}, "ok: 10 records"},
+		{[]string{"audit", "verify"}, "ok, unwitnessed: 10 records"},
 		{[]string{"approvals", "list", "--state", "all"}, "expired"},
 		{[]string{"approvals", "list"}, "ID"},
 		{[]string{"policy", "check"}, "built-in defaults"},

@@ -163,7 +163,7 @@ func check(t *testing.T, db, cfg string, calls int) {
 		t.Errorf("recorded %d requests and %d outcomes of tools/call, want %d of each", counts["request"], counts["outcome"], calls)
 	}
 	out, err := exec.Command(guardBin, "audit", "verify", "--config", cfg, "--db", db).CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "ok: ") {
+	if err != nil || !strings.HasPrefix(string(out), "ok, unwitnessed: ") {
 		t.Errorf("guard audit verify: %v\n%s", err, out)
 	}
 }

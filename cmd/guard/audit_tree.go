@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/guard-mcp/guard/metrics"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// The audit log's Merkle tree, seen from the command line: the key to pin,
+// the latest checkpoint to keep, verification against them, inclusion
+// proofs, exports, and the offline check of proofs and exports
+// (docs/tree.md).
+
+// storeOptions are the database options of the resolved settings.
+func (a *app) storeOptions(st *settings) store.Options {
+	return store.Options{Path: st.DBPath, Durability: st.Config.Durability, Logger: a.logger,
+		KeyPath: keyPath(st), CheckpointEvery: st.Config.Audit.Checkpoints.Every,
+		Witnesses: st.Config.Audit.Checkpoints.Witness}
+}
+
+// keyPath is the checkpoint key file: audit.key_file (relative to the
+// configuration's directory), else audit.key beside the database.
+func keyPath(st *settings) string {
+	p := st.Config.Audit.KeyFile
+	if p == "" {
+		return filepath.Join(st.DataDir, "audit.key")
+	}
+	if !filepath.IsAbs(p) && st.ConfigPath != "" {
+		p = filepath.Join(filepath.Dir(st.ConfigPath), p)
+	}
+	return p
+}
+
+// treeMetrics adds the tree's counters to a serving process's metrics.
+func treeMetrics(reg *metrics.Registry, db *store.DB) {
+	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
+		return float64(db.CheckpointRefusals()), nil
+	})
+	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
+		return float64(db.WitnessFailures()), nil
+	})
+}
+
+// auditKey prints the verifier key of the log's checkpoint key.
+func auditKey(_ context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit key")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	st, status, ok := a.settingsOrExit(cf)
+	if !ok {
+		return status
+	}
+	k, err := store.VerifierKeyOf(keyPath(st))
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit key: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintln(a.stdout, k)
+	return exitOK
+}
+
+// auditCheckpoint prints the latest signed checkpoint.
+func auditCheckpoint(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit checkpoint")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	db, _, status, ok := a.openReadOnly(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	c, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit checkpoint: %v\n", err)
+		return exitFailure
+	}
+	_, _ = a.stdout.Write(c.Note)
+	return exitOK
+}
+
+// auditVerifyTree verifies the log: the chain, the tree, every checkpoint,
+// and what it is given to check against.
+func auditVerifyTree(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit verify")
+	cf := addCommonFlags(fs)
+	cpFile := fs.String("checkpoint", "", "a checkpoint kept elsewhere (`FILE`, as guard audit checkpoint printed it) that the log must extend")
+	key := fs.String("key", "", "the pinned verifier `KEY` (as guard audit key printed it, or a file holding it); default: the log's own key")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	var o store.VerifyOptions
+	if *key != "" {
+		v, err := store.ParseVerifier(*key)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit verify: --key: %v\n", err)
+			return exitUsage
+		}
+		o.Key = v
+	}
+	if *cpFile != "" {
+		b, err := os.ReadFile(*cpFile)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit verify: --checkpoint: %v\n", err)
+			return exitUsage
+		}
+		o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
+	}
+	db, st, status, ok := a.openReadOnly(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	o.Kept = append(o.Kept, witnessed(st.Config.Audit.Checkpoints.Witness)...)
+	rep, err := db.VerifyWith(ctx, o)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
+		return exitFailure
+	}
+	switch {
+	case !rep.OK:
+		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
+		return exitFailure
+	case rep.Witnessed:
+		fmt.Fprintf(a.stdout, "ok: %d records, extends checkpoint %d\n", rep.Records, rep.Extends)
+	default:
+		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records\n", rep.Records)
+	}
+	return exitOK
+}
+
+// witnessed reads the latest checkpoint each file witness holds: the last
+// of a directory's files, or the last note appended to a file.
+func witnessed(list []string) []store.KeptCheckpoint {
+	var out []store.KeptCheckpoint
+	for _, w := range list {
+		u, err := url.Parse(w)
+		if err != nil || u.Scheme != "file" || u.Path == "" {
+			continue
+		}
+		path := u.Path
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			names, _ := filepath.Glob(filepath.Join(path, "*.checkpoint"))
+			if len(names) == 0 {
+				continue
+			}
+			path = slices.Max(names)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// Appended notes are each followed by a blank line: the last one
+		// starts after the last blank line but one.
+		b = bytes.TrimRight(b, "\n")
+		if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
+			if j := bytes.LastIndex(b[:i], []byte("\n\n")); j >= 0 {
+				b = b[j+2:]
+			}
+		}
+		out = append(out, store.KeptCheckpoint{Name: "witnessed in " + path, Note: append(b, '\n')})
+	}
+	return out
+}
+
+// auditProve prints the inclusion proof of a record, or of a call's
+// records, in the latest checkpoint.
+func auditProve(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit prove")
+	cf := addCommonFlags(fs)
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(a.stderr, "usage: guard audit prove ID (a record's id, or a call's id for both of its records)")
+		return exitUsage
+	}
+	db, _, status, ok := a.openReadOnly(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	p, err := db.Prove(ctx, fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit prove: %v\n", err)
+		return exitFailure
+	}
+	_, _ = a.stdout.Write(p)
+	return exitOK
+}
+
+// auditExport writes the records with what re-verifies them.
+func auditExport(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit export")
+	cf := addCommonFlags(fs)
+	format := fs.String("format", "jsonl", "jsonl or csv")
+	since := fs.String("since", "", "only records since `DUR|TIME` (7d, 1h, or RFC 3339); the export then carries each record's proof")
+	until := fs.String("until", "", "only records until `TIME` (RFC 3339, or a duration back from now)")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	o := store.ExportOptions{Format: *format}
+	if o.Format != "jsonl" && o.Format != "csv" {
+		fmt.Fprintf(a.stderr, "guard audit export: --format %q: want jsonl or csv\n", o.Format)
+		return exitUsage
+	}
+	now := time.Now()
+	for _, t := range []struct {
+		flag, v string
+		dst     *time.Time
+	}{{"since", *since, &o.Since}, {"until", *until, &o.Until}} {
+		if t.v == "" {
+			continue
+		}
+		v, err := policy.ParseSince(t.v, now)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit export: --%s: %v\n", t.flag, err)
+			return exitUsage
+		}
+		*t.dst = v
+	}
+	db, _, status, ok := a.openReadOnly(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	if err := db.Export(ctx, a.stdout, o); err != nil {
+		fmt.Fprintf(a.stderr, "guard audit export: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// auditCheck verifies proofs, exports and checkpoints offline, with no
+// database.
+func auditCheck(_ context.Context, a *app, args []string) int {
+	fs := a.flagSet("audit check")
+	cf := addCommonFlags(fs)
+	key := fs.String("key", "", "the verifier `KEY` (as guard audit key printed it, or a file holding it); default: this machine's log's key")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(a.stderr, "usage: guard audit check [--key KEY] FILE... (proofs, exports, checkpoints)")
+		return exitUsage
+	}
+	var v note.Verifier
+	var err error
+	if *key != "" {
+		v, err = store.ParseVerifier(*key)
+	} else {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		var k string
+		if k, err = store.VerifierKeyOf(keyPath(st)); err == nil {
+			v, err = note.NewVerifier(k)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
+		return exitUsage
+	}
+	var files []store.File
+	for _, name := range fs.Args() {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
+			return exitUsage
+		}
+		files = append(files, store.File{Name: name, Data: b})
+	}
+	lines, err := store.CheckFiles(v, files)
+	for _, l := range lines {
+		fmt.Fprintln(a.stdout, l)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stdout, "FAILED: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// The offline check needs no database: only the verifier key and the
+// files an auditor was given (proofs, exports, checkpoints; docs/tree.md).
+
+// File is one input of CheckFiles.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// proved is one record of a proof.
+type proved struct {
+	seq   int64
+	id    string
+	leaf  tlog.Hash
+	proof tlog.RecordProof
+}
+
+// parseProof reads a proof's records and its checkpoint's note.
+func parseProof(b []byte) ([]proved, []byte, error) {
+	body, cp, ok := bytes.Cut(b[len(proofHeader):], []byte("\n\n"))
+	if !ok {
+		return nil, nil, errors.New("no checkpoint after the records")
+	}
+	var out []proved
+	for i, l := range strings.Split(string(body), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 4 && f[0] == "record" {
+			seq, err := strconv.ParseInt(f[1], 10, 64)
+			leaf, herr := tlog.ParseHash(f[3])
+			if err != nil || herr != nil || seq < 1 {
+				return nil, nil, fmt.Errorf("line %d: a malformed record line", i+2)
+			}
+			out = append(out, proved{seq: seq, id: f[2], leaf: leaf})
+			continue
+		}
+		h, err := tlog.ParseHash(l)
+		if err != nil || len(out) == 0 {
+			return nil, nil, fmt.Errorf("line %d: neither a record line nor a hash", i+2)
+		}
+		p := &out[len(out)-1]
+		p.proof = append(p.proof, h)
+	}
+	if len(out) == 0 {
+		return nil, nil, errors.New("no record")
+	}
+	return out, cp, nil
+}
+
+// CheckFiles verifies files offline against the verifier: each proof's records
+// against its checkpoint; each export's records (every hash rebuilt from
+// the fields, the chain between successive records, the leaf hashes, and
+// the proofs, or for a whole log the tree's root) against its checkpoint;
+// a checkpoint's signature. A record that is both in an export and in a
+// proof is checked to be the same record (its leaf hash). It returns what
+// it found, a line for each file, or the first problem.
+func CheckFiles(v note.Verifier, files []File) ([]string, error) {
+	var out []string
+	leaves := map[string]tlog.Hash{} // id → leaf hash, from exports
+	where := map[string]string{}
+	var proofs []File
+	for _, f := range files {
+		switch b := f.Data; {
+		case bytes.HasPrefix(b, []byte(proofHeader)):
+			proofs = append(proofs, f) // after the exports
+		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
+			line, err := checkExport(v, b, func(id string, leaf tlog.Hash) { leaves[id], where[id] = leaf, f.Name })
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			out = append(out, f.Name+": "+line)
+		default:
+			c, err := OpenCheckpoint(b, v)
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			out = append(out, fmt.Sprintf("%s: ok: a checkpoint of %d records of %s", f.Name, c.Size, c.Origin))
+		}
+	}
+	for _, f := range proofs {
+		recs, cp, err := parseProof(f.Data)
+		if err != nil {
+			return out, fmt.Errorf("%s: not a proof: %w", f.Name, err)
+		}
+		c, err := OpenCheckpoint(cp, v)
+		if err != nil {
+			return out, fmt.Errorf("%s: its checkpoint: %w", f.Name, err)
+		}
+		for _, p := range recs {
+			if p.seq > c.Size {
+				return out, fmt.Errorf("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+			}
+			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
+				return out, fmt.Errorf("%s: record %d (id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+			}
+			line := fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s", f.Name, p.seq, p.id, c.Size, c.Origin)
+			if leaf, ok := leaves[p.id]; ok {
+				if leaf != p.leaf {
+					return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, p.seq, p.id, where[p.id])
+				}
+				line += ", and its contents are those in " + where[p.id]
+			}
+			out = append(out, line)
+		}
+	}
+	return out, nil
+}
+
+// checkExport checks an export; seen is called with each record's id and
+// leaf hash.
+func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (string, error) {
+	e, err := newExportReader(b)
+	if err != nil {
+		return "", err
+	}
+	c, err := OpenCheckpoint(e.checkpoint, v)
+	if err != nil {
+		return "", fmt.Errorf("its checkpoint: %w", err)
+	}
+	edge := &treeEdge{}
+	var prevSeq int64
+	var prevHash string
+	var n, proved int64
+	for {
+		cell, err := e.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		r, leaf, proof, err := fromRow(cell)
+		if err != nil {
+			return "", fmt.Errorf("record %d: %w", n+1, err)
+		}
+		n++
+		canonical := appendCanonical(nil, r)
+		switch {
+		case HashRecord(r) != r.Hash:
+			return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
+		case leafHash(canonical) != leaf:
+			return "", fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
+		case r.Seq <= prevSeq:
+			return "", fmt.Errorf("record %d (id %s) comes after record %d", r.Seq, r.ID, prevSeq)
+		case r.Seq == prevSeq+1 && prevSeq > 0 && r.PrevHash != prevHash:
+			return "", fmt.Errorf("record %d (id %s) does not follow record %d: its link is broken", r.Seq, r.ID, prevSeq)
+		case r.Seq > c.Size:
+			return "", fmt.Errorf("record %d (id %s) is beyond the checkpoint of %d records", r.Seq, r.ID, c.Size)
+		}
+		prevSeq, prevHash = r.Seq, r.Hash
+		seen(r.ID, leaf)
+		if len(proof) > 0 {
+			if err := tlog.CheckRecord(proof, c.Size, c.Root, r.Seq-1, leaf); err != nil {
+				return "", fmt.Errorf("record %d (id %s) is not in the checkpoint: %v", r.Seq, r.ID, err)
+			}
+			proved++
+			continue
+		}
+		if r.Seq != edge.n+1 {
+			return "", fmt.Errorf("record %d (id %s) has no proof, and the records before it are not all in the export", r.Seq, r.ID)
+		}
+		if _, err := edge.append(leaf); err != nil {
+			return "", err
+		}
+	}
+	if edge.n > 0 || proved == 0 {
+		if edge.n != c.Size {
+			return "", fmt.Errorf("records without proofs must be the whole log: %d records, the checkpoint has %d", edge.n, c.Size)
+		}
+		if c.Size > 0 {
+			root, err := edge.root()
+			if err != nil {
+				return "", err
+			}
+			if root != c.Root {
+				return "", fmt.Errorf("the tree of its %d records does not have the checkpoint's root", c.Size)
+			}
+		}
+		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree", n, c.Origin), nil
+	}
+	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s", n, c.Size, c.Origin), nil
+}

@@ -1,0 +1,423 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// An export (docs/tree.md) has one line per record, with every field, its
+// seq, chain hash and leaf hash, so that the record's canonical form, and
+// from it both hashes, can be rebuilt; the checkpoint the records verify
+// against; and, when it holds only part of the log, each record's
+// inclusion proof in that checkpoint.
+//
+// arguments and result are JSON values: the stored text verbatim when it
+// is one JSON value on one line without surrounding space (json.RawMessage
+// gets the exact bytes back), else a JSON string of the text, the field
+// named in "text". Any field whose text is not valid UTF-8 is written as a
+// JSON string of its base64, named in "base64".
+
+// ExportColumns are an export's fields, in order (the CSV header).
+var ExportColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "protocol", "server",
+	"direction", "method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result",
+	"request_size", "response_size", "duration_ms", "detail", "approval", "prev_hash", "hash", "leaf_hash",
+	"text", "base64", "proof", "checkpoint"}
+
+// ExportOptions select what Export writes.
+type ExportOptions struct {
+	Format       string // jsonl (default) or csv
+	Since, Until time.Time
+}
+
+// textFields are a record's text fields by export name, in export order.
+func textFields(r *guard.Record) []struct {
+	name string
+	v    *string
+} {
+	return []struct {
+		name string
+		v    *string
+	}{{"id", &r.ID}, {"call_id", &r.CallID}, {"kind", &r.Kind}, {"time", nil}, {"session", &r.Session},
+		{"client", &r.Client}, {"protocol", &r.Protocol}, {"server", &r.Server}, {"direction", &r.Direction},
+		{"method", &r.Method}, {"tool", &r.Tool}, {"arguments", &r.Arguments}, {"pin", &r.Pin},
+		{"decision", &r.Decision}, {"decided_by", &r.DecidedBy}, {"reason", &r.Reason}, {"outcome", &r.Outcome},
+		{"result", &r.Result}, {"detail", &r.Detail}, {"approval", &r.Approval}, {"prev_hash", &r.PrevHash},
+		{"hash", &r.Hash}}
+}
+
+// isJSONField names the fields exported as JSON values.
+func isJSONField(name string) bool { return name == "arguments" || name == "result" }
+
+// verbatimJSON reports whether s can be written as it is, as one JSON value.
+func verbatimJSON(s string) bool {
+	if s == "" || strings.ContainsAny(s, "\n\r") || strings.ContainsAny(s[:1], " \t") ||
+		strings.ContainsAny(s[len(s)-1:], " \t") || !utf8.ValidString(s) {
+		return false
+	}
+	return json.Valid([]byte(s))
+}
+
+// toRow is the export form of a record.
+func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
+	var text, b64 []string
+	cells := map[string]string{"seq": strconv.FormatInt(r.Seq, 10), "time": fmtTime(r.Time),
+		"request_size": strconv.FormatInt(r.RequestSize, 10), "response_size": strconv.FormatInt(r.ResponseSize, 10),
+		"duration_ms": strconv.FormatInt(r.DurationMS, 10), "leaf_hash": leaf.String()}
+	for _, f := range textFields(r) {
+		if f.v == nil {
+			continue
+		}
+		s := *f.v
+		switch {
+		case !utf8.ValidString(s):
+			b64 = append(b64, f.name)
+			s = base64.StdEncoding.EncodeToString([]byte(s))
+			if isJSONField(f.name) {
+				s = string(appendString(nil, s))
+			}
+		case isJSONField(f.name) && !verbatimJSON(s):
+			text = append(text, f.name)
+			s = string(appendString(nil, s))
+		}
+		cells[f.name] = s
+	}
+	cells["text"] = strings.Join(text, " ")
+	cells["base64"] = strings.Join(b64, " ")
+	var ps []string
+	for _, h := range proof {
+		ps = append(ps, h.String())
+	}
+	cells["proof"] = strings.Join(ps, " ")
+	out := make([]string, len(ExportColumns))
+	for i, c := range ExportColumns {
+		out[i] = cells[c]
+	}
+	return out
+}
+
+// appendJSONLine appends a record's row as a JSONL line.
+func appendJSONLine(b []byte, row []string) []byte {
+	b = append(b, '{')
+	for i, c := range ExportColumns {
+		v := row[i]
+		if c == "checkpoint" || (c == "text" || c == "base64" || c == "proof") && v == "" {
+			continue
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, c)
+		b = append(b, ':')
+		switch {
+		case c == "seq" || c == "request_size" || c == "response_size" || c == "duration_ms":
+			b = append(b, v...)
+		case isJSONField(c):
+			b = append(b, v...)
+		case c == "text" || c == "base64" || c == "proof":
+			b = append(b, '[')
+			for j, s := range strings.Split(v, " ") {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendString(b, s)
+			}
+			b = append(b, ']')
+		default:
+			b = appendString(b, v)
+		}
+	}
+	return append(b, '}', '\n')
+}
+
+// Export writes the records covered by the latest checkpoint (those of
+// o's time range) with that checkpoint, and, unless it is the whole log,
+// each record's inclusion proof.
+func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
+	if o.Format == "" {
+		o.Format = "jsonl"
+	}
+	if o.Format != "jsonl" && o.Format != "csv" {
+		return fmt.Errorf("export: format %q: want jsonl or csv", o.Format)
+	}
+	c, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	complete := o.Since.IsZero() && o.Until.IsZero()
+	q := selectRecord + ` WHERE seq <= ?`
+	args := []any{c.Size}
+	if !o.Since.IsZero() {
+		q, args = q+` AND time >= ?`, append(args, fmtTime(o.Since))
+	}
+	if !o.Until.IsZero() {
+		q, args = q+` AND time <= ?`, append(args, fmtTime(o.Until))
+	}
+	rows, err := db.r.QueryContext(ctx, q+` ORDER BY seq`, args...)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	defer rows.Close()
+	var cw *csv.Writer
+	var line []byte
+	if o.Format == "csv" {
+		cw = csv.NewWriter(w)
+		if err := cw.Write(ExportColumns); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	} else {
+		line = append(line, `{"checkpoint":`...)
+		line = appendString(line, string(c.Note))
+		line = fmt.Appendf(line, `,"size":%d,"complete":%t}`+"\n", c.Size, complete)
+		if _, err := w.Write(line); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	hr := sqlHashReader(ctx, db.r)
+	first := true
+	var buf []byte
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		buf = appendCanonical(buf[:0], r)
+		leaf := leafHash(buf)
+		var proof tlog.RecordProof
+		if !complete {
+			if proof, err = tlog.ProveRecord(c.Size, r.Seq-1, hr); err != nil {
+				return fmt.Errorf("export: record %d: %w", r.Seq, err)
+			}
+		}
+		row := toRow(r, leaf, proof)
+		if cw != nil {
+			if first {
+				row[len(row)-1] = string(c.Note)
+			}
+			err = cw.Write(row)
+		} else {
+			line = appendJSONLine(line[:0], row)
+			_, err = w.Write(line)
+		}
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		first = false
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if cw != nil {
+		if first { // no record: the checkpoint alone
+			row := make([]string, len(ExportColumns))
+			row[len(row)-1] = string(c.Note)
+			_ = cw.Write(row)
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	return nil
+}
+
+// fromRow rebuilds a record and its leaf hash and proof from an export
+// row; cell gives a field's cell ("" when absent).
+func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof, err error) {
+	r = &guard.Record{}
+	marks := func(name string) []string { return strings.Fields(cell(name)) }
+	text, b64 := marks("text"), marks("base64")
+	for _, f := range textFields(r) {
+		s := cell(f.name)
+		if f.v == nil {
+			if s == "" {
+				continue
+			}
+			if r.Time, err = time.Parse(time.RFC3339Nano, s); err != nil {
+				return nil, leaf, nil, fmt.Errorf("time %q: %w", s, err)
+			}
+			continue
+		}
+		if isJSONField(f.name) && (slices.Contains(text, f.name) || slices.Contains(b64, f.name)) {
+			if err := json.Unmarshal([]byte(s), &s); err != nil {
+				return nil, leaf, nil, fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+		if slices.Contains(b64, f.name) {
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				return nil, leaf, nil, fmt.Errorf("%s: %w", f.name, err)
+			}
+			s = string(b)
+		}
+		*f.v = s
+	}
+	for _, n := range []struct {
+		name string
+		v    *int64
+	}{{"seq", &r.Seq}, {"request_size", &r.RequestSize}, {"response_size", &r.ResponseSize}, {"duration_ms", &r.DurationMS}} {
+		if *n.v, err = strconv.ParseInt(cell(n.name), 10, 64); err != nil {
+			return nil, leaf, nil, fmt.Errorf("%s: %w", n.name, err)
+		}
+	}
+	if leaf, err = tlog.ParseHash(cell("leaf_hash")); err != nil {
+		return nil, leaf, nil, fmt.Errorf("leaf_hash: %w", err)
+	}
+	for _, p := range marks("proof") {
+		h, err := tlog.ParseHash(p)
+		if err != nil {
+			return nil, leaf, nil, fmt.Errorf("proof: %w", err)
+		}
+		proof = append(proof, h)
+	}
+	return r, leaf, proof, nil
+}
+
+// exportReader reads an export's rows, JSONL or CSV, and its checkpoint.
+type exportReader struct {
+	checkpoint []byte
+	next       func() (cell func(string) string, err error) // io.EOF at the end
+}
+
+func newExportReader(b []byte) (*exportReader, error) {
+	if bytes.HasPrefix(b, []byte(`{"checkpoint":`)) {
+		lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+		var head struct {
+			Checkpoint string `json:"checkpoint"`
+		}
+		if err := json.Unmarshal(lines[0], &head); err != nil {
+			return nil, fmt.Errorf("line 1: %w", err)
+		}
+		e := &exportReader{checkpoint: []byte(head.Checkpoint)}
+		i := 1
+		e.next = func() (func(string) string, error) {
+			if i >= len(lines) {
+				return nil, io.EOF
+			}
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(lines[i], &m); err != nil {
+				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			i++
+			return func(name string) string {
+				v, ok := m[name]
+				if !ok {
+					return ""
+				}
+				switch {
+				case isJSONField(name):
+					return string(v)
+				case v[0] == '[':
+					var l []string
+					_ = json.Unmarshal(v, &l)
+					return strings.Join(l, " ")
+				case v[0] == '"':
+					var s string
+					_ = json.Unmarshal(v, &s)
+					return s
+				}
+				return string(v)
+			}, nil
+		}
+		return e, nil
+	}
+	cr := csv.NewReader(bytes.NewReader(b))
+	cr.FieldsPerRecord = len(ExportColumns)
+	head, err := cr.Read()
+	if err != nil || !slices.Equal(head, ExportColumns) {
+		return nil, errors.New("not an export: its first row is not the export's columns")
+	}
+	col := map[string]int{}
+	for i, c := range head {
+		col[c] = i
+	}
+	first, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("the export has no checkpoint row: %w", err)
+	}
+	e := &exportReader{checkpoint: []byte(first[col["checkpoint"]])}
+	pending := first
+	if first[col["seq"]] == "" {
+		pending = nil // the checkpoint alone
+	}
+	e.next = func() (func(string) string, error) {
+		row := pending
+		pending = nil
+		if row == nil {
+			if row, err = cr.Read(); err != nil {
+				return nil, err
+			}
+		}
+		return func(name string) string { return row[col[name]] }, nil
+	}
+	return e, nil
+}
+
+// Prove returns the proof text (docs/tree.md) of the records with
+// the given id or call id against the latest checkpoint.
+func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
+	c, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("prove: %w", err)
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT seq, id FROM records WHERE id = ? OR call_id = ? ORDER BY seq`, id, id)
+	if err != nil {
+		return nil, fmt.Errorf("prove: %w", err)
+	}
+	type found struct {
+		seq int64
+		id  string
+	}
+	var recs []found
+	for rows.Next() {
+		var f found
+		if err := rows.Scan(&f.seq, &f.id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("prove: %w", err)
+		}
+		recs = append(recs, f)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("prove: %w", err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("prove: %w: no record or call has the id %q", guard.ErrNotFound, id)
+	}
+	hr := sqlHashReader(ctx, db.r)
+	out := []byte(proofHeader)
+	for _, f := range recs {
+		if f.seq > c.Size {
+			return nil, fmt.Errorf("prove: record %d (id %s) is not yet in a checkpoint (the latest covers %d records): try again once one is written", f.seq, f.id, c.Size)
+		}
+		hs, err := hr.ReadHashes([]int64{leafIndex(f.seq)})
+		if err != nil {
+			return nil, fmt.Errorf("prove: %w", err)
+		}
+		p, err := tlog.ProveRecord(c.Size, f.seq-1, hr)
+		if err != nil {
+			return nil, fmt.Errorf("prove: %w", err)
+		}
+		out = fmt.Appendf(out, "record %d %s %s\n", f.seq, f.id, hs[0])
+		for _, h := range p {
+			out = append(out, h.String()...)
+			out = append(out, '\n')
+		}
+	}
+	out = append(out, '\n')
+	return append(out, c.Note...), nil
+}
+
+// proofHeader opens a proof.
+const proofHeader = "guard audit proof v1\n"

@@ -1,0 +1,355 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	guard "github.com/guard-mcp/guard"
+
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// The records form the leaves of a Merkle tree in the shape of RFC 6962
+// and RFC 9162, as golang.org/x/mod/sumdb/tlog builds it: record seq N is
+// leaf N-1, and its leaf hash is tlog.RecordHash of the record's canonical
+// form (the bytes whose SHA-256 is its chain hash), so the tree commits to
+// every record's content. The tree's stored hashes (tlog.StoredHashes:
+// every leaf and every complete subtree) are kept in tree_hashes by their
+// tlog.StoredHashIndex, inserted in the transaction that inserts their
+// records. The writer keeps the tree's right edge (the roots of its
+// complete subtrees, at most one per level) in memory, so an append costs
+// only the hashes it adds: on average two per record.
+
+// edgeNode is the root of one complete subtree on the tree's right edge.
+type edgeNode struct {
+	idx  int64 // its stored hash index
+	hash tlog.Hash
+}
+
+// treeEdge is the right edge of a tree of n leaves: the roots of its
+// complete subtrees, largest (leftmost) first, one per bit set in n.
+type treeEdge struct {
+	n     int64
+	nodes []edgeNode
+}
+
+// edgeIndexes are the stored hash indexes of the right edge of a tree of
+// n leaves, largest subtree first.
+func edgeIndexes(n int64) []int64 {
+	var out []int64
+	var start int64
+	for l := 62; l >= 0; l-- {
+		if n&(1<<l) != 0 {
+			out = append(out, tlog.StoredHashIndex(l, start>>l))
+			start += 1 << l
+		}
+	}
+	return out
+}
+
+// loadEdge reads the right edge of a tree of n leaves with read.
+func loadEdge(n int64, read func([]int64) ([]tlog.Hash, error)) (*treeEdge, error) {
+	idx := edgeIndexes(n)
+	e := &treeEdge{n: n, nodes: make([]edgeNode, len(idx), len(idx)+1)}
+	if len(idx) == 0 {
+		return e, nil
+	}
+	hs, err := read(idx)
+	if err != nil {
+		return nil, fmt.Errorf("tree edge: %w", err)
+	}
+	if len(hs) != len(idx) {
+		return nil, fmt.Errorf("tree edge: %d hashes for %d indexes", len(hs), len(idx))
+	}
+	for i := range idx {
+		e.nodes[i] = edgeNode{idx[i], hs[i]}
+	}
+	return e, nil
+}
+
+// ReadHashes serves the edge's hashes to tlog, which asks for no other
+// when it appends a leaf or computes the root.
+func (e *treeEdge) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+next:
+	for i, x := range indexes {
+		for _, nd := range e.nodes {
+			if nd.idx == x {
+				out[i] = nd.hash
+				continue next
+			}
+		}
+		return nil, fmt.Errorf("tree hash %d is not on the right edge of a tree of %d leaves", x, e.n)
+	}
+	return out, nil
+}
+
+// append adds leaf e.n and returns the hashes to store from
+// tlog.StoredHashIndex(0, n) on: the leaf, then each subtree it completes.
+func (e *treeEdge) append(leaf tlog.Hash) ([]tlog.Hash, error) {
+	hs, err := tlog.StoredHashesForRecordHash(e.n, leaf, e)
+	if err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	// The leaf completed len(hs)-1 subtrees: the edge's last nodes merge
+	// into one of the level above.
+	k := len(hs) - 1
+	e.nodes = e.nodes[:len(e.nodes)-k]
+	e.nodes = append(e.nodes, edgeNode{tlog.StoredHashIndex(k, e.n>>k), hs[k]})
+	e.n++
+	return hs, nil
+}
+
+// root is the tree's root hash.
+func (e *treeEdge) root() (tlog.Hash, error) {
+	return tlog.TreeHash(e.n, e)
+}
+
+// treeSizeOf is the number of leaves of a tree whose last stored hash has
+// index maxIdx: that hash is the root of the subtree its last leaf completed.
+func treeSizeOf(maxIdx int64) int64 {
+	level, n := tlog.SplitStoredHashIndex(maxIdx)
+	return (n + 1) << level
+}
+
+// leafIndex is the stored hash index of record seq's leaf.
+func leafIndex(seq int64) int64 { return tlog.StoredHashIndex(0, seq-1) }
+
+// errTreeAhead is returned when the tree has more leaves than the log has
+// records: records were removed from the end of the log.
+var errTreeAhead = errors.New("the audit tree has more leaves than the log has records: records were removed from its end")
+
+// sqlQueryer is what the tree reads through with database/sql: a
+// connection, a transaction or a pool.
+type sqlQueryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// treeSize is the number of leaves of the stored tree.
+func treeSize(ctx context.Context, q sqlQueryer) (int64, error) {
+	var m sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT max(idx) FROM tree_hashes`).Scan(&m); err != nil {
+		return 0, fmt.Errorf("tree size: %w", err)
+	}
+	if !m.Valid {
+		return 0, nil
+	}
+	return treeSizeOf(m.Int64), nil
+}
+
+// sqlHashReader reads stored hashes through database/sql.
+func sqlHashReader(ctx context.Context, q sqlQueryer) tlog.HashReaderFunc {
+	return func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for i, x := range idx {
+			var b []byte
+			if err := q.QueryRowContext(ctx, `SELECT hash FROM tree_hashes WHERE idx = ?`, x).Scan(&b); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil, fmt.Errorf("tree hash %d is missing", x)
+				}
+				return nil, fmt.Errorf("tree hash %d: %w", x, err)
+			}
+			if len(b) != tlog.HashSize {
+				return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
+			}
+			copy(out[i][:], b)
+		}
+		return out, nil
+	}
+}
+
+// leafHash is the tree's leaf hash of a record's canonical form.
+func leafHash(canonical []byte) tlog.Hash { return tlog.RecordHash(canonical) }
+
+// insertTreeHash stores one of the tree's hashes.
+const insertTreeHash = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)`
+
+// treeRows is how many tree hashes one statement inserts: a batch's
+// hashes are inserted that many at a time, which costs less than a
+// statement each.
+const treeRows = 32
+
+// insertTreeHashes inserts treeRows tree hashes.
+var insertTreeHashes = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)` + strings.Repeat(`, (?, ?)`, treeRows-1)
+
+// addLeaf appends a record's leaf to the tree inside the writer's
+// transaction; the hashes it adds are inserted by flushTree.
+func (wc *writerConn) addLeaf(ctx context.Context, edge *treeEdge, canonical []byte) error {
+	if len(wc.treeHashes) == 0 {
+		wc.treeFirst = tlog.StoredHashIndex(0, edge.n)
+	}
+	hs, err := edge.append(leafHash(canonical))
+	if err != nil {
+		return err
+	}
+	wc.treeHashes = append(wc.treeHashes, hs...)
+	if len(wc.treeHashes) >= 4*treeRows {
+		return wc.flushTree(ctx)
+	}
+	return nil
+}
+
+// flushTree inserts the tree hashes addLeaf added (their indexes follow
+// one another).
+func (wc *writerConn) flushTree(ctx context.Context) error {
+	hs := wc.treeHashes
+	idx := wc.treeFirst
+	defer func() {
+		for i := range wc.manyArgs {
+			wc.manyArgs[i].Value = nil // the hashes are not kept
+		}
+		wc.treeHashes = wc.treeHashes[:0]
+	}()
+	for len(hs) > 0 {
+		st, args, n := wc.insTree, wc.treeArgs[:], 1
+		if len(hs) >= treeRows {
+			st, args, n = wc.insTrees, wc.manyArgs[:], treeRows
+		}
+		for j := range n {
+			args[2*j].Value = idx + int64(j)
+			args[2*j+1].Value = hs[j][:]
+		}
+		if _, err := st.ExecContext(ctx, args); err != nil {
+			return fmt.Errorf("insert tree hash: %w", err)
+		}
+		hs, idx = hs[n:], idx+int64(n)
+	}
+	wc.treeArgs[1].Value = nil
+	return nil
+}
+
+// queryRow runs a driver statement that returns at most one row into dest;
+// it reports whether there was one.
+func queryRow(ctx context.Context, st driverStmt, args []driver.NamedValue, dest []driver.Value) (bool, error) {
+	rows, err := st.QueryContext(ctx, args)
+	if err != nil {
+		return false, err
+	}
+	err = rows.Next(dest)
+	cerr := rows.Close()
+	if errors.Is(err, io.EOF) {
+		return false, cerr
+	}
+	return err == nil, errors.Join(err, cerr)
+}
+
+// loadTree reads the tree's right edge inside the writer's transaction,
+// for a log of seq records. A tree behind the records (records that a
+// version of guard without the tree appended) is completed from them
+// first.
+func (wc *writerConn) loadTree(ctx context.Context, seq int64) (*treeEdge, error) {
+	row := make([]driver.Value, 1)
+	if _, err := queryRow(ctx, wc.treeMax, nil, row); err != nil {
+		return nil, fmt.Errorf("tree size: %w", err)
+	}
+	var size int64
+	if m, ok := row[0].(int64); ok {
+		size = treeSizeOf(m)
+	}
+	if size > seq {
+		return nil, fmt.Errorf("%w (%d leaves, %d records)", errTreeAhead, size, seq)
+	}
+	edge, err := loadEdge(size, func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for i, x := range idx {
+			ok, err := queryRow(ctx, wc.getTree, []driver.NamedValue{{Ordinal: 1, Value: x}}, row)
+			if err != nil {
+				return nil, err
+			}
+			b, _ := row[0].([]byte)
+			if !ok || len(b) != tlog.HashSize {
+				return nil, fmt.Errorf("tree hash %d is missing or malformed", x)
+			}
+			copy(out[i][:], b)
+		}
+		return out, nil
+	})
+	if err != nil || size == seq {
+		return edge, err
+	}
+	return edge, wc.completeTree(ctx, edge, seq)
+}
+
+// completeTree adds the leaves of records edge.n+1 to seq, reading them
+// from the table a chunk at a time.
+func (wc *writerConn) completeTree(ctx context.Context, edge *treeEdge, seq int64) error {
+	for edge.n < seq {
+		recs, err := wc.recordsAfter(ctx, edge.n, min(seq-edge.n, treeChunk))
+		if err != nil {
+			return fmt.Errorf("tree: %w", err)
+		}
+		for _, r := range recs {
+			if r.Seq != edge.n+1 {
+				return fmt.Errorf("tree: record %d is missing", edge.n+1)
+			}
+			wc.buf = appendCanonical(wc.buf[:0], r)
+			if err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
+				return err
+			}
+		}
+		if len(recs) == 0 {
+			return fmt.Errorf("tree: record %d is missing", edge.n+1)
+		}
+	}
+	return nil
+}
+
+// treeChunk is how many records completeTree reads at a time.
+const treeChunk = 4096
+
+// recordsAfter reads up to n records after seq from the table. They are
+// read before their hashes are inserted: the statement's rows are closed
+// before the connection writes.
+func (wc *writerConn) recordsAfter(ctx context.Context, seq, n int64) ([]*guard.Record, error) {
+	rows, err := wc.recsFrom.QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: seq}, {Ordinal: 2, Value: n}})
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	row := make([]driver.Value, len(rows.Columns()))
+	var recs []*guard.Record
+	for {
+		err := rows.Next(row)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		r, err := recordFromValues(row)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, rows.Close()
+}
+
+// recordFromValues is a row of selectRecord as the driver returns it.
+func recordFromValues(v []driver.Value) (*guard.Record, error) {
+	if len(v) != 26 {
+		return nil, fmt.Errorf("a record row has %d columns", len(v))
+	}
+	str := func(i int) string {
+		switch x := v[i].(type) {
+		case string:
+			return x
+		case []byte:
+			return string(x)
+		}
+		return ""
+	}
+	num := func(i int) int64 { n, _ := v[i].(int64); return n }
+	r := &guard.Record{Seq: num(0), ID: str(1), CallID: str(2), Kind: str(3), Time: parseTime(str(4)),
+		Session: str(5), Client: str(6), Protocol: str(7), Server: str(8), Direction: str(9), Method: str(10),
+		Tool: str(11), Arguments: str(12), Pin: str(13), Decision: str(14), DecidedBy: str(15), Reason: str(16),
+		Outcome: str(17), Result: str(18), RequestSize: num(19), ResponseSize: num(20), DurationMS: num(21),
+		Detail: str(22), Approval: str(23), PrevHash: str(24), Hash: str(25)}
+	return r, nil
+}

@@ -1,0 +1,335 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Report is what Verify found.
+type Report struct {
+	Records int64
+	OK      bool
+	// Problem names the first record that was altered, removed or
+	// reordered, a tree hash that does not match, or a checkpoint the log
+	// does not extend.
+	Problem string
+	// Witnessed is set when the log was checked against something its
+	// own files cannot forge: a pinned key, or a checkpoint kept
+	// elsewhere. Extends is then the size of the largest such checkpoint.
+	Witnessed bool
+	Extends   int64
+}
+
+// KeptCheckpoint is a checkpoint held outside guard's files: kept by an
+// auditor, or by a witness.
+type KeptCheckpoint struct {
+	Name string // where it comes from, for people
+	Note []byte
+}
+
+// VerifyOptions are what VerifyWith checks the log against beyond its own
+// files.
+type VerifyOptions struct {
+	// Key is the pinned verifier of the checkpoints (nil: the log's own
+	// key, from its key file).
+	Key note.Verifier
+	// Kept are checkpoints kept elsewhere, which the log must extend.
+	Kept []KeptCheckpoint
+}
+
+// Verify is VerifyWith against the log's own files only.
+func (db *DB) Verify(ctx context.Context) (Report, error) {
+	return db.VerifyWith(ctx, VerifyOptions{})
+}
+
+// anchor is a checkpoint the log is checked against while it is walked.
+type anchor struct {
+	c     *Checkpoint
+	where string
+	kept  bool // from outside guard's files
+}
+
+// VerifyWith walks the log in order, recomputing every record's hash and
+// link and its leaf in the Merkle tree, and the whole tree from the
+// leaves, comparing every stored tree hash; it checks every checkpoint
+// kept in the database, the one in the file beside it and those in
+// o.Kept (signature, and the root of the tree at its size: two successive
+// checkpoints are then consistent), reading each table once, in order,
+// with memory that does not grow with the log.
+func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
+	db.caughtUp(ctx)
+	rep := Report{}
+	v := o.Key
+	if v == nil && db.signer != nil {
+		v = db.signer.verifier
+	}
+	var has int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'tree_hashes'`).Scan(&has); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	if has == 0 {
+		rep.Problem = "the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database"
+		return rep, nil
+	}
+	var extra []anchor
+	problem := func(format string, args ...any) {
+		if rep.Problem == "" {
+			rep.Problem = fmt.Sprintf(format, args...)
+		}
+	}
+	noKey := func() {
+		problem("there is no checkpoint key at %s: the checkpoints cannot be checked (pass the verifier key)", db.opts.KeyPath)
+	}
+	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil && v == nil {
+		noKey()
+	} else if err == nil {
+		c, err := OpenCheckpoint(b, v)
+		if err != nil {
+			problem("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+		} else {
+			extra = append(extra, anchor{c, "in " + db.opts.CheckpointPath, false})
+		}
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		problem("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+	}
+	for _, k := range o.Kept {
+		if v == nil {
+			noKey()
+			break
+		}
+		c, err := OpenCheckpoint(k.Note, v)
+		if err != nil {
+			problem("the checkpoint %s: %v", k.Name, err)
+			continue
+		}
+		extra = append(extra, anchor{c, k.Name, true})
+	}
+	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
+	rep.Witnessed = o.Key != nil || len(o.Kept) > 0
+
+	w, err := db.openWalk(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer w.close()
+	cps := &checkpointStream{rows: w.cps, v: v, extra: extra}
+	edge := &treeEdge{}
+	var buf []byte
+	var prev *guard.Record
+	checked := 0
+	// Checkpoints of size 0 hold nothing to check.
+	for cps.peek(problem) != nil && cps.peek(problem).c.Size == 0 {
+		cps.next()
+	}
+	for w.recs.Next() {
+		r, err := scanRecord(w.recs)
+		if err != nil {
+			return rep, fmt.Errorf("verify: %w", err)
+		}
+		rep.Records++
+		if rep.Problem != "" {
+			continue
+		}
+		wantSeq, prevHash := int64(1), ""
+		if prev != nil {
+			wantSeq, prevHash = prev.Seq+1, prev.Hash
+		}
+		var h string
+		h, buf = hashRecord(buf, r)
+		switch {
+		case h != r.Hash:
+			problem("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
+		case r.Seq != wantSeq:
+			problem("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
+		case r.PrevHash != prevHash:
+			if s := db.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
+				problem("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
+			} else {
+				problem("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
+			}
+		}
+		prev = r
+		if rep.Problem != "" {
+			continue
+		}
+		if p := w.checkLeaf(edge, r.Seq, buf); p != "" {
+			problem("%s", p)
+			continue
+		}
+		for a := cps.peek(problem); a != nil && a.c.Size == edge.n && rep.Problem == ""; a = cps.peek(problem) {
+			root, err := edge.root()
+			if err != nil {
+				return rep, fmt.Errorf("verify: %w", err)
+			}
+			if root != a.c.Root {
+				problem("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
+			}
+			if a.kept || o.Key != nil {
+				rep.Extends = max(rep.Extends, a.c.Size)
+			}
+			checked++
+			cps.next()
+		}
+	}
+	if err := w.recs.Err(); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	if rep.Problem == "" && w.tree.Next() {
+		var idx int64
+		var h []byte
+		if err := w.tree.Scan(&idx, &h); err == nil {
+			level, n := tlog.SplitStoredHashIndex(idx)
+			problem("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
+		}
+	}
+	if a := cps.peek(problem); a != nil && rep.Problem == "" {
+		problem("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
+	}
+	if err := cps.err(); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	if rep.Records > 0 && v == nil {
+		noKey()
+	}
+	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
+		problem("no checkpoint covers the log: its truncation cannot be ruled out")
+	}
+	rep.OK = rep.Problem == ""
+	return rep, nil
+}
+
+// walk holds the cursors VerifyWith reads the log with, each in order.
+type walk struct {
+	recs, tree, cps *sql.Rows
+}
+
+func (db *DB) openWalk(ctx context.Context) (*walk, error) {
+	w := &walk{}
+	var err error
+	if w.recs, err = db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if w.tree, err = db.r.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes ORDER BY idx`); err != nil {
+		w.close()
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if w.cps, err = db.r.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`); err != nil {
+		w.close()
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	return w, nil
+}
+
+func (w *walk) close() {
+	for _, r := range []*sql.Rows{w.recs, w.tree, w.cps} {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
+
+// checkLeaf adds record seq's leaf to the tree rebuilt from the records
+// and compares the hashes it adds with the stored ones; it returns a
+// problem, or "".
+func (w *walk) checkLeaf(edge *treeEdge, seq int64, canonical []byte) string {
+	first := tlog.StoredHashIndex(0, edge.n)
+	hs, err := edge.append(leafHash(canonical))
+	if err != nil {
+		return err.Error()
+	}
+	for j, h := range hs {
+		if !w.tree.Next() {
+			return fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
+		}
+		var idx int64
+		var got []byte
+		if err := w.tree.Scan(&idx, &got); err != nil {
+			return fmt.Sprintf("the tree's hashes at record %d: %v", seq, err)
+		}
+		switch {
+		case idx != first+int64(j):
+			return fmt.Sprintf("the tree's hashes at record %d were removed or reordered", seq)
+		case string(got) != string(h[:]) && j == 0:
+			return fmt.Sprintf("the tree's leaf of record %d does not match the record: the record or the tree was altered", seq)
+		case string(got) != string(h[:]):
+			return fmt.Sprintf("the tree's hashes at record %d do not match the records before it: the tree was altered", seq)
+		}
+	}
+	return ""
+}
+
+// checkpointStream merges the checkpoints kept in the database (rows, in
+// size order, each checked against v as it is read) with the others, by
+// size.
+type checkpointStream struct {
+	rows  *sql.Rows
+	v     note.Verifier
+	extra []anchor
+	head  *anchor
+	done  bool
+	rerr  error
+}
+
+// peek returns the next checkpoint by size, or nil.
+func (s *checkpointStream) peek(problem func(string, ...any)) *anchor {
+	for s.head == nil && !s.done {
+		if !s.rows.Next() {
+			s.done = true
+			s.rerr = s.rows.Err()
+			break
+		}
+		var size int64
+		var text string
+		if err := s.rows.Scan(&size, &text); err != nil {
+			s.rerr = err
+			s.done = true
+			break
+		}
+		if s.v == nil {
+			continue
+		}
+		c, err := OpenCheckpoint([]byte(text), s.v)
+		if err == nil && c.Size != size {
+			err = fmt.Errorf("it is filed under %d records", size)
+		}
+		if err != nil {
+			problem("the checkpoint of %d records kept in the database: %v", size, err)
+			continue
+		}
+		s.head = &anchor{c, "kept in the database", false}
+	}
+	switch {
+	case len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size):
+		return &s.extra[0]
+	case s.head != nil:
+		return s.head
+	}
+	return nil
+}
+
+// next drops the checkpoint peek returned.
+func (s *checkpointStream) next() {
+	if len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size) {
+		s.extra = s.extra[1:]
+		return
+	}
+	s.head = nil
+}
+
+func (s *checkpointStream) err() error { return s.rerr }
+
+// seqOf is the seq of the record with chain hash h, or 0 (a full scan:
+// it is asked only once a link is broken).
+func (db *DB) seqOf(ctx context.Context, h string) int64 {
+	var s int64
+	_ = db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
+	return s
+}

@@ -1,0 +1,204 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"log/syslog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Each new checkpoint is also handed to witnesses (Options.Witnesses), so
+// that someone outside the machine holds it: a file (file:///PATH: one file
+// per checkpoint, named by its size, when PATH is a directory; else
+// appended to PATH, each note followed by a blank line), the local syslog
+// ("syslog": one message per checkpoint, the note's lines joined by the two
+// characters \n), or an HTTP endpoint (http:// or https://: a POST of the
+// note, text/plain). Witnesses are written by a goroutine of their own:
+// the writer never waits for them. A checkpoint a witness did not get is
+// logged and counted (DB.WitnessFailures); the next one supersedes it.
+
+// witnessQueue bounds the checkpoints waiting for the witnesses; past it
+// a checkpoint is not sent (and counted as failed).
+const witnessQueue = 64
+
+// witnessTimeout bounds one delivery, and what Close waits for those still
+// queued.
+const witnessTimeout = 10 * time.Second
+
+type witnessTarget interface {
+	name() string
+	write(ctx context.Context, c *Checkpoint) error
+	close() error
+}
+
+type witnesses struct {
+	targets  []witnessTarget
+	ch       chan *Checkpoint
+	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	logger   *slog.Logger
+	failures *atomic.Int64
+}
+
+// newWitnesses parses the witnesses' addresses; syslogSocket is the local
+// syslog socket ("": the system's).
+func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*witnesses, error) {
+	w := &witnesses{ch: make(chan *Checkpoint, witnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
+	for _, s := range list {
+		switch u, err := url.Parse(s); {
+		case s == "syslog":
+			w.targets = append(w.targets, &syslogWitness{socket: syslogSocket})
+		case err == nil && u.Scheme == "file" && u.Path != "":
+			w.targets = append(w.targets, fileWitness(u.Path))
+		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
+			w.targets = append(w.targets, &httpWitness{url: s, client: &http.Client{Timeout: witnessTimeout}})
+		default:
+			return nil, fmt.Errorf("checkpoint witness %q: use file:///PATH, syslog, or an http(s) URL", s)
+		}
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	go w.run()
+	return w, nil
+}
+
+// send queues a checkpoint for the witnesses without waiting.
+func (w *witnesses) send(c *Checkpoint) {
+	select {
+	case w.ch <- c:
+	default:
+		w.failures.Add(int64(len(w.targets)))
+		w.logger.Error("audit checkpoint witnesses are behind: a checkpoint was not sent", "size", c.Size)
+	}
+}
+
+func (w *witnesses) run() {
+	defer close(w.done)
+	for c := range w.ch {
+		for _, t := range w.targets {
+			ctx, cancel := context.WithTimeout(w.ctx, witnessTimeout)
+			err := t.write(ctx, c)
+			cancel()
+			if err != nil {
+				w.failures.Add(1)
+				w.logger.Error("audit checkpoint witness did not get a checkpoint", "witness", t.name(), "size", c.Size, "err", err)
+			}
+		}
+	}
+}
+
+// close delivers what is queued, waiting up to witnessTimeout, and
+// closes the targets.
+func (w *witnesses) close() {
+	close(w.ch)
+	t := time.NewTimer(witnessTimeout)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+		w.cancel()
+		<-w.done
+	}
+	w.cancel()
+	for _, t := range w.targets {
+		if err := t.close(); err != nil {
+			w.logger.Warn("audit checkpoint witness", "witness", t.name(), "err", err)
+		}
+	}
+}
+
+// WitnessFailures is how many checkpoints a witness did not get.
+func (db *DB) WitnessFailures() int64 { return db.stats.witness.Load() }
+
+// fileWitness writes a file per checkpoint into a directory, or appends
+// each to one file.
+type fileWitness string
+
+func (f fileWitness) name() string { return "file://" + string(f) }
+func (f fileWitness) close() error { return nil }
+
+func (f fileWitness) write(_ context.Context, c *Checkpoint) error {
+	path := string(f)
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return writeFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
+	}
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := fh.Write(append(append([]byte(nil), c.Note...), '\n'))
+	serr := fh.Sync()
+	return errors.Join(werr, serr, fh.Close())
+}
+
+// syslogWitness sends each checkpoint to the local syslog, dialled again
+// after a failure.
+type syslogWitness struct {
+	socket string
+	w      *syslog.Writer
+}
+
+func (s *syslogWitness) name() string { return "syslog" }
+
+func (s *syslogWitness) write(_ context.Context, c *Checkpoint) error {
+	if s.w == nil {
+		network := ""
+		if s.socket != "" {
+			network = "unixgram"
+		}
+		w, err := syslog.Dial(network, s.socket, syslog.LOG_INFO|syslog.LOG_AUTHPRIV, "guard")
+		if err != nil {
+			return err
+		}
+		s.w = w
+	}
+	msg := "audit checkpoint " + strings.ReplaceAll(strings.TrimSuffix(string(c.Note), "\n"), "\n", `\n`)
+	if err := s.w.Info(msg); err != nil {
+		_ = s.w.Close()
+		s.w = nil
+		return err
+	}
+	return nil
+}
+
+func (s *syslogWitness) close() error {
+	if s.w == nil {
+		return nil
+	}
+	return s.w.Close()
+}
+
+// httpWitness POSTs each checkpoint to a URL.
+type httpWitness struct {
+	url    string
+	client *http.Client
+}
+
+func (h *httpWitness) name() string { return h.url }
+func (h *httpWitness) close() error { h.client.CloseIdleConnections(); return nil }
+
+func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(c.Note))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s answered %s", h.url, resp.Status)
+	}
+	return nil
+}
