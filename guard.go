@@ -44,6 +44,10 @@ const (
 	KindConfig = "config"
 	// KindLifecycle is guard starting or stopping.
 	KindLifecycle = "lifecycle"
+	// KindRetention is the retention job removing the bodies of records
+	// past audit.retention, after archiving them: its Detail names the
+	// records, the archive file and its SHA-256.
+	KindRetention = "retention"
 )
 
 // Directions of a request.
@@ -115,6 +119,10 @@ type Record struct {
 	Detail   string `json:"detail,omitempty"`
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
+	// Pruned is set once retention removed the record's body: only Seq,
+	// ID, CallID, Kind, Time, PrevHash and Hash are left, and the body
+	// is in an archive. It is not part of the hashed form.
+	Pruned bool `json:"pruned,omitempty"`
 }
 
 // Tool is one tool definition as a server listed it. Def is the tool object

@@ -134,14 +134,24 @@ func appendString(b []byte, s string) []byte {
 
 const selectRecord = `SELECT seq, id, call_id, kind, time, session, client, protocol, server, direction, method,
  tool, arguments, pin, decision, decided_by, reason, outcome, result, request_size, response_size,
- duration_ms, detail, approval, prev_hash, hash FROM records`
+ duration_ms, detail, approval, prev_hash, hash, pruned FROM records`
+
+// selectRecords is selectRecord for this database: one a read-only open
+// found without the retention migration has no pruned column, and no
+// record of it is pruned.
+func (db *DB) selectRecords() string {
+	if db.noPruned {
+		return strings.Replace(selectRecord, "hash, pruned FROM", "hash, 0 AS pruned FROM", 1)
+	}
+	return selectRecord
+}
 
 func scanRecord(rows *sql.Rows) (*guard.Record, error) {
 	var r guard.Record
 	var t string
 	err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
 		&r.Direction, &r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason,
-		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash)
+		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash, &r.Pruned)
 	r.Time = parseTime(t)
 	return &r, err
 }
@@ -234,7 +244,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 // Records calls fn for every record in seq order (events included).
 func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
 	db.caughtUp(ctx)
-	rows, err := db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`)
+	rows, err := db.r.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}

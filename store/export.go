@@ -35,7 +35,11 @@ import (
 var ExportColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "protocol", "server",
 	"direction", "method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result",
 	"request_size", "response_size", "duration_ms", "detail", "approval", "prev_hash", "hash", "leaf_hash",
-	"text", "base64", "proof", "checkpoint"}
+	"pruned", "text", "base64", "proof", "checkpoint"}
+
+// exportColumnsBefore are the columns of an export made before retention
+// (no pruned column): the check still reads one.
+var exportColumnsBefore = slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pruned" })
 
 // ExportOptions select what Export writes.
 type ExportOptions struct {
@@ -95,6 +99,9 @@ func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
 		}
 		cells[f.name] = s
 	}
+	if r.Pruned {
+		cells["pruned"] = "true"
+	}
 	cells["text"] = strings.Join(text, " ")
 	cells["base64"] = strings.Join(b64, " ")
 	var ps []string
@@ -114,7 +121,7 @@ func appendJSONLine(b []byte, row []string) []byte {
 	b = append(b, '{')
 	for i, c := range ExportColumns {
 		v := row[i]
-		if c == "checkpoint" || (c == "text" || c == "base64" || c == "proof") && v == "" {
+		if c == "checkpoint" || (c == "pruned" || c == "text" || c == "base64" || c == "proof") && v == "" {
 			continue
 		}
 		if i > 0 {
@@ -123,7 +130,7 @@ func appendJSONLine(b []byte, row []string) []byte {
 		b = appendString(b, c)
 		b = append(b, ':')
 		switch {
-		case c == "seq" || c == "request_size" || c == "response_size" || c == "duration_ms":
+		case c == "seq" || c == "request_size" || c == "response_size" || c == "duration_ms" || c == "pruned":
 			b = append(b, v...)
 		case isJSONField(c):
 			b = append(b, v...)
@@ -158,7 +165,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	complete := o.Since.IsZero() && o.Until.IsZero()
-	q := selectRecord + ` WHERE seq <= ?`
+	q := db.selectRecords() + ` WHERE seq <= ?`
 	args := []any{c.Size}
 	if !o.Since.IsZero() {
 		q, args = q+` AND time >= ?`, append(args, fmtTime(o.Since))
@@ -166,24 +173,36 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 	if !o.Until.IsZero() {
 		q, args = q+` AND time <= ?`, append(args, fmtTime(o.Until))
 	}
-	rows, err := db.r.QueryContext(ctx, q+` ORDER BY seq`, args...)
-	if err != nil {
+	if err := db.exportRecords(ctx, w, o.Format, c, complete, q+` ORDER BY seq`, args, nil); err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
+
+// exportRecords writes the records query q selects (in seq order; those
+// keep accepts, when it is set) in an export of the format against the
+// checkpoint c, with each record's proof unless complete. A pruned
+// record's leaf hash is the tree's: its body is no longer there to hash.
+func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
+	q string, args []any, keep func(seq int64) bool) error {
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
 	var cw *csv.Writer
 	var line []byte
-	if o.Format == "csv" {
+	if format == "csv" {
 		cw = csv.NewWriter(w)
 		if err := cw.Write(ExportColumns); err != nil {
-			return fmt.Errorf("export: %w", err)
+			return err
 		}
 	} else {
 		line = append(line, `{"checkpoint":`...)
 		line = appendString(line, string(c.Note))
 		line = fmt.Appendf(line, `,"size":%d,"complete":%t}`+"\n", c.Size, complete)
 		if _, err := w.Write(line); err != nil {
-			return fmt.Errorf("export: %w", err)
+			return err
 		}
 	}
 	hr := sqlHashReader(ctx, db.r)
@@ -192,14 +211,26 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
-			return fmt.Errorf("export: %w", err)
+			return err
 		}
-		buf = appendCanonical(buf[:0], r)
-		leaf := leafHash(buf)
+		if keep != nil && !keep(r.Seq) {
+			continue
+		}
+		var leaf tlog.Hash
+		if r.Pruned {
+			hs, err := hr.ReadHashes([]int64{leafIndex(r.Seq)})
+			if err != nil {
+				return fmt.Errorf("record %d: %w", r.Seq, err)
+			}
+			leaf = hs[0]
+		} else {
+			buf = appendCanonical(buf[:0], r)
+			leaf = leafHash(buf)
+		}
 		var proof tlog.RecordProof
 		if !complete {
 			if proof, err = tlog.ProveRecord(c.Size, r.Seq-1, hr); err != nil {
-				return fmt.Errorf("export: record %d: %w", r.Seq, err)
+				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}
 		}
 		row := toRow(r, leaf, proof)
@@ -213,12 +244,12 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 			_, err = w.Write(line)
 		}
 		if err != nil {
-			return fmt.Errorf("export: %w", err)
+			return err
 		}
 		first = false
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("export: %w", err)
+		return err
 	}
 	if cw != nil {
 		if first { // no record: the checkpoint alone
@@ -271,6 +302,7 @@ func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof t
 			return nil, leaf, nil, fmt.Errorf("%s: %w", n.name, err)
 		}
 	}
+	r.Pruned = cell("pruned") == "true"
 	if leaf, err = tlog.ParseHash(cell("leaf_hash")); err != nil {
 		return nil, leaf, nil, fmt.Errorf("leaf_hash: %w", err)
 	}
@@ -333,11 +365,11 @@ func newExportReader(b []byte) (*exportReader, error) {
 		return e, nil
 	}
 	cr := csv.NewReader(bytes.NewReader(b))
-	cr.FieldsPerRecord = len(ExportColumns)
 	head, err := cr.Read()
-	if err != nil || !slices.Equal(head, ExportColumns) {
+	if err != nil || !slices.Equal(head, ExportColumns) && !slices.Equal(head, exportColumnsBefore) {
 		return nil, errors.New("not an export: its first row is not the export's columns")
 	}
+	cr.FieldsPerRecord = len(head)
 	col := map[string]int{}
 	for i, c := range head {
 		col[c] = i
@@ -359,7 +391,12 @@ func newExportReader(b []byte) (*exportReader, error) {
 				return nil, err
 			}
 		}
-		return func(name string) string { return row[col[name]] }, nil
+		return func(name string) string {
+			if i, ok := col[name]; ok {
+				return row[i]
+			}
+			return ""
+		}, nil
 	}
 	return e, nil
 }

@@ -71,6 +71,7 @@ type DB struct {
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	writable bool          // false when read-only: appends are refused
+	noPruned bool          // read-only, before the retention migration: records have no pruned column
 	closeMu  sync.RWMutex  // held by AppendAsync while it appends
 	closing  bool          // set by Close: appends are refused
 	stop     chan struct{} // closed by Close: the ingester and syncer finish
@@ -290,6 +291,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	return db, nil
 }
 
+// retentionMigration is the migration that adds the records' pruned
+// column (retention.go).
+const retentionMigration = 12
+
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
 const journalsDropped = 5
@@ -502,7 +507,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
+	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
+		noPruned: v.Int64 < retentionMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

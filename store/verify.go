@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -124,6 +125,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	edge := &treeEdge{}
 	var buf []byte
 	var prev *guard.Record
+	var pending prunedRuns
 	checked := 0
 	// Checkpoints of size 0 hold nothing to check.
 	for cps.peek(problem) != nil && cps.peek(problem).c.Size == 0 {
@@ -142,10 +144,18 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		if prev != nil {
 			wantSeq, prevHash = prev.Seq+1, prev.Hash
 		}
+		// A pruned record's hash is not recomputed (its body is in an
+		// archive): its link is checked, and its leaf is the tree's.
 		var h string
-		h, buf = hashRecord(buf, r)
+		if r.Pruned {
+			pending.add(r.Seq)
+		} else {
+			h, buf = hashRecord(buf, r)
+		}
 		switch {
-		case h != r.Hash:
+		case r.Pruned && hasBody(r):
+			problem("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
+		case !r.Pruned && h != r.Hash:
 			problem("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
 		case r.Seq != wantSeq:
 			problem("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
@@ -160,7 +170,15 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		if rep.Problem != "" {
 			continue
 		}
-		if p := w.checkLeaf(edge, r.Seq, buf); p != "" {
+		if r.Kind == guard.KindRetention && !r.Pruned {
+			pending.cover(r.Detail)
+		}
+		var leaf *tlog.Hash
+		if !r.Pruned {
+			l := leafHash(buf)
+			leaf = &l
+		}
+		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
 			problem("%s", p)
 			continue
 		}
@@ -196,6 +214,9 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	if err := cps.err(); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
+	if len(pending) > 0 && rep.Problem == "" {
+		problem("records %d to %d lost their bodies, but no retention record after them names them: they were removed outside retention", pending[0][0], pending[0][1])
+	}
 	if rep.Records > 0 && v == nil {
 		noKey()
 	}
@@ -214,7 +235,7 @@ type walk struct {
 func (db *DB) openWalk(ctx context.Context) (*walk, error) {
 	w := &walk{}
 	var err error
-	if w.recs, err = db.r.QueryContext(ctx, selectRecord+` ORDER BY seq`); err != nil {
+	if w.recs, err = db.r.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	if w.tree, err = db.r.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes ORDER BY idx`); err != nil {
@@ -238,32 +259,99 @@ func (w *walk) close() {
 
 // checkLeaf adds record seq's leaf to the tree rebuilt from the records
 // and compares the hashes it adds with the stored ones; it returns a
-// problem, or "".
-func (w *walk) checkLeaf(edge *treeEdge, seq int64, canonical []byte) string {
+// problem, or "". A nil leaf is a pruned record's: the stored one is
+// taken, and only the hashes it completes are compared.
+func (w *walk) checkLeaf(edge *treeEdge, seq int64, leaf *tlog.Hash) string {
 	first := tlog.StoredHashIndex(0, edge.n)
-	hs, err := edge.append(leafHash(canonical))
-	if err != nil {
-		return err.Error()
-	}
-	for j, h := range hs {
+	next := func(j int) ([]byte, string) {
 		if !w.tree.Next() {
-			return fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
+			return nil, fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
 		}
 		var idx int64
 		var got []byte
 		if err := w.tree.Scan(&idx, &got); err != nil {
-			return fmt.Sprintf("the tree's hashes at record %d: %v", seq, err)
+			return nil, fmt.Sprintf("the tree's hashes at record %d: %v", seq, err)
 		}
+		if idx != first+int64(j) {
+			return nil, fmt.Sprintf("the tree's hashes at record %d were removed or reordered", seq)
+		}
+		return got, ""
+	}
+	from := 0
+	if leaf == nil {
+		got, p := next(0)
+		if p != "" {
+			return p
+		}
+		if len(got) != tlog.HashSize {
+			return fmt.Sprintf("the tree's leaf of pruned record %d is malformed: the tree was altered", seq)
+		}
+		leaf = new(tlog.Hash)
+		copy(leaf[:], got)
+		from = 1
+	}
+	hs, err := edge.append(*leaf)
+	if err != nil {
+		return err.Error()
+	}
+	for j := from; j < len(hs); j++ {
+		got, p := next(j)
 		switch {
-		case idx != first+int64(j):
-			return fmt.Sprintf("the tree's hashes at record %d were removed or reordered", seq)
-		case string(got) != string(h[:]) && j == 0:
+		case p != "":
+			return p
+		case string(got) != string(hs[j][:]) && j == 0:
 			return fmt.Sprintf("the tree's leaf of record %d does not match the record: the record or the tree was altered", seq)
-		case string(got) != string(h[:]):
+		case string(got) != string(hs[j][:]):
 			return fmt.Sprintf("the tree's hashes at record %d do not match the records before it: the tree was altered", seq)
 		}
 	}
 	return ""
+}
+
+// hasBody reports whether a record holds anything retention removes.
+func hasBody(r *guard.Record) bool {
+	for _, s := range []string{r.Session, r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool,
+		r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result, r.Detail, r.Approval} {
+		if s != "" {
+			return true
+		}
+	}
+	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0
+}
+
+// prunedRuns are the runs of pruned records (first and last seq) that no
+// retention record read so far names: each must be named by one that
+// follows it in the chain.
+type prunedRuns [][2]int64
+
+// add notes a pruned record.
+func (p *prunedRuns) add(seq int64) {
+	if n := len(*p); n > 0 && (*p)[n-1][1] == seq-1 {
+		(*p)[n-1][1] = seq
+		return
+	}
+	*p = append(*p, [2]int64{seq, seq})
+}
+
+// cover drops the records a retention record's detail names.
+func (p *prunedRuns) cover(detail string) {
+	var d struct {
+		First int64 `json:"first"`
+		Last  int64 `json:"last"`
+	}
+	if json.Unmarshal([]byte(detail), &d) != nil || d.First < 1 || d.Last < d.First {
+		return
+	}
+	var out prunedRuns
+	for _, r := range *p {
+		if r[0] < d.First {
+			out = append(out, [2]int64{r[0], min(r[1], d.First-1)})
+		}
+		if r[1] > d.Last {
+			out = append(out, [2]int64{max(r[0], d.Last+1), r[1]})
+		}
+	}
+	*p = out
 }
 
 // checkpointStream merges the checkpoints kept in the database (rows, in
