@@ -41,8 +41,9 @@ CREATE TRIGGER records_no_delete BEFORE DELETE ON records
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 
 -- The retention job's runs, by any process on the database: a process
--- runs it only when no other has within the period; resume is the first
--- record the next run looks at.
+-- runs it only when no other has within the period. A run that removed
+-- bodies names its archive and its retention record; resume is the
+-- first record the next run looks at.
 CREATE TABLE retention_runs (
     id       INTEGER PRIMARY KEY,
     time     TEXT NOT NULL,
@@ -51,6 +52,7 @@ CREATE TABLE retention_runs (
     pruned   INTEGER NOT NULL DEFAULT 0,
     archive  TEXT NOT NULL DEFAULT '',
     sha256   TEXT NOT NULL DEFAULT '',
+    record   TEXT NOT NULL DEFAULT '',
     resume   INTEGER NOT NULL DEFAULT 1,
     problem  TEXT NOT NULL DEFAULT ''
 );

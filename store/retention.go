@@ -1,0 +1,460 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Retention (audit.retention) is the one removal the audit log allows: the
+// body of a record past it leaves the database once an archive holds it,
+// and its row (seq, id, call_id, kind, time, prev_hash, hash) and its leaf
+// in the tree stay, so that the chain, the tree, every checkpoint and
+// every proof still verify. A round, by one process at a time:
+//
+//  1. choose the records: older than the retention, covered by the latest
+//     checkpoint (their proofs stay checkable against it), by whole calls
+//     (a call's records go together, once all of them qualify), never a
+//     call a person has still to decide (a pending approval), never a
+//     retention record (they name what was removed, for Verify);
+//  2. write the archive, an export of those records with that checkpoint
+//     and each record's proof, fsync'd with its directory, and check it
+//     again as guard audit check would, from the file;
+//  3. append the retention record, naming the records, the archive and
+//     its SHA-256, and wait until it is in the database: a body never
+//     leaves without a record that says where it went;
+//  4. remove the bodies in one transaction that holds the grant the
+//     update trigger asks for (migration 0012).
+//
+// A failure before step 4 removes nothing; one in step 4 leaves the
+// bodies, which a later round archives again.
+
+// retentionLock is the suffix of the file lock a process holds while it
+// runs the retention job: the others skip that round.
+const retentionLock = ".retention.lock"
+
+// ArchiveDir is where the retention job writes archives by default:
+// archive/ beside the database.
+func ArchiveDir(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "archive") }
+
+// RetentionOptions configure Prune.
+type RetentionOptions struct {
+	// Retention is how long a record keeps its body (0: nothing is
+	// removed).
+	Retention time.Duration
+	// ArchiveDir is where archives are written ("": ArchiveDir).
+	ArchiveDir string
+	// Batch is the most records one archive holds, and one transaction
+	// blanks (default 20000): a round makes as many as it needs.
+	Batch int
+	// DryRun chooses the records and writes nothing.
+	DryRun bool
+}
+
+// Pruned is what one archive of a retention round holds.
+type Pruned struct {
+	First, Last int64  // the first and last record archived
+	Count       int64  // how many records lost their bodies
+	Archive     string // the archive file's path ("" in a dry run)
+	SHA256      string // of the archive file, hex
+	Record      string // the id of the retention record
+	Checkpoint  int64  // the size of the checkpoint the archive verifies against
+}
+
+// Prune runs one retention round: it archives and blanks every record
+// past the retention (see above), an archive per o.Batch records, and
+// returns what each archive holds. It stops at the first failure, with
+// what it did until then.
+func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
+	if o.Retention <= 0 {
+		return nil, nil
+	}
+	if !db.writable && !o.DryRun {
+		return nil, fmt.Errorf("retention: %w", errReadOnly)
+	}
+	if o.ArchiveDir == "" {
+		o.ArchiveDir = ArchiveDir(db.opts.Path)
+	}
+	if o.Batch <= 0 {
+		o.Batch = 20000
+	}
+	db.caughtUp(ctx)
+	c, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	cutoff := db.opts.Now().Add(-o.Retention)
+	from, err := db.retentionResume(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Pruned
+	held := int64(0) // the first record held back this round
+	resume := func(next int64) int64 {
+		if held > 0 {
+			return min(held, next)
+		}
+		return next
+	}
+	for {
+		sel, err := db.choosePrunable(ctx, from, c.Size, cutoff, o.Batch)
+		if err != nil {
+			return out, err
+		}
+		if held == 0 {
+			held = sel.held
+		}
+		if len(sel.seqs) == 0 {
+			if !o.DryRun {
+				err = db.keepRun(ctx, nil, resume(sel.next), "")
+			}
+			return out, err
+		}
+		p := Pruned{First: sel.seqs[0], Last: sel.seqs[len(sel.seqs)-1], Count: int64(len(sel.seqs)), Checkpoint: c.Size}
+		if o.DryRun {
+			out = append(out, p)
+			from = sel.next
+			continue
+		}
+		if err := db.pruneBatch(ctx, o, c, cutoff, sel.seqs, &p); err != nil {
+			_ = db.keepRun(ctx, nil, resume(from), err.Error())
+			return out, err
+		}
+		out = append(out, p)
+		if err := db.keepRun(ctx, &p, resume(sel.next), ""); err != nil {
+			return out, err
+		}
+		from = sel.next
+	}
+}
+
+// pruneBatch archives, records and blanks the records seqs (steps 2 to 4).
+func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
+	path, sum, err := db.writeArchive(ctx, o.ArchiveDir, c, seqs)
+	if err != nil {
+		return fmt.Errorf("retention: archive of records %d to %d: %w", p.First, p.Last, err)
+	}
+	p.Archive, p.SHA256 = path, sum
+	rec := &guard.Record{Kind: guard.KindRetention, Decision: "pruned",
+		Reason: fmt.Sprintf("the bodies of %d records from %d to %d, past retention (%s), were archived in %s and removed from the database",
+			p.Count, p.First, p.Last, o.Retention, filepath.Base(path)),
+		Detail: detail(map[string]any{"first": p.First, "last": p.Last, "count": p.Count,
+			"archive": filepath.Base(path), "sha256": sum, "checkpoint": c.Size,
+			"before": fmtTime(cutoff), "retention": o.Retention.String()})}
+	if err := db.Append(rec); err != nil {
+		return fmt.Errorf("retention: the record of records %d to %d: %w", p.First, p.Last, err)
+	}
+	p.Record = rec.ID
+	db.caughtUp(context.WithoutCancel(ctx))
+	if err := db.blank(context.WithoutCancel(ctx), seqs); err != nil {
+		return fmt.Errorf("retention: records %d to %d keep their bodies (recorded in %s): %w", p.First, p.Last, rec.ID, err)
+	}
+	db.opts.Logger.Info("audit records past retention archived and removed from the database",
+		"first", p.First, "last", p.Last, "records", p.Count, "archive", path, "sha256", sum)
+	return nil
+}
+
+// selection is what choosePrunable found.
+type selection struct {
+	seqs []int64 // the records to prune, in order
+	next int64   // the first record not looked at
+	held int64   // the first record held back (its call is not done, or not past the cutoff), or 0
+}
+
+// choosePrunable chooses up to batch records from seq from on (step 1).
+func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.Time, batch int) (selection, error) {
+	sel := selection{next: from}
+	before := fmtTime(cutoff)
+	// The last record before the cutoff (times follow seq, but for the
+	// clocks of several processes): nothing after it is read.
+	var upto int64
+	err := db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE time < ? ORDER BY time DESC LIMIT 1`, before).Scan(&upto)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sel, nil
+	}
+	if err != nil {
+		return sel, fmt.Errorf("retention: %w", err)
+	}
+	last := min(upto, size)
+	if last < from {
+		return sel, nil
+	}
+	sel.next = last + 1
+	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
+		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? ORDER BY seq`, from, last, guard.KindRetention)
+	if err != nil {
+		return sel, fmt.Errorf("retention: %w", err)
+	}
+	defer rows.Close()
+	whole := map[string]bool{} // call id → all of its records may go
+	for rows.Next() {
+		var seq int64
+		var call, at string
+		if err := rows.Scan(&seq, &call, &at); err != nil {
+			return sel, fmt.Errorf("retention: %w", err)
+		}
+		ok := at < before
+		if ok {
+			w, seen := whole[call]
+			if !seen {
+				if w, err = db.callPrunable(ctx, call, size, before); err != nil {
+					return sel, err
+				}
+				whole[call] = w
+			}
+			ok = w
+		}
+		if !ok {
+			if sel.held == 0 {
+				sel.held = seq
+			}
+			continue
+		}
+		if len(sel.seqs) == batch {
+			sel.next = seq
+			break
+		}
+		sel.seqs = append(sel.seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return sel, fmt.Errorf("retention: %w", err)
+	}
+	return sel, nil
+}
+
+// callPrunable reports whether every record of a call is past the cutoff
+// and in the checkpoint of size records, and no approval of it is pending.
+func (db *DB) callPrunable(ctx context.Context, callID string, size int64, before string) (bool, error) {
+	var n int64
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE call_id = ? AND (time >= ? OR seq > ?)`,
+		callID, before, size).Scan(&n); err != nil {
+		return false, fmt.Errorf("retention: %w", err)
+	}
+	if n > 0 {
+		return false, nil
+	}
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE state = ? AND (call_id = ? OR id = ?)`,
+		guard.ApprovalPending, callID, callID).Scan(&n); err != nil {
+		return false, fmt.Errorf("retention: %w", err)
+	}
+	return n == 0, nil
+}
+
+// writeArchive writes the records seqs, with the checkpoint c and their
+// proofs, to a new file in dir, synced with the directory, checks the
+// file as guard audit check would, and returns its path and SHA-256.
+func (db *DB) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs []int64) (string, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	first, last := seqs[0], seqs[len(seqs)-1]
+	name := fmt.Sprintf("audit-%012d-%012d-%s.jsonl", first, last, db.opts.Now().UTC().Format("20060102T150405Z"))
+	path := filepath.Join(dir, name)
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return "", "", err
+	}
+	defer os.Remove(tmp.Name())
+	want := make(map[int64]bool, len(seqs))
+	for _, s := range seqs {
+		want[s] = true
+	}
+	h := sha256.New()
+	err = db.exportRecords(ctx, io.MultiWriter(tmp, h), "jsonl", c, false,
+		selectRecord+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, []any{first, last}, func(seq int64) bool { return want[seq] })
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(err, serr, cerr); err != nil {
+		return "", "", err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return "", "", err
+	}
+	if err := syncDir(dir); err != nil {
+		return "", "", err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if err := db.checkArchive(path, sum, c, seqs); err != nil {
+		return "", "", fmt.Errorf("the archive %s does not verify: %w", path, err)
+	}
+	return path, sum, nil
+}
+
+// checkArchive reads an archive back and checks it offline against the
+// log's key: every record's hashes, its proof in the checkpoint c, and
+// that it holds exactly the records seqs.
+func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if s := sha256.Sum256(b); hex.EncodeToString(s[:]) != sum {
+		return errors.New("it is not the file written")
+	}
+	if !bytes.Contains(b[:bytes.IndexByte(b, '\n')+1], []byte(fmt.Sprintf(`"size":%d,`, c.Size))) {
+		return fmt.Errorf("it is not against the checkpoint of %d records", c.Size)
+	}
+	n := 0
+	if _, err := checkExport(db.signer.verifier, b, func(string, tlog.Hash) { n++ }); err != nil {
+		return err
+	}
+	if n != len(seqs) {
+		return fmt.Errorf("it holds %d records, not %d", n, len(seqs))
+	}
+	return nil
+}
+
+// blankBody is the statement that removes a record's body (the update
+// trigger allows it only under the grant).
+const blankBody = `UPDATE records SET session = '', client = '', protocol = '', server = '', direction = '',
+ method = '', tool = '', arguments = '', pin = '', decision = '', decided_by = '', reason = '', outcome = '',
+ result = '', detail = '', approval = '', request_size = 0, response_size = 0, duration_ms = 0, pruned = 1
+ WHERE seq = ?`
+
+// blank removes the bodies of the records seqs, and what the database
+// derived from them, in one transaction that holds the grant (step 4).
+func (db *DB) blank(ctx context.Context, seqs []int64) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retention_grant (id, first_seq, last_seq) VALUES (1, ?, ?)`,
+		seqs[0], seqs[len(seqs)-1]); err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
+	if err := clearDerived(ctx, tx, seqs); err != nil {
+		return err
+	}
+	st, err := tx.PrepareContext(ctx, blankBody)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for _, s := range seqs {
+		if _, err := st.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("record %d: %w", s, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM retention_grant`); err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
+	return tx.Commit()
+}
+
+// clearDerived removes, inside the retention job's transaction, what the
+// database keeps derived from the bodies of the records seqs, before they
+// are blanked. On this schema nothing is: the calls view reads the
+// records themselves. An index or full-text table that copies arguments
+// or results (a per-call index, an FTS5 table of their words) must have
+// its rows of these records removed here, in the same transaction.
+func clearDerived(_ context.Context, _ *sql.Tx, _ []int64) error { return nil }
+
+// Retention is one run of the retention job, as LastRetention reports it.
+type Retention struct {
+	Time    time.Time
+	Pruned  Pruned // the last archive it wrote, if any
+	Problem string // why it stopped, or ""
+}
+
+// LastRetention returns the latest run of the retention job by any
+// process on the database, or nil when there was none.
+func (db *DB) LastRetention(ctx context.Context) (*Retention, error) {
+	var r Retention
+	var at string
+	err := db.r.QueryRowContext(ctx, `SELECT time, first, last, pruned, archive, sha256, record, problem
+		FROM retention_runs ORDER BY id DESC LIMIT 1`).Scan(&at, &r.Pruned.First, &r.Pruned.Last, &r.Pruned.Count,
+		&r.Pruned.Archive, &r.Pruned.SHA256, &r.Pruned.Record, &r.Problem)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last retention: %w", err)
+	}
+	r.Time = parseTime(at)
+	return &r, nil
+}
+
+// retentionResume is where the next round starts.
+func (db *DB) retentionResume(ctx context.Context) (int64, error) {
+	var from int64 = 1
+	err := db.r.QueryRowContext(ctx, `SELECT resume FROM retention_runs ORDER BY id DESC LIMIT 1`).Scan(&from)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("retention: %w", err)
+	}
+	return max(from, 1), nil
+}
+
+// keepRun keeps a run (an archive it wrote, or nil) for LastRetention and
+// the next round.
+func (db *DB) keepRun(ctx context.Context, p *Pruned, resume int64, problem string) error {
+	if p == nil {
+		p = &Pruned{}
+	}
+	if _, err := db.w.ExecContext(context.WithoutCancel(ctx), `INSERT INTO retention_runs
+		(time, first, last, pruned, archive, sha256, record, resume, problem) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		fmtTime(db.opts.Now()), p.First, p.Last, p.Count, p.Archive, p.SHA256, p.Record, resume, problem); err != nil {
+		return fmt.Errorf("retention: keep the run: %w", err)
+	}
+	return nil
+}
+
+// PruneIfDue runs a retention round (Prune) unless a process on the
+// database did within every; processes sharing the database take turns:
+// one that finds another running the job skips. It returns what the
+// round archived.
+func (db *DB) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Duration) ([]Pruned, error) {
+	if o.Retention <= 0 {
+		return nil, nil
+	}
+	unlock, ok, err := tryLockFile(db.opts.Path + retentionLock)
+	if err != nil || !ok {
+		return nil, err
+	}
+	defer unlock()
+	last, err := db.LastRetention(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if last != nil && db.opts.Now().Sub(last.Time) < every {
+		return nil, nil
+	}
+	return db.Prune(ctx, o)
+}
+
+// RetentionEvery is how often the long-running processes run the
+// retention job.
+const RetentionEvery = time.Hour
+
+// RunRetention runs the retention job at start and then every period
+// until ctx ends, in turn with the other processes on the database (see
+// PruneIfDue). Nothing runs when o.Retention is 0.
+func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.Duration) {
+	if o.Retention <= 0 || every <= 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := db.PruneIfDue(ctx, o, every); err != nil && ctx.Err() == nil {
+			db.opts.Logger.Error("audit retention", "err", err)
+		}
+		t.Reset(every)
+	}
+}

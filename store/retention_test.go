@@ -1,0 +1,400 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// retentionStart is when the old records of the retention tests were made.
+var retentionStart = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// retentionLog opens a log at path whose clock reads *now, with calls
+// 0..old-1 made at retentionStart and calls old..old+young-1 made 500 days
+// later, and a checkpoint over them.
+func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB {
+	t.Helper()
+	*now = retentionStart
+	db, err := Open(context.Background(), Options{Path: path, Durability: "normal", Now: func() time.Time { return *now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for i := range old + young {
+		at := retentionStart.Add(time.Duration(i) * time.Minute)
+		if i >= old {
+			at = at.Add(500 * 24 * time.Hour)
+		}
+		req, out := rec(i, guard.KindRequest), rec(i, guard.KindOutcome)
+		req.Time, out.Time = at, at.Add(time.Second)
+		out.Outcome, out.Result = guard.OutcomeOK, fmt.Sprintf(`{"content":[{"type":"text","text":"secret %d"}]}`, i)
+		if err := db.Append(req, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.caughtUp(context.Background())
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	*now = retentionStart.Add(501 * 24 * time.Hour)
+	return db
+}
+
+// rawConn opens the file without guard, its triggers in place.
+func rawConn(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	r, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func verifyPruned(t *testing.T, db *DB) Report {
+	t.Helper()
+	rep, err := db.Verify(context.Background())
+	if err != nil || !rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	return rep
+}
+
+// Records past the retention are archived, the archive checks offline
+// against its checkpoint, and only then do their bodies leave the
+// database; the log, every checkpoint signed before and a proof made
+// before still verify, and the retention record names the archive.
+func TestPruneArchivesThenBlanks(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 6, 3)
+	before, err := db.Prove(ctx, "call-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCP, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].First != 1 || got[0].Last != 12 || got[0].Count != 12 || got[0].Checkpoint != 18 {
+		t.Fatalf("pruned: %+v", got)
+	}
+	p := got[0]
+	if filepath.Dir(p.Archive) != filepath.Join(dir, "archive") || !strings.HasPrefix(filepath.Base(p.Archive), "audit-000000000001-000000000012-") {
+		t.Fatalf("archive %s", p.Archive)
+	}
+	b, err := os.ReadFile(p.Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
+		t.Fatalf("archive sha256 %s, reported %s", hex.EncodeToString(sum[:]), p.SHA256)
+	}
+	lines, err := CheckFiles(db.signer.verifier, []File{{"archive", b}, {"proof", before}})
+	if err != nil {
+		t.Fatalf("offline check of the archive: %v (%q)", err, lines)
+	}
+	if !strings.Contains(lines[0], "ok: 12 records, each proved in the checkpoint of 18 records") ||
+		!strings.Contains(lines[1], "and its contents are those in archive") {
+		t.Fatalf("offline check: %q", lines)
+	}
+	if !strings.Contains(string(b), `secret 0`) {
+		t.Fatal("the archive does not hold the bodies")
+	}
+
+	// The bodies are gone, the rows and leaves stay.
+	var recs []*guard.Record
+	if err := db.Records(ctx, func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 19 {
+		t.Fatalf("%d records, want 19 (18 and the retention record)", len(recs))
+	}
+	for _, r := range recs[:12] {
+		if !r.Pruned || hasBody(r) || r.ID == "" || r.CallID == "" || r.Kind == "" || r.Time.IsZero() || r.Hash == "" {
+			t.Fatalf("record %d after pruning: %+v", r.Seq, r)
+		}
+	}
+	for _, r := range recs[12:18] {
+		if r.Pruned || !hasBody(r) {
+			t.Fatalf("a young record was pruned: %+v", r)
+		}
+	}
+	ret := recs[18]
+	var d map[string]any
+	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil {
+		t.Fatal(err)
+	}
+	if ret.Kind != guard.KindRetention || ret.Pruned || d["archive"] != filepath.Base(p.Archive) || d["sha256"] != p.SHA256 ||
+		d["first"] != 1.0 || d["last"] != 12.0 || d["count"] != 12.0 || ret.ID != p.Record {
+		t.Fatalf("retention record: %+v", ret)
+	}
+	if ret.PrevHash != recs[17].Hash {
+		t.Fatal("the retention record is not in the chain")
+	}
+	if rep := verifyPruned(t, db); rep.Records != 19 {
+		t.Fatalf("verify: %+v", rep)
+	}
+	// A checkpoint signed after the pruning extends the old one, and a
+	// whole export with the pruned records still checks.
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"before", oldCP.Note}}})
+	if err != nil || !rep.OK || rep.Extends != 19 {
+		t.Fatalf("verify against the checkpoint kept before pruning: %+v %v", rep, err)
+	}
+	var whole strings.Builder
+	if err := db.Export(ctx, &whole, ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
+		t.Fatal("the export does not mark pruned records, or holds their bodies")
+	}
+	if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
+		t.Fatalf("whole export after pruning: %v %q", err, lines)
+	}
+	// Nothing is left to prune: the next round archives nothing.
+	if again, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil || len(again) != 0 {
+		t.Fatalf("second round: %+v %v", again, err)
+	}
+}
+
+// A call is pruned whole: one whose outcome is younger than the cutoff,
+// or that a person has still to decide, keeps every record; retention
+// records are never pruned; archives are cut at Batch records.
+func TestPruneByWholeCalls(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 5, 0)
+	// call-1's outcome comes only now, call-3 waits for a person.
+	late := rec(1, guard.KindOutcome)
+	late.Time = now.Add(-time.Hour)
+	if err := db.Append(late); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.Exec(`INSERT INTO approvals (id, server, tool, arguments, digest, state, created_at, expires_at, call_id)
+		VALUES ('ap-3', 'files', 'write_file', '{}', 'd', 'pending', ?, ?, 'call-3')`, fmtTime(retentionStart), fmtTime(now)); err != nil {
+		t.Fatal(err)
+	}
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, Batch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Calls 0, 2 and 4 (records 1-2, 5-6, 9-10), three records an archive.
+	if len(got) != 2 || got[0].First != 1 || got[0].Last != 5 || got[0].Count != 3 || got[1].First != 6 || got[1].Last != 10 || got[1].Count != 3 {
+		t.Fatalf("pruned: %+v", got)
+	}
+	pruned := map[string]int{}
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if r.Pruned {
+			pruned[r.CallID]++
+		}
+		return nil
+	})
+	if len(pruned) != 3 || pruned["call-0"] != 2 || pruned["call-2"] != 2 || pruned["call-4"] != 2 {
+		t.Fatalf("pruned calls: %v", pruned)
+	}
+	verifyPruned(t, db)
+
+	// Once decided and done, and past the retention, they go too, and
+	// the retention records stay.
+	if _, err := db.w.Exec(`UPDATE approvals SET state = 'denied' WHERE id = 'ap-3'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(500 * 24 * time.Hour)
+	got, err = db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Count != 5 || got[0].First != 3 || got[0].Last != 11 {
+		t.Fatalf("second round: %+v", got)
+	}
+	var left []string
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if !r.Pruned {
+			left = append(left, r.Kind)
+		}
+		return nil
+	})
+	if strings.Join(left, " ") != "retention retention retention" {
+		t.Fatalf("records left with bodies: %v", left)
+	}
+	verifyPruned(t, db)
+}
+
+// Without the grant, nobody updates a record, not even to blank it; the
+// grant covers only checkpointed records and only a blanking; nothing
+// deletes a record.
+func TestRetentionTriggers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 0)
+	raw := rawConn(t, path)
+	blank := strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 2", 1)
+	for _, tc := range []struct{ name, sql string }{
+		{"blank without the grant", blank},
+		{"a body changed without the grant", `UPDATE records SET arguments = '{}' WHERE seq = 2`},
+		{"a body changed under the grant", `INSERT INTO retention_grant VALUES (1, 1, 6); UPDATE records SET arguments = '{}' WHERE seq = 2`},
+		{"an id changed under the grant", `INSERT INTO retention_grant VALUES (1, 1, 6); ` + strings.Replace(blank, "pruned = 1", "pruned = 1, id = 'x'", 1)},
+		{"a record outside the grant", `INSERT INTO retention_grant VALUES (1, 1, 1); ` + blank},
+		{"a grant beyond the checkpoint", `INSERT INTO retention_grant VALUES (1, 1, 7)`},
+		{"a delete", `DELETE FROM records WHERE seq = 2`},
+		{"a delete under the grant", `INSERT INTO retention_grant VALUES (1, 1, 6); DELETE FROM records WHERE seq = 2`},
+	} {
+		tx, err := raw.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(tc.sql)
+		tx.Rollback()
+		if err == nil || !strings.Contains(err.Error(), "append-only") && !strings.Contains(err.Error(), "checkpoint covers") {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+	}
+	// The job's own statement, under its grant, is allowed.
+	tx, err := raw.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO retention_grant VALUES (1, 1, 6); ` + blank + `; DELETE FROM retention_grant`); err != nil {
+		t.Fatalf("the blanking under the grant: %v", err)
+	}
+	tx.Rollback()
+	verifyPruned(t, db)
+}
+
+// With the triggers dropped, as an attacker holding the file would, a
+// change to a pruned record or to a record's body, or a body removed
+// outside retention, is caught.
+func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
+	for _, tc := range []struct{ name, sql, want string }{
+		{"a pruned record's hash", `UPDATE records SET hash = 'ab' || substr(hash, 3) WHERE seq = 3`, "does not follow record 3"},
+		{"a pruned record's body put back", `UPDATE records SET arguments = '{"path":"/tmp/x"}' WHERE seq = 3`, "marked as pruned but its row holds a body"},
+		{"a pruned record's leaf", `UPDATE tree_hashes SET hash = zeroblob(32) WHERE idx = 3`, "record"},
+		{"a kept record's body", `UPDATE records SET arguments = '{"path":"/etc/passwd"}' WHERE seq = 8`, "record 8 (id"},
+		{"a body removed outside retention", strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 8", 1), "records 8 to 8 lost their bodies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "guard.db")
+			var now time.Time
+			db := retentionLog(t, path, &now, 3, 3)
+			if _, err := db.Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			verifyPruned(t, db)
+			raw := rawDB(t, path)
+			if _, err := raw.Exec(`DROP TRIGGER IF EXISTS tree_hashes_no_update; ` + tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := db.Verify(context.Background())
+			if err != nil || rep.OK || !strings.Contains(rep.Problem, tc.want) {
+				t.Fatalf("verify: %+v %v, want it to name %q", rep, err, tc.want)
+			}
+		})
+	}
+}
+
+// An archive that cannot be written leaves every body where it was, and
+// appends no retention record.
+func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 0)
+	notDir := filepath.Join(dir, "not-a-dir")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ro := filepath.Join(dir, "ro")
+	if err := os.Mkdir(ro, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	for _, archive := range []string{notDir, filepath.Join(notDir, "archive"), ro} {
+		if os.Geteuid() == 0 && archive == ro {
+			continue // root writes into a read-only directory
+		}
+		got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: archive})
+		if err == nil || len(got) != 0 {
+			t.Fatalf("archive in %s: %+v %v", archive, got, err)
+		}
+		last, lerr := db.LastRetention(ctx)
+		if lerr != nil || last == nil || !strings.Contains(last.Problem, "archive") {
+			t.Fatalf("last run: %+v %v", last, lerr)
+		}
+	}
+	n := 0
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if r.Pruned || r.Kind == guard.KindRetention || !hasBody(r) {
+			t.Fatalf("record %d after a failed round: %+v", r.Seq, r)
+		}
+		n++
+		return nil
+	})
+	if n != 6 {
+		t.Fatalf("%d records", n)
+	}
+	verifyPruned(t, db)
+}
+
+// Retention is off unless set; processes take turns, once a period.
+func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 0)
+	if got, err := db.Prune(ctx, RetentionOptions{}); err != nil || got != nil {
+		t.Fatalf("retention 0: %+v %v", got, err)
+	}
+	if got, err := db.PruneIfDue(ctx, RetentionOptions{}, time.Hour); err != nil || got != nil {
+		t.Fatalf("retention 0, if due: %+v %v", got, err)
+	}
+	if last, err := db.LastRetention(ctx); err != nil || last != nil {
+		t.Fatalf("a run with retention off: %+v %v", last, err)
+	}
+	o := RetentionOptions{Retention: 400 * 24 * time.Hour}
+	if got, err := db.Prune(ctx, RetentionOptions{Retention: o.Retention, DryRun: true}); err != nil || len(got) != 1 || got[0].Count != 6 || got[0].Archive != "" {
+		t.Fatalf("dry run: %+v %v", got, err)
+	}
+	if last, err := db.LastRetention(ctx); err != nil || last != nil {
+		t.Fatalf("a dry run was kept: %+v %v", last, err)
+	}
+	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || len(got) != 1 {
+		t.Fatalf("first round: %+v %v", got, err)
+	}
+	// Made old, more records would qualify: not within the hour.
+	now = now.Add(30 * time.Minute)
+	if got, err := db.PruneIfDue(ctx, RetentionOptions{Retention: time.Minute}, time.Hour); err != nil || got != nil {
+		t.Fatalf("again within the period: %+v %v", got, err)
+	}
+	last, err := db.LastRetention(ctx)
+	if err != nil || last == nil || last.Problem != "" {
+		t.Fatalf("last run: %+v %v", last, err)
+	}
+}
