@@ -40,6 +40,10 @@ DROP TRIGGER records_no_delete;
 CREATE TRIGGER records_no_delete BEFORE DELETE ON records
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 
+-- The retention records, which Verify reads before it walks the log: each
+-- names the records whose bodies it removed.
+CREATE INDEX records_retention ON records (seq) WHERE kind = 'retention';
+
 -- The retention job's runs, by any process on the database: a process
 -- runs it only when no other has within the period. A run that removed
 -- bodies names its archive and its retention record; resume is the

@@ -2,15 +2,20 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -146,23 +151,71 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 		return fmt.Errorf("retention: archive of records %d to %d: %w", p.First, p.Last, err)
 	}
 	p.Archive, p.SHA256 = path, sum
-	rec := &guard.Record{Kind: guard.KindRetention, Decision: "pruned",
+	kept, err := db.keptSum(ctx, seqs)
+	if err != nil {
+		return fmt.Errorf("retention: records %d to %d: %w", p.First, p.Last, err)
+	}
+	d := retentionDetail{First: p.First, Last: p.Last, Count: p.Count, Records: spans(seqs), KeptSHA256: kept,
+		Archive: filepath.Base(path), SHA256: sum, Checkpoint: c.Size, Before: fmtTime(cutoff), Retention: o.Retention.String()}
+	text, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	rec := &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(text),
 		Reason: fmt.Sprintf("the bodies of %d records from %d to %d, past retention (%s), were archived in %s and removed from the database",
-			p.Count, p.First, p.Last, o.Retention, filepath.Base(path)),
-		Detail: detail(map[string]any{"first": p.First, "last": p.Last, "count": p.Count,
-			"archive": filepath.Base(path), "sha256": sum, "checkpoint": c.Size,
-			"before": fmtTime(cutoff), "retention": o.Retention.String()})}
+			p.Count, p.First, p.Last, o.Retention, filepath.Base(path))}
 	if err := db.Append(rec); err != nil {
 		return fmt.Errorf("retention: the record of records %d to %d: %w", p.First, p.Last, err)
 	}
 	p.Record = rec.ID
-	db.caughtUp(context.WithoutCancel(ctx))
-	if err := db.blank(context.WithoutCancel(ctx), seqs); err != nil {
+	// The record is in the database before any body leaves it: Verify
+	// never sees a pruned record that no retention record names.
+	bg := context.WithoutCancel(ctx)
+	db.caughtUp(bg)
+	var n int
+	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records WHERE id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
+		return fmt.Errorf("retention: records %d to %d keep their bodies: their record %s is not in the database yet (%v)", p.First, p.Last, rec.ID, err)
+	}
+	if err := db.blank(bg, seqs); err != nil {
 		return fmt.Errorf("retention: records %d to %d keep their bodies (recorded in %s): %w", p.First, p.Last, rec.ID, err)
 	}
 	db.opts.Logger.Info("audit records past retention archived and removed from the database",
 		"first", p.First, "last", p.Last, "records", p.Count, "archive", path, "sha256", sum)
 	return nil
+}
+
+// keptSum is the kept_sha256 of the records seqs (keptLine).
+func (db *DB) keptSum(ctx context.Context, seqs []int64) (string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT seq, id, call_id, kind, time, hash FROM records
+		WHERE seq >= ? AND seq <= ? ORDER BY seq`, seqs[0], seqs[len(seqs)-1])
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	h := sha256.New()
+	var b []byte
+	i := 0
+	for rows.Next() {
+		var r guard.Record
+		var at string
+		if err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &at, &r.Hash); err != nil {
+			return "", err
+		}
+		if i == len(seqs) || seqs[i] != r.Seq {
+			continue
+		}
+		i++
+		r.Time = parseTime(at)
+		b = keptLine(b[:0], &r)
+		h.Write(b)
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if i != len(seqs) {
+		return "", fmt.Errorf("%d of %d records found", i, len(seqs))
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // selection is what choosePrunable found.
@@ -457,4 +510,151 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 		}
 		t.Reset(every)
 	}
+}
+
+// keptLine appends the line a retention record's kept_sha256 covers for
+// one record it names: what its row keeps once its body is gone, which
+// its hash no longer covers in the database.
+func keptLine(b []byte, r *guard.Record) []byte {
+	b = strconv.AppendInt(append(b, '['), r.Seq, 10)
+	for _, s := range []string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Hash} {
+		b = appendString(append(b, ','), s)
+	}
+	return append(b, ']', '\n')
+}
+
+// spans are the runs of consecutive seqs in seqs (sorted).
+func spans(seqs []int64) [][2]int64 {
+	var out [][2]int64
+	for _, s := range seqs {
+		if n := len(out); n > 0 && out[n-1][1] == s-1 {
+			out[n-1][1] = s
+			continue
+		}
+		out = append(out, [2]int64{s, s})
+	}
+	return out
+}
+
+// retentionDetail is the detail of a retention record.
+type retentionDetail struct {
+	First      int64      `json:"first"`
+	Last       int64      `json:"last"`
+	Count      int64      `json:"count"`
+	Records    [][2]int64 `json:"records"`     // the runs of records named, first and last seq
+	KeptSHA256 string     `json:"kept_sha256"` // of their keptLine, in seq order
+	Archive    string     `json:"archive"`
+	SHA256     string     `json:"sha256"`
+	Checkpoint int64      `json:"checkpoint"`
+	Before     string     `json:"before"`
+	Retention  string     `json:"retention"`
+}
+
+// retentionRun is a retention record as Verify checks it.
+type retentionRun struct {
+	seq  int64
+	d    retentionDetail
+	h    hash.Hash // over the keptLine of each record it names, as the walk meets them
+	n    int64
+	late bool // read once the walk had passed records it names: they were not hashed
+}
+
+// retentionSpan is a run of records a retention record names.
+type retentionSpan struct {
+	first, last int64
+	run         *retentionRun
+}
+
+// retentionCheck follows Verify's walk: every pruned record must be named
+// by a retention record after it, and the rows of the records each one
+// names must still be those it hashed (kept_sha256).
+type retentionCheck struct {
+	db     *DB
+	runs   map[int64]*retentionRun // by the retention record's seq
+	spans  []retentionSpan         // not yet reached, by first
+	active []retentionSpan         // reached, not yet passed
+	read   int64                   // the last retention record read
+	at     int64                   // the walk's record
+	buf    []byte
+}
+
+func (db *DB) newRetentionCheck(ctx context.Context) (*retentionCheck, error) {
+	c := &retentionCheck{db: db, runs: map[int64]*retentionRun{}}
+	if db.noPruned {
+		return c, nil
+	}
+	return c, c.load(ctx)
+}
+
+// load reads the retention records after those read before.
+func (c *retentionCheck) load(ctx context.Context) error {
+	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records WHERE kind = ? AND seq > ? ORDER BY seq`,
+		guard.KindRetention, c.read)
+	if err != nil {
+		return fmt.Errorf("retention records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		run := &retentionRun{h: sha256.New()}
+		var text string
+		if err := rows.Scan(&run.seq, &text); err != nil {
+			return fmt.Errorf("retention records: %w", err)
+		}
+		c.read = run.seq
+		if json.Unmarshal([]byte(text), &run.d) != nil {
+			continue // Verify finds it altered, or pruned
+		}
+		c.runs[run.seq] = run
+		for _, s := range run.d.Records {
+			sp := retentionSpan{s[0], s[1], run}
+			switch {
+			case s[1] < c.at:
+				run.late = true
+			case s[0] <= c.at:
+				run.late = run.late || s[0] < c.at
+				c.active = append(c.active, sp)
+			default:
+				c.spans = append(c.spans, sp)
+			}
+		}
+	}
+	slices.SortFunc(c.spans, func(a, b retentionSpan) int { return cmp.Compare(a.first, b.first) })
+	return rows.Err()
+}
+
+// record checks the walk's next record, returning a problem or "".
+func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
+	c.at = r.Seq
+	for len(c.spans) > 0 && c.spans[0].first <= r.Seq {
+		c.active = append(c.active, c.spans[0])
+		c.spans = c.spans[1:]
+	}
+	c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq })
+	if r.Pruned && len(c.active) == 0 {
+		// A retention record appended since the walk began names it?
+		if err := c.load(ctx); err != nil {
+			return err.Error()
+		}
+		c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq || s.first > r.Seq })
+		if len(c.active) == 0 {
+			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record names it: it was removed outside retention", r.Seq, r.ID)
+		}
+	}
+	for _, s := range c.active {
+		if s.run.seq < r.Seq {
+			return fmt.Sprintf("retention record %d names record %d, which comes after it: it was altered", s.run.seq, r.Seq)
+		}
+		c.buf = keptLine(c.buf[:0], r)
+		s.run.h.Write(c.buf)
+		s.run.n++
+	}
+	run := c.runs[r.Seq]
+	if run == nil || r.Kind != guard.KindRetention || run.late {
+		return ""
+	}
+	if run.n != run.d.Count || hex.EncodeToString(run.h.Sum(nil)) != run.d.KeptSHA256 {
+		return fmt.Sprintf("the records retention record %d (id %s) names, %d to %d, were changed since it archived them: their ids, calls, kinds, times or hashes are not those it hashed",
+			r.Seq, r.ID, run.d.First, run.d.Last)
+	}
+	return ""
 }

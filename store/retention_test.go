@@ -298,7 +298,10 @@ func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
 		{"a pruned record's body put back", `UPDATE records SET arguments = '{"path":"/tmp/x"}' WHERE seq = 3`, "marked as pruned but its row holds a body"},
 		{"a pruned record's leaf", `UPDATE tree_hashes SET hash = zeroblob(32) WHERE idx = 3`, "record"},
 		{"a kept record's body", `UPDATE records SET arguments = '{"path":"/etc/passwd"}' WHERE seq = 8`, "record 8 (id"},
-		{"a body removed outside retention", strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 8", 1), "records 8 to 8 lost their bodies"},
+		{"a body removed outside retention", strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 8", 1), "lost its body, but no retention record names it"},
+		{"a pruned record's id", `UPDATE records SET id = 'forged' WHERE seq = 2`, "names, 1 to 6, were changed since it archived them"},
+		{"a pruned record's time", `UPDATE records SET time = '2024-01-01T00:00:00.000Z' WHERE seq = 5`, "names, 1 to 6, were changed since"},
+		{"a retention record's detail", `UPDATE records SET detail = '{}' WHERE kind = 'retention'`, "record 1 (id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "guard.db")

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -125,7 +124,10 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	edge := &treeEdge{}
 	var buf []byte
 	var prev *guard.Record
-	var pending prunedRuns
+	ret, err := db.newRetentionCheck(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
 	checked := 0
 	// Checkpoints of size 0 hold nothing to check.
 	for cps.peek(problem) != nil && cps.peek(problem).c.Size == 0 {
@@ -147,9 +149,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		// A pruned record's hash is not recomputed (its body is in an
 		// archive): its link is checked, and its leaf is the tree's.
 		var h string
-		if r.Pruned {
-			pending.add(r.Seq)
-		} else {
+		if !r.Pruned {
 			h, buf = hashRecord(buf, r)
 		}
 		switch {
@@ -170,8 +170,9 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		if rep.Problem != "" {
 			continue
 		}
-		if r.Kind == guard.KindRetention && !r.Pruned {
-			pending.cover(r.Detail)
+		if p := ret.record(ctx, r); p != "" {
+			problem("%s", p)
+			continue
 		}
 		var leaf *tlog.Hash
 		if !r.Pruned {
@@ -213,9 +214,6 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	}
 	if err := cps.err(); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
-	}
-	if len(pending) > 0 && rep.Problem == "" {
-		problem("records %d to %d lost their bodies, but no retention record after them names them: they were removed outside retention", pending[0][0], pending[0][1])
 	}
 	if rep.Records > 0 && v == nil {
 		noKey()
@@ -317,41 +315,6 @@ func hasBody(r *guard.Record) bool {
 		}
 	}
 	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0
-}
-
-// prunedRuns are the runs of pruned records (first and last seq) that no
-// retention record read so far names: each must be named by one that
-// follows it in the chain.
-type prunedRuns [][2]int64
-
-// add notes a pruned record.
-func (p *prunedRuns) add(seq int64) {
-	if n := len(*p); n > 0 && (*p)[n-1][1] == seq-1 {
-		(*p)[n-1][1] = seq
-		return
-	}
-	*p = append(*p, [2]int64{seq, seq})
-}
-
-// cover drops the records a retention record's detail names.
-func (p *prunedRuns) cover(detail string) {
-	var d struct {
-		First int64 `json:"first"`
-		Last  int64 `json:"last"`
-	}
-	if json.Unmarshal([]byte(detail), &d) != nil || d.First < 1 || d.Last < d.First {
-		return
-	}
-	var out prunedRuns
-	for _, r := range *p {
-		if r[0] < d.First {
-			out = append(out, [2]int64{r[0], min(r[1], d.First-1)})
-		}
-		if r[1] > d.Last {
-			out = append(out, [2]int64{max(r[0], d.Last+1), r[1]})
-		}
-	}
-	*p = out
 }
 
 // checkpointStream merges the checkpoints kept in the database (rows, in
