@@ -85,6 +85,9 @@ type Audit struct {
 	VerifyEvery time.Duration
 	// Retention is how long records keep their bodies in the database.
 	Retention time.Duration
+	// ArchiveDir is where retention writes the archives of the records
+	// whose bodies it removes ("": archive/ beside the database).
+	ArchiveDir string
 	// Checkpoints: how often one is signed, and where each is also sent
 	// so that a witness outside the machine holds it ("file:///dir",
 	// "syslog", "https://...").
@@ -734,6 +737,7 @@ func (p *parser) audit(n *yaml.Node, a *Audit) error {
 		"key_file":     func(n *yaml.Node) error { return p.str(&a.KeyFile)(n) },
 		"verify_every": p.optDuration(&a.VerifyEvery),
 		"retention":    p.optDuration(&a.Retention),
+		"archive_dir":  func(n *yaml.Node) error { return p.str(&a.ArchiveDir)(n) },
 		"checkpoints": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"every": p.duration(&a.Checkpoints.Every),

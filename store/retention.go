@@ -156,14 +156,14 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 		return fmt.Errorf("retention: records %d to %d: %w", p.First, p.Last, err)
 	}
 	d := retentionDetail{First: p.First, Last: p.Last, Count: p.Count, Records: spans(seqs), KeptSHA256: kept,
-		Archive: filepath.Base(path), SHA256: sum, Checkpoint: c.Size, Before: fmtTime(cutoff), Retention: o.Retention.String()}
+		Archive: filepath.Base(path), SHA256: sum, Checkpoint: c.Size, Before: fmtTime(cutoff), Retention: days(o.Retention)}
 	text, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	rec := &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(text),
 		Reason: fmt.Sprintf("the bodies of %d records from %d to %d, past retention (%s), were archived in %s and removed from the database",
-			p.Count, p.First, p.Last, o.Retention, filepath.Base(path))}
+			p.Count, p.First, p.Last, days(o.Retention), filepath.Base(path))}
 	if err := db.Append(rec); err != nil {
 		return fmt.Errorf("retention: the record of records %d to %d: %w", p.First, p.Last, err)
 	}
@@ -182,6 +182,14 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	db.opts.Logger.Info("audit records past retention archived and removed from the database",
 		"first", p.First, "last", p.Last, "records", p.Count, "archive", path, "sha256", sum)
 	return nil
+}
+
+// days writes a retention as the configuration does: 400d, or 36h.
+func days(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
 }
 
 // keptSum is the kept_sha256 of the records seqs (keptLine).
@@ -463,24 +471,31 @@ func (db *DB) keepRun(ctx context.Context, p *Pruned, resume int64, problem stri
 	return nil
 }
 
+// ErrRetentionRunning is PruneIfDue's error when another process runs
+// the retention job on the database.
+var ErrRetentionRunning = errors.New("retention: another guard process is running the retention job on this database")
+
 // PruneIfDue runs a retention round (Prune) unless a process on the
-// database did within every; processes sharing the database take turns:
-// one that finds another running the job skips. It returns what the
-// round archived.
+// database did within every (0: it is always due); processes sharing the
+// database take turns: one that finds another running the job skips
+// (ErrRetentionRunning). It returns what the round archived.
 func (db *DB) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Duration) ([]Pruned, error) {
 	if o.Retention <= 0 {
 		return nil, nil
 	}
 	unlock, ok, err := tryLockFile(db.opts.Path + retentionLock)
-	if err != nil || !ok {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	if !ok {
+		return nil, ErrRetentionRunning
 	}
 	defer unlock()
 	last, err := db.LastRetention(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if last != nil && db.opts.Now().Sub(last.Time) < every {
+	if last != nil && every > 0 && db.opts.Now().Sub(last.Time) < every {
 		return nil, nil
 	}
 	return db.Prune(ctx, o)
@@ -505,7 +520,7 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 			return
 		case <-t.C:
 		}
-		if _, err := db.PruneIfDue(ctx, o, every); err != nil && ctx.Err() == nil {
+		if _, err := db.PruneIfDue(ctx, o, every); err != nil && ctx.Err() == nil && !errors.Is(err, ErrRetentionRunning) {
 			db.opts.Logger.Error("audit retention", "err", err)
 		}
 		t.Reset(every)

@@ -41,6 +41,25 @@ func keyPath(st *settings) string {
 	return p
 }
 
+// retentionOptions are the retention job's options of the resolved
+// settings: audit.retention, and audit.archive_dir (relative to the
+// configuration's directory), else archive/ beside the database.
+func retentionOptions(st *settings) store.RetentionOptions {
+	return store.RetentionOptions{Retention: st.Config.Audit.Retention, ArchiveDir: archiveDir(st)}
+}
+
+// archiveDir is where retention writes its archives.
+func archiveDir(st *settings) string {
+	p := st.Config.Audit.ArchiveDir
+	if p == "" {
+		return store.ArchiveDir(st.DBPath)
+	}
+	if !filepath.IsAbs(p) && st.ConfigPath != "" {
+		p = filepath.Join(filepath.Dir(st.ConfigPath), p)
+	}
+	return p
+}
+
 // treeMetrics adds the tree's counters to a serving process's metrics.
 func treeMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {

@@ -217,7 +217,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	}
 	db := st.DBPath
 	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
-		db + ".decisions.lock", db + ".verify.lock",
+		db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock",
 		keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
@@ -228,7 +228,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		}
 		// So are the database's lock files, which the store makes when
 		// it first needs them.
-		for _, lock := range []string{db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock"} {
+		for _, lock := range []string{db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock"} {
 			if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 				f.Close()
 			}
@@ -238,6 +238,16 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		if err := os.MkdirAll(db+".journal", 0o700); err != nil {
 			logger.Warn("cannot create the audit journal's directory", "dir", db+".journal", "err", err)
 		}
+	}
+	if st.Config.Audit.Retention > 0 {
+		// The archives retention writes hold the records' bodies: their
+		// directory is made now, so that it is hidden as itself.
+		if create {
+			if err := os.MkdirAll(archiveDir(st), 0o700); err != nil {
+				logger.Warn("cannot create the audit archives' directory", "dir", archiveDir(st), "err", err)
+			}
+		}
+		files = append(files, archiveDir(st))
 	}
 	if _, err := os.Lstat(db + ".journals"); err == nil {
 		// An earlier version's journals, until a writable open moves them in.

@@ -49,7 +49,7 @@ func TestSandboxHide(t *testing.T) {
 	want := []string{
 		filepath.Join(home, ".config/guard"), filepath.Join(home, ".local/share/guard"), own,
 		db, db + "-shm", db + "-wal", db + ".checkpoint", db + ".journal", db + ".journals", db + ".lock",
-		db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock",
+		db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock",
 		filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token"), filepath.Join(shared, exposedMarker),
 	}
 	slices.Sort(want)

@@ -119,6 +119,9 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).
 	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
+	// And in removing the bodies of records past audit.retention, at start
+	// and then hourly, one process at a time (store.PruneIfDue).
+	bg.Go(func() { db.RunRetention(ctx, retentionOptions(st), store.RetentionEvery) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
