@@ -230,6 +230,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
+	if err := db.fillCallIndex(ctx, false); err != nil {
+		return fail(err)
+	}
 	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
