@@ -91,6 +91,8 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&f.DecidedBy, "decided-by", "", "only calls decided by this `rule or person` (\"default\": the default policy)")
 	fs.StringVar(&f.Decision, "decision", "", "only this `decision` ("+strings.Join(decisions, ", ")+")")
 	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` ("+strings.Join(outcomes, ", ")+")")
+	fs.StringVar(&f.Approval, "approval", "", "only calls whose records carry this approval `id`")
+	fs.StringVar(&f.Text, "text", "", "only calls whose arguments or result hold all these `words` (\"a phrase\", prefix*; no operators)")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -102,6 +104,12 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}} {
 		if e.v != "" && !slices.Contains(e.allowed, e.v) {
 			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
+			return exitUsage
+		}
+	}
+	if f.Text != "" {
+		if _, err := store.MatchExpr(f.Text); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: --text %q: %v\n", f.Text, err)
 			return exitUsage
 		}
 	}
@@ -145,7 +153,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		_ = w.Write(store.CallColumns)
 		err = db.Query(ctx, f, func(c *store.Call) error {
 			return w.Write([]string{c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
-				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Outcome, c.Result,
+				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result,
 				strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
 				strconv.FormatInt(c.DurationMS, 10), c.Detail, c.Hash})
 		})
