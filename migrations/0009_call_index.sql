@@ -72,3 +72,8 @@ FROM call_index c
 JOIN records q ON q.seq = c.req_seq
 JOIN records d ON d.seq = c.dec_seq
 LEFT JOIN records o ON o.seq = c.out_seq;
+
+-- The records that are not a call's (decisions, tool reviews, learned
+-- rules, configuration loads, lifecycle, events), by kind and time, for
+-- guard audit query --kind. Calls' records are not in it.
+CREATE INDEX records_kind ON records (kind, time) WHERE kind NOT IN ('request', 'outcome');

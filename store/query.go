@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // Filter selects invocations for Query; each field set must match.
@@ -259,3 +261,64 @@ func (db *DB) needCallIndex(ctx context.Context) error {
 
 // callIndexMigration is the migration that adds the call index.
 const callIndexMigration = 9
+
+// RecordKinds are the kinds of record QueryRecords lists: those that are
+// not a call's request or outcome.
+var RecordKinds = []string{guard.KindDecision, guard.KindToolReview, guard.KindRuleAdded, guard.KindConfig,
+	guard.KindLifecycle, guard.KindEvent}
+
+// ErrCallsOnly is returned by QueryRecords for a filter that only calls
+// have (Outcome, Text, ID, paging).
+var ErrCallsOnly = errors.New("this filter applies to calls only")
+
+// QueryRecords calls fn for each record of a kind in RecordKinds that
+// matches f, newest first (by time, then seq). Outcome, Text, ID, Before
+// and After do not apply to them.
+func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
+	if !slices.Contains(RecordKinds, kind) {
+		return fmt.Errorf("records: kind %q: want one of %s", kind, strings.Join(RecordKinds, ", "))
+	}
+	if f.Outcome != "" || f.Text != "" || f.ID != "" || f.Before != 0 || f.After != 0 {
+		return fmt.Errorf("records: %w", ErrCallsOnly)
+	}
+	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
+	args := []any{kind}
+	if !f.Since.IsZero() {
+		where, args = append(where, "time >= ?"), append(args, fmtTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
+	}
+	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision},
+		{"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}, {"approval", f.Approval}} {
+		if c.v != "" {
+			where, args = append(where, c.col+" = ?"), append(args, c.v)
+		}
+	}
+	q := selectRecord + " INDEXED BY records_kind WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
+	if f.Limit > 0 {
+		q += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	if err := db.needCallIndex(ctx); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	db.caughtUp(ctx)
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	return nil
+}

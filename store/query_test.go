@@ -399,3 +399,58 @@ func TestMatchExpr(t *testing.T) {
 		}
 	}
 }
+
+// QueryRecords lists the records of a kind that is not a call's, newest
+// first, with the filters that apply to them.
+func TestQueryRecordsOfAKind(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	queryLog(t, db, 10)
+	for i, r := range []*guard.Record{
+		{CallID: "call-005", Kind: guard.KindDecision, Decision: guard.DecisionAllowed, DecidedBy: "alice", Approval: "appr-5"},
+		{Kind: guard.KindLifecycle, Method: "start"},
+		{CallID: "call-001", Kind: guard.KindDecision, Decision: guard.DecisionDenied, DecidedBy: "bob", Server: "db"},
+		{Kind: guard.KindConfig, Detail: `{"digest":"sha256:ab"}`},
+		{CallID: "call-002", Kind: guard.KindDecision, Decision: guard.DecisionDenied, DecidedBy: "expiry"},
+	} {
+		r.ID, r.Time = fmt.Sprintf("rec-%d", i), at.Add(time.Duration(i)*time.Minute)
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(kind string, f Filter) []string {
+		t.Helper()
+		var got []string
+		if err := db.QueryRecords(context.Background(), kind, f, func(r *guard.Record) error { got = append(got, r.ID); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		kind string
+		f    Filter
+		want []string
+	}{
+		{guard.KindDecision, Filter{}, []string{"rec-4", "rec-2", "rec-0"}},
+		{guard.KindDecision, Filter{Decision: guard.DecisionDenied, Limit: 1}, []string{"rec-4"}},
+		{guard.KindDecision, Filter{DecidedBy: "alice"}, []string{"rec-0"}},
+		{guard.KindDecision, Filter{Approval: "appr-5"}, []string{"rec-0"}},
+		{guard.KindDecision, Filter{Server: "db"}, []string{"rec-2"}},
+		{guard.KindDecision, Filter{Since: at.Add(time.Minute), Until: at.Add(3 * time.Minute)}, []string{"rec-2"}},
+		{guard.KindLifecycle, Filter{}, []string{"rec-1"}},
+		{guard.KindConfig, Filter{}, []string{"rec-3"}},
+		{guard.KindToolReview, Filter{}, nil},
+	} {
+		if got := ids(tc.kind, tc.f); !slices.Equal(got, tc.want) {
+			t.Errorf("%s %+v: %v, want %v", tc.kind, tc.f, got, tc.want)
+		}
+	}
+	ctx := context.Background()
+	if err := db.QueryRecords(ctx, guard.KindRequest, Filter{}, func(*guard.Record) error { return nil }); err == nil {
+		t.Error("request records listed as records of a kind")
+	}
+	if err := db.QueryRecords(ctx, guard.KindDecision, Filter{Text: "x"}, func(*guard.Record) error { return nil }); !errors.Is(err, ErrCallsOnly) {
+		t.Errorf("text on decisions: %v", err)
+	}
+}

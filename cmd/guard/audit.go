@@ -93,6 +93,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` ("+strings.Join(outcomes, ", ")+")")
 	fs.StringVar(&f.Approval, "approval", "", "only calls whose records carry this approval `id`")
 	fs.StringVar(&f.Text, "text", "", "only calls whose arguments or result hold all these `words` (\"a phrase\", prefix*; no operators)")
+	kind := fs.String("kind", "call", "what to list: `call` (invocations), or the records of a kind that is not a call's ("+strings.Join(store.RecordKinds, ", ")+")")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -101,11 +102,15 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	for _, e := range []struct {
 		flag, v string
 		allowed []string
-	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}} {
+	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}, {"kind", *kind, append([]string{"call"}, store.RecordKinds...)}} {
 		if e.v != "" && !slices.Contains(e.allowed, e.v) {
 			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
 			return exitUsage
 		}
+	}
+	if *kind != "call" && (f.Outcome != "" || f.Text != "") {
+		fmt.Fprintf(a.stderr, "guard audit query: --outcome and --text apply to calls only, not to --kind %s\n", *kind)
+		return exitUsage
 	}
 	if f.Text != "" {
 		if _, err := store.MatchExpr(f.Text); err != nil {
@@ -143,6 +148,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
+	if *kind != "call" {
+		return auditRecords(ctx, a, db, *kind, f, *format)
+	}
 	switch *format {
 	case "jsonl":
 		enc := json.NewEncoder(a.stdout)

@@ -90,3 +90,40 @@ func TestAuditQueryByApprovalAndText(t *testing.T) {
 		t.Errorf("--text without words: exit %d, %q", code, stderr)
 	}
 }
+
+// guard audit query --kind lists records that are not calls; an unknown
+// kind, or a calls-only filter with one, is bad usage.
+func TestAuditQueryKind(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), store.Options{Path: filepath.Join(dir, "data", "guard", "guard.db"), Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Append(&guard.Record{CallID: "c1", Kind: guard.KindRequest, Server: "db", Tool: "drop_table", Decision: guard.DecisionHeld},
+		&guard.Record{CallID: "c1", Kind: guard.KindDecision, Server: "db", Tool: "drop_table", Decision: guard.DecisionDenied,
+			DecidedBy: "alice", Reason: "not today", Approval: "appr-1"},
+		&guard.Record{Kind: guard.KindLifecycle, Method: "start"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	stdout, stderr, code := run(t, dir, "audit", "query", "--kind", "decision", "--format", "jsonl")
+	var r guard.Record
+	if code != 0 || json.Unmarshal([]byte(stdout), &r) != nil || r.DecidedBy != "alice" || r.Approval != "appr-1" || r.Kind != guard.KindDecision {
+		t.Fatalf("--kind decision: exit %d %q %q", code, stdout, stderr)
+	}
+	if stdout, _, code := run(t, dir, "audit", "query", "--kind", "lifecycle"); code != 0 || !strings.Contains(stdout, "lifecycle") || strings.Contains(stdout, "drop_table") {
+		t.Errorf("--kind lifecycle: exit %d %q", code, stdout)
+	}
+	if stdout, _, code := run(t, dir, "audit", "query", "--kind", "decision", "--format", "csv", "--decided-by", "bob"); code != 0 || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("--kind decision --decided-by bob: exit %d %q", code, stdout)
+	}
+	for _, args := range [][]string{{"--kind", "calls"}, {"--kind", "request"}, {"--kind", "decision", "--text", "x"}, {"--kind", "event", "--outcome", "ok"}} {
+		_, stderr, code := run(t, dir, append([]string{"audit", "query"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--") {
+			t.Errorf("%v: exit %d %q, want 2", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := run(t, dir, "audit", "query", "--kind", "calls"); !strings.Contains(stderr, "want one of call, decision, tool_review, rule_added, config, lifecycle, event") {
+		t.Errorf("unknown kind: %q", stderr)
+	}
+}
