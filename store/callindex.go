@@ -51,7 +51,7 @@ func keyMillis(t time.Time) int64 {
 // which cost more than all the rest.
 const (
 	selectCallKey = `SELECT (SELECT k FROM call_index WHERE call_id = ?2),
- (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576)`
+ (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
 	insertCall = `INSERT INTO call_index (k, call_id, req_seq, dec_seq, server, tool, client, session, decision, decided_by, approval)
  VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
 	selectCall = `SELECT k, req_seq, out_seq, decision, decided_by FROM call_index WHERE call_id = ?1`
@@ -189,6 +189,11 @@ func (ix *callIndexer) request(ctx context.Context, r *guard.Record) error {
 	k := base
 	if last, ok := ix.row[1].(int64); ok {
 		k = last + 1
+	}
+	if k >= base+1<<keyRankBits {
+		// A millisecond with more calls than a key can rank (a clock
+		// that stood still): the call goes after every other.
+		k = ix.row[2].(int64) + 1
 	}
 	if _, err := ix.exec(ctx, ix.ins, k, r.CallID, r.Seq, r.Server, r.Tool, r.Client, r.Session,
 		r.Decision, r.DecidedBy, r.Approval); err != nil {

@@ -452,3 +452,31 @@ func TestQueryRecordsOfAKind(t *testing.T) {
 		t.Errorf("text on decisions: %v", err)
 	}
 }
+
+// A millisecond whose keys are all taken (a clock that stood still for a
+// million calls) does not stop the ingester: the next call of that
+// millisecond goes after every other.
+func TestAFullMillisecondDoesNotStopTheIngester(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	later := &guard.Record{CallID: "later", Kind: guard.KindRequest, Time: at.Add(time.Second)}
+	if err := db.Append(later); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	raw := rawDB(t, path)
+	full := keyMillis(at) + 1<<keyRankBits - 1
+	if _, err := raw.Exec(`INSERT INTO call_index (k, call_id, req_seq, dec_seq) VALUES (?, 'filler', 1, 1)`, full); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	if err := db.Append(&guard.Record{CallID: "stuck", Kind: guard.KindRequest, Time: at}); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryIDs(t, db, Filter{Limit: 2}); !slices.Equal(got, []string{"stuck", "later"}) {
+		t.Fatalf("newest calls %v", got)
+	}
+}
