@@ -280,6 +280,13 @@ func TestADecisionRecordChangesTheCall(t *testing.T) {
 		c.Approval != "appr-1" || c.Outcome != guard.OutcomeAwaitingApproval || c.Time != fmtTime(at) {
 		t.Fatalf("after the decision: %+v", c)
 	}
+	// The calls view says the same, for those who read it with SQL.
+	var v [5]string
+	if err := db.r.QueryRow(`SELECT decision, decided_by, reason, approval, outcome FROM calls WHERE id = 'held-1'`).Scan(
+		&v[0], &v[1], &v[2], &v[3], &v[4]); err != nil || v != [5]string{guard.DecisionDenied, "alice@example.com", "not on a Friday",
+		"appr-1", guard.OutcomeAwaitingApproval} {
+		t.Fatalf("calls view: %v %v", v, err)
+	}
 	for _, tc := range []struct {
 		f    Filter
 		want int
