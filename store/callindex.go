@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -320,43 +319,11 @@ func (ix *callIndexer) query1(ctx context.Context, st driverStmt, args ...any) (
 	return ix.row[0], true, nil
 }
 
-// fillCallIndex makes the call index from the records, in SQL with the
-// same rules as the ingester (callIndexer.add). The tables must be empty.
-const fillCallIndex = `
-INSERT INTO call_index (k, call_id, req_seq, dec_seq, server, tool, client, session, decision, decided_by, approval)
-SELECT (ms << 20) + row_number() OVER (PARTITION BY ms ORDER BY seq) - 1,
-       call_id, seq, seq, server, tool, client, session, decision, decided_by, approval
-FROM (SELECT min(max(unixepoch(q.time) * 1000 + CAST(substr(q.time, 21, 3) AS INTEGER), 0), 4398046511103) AS ms, q.*
-      FROM records q
-      WHERE q.kind = 'request'
-        AND q.seq = (SELECT min(seq) FROM records WHERE call_id = q.call_id AND kind = 'request'))
-ORDER BY seq;
-
-UPDATE call_index AS c SET out_seq = o.seq, outcome = o.outcome
-FROM (SELECT r.call_id, r.seq, r.outcome FROM records r WHERE r.kind = 'outcome'
-      AND r.seq = (SELECT max(seq) FROM records WHERE call_id = r.call_id AND kind = 'outcome')) AS o
-WHERE o.call_id = c.call_id AND o.seq > c.req_seq;
-
-UPDATE call_index AS c SET dec_seq = d.seq, decision = d.decision, decided_by = d.decided_by
-FROM (SELECT r.call_id, r.seq, r.decision, r.decided_by FROM records r
-      WHERE r.kind IN ('outcome', 'decision') AND r.decision != ''
-      AND r.seq = (SELECT max(seq) FROM records WHERE call_id = r.call_id AND kind IN ('outcome', 'decision') AND decision != '')) AS d
-WHERE d.call_id = c.call_id AND d.seq > c.req_seq;
-
-UPDATE call_index AS c SET approval = a.approval
-FROM (SELECT r.call_id, r.seq, r.approval FROM records r
-      WHERE r.kind IN ('outcome', 'decision') AND r.approval != ''
-      AND r.seq = (SELECT max(seq) FROM records WHERE call_id = r.call_id AND kind IN ('outcome', 'decision') AND approval != '')) AS a
-WHERE a.call_id = c.call_id AND a.seq > c.req_seq;
-
-INSERT INTO call_text (rowid, arguments, result)
-SELECT c.k, q.arguments, coalesce(o.result, '')
-FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
-WHERE q.arguments != '' OR o.result != '';
-`
-
 // clearCallIndex empties the call index.
 const clearCallIndex = `DELETE FROM call_index; INSERT INTO call_text (call_text) VALUES ('delete-all');`
+
+// fillBatch is how many records the fill hands the indexer at a time.
+const fillBatch = 4096
 
 // RebuildCallIndex makes the call index again from the records, in one
 // transaction: for a database whose index was damaged or written by a
@@ -369,27 +336,15 @@ func (db *DB) RebuildCallIndex(ctx context.Context) error {
 	return db.fillCallIndex(ctx, true)
 }
 
-// fillCallIndex fills the call index from the records in a transaction
-// of its own: after clearing it when rebuild, else only when it is empty
-// and there are calls (a database of an earlier version, just migrated).
+// fillCallIndex makes the call index from the records with the
+// ingester's own indexer, in seq order, in one transaction on the audit
+// writer's connection: after clearing it when rebuild, else only when it
+// is empty and there are calls (a database of an earlier version, just
+// migrated).
 func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
-	conn, err := db.w.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("call index: %w", err)
-	}
-	defer conn.Close()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("call index: %w", err)
-	}
-	defer tx.Rollback()
-	if rebuild {
-		if _, err := tx.ExecContext(ctx, clearCallIndex); err != nil {
-			return fmt.Errorf("call index: clear: %w", err)
-		}
-	} else {
+	if !rebuild {
 		var indexed, calls bool
-		err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index),
+		err := db.w.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index),
 			EXISTS (SELECT 1 FROM records WHERE kind = 'request')`).Scan(&indexed, &calls)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
@@ -398,17 +353,91 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 			return nil
 		}
 	}
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	if db.wc == nil {
+		wc, err := newWriterConn(ctx, db.aw)
+		if err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
+		db.wc = wc
+	}
 	start := time.Now()
-	if _, err := tx.ExecContext(ctx, fillCallIndex); err != nil {
-		return fmt.Errorf("call index: fill: %w", err)
-	}
-	var n int64
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM call_index`).Scan(&n); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	n := 0
+	wc := db.wc
+	err := wc.conn.Raw(func(dc any) error {
+		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		n0, err := db.fillFrom(ctx, dc, rebuild)
+		if err == nil {
+			_, err = wc.commit.ExecContext(ctx, nil)
+		}
+		n = n0
+		return err
+	})
+	if err != nil {
+		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
+			db.wc = nil
+			_ = wc.discard()
+		}
 		return fmt.Errorf("call index: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("call index: %w", err)
-	}
-	db.opts.Logger.Info("call index made from the audit records", "calls", n, "took", time.Since(start).Round(time.Millisecond))
+	db.opts.Logger.Info("call index made from the audit records", "records", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// fillFrom clears the index when rebuild, then hands every record, in
+// seq order, to the indexer, inside the transaction begun on dc.
+func (db *DB) fillFrom(ctx context.Context, dc any, rebuild bool) (int, error) {
+	wc := db.wc
+	if rebuild {
+		ec, ok := dc.(driver.ExecerContext)
+		if !ok {
+			return 0, errors.New("the driver cannot run a statement")
+		}
+		if _, err := ec.ExecContext(ctx, clearCallIndex, nil); err != nil {
+			return 0, fmt.Errorf("clear: %w", err)
+		}
+	}
+	// Only what the index reads of them: a call's records, with their
+	// text, in seq order (through records_call's rows would be no
+	// faster: every record is read).
+	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, kind, time, session, client, server, tool, arguments,
+		decision, decided_by, outcome, result, approval FROM records
+		WHERE kind IN ('request', 'outcome', 'decision') ORDER BY seq`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	batch := []*appendReq{{}}
+	n := 0
+	flush := func() error {
+		if len(batch[0].recs) == 0 {
+			return nil
+		}
+		n += len(batch[0].recs)
+		err := wc.ix.index(ctx, batch)
+		batch[0].recs = batch[0].recs[:0]
+		return err
+	}
+	for rows.Next() {
+		var r guard.Record
+		var at string
+		if err := rows.Scan(&r.Seq, &r.CallID, &r.Kind, &at, &r.Session, &r.Client, &r.Server, &r.Tool, &r.Arguments,
+			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval); err != nil {
+			return n, err
+		}
+		r.Time = parseTime(at)
+		batch[0].recs = append(batch[0].recs, &r)
+		if len(batch[0].recs) == fillBatch {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return n, err
+	}
+	return n, flush()
 }

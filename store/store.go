@@ -230,13 +230,15 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
-	if err := db.fillCallIndex(ctx, false); err != nil {
-		return fail(err)
-	}
 	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
 	if db.wc, err = newWriterConn(ctx, aw); err != nil {
+		return fail(err)
+	}
+	// Before journals left by processes that stopped are moved in: the
+	// index is filled only while it is empty.
+	if err := db.fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
