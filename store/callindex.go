@@ -338,18 +338,21 @@ func (db *DB) RebuildCallIndex(ctx context.Context) error {
 
 // fillCallIndex makes the call index from the records with the
 // ingester's own indexer, in seq order, in one transaction on the audit
-// writer's connection: after clearing it when rebuild, else only when it
-// is empty and there are calls (a database of an earlier version, just
-// migrated).
+// writer's connection. Unless rebuild, it does so only when the newest
+// call has no row in the index: a database of an earlier version, just
+// migrated, or one that an earlier version wrote to since (records it
+// moved in from its journals, another process of that version). The
+// index is cleared first.
 func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	if !rebuild {
-		var indexed, calls bool
-		err := db.w.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index),
-			EXISTS (SELECT 1 FROM records WHERE kind = 'request')`).Scan(&indexed, &calls)
+		var missing bool
+		err := db.w.QueryRowContext(ctx, `SELECT NOT EXISTS (SELECT 1 FROM call_index WHERE call_id =
+			(SELECT call_id FROM records WHERE kind = 'request' ORDER BY seq DESC LIMIT 1))
+			AND EXISTS (SELECT 1 FROM records WHERE kind = 'request')`).Scan(&missing)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		if indexed || !calls {
+		if !missing {
 			return nil
 		}
 	}
@@ -369,7 +372,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
-		n0, err := db.fillFrom(ctx, dc, rebuild)
+		n0, err := db.fillFrom(ctx, dc)
 		if err == nil {
 			_, err = wc.commit.ExecContext(ctx, nil)
 		}
@@ -387,18 +390,16 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	return nil
 }
 
-// fillFrom clears the index when rebuild, then hands every record, in
-// seq order, to the indexer, inside the transaction begun on dc.
-func (db *DB) fillFrom(ctx context.Context, dc any, rebuild bool) (int, error) {
+// fillFrom clears the index, then hands every record, in seq order, to
+// the indexer, inside the transaction begun on dc.
+func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	wc := db.wc
-	if rebuild {
-		ec, ok := dc.(driver.ExecerContext)
-		if !ok {
-			return 0, errors.New("the driver cannot run a statement")
-		}
-		if _, err := ec.ExecContext(ctx, clearCallIndex, nil); err != nil {
-			return 0, fmt.Errorf("clear: %w", err)
-		}
+	ec, ok := dc.(driver.ExecerContext)
+	if !ok {
+		return 0, errors.New("the driver cannot run a statement")
+	}
+	if _, err := ec.ExecContext(ctx, clearCallIndex, nil); err != nil {
+		return 0, fmt.Errorf("clear: %w", err)
 	}
 	// Only what the index reads of them: a call's records, with their
 	// text, in seq order (through records_call's rows would be no

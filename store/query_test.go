@@ -487,3 +487,37 @@ func TestAFullMillisecondDoesNotStopTheIngester(t *testing.T) {
 		t.Fatalf("newest calls %v", got)
 	}
 }
+
+// Calls an earlier version recorded after the index was made (its
+// journals moved in, another process of that version) are indexed when a
+// writable guard next opens the database.
+func TestCallsRecordedWithoutTheIndexAreIndexedAtOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	queryLog(t, db, 12)
+	want := queryIDs(t, db, Filter{})
+	db.Close()
+	raw := rawDB(t, path)
+	// As an earlier version leaves it: the newest calls' records without
+	// their rows.
+	if _, err := raw.Exec(`DELETE FROM call_index WHERE k IN (SELECT k FROM call_index ORDER BY req_seq DESC LIMIT 3)`); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	ro, err := OpenReadOnly(context.Background(), Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryIDs(t, ro, Filter{}); len(got) != len(want)-3 {
+		t.Fatalf("the rows were not removed: %v", got)
+	}
+	ro.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	if got := queryIDs(t, db, Filter{}); !slices.Equal(got, want) {
+		t.Fatalf("after open: %v, want %v", got, want)
+	}
+	if got := queryIDs(t, db, Filter{Text: "alpha"}); len(got) == 0 {
+		t.Fatal("the words were not indexed again")
+	}
+}
