@@ -35,7 +35,7 @@ CREATE INDEX call_index_outcome ON call_index (outcome);
 -- with FTS5's delete command, given the text it was made of.
 CREATE VIRTUAL TABLE call_text USING fts5 (
     arguments, result,
-    content = '',
+    content = '', columnsize = 0,
     tokenize = 'unicode61 remove_diacritics 2'
 );
 
