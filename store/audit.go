@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -144,91 +143,6 @@ func scanRecord(rows *sql.Rows) (*guard.Record, error) {
 		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash)
 	r.Time = parseTime(t)
 	return &r, err
-}
-
-// Filter selects invocations for Query; each field set must match.
-type Filter struct {
-	Since, Until                    time.Time
-	Server, Tool, Decision, Outcome string
-	Client, Session, DecidedBy      string
-	Limit                           int // 0: no limit
-}
-
-// Call is one row of the calls view: one invocation.
-type Call struct {
-	ID           string `json:"id"`
-	Time         string `json:"time"`
-	Session      string `json:"session"`
-	Client       string `json:"client"`
-	Protocol     string `json:"protocol"`
-	Server       string `json:"server"`
-	Direction    string `json:"direction"`
-	Method       string `json:"method"`
-	Tool         string `json:"tool"`
-	Arguments    string `json:"arguments"`
-	Pin          string `json:"pin"`
-	Decision     string `json:"decision"`
-	DecidedBy    string `json:"decided_by"`
-	Reason       string `json:"reason"`
-	Outcome      string `json:"outcome"`
-	Result       string `json:"result"`
-	RequestSize  int64  `json:"request_size"`
-	ResponseSize int64  `json:"response_size"`
-	DurationMS   int64  `json:"duration_ms"`
-	Detail       string `json:"detail"`
-	Hash         string `json:"hash"`
-}
-
-// CallColumns are the calls view's columns, in order.
-var CallColumns = []string{"id", "time", "session", "client", "protocol", "server", "direction", "method", "tool",
-	"arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "request_size",
-	"response_size", "duration_ms", "detail", "hash"}
-
-// Query calls fn for each invocation that matches f, newest first.
-func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
-	db.caughtUp(ctx)
-	var where []string
-	var args []any
-	if !f.Since.IsZero() {
-		where, args = append(where, "time >= ?"), append(args, fmtTime(f.Since))
-	}
-	if !f.Until.IsZero() {
-		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
-	}
-	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision},
-		{"outcome", f.Outcome}, {"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}} {
-		if c.v != "" {
-			where, args = append(where, c.col+" = ?"), append(args, c.v)
-		}
-	}
-	q := `SELECT ` + strings.Join(CallColumns, ", ") + ` FROM calls`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	q += " ORDER BY time DESC, id DESC"
-	if f.Limit > 0 {
-		q += " LIMIT " + strconv.Itoa(f.Limit)
-	}
-	rows, err := db.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("query: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c Call
-		if err := rows.Scan(&c.ID, &c.Time, &c.Session, &c.Client, &c.Protocol, &c.Server, &c.Direction, &c.Method,
-			&c.Tool, &c.Arguments, &c.Pin, &c.Decision, &c.DecidedBy, &c.Reason, &c.Outcome, &c.Result,
-			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash); err != nil {
-			return fmt.Errorf("query: %w", err)
-		}
-		if err := fn(&c); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("query: %w", err)
-	}
-	return nil
 }
 
 // Records calls fn for every record in seq order (events included).

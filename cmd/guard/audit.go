@@ -82,8 +82,9 @@ func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context
 // decisions and outcomes are the values a call's record can hold, which
 // the query's filters accept.
 var (
-	decisions = []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld}
-	outcomes  = []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
+	decisions = []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld,
+		guard.ApprovalApproved, guard.ApprovalExpired, guard.ApprovalWithdrawn}
+	outcomes = []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
 		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
 		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
 )
@@ -101,6 +102,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&f.DecidedBy, "decided-by", "", "only calls decided by this `rule or person` (\"default\": the default policy)")
 	fs.StringVar(&f.Decision, "decision", "", "only this `decision` ("+strings.Join(decisions, ", ")+")")
 	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` ("+strings.Join(outcomes, ", ")+")")
+	fs.StringVar(&f.Approval, "approval", "", "only calls whose records carry this approval `id`")
+	fs.StringVar(&f.Text, "text", "", "only calls whose arguments or result hold all these `words` (\"a phrase\", prefix*; no operators)")
+	kind := fs.String("kind", "call", "what to list: `call` (invocations), or the records of a kind that is not a call's ("+strings.Join(store.RecordKinds, ", ")+")")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -109,9 +113,19 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	for _, e := range []struct {
 		flag, v string
 		allowed []string
-	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}} {
+	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}, {"kind", *kind, append([]string{"call"}, store.RecordKinds...)}} {
 		if e.v != "" && !slices.Contains(e.allowed, e.v) {
 			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
+			return exitUsage
+		}
+	}
+	if *kind != "call" && (f.Outcome != "" || f.Text != "") {
+		fmt.Fprintf(a.stderr, "guard audit query: --outcome and --text apply to calls only, not to --kind %s\n", *kind)
+		return exitUsage
+	}
+	if f.Text != "" {
+		if _, err := store.MatchExpr(f.Text); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: --text %q: %v\n", f.Text, err)
 			return exitUsage
 		}
 	}
@@ -145,6 +159,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
+	if *kind != "call" {
+		return auditRecords(ctx, a, db, *kind, f, *format)
+	}
 	switch *format {
 	case "jsonl":
 		enc := json.NewEncoder(a.stdout)
@@ -155,7 +172,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		_ = w.Write(store.CallColumns)
 		err = db.Query(ctx, f, func(c *store.Call) error {
 			return w.Write([]string{c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
-				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Outcome, c.Result,
+				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result,
 				strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
 				strconv.FormatInt(c.DurationMS, 10), c.Detail, c.Hash})
 		})
