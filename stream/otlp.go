@@ -28,6 +28,7 @@ type otlp struct {
 	provider *sdklog.LoggerProvider
 	logger   otellog.Logger
 	batch    *collect
+	buf      []byte
 	warn     func(msg string, args ...any)
 }
 
@@ -102,7 +103,8 @@ func (o *otlp) send(ctx context.Context, recs []*guard.Record) error {
 			lr.SetSeverity(otellog.SeverityInfo)
 			lr.SetSeverityText("INFO")
 		}
-		lr.SetBody(attribute.StringValue(string(encode(r))))
+		o.buf = appendRecord(o.buf[:0], r)
+		lr.SetBody(attribute.StringValue(string(o.buf)))
 		lr.AddAttributes(attributes(r)...)
 		o.logger.Emit(ctx, lr)
 	}

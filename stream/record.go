@@ -1,85 +1,115 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
+	"unicode/utf8"
 
 	guard "github.com/guard-mcp/guard"
 )
 
-// wireRecord is a record as the stream sends it: the audit record's fields
-// under their names, with arguments, result and detail as JSON values
-// (as text when they do not hold JSON), so that a receiver can index
-// into them.
-type wireRecord struct {
-	Seq          int64           `json:"seq"`
-	ID           string          `json:"id"`
-	CallID       string          `json:"call_id"`
-	Kind         string          `json:"kind"`
-	Time         string          `json:"time"`
-	Session      string          `json:"session,omitempty"`
-	Client       string          `json:"client,omitempty"`
-	Protocol     string          `json:"protocol,omitempty"`
-	Server       string          `json:"server,omitempty"`
-	Direction    string          `json:"direction,omitempty"`
-	Method       string          `json:"method,omitempty"`
-	Tool         string          `json:"tool,omitempty"`
-	Arguments    json.RawMessage `json:"arguments,omitempty"`
-	Pin          string          `json:"pin,omitempty"`
-	Decision     string          `json:"decision,omitempty"`
-	DecidedBy    string          `json:"decided_by,omitempty"`
-	Approval     string          `json:"approval,omitempty"`
-	Reason       string          `json:"reason,omitempty"`
-	Outcome      string          `json:"outcome,omitempty"`
-	Result       json.RawMessage `json:"result,omitempty"`
-	RequestSize  int64           `json:"request_size,omitempty"`
-	ResponseSize int64           `json:"response_size,omitempty"`
-	DurationMS   int64           `json:"duration_ms,omitempty"`
-	Detail       json.RawMessage `json:"detail,omitempty"`
-	PrevHash     string          `json:"prev_hash"`
-	Hash         string          `json:"hash"`
-}
-
 // timeLayout is the audit record's: RFC 3339, UTC, milliseconds.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// encode returns the record as the JSON object the stream sends.
-func encode(r *guard.Record) []byte {
-	w := wireRecord{
-		Seq: r.Seq, ID: r.ID, CallID: r.CallID, Kind: r.Kind, Time: r.Time.UTC().Format(timeLayout),
-		Session: r.Session, Client: r.Client, Protocol: r.Protocol, Server: r.Server, Direction: r.Direction,
-		Method: r.Method, Tool: r.Tool, Arguments: jsonValue(r.Arguments), Pin: r.Pin, Decision: r.Decision,
-		DecidedBy: r.DecidedBy, Approval: r.Approval, Reason: r.Reason, Outcome: r.Outcome, Result: jsonValue(r.Result),
-		RequestSize: r.RequestSize, ResponseSize: r.ResponseSize, DurationMS: r.DurationMS, Detail: jsonValue(r.Detail),
-		PrevHash: r.PrevHash, Hash: r.Hash,
-	}
-	b, err := json.Marshal(&w)
-	if err != nil {
-		// Only a value json.Valid accepted is embedded: unreachable, but a
-		// record is never dropped for it.
-		w.Arguments, w.Result, w.Detail = textValue(r.Arguments), textValue(r.Result), textValue(r.Detail)
-		b, _ = json.Marshal(&w)
-	}
-	return b
+// appendRecord appends the record as the JSON object the stream sends:
+// the audit record's fields under their names (empty ones left out but
+// seq, id, call_id, kind, time, prev_hash and hash), with arguments,
+// result and detail as JSON values (as strings when they do not hold
+// JSON), so that a receiver can index into them.
+func appendRecord(b []byte, r *guard.Record) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, r.Seq, 10)
+	b = member(b, "id", r.ID, true)
+	b = member(b, "call_id", r.CallID, true)
+	b = member(b, "kind", r.Kind, true)
+	b = append(b, `,"time":"`...)
+	b = r.Time.UTC().AppendFormat(b, timeLayout)
+	b = append(b, '"')
+	b = member(b, "session", r.Session, false)
+	b = member(b, "client", r.Client, false)
+	b = member(b, "protocol", r.Protocol, false)
+	b = member(b, "server", r.Server, false)
+	b = member(b, "direction", r.Direction, false)
+	b = member(b, "method", r.Method, false)
+	b = member(b, "tool", r.Tool, false)
+	b = value(b, "arguments", r.Arguments)
+	b = member(b, "pin", r.Pin, false)
+	b = member(b, "decision", r.Decision, false)
+	b = member(b, "decided_by", r.DecidedBy, false)
+	b = member(b, "approval", r.Approval, false)
+	b = member(b, "reason", r.Reason, false)
+	b = member(b, "outcome", r.Outcome, false)
+	b = value(b, "result", r.Result)
+	b = count(b, "request_size", r.RequestSize)
+	b = count(b, "response_size", r.ResponseSize)
+	b = count(b, "duration_ms", r.DurationMS)
+	b = value(b, "detail", r.Detail)
+	b = member(b, "prev_hash", r.PrevHash, true)
+	b = member(b, "hash", r.Hash, true)
+	return append(b, '}')
 }
 
-// jsonValue is text that holds JSON as that value, other text as a JSON
-// string, and no text as nothing.
-func jsonValue(s string) json.RawMessage {
-	if s == "" {
-		return nil
+// encode returns the record's JSON object.
+func encode(r *guard.Record) []byte { return appendRecord(nil, r) }
+
+func member(b []byte, name, v string, always bool) []byte {
+	if v == "" && !always {
+		return b
 	}
-	if json.Valid([]byte(s)) {
-		return json.RawMessage(s)
-	}
-	return textValue(s)
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendString(b, v)
 }
 
-func textValue(s string) json.RawMessage {
-	if s == "" {
-		return nil
+func count(b []byte, name string, v int64) []byte {
+	if v == 0 {
+		return b
 	}
-	b, _ := json.Marshal(s)
-	return b
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+// value appends text that holds JSON as that value (compacted: a record
+// is one line), and other text as a string.
+func value(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	if !json.Valid([]byte(v)) {
+		return member(b, name, v, true)
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 { // whitespace between tokens
+			var buf bytes.Buffer
+			_ = json.Compact(&buf, []byte(v))
+			return append(b, buf.Bytes()...)
+		}
+	}
+	return append(b, v...)
+}
+
+// appendString appends s as a JSON string; bytes that are not UTF-8
+// become U+FFFD. Most of a record's strings need no escaping.
+func appendString(b []byte, s string) []byte {
+	plain := utf8.ValidString(s)
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c != '"' && c != '\\'
+	}
+	if !plain {
+		q, _ := json.Marshal(s)
+		return append(b, q...)
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // Severity is how much a record matters to whoever watches the stream.

@@ -209,6 +209,9 @@ const (
 	// confirmEvery and confirmRecords bound a window under load.
 	confirmEvery   = 5 * time.Second
 	confirmRecords = 20000
+	// gather is how long the streamer lets commits gather once woken by
+	// one, so that a stream under load reads and sends in batches.
+	gather = 50 * time.Millisecond
 	// cursorEvery is the least time between two writes of a cursor while
 	// records keep coming (duplicates after a crash are bounded by it).
 	cursorEvery = time.Second
@@ -230,8 +233,9 @@ type follower struct {
 	pending int       // records in it
 	wrote   time.Time // when the cursor was last written
 
-	down   time.Time // since when the receiver has been failing
-	behind bool      // said to be behind
+	down    time.Time // since when the receiver has been failing
+	behind  bool      // said to be behind
+	checked time.Time // when the lag was last looked at
 }
 
 // run follows the log until lctx ends (the lease lost, or ctx ended);
@@ -293,6 +297,11 @@ func (f *follower) run(ctx, lctx context.Context, r policy.Stream) {
 		select {
 		case <-lctx.Done():
 		case <-wake:
+			// More commits follow under load: one read takes them all.
+			select {
+			case <-lctx.Done():
+			case <-time.After(gather):
+			}
 		case <-poll.C:
 		case <-timer:
 		}
@@ -366,6 +375,10 @@ func (f *follower) failed(err error) {
 
 // checkLag logs when the stream falls behind, and when it has caught up.
 func (f *follower) checkLag(ctx context.Context) {
+	if time.Since(f.checked) < time.Second {
+		return
+	}
+	f.checked = time.Now()
 	n, oldest, err := f.s.opts.Log.StreamLag(ctx, f.name)
 	if err != nil {
 		return

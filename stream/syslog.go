@@ -249,7 +249,7 @@ func (s *syslog) message(b []byte, r *guard.Record) []byte {
 	b = append(b, `" kind="`...)
 	b = appendParam(b, r.Kind)
 	b = append(b, `"] `...)
-	return append(b, encode(r)...)
+	return appendRecord(b, r)
 }
 
 // headerField makes s a header field: printable US-ASCII, no spaces, at

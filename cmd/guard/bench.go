@@ -52,6 +52,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	profile := fs.String("profile", "", "write CPU profiles of the guard processes to `directory`: each gets "+benchmark.ProfileEnv+
 		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
 		"the profiler's cost counts in the figures")
+	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -124,6 +125,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		BigResult:   *big,
 		Rounds:      *rounds,
 		Profile:     *profile,
+		Stream:      *streamTo,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
