@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
 func openDB(t *testing.T, path string) *store.DB {
@@ -72,18 +72,17 @@ func committed(t *testing.T, db *store.DB) []*guard.Record {
 type running struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	s      *Streamer
 }
 
 func startStreamer(t *testing.T, db *store.DB, holder string, recv ...policy.Stream) *running {
 	t.Helper()
 	s, err := New(Options{Log: db, Receivers: recv, Holder: holder, Poll: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Hostname: "test-host"})
+		Logger: slog.New(slog.NewTextHandler(streamtest.LogWriter{T: t}, nil)), Hostname: "test-host"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan struct{}), s: s}
+	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(r.done); s.Run(ctx) }()
 	t.Cleanup(r.stop)
 	return r
@@ -92,63 +91,6 @@ func startStreamer(t *testing.T, db *store.DB, holder string, recv ...policy.Str
 func (r *running) stop() {
 	r.cancel()
 	<-r.done
-}
-
-// testWriter sends the streamer's log to the test's.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(string(b))
-	return len(b), nil
-}
-
-// waitFor polls cond until it holds, failing the test after a while.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// freePort returns a loopback port no one listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// checkDelivery checks what a receiver got, as a list of seqs in the order
-// received, against the log of n records: every record at least once, and
-// each for the first time only after every record before it.
-func checkDelivery(t *testing.T, got []int64, n int64, exact bool) {
-	t.Helper()
-	var next int64 = 1
-	dups := 0
-	for i, s := range got {
-		switch {
-		case s == next:
-			next++
-		case s < next:
-			dups++
-		default:
-			t.Fatalf("record %d arrived (at %d) before record %d: a gap or a reorder", s, i, next)
-		}
-	}
-	if next != n+1 {
-		t.Fatalf("received records 1 to %d of %d", next-1, n)
-	}
-	if exact && dups > 0 {
-		t.Fatalf("%d duplicates where none were expected: %v", dups, got)
-	}
-	t.Logf("%d records received in order, %d duplicates", n, dups)
 }
 
 // checkBody checks a received record's JSON against the record.
@@ -176,28 +118,6 @@ func checkBody(t *testing.T, body []byte, r *guard.Record) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-// lines reads a file's lines (none when it does not exist yet).
-func lines(t *testing.T, path string) [][]byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for len(b) > 0 {
-		i := 0
-		for i < len(b) && b[i] != '\n' {
-			i++
-		}
-		if i == len(b) {
-			break // a line being written
-		}
-		out = append(out, b[:i])
-		b = b[i+1:]
-	}
-	return out
 }
 
 // appender appends calls in the background until stopped.
@@ -234,4 +154,65 @@ func (a *appender) end() int {
 	close(a.stop)
 	a.wg.Wait()
 	return a.n
+}
+
+// receiver is a real receiver a test streams to.
+type receiver interface {
+	Receiver() policy.Stream
+	Start()
+	Stop()
+	WaitRecords(n int)
+	Seqs() []int64
+}
+
+// testOutage streams to a receiver that is stopped while records flow and
+// started again: every record arrives, in order, at least once.
+func testOutage(t *testing.T, rc receiver) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	mustAppend(t, db, 0, 50)
+	startStreamer(t, db, "A", rc.Receiver())
+	rc.WaitRecords(100)
+	app := startAppender(t, db, 50)
+	rc.WaitRecords(200) // records flowing
+	rc.Stop()
+	before := len(committed(t, db))
+	streamtest.WaitFor(t, "records appended while the receiver is down", func() bool { return len(committed(t, db)) >= before+200 })
+	rc.Start()
+	rc.WaitRecords(before + 300)
+	n := app.end()
+	recs := committed(t, db)
+	if len(recs) != 2*n {
+		t.Fatalf("%d records for %d calls", len(recs), n)
+	}
+	rc.WaitRecords(len(recs))
+	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), false)
+	streamtest.WaitFor(t, "the cursor to reach the end", func() bool {
+		n, _, err := db.StreamLag(t.Context(), rc.Receiver().Name())
+		return err == nil && n == 0
+	})
+}
+
+// testRestart stops the streamer and the database, appends while guard is
+// stopped, and starts both again: the new streamer resumes after the
+// cursor, and a clean stop leaves nothing to send twice.
+func testRestart(t *testing.T, rc receiver) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	mustAppend(t, db, 0, 100)
+	r := startStreamer(t, db, "first", rc.Receiver())
+	rc.WaitRecords(200)
+	r.stop()
+	if n, err := db.StreamCursor(t.Context(), rc.Receiver().Name()); err != nil || n != 200 {
+		t.Fatalf("cursor %d after a clean stop (%v), want 200", n, err)
+	}
+	mustAppend(t, db, 100, 100)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	mustAppend(t, db, 200, 50)
+	recs := committed(t, db)
+	startStreamer(t, db, "second", rc.Receiver())
+	rc.WaitRecords(len(recs))
+	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
 }
