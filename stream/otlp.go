@@ -122,8 +122,10 @@ func (o *otlp) send(ctx context.Context, recs []*guard.Record) error {
 	return nil
 }
 
-// attributes are a record's fields a receiver filters on, each under
-// "guard." and the audit record's name (the body holds them all).
+// attributes are the record's fields a receiver filters on most, each
+// under "guard." and the audit record's name; the body holds them all
+// (every attribute costs the exporter, and the collector, work per
+// record).
 func attributes(r *guard.Record) []attribute.KeyValue {
 	kv := []attribute.KeyValue{
 		attribute.Int64("guard.seq", r.Seq),
@@ -131,10 +133,8 @@ func attributes(r *guard.Record) []attribute.KeyValue {
 		attribute.String("guard.kind", r.Kind),
 	}
 	for _, f := range [...]struct{ k, v string }{
-		{"guard.call_id", r.CallID}, {"guard.session", r.Session}, {"guard.client", r.Client},
-		{"guard.server", r.Server}, {"guard.method", r.Method}, {"guard.tool", r.Tool},
-		{"guard.decision", r.Decision}, {"guard.decided_by", r.DecidedBy}, {"guard.approval", r.Approval},
-		{"guard.outcome", r.Outcome}, {"guard.hash", r.Hash},
+		{"guard.call_id", r.CallID}, {"guard.server", r.Server}, {"guard.tool", r.Tool},
+		{"guard.decision", r.Decision}, {"guard.decided_by", r.DecidedBy}, {"guard.outcome", r.Outcome},
 	} {
 		if f.v != "" {
 			kv = append(kv, attribute.String(f.k, f.v))

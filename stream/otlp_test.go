@@ -27,7 +27,7 @@ func TestOTLPRecordsArriveInOrder(t *testing.T) {
 			t.Errorf("record %d: severity %d event %q, want %d guard.audit.%s", r.Seq, lr.SeverityNumber, lr.EventName, wantSev, r.Kind)
 		}
 		for k, want := range map[string]string{"guard.id": r.ID, "guard.kind": r.Kind, "guard.call_id": r.CallID,
-			"guard.server": r.Server, "guard.tool": r.Tool, "guard.decision": r.Decision, "guard.outcome": r.Outcome, "guard.hash": r.Hash} {
+			"guard.server": r.Server, "guard.tool": r.Tool, "guard.decision": r.Decision, "guard.outcome": r.Outcome, "guard.decided_by": r.DecidedBy} {
 			if lr.Attr(k) != want {
 				t.Errorf("record %d: %s = %q, want %q", r.Seq, k, lr.Attr(k), want)
 			}

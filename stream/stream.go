@@ -207,7 +207,7 @@ const (
 	// caught up, for records that follow soon to share it.
 	confirmIdle = time.Second
 	// confirmEvery and confirmRecords bound a window under load.
-	confirmEvery   = 5 * time.Second
+	confirmEvery   = 2 * time.Second
 	confirmRecords = 20000
 	// gather is how long the streamer lets commits gather once woken by
 	// one, so that a stream under load reads and sends in batches.
