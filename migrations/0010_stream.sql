@@ -2,7 +2,7 @@
 -- only one may do at a time (streaming the audit log, writing
 -- checkpoints). A holder renews its lease before it expires; another
 -- process takes it once it has expired, or at once when it was released.
-CREATE TABLE leases (
+CREATE TABLE IF NOT EXISTS leases (
     name     TEXT PRIMARY KEY,
     holder   TEXT NOT NULL,
     expires  INTEGER NOT NULL,          -- unix milliseconds
@@ -11,7 +11,7 @@ CREATE TABLE leases (
 
 -- How far the audit log has been streamed to each receiver: the seq of the
 -- last record it is known to have. Streaming resumes after it.
-CREATE TABLE stream_cursors (
+CREATE TABLE IF NOT EXISTS stream_cursors (
     receiver TEXT PRIMARY KEY,          -- policy.Stream.Name()
     seq      INTEGER NOT NULL,
     updated  TEXT NOT NULL
