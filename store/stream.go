@@ -211,3 +211,8 @@ func (db *DB) Committed() <-chan struct{} {
 	defer db.progMu.Unlock()
 	return db.progress
 }
+
+// CaughtUp waits until what this process (and the others writing to the
+// database) appended before it was called is in the database, or ctx
+// ends, or a few seconds have passed.
+func (db *DB) CaughtUp(ctx context.Context) { db.caughtUp(ctx) }

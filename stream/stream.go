@@ -47,6 +47,8 @@ type Log interface {
 	StreamLag(ctx context.Context, receiver string) (records int64, oldest time.Time, err error)
 	// WithLease runs fn while holder holds the lease.
 	WithLease(ctx context.Context, name, holder string, ttl time.Duration, fn func(context.Context))
+	// CaughtUp waits until what was appended is committed.
+	CaughtUp(ctx context.Context)
 }
 
 // LeaseName is the lease the streaming process holds.
@@ -402,6 +404,8 @@ func (f *follower) checkLag(ctx context.Context) {
 func (f *follower) stop(snd sender) {
 	ctx, cancel := context.WithTimeout(context.Background(), f.s.opts.Stopping)
 	defer cancel()
+	// The last records appended (that guard stopped) go too.
+	f.s.opts.Log.CaughtUp(ctx)
 	for ctx.Err() == nil {
 		n, err := f.step(ctx, snd, true)
 		if err != nil {
