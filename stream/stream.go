@@ -276,6 +276,7 @@ func (f *follower) run(ctx, lctx context.Context, r policy.Stream) {
 				break
 			}
 			f.failed(err)
+			f.checkLag(lctx)
 			select {
 			case <-lctx.Done():
 			case <-time.After(backoff):

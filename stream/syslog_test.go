@@ -3,7 +3,10 @@ package stream
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,5 +75,68 @@ func TestSyslogTLS(t *testing.T) {
 	streamtest.CheckDelivery(t, rs.Seqs(), int64(len(recs)), true)
 	for i, m := range rs.Received() {
 		checkBody(t, m.Msg, recs[i])
+	}
+}
+
+// logLines keeps the messages a streamer logs.
+type logLines struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func (l *logLines) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// A receiver that is down is said to be failing once, however long it
+// stays down and however many records wait; the stream falling behind and
+// catching up are said once each; when it is back, once.
+func TestSyslogLagIsLogged(t *testing.T) {
+	rs := streamtest.NewRsyslog(t, nil)
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	rs.Stop()
+	mustAppend(t, db, 0, 20)
+	logs := &logLines{}
+	s, err := New(Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, Poll: 50 * time.Millisecond,
+		Behind: 100 * time.Millisecond, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	streamtest.WaitFor(t, "the stream to be said behind", func() bool { return logs.count("the audit stream is behind") > 0 })
+	mustAppend(t, db, 20, 20)
+	rs.Start()
+	rs.WaitRecords(len(committed(t, db)))
+	streamtest.WaitFor(t, "the stream to be said caught up", func() bool { return logs.count("the audit stream has caught up") > 0 })
+	for msg, want := range map[string]int{"stream receiver failing": 1, "stream receiver reachable again": 1,
+		"the audit stream is behind": 1, "the audit stream has caught up": 1} {
+		if n := logs.count(msg); n != want {
+			t.Errorf("%q logged %d times, want %d", msg, n, want)
+		}
+	}
+	lags, err := s.Lag(t.Context())
+	if err != nil || len(lags) != 1 || lags[0].Records != 0 || lags[0].Age != 0 {
+		t.Fatalf("lag once caught up: %+v %v", lags, err)
 	}
 }
