@@ -76,8 +76,17 @@ type running struct {
 
 func startStreamer(t *testing.T, db *store.DB, holder string, recv ...policy.Stream) *running {
 	t.Helper()
-	s, err := New(Options{Log: db, Receivers: recv, Holder: holder, Poll: 50 * time.Millisecond, LeaseTTL: 3 * time.Second,
+	r, _ := startWith(t, Options{Log: db, Receivers: recv, Holder: holder, LeaseTTL: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(streamtest.LogWriter{T: t}, nil)), Hostname: "test-host"})
+	return r
+}
+
+// startWith starts a streamer with opts (looking for records every 50 ms)
+// until the test ends.
+func startWith(t *testing.T, opts Options) (*running, *Streamer) {
+	t.Helper()
+	opts.Poll = 50 * time.Millisecond
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +94,7 @@ func startStreamer(t *testing.T, db *store.DB, holder string, recv ...policy.Str
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(r.done); s.Run(ctx) }()
 	t.Cleanup(r.stop)
-	return r
+	return r, s
 }
 
 func (r *running) stop() {

@@ -63,14 +63,7 @@ func TestSyslogTLS(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 50)
 	recs := committed(t, db)
-	s, err := New(Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, RootCAs: certs.Pool, Poll: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	startWith(t, Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, RootCAs: certs.Pool})
 	rs.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rs.Seqs(), int64(len(recs)), true)
 	for i, m := range rs.Received() {
@@ -115,15 +108,7 @@ func TestSyslogLagIsLogged(t *testing.T) {
 	rs.Stop()
 	mustAppend(t, db, 0, 20)
 	logs := &logLines{}
-	s, err := New(Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, Poll: 50 * time.Millisecond,
-		Behind: 100 * time.Millisecond, Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	_, s := startWith(t, Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, Behind: 100 * time.Millisecond, Logger: slog.New(logs)})
 	streamtest.WaitFor(t, "the stream to be said behind", func() bool { return logs.count("the audit stream is behind") > 0 })
 	mustAppend(t, db, 20, 20)
 	rs.Start()
