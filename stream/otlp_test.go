@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
@@ -12,7 +13,7 @@ import (
 // record as JSON in the body, its fields as attributes, a severity by its
 // kind and decision, guard as the resource's service.
 func TestOTLPRecordsArriveInOrder(t *testing.T) {
-	oc := streamtest.NewOtelcol(t)
+	oc := streamtest.NewOtelcol(t, nil)
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 400)
 	recs := committed(t, db)
@@ -45,10 +46,23 @@ func TestOTLPRecordsArriveInOrder(t *testing.T) {
 // while it is down, then started again: nothing is lost, the order is
 // kept.
 func TestOTLPReceiverOutage(t *testing.T) {
-	testOutage(t, streamtest.NewOtelcol(t))
+	testOutage(t, streamtest.NewOtelcol(t, nil))
 }
 
 // guard stopped and started again: it resumes after the cursor.
 func TestOTLPResumesAfterRestart(t *testing.T) {
-	testRestart(t, streamtest.NewOtelcol(t))
+	testRestart(t, streamtest.NewOtelcol(t, nil))
+}
+
+// The same over HTTPS, the collector's certificate checked against a test
+// CA.
+func TestOTLPOverTLS(t *testing.T) {
+	certs := streamtest.NewCerts(t)
+	oc := streamtest.NewOtelcol(t, certs)
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	mustAppend(t, db, 0, 50)
+	recs := committed(t, db)
+	startWith(t, Options{Log: db, Receivers: []policy.Stream{oc.Receiver()}, RootCAs: certs.Pool})
+	oc.WaitRecords(len(recs))
+	streamtest.CheckDelivery(t, oc.Seqs(), int64(len(recs)), true)
 }

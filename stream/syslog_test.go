@@ -125,3 +125,20 @@ func TestSyslogLagIsLogged(t *testing.T) {
 		t.Fatalf("lag once caught up: %+v %v", lags, err)
 	}
 }
+
+// A TLS receiver whose certificate the streamer cannot verify gets
+// nothing, and the cursor stays.
+func TestSyslogTLSUntrusted(t *testing.T) {
+	rs := streamtest.NewRsyslog(t, streamtest.NewCerts(t))
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	mustAppend(t, db, 0, 5)
+	logs := &logLines{}
+	startWith(t, Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, Logger: slog.New(logs)})
+	streamtest.WaitFor(t, "the receiver to be said failing", func() bool { return logs.count("stream receiver failing") > 0 })
+	if got := rs.Seqs(); len(got) != 0 {
+		t.Fatalf("an unverified receiver got records %v", got)
+	}
+	if n, _, err := db.StreamLag(t.Context(), rs.Receiver().Name()); err != nil || n != 10 {
+		t.Fatalf("lag %d (%v), want all 10 records", n, err)
+	}
+}

@@ -21,12 +21,14 @@ const OtelcolEnv = "GUARD_TEST_OTELCOL"
 // to a file as OTLP JSON, one export request a line.
 type Otelcol struct {
 	*Daemon
-	out string
+	out   string
+	certs *Certs
 }
 
-// NewOtelcol starts one, stopped when the test ends; it skips the test
-// when GUARD_TEST_OTELCOL is not set.
-func NewOtelcol(t *testing.T) *Otelcol {
+// NewOtelcol starts one (over TLS with certs' certificate when certs is
+// not nil), stopped when the test ends; it skips the test when
+// GUARD_TEST_OTELCOL is not set.
+func NewOtelcol(t *testing.T, certs *Certs) *Otelcol {
 	t.Helper()
 	bin := os.Getenv(OtelcolEnv)
 	if bin == "" {
@@ -37,13 +39,17 @@ func NewOtelcol(t *testing.T) *Otelcol {
 	}
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	c := &Otelcol{out: filepath.Join(dir, "logs.jsonl"), Daemon: &Daemon{T: t, Name: "the collector", Addr: addr,
+	c := &Otelcol{out: filepath.Join(dir, "logs.jsonl"), certs: certs, Daemon: &Daemon{T: t, Name: "the collector", Addr: addr,
 		Argv: []string{bin, "--config", filepath.Join(dir, "otelcol.yaml")}}}
+	tls := ""
+	if certs != nil {
+		tls = fmt.Sprintf("\n        tls: {cert_file: %q, key_file: %q}", certs.CertFile, certs.KeyFile)
+	}
 	conf := fmt.Sprintf(`receivers:
   otlp:
     protocols:
       http:
-        endpoint: %s
+        endpoint: %s%s
 exporters:
   file:
     path: %s
@@ -59,7 +65,7 @@ service:
     logs:
       receivers: [otlp]
       exporters: [file]
-`, addr, c.out)
+`, addr, tls, c.out)
 	if err := os.WriteFile(filepath.Join(dir, "otelcol.yaml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +75,12 @@ service:
 }
 
 // Receiver is the receiver's entry in audit.stream.
-func (c *Otelcol) Receiver() policy.Stream { return policy.Stream{OTLP: "http://" + c.Addr} }
+func (c *Otelcol) Receiver() policy.Stream {
+	if c.certs != nil {
+		return policy.Stream{OTLP: "https://" + c.Addr}
+	}
+	return policy.Stream{OTLP: "http://" + c.Addr}
+}
 
 // LogRecord is one log record as the file exporter writes it.
 type LogRecord struct {
