@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -224,4 +225,18 @@ func testRestart(t *testing.T, rc receiver) {
 	startStreamer(t, db, "second", rc.Receiver())
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
+}
+
+// testDelivery streams calls calls to a receiver (TLS ones verified
+// against roots) and checks that each record arrived once, in order; it
+// returns the records.
+func testDelivery(t *testing.T, rc receiver, roots *x509.CertPool, calls int) []*guard.Record {
+	t.Helper()
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	mustAppend(t, db, 0, calls)
+	recs := committed(t, db)
+	startWith(t, Options{Log: db, Receivers: []policy.Stream{rc.Receiver()}, RootCAs: roots, Hostname: "test-host"})
+	rc.WaitRecords(len(recs))
+	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
+	return recs
 }

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
@@ -58,11 +57,5 @@ func TestOTLPResumesAfterRestart(t *testing.T) {
 // CA.
 func TestOTLPOverTLS(t *testing.T) {
 	certs := streamtest.NewCerts(t)
-	oc := streamtest.NewOtelcol(t, certs)
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
-	mustAppend(t, db, 0, 50)
-	recs := committed(t, db)
-	startWith(t, Options{Log: db, Receivers: []policy.Stream{oc.Receiver()}, RootCAs: certs.Pool})
-	oc.WaitRecords(len(recs))
-	streamtest.CheckDelivery(t, oc.Seqs(), int64(len(recs)), true)
+	testDelivery(t, streamtest.NewOtelcol(t, certs), certs.Pool, 50)
 }

@@ -60,12 +60,7 @@ func TestSyslogResumesAfterRestart(t *testing.T) {
 func TestSyslogTLS(t *testing.T) {
 	certs := streamtest.NewCerts(t)
 	rs := streamtest.NewRsyslog(t, certs)
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
-	mustAppend(t, db, 0, 50)
-	recs := committed(t, db)
-	startWith(t, Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, RootCAs: certs.Pool})
-	rs.WaitRecords(len(recs))
-	streamtest.CheckDelivery(t, rs.Seqs(), int64(len(recs)), true)
+	recs := testDelivery(t, rs, certs.Pool, 50)
 	for i, m := range rs.Received() {
 		checkBody(t, m.Msg, recs[i])
 	}
