@@ -82,6 +82,12 @@ type Options struct {
 	// Stopping bounds how long Run goes on, once its context ends,
 	// delivering what is committed. Default 2s.
 	Stopping time.Duration
+	// MaxRate bounds the records sent per second to each receiver, so
+	// that catching up with a long backlog (a new receiver, a long
+	// outage) takes a share of a processor and not all of it, beside the
+	// calls. Default 10000, about three times what guard appended at its
+	// busiest in guard bench on two processors.
+	MaxRate int
 }
 
 // Streamer streams the audit log to the configured receivers.
@@ -113,6 +119,9 @@ func New(opts Options) (*Streamer, error) {
 	}
 	if opts.Behind <= 0 {
 		opts.Behind = time.Minute
+	}
+	if opts.MaxRate <= 0 {
+		opts.MaxRate = 10000
 	}
 	if opts.Stopping <= 0 {
 		opts.Stopping = 2 * time.Second
@@ -270,6 +279,7 @@ func (f *follower) run(ctx, lctx context.Context, r policy.Stream) {
 	var timer <-chan time.Time
 	for lctx.Err() == nil {
 		wake := o.Log.Committed()
+		began := time.Now()
 		n, err := f.step(lctx, snd, false)
 		if err != nil {
 			if lctx.Err() != nil {
@@ -291,7 +301,12 @@ func (f *follower) run(ctx, lctx context.Context, r policy.Stream) {
 		backoff = backoffMin
 		f.checkLag(lctx)
 		if n == batchRecords {
-			continue // more to read
+			// More to read, at no more than MaxRate.
+			select {
+			case <-lctx.Done():
+			case <-time.After(time.Duration(n)*time.Second/time.Duration(o.MaxRate) - time.Since(began)):
+			}
+			continue
 		}
 		timer = nil
 		if f.pending > 0 {

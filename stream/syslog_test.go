@@ -137,3 +137,19 @@ func TestSyslogTLSUntrusted(t *testing.T) {
 		t.Fatalf("lag %d (%v), want all 10 records", n, err)
 	}
 }
+
+// Catching up with a backlog goes no faster than MaxRate.
+func TestCatchUpIsPaced(t *testing.T) {
+	rs := streamtest.NewRsyslog(t, nil)
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	mustAppend(t, db, 0, 1000)
+	recs := committed(t, db)
+	began := time.Now()
+	startWith(t, Options{Log: db, Receivers: []policy.Stream{rs.Receiver()}, MaxRate: 4000})
+	rs.WaitRecords(len(recs))
+	// Three full batches of 500 at 4000 a second before the last one.
+	if took, least := time.Since(began), 3*batchRecords*time.Second/4000; took < least {
+		t.Fatalf("2000 records in %v: faster than 4000 a second allows (%v)", took, least)
+	}
+	streamtest.CheckDelivery(t, rs.Seqs(), int64(len(recs)), true)
+}
