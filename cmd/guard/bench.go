@@ -54,6 +54,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
 		"the profiler's cost counts in the figures")
 	audit := fs.Bool("audit", false, "build an audit log of --calls calls (in --dir/audit.db; one there already is reused) and time guard audit query's filters and the Activity page on it")
+	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -129,6 +130,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		BigResult:   *big,
 		Rounds:      *rounds,
 		Profile:     *profile,
+		Stream:      *streamTo,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
