@@ -20,7 +20,7 @@ func init() {
 	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
 }
 
-const auditUsage = "usage: guard audit query [flags] | verify (guard audit query -h for its flags)"
+const auditUsage = "usage: guard audit query [flags] | verify | report [--since DUR] [--until TIME] [--format text|html|csv] (guard audit query -h for its flags)"
 
 func cmdAudit(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
@@ -31,8 +31,10 @@ func cmdAudit(ctx context.Context, a *app, args []string) int {
 		return auditQuery(ctx, a, args[1:])
 	case "verify":
 		return auditVerify(ctx, a, args[1:])
+	case "report":
+		return auditReportCmd(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, report)\n", args[0])
 	return exitUsage
 }
 

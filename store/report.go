@@ -1,0 +1,463 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// Activity is what the audit log says about a period: the figures of a
+// compliance report. Every figure is read from the records table (and,
+// for tool definitions, from the catalog), aggregated in SQL so that a
+// report over a million calls takes a few seconds, not a walk of every
+// record in Go.
+type Activity struct {
+	Since, Until time.Time
+	// Calls counts the tool calls (tools/call) made in the period, each
+	// once however many rounds it had; Requests counts every request in
+	// either direction (initialize, tools/list, ... included).
+	Calls, Requests int64
+	// Allowed, Denied and Held split Calls by what policy decided when
+	// the call arrived (a held call is counted as held, whoever decided
+	// it later: see Approvals).
+	Allowed, Denied, Held int64
+	// Errors counts the calls whose outcome was an error (ErrorOutcomes).
+	Errors int64
+	// Tools are the calls per server and tool, by server then tool.
+	Tools []ToolActivity
+	// Outcomes counts the calls' final outcomes, by outcome.
+	Outcomes []Count
+	// Decisions counts what policy decided, by rule (or "default") and
+	// decision, the most frequent first.
+	Decisions []RuleDecisions
+	// Denials are the calls denied, by rule, reason, server and tool, the
+	// most frequent first (a person's denials are in Approvals).
+	Denials []Denial
+	// Approvals are the calls held for a person, in the order they were
+	// held.
+	Approvals []HeldCall
+	// ToolChanges are the tool definitions first seen, or reviewed, in the
+	// period, in the order they were seen.
+	ToolChanges []ToolChange
+
+	rounds       int64    // later rounds of calls of several rounds
+	laterDenials []Denial // what readRounds found denied in them
+}
+
+// ErrorOutcomes are the outcomes a report counts as errors: the tool said
+// it failed, the server answered with a JSON-RPC error, or it could not be
+// reached.
+var ErrorOutcomes = []string{guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeUpstreamFailed}
+
+// ToolActivity is one tool's calls in a period.
+type ToolActivity struct {
+	Server, Tool                  string
+	Calls                         int64
+	Allowed, Denied, Held, Errors int64
+}
+
+// Count is a number of calls with one value of a field.
+type Count struct {
+	Value string
+	N     int64
+}
+
+// RuleDecisions is how many calls one rule (or the default) allowed,
+// denied and held.
+type RuleDecisions struct {
+	DecidedBy             string
+	Allowed, Denied, Held int64
+}
+
+// Denial is a number of calls denied by one rule for one reason.
+type Denial struct {
+	DecidedBy, Reason, Server, Tool string
+	N                               int64
+}
+
+// Verdicts a person (or the clock) gave a held call, as a report names
+// them.
+const (
+	HeldApproved  = "approved"
+	HeldDenied    = "denied"
+	HeldExpired   = "expired"
+	HeldWithdrawn = "withdrawn"
+	// HeldUndecided: no decision in the log yet (the client may have been
+	// told to retry once someone decides).
+	HeldUndecided = "undecided"
+)
+
+// HeldCall is one call held for a person, and what became of it.
+type HeldCall struct {
+	CallID, Approval string
+	Server, Tool     string
+	HeldAt           time.Time
+	// HeldBy is the rule (or "default") that held the call, Why its
+	// reason.
+	HeldBy, Why string
+	// Verdict is one of the Held* constants; DecidedBy and Reason are the
+	// person's (empty for an expiry or a withdrawal).
+	Verdict, DecidedBy, Reason string
+	// DecidedAt is the time of the decision record for the call, or,
+	// without one, of the call's outcome (which, for an approved call,
+	// comes after the server answered); zero when undecided.
+	DecidedAt time.Time
+	// Waited is DecidedAt - HeldAt (zero when undecided).
+	Waited time.Duration
+}
+
+// ToolChange is one tool definition first seen, or reviewed, in a period.
+type ToolChange struct {
+	Server, Tool, Pin string
+	FirstSeen         time.Time
+	// Cause is why the definition was (or was not) reviewed: baseline,
+	// new, changed or flagged; State its review state: accepted, pending
+	// or rejected.
+	Cause, State string
+	DecidedBy    string
+	DecidedAt    time.Time
+}
+
+// Activity reads what the audit log says about the period [since, until]
+// (a zero since: from the start; a zero until: to the end).
+func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, error) {
+	db.caughtUp(ctx)
+	a := &Activity{Since: since, Until: until}
+	lo, hi := fmtTime(since), fmtTime(until)
+	if until.IsZero() {
+		hi = "9999"
+	}
+	for _, step := range []func(context.Context, string, string) error{
+		a.readCalls(db.r), a.readOutcomes(db.r), a.readRounds(db.r), a.readDenials(db.r),
+		a.readHeld(db.r), a.readToolChanges(db.r),
+	} {
+		if err := step(ctx, lo, hi); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// inPeriod selects the records of the period (the placeholders: its
+// start and end, as stored).
+const inPeriod = `r.time >= ? AND r.time <= ?`
+
+// readCalls counts the requests, and the tool calls per server and tool
+// with policy's decisions, by rule. A call of several rounds (2026-07-28)
+// has a request record for each: readRounds takes the later ones off.
+func (a *Activity) readCalls(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT server, tool, method = 'tools/call', decision, decided_by, COUNT(*)
+			FROM records r WHERE r.kind = 'request' AND `+inPeriod+`
+			GROUP BY server, tool, method = 'tools/call', decision, decided_by`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("calls: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g callGroup
+			if err := rows.Scan(&g.server, &g.tool, &g.isCall, &g.decision, &g.decidedBy, &g.n); err != nil {
+				return fmt.Errorf("calls: %w", err)
+			}
+			a.add(g)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("calls: %w", err)
+		}
+		a.sort()
+		return nil
+	}
+}
+
+// callGroup is a number of requests alike in what a report counts.
+type callGroup struct {
+	server, tool, decision, decidedBy string
+	isCall                            bool
+	n                                 int64
+}
+
+// add counts n requests of a group (n < 0 takes them off).
+func (a *Activity) add(g callGroup) {
+	a.Requests += g.n
+	if !g.isCall {
+		return
+	}
+	a.Calls += g.n
+	t := a.tool(g.server, g.tool)
+	t.Calls += g.n
+	if g.decision == "" {
+		return
+	}
+	i := slices.IndexFunc(a.Decisions, func(d RuleDecisions) bool { return d.DecidedBy == g.decidedBy })
+	if i < 0 {
+		i = len(a.Decisions)
+		a.Decisions = append(a.Decisions, RuleDecisions{DecidedBy: g.decidedBy})
+	}
+	d := &a.Decisions[i]
+	switch g.decision {
+	case guard.DecisionAllowed:
+		a.Allowed, t.Allowed, d.Allowed = a.Allowed+g.n, t.Allowed+g.n, d.Allowed+g.n
+	case guard.DecisionDenied:
+		a.Denied, t.Denied, d.Denied = a.Denied+g.n, t.Denied+g.n, d.Denied+g.n
+	case guard.DecisionHeld:
+		a.Held, t.Held, d.Held = a.Held+g.n, t.Held+g.n, d.Held+g.n
+	}
+}
+
+// tool returns the activity of one tool, added when it is not there yet.
+func (a *Activity) tool(server, tool string) *ToolActivity {
+	i := slices.IndexFunc(a.Tools, func(t ToolActivity) bool { return t.Server == server && t.Tool == tool })
+	if i < 0 {
+		i = len(a.Tools)
+		a.Tools = append(a.Tools, ToolActivity{Server: server, Tool: tool})
+	}
+	return &a.Tools[i]
+}
+
+// sort puts the tools by server and name, and the rules the most
+// decisions first.
+func (a *Activity) sort() {
+	slices.SortFunc(a.Tools, func(x, y ToolActivity) int {
+		return cmp.Or(strings.Compare(x.Server, y.Server), strings.Compare(x.Tool, y.Tool))
+	})
+	slices.SortFunc(a.Decisions, func(x, y RuleDecisions) int {
+		return cmp.Or(cmp.Compare(y.Allowed+y.Denied+y.Held, x.Allowed+x.Denied+x.Held), strings.Compare(x.DecidedBy, y.DecidedBy))
+	})
+}
+
+// readOutcomes counts the outcomes of tool calls recorded in the period
+// (a round answered "input_required" is not an outcome of the call), by
+// tool, and the errors among them.
+func (a *Activity) readOutcomes(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT server, tool, outcome, COUNT(*) FROM records r
+			WHERE r.kind = 'outcome' AND r.method = 'tools/call' AND `+inPeriod+`
+			GROUP BY server, tool, outcome`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("outcomes: %w", err)
+		}
+		defer rows.Close()
+		byOutcome := map[string]int64{}
+		for rows.Next() {
+			var server, tool, outcome string
+			var n int64
+			if err := rows.Scan(&server, &tool, &outcome, &n); err != nil {
+				return fmt.Errorf("outcomes: %w", err)
+			}
+			if outcome == guard.OutcomeInputRequired {
+				a.rounds += n
+				continue
+			}
+			byOutcome[outcome] += n
+			if slices.Contains(ErrorOutcomes, outcome) {
+				a.Errors += n
+				a.tool(server, tool).Errors += n
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("outcomes: %w", err)
+		}
+		for o, n := range byOutcome {
+			a.Outcomes = append(a.Outcomes, Count{Value: o, N: n})
+		}
+		slices.SortFunc(a.Outcomes, func(x, y Count) int { return strings.Compare(x.Value, y.Value) })
+		a.sort()
+		return nil
+	}
+}
+
+// readRounds takes off what readCalls counted of the later rounds of
+// calls of several rounds (a round follows an outcome "input_required" of
+// the same call, which readOutcomes counted): each call is counted once,
+// as its first request decided it. The log is read again only when there
+// are such rounds.
+func (a *Activity) readRounds(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		if a.rounds == 0 {
+			return nil
+		}
+		rows, err := r.QueryContext(ctx, `SELECT server, tool, method = 'tools/call', decision, decided_by, reason, COUNT(*)
+			FROM records r WHERE r.kind = 'request' AND `+inPeriod+` AND `+laterRound+`
+			AND r.call_id IN (SELECT call_id FROM records WHERE kind = 'outcome' AND outcome = 'input_required')
+			GROUP BY server, tool, method = 'tools/call', decision, decided_by, reason`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("rounds: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g callGroup
+			var reason string
+			if err := rows.Scan(&g.server, &g.tool, &g.isCall, &g.decision, &g.decidedBy, &reason, &g.n); err != nil {
+				return fmt.Errorf("rounds: %w", err)
+			}
+			g.n = -g.n
+			a.add(g)
+			if g.decision == guard.DecisionDenied {
+				a.laterDenials = append(a.laterDenials, Denial{DecidedBy: g.decidedBy, Reason: reason, Server: g.server, Tool: g.tool, N: -g.n})
+			}
+		}
+		return rows.Err()
+	}
+}
+
+// laterRound holds for a request record that is not its call's first.
+const laterRound = `EXISTS (SELECT 1 FROM records p WHERE p.call_id = r.call_id AND p.kind = 'request' AND p.seq < r.seq)`
+
+// readDenials groups the calls policy denied by rule and reason.
+func (a *Activity) readDenials(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT decided_by, reason, server, tool, COUNT(*) FROM records r
+			WHERE r.kind = 'request' AND r.decision = 'denied' AND `+inPeriod+`
+			GROUP BY decided_by, reason, server, tool`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("denials: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var d Denial
+			if err := rows.Scan(&d.DecidedBy, &d.Reason, &d.Server, &d.Tool, &d.N); err != nil {
+				return fmt.Errorf("denials: %w", err)
+			}
+			if i := slices.IndexFunc(a.laterDenials, func(l Denial) bool {
+				return l.DecidedBy == d.DecidedBy && l.Reason == d.Reason && l.Server == d.Server && l.Tool == d.Tool
+			}); i >= 0 {
+				d.N -= a.laterDenials[i].N
+			}
+			if d.N > 0 {
+				a.Denials = append(a.Denials, d)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("denials: %w", err)
+		}
+		slices.SortFunc(a.Denials, func(x, y Denial) int {
+			return cmp.Or(cmp.Compare(y.N, x.N), strings.Compare(x.DecidedBy, y.DecidedBy), strings.Compare(x.Reason, y.Reason),
+				strings.Compare(x.Server, y.Server), strings.Compare(x.Tool, y.Tool))
+		})
+		return nil
+	}
+}
+
+// readHeld lists the held calls with their decisions: a decision record
+// of the call where there is one (the first: later ones change nothing),
+// else the call's last outcome.
+func (a *Activity) readHeld(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT r.call_id, r.approval, r.server, r.tool, r.time, r.decided_by, r.reason,
+			COALESCE(d.time, ''), COALESCE(d.approval, ''), COALESCE(d.decision, ''), COALESCE(d.outcome, ''),
+			COALESCE(d.decided_by, ''), COALESCE(d.reason, ''),
+			COALESCE(o.time, ''), COALESCE(o.decision, ''), COALESCE(o.outcome, ''),
+			COALESCE(o.decided_by, ''), COALESCE(o.reason, '')
+			FROM records r
+			LEFT JOIN records d ON d.seq = (SELECT MIN(seq) FROM records WHERE call_id = r.call_id AND kind = 'decision')
+			LEFT JOIN records o ON o.seq = (SELECT MAX(seq) FROM records WHERE call_id = r.call_id AND kind = 'outcome')
+			WHERE r.kind = 'request' AND r.decision = 'held' AND `+inPeriod+` AND NOT `+laterRound+`
+			ORDER BY r.seq`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("held calls: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h HeldCall
+			var heldAt string
+			var d, o struct{ time, approval, decision, outcome, by, reason string }
+			if err := rows.Scan(&h.CallID, &h.Approval, &h.Server, &h.Tool, &heldAt, &h.HeldBy, &h.Why,
+				&d.time, &d.approval, &d.decision, &d.outcome, &d.by, &d.reason,
+				&o.time, &o.decision, &o.outcome, &o.by, &o.reason); err != nil {
+				return fmt.Errorf("held calls: %w", err)
+			}
+			h.HeldAt = parseTime(heldAt)
+			if h.Approval == "" {
+				h.Approval = d.approval
+			}
+			if h.Approval == "" {
+				h.Approval = h.CallID // a call's first hold has the call's id
+			}
+			switch {
+			case d.time != "":
+				h.Verdict = verdict(d.decision, d.outcome)
+				h.DecidedBy, h.Reason, h.DecidedAt = d.by, d.reason, parseTime(d.time)
+			case o.time != "":
+				h.Verdict = verdict(o.decision, o.outcome)
+				if h.Verdict == HeldApproved || h.Verdict == HeldDenied {
+					h.DecidedBy, h.Reason = o.by, o.reason
+				}
+				if h.Verdict != HeldUndecided {
+					h.DecidedAt = parseTime(o.time)
+				}
+			default:
+				h.Verdict = HeldUndecided
+			}
+			if !h.DecidedAt.IsZero() {
+				h.Waited = h.DecidedAt.Sub(h.HeldAt)
+			}
+			a.Approvals = append(a.Approvals, h)
+		}
+		return rows.Err()
+	}
+}
+
+// verdict names what a decision or outcome record says became of a held
+// call.
+func verdict(decision, outcome string) string {
+	switch {
+	case decision == guard.DecisionAllowed || decision == guard.ApprovalApproved:
+		return HeldApproved
+	case outcome == guard.OutcomeExpired || decision == guard.ApprovalExpired:
+		return HeldExpired
+	case outcome == guard.OutcomeCancelled || decision == guard.ApprovalWithdrawn:
+		return HeldWithdrawn
+	case decision == guard.DecisionDenied:
+		return HeldDenied
+	}
+	return HeldUndecided
+}
+
+// readToolChanges lists the tool definitions first seen in the period, and
+// those a person reviewed in it.
+func (a *Activity) readToolChanges(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT t.server, t.name, t.pin, t.first_seen,
+			COALESCE(v.cause, ''), COALESCE(v.state, ''), COALESCE(v.decided_by, ''), COALESCE(v.decided_at, '')
+			FROM tools t LEFT JOIN tool_reviews v ON v.server = t.server AND v.name = t.name AND v.pin = t.pin
+			WHERE t.first_seen >= ?1 AND t.first_seen <= ?2
+			   OR v.decided_at >= ?1 AND v.decided_at <= ?2 AND v.cause != 'baseline'
+			ORDER BY t.first_seen, t.server, t.name, t.rowid`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("tool changes: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c ToolChange
+			var first, decided string
+			if err := rows.Scan(&c.Server, &c.Tool, &c.Pin, &first, &c.Cause, &c.State, &c.DecidedBy, &decided); err != nil {
+				return fmt.Errorf("tool changes: %w", err)
+			}
+			c.FirstSeen, c.DecidedAt = parseTime(first), parseTime(decided)
+			a.ToolChanges = append(a.ToolChanges, c)
+		}
+		return rows.Err()
+	}
+}
+
+// Verdicts counts the held calls by verdict, in the order of the Held*
+// constants.
+func (a *Activity) Verdicts() []Count {
+	var out []Count
+	for _, v := range []string{HeldApproved, HeldDenied, HeldExpired, HeldWithdrawn, HeldUndecided} {
+		var n int64
+		for _, h := range a.Approvals {
+			if h.Verdict == v {
+				n++
+			}
+		}
+		out = append(out, Count{Value: v, N: n})
+	}
+	return out
+}
