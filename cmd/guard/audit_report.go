@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/csv"
@@ -158,7 +159,7 @@ func thousands(n int64) string {
 // verification is the report's statement on the log's integrity.
 func (r *auditReport) verification() string {
 	if r.Verified.OK {
-		return fmt.Sprintf("ok: all %s records of the log verify: every record matches its hash and follows the one before it, and the log extends its signed checkpoint", thousands(r.Verified.Records))
+		return fmt.Sprintf("ok: all %s records of the log verify: each matches its hash, and the chain of hashes between them is unbroken", thousands(r.Verified.Records))
 	}
 	return fmt.Sprintf("FAILED after %s records: %s", thousands(r.Verified.Records), r.Verified.Problem)
 }
@@ -194,7 +195,8 @@ func safe(s string) string {
 // writeReportText writes the report for a terminal: a summary, then each
 // section as aligned columns.
 func writeReportText(w io.Writer, r *auditReport) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var out bytes.Buffer
+	tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)
 	row := func(cells ...string) {
 		for i, c := range cells {
 			cells[i] = dash(safe(c))
@@ -263,7 +265,14 @@ func writeReportText(w io.Writer, r *auditReport) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(tw, "\nVerification\n  %s\n", safe(r.verification()))
-	return tw.Flush()
+	tw.Flush()
+	// The padding of a last column is not kept.
+	for line := range strings.Lines(out.String()) {
+		if _, err := io.WriteString(w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // csvColumns is the one layout of the CSV report: a row per line of every
@@ -279,7 +288,7 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 		rec := make([]string, len(csvColumns))
 		rec[0] = section
 		for i, c := range csvColumns[1:] {
-			rec[i+1] = cells[c]
+			rec[i+1] = inert(cells[c])
 		}
 		_ = cw.Write(rec)
 	}
@@ -337,10 +346,21 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 	return cw.Error()
 }
 
+// inert keeps a spreadsheet from reading a value from the log as a
+// formula: one that starts with =, +, -, @, a tab or a carriage return is
+// written after a "'". (No figure of the report starts so.)
+func inert(v string) string {
+	if v != "" && strings.ContainsRune("=+-@\t\r", rune(v[0])) {
+		return "'" + v
+	}
+	return v
+}
+
 //go:embed audit_report.html
 var reportPage string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"safe":      safe,
 	"stamp":     stamp,
 	"thousands": thousands,
 	"waited":    waited,

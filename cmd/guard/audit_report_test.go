@@ -93,7 +93,7 @@ func reportLog(t *testing.T, dir string) string {
 	q, o = call("db", "drop", day.Add(40*time.Minute))
 	held(q, o, 50*time.Second, guard.DecisionHeld, "default", "destructive tool", guard.OutcomeAwaitingApproval)
 	recs = append(recs, &guard.Record{CallID: q.CallID, Kind: guard.KindDecision, Time: q.Time.Add(10 * time.Minute),
-		Server: "db", Tool: "drop", Decision: guard.DecisionAllowed, DecidedBy: "carol", Reason: "approved later", Approval: q.CallID})
+		Server: "db", Tool: "drop", Decision: guard.DecisionAllowed, DecidedBy: "carol", Reason: "=1+1 approved later", Approval: q.CallID})
 	q, o = call("db", "drop", day.Add(50*time.Minute))
 	held(q, o, 10*time.Minute, guard.DecisionHeld, "default", "no decision within the approval timeout", guard.OutcomeExpired)
 	recs = append(recs, &guard.Record{CallID: "list-1", Kind: guard.KindRequest, Time: day, Server: "files",
@@ -171,7 +171,7 @@ func TestAuditReportText(t *testing.T) {
 		{[]string{"awaiting_approval"}, "1"},
 		{[]string{"2026-03-10T09:20:00Z", "files", hostileTool, "default", "approved", "alice"}, "1m30s " + hostileWhy + " call-i"},
 		{[]string{"2026-03-10T09:30:00Z", "db", "query", "default", "denied", "bob"}, `30s not on production\x1b[2J call-j`},
-		{[]string{"2026-03-10T09:40:00Z", "db", "drop", "default", "approved", "carol"}, "10m0s approved later call-k"},
+		{[]string{"2026-03-10T09:40:00Z", "db", "drop", "default", "approved", "carol"}, "10m0s =1+1 approved later call-k"},
 		{[]string{"2026-03-10T09:50:00Z", "db", "drop", "default", "expired"}, "- 10m0s - call-l"},
 		{[]string{"2026-03-10T09:00:00Z", "files", "read_file", "changed", "accepted", "alice", "2026-03-10T10:00:00Z"}, "sha256:read_filev2"},
 		{[]string{"2026-03-10T09:00:00Z", "files", hostileTool, "new", "rejected", "bob"}, "2026-03-10T10:00:00Z sha256:" + hostileTool + "new"},
@@ -182,6 +182,11 @@ func TestAuditReportText(t *testing.T) {
 	}
 	if strings.Contains(out, "\x1b") {
 		t.Error("an escape character from the log reached the terminal")
+	}
+	for _, l := range lines {
+		if strings.HasSuffix(l, " ") {
+			t.Errorf("trailing spaces: %q", l)
+		}
 	}
 	if !strings.Contains(out, "ok: all 27 records of the log verify") {
 		t.Errorf("no verification statement:\n%s", out)
@@ -242,7 +247,9 @@ func TestAuditReportCSV(t *testing.T) {
 	one("denials", map[string]string{"decided_by": "no-etc"}, map[string]string{"reason": "no writes under /etc", "tool": "write_file", "count": "2"})
 	one("approvals", map[string]string{"tool": "query"}, map[string]string{"verdict": "denied", "decided_by": "bob",
 		"wait_ms": "30000", "time": "2026-03-10T09:30:00Z", "decided_at": "2026-03-10T09:30:30Z", "state": "default"})
-	one("approvals", map[string]string{"decided_by": "carol"}, map[string]string{"verdict": "approved", "wait_ms": "600000", "approval": "call-k"})
+	one("approvals", map[string]string{"decided_by": "carol"}, map[string]string{"verdict": "approved", "wait_ms": "600000", "approval": "call-k",
+		"reason": "'=1+1 approved later"}) // not a formula in a spreadsheet
+	one("approvals", map[string]string{"tool": hostileTool}, map[string]string{"reason": hostileWhy})
 	one("approvals", map[string]string{"verdict": "expired"}, map[string]string{"decided_by": "", "wait_ms": "600000"})
 	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob"})
 	one("verification", nil, map[string]string{"verdict": "ok", "count": "27", "reason": ""})
@@ -326,8 +333,9 @@ func TestAuditReportHTML(t *testing.T) {
 		{"calls/Outcome", []string{"denied"}, []string{"3"}},
 		{"decisions/Rule", []string{"no-etc"}, []string{"0", "2", "0"}},
 		{"denials/Rule", []string{"no-etc", "no writes under /etc"}, []string{"files", "write_file", "2"}},
+		{"approvals/Held at", []string{"2026-03-10T09:30:00Z", "db", "query"}, []string{"default", "denied", "bob", "30s", `not on production\x1b[2J`, "call-j"}},
 		{"approvals/Held at", []string{"2026-03-10T09:20:00Z", "files", hostileTool}, []string{"default", "approved", "alice", "1m30s", hostileWhy, "call-i"}},
-		{"approvals/Held at", []string{"2026-03-10T09:40:00Z", "db", "drop"}, []string{"default", "approved", "carol", "10m0s", "approved later", "call-k"}},
+		{"approvals/Held at", []string{"2026-03-10T09:40:00Z", "db", "drop"}, []string{"default", "approved", "carol", "10m0s", "=1+1 approved later", "call-k"}},
 		{"tool-changes/First seen", []string{"2026-03-10T09:00:00Z", "files", hostileTool}, []string{"new", "rejected", "bob", "2026-03-10T10:00:00Z", "sha256:" + hostileTool + "new"}},
 	} {
 		if got := row(c.table, c.first...); !slices.Equal(got, c.want) {
