@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -46,8 +48,8 @@ type Activity struct {
 	// period, in the order they were seen.
 	ToolChanges []ToolChange
 
-	rounds       int64    // later rounds of calls of several rounds
-	laterDenials []Denial // what readRounds found denied in them
+	outcomes []outcomeGroup // what readOutcomes read
+	rounds   int64          // later rounds of calls of several rounds
 }
 
 // ErrorOutcomes are the outcomes a report counts as errors: the tool said
@@ -133,13 +135,23 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 	if until.IsZero() {
 		hi = "9999"
 	}
-	for _, step := range []func(context.Context, string, string) error{
-		a.readCalls(db.r), a.readOutcomes(db.r), a.readRounds(db.r), a.readDenials(db.r),
-		a.readHeld(db.r), a.readToolChanges(db.r),
-	} {
-		if err := step(ctx, lo, hi); err != nil {
-			return nil, fmt.Errorf("report: %w", err)
-		}
+	// Each reads the log on a connection of its own, into parts of a of
+	// its own; the outcomes are added to the tools' figures after.
+	steps := []func(context.Context, string, string) error{
+		a.readCalls(db.r), a.readOutcomes(db.r), a.readHeld(db.r), a.readToolChanges(db.r),
+	}
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step(ctx, lo, hi) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	a.addOutcomes()
+	if err := a.readRounds(db.r)(ctx, lo, hi); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	return a, nil
 }
@@ -148,38 +160,79 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 // start and end, as stored).
 const inPeriod = `r.time >= ? AND r.time <= ?`
 
-// readCalls counts the requests, and the tool calls per server and tool
-// with policy's decisions, by rule. A call of several rounds (2026-07-28)
-// has a request record for each: readRounds takes the later ones off.
+// A call, for a report, is a request policy decided: a tools/call, or a
+// request of another method that rules gate (resources/read, ...), which
+// is counted under its method in place of a tool. callKey is what it is
+// counted under; gated tells calls from other requests.
+const (
+	callKey = `CASE WHEN method = 'tools/call' THEN tool ELSE method END`
+	gated   = `(method = 'tools/call' OR decision != '')`
+)
+
+// callGroups is the query of readCalls and readRounds: requests grouped
+// by what a report counts of them (a denial's reason included).
+const callGroups = `SELECT server, ` + callKey + `, ` + gated + `, decision, decided_by,
+	CASE WHEN decision = 'denied' THEN reason ELSE '' END, COUNT(*)
+	FROM records r WHERE r.kind = 'request' AND ` + inPeriod
+
+const callGrouping = ` GROUP BY server, ` + callKey + `, ` + gated + `, decision, decided_by,
+	CASE WHEN decision = 'denied' THEN reason ELSE '' END`
+
+// readCalls counts the requests, and the calls per server and tool with
+// policy's decisions, by rule, and its denials, by reason. A call of
+// several rounds (2026-07-28) has a request record for each: readRounds
+// takes the later ones off.
 func (a *Activity) readCalls(r *sql.DB) func(context.Context, string, string) error {
 	return func(ctx context.Context, lo, hi string) error {
-		rows, err := r.QueryContext(ctx, `SELECT server, tool, method = 'tools/call', decision, decided_by, COUNT(*)
-			FROM records r WHERE r.kind = 'request' AND `+inPeriod+`
-			GROUP BY server, tool, method = 'tools/call', decision, decided_by`, lo, hi)
-		if err != nil {
-			return fmt.Errorf("calls: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var g callGroup
-			if err := rows.Scan(&g.server, &g.tool, &g.isCall, &g.decision, &g.decidedBy, &g.n); err != nil {
-				return fmt.Errorf("calls: %w", err)
-			}
-			a.add(g)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("calls: %w", err)
-		}
-		a.sort()
-		return nil
+		return a.addGroups(ctx, r, 1, callGroups+callGrouping, lo, hi)
 	}
+}
+
+// readRounds takes off what readCalls counted of the later rounds of
+// calls of several rounds (a round follows an outcome "input_required" of
+// the same call, which readOutcomes counted): each call is counted once,
+// as its first request decided it. The log is read again only when there
+// are such rounds.
+func (a *Activity) readRounds(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		if a.rounds == 0 {
+			return nil
+		}
+		return a.addGroups(ctx, r, -1, callGroups+` AND `+laterRound+`
+			AND r.call_id IN (SELECT call_id FROM records WHERE kind = 'outcome' AND outcome = 'input_required')`+callGrouping, lo, hi)
+	}
+}
+
+// laterRound holds for a request record that is not its call's first.
+const laterRound = `EXISTS (SELECT 1 FROM records p WHERE p.call_id = r.call_id AND p.kind = 'request' AND p.seq < r.seq)`
+
+// addGroups adds the groups a callGroups query returns, times sign.
+func (a *Activity) addGroups(ctx context.Context, r *sql.DB, sign int64, q string, args ...any) error {
+	rows, err := r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("calls: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var g callGroup
+		if err := rows.Scan(&g.server, &g.tool, &g.isCall, &g.decision, &g.decidedBy, &g.reason, &g.n); err != nil {
+			return fmt.Errorf("calls: %w", err)
+		}
+		g.n *= sign
+		a.add(g)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("calls: %w", err)
+	}
+	a.sort()
+	return nil
 }
 
 // callGroup is a number of requests alike in what a report counts.
 type callGroup struct {
-	server, tool, decision, decidedBy string
-	isCall                            bool
-	n                                 int64
+	server, tool, decision, decidedBy, reason string
+	isCall                                    bool
+	n                                         int64
 }
 
 // add counts n requests of a group (n < 0 takes them off).
@@ -205,6 +258,13 @@ func (a *Activity) add(g callGroup) {
 		a.Allowed, t.Allowed, d.Allowed = a.Allowed+g.n, t.Allowed+g.n, d.Allowed+g.n
 	case guard.DecisionDenied:
 		a.Denied, t.Denied, d.Denied = a.Denied+g.n, t.Denied+g.n, d.Denied+g.n
+		key := Denial{DecidedBy: g.decidedBy, Reason: g.reason, Server: g.server, Tool: g.tool}
+		i := slices.IndexFunc(a.Denials, func(x Denial) bool { x.N = 0; return x == key })
+		if i < 0 {
+			i = len(a.Denials)
+			a.Denials = append(a.Denials, key)
+		}
+		a.Denials[i].N += g.n
 	case guard.DecisionHeld:
 		a.Held, t.Held, d.Held = a.Held+g.n, t.Held+g.n, d.Held+g.n
 	}
@@ -220,8 +280,8 @@ func (a *Activity) tool(server, tool string) *ToolActivity {
 	return &a.Tools[i]
 }
 
-// sort puts the tools by server and name, and the rules the most
-// decisions first.
+// sort puts the tools by server and name, the rules and the denials the
+// most calls first.
 func (a *Activity) sort() {
 	slices.SortFunc(a.Tools, func(x, y ToolActivity) int {
 		return cmp.Or(strings.Compare(x.Server, y.Server), strings.Compare(x.Tool, y.Tool))
@@ -229,119 +289,64 @@ func (a *Activity) sort() {
 	slices.SortFunc(a.Decisions, func(x, y RuleDecisions) int {
 		return cmp.Or(cmp.Compare(y.Allowed+y.Denied+y.Held, x.Allowed+x.Denied+x.Held), strings.Compare(x.DecidedBy, y.DecidedBy))
 	})
+	a.Denials = slices.DeleteFunc(a.Denials, func(d Denial) bool { return d.N <= 0 })
+	slices.SortFunc(a.Denials, func(x, y Denial) int {
+		return cmp.Or(cmp.Compare(y.N, x.N), strings.Compare(x.DecidedBy, y.DecidedBy), strings.Compare(x.Reason, y.Reason),
+			strings.Compare(x.Server, y.Server), strings.Compare(x.Tool, y.Tool))
+	})
 }
 
-// readOutcomes counts the outcomes of tool calls recorded in the period
-// (a round answered "input_required" is not an outcome of the call), by
+// readOutcomes counts the outcomes of the calls recorded in the period (a
+// round answered "input_required" is not an outcome of the call), by
 // tool, and the errors among them.
 func (a *Activity) readOutcomes(r *sql.DB) func(context.Context, string, string) error {
 	return func(ctx context.Context, lo, hi string) error {
-		rows, err := r.QueryContext(ctx, `SELECT server, tool, outcome, COUNT(*) FROM records r
-			WHERE r.kind = 'outcome' AND r.method = 'tools/call' AND `+inPeriod+`
-			GROUP BY server, tool, outcome`, lo, hi)
+		rows, err := r.QueryContext(ctx, `SELECT server, `+callKey+`, outcome, COUNT(*) FROM records r
+			WHERE r.kind = 'outcome' AND `+gated+` AND `+inPeriod+`
+			GROUP BY server, `+callKey+`, outcome`, lo, hi)
 		if err != nil {
 			return fmt.Errorf("outcomes: %w", err)
 		}
 		defer rows.Close()
-		byOutcome := map[string]int64{}
 		for rows.Next() {
-			var server, tool, outcome string
-			var n int64
-			if err := rows.Scan(&server, &tool, &outcome, &n); err != nil {
+			var o outcomeGroup
+			if err := rows.Scan(&o.server, &o.tool, &o.outcome, &o.n); err != nil {
 				return fmt.Errorf("outcomes: %w", err)
 			}
-			if outcome == guard.OutcomeInputRequired {
-				a.rounds += n
-				continue
-			}
-			byOutcome[outcome] += n
-			if slices.Contains(ErrorOutcomes, outcome) {
-				a.Errors += n
-				a.tool(server, tool).Errors += n
-			}
+			a.outcomes = append(a.outcomes, o)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("outcomes: %w", err)
 		}
-		for o, n := range byOutcome {
-			a.Outcomes = append(a.Outcomes, Count{Value: o, N: n})
-		}
-		slices.SortFunc(a.Outcomes, func(x, y Count) int { return strings.Compare(x.Value, y.Value) })
-		a.sort()
 		return nil
 	}
 }
 
-// readRounds takes off what readCalls counted of the later rounds of
-// calls of several rounds (a round follows an outcome "input_required" of
-// the same call, which readOutcomes counted): each call is counted once,
-// as its first request decided it. The log is read again only when there
-// are such rounds.
-func (a *Activity) readRounds(r *sql.DB) func(context.Context, string, string) error {
-	return func(ctx context.Context, lo, hi string) error {
-		if a.rounds == 0 {
-			return nil
-		}
-		rows, err := r.QueryContext(ctx, `SELECT server, tool, method = 'tools/call', decision, decided_by, reason, COUNT(*)
-			FROM records r WHERE r.kind = 'request' AND `+inPeriod+` AND `+laterRound+`
-			AND r.call_id IN (SELECT call_id FROM records WHERE kind = 'outcome' AND outcome = 'input_required')
-			GROUP BY server, tool, method = 'tools/call', decision, decided_by, reason`, lo, hi)
-		if err != nil {
-			return fmt.Errorf("rounds: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var g callGroup
-			var reason string
-			if err := rows.Scan(&g.server, &g.tool, &g.isCall, &g.decision, &g.decidedBy, &reason, &g.n); err != nil {
-				return fmt.Errorf("rounds: %w", err)
-			}
-			g.n = -g.n
-			a.add(g)
-			if g.decision == guard.DecisionDenied {
-				a.laterDenials = append(a.laterDenials, Denial{DecidedBy: g.decidedBy, Reason: reason, Server: g.server, Tool: g.tool, N: -g.n})
-			}
-		}
-		return rows.Err()
-	}
+// outcomeGroup is a number of a tool's calls with one outcome.
+type outcomeGroup struct {
+	server, tool, outcome string
+	n                     int64
 }
 
-// laterRound holds for a request record that is not its call's first.
-const laterRound = `EXISTS (SELECT 1 FROM records p WHERE p.call_id = r.call_id AND p.kind = 'request' AND p.seq < r.seq)`
-
-// readDenials groups the calls policy denied by rule and reason.
-func (a *Activity) readDenials(r *sql.DB) func(context.Context, string, string) error {
-	return func(ctx context.Context, lo, hi string) error {
-		rows, err := r.QueryContext(ctx, `SELECT decided_by, reason, server, tool, COUNT(*) FROM records r
-			WHERE r.kind = 'request' AND r.decision = 'denied' AND `+inPeriod+`
-			GROUP BY decided_by, reason, server, tool`, lo, hi)
-		if err != nil {
-			return fmt.Errorf("denials: %w", err)
+// addOutcomes adds what readOutcomes read to the figures.
+func (a *Activity) addOutcomes() {
+	byOutcome := map[string]int64{}
+	for _, o := range a.outcomes {
+		if o.outcome == guard.OutcomeInputRequired {
+			a.rounds += o.n
+			continue
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var d Denial
-			if err := rows.Scan(&d.DecidedBy, &d.Reason, &d.Server, &d.Tool, &d.N); err != nil {
-				return fmt.Errorf("denials: %w", err)
-			}
-			if i := slices.IndexFunc(a.laterDenials, func(l Denial) bool {
-				return l.DecidedBy == d.DecidedBy && l.Reason == d.Reason && l.Server == d.Server && l.Tool == d.Tool
-			}); i >= 0 {
-				d.N -= a.laterDenials[i].N
-			}
-			if d.N > 0 {
-				a.Denials = append(a.Denials, d)
-			}
+		byOutcome[o.outcome] += o.n
+		if slices.Contains(ErrorOutcomes, o.outcome) {
+			a.Errors += o.n
+			a.tool(o.server, o.tool).Errors += o.n
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("denials: %w", err)
-		}
-		slices.SortFunc(a.Denials, func(x, y Denial) int {
-			return cmp.Or(cmp.Compare(y.N, x.N), strings.Compare(x.DecidedBy, y.DecidedBy), strings.Compare(x.Reason, y.Reason),
-				strings.Compare(x.Server, y.Server), strings.Compare(x.Tool, y.Tool))
-		})
-		return nil
 	}
+	for o, n := range byOutcome {
+		a.Outcomes = append(a.Outcomes, Count{Value: o, N: n})
+	}
+	slices.SortFunc(a.Outcomes, func(x, y Count) int { return strings.Compare(x.Value, y.Value) })
+	a.sort()
 }
 
 // readHeld lists the held calls with their decisions: a decision record
