@@ -219,7 +219,7 @@ func writeReportText(w io.Writer, r *auditReport) error {
 	fmt.Fprintf(tw, "Generated:\t%s\n", stamp(r.Generated))
 	tw.Flush()
 	fmt.Fprintf(tw, "\nSummary\n")
-	fmt.Fprintf(tw, "  Tool calls\t%s\t(other requests: %s)\n", thousands(r.Calls), thousands(r.Requests-r.Calls))
+	fmt.Fprintf(tw, "  Calls\t%s\t(other requests: %s)\n", thousands(r.Calls), thousands(r.Requests-r.Calls))
 	fmt.Fprintf(tw, "  Allowed by policy\t%s\t\n", thousands(r.Allowed))
 	fmt.Fprintf(tw, "  Denied by policy\t%s\t\n", thousands(r.Denied))
 	fmt.Fprintf(tw, "  Held for a person\t%s\t%s\n", thousands(r.Held), r.verdicts())

@@ -35,10 +35,11 @@ const (
 //   - query: held, denied by bob after 30 s (the outcome)
 //   - drop: held, the client told to retry, approved by carol 10 min later (a decision record)
 //   - drop: held, expired after 10 min
+//   - a resources/read denied by no-etc
 //   - one tools/list
 //
 // and, in the catalog, read_file changed (accepted by alice) and the
-// hostile tool new (rejected by bob): 27 records in all. It returns the
+// hostile tool new (rejected by bob): 29 records in all. It returns the
 // database's path.
 func reportLog(t *testing.T, dir string) string {
 	t.Helper()
@@ -96,6 +97,9 @@ func reportLog(t *testing.T, dir string) string {
 		Server: "db", Tool: "drop", Decision: guard.DecisionAllowed, DecidedBy: "carol", Reason: "=1+1 approved later", Approval: q.CallID})
 	q, o = call("db", "drop", day.Add(50*time.Minute))
 	held(q, o, 10*time.Minute, guard.DecisionHeld, "default", "no decision within the approval timeout", guard.OutcomeExpired)
+	q, o = call("files", "", day.Add(55*time.Minute))
+	q.Method, o.Method = "resources/read", "resources/read"
+	decided(q, o, guard.DecisionDenied, "no-etc", "no reads under /etc", guard.OutcomeDenied)
 	recs = append(recs, &guard.Record{CallID: "list-1", Kind: guard.KindRequest, Time: day, Server: "files",
 		Direction: guard.ClientToServer, Method: "tools/list"},
 		&guard.Record{CallID: "list-1", Kind: guard.KindOutcome, Time: day, Server: "files",
@@ -154,19 +158,22 @@ func TestAuditReportText(t *testing.T) {
 		want  string
 	}{
 		{[]string{"Period:"}, reportSince + " to " + reportUntil},
-		{[]string{"Tool", "calls"}, "10 (other requests: 1)"},
+		{[]string{"Calls"}, "11 (other requests: 1)"},
 		{[]string{"Allowed", "by", "policy"}, "4"},
-		{[]string{"Denied", "by", "policy"}, "2"},
+		{[]string{"Denied", "by", "policy"}, "3"},
 		{[]string{"Held", "for", "a", "person"}, "4 approved 2, denied 1, expired 1"},
 		{[]string{"Errors"}, "1"},
 		{[]string{"Tool", "definitions"}, "2 new or changed; reviews: 1 accepted, 1 rejected, 0 pending"},
-		{[]string{"Verification", "ok"}, "27 records"},
+		{[]string{"Verification", "ok"}, "29 records"},
 		{[]string{"files", "read_file"}, "4 4 0 0 1"},
 		{[]string{"files", "write_file"}, "2 0 2 0 0"},
 		{[]string{"files", hostileTool}, "1 0 0 1 0"},
 		{[]string{"db", "drop"}, "2 0 0 2 0"},
 		{[]string{"read-files"}, "4 0 0"},
 		{[]string{"no-etc", "no", "writes", "under", "/etc"}, "files write_file 2"},
+		{[]string{"no-etc", "no", "reads", "under", "/etc"}, "files resources/read 1"},
+		{[]string{"files", "resources/read"}, "1 0 1 0 0"},
+		{[]string{"no-etc"}, "0 3 0"},
 		{[]string{"tool_error"}, "1"},
 		{[]string{"awaiting_approval"}, "1"},
 		{[]string{"2026-03-10T09:20:00Z", "files", hostileTool, "default", "approved", "alice"}, "1m30s " + hostileWhy + " call-i"},
@@ -188,7 +195,7 @@ func TestAuditReportText(t *testing.T) {
 			t.Errorf("trailing spaces: %q", l)
 		}
 	}
-	if !strings.Contains(out, "ok: all 27 records of the log verify") {
+	if !strings.Contains(out, "ok: all 29 records of the log verify") {
 		t.Errorf("no verification statement:\n%s", out)
 	}
 }
@@ -235,7 +242,7 @@ func TestAuditReportCSV(t *testing.T) {
 			}
 		}
 	}
-	for item, n := range map[string]string{"calls": "10", "other_requests": "1", "allowed": "4", "denied": "2", "held": "4",
+	for item, n := range map[string]string{"calls": "11", "other_requests": "1", "allowed": "4", "denied": "3", "held": "4",
 		"errors": "1", "held_approved": "2", "held_denied": "1", "held_expired": "1", "held_undecided": "0",
 		"tool_definitions": "2", "reviews_accepted": "1", "reviews_rejected": "1"} {
 		one("summary", map[string]string{"item": item}, map[string]string{"count": n})
@@ -244,7 +251,8 @@ func TestAuditReportCSV(t *testing.T) {
 	one("calls", map[string]string{"tool": "read_file"}, map[string]string{"server": "files", "count": "4", "allowed": "4", "errors": "1"})
 	one("calls", map[string]string{"tool": hostileTool}, map[string]string{"count": "1", "held": "1"})
 	one("decisions", map[string]string{"decided_by": "default"}, map[string]string{"held": "4", "count": "4"})
-	one("denials", map[string]string{"decided_by": "no-etc"}, map[string]string{"reason": "no writes under /etc", "tool": "write_file", "count": "2"})
+	one("denials", map[string]string{"tool": "write_file"}, map[string]string{"decided_by": "no-etc", "reason": "no writes under /etc", "count": "2"})
+	one("denials", map[string]string{"tool": "resources/read"}, map[string]string{"decided_by": "no-etc", "reason": "no reads under /etc", "count": "1"})
 	one("approvals", map[string]string{"tool": "query"}, map[string]string{"verdict": "denied", "decided_by": "bob",
 		"wait_ms": "30000", "time": "2026-03-10T09:30:00Z", "decided_at": "2026-03-10T09:30:30Z", "state": "default"})
 	one("approvals", map[string]string{"decided_by": "carol"}, map[string]string{"verdict": "approved", "wait_ms": "600000", "approval": "call-k",
@@ -252,7 +260,7 @@ func TestAuditReportCSV(t *testing.T) {
 	one("approvals", map[string]string{"tool": hostileTool}, map[string]string{"reason": hostileWhy})
 	one("approvals", map[string]string{"verdict": "expired"}, map[string]string{"decided_by": "", "wait_ms": "600000"})
 	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob"})
-	one("verification", nil, map[string]string{"verdict": "ok", "count": "27", "reason": ""})
+	one("verification", nil, map[string]string{"verdict": "ok", "count": "29", "reason": ""})
 	if n := len(find("approvals", nil)); n != 4 {
 		t.Errorf("%d approvals, want 4", n)
 	}
@@ -325,13 +333,13 @@ func TestAuditReportHTML(t *testing.T) {
 		first []string
 		want  []string
 	}{
-		{"summary/Tool calls", []string{"Tool calls"}, []string{"10", "other requests (initialize, listings, ...): 1"}},
-		{"summary/Tool calls", []string{"Held for a person"}, []string{"4", "approved 2, denied 1, expired 1"}},
-		{"summary/Tool calls", []string{"Verification"}, []string{"ok", "27 records"}},
+		{"summary/Calls", []string{"Calls"}, []string{"11", "tool calls, and other requests that rules decide; other requests (initialize, listings, ...): 1"}},
+		{"summary/Calls", []string{"Held for a person"}, []string{"4", "approved 2, denied 1, expired 1"}},
+		{"summary/Calls", []string{"Verification"}, []string{"ok", "29 records"}},
 		{"calls/Server", []string{"files", hostileTool}, []string{"1", "0", "0", "1", "0"}},
 		{"calls/Server", []string{"files", "read_file"}, []string{"4", "4", "0", "0", "1"}},
-		{"calls/Outcome", []string{"denied"}, []string{"3"}},
-		{"decisions/Rule", []string{"no-etc"}, []string{"0", "2", "0"}},
+		{"calls/Outcome", []string{"denied"}, []string{"4"}},
+		{"decisions/Rule", []string{"no-etc"}, []string{"0", "3", "0"}},
 		{"denials/Rule", []string{"no-etc", "no writes under /etc"}, []string{"files", "write_file", "2"}},
 		{"approvals/Held at", []string{"2026-03-10T09:30:00Z", "db", "query"}, []string{"default", "denied", "bob", "30s", `not on production\x1b[2J`, "call-j"}},
 		{"approvals/Held at", []string{"2026-03-10T09:20:00Z", "files", hostileTool}, []string{"default", "approved", "alice", "1m30s", hostileWhy, "call-i"}},
@@ -351,7 +359,7 @@ func TestAuditReportHTML(t *testing.T) {
 			verdict = text(n)
 		}
 	}
-	if !strings.HasPrefix(verdict, "ok: all 27 records of the log verify") {
+	if !strings.HasPrefix(verdict, "ok: all 29 records of the log verify") {
 		t.Errorf("verification statement %q", verdict)
 	}
 }
@@ -386,7 +394,7 @@ func TestAuditReportSaysWhenTheLogFails(t *testing.T) {
 	path := reportLog(t, dir)
 	tamper(t, path)
 	out, _, code := run(t, dir, "audit", "report", "--since", reportSince, "--until", reportUntil)
-	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 27 records: record 3 ") {
+	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 29 records: record 3 ") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
@@ -408,7 +416,7 @@ func TestAuditReportUsage(t *testing.T) {
 	}
 	// No database yet: an empty report, nothing created.
 	out, _, code := run(t, dir, "audit", "report")
-	if code != 0 || !strings.Contains(out, "Tool calls         0") || !strings.Contains(out, "ok: all 0 records") {
+	if code != 0 || !strings.Contains(out, "Calls              0") || !strings.Contains(out, "ok: all 0 records") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
