@@ -97,3 +97,61 @@ func TestActivityAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A held call's verdict comes from its first decision record, whichever
+// words it uses (a call's decision or an approval's state), else from the
+// call's outcome; the wait runs from the request to that record.
+func TestActivityHeldCalls(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, filepath.Join(t.TempDir(), "h.db"))
+	defer db.Close()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	var recs []*guard.Record
+	held := func(id string, after time.Duration, outcome string, decisions ...guard.Record) {
+		recs = append(recs, &guard.Record{CallID: id, Kind: guard.KindRequest, Time: at, Server: "s", Method: "tools/call",
+			Tool: "t", Decision: guard.DecisionHeld, DecidedBy: "default"})
+		if outcome != "" {
+			recs = append(recs, &guard.Record{CallID: id, Kind: guard.KindOutcome, Time: at.Add(after), Server: "s",
+				Method: "tools/call", Tool: "t", Decision: guard.DecisionHeld, DecidedBy: "default", Outcome: outcome})
+		}
+		for i, d := range decisions {
+			d.CallID, d.Kind, d.Time = id, guard.KindDecision, at.Add(time.Duration(i+1)*time.Minute)
+			recs = append(recs, &d)
+		}
+	}
+	held("approved-state", time.Second, guard.OutcomeAwaitingApproval,
+		guard.Record{Decision: guard.ApprovalApproved, DecidedBy: "alice", Approval: "a-1"},
+		guard.Record{Decision: guard.ApprovalDenied, DecidedBy: "bob"}) // too late: the first decision stands
+	held("denied", time.Second, guard.OutcomeAwaitingApproval, guard.Record{Decision: guard.DecisionDenied, DecidedBy: "bob", Reason: "no"})
+	held("expired-state", time.Second, guard.OutcomeAwaitingApproval, guard.Record{Decision: guard.ApprovalExpired})
+	held("withdrawn", 3*time.Second, guard.OutcomeCancelled)
+	held("waiting", time.Second, guard.OutcomeAwaitingApproval)
+	held("in-flight", 0, "")
+	if err := db.Append(recs...); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		id, verdict, by, approval string
+		waited                    time.Duration
+	}{
+		{"approved-state", HeldApproved, "alice", "a-1", time.Minute},
+		{"denied", HeldDenied, "bob", "denied", time.Minute},
+		{"expired-state", HeldExpired, "", "expired-state", time.Minute},
+		{"withdrawn", HeldWithdrawn, "", "withdrawn", 3 * time.Second},
+		{"waiting", HeldUndecided, "", "waiting", 0},
+		{"in-flight", HeldUndecided, "", "in-flight", 0},
+	}
+	if len(a.Approvals) != len(want) || a.Held != int64(len(want)) {
+		t.Fatalf("%d held calls, %d counted: %+v", len(a.Approvals), a.Held, a.Approvals)
+	}
+	for i, w := range want {
+		h := a.Approvals[i]
+		if h.CallID != w.id || h.Verdict != w.verdict || h.DecidedBy != w.by || h.Approval != w.approval || h.Waited != w.waited {
+			t.Errorf("%s: %+v, want %+v", w.id, h, w)
+		}
+	}
+}
