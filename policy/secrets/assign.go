@@ -207,7 +207,7 @@ func plainValue(v string) bool {
 	case "", "true", "false", "null", "nil", "None", "undefined":
 		return false
 	}
-	if v[0] == '$' || v[0] == '{' || v[0] == '(' || v[0] == '<' {
+	if v[0] == '{' || v[0] == '(' || v[0] == '<' || envReference(v) {
 		return false
 	}
 	// A call: getenv("X), os.Getenv(...
@@ -235,6 +235,23 @@ func plainValue(v string) bool {
 		}
 	}
 	return !(ident && dots > 0)
+}
+
+// envReference reports whether v names an environment variable, $NAME
+// (upper case) or ${...}, rather than being a secret that starts with "$".
+func envReference(v string) bool {
+	if len(v) < 2 || v[0] != '$' {
+		return false
+	}
+	if v[1] == '{' {
+		return true
+	}
+	for i := 1; i < len(v); i++ {
+		if c := v[i]; !('A' <= c && c <= 'Z' || c == '_' || i > 1 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkURLPassword is given an "@" at i and finds the URL whose user

@@ -75,6 +75,8 @@ var maskCases = []struct {
 	{"env password", "PGHOST=db\nPGPASSWORD=Zx9!kq2LmP0wRt7v\n", "PGHOST=db\nPGPASSWORD=" + red("credential") + "\n", 1},
 	{"yaml password", "db:\n  user: app\n  password: s3cr3t!\n", "db:\n  user: app\n  password: " + red("credential") + "\n", 1},
 	{"token:", "token: 8fj3KdQ92lxPzM0aBv7c", "token: " + red("credential"), 1},
+	{"value with a $", "password=$ecret1 and PASSWORD=$5up3r", "password=" + red("credential") + " and PASSWORD=" + red("credential"), 2},
+	{"connection string", "Server=db;User Id=sa;Password=Pa$$w0rd;", "Server=db;User Id=sa;Password=" + red("credential") + ";", 1},
 	{"secret=", "secret=abc123;user=x", "secret=" + red("credential") + ";user=x", 1},
 	{"api_key=", "curl https://api.example.com/?api_key=k-8f3a9c2e&q=1", "curl https://api.example.com/?api_key=" + red("credential") + "&q=1", 1},
 	{"camel case, quoted", `clientSecret = "two words"`, `clientSecret = "` + red("credential") + `"`, 1},
