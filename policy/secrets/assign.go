@@ -16,8 +16,8 @@ const maxName = 64
 var secretWords = []string{"password", "passwd", "passphrase", "secret", "token", "apikey", "secretkey", "privatekey"}
 
 // notSecretTokens are names ending in "token" whose values are not
-// secrets: the cursors of paginated APIs.
-var notSecretTokens = []string{"pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken"}
+// secrets: the cursors of paginated APIs, MCP's progress tokens.
+var notSecretTokens = []string{"pagetoken", "nexttoken", "continuationtoken", "synctoken", "cursortoken", "progresstoken"}
 
 // isNameByte: a character of a setting's name, [A-Za-z0-9_.-].
 func isNameByte(c byte) bool { return isWordByte(c) || c == '-' || c == '.' }

@@ -171,6 +171,7 @@ var nearMisses = []struct{ name, in string }{
 	{"variables", "password=${DB_PASSWORD} token=$GITHUB_TOKEN secret: {{ .Secret }}"},
 	{"code", `password = os.Getenv("DB_PASSWORD"); token := cfg.auth.token; secret: process.env.SECRET`},
 	{"pagination", "pageToken=CAoQAA nextToken: abc123 max_tokens: 4096"},
+	{"progress token", `{"_meta":{"progressToken":"p7"}}`},
 	{"other settings", "password_min_length=12 token_type=bearer secret_name: prod-db tokens: 12"},
 	{"url without credentials", "https://example.com/path?q=1&lang=en#top"},
 	{"url with a user only", "ssh://git@github.com/org/repo.git and https://alice@example.com/"},
