@@ -21,9 +21,10 @@ import (
 // record in Go.
 type Activity struct {
 	Since, Until time.Time
-	// Calls counts the tool calls (tools/call) made in the period, each
-	// once however many rounds it had; Requests counts every request in
-	// either direction (initialize, tools/list, ... included).
+	// Calls counts the calls made in the period: tools/call, and the
+	// requests of other methods that policy decided (resources/read, ...),
+	// each once however many rounds it had. Requests counts every request
+	// in either direction (initialize, tools/list, ... included).
 	Calls, Requests int64
 	// Allowed, Denied and Held split Calls by what policy decided when
 	// the call arrived (a held call is counted as held, whoever decided
@@ -31,7 +32,8 @@ type Activity struct {
 	Allowed, Denied, Held int64
 	// Errors counts the calls whose outcome was an error (ErrorOutcomes).
 	Errors int64
-	// Tools are the calls per server and tool, by server then tool.
+	// Tools are the calls per server and tool (or method, for a call that
+	// is not a tools/call), by server then tool.
 	Tools []ToolActivity
 	// Outcomes counts the calls' final outcomes, by outcome.
 	Outcomes []Count
@@ -354,7 +356,8 @@ func (a *Activity) addOutcomes() {
 // else the call's last outcome.
 func (a *Activity) readHeld(r *sql.DB) func(context.Context, string, string) error {
 	return func(ctx context.Context, lo, hi string) error {
-		rows, err := r.QueryContext(ctx, `SELECT r.call_id, r.approval, r.server, r.tool, r.time, r.decided_by, r.reason,
+		rows, err := r.QueryContext(ctx, `SELECT r.call_id, r.approval, r.server, CASE WHEN r.method = 'tools/call' THEN r.tool ELSE r.method END,
+			r.time, r.decided_by, r.reason,
 			COALESCE(d.time, ''), COALESCE(d.approval, ''), COALESCE(d.decision, ''), COALESCE(d.outcome, ''),
 			COALESCE(d.decided_by, ''), COALESCE(d.reason, ''),
 			COALESCE(o.time, ''), COALESCE(o.decision, ''), COALESCE(o.outcome, ''),
