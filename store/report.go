@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,10 +48,16 @@ type Activity struct {
 	// held.
 	Approvals []HeldCall
 	// ToolChanges are the tool definitions first seen, or reviewed, in the
-	// period, in the order they were seen.
+	// period, in the order they were seen (then those reviewed, when the
+	// catalog does not have them): a review as the log records it where
+	// it does, else as the catalog's working table says.
 	ToolChanges []ToolChange
+	// PolicyChanges are the rules learned and the configurations loaded
+	// in the period, in order.
+	PolicyChanges []PolicyChange
 
 	outcomes []outcomeGroup // what readOutcomes read
+	reviews  []ToolChange   // the tool_review records of the period
 	rounds   int64          // later rounds of calls of several rounds
 }
 
@@ -140,7 +147,7 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 	// Each reads the log on a connection of its own, into parts of a of
 	// its own; the outcomes are added to the tools' figures after.
 	steps := []func(context.Context, string, string) error{
-		a.readCalls(db.r), a.readOutcomes(db.r), a.readHeld(db.r), a.readToolChanges(db.r),
+		a.readCalls(db.r), a.readOutcomes(db.r), a.readHeld(db.r), a.readToolChanges(db.r), a.readChain(db.r),
 	}
 	errs := make([]error, len(steps))
 	var wg sync.WaitGroup
@@ -152,6 +159,7 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	a.addOutcomes()
+	a.addReviews()
 	if err := a.readRounds(db.r)(ctx, lo, hi); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -451,6 +459,73 @@ func (a *Activity) readToolChanges(r *sql.DB) func(context.Context, string, stri
 			a.ToolChanges = append(a.ToolChanges, c)
 		}
 		return rows.Err()
+	}
+}
+
+// PolicyChange is a change to what decides calls, as the log records it:
+// a rule learned from an approval, or a configuration loaded.
+type PolicyChange struct {
+	Time time.Time
+	// Kind is the record's: guard.KindRuleAdded or guard.KindConfig.
+	Kind string
+	// What is the rule's name, or how the configuration was loaded
+	// (loaded, reloaded, held for a person, ...).
+	What              string
+	DecidedBy, Reason string
+	// Server and Tool are what a learned rule allows.
+	Server, Tool string
+}
+
+// readChain reads the records of the period that change the rules or
+// review a tool: the log's word on them, beside the working tables'.
+func (a *Activity) readChain(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		rows, err := r.QueryContext(ctx, `SELECT kind, time, server, tool, pin, decision, decided_by, reason, detail
+			FROM records r WHERE r.kind IN ('tool_review', 'rule_added', 'config') AND `+inPeriod+` ORDER BY r.seq`, lo, hi)
+		if err != nil {
+			return fmt.Errorf("policy changes: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var kind, at, server, tool, pin, decision, by, reason, detail string
+			if err := rows.Scan(&kind, &at, &server, &tool, &pin, &decision, &by, &reason, &detail); err != nil {
+				return fmt.Errorf("policy changes: %w", err)
+			}
+			var d struct{ Rule, Cause string }
+			_ = json.Unmarshal([]byte(detail), &d)
+			switch kind {
+			case guard.KindToolReview:
+				a.reviews = append(a.reviews, ToolChange{Server: server, Tool: tool, Pin: pin, Cause: d.Cause,
+					State: decision, DecidedBy: by, DecidedAt: parseTime(at)})
+			case guard.KindRuleAdded:
+				a.PolicyChanges = append(a.PolicyChanges, PolicyChange{Time: parseTime(at), Kind: kind, What: d.Rule,
+					DecidedBy: by, Reason: reason, Server: server, Tool: tool})
+			default:
+				a.PolicyChanges = append(a.PolicyChanges, PolicyChange{Time: parseTime(at), Kind: kind, What: decision,
+					DecidedBy: by, Reason: reason})
+			}
+		}
+		return rows.Err()
+	}
+}
+
+// addReviews puts the reviews the log records over what the working table
+// says of the same definitions, and adds the definitions it has no row
+// for.
+func (a *Activity) addReviews() {
+	for _, v := range a.reviews {
+		i := slices.IndexFunc(a.ToolChanges, func(c ToolChange) bool {
+			return c.Server == v.Server && c.Tool == v.Tool && c.Pin == v.Pin
+		})
+		if i < 0 {
+			a.ToolChanges = append(a.ToolChanges, v)
+			continue
+		}
+		c := &a.ToolChanges[i]
+		c.State, c.DecidedBy, c.DecidedAt = v.State, v.DecidedBy, v.DecidedAt
+		if c.Cause == "" {
+			c.Cause = v.Cause
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
@@ -28,8 +29,8 @@ type auditReport struct {
 	Changes   changeCounts
 }
 
-// changeCounts sums up the tool changes of a period.
-type changeCounts struct{ Definitions, Accepted, Rejected, Pending int }
+// changeCounts sums up the tool and policy changes of a period.
+type changeCounts struct{ Definitions, Accepted, Rejected, Pending, Rules int }
 
 func auditReportCmd(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("audit report")
@@ -100,6 +101,11 @@ func auditReportCmd(ctx context.Context, a *app, args []string) int {
 			r.Changes.Rejected++
 		case "pending":
 			r.Changes.Pending++
+		}
+	}
+	for _, c := range r.PolicyChanges {
+		if c.Kind == guard.KindRuleAdded {
+			r.Changes.Rules++
 		}
 	}
 	if err := write(a.stdout, r); err != nil {
@@ -226,6 +232,8 @@ func writeReportText(w io.Writer, r *auditReport) error {
 	fmt.Fprintf(tw, "  Errors\t%s\t\n", thousands(r.Errors))
 	fmt.Fprintf(tw, "  Tool definitions\t%d\tnew or changed; reviews: %d accepted, %d rejected, %d pending\n",
 		r.Changes.Definitions, r.Changes.Accepted, r.Changes.Rejected, r.Changes.Pending)
+	fmt.Fprintf(tw, "  Policy changes\t%d\trules learned: %d, configurations loaded: %d\n",
+		len(r.PolicyChanges), r.Changes.Rules, len(r.PolicyChanges)-r.Changes.Rules)
 	status := "ok"
 	if !r.Verified.OK {
 		status = "FAILED"
@@ -261,6 +269,12 @@ func writeReportText(w io.Writer, r *auditReport) error {
 		"FIRST SEEN", "SERVER", "TOOL", "CAUSE", "STATE", "DECIDED BY", "DECIDED AT", "PIN") {
 		for _, c := range r.ToolChanges {
 			row(stamp(c.FirstSeen), c.Server, c.Tool, c.Cause, c.State, c.DecidedBy, stamp(c.DecidedAt), c.Pin)
+		}
+	}
+	if section("Policy changes (rules learned, configurations loaded)", len(r.PolicyChanges) == 0,
+		"TIME", "KIND", "RULE OR LOAD", "DECIDED BY", "SERVER", "TOOL", "REASON") {
+		for _, c := range r.PolicyChanges {
+			row(stamp(c.Time), c.Kind, c.What, c.DecidedBy, c.Server, c.Tool, clip(c.Reason, 60))
 		}
 	}
 	tw.Flush()
@@ -304,7 +318,8 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 	}{{"calls", r.Calls}, {"other_requests", r.Requests - r.Calls}, {"allowed", r.Allowed}, {"denied", r.Denied},
 		{"held", r.Held}, {"errors", r.Errors}, {"tool_definitions", int64(r.Changes.Definitions)},
 		{"reviews_accepted", int64(r.Changes.Accepted)}, {"reviews_rejected", int64(r.Changes.Rejected)},
-		{"reviews_pending", int64(r.Changes.Pending)}} {
+		{"reviews_pending", int64(r.Changes.Pending)}, {"rules_learned", int64(r.Changes.Rules)},
+		{"configurations_loaded", int64(len(r.PolicyChanges) - r.Changes.Rules)}} {
 		put("summary", map[string]string{"item": m.item, "count": n(m.v)})
 	}
 	for _, c := range r.Verdicts() {
@@ -336,6 +351,10 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 	for _, c := range r.ToolChanges {
 		put("tool_changes", map[string]string{"item": c.Cause, "server": c.Server, "tool": c.Tool, "decided_by": c.DecidedBy,
 			"time": stamp(c.FirstSeen), "decided_at": stamp(c.DecidedAt), "pin": c.Pin, "state": c.State})
+	}
+	for _, c := range r.PolicyChanges {
+		put("policy_changes", map[string]string{"item": c.Kind, "state": c.What, "time": stamp(c.Time), "decided_by": c.DecidedBy,
+			"reason": c.Reason, "server": c.Server, "tool": c.Tool})
 	}
 	verdict := "ok"
 	if !r.Verified.OK {
@@ -384,3 +403,7 @@ func (r *auditReport) VerdictSummary() string { return r.verdicts() }
 // OtherRequests counts the requests of the period that were not tool
 // calls.
 func (r *auditReport) OtherRequests() int64 { return r.Requests - r.Calls }
+
+// ConfigLoads counts the configurations loaded in the period, for the
+// page.
+func (r *auditReport) ConfigLoads() int { return len(r.PolicyChanges) - r.Changes.Rules }

@@ -37,9 +37,12 @@ const (
 //   - drop: held, expired after 10 min
 //   - a resources/read denied by no-etc
 //   - one tools/list
+//   - a configuration reloaded, a rule learned from carol's approval
+//   - the hostile tool rejected by bob@example.com and old_tool accepted
+//     by alice, as the log records it
 //
 // and, in the catalog, read_file changed (accepted by alice) and the
-// hostile tool new (rejected by bob): 29 records in all. It returns the
+// hostile tool new (rejected by bob): 33 records in all. It returns the
 // database's path.
 func reportLog(t *testing.T, dir string) string {
 	t.Helper()
@@ -104,6 +107,15 @@ func reportLog(t *testing.T, dir string) string {
 		Direction: guard.ClientToServer, Method: "tools/list"},
 		&guard.Record{CallID: "list-1", Kind: guard.KindOutcome, Time: day, Server: "files",
 			Direction: guard.ClientToServer, Method: "tools/list", Outcome: guard.OutcomeOK})
+	recs = append(recs,
+		&guard.Record{Kind: guard.KindConfig, Time: day, Decision: "reloaded", Reason: "rules.d/approved.yaml changed",
+			Detail: `{"digest":"sha256:c0ffee"}`},
+		&guard.Record{Kind: guard.KindRuleAdded, Time: day.Add(time.Hour), Server: "db", Tool: "drop", Decision: "allow",
+			DecidedBy: "carol", Approval: "call-k", Reason: "learned from approval call-k", Detail: `{"rule":"approved-db-drop","action":"allow"}`},
+		&guard.Record{Kind: guard.KindToolReview, Time: day.Add(2 * time.Hour), Server: "files", Tool: hostileTool,
+			Pin: "sha256:" + hostileTool + "new", Decision: "rejected", DecidedBy: "bob@example.com", Detail: `{"cause":"new"}`},
+		&guard.Record{Kind: guard.KindToolReview, Time: day.Add(150 * time.Minute), Server: "files", Tool: "old_tool",
+			Pin: "sha256:old", Decision: "accepted", DecidedBy: "alice", Detail: `{"cause":"changed"}`})
 	if err := db.Append(recs...); err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +175,12 @@ func TestAuditReportText(t *testing.T) {
 		{[]string{"Denied", "by", "policy"}, "3"},
 		{[]string{"Held", "for", "a", "person"}, "4 approved 2, denied 1, expired 1"},
 		{[]string{"Errors"}, "1"},
-		{[]string{"Tool", "definitions"}, "2 new or changed; reviews: 1 accepted, 1 rejected, 0 pending"},
-		{[]string{"Verification", "ok"}, "29 records"},
+		{[]string{"Tool", "definitions"}, "3 new or changed; reviews: 2 accepted, 1 rejected, 0 pending"},
+		{[]string{"Policy", "changes"}, "2 rules learned: 1, configurations loaded: 1"},
+		{[]string{"2026-03-10T10:00:00Z", "rule_added", "approved-db-drop", "carol", "db", "drop"}, "learned from approval call-k"},
+		{[]string{"2026-03-10T09:00:00Z", "config", "reloaded", "-", "-", "-"}, "rules.d/approved.yaml changed"},
+		{[]string{"-", "files", "old_tool", "changed", "accepted", "alice"}, "2026-03-10T11:30:00Z sha256:old"},
+		{[]string{"Verification", "ok"}, "33 records"},
 		{[]string{"files", "read_file"}, "4 4 0 0 1"},
 		{[]string{"files", "write_file"}, "2 0 2 0 0"},
 		{[]string{"files", hostileTool}, "1 0 0 1 0"},
@@ -181,7 +197,7 @@ func TestAuditReportText(t *testing.T) {
 		{[]string{"2026-03-10T09:40:00Z", "db", "drop", "default", "approved", "carol"}, "10m0s =1+1 approved later call-k"},
 		{[]string{"2026-03-10T09:50:00Z", "db", "drop", "default", "expired"}, "- 10m0s - call-l"},
 		{[]string{"2026-03-10T09:00:00Z", "files", "read_file", "changed", "accepted", "alice", "2026-03-10T10:00:00Z"}, "sha256:read_filev2"},
-		{[]string{"2026-03-10T09:00:00Z", "files", hostileTool, "new", "rejected", "bob"}, "2026-03-10T10:00:00Z sha256:" + hostileTool + "new"},
+		{[]string{"2026-03-10T09:00:00Z", "files", hostileTool, "new", "rejected", "bob@example.com"}, "2026-03-10T11:00:00Z sha256:" + hostileTool + "new"},
 	} {
 		if got := strings.Join(fields(c.words...), " "); got != c.want {
 			t.Errorf("%s: got %q, want %q", strings.Join(c.words, " "), got, c.want)
@@ -195,7 +211,7 @@ func TestAuditReportText(t *testing.T) {
 			t.Errorf("trailing spaces: %q", l)
 		}
 	}
-	if !strings.Contains(out, "ok: all 29 records of the log verify") {
+	if !strings.Contains(out, "ok: all 33 records of the log verify") {
 		t.Errorf("no verification statement:\n%s", out)
 	}
 }
@@ -244,7 +260,7 @@ func TestAuditReportCSV(t *testing.T) {
 	}
 	for item, n := range map[string]string{"calls": "11", "other_requests": "1", "allowed": "4", "denied": "3", "held": "4",
 		"errors": "1", "held_approved": "2", "held_denied": "1", "held_expired": "1", "held_undecided": "0",
-		"tool_definitions": "2", "reviews_accepted": "1", "reviews_rejected": "1"} {
+		"tool_definitions": "3", "reviews_accepted": "2", "reviews_rejected": "1", "rules_learned": "1", "configurations_loaded": "1"} {
 		one("summary", map[string]string{"item": item}, map[string]string{"count": n})
 	}
 	one("report", map[string]string{"item": "since"}, map[string]string{"reason": reportSince})
@@ -259,8 +275,11 @@ func TestAuditReportCSV(t *testing.T) {
 		"reason": "'=1+1 approved later"}) // not a formula in a spreadsheet
 	one("approvals", map[string]string{"tool": hostileTool}, map[string]string{"reason": hostileWhy})
 	one("approvals", map[string]string{"verdict": "expired"}, map[string]string{"decided_by": "", "wait_ms": "600000"})
-	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob"})
-	one("verification", nil, map[string]string{"verdict": "ok", "count": "29", "reason": ""})
+	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob@example.com"})
+	one("policy_changes", map[string]string{"item": "rule_added"}, map[string]string{"state": "approved-db-drop", "decided_by": "carol",
+		"server": "db", "tool": "drop", "time": "2026-03-10T10:00:00Z"})
+	one("policy_changes", map[string]string{"item": "config"}, map[string]string{"state": "reloaded", "reason": "rules.d/approved.yaml changed"})
+	one("verification", nil, map[string]string{"verdict": "ok", "count": "33", "reason": ""})
 	if n := len(find("approvals", nil)); n != 4 {
 		t.Errorf("%d approvals, want 4", n)
 	}
@@ -298,7 +317,7 @@ func TestAuditReportHTML(t *testing.T) {
 	if want := "guard audit report, " + reportSince + " to " + reportUntil; title != want {
 		t.Errorf("title %q, want %q", title, want)
 	}
-	if want := []string{"Summary", "Calls per server and tool", "Decisions by rule", "Denials", "Approvals", "Tool changes", "Verification"}; !slices.Equal(h2s, want) {
+	if want := []string{"Summary", "Calls per server and tool", "Decisions by rule", "Denials", "Approvals", "Tool changes", "Policy changes", "Verification"}; !slices.Equal(h2s, want) {
 		t.Errorf("sections %q, want %q", h2s, want)
 	}
 	cells := map[string][][]string{} // the first header cell of each table → its rows' cells
@@ -335,7 +354,7 @@ func TestAuditReportHTML(t *testing.T) {
 	}{
 		{"summary/Calls", []string{"Calls"}, []string{"11", "tool calls, and other requests that rules decide; other requests (initialize, listings, ...): 1"}},
 		{"summary/Calls", []string{"Held for a person"}, []string{"4", "approved 2, denied 1, expired 1"}},
-		{"summary/Calls", []string{"Verification"}, []string{"ok", "29 records"}},
+		{"summary/Calls", []string{"Verification"}, []string{"ok", "33 records"}},
 		{"calls/Server", []string{"files", hostileTool}, []string{"1", "0", "0", "1", "0"}},
 		{"calls/Server", []string{"files", "read_file"}, []string{"4", "4", "0", "0", "1"}},
 		{"calls/Outcome", []string{"denied"}, []string{"4"}},
@@ -344,7 +363,9 @@ func TestAuditReportHTML(t *testing.T) {
 		{"approvals/Held at", []string{"2026-03-10T09:30:00Z", "db", "query"}, []string{"default", "denied", "bob", "30s", `not on production\x1b[2J`, "call-j"}},
 		{"approvals/Held at", []string{"2026-03-10T09:20:00Z", "files", hostileTool}, []string{"default", "approved", "alice", "1m30s", hostileWhy, "call-i"}},
 		{"approvals/Held at", []string{"2026-03-10T09:40:00Z", "db", "drop"}, []string{"default", "approved", "carol", "10m0s", "=1+1 approved later", "call-k"}},
-		{"tool-changes/First seen", []string{"2026-03-10T09:00:00Z", "files", hostileTool}, []string{"new", "rejected", "bob", "2026-03-10T10:00:00Z", "sha256:" + hostileTool + "new"}},
+		{"tool-changes/First seen", []string{"2026-03-10T09:00:00Z", "files", hostileTool}, []string{"new", "rejected", "bob@example.com", "2026-03-10T11:00:00Z", "sha256:" + hostileTool + "new"}},
+		{"policy-changes/Time", []string{"2026-03-10T10:00:00Z", "rule_added"}, []string{"approved-db-drop", "carol", "db", "drop", "learned from approval call-k"}},
+		{"summary/Calls", []string{"Policy changes"}, []string{"2", "rules learned: 1, configurations loaded: 1"}},
 	} {
 		if got := row(c.table, c.first...); !slices.Equal(got, c.want) {
 			t.Errorf("%s %q: %q, want %q", c.table, c.first, got, c.want)
@@ -359,7 +380,7 @@ func TestAuditReportHTML(t *testing.T) {
 			verdict = text(n)
 		}
 	}
-	if !strings.HasPrefix(verdict, "ok: all 29 records of the log verify") {
+	if !strings.HasPrefix(verdict, "ok: all 33 records of the log verify") {
 		t.Errorf("verification statement %q", verdict)
 	}
 }
@@ -394,7 +415,7 @@ func TestAuditReportSaysWhenTheLogFails(t *testing.T) {
 	path := reportLog(t, dir)
 	tamper(t, path)
 	out, _, code := run(t, dir, "audit", "report", "--since", reportSince, "--until", reportUntil)
-	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 29 records: record 3 ") {
+	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 33 records: record 3 ") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
