@@ -413,7 +413,7 @@ func text(n *html.Node) string {
 func TestAuditReportSaysWhenTheLogFails(t *testing.T) {
 	dir := t.TempDir()
 	path := reportLog(t, dir)
-	tamper(t, path)
+	alterRecord3(t, path)
 	out, _, code := run(t, dir, "audit", "report", "--since", reportSince, "--until", reportUntil)
 	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 33 records: record 3 ") {
 		t.Errorf("exit %d:\n%s", code, out)
@@ -442,9 +442,9 @@ func TestAuditReportUsage(t *testing.T) {
 	}
 }
 
-// tamper alters record 3 of the log as someone with the file would: the
+// alterRecord3 alters record 3 of the log as someone with the file would: the
 // triggers dropped, a value changed.
-func tamper(t *testing.T, path string) {
+func alterRecord3(t *testing.T, path string) {
 	t.Helper()
 	raw, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
