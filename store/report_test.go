@@ -155,3 +155,49 @@ func TestActivityHeldCalls(t *testing.T) {
 		}
 	}
 }
+
+// A review recorded in the log is reported as the log has it, over the
+// catalog's working table; a review of a definition the catalog does not
+// have is reported too.
+func TestActivityToolReviewsFromTheLog(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	db, err := Open(ctx, Options{Path: filepath.Join(t.TempDir(), "r.db"), Durability: "normal", Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	def := func(desc string) guard.Tool {
+		return guard.Tool{Name: "t", Def: []byte(`{"name":"t","description":"` + desc + `"}`), Pin: "sha256:" + desc}
+	}
+	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v1")}, at.Add(-time.Hour), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v2")}, at, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DecideTool(ctx, "s", "t", "sha256:v2", true, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Append(
+		&guard.Record{Kind: guard.KindToolReview, Time: at.Add(time.Minute), Server: "s", Tool: "t", Pin: "sha256:v2",
+			Decision: guard.ReviewRejected, DecidedBy: "alice@example.com", Detail: `{"cause":"changed"}`},
+		&guard.Record{Kind: guard.KindToolReview, Time: at.Add(2 * time.Minute), Server: "s", Tool: "gone", Pin: "sha256:gone",
+			Decision: guard.ReviewAccepted, DecidedBy: "bob", Detail: `{"cause":"new"}`}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.ToolChanges) != 2 {
+		t.Fatalf("%+v", a.ToolChanges)
+	}
+	if c := a.ToolChanges[0]; c.Pin != "sha256:v2" || c.Cause != guard.CauseChanged || c.State != guard.ReviewRejected ||
+		c.DecidedBy != "alice@example.com" || !c.DecidedAt.Equal(at.Add(time.Minute)) || !c.FirstSeen.Equal(at) {
+		t.Errorf("the changed definition: %+v", c)
+	}
+	if c := a.ToolChanges[1]; c.Tool != "gone" || c.Cause != guard.CauseNew || c.State != guard.ReviewAccepted || c.DecidedBy != "bob" || !c.FirstSeen.IsZero() {
+		t.Errorf("a definition the catalog does not have: %+v", c)
+	}
+}

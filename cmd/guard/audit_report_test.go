@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,13 +39,13 @@ const (
 //   - a resources/read denied by no-etc
 //   - one tools/list
 //   - a configuration reloaded, a rule learned from carol's approval
-//   - the hostile tool rejected by bob@example.com and old_tool accepted
-//     by alice, as the log records it
+//   - old_tool, which the catalog does not have, accepted by alice, as
+//     the log records it
 //
 // and, in the catalog, read_file changed (accepted by alice) and the
-// hostile tool new (rejected by bob): 33 records in all. It returns the
-// database's path.
-func reportLog(t *testing.T, dir string) string {
+// hostile tool new (rejected by bob). It returns the database's path and
+// how many records the log holds.
+func reportLog(t *testing.T, dir string) (string, string) {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(dir, "data", "guard", "guard.db")
@@ -112,8 +113,6 @@ func reportLog(t *testing.T, dir string) string {
 			Detail: `{"digest":"sha256:c0ffee"}`},
 		&guard.Record{Kind: guard.KindRuleAdded, Time: day.Add(time.Hour), Server: "db", Tool: "drop", Decision: "allow",
 			DecidedBy: "carol", Approval: "call-k", Reason: "learned from approval call-k", Detail: `{"rule":"approved-db-drop","action":"allow"}`},
-		&guard.Record{Kind: guard.KindToolReview, Time: day.Add(2 * time.Hour), Server: "files", Tool: hostileTool,
-			Pin: "sha256:" + hostileTool + "new", Decision: "rejected", DecidedBy: "bob@example.com", Detail: `{"cause":"new"}`},
 		&guard.Record{Kind: guard.KindToolReview, Time: day.Add(150 * time.Minute), Server: "files", Tool: "old_tool",
 			Pin: "sha256:old", Decision: "accepted", DecidedBy: "alice", Detail: `{"cause":"changed"}`})
 	if err := db.Append(recs...); err != nil {
@@ -135,24 +134,36 @@ func reportLog(t *testing.T, dir string) string {
 	if _, err := db.DecideTool(ctx, "files", hostileTool, "", false, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(ctx, store.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	records := 0
+	if err := ro.Records(ctx, func(*guard.Record) error { records++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return path, strconv.Itoa(records)
 }
 
 // reportOf builds reportLog's log and returns its report for March 2026
-// in the format.
-func reportOf(t *testing.T, format string) string {
+// in the format, and how many records the log holds.
+func reportOf(t *testing.T, format string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
-	reportLog(t, dir)
+	_, records := reportLog(t, dir)
 	out, errs, code := run(t, dir, "audit", "report", "--since", reportSince, "--until", reportUntil, "--format", format)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	return out
+	return out, records
 }
 
 func TestAuditReportText(t *testing.T) {
-	out := reportOf(t, "text")
+	out, records := reportOf(t, "text")
 	lines := strings.Split(out, "\n")
 	// fields returns the fields of the line that starts with the words.
 	fields := func(words ...string) []string {
@@ -180,7 +191,7 @@ func TestAuditReportText(t *testing.T) {
 		{[]string{"2026-03-10T10:00:00Z", "rule_added", "approved-db-drop", "carol", "db", "drop"}, "learned from approval call-k"},
 		{[]string{"2026-03-10T09:00:00Z", "config", "reloaded", "-", "-", "-"}, "rules.d/approved.yaml changed"},
 		{[]string{"-", "files", "old_tool", "changed", "accepted", "alice"}, "2026-03-10T11:30:00Z sha256:old"},
-		{[]string{"Verification", "ok"}, "33 records"},
+		{[]string{"Verification", "ok"}, records + " records"},
 		{[]string{"files", "read_file"}, "4 4 0 0 1"},
 		{[]string{"files", "write_file"}, "2 0 2 0 0"},
 		{[]string{"files", hostileTool}, "1 0 0 1 0"},
@@ -197,7 +208,7 @@ func TestAuditReportText(t *testing.T) {
 		{[]string{"2026-03-10T09:40:00Z", "db", "drop", "default", "approved", "carol"}, "10m0s =1+1 approved later call-k"},
 		{[]string{"2026-03-10T09:50:00Z", "db", "drop", "default", "expired"}, "- 10m0s - call-l"},
 		{[]string{"2026-03-10T09:00:00Z", "files", "read_file", "changed", "accepted", "alice", "2026-03-10T10:00:00Z"}, "sha256:read_filev2"},
-		{[]string{"2026-03-10T09:00:00Z", "files", hostileTool, "new", "rejected", "bob@example.com"}, "2026-03-10T11:00:00Z sha256:" + hostileTool + "new"},
+		{[]string{"2026-03-10T09:00:00Z", "files", hostileTool, "new", "rejected", "bob"}, "2026-03-10T10:00:00Z sha256:" + hostileTool + "new"},
 	} {
 		if got := strings.Join(fields(c.words...), " "); got != c.want {
 			t.Errorf("%s: got %q, want %q", strings.Join(c.words, " "), got, c.want)
@@ -211,13 +222,13 @@ func TestAuditReportText(t *testing.T) {
 			t.Errorf("trailing spaces: %q", l)
 		}
 	}
-	if !strings.Contains(out, "ok: all 33 records of the log verify") {
+	if !strings.Contains(out, "ok: all "+records+" records of the log verify") {
 		t.Errorf("no verification statement:\n%s", out)
 	}
 }
 
 func TestAuditReportCSV(t *testing.T) {
-	out := reportOf(t, "csv")
+	out, records := reportOf(t, "csv")
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if err != nil {
 		t.Fatal(err)
@@ -275,18 +286,20 @@ func TestAuditReportCSV(t *testing.T) {
 		"reason": "'=1+1 approved later"}) // not a formula in a spreadsheet
 	one("approvals", map[string]string{"tool": hostileTool}, map[string]string{"reason": hostileWhy})
 	one("approvals", map[string]string{"verdict": "expired"}, map[string]string{"decided_by": "", "wait_ms": "600000"})
-	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob@example.com"})
+	one("tool_changes", map[string]string{"tool": hostileTool}, map[string]string{"item": "new", "state": "rejected", "decided_by": "bob"})
+	one("tool_changes", map[string]string{"tool": "old_tool"}, map[string]string{"item": "changed", "state": "accepted", "decided_by": "alice",
+		"time": "", "decided_at": "2026-03-10T11:30:00Z"})
 	one("policy_changes", map[string]string{"item": "rule_added"}, map[string]string{"state": "approved-db-drop", "decided_by": "carol",
 		"server": "db", "tool": "drop", "time": "2026-03-10T10:00:00Z"})
 	one("policy_changes", map[string]string{"item": "config"}, map[string]string{"state": "reloaded", "reason": "rules.d/approved.yaml changed"})
-	one("verification", nil, map[string]string{"verdict": "ok", "count": "33", "reason": ""})
+	one("verification", nil, map[string]string{"verdict": "ok", "count": records, "reason": ""})
 	if n := len(find("approvals", nil)); n != 4 {
 		t.Errorf("%d approvals, want 4", n)
 	}
 }
 
 func TestAuditReportHTML(t *testing.T) {
-	out := reportOf(t, "html")
+	out, records := reportOf(t, "html")
 	doc, err := html.Parse(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +367,7 @@ func TestAuditReportHTML(t *testing.T) {
 	}{
 		{"summary/Calls", []string{"Calls"}, []string{"11", "tool calls, and other requests that rules decide; other requests (initialize, listings, ...): 1"}},
 		{"summary/Calls", []string{"Held for a person"}, []string{"4", "approved 2, denied 1, expired 1"}},
-		{"summary/Calls", []string{"Verification"}, []string{"ok", "33 records"}},
+		{"summary/Calls", []string{"Verification"}, []string{"ok", records + " records"}},
 		{"calls/Server", []string{"files", hostileTool}, []string{"1", "0", "0", "1", "0"}},
 		{"calls/Server", []string{"files", "read_file"}, []string{"4", "4", "0", "0", "1"}},
 		{"calls/Outcome", []string{"denied"}, []string{"4"}},
@@ -363,7 +376,7 @@ func TestAuditReportHTML(t *testing.T) {
 		{"approvals/Held at", []string{"2026-03-10T09:30:00Z", "db", "query"}, []string{"default", "denied", "bob", "30s", `not on production\x1b[2J`, "call-j"}},
 		{"approvals/Held at", []string{"2026-03-10T09:20:00Z", "files", hostileTool}, []string{"default", "approved", "alice", "1m30s", hostileWhy, "call-i"}},
 		{"approvals/Held at", []string{"2026-03-10T09:40:00Z", "db", "drop"}, []string{"default", "approved", "carol", "10m0s", "=1+1 approved later", "call-k"}},
-		{"tool-changes/First seen", []string{"2026-03-10T09:00:00Z", "files", hostileTool}, []string{"new", "rejected", "bob@example.com", "2026-03-10T11:00:00Z", "sha256:" + hostileTool + "new"}},
+		{"tool-changes/First seen", []string{"2026-03-10T09:00:00Z", "files", hostileTool}, []string{"new", "rejected", "bob", "2026-03-10T10:00:00Z", "sha256:" + hostileTool + "new"}},
 		{"policy-changes/Time", []string{"2026-03-10T10:00:00Z", "rule_added"}, []string{"approved-db-drop", "carol", "db", "drop", "learned from approval call-k"}},
 		{"summary/Calls", []string{"Policy changes"}, []string{"2", "rules learned: 1, configurations loaded: 1"}},
 	} {
@@ -380,7 +393,7 @@ func TestAuditReportHTML(t *testing.T) {
 			verdict = text(n)
 		}
 	}
-	if !strings.HasPrefix(verdict, "ok: all 33 records of the log verify") {
+	if !strings.HasPrefix(verdict, "ok: all "+records+" records of the log verify") {
 		t.Errorf("verification statement %q", verdict)
 	}
 }
@@ -412,10 +425,10 @@ func text(n *html.Node) string {
 
 func TestAuditReportSaysWhenTheLogFails(t *testing.T) {
 	dir := t.TempDir()
-	path := reportLog(t, dir)
+	path, records := reportLog(t, dir)
 	alterRecord3(t, path)
 	out, _, code := run(t, dir, "audit", "report", "--since", reportSince, "--until", reportUntil)
-	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after 33 records: record 3 ") {
+	if code != exitFailure || !strings.Contains(out, "Verification       FAILED") || !strings.Contains(out, "FAILED after "+records+" records: record 3 ") {
 		t.Errorf("exit %d:\n%s", code, out)
 	}
 }
