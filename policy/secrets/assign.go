@@ -152,6 +152,8 @@ func matchAssignment(s string) (int, int, bool) {
 	}
 	i += run(s[i:], isBlank)
 	switch {
+	case at(s, i, "=="):
+		return 0, 0, false // a comparison
 	case at(s, i, ":="), at(s, i, "=>"):
 		i += 2
 	case at(s, i, "="), at(s, i, ":"):
@@ -159,25 +161,16 @@ func matchAssignment(s string) (int, int, bool) {
 	default:
 		return 0, 0, false
 	}
-	i += run(s[i:], isBlank)
-	if i >= len(s) {
-		return 0, 0, false
+	from, to, ok := assignedValue(s, i)
+	if ok && s[i-1] == ':' && to > from && run(s[from:to], isTypeByte) == to-from {
+		// A declaration with a type, password: str = "...": the value
+		// is after the "=".
+		if k := to + run(s[to:], isBlank); at(s, k, "=") && !at(s, k, "==") {
+			from, to, ok = assignedValue(s, k+1)
+		}
 	}
-	from, to := i, i
-	if q := s[i]; q == '"' || q == '\'' {
-		from++
-		to = from
-		for to < len(s) && s[to] != q && s[to] != '\n' {
-			to++
-		}
-		if to >= len(s) || s[to] != q {
-			return 0, 0, false
-		}
-	} else {
-		to += run(s[from:], isValueByte)
-		if !plainValue(s[from:to]) {
-			return 0, 0, false
-		}
+	if !ok {
+		return 0, 0, false
 	}
 	// A value with a mask in it was masked already, or holds a secret
 	// of another kind that was masked instead of it: either way masking
@@ -187,6 +180,28 @@ func matchAssignment(s string) (int, int, bool) {
 	}
 	return from, to, true
 }
+
+// assignedValue reads the value that starts after blanks at i: quoted, up
+// to its closing quote on the same line (the quotes not in it), or not,
+// up to a space or one of `"',;&)]}`, and not a word of code (plainValue).
+func assignedValue(s string, i int) (from, to int, ok bool) {
+	i += run(s[i:], isBlank)
+	if i >= len(s) {
+		return 0, 0, false
+	}
+	if q := s[i]; q == '"' || q == '\'' {
+		to = i + 1
+		for to < len(s) && s[to] != q && s[to] != '\n' {
+			to++
+		}
+		return i + 1, to, to < len(s) && s[to] == q
+	}
+	to = i + run(s[i:], isValueByte)
+	return i, to, plainValue(s[i:to])
+}
+
+// isTypeByte: a character of a type's name, [A-Za-z0-9_.].
+func isTypeByte(c byte) bool { return isWordByte(c) || c == '.' }
 
 // isBlank: a space or a tab.
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
