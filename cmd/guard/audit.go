@@ -17,10 +17,10 @@ import (
 )
 
 func init() {
-	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
+	commands["audit"] = command{summary: "query, verify, prove, export and report on the audit log: audit query|verify|key|checkpoint|prove|export|check|report", run: cmdAudit}
 }
 
-const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... (guard audit SUBCOMMAND -h for its flags)"
+const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | report [--since DUR] [--until TIME] [--format text|html|csv] (guard audit SUBCOMMAND -h for its flags)"
 
 func cmdAudit(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
@@ -41,8 +41,10 @@ func cmdAudit(ctx context.Context, a *app, args []string) int {
 		return auditExport(ctx, a, args[1:])
 	case "check":
 		return auditCheck(ctx, a, args[1:])
+	case "report":
+		return auditReportCmd(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, report)\n", args[0])
 	return exitUsage
 }
 
