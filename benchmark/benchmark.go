@@ -45,6 +45,11 @@ type Config struct {
 	// Profile, when not "", is a directory where each guard process the
 	// benchmark starts writes a CPU profile (see ProfileEnv).
 	Profile string
+	// Stream, when not "", is one receiver of the audit stream, in the
+	// configuration's form ({syslog: "tcp://HOST:PORT"} or {otlp:
+	// "http://HOST:PORT"}): each durability mode is measured again with
+	// the audit log streamed to it.
+	Stream string
 }
 
 // ProfileEnv is the environment variable that makes `guard run` and
@@ -183,6 +188,17 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		}
 		db := filepath.Join(cfg.Dir, "bench-"+d+".db")
 		configs = append(configs, config{name: "guard durability=" + d, guard: true,
+			argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
+		if cfg.Stream == "" {
+			continue
+		}
+		cfgPath = filepath.Join(cfg.Dir, "bench-"+d+"-stream.yaml")
+		conf += "audit:\n  stream:\n    - " + cfg.Stream + "\n"
+		if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
+			return nil, fmt.Errorf("benchmark config: %w", err)
+		}
+		db = filepath.Join(cfg.Dir, "bench-"+d+"-stream.db")
+		configs = append(configs, config{name: "guard " + d + " +stream", guard: true,
 			argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
 	}
 	names := make([]string, len(configs))

@@ -92,6 +92,7 @@ type Registry struct {
 	calls    map[callKey]uint64
 	latency  map[string]*Histogram // by server
 	gauges   []gauge
+	vecs     []gaugeVec
 	external []external
 }
 
@@ -99,6 +100,18 @@ type gauge struct {
 	name, help string
 	read       func() (float64, error)
 	kind       string // "gauge" or "counter"
+}
+
+// Sample is one series of a labelled gauge: its labels, in order, and
+// its value.
+type Sample struct {
+	Labels [][2]string
+	Value  float64
+}
+
+type gaugeVec struct {
+	name, help string
+	read       func() ([]Sample, error)
 }
 
 type external struct {
@@ -139,6 +152,14 @@ func (r *Registry) CounterFunc(name, help string, read func() (float64, error)) 
 	r.gauges = append(r.gauges, gauge{name, help, read, "counter"})
 }
 
+// GaugeVec adds a gauge of several series, told apart by their labels,
+// read when the metrics are scraped.
+func (r *Registry) GaugeVec(name, help string, read func() ([]Sample, error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.vecs = append(r.vecs, gaugeVec{name, help, read})
+}
+
 // Histogram adds a histogram kept elsewhere (the audit writer's).
 func (r *Registry) Histogram(name, help string, h *Histogram) {
 	r.mu.Lock()
@@ -163,6 +184,7 @@ func (r *Registry) Write(w io.Writer) {
 	}
 	lat := r.latency
 	gauges := append([]gauge(nil), r.gauges...)
+	vecs := append([]gaugeVec(nil), r.vecs...)
 	ext := append([]external(nil), r.external...)
 	r.mu.Unlock()
 	sort.Slice(keys, func(i, j int) bool {
@@ -190,6 +212,20 @@ func (r *Registry) Write(w io.Writer) {
 			continue
 		}
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %g\n", g.name, g.help, g.name, g.kind, g.name, v)
+	}
+	for _, g := range vecs {
+		samples, err := g.read()
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name)
+		for _, s := range samples {
+			var labels []string
+			for _, l := range s.Labels {
+				labels = append(labels, label(l[0], l[1]))
+			}
+			fmt.Fprintf(w, "%s%s %g\n", g.name, braces(strings.Join(labels, ",")), s.Value)
+		}
 	}
 	for _, e := range ext {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", e.name, e.help, e.name)

@@ -35,3 +35,25 @@ func TestRegistryWrite(t *testing.T) {
 		}
 	}
 }
+
+func TestGaugeVec(t *testing.T) {
+	r := New()
+	r.GaugeVec("guard_stream_lag_records", "lag", func() ([]Sample, error) {
+		return []Sample{
+			{Labels: [][2]string{{"receiver", "syslog tcp://a:1"}}, Value: 3},
+			{Labels: [][2]string{{"receiver", `otlp "b"`}}, Value: 0},
+		}, nil
+	})
+	var b strings.Builder
+	r.Write(&b)
+	out := b.String()
+	for _, want := range []string{
+		"# TYPE guard_stream_lag_records gauge\n",
+		`guard_stream_lag_records{receiver="syslog tcp://a:1"} 3` + "\n",
+		`guard_stream_lag_records{receiver="otlp \"b\""} 0` + "\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

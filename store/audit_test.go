@@ -51,7 +51,7 @@ func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
 		req := rec(i, guard.KindRequest)
 		req.Client, req.Session, req.DecidedBy = w.client, w.session, w.by
 		out := rec(i, guard.KindOutcome)
-		out.Client, out.Session, out.Outcome = w.client, w.session, guard.OutcomeOK
+		out.Client, out.Session, out.DecidedBy, out.Outcome = w.client, w.session, w.by, guard.OutcomeOK
 		if err := db.Append(req, out); err != nil {
 			t.Fatal(err)
 		}

@@ -414,13 +414,61 @@ func (db *DB) blank(ctx context.Context, seqs []int64) error {
 	return tx.Commit()
 }
 
-// clearDerived removes, inside the retention job's transaction, what the
-// database keeps derived from the bodies of the records seqs, before they
-// are blanked. On this schema nothing is: the calls view reads the
-// records themselves. An index or full-text table that copies arguments
-// or results (a per-call index, an FTS5 table of their words) must have
-// its rows of these records removed here, in the same transaction.
-func clearDerived(_ context.Context, _ *sql.Tx, _ []int64) error { return nil }
+// clearDerived removes, inside the retention job's transaction and
+// before the bodies are blanked, what the database derived from the
+// bodies of the records seqs: the call index's rows of their calls
+// (server, tool, client, session, decision: body fields) and the words
+// of their arguments and results in the text index (migration 0009). The
+// text index is contentless: a row is removed with the text it was made
+// of, its request's arguments and its latest outcome's result, still in
+// the records until the transaction blanks them. A call goes whole (see
+// choosePrunable): its first request is among seqs exactly when the call
+// is.
+func clearDerived(ctx context.Context, tx *sql.Tx, seqs []int64) error {
+	want := make(map[int64]bool, len(seqs))
+	for _, s := range seqs {
+		want[s] = true
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT c.k, c.req_seq, c.out_seq, q.arguments, coalesce(o.result, '')
+		FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
+		WHERE c.call_id IN (SELECT call_id FROM records WHERE seq >= ? AND seq <= ? AND kind = 'request')`,
+		seqs[0], seqs[len(seqs)-1])
+	if err != nil {
+		return fmt.Errorf("call index: %w", err)
+	}
+	type row struct {
+		k            int64
+		args, result string
+	}
+	var gone []row
+	for rows.Next() {
+		var r row
+		var req, out int64
+		if err := rows.Scan(&r.k, &req, &out, &r.args, &r.result); err != nil {
+			rows.Close()
+			return fmt.Errorf("call index: %w", err)
+		}
+		if want[req] {
+			gone = append(gone, r)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("call index: %w", err)
+	}
+	for _, r := range gone {
+		if r.args != "" || r.result != "" {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?, ?, ?)`,
+				r.k, r.args, r.result); err != nil {
+				return fmt.Errorf("text index: call %d: %w", r.k, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM call_index WHERE k = ?`, r.k); err != nil {
+			return fmt.Errorf("call index: call %d: %w", r.k, err)
+		}
+	}
+	return nil
+}
 
 // Retention is one run of the retention job, as LastRetention reports it.
 type Retention struct {

@@ -401,3 +401,58 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 		t.Fatalf("last run: %+v %v", last, err)
 	}
 }
+
+// Retention clears what the call index and its text index hold of the
+// calls it prunes, in its own transaction: queries no longer find them,
+// by their words either, and the index is the one RebuildCallIndex makes
+// from the records.
+func TestPruneClearsTheCallIndex(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 6, 3)
+	if ids := queryIDs(t, db, Filter{Text: "secret"}); len(ids) != 9 {
+		t.Fatalf("before: the text index finds %v", ids)
+	}
+	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func() string {
+		t.Helper()
+		var rows string
+		if err := db.r.QueryRowContext(ctx, `SELECT group_concat(concat_ws(' ', k, call_id, req_seq, out_seq, dec_seq, server, tool,
+			client, session, decision, decided_by, outcome, approval), char(10)) FROM (SELECT * FROM call_index ORDER BY k)`).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(rows, queryIDs(t, db, Filter{}), queryIDs(t, db, Filter{Text: "secret"}),
+			queryIDs(t, db, Filter{Text: "secret 2"}), queryIDs(t, db, Filter{Text: "secret 7"}))
+	}
+	want := "[call-8 call-7 call-6]"
+	if ids := fmt.Sprint(queryIDs(t, db, Filter{})); ids != want {
+		t.Fatalf("calls after pruning: %s, want %s", ids, want)
+	}
+	if ids := fmt.Sprint(queryIDs(t, db, Filter{Text: "secret"})); ids != want {
+		t.Fatalf("the text index after pruning finds %s, want %s", ids, want)
+	}
+	if ids := queryIDs(t, db, Filter{Text: "secret 2"}); len(ids) != 0 {
+		t.Fatalf("a pruned call's words are found: %v", ids)
+	}
+	// The text index itself holds no word of theirs (a query reads it
+	// through the call index, which would hide them).
+	for _, w := range []string{"secret", "tmp", "content"} {
+		var n int
+		if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM call_text WHERE call_text MATCH ?`, w).Scan(&n); err != nil || n != 3 {
+			t.Fatalf("the text index holds %q for %d calls, want 3 (%v)", w, n, err)
+		}
+	}
+	if _, err := db.w.ExecContext(ctx, `INSERT INTO call_text (call_text, rank) VALUES ('integrity-check', 0)`); err != nil {
+		t.Fatalf("the text index after pruning: %v", err)
+	}
+	kept := snapshot()
+	if err := db.RebuildCallIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rebuilt := snapshot(); rebuilt != kept {
+		t.Fatalf("the index made again from the records:\n%s\nwant\n%s", rebuilt, kept)
+	}
+}

@@ -262,6 +262,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	} else if err != nil {
 		return fail(err)
 	}
+	// Before journals left by processes that stopped are moved in: the
+	// index is filled only while it is empty.
+	if err := db.fillCallIndex(ctx, false); err != nil {
+		return fail(err)
+	}
 	if conn, err := w.Conn(ctx); err == nil {
 		_ = persistWAL(ctx, conn)
 		conn.Close()

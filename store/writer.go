@@ -785,6 +785,7 @@ type writerConn struct {
 	commit driverStmt
 	tail   driverStmt
 	ins    driverStmt
+	ix     *callIndexer // keeps the call index in the same transaction
 	args   [insertArgs]driver.NamedValue
 	row    [2]driver.Value
 	buf    []byte // records' canonical forms, to hash
@@ -870,7 +871,8 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 					return errors.New("the driver's statements take no context")
 				}
 			}
-			return nil
+			wc.ix, err = newCallIndexer(ctx, pc)
+			return err
 		})
 	}
 	if err != nil {
@@ -911,6 +913,9 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 		}
 	}
 	if err := wc.flushTree(ctx); err != nil {
+		return err
+	}
+	if err := wc.ix.index(ctx, batch); err != nil {
 		return err
 	}
 	if cap(wc.buf) > maxHashBuf {
@@ -1014,6 +1019,10 @@ func (wc *writerConn) closeStmts() error {
 			errs = append(errs, (*s).Close())
 			*s = nil
 		}
+	}
+	if wc.ix != nil {
+		errs = append(errs, wc.ix.close())
+		wc.ix = nil
 	}
 	return errors.Join(errs...)
 }

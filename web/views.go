@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -342,26 +342,58 @@ func description(def json.RawMessage) string {
 	return d.Title + d.Description
 }
 
-// activityFilter is the activity page's query.
+// activityFilter is the activity page's query, as typed: every value is
+// shown back in the form and carried in the paging links.
 type activityFilter struct {
-	Server, Tool, Decision, Outcome, Since, Limit string
-	Err                                           string // a filter that could not be read
+	Server, Tool, Decision, Outcome, Since, Until, Limit string
+	Client, Session, DecidedBy, Approval, Text           string
+	Before, After                                        string // paging: a call's key
+	Err                                                  string // a filter that could not be read
+	Bad                                                  bool   // one that cannot be ignored: nothing is shown
 }
+
+// activityParams are the query parameters of the activity filter, in the
+// order its links carry them.
+var activityParams = []string{"server", "tool", "client", "session", "decision", "decided_by", "outcome",
+	"approval", "text", "since", "until", "limit"}
 
 // readFilter reads the activity filter from a query, into a store.Filter.
 func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
-	af := activityFilter{Server: q.Get("server"), Tool: q.Get("tool"), Decision: q.Get("decision"),
-		Outcome: q.Get("outcome"), Since: strings.TrimSpace(q.Get("since")), Limit: strings.TrimSpace(q.Get("limit"))}
-	f := store.Filter{Server: af.Server, Tool: af.Tool, Decision: af.Decision, Outcome: af.Outcome,
-		Limit: s.opts.ActivityLimit}
+	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }
+	af := activityFilter{Server: get("server"), Tool: get("tool"), Decision: get("decision"), Outcome: get("outcome"),
+		Since: get("since"), Until: get("until"), Limit: get("limit"), Client: get("client"), Session: get("session"),
+		DecidedBy: get("decided_by"), Approval: get("approval"), Text: get("text"), Before: get("before"), After: get("after")}
+	f := store.Filter{Server: af.Server, Tool: af.Tool, Decision: af.Decision, Outcome: af.Outcome, Client: af.Client,
+		Session: af.Session, DecidedBy: af.DecidedBy, Approval: af.Approval, Text: af.Text, Limit: s.opts.ActivityLimit}
 	var errs []string
-	if af.Since != "" {
-		t, err := policy.ParseSince(af.Since, s.opts.Now())
-		if err != nil {
-			errs = append(errs, "since "+err.Error())
-		} else {
-			f.Since = t
+	for _, e := range []struct {
+		name, v string
+		allowed []string
+	}{{"decision", af.Decision, decisions()}, {"outcome", af.Outcome, outcomes()}} {
+		if e.v != "" && !slices.Contains(e.allowed, e.v) {
+			errs = append(errs, fmt.Sprintf("%s %q: want one of %s", e.name, e.v, strings.Join(e.allowed, ", ")))
+			af.Bad = true
 		}
+	}
+	if af.Text != "" {
+		if _, err := store.MatchExpr(af.Text); err != nil {
+			errs = append(errs, fmt.Sprintf("text %q: %v", af.Text, err))
+			af.Bad = true
+		}
+	}
+	for _, t := range []struct {
+		name, v string
+		to      *time.Time
+	}{{"since", af.Since, &f.Since}, {"until", af.Until, &f.Until}} {
+		if t.v == "" {
+			continue
+		}
+		v, err := policy.ParseSince(t.v, s.opts.Now())
+		if err != nil {
+			errs = append(errs, t.name+" "+err.Error())
+			continue
+		}
+		*t.to = v
 	}
 	if af.Limit != "" {
 		n, err := strconv.Atoi(af.Limit)
@@ -371,25 +403,96 @@ func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 			f.Limit = n
 		}
 	}
+	for _, c := range []struct {
+		name, v string
+		to      *int64
+	}{{"before", af.Before, &f.Before}, {"after", af.After, &f.After}} {
+		if c.v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(c.v, 10, 64)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Sprintf("%s %q: not a page of this log", c.name, c.v))
+			continue
+		}
+		*c.to = n
+	}
 	af.Err = strings.Join(errs, "; ")
 	return af, f
+}
+
+// link is the activity page with this filter and a page of it (before or
+// after a call's key; none for the newest).
+func (af activityFilter) link(cursor string, key int64) string {
+	v := url.Values{}
+	for i, x := range []string{af.Server, af.Tool, af.Client, af.Session, af.Decision, af.DecidedBy, af.Outcome,
+		af.Approval, af.Text, af.Since, af.Until, af.Limit} {
+		if x != "" {
+			v.Set(activityParams[i], x)
+		}
+	}
+	if cursor != "" {
+		v.Set(cursor, strconv.FormatInt(key, 10))
+	}
+	if len(v) == 0 {
+		return "/activity"
+	}
+	return "/activity?" + v.Encode()
 }
 
 type activityView struct {
 	Filter activityFilter
 	Calls  []*store.Call
 	Limit  int
+	// Newer and Older are the links to the next pages ("" when there is
+	// none).
+	Newer, Older string
 }
 
 func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, error) {
 	af, f := s.readFilter(q)
 	v := activityView{Filter: af, Limit: f.Limit}
+	if af.Bad {
+		return v, nil
+	}
+	// One call more than shown says whether there is another page.
+	limit := f.Limit
+	f.Limit++
 	err := s.opts.Store.Query(ctx, f, func(c *store.Call) error {
 		v.Calls = append(v.Calls, c)
 		return nil
 	})
 	if err != nil {
 		return v, fmt.Errorf("activity: %w", err)
+	}
+	more := len(v.Calls) > limit
+	newer := f.After != 0 && f.Before == 0 // paging towards the newest
+	if more && newer {
+		v.Calls = v.Calls[1:]
+	} else if more {
+		v.Calls = v.Calls[:limit]
+	}
+	switch {
+	case len(v.Calls) == 0:
+		if f.Before != 0 {
+			v.Newer = af.link("after", f.Before-1)
+		}
+		if f.After != 0 {
+			v.Older = af.link("before", f.After+1)
+		}
+	case newer:
+		// The page came from older calls.
+		v.Older = af.link("before", v.Calls[len(v.Calls)-1].Key)
+		if more {
+			v.Newer = af.link("after", v.Calls[0].Key)
+		}
+	default:
+		if f.Before != 0 {
+			v.Newer = af.link("after", v.Calls[0].Key)
+		}
+		if more {
+			v.Older = af.link("before", v.Calls[len(v.Calls)-1].Key)
+		}
 	}
 	return v, nil
 }
@@ -400,50 +503,20 @@ type callView struct {
 	Approval *guard.Approval
 }
 
-var errStop = errors.New("stop")
-
-// findCall looks up one invocation. A call's id is a UUIDv7, which carries
-// the time it was made: the calls around that time are read first, and
-// the whole log only when the id says no time.
+// findCall looks up one invocation by its id.
 func (s *Server) findCall(ctx context.Context, id string) (*store.Call, error) {
 	var found *store.Call
-	match := func(c *store.Call) error {
-		if c.ID == id {
-			found = c
-			return errStop
-		}
+	err := s.opts.Store.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
+		found = c
 		return nil
-	}
-	if t, ok := uuidV7Time(id); ok {
-		err := s.opts.Store.Query(ctx, store.Filter{Since: t.Add(-10 * time.Minute), Until: t.Add(10 * time.Minute)}, match)
-		if err != nil && !errors.Is(err, errStop) {
-			return nil, err
-		}
-		if found != nil {
-			return found, nil
-		}
-	}
-	err := s.opts.Store.Query(ctx, store.Filter{}, match)
-	if err != nil && !errors.Is(err, errStop) {
+	})
+	if err != nil {
 		return nil, err
 	}
 	if found == nil {
 		return nil, guard.ErrNotFound
 	}
 	return found, nil
-}
-
-// uuidV7Time reads the time a UUIDv7 carries.
-func uuidV7Time(id string) (time.Time, bool) {
-	h := strings.ReplaceAll(id, "-", "")
-	if len(h) != 32 || h[12] != '7' {
-		return time.Time{}, false
-	}
-	ms, err := strconv.ParseInt(h[:12], 16, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(ms), true
 }
 
 // counts are the navigation bar's numbers.
@@ -528,9 +601,12 @@ func sortedFlags(fs []guard.Flag) []guard.Flag {
 	return out
 }
 
-// Known decisions and outcomes, for the activity filter's choices.
+// Known decisions and outcomes, for the activity filter's choices. A
+// call decided after its client stopped waiting shows the person's
+// decision record's: approved (or denied), expired or withdrawn.
 func decisions() []string {
-	return []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld}
+	return []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld,
+		guard.ApprovalApproved, guard.ApprovalExpired, guard.ApprovalWithdrawn}
 }
 
 func outcomes() []string {

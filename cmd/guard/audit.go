@@ -17,10 +17,10 @@ import (
 )
 
 func init() {
-	commands["audit"] = command{summary: "query and verify the audit log: audit query|verify", run: cmdAudit}
+	commands["audit"] = command{summary: "query, verify, prove, export and report on the audit log: audit query|verify|key|checkpoint|prove|export|check|report|prune", run: cmdAudit}
 }
 
-const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | prune [--dry-run] (guard audit SUBCOMMAND -h for its flags)"
+const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | report [--since DUR] [--until TIME] [--format text|html|csv] | prune [--dry-run] (guard audit SUBCOMMAND -h for its flags)"
 
 func cmdAudit(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
@@ -41,10 +41,12 @@ func cmdAudit(ctx context.Context, a *app, args []string) int {
 		return auditExport(ctx, a, args[1:])
 	case "check":
 		return auditCheck(ctx, a, args[1:])
+	case "report":
+		return auditReportCmd(ctx, a, args[1:])
 	case "prune":
 		return auditPrune(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, prune)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, report, prune)\n", args[0])
 	return exitUsage
 }
 
@@ -84,8 +86,9 @@ func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context
 // decisions and outcomes are the values a call's record can hold, which
 // the query's filters accept.
 var (
-	decisions = []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld}
-	outcomes  = []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
+	decisions = []string{guard.DecisionAllowed, guard.DecisionDenied, guard.DecisionHeld,
+		guard.ApprovalApproved, guard.ApprovalExpired, guard.ApprovalWithdrawn}
+	outcomes = []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
 		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
 		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
 )
@@ -103,6 +106,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&f.DecidedBy, "decided-by", "", "only calls decided by this `rule or person` (\"default\": the default policy)")
 	fs.StringVar(&f.Decision, "decision", "", "only this `decision` ("+strings.Join(decisions, ", ")+")")
 	fs.StringVar(&f.Outcome, "outcome", "", "only this `outcome` ("+strings.Join(outcomes, ", ")+")")
+	fs.StringVar(&f.Approval, "approval", "", "only calls whose records carry this approval `id`")
+	fs.StringVar(&f.Text, "text", "", "only calls whose arguments or result hold all these `words` (\"a phrase\", prefix*; no operators)")
+	kind := fs.String("kind", "call", "what to list: `call` (invocations), or the records of a kind that is not a call's ("+strings.Join(store.RecordKinds, ", ")+")")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -111,9 +117,19 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	for _, e := range []struct {
 		flag, v string
 		allowed []string
-	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}} {
+	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}, {"kind", *kind, append([]string{"call"}, store.RecordKinds...)}} {
 		if e.v != "" && !slices.Contains(e.allowed, e.v) {
 			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
+			return exitUsage
+		}
+	}
+	if *kind != "call" && (f.Outcome != "" || f.Text != "") {
+		fmt.Fprintf(a.stderr, "guard audit query: --outcome and --text apply to calls only, not to --kind %s\n", *kind)
+		return exitUsage
+	}
+	if f.Text != "" {
+		if _, err := store.MatchExpr(f.Text); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: --text %q: %v\n", f.Text, err)
 			return exitUsage
 		}
 	}
@@ -147,6 +163,9 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
+	if *kind != "call" {
+		return auditRecords(ctx, a, db, *kind, f, *format)
+	}
 	switch *format {
 	case "jsonl":
 		enc := json.NewEncoder(a.stdout)
@@ -157,7 +176,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		_ = w.Write(store.CallColumns)
 		err = db.Query(ctx, f, func(c *store.Call) error {
 			return w.Write([]string{c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
-				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Outcome, c.Result,
+				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result,
 				strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
 				strconv.FormatInt(c.DurationMS, 10), c.Detail, c.Hash})
 		})

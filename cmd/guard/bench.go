@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,8 +53,13 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	profile := fs.String("profile", "", "write CPU profiles of the guard processes to `directory`: each gets "+benchmark.ProfileEnv+
 		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
 		"the profiler's cost counts in the figures")
+	audit := fs.Bool("audit", false, "build an audit log of --calls calls (in --dir/audit.db; one there already is reused) and time guard audit query's filters and the Activity page on it")
+	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
+	}
+	if *audit {
+		return benchAudit(ctx, a, fs, *calls, *dir, *rounds)
 	}
 	if *rounds < 1 || *calls < *rounds {
 		fmt.Fprintf(a.stderr, "guard bench: --calls %d over --rounds %d: want at least one round and one call per round\n", *calls, *rounds)
@@ -124,9 +130,38 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		BigResult:   *big,
 		Rounds:      *rounds,
 		Profile:     *profile,
+		Stream:      *streamTo,
 	}, a.stdout)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// benchAudit is guard bench --audit: a log of the calls asked for (a
+// million unless --calls says), then the query figures.
+func benchAudit(ctx context.Context, a *app, fs *flag.FlagSet, calls int, dir string, rounds int) int {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["calls"] {
+		calls = 1000000
+	}
+	if calls < 1 {
+		fmt.Fprintf(a.stderr, "guard bench --audit: --calls %d: want at least one call\n", calls)
+		return exitUsage
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "guard-bench-audit-")
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+			return exitFailure
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	if _, err := benchmark.RunAudit(ctx, benchmark.AuditConfig{Dir: dir, Calls: calls, Runs: rounds}, a.stdout); err != nil {
+		fmt.Fprintf(a.stderr, "guard bench --audit: %v\n", err)
 		return exitFailure
 	}
 	return exitOK

@@ -63,7 +63,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"audit", "query", "--format", "xml"}, 2, "", "want table, jsonl or csv"},
 		{[]string{"audit", "query", "--since", "yesterday"}, 2, "", "neither an RFC 3339 time nor a duration"},
 		{[]string{"audit", "query", "--since", "7d"}, 0, "TIME", ""},
-		{[]string{"audit", "query", "--decision", "approved"}, 2, "", `--decision "approved": want one of allowed, denied, held`},
+		{[]string{"audit", "query", "--decision", "approve"}, 2, "", `--decision "approve": want one of allowed, denied, held, approved, expired, withdrawn`},
 		{[]string{"audit", "query", "--outcome", "fine"}, 2, "", "want one of ok, tool_error,"},
 		{[]string{"audit", "-h"}, 0, "usage: guard audit query", ""},
 		{[]string{"tools", "help"}, 0, "usage: guard tools", ""},

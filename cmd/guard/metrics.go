@@ -9,6 +9,7 @@ import (
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/stream"
 )
 
 // countingRecorder counts every finished tool call as its outcome record
@@ -80,6 +81,28 @@ func addVerifyMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.Gauge("guard_audit_verify_last_timestamp_seconds", "When the last scheduled verification of the audit log ran (Unix time).", last(func(v *store.Verification) float64 {
 		return float64(v.Time.UnixMilli()) / 1000
 	}))
+}
+
+// streamMetrics adds how far each receiver of the audit stream is behind,
+// from the cursors in the database (whichever process streams).
+func streamMetrics(reg *metrics.Registry, s *stream.Streamer) {
+	if s == nil {
+		return
+	}
+	lag := func(value func(stream.Lag) float64) func() ([]metrics.Sample, error) {
+		return func() ([]metrics.Sample, error) {
+			lags, err := s.Lag(context.Background())
+			out := make([]metrics.Sample, len(lags))
+			for i, l := range lags {
+				out[i] = metrics.Sample{Labels: [][2]string{{"receiver", l.Receiver}}, Value: value(l)}
+			}
+			return out, err
+		}
+	}
+	reg.GaugeVec("guard_stream_lag_records", "Audit records the receiver is not yet known to have.",
+		lag(func(l stream.Lag) float64 { return float64(l.Records) }))
+	reg.GaugeVec("guard_stream_lag_seconds", "Age of the oldest audit record the receiver is not yet known to have (0 when it has them all).",
+		lag(func(l stream.Lag) float64 { return l.Age.Seconds() }))
 }
 
 func metricsHandler(reg *metrics.Registry) http.HandlerFunc {

@@ -14,6 +14,7 @@ import (
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/stream"
 )
 
 // relaying is what a process that relays sessions (guard run, guard serve)
@@ -33,8 +34,10 @@ type relaying struct {
 	configDirID dirIdentity
 	// own are guard's own secrets, by value: masked in every record and
 	// in every result a client reads.
-	own  []string
-	stop func()
+	own []string
+	// streamer streams the audit log when audit.stream is configured.
+	streamer *stream.Streamer
+	stop     func()
 	// process is the command ("guard run"); running, once started has
 	// recorded its start, is recorded as stopped by stop.
 	process string
@@ -109,9 +112,24 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, exitFailure, false
 	}
+	if len(cfg.Audit.Stream) > 0 {
+		rt.streamer, err = stream.New(stream.Options{Log: db, Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return nil, exitUsage, false
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
+	// The one process on the database that holds the stream's lease
+	// streams. It stops last, after the record that this process stopped:
+	// it delivers what it can for a moment and lets another take over.
+	streamCtx, stopStream := context.WithCancel(context.Background())
+	var streaming sync.WaitGroup
+	if rt.streamer != nil {
+		streaming.Go(func() { rt.streamer.Run(streamCtx) })
+	}
 	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
 	if !noUI {
 		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, logger) })
@@ -131,6 +149,8 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			l.Event, l.Reason = store.LifecycleStopped, rt.process+" stopped"
 			recordLifecycle(db, logger, l)
 		}
+		stopStream()
+		streaming.Wait()
 	}
 	rt.contracts = policy.NewContracts(cfg.AssertFormats)
 	rt.scan = toolScanner(ctx, db, logger)

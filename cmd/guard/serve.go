@@ -79,6 +79,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintln(w, "ok")
 	})))
 	reg := newMetrics(db)
+	streamMetrics(reg, rt.streamer)
 	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, withBearer(auth, metricsHandler(reg))))
 	var fronts []*proxy.HTTPServer
 	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {

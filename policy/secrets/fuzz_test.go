@@ -123,6 +123,11 @@ func checkValues(t *testing.T, m *secrets.Masker, doc, out []byte) {
 // secretName reports whether MaskJSON may mask a member's value for its
 // name alone.
 func secretName(k string) bool {
-	k = strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(k))
+	k = strings.ToLower(strings.NewReplacer("_", "", "-", "", ".", "").Replace(k))
+	for _, w := range []string{"password", "passwd", "passphrase", "secret", "token", "apikey", "secretkey", "privatekey"} {
+		if strings.HasSuffix(k, w) {
+			return true
+		}
+	}
 	return strings.HasSuffix(k, "secretaccesskey") || k == "awssecretkey" || strings.HasSuffix(k, "authorization")
 }

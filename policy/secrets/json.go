@@ -3,6 +3,7 @@ package secrets
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -20,8 +21,11 @@ import (
 //
 // The name of a member also counts: the value of "aws_secret_access_key"
 // (or secretAccessKey, ...) is masked as aws_secret_key when it is a key
-// of 40 characters, and the credentials of "Authorization" ("Basic ...",
-// "Bearer ...") are masked as basic_auth or bearer.
+// of 40 characters, the credentials of "Authorization" ("Basic ...",
+// "Bearer ...") are masked as basic_auth or bearer, and the value of a
+// member whose name ends as a secret's (db_password, clientSecret,
+// GITHUB_TOKEN) is masked whole, as credential unless a kind of its own
+// covers it.
 //
 // Input that is not valid JSON is masked as plain text; if that makes it
 // valid JSON, it is then masked as JSON too, so masking what MaskJSON
@@ -177,6 +181,14 @@ func (m *Masker) maskValue(v []byte, name memberName) (string, int) {
 		if s, ok := maskCredentials(v); ok {
 			return s, 1
 		}
+	case settingName:
+		if len(v) > 0 && !bytes.Contains(v, []byte("[REDACTED")) {
+			// Named by its own kind when one covers the whole value.
+			if s, n := m.mask(string(v)); n == 1 && strings.HasPrefix(s, "[REDACTED:") && strings.IndexByte(s, ']') == len(s)-1 {
+				return s, 1
+			}
+			return maskFor(KindCredential), 1
+		}
 	}
 	if !mayMatch(m, v) {
 		return "", 0
@@ -236,12 +248,20 @@ const (
 	none memberName = iota
 	awsSecretName
 	authorizationName
+	// settingName: a secret's name (secretName), such as db_password or
+	// clientSecret; its value is masked whole, as a credential.
+	settingName
 )
 
 // nameOf classifies a member name, ignoring case, "_" and "-":
 // ...secret_access_key and aws_secret_key name an AWS secret key,
-// authorization and proxy-authorization credentials.
+// authorization and proxy-authorization credentials, and a name ending as
+// a secret's does (secretName) a secret.
 func nameOf(name []byte) memberName {
+	other := none
+	if secretName(name, 0, len(name)) {
+		other = settingName
+	}
 	var buf [32]byte
 	n := 0
 	for _, c := range name {
@@ -249,7 +269,7 @@ func nameOf(name []byte) memberName {
 			continue
 		}
 		if n == len(buf) {
-			return none
+			return other
 		}
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
@@ -264,7 +284,7 @@ func nameOf(name []byte) memberName {
 	case string(b) == "authorization", string(b) == "proxyauthorization":
 		return authorizationName
 	}
-	return none
+	return other
 }
 
 // stringEnd returns the offset after the string that starts at doc[i], a

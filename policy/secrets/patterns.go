@@ -21,6 +21,12 @@ const (
 	KindJWT          = "jwt"
 	KindBearer       = "bearer"
 	KindBasicAuth    = "basic_auth"
+	// KindCredential is the value given to a setting whose name says it
+	// is a secret: password=..., "token": "...", api_key: ....
+	KindCredential = "credential"
+	// KindURLCredential is the password in a URL's user information:
+	// postgres://user:pass@host.
+	KindURLCredential = "url_credential"
 )
 
 // builtins are the built-in patterns, in Kinds order. Each is found by
@@ -122,6 +128,23 @@ var builtins = []*pattern{
 		anchors: "zZ", lead: len("authori"), checkS: checkBasicAuth[string], checkB: checkBasicAuth[[]byte],
 		match:     anchored(`(?i:authorization)["']?\s*[:=]\s*["']?(?i:basic)\s+([A-Za-z0-9+/=]{8,})`, 1),
 		wordStart: true,
+	},
+	// [A-Za-z0-9_.-]*(password|passwd|passphrase|secret|token|api_key|...)
+	// (quoted or not), =, :, := or =>, then the value, which is masked;
+	// found from the separator, the name read backwards (assign.go). After
+	// the others: a kind of its own wins where both match the same value
+	// (GITHUB_TOKEN=ghp_...).
+	{
+		kind:    KindCredential,
+		anchors: "=:", lead: len("token"), checkS: checkAssignment[string], checkB: checkAssignment[[]byte],
+		match: matchAssignment,
+	},
+	// [A-Za-z][A-Za-z0-9+.-]*://user:(password)@: the password is masked,
+	// the user and the host kept.
+	{
+		kind:    KindURLCredential,
+		anchors: "@", lead: len("a://:x"), checkS: checkURLPassword[string], checkB: checkURLPassword[[]byte],
+		match: matchURLPassword,
 	},
 }
 

@@ -3,10 +3,12 @@
 // calls are recorded or results are passed on.
 //
 // Every built-in pattern starts with a literal (AKIA, ghp_, xoxb-, eyJ,
-// -----BEGIN, ...). Text is first searched for those literals with
-// strings.IndexByte, and a regular expression runs only where a literal
-// occurs, anchored there; text without any of them is returned as it is,
-// without allocating.
+// -----BEGIN, ...), or is found from a byte it holds: the "=" or ":" after
+// a secret's name (password=..., "token": "..."), the "@" that ends a
+// URL's password. Text is first searched for those bytes with
+// strings.IndexByte, and a pattern is matched only where one occurs,
+// anchored there; text without any of them is returned as it is, without
+// allocating.
 //
 // A masked value becomes "[REDACTED:<kind>]". Context that identifies a
 // value (the word "Bearer", "aws_secret_access_key=") is kept. Masking is
@@ -273,7 +275,12 @@ func (p *pattern) find(s string, from int) span {
 			return span{}
 		}
 		i = c + 1
-		h := p.checkS(s, c)
+		// The check reads nothing before from, out of sight (a name read
+		// backwards stops there).
+		h := p.checkS(s[from:], c-from)
+		if h >= 0 {
+			h += from
+		}
 		if h < from || p.wordStart && h > from && isWordByte(s[h-1]) {
 			continue
 		}

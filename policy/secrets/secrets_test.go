@@ -71,6 +71,24 @@ var maskCases = []struct {
 	{"openai", "OPENAI_API_KEY=" + openAIKey, "OPENAI_API_KEY=" + red("openai_key"), 1},
 	{"several", awsAccessKey + " and " + githubPAT + ", " + awsAccessKey, red("aws_access_key") + " and " + red("github_token") + ", " + red("aws_access_key"), 3},
 	{"adjacent", githubPAT + "\n" + stripeKey, red("github_token") + "\n" + red("stripe_key"), 2},
+	{"password=", "mysql -u root password=hunter2 db", "mysql -u root password=" + red("credential") + " db", 1},
+	{"env password", "PGHOST=db\nPGPASSWORD=Zx9!kq2LmP0wRt7v\n", "PGHOST=db\nPGPASSWORD=" + red("credential") + "\n", 1},
+	{"yaml password", "db:\n  user: app\n  password: s3cr3t!\n", "db:\n  user: app\n  password: " + red("credential") + "\n", 1},
+	{"token:", "token: 8fj3KdQ92lxPzM0aBv7c", "token: " + red("credential"), 1},
+	{"value with a $", "password=$ecret1 and PASSWORD=$5up3r", "password=" + red("credential") + " and PASSWORD=" + red("credential"), 2},
+	{"typed declaration", `password: str = "hunter2"`, `password: str = "` + red("credential") + `"`, 1},
+	{"connection string", "Server=db;User Id=sa;Password=Pa$$w0rd;", "Server=db;User Id=sa;Password=" + red("credential") + ";", 1},
+	{"secret=", "secret=abc123;user=x", "secret=" + red("credential") + ";user=x", 1},
+	{"api_key=", "curl https://api.example.com/?api_key=k-8f3a9c2e&q=1", "curl https://api.example.com/?api_key=" + red("credential") + "&q=1", 1},
+	{"camel case, quoted", `clientSecret = "two words"`, `clientSecret = "` + red("credential") + `"`, 1},
+	{"json text", `{"user": "app", "password": "hunter2"}`, `{"user": "app", "password": "` + red("credential") + `"}`, 1},
+	{"go :=", `apiKey := 'k-12345'`, `apiKey := '` + red("credential") + `'`, 1},
+	{"ruby =>", `:auth_token => tok_abc`, `:auth_token => ` + red("credential"), 1},
+	{"postgres url", "postgres://app:S3cret@db.internal:5432/prod", "postgres://app:" + red("url_credential") + "@db.internal:5432/prod", 1},
+	{"https url", "clone https://alice:hunter2@git.example.com/r.git", "clone https://alice:" + red("url_credential") + "@git.example.com/r.git", 1},
+	{"redis url without user", "redis://:p4ss@cache:6379/0", "redis://:" + red("url_credential") + "@cache:6379/0", 1},
+	{"url password with @", "mongodb://u:p@ss@h/db", "mongodb://u:" + red("url_credential") + "@h/db", 1},
+	{"url in an assignment", "DATABASE_URL=mysql://root:toor@127.0.0.1/app", "DATABASE_URL=mysql://root:" + red("url_credential") + "@127.0.0.1/app", 1},
 }
 
 func TestMask(t *testing.T) {
@@ -147,6 +165,22 @@ var nearMisses = []struct{ name, in string }{
 	{"sha1", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
 	{"base64 image", `{"image":"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="}`},
 	{"mask", red("aws_access_key") + " " + red("bearer")},
+	{"password_policy in prose", "the password_policy requires 12 characters; see password policy: docs"},
+	{"secret word", "it is no secret that the token budget is tight"},
+	{"no value", "password=\ntoken: \nsecret = ''"},
+	{"booleans", "secret: true, token: null, password: false"},
+	{"variables", "password=${DB_PASSWORD} token=$GITHUB_TOKEN secret: {{ .Secret }}"},
+	{"code", `password = os.Getenv("DB_PASSWORD"); token := cfg.auth.token; secret: process.env.SECRET`},
+	{"pagination", "pageToken=CAoQAA nextToken: abc123 max_tokens: 4096"},
+	{"progress token", `{"_meta":{"progressToken":"p7"}}`},
+	{"comparison", "if token == expected { return }"},
+	{"other settings", "password_min_length=12 token_type=bearer secret_name: prod-db tokens: 12"},
+	{"url without credentials", "https://example.com/path?q=1&lang=en#top"},
+	{"url with a user only", "ssh://git@github.com/org/repo.git and https://alice@example.com/"},
+	{"email", "write to alice@example.com or bob:x@example.com"},
+	{"scp-like", "git@github.com:org/repo.git"},
+	{"at in a path", "https://example.com/@alice/posts"},
+	{"masked setting", "password=" + red("credential") + " https://u:" + red("url_credential") + "@h/"},
 	{"empty", ""},
 }
 
@@ -178,13 +212,13 @@ func TestMaskCleanDoesNotAllocate(t *testing.T) {
 }
 
 func TestExtraPatterns(t *testing.T) {
-	m := masker(t, `corp-[0-9]{6}`, `(?i)password=(?P<secret>[^&\s]+)`, `(tenant|org)-[a-f0-9]{8}`)
+	m := masker(t, `corp-[0-9]{6}`, `(?i)pin=(?P<secret>[^&\s]+)`, `(tenant|org)-[a-f0-9]{8}`)
 	cases := []struct {
 		in, want string
 		n        int
 	}{
 		{"ticket corp-123456 and corp-12345", "ticket " + red("pattern") + " and corp-12345", 1},
-		{"https://x/?user=a&Password=hunter2&x=1", "https://x/?user=a&Password=" + red("pattern") + "&x=1", 1},
+		{"https://x/?user=a&PIN=1234&x=1", "https://x/?user=a&PIN=" + red("pattern") + "&x=1", 1},
 		{"org-deadbeef " + awsAccessKey, red("pattern") + " " + red("aws_access_key"), 2},
 		{"nothing here", "nothing here", 0},
 	}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
+)
+
+// guard audit query's --approval and --text select the calls of a real
+// log, and text that FTS5 would read as syntax is searched as words.
+func TestAuditQueryByApprovalAndText(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "data", "guard", "guard.db")
+	db, err := store.Open(context.Background(), store.Options{Path: dbPath, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, c := range []struct{ id, args, result, approval string }{
+		{"c1", `{"sql":"DROP TABLE users"}`, `{"text":"dropped"}`, "appr-1"},
+		{"c2", `{"path":"/etc/passwd"}`, `{"text":"root:x:0:0"}`, ""},
+		{"c3", `{"q":"users OR admins"}`, `{"text":"3 rows"}`, ""},
+	} {
+		req := &guard.Record{CallID: c.id, Kind: guard.KindRequest, Time: at.Add(time.Duration(i) * time.Second), Server: "db",
+			Method: "tools/call", Tool: "query", Arguments: c.args, Decision: guard.DecisionAllowed, DecidedBy: "default", Approval: c.approval}
+		out := &guard.Record{CallID: c.id, Kind: guard.KindOutcome, Time: req.Time, Server: "db", Method: "tools/call", Tool: "query",
+			Decision: guard.DecisionAllowed, DecidedBy: "default", Outcome: guard.OutcomeOK, Result: c.result}
+		if err := db.Append(req, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(args ...string) []string {
+		t.Helper()
+		stdout, stderr, code := run(t, dir, append([]string{"audit", "query", "--format", "jsonl"}, args...)...)
+		if code != 0 {
+			t.Fatalf("guard audit query %v: exit %d: %s", args, code, stderr)
+		}
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+			if line == "" {
+				continue
+			}
+			var c store.Call
+			if err := json.Unmarshal([]byte(line), &c); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c.ID)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--approval", "appr-1"}, []string{"c1"}},
+		{[]string{"--approval", "appr-9"}, nil},
+		{[]string{"--text", "users"}, []string{"c3", "c1"}},
+		{[]string{"--text", "/etc/passwd"}, []string{"c2"}},
+		{[]string{"--text", "root:x"}, []string{"c2"}},
+		{[]string{"--text", "users OR"}, []string{"c3"}},
+		{[]string{"--text", `NEAR(users "`}, nil},
+		{[]string{"--text", "DROP*", "--server", "db"}, []string{"c1"}},
+		{[]string{"--text", "users", "--limit", "1"}, []string{"c3"}},
+	} {
+		if got := ids(tc.args...); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: calls %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	stdout, _, code := run(t, dir, "audit", "query", "--format", "csv", "--approval", "appr-1")
+	rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+	if code != 0 || err != nil || len(rows) != 2 || !slices.Equal(rows[0], store.CallColumns) {
+		t.Fatalf("csv: exit %d, %v: %q", code, err, stdout)
+	}
+	if i := slices.Index(rows[0], "approval"); rows[1][i] != "appr-1" {
+		t.Errorf("csv approval column: %q", rows[1][i])
+	}
+	_, stderr, code := run(t, dir, "audit", "query", "--text", `" * - "`)
+	if code != 2 || !strings.Contains(stderr, "no words to search for") {
+		t.Errorf("--text without words: exit %d, %q", code, stderr)
+	}
+}
+
+// guard audit query --kind lists records that are not calls; an unknown
+// kind, or a calls-only filter with one, is bad usage.
+func TestAuditQueryKind(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), store.Options{Path: filepath.Join(dir, "data", "guard", "guard.db"), Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Append(&guard.Record{CallID: "c1", Kind: guard.KindRequest, Server: "db", Tool: "drop_table", Decision: guard.DecisionHeld},
+		&guard.Record{CallID: "c1", Kind: guard.KindDecision, Server: "db", Tool: "drop_table", Decision: guard.DecisionDenied,
+			DecidedBy: "alice", Reason: "not today", Approval: "appr-1"},
+		&guard.Record{Kind: guard.KindLifecycle, Method: "start"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	stdout, stderr, code := run(t, dir, "audit", "query", "--kind", "decision", "--format", "jsonl")
+	var r guard.Record
+	if code != 0 || json.Unmarshal([]byte(stdout), &r) != nil || r.DecidedBy != "alice" || r.Approval != "appr-1" || r.Kind != guard.KindDecision {
+		t.Fatalf("--kind decision: exit %d %q %q", code, stdout, stderr)
+	}
+	if stdout, _, code := run(t, dir, "audit", "query", "--kind", "lifecycle"); code != 0 || !strings.Contains(stdout, "lifecycle") || strings.Contains(stdout, "drop_table") {
+		t.Errorf("--kind lifecycle: exit %d %q", code, stdout)
+	}
+	if stdout, _, code := run(t, dir, "audit", "query", "--kind", "decision", "--format", "csv", "--decided-by", "bob"); code != 0 || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("--kind decision --decided-by bob: exit %d %q", code, stdout)
+	}
+	for _, args := range [][]string{{"--kind", "calls"}, {"--kind", "request"}, {"--kind", "decision", "--text", "x"}, {"--kind", "event", "--outcome", "ok"}} {
+		_, stderr, code := run(t, dir, append([]string{"audit", "query"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--") {
+			t.Errorf("%v: exit %d %q, want 2", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := run(t, dir, "audit", "query", "--kind", "calls"); !strings.Contains(stderr, "want one of call, decision, tool_review, rule_added, config, lifecycle, event") {
+		t.Errorf("unknown kind: %q", stderr)
+	}
+}

@@ -1,0 +1,327 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// Filter selects invocations for Query; each field set must match.
+type Filter struct {
+	Since, Until                    time.Time
+	Server, Tool, Decision, Outcome string
+	Client, Session, DecidedBy      string
+	// Approval selects the calls with a record that carries this approval
+	// id (the request of a held call, its decision, its outcome).
+	Approval string
+	// Text selects the calls whose redacted arguments or latest result
+	// hold these words, as MatchExpr reads them.
+	Text string
+	// ID selects one call by its id.
+	ID string
+	// Before and After page through the calls by their keys (Call.Key):
+	// only calls older than Before, or newer than After. With After (and
+	// no Before), the Limit calls just newer than it, still newest first.
+	Before, After int64
+	Limit         int // 0: no limit
+}
+
+// Call is one row of the calls view: one invocation.
+type Call struct {
+	ID           string `json:"id"`
+	Time         string `json:"time"`
+	Session      string `json:"session"`
+	Client       string `json:"client"`
+	Protocol     string `json:"protocol"`
+	Server       string `json:"server"`
+	Direction    string `json:"direction"`
+	Method       string `json:"method"`
+	Tool         string `json:"tool"`
+	Arguments    string `json:"arguments"`
+	Pin          string `json:"pin"`
+	Decision     string `json:"decision"`
+	DecidedBy    string `json:"decided_by"`
+	Reason       string `json:"reason"`
+	Approval     string `json:"approval"`
+	Outcome      string `json:"outcome"`
+	Result       string `json:"result"`
+	RequestSize  int64  `json:"request_size"`
+	ResponseSize int64  `json:"response_size"`
+	DurationMS   int64  `json:"duration_ms"`
+	Detail       string `json:"detail"`
+	Hash         string `json:"hash"`
+	// Key orders the calls (their time, then their arrival) and is the
+	// cursor Filter.Before and Filter.After take.
+	Key int64 `json:"-"`
+}
+
+// CallColumns are the calls view's columns, in order.
+var CallColumns = []string{"id", "time", "session", "client", "protocol", "server", "direction", "method", "tool",
+	"arguments", "pin", "decision", "decided_by", "reason", "approval", "outcome", "result", "request_size",
+	"response_size", "duration_ms", "detail", "hash"}
+
+// ErrNoWords is returned for a text filter with nothing to search for.
+var ErrNoWords = errors.New("no words to search for (a word needs a letter or a digit)")
+
+// MatchExpr turns words as a person types them into an SQLite FTS5 query
+// that cannot fail or mean more than they typed: every word is matched
+// as it is, FTS5's operators and syntax included (AND, OR, NOT, NEAR,
+// parentheses, column filters and ^ are words like any other). A call
+// matches when it has all the words, in any order, anywhere in its
+// arguments or result, ignoring case and diacritics. "Quoted words"
+// match as a phrase, in that order and next to each other; a word
+// ending in * matches the words it begins (repo* finds repository). A
+// word of several parts (/etc/passwd, user@example.com, delete_all)
+// matches those parts next to each other. Characters other than letters
+// and digits separate words; a word with neither is left out.
+func MatchExpr(words string) (string, error) {
+	var terms []string
+	add := func(term string, prefix bool) {
+		if !strings.ContainsFunc(term, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) {
+			return
+		}
+		t := `"` + strings.ReplaceAll(term, `"`, `""`) + `"`
+		if prefix {
+			t += "*"
+		}
+		terms = append(terms, t)
+	}
+	for s := strings.TrimSpace(words); s != ""; s = strings.TrimLeftFunc(s, unicode.IsSpace) {
+		if s[0] == '"' {
+			end := strings.IndexByte(s[1:], '"')
+			if end < 0 {
+				end = len(s) - 1 // an open quote runs to the end
+			}
+			add(s[1:1+end], false)
+			s = s[min(len(s), end+2):]
+			continue
+		}
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		w := s[:end]
+		prefix := len(w) > 1 && strings.HasSuffix(w, "*")
+		add(strings.TrimSuffix(w, "*"), prefix)
+		s = s[end:]
+	}
+	if len(terms) == 0 {
+		return "", ErrNoWords
+	}
+	return strings.Join(terms, " "), nil
+}
+
+// callSelect reads a call's row from the index and its records: q its
+// first request, d the record whose decision it shows, o its latest
+// outcome.
+const callSelect = `SELECT c.call_id, q.time, q.session, q.client, q.protocol, q.server, q.direction, q.method, q.tool,
+ q.arguments, q.pin, d.decision, d.decided_by, d.reason, c.approval, coalesce(o.outcome, ''), coalesce(o.result, ''),
+ q.request_size, coalesce(o.response_size, 0), coalesce(o.duration_ms, 0), coalesce(o.detail, q.detail),
+ coalesce(o.hash, q.hash), c.k FROM `
+
+const callJoins = ` JOIN records q ON q.seq = c.req_seq JOIN records d ON d.seq = c.dec_seq
+ LEFT JOIN records o ON o.seq = c.out_seq`
+
+// queryText builds Query's SQL. The table that drives it is chosen so
+// that the newest matching calls come first without a sort of all of
+// them: the calls that carry an approval (few), else the text index in
+// key order, else the call index (by the index of a column filtered on,
+// whose entries for one value are in key order).
+func queryText(f Filter) (string, []any, error) {
+	var where []string
+	var args []any
+	key := "c.k"
+	var from string
+	match := ""
+	if f.Text != "" {
+		m, err := MatchExpr(f.Text)
+		if err != nil {
+			return "", nil, err
+		}
+		match = m
+	}
+	switch {
+	case f.Approval != "":
+		from = `(SELECT DISTINCT call_id FROM records WHERE approval = ? AND approval != '') a
+ CROSS JOIN call_index c ON c.call_id = a.call_id`
+		args = append(args, f.Approval)
+		if match != "" {
+			where, args = append(where, "c.k IN (SELECT rowid FROM call_text WHERE call_text MATCH ?)"), append(args, match)
+		}
+	case match != "":
+		from = `call_text CROSS JOIN call_index c ON c.k = call_text.rowid`
+		key = "call_text.rowid"
+		where, args = append(where, "call_text MATCH ?"), append(args, match)
+	default:
+		from = "call_index c"
+	}
+	if !f.Since.IsZero() {
+		where, args = append(where, key+" >= ?"), append(args, keyMillis(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, key+" < ?"), append(args, keyMillis(f.Until)+1<<keyRankBits)
+	}
+	if f.Before != 0 {
+		where, args = append(where, key+" < ?"), append(args, f.Before)
+	}
+	if f.After != 0 {
+		where, args = append(where, key+" > ?"), append(args, f.After)
+	}
+	for _, c := range []struct{ col, v string }{{"call_id", f.ID}, {"server", f.Server}, {"tool", f.Tool},
+		{"decision", f.Decision}, {"outcome", f.Outcome}, {"client", f.Client}, {"session", f.Session},
+		{"decided_by", f.DecidedBy}} {
+		if c.v != "" {
+			where, args = append(where, "c."+c.col+" = ?"), append(args, c.v)
+		}
+	}
+	q := callSelect + from + callJoins
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	if ascending(f) {
+		q += " ORDER BY " + key + " ASC"
+	} else {
+		q += " ORDER BY " + key + " DESC"
+	}
+	if f.Limit > 0 {
+		q += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	return q, args, nil
+}
+
+// ascending reports whether Query reads the calls oldest first (to page
+// to newer ones), and turns them around before handing them on.
+func ascending(f Filter) bool { return f.After != 0 && f.Before == 0 }
+
+// Query calls fn for each invocation that matches f, newest first.
+func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+	q, args, err := queryText(f)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if err := db.needCallIndex(ctx); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	db.caughtUp(ctx)
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	defer rows.Close()
+	var held []*Call
+	for rows.Next() {
+		var c Call
+		if err := rows.Scan(&c.ID, &c.Time, &c.Session, &c.Client, &c.Protocol, &c.Server, &c.Direction, &c.Method,
+			&c.Tool, &c.Arguments, &c.Pin, &c.Decision, &c.DecidedBy, &c.Reason, &c.Approval, &c.Outcome, &c.Result,
+			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash, &c.Key); err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		if ascending(f) {
+			held = append(held, &c)
+			continue
+		}
+		if err := fn(&c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	rows.Close()
+	for _, c := range slices.Backward(held) {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// needCallIndex checks that the database has the call index: a database
+// opened read-only may have been written last by an earlier version.
+func (db *DB) needCallIndex(ctx context.Context) error {
+	if db.writable || db.hold != nil {
+		return nil
+	}
+	var n int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, callIndexMigration).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w (it has no call index): run a command that writes to it once (guard run, guard serve) to upgrade it", ErrSchemaTooOld)
+	}
+	return nil
+}
+
+// callIndexMigration is the migration that adds the call index.
+const callIndexMigration = 9
+
+// RecordKinds are the kinds of record QueryRecords lists: those that are
+// not a call's request or outcome.
+var RecordKinds = []string{guard.KindDecision, guard.KindToolReview, guard.KindRuleAdded, guard.KindConfig,
+	guard.KindLifecycle, guard.KindEvent}
+
+// ErrCallsOnly is returned by QueryRecords for a filter that only calls
+// have (Outcome, Text, ID, paging).
+var ErrCallsOnly = errors.New("this filter applies to calls only")
+
+// QueryRecords calls fn for each record of a kind in RecordKinds that
+// matches f, newest first (by time, then seq). Outcome, Text, ID, Before
+// and After do not apply to them.
+func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
+	if !slices.Contains(RecordKinds, kind) {
+		return fmt.Errorf("records: kind %q: want one of %s", kind, strings.Join(RecordKinds, ", "))
+	}
+	if f.Outcome != "" || f.Text != "" || f.ID != "" || f.Before != 0 || f.After != 0 {
+		return fmt.Errorf("records: %w", ErrCallsOnly)
+	}
+	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
+	if !db.noPruned {
+		where = append(where, "pruned = 0") // their bodies are in retention's archives
+	}
+	args := []any{kind}
+	if !f.Since.IsZero() {
+		where, args = append(where, "time >= ?"), append(args, fmtTime(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
+	}
+	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision},
+		{"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}, {"approval", f.Approval}} {
+		if c.v != "" {
+			where, args = append(where, c.col+" = ?"), append(args, c.v)
+		}
+	}
+	q := db.selectRecords() + " INDEXED BY records_kind WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
+	if f.Limit > 0 {
+		q += " LIMIT " + strconv.Itoa(f.Limit)
+	}
+	if err := db.needCallIndex(ctx); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	db.caughtUp(ctx)
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	return nil
+}
