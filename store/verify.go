@@ -115,6 +115,12 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
 	rep.Witnessed = o.Key != nil || len(o.Kept) > 0
 
+	// The retention records are read before the walk takes its
+	// connections (those appended since are read when needed).
+	ret, err := db.newRetentionCheck(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
 	w, err := db.openWalk(ctx)
 	if err != nil {
 		return rep, err
@@ -124,10 +130,6 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	edge := &treeEdge{}
 	var buf []byte
 	var prev *guard.Record
-	ret, err := db.newRetentionCheck(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("verify: %w", err)
-	}
 	checked := 0
 	// Checkpoints of size 0 hold nothing to check.
 	for cps.peek(problem) != nil && cps.peek(problem).c.Size == 0 {
