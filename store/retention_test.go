@@ -41,6 +41,12 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 		if err := db.Append(req, out); err != nil {
 			t.Fatal(err)
 		}
+		if i%2 == 1 { // a series of checkpoints, each of which must still verify
+			db.caughtUp(context.Background())
+			if err := db.writeCheckpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	db.caughtUp(context.Background())
 	if err := db.writeCheckpoint(); err != nil {
@@ -84,9 +90,22 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldCP, err := db.LatestCheckpoint(ctx)
+	var kept []KeptCheckpoint
+	rows, err := db.r.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for rows.Next() {
+		var size int64
+		var text string
+		if err := rows.Scan(&size, &text); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, KeptCheckpoint{fmt.Sprintf("of %d records", size), []byte(text)})
+	}
+	rows.Close()
+	if len(kept) != 5 {
+		t.Fatalf("%d checkpoints before pruning, want 5", len(kept))
 	}
 
 	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
@@ -157,9 +176,14 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"before", oldCP.Note}}})
+	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 19 {
-		t.Fatalf("verify against the checkpoint kept before pruning: %+v %v", rep, err)
+		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
+	}
+	for _, k := range kept {
+		if lines, err := CheckFiles(db.signer.verifier, []File{{k.Name, k.Note}}); err != nil {
+			t.Fatalf("checkpoint %s: %v %q", k.Name, err, lines)
+		}
 	}
 	var whole strings.Builder
 	if err := db.Export(ctx, &whole, ExportOptions{}); err != nil {

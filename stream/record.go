@@ -47,6 +47,10 @@ func appendRecord(b []byte, r *guard.Record) []byte {
 	b = value(b, "detail", r.Detail)
 	b = member(b, "prev_hash", r.PrevHash, true)
 	b = member(b, "hash", r.Hash, true)
+	if r.Pruned {
+		// Retention removed its body: it is in an archive, not empty.
+		b = append(b, `,"pruned":true`...)
+	}
 	return append(b, '}')
 }
 

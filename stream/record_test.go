@@ -31,3 +31,16 @@ func TestRecordJSON(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", a, b)
 	}
 }
+
+// A record whose body retention removed says so.
+func TestPrunedRecordJSON(t *testing.T) {
+	r := &guard.Record{Seq: 3, ID: "i", CallID: "c", Kind: guard.KindRequest, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		PrevHash: "p", Hash: "h", Pruned: true}
+	var got map[string]any
+	if err := json.Unmarshal(encode(r), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["pruned"] != true || len(got) != 8 {
+		t.Fatalf("pruned record: %v", got)
+	}
+}
