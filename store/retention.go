@@ -95,6 +95,13 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 		o.Batch = 20000
 	}
 	db.caughtUp(ctx)
+	var kept int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
+	if kept == 0 {
+		return nil, nil // no record is in a checkpoint yet
+	}
 	c, err := db.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)

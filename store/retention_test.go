@@ -390,9 +390,15 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 	verifyPruned(t, db)
 }
 
-// Retention is off unless set; processes take turns, once a period.
+// Retention is off unless set; processes take turns, once a period; an
+// empty log has nothing to prune.
 func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	ctx := context.Background()
+	empty := openDB(t, filepath.Join(t.TempDir(), "empty.db"))
+	defer empty.Close()
+	if got, err := empty.Prune(ctx, RetentionOptions{Retention: time.Hour}); err != nil || got != nil {
+		t.Fatalf("an empty log: %+v %v", got, err)
+	}
 	path := filepath.Join(t.TempDir(), "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 0)

@@ -78,6 +78,9 @@ func TestAuditPrune(t *testing.T) {
 	}
 
 	// Off unless configured.
+	if r := policy.Default().Audit.Retention; r != 0 {
+		t.Fatalf("retention is %s by default", r)
+	}
 	_, stderr, code := run(t, dir, "audit", "prune", "--db", path)
 	if code != exitUsage || !strings.Contains(stderr, "audit.retention is off") {
 		t.Fatalf("prune without retention: exit %d, %s", code, stderr)
