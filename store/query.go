@@ -265,7 +265,7 @@ const callIndexMigration = 9
 // RecordKinds are the kinds of record QueryRecords lists: those that are
 // not a call's request or outcome.
 var RecordKinds = []string{guard.KindDecision, guard.KindToolReview, guard.KindRuleAdded, guard.KindConfig,
-	guard.KindLifecycle, guard.KindEvent}
+	guard.KindLifecycle, guard.KindEvent, guard.KindRetention}
 
 // ErrCallsOnly is returned by QueryRecords for a filter that only calls
 // have (Outcome, Text, ID, paging).

@@ -61,6 +61,8 @@ func TestAuditPrune(t *testing.T) {
 	if len(archives) != 1 {
 		t.Fatalf("archives: %v", archives)
 	}
+	wantOutput(t, "the retention record", guardIn(t, dir, path, 0, "audit", "query", "--kind", "retention", "--format", "jsonl"),
+		filepath.Base(archives[0]))
 	wantOutput(t, "second prune", guardIn(t, dir, path, 0, "audit", "prune", "--config", cfg), "nothing to prune")
 
 	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--checkpoint", kept), "ok: 13 records, extends checkpoint 12")
