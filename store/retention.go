@@ -398,6 +398,10 @@ func (db *DB) blank(ctx context.Context, seqs []int64) error {
 		return err
 	}
 	defer tx.Rollback()
+	// A grant is never committed; one left by someone else goes.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM retention_grant`); err != nil {
+		return fmt.Errorf("grant: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO retention_grant (id, first_seq, last_seq) VALUES (1, ?, ?)`,
 		seqs[0], seqs[len(seqs)-1]); err != nil {
 		return fmt.Errorf("grant: %w", err)
