@@ -57,7 +57,7 @@ const maxBatch = 2048
 // commits, and lingerAppends the number of appends that end the wait
 // early.
 const (
-	linger        = 10 * time.Millisecond
+	linger        = 50 * time.Millisecond
 	lingerAppends = 256
 )
 
