@@ -260,6 +260,7 @@ func (db *DB) writeCheckpoint() (err error) {
 		}
 	}
 	db.lastCheckpoint.Store(time.Now().UnixNano())
+	db.signedSize.Store(c.Size)
 	if fresh && db.witness != nil {
 		db.witness.send(c)
 	}

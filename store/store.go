@@ -105,6 +105,9 @@ type DB struct {
 	fsync    bool        // durability full: the journal is fsync'd, and the database's files before a journal goes
 	wc       *writerConn // the ingester's connection and statements; nil after a failure until the next batch
 
+	holder         string       // this process's name for the leases it takes
+	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
+	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
 	lastCheckpoint atomic.Int64 // unix nanoseconds
 	dirty          atomic.Bool  // records were committed since the last checkpoint
 	refusedLogged  atomic.Bool  // a refused checkpoint was logged as an error
@@ -283,9 +286,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.segs = []*segment{db.seg}
 	db.own = map[string]bool{db.seg.path: true}
 	// A checkpoint of the log as it is (the file may be older, or of an
-	// earlier version's form); nothing is kept twice.
-	if err := db.writeCheckpoint(); err != nil {
-		db.logCheckpoint(err)
+	// earlier version's form), by the process whose turn it is; nothing
+	// is kept twice.
+	db.holder = guard.NewID()
+	if db.checkpointTurn(ctx) {
+		if err := db.writeCheckpoint(); err != nil {
+			db.logCheckpoint(err)
+		}
 	}
 	go db.ingester()
 	if db.fsync {

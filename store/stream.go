@@ -17,11 +17,21 @@ import (
 // processes sharing the database call it for the same name: at any time
 // at most one holds it, as far as their clocks agree.
 func (db *DB) Lease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	return db.leaseWith(ctx, db.w, name, holder, ttl)
+}
+
+// execer runs a statement: a pool, or one connection.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// leaseWith is Lease with the statement run by ex.
+func (db *DB) leaseWith(ctx context.Context, ex execer, name, holder string, ttl time.Duration) (bool, error) {
 	if name == "" || holder == "" {
 		return false, errors.New("lease: a lease needs a name and a holder")
 	}
 	now := db.opts.Now()
-	res, err := db.w.ExecContext(ctx, `INSERT INTO leases (name, holder, expires, acquired) VALUES (?1, ?2, ?3, ?4)
+	res, err := ex.ExecContext(ctx, `INSERT INTO leases (name, holder, expires, acquired) VALUES (?1, ?2, ?3, ?4)
 		ON CONFLICT (name) DO UPDATE SET
 			acquired = CASE WHEN leases.holder = excluded.holder AND leases.expires > ?5 THEN leases.acquired ELSE excluded.acquired END,
 			holder = excluded.holder, expires = excluded.expires

@@ -57,7 +57,7 @@ const maxBatch = 2048
 // commits, and lingerAppends the number of appends that end the wait
 // early.
 const (
-	linger        = 10 * time.Millisecond
+	linger        = 50 * time.Millisecond
 	lingerAppends = 256
 )
 
@@ -569,8 +569,11 @@ func (db *DB) syncFiles() error {
 // closed, removed when every record in them is in the database (else kept
 // for the next Open).
 func (db *DB) finish() {
-	if err := db.writeCheckpoint(); err != nil {
-		db.logCheckpoint(err)
+	if db.checkpointTurn(context.Background()) {
+		if err := db.writeCheckpoint(); err != nil {
+			db.logCheckpoint(err)
+		}
+		db.releaseCheckpointTurn()
 	}
 	db.jmu.Lock()
 	left := 0
@@ -744,14 +747,20 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	return err
 }
 
-// checkpointDue reports whether records were committed since the last
-// checkpoint and it is older than CheckpointEvery.
-func (db *DB) checkpointDue() bool {
-	return db.dirty.Load() && time.Since(time.Unix(0, db.lastCheckpoint.Load())) >= db.opts.CheckpointEvery
-}
-
+// maybeCheckpoint signs a checkpoint when this process holds the
+// checkpoint lease (checkpointlease.go), the last one is older than
+// CheckpointEvery, and records were committed since, by this process or
+// another.
 func (db *DB) maybeCheckpoint() {
-	if !db.checkpointDue() {
+	if time.Since(time.Unix(0, db.lastCheckpoint.Load())) < db.opts.CheckpointEvery ||
+		time.Since(time.Unix(0, db.lastTurn.Load())) < db.opts.CheckpointEvery {
+		return
+	}
+	ctx := context.Background()
+	if !db.checkpointTurn(ctx) {
+		return
+	}
+	if !db.dirty.Load() && !db.othersCommitted(ctx) {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {
