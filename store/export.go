@@ -205,7 +205,7 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 			return err
 		}
 	}
-	hr := sqlHashReader(ctx, db.r)
+	hr := cachedHashes(sqlHashReader(ctx, db.r))
 	first := true
 	var buf []byte
 	for rows.Next() {
@@ -261,6 +261,40 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 		return cw.Error()
 	}
 	return nil
+}
+
+// cachedHashes keeps the tree hashes hr read, up to a million of them:
+// the proofs of successive records share most of their hashes.
+func cachedHashes(hr tlog.HashReader) tlog.HashReaderFunc {
+	cache := map[int64]tlog.Hash{}
+	return func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		var miss []int64
+		for i, x := range idx {
+			h, ok := cache[x]
+			if !ok {
+				miss = append(miss, x)
+			}
+			out[i] = h
+		}
+		if len(miss) == 0 {
+			return out, nil
+		}
+		hs, err := hr.ReadHashes(miss)
+		if err != nil {
+			return nil, err
+		}
+		if len(cache)+len(miss) > 1<<20 {
+			clear(cache)
+		}
+		for i, x := range miss {
+			cache[x] = hs[i]
+		}
+		for i, x := range idx {
+			out[i] = cache[x]
+		}
+		return out, nil
+	}
 }
 
 // fromRow rebuilds a record and its leaf hash and proof from an export
