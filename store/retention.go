@@ -506,6 +506,17 @@ func (db *DB) LastRetention(ctx context.Context) (*Retention, error) {
 	return &r, nil
 }
 
+// RetentionTotals are, over every run of the retention job by any process
+// on the database, how many records lost their bodies and how many runs
+// failed: counters an alert can watch.
+func (db *DB) RetentionTotals(ctx context.Context) (pruned, failures int64, err error) {
+	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(sum(pruned), 0), count(*) FILTER (WHERE problem != '')
+		FROM retention_runs`).Scan(&pruned, &failures); err != nil {
+		return 0, 0, fmt.Errorf("retention totals: %w", err)
+	}
+	return pruned, failures, nil
+}
+
 // retentionResume is where the next round starts.
 func (db *DB) retentionResume(ctx context.Context) (int64, error) {
 	var from int64 = 1

@@ -195,6 +195,9 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
 	}
+	if pruned, failures, err := db.RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {
+		t.Fatalf("totals: %d pruned, %d failures, %v", pruned, failures, err)
+	}
 	// Nothing is left to prune: the next round archives nothing.
 	if again, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil || len(again) != 0 {
 		t.Fatalf("second round: %+v %v", again, err)
@@ -386,6 +389,9 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 	})
 	if n != 6 {
 		t.Fatalf("%d records", n)
+	}
+	if pruned, failures, err := db.RetentionTotals(ctx); err != nil || pruned != 0 || failures < 2 {
+		t.Fatalf("totals: %d pruned, %d failures, %v", pruned, failures, err)
 	}
 	verifyPruned(t, db)
 }

@@ -6,8 +6,25 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/store"
 )
+
+// retentionMetrics adds the retention job's counters, read from the
+// database: every process on it shows the same, whichever ran the job.
+func retentionMetrics(reg *metrics.Registry, db *store.DB) {
+	total := func(failures bool) func() (float64, error) {
+		return func() (float64, error) {
+			pruned, failed, err := db.RetentionTotals(context.Background())
+			if failures {
+				return float64(failed), err
+			}
+			return float64(pruned), err
+		}
+	}
+	reg.CounterFunc("guard_audit_pruned_records_total", "Audit records whose bodies the retention job archived and removed from the database (audit.retention), by any process on this database.", total(false))
+	reg.CounterFunc("guard_audit_retention_failures_total", "Runs of the retention job that failed (an archive not written or not verified, bodies not removed), by any process on this database.", total(true))
+}
 
 // auditPrune runs the retention job now (guard run and guard serve run it
 // at start and hourly): the records past audit.retention are archived and

@@ -79,6 +79,17 @@ func TestAuditPrune(t *testing.T) {
 		t.Fatal("the archive does not hold the bodies")
 	}
 
+	// A serving process's metrics count what the job did, whoever ran it.
+	mdb, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m strings.Builder
+	newMetrics(mdb).Write(&m)
+	mdb.Close()
+	wantOutput(t, "metrics", m.String(), "guard_audit_pruned_records_total 8\n")
+	wantOutput(t, "metrics", m.String(), "guard_audit_retention_failures_total 0\n")
+
 	// Off unless configured.
 	if r := policy.Default().Audit.Retention; r != 0 {
 		t.Fatalf("retention is %s by default", r)

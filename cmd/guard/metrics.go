@@ -46,6 +46,7 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	})
 	addVerifyMetrics(reg, db)
 	treeMetrics(reg, db)
+	retentionMetrics(reg, db)
 	return reg
 }
 
