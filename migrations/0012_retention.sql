@@ -8,11 +8,12 @@ ALTER TABLE records ADD COLUMN pruned INTEGER NOT NULL DEFAULT 0;
 -- the one row, blanks the records of the range, and deletes the row
 -- before it commits. Only records the latest checkpoint covers may be
 -- granted: their proofs stay checkable against it.
-CREATE TABLE retention_grant (
+CREATE TABLE IF NOT EXISTS retention_grant (
     id        INTEGER PRIMARY KEY CHECK (id = 1),
     first_seq INTEGER NOT NULL,
     last_seq  INTEGER NOT NULL
 );
+DROP TRIGGER IF EXISTS retention_grant_checkpointed;
 CREATE TRIGGER retention_grant_checkpointed BEFORE INSERT ON retention_grant
 WHEN NEW.last_seq > (SELECT COALESCE(MAX(size), 0) FROM checkpoints) OR NEW.first_seq < 1
 BEGIN SELECT RAISE(ABORT, 'retention may remove only the bodies of records a checkpoint covers'); END;
@@ -21,7 +22,7 @@ BEGIN SELECT RAISE(ABORT, 'retention may remove only the bodies of records a che
 -- blanking of a record its grant covers. Anyone holding the file can
 -- drop these triggers: the chain, the tree and the checkpoints kept
 -- elsewhere are what catch that.
-DROP TRIGGER records_no_update;
+DROP TRIGGER IF EXISTS records_no_update;
 CREATE TRIGGER records_no_update BEFORE UPDATE ON records
 WHEN NOT EXISTS (SELECT 1 FROM retention_grant g WHERE OLD.seq BETWEEN g.first_seq AND g.last_seq)
     OR OLD.pruned != 0 OR NEW.pruned != 1
@@ -36,19 +37,19 @@ WHEN NOT EXISTS (SELECT 1 FROM retention_grant g WHERE OLD.seq BETWEEN g.first_s
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only: only the retention job removes a body, under its grant'); END;
 
 -- Records are never deleted, not even by retention.
-DROP TRIGGER records_no_delete;
+DROP TRIGGER IF EXISTS records_no_delete;
 CREATE TRIGGER records_no_delete BEFORE DELETE ON records
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 
 -- The retention records, which Verify reads before it walks the log: each
 -- names the records whose bodies it removed.
-CREATE INDEX records_retention ON records (seq) WHERE kind = 'retention';
+CREATE INDEX IF NOT EXISTS records_retention ON records (seq) WHERE kind = 'retention';
 
 -- The retention job's runs, by any process on the database: a process
 -- runs it only when no other has within the period. A run that removed
 -- bodies names its archive and its retention record; resume is the
 -- first record the next run looks at.
-CREATE TABLE retention_runs (
+CREATE TABLE IF NOT EXISTS retention_runs (
     id       INTEGER PRIMARY KEY,
     time     TEXT NOT NULL,
     first    INTEGER NOT NULL DEFAULT 0,

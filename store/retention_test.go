@@ -492,3 +492,43 @@ func TestPruneClearsTheCallIndex(t *testing.T) {
 		t.Fatalf("the index made again from the records:\n%s\nwant\n%s", rebuilt, kept)
 	}
 }
+
+// A database of the version before retention (no pruned column) is read
+// by the read-only commands as it is, and a writable open upgrades it.
+func TestReadOnlyBeforeRetention(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	db := openDB(t, path)
+	for i := range 3 {
+		if err := db.Append(rec(i, guard.KindRequest), rec(i, guard.KindOutcome)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	if _, err := rawDB(t, path).Exec(`DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
+		ALTER TABLE records DROP COLUMN pruned; DELETE FROM schema_migrations WHERE version = 12`); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != 6 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	var export strings.Builder
+	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Count(export.String(), "\n") != 7 {
+		t.Fatalf("export: %v\n%s", err, export.String())
+	}
+	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{}, func(*guard.Record) error { return nil }); err != nil {
+		t.Fatalf("records of a kind: %v", err)
+	}
+	ro.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	verifyPruned(t, db)
+	raw := rawConn(t, path)
+	if _, err := raw.Exec(`UPDATE records SET tool = 'x' WHERE seq = 1`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("an update after the upgrade: %v", err)
+	}
+}
