@@ -79,6 +79,7 @@ audit:
   key_file: /etc/guard/audit.key
   verify_every: 1h
   retention: off
+  archive_dir: /srv/guard-archive
   checkpoints: {every: 1m, witness: ["file:///var/log/guard-checkpoints", syslog, "https://w.example/cp"]}
   stream:
     - {syslog: "tcp://127.0.0.1:6514", tls: true}
@@ -100,7 +101,7 @@ policy:
 	if c.MaxMessage != 10<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
 		t.Fatalf("%+v", c)
 	}
-	if a := c.Audit; a.KeyFile != "/etc/guard/audit.key" || a.VerifyEvery != time.Hour || a.Retention != 0 ||
+	if a := c.Audit; a.KeyFile != "/etc/guard/audit.key" || a.VerifyEvery != time.Hour || a.Retention != 0 || a.ArchiveDir != "/srv/guard-archive" ||
 		a.Checkpoints.Every != time.Minute || len(a.Checkpoints.Witness) != 3 || len(a.Stream) != 2 ||
 		!a.Stream[0].TLS || a.Stream[0].Syslog != "tcp://127.0.0.1:6514" || a.Stream[1].Name() != "otlp http://127.0.0.1:4318" {
 		t.Fatalf("audit: %+v", a)
