@@ -245,8 +245,10 @@ type selection struct {
 func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.Time, batch int) (selection, error) {
 	sel := selection{next: from}
 	before := fmtTime(cutoff)
-	// The last record before the cutoff (times follow seq, but for the
-	// clocks of several processes): nothing after it is read.
+	// The newest record before the cutoff, by the time index: nothing
+	// after it is read. Times follow seq but for the clocks of several
+	// processes; a record behind that one in time but after it in seq
+	// waits for a round when a later one is past the cutoff.
 	var upto int64
 	err := db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE time < ? ORDER BY time DESC LIMIT 1`, before).Scan(&upto)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -578,8 +580,9 @@ const RetentionEvery = time.Hour
 
 // RunRetention runs the retention job at start and then every period
 // until ctx ends, in turn with the other processes on the database (see
-// PruneIfDue). Nothing runs when o.Retention is 0.
-func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.Duration) {
+// PruneIfDue). Nothing runs when o.Retention is 0. done, when set, is
+// given what each round of this process archived, and its error.
+func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.Duration, done func([]Pruned, error)) {
 	if o.Retention <= 0 || every <= 0 {
 		return
 	}
@@ -591,8 +594,12 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 			return
 		case <-t.C:
 		}
-		if _, err := db.PruneIfDue(ctx, o, every); err != nil && ctx.Err() == nil && !errors.Is(err, ErrRetentionRunning) {
+		got, err := db.PruneIfDue(ctx, o, every)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrRetentionRunning) {
 			db.opts.Logger.Error("audit retention", "err", err)
+		}
+		if done != nil {
+			done(got, err)
 		}
 		t.Reset(every)
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -424,16 +425,49 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	if last, err := db.LastRetention(ctx); err != nil || last != nil {
 		t.Fatalf("a dry run was kept: %+v %v", last, err)
 	}
-	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || len(got) != 1 {
-		t.Fatalf("first round: %+v %v", got, err)
+	// The long-running processes' job runs a round at once.
+	rounds := make(chan []Pruned, 1)
+	run, stop := context.WithCancel(ctx)
+	go db.RunRetention(run, o, time.Hour, func(got []Pruned, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		rounds <- got
+	})
+	got := <-rounds
+	stop()
+	if len(got) != 1 || got[0].Count != 6 {
+		t.Fatalf("first round: %+v", got)
 	}
-	// Made old, more records would qualify: not within the hour.
+	// Another old call: another process, or this one again, within the
+	// hour runs nothing; after it, a round archives it.
+	late := rec(9, guard.KindRequest)
+	late.Time = retentionStart.Add(time.Hour)
+	if err := db.Append(late); err != nil {
+		t.Fatal(err)
+	}
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(30 * time.Minute)
-	if got, err := db.PruneIfDue(ctx, RetentionOptions{Retention: time.Minute}, time.Hour); err != nil || got != nil {
+	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || got != nil {
 		t.Fatalf("again within the period: %+v %v", got, err)
 	}
+	unlock, ok, err := tryLockFile(path + retentionLock)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	if _, err := db.PruneIfDue(ctx, o, 0); !errors.Is(err, ErrRetentionRunning) {
+		t.Fatalf("while another process runs the job: %v", err)
+	}
+	unlock()
+	now = now.Add(31 * time.Minute)
+	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || len(got) != 1 || got[0].Count != 1 || got[0].First != 8 {
+		t.Fatalf("a period later: %+v %v", got, err)
+	}
 	last, err := db.LastRetention(ctx)
-	if err != nil || last == nil || last.Problem != "" {
+	if err != nil || last == nil || last.Problem != "" || !last.Time.Equal(now) {
 		t.Fatalf("last run: %+v %v", last, err)
 	}
 }

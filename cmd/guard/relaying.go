@@ -139,7 +139,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
-	bg.Go(func() { db.RunRetention(ctx, retentionOptions(st), store.RetentionEvery) })
+	bg.Go(func() { db.RunRetention(ctx, retentionOptions(st), store.RetentionEvery, nil) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
