@@ -27,6 +27,9 @@ type Activity struct {
 	// each once however many rounds it had. Requests counts every request
 	// in either direction (initialize, tools/list, ... included).
 	Calls, Requests int64
+	// Archived counts the requests of the period whose records retention
+	// moved to archives (audit.retention): they are counted nowhere else.
+	Archived int64
 	// Allowed, Denied and Held split Calls by what policy decided when
 	// the call arrived (a held call is counted as held, whoever decided
 	// it later: see Approvals).
@@ -148,6 +151,7 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 	// its own; the outcomes are added to the tools' figures after.
 	steps := []func(context.Context, string, string) error{
 		a.readCalls(db.r), a.readOutcomes(db.r), a.readHeld(db.r), a.readToolChanges(db.r), a.readChain(db.r),
+		a.readArchived(db.r),
 	}
 	errs := make([]error, len(steps))
 	var wg sync.WaitGroup
@@ -167,8 +171,14 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 }
 
 // inPeriod selects the records of the period (the placeholders: its
-// start and end, as stored).
-const inPeriod = `r.time >= ? AND r.time <= ?`
+// start and end, as stored) that still have their bodies: retention
+// blanks a record's method and decision with the rest (every record a
+// report reads has one or the other), and the test reads on databases
+// from before the pruned column too.
+const inPeriod = `r.time >= ? AND r.time <= ? AND ` + notPruned
+
+// notPruned holds for a record retention has not blanked.
+const notPruned = `(r.method != '' OR r.decision != '')`
 
 // A call, for a report, is a request policy decided: a tools/call, or a
 // request of another method that rules gate (resources/read, ...), which
@@ -474,6 +484,19 @@ type PolicyChange struct {
 	DecidedBy, Reason string
 	// Server and Tool are what a learned rule allows.
 	Server, Tool string
+}
+
+// readArchived counts the requests of the period whose bodies retention
+// moved to an archive: they are in no other figure.
+func (a *Activity) readArchived(r *sql.DB) func(context.Context, string, string) error {
+	return func(ctx context.Context, lo, hi string) error {
+		err := r.QueryRowContext(ctx, `SELECT count(*) FROM records r
+			WHERE r.kind = 'request' AND r.time >= ? AND r.time <= ? AND NOT `+notPruned, lo, hi).Scan(&a.Archived)
+		if err != nil {
+			return fmt.Errorf("archived: %w", err)
+		}
+		return nil
+	}
 }
 
 // readChain reads the records of the period that change the rules or

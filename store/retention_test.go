@@ -566,3 +566,26 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 		t.Fatalf("an update after the upgrade: %v", err)
 	}
 }
+
+// A report over a period retention pruned counts its calls as archived,
+// not as calls of an unnamed server.
+func TestReportCountsPrunedCallsAsArchived(t *testing.T) {
+	ctx := context.Background()
+	var now time.Time
+	db := retentionLog(t, filepath.Join(t.TempDir(), "guard.db"), &now, 6, 3)
+	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.Activity(ctx, retentionStart.Add(-time.Hour), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Archived != 6 || a.Calls != 3 {
+		t.Fatalf("archived %d, calls %d; want 6 and 3", a.Archived, a.Calls)
+	}
+	for _, tl := range a.Tools {
+		if tl.Server == "" {
+			t.Fatalf("a pruned call is counted under an empty server: %+v", a.Tools)
+		}
+	}
+}

@@ -230,6 +230,9 @@ func writeReportText(w io.Writer, r *auditReport) error {
 	fmt.Fprintf(tw, "  Denied by policy\t%s\t\n", thousands(r.Denied))
 	fmt.Fprintf(tw, "  Held for a person\t%s\t%s\n", thousands(r.Held), r.verdicts())
 	fmt.Fprintf(tw, "  Errors\t%s\t\n", thousands(r.Errors))
+	if r.Archived > 0 {
+		fmt.Fprintf(tw, "  Archived\t%s\trequests whose records retention moved to archives, counted in no figure here\n", thousands(r.Archived))
+	}
 	fmt.Fprintf(tw, "  Tool definitions\t%d\tnew or changed; reviews: %d accepted, %d rejected, %d pending\n",
 		r.Changes.Definitions, r.Changes.Accepted, r.Changes.Rejected, r.Changes.Pending)
 	fmt.Fprintf(tw, "  Policy changes\t%d\trules learned: %d, configurations loaded: %d\n",
@@ -316,7 +319,7 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 		item string
 		v    int64
 	}{{"calls", r.Calls}, {"other_requests", r.Requests - r.Calls}, {"allowed", r.Allowed}, {"denied", r.Denied},
-		{"held", r.Held}, {"errors", r.Errors}, {"tool_definitions", int64(r.Changes.Definitions)},
+		{"held", r.Held}, {"errors", r.Errors}, {"archived", r.Archived}, {"tool_definitions", int64(r.Changes.Definitions)},
 		{"reviews_accepted", int64(r.Changes.Accepted)}, {"reviews_rejected", int64(r.Changes.Rejected)},
 		{"reviews_pending", int64(r.Changes.Pending)}, {"rules_learned", int64(r.Changes.Rules)},
 		{"configurations_loaded", int64(len(r.PolicyChanges) - r.Changes.Rules)}} {
