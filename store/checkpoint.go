@@ -232,14 +232,6 @@ func (db *DB) writeCheckpoint() (err error) {
 			}
 		}()
 	}
-	if db.fsync {
-		// The head it signs is durable first: the ingester's commits
-		// are not synced, and a checkpoint ahead of the log after a
-		// power cut would read as a truncation.
-		if err := db.syncFiles(); err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-	}
 	path := db.opts.CheckpointPath
 	unlock, err := lockFile(path + ".lock")
 	if err != nil {
@@ -283,6 +275,14 @@ func (db *DB) logCheckpoint(err error) {
 // returns nil when the log is empty.
 func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, fresh bool, err error) {
 	err = db.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
+		// What it signs is on disk first, with either durability: the
+		// ingester's commits are not synced, and a checkpoint ahead of
+		// the log after a power cut would read as a truncation for
+		// good. The write lock held here keeps new commits out until
+		// the size is read.
+		if err := db.syncFiles(); err != nil {
+			return false, fmt.Errorf("checkpoint: %w", err)
+		}
 		c, fresh, err = db.signIn(ctx, conn, path)
 		return fresh, err
 	})
