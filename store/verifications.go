@@ -68,8 +68,14 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 		return nil, err
 	}
 	now := db.opts.Now()
-	if last != nil && now.Sub(last.Time) < every {
+	if last != nil && !last.Time.After(now.Add(clockSkew)) && now.Sub(last.Time) < every {
 		return nil, nil
+	}
+	if last != nil && last.Time.After(now.Add(clockSkew)) {
+		// A time to come cannot put the next round off: the table is
+		// not part of the chain, and whoever could write it would
+		// otherwise switch verification off.
+		db.opts.Logger.Warn("the last audit log verification is dated in the future; verifying now", "dated", last.Time)
 	}
 	start := time.Now()
 	rep, err := db.Verify(ctx)
@@ -104,7 +110,7 @@ func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Ve
 	}
 	first := every
 	if last, err := db.LastVerification(ctx); err == nil && last != nil {
-		first = max(time.Until(last.Time.Add(every)), 0)
+		first = min(max(time.Until(last.Time.Add(every)), 0), every)
 	}
 	t := time.NewTimer(first)
 	defer t.Stop()
@@ -123,11 +129,15 @@ func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Ve
 		}
 		next := every
 		if last, err := db.LastVerification(ctx); err == nil && last != nil {
-			next = max(time.Until(last.Time.Add(every)), time.Second)
+			next = min(max(time.Until(last.Time.Add(every)), time.Second), every)
 		}
 		t.Reset(next)
 	}
 }
+
+// clockSkew is how far in the future a verification's time may be (the
+// clocks of processes on one database differ) before it counts as none.
+const clockSkew = time.Minute
 
 // tryLockFile takes an exclusive advisory lock on path if no one holds
 // it; ok is false when someone does.

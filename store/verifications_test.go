@@ -123,3 +123,26 @@ func (s *syncLog) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A verification dated in the future, as whoever can write the file could
+// make one, does not put the next round off.
+func TestAVerificationDatedInTheFutureIsNoReasonToSkip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	ctx := context.Background()
+	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
+		t.Fatalf("first verification: %+v %v", v, err)
+	}
+	if v, err := db.VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
+		t.Fatalf("verified again within the period: %+v %v", v, err)
+	}
+	raw := rawDB(t, path)
+	defer raw.Close()
+	if _, err := raw.Exec(`INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES ('2099-01-01T00:00:00.000Z', 1, 0, '', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
+		t.Fatalf("a verification dated 2099 put the next one off: %+v %v", v, err)
+	}
+}
