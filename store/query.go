@@ -126,8 +126,12 @@ const callSelect = `SELECT c.call_id, q.time, q.session, q.client, q.protocol, q
  q.request_size, coalesce(o.response_size, 0), coalesce(o.duration_ms, 0), coalesce(o.detail, q.detail),
  coalesce(o.hash, q.hash), c.k FROM `
 
-const callJoins = ` JOIN records q ON q.seq = c.req_seq JOIN records d ON d.seq = c.dec_seq
- LEFT JOIN records o ON o.seq = c.out_seq`
+// The records an index row points to must be its call's: the index is
+// not part of the chain, and a row pointed elsewhere would show another
+// call's decision or outcome as this one's.
+const callJoins = ` JOIN records q ON q.seq = c.req_seq AND q.call_id = c.call_id AND q.kind = 'request'
+ JOIN records d ON d.seq = c.dec_seq AND d.call_id = c.call_id
+ LEFT JOIN records o ON o.seq = c.out_seq AND o.call_id = c.call_id AND o.kind = 'outcome'`
 
 // queryText builds Query's SQL. The table that drives it is chosen so
 // that the newest matching calls come first without a sort of all of
