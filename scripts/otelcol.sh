@@ -39,7 +39,14 @@ rm -f "$stamp"
 # tests import that the Go module proxy does not serve
 # (otlpencodingextension): the sources are generated, tidied past it (the
 # binary does not need it), then compiled by the builder.
-"$out/bin/builder" --config="$out/builder.yaml" --skip-get-modules --skip-compilation >&2
+# The builder writes go.mod only when it gets the modules, and then stops
+# at that module: its failure there is expected, a missing go.mod is not.
+rm -rf "$out/dist"
+"$out/bin/builder" --config="$out/builder.yaml" --skip-compilation >&2 || true
+if ! [ -f "$out/dist/go.mod" ]; then
+  echo "otelcol: the builder did not generate $out/dist/go.mod" >&2
+  exit 1
+fi
 (cd "$out/dist" && go mod tidy -e -compat=1.25 2>&1 | grep -v '^go: downloading' >&2 || true)
 "$out/bin/builder" --config="$out/builder.yaml" --skip-generate --skip-get-modules >&2
 echo "$want" >"$stamp"
