@@ -2,12 +2,16 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	guard "github.com/guard-mcp/guard"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -134,6 +138,7 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
+	ret := newKeptCheck()
 	for {
 		cell, err := e.next()
 		if errors.Is(err, io.EOF) {
@@ -148,8 +153,13 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 		}
 		n++
 		// A pruned record's body left the database (its archive holds
-		// it): its leaf hash is taken as given, and the proof or the
-		// tree's root checks it.
+		// it): its row must hold nothing else, its leaf hash is taken as
+		// given, and the proof or the tree's root checks it; the fields
+		// it keeps are checked against the retention record that names
+		// it, when the export holds that record.
+		if r.Pruned && hasBody(r) {
+			return "", fmt.Errorf("record %d (id %s) is marked as pruned but holds a body: it was altered", r.Seq, r.ID)
+		}
 		if !r.Pruned {
 			if HashRecord(r) != r.Hash {
 				return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
@@ -167,6 +177,7 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 			return "", fmt.Errorf("record %d (id %s) is beyond the checkpoint of %d records", r.Seq, r.ID, c.Size)
 		}
 		prevSeq, prevHash = r.Seq, r.Hash
+		ret.add(r)
 		seen(r.ID, leaf)
 		if len(proof) > 0 {
 			if err := tlog.CheckRecord(proof, c.Size, c.Root, r.Seq-1, leaf); err != nil {
@@ -182,6 +193,14 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 			return "", err
 		}
 	}
+	if err := ret.check(); err != nil {
+		return "", err
+	}
+	pruned := ""
+	if len(ret.pruned) > 0 {
+		pruned = fmt.Sprintf(" (%d of them pruned by retention: only their leaves are proved, %d matched to the retention record that names them)",
+			len(ret.pruned), ret.matched)
+	}
 	if edge.n > 0 || proved == 0 {
 		if edge.n != c.Size {
 			return "", fmt.Errorf("records without proofs must be the whole log: %d records, the checkpoint has %d", edge.n, c.Size)
@@ -195,7 +214,71 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 				return "", fmt.Errorf("the tree of its %d records does not have the checkpoint's root", c.Size)
 			}
 		}
-		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree", n, c.Origin), nil
+		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s", n, c.Origin, pruned), nil
 	}
-	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s", n, c.Size, c.Origin), nil
+	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s%s", n, c.Size, c.Origin, pruned), nil
+}
+
+// keptCheck follows an export's records: the fields a pruned record
+// keeps (its hash no longer covers them) are checked against the
+// kept_sha256 of the retention record that names it, when the export
+// holds that record and every record it names.
+type keptCheck struct {
+	lines   map[int64][]byte // keptLine of each record, by seq
+	pruned  map[int64]bool
+	runs    []*guard.Record // the retention records, their hashes checked
+	matched int64           // pruned records whose retention record checked them
+}
+
+func newKeptCheck() *keptCheck {
+	return &keptCheck{lines: map[int64][]byte{}, pruned: map[int64]bool{}}
+}
+
+// add takes a record whose hash, or for a pruned one emptiness, was
+// checked.
+func (k *keptCheck) add(r *guard.Record) {
+	k.lines[r.Seq] = keptLine(nil, r)
+	if r.Pruned {
+		k.pruned[r.Seq] = true
+	}
+	if r.Kind == guard.KindRetention && !r.Pruned {
+		k.runs = append(k.runs, r)
+	}
+}
+
+// check checks each retention record's kept_sha256 against the records
+// it names, once they are all read.
+func (k *keptCheck) check() error {
+	for _, r := range k.runs {
+		var d retentionDetail
+		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
+			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
+		}
+		h := sha256.New()
+		var count, pruned int64
+		whole := true
+		for _, sp := range d.Records {
+			for s := sp[0]; s <= sp[1] && whole; s++ {
+				l, ok := k.lines[s]
+				if !ok {
+					whole = false
+					break
+				}
+				h.Write(l)
+				count++
+				if k.pruned[s] {
+					pruned++
+				}
+			}
+		}
+		if !whole {
+			continue // the export holds only some of them
+		}
+		if count != d.Count || hex.EncodeToString(h.Sum(nil)) != d.KeptSHA256 {
+			return fmt.Errorf("the records retention record %d (id %s) names, %d to %d, are not those it archived: their ids, calls, kinds, times or hashes were changed",
+				r.Seq, r.ID, d.First, d.Last)
+		}
+		k.matched += pruned
+	}
+	return nil
 }

@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// editExportRow rewrites the JSONL row of record seq in an export with
+// edit, as someone holding the file would.
+func editExportRow(t *testing.T, export string, seq int64, edit func(m map[string]json.RawMessage)) []byte {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(export, "\n"), "\n")
+	for i, l := range lines[1:] {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if string(m["seq"]) != strconv.FormatInt(seq, 10) {
+			continue
+		}
+		edit(m)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines[i+1] = string(b)
+		return []byte(strings.Join(lines, "\n") + "\n")
+	}
+	t.Fatalf("no record %d in the export", seq)
+	return nil
+}
+
+// A row marked as pruned must hold no body: a record whose decision is
+// changed and marked as pruned, so that its hash is not rebuilt, does not
+// check; nor does a pruned record whose kept fields are not those its
+// retention record hashed. The ok line counts the pruned records.
+func TestCheckFilesPrunedRows(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 3)
+	var before strings.Builder
+	if err := db.Export(ctx, &before, ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(before.String())}}); err != nil {
+		t.Fatal(err)
+	}
+	forged := editExportRow(t, before.String(), 3, func(m map[string]json.RawMessage) {
+		m["decision"] = json.RawMessage(`"denied"`)
+		m["pruned"] = json.RawMessage(`true`)
+	})
+	if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", forged}}); err == nil ||
+		!strings.Contains(err.Error(), "record 3 (id") || !strings.Contains(err.Error(), "marked as pruned but holds a body") {
+		t.Fatalf("a changed record marked as pruned: %v %q", err, lines)
+	}
+
+	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.writeCheckpoint(); err != nil { // over the retention record
+		t.Fatal(err)
+	}
+	var after strings.Builder
+	if err := db.Export(ctx, &after, ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(after.String())}})
+	if err != nil || !strings.Contains(lines[0], "ok: all 13 records") ||
+		!strings.Contains(lines[0], "6 of them pruned by retention: only their leaves are proved, 6 matched to the retention record") {
+		t.Fatalf("whole export after pruning: %v %q", err, lines)
+	}
+	for _, tc := range []struct {
+		name string
+		seq  int64
+		edit func(m map[string]json.RawMessage)
+		want string
+	}{
+		{"a pruned record given a body", 2, func(m map[string]json.RawMessage) { m["reason"] = json.RawMessage(`"x"`) }, "record 2 (id"},
+		{"a pruned record's id", 2, func(m map[string]json.RawMessage) { m["id"] = json.RawMessage(`"forged"`) }, "names, 1 to 6, are not those it archived"},
+		{"a pruned record's time", 5, func(m map[string]json.RawMessage) { m["time"] = json.RawMessage(`"2024-01-01T00:00:00Z"`) }, "names, 1 to 6, are not those it archived"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := editExportRow(t, after.String(), tc.seq, tc.edit)
+			if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", b}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v %q, want %q", err, lines, tc.want)
+			}
+		})
+	}
+}
