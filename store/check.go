@@ -138,7 +138,7 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
-	ret := newKeptCheck()
+	ret := newKeptCheck(v)
 	for {
 		cell, err := e.next()
 		if errors.Is(err, io.EOF) {
@@ -222,16 +222,18 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 // keptCheck follows an export's records: the fields a pruned record
 // keeps (its hash no longer covers them) are checked against the
 // kept_sha256 of the retention record that names it, when the export
-// holds that record and every record it names.
+// holds that record and every record it names; the retention record must
+// be signed by the checkpoint key.
 type keptCheck struct {
+	v       note.Verifier    // the key the retention records are signed by
 	lines   map[int64][]byte // keptLine of each record, by seq
 	pruned  map[int64]bool
 	runs    []*guard.Record // the retention records, their hashes checked
 	matched int64           // pruned records whose retention record checked them
 }
 
-func newKeptCheck() *keptCheck {
-	return &keptCheck{lines: map[int64][]byte{}, pruned: map[int64]bool{}}
+func newKeptCheck(v note.Verifier) *keptCheck {
+	return &keptCheck{v: v, lines: map[int64][]byte{}, pruned: map[int64]bool{}}
 }
 
 // add takes a record whose hash, or for a pruned one emptiness, was
@@ -253,6 +255,9 @@ func (k *keptCheck) check() error {
 		var d retentionDetail
 		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
 			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
+		}
+		if !d.signedBy(k.v) {
+			return fmt.Errorf("retention record %d (id %s) is not signed by the checkpoint key %s: it was forged", r.Seq, r.ID, k.v.Name())
 		}
 		h := sha256.New()
 		var count, pruned int64

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // editExportRow rewrites the JSONL row of record seq in an export with
@@ -91,5 +93,41 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 				t.Fatalf("%v %q, want %q", err, lines, tc.want)
 			}
 		})
+	}
+}
+
+// A retention record appended to the file without the checkpoint key,
+// naming a record whose body is then removed, is refused by the offline
+// check of an export, even under a checkpoint signed since.
+func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 3)
+	raw := rawDB(t, path)
+	sum, err := db.keptSum(ctx, []int64{9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := json.Marshal(retentionDetail{First: 9, Last: 9, Count: 1, Records: [][2]int64{{9, 9}}, KeptSHA256: sum,
+		Archive: "audit-forged.jsonl", SHA256: strings.Repeat("0", 64), Checkpoint: 12, Before: fmtTime(now), Retention: "1d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgeAppend(t, raw, &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(d), Time: now})
+	if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 9", 1)); err != nil {
+		t.Fatal(err)
+	}
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := db.Export(ctx, &b, ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(b.String())}}); err == nil ||
+		!strings.Contains(err.Error(), "retention record 13 (id") || !strings.Contains(err.Error(), "is not signed by the checkpoint key") {
+		t.Fatalf("%v %q", err, lines)
 	}
 }

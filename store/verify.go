@@ -26,6 +26,10 @@ type Report struct {
 	// elsewhere. Extends is then the size of the largest such checkpoint.
 	Witnessed bool
 	Extends   int64
+	// Pruned is how many records lost their bodies to retention: their
+	// leaves and links are checked, and that a retention record signed
+	// by the checkpoint key names them, but not their contents.
+	Pruned int64
 }
 
 // KeptCheckpoint is a checkpoint held outside guard's files: kept by an
@@ -117,7 +121,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
-	ret, err := db.newRetentionCheck(ctx)
+	ret, err := db.newRetentionCheck(ctx, v)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
@@ -141,6 +145,9 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			return rep, fmt.Errorf("verify: %w", err)
 		}
 		rep.Records++
+		if r.Pruned {
+			rep.Pruned++
+		}
 		if rep.Problem != "" {
 			continue
 		}

@@ -154,11 +154,19 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
 		return exitFailure
 	case rep.Witnessed:
-		fmt.Fprintf(a.stdout, "ok: %d records, extends checkpoint %d\n", rep.Records, rep.Extends)
+		fmt.Fprintf(a.stdout, "ok: %d records%s, extends checkpoint %d\n", rep.Records, prunedNote(rep), rep.Extends)
 	default:
-		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records\n", rep.Records)
+		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records%s\n", rep.Records, prunedNote(rep))
 	}
 	return exitOK
+}
+
+// prunedNote says how many of the records verified retention pruned.
+func prunedNote(rep store.Report) string {
+	if rep.Pruned == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d pruned by retention)", rep.Pruned)
 }
 
 // witnessed reads the latest checkpoint each file witness holds: the last
