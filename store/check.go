@@ -73,7 +73,7 @@ func parseProof(b []byte) ([]proved, []byte, error) {
 // it found, a line for each file, or the first problem.
 func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 	var out []string
-	leaves := map[string]tlog.Hash{} // id → leaf hash, from exports
+	leaves := map[string]exported{} // id → the record's seq and leaf hash, from exports
 	where := map[string]string{}
 	var proofs []File
 	for _, f := range files {
@@ -81,7 +81,9 @@ func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 		case bytes.HasPrefix(b, []byte(proofHeader)):
 			proofs = append(proofs, f) // after the exports
 		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
-			line, err := checkExport(v, b, func(id string, leaf tlog.Hash) { leaves[id], where[id] = leaf, f.Name })
+			line, err := checkExport(v, b, func(seq int64, id string, leaf tlog.Hash) {
+				leaves[id], where[id] = exported{seq, leaf}, f.Name
+			})
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", f.Name, err)
 			}
@@ -107,25 +109,37 @@ func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 			if p.seq > c.Size {
 				return out, fmt.Errorf("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
 			}
+			// The proof names the record's id, but only its leaf hash
+			// is proved: the id is claimed only when an export holds
+			// the record with that leaf.
 			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				return out, fmt.Errorf("%s: record %d (id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+				return out, fmt.Errorf("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
 			}
-			line := fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s", f.Name, p.seq, p.id, c.Size, c.Origin)
-			if leaf, ok := leaves[p.id]; ok {
-				if leaf != p.leaf {
-					return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, p.seq, p.id, where[p.id])
-				}
-				line += ", and its contents are those in " + where[p.id]
+			e, ok := leaves[p.id]
+			if !ok {
+				out = append(out, fmt.Sprintf("%s: ok: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
+					f.Name, p.seq, c.Size, c.Origin, p.id))
+				continue
 			}
-			out = append(out, line)
+			if e.leaf != p.leaf || e.seq != p.seq {
+				return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+			}
+			out = append(out, fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
+				f.Name, p.seq, p.id, c.Size, c.Origin, where[p.id]))
 		}
 	}
 	return out, nil
 }
 
-// checkExport checks an export; seen is called with each record's id and
-// leaf hash.
-func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (string, error) {
+// exported is a record of an export, as a proof is matched with it.
+type exported struct {
+	seq  int64
+	leaf tlog.Hash
+}
+
+// checkExport checks an export; seen is called with each record's seq, id
+// and leaf hash.
+func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
 	e, err := newExportReader(b)
 	if err != nil {
 		return "", err
@@ -178,7 +192,7 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 		}
 		prevSeq, prevHash = r.Seq, r.Hash
 		ret.add(r)
-		seen(r.ID, leaf)
+		seen(r.Seq, r.ID, leaf)
 		if len(proof) > 0 {
 			if err := tlog.CheckRecord(proof, c.Size, c.Root, r.Seq-1, leaf); err != nil {
 				return "", fmt.Errorf("record %d (id %s) is not in the checkpoint: %v", r.Seq, r.ID, err)

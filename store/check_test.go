@@ -131,3 +131,64 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatalf("%v %q", err, lines)
 	}
 }
+
+// A proof proves a leaf, not the id it gives: alone, or with an export
+// that does not hold the record under that id, the check names the leaf's
+// position only; the id is claimed when an export holds that record, and
+// a proof giving another record's id does not check.
+func TestCheckFilesProofIDs(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	for i := range 4 {
+		if err := db.Append(rec(i, "request")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	var recs []string
+	rows, err := db.r.QueryContext(ctx, `SELECT id FROM records ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, id)
+	}
+	rows.Close()
+	proof, err := db.Prove(ctx, recs[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var export strings.Builder
+	if err := db.Export(ctx, &export, ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v := db.signer.verifier
+	lines, err := CheckFiles(v, []File{{"p", proof}})
+	if err != nil || len(lines) != 1 || !strings.Contains(lines[0], "p: ok: the leaf at position 3 is in the checkpoint of 4 records") ||
+		strings.Contains(lines[0], "ok: record") {
+		t.Fatalf("a proof alone: %v %q", err, lines)
+	}
+	forged := []byte(strings.Replace(string(proof), recs[2], "forged-id", 1))
+	lines, err = CheckFiles(v, []File{{"x", []byte(export.String())}, {"p", forged}})
+	if err != nil || !strings.Contains(lines[1], "p: ok: the leaf at position 3 is in") || strings.Contains(lines[1], "ok: record") {
+		t.Fatalf("a proof giving an id no export holds: %v %q", err, lines)
+	}
+	lines, err = CheckFiles(v, []File{{"x", []byte(export.String())}, {"p", proof}})
+	if err != nil || !strings.Contains(lines[1], "p: ok: record 3 (id "+recs[2]+") is in the checkpoint of 4 records") ||
+		!strings.Contains(lines[1], "its contents are those in x") {
+		t.Fatalf("a proof with the export: %v %q", err, lines)
+	}
+	swapped := []byte(strings.Replace(string(proof), recs[2], recs[1], 1))
+	if lines, err := CheckFiles(v, []File{{"x", []byte(export.String())}, {"p", swapped}}); err == nil ||
+		!strings.Contains(err.Error(), "is not the record proved") {
+		t.Fatalf("a proof giving another record's id: %v %q", err, lines)
+	}
+}

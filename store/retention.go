@@ -386,7 +386,7 @@ func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error 
 		return fmt.Errorf("it is not against the checkpoint of %d records", c.Size)
 	}
 	n := 0
-	if _, err := checkExport(db.signer.verifier, b, func(string, tlog.Hash) { n++ }); err != nil {
+	if _, err := checkExport(db.signer.verifier, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}
 	if n != len(seqs) {
