@@ -766,7 +766,7 @@ func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
 		c.spans = c.spans[1:]
 	}
 	c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq })
-	if r.Pruned && !c.signedActive() {
+	if r.Pruned && !c.signedActive(r) {
 		// A retention record appended since the walk began names it?
 		if err := c.load(ctx); err != nil {
 			return err.Error()
@@ -775,9 +775,12 @@ func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
 		switch {
 		case len(c.active) == 0:
 			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record names it: it was removed outside retention", r.Seq, r.ID)
-		case !c.signedActive():
+		case !slices.ContainsFunc(c.active, func(s retentionSpan) bool { return s.run.signed }):
 			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record signed by the checkpoint key (%s) names it: it was removed outside retention, and a retention record forged",
 				r.Seq, r.ID, c.keyName())
+		case !c.signedActive(r):
+			return fmt.Sprintf("record %d (id %s) lost its body, but it was not past the retention of the retention record that names it, or not in its checkpoint",
+				r.Seq, r.ID)
 		}
 	}
 	for _, s := range c.active {
@@ -800,9 +803,12 @@ func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
 }
 
 // signedActive reports whether a signed retention record names the walk's
-// record.
-func (c *retentionCheck) signedActive() bool {
-	return slices.ContainsFunc(c.active, func(s retentionSpan) bool { return s.run.signed })
+// record r, which was in its checkpoint and older than its cutoff.
+func (c *retentionCheck) signedActive(r *guard.Record) bool {
+	at := fmtTime(r.Time)
+	return slices.ContainsFunc(c.active, func(s retentionSpan) bool {
+		return s.run.signed && r.Seq <= s.run.d.Checkpoint && at < s.run.d.Before
+	})
 }
 
 // keyName names the key the retention records must be signed by.

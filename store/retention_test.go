@@ -15,6 +15,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -654,10 +655,21 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 
 	for _, tc := range []struct {
 		name      string
-		signature func(d *retentionDetail)
+		signature func(db *DB, d *retentionDetail)
+		want      string
 	}{
-		{"unsigned", func(d *retentionDetail) { d.Signature = "" }},
-		{"a real record's signature", func(*retentionDetail) {}},
+		{"unsigned", func(_ *DB, d *retentionDetail) { d.Signature = "" }, "no retention record signed by the checkpoint key"},
+		{"a real record's signature", func(*DB, *retentionDetail) {}, "no retention record signed by the checkpoint key"},
+		// Signed, as by a job whose clock was wrong: its record was not
+		// past the cutoff the record states.
+		{"signed, a record younger than its cutoff", func(db *DB, d *retentionDetail) {
+			d.Before = fmtTime(retentionStart)
+			sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Signature = string(sig)
+		}, "it was not past the retention of the retention record that names it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "guard.db")
@@ -688,7 +700,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			f := retentionDetail{First: victim, Last: victim, Count: 1, Records: [][2]int64{{victim, victim}}, KeptSHA256: sum,
 				Archive: "audit-forged.jsonl", SHA256: strings.Repeat("0", 64), Checkpoint: kept.Size, Before: fmtTime(now), Retention: "1d",
 				Signature: real.Signature}
-			tc.signature(&f)
+			tc.signature(db, &f)
 			b, err := json.Marshal(f)
 			if err != nil {
 				t.Fatal(err)
@@ -698,8 +710,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 			rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
-			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") ||
-				!strings.Contains(rep.Problem, "no retention record signed by the checkpoint key") {
+			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}
 		})
