@@ -2,12 +2,16 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	guard "github.com/guard-mcp/guard"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -69,7 +73,7 @@ func parseProof(b []byte) ([]proved, []byte, error) {
 // it found, a line for each file, or the first problem.
 func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 	var out []string
-	leaves := map[string]tlog.Hash{} // id → leaf hash, from exports
+	leaves := map[string]exported{} // id → the record's seq and leaf hash, from exports
 	where := map[string]string{}
 	var proofs []File
 	for _, f := range files {
@@ -77,7 +81,9 @@ func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 		case bytes.HasPrefix(b, []byte(proofHeader)):
 			proofs = append(proofs, f) // after the exports
 		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
-			line, err := checkExport(v, b, func(id string, leaf tlog.Hash) { leaves[id], where[id] = leaf, f.Name })
+			line, err := checkExport(v, b, func(seq int64, id string, leaf tlog.Hash) {
+				leaves[id], where[id] = exported{seq, leaf}, f.Name
+			})
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", f.Name, err)
 			}
@@ -103,25 +109,37 @@ func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 			if p.seq > c.Size {
 				return out, fmt.Errorf("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
 			}
+			// The proof names the record's id, but only its leaf hash
+			// is proved: the id is claimed only when an export holds
+			// the record with that leaf.
 			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				return out, fmt.Errorf("%s: record %d (id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+				return out, fmt.Errorf("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
 			}
-			line := fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s", f.Name, p.seq, p.id, c.Size, c.Origin)
-			if leaf, ok := leaves[p.id]; ok {
-				if leaf != p.leaf {
-					return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, p.seq, p.id, where[p.id])
-				}
-				line += ", and its contents are those in " + where[p.id]
+			e, ok := leaves[p.id]
+			if !ok {
+				out = append(out, fmt.Sprintf("%s: ok: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
+					f.Name, p.seq, c.Size, c.Origin, p.id))
+				continue
 			}
-			out = append(out, line)
+			if e.leaf != p.leaf || e.seq != p.seq {
+				return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+			}
+			out = append(out, fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
+				f.Name, p.seq, p.id, c.Size, c.Origin, where[p.id]))
 		}
 	}
 	return out, nil
 }
 
-// checkExport checks an export; seen is called with each record's id and
-// leaf hash.
-func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (string, error) {
+// exported is a record of an export, as a proof is matched with it.
+type exported struct {
+	seq  int64
+	leaf tlog.Hash
+}
+
+// checkExport checks an export; seen is called with each record's seq, id
+// and leaf hash.
+func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
 	e, err := newExportReader(b)
 	if err != nil {
 		return "", err
@@ -134,6 +152,7 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
+	ret := newKeptCheck(v)
 	for {
 		cell, err := e.next()
 		if errors.Is(err, io.EOF) {
@@ -148,8 +167,13 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 		}
 		n++
 		// A pruned record's body left the database (its archive holds
-		// it): its leaf hash is taken as given, and the proof or the
-		// tree's root checks it.
+		// it): its row must hold nothing else, its leaf hash is taken as
+		// given, and the proof or the tree's root checks it; the fields
+		// it keeps are checked against the retention record that names
+		// it, when the export holds that record.
+		if r.Pruned && hasBody(r) {
+			return "", fmt.Errorf("record %d (id %s) is marked as pruned but holds a body: it was altered", r.Seq, r.ID)
+		}
 		if !r.Pruned {
 			if HashRecord(r) != r.Hash {
 				return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
@@ -167,7 +191,8 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 			return "", fmt.Errorf("record %d (id %s) is beyond the checkpoint of %d records", r.Seq, r.ID, c.Size)
 		}
 		prevSeq, prevHash = r.Seq, r.Hash
-		seen(r.ID, leaf)
+		ret.add(r)
+		seen(r.Seq, r.ID, leaf)
 		if len(proof) > 0 {
 			if err := tlog.CheckRecord(proof, c.Size, c.Root, r.Seq-1, leaf); err != nil {
 				return "", fmt.Errorf("record %d (id %s) is not in the checkpoint: %v", r.Seq, r.ID, err)
@@ -182,6 +207,14 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 			return "", err
 		}
 	}
+	if err := ret.check(); err != nil {
+		return "", err
+	}
+	pruned := ""
+	if len(ret.pruned) > 0 {
+		pruned = fmt.Sprintf(" (%d of them pruned by retention: only their leaves are proved, %d matched to the retention record that names them)",
+			len(ret.pruned), ret.matched)
+	}
 	if edge.n > 0 || proved == 0 {
 		if edge.n != c.Size {
 			return "", fmt.Errorf("records without proofs must be the whole log: %d records, the checkpoint has %d", edge.n, c.Size)
@@ -195,7 +228,76 @@ func checkExport(v note.Verifier, b []byte, seen func(string, tlog.Hash)) (strin
 				return "", fmt.Errorf("the tree of its %d records does not have the checkpoint's root", c.Size)
 			}
 		}
-		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree", n, c.Origin), nil
+		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s", n, c.Origin, pruned), nil
 	}
-	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s", n, c.Size, c.Origin), nil
+	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s%s", n, c.Size, c.Origin, pruned), nil
+}
+
+// keptCheck follows an export's records: the fields a pruned record
+// keeps (its hash no longer covers them) are checked against the
+// kept_sha256 of the retention record that names it, when the export
+// holds that record and every record it names; the retention record must
+// be signed by the checkpoint key.
+type keptCheck struct {
+	v       note.Verifier    // the key the retention records are signed by
+	lines   map[int64][]byte // keptLine of each record, by seq
+	pruned  map[int64]bool
+	runs    []*guard.Record // the retention records, their hashes checked
+	matched int64           // pruned records whose retention record checked them
+}
+
+func newKeptCheck(v note.Verifier) *keptCheck {
+	return &keptCheck{v: v, lines: map[int64][]byte{}, pruned: map[int64]bool{}}
+}
+
+// add takes a record whose hash, or for a pruned one emptiness, was
+// checked.
+func (k *keptCheck) add(r *guard.Record) {
+	k.lines[r.Seq] = keptLine(nil, r)
+	if r.Pruned {
+		k.pruned[r.Seq] = true
+	}
+	if r.Kind == guard.KindRetention && !r.Pruned {
+		k.runs = append(k.runs, r)
+	}
+}
+
+// check checks each retention record's kept_sha256 against the records
+// it names, once they are all read.
+func (k *keptCheck) check() error {
+	for _, r := range k.runs {
+		var d retentionDetail
+		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
+			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
+		}
+		if !d.signedBy(k.v) {
+			return fmt.Errorf("retention record %d (id %s) is not signed by the checkpoint key %s: it was forged", r.Seq, r.ID, k.v.Name())
+		}
+		h := sha256.New()
+		var count, pruned int64
+		whole := true
+		for _, sp := range d.Records {
+			for s := sp[0]; s <= sp[1] && whole; s++ {
+				l, ok := k.lines[s]
+				if !ok {
+					whole = false
+					break
+				}
+				h.Write(l)
+				count++
+				if k.pruned[s] {
+					pruned++
+				}
+			}
+		}
+		if !whole {
+			continue // the export holds only some of them
+		}
+		if count != d.Count || hex.EncodeToString(h.Sum(nil)) != d.KeptSHA256 {
+			return fmt.Errorf("the records retention record %d (id %s) names, %d to %d, are not those it archived: their ids, calls, kinds, times or hashes were changed",
+				r.Seq, r.ID, d.First, d.Last)
+		}
+		k.matched += pruned
+	}
+	return nil
 }

@@ -343,7 +343,11 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
 	// The last checkpoint kept, and the file's (another process may
-	// have written it, or it may be all that is left of one).
+	// have written it, or it may be all that is left of one); the last
+	// one this process signed, and the latest each file witness held
+	// when this process first signed one: none of them is in the
+	// database, which whoever truncates the log may also empty of its
+	// checkpoints.
 	var prev []*Checkpoint
 	var kept int64
 	var text string
@@ -365,6 +369,12 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	case !errors.Is(err, os.ErrNotExist):
 		db.opts.Logger.Warn("the checkpoint file is not one of this log's checkpoints: it is replaced", "err", err)
 	}
+	if p := db.lastSigned.Load(); p != nil {
+		prev = append(prev, p)
+	}
+	if db.witness != nil {
+		prev = append(prev, db.witness.latestHeld(db.signer.verifier)...)
+	}
 	for _, p := range prev {
 		if err := proveExtends(p, size, root, hr); err != nil {
 			return nil, false, err
@@ -375,6 +385,7 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	if err != nil {
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
+	db.lastSigned.Store(c)
 	if size <= kept {
 		return c, false, nil
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -164,6 +165,14 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	}
 	d := retentionDetail{First: p.First, Last: p.Last, Count: p.Count, Records: spans(seqs), KeptSHA256: kept,
 		Archive: filepath.Base(path), SHA256: sum, Checkpoint: c.Size, Before: fmtTime(cutoff), Retention: days(o.Retention)}
+	// The checkpoint key signs what the record says: whoever can append
+	// to the log without the key cannot name records retention did not
+	// prune.
+	sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+	if err != nil {
+		return fmt.Errorf("retention: sign the record of records %d to %d: %w", p.First, p.Last, err)
+	}
+	d.Signature = string(sig)
 	text, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
@@ -377,7 +386,7 @@ func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error 
 		return fmt.Errorf("it is not against the checkpoint of %d records", c.Size)
 	}
 	n := 0
-	if _, err := checkExport(db.signer.verifier, b, func(string, tlog.Hash) { n++ }); err != nil {
+	if _, err := checkExport(db.signer.verifier, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}
 	if n != len(seqs) {
@@ -641,6 +650,35 @@ type retentionDetail struct {
 	Checkpoint int64      `json:"checkpoint"`
 	Before     string     `json:"before"`
 	Retention  string     `json:"retention"`
+	// Signature is a signed note, by the checkpoint key, of statement.
+	Signature string `json:"signature"`
+}
+
+// retentionStatementHeader opens the text a retention record's signature
+// covers.
+const retentionStatementHeader = "guard audit retention v1\n"
+
+// statement is the text the checkpoint key signs for a retention record
+// of the log named origin: every field that says what was pruned.
+func (d *retentionDetail) statement(origin string) string {
+	b := []byte(retentionStatementHeader + origin + "\n")
+	b = fmt.Appendf(b, "first %d\nlast %d\ncount %d\nrecords", d.First, d.Last, d.Count)
+	for _, sp := range d.Records {
+		b = fmt.Appendf(b, " %d-%d", sp[0], sp[1])
+	}
+	b = fmt.Appendf(b, "\nkept_sha256 %s\narchive %s\nsha256 %s\ncheckpoint %d\nbefore %s\n",
+		d.KeptSHA256, d.Archive, d.SHA256, d.Checkpoint, d.Before)
+	return string(b)
+}
+
+// signedBy reports whether the record's signature is a note of its
+// statement signed by v.
+func (d *retentionDetail) signedBy(v note.Verifier) bool {
+	if v == nil || d.Signature == "" {
+		return false
+	}
+	n, err := note.Open([]byte(d.Signature), note.VerifierList(v))
+	return err == nil && n.Text == d.statement(v.Name())
 }
 
 // retentionRun is a retention record as Verify checks it.
@@ -650,6 +688,9 @@ type retentionRun struct {
 	h    hash.Hash // over the keptLine of each record it names, as the walk meets them
 	n    int64
 	late bool // read once the walk had passed records it names: they were not hashed
+	// signed: its detail is signed by the key Verify trusts; only such a
+	// record accounts for a pruned record.
+	signed bool
 }
 
 // retentionSpan is a run of records a retention record names.
@@ -663,6 +704,7 @@ type retentionSpan struct {
 // names must still be those it hashed (kept_sha256).
 type retentionCheck struct {
 	db     *DB
+	v      note.Verifier           // the key the retention records must be signed by
 	runs   map[int64]*retentionRun // by the retention record's seq
 	spans  []retentionSpan         // not yet reached, by first
 	active []retentionSpan         // reached, not yet passed
@@ -671,8 +713,8 @@ type retentionCheck struct {
 	buf    []byte
 }
 
-func (db *DB) newRetentionCheck(ctx context.Context) (*retentionCheck, error) {
-	c := &retentionCheck{db: db, runs: map[int64]*retentionRun{}}
+func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
+	c := &retentionCheck{db: db, v: v, runs: map[int64]*retentionRun{}}
 	if db.noPruned {
 		return c, nil
 	}
@@ -697,6 +739,7 @@ func (c *retentionCheck) load(ctx context.Context) error {
 		if json.Unmarshal([]byte(text), &run.d) != nil {
 			continue // Verify finds it altered, or pruned
 		}
+		run.signed = run.d.signedBy(c.v)
 		c.runs[run.seq] = run
 		for _, s := range run.d.Records {
 			sp := retentionSpan{s[0], s[1], run}
@@ -723,14 +766,21 @@ func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
 		c.spans = c.spans[1:]
 	}
 	c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq })
-	if r.Pruned && len(c.active) == 0 {
+	if r.Pruned && !c.signedActive(r) {
 		// A retention record appended since the walk began names it?
 		if err := c.load(ctx); err != nil {
 			return err.Error()
 		}
 		c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq || s.first > r.Seq })
-		if len(c.active) == 0 {
+		switch {
+		case len(c.active) == 0:
 			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record names it: it was removed outside retention", r.Seq, r.ID)
+		case !slices.ContainsFunc(c.active, func(s retentionSpan) bool { return s.run.signed }):
+			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record signed by the checkpoint key (%s) names it: it was removed outside retention, and a retention record forged",
+				r.Seq, r.ID, c.keyName())
+		case !c.signedActive(r):
+			return fmt.Sprintf("record %d (id %s) lost its body, but it was not past the retention of the retention record that names it, or not in its checkpoint",
+				r.Seq, r.ID)
 		}
 	}
 	for _, s := range c.active {
@@ -750,4 +800,21 @@ func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
 			r.Seq, r.ID, run.d.First, run.d.Last)
 	}
 	return ""
+}
+
+// signedActive reports whether a signed retention record names the walk's
+// record r, which was in its checkpoint and older than its cutoff.
+func (c *retentionCheck) signedActive(r *guard.Record) bool {
+	at := fmtTime(r.Time)
+	return slices.ContainsFunc(c.active, func(s retentionSpan) bool {
+		return s.run.signed && r.Seq <= s.run.d.Checkpoint && at < s.run.d.Before
+	})
+}
+
+// keyName names the key the retention records must be signed by.
+func (c *retentionCheck) keyName() string {
+	if c.v == nil {
+		return "none: there is no key"
+	}
+	return c.v.Name()
 }

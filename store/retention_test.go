@@ -15,6 +15,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // retentionStart is when the old records of the retention tests were made.
@@ -178,7 +180,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
-	if err != nil || !rep.OK || rep.Extends != 19 {
+	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
 	for _, k := range kept {
@@ -587,5 +589,130 @@ func TestReportCountsPrunedCallsAsArchived(t *testing.T) {
 		if tl.Server == "" {
 			t.Fatalf("a pruned call is counted under an empty server: %+v", a.Tools)
 		}
+	}
+}
+
+// forgeAppend appends r to the log in the file as someone without the
+// checkpoint key would: its seq, link and hash, and its leaf and the tree
+// hashes it completes, all computed from the file.
+func forgeAppend(t *testing.T, raw *sql.DB, r *guard.Record) {
+	t.Helper()
+	ctx := context.Background()
+	if err := raw.QueryRow(`SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&r.Seq, &r.PrevHash); err != nil {
+		t.Fatal(err)
+	}
+	r.Seq++
+	if r.ID == "" {
+		r.ID = guard.NewID()
+	}
+	r.Hash = HashRecord(r)
+	if _, err := raw.Exec(insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
+		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
+		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(ctx, raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hs {
+		if _, err := raw.Exec(insertTreeHash, tlog.StoredHashIndex(0, r.Seq-1)+int64(i), h[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Retention records are signed by the checkpoint key: a retention record
+// appended by someone holding only the file, naming a record whose body
+// they then remove, does not account for it, against the pinned key and
+// a checkpoint kept before; nor does a real one whose signature is
+// stripped. The report counts the records pruned.
+func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	var now time.Time
+	db := retentionLog(t, path, &now, 3, 3)
+	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := db.LatestCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}}
+	rep, err := db.VerifyWith(ctx, o)
+	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
+		t.Fatalf("verify after pruning: %+v %v", rep, err)
+	}
+	var ret guard.Record
+	if err := db.r.QueryRowContext(ctx, `SELECT detail FROM records WHERE kind = 'retention'`).Scan(&ret.Detail); err != nil {
+		t.Fatal(err)
+	}
+	var d retentionDetail
+	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil || !d.signedBy(db.signer.verifier) {
+		t.Fatalf("the retention record is not signed: %v %s", err, ret.Detail)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		signature func(db *DB, d *retentionDetail)
+		want      string
+	}{
+		{"unsigned", func(_ *DB, d *retentionDetail) { d.Signature = "" }, "no retention record signed by the checkpoint key"},
+		{"a real record's signature", func(*DB, *retentionDetail) {}, "no retention record signed by the checkpoint key"},
+		// Signed, as by a job whose clock was wrong: its record was not
+		// past the cutoff the record states.
+		{"signed, a record younger than its cutoff", func(db *DB, d *retentionDetail) {
+			d.Before = fmtTime(retentionStart)
+			sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Signature = string(sig)
+		}, "it was not past the retention of the retention record that names it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "guard.db")
+			var now time.Time
+			db := retentionLog(t, p, &now, 3, 3)
+			if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			kept, err := db.LatestCheckpoint(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := rawDB(t, p)
+			// A record of the young call 4, whose body is to go.
+			const victim = 9
+			sum, err := db.keptSum(ctx, []int64{victim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var real retentionDetail
+			var text string
+			if err := raw.QueryRow(`SELECT detail FROM records WHERE kind = 'retention'`).Scan(&text); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(text), &real); err != nil {
+				t.Fatal(err)
+			}
+			f := retentionDetail{First: victim, Last: victim, Count: 1, Records: [][2]int64{{victim, victim}}, KeptSHA256: sum,
+				Archive: "audit-forged.jsonl", SHA256: strings.Repeat("0", 64), Checkpoint: kept.Size, Before: fmtTime(now), Retention: "1d",
+				Signature: real.Signature}
+			tc.signature(db, &f)
+			b, err := json.Marshal(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			forgeAppend(t, raw, &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(b), Time: now})
+			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
+				t.Fatalf("verify: %+v %v", rep, err)
+			}
+		})
 	}
 }

@@ -112,6 +112,10 @@ type DB struct {
 	dirty          atomic.Bool  // records were committed since the last checkpoint
 	refusedLogged  atomic.Bool  // a refused checkpoint was logged as an error
 	witness        *witnesses   // where each new checkpoint is also sent; nil: nowhere
+
+	// lastSigned is the last checkpoint this process signed: the next
+	// must extend it.
+	lastSigned atomic.Pointer[Checkpoint]
 }
 
 // timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it

@@ -21,11 +21,18 @@ type Report struct {
 	// reordered, a tree hash that does not match, or a checkpoint the log
 	// does not extend.
 	Problem string
-	// Witnessed is set when the log was checked against something its
-	// own files cannot forge: a pinned key, or a checkpoint kept
-	// elsewhere. Extends is then the size of the largest such checkpoint.
+	// Witnessed is set when the log was checked against a checkpoint
+	// kept elsewhere (VerifyOptions.Kept: an auditor's, or a witness's),
+	// which its own files cannot forge. Extends is then the size of the
+	// largest such checkpoint. A pinned key alone does not witness the
+	// log: whoever truncates it and lets guard go on signing gets
+	// checkpoints of a new history signed by that key.
 	Witnessed bool
 	Extends   int64
+	// Pruned is how many records lost their bodies to retention: their
+	// leaves and links are checked, and that a retention record signed
+	// by the checkpoint key names them, but not their contents.
+	Pruned int64
 }
 
 // KeptCheckpoint is a checkpoint held outside guard's files: kept by an
@@ -113,11 +120,10 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		extra = append(extra, anchor{c, k.Name, true})
 	}
 	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
-	rep.Witnessed = o.Key != nil || len(o.Kept) > 0
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
-	ret, err := db.newRetentionCheck(ctx)
+	ret, err := db.newRetentionCheck(ctx, v)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
@@ -141,6 +147,9 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			return rep, fmt.Errorf("verify: %w", err)
 		}
 		rep.Records++
+		if r.Pruned {
+			rep.Pruned++
+		}
 		if rep.Problem != "" {
 			continue
 		}
@@ -193,7 +202,8 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			if root != a.c.Root {
 				problem("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
 			}
-			if a.kept || o.Key != nil {
+			if a.kept {
+				rep.Witnessed = true
 				rep.Extends = max(rep.Extends, a.c.Size)
 			}
 			checked++

@@ -11,9 +11,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Each new checkpoint is also handed to witnesses (Options.Witnesses), so
@@ -41,7 +46,13 @@ type witnessTarget interface {
 }
 
 type witnesses struct {
-	targets  []witnessTarget
+	targets []witnessTarget
+	// heldOnce reads, at the first checkpoint this process signs, the
+	// latest checkpoint each file witness holds (held): a new checkpoint
+	// must extend them. Later ones are the process's own (DB.lastSigned)
+	// or kept in the database.
+	heldOnce sync.Once
+	held     []*Checkpoint
 	ch       chan *Checkpoint
 	done     chan struct{}
 	ctx      context.Context
@@ -201,4 +212,146 @@ func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
 		return fmt.Errorf("%s answered %s", h.url, resp.Status)
 	}
 	return nil
+}
+
+// latestHeld returns the latest checkpoint of the log (signed by v) that
+// each file witness holds, read once per process.
+func (w *witnesses) latestHeld(v note.Verifier) []*Checkpoint {
+	w.heldOnce.Do(func() {
+		for _, t := range w.targets {
+			f, ok := t.(fileWitness)
+			if !ok {
+				continue
+			}
+			c, err := f.latest(v)
+			if err != nil {
+				w.logger.Warn("audit checkpoint witness: its latest checkpoint cannot be read", "witness", f.name(), "err", err)
+				continue
+			}
+			if c != nil {
+				w.held = append(w.held, c)
+			}
+		}
+	})
+	return w.held
+}
+
+// latest is the largest checkpoint signed by v the witness holds, or nil:
+// the file of the largest size in a directory that opens, or the last
+// note in an appended file that does.
+func (f fileWitness) latest(v note.Verifier) (*Checkpoint, error) {
+	path := string(f)
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		notes := SplitWitnessed(b)
+		for i := len(notes) - 1; i >= 0; i-- {
+			if c, err := OpenCheckpoint(notes[i], v); err == nil {
+				return c, nil
+			}
+		}
+		return nil, nil
+	}
+	names, err := witnessFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(filepath.Join(path, names[i]))
+		if err != nil {
+			continue
+		}
+		if c, err := OpenCheckpoint(b, v); err == nil {
+			return c, nil
+		}
+	}
+	return nil, nil
+}
+
+// witnessFiles are the checkpoint files of a witness directory, by size.
+func witnessFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if n, ok := strings.CutSuffix(e.Name(), ".checkpoint"); ok {
+			if _, err := strconv.ParseUint(n, 10, 64); err == nil && !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	slices.Sort(names) // zero-padded sizes sort as numbers
+	return names, nil
+}
+
+// SplitWitnessed splits a file witness's appended file into its notes:
+// each note is its text (no blank line), a blank line and its signature
+// lines, followed by a blank line.
+func SplitWitnessed(b []byte) [][]byte {
+	parts := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n\n"))
+	var out [][]byte
+	for i := 0; i+1 < len(parts); i += 2 {
+		n := append(append(append([]byte(nil), parts[i]...), "\n\n"...), parts[i+1]...)
+		out = append(out, append(n, '\n'))
+	}
+	if len(parts)%2 == 1 && len(parts[len(parts)-1]) > 0 {
+		out = append(out, append(append([]byte(nil), parts[len(parts)-1]...), '\n')) // a partial note: it does not open
+	}
+	return out
+}
+
+// WitnessedCheckpoints returns every checkpoint the file witnesses in
+// list hold (file:///PATH: every checkpoint file of a directory, every
+// note appended to a file), to check the log against. The others
+// (syslog, HTTP) hold nothing guard can read.
+func WitnessedCheckpoints(list []string) ([]KeptCheckpoint, error) {
+	var out []KeptCheckpoint
+	for _, w := range list {
+		u, err := url.Parse(w)
+		if err != nil || u.Scheme != "file" || u.Path == "" {
+			continue
+		}
+		path := u.Path
+		st, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("witness %s: %w", w, err)
+		}
+		if st.IsDir() {
+			names, err := witnessFiles(path)
+			if err != nil {
+				return out, fmt.Errorf("witness %s: %w", w, err)
+			}
+			for _, n := range names {
+				p := filepath.Join(path, n)
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return out, fmt.Errorf("witness %s: %w", w, err)
+				}
+				out = append(out, KeptCheckpoint{Name: "witnessed in " + p, Note: b})
+			}
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return out, fmt.Errorf("witness %s: %w", w, err)
+		}
+		for i, n := range SplitWitnessed(b) {
+			out = append(out, KeptCheckpoint{Name: fmt.Sprintf("witnessed in %s (note %d)", path, i+1), Note: n})
+		}
+	}
+	return out, nil
 }

@@ -65,7 +65,7 @@ func TestAuditPrune(t *testing.T) {
 		filepath.Base(archives[0]))
 	wantOutput(t, "second prune", guardIn(t, dir, path, 0, "audit", "prune", "--config", cfg), "nothing to prune")
 
-	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--checkpoint", kept), "ok: 13 records, extends checkpoint 12")
+	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--checkpoint", kept), "ok: 13 records (8 pruned by retention), extends checkpoint 12")
 	check := guardIn(t, dir, path, 0, "audit", "check", archives[0], proof, kept)
 	wantOutput(t, "check", check, "ok: 8 records, each proved in the checkpoint of 12 records")
 	wantOutput(t, "check", check, "and its contents are those in "+archives[0])

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/guard-mcp/guard/metrics"
@@ -143,7 +140,14 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
-	o.Kept = append(o.Kept, witnessed(st.Config.Audit.Checkpoints.Witness)...)
+	// Every checkpoint a file witness holds, not only its latest: a
+	// history signed after a truncation gets witnessed too.
+	held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
+		return exitFailure
+	}
+	o.Kept = append(o.Kept, held...)
 	rep, err := db.VerifyWith(ctx, o)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
@@ -154,45 +158,19 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
 		return exitFailure
 	case rep.Witnessed:
-		fmt.Fprintf(a.stdout, "ok: %d records, extends checkpoint %d\n", rep.Records, rep.Extends)
+		fmt.Fprintf(a.stdout, "ok: %d records%s, extends checkpoint %d\n", rep.Records, prunedNote(rep), rep.Extends)
 	default:
-		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records\n", rep.Records)
+		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records%s\n", rep.Records, prunedNote(rep))
 	}
 	return exitOK
 }
 
-// witnessed reads the latest checkpoint each file witness holds: the last
-// of a directory's files, or the last note appended to a file.
-func witnessed(list []string) []store.KeptCheckpoint {
-	var out []store.KeptCheckpoint
-	for _, w := range list {
-		u, err := url.Parse(w)
-		if err != nil || u.Scheme != "file" || u.Path == "" {
-			continue
-		}
-		path := u.Path
-		if st, err := os.Stat(path); err == nil && st.IsDir() {
-			names, _ := filepath.Glob(filepath.Join(path, "*.checkpoint"))
-			if len(names) == 0 {
-				continue
-			}
-			path = slices.Max(names)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		// Appended notes are each followed by a blank line: the last one
-		// starts after the last blank line but one.
-		b = bytes.TrimRight(b, "\n")
-		if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
-			if j := bytes.LastIndex(b[:i], []byte("\n\n")); j >= 0 {
-				b = b[j+2:]
-			}
-		}
-		out = append(out, store.KeptCheckpoint{Name: "witnessed in " + path, Note: append(b, '\n')})
+// prunedNote says how many of the records verified retention pruned.
+func prunedNote(rep store.Report) string {
+	if rep.Pruned == 0 {
+		return ""
 	}
-	return out
+	return fmt.Sprintf(" (%d pruned by retention)", rep.Pruned)
 }
 
 // auditProve prints the inclusion proof of a record, or of a call's

@@ -85,8 +85,8 @@ func TestAuditKeyCheckpointProveExportCheck(t *testing.T) {
 	keyFile := writeFile(t, filepath.Join(dir, "pinned.key"), key+"\n")
 
 	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify"), "ok, unwitnessed: 20 records")
-	wantOutput(t, "verify --key", guardIn(t, dir, path, 0, "audit", "verify", "--key", key), "ok: 20 records, extends checkpoint 20")
-	wantOutput(t, "verify --key FILE", guardIn(t, dir, path, 0, "audit", "verify", "--key", keyFile), "ok: 20 records, extends checkpoint 20")
+	wantOutput(t, "verify --key", guardIn(t, dir, path, 0, "audit", "verify", "--key", key), "ok, unwitnessed: 20 records")
+	wantOutput(t, "verify --key FILE", guardIn(t, dir, path, 0, "audit", "verify", "--key", keyFile), "ok, unwitnessed: 20 records")
 	wantOutput(t, "verify --checkpoint", guardIn(t, dir, path, 0, "audit", "verify", "--checkpoint", kept), "ok: 20 records, extends checkpoint 20")
 
 	proof := guardIn(t, dir, path, 0, "audit", "prove", "call-3")
@@ -265,4 +265,76 @@ func TestAuditVerifyChecksTheWitnessedCheckpoint(t *testing.T) {
 	appendWith(3) // its checkpoint, of 3 records, is witnessed too: the latest file is still the one of 4
 	wantOutput(t, "verify after a rewrite", guardIn(t, dir, path, 1, "audit", "verify", "--config", cfg),
 		"the checkpoint witnessed in "+filepath.Join(witness, "00000000000000000004.checkpoint")+": it is not signed by")
+}
+
+// A log truncated with every checkpoint on the machine, its new history
+// signed and witnessed since, fails verify against a file witness that
+// still holds a checkpoint of the old one, whether it is a directory or
+// an appended file, even when a later witnessed checkpoint is of the new
+// history; a pinned key alone does not say the log extends a checkpoint.
+func TestAuditVerifyChecksEveryWitnessedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db", "guard.db")
+	witness := filepath.Join(dir, "witness")
+	if err := os.Mkdir(witness, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, filepath.Join(dir, "guard.yaml"), "audit:\n  checkpoints:\n    every: 1h\n    witness: [\"file://"+witness+"\"]\n")
+	appendWith := func(from, n int) {
+		t.Helper()
+		var out, errb lockedBuffer
+		a := newApp(strings.NewReader(""), &out, &errb, func(string) string { return "" })
+		st, err := a.settings(&commonFlags{config: cfg, db: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := a.openStore(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if err := db.Append(&guard.Record{CallID: fmt.Sprintf("c%d", from+i), Kind: guard.KindRequest, Server: "s"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendWith(0, 4)
+	old := filepath.Join(witness, "00000000000000000004.checkpoint")
+	oldNote, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatalf("the witnessed checkpoint: %v", err)
+	}
+	key := strings.TrimSpace(guardIn(t, dir, path, 0, "audit", "key"))
+	wantOutput(t, "verify --key", guardIn(t, dir, path, 0, "audit", "verify", "--key", key), "ok, unwitnessed: 4 records")
+
+	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	if err := os.Remove(path + ".checkpoint"); err != nil {
+		t.Fatal(err)
+	}
+	// The witness's old checkpoint out of guard's sight while it signs
+	// the new history, and back.
+	if err := os.Rename(old, old+".away"); err != nil {
+		t.Fatal(err)
+	}
+	appendWith(100, 6)
+	if err := os.Rename(old+".away", old); err != nil {
+		t.Fatal(err)
+	}
+	newNote, err := os.ReadFile(filepath.Join(witness, "00000000000000000006.checkpoint"))
+	if err != nil {
+		t.Fatalf("the new history's checkpoint was not witnessed: %v", err)
+	}
+	wantOutput(t, "verify --key of the new history", guardIn(t, dir, path, 0, "audit", "verify", "--key", key), "ok, unwitnessed: 6 records")
+	wantOutput(t, "verify against the witness directory", guardIn(t, dir, path, 1, "audit", "verify", "--config", cfg),
+		"the checkpoint of 4 records witnessed in "+old+" does not match the log")
+
+	appended := filepath.Join(dir, "witness.log")
+	writeFile(t, appended, string(oldNote)+"\n"+string(newNote)+"\n")
+	cfg2 := writeFile(t, filepath.Join(dir, "guard2.yaml"), "audit:\n  checkpoints:\n    every: 1h\n    witness: [\"file://"+appended+"\"]\n")
+	wantOutput(t, "verify against the appended witness", guardIn(t, dir, path, 1, "audit", "verify", "--config", cfg2),
+		"the checkpoint of 4 records witnessed in "+appended+" (note 1) does not match the log")
 }
