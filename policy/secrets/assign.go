@@ -210,15 +210,7 @@ func matchAssignment(s string) (int, int, bool) {
 			from, to, ok = assignedValue(s, k+1, query)
 		}
 	}
-	if !ok {
-		// No setting's value starts in what is not a secret: the search
-		// goes on after it.
-		return 0, to, false
-	}
-	// A value with a mask in it was masked already, or holds a secret
-	// of another kind that was masked instead of it: either way masking
-	// again leaves it.
-	if v := s[from:to]; v == "" || strings.Contains(v, "[REDACTED") {
+	if !ok || to == from {
 		return 0, to, false
 	}
 	return from, to, true
@@ -227,8 +219,11 @@ func matchAssignment(s string) (int, int, bool) {
 // assignedValue reads the value that starts after blanks at i: quoted, up
 // to its closing quote on the same line (the quotes not in it), or not, up
 // to a blank, a line end or a quote, or in a query string (query) an "&",
-// and not a word of code (plainValue). A quoted value without its closing
-// quote is none (to is 0: the search goes on inside it).
+// and not a word of code (plainValue). When there is none, to says where
+// the search goes on: at once (0), or after the first mask in a value,
+// which was masked already or holds a secret of another kind that was
+// (masking again leaves it), so that what follows the mask is read as the
+// masking that made it read it.
 func assignedValue(s string, i int, query bool) (from, to int, ok bool) {
 	i += run(s[i:], isBlank)
 	if i >= len(s) {
@@ -237,6 +232,9 @@ func assignedValue(s string, i int, query bool) (from, to int, ok bool) {
 	if q := s[i]; q == '"' || q == '\'' {
 		to = i + 1
 		for to < len(s) && s[to] != q && s[to] != '\n' {
+			if s[to] == '[' && strings.HasPrefix(s[to:], maskStart) {
+				return 0, maskEnd(s, to), false
+			}
 			to++
 		}
 		if to == len(s) || s[to] != q {
@@ -244,12 +242,32 @@ func assignedValue(s string, i int, query bool) (from, to int, ok bool) {
 		}
 		return i + 1, to, true
 	}
-	if query {
-		to = i + run(s[i:], isQueryValueByte)
-	} else {
-		to = i + run(s[i:], isValueByte)
+	to = i
+	for to < len(s) && isValueByte(s[to]) && !(query && s[to] == '&') {
+		if s[to] == '[' && strings.HasPrefix(s[to:], maskStart) {
+			return 0, maskEnd(s, to), false
+		}
+		to++
 	}
-	return i, to, plainValue(s[i:to])
+	if !plainValue(s[i:to]) {
+		// The name of another setting may end it ("a.clientSecret = ..."):
+		// the search goes on at once.
+		return 0, 0, false
+	}
+	return i, to, true
+}
+
+// maskStart is how a mask starts.
+const maskStart = "[REDACTED"
+
+// maskEnd returns the end of the mask that starts at i: after its "]", or
+// after maskStart when no "]" follows closely.
+func maskEnd(s string, i int) int {
+	n := len(maskStart)
+	if e := strings.IndexByte(s[i+n:min(len(s), i+n+64)], ']'); e >= 0 {
+		return i + n + e + 1
+	}
+	return i + n
 }
 
 // isTypeByte: a character of a type's name, [A-Za-z0-9_.].
@@ -263,10 +281,6 @@ func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 func isValueByte(c byte) bool {
 	return c > ' ' && c != 0x7f && c != '"' && c != '\''
 }
-
-// isQueryValueByte: a character of an unquoted value in a URL's query
-// string, which an "&" ends.
-func isQueryValueByte(c byte) bool { return c != '&' && isValueByte(c) }
 
 // isClosing: punctuation that may follow a word of code in an unquoted
 // value ("null,", "cfg.token;", "f(x))").

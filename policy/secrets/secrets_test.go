@@ -96,6 +96,9 @@ var maskCases = []struct {
 	{"& without a query", "x&password=a&b", "x&password=" + red("credential"), 1},
 	{"not a variable", "password=${A}x&b token=${PASSWORD:-hunter2}", "password=" + red("credential") + " token=" + red("credential"), 2},
 	{"not a template", "password={{abc", "password=" + red("credential"), 1},
+	// A mask in a value is left, and what follows it is read.
+	{"after a mask", "token=" + red("credential") + ",password=hunter2", "token=" + red("credential") + ",password=" + red("credential"), 1},
+	{"after a mask, quoted", `token="` + red("jwt") + ` password=hunter2"`, `token="` + red("jwt") + ` password=` + red("credential") + `"`, 1},
 	{"api_key=", "curl https://api.example.com/?api_key=k-8f3a9c2e&q=1", "curl https://api.example.com/?api_key=" + red("credential") + "&q=1", 1},
 	{"camel case, quoted", `clientSecret = "two words"`, `clientSecret = "` + red("credential") + `"`, 1},
 	{"json text", `{"user": "app", "password": "hunter2"}`, `{"user": "app", "password": "` + red("credential") + `"}`, 1},
