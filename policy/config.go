@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy/secrets"
 	"go.yaml.in/yaml/v3"
 )
@@ -108,12 +109,24 @@ type Stream struct {
 	OTLP   string
 }
 
-// Name identifies the receiver in logs, metrics and the stream's cursor.
+// Name identifies the receiver's cursor in the database: its address as
+// configured, so that it stays the same from one run to the next. It may
+// hold a credential (a password, a token in the query string): logs and
+// metrics show Label instead.
 func (s Stream) Name() string {
 	if s.Syslog != "" {
 		return "syslog " + s.Syslog
 	}
 	return "otlp " + s.OTLP
+}
+
+// Label names the receiver in logs and metrics: Name without the password
+// and the query string of its address (guard.DisplayURL).
+func (s Stream) Label() string {
+	if s.Syslog != "" {
+		return "syslog " + guard.DisplayURL(s.Syslog)
+	}
+	return "otlp " + guard.DisplayURL(s.OTLP)
 }
 
 // Server holds the settings of one named server.

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
+
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -194,7 +196,9 @@ type httpWitness struct {
 	client *http.Client
 }
 
-func (h *httpWitness) name() string { return h.url }
+// name is the witness's URL without the password and the query string,
+// either of which may hold a credential.
+func (h *httpWitness) name() string { return guard.DisplayURL(h.url) }
 func (h *httpWitness) close() error { h.client.CloseIdleConnections(); return nil }
 
 func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
@@ -205,11 +209,15 @@ func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 	resp, err := h.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = h.name() // the error is logged: without a credential
+		}
 		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s answered %s", h.url, resp.Status)
+		return fmt.Errorf("%s answered %s", h.name(), resp.Status)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ const otlpTimeout = 30 * time.Second
 func newOTLP(raw string, roots *x509.CertPool, hostname string, warn func(string, ...any)) (*otlp, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("otlp %q: use http(s)://HOST:PORT", raw)
+		return nil, fmt.Errorf("otlp %q: use http(s)://HOST:PORT", guard.DisplayURL(raw))
 	}
 	path := strings.TrimSuffix(u.Path, "/")
 	if !strings.HasSuffix(path, "/v1/logs") {
@@ -69,7 +69,7 @@ func newOTLP(raw string, roots *x509.CertPool, hostname string, warn func(string
 	}
 	exp, err := otlploghttp.New(context.Background(), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("otlp %s: %w", raw, err)
+		return nil, fmt.Errorf("otlp %s: %w", guard.DisplayURL(raw), err)
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", "guard"), attribute.String("host.name", hostname))
 	batch := &collect{}

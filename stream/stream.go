@@ -157,7 +157,7 @@ func (o *Options) sender(r policy.Stream) (sender, error) {
 		return newSyslog(r.Syslog, r.TLS, o.RootCAs, o.Hostname)
 	}
 	return newOTLP(r.OTLP, o.RootCAs, o.Hostname, func(msg string, args ...any) {
-		o.Logger.Warn(msg, append([]any{"receiver", r.Name()}, args...)...)
+		o.Logger.Warn(msg, append([]any{"receiver", r.Label()}, args...)...)
 	})
 }
 
@@ -175,7 +175,7 @@ func (s *Streamer) Run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				f := &follower{s: s, name: r.Name(), log: s.opts.Logger.With("receiver", r.Name())}
+				f := &follower{s: s, name: r.Name(), log: s.opts.Logger.With("receiver", r.Label())}
 				f.run(ctx, lctx, r)
 			}()
 		}
@@ -185,6 +185,8 @@ func (s *Streamer) Run(ctx context.Context) {
 
 // Lag is how far one receiver's stream is behind the log.
 type Lag struct {
+	// Receiver names the receiver (policy.Stream.Label: without a
+	// credential its address may hold).
 	Receiver string
 	Records  int64
 	// Age is the age of the oldest record the receiver is not known to
@@ -201,7 +203,7 @@ func (s *Streamer) Lag(ctx context.Context) ([]Lag, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := Lag{Receiver: r.Name(), Records: n}
+		l := Lag{Receiver: r.Label(), Records: n}
 		if n > 0 && !oldest.IsZero() {
 			l.Age = max(0, time.Since(oldest))
 		}

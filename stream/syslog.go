@@ -57,7 +57,7 @@ const ioTimeout = 30 * time.Second
 func newSyslog(raw string, useTLS bool, roots *x509.CertPool, hostname string) (*syslog, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "tcp" || u.Port() == "" {
-		return nil, fmt.Errorf("syslog %q: use tcp://HOST:PORT", raw)
+		return nil, fmt.Errorf("syslog %q: use tcp://HOST:PORT", guard.DisplayURL(raw))
 	}
 	s := &syslog{addr: u.Host, hostname: headerField(hostname, 255)}
 	s.dialer.Timeout = 10 * time.Second

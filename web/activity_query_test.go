@@ -141,7 +141,8 @@ func TestActivityFiltersAndPages(t *testing.T) {
 	if strings.Contains(body, "<script>alert") || !strings.Contains(body, "&lt;script&gt;alert(1)") && !strings.Contains(body, "&#34;&gt;&lt;script&gt;") {
 		t.Errorf("a typed value is not escaped: %s", body)
 	}
-	for _, bad := range []string{"decision=approve", "outcome=fine", "text=" + url.QueryEscape(`" * "`)} {
+	for _, bad := range []string{"decision=approve", "outcome=fine", "text=" + url.QueryEscape(`" * "`),
+		"since=yesterday", "until=" + url.QueryEscape("2026-13-45"), "since=1h&until=soon"} {
 		_, body = b.get("/activity?" + bad)
 		if !strings.Contains(body, "Not shown:") || len(shownCalls(body)) != 0 {
 			t.Errorf("%s: not refused, or calls shown", bad)

@@ -390,7 +390,10 @@ func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 		}
 		v, err := policy.ParseSince(t.v, s.opts.Now())
 		if err != nil {
+			// Without the bound the page would show calls outside the
+			// period asked for: nothing is shown.
 			errs = append(errs, t.name+" "+err.Error())
+			af.Bad = true
 			continue
 		}
 		*t.to = v

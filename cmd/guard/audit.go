@@ -175,10 +175,12 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		w := csv.NewWriter(a.stdout)
 		_ = w.Write(store.CallColumns)
 		err = db.Query(ctx, f, func(c *store.Call) error {
-			return w.Write([]string{c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
-				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result,
-				strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
-				strconv.FormatInt(c.DurationMS, 10), c.Detail, c.Hash})
+			// The log's text is written inert; the figures as they are.
+			row := inertCells(c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
+				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
+			row = append(row, strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
+				strconv.FormatInt(c.DurationMS, 10), inert(c.Detail), inert(c.Hash))
+			return w.Write(row)
 		})
 		w.Flush()
 		if err == nil {

@@ -30,8 +30,11 @@ func auditRecords(ctx context.Context, a *app, db *store.DB, kind string, f stor
 		w := csv.NewWriter(a.stdout)
 		_ = w.Write(recordColumns)
 		err = db.QueryRecords(ctx, kind, f, func(r *guard.Record) error {
-			return w.Write([]string{strconv.FormatInt(r.Seq, 10), r.ID, r.CallID, r.Kind, r.Time.UTC().Format(time3339ms),
-				r.Session, r.Client, r.Server, r.Method, r.Tool, r.Decision, r.DecidedBy, r.Reason, r.Approval, r.Detail, r.Hash})
+			// The log's text is written inert (inertCells); the sequence
+			// number as it is.
+			return w.Write(append([]string{strconv.FormatInt(r.Seq, 10)}, inertCells(r.ID, r.CallID, r.Kind,
+				r.Time.UTC().Format(time3339ms), r.Session, r.Client, r.Server, r.Method, r.Tool, r.Decision, r.DecidedBy,
+				r.Reason, r.Approval, r.Detail, r.Hash)...))
 		})
 		w.Flush()
 		if err == nil {
@@ -60,3 +63,13 @@ func auditRecords(ctx context.Context, a *app, db *store.DB, kind string, f stor
 
 // time3339ms is how records' times are written: RFC 3339, UTC, milliseconds.
 const time3339ms = "2006-01-02T15:04:05.000Z07:00"
+
+// inertCells returns cells, text from the log, each made inert for a
+// spreadsheet (see inert): a cell that starts with =, +, -, @, a tab or a
+// carriage return is written after a "'".
+func inertCells(cells ...string) []string {
+	for i, c := range cells {
+		cells[i] = inert(c)
+	}
+	return cells
+}

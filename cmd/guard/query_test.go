@@ -127,3 +127,61 @@ func TestAuditQueryKind(t *testing.T) {
 		t.Errorf("unknown kind: %q", stderr)
 	}
 }
+
+// guard audit query --format csv writes the log's text so that a
+// spreadsheet does not read it as a formula, for calls and for other
+// records: a cell that starts with =, +, -, @, a tab or a carriage return
+// is written after a "'"; the figures are written as they are.
+func TestAuditQueryCSVInert(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), store.Options{Path: filepath.Join(dir, "data", "guard", "guard.db"), Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	req := &guard.Record{CallID: "c1", Kind: guard.KindRequest, Time: at, Server: "+db", Method: "tools/call",
+		Tool: `=HYPERLINK("http://x","y")`, Arguments: `{"a":1}`, Decision: guard.DecisionHeld}
+	dec := &guard.Record{CallID: "c1", Kind: guard.KindDecision, Time: at, Server: "+db", Tool: `=HYPERLINK("http://x","y")`,
+		Decision: guard.DecisionDenied, DecidedBy: "@alice", Reason: "-2+3", Approval: "\tappr"}
+	out := &guard.Record{CallID: "c1", Kind: guard.KindOutcome, Time: at, Server: "+db", Method: "tools/call",
+		Tool: `=HYPERLINK("http://x","y")`, Decision: guard.DecisionDenied, DecidedBy: "@alice", Reason: "-2+3",
+		Outcome: guard.OutcomeDenied, Result: "\r=1+1"}
+	if err := db.Append(req, dec, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	read := func(args ...string) (cols, row []string) {
+		t.Helper()
+		stdout, stderr, code := run(t, dir, append([]string{"audit", "query", "--format", "csv"}, args...)...)
+		rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+		if code != 0 || err != nil || len(rows) != 2 {
+			t.Fatalf("%v: exit %d, %v: %q %s", args, code, err, stdout, stderr)
+		}
+		return rows[0], rows[1]
+	}
+	check := func(what string, cols, row []string, want map[string]string) {
+		t.Helper()
+		for col, v := range want {
+			if i := slices.Index(cols, col); i < 0 || row[i] != v {
+				t.Errorf("%s: column %s = %q, want %q", what, col, row[min(max(i, 0), len(row)-1)], v)
+			}
+		}
+		for i, v := range row {
+			if v != "" && strings.ContainsRune("=+@\t\r", rune(v[0])) {
+				t.Errorf("%s: column %s = %q: a formula", what, cols[i], v)
+			}
+		}
+	}
+	cols, row := read()
+	check("calls", cols, row, map[string]string{
+		"server": "'+db", "tool": `'=HYPERLINK("http://x","y")`, "decided_by": "'@alice", "reason": "'-2+3",
+		"result": "'\r=1+1", "arguments": `{"a":1}`, "duration_ms": "0",
+	})
+	cols, row = read("--kind", "decision")
+	check("decisions", cols, row, map[string]string{
+		"server": "'+db", "tool": `'=HYPERLINK("http://x","y")`, "decided_by": "'@alice", "reason": "'-2+3",
+		"approval": "'\tappr", "seq": "2",
+	})
+}

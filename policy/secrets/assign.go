@@ -93,15 +93,25 @@ func lower(c byte) byte {
 }
 
 // checkAssignment is given a separator, "=" or ":", at i and finds the
-// secret-named setting before it: a name, in quotes or not, then spaces.
-// It returns where the name (or its opening quote) starts, or -1.
+// secret-named setting before it: a name, in quotes or not, then blanks
+// (any number of them). It returns where the name (or its opening quote)
+// starts, or -1; or, for a parameter of a URL's query string (an unquoted
+// name right after "?", or after "&" with a "?" before it), where the "?"
+// or "&" before the name is, so that matchAssignment knows the value ends
+// at the next "&".
 func checkAssignment[T text](s T, i int) int {
 	if s[i] == '=' && i > 0 && s[i-1] == ':' {
 		return -1 // ":=": its ":" is the separator
 	}
 	j := i
-	for j > 0 && i-j < 4 && (s[j-1] == ' ' || s[j-1] == '\t') {
-		j--
+	for j > 0 {
+		if s[j-1] == ' ' || s[j-1] == '\t' {
+			j--
+		} else if j > 1 && s[j-1] == 't' && s[j-2] == '\\' {
+			j -= 2 // \t in JSON text, which the quick look reads undecoded
+		} else {
+			break
+		}
 	}
 	var quote byte
 	if j > 0 && (s[j-1] == '"' || s[j-1] == '\'') {
@@ -131,19 +141,50 @@ func checkAssignment[T text](s T, i int) int {
 			return -1
 		}
 		k--
+	} else if k > 0 && inQuery(s, k-1) {
+		k--
 	}
 	return k
 }
 
+// maxQuery bounds how far back inQuery looks for a query string's "?".
+const maxQuery = 4096
+
+// inQuery reports whether the "?" or "&" that may be at i starts a
+// parameter of a URL's query string: a "?", or an "&" after a "?" with no
+// blank, quote or line end between them.
+func inQuery[T text](s T, i int) bool {
+	switch s[i] {
+	case '?':
+		return true
+	case '&':
+		for j := i - 1; j >= 0 && i-j <= maxQuery; j-- {
+			switch s[j] {
+			case '?':
+				return true
+			case ' ', '\t', '\n', '\r', '"', '\'':
+				return false
+			}
+		}
+	}
+	return false
+}
+
 // matchAssignment matches a setting that checkAssignment found, s starting
-// at its name: name, separator (=, :, :=, =>), then its value, which is
-// masked. A quoted value is masked up to its closing quote; an unquoted
-// one up to a space or one of `"',;&)]}`. What is not a secret's value is
-// left: an empty value, true, false, null, an earlier mask, and what code
-// puts there (a call, a variable: ${NAME}, $NAME, config.password).
+// at its name (or at the "?" or "&" before a query parameter's name):
+// name, separator (=, :, :=, =>), then its value, which is masked. A quoted
+// value is masked up to its closing quote; an unquoted one up to a blank,
+// a line end or a quote (the end of the string or of the quotes the
+// setting is written in), or, in a URL's query string, an "&". What is not
+// a secret's value is left: an empty value, true, false, null, an earlier
+// mask, and what code puts there (a call, a variable: ${NAME}, $NAME,
+// config.password; see plainValue).
 func matchAssignment(s string) (int, int, bool) {
-	i := 0
-	if s[0] == '"' || s[0] == '\'' {
+	i, query := 0, false
+	if s[0] == '?' || s[0] == '&' {
+		i, query = 1, true
+	}
+	if s[i] == '"' || s[i] == '\'' {
 		i++
 	}
 	i += run(s[i:], isNameByte)
@@ -161,30 +202,29 @@ func matchAssignment(s string) (int, int, bool) {
 	default:
 		return 0, 0, false
 	}
-	from, to, ok := assignedValue(s, i)
+	from, to, ok := assignedValue(s, i, query)
 	if ok && s[i-1] == ':' && to > from && run(s[from:to], isTypeByte) == to-from {
 		// A declaration with a type, password: str = "...": the value
 		// is after the "=".
 		if k := to + run(s[to:], isBlank); at(s, k, "=") && !at(s, k, "==") {
-			from, to, ok = assignedValue(s, k+1)
+			from, to, ok = assignedValue(s, k+1, query)
 		}
 	}
-	if !ok {
-		return 0, 0, false
-	}
-	// A value with a mask in it was masked already, or holds a secret
-	// of another kind that was masked instead of it: either way masking
-	// again leaves it.
-	if v := s[from:to]; v == "" || strings.Contains(v, "[REDACTED") {
-		return 0, 0, false
+	if !ok || to == from {
+		return 0, to, false
 	}
 	return from, to, true
 }
 
 // assignedValue reads the value that starts after blanks at i: quoted, up
-// to its closing quote on the same line (the quotes not in it), or not,
-// up to a space or one of `"',;&)]}`, and not a word of code (plainValue).
-func assignedValue(s string, i int) (from, to int, ok bool) {
+// to its closing quote on the same line (the quotes not in it), or not, up
+// to a blank, a line end or a quote, or in a query string (query) an "&",
+// and not a word of code (plainValue). When there is none, to says where
+// the search goes on: at once (0), or after the first mask in a value,
+// which was masked already or holds a secret of another kind that was
+// (masking again leaves it), so that what follows the mask is read as the
+// masking that made it read it.
+func assignedValue(s string, i int, query bool) (from, to int, ok bool) {
 	i += run(s[i:], isBlank)
 	if i >= len(s) {
 		return 0, 0, false
@@ -192,12 +232,42 @@ func assignedValue(s string, i int) (from, to int, ok bool) {
 	if q := s[i]; q == '"' || q == '\'' {
 		to = i + 1
 		for to < len(s) && s[to] != q && s[to] != '\n' {
+			if s[to] == '[' && strings.HasPrefix(s[to:], maskStart) {
+				return 0, maskEnd(s, to), false
+			}
 			to++
 		}
-		return i + 1, to, to < len(s) && s[to] == q
+		if to == len(s) || s[to] != q {
+			return 0, 0, false
+		}
+		return i + 1, to, true
 	}
-	to = i + run(s[i:], isValueByte)
-	return i, to, plainValue(s[i:to])
+	to = i
+	for to < len(s) && isValueByte(s[to]) && !(query && s[to] == '&') {
+		if s[to] == '[' && strings.HasPrefix(s[to:], maskStart) {
+			return 0, maskEnd(s, to), false
+		}
+		to++
+	}
+	if !plainValue(s[i:to]) {
+		// The name of another setting may end it ("a.clientSecret = ..."):
+		// the search goes on at once.
+		return 0, 0, false
+	}
+	return i, to, true
+}
+
+// maskStart is how a mask starts.
+const maskStart = "[REDACTED"
+
+// maskEnd returns the end of the mask that starts at i: after its "]", or
+// after maskStart when no "]" follows closely.
+func maskEnd(s string, i int) int {
+	n := len(maskStart)
+	if e := strings.IndexByte(s[i+n:min(len(s), i+n+64)], ']'); e >= 0 {
+		return i + n + e + 1
+	}
+	return i + n
 }
 
 // isTypeByte: a character of a type's name, [A-Za-z0-9_.].
@@ -206,60 +276,122 @@ func isTypeByte(c byte) bool { return isWordByte(c) || c == '.' }
 // isBlank: a space or a tab.
 func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
-// isValueByte: a character of an unquoted value.
+// isValueByte: a character of an unquoted value: not a blank, a control
+// character or a quote.
 func isValueByte(c byte) bool {
+	return c > ' ' && c != 0x7f && c != '"' && c != '\''
+}
+
+// isClosing: punctuation that may follow a word of code in an unquoted
+// value ("null,", "cfg.token;", "f(x))").
+func isClosing(c byte) bool {
 	switch c {
-	case '"', '\'', ',', ';', '&', ')', ']', '}':
-		return false
+	case ',', ';', ')', ']', '}':
+		return true
 	}
-	return c > ' ' && c != 0x7f
+	return false
 }
 
 // plainValue reports whether an unquoted value may be a secret rather than
-// a word of the language the text is written in.
+// a word of the language the text is written in: true, null, None and the
+// like, a variable ($NAME, ${NAME}), a template ({{ .Secret }},
+// {{.Secret}}), an opening bracket alone ("password = {" starting an
+// object), a call (os.Getenv(, getpass(), read_secret(path)) or a dotted
+// path that names a secret or the environment (config.password,
+// process.env.SECRET). Any other value is one, whatever punctuation is in
+// it; so is one with a separator in it ("=" or ":"), which none of those
+// holds, so that no value is read again from a separator in it.
 func plainValue(v string) bool {
-	switch v {
-	case "", "true", "false", "null", "nil", "None", "undefined":
+	if strings.IndexByte(v, '=') >= 0 || strings.IndexByte(v, ':') >= 0 {
+		return true
+	}
+	// The word, without the punctuation code puts after it.
+	w := v
+	for len(w) > 0 && isClosing(w[len(w)-1]) {
+		w = w[:len(w)-1]
+	}
+	switch w {
+	case "", "true", "false", "null", "nil", "None", "undefined", "{", "(", "[":
 		return false
 	}
-	if v[0] == '{' || v[0] == '(' || v[0] == '<' || envReference(v) {
+	if envReference(v) || w == "{{" || strings.HasPrefix(w, "{{") && strings.HasSuffix(v, "}}") {
 		return false
 	}
-	// A call: getenv("X), os.Getenv(...
-	for i := 0; i < len(v); i++ {
-		if v[i] == '(' {
+	p := identPath(w)
+	switch {
+	case p == len(w):
+		// A dotted path: config.password, process.env.TOKEN; one that
+		// names neither a secret nor the environment (correct.horse.battery)
+		// is a secret.
+		return !codePath(w)
+	case w[p] == '(' && p > 0:
+		// A call, its arguments a path, quoted (after the value's end)
+		// or none: os.Getenv(, getpass(), read_secret(cfg.path)
+		// (its closing parenthesis is cut off with the punctuation).
+		if args := w[p+1:]; args == "" || identPath(args) == len(args) {
 			return false
 		}
 	}
-	// A dotted path of identifiers: config.password, process.env.TOKEN.
-	dots, ident := 0, true
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '.':
-			if i == 0 || v[i-1] == '.' || i == len(v)-1 {
-				ident = false
-			}
-			dots++
-		case isWordByte(c):
-			if '0' <= c && c <= '9' && (i == 0 || v[i-1] == '.') {
-				ident = false
-			}
-		default:
-			ident = false
+	return true
+}
+
+// identPath returns the length of the dotted path of identifiers that v
+// starts with (config.auth.token): 0 when v does not start with one.
+func identPath(v string) int {
+	n := 0
+	for {
+		if n >= len(v) || !(isLetter(v[n]) || v[n] == '_' || v[n] == '$') {
+			return max(n-1, 0) // the "." after the last identifier is not in the path
+		}
+		n += run(v[n:], isWordByte)
+		if n >= len(v) || v[n] != '.' {
+			return n
+		}
+		n++
+	}
+}
+
+// codePath reports whether a dotted path of identifiers is code's: it has
+// a "." and its last identifier names a secret, or it goes through the
+// environment (process.env.X, os.environ.X).
+func codePath(p string) bool {
+	last := strings.LastIndexByte(p, '.')
+	if last < 0 {
+		return false
+	}
+	if secretName(p, last+1, len(p)) {
+		return true
+	}
+	for rest := p[:last]; rest != ""; {
+		seg := rest
+		if d := strings.IndexByte(rest, '.'); d >= 0 {
+			seg, rest = rest[:d], rest[d+1:]
+		} else {
+			rest = ""
+		}
+		if strings.EqualFold(seg, "env") || strings.EqualFold(seg, "environ") {
+			return true
 		}
 	}
-	return !(ident && dots > 0)
+	return false
 }
 
 // envReference reports whether v names an environment variable, $NAME
-// (upper case) or ${...}, rather than being a secret that starts with "$".
+// (upper case) or ${NAME}, then maybe the punctuation code puts after a
+// word, rather than being a secret that starts with "$".
 func envReference(v string) bool {
 	if len(v) < 2 || v[0] != '$' {
 		return false
 	}
 	if v[1] == '{' {
-		return true
+		n := 2 + run(v[2:], isWordByte)
+		if n == 2 || n >= len(v) || v[n] != '}' {
+			return false
+		}
+		return run(v[n+1:], isClosing) == len(v)-n-1
+	}
+	for len(v) > 2 && isClosing(v[len(v)-1]) {
+		v = v[:len(v)-1]
 	}
 	for i := 1; i < len(v); i++ {
 		if c := v[i]; !('A' <= c && c <= 'Z' || c == '_' || i > 1 && '0' <= c && c <= '9') {

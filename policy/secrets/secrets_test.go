@@ -60,7 +60,7 @@ var maskCases = []struct {
 	{"private key", "key:\n" + rsaKey + "\nend", "key:\n" + red("private_key") + "\nend", 1},
 	{"openssh private key", opensshKey, red("private_key"), 1},
 	{"private key without end", "x " + rsaKey[:80], "x " + red("private_key"), 1},
-	{"jwt", "id_token=" + jwt + "&x=1", "id_token=" + red("jwt") + "&x=1", 1},
+	{"jwt", "/cb?id_token=" + jwt + "&x=1", "/cb?id_token=" + red("jwt") + "&x=1", 1},
 	{"bearer jwt", "Authorization: Bearer " + jwt, "Authorization: Bearer " + red("jwt"), 1},
 	{"bearer opaque", "authorization: bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0", "authorization: bearer " + red("bearer"), 1},
 	{"basic auth", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: Basic " + red("basic_auth"), 1},
@@ -77,8 +77,28 @@ var maskCases = []struct {
 	{"token:", "token: 8fj3KdQ92lxPzM0aBv7c", "token: " + red("credential"), 1},
 	{"value with a $", "password=$ecret1 and PASSWORD=$5up3r", "password=" + red("credential") + " and PASSWORD=" + red("credential"), 2},
 	{"typed declaration", `password: str = "hunter2"`, `password: str = "` + red("credential") + `"`, 1},
-	{"connection string", "Server=db;User Id=sa;Password=Pa$$w0rd;", "Server=db;User Id=sa;Password=" + red("credential") + ";", 1},
-	{"secret=", "secret=abc123;user=x", "secret=" + red("credential") + ";user=x", 1},
+	{"connection string", "Server=db;User Id=sa;Password=Pa$$w0rd;", "Server=db;User Id=sa;Password=" + red("credential"), 1},
+	{"secret=", "secret=abc123;user=x", "secret=" + red("credential"), 1},
+	// An unquoted value runs to a blank, a line end or a quote, whatever
+	// punctuation is in it.
+	{"value with &", "DB_PASSWORD=Tr0ub4dor&3xyz next", "DB_PASSWORD=" + red("credential") + " next", 1},
+	{"value with parentheses", "password=hunter2)(x", "password=" + red("credential"), 1},
+	{"value with , and ;", "PGPASSWORD=pa,ss;word\n", "PGPASSWORD=" + red("credential") + "\n", 1},
+	{"value with dots", "password=correct.horse.battery", "password=" + red("credential"), 1},
+	{"value in angle brackets", "password=<s3cr3t>", "password=" + red("credential"), 1},
+	{"value in braces", "password={Xy7!q}", "password=" + red("credential"), 1},
+	{"value like a call", "password=Summer(2024)", "password=" + red("credential"), 1},
+	{"value in a quoted command", `sh -c "password=a,b;c" x`, `sh -c "password=` + red("credential") + `" x`, 1},
+	{"aligned", "user         = app\npassword     = x\n", "user         = app\npassword     = " + red("credential") + "\n", 1},
+	{"aligned with tabs", "token\t\t\t\t\t: t0k3n", "token\t\t\t\t\t: " + red("credential"), 1},
+	// In a URL's query string an "&" ends the value.
+	{"query parameter after &", "https://h/p?a=1&token=abc,d&b=2 ok", "https://h/p?a=1&token=" + red("credential") + "&b=2 ok", 1},
+	{"& without a query", "x&password=a&b", "x&password=" + red("credential"), 1},
+	{"not a variable", "password=${A}x&b token=${PASSWORD:-hunter2}", "password=" + red("credential") + " token=" + red("credential"), 2},
+	{"not a template", "password={{abc", "password=" + red("credential"), 1},
+	// A mask in a value is left, and what follows it is read.
+	{"after a mask", "token=" + red("credential") + ",password=hunter2", "token=" + red("credential") + ",password=" + red("credential"), 1},
+	{"after a mask, quoted", `token="` + red("jwt") + ` password=hunter2"`, `token="` + red("jwt") + ` password=` + red("credential") + `"`, 1},
 	{"api_key=", "curl https://api.example.com/?api_key=k-8f3a9c2e&q=1", "curl https://api.example.com/?api_key=" + red("credential") + "&q=1", 1},
 	{"camel case, quoted", `clientSecret = "two words"`, `clientSecret = "` + red("credential") + `"`, 1},
 	{"json text", `{"user": "app", "password": "hunter2"}`, `{"user": "app", "password": "` + red("credential") + `"}`, 1},
@@ -171,6 +191,10 @@ var nearMisses = []struct{ name, in string }{
 	{"booleans", "secret: true, token: null, password: false"},
 	{"variables", "password=${DB_PASSWORD} token=$GITHUB_TOKEN secret: {{ .Secret }}"},
 	{"code", `password = os.Getenv("DB_PASSWORD"); token := cfg.auth.token; secret: process.env.SECRET`},
+	{"more code", `password = getpass(); token = read_secret(cfg.path), secret: {`},
+	{"env path", `api_key = process.env.OPENAI_KEY;`},
+	{"trailing punctuation", "f(token=None, password=null) x = {secret: undefined}"},
+	{"template", "password={{.Password}} token: ${TOKEN},"},
 	{"pagination", "pageToken=CAoQAA nextToken: abc123 max_tokens: 4096"},
 	{"progress token", `{"_meta":{"progressToken":"p7"}}`},
 	{"comparison", "if token == expected { return }"},
@@ -297,6 +321,7 @@ func TestMaskLongRuns(t *testing.T) {
 		"eyJ-", "eyJabcdefghij.", "sk-", "sk-ant-", "Bearer ", "bearer-", "Bearer\t",
 		"AKIA", "ghp_", "github_pat_", "glpat-", "xoxb-", "AIza", "sk_live_", "-----BEGIN RSA PRIVATE KEY-----",
 		"-----END RSA PRIVATE KEY-----", "secret_access_key", "authorization: ", "https://hooks.slack.com/services/T",
+		"token={{", "token=${A}", "token=[REDACTED:x]", "token=null,", "token=f(", "?token=a&", "&token=", "token \t", "token\\t=",
 	} {
 		in := strings.Repeat(unit, size/len(unit))
 		for _, s := range []string{in, "Bearer " + in, "eyJ" + in, "sk-" + in, "-----BEGIN PRIVATE KEY-----" + in} {
