@@ -237,22 +237,30 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	return rep, nil
 }
 
-// walk holds the cursors VerifyWith reads the log with, each in order.
+// walk holds the cursors VerifyWith reads the log with, each in order,
+// all in one read transaction: the records, the tree and the checkpoints
+// are read as of one moment (a commit between them would read as a
+// truncation), on one connection of the readers' pool.
 type walk struct {
+	tx              *sql.Tx
 	recs, tree, cps *sql.Rows
 }
 
 func (db *DB) openWalk(ctx context.Context) (*walk, error) {
-	w := &walk{}
-	var err error
-	if w.recs, err = db.r.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`); err != nil {
+	tx, err := db.r.BeginTx(ctx, nil)
+	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	if w.tree, err = db.r.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes ORDER BY idx`); err != nil {
+	w := &walk{tx: tx}
+	if w.recs, err = tx.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`); err != nil {
 		w.close()
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	if w.cps, err = db.r.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`); err != nil {
+	if w.tree, err = tx.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes ORDER BY idx`); err != nil {
+		w.close()
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if w.cps, err = tx.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`); err != nil {
 		w.close()
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -265,6 +273,7 @@ func (w *walk) close() {
 			r.Close()
 		}
 	}
+	_ = w.tx.Rollback() // it only read
 }
 
 // checkLeaf adds record seq's leaf to the tree rebuilt from the records
