@@ -152,6 +152,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
+	var first, missing, firstMissing int64
 	ret := newKeptCheck(v)
 	for {
 		cell, err := e.next()
@@ -189,6 +190,14 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 			return "", fmt.Errorf("record %d (id %s) does not follow record %d: its link is broken", r.Seq, r.ID, prevSeq)
 		case r.Seq > c.Size:
 			return "", fmt.Errorf("record %d (id %s) is beyond the checkpoint of %d records", r.Seq, r.ID, c.Size)
+		}
+		if first == 0 {
+			first = r.Seq
+		} else if gap := r.Seq - prevSeq - 1; gap > 0 {
+			if missing == 0 {
+				firstMissing = prevSeq + 1
+			}
+			missing += gap
 		}
 		prevSeq, prevHash = r.Seq, r.Hash
 		ret.add(r)
@@ -230,7 +239,15 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 		}
 		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s", n, c.Origin, pruned), nil
 	}
-	return fmt.Sprintf("ok: %d records, each proved in the checkpoint of %d records of %s%s", n, c.Size, c.Origin, pruned), nil
+	// A part names its run, and what is missing from it: an export of a
+	// period has none missing, an archive of retention only the records
+	// of calls it did not take.
+	run := fmt.Sprintf(" (records %d to %d", first, prevSeq)
+	if missing > 0 {
+		run += fmt.Sprintf("; %d between them not in the file, the first %d", missing, firstMissing)
+	}
+	run += ")"
+	return fmt.Sprintf("ok: %d records%s, each proved in the checkpoint of %d records of %s%s", n, run, c.Size, c.Origin, pruned), nil
 }
 
 // keptCheck follows an export's records: the fields a pruned record

@@ -167,11 +167,18 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 	complete := o.Since.IsZero() && o.Until.IsZero()
 	q := db.selectRecords() + ` WHERE seq <= ?`
 	args := []any{c.Size}
-	if !o.Since.IsZero() {
-		q, args = q+` AND time >= ?`, append(args, fmtTime(o.Since))
-	}
-	if !o.Until.IsZero() {
-		q, args = q+` AND time <= ?`, append(args, fmtTime(o.Until))
+	if !complete {
+		// A part is a run of records without a gap, from the first of
+		// the period to its last (records of several processes
+		// interleave, so a few from just outside it may be among
+		// them): a record taken out of it later shows as missing.
+		window, wargs := `time >= ? AND time <= ?`, []any{fmtTime(o.Since), "9999"}
+		if !o.Until.IsZero() {
+			wargs[1] = fmtTime(o.Until)
+		}
+		q += ` AND seq >= (SELECT min(seq) FROM records WHERE ` + window + `) AND seq <= (SELECT max(seq) FROM records WHERE ` + window + `)`
+		args = append(args, wargs...)
+		args = append(args, wargs...)
 	}
 	if err := db.exportRecords(ctx, w, o.Format, c, complete, q+` ORDER BY seq`, args, nil); err != nil {
 		return fmt.Errorf("export: %w", err)

@@ -133,7 +133,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("offline check of the archive: %v (%q)", err, lines)
 	}
-	if !strings.Contains(lines[0], "ok: 12 records, each proved in the checkpoint of 18 records") ||
+	if !strings.Contains(lines[0], "ok: 12 records (records 1 to 12), each proved in the checkpoint of 18 records") ||
 		!strings.Contains(lines[1], "and its contents are those in archive") {
 		t.Fatalf("offline check: %q", lines)
 	}

@@ -67,7 +67,7 @@ func TestAuditPrune(t *testing.T) {
 
 	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--checkpoint", kept), "ok: 13 records (8 pruned by retention), extends checkpoint 12")
 	check := guardIn(t, dir, path, 0, "audit", "check", archives[0], proof, kept)
-	wantOutput(t, "check", check, "ok: 8 records, each proved in the checkpoint of 12 records")
+	wantOutput(t, "check", check, "ok: 8 records (records 1 to 8), each proved in the checkpoint of 12 records")
 	wantOutput(t, "check", check, "and its contents are those in "+archives[0])
 	whole := writeFile(t, filepath.Join(dir, "whole.jsonl"), guardIn(t, dir, path, 0, "audit", "export"))
 	wantOutput(t, "check of the whole export", guardIn(t, dir, path, 0, "audit", "check", whole), "ok: all 13 records")

@@ -113,10 +113,17 @@ func TestAuditKeyCheckpointProveExportCheck(t *testing.T) {
 	for _, format := range []string{"jsonl", "csv"} {
 		part := guardIn(t, dir, path, 0, "audit", "export", "--format", format, "--since", since)
 		f := writeFile(t, filepath.Join(dir, "part."+format), part)
-		wantOutput(t, "check "+format, guardIn(t, dir, path, 0, "audit", "check", "--key", key, f), "ok: 20 records, each proved in the checkpoint of 20 records")
+		wantOutput(t, "check "+format, guardIn(t, dir, path, 0, "audit", "check", "--key", key, f), "ok: 20 records (records 1 to 20), each proved in the checkpoint of 20 records")
 		whole := writeFile(t, filepath.Join(dir, "whole."+format), guardIn(t, dir, path, 0, "audit", "export", "--format", format))
 		wantOutput(t, "check whole "+format, guardIn(t, dir, path, 0, "audit", "check", "--key", key, whole), "ok: all 20 records")
 	}
+
+	// A line taken out of a part: the check names what is missing.
+	part := guardIn(t, dir, path, 0, "audit", "export", "--since", since)
+	lines := strings.SplitAfter(part, "\n")
+	cut := writeFile(t, filepath.Join(dir, "cut.jsonl"), strings.Join(append(lines[:6:6], lines[7:]...), ""))
+	wantOutput(t, "check cut", guardIn(t, dir, path, 0, "audit", "check", "--key", key, cut),
+		"ok: 19 records (records 1 to 20; 1 between them not in the file, the first 6)")
 
 	// An export altered after the fact.
 	altered := writeFile(t, filepath.Join(dir, "altered.jsonl"), strings.Replace(export, `"/tmp/3"`, `"/tmp/4"`, 1))
