@@ -128,9 +128,11 @@ const callSelect = `SELECT c.call_id, q.time, q.session, q.client, q.protocol, q
 
 // The records an index row points to must be its call's: the index is
 // not part of the chain, and a row pointed elsewhere would show another
-// call's decision or outcome as this one's.
-const callJoins = ` JOIN records q ON q.seq = c.req_seq AND q.call_id = c.call_id AND q.kind = 'request'
- JOIN records d ON d.seq = c.dec_seq AND d.call_id = c.call_id
+// call's decision or outcome as this one's. CROSS JOIN keeps the index
+// the outer loop: with the call_id terms, SQLite's planner would
+// otherwise walk every record and look each call up by its id.
+const callJoins = ` CROSS JOIN records q ON q.seq = c.req_seq AND q.call_id = c.call_id AND q.kind = 'request'
+ CROSS JOIN records d ON d.seq = c.dec_seq AND d.call_id = c.call_id
  LEFT JOIN records o ON o.seq = c.out_seq AND o.call_id = c.call_id AND o.kind = 'outcome'`
 
 // queryText builds Query's SQL. The table that drives it is chosen so
