@@ -28,7 +28,7 @@ type Store interface {
 	CreateApproval(ctx context.Context, a *guard.Approval) error
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
-	DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+	DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 	EndApproval(ctx context.Context, id, to, reason string) (bool, error)
 	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
 	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
@@ -211,6 +211,13 @@ func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 // Decide records a person's decision. A denial needs a reason. A hold past
 // its expiry is expired, not decided.
 func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
+	return m.DecideWith(ctx, id, approve, by, reason, nil)
+}
+
+// DecideWith is Decide with before run first, once the approval is known
+// to be pending and under the same lock as the decision: the decision is
+// recorded only if before succeeds (see store.DB.DecideApprovalWith).
+func (m *Manager) DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
 	if !approve && strings.TrimSpace(reason) == "" {
 		return nil, errors.New("a denial needs a reason")
 	}
@@ -226,7 +233,7 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reaso
 			return nil, err
 		}
 	}
-	return m.st.DecideApproval(ctx, id, approve, by, reason)
+	return m.st.DecideApprovalWith(ctx, id, approve, by, reason, before)
 }
 
 // ExpireDue expires pending approvals past their expiry.

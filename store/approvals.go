@@ -103,6 +103,16 @@ func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest s
 // whose record cannot be written is refused (the error wraps
 // guard.ErrAuditWrite) and changes nothing.
 func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
+	return db.DecideApprovalWith(ctx, id, approve, by, reason, nil)
+}
+
+// DecideApprovalWith is DecideApproval with before, when it is set, run
+// first under the decisions lock, once the approval is known to be
+// pending: the decision is recorded only if before succeeds (its error is
+// returned), and before runs only for an approval no one else decides
+// meanwhile. "Approve, and allow from now on" writes its rule there, so
+// that no rule is left behind by an approval someone else denied first.
+func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
 	state := guard.ApprovalDenied
 	if approve {
 		state = guard.ApprovalApproved
@@ -116,6 +126,11 @@ func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, r
 		}
 		if a.State != guard.ApprovalPending {
 			return nil, alreadyDecided(a)
+		}
+		if before != nil {
+			if err := before(a); err != nil {
+				return nil, err
+			}
 		}
 		now = db.opts.Now().UTC()
 		return approvalRecord(a, state, by, reason, now), nil

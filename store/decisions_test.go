@@ -361,3 +361,39 @@ func TestAReadOnlyDatabaseTakesNoDecision(t *testing.T) {
 		t.Fatalf("decide on a read-only database: %v", err)
 	}
 }
+
+// The step that goes with an approval ("approve, and allow from now on"
+// writes its rule there) runs only for an approval still pending, and an
+// approval whose step fails is not recorded.
+func TestAStepWithAnApprovalRunsOnlyWhileItIsPending(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	defer db.Close()
+	ctx := context.Background()
+	for _, a := range []*guard.Approval{heldApproval("a1"), heldApproval("a2")} {
+		if err := db.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Denied by someone else first: the step does not run.
+	if _, err := db.DecideApproval(ctx, "a1", false, "bob", "no"); err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	step := func(*guard.Approval) error { ran++; return nil }
+	if _, err := db.DecideApprovalWith(ctx, "a1", true, "alice", "yes", step); !errors.Is(err, guard.ErrAlreadyDecided) || ran != 0 {
+		t.Fatalf("approving a denied approval: %v, the step ran %d times", err, ran)
+	}
+	// A step that fails: nothing recorded, the approval still pending.
+	if _, err := db.DecideApprovalWith(ctx, "a2", true, "alice", "yes", func(*guard.Approval) error { return errors.New("disk full") }); err == nil {
+		t.Fatal("an approval whose step failed was recorded")
+	}
+	if a, err := db.Approval(ctx, "a2"); err != nil || a.State != guard.ApprovalPending {
+		t.Fatalf("after a failed step: %+v %v", a, err)
+	}
+	if _, err := db.DecideApprovalWith(ctx, "a2", true, "alice", "yes", step); err != nil || ran != 1 {
+		t.Fatalf("approving with a step: %v, the step ran %d times", err, ran)
+	}
+	if got := recordsOf(t, db, guard.KindDecision); len(got) != 2 {
+		t.Fatalf("%d decision records, want the denial and the approval", len(got))
+	}
+}

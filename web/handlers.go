@@ -272,6 +272,8 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
+		var before func(*guard.Approval) error
+		var ruleErr error
 		if act == actionApproveAlways {
 			if s.opts.AllowAlways == nil {
 				s.render(w, r, http.StatusNotFound, messagePage("Not available", "This guard does not write rules from the UI."))
@@ -282,15 +284,32 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				http.Redirect(w, r, "/", http.StatusSeeOther)
 				return
 			}
-			if err := s.opts.AllowAlways(a, sess.name); err != nil {
-				s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", err)
-				s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+err.Error())
-				http.Redirect(w, r, "/", http.StatusSeeOther)
-				return
+			// The rule is written with the decision, under its lock,
+			// once the approval is known to be still pending: an
+			// approval someone denies meanwhile leaves no rule.
+			before = func(a *guard.Approval) error {
+				ruleErr = s.opts.AllowAlways(a, sess.name)
+				return ruleErr
 			}
 			reason = "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on"
 		}
-		d, err := s.opts.Decider.Decide(ctx, id, approve, sess.name, reason)
+		var d *guard.Approval
+		if wd, ok := s.opts.Decider.(decideWither); ok {
+			d, err = wd.DecideWith(ctx, id, approve, sess.name, reason, before)
+		} else {
+			if before != nil {
+				err = before(a)
+			}
+			if err == nil {
+				d, err = s.opts.Decider.Decide(ctx, id, approve, sess.name, reason)
+			}
+		}
+		if ruleErr != nil {
+			s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", ruleErr)
+			s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+ruleErr.Error())
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
 		switch {
 		case errors.Is(err, guard.ErrAlreadyDecided):
 			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())

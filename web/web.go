@@ -86,6 +86,13 @@ type Decider interface {
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 }
 
+// decideWither is a Decider that runs a step of its own with the decision,
+// under its lock, once the approval is known to be pending (approvals.Manager
+// does): "Approve, and allow from now on" writes its rule there.
+type decideWither interface {
+	DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
+}
+
 // Options configure a Server.
 type Options struct {
 	Store   Store
