@@ -558,3 +558,45 @@ func TestNoQueryScansTheRecords(t *testing.T) {
 		}
 	}
 }
+
+// Verify checks the call index against the records: a row falsified, a
+// row taken out (a call hidden from queries), or one pointed at another
+// call's record, as whoever has the file could, is caught.
+func TestVerifyCatchesAFalsifiedCallIndex(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ name, sql, want string }{
+		{"decision changed", `UPDATE call_index SET decision = 'held' WHERE call_id = 'call-1'`, "call call-1: its decision"},
+		{"row removed", `DELETE FROM call_index WHERE call_id = 'call-0'`, "3 calls in the records, 2 in the index"},
+		{"outcome pointed elsewhere", `UPDATE call_index SET out_seq = (SELECT seq FROM records WHERE call_id = 'call-0' AND kind = 'outcome') WHERE call_id = 'call-1'`, "call call-1: its outcome"},
+		{"request pointed elsewhere", `UPDATE call_index SET req_seq = 1 WHERE call_id = 'call-2'`, "call call-2: its request record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "g.db")
+			db := openDB(t, path)
+			for i := range 3 {
+				req, out := rec(i, guard.KindRequest), rec(i, guard.KindOutcome)
+				if i == 1 {
+					req.Decision, req.DecidedBy = guard.DecisionDenied, "no-writes"
+				}
+				out.Outcome = guard.OutcomeOK
+				if err := db.Append(req, out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw := rawDB(t, path)
+			if _, err := raw.Exec(tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			raw.Close()
+			db = openDB(t, path)
+			defer db.Close()
+			rep, err := db.Verify(ctx)
+			if err != nil || rep.OK || !strings.Contains(rep.Problem, "the call index does not match the records: "+tc.want) {
+				t.Fatalf("verify: %+v %v", rep, err)
+			}
+		})
+	}
+}

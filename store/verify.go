@@ -233,6 +233,15 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
 		problem("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
+	if rep.Problem == "" {
+		p, err := db.checkCallIndex(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("verify: call index: %w", err)
+		}
+		if p != "" {
+			problem("%s", p)
+		}
+	}
 	rep.OK = rep.Problem == ""
 	return rep, nil
 }

@@ -194,7 +194,7 @@ func TestAuditVerifyCatchesARewriteOnlyAgainstWhatWasKept(t *testing.T) {
 
 	// Everything goes, key included, and a log of the attacker's making
 	// takes its place.
-	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints; DELETE FROM call_index; INSERT INTO call_text (call_text) VALUES ('delete-all');`)
 	for _, f := range []string{path + ".checkpoint", filepath.Join(filepath.Dir(path), "audit.key")} {
 		if err := os.Remove(f); err != nil {
 			t.Fatal(err)
@@ -209,7 +209,7 @@ func TestAuditVerifyCatchesARewriteOnlyAgainstWhatWasKept(t *testing.T) {
 	path2 := filepath.Join(dir, "db2", "guard.db")
 	appendCalls(t, path2, 0, 5)
 	kept2 := writeFile(t, filepath.Join(dir, "kept2.checkpoint"), guardIn(t, dir, path2, 0, "audit", "checkpoint"))
-	tamper(t, path2, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	tamper(t, path2, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints; DELETE FROM call_index; INSERT INTO call_text (call_text) VALUES ('delete-all');`)
 	if err := os.Remove(path2 + ".checkpoint"); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestAuditVerifyChecksTheWitnessedCheckpoint(t *testing.T) {
 	}
 	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify", "--config", cfg), "ok: 4 records, extends checkpoint 4")
 
-	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints; DELETE FROM call_index; INSERT INTO call_text (call_text) VALUES ('delete-all');`)
 	for _, f := range []string{path + ".checkpoint", filepath.Join(dir, "keys", "audit.key")} {
 		if err := os.Remove(f); err != nil {
 			t.Fatal(err)
@@ -318,7 +318,7 @@ func TestAuditVerifyChecksEveryWitnessedCheckpoint(t *testing.T) {
 	key := strings.TrimSpace(guardIn(t, dir, path, 0, "audit", "key"))
 	wantOutput(t, "verify --key", guardIn(t, dir, path, 0, "audit", "verify", "--key", key), "ok, unwitnessed: 4 records")
 
-	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints;`)
+	tamper(t, path, `DELETE FROM records; DELETE FROM tree_hashes; DELETE FROM checkpoints; DELETE FROM call_index; INSERT INTO call_text (call_text) VALUES ('delete-all');`)
 	if err := os.Remove(path + ".checkpoint"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// The call index (callindex.go) is derived from the records, and queries
+// and the Activity page read it: verify checks it against them, so that a
+// call hidden from queries, or shown with another decision, is caught
+// like a record altered. Its rows must point to their own call's
+// records, hold what those records say, and be one for every call whose
+// records have their bodies (retention takes a pruned call's row out).
+
+// indexChecks are the queries that find a row of the call index at odds
+// with the records, with what each says is wrong.
+var indexChecks = []struct{ q, what string }{
+	{`SELECT c.call_id FROM call_index c LEFT JOIN records q ON q.seq = c.req_seq
+	  WHERE q.seq IS NULL OR q.call_id != c.call_id OR q.kind != 'request' OR q.server != c.server OR q.tool != c.tool
+	     OR q.client != c.client OR q.session != c.session LIMIT 1`,
+		"its request record is not the one it names, or says otherwise"},
+	{`SELECT c.call_id FROM call_index c LEFT JOIN records d ON d.seq = c.dec_seq
+	  WHERE d.seq IS NULL OR d.call_id != c.call_id OR d.decision != c.decision OR d.decided_by != c.decided_by LIMIT 1`,
+		"its decision is not that of the record it names"},
+	{`SELECT c.call_id FROM call_index c LEFT JOIN records o ON o.seq = c.out_seq
+	  WHERE c.out_seq != 0 AND (o.seq IS NULL OR o.call_id != c.call_id OR o.kind != 'outcome' OR o.outcome != c.outcome) LIMIT 1`,
+		"its outcome is not that of the record it names"},
+	{`SELECT c.call_id FROM call_index c
+	  WHERE EXISTS (SELECT 1 FROM records r WHERE r.call_id = c.call_id AND r.kind IN ('outcome', 'decision') AND r.seq > max(c.out_seq, c.dec_seq)
+	                AND (r.kind = 'outcome' OR r.decision != '')) LIMIT 1`,
+		"a later outcome or decision of the call is not in it"},
+}
+
+// checkCallIndex returns a problem with the call index, or "" (also when
+// the database has none: a schema before it).
+func (db *DB) checkCallIndex(ctx context.Context) (string, error) {
+	tx, err := db.r.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback() //nolint:errcheck // it only read
+	var has int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'call_index'`).Scan(&has); err != nil || has == 0 {
+		return "", err
+	}
+	rebuild := "; the index is derived from the records: a writable guard makes it again (guard run or guard serve, after removing the call_index rows)"
+	for _, c := range indexChecks {
+		var id string
+		err := tx.QueryRowContext(ctx, c.q).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("the call index does not match the records: call %s: %s%s", id, c.what, rebuild), nil
+	}
+	// One row for every call with a request record that has its body.
+	body := `pruned = 0`
+	if db.noPruned {
+		body = `1` // a schema before retention: nothing was pruned
+	}
+	var calls, rows int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(DISTINCT call_id) FROM records WHERE kind = 'request' AND `+body).Scan(&calls); err != nil {
+		return "", err
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM call_index`).Scan(&rows); err != nil {
+		return "", err
+	}
+	if calls != rows {
+		return fmt.Sprintf("the call index does not match the records: %d calls in the records, %d in the index, so queries would not show them all%s", calls, rows, rebuild), nil
+	}
+	return "", nil
+}
