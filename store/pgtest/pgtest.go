@@ -1,0 +1,149 @@
+// Package pgtest starts throwaway PostgreSQL clusters for tests: each
+// its own data directory, on a loopback port and a socket directory of
+// its own, run as an unprivileged user when the tests run as root, and
+// stopped when its test ends. It never touches a system cluster.
+package pgtest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// BinEnv names the variable that holds the directory of PostgreSQL's
+// programs (initdb, pg_ctl); without it, the newest of Debian's
+// /usr/lib/postgresql/*/bin is used.
+const BinEnv = "GUARD_TEST_PG_BIN"
+
+// Cluster is a running throwaway cluster.
+type Cluster struct {
+	// Dir holds the cluster: its data directory (Dir/data), its
+	// sockets and its log.
+	Dir string
+	// Port is the loopback TCP port it listens on.
+	Port int
+	// URL is a connection URL for the cluster's superuser, guard,
+	// which needs no password from the loopback address.
+	URL  string
+	bin  string
+	cred *syscall.Credential
+}
+
+// Bin returns the directory of PostgreSQL's programs, or "" when there
+// is none.
+func Bin() string {
+	if d := os.Getenv(BinEnv); d != "" {
+		return d
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+func version(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// Start initialises and starts a cluster for t, stopped and removed when
+// t ends. The test is skipped, saying why, when PostgreSQL is not
+// installed.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	bin := Bin()
+	if bin == "" {
+		t.Skipf("PostgreSQL is not installed (Debian's package postgresql, or %s naming its bin directory)", BinEnv)
+	}
+	c, err := start(bin)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return c
+}
+
+func start(bin string) (*Cluster, error) {
+	dir, err := os.MkdirTemp("", "guard-pg-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: dir, bin: bin}
+	// PostgreSQL refuses to run as root: the cluster belongs to nobody.
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("nobody")
+		if err != nil {
+			return nil, fmt.Errorf("running as root, and no unprivileged user to run PostgreSQL as: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	if c.Port, err = freePort(); err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if err := c.run("initdb", "-D", data, "-U", "guard", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	opts := fmt.Sprintf("-k %s -h 127.0.0.1 -p %d -c fsync=off -c full_page_writes=off", dir, c.Port)
+	if err := c.run("pg_ctl", "start", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o", opts); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w\n%s", err, log)
+	}
+	c.URL = fmt.Sprintf("postgres://guard@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
+	return c, nil
+}
+
+// Stop stops the cluster (fast shutdown) and removes its directory.
+func (c *Cluster) Stop() error {
+	err := c.run("pg_ctl", "stop", "-D", filepath.Join(c.Dir, "data"), "-m", "fast", "-w")
+	return errors.Join(err, os.RemoveAll(c.Dir))
+}
+
+// run runs one of PostgreSQL's programs as the cluster's owner.
+func (c *Cluster) run(prog string, args ...string) error {
+	cmd := exec.Command(filepath.Join(c.bin, prog), args...)
+	cmd.Dir = c.Dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w\n%s", prog, err, out.Bytes())
+	}
+	return nil
+}
+
+// freePort returns a loopback port no one listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
