@@ -67,6 +67,15 @@ const (
 	deleteText     = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
 
+// The text index on PostgreSQL: a call's words as a tsvector (postgres
+// migration 0012), replaced whole.
+const (
+	pgInsertText = `INSERT INTO call_text (k, words) VALUES (?1, to_tsvector('simple', ?2 || ' ' || ?3))
+ ON CONFLICT (k) DO UPDATE SET words = excluded.words`
+	pgDeleteText     = `DELETE FROM call_text WHERE k = ?1 AND ?2::text IS NOT NULL AND ?3::text IS NOT NULL`
+	pgClearCallIndex = `DELETE FROM call_index; DELETE FROM call_text`
+)
+
 // callIndexer keeps the call index on the audit writer's connection, with
 // its statements prepared once (see writerConn).
 type callIndexer struct {
@@ -77,8 +86,12 @@ type callIndexer struct {
 	keys                                                                []int64
 }
 
-func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext) (*callIndexer, error) {
+func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) (*callIndexer, error) {
 	ix := &callIndexer{texts: map[int64]textChange{}}
+	text, untext := insertText, deleteText
+	if pg {
+		text, untext = pgInsertText, pgDeleteText
+	}
 	for i := range ix.vals {
 		ix.vals[i].Ordinal = i + 1
 	}
@@ -86,7 +99,7 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext) (*callInd
 		s *driverStmt
 		q string
 	}{{&ix.key, selectCallKey}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.out, updateOutcome}, {&ix.decided, updateDecision},
-		{&ix.decider, updateDecider}, {&ix.approval, updateApproval}, {&ix.args, selectText}, {&ix.text, insertText}, {&ix.untext, deleteText}} {
+		{&ix.decider, updateDecider}, {&ix.approval, updateApproval}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext}} {
 		st, err := pc.PrepareContext(ctx, p.q)
 		if err != nil {
 			_ = ix.close()
@@ -399,7 +412,11 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	if !ok {
 		return 0, errors.New("the driver cannot run a statement")
 	}
-	if _, err := ec.ExecContext(ctx, clearCallIndex, nil); err != nil {
+	clear := clearCallIndex
+	if wc.pg {
+		clear = pgClearCallIndex
+	}
+	if _, err := ec.ExecContext(ctx, clear, nil); err != nil {
 		return 0, fmt.Errorf("clear: %w", err)
 	}
 	// Only what the index reads of them: a call's records, with their

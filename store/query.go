@@ -304,7 +304,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 			where, args = append(where, c.col+" = ?"), append(args, c.v)
 		}
 	}
-	q := db.selectRecords() + " INDEXED BY records_kind WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
+	q := db.selectRecords() + db.indexedBy("records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
 	if f.Limit > 0 {
 		q += " LIMIT " + strconv.Itoa(f.Limit)
 	}

@@ -189,7 +189,7 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	bg := context.WithoutCancel(ctx)
 	db.caughtUp(bg)
 	var n int
-	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records INDEXED BY records_retention
+	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+db.indexedBy("records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
 		return fmt.Errorf("retention: records %d to %d keep their bodies: their record %s is not in the database yet (%v)", p.First, p.Last, rec.ID, err)
 	}
@@ -723,7 +723,7 @@ func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentio
 
 // load reads the retention records after those read before.
 func (c *retentionCheck) load(ctx context.Context) error {
-	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records INDEXED BY records_retention
+	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+c.db.indexedBy("records_retention")+`
 		WHERE kind = 'retention' AND seq > ? ORDER BY seq`, c.read)
 	if err != nil {
 		return fmt.Errorf("retention records: %w", err)

@@ -17,9 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,7 +30,9 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// Path is the database file; its directory is created (0700).
+	// Path is the database file; its directory is created (0700). A
+	// postgres:// or postgresql:// URL opens a PostgreSQL database instead
+	// (postgres_open.go).
 	Path string
 	// Durability is "full" (the default: every append is fsync'd in the
 	// journal before it is acknowledged) or "normal" (an append is
@@ -40,8 +40,12 @@ type Options struct {
 	// cut).
 	Durability string
 	// KeyPath is the ed25519 key that signs checkpoints, kept outside the
-	// database (default: audit.key beside it, created 0600).
+	// database (default: audit.key beside it, created 0600). On
+	// PostgreSQL it must be given (or Key), the same for every replica.
 	KeyPath string
+	// Key is the checkpoint key itself (a hex ed25519 seed), in place of
+	// KeyPath's file: from the environment, say.
+	Key string
 	// CheckpointPath is the signed checkpoint (default: Path+".checkpoint").
 	CheckpointPath string
 	// CheckpointEvery is the least time between two checkpoints written
@@ -61,6 +65,22 @@ type Options struct {
 	Now      func() time.Time
 }
 
+// defaults fills in the options both engines default alike.
+func (o *Options) defaults() {
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = time.Second
+	}
+	if o.BusyWait <= 0 {
+		o.BusyWait = 2 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
 // DB is an open guard database.
 type DB struct {
 	opts   Options
@@ -70,6 +90,7 @@ type DB struct {
 	signer *signer   // nil when read-only and there is no key
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
+	pg       bool          // a PostgreSQL database: no journal; records are acknowledged once committed
 	writable bool          // false when read-only: appends are refused
 	noPruned bool          // read-only, before the retention migration: records have no pruned column
 	closeMu  sync.RWMutex  // held by AppendAsync while it appends
@@ -142,6 +163,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Path == "" {
 		return nil, errors.New("store: no database path")
 	}
+	if IsPostgres(opts.Path) {
+		return openPostgres(ctx, opts)
+	}
 	if opts.Durability == "" {
 		opts.Durability = "full"
 	}
@@ -154,18 +178,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if opts.CheckpointPath == "" {
 		opts.CheckpointPath = opts.Path + ".checkpoint"
 	}
-	if opts.CheckpointEvery <= 0 {
-		opts.CheckpointEvery = time.Second
-	}
-	if opts.BusyWait <= 0 {
-		opts.BusyWait = 2 * time.Minute
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.defaults()
 	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
@@ -341,30 +354,20 @@ func migrate(ctx context.Context, w *sql.DB, skip int) error {
 	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	entries, err := fs.ReadDir(migrations.FS, ".")
+	mfs := migrations.SQLite()
+	names, err := migrationNames(mfs)
 	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+		return err
 	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: the name must start with its number", name)
-		}
-		if v == skip {
+	for _, m := range names {
+		if m.version == skip {
 			continue
 		}
-		body, err := fs.ReadFile(migrations.FS, name)
+		body, err := fs.ReadFile(mfs, m.name)
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", name, err)
+			return fmt.Errorf("migration %s: %w", m.name, err)
 		}
-		if err := applyOne(ctx, w, v, name, string(body)); err != nil {
+		if err := applyOne(ctx, w, m.version, m.name, string(body)); err != nil {
 			return err
 		}
 	}
@@ -550,12 +553,9 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 
 // latestMigration is the version of the last embedded migration.
 func latestMigration() int64 {
-	entries, _ := fs.ReadDir(migrations.FS, ".")
-	var latest int64
-	for _, e := range entries {
-		if v, err := strconv.ParseInt(strings.SplitN(e.Name(), "_", 2)[0], 10, 64); err == nil && v > latest {
-			latest = v
-		}
+	names, _ := migrationNames(migrations.SQLite())
+	if len(names) == 0 {
+		return 0
 	}
-	return latest
+	return int64(names[len(names)-1].version)
 }

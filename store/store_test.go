@@ -20,7 +20,7 @@ import (
 
 func openDB(t testing.TB, path string) *DB {
 	t.Helper()
-	db, err := Open(context.Background(), Options{Path: path, Durability: "normal"})
+	db, err := testOpen(context.Background(), Options{Path: path, Durability: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		v = db.signer.verifier
 	}
 	var has int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'tree_hashes'`).Scan(&has); err != nil {
+	if err := db.r.QueryRowContext(ctx, db.tableExists("tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {

@@ -42,7 +42,7 @@ func (db *DB) checkCallIndex(ctx context.Context) (string, error) {
 	}
 	defer tx.Rollback() //nolint:errcheck // it only read
 	var has int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'call_index'`).Scan(&has); err != nil || has == 0 {
+	if err := tx.QueryRowContext(ctx, db.tableExists("call_index")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
 	rebuild := "; the index is derived from the records: a writable guard makes it again (guard run or guard serve, after removing the call_index rows)"

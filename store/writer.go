@@ -155,6 +155,10 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
 		return done
 	}
+	if db.pg {
+		db.appendCommitted(&appendReq{recs: recs, done: done, start: time.Now()})
+		return done
+	}
 	if err := db.failed(); err != nil {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
@@ -457,6 +461,9 @@ func (db *DB) ingest(batch []*appendReq) error {
 			n += len(r.recs)
 		}
 	}
+	if db.pg {
+		return db.answer(batch, n, err)
+	}
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
 		if db.failure.Swap(&err) == nil {
@@ -489,6 +496,13 @@ func (db *DB) ingest(batch []*appendReq) error {
 		db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
 	}
 	db.settled.Add(int64(len(batch)))
+	db.progressed()
+	return nil
+}
+
+// progressed wakes appends waiting for room and readers waiting for the
+// ingester (caughtUp).
+func (db *DB) progressed() {
 	db.jmu.Lock()
 	db.room.Broadcast()
 	db.jmu.Unlock()
@@ -496,13 +510,15 @@ func (db *DB) ingest(batch []*appendReq) error {
 	close(db.progress)
 	db.progress = make(chan struct{})
 	db.progMu.Unlock()
-	return nil
 }
 
 // rotate replaces the journal segment appends go to once it is large (or
 // could not be synced), and removes the earlier segments whose records
 // are all in the database.
 func (db *DB) rotate() {
+	if db.pg {
+		return // no journal
+	}
 	db.jmu.Lock()
 	cur := db.seg
 	full := cur.end >= segmentSize || cur.bad
@@ -644,6 +660,9 @@ const journalPoll = 2 * time.Millisecond
 // records it held when the wait began in the database (or ctx ends). A
 // journal whose owner is gone is left to the next writable Open.
 func (db *DB) awaitJournals(ctx context.Context) {
+	if db.pg {
+		return // no journals: what is acknowledged is committed
+	}
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
 		db.jmu.Lock()
@@ -720,6 +739,11 @@ func isBusy(err error) bool {
 
 func (db *DB) commit(batch []*appendReq) (err error) {
 	ctx := context.Background()
+	if db.pg {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pgCommitWait)
+		defer cancel()
+	}
 	if db.wc == nil {
 		if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
 			return err
@@ -790,6 +814,7 @@ const insertArgs = 26
 // connection is.
 type writerConn struct {
 	conn   *sql.Conn
+	pg     bool // on PostgreSQL (postgres.go)
 	begin  driverStmt
 	commit driverStmt
 	tail   driverStmt
@@ -865,6 +890,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 			if !ok {
 				return errors.New("the driver cannot prepare statements")
 			}
+			_, wc.pg = dc.(*pgConn)
 			for _, p := range []struct {
 				s *driverStmt
 				q string
@@ -880,7 +906,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 					return errors.New("the driver's statements take no context")
 				}
 			}
-			wc.ix, err = newCallIndexer(ctx, pc)
+			wc.ix, err = newCallIndexer(ctx, pc, wc.pg)
 			return err
 		})
 	}
@@ -933,7 +959,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 	if _, err := wc.commit.ExecContext(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if v, err := dataVersion(dc); err == nil {
+	if v, err := dataVersion(dc); err == nil || wc.pg {
 		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
 		wc.edge = edge
 	}
@@ -952,6 +978,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		}
 	}
 	wc.tailReads++
+	edge := wc.edge
 	wc.edge = nil
 	rows, err := wc.tail.QueryContext(ctx, nil)
 	if err != nil {
@@ -979,6 +1006,12 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 	}
 	if !ok {
 		return 0, "", fmt.Errorf("chain tail: seq %T and hash %T, want an integer and text", wc.row[0], wc.row[1])
+	}
+	if known && seq == wc.tailSeq && hash == wc.tailHash {
+		// Without a data version (PostgreSQL), the tail this connection
+		// committed last, still the tail, says no one appended since:
+		// seq only grows.
+		wc.edge = edge
 	}
 	return seq, hash, nil
 }

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/migrations"
+	"github.com/jackc/pgx/v5"
+)
+
+// pgCommitWait bounds an audit commit on PostgreSQL: past it the calls
+// whose records it carried are refused (a server that does not answer is
+// one that cannot record), and the next batch tries a new connection.
+const pgCommitWait = 10 * time.Second
+
+// openPostgres opens a PostgreSQL database (opts.Path is its URL) and
+// applies the migrations. Records are acknowledged once committed there:
+// there is no journal. The checkpoint key is never read from the
+// database: every replica reads the same key from its own file.
+func openPostgres(ctx context.Context, opts Options) (*DB, error) {
+	name := guard.DisplayURL(opts.Path)
+	if opts.KeyPath == "" && opts.Key == "" {
+		return nil, fmt.Errorf("store: %s: a PostgreSQL database needs the checkpoint key's file (audit.key_file), the same for every replica", name)
+	}
+	opts.defaults()
+	cfg, err := pgConfig(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if err := checkSessionPooling(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", name, err)
+	}
+	if err := migratePostgres(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", name, err)
+	}
+	sqls := &rebinder{}
+	ro := cfg.Copy()
+	ro.RuntimeParams["default_transaction_read_only"] = "on"
+	db := &DB{
+		opts:     opts,
+		pg:       true,
+		aw:       openPool(cfg, lockAudit, sqls),
+		w:        openPool(cfg, lockState, sqls),
+		r:        openPool(ro, 0, sqls),
+		writable: true,
+		stop:     make(chan struct{}),
+		closed:   make(chan struct{}),
+		synced:   make(chan struct{}),
+		work:     make(chan struct{}, 1),
+		urgent:   make(chan struct{}, 1),
+		syncWork: make(chan struct{}, 1),
+		progress: make(chan struct{}),
+		stats:    newAuditStats(),
+		own:      map[string]bool{},
+	}
+	db.aw.SetMaxOpenConns(2)
+	db.w.SetMaxOpenConns(8)
+	db.r.SetMaxOpenConns(8)
+	db.room = sync.NewCond(&db.jmu)
+	close(db.synced) // no journal to sync
+	fail := func(err error) (*DB, error) {
+		if db.witness != nil {
+			db.witness.close()
+		}
+		db.closeAll()
+		return nil, fmt.Errorf("store: %s: %w", name, err)
+	}
+	if opts.Key != "" {
+		db.signer, err = signerFromHex("audit key", opts.Key)
+	} else {
+		db.signer, err = db.pgSigner(ctx)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if len(opts.Witnesses) > 0 {
+		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+			return fail(err)
+		}
+	}
+	if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+		return fail(err)
+	}
+	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+		opts.Logger.Error("audit log", "err", err)
+	} else if err != nil {
+		return fail(err)
+	}
+	if err := db.fillCallIndex(ctx, false); err != nil {
+		return fail(err)
+	}
+	db.holder = guard.NewID()
+	if db.checkpointTurn(ctx) {
+		if err := db.writeCheckpoint(); err != nil {
+			db.logCheckpoint(err)
+		}
+	}
+	go db.ingester()
+	return db, nil
+}
+
+// pgSigner reads the checkpoint key from its file. A missing file is
+// created only for a log that has no checkpoint yet (the first replica of
+// a new database): a replica that made a key of its own for a log others
+// sign would fork it. A key that is not the one the log's checkpoints are
+// signed with is refused.
+func (db *DB) pgSigner(ctx context.Context) (*signer, error) {
+	var origin sql.NullString
+	err := db.r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&origin)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	var s *signer
+	if origin.Valid {
+		s, err = readSigner(db.opts.KeyPath)
+		if err != nil {
+			return nil, fmt.Errorf("%w: every replica needs the key the log's checkpoints are signed with", err)
+		}
+	} else if s, err = loadSigner(db.opts.KeyPath); err != nil {
+		return nil, err
+	}
+	if origin.Valid {
+		logOrigin, _, _ := strings.Cut(origin.String, "\n")
+		if mine := originOf(s.key.Public().(ed25519.PublicKey)); logOrigin != mine {
+			return nil, fmt.Errorf("checkpoint key %s is not the log's: its checkpoints are signed as %s, this key signs as %s (every replica needs the same key)",
+				db.opts.KeyPath, logOrigin, mine)
+		}
+	}
+	return s, nil
+}
+
+// signerFromHex is a signer of a hex ed25519 seed given as text.
+func signerFromHex(what, text string) (*signer, error) {
+	seed, err := hex.DecodeString(strings.TrimSpace(text))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("%s: not a hex ed25519 seed", what)
+	}
+	s, err := newSigner(seed)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return s, nil
+}
+
+// checkSessionPooling refuses a pooler that hands a client's statements
+// to whichever server process is free (PgBouncer's transaction or
+// statement pooling): guard's advisory locks and LISTEN belong to a
+// server session. Two connections of guard's, one after the other, are
+// served by two server processes in session mode; in transaction mode
+// the pooler gives the second the process the first just left.
+func checkSessionPooling(ctx context.Context, cfg *pgx.ConnConfig) error {
+	var pids [2]uint32
+	var conns []*pgx.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for i := range pids {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		conns = append(conns, c)
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pids[i]); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
+	if pids[0] == pids[1] {
+		return errors.New("two connections share one server process: the database is reached through a pooler in transaction or statement mode (PgBouncer's pool_mode), which breaks the advisory locks and LISTEN guard relies on; use session pooling or connect directly")
+	}
+	return nil
+}
+
+// migratePostgres applies the PostgreSQL migrations not yet applied, each
+// in a transaction, under an advisory lock that replicas starting at once
+// take in turn.
+func migratePostgres(ctx context.Context, cfg *pgx.ConnConfig) error {
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", lockMigrate); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer c.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockMigrate)
+	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	mfs := migrations.Postgres()
+	names, err := migrationNames(mfs)
+	if err != nil {
+		return err
+	}
+	for _, m := range names {
+		body, err := fs.ReadFile(mfs, m.name)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.version).Scan(&n); err != nil || n > 0 {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES ($1, $2, $3)`, m.version, m.name, fmtTime(time.Now()))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// migration is one migration file.
+type migration struct {
+	version int
+	name    string
+}
+
+// migrationNames lists a set's migrations in order.
+func migrationNames(mfs fs.FS) ([]migration, error) {
+	entries, err := fs.ReadDir(mfs, ".")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	var out []migration
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: the name must start with its number", e.Name())
+		}
+		out = append(out, migration{v, e.Name()})
+	}
+	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	return out, nil
+}
+
+// archiveDirDefault is where retention archives go by default: beside an
+// SQLite database; on PostgreSQL, beside the checkpoint key.
+func (db *DB) archiveDirDefault() string {
+	if db.pg {
+		return filepath.Join(filepath.Dir(db.opts.KeyPath), "archive")
+	}
+	return ArchiveDir(db.opts.Path)
+}
+
+// tableExists is a statement that counts the tables (or views) named name:
+// 1 or 0.
+func (db *DB) tableExists(name string) string {
+	if db.pg {
+		return "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = '" + name + "'"
+	}
+	return "SELECT count(*) FROM sqlite_master WHERE name = '" + name + "'"
+}
+
+// indexedBy is SQLite's INDEXED BY clause, which makes a statement use an
+// index (or fail); PostgreSQL's planner has no such clause.
+func (db *DB) indexedBy(index string) string {
+	if db.pg {
+		return ""
+	}
+	return " INDEXED BY " + index
+}
