@@ -363,6 +363,12 @@ func (db *DB) ingester() {
 	for !stopping {
 		select {
 		case <-db.work:
+			if db.pg {
+				// An append waits for its commit here: no lingering.
+				// The appends that come while one commits share the
+				// next.
+				break
+			}
 			// More records come while this one waits: they share its
 			// transaction.
 			wait.Reset(linger)
