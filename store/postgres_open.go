@@ -34,6 +34,12 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	if opts.KeyPath == "" && opts.Key == "" {
 		return nil, fmt.Errorf("store: %s: a PostgreSQL database needs the checkpoint key's file (audit.key_file), the same for every replica", name)
 	}
+	if opts.CheckpointPath == "" {
+		if opts.KeyPath == "" {
+			return nil, fmt.Errorf("store: %s: with the checkpoint key given as text, the checkpoint file's path must be given too", name)
+		}
+		opts.CheckpointPath = filepath.Join(filepath.Dir(opts.KeyPath), "audit.checkpoint")
+	}
 	opts.defaults()
 	cfg, err := pgConfig(opts.Path)
 	if err != nil {

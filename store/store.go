@@ -46,7 +46,9 @@ type Options struct {
 	// Key is the checkpoint key itself (a hex ed25519 seed), in place of
 	// KeyPath's file: from the environment, say.
 	Key string
-	// CheckpointPath is the signed checkpoint (default: Path+".checkpoint").
+	// CheckpointPath is the signed checkpoint (default: Path+".checkpoint";
+	// on PostgreSQL, each replica's own copy, audit.checkpoint beside
+	// KeyPath).
 	CheckpointPath string
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
