@@ -759,6 +759,10 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 	db.stats.attempts.Add(1)
 	begun := false
 	err = wc.conn.Raw(func(dc any) error {
+		if wc.pg {
+			begun = true
+			return wc.writePG(ctx, dc, batch)
+		}
 		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
