@@ -80,7 +80,27 @@ func Start(t testing.TB) *Cluster {
 	return c
 }
 
-func start(bin string) (*Cluster, error) {
+// Options configure New.
+type Options struct {
+	// Durable keeps PostgreSQL's fsync on: a cluster whose commits cost
+	// what they do in production (a benchmark's). Tests' clusters run
+	// without it.
+	Durable bool
+}
+
+// New initialises and starts a cluster of PostgreSQL's programs in Bin
+// outside a test (a benchmark's); Stop stops and removes it.
+func New(o Options) (*Cluster, error) {
+	bin := Bin()
+	if bin == "" {
+		return nil, fmt.Errorf("PostgreSQL is not installed (Debian's package postgresql, or %s naming its bin directory)", BinEnv)
+	}
+	return launch(bin, o)
+}
+
+func start(bin string) (*Cluster, error) { return launch(bin, Options{}) }
+
+func launch(bin string, o Options) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "guard-pg-")
 	if err != nil {
 		return nil, err
@@ -107,7 +127,10 @@ func start(bin string) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	opts := fmt.Sprintf("-k %s -h 127.0.0.1 -p %d -c fsync=off -c full_page_writes=off", dir, c.Port)
+	opts := fmt.Sprintf("-k %s -h 127.0.0.1 -p %d -c max_connections=200", dir, c.Port)
+	if !o.Durable {
+		opts += " -c fsync=off -c full_page_writes=off"
+	}
 	if err := c.run("pg_ctl", "start", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
@@ -115,6 +138,16 @@ func start(bin string) (*Cluster, error) {
 	}
 	c.URL = fmt.Sprintf("postgres://guard@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
 	return c, nil
+}
+
+// Pid is the cluster's postmaster: its process tree is the cluster's.
+func (c *Cluster) Pid() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := bytes.Cut(b, []byte("\n"))
+	return strconv.Atoi(string(bytes.TrimSpace(first)))
 }
 
 // Stop stops the cluster (fast shutdown) and removes its directory.
