@@ -2,12 +2,16 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 // callIndexRows reads the call index and its words' presence, row by row.
@@ -102,4 +106,101 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 	if rebuilt := callIndexRows(t, db); !slices.Equal(appended, rebuilt) {
 		t.Fatalf("the call index as appended:\n%v\nas rebuilt from the records:\n%v", appended, rebuilt)
 	}
+}
+
+// postgresOnly skips a test of what only PostgreSQL has when the tests run
+// on SQLite.
+func postgresOnly(t testing.TB) {
+	t.Helper()
+	if !pgtest.Postgres() {
+		t.Skip("PostgreSQL only (" + pgtest.EngineEnv + "=postgres)")
+	}
+}
+
+// While PostgreSQL is down, appends fail at once with the audit error
+// (their calls are refused: fail closed); once it is back, appends go
+// through again on the same DB, with no restart; and every append that
+// was acknowledged, before, during or after, is in the log.
+func TestPostgresDownFailsClosedAndRecovers(t *testing.T) {
+	postgresOnly(t)
+	c := pgtest.Start(t)
+	ctx := context.Background()
+	db, err := Open(ctx, Options{Path: c.URL, KeyPath: filepath.Join(t.TempDir(), "audit.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mu sync.Mutex
+	var acked []string
+	var failures []error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := rec(w*1000000+i, guard.KindRequest)
+				err := db.Append(r)
+				mu.Lock()
+				if err == nil {
+					acked = append(acked, r.ID)
+				} else {
+					failures = append(failures, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	// until (an event, polled for): what the appenders have seen.
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	until("appends before the outage", func() bool { return len(acked) >= 50 })
+	if err := c.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	until("a refused append", func() bool { return len(failures) > 0 })
+	mu.Lock()
+	first := failures[0]
+	mu.Unlock()
+	if !errors.Is(first, guard.ErrAuditWrite) {
+		t.Errorf("an append while PostgreSQL is down failed with %v, want the audit write error", first)
+	}
+	if err := c.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := len(acked)
+	mu.Unlock()
+	until("appends after the outage", func() bool { return len(acked) >= before+50 })
+	close(stop)
+	wg.Wait()
+	db.caughtUp(ctx)
+	var n int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE id = ANY(?)`, acked).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(acked) {
+		t.Fatalf("%d of the %d acknowledged records are in the log", n, len(acked))
+	}
+	t.Logf("%d appends acknowledged, %d refused while PostgreSQL was down (first: %v)", len(acked), len(failures), first)
 }

@@ -35,6 +35,7 @@ type Cluster struct {
 	// which needs no password from the loopback address.
 	URL  string
 	bin  string
+	opts string // the server's options (pg_ctl -o)
 	cred *syscall.Credential
 }
 
@@ -131,6 +132,7 @@ func launch(bin string, o Options) (*Cluster, error) {
 	if !o.Durable {
 		opts += " -c fsync=off -c full_page_writes=off"
 	}
+	c.opts = opts
 	if err := c.run("pg_ctl", "start", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
@@ -138,6 +140,17 @@ func launch(bin string, o Options) (*Cluster, error) {
 	}
 	c.URL = fmt.Sprintf("postgres://guard@127.0.0.1:%d/postgres?sslmode=disable", c.Port)
 	return c, nil
+}
+
+// Halt stops the server and keeps the cluster: Resume starts it again,
+// on the same port, with everything it had committed.
+func (c *Cluster) Halt() error {
+	return c.run("pg_ctl", "stop", "-D", filepath.Join(c.Dir, "data"), "-m", "fast", "-w")
+}
+
+// Resume starts a halted cluster again.
+func (c *Cluster) Resume() error {
+	return c.run("pg_ctl", "start", "-D", filepath.Join(c.Dir, "data"), "-w", "-l", filepath.Join(c.Dir, "log"), "-o", c.opts)
 }
 
 // Pid is the cluster's postmaster: its process tree is the cluster's.
