@@ -1,11 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +206,52 @@ func TestPostgresDownFailsClosedAndRecovers(t *testing.T) {
 		t.Fatalf("%d of the %d acknowledged records are in the log", n, len(acked))
 	}
 	t.Logf("%d appends acknowledged, %d refused while PostgreSQL was down (first: %v)", len(acked), len(failures), first)
+}
+
+// A replica of the release before goes on after a newer one migrated the
+// database (an added column, an added table): it appends and reads as
+// before, and says in its log that it should be upgraded.
+func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
+	ctx := context.Background()
+	path := testPath(t)
+	db := openDB(t, path)
+	latest := latestMigration()
+	if db.pg {
+		latest = latestPostgresMigration()
+	}
+	// What the next release's migration might do.
+	if _, err := db.w.ExecContext(ctx, `ALTER TABLE records ADD COLUMN future TEXT NOT NULL DEFAULT ''`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.ExecContext(ctx, `CREATE TABLE future_things (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.w.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES (?, 'future.sql', '')`, latest+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	db, err := testOpen(ctx, Options{Path: path, Durability: "normal", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got := db.NewerSchema(); got != latest+1 {
+		t.Errorf("NewerSchema() = %d, want %d", got, latest+1)
+	}
+	if !strings.Contains(logs.String(), "schema is newer than this guard") {
+		t.Errorf("no warning in the log:\n%s", logs.String())
+	}
+	if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := db.Query(ctx, Filter{}, func(*Call) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d calls read back, want 1", n)
+	}
 }

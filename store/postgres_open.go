@@ -86,6 +86,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
+	db.noteNewerSchema(ctx, latestPostgresMigration())
 	if opts.Key != "" {
 		db.signer, err = signerFromHex("audit key", opts.Key)
 	} else {
@@ -290,3 +291,33 @@ func (db *DB) indexedBy(index string) string {
 	}
 	return " INDEXED BY " + index
 }
+
+// latestPostgresMigration is the version of the last embedded PostgreSQL
+// migration.
+func latestPostgresMigration() int64 {
+	names, _ := migrationNames(migrations.Postgres())
+	if len(names) == 0 {
+		return 0
+	}
+	return int64(names[len(names)-1].version)
+}
+
+// Replicas are upgraded one at a time: the first of a new release applies
+// its migrations, and the others, of the release before, go on with a
+// schema newer than theirs. Every migration keeps what the release before
+// reads and writes (it adds; what it replaces goes a release later), so
+// that works; noteNewerSchema says so in the log, so that a replica left
+// behind is seen.
+func (db *DB) noteNewerSchema(ctx context.Context, latest int64) {
+	var v sql.NullInt64
+	if err := db.r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil || v.Int64 <= latest {
+		return
+	}
+	db.newerSchema = v.Int64
+	db.opts.Logger.Warn("the database's schema is newer than this guard's: another replica runs a newer release; this one goes on with the schema of the release before, and should be upgraded too",
+		"schema", v.Int64, "this_release", latest)
+}
+
+// NewerSchema is the database's schema version when it is newer than this
+// guard's (a replica not yet upgraded), else 0.
+func (db *DB) NewerSchema() int64 { return db.newerSchema }

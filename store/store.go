@@ -92,16 +92,19 @@ type DB struct {
 	signer *signer   // nil when read-only and there is no key
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
-	pg       bool          // a PostgreSQL database: no journal; records are acknowledged once committed
-	writable bool          // false when read-only: appends are refused
-	noPruned bool          // read-only, before the retention migration: records have no pruned column
-	closeMu  sync.RWMutex  // held by AppendAsync while it appends
-	closing  bool          // set by Close: appends are refused
-	stop     chan struct{} // closed by Close: the ingester and syncer finish
-	closed   chan struct{} // the ingester has ended
-	synced   chan struct{} // the syncer has ended (durability full)
-	once     sync.Once
-	stats    *auditStats
+	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
+	// newerSchema is the database's schema version when a newer release
+	// migrated it (noteNewerSchema), else 0.
+	newerSchema int64
+	writable    bool          // false when read-only: appends are refused
+	noPruned    bool          // read-only, before the retention migration: records have no pruned column
+	closeMu     sync.RWMutex  // held by AppendAsync while it appends
+	closing     bool          // set by Close: appends are refused
+	stop        chan struct{} // closed by Close: the ingester and syncer finish
+	closed      chan struct{} // the ingester has ended
+	synced      chan struct{} // the syncer has ended (durability full)
+	once        sync.Once
+	stats       *auditStats
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
@@ -264,6 +267,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
+	db.noteNewerSchema(ctx, latestMigration())
 	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
