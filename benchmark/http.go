@@ -232,6 +232,20 @@ func waitReady(ctx context.Context, url string) error {
 // process that serves them; also, when not 0, an upstream whose CPU counts
 // with pid's children.
 func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample, error) {
+	tree := func() time.Duration {
+		d := treeCPU(pid)
+		if also != 0 {
+			d += treeCPU(also)
+		}
+		return d
+	}
+	return measureClients(ctx, t, n, calls, func() time.Duration { return procCPU(pid) }, tree)
+}
+
+// measureClients makes calls with n clients, each its own session; cpu
+// and tree read the CPU time of what serves them and of what counts with
+// it (a sample's cpu and tree).
+func measureClients(ctx context.Context, t target, n, calls int, cpu, tree func() time.Duration) (sample, error) {
 	sessions := make([]*mcp.ClientSession, n)
 	for i := range sessions {
 		// Each client its own connections, as separate client processes
@@ -270,21 +284,14 @@ func measureHTTP(ctx context.Context, t target, n, calls, pid, also int) (sample
 			}
 		}
 	}
-	tree := func() time.Duration {
-		d := treeCPU(pid)
-		if also != 0 {
-			d += treeCPU(also)
-		}
-		return d
-	}
 	// The sessions stay open until the second reading: guard ends a
 	// session's server when it ends, taking the server out of the tree.
 	time.Sleep(quiet)
-	cpu0, tree0 := procCPU(pid), tree()
+	cpu0, tree0 := cpu(), tree()
 	lat, elapsed, err := drive(n, calls, func(w int) (time.Duration, error) { return call(sessions[w]) })
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", t.name, err)
 	}
 	time.Sleep(quiet)
-	return sample{lat: lat, elapsed: elapsed, cpu: procCPU(pid) - cpu0, tree: tree() - tree0}, nil
+	return sample{lat: lat, elapsed: elapsed, cpu: cpu() - cpu0, tree: tree() - tree0}, nil
 }

@@ -55,6 +55,9 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		"the profiler's cost counts in the figures")
 	audit := fs.Bool("audit", false, "build an audit log of --calls calls (in --dir/audit.db; one there already is reused) and time guard audit query's filters and the Activity page on it")
 	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
+	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
+	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
+	haproxyConfig := fs.String("haproxy-config", "docs/haproxy.cfg", "with --replicas: the HAProxy configuration `template`")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -77,6 +80,9 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 		*callers = "1,8"
 		if *httpMode {
 			*callers = "1,16"
+		}
+		if *replicas > 0 {
+			*callers = "16,64"
 		}
 	}
 	for _, c := range strings.Split(*callers, ",") {
@@ -109,6 +115,17 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 			fmt.Fprintf(a.stderr, "guard bench: --profile: %v\n", err)
 			return exitFailure
 		}
+	}
+	if *replicas > 0 {
+		_, err = benchmark.RunReplicas(ctx, benchmark.ReplicasConfig{
+			Guard: self, Dir: d, Fixture: *fixture, HAProxy: *haproxy, HAProxyConfig: *haproxyConfig,
+			Replicas: *replicas, Calls: *calls, Concurrency: counts, Rounds: *rounds,
+		}, a.stdout)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
 	}
 	if *httpMode {
 		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{

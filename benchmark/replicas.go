@@ -1,0 +1,255 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/jackc/pgx/v5"
+)
+
+// ReplicasConfig says what guard bench --replicas measures: go-sdk clients,
+// each its own session, calling a trivial tool of go-sdk's conformance
+// server (one process, guard's HTTP upstream) through guard serve on
+// SQLite, through guard serve on PostgreSQL, and through several guard
+// serve replicas on one PostgreSQL database behind HAProxy configured as
+// docs/haproxy.cfg says. PostgreSQL is a cluster of the benchmark's own,
+// with fsync on: a commit costs what it does in production.
+type ReplicasConfig struct {
+	Guard string
+	Dir   string
+	// Fixture is go-sdk's conformance/everything-server.
+	Fixture string
+	// HAProxy is the haproxy binary; HAProxyConfig the template of its
+	// configuration (docs/haproxy.cfg).
+	HAProxy, HAProxyConfig string
+	// Replicas is how many replicas run behind HAProxy (default 3).
+	Replicas    int
+	Calls       int
+	Concurrency []int
+	Rounds      int
+}
+
+// The rows of a replicas run.
+const (
+	rowSQLite   = "serve, SQLite"
+	rowPostgres = "serve, PostgreSQL"
+)
+
+func rowReplicas(n int) string { return fmt.Sprintf("%d replicas, HAProxy", n) }
+
+// guardSet is the guard serve processes of a row, and where clients reach
+// them.
+type guardSet struct {
+	url  string
+	pids []int
+}
+
+// RunReplicas measures as configured and writes a report to w as it goes.
+func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report, error) {
+	if cfg.Calls <= 0 {
+		cfg.Calls = 3000
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 3
+	}
+	if len(cfg.Concurrency) == 0 {
+		cfg.Concurrency = []int{16, 64}
+	}
+	tmpl, err := template.ParseFiles(cfg.HAProxyConfig)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy configuration: %w", err)
+	}
+	var procs []*exec.Cmd
+	defer func() { stopAll(procs) }()
+	start := func(name string, argv []string, env []string) (*exec.Cmd, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), env...)
+		log, err := os.Create(filepath.Join(cfg.Dir, strings.ReplaceAll(name, " ", "-")+".log"))
+		if err != nil {
+			return nil, err
+		}
+		defer log.Close()
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		procs = append(procs, cmd)
+		return cmd, nil
+	}
+	// The server, over HTTP, shared by every row.
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	upstream := "http://" + addr + "/mcp"
+	if _, err := start("fixture", []string{cfg.Fixture, "-http", addr, "-stateless=false"}, nil); err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, upstream); err != nil {
+		return nil, fmt.Errorf("fixture: %w", err)
+	}
+	fmt.Fprintln(w, "starting a PostgreSQL cluster of the benchmark's own (fsync on)")
+	pg, err := pgtest.New(pgtest.Options{Durable: true})
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop()
+	pgPid, err := pg.Pid()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	dbURL := func(name string) (string, error) {
+		c, err := pgx.Connect(ctx, pg.URL)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return "", err
+		}
+		return strings.Replace(pg.URL, "/postgres?", "/"+name+"?", 1), nil
+	}
+	writeConfig := func(name, extra string) (string, error) {
+		p := filepath.Join(cfg.Dir, name+".yaml")
+		body := "durability: full\npolicy: {default: allow}\naudit: {key_file: " + filepath.Join(cfg.Dir, name+".key") + "}\n" + extra +
+			"servers:\n  upstream:\n    url: " + upstream + "\n    new_tools: allow\n"
+		return p, os.WriteFile(p, []byte(body), 0o600)
+	}
+	// serve starts a guard serve and returns its MCP and UI addresses.
+	serve := func(name, conf, db string) (listen, ui string, pid int, err error) {
+		if listen, err = freeAddr(); err != nil {
+			return "", "", 0, err
+		}
+		if ui, err = freeAddr(); err != nil {
+			return "", "", 0, err
+		}
+		cmd, err := start(name, []string{cfg.Guard, "serve", "--config", conf, "--db", db, "--listen", listen, "--ui", ui},
+			[]string{"XDG_DATA_HOME=" + filepath.Join(cfg.Dir, name+"-data"), "XDG_CONFIG_HOME=" + filepath.Join(cfg.Dir, name+"-config")})
+		if err != nil {
+			return "", "", 0, err
+		}
+		if err := waitReady(ctx, "http://"+listen+"/mcp/upstream"); err != nil {
+			return "", "", 0, fmt.Errorf("%s: %w", name, err)
+		}
+		return listen, ui, cmd.Process.Pid, nil
+	}
+	sets := map[string]*guardSet{}
+	// One guard serve on SQLite, durability full (the default).
+	conf, err := writeConfig("sqlite", "")
+	if err != nil {
+		return nil, err
+	}
+	listen, _, pid, err := serve("sqlite", conf, filepath.Join(cfg.Dir, "sqlite.db"))
+	if err != nil {
+		return nil, err
+	}
+	sets[rowSQLite] = &guardSet{url: "http://" + listen + "/mcp/upstream", pids: []int{pid}}
+	// One on PostgreSQL.
+	db, err := dbURL("single")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if conf, err = writeConfig("postgres", ""); err != nil {
+		return nil, err
+	}
+	if listen, _, pid, err = serve("postgres", conf, db); err != nil {
+		return nil, err
+	}
+	sets[rowPostgres] = &guardSet{url: "http://" + listen + "/mcp/upstream", pids: []int{pid}}
+	// Several on one PostgreSQL database, behind HAProxy.
+	if db, err = dbURL("replicas"); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	bind, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	if conf, err = writeConfig("replicas", "public_url: http://"+bind+"\n"); err != nil {
+		return nil, err
+	}
+	type backend struct{ Name, MCP, UI string }
+	var backends []backend
+	rs := &guardSet{url: "http://" + bind + "/mcp/upstream"}
+	for i := range cfg.Replicas {
+		name := fmt.Sprintf("r%d", i+1)
+		listen, ui, pid, err := serve("replica-"+name, conf, db)
+		if err != nil {
+			return nil, err
+		}
+		backends = append(backends, backend{name, listen, ui})
+		rs.pids = append(rs.pids, pid)
+	}
+	hcfg := filepath.Join(cfg.Dir, "haproxy.cfg")
+	f, err := os.Create(hcfg)
+	if err != nil {
+		return nil, err
+	}
+	err = tmpl.Execute(f, map[string]any{"Bind": bind, "PublicHost": bind, "StatsSocket": filepath.Join(cfg.Dir, "haproxy.sock"), "Replicas": backends})
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("haproxy configuration: %w", err)
+	}
+	if _, err := start("haproxy", []string{cfg.HAProxy, "-f", hcfg, "-db"}, nil); err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, rs.url); err != nil {
+		return nil, fmt.Errorf("haproxy: %w", err)
+	}
+	sets[rowReplicas(cfg.Replicas)] = rs
+
+	names := []string{rowSQLite, rowPostgres, rowReplicas(cfg.Replicas)}
+	rep := &Report{}
+	fmt.Fprintf(w, "cpu/call is guard's (all replicas); with children is PostgreSQL's (every server process of the cluster)\n")
+	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, _, calls int) (sample, error) {
+		set := sets[names[i]]
+		cpu := func() time.Duration {
+			var d time.Duration
+			for _, p := range set.pids {
+				d += procCPU(p)
+			}
+			return d
+		}
+		pgCPU := func() time.Duration { return treeCPU(pgPid) }
+		return measureClients(ctx, target{name: names[i], url: set.url}, n, calls, cpu, pgCPU)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// stopAll interrupts the processes and waits for them, a few seconds at
+// most each.
+func stopAll(procs []*exec.Cmd) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		c := procs[i]
+		_ = c.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = c.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// freeAddr is a loopback address no one listens on now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
