@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -67,7 +66,7 @@ type replica struct {
 	name  string
 	ui    string // --ui address
 	serve *guardtest.Serve
-	log   *logBuffer
+	log   string // its stderr
 }
 
 // url is the replica's own endpoint of a server, reached without the
@@ -96,9 +95,9 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, r := range c.replicas {
-				t.Logf("guard serve %s (%s):\n%s", r.name, r.serve.Addr, tail(r.log.String(), 40))
+				t.Logf("guard serve %s (%s):\n%s", r.name, r.serve.Addr, tail(r.log, 40))
 			}
-			t.Logf("haproxy:\n%s", tail(c.haproxy.log.String(), 60))
+			t.Logf("haproxy:\n%s", tail(c.haproxy.log, 60))
 		}
 	})
 	return c
@@ -106,8 +105,8 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 
 func (c *cluster) startReplica(name string) *replica {
 	c.t.Helper()
-	r := &replica{name: name, ui: guardtest.FreePort(c.t), log: &logBuffer{}}
-	r.serve = guardtest.StartServe(c.t, guardBin, c.environ, r.log,
+	r := &replica{name: name, ui: guardtest.FreePort(c.t), log: filepath.Join(c.dir, name+".log")}
+	r.serve = guardtest.StartServe(c.t, guardBin, c.environ, logFile(c.t, r.log),
 		"serve", "--config", c.cfg, "--db", c.db, "--ui", r.ui)
 	return r
 }
@@ -229,7 +228,7 @@ func text(r *mcp.CallToolResult) string {
 type haproxy struct {
 	cfg    string
 	socket string
-	log    *logBuffer
+	log    string // its output
 	cmd    *exec.Cmd
 	exited chan error
 }
@@ -261,12 +260,13 @@ func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
 	if err := tmpl.Execute(&cfg, bc); err != nil {
 		t.Fatal(err)
 	}
-	h := &haproxy{cfg: filepath.Join(dir, "haproxy.cfg"), socket: bc.StatsSocket, log: &logBuffer{}, exited: make(chan error, 1)}
+	h := &haproxy{cfg: filepath.Join(dir, "haproxy.cfg"), socket: bc.StatsSocket, log: filepath.Join(dir, "haproxy.log"), exited: make(chan error, 1)}
 	if err := os.WriteFile(h.cfg, cfg.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.cmd = exec.Command(haproxyBin(t), "-f", h.cfg, "-db")
-	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	out := logFile(t, h.log)
+	h.cmd.Stdout, h.cmd.Stderr = out, out
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func (h *haproxy) waitState(t *testing.T, backend, server, state string) {
 		select {
 		case err := <-h.exited:
 			h.exited <- err
-			t.Fatalf("haproxy exited: %v\n%s", err, h.log.String())
+			t.Fatalf("haproxy exited: %v\n%s", err, tail(h.log, 60))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -343,41 +343,39 @@ func (h *haproxy) waitState(t *testing.T, backend, server, state string) {
 	}
 }
 
-// logBuffer keeps a process's output, which the test reads while the
-// process writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logFile creates the file a process's output goes to, closed at the
+// test's end.
+func logFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+// tail is the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
 }
 
-// get sends a GET with the given Host and Origin (none when "") and
-// returns its status.
-func get(t *testing.T, url, host, origin string) int {
+// request sends a request with the given Host and Origin (none when "")
+// and returns its status.
+func request(t *testing.T, method, url, host, origin, body string) int {
 	t.Helper()
-	req, err := http.NewRequest("GET", url, nil)
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
 	}
 	if host != "" {
 		req.Host = host

@@ -21,23 +21,6 @@ func TestPublicHostAndOriginThroughTheBalancer(t *testing.T) {
 	c := newCluster(t, 2, exampleServer())
 	public := strings.TrimPrefix(c.public, "http://")
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
-	post := func(url, host, origin string) int {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(initialize))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if host != "" {
-			req.Host = host
-		}
-		if origin != "" {
-			req.Header.Set("Origin", origin)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	for _, tc := range []struct {
 		host, origin string
 		want         int
@@ -50,10 +33,10 @@ func TestPublicHostAndOriginThroughTheBalancer(t *testing.T) {
 		{"", c.public + ".evil.example", http.StatusForbidden},
 		{"", "http://127.0.0.1:1", http.StatusForbidden},
 	} {
-		if got := get(t, c.public+"/healthz", tc.host, tc.origin); got != tc.want {
+		if got := request(t, "GET", c.public+"/healthz", tc.host, tc.origin, ""); got != tc.want {
 			t.Errorf("GET /healthz, Host %q, Origin %q: %d, want %d", tc.host, tc.origin, got, tc.want)
 		}
-		if got := post(c.url("notes"), tc.host, tc.origin); got != tc.want {
+		if got := request(t, "POST", c.url("notes"), tc.host, tc.origin, initialize); got != tc.want {
 			t.Errorf("POST initialize, Host %q, Origin %q: %d, want %d", tc.host, tc.origin, got, tc.want)
 		}
 	}
@@ -61,14 +44,14 @@ func TestPublicHostAndOriginThroughTheBalancer(t *testing.T) {
 	// public host, nothing else.
 	for _, r := range c.replicas {
 		for host, want := range map[string]int{"": http.StatusOK, public: http.StatusOK, "evil.example": http.StatusForbidden} {
-			if got := get(t, "http://"+r.serve.Addr+"/healthz", host, ""); got != want {
+			if got := request(t, "GET", "http://"+r.serve.Addr+"/healthz", host, "", ""); got != want {
 				t.Errorf("%s directly, Host %q: %d, want %d", r.name, host, got, want)
 			}
 		}
 	}
 
 	// The UI, through the balancer.
-	if got := get(t, c.public+"/", "evil.example", ""); got != http.StatusForbidden {
+	if got := request(t, "GET", c.public+"/", "evil.example", "", ""); got != http.StatusForbidden {
 		t.Errorf("the UI for a foreign host: %d", got)
 	}
 	out, code := c.guard("ui", "url")
