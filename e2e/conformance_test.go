@@ -22,7 +22,7 @@ func serveThroughGuard(t *testing.T, e *env) string {
 // returns its base URL once it answers.
 func (e *env) serve(flags ...string) string {
 	e.t.Helper()
-	s := guardtest.StartServe(e.t, guardBin, e.environ, os.Stderr, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--no-ui"}, flags...)...)
+	s := guardtest.StartServe(e.t, "", guardBin, e.environ, os.Stderr, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--no-ui"}, flags...)...)
 	return "http://" + s.Addr
 }
 

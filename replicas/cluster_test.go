@@ -20,6 +20,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/store"
 )
 
 var guardBin string
@@ -89,7 +90,9 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 	}
 	// The first creates the database; the others open it.
 	for i := range n {
-		c.replicas = append(c.replicas, c.startReplica(fmt.Sprintf("r%d", i+1)))
+		r := &replica{name: fmt.Sprintf("r%d", i+1), ui: guardtest.FreePort(t)}
+		c.start(r, "")
+		c.replicas = append(c.replicas, r)
 	}
 	c.haproxy = startHAProxy(t, bind, c.replicas)
 	t.Cleanup(func() {
@@ -103,12 +106,31 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 	return c
 }
 
-func (c *cluster) startReplica(name string) *replica {
+// start starts replica r's guard serve, listening on addr (a free port
+// when ""), its output appended to its log.
+func (c *cluster) start(r *replica, addr string) {
 	c.t.Helper()
-	r := &replica{name: name, ui: guardtest.FreePort(c.t), log: filepath.Join(c.dir, name+".log")}
-	r.serve = guardtest.StartServe(c.t, guardBin, c.environ, logFile(c.t, r.log),
+	r.log = filepath.Join(c.dir, r.name+".log")
+	r.serve = guardtest.StartServe(c.t, addr, guardBin, c.environ, logFile(c.t, r.log),
 		"serve", "--config", c.cfg, "--db", c.db, "--ui", r.ui)
-	return r
+}
+
+// restart starts again a replica that stopped, on the same addresses, as
+// a service manager would.
+func (c *cluster) restart(r *replica) {
+	c.t.Helper()
+	c.start(r, r.serve.Addr)
+}
+
+// stop stops every replica, as a person would (an interrupt): each ends
+// its sessions and writes what it holds of the audit log.
+func (c *cluster) stop() {
+	c.t.Helper()
+	for _, r := range c.replicas {
+		if err := r.serve.Stop(); err != nil {
+			c.t.Errorf("guard serve %s: %v", r.name, err)
+		}
+	}
 }
 
 // url is a server's endpoint through the balancer.
@@ -131,22 +153,22 @@ func (c *cluster) guard(args ...string) (string, int) {
 	return string(out), 0
 }
 
-// records returns every record of the audit log, oldest first.
+// records returns every record of the audit log, oldest first, read
+// with the store package from the shared database.
 func (c *cluster) records() []*guard.Record {
 	c.t.Helper()
-	out, code := c.guard("audit", "export", "--format", "jsonl")
-	if code != 0 {
-		c.t.Fatalf("guard audit export: %s", out)
+	ctx := context.Background()
+	db, err := store.OpenReadOnly(ctx, store.Options{Path: c.db})
+	if err != nil {
+		c.t.Fatalf("opening the audit log: %v", err)
 	}
+	defer db.Close()
 	var recs []*guard.Record
-	sc := bufio.NewScanner(strings.NewReader(out))
-	sc.Buffer(nil, 16<<20)
-	for sc.Scan() {
-		var r guard.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			c.t.Fatalf("guard audit export: %v: %s", err, sc.Text())
-		}
-		recs = append(recs, &r)
+	if err := db.Records(ctx, func(r *guard.Record) error {
+		recs = append(recs, r)
+		return nil
+	}); err != nil {
+		c.t.Fatalf("reading the audit log: %v", err)
 	}
 	return recs
 }
@@ -190,9 +212,11 @@ func (c *cluster) pending(tool string) *guard.Approval {
 	}
 }
 
-// verify runs guard audit verify and fails unless it passes.
-func (c *cluster) verify() string {
+// stopAndVerify stops the replicas, then runs guard audit verify and
+// fails unless it passes.
+func (c *cluster) stopAndVerify() string {
 	c.t.Helper()
+	c.stop()
 	out, code := c.guard("audit", "verify")
 	if code != 0 || !strings.HasPrefix(out, "ok") {
 		c.t.Fatalf("guard audit verify: %d %s", code, out)
@@ -347,7 +371,7 @@ func (h *haproxy) waitState(t *testing.T, backend, server, state string) {
 // test's end.
 func logFile(t *testing.T, path string) *os.File {
 	t.Helper()
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,5 +63,5 @@ func TestConformanceThroughTheBalancer(t *testing.T) {
 			t.Logf("%d scenarios, the same directly and through the balancer", len(direct))
 		})
 	}
-	c.verify()
+	c.stopAndVerify()
 }

@@ -23,14 +23,18 @@ type Serve struct {
 }
 
 // StartServe runs bin with args (a guard serve command line, without
-// --listen) and --listen on a free loopback port; environ, when not nil,
+// --listen) and --listen addr, or a free loopback port when addr is "";
+// environ, when not nil,
 // is added to the environment, and the process's stderr goes to stderr.
 // It returns once /healthz answers (failing the test if the process exits
 // first or does not answer within 10s), and stops the process with an
 // interrupt at the test's end.
-func StartServe(t testing.TB, bin string, environ []string, stderr io.Writer, args ...string) *Serve {
+func StartServe(t testing.TB, addr, bin string, environ []string, stderr io.Writer, args ...string) *Serve {
 	t.Helper()
-	s := &Serve{Addr: FreePort(t), exited: make(chan error, 1), done: make(chan struct{})}
+	if addr == "" {
+		addr = FreePort(t)
+	}
+	s := &Serve{Addr: addr, exited: make(chan error, 1), done: make(chan struct{})}
 	s.cmd = exec.Command(bin, append(args, "--listen", s.Addr)...)
 	s.cmd.Stderr = stderr
 	if environ != nil {
