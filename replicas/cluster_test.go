@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -60,6 +61,9 @@ type cluster struct {
 	public   string   // public_url: the balancer, http://127.0.0.1:PORT
 	replicas []*replica
 	haproxy  *haproxy
+
+	mu       sync.Mutex
+	sessions []*mcp.ClientSession // the clients' sessions
 }
 
 // replica is one guard serve of a cluster.
@@ -126,6 +130,12 @@ func (c *cluster) restart(r *replica) {
 // its sessions and writes what it holds of the audit log.
 func (c *cluster) stop() {
 	c.t.Helper()
+	// The clients leave first: a replica waits for open streams to end.
+	c.mu.Lock()
+	for _, cs := range c.sessions {
+		cs.Close()
+	}
+	c.mu.Unlock()
 	for _, r := range c.replicas {
 		if err := r.serve.Stop(); err != nil {
 			c.t.Errorf("guard serve %s: %v", r.name, err)
@@ -225,15 +235,19 @@ func (c *cluster) stopAndVerify() string {
 }
 
 // connect opens an MCP session (go-sdk client, Streamable HTTP) of
-// protocol revision version at url.
-func connect(t *testing.T, ctx context.Context, url, name, version string) *mcp.ClientSession {
-	t.Helper()
+// protocol revision version at url; it is closed when the replicas stop,
+// or at the test's end.
+func (c *cluster) connect(ctx context.Context, url, name, version string) *mcp.ClientSession {
+	c.t.Helper()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil).
 		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
-		t.Fatalf("%s: connecting to %s: %v", name, url, err)
+		c.t.Fatalf("%s: connecting to %s: %v", name, url, err)
 	}
-	t.Cleanup(func() { cs.Close() })
+	c.mu.Lock()
+	c.sessions = append(c.sessions, cs)
+	c.mu.Unlock()
+	c.t.Cleanup(func() { cs.Close() })
 	return cs
 }
 
@@ -311,9 +325,10 @@ func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
 	return h
 }
 
-// stat returns the status (UP, DOWN, ...) of every server of HAProxy's
-// backends, by "backend/server", from its admin socket.
-func (h *haproxy) stat() (map[string]string, error) {
+// stat returns HAProxy's statistics of every server of its backends, by
+// "backend/server", each by column (status: UP, DOWN...; stot: the
+// sessions it served), from its admin socket.
+func (h *haproxy) stat() (map[string]map[string]string, error) {
 	conn, err := net.DialTimeout("unix", h.socket, time.Second)
 	if err != nil {
 		return nil, err
@@ -325,7 +340,7 @@ func (h *haproxy) stat() (map[string]string, error) {
 	}
 	sc := bufio.NewScanner(conn)
 	var cols []string
-	got := map[string]string{}
+	got := map[string]map[string]string{}
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "# ") {
@@ -340,7 +355,7 @@ func (h *haproxy) stat() (map[string]string, error) {
 		for i, c := range cols {
 			row[c] = f[i]
 		}
-		got[row["pxname"]+"/"+row["svname"]] = row["status"]
+		got[row["pxname"]+"/"+row["svname"]] = row
 	}
 	return got, sc.Err()
 }
@@ -352,7 +367,7 @@ func (h *haproxy) waitState(t *testing.T, backend, server, state string) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := h.stat()
-		if err == nil && strings.HasPrefix(st[backend+"/"+server], state) {
+		if err == nil && strings.HasPrefix(st[backend+"/"+server]["status"], state) {
 			return
 		}
 		select {

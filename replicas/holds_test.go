@@ -64,7 +64,7 @@ func TestHoldOnOneReplicaApprovedElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, by := range []string{"", b.name} {
-		cs := connect(t, ctx, a.url("notes"), "held", "2025-11-25")
+		cs := c.connect(ctx, a.url("notes"), "held", "2025-11-25")
 		got := callInBackground(ctx, cs, "delete_note", map[string]any{"title": "welcome"})
 		held := c.pending("delete_note")
 		if by == "" {
@@ -140,7 +140,7 @@ func TestRetryOfAHeldCallOnAnotherReplica(t *testing.T) {
 	args := map[string]any{"task": "backup"}
 	call := func(r *replica) *mcp.CallToolResult {
 		t.Helper()
-		cs := connect(t, ctx, r.url("notes"), "retrying", "2026-07-28")
+		cs := c.connect(ctx, r.url("notes"), "retrying", "2026-07-28")
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_task", Arguments: args})
 		if err != nil {
 			t.Fatalf("run_task on %s: %v", r.name, err)
