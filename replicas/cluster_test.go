@@ -126,19 +126,29 @@ func (c *cluster) restart(r *replica) {
 	c.start(r, r.serve.Addr)
 }
 
-// stop stops every replica, as a person would (an interrupt): each ends
-// its sessions and writes what it holds of the audit log.
+// stop stops the clients, the balancer and every replica, the replicas
+// as a person would (an interrupt): each ends its sessions and writes
+// what it holds of the audit log.
 func (c *cluster) stop() {
 	c.t.Helper()
-	// The clients leave first: a replica waits for open streams to end.
+	// The clients and the balancer go first: a replica waits a while for
+	// the streams still open to end.
 	c.mu.Lock()
 	for _, cs := range c.sessions {
 		cs.Close()
 	}
 	c.mu.Unlock()
-	for _, r := range c.replicas {
-		if err := r.serve.Stop(); err != nil {
-			c.t.Errorf("guard serve %s: %v", r.name, err)
+	c.haproxy.stop()
+	errs := make([]error, len(c.replicas))
+	var wg sync.WaitGroup
+	for i, r := range c.replicas {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = r.serve.Stop() }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			c.t.Errorf("guard serve %s: %v", c.replicas[i].name, err)
 		}
 	}
 }
@@ -269,6 +279,21 @@ type haproxy struct {
 	log    string // its output
 	cmd    *exec.Cmd
 	exited chan error
+	once   sync.Once
+}
+
+// stop stops HAProxy (its connections to clients and replicas close), and
+// waits for it.
+func (h *haproxy) stop() {
+	h.once.Do(func() {
+		_ = h.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-h.exited:
+		case <-time.After(10 * time.Second):
+			_ = h.cmd.Process.Kill()
+			<-h.exited
+		}
+	})
 }
 
 // balancerConfig is what docs/haproxy.cfg is filled in with.
@@ -309,15 +334,7 @@ func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
 		t.Fatal(err)
 	}
 	go func() { h.exited <- h.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = h.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-h.exited:
-		case <-time.After(10 * time.Second):
-			_ = h.cmd.Process.Kill()
-			<-h.exited
-		}
-	})
+	t.Cleanup(h.stop)
 	for _, r := range replicas {
 		h.waitState(t, "guard_mcp", r.name, "UP")
 		h.waitState(t, "guard_ui", r.name, "UP")
@@ -329,20 +346,13 @@ func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
 // "backend/server", each by column (status: UP, DOWN...; stot: the
 // sessions it served), from its admin socket.
 func (h *haproxy) stat() (map[string]map[string]string, error) {
-	conn, err := net.DialTimeout("unix", h.socket, time.Second)
+	lines, err := h.command("show stat")
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write([]byte("show stat\n")); err != nil {
-		return nil, err
-	}
-	sc := bufio.NewScanner(conn)
 	var cols []string
 	got := map[string]map[string]string{}
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range lines {
 		if strings.HasPrefix(line, "# ") {
 			cols = strings.Split(strings.TrimPrefix(line, "# "), ",")
 			continue
@@ -357,7 +367,27 @@ func (h *haproxy) stat() (map[string]map[string]string, error) {
 		}
 		got[row["pxname"]+"/"+row["svname"]] = row
 	}
-	return got, sc.Err()
+	return got, nil
+}
+
+// command runs a command on HAProxy's admin socket and returns the lines
+// of its answer.
+func (h *haproxy) command(cmd string) ([]string, error) {
+	conn, err := net.DialTimeout("unix", h.socket, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte(cmd + "\n")); err != nil {
+		return nil, err
+	}
+	var lines []string
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
 }
 
 // waitState waits until HAProxy reports a backend's server in state
