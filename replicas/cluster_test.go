@@ -142,6 +142,9 @@ func (c *cluster) stop() {
 	errs := make([]error, len(c.replicas))
 	var wg sync.WaitGroup
 	for i, r := range c.replicas {
+		if r.serve.Ended() { // stopped or killed by the test
+			continue
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = r.serve.Stop() }()
 	}

@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -174,5 +175,67 @@ func TestRetryOfAHeldCallOnAnotherReplica(t *testing.T) {
 		}
 		return decided && ran
 	})
+	c.stopAndVerify()
+}
+
+// A call held on a replica that stops is not lost: a replica that is
+// stopped (an interrupt) takes no new request and answers the calls it
+// holds with the retry answer once approval.wait ends; a replica that
+// dies answers nothing. Either way the hold stays in the database until
+// it expires: approved meanwhile, the same call made again on another
+// replica passes, once.
+func TestHoldsOfAReplicaThatStops(t *testing.T) {
+	c := newCluster(t, 3, "approval: {wait: 5s}\n"+exampleServer())
+	survivor := c.replicas[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	state := func(id string) string {
+		out, code := c.guard("approvals", "list", "--state", "all", "--format", "jsonl")
+		if code != 0 {
+			t.Fatalf("guard approvals list: %s", out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var a guard.Approval
+			if json.Unmarshal([]byte(line), &a) == nil && a.ID == id {
+				return a.State
+			}
+		}
+		return ""
+	}
+	for _, r := range c.replicas[:2] {
+		how := map[bool]string{true: "stopped", false: "killed"}[r == c.replicas[0]]
+		cs := c.connect(ctx, r.url("notes"), "held-on-"+r.name, "2025-11-25")
+		got := callInBackground(ctx, cs, "delete_note", map[string]any{"title": "welcome"})
+		a := c.pending("delete_note")
+		if how == "stopped" {
+			if err := r.serve.Stop(); err != nil {
+				t.Fatalf("stopping %s: %v", r.name, err)
+			}
+			if res := <-got; res.err != nil || !res.r.IsError || !strings.HasPrefix(text(res.r), "Waiting for approval (id "+a.ID+")") {
+				t.Fatalf("the call held on %s, which was stopped: %q %v", r.name, text(res.r), res.err)
+			}
+		} else {
+			if err := r.serve.Kill(); err == nil {
+				t.Fatalf("%s survived SIGKILL", r.name)
+			}
+			if res := <-got; res.err == nil {
+				t.Fatalf("the call held on %s, which was killed, was answered: %q", r.name, text(res.r))
+			}
+		}
+		if s := state(a.ID); s != guard.ApprovalPending {
+			t.Fatalf("the hold of the %s %s: %s", how, r.name, s)
+		}
+		if out, code := c.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
+			t.Fatalf("approve: %s", out)
+		}
+		again := c.connect(ctx, survivor.url("notes"), "again", "2025-11-25")
+		res, err := again.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
+		if err != nil || res.IsError || text(res) != "deleted welcome" {
+			t.Fatalf("the call held on the %s %s, made again on %s after the approval: %q %v", how, r.name, survivor.name, text(res), err)
+		}
+		if s := state(a.ID); s != guard.ApprovalUsed {
+			t.Fatalf("the approval of the call held on the %s %s, after the call passed: %s", how, r.name, s)
+		}
+	}
 	c.stopAndVerify()
 }

@@ -70,6 +70,7 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 	const clients = 16
 	c := newCluster(t, 3, "policy: {default: allow}\n"+exampleServer())
 	victim := c.replicas[0]
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	load := make([]*loadClient, clients)
@@ -139,7 +140,9 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 	if err := victim.serve.Kill(); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("guard serve %s after SIGKILL: %v", victim.name, err)
 	}
+	t.Logf("%s killed at %v", victim.name, time.Since(start).Round(time.Millisecond))
 	c.haproxy.waitState(t, "guard_mcp", victim.name, "DOWN")
+	t.Logf("the balancer took %s out at %v", victim.name, time.Since(start).Round(time.Millisecond))
 	waitUntil(t, "every client of the other replicas had 10 calls answered after the kill", func() bool {
 		for _, l := range load {
 			if l.home != victim.name && l.afterKill.Load() < 10 {
@@ -155,6 +158,7 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	t.Logf("the clients stopped at %v", time.Since(start).Round(time.Millisecond))
 	for i, l := range load {
 		f, _ := l.failure.Load().(string)
 		switch {
@@ -194,6 +198,7 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 	t.Logf("%d calls answered; before %s restarted, %d of them lack their request or outcome in the database", len(answered), victim.name, len(missing()))
 	c.restart(victim)
 	c.haproxy.waitState(t, "guard_mcp", victim.name, "UP")
+	t.Logf("%s back at %v", victim.name, time.Since(start).Round(time.Millisecond))
 	if m := missing(); len(m) > 0 {
 		t.Fatalf("%d calls answered, %d without their request and outcome in the audit log: %v", len(answered), len(m), m)
 	}

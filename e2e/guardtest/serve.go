@@ -74,6 +74,16 @@ func (s *Serve) wait() error {
 	return s.err
 }
 
+// Ended reports whether the process was seen to end (by Stop or Kill).
+func (s *Serve) Ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop interrupts the process, as a person would, and waits for it; after
 // 15s it is killed.
 func (s *Serve) Stop() error {
