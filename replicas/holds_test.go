@@ -55,30 +55,37 @@ func (c *cluster) checkDecided(a *guard.Approval, by string) {
 	})
 }
 
-// A call held on one replica is released when a person approves it from
-// anywhere: on the command line against the shared database, or in
-// another replica's UI. The held call then runs where it waits, and the
-// audit log has its request, the decision and its outcome.
+// A call held on one replica, its session reached through the balancer,
+// is released when a person approves it from anywhere: on the command
+// line against the shared database, or in another replica's UI. The held
+// call then runs where it waits, its answer comes through the balancer,
+// and the audit log has its request, the decision and its outcome.
 func TestHoldOnOneReplicaApprovedElsewhere(t *testing.T) {
 	c := newCluster(t, 2, "approval: {wait: 40s}\n"+exampleServer())
-	a, b := c.replicas[0], c.replicas[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, by := range []string{"", b.name} {
-		cs := c.connect(ctx, a.url("notes"), "held", "2025-11-25")
+	for _, inUI := range []bool{false, true} {
+		cs := c.connect(ctx, c.url("notes"), "held", "2025-11-25")
+		table, err := c.haproxy.sticky()
+		if err != nil {
+			t.Fatal(err)
+		}
+		home, elsewhere := c.replicas[0], c.replicas[1]
+		if table[cs.ID()] == elsewhere.name {
+			home, elsewhere = elsewhere, home
+		}
 		got := callInBackground(ctx, cs, "delete_note", map[string]any{"title": "welcome"})
 		held := c.pending("delete_note")
-		if by == "" {
-			by = "the command line"
-			if out, code := c.guard("approvals", "approve", held.ID, "--by", "erin"); code != 0 {
-				t.Fatalf("approve: %s", out)
-			}
-		} else {
-			c.approveInUI(b, held.ID, "erin")
+		by := "the command line"
+		if inUI {
+			by = elsewhere.name + "'s UI"
+			c.approveInUI(elsewhere, held.ID, "erin")
+		} else if out, code := c.guard("approvals", "approve", held.ID, "--by", "erin"); code != 0 {
+			t.Fatalf("approve: %s", out)
 		}
 		res := <-got
 		if res.err != nil || res.r.IsError || text(res.r) != "deleted welcome" {
-			t.Fatalf("the call held on %s, approved on %s: %q %v", a.name, by, text(res.r), res.err)
+			t.Fatalf("the call held on %s, approved on %s: %q %v", home.name, by, text(res.r), res.err)
 		}
 		c.checkDecided(held, "erin")
 		cs.Close()

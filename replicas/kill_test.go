@@ -14,31 +14,6 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// sticky returns HAProxy's stick table of the MCP backend: the replica
-// each session id was learned from, by session id.
-func (h *haproxy) sticky() (map[string]string, error) {
-	lines, err := h.command("show table guard_mcp")
-	if err != nil {
-		return nil, err
-	}
-	got := map[string]string{}
-	for _, line := range lines {
-		var key, server string
-		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, "key="); ok {
-				key = v
-			}
-			if v, ok := strings.CutPrefix(f, "server_key="); ok {
-				server = v
-			}
-		}
-		if key != "" {
-			got[key] = server
-		}
-	}
-	return got, nil
-}
-
 // waitUntil waits until cond is true, or fails after 30s saying what it
 // waited for.
 func waitUntil(t *testing.T, what string, cond func() bool) {
