@@ -300,8 +300,8 @@ func (s *Server) secure(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	o := strings.ToLower(s.opts.PublicOrigin)
-	return strings.HasPrefix(o, "https://") && strings.EqualFold(r.Host, strings.TrimPrefix(o, "https://"))
+	host, ok := strings.CutPrefix(strings.ToLower(s.opts.PublicOrigin), "https://")
+	return ok && strings.TrimSuffix(strings.ToLower(r.Host), ":443") == host
 }
 
 // formOriginOK is originOK for a form the UI's page sent: its Origin must

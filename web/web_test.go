@@ -799,7 +799,7 @@ func TestStaticAssets(t *testing.T) {
 // connection is plain HTTP; other hosts and origins are refused as ever.
 func TestPublicOriginBehindABalancer(t *testing.T) {
 	e := newEnvAt(t, filepath.Join(t.TempDir(), "g.db"), func(o *web.Options) {
-		o.AllowedHosts = append(o.AllowedHosts, "guard.example.test")
+		o.AllowedHosts = append(o.AllowedHosts, "guard.example.test", "guard.example.test:443")
 		o.PublicOrigin = "https://guard.example.test"
 	})
 	b := e.login("alice")
@@ -845,10 +845,12 @@ func TestPublicOriginBehindABalancer(t *testing.T) {
 	}
 	// Logging in at the public https address gives a Secure cookie,
 	// although the connection from the terminator is plain HTTP.
-	req, _ = http.NewRequest("GET", e.ts.URL+"/login?token="+testToken, nil)
-	req.Host = "guard.example.test"
-	res, _ := e.client().do(req)
-	if len(res.Cookies()) != 1 || !res.Cookies()[0].Secure {
-		t.Errorf("login at the public address: %d, cookies %v", res.StatusCode, res.Cookies())
+	for host, secure := range map[string]bool{"guard.example.test": true, "guard.example.test:443": true, e.host: false} {
+		req, _ = http.NewRequest("GET", e.ts.URL+"/login?token="+testToken, nil)
+		req.Host = host
+		res, _ := e.client().do(req)
+		if len(res.Cookies()) != 1 || res.Cookies()[0].Secure != secure {
+			t.Errorf("login at %s: %d, cookies %v", host, res.StatusCode, res.Cookies())
+		}
 	}
 }
