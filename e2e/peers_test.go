@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -66,7 +67,7 @@ func compareThroughGuard(t *testing.T, sc scenario, name string, serverCmd []str
 func tsScenario(name, protocol string, flags ...string) scenario {
 	return func(t *testing.T, serverCmd []string) transcript {
 		t.Helper()
-		args := append([]string{filepath.Join(repoRoot(t), "testdata/node/client.mjs"), "--scenario", name}, flags...)
+		args := append([]string{filepath.Join(guardtest.RepoRoot(), "testdata/node/client.mjs"), "--scenario", name}, flags...)
 		if protocol != "" {
 			args = append(args, "--protocol", protocol)
 		}
@@ -77,11 +78,11 @@ func tsScenario(name, protocol string, flags ...string) scenario {
 		} else {
 			args = append(append(args, "--"), serverCmd...)
 		}
-		c := exec.Command(nodeBin(t), args...)
-		c.Dir = filepath.Join(repoRoot(t), "testdata/node")
+		c := exec.Command(guardtest.Node(t), args...)
+		c.Dir = filepath.Join(guardtest.RepoRoot(), "testdata/node")
 		// Node resolves client.mjs's imports next to it, whatever
 		// GUARD_TEST_NODE_MODULES says.
-		peer(t, "", "testdata/node/node_modules/@modelcontextprotocol/sdk")
+		guardtest.Peer(t, "", "testdata/node/node_modules/@modelcontextprotocol/sdk")
 		var stderr strings.Builder
 		c.Stderr = &stderr
 		out, err := c.Output()
@@ -104,8 +105,8 @@ var tsRevisions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05
 // speaks; sampling, elicitation and roots requests from the server reach the
 // client and are audited.
 func TestTypeScriptClientAndServerEverythingThroughGuard(t *testing.T) {
-	node := nodeBin(t)
-	server := []string{node, filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"}
+	node := guardtest.Node(t)
+	server := []string{node, filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"}
 	for _, v := range tsRevisions {
 		t.Run(v, func(t *testing.T) {
 			direct, e := compareThroughGuard(t, tsScenario("everything", v), "everything", server)
@@ -273,7 +274,7 @@ func cannedAnswer(schema any) map[string]any {
 // go-sdk clients pinned to each revision see the go-sdk conformance server
 // through guard as they see it directly.
 func TestGoClientsOfEveryRevisionThroughGuard(t *testing.T) {
-	server := everythingServer(t)
+	server := guardtest.EverythingServer(t)
 	for _, v := range []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
 		t.Run(v, func(t *testing.T) {
 			direct, e := compareThroughGuard(t, goScenario(v), "conformance", []string{server})

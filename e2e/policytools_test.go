@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -169,7 +170,7 @@ policy:
 			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "ok"}}, nil
 		},
 	})
-	cs := e.connect(ctx, client, "2025-11-25", nil, "conformance", everythingServer(t))
+	cs := e.connect(ctx, client, "2025-11-25", nil, "conformance", guardtest.EverythingServer(t))
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static-text"}); err == nil ||
 		!strings.Contains(err.Error(), `Denied by policy rule "no-static": not that one`) {
 		t.Errorf("resources/read: %v", err)

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // filesystemServer is the reference filesystem server (npm).
 func filesystemServer(t *testing.T) string {
-	return peer(t, "GUARD_TEST_FILESYSTEM_SERVER", filepath.Join(nodeModules(t), "@modelcontextprotocol/server-filesystem/dist/index.js"))
+	return guardtest.Peer(t, "GUARD_TEST_FILESYSTEM_SERVER", filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-filesystem/dist/index.js"))
 }
 
 // The filesystem server, rooted at the home directory, cannot reach guard's
@@ -40,7 +41,7 @@ func TestSandboxHidesGuardFromAServerUnprivileged(t *testing.T) {
 }
 
 func sandboxAttacks(t *testing.T, cred *syscall.Credential) {
-	node, js := nodeBin(t), filesystemServer(t)
+	node, js := guardtest.Node(t), filesystemServer(t)
 	for _, p := range []string{node, js} {
 		if cred != nil && !readableByOthers(p) {
 			t.Skipf("%s cannot be read by uid %d: cannot run the server as that user", p, cred.Uid)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -67,7 +68,7 @@ func checkServerEnv(t *testing.T, env map[string]string) {
 }
 
 func everythingArgv(t *testing.T) []string {
-	return []string{nodeBin(t), filepath.Join(nodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"}
+	return []string{guardtest.Node(t), filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"}
 }
 
 // A server run by guard run does not see guard's secrets.

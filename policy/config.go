@@ -69,6 +69,12 @@ type Config struct {
 	}
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
+	// PublicURL is the address clients and browsers use to reach guard
+	// when something stands in front of it (a load balancer, a TLS
+	// terminator): scheme and host, without a trailing slash; "" when
+	// not configured. Its host is answered besides the listen address's,
+	// its origin is accepted, and printed addresses use it.
+	PublicURL string
 	// Expanded maps each environment variable the configuration expanded
 	// (${NAME}, anywhere but in a server's command) to the value it had:
 	// guard's own secrets, kept from the servers' environment and masked
@@ -511,6 +517,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 			return err
 		},
 		"include":        p.list(&c.Include),
+		"public_url":     p.publicURL(&c.PublicURL),
 		"redact_results": p.boolean(&c.RedactResults),
 		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },

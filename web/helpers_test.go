@@ -87,8 +87,9 @@ func newEnv(t testing.TB) *env {
 	return newEnvAt(t, filepath.Join(t.TempDir(), "g.db"))
 }
 
-// newEnvAt is newEnv over the database at path.
-func newEnvAt(t testing.TB, path string) *env {
+// newEnvAt is newEnv over the database at path; configure, when given,
+// changes the UI's options before it starts.
+func newEnvAt(t testing.TB, path string, configure ...func(*web.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal"})
@@ -100,7 +101,7 @@ func newEnvAt(t testing.TB, path string) *env {
 	e.ts = httptest.NewUnstartedServer(nil)
 	e.host = e.ts.Listener.Addr().String()
 	_, port, _ := strings.Cut(e.host, ":")
-	e.ui, err = web.New(web.Options{
+	o := web.Options{
 		Store:        db,
 		Decider:      e.m,
 		Token:        testToken,
@@ -119,7 +120,11 @@ func newEnvAt(t testing.TB, path string) *env {
 		},
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:    e.clock.now,
-	})
+	}
+	for _, c := range configure {
+		c(&o)
+	}
+	e.ui, err = web.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,6 +103,12 @@ type Options struct {
 	// AllowedHosts are the Host headers the UI answers to, such as
 	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
 	AllowedHosts []string
+	// PublicOrigin, when set, is the origin browsers reach the UI at
+	// through a load balancer or TLS terminator (public_url, such as
+	// "https://guard.example.com"): accepted as the UI's own Origin
+	// although this connection's scheme may differ. Its host must be
+	// among AllowedHosts.
+	PublicOrigin string
 	// AllowAlways writes a rule that allows the tool of a held call from
 	// now on ("approve, and allow this tool from now on"), learned from
 	// its approval; nil hides that choice.
@@ -272,17 +278,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // originOK says whether the request's Origin is the UI's own: the scheme
-// of this connection and an allowed Host, exactly.
+// of this connection and an allowed Host, exactly, or the public origin.
 func (s *Server) originOK(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" || !s.hosts[strings.ToLower(r.Host)] {
 		return false
+	}
+	if s.opts.PublicOrigin != "" && strings.EqualFold(origin, s.opts.PublicOrigin) {
+		return true
 	}
 	scheme := "http://"
 	if r.TLS != nil {
 		scheme = "https://"
 	}
 	return strings.EqualFold(origin, scheme+r.Host)
+}
+
+// secure says whether the browser reached the UI over HTTPS: this
+// connection, or the public origin's terminator in front of it.
+func (s *Server) secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	host, ok := strings.CutPrefix(strings.ToLower(s.opts.PublicOrigin), "https://")
+	return ok && strings.TrimSuffix(strings.ToLower(r.Host), ":443") == host
 }
 
 // formOriginOK is originOK for a form the UI's page sent: its Origin must
@@ -317,7 +336,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		Value:    id,
 		Path:     "/",
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   s.secure(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 	s.log.Info("ui: login")
@@ -329,7 +348,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		s.sessions.remove(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 	s.unauthorized(w, r)
 }
 

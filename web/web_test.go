@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -790,5 +791,66 @@ func TestStaticAssets(t *testing.T) {
 	_, css := b.get("/static/app.css")
 	if !strings.Contains(css, "white-space: pre-wrap; word-break: break-all") {
 		t.Error("arguments are not wrapped in full")
+	}
+}
+
+// Behind a balancer or a TLS terminator (public_url), the UI answers its
+// public host and takes the public origin as its own, although this
+// connection is plain HTTP; other hosts and origins are refused as ever.
+func TestPublicOriginBehindABalancer(t *testing.T) {
+	e := newEnvAt(t, filepath.Join(t.TempDir(), "g.db"), func(o *web.Options) {
+		o.AllowedHosts = append(o.AllowedHosts, "guard.example.test", "guard.example.test:443")
+		o.PublicOrigin = "https://guard.example.test"
+	})
+	b := e.login("alice")
+	// The session's cookie, which a browser at the public address holds
+	// (Go's client would look it up by req.Host).
+	u, _ := url.Parse(e.ts.URL)
+	cookies := b.c.Jar.Cookies(u)
+	at := func(req *http.Request, host string) *http.Request {
+		req.Host = host
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		return req
+	}
+	decide := func(host, origin string) int {
+		a := e.hold("files", "delete_file", `{"path":"/tmp/`+url.PathEscape(host+origin)+`"}`)
+		req, _ := http.NewRequest("POST", e.ts.URL+"/approvals/"+a.ID+"/approve", strings.NewReader(url.Values{"csrf": {b.csrf}}.Encode()))
+		req = at(req, host)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		res, _ := b.do(req)
+		if approved := e.approval(a.ID).State == guard.ApprovalApproved; approved != (res.StatusCode == http.StatusSeeOther) {
+			t.Errorf("Host %s, Origin %s: %d, approval %s", host, origin, res.StatusCode, e.approval(a.ID).State)
+		}
+		return res.StatusCode
+	}
+	if got := decide("guard.example.test", "https://guard.example.test"); got != http.StatusSeeOther {
+		t.Errorf("the public host and origin: %d", got)
+	}
+	for _, c := range [][2]string{
+		{"guard.example.test", "https://evil.example"},
+		{"guard.example.test", "https://guard.example.test:8443"},
+		{"evil.example", "https://guard.example.test"},
+		{"guard.example.test.evil.example", "https://guard.example.test"},
+	} {
+		if got := decide(c[0], c[1]); got != http.StatusForbidden {
+			t.Errorf("Host %s, Origin %s: %d, want 403", c[0], c[1], got)
+		}
+	}
+	req, _ := http.NewRequest("GET", e.ts.URL+"/", nil)
+	if res, _ := b.do(at(req, "guard.example.test")); res.StatusCode != http.StatusOK {
+		t.Errorf("GET / at the public host: %d", res.StatusCode)
+	}
+	// Logging in at the public https address gives a Secure cookie,
+	// although the connection from the terminator is plain HTTP.
+	for host, secure := range map[string]bool{"guard.example.test": true, "guard.example.test:443": true, e.host: false} {
+		req, _ = http.NewRequest("GET", e.ts.URL+"/login?token="+testToken, nil)
+		req.Host = host
+		res, _ := e.client().do(req)
+		if len(res.Cookies()) != 1 || res.Cookies()[0].Secure != secure {
+			t.Errorf("login at %s: %d, cookies %v", host, res.StatusCode, res.Cookies())
+		}
 	}
 }

@@ -81,7 +81,7 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 
 	say("guard demo: the example notes server, wrapped by guard.")
 	say("")
-	say("  Approval UI:  %s", uiURL(*uiAddr, token))
+	say("  Approval UI:  %s", uiURL("", *uiAddr, token))
 	say("  Open it now: a call will wait for you there.")
 	say("  Database:     %s   (guard audit query --db %s)", dbPath, dbPath)
 	say("")

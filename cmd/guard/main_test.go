@@ -49,6 +49,10 @@ func TestCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("policy:\n  default: sometimes\n"), 0o600)
+	public := filepath.Join(dir, "public.yaml")
+	os.WriteFile(public, []byte("public_url: https://Guard.Example.com/\n"), 0o600)
+	badPublic := filepath.Join(dir, "bad-public.yaml")
+	os.WriteFile(badPublic, []byte("ui: {listen: 127.0.0.1:8931}\npublic_url: https://guard.example.com/guard\n"), 0o600)
 	for _, tc := range []struct {
 		args   []string
 		code   int
@@ -89,7 +93,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"policy", "replay", "--since", "soon"}, 2, "", "want a duration"},
 		{[]string{"policy", "replay", "--since", "1h"}, 0, "replayed 0 calls", ""},
 		{[]string{"ui"}, 2, "", "usage: guard ui url"},
-		{[]string{"ui", "url"}, 0, "/login?token=", ""},
+		{[]string{"ui", "url"}, 0, "http://127.0.0.1:8931/login?token=", ""},
+		{[]string{"ui", "url", "--config", public}, 0, "https://guard.example.com/login?token=", ""},
+		{[]string{"serve", "--config", badPublic}, 2, "", badPublic + `:2: public_url "https://guard.example.com/guard" has a path (/guard)`},
 		{[]string{"token"}, 2, "", "usage: guard token NAME"},
 		{[]string{"token", "ci"}, 0, "token_sha256:", ""},
 		{[]string{"serve", "--listen", "0.0.0.0:8930"}, 2, "", "reachable from other machines"},

@@ -71,8 +71,13 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	// /healthz and /metrics answer only guard's own Host names, like
 	// every other route; /metrics needs a client's token where tokens are
-	// configured (it names servers and tools).
-	hosts := allowedHosts(*listen)
+	// configured (it names servers and tools). Behind a balancer, the
+	// public host is one of them.
+	hosts := append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...)
+	base := "http://" + *listen // what clients use, as printed
+	if cfg.PublicURL != "" {
+		base = cfg.PublicURL
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", proxy.CheckHosts(hosts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -128,7 +133,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp/"+name, h)
-		logger.Info("serving", "server", name, "url", "http://"+*listen+"/mcp/"+name)
+		logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
 		members = append(members, served{name, memberRun(o)})
 	}
 	if len(stdio) > 0 {
@@ -155,7 +160,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp", h)
-		logger.Info("serving every server at one endpoint", "url", "http://"+*listen+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
+		logger.Info("serving every server at one endpoint", "url", base+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
 	}
 	if len(fronts) == 0 {
 		fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")

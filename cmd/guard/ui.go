@@ -52,16 +52,27 @@ func uiToken(dataDir string) (string, error) {
 	return tok, nil
 }
 
-// uiURL is the address a browser opens: the login route with the token.
-func uiURL(listen, token string) string {
+// uiURL is the address a browser opens: the login route with the token,
+// at the public URL when one is configured.
+func uiURL(publicURL, listen, token string) string {
+	return uiBase(publicURL, listen) + "/login?token=" + token
+}
+
+// uiBase is the UI's address: the public URL when one is configured
+// (browsers reach the UI through what stands in front of guard), else
+// the address it listens on.
+func uiBase(publicURL, listen string) string {
+	if publicURL != "" {
+		return publicURL
+	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "http://" + listen + "/login?token=" + token
+		return "http://" + listen
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/login?token=" + token
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func cmdUI(ctx context.Context, a *app, args []string) int {
@@ -83,6 +94,6 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintln(a.stdout, uiURL(st.Config.UI.Listen, tok))
+	fmt.Fprintln(a.stdout, uiURL(st.Config.PublicURL, st.Config.UI.Listen, tok))
 	return exitOK
 }

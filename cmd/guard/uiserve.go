@@ -36,7 +36,8 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		Store:        db,
 		Decider:      holds,
 		Token:        token,
-		AllowedHosts: allowedHosts(listen),
+		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
+		PublicOrigin: st.Config.PublicURL,
 		AllowAlways:  allowAlways(db, st.RulesDir),
 		Explain:      explain(ctx, engine, db),
 		Logger:       logger.With("component", "ui"),
@@ -49,7 +50,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 	for {
 		ln, err := net.Listen("tcp", listen)
 		if err == nil {
-			logger.Info("approval UI", "url", "http://"+listen+" (guard ui url prints the login address)")
+			logger.Info("approval UI", "url", uiBase(st.Config.PublicURL, listen)+" (guard ui url prints the login address)")
 			l := store.Lifecycle{Event: store.LifecycleStarted, Process: "guard ui", Version: buildVersion(),
 				Serves: []string{"http://" + listen}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)

@@ -1,0 +1,101 @@
+package guardtest
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Serve is a guard serve process of a test.
+type Serve struct {
+	// Addr is its --listen address.
+	Addr string
+	cmd  *exec.Cmd
+	// exited receives Wait's error once; done is closed after.
+	exited chan error
+	done   chan struct{}
+	once   sync.Once
+	err    error
+}
+
+// StartServe runs bin with args (a guard serve command line, without
+// --listen) and --listen addr, or a free loopback port when addr is "";
+// environ, when not nil,
+// is added to the environment, and the process's stderr goes to stderr.
+// It returns once /healthz answers (failing the test if the process exits
+// first or does not answer within 10s), and stops the process with an
+// interrupt at the test's end.
+func StartServe(t testing.TB, addr, bin string, environ []string, stderr io.Writer, args ...string) *Serve {
+	t.Helper()
+	if addr == "" {
+		addr = FreePort(t)
+	}
+	s := &Serve{Addr: addr, exited: make(chan error, 1), done: make(chan struct{})}
+	s.cmd = exec.Command(bin, append(args, "--listen", s.Addr)...)
+	s.cmd.Stderr = stderr
+	if environ != nil {
+		s.cmd.Env = append(os.Environ(), environ...)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exited <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.Stop() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", "http://"+s.Addr+"/healthz", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return s
+		}
+		select {
+		case err := <-s.exited: // a port taken meanwhile, a bad configuration
+			s.exited <- err
+			t.Fatalf("guard serve exited before it answered: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guard serve at %s never answered", s.Addr)
+		}
+	}
+}
+
+// Pid is the process's id.
+func (s *Serve) Pid() int { return s.cmd.Process.Pid }
+
+// wait waits for the process to exit and returns how it ended.
+func (s *Serve) wait() error {
+	s.once.Do(func() { s.err = <-s.exited; close(s.done) })
+	<-s.done
+	return s.err
+}
+
+// Ended reports whether the process was seen to end (by Stop or Kill).
+func (s *Serve) Ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop interrupts the process, as a person would, and waits for it; after
+// 15s it is killed.
+func (s *Serve) Stop() error {
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	t := time.AfterFunc(15*time.Second, func() { _ = s.cmd.Process.Kill() })
+	defer t.Stop()
+	return s.wait()
+}
+
+// Kill ends the process with SIGKILL, which it cannot catch, and waits
+// for it.
+func (s *Serve) Kill() error {
+	_ = s.cmd.Process.Kill()
+	return s.wait()
+}

@@ -1,0 +1,96 @@
+package policy
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	guard "github.com/guard-mcp/guard"
+	"go.yaml.in/yaml/v3"
+)
+
+// ParsePublicURL checks a public_url: an absolute http:// or https:// URL
+// with a host, and nothing else that a Host or an Origin header cannot
+// carry (user information, a path other than "/", a query, a fragment).
+// It returns the URL in the form guard prints: the scheme and host in
+// lower case, the scheme's default port left out, no trailing slash.
+func ParsePublicURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	// The value may hold a password or a token: errors show it as logs
+	// would (guard.DisplayURL).
+	shown := s
+	if err != nil || u.User != nil || u.RawQuery != "" {
+		shown = guard.DisplayURL(s)
+	}
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("public_url %q is not a URL: %v", shown, errorWithoutInput(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("public_url %q: use an absolute http:// or https:// URL, like https://guard.example.com", shown)
+	case u.Opaque != "" || u.Host == "":
+		return "", fmt.Errorf("public_url %q has no host (write %s://HOST[:PORT])", shown, u.Scheme)
+	case u.User != nil:
+		return "", fmt.Errorf("public_url %q holds user information (before an @): clients never send it; leave it out", shown)
+	case u.Path != "" && u.Path != "/":
+		return "", fmt.Errorf("public_url %q has a path (%s): guard answers at the root (/mcp/NAME, the UI); give the scheme and host only", shown, u.Path)
+	case u.RawQuery != "" || u.ForceQuery:
+		return "", fmt.Errorf("public_url %q has a query string: give the scheme and host only", shown)
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return "", fmt.Errorf("public_url %q has a fragment: give the scheme and host only", shown)
+	}
+	host := strings.ToLower(u.Host)
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if port == "" || port == defaultPort(u.Scheme) {
+			host = h
+			if strings.Contains(h, ":") {
+				host = "[" + h + "]"
+			}
+		}
+	}
+	return u.Scheme + "://" + host, nil
+}
+
+func defaultPort(scheme string) string {
+	if scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+// errorWithoutInput is a url.Parse error without the input it repeats.
+func errorWithoutInput(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// PublicHosts returns the Host headers that name a public_url (as
+// ParsePublicURL returns it): its host, and also host:port with the
+// scheme's default port, which some clients send. None for "".
+func PublicHosts(publicURL string) []string {
+	scheme, host, ok := strings.Cut(publicURL, "://")
+	if !ok || host == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return []string{host}
+	}
+	return []string{host, net.JoinHostPort(strings.Trim(host, "[]"), defaultPort(scheme))}
+}
+
+// publicURL reads public_url (see ParsePublicURL).
+func (p *parser) publicURL(dst *string) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind != yaml.ScalarNode {
+			return p.errf(n, "public_url: expected a string, like https://guard.example.com")
+		}
+		u, err := ParsePublicURL(n.Value)
+		if err != nil {
+			return p.errf(n, "%v", err)
+		}
+		*dst = u
+		return nil
+	}
+}
