@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 var guardBin string
@@ -31,18 +33,17 @@ func TestMain(m *testing.M) {
 }
 
 // database returns the --db value the replicas of a test share, and what
-// their environment needs besides, for the database GUARD_TEST_DB names:
-// "" or "sqlite", one SQLite file in dir (several processes on one
-// machine share it).
+// their environment needs besides, for the engine GUARD_TEST_DB names:
+// by default one SQLite file in dir (several processes on one machine
+// share it); with "postgres", a new database in the tests' PostgreSQL
+// cluster, each replica with a data directory of its own (its UI token)
+// and the one checkpoint key of the configuration (audit.key_file).
 func database(t *testing.T, dir string) (db string, environ []string) {
 	t.Helper()
-	switch kind := os.Getenv("GUARD_TEST_DB"); kind {
-	case "", "sqlite":
-		return filepath.Join(dir, "data", "guard.db"), nil
-	default:
-		t.Fatalf("GUARD_TEST_DB=%s: these tests run guard on sqlite only", kind)
-		return "", nil
+	if pgtest.Postgres() {
+		return pgtest.Database(t), nil
 	}
+	return filepath.Join(dir, "data", "guard.db"), nil
 }
 
 // haproxyBin is Debian's haproxy, which scripts/test installs.
@@ -89,6 +90,10 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 	bind := guardtest.FreePort(t)
 	c.public = "http://" + bind
 	c.db, c.environ = database(t, dir)
+	if pgtest.Postgres() {
+		// One key for every replica, as a team deploys it.
+		config = "audit: {key_file: " + filepath.Join(dir, "audit.key") + "}\n" + config
+	}
 	if err := os.WriteFile(c.cfg, []byte("public_url: "+c.public+"\n"+config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +120,12 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 func (c *cluster) start(r *replica, addr string) {
 	c.t.Helper()
 	r.log = filepath.Join(c.dir, r.name+".log")
-	r.serve = guardtest.StartServe(c.t, addr, guardBin, c.environ, logFile(c.t, r.log),
+	environ := c.environ
+	if pgtest.Postgres() {
+		// Each replica has its own machine's data directory.
+		environ = append(slices.Clip(environ), "XDG_DATA_HOME="+filepath.Join(c.dir, r.name+"-data"))
+	}
+	r.serve = guardtest.StartServe(c.t, addr, guardBin, environ, logFile(c.t, r.log),
 		"serve", "--config", c.cfg, "--db", c.db, "--ui", r.ui)
 }
 

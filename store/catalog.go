@@ -38,9 +38,9 @@ func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool
 	if len(plan) > 0 {
 		// New definitions: planned again under the lock, with the
 		// decisions of other processes settled.
-		unlock, err := lockFile(db.opts.Path + decisionsLock)
+		unlock, err := db.lockDecisions(ctx)
 		if err != nil {
-			return fmt.Errorf("record tools: decisions lock: %w", err)
+			return fmt.Errorf("record tools: %w", err)
 		}
 		defer unlock()
 		if plan, err = planReviews(ctx, db.w, server, tools, at, acceptNew); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
@@ -476,3 +477,17 @@ func (db *DB) LatestCheckpoint(ctx context.Context) (*Checkpoint, error) {
 // CheckpointRefusals is how many times a checkpoint was not signed because
 // the log did not extend the last one (it was truncated or rewritten).
 func (db *DB) CheckpointRefusals() int64 { return db.stats.refused.Load() }
+
+// DerivedSecret is a secret for purpose derived from the checkpoint key in
+// the file at keyPath (HMAC-SHA256 of the purpose under the key's seed, in
+// hex): every replica that holds the one key of a log derives the same,
+// and none of it tells the key.
+func DerivedSecret(keyPath, purpose string) (string, error) {
+	s, err := readSigner(keyPath)
+	if err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, s.key.Seed())
+	m.Write([]byte(purpose))
+	return hex.EncodeToString(m.Sum(nil)), nil
+}

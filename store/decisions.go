@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,35 @@ import (
 // decisionsLock is the suffix of the decisions lock's file.
 const decisionsLock = ".decisions.lock"
 
+// lockDecisions takes the decisions lock: on SQLite a file lock beside
+// the database, which the processes of one machine share; on PostgreSQL
+// an advisory lock of the database, which every replica shares, held by
+// a connection of its own until unlock.
+func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
+	if !db.pg {
+		unlock, err := lockFile(db.opts.Path + decisionsLock)
+		if err != nil {
+			return nil, fmt.Errorf("decisions lock: %w", err)
+		}
+		return unlock, nil
+	}
+	c, err := db.r.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("decisions lock: %w", err)
+	}
+	if _, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockDecisions); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("decisions lock: %w", err)
+	}
+	return func() {
+		if _, err := c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, lockDecisions); err != nil {
+			// A lock that cannot be released goes with its connection.
+			c.Raw(func(dc any) error { return driver.ErrBadConn })
+		}
+		c.Close()
+	}, nil
+}
+
 // ByGuard is who decided when guard itself ended a held call (an expiry, a
 // withdrawal).
 const ByGuard = "guard"
@@ -56,9 +86,9 @@ func (db *DB) decide(ctx context.Context, check func(ctx context.Context) (*guar
 	if !db.writable {
 		return fmt.Errorf("%w: %w", guard.ErrAuditWrite, errReadOnly)
 	}
-	unlock, err := lockFile(db.opts.Path + decisionsLock)
+	unlock, err := db.lockDecisions(ctx)
 	if err != nil {
-		return fmt.Errorf("decisions lock: %w", err)
+		return err
 	}
 	defer unlock()
 	rec, err := check(ctx)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -13,6 +14,9 @@ import (
 // refills at rate tokens per second. It returns whether a token was
 // taken and, when not, how long until one will be there.
 func (db *DB) TakeToken(ctx context.Context, key string, rate float64, burst int, now time.Time) (bool, time.Duration, error) {
+	if db.pg {
+		key = pgText(key)
+	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, 0, fmt.Errorf("rate limit: %w", err)
@@ -42,4 +46,14 @@ func (db *DB) TakeToken(ctx context.Context, key string, rate float64, burst int
 		return false, 0, fmt.Errorf("rate limit: %w", err)
 	}
 	return true, 0, nil
+}
+
+// pgText makes a string PostgreSQL's text can hold, which has no NUL
+// byte: a backslash is doubled and a NUL written \0, so that two strings
+// stay two.
+func pgText(s string) string {
+	if !strings.ContainsAny(s, "\x00\\") {
+		return s
+	}
+	return strings.NewReplacer("\\", "\\\\", "\x00", "\\0").Replace(s)
 }

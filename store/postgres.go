@@ -49,6 +49,9 @@ var (
 	lockState   = advisoryKey("guard: working tables")
 	lockAudit   = advisoryKey("guard: audit log")
 	lockMigrate = advisoryKey("guard: migrations")
+	// lockDecisions is the decisions lock (decisions.go): a session's,
+	// held across the record's append and the change it decides.
+	lockDecisions = advisoryKey("guard: decisions")
 )
 
 // advisoryKey is the advisory lock key of a name.
@@ -118,10 +121,21 @@ func (c *pgConn) begin(ctx context.Context) error {
 	return nil
 }
 
+// lost turns the error of a statement that did not run, on a connection
+// the server closed (a restart, a failover, an administrator), into
+// driver.ErrBadConn, so that database/sql runs it again on another
+// connection instead of failing once for each connection of the pool.
+func (c *pgConn) lost(err error) error {
+	if err != nil && c.Conn.Conn().IsClosed() {
+		return driver.ErrBadConn
+	}
+	return err
+}
+
 func (c *pgConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	tx, err := c.Conn.BeginTx(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, c.lost(err)
 	}
 	if !opts.ReadOnly {
 		if err := c.takeLock(ctx); err != nil {
@@ -152,12 +166,19 @@ func (c *pgConn) ExecContext(ctx context.Context, query string, args []driver.Na
 		return driver.ResultNoRows, c.begin(ctx)
 	}
 	query = c.sqls.rebind(query)
-	if c.lock == 0 || !c.idle() || !isWrite(query) {
+	if !c.idle() {
 		return c.Conn.ExecContext(ctx, query, args)
+	}
+	if c.lock == 0 || !isWrite(query) {
+		res, err := c.Conn.ExecContext(ctx, query, args)
+		if !isWrite(query) {
+			err = c.lost(err) // a read is run again elsewhere
+		}
+		return res, err
 	}
 	// A write outside a transaction takes its turn like one inside.
 	if err := c.begin(ctx); err != nil {
-		return nil, err
+		return nil, c.lost(err)
 	}
 	res, err := c.Conn.ExecContext(ctx, query, args)
 	if err == nil {
@@ -172,11 +193,18 @@ func (c *pgConn) ExecContext(ctx context.Context, query string, args []driver.Na
 
 func (c *pgConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	query = c.sqls.rebind(query)
-	if c.lock == 0 || !c.idle() || !isWrite(query) {
+	if !c.idle() {
 		return c.Conn.QueryContext(ctx, query, args)
 	}
+	if c.lock == 0 || !isWrite(query) {
+		rows, err := c.Conn.QueryContext(ctx, query, args)
+		if !isWrite(query) {
+			err = c.lost(err) // a read is run again elsewhere
+		}
+		return rows, err
+	}
 	if err := c.begin(ctx); err != nil {
-		return nil, err
+		return nil, c.lost(err)
 	}
 	rows, err := c.Conn.QueryContext(ctx, query, args)
 	if err != nil {

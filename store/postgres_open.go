@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -119,6 +120,42 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	}
 	go db.ingester()
 	return db, nil
+}
+
+// openPostgresReadOnly opens a PostgreSQL database for reading only: no
+// migration, no key made, every transaction read-only, so that a command
+// that reads (query, verify, export) changes nothing. A database guard
+// never opened is an error, as an SQLite file that is not guard's is.
+func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
+	name := guard.DisplayURL(opts.Path)
+	if opts.CheckpointPath == "" && opts.KeyPath != "" {
+		opts.CheckpointPath = filepath.Join(filepath.Dir(opts.KeyPath), "audit.checkpoint")
+	}
+	opts.defaults()
+	cfg, err := pgConfig(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	ro := cfg.Copy()
+	ro.RuntimeParams["default_transaction_read_only"] = "on"
+	r := openPool(ro, 0, &rebinder{})
+	r.SetMaxOpenConns(4)
+	var v sql.NullInt64
+	if err := r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("store: %s is not a guard database (or it was never opened by guard): %w", name, err)
+	}
+	var sg *signer
+	if opts.KeyPath != "" {
+		if sg, err = readSigner(opts.KeyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.Close()
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
 }
 
 // pgSigner reads the checkpoint key from its file. A missing file is

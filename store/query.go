@@ -82,16 +82,34 @@ var ErrNoWords = errors.New("no words to search for (a word needs a letter or a 
 // matches those parts next to each other. Characters other than letters
 // and digits separate words; a word with neither is left out.
 func MatchExpr(words string) (string, error) {
-	var terms []string
+	ts, err := matchTerms(words)
+	if err != nil {
+		return "", err
+	}
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = `"` + strings.ReplaceAll(t.text, `"`, `""`) + `"`
+		if t.prefix {
+			out[i] += "*"
+		}
+	}
+	return strings.Join(out, " "), nil
+}
+
+// matchTerm is one term of a text filter: a word, a phrase, or a prefix.
+type matchTerm struct {
+	text   string
+	prefix bool
+}
+
+// matchTerms reads words as MatchExpr says.
+func matchTerms(words string) ([]matchTerm, error) {
+	var terms []matchTerm
 	add := func(term string, prefix bool) {
 		if !strings.ContainsFunc(term, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) {
 			return
 		}
-		t := `"` + strings.ReplaceAll(term, `"`, `""`) + `"`
-		if prefix {
-			t += "*"
-		}
-		terms = append(terms, t)
+		terms = append(terms, matchTerm{term, prefix})
 	}
 	for s := strings.TrimSpace(words); s != ""; s = strings.TrimLeftFunc(s, unicode.IsSpace) {
 		if s[0] == '"' {
@@ -113,9 +131,33 @@ func MatchExpr(words string) (string, error) {
 		s = s[end:]
 	}
 	if len(terms) == 0 {
-		return "", ErrNoWords
+		return nil, ErrNoWords
 	}
-	return strings.Join(terms, " "), nil
+	return terms, nil
+}
+
+// pgMatch is MatchExpr on PostgreSQL: a tsquery expression over the
+// words of call_text, each term parsed by the parser that made them (so
+// that /etc/passwd or user@example.com is one word on both sides), a
+// phrase in order, a prefix as a prefix of its last word.
+func pgMatch(words string) (string, []any, error) {
+	ts, err := matchTerms(words)
+	if err != nil {
+		return "", nil, err
+	}
+	var parts []string
+	var args []any
+	for _, t := range ts {
+		if t.prefix {
+			// The term, quoted for to_tsquery, its last word a prefix.
+			parts = append(parts, `to_tsquery('simple', ?)`)
+			args = append(args, "'"+strings.NewReplacer(`'`, `''`, `\`, `\\`).Replace(t.text)+"':*")
+			continue
+		}
+		parts = append(parts, `phraseto_tsquery('simple', ?)`)
+		args = append(args, t.text)
+	}
+	return "(" + strings.Join(parts, " && ") + ")", args, nil
 }
 
 // callSelect reads a call's row from the index and its records: q its
@@ -135,36 +177,62 @@ const callJoins = ` CROSS JOIN records q ON q.seq = c.req_seq AND q.call_id = c.
  CROSS JOIN records d ON d.seq = c.dec_seq AND d.call_id = c.call_id
  LEFT JOIN records o ON o.seq = c.out_seq AND o.call_id = c.call_id AND o.kind = 'outcome'`
 
+// pgJoins are callJoins in PostgreSQL's words (a join with a condition is
+// an inner join there; its planner picks the order by itself).
+var pgJoins = strings.ReplaceAll(callJoins, "CROSS JOIN", "JOIN")
+
 // queryText builds Query's SQL. The table that drives it is chosen so
 // that the newest matching calls come first without a sort of all of
 // them: the calls that carry an approval (few), else the text index in
 // key order, else the call index (by the index of a column filtered on,
 // whose entries for one value are in key order).
-func queryText(f Filter) (string, []any, error) {
+func queryText(f Filter, pg bool) (string, []any, error) {
 	var where []string
 	var args []any
 	key := "c.k"
 	var from string
-	match := ""
+	join, joins := "CROSS JOIN", callJoins
+	if pg {
+		join, joins = "JOIN", pgJoins
+	}
+	match, matchArgs := "", []any(nil)
 	if f.Text != "" {
-		m, err := MatchExpr(f.Text)
+		var err error
+		if pg {
+			match, matchArgs, err = pgMatch(f.Text)
+		} else {
+			match, err = MatchExpr(f.Text)
+			matchArgs = []any{match}
+		}
 		if err != nil {
 			return "", nil, err
 		}
-		match = m
+	}
+	// The text filter's condition on the words of call_text t.
+	textCond := "call_text MATCH ?"
+	if pg {
+		textCond = "t.words @@ " + match
 	}
 	switch {
 	case f.Approval != "":
 		from = `(SELECT DISTINCT call_id FROM records WHERE approval = ? AND approval != '') a
- CROSS JOIN call_index c ON c.call_id = a.call_id`
+ ` + join + ` call_index c ON c.call_id = a.call_id`
 		args = append(args, f.Approval)
 		if match != "" {
-			where, args = append(where, "c.k IN (SELECT rowid FROM call_text WHERE call_text MATCH ?)"), append(args, match)
+			in := "c.k IN (SELECT rowid FROM call_text WHERE " + textCond + ")"
+			if pg {
+				in = "c.k IN (SELECT t.k FROM call_text t WHERE " + textCond + ")"
+			}
+			where, args = append(where, in), append(args, matchArgs...)
 		}
+	case match != "" && pg:
+		from = `call_text t JOIN call_index c ON c.k = t.k`
+		key = "t.k"
+		where, args = append(where, textCond), append(args, matchArgs...)
 	case match != "":
 		from = `call_text CROSS JOIN call_index c ON c.k = call_text.rowid`
 		key = "call_text.rowid"
-		where, args = append(where, "call_text MATCH ?"), append(args, match)
+		where, args = append(where, textCond), append(args, matchArgs...)
 	default:
 		from = "call_index c"
 	}
@@ -187,7 +255,7 @@ func queryText(f Filter) (string, []any, error) {
 			where, args = append(where, "c."+c.col+" = ?"), append(args, c.v)
 		}
 	}
-	q := callSelect + from + callJoins
+	q := callSelect + from + joins
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -208,7 +276,7 @@ func ascending(f Filter) bool { return f.After != 0 && f.Before == 0 }
 
 // Query calls fn for each invocation that matches f, newest first.
 func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
-	q, args, err := queryText(f)
+	q, args, err := queryText(f, db.pg)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}

@@ -532,7 +532,7 @@ func TestNoQueryScansTheRecords(t *testing.T) {
 		{DecidedBy: "alice"}, {Outcome: "ok"}, {Approval: "a"}, {Text: "word"}, {Since: time.Now().Add(-time.Hour)},
 		{Until: time.Now()}, {Server: "db", Decision: "denied"}} {
 		f.Limit = 100
-		q, args, err := queryText(f)
+		q, args, err := queryText(f, false)
 		if err != nil {
 			t.Fatal(err)
 		}

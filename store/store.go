@@ -491,6 +491,9 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	if opts.Path == "" {
 		return nil, errors.New("store: no database path")
 	}
+	if IsPostgres(opts.Path) {
+		return openPostgresReadOnly(ctx, opts)
+	}
 	if opts.KeyPath == "" {
 		opts.KeyPath = filepath.Join(filepath.Dir(opts.Path), "audit.key")
 	}

@@ -72,7 +72,7 @@ func auditReportCmd(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	defer db.Close()
-	r := &auditReport{Database: st.DBPath, Generated: now}
+	r := &auditReport{Database: st.dbName(), Generated: now}
 	// Verification reads the whole log: it runs beside the period's
 	// queries rather than after them.
 	verified := make(chan error, 1)

@@ -40,7 +40,8 @@ func keyPath(st *settings) string {
 
 // retentionOptions are the retention job's options of the resolved
 // settings: audit.retention, and audit.archive_dir (relative to the
-// configuration's directory), else archive/ beside the database.
+// configuration's directory), else archive/ beside the database (on
+// PostgreSQL, beside the checkpoint key).
 func retentionOptions(st *settings) store.RetentionOptions {
 	return store.RetentionOptions{Retention: st.Config.Audit.Retention, ArchiveDir: archiveDir(st)}
 }
@@ -48,6 +49,9 @@ func retentionOptions(st *settings) store.RetentionOptions {
 // archiveDir is where retention writes its archives.
 func archiveDir(st *settings) string {
 	p := st.Config.Audit.ArchiveDir
+	if p == "" && st.Postgres {
+		return filepath.Join(filepath.Dir(keyPath(st)), "archive")
+	}
 	if p == "" {
 		return store.ArchiveDir(st.DBPath)
 	}

@@ -215,10 +215,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		}
 		hide = append(hide, d)
 	}
-	db := st.DBPath
-	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
-		db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock",
-		keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+	files := []string{keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath}
 	if create {
 		// The marker of processes running a server without isolation
@@ -226,18 +223,12 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		if f, err := os.OpenFile(filepath.Join(st.DataDir, exposedMarker), os.O_RDWR|os.O_CREATE, 0o600); err == nil {
 			f.Close()
 		}
-		// So are the database's lock files, which the store makes when
-		// it first needs them.
-		for _, lock := range []string{db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock"} {
-			if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
-				f.Close()
-			}
-		}
-		// So is the audit journal's directory (the database's Open makes
-		// it too, perhaps later).
-		if err := os.MkdirAll(db+".journal", 0o700); err != nil {
-			logger.Warn("cannot create the audit journal's directory", "dir", db+".journal", "err", err)
-		}
+	}
+	if st.Postgres {
+		// The database is a server's; its checkpoint file is beside the key.
+		files = append(files, filepath.Join(filepath.Dir(keyPath(st)), "audit.checkpoint"))
+	} else {
+		files = append(files, st.sqliteFiles(logger, create)...)
 	}
 	if st.Config.Audit.Retention > 0 {
 		// The archives retention writes hold the records' bodies: their
@@ -248,10 +239,6 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 			}
 		}
 		files = append(files, archiveDir(st))
-	}
-	if _, err := os.Lstat(db + ".journals"); err == nil {
-		// An earlier version's journals, until a writable open moves them in.
-		files = append(files, db+".journals")
 	}
 	elsewhere := map[string][]string{} // directory → guard's files in it
 	for _, f := range files {
@@ -363,4 +350,32 @@ func identify(path string) (dirIdentity, error) {
 func configDirReplaced(path string, was dirIdentity) bool {
 	now, err := identify(path)
 	return err != nil || now != was
+}
+
+// sqliteFiles are an SQLite database's files, which the store makes beside
+// it; with create, the lock files and the journal's directory are made
+// now, so that they are hidden as themselves.
+func (st *settings) sqliteFiles(logger *slog.Logger, create bool) []string {
+	db := st.DBPath
+	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
+		db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock"}
+	if create {
+		// So are the database's lock files, which the store makes when
+		// it first needs them.
+		for _, lock := range []string{db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock"} {
+			if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+				f.Close()
+			}
+		}
+		// So is the audit journal's directory (the database's Open makes
+		// it too, perhaps later).
+		if err := os.MkdirAll(db+".journal", 0o700); err != nil {
+			logger.Warn("cannot create the audit journal's directory", "dir", db+".journal", "err", err)
+		}
+	}
+	if _, err := os.Lstat(db + ".journals"); err == nil {
+		// An earlier version's journals, until a writable open moves them in.
+		files = append(files, db+".journals")
+	}
+	return files
 }

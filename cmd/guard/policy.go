@@ -57,7 +57,7 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	if src == "" {
 		src = "built-in defaults"
 	}
-	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.DBPath, p.Version())
+	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.dbName(), p.Version())
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tWHEN\tFROM")
 	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", guard.SelfProtectionRule)

@@ -182,7 +182,7 @@ func (rt *relaying) isolated() bool {
 // first session), the checkpoint key in every form it may be written in,
 // and the values of the variables the configuration expanded.
 func ownSecrets(st *settings, cfg *policy.Config, db *store.DB) ([]string, error) {
-	tok, err := uiToken(st.DataDir)
+	tok, err := st.uiToken()
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/url"
 	"path/filepath"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
 )
 
 // commonFlags are the flags every subcommand takes.
@@ -14,7 +17,7 @@ type commonFlags struct{ config, db string }
 func addCommonFlags(fs *flag.FlagSet) *commonFlags {
 	cf := &commonFlags{}
 	fs.StringVar(&cf.config, "config", "", "configuration `file` (default $GUARD_CONFIG, else ~/.config/guard/guard.yaml when it exists)")
-	fs.StringVar(&cf.db, "db", "", "database `path` (default $GUARD_DB, else the config's db, else ~/.local/share/guard/guard.db)")
+	fs.StringVar(&cf.db, "db", "", "database: an SQLite file's `path`, or a postgres:// URL without its password (default $GUARD_DB, else the config's db, else ~/.local/share/guard/guard.db)")
 	return cf
 }
 
@@ -22,8 +25,9 @@ func addCommonFlags(fs *flag.FlagSet) *commonFlags {
 type settings struct {
 	Config     *policy.Config
 	ConfigPath string // "" when running on built-in defaults
-	DBPath     string
-	DataDir    string // the database's directory: keys, checkpoint
+	DBPath     string // an SQLite file's absolute path, or a PostgreSQL URL
+	Postgres   bool   // DBPath is a PostgreSQL URL
+	DataDir    string // the database's directory (on PostgreSQL, guard's data directory): keys, checkpoint, UI token
 	RulesDir   string // where approved.yaml lives
 }
 
@@ -49,23 +53,34 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		cfg = c
 	}
 	db := cf.db
+	if db != "" && store.IsPostgres(db) && pgPassword(db) {
+		return nil, fmt.Errorf("--db: the URL holds a password, which every user of this machine can read in the process list: give it in PGPASSWORD, a .pgpass file, or the configuration's db (${NAME} expands an environment variable there)")
+	}
 	if db == "" {
 		db = a.getenv("GUARD_DB")
 	}
 	if db == "" && cfg.DB != "" {
 		db = cfg.DB
-		if !filepath.IsAbs(policy.ExpandHome(db, a.getenv)) && cfgPath != "" {
+		if !store.IsPostgres(db) && !filepath.IsAbs(policy.ExpandHome(db, a.getenv)) && cfgPath != "" {
 			db = filepath.Join(filepath.Dir(cfgPath), db)
 		}
 	}
 	if db == "" {
 		db = defDB
 	}
-	db, err := filepath.Abs(policy.ExpandHome(db, a.getenv))
-	if err != nil {
-		return nil, fmt.Errorf("database path: %w", err)
+	var st *settings
+	if store.IsPostgres(db) {
+		// Keys, the checkpoint, the UI token and the rules directory are
+		// files of each machine: guard's data directory.
+		_, dataDir := policy.Dirs(a.getenv)
+		st = &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, Postgres: true, DataDir: dataDir}
+	} else {
+		db, err := filepath.Abs(policy.ExpandHome(db, a.getenv))
+		if err != nil {
+			return nil, fmt.Errorf("database path: %w", err)
+		}
+		st = &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, DataDir: filepath.Dir(db)}
 	}
-	st := &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, DataDir: filepath.Dir(db)}
 	st.RulesDir = filepath.Join(st.DataDir, "rules.d")
 	if cfgPath != "" {
 		st.RulesDir = filepath.Join(filepath.Dir(cfgPath), "rules.d")
@@ -86,5 +101,40 @@ func (a *app) settingsOrExit(cf *commonFlags) (*settings, int, bool) {
 
 // protected lists guard's own files for the self-protection rule.
 func (st *settings) protected() *policy.Protected {
+	if st.Postgres {
+		return policy.NewProtected(st.DataDir, keyPath(st), st.ConfigPath, st.RulesDir)
+	}
 	return policy.NewProtected(st.DBPath, st.DBPath+"-wal", st.DBPath+"-shm", st.DataDir, st.ConfigPath, st.RulesDir)
+}
+
+// dbName is the database as it may be shown: an SQLite file's path, or a
+// PostgreSQL URL without its password and parameters.
+func (st *settings) dbName() string { return guard.DisplayURL(st.DBPath) }
+
+// pgPassword reports whether a PostgreSQL URL carries a password, in its
+// user information or as a password parameter.
+func pgPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false // pgx parses it the same way: it is refused as it opens
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	return u.Query().Has("password")
+}
+
+// uiToken is the UI's login token: the data directory's (made on first
+// use) on SQLite; on PostgreSQL, derived from the log's checkpoint key,
+// so that every replica, which holds that one key, takes the same login
+// link behind a balancer.
+func (st *settings) uiToken() (string, error) {
+	if !st.Postgres {
+		return uiToken(st.DataDir)
+	}
+	tok, err := store.DerivedSecret(keyPath(st), "guard: the UI's login token")
+	if err != nil {
+		return "", fmt.Errorf("ui token: %w", err)
+	}
+	return tok, nil
 }

@@ -89,7 +89,7 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 	if !ok {
 		return status
 	}
-	tok, err := uiToken(st.DataDir)
+	tok, err := st.uiToken()
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure

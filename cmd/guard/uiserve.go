@@ -27,7 +27,7 @@ const takeoverEvery = 2 * time.Second
 // first guard on a machine serves it; the others share its database, and
 // keep trying the address so that one of them takes over when it is free.
 func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, logger *slog.Logger) {
-	token, err := uiToken(st.DataDir)
+	token, err := st.uiToken()
 	if err != nil {
 		logger.Error("approval UI not served", "err", err)
 		return

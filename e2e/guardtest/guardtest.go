@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 // Build builds guard's command (pkg, a path relative to the caller's
@@ -43,6 +45,7 @@ func Main(m *testing.M, pkg string, bin *string) {
 	}
 	*bin = b
 	code := m.Run()
+	pgtest.StopShared() // the tests' PostgreSQL, when they ran on it
 	remove()
 	os.Exit(code)
 }

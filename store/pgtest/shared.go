@@ -37,12 +37,19 @@ var pkg shared // one per test binary; Main stops it
 // TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
+// StopShared stops the cluster the test binary's tests shared, if one was
+// started: for a TestMain of its own, after m.Run.
+func StopShared() {
 	if pkg.c != nil {
 		if err := pkg.c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)
 		}
+		pkg.c = nil
 	}
-	os.Exit(code)
 }
 
 // Database creates an empty database in the test binary's cluster
