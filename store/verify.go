@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"golang.org/x/mod/sumdb/note"
@@ -251,27 +252,57 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 // are read as of one moment (a commit between them would read as a
 // truncation), on one connection of the readers' pool.
 type walk struct {
-	tx              *sql.Tx
+	txs             []*sql.Tx
 	recs, tree, cps *sql.Rows
 }
 
 func (db *DB) openWalk(ctx context.Context) (*walk, error) {
-	tx, err := db.r.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
+	w := &walk{}
+	queries := []struct {
+		rows **sql.Rows
+		q    string
+	}{
+		{&w.recs, db.selectRecords() + ` ORDER BY seq`},
+		{&w.tree, `SELECT idx, hash FROM tree_hashes ORDER BY idx`},
+		{&w.cps, `SELECT size, note FROM checkpoints ORDER BY size`},
 	}
-	w := &walk{tx: tx}
-	if w.recs, err = tx.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`); err != nil {
-		w.close()
-		return nil, fmt.Errorf("verify: %w", err)
-	}
-	if w.tree, err = tx.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes ORDER BY idx`); err != nil {
-		w.close()
-		return nil, fmt.Errorf("verify: %w", err)
-	}
-	if w.cps, err = tx.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`); err != nil {
-		w.close()
-		return nil, fmt.Errorf("verify: %w", err)
+	// SQLite reads the three on one connection. A PostgreSQL connection
+	// reads one result at a time: each is read on a connection of its
+	// own, in transactions that share one snapshot.
+	snapshot := ""
+	for i, q := range queries {
+		if i > 0 && !db.pg && len(w.txs) > 0 {
+			rows, err := w.txs[0].QueryContext(ctx, q.q)
+			if err != nil {
+				w.close()
+				return nil, fmt.Errorf("verify: %w", err)
+			}
+			*q.rows = rows
+			continue
+		}
+		opts := &sql.TxOptions{}
+		if db.pg {
+			opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+		}
+		tx, err := db.r.BeginTx(ctx, opts)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		w.txs = append(w.txs, tx)
+		if db.pg && i == 0 {
+			err = tx.QueryRowContext(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot)
+		} else if db.pg {
+			_, err = tx.ExecContext(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshot, "'", "''")+`'`)
+		}
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		if *q.rows, err = tx.QueryContext(ctx, q.q); err != nil {
+			w.close()
+			return nil, fmt.Errorf("verify: %w", err)
+		}
 	}
 	return w, nil
 }
@@ -282,7 +313,9 @@ func (w *walk) close() {
 			r.Close()
 		}
 	}
-	_ = w.tx.Rollback() // it only read
+	for _, tx := range w.txs {
+		_ = tx.Rollback() // it only read
+	}
 }
 
 // checkLeaf adds record seq's leaf to the tree rebuilt from the records

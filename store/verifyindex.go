@@ -28,7 +28,7 @@ var indexChecks = []struct{ q, what string }{
 	  WHERE c.out_seq != 0 AND (o.seq IS NULL OR o.call_id != c.call_id OR o.kind != 'outcome' OR o.outcome != c.outcome) LIMIT 1`,
 		"its outcome is not that of the record it names"},
 	{`SELECT c.call_id FROM call_index c
-	  WHERE EXISTS (SELECT 1 FROM records r WHERE r.call_id = c.call_id AND r.kind IN ('outcome', 'decision') AND r.seq > max(c.out_seq, c.dec_seq)
+	  WHERE EXISTS (SELECT 1 FROM records r WHERE r.call_id = c.call_id AND r.kind IN ('outcome', 'decision') AND r.seq > c.out_seq AND r.seq > c.dec_seq
 	                AND (r.kind = 'outcome' OR r.decision != '')) LIMIT 1`,
 		"a later outcome or decision of the call is not in it"},
 }
