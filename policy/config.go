@@ -296,6 +296,12 @@ func LoadRules(file string, getenv func(string) string) ([]Rule, error) {
 	if err != nil {
 		return nil, &ConfigError{File: file, Problem: err.Error()}
 	}
+	return ParseRules(file, b, getenv)
+}
+
+// ParseRules reads the text of a rules file (a top-level `rules:` list)
+// that name stands for in errors.
+func ParseRules(file string, b []byte, getenv func(string) string) ([]Rule, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return nil, yamlError(file, err)
@@ -305,7 +311,7 @@ func LoadRules(file string, getenv func(string) string) ([]Rule, error) {
 	}
 	p := &parser{file: file, getenv: getenv}
 	var rules []Rule
-	err = p.mapping(doc.Content[0], map[string]func(*yaml.Node) error{
+	err := p.mapping(doc.Content[0], map[string]func(*yaml.Node) error{
 		"rules": func(n *yaml.Node) error { return p.rules(n, &rules) },
 	})
 	return rules, err

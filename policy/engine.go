@@ -32,11 +32,26 @@ type Engine struct {
 	isolated func() bool
 	gate     Gate
 	record   func(ConfigLoad) error
+	learned  Learned
 	// Watch's own: the files' digest last looked at, the approved rules
 	// in force, the digest of a change waiting for a person ("": none).
 	seen     string
 	approved []Rule
 	pending  string
+	// The version of the learned rules in force (Learned).
+	learnedVersion int64
+}
+
+// Learned is where rules learned from approvals are kept when they are
+// not rules.d/approved.yaml: in the database, on PostgreSQL, so that
+// every replica has the same rules and the same policy version. Only
+// guard writes them, after a person's approval and its record: a change
+// is applied without waiting for a person.
+type Learned interface {
+	// LearnedRules returns the rules, oldest first, and their version.
+	LearnedRules(ctx context.Context) ([]Rule, int64, error)
+	// LearnedRulesVersion returns the version alone, cheaply.
+	LearnedRulesVersion(ctx context.Context) (int64, error)
 }
 
 // Gate is where the processes sharing a database learn which
@@ -74,6 +89,9 @@ type EngineOptions struct {
 	// it fails the policy in force stays: NewEngine fails, and Watch tries
 	// the change again at its next look.
 	Record func(ConfigLoad) error
+	// Learned, when set, holds the learned rules instead of RulesDir's
+	// approved.yaml, and Watch applies each change of theirs.
+	Learned Learned
 }
 
 // What a ConfigLoad says happened.
@@ -101,11 +119,15 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
-		isolated: o.Isolated, gate: o.Gate, record: o.Record}
-	approved, err := LoadRules(e.approvedPath(), e.getenv)
+		isolated: o.Isolated, gate: o.Gate, record: o.Record, learned: o.Learned}
+	if e.learned != nil {
+		e.rulesDir = "" // the rules are not a file
+	}
+	approved, version, err := e.loadApproved(context.Background())
 	if err != nil {
 		return nil, err
 	}
+	e.learnedVersion = version
 	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
 		return nil, err
 	}
@@ -131,6 +153,19 @@ func (e *Engine) recordLoad(l ConfigLoad) error {
 	return nil
 }
 
+// loadApproved reads the learned rules and, from Learned, their version.
+func (e *Engine) loadApproved(ctx context.Context) ([]Rule, int64, error) {
+	if e.learned == nil {
+		r, err := LoadRules(e.approvedPath(), e.getenv)
+		return r, 0, err
+	}
+	r, v, err := e.learned.LearnedRules(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("rules learned from approvals: %w", err)
+	}
+	return r, v, nil
+}
+
 func (e *Engine) approvedPath() string {
 	if e.rulesDir == "" {
 		return ""
@@ -140,6 +175,10 @@ func (e *Engine) approvedPath() string {
 
 // Policy is the policy in force.
 func (e *Engine) Policy() *Policy { return e.cur.Load() }
+
+// Learned is where the engine reads the learned rules from, when they are
+// not a file (EngineOptions.Learned); else nil.
+func (e *Engine) Learned() Learned { return e.learned }
 
 // Config is the configuration in force.
 func (e *Engine) Config() *Config { return e.cfg.Load() }
@@ -178,7 +217,7 @@ func (e *Engine) digest() string { return FilesDigest(e.file, e.rulesDir, e.cfg.
 // Reload reads the files again and applies them; an invalid change leaves
 // the policy in force and is returned.
 func (e *Engine) Reload() error {
-	cfg, approved, err := e.load()
+	cfg, approved, version, err := e.load()
 	if err != nil {
 		return err
 	}
@@ -187,33 +226,68 @@ func (e *Engine) Reload() error {
 		Reason: "configuration reloaded"}); err != nil {
 		return err
 	}
-	e.apply(cfg, p, approved)
+	e.apply(cfg, p, approved, version)
 	return nil
 }
 
 // load reads and checks the files.
-func (e *Engine) load() (*Config, []Rule, error) {
+func (e *Engine) load() (*Config, []Rule, int64, error) {
 	cfg := Default()
 	var err error
 	if e.file != "" {
 		if cfg, err = Load(e.file, e.getenv); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 	}
-	approved, err := LoadRules(e.approvedPath(), e.getenv)
+	approved, version, err := e.loadApproved(context.Background())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return cfg, approved, nil
+	return cfg, approved, version, nil
 }
 
-func (e *Engine) apply(cfg *Config, p *Policy, approved []Rule) {
+func (e *Engine) apply(cfg *Config, p *Policy, approved []Rule, learnedVersion int64) {
 	e.cfg.Store(cfg)
 	e.cur.Store(p)
 	e.approved = approved
+	e.learnedVersion = learnedVersion
+}
+
+// learnedChanged applies the learned rules (Learned) when they changed
+// since the policy in force was compiled: with the configuration in
+// force, recorded like a reload.
+func (e *Engine) learnedChanged(ctx context.Context) {
+	if e.learned == nil {
+		return
+	}
+	v, err := e.learned.LearnedRulesVersion(ctx)
+	if err != nil || v == e.learnedVersion {
+		if err != nil && ctx.Err() == nil {
+			e.logger.Error("rules learned from approvals: cannot read whether they changed", "err", err)
+		}
+		return
+	}
+	approved, v, err := e.learned.LearnedRules(ctx)
+	if err == nil {
+		err = checkRules(append(append([]Rule(nil), e.cfg.Load().Policy.Rules...), approved...))
+	}
+	if err != nil {
+		e.logger.Error("rules learned from approvals not applied; the policy in force stays", "err", err)
+		return
+	}
+	cfg := e.cfg.Load()
+	p := Compile(cfg, approved, e.prot)
+	changes := strings.Join(ruleChanges("learned rule", e.approved, approved), "\n")
+	if err := e.recordLoad(ConfigLoad{How: Reloaded, Digest: e.seen, Policy: p.Version(),
+		Reason: "rules learned from approvals changed (in the database)", Changes: changes}); err != nil {
+		e.logger.Error("rules learned from approvals not applied; the policy in force stays", "err", err)
+		return
+	}
+	e.apply(cfg, p, approved, v)
+	e.logger.Info("rules learned from approvals applied", "policy", p.Version(), "changes", changes)
 }
 
 // settle is how long a changed configuration must stay unchanged before
@@ -236,6 +310,7 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
+		e.learnedChanged(ctx)
 		d := e.digest()
 		if d == e.seen {
 			if e.pending != "" && e.applied(ctx, e.pending) {
@@ -269,7 +344,7 @@ func (e *Engine) applied(ctx context.Context, d string) bool {
 // consider loads the files and applies them, or leaves them to a person.
 func (e *Engine) consider(ctx context.Context) {
 	e.pending = ""
-	cfg, approved, err := e.load()
+	cfg, approved, version, err := e.load()
 	if err != nil {
 		e.logger.Error("config change not applied; the previous policy stays in force", "err", err)
 		return
@@ -280,8 +355,8 @@ func (e *Engine) consider(ctx context.Context) {
 	if e.digest() != e.seen {
 		return
 	}
-	learned := true // a learned-rules file guard did not write counts
-	if e.gate != nil {
+	learned := e.learned == nil // a learned-rules file guard did not write counts
+	if learned && e.gate != nil {
 		b, _ := os.ReadFile(e.approvedPath())
 		if ok, err := e.gate.RulesWritten(ctx, RulesDigest(b)); err == nil && ok {
 			learned = false
@@ -320,8 +395,37 @@ func (e *Engine) consider(ctx context.Context) {
 		e.logger.Error("config change not applied; the previous policy stays in force", "digest", d, "err", err)
 		return
 	}
-	e.apply(cfg, p, approved)
+	e.apply(cfg, p, approved, version)
 	e.logger.Info(reason, "policy", p.Version(), "digest", d)
+}
+
+// PlanLearnedRule is how a rule learned from an approval joins the
+// learned rules: with the defaults filled in (every server, every tool,
+// tools/call) and a name none of them has (a number added), or not at all
+// (add false) when one of them matches the same calls with the same
+// action already.
+func PlanLearnedRule(rules []Rule, r Rule) (_ Rule, add bool) {
+	if r.Method == "" {
+		r.Method = "tools/call"
+	}
+	if r.Server == "" {
+		r.Server = "*"
+	}
+	if r.Tool == "" {
+		r.Tool = "*"
+	}
+	names := map[string]bool{}
+	for _, x := range rules {
+		if x.Server == r.Server && x.Tool == r.Tool && x.Method == r.Method && x.URI == r.URI && x.When == r.When && x.Action == r.Action {
+			return r, false
+		}
+		names[x.Name] = true
+	}
+	base := r.Name
+	for i := 2; names[r.Name]; i++ {
+		r.Name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return r, true
 }
 
 // AppendApprovedRule adds a rule to rulesDir/approved.yaml, atomically,
@@ -342,47 +446,11 @@ func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string, r Rul
 	if err != nil {
 		return false, err
 	}
-	if r.Method == "" {
-		r.Method = "tools/call"
+	r, add := PlanLearnedRule(rules, r)
+	if !add {
+		return false, nil
 	}
-	if r.Server == "" {
-		r.Server = "*"
-	}
-	if r.Tool == "" {
-		r.Tool = "*"
-	}
-	names := map[string]bool{}
-	for _, x := range rules {
-		if x.Server == r.Server && x.Tool == r.Tool && x.Method == r.Method && x.URI == r.URI && x.When == r.When && x.Action == r.Action {
-			return false, nil
-		}
-		names[x.Name] = true
-	}
-	base := r.Name
-	for i := 2; names[r.Name]; i++ {
-		r.Name = fmt.Sprintf("%s-%d", base, i)
-	}
-	type yrule struct {
-		Name   string `yaml:"name"`
-		Server string `yaml:"server,omitempty"`
-		Tool   string `yaml:"tool,omitempty"`
-		Method string `yaml:"method,omitempty"`
-		URI    string `yaml:"uri,omitempty"`
-		When   string `yaml:"when,omitempty"`
-		Action string `yaml:"action"`
-		Reason string `yaml:"reason,omitempty"`
-	}
-	var out struct {
-		Rules []yrule `yaml:"rules"`
-	}
-	for _, x := range append(rules, r) {
-		method := x.Method
-		if method == "tools/call" {
-			method = "" // the default
-		}
-		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Action, x.Reason})
-	}
-	b, err := yaml.Marshal(out)
+	b, err := MarshalRules(append(rules, r))
 	if err != nil {
 		return false, fmt.Errorf("approved rules: %w", err)
 	}
@@ -403,6 +471,32 @@ func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string, r Rul
 		return false, fmt.Errorf("approved rules: %w", err)
 	}
 	return true, nil
+}
+
+// MarshalRules writes rules as a rules file (ParseRules reads it back):
+// every field as it is, tools/call, the default method, left out.
+func MarshalRules(rules []Rule) ([]byte, error) {
+	type yrule struct {
+		Name   string `yaml:"name"`
+		Server string `yaml:"server,omitempty"`
+		Tool   string `yaml:"tool,omitempty"`
+		Method string `yaml:"method,omitempty"`
+		URI    string `yaml:"uri,omitempty"`
+		When   string `yaml:"when,omitempty"`
+		Action string `yaml:"action"`
+		Reason string `yaml:"reason,omitempty"`
+	}
+	var out struct {
+		Rules []yrule `yaml:"rules"`
+	}
+	for _, x := range rules {
+		method := x.Method
+		if method == "tools/call" {
+			method = "" // the default
+		}
+		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Action, x.Reason})
+	}
+	return yaml.Marshal(out)
 }
 
 // Paths returns the default configuration file (when it exists) and

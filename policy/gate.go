@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,14 +22,8 @@ func FilesDigest(file, rulesDir string, cfg *Config) string {
 	if rulesDir != "" {
 		files = append(files, filepath.Join(rulesDir, ApprovedRulesFile))
 	}
-	if cfg != nil && file != "" {
-		for _, pat := range cfg.Include {
-			if !filepath.IsAbs(pat) {
-				pat = filepath.Join(filepath.Dir(file), pat)
-			}
-			m, _ := filepath.Glob(pat)
-			files = append(files, m...)
-		}
+	if file != "" {
+		files = append(files, includedFiles(file, cfg)...)
 	}
 	for _, f := range files {
 		if f == "" {
@@ -181,4 +176,45 @@ func describeRule(r Rule) string {
 		s += " when " + r.When
 	}
 	return s
+}
+
+// ContentDigest identifies a configuration by its contents alone: the
+// file's and its includes', each named relative to the file's directory,
+// so that replicas whose configuration is the same wherever it lives have
+// the same digest (FilesDigest names files by their paths, and covers
+// approved.yaml). Built-in defaults ("" for file) have their own.
+func ContentDigest(file string, cfg *Config) string {
+	h := sha256.New()
+	if file == "" {
+		io.WriteString(h, "built-in defaults")
+		return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	}
+	dir := filepath.Dir(file)
+	for _, f := range append([]string{file}, includedFiles(file, cfg)...) {
+		b, _ := os.ReadFile(f)
+		name, err := filepath.Rel(dir, f)
+		if err != nil {
+			name = f
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
+		h.Write(b)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// includedFiles are the files the include globs of cfg, read from file,
+// match now.
+func includedFiles(file string, cfg *Config) []string {
+	if cfg == nil {
+		return nil
+	}
+	var files []string
+	for _, pat := range cfg.Include {
+		if !filepath.IsAbs(pat) {
+			pat = filepath.Join(filepath.Dir(file), pat)
+		}
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	return files
 }

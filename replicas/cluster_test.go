@@ -70,6 +70,7 @@ type cluster struct {
 // replica is one guard serve of a cluster.
 type replica struct {
 	name  string
+	cfg   string // its configuration, when not the cluster's
 	ui    string // --ui address
 	serve *guardtest.Serve
 	log   string // its stderr
@@ -120,13 +121,17 @@ func newCluster(t *testing.T, n int, config string) *cluster {
 func (c *cluster) start(r *replica, addr string) {
 	c.t.Helper()
 	r.log = filepath.Join(c.dir, r.name+".log")
+	cfg := c.cfg
+	if r.cfg != "" {
+		cfg = r.cfg
+	}
 	environ := c.environ
 	if pgtest.Postgres() {
 		// Each replica has its own machine's data directory.
 		environ = append(slices.Clip(environ), "XDG_DATA_HOME="+filepath.Join(c.dir, r.name+"-data"))
 	}
 	r.serve = guardtest.StartServe(c.t, addr, guardBin, environ, logFile(c.t, r.log),
-		"serve", "--config", c.cfg, "--db", c.db, "--ui", r.ui)
+		"serve", "--config", cfg, "--db", c.db, "--ui", r.ui)
 }
 
 // restart starts again a replica that stopped, on the same addresses, as

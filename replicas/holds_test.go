@@ -97,7 +97,11 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 // approveInUI logs in to replica r's UI as a person named by would, and
 // approves the held call id there.
-func (c *cluster) approveInUI(r *replica, id, by string) {
+func (c *cluster) approveInUI(r *replica, id, by string) { c.decideInUI(r, id, by, "approve") }
+
+// decideInUI is approveInUI with the UI's action: approve, deny or
+// approve-always.
+func (c *cluster) decideInUI(r *replica, id, by, action string) {
 	c.t.Helper()
 	out, code := c.guard("ui", "url")
 	u, err := url.Parse(strings.TrimSpace(out))
@@ -133,8 +137,8 @@ func (c *cluster) approveInUI(r *replica, id, by string) {
 	if status, _ := page("POST", "/name", url.Values{"name": {by}, "next": {"/"}, "csrf": {m[1]}}); status != http.StatusOK {
 		c.t.Fatalf("giving a name in %s's UI: %d", r.name, status)
 	}
-	if status, body := page("POST", "/approvals/"+id+"/approve", url.Values{"csrf": {m[1]}}); status != http.StatusOK {
-		c.t.Fatalf("approving in %s's UI: %d %s", r.name, status, body)
+	if status, body := page("POST", "/approvals/"+id+"/"+action, url.Values{"csrf": {m[1]}, "reason": {"decided in the test"}}); status != http.StatusOK {
+		c.t.Fatalf("%s in %s's UI: %d %s", action, r.name, status, body)
 	}
 }
 

@@ -320,7 +320,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 // needCallIndex checks that the database has the call index: a database
 // opened read-only may have been written last by an earlier version.
 func (db *DB) needCallIndex(ctx context.Context) error {
-	if db.writable || db.hold != nil {
+	if db.writable || db.hold != nil || db.pg { // PostgreSQL's first schema has it
 		return nil
 	}
 	var n int

@@ -128,7 +128,7 @@ func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
 	}
 	defer db.Close()
 	rules := filepath.Join(dir, "rules.d")
-	add := allowAlways(db, rules)
+	add := allowAlways(db, rules, nil)
 	a := &guard.Approval{ID: "ap-1", CallID: "call-1", Session: "s1", Server: "files", Tool: "write_file"}
 	if err := add(a, "alice"); err != nil {
 		t.Fatal(err)

@@ -269,7 +269,18 @@ func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Re
 // loadPolicy compiles the configured policy with the rules learned from
 // approvals, or says why not (exit 2).
 func (a *app) loadPolicy(st *settings) (*policy.Policy, int, bool) {
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv})
+	eo := policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv}
+	if st.Postgres {
+		// The learned rules are the database's.
+		db, err := store.OpenReadOnly(context.Background(), store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return nil, exitFailure, false
+		}
+		defer db.Close()
+		eo.Learned = learnedRules{db: db, getenv: a.getenv}
+	}
+	engine, err := policy.NewEngine(st.ConfigPath, st.Config, eo)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, exitUsage, false

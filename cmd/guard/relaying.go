@@ -43,6 +43,9 @@ type relaying struct {
 	process string
 	running *store.Lifecycle
 	logger  *slog.Logger
+	// replicas, in PostgreSQL mode, compares this process's
+	// configuration with the other replicas'; nil on SQLite.
+	replicas *replicaWatch
 }
 
 // started records, in the audit log, that the process started and what it
@@ -96,10 +99,14 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if rt.configDirID, err = identify(rt.configDir); err != nil {
 		logger.Warn("cannot tell later whether the configuration's directory was replaced", "err", err)
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, cfg, policy.EngineOptions{
+	eo := policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
 		Gate: db, Isolated: rt.isolated, Record: recordConfig(db, cmd),
-	})
+	}
+	if st.Postgres {
+		eo.Learned = learnedRules{db: db, getenv: a.getenv}
+	}
+	engine, err := policy.NewEngine(st.ConfigPath, cfg, eo)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		if errors.Is(err, guard.ErrAuditWrite) {
@@ -122,6 +129,12 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
+	if st.Postgres {
+		rt.replicas = newReplicaWatch(db, cmd, func() (string, string) {
+			return policy.ContentDigest(st.ConfigPath, engine.Config()), engine.Policy().Version()
+		}, logger)
+		bg.Go(func() { rt.replicas.run(ctx) })
+	}
 	// The one process on the database that holds the stream's lease
 	// streams. It stops last, after the record that this process stopped:
 	// it delivers what it can for a moment and lets another take over.

@@ -85,6 +85,9 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	})))
 	reg := newMetrics(db)
 	streamMetrics(reg, rt.streamer)
+	if rt.replicas != nil {
+		rt.replicas.metrics(reg)
+	}
 	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, withBearer(auth, metricsHandler(reg))))
 	var fronts []*proxy.HTTPServer
 	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {

@@ -28,7 +28,7 @@ type settings struct {
 	DBPath     string // an SQLite file's absolute path, or a PostgreSQL URL
 	Postgres   bool   // DBPath is a PostgreSQL URL
 	DataDir    string // the database's directory (on PostgreSQL, guard's data directory): keys, checkpoint, UI token
-	RulesDir   string // where approved.yaml lives
+	RulesDir   string // where approved.yaml lives ("" on PostgreSQL: the learned rules are the database's)
 }
 
 // settings resolves the configuration and database: flag, then
@@ -81,9 +81,14 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		}
 		st = &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, DataDir: filepath.Dir(db)}
 	}
-	st.RulesDir = filepath.Join(st.DataDir, "rules.d")
-	if cfgPath != "" {
+	switch {
+	case st.Postgres:
+		// Rules learned from approvals are the database's, the same for
+		// every replica.
+	case cfgPath != "":
 		st.RulesDir = filepath.Join(filepath.Dir(cfgPath), "rules.d")
+	default:
+		st.RulesDir = filepath.Join(st.DataDir, "rules.d")
 	}
 	return st, nil
 }

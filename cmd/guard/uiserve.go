@@ -38,7 +38,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		Token:        token,
 		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
 		PublicOrigin: st.Config.PublicURL,
-		AllowAlways:  allowAlways(db, st.RulesDir),
+		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
 		Explain:      explain(ctx, engine, db),
 		Logger:       logger.With("component", "ui"),
 	})
@@ -115,12 +115,17 @@ func allowedHosts(listen string) []string {
 
 // allowAlways writes a rule that allows a tool from now on, learned from
 // an approval: its record (rule_added) goes to the audit log before the
-// file is written, and a rule whose record cannot be written is not.
-func allowAlways(db *store.DB, rulesDir string) func(a *guard.Approval, by string) error {
+// rule is written (to rules.d/approved.yaml; in PostgreSQL mode, to the
+// database, where every replica reads it), and a rule whose record cannot
+// be written is not.
+func allowAlways(db *store.DB, rulesDir string, learned policy.Learned) func(a *guard.Approval, by string) error {
 	return func(a *guard.Approval, by string) error {
 		name := "approved-" + strings.NewReplacer("*", "_", "?", "_", "[", "_", "]", "_").Replace(a.Server+"-"+a.Tool)
 		r := policy.Rule{Name: name, Server: escapeGlob(a.Server), Tool: escapeGlob(a.Tool), Method: "tools/call",
 			Action: guard.ActionAllow, Reason: "allowed from now on by " + by}
+		if l, ok := learned.(ruleAdder); ok {
+			return l.add(context.Background(), a, by, r)
+		}
 		file := filepath.Join(rulesDir, policy.ApprovedRulesFile)
 		_, err := policy.AppendApprovedRule(rulesDir, r, func(digest string, r policy.Rule) error {
 			if err := db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
@@ -131,6 +136,11 @@ func allowAlways(db *store.DB, rulesDir string) func(a *guard.Approval, by strin
 		})
 		return err // not added: the same rule is there already
 	}
+}
+
+// ruleAdder is learned rules that take a rule learned from an approval.
+type ruleAdder interface {
+	add(ctx context.Context, a *guard.Approval, by string, r policy.Rule) error
 }
 
 // escapeGlob makes a name match only itself as a rule's glob.

@@ -1,0 +1,134 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// LearnedRule is a rule learned from an approval, as the database keeps it
+// (PostgreSQL mode: every replica reads the same).
+type LearnedRule struct {
+	Name, Server, Tool, Method, URI, When, Action, Reason string
+	Added                                                 time.Time
+}
+
+// LearnedRules returns the rules learned from approvals, oldest first,
+// and their version: it changes whenever a rule is added.
+func (db *DB) LearnedRules(ctx context.Context) ([]LearnedRule, int64, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT seq, name, server, tool, method, uri, when_expr, action, reason, added
+		FROM learned_rules ORDER BY seq`)
+	if err != nil {
+		return nil, 0, fmt.Errorf("learned rules: %w", err)
+	}
+	defer rows.Close()
+	var out []LearnedRule
+	var version int64
+	for rows.Next() {
+		var r LearnedRule
+		var added string
+		if err := rows.Scan(&version, &r.Name, &r.Server, &r.Tool, &r.Method, &r.URI, &r.When, &r.Action, &r.Reason, &added); err != nil {
+			return nil, 0, fmt.Errorf("learned rules: %w", err)
+		}
+		r.Added = parseTime(added)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("learned rules: %w", err)
+	}
+	return out, version, nil
+}
+
+// LearnedRulesVersion is the version LearnedRules returns, read alone:
+// one indexed row, so that a replica can ask every second.
+func (db *DB) LearnedRulesVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM learned_rules`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("learned rules: %w", err)
+	}
+	return v, nil
+}
+
+// AddLearnedRule adds a rule. The caller holds the decisions lock (the
+// rule is written with the approval that teaches it, DecideApprovalWith)
+// and has recorded the rule in the audit log, and chose its name among
+// LearnedRules' so that it is unique.
+func (db *DB) AddLearnedRule(ctx context.Context, r LearnedRule) error {
+	if !db.writable {
+		return errReadOnly
+	}
+	_, err := db.w.ExecContext(ctx, `INSERT INTO learned_rules (name, server, tool, method, uri, when_expr, action, reason, added)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(db.opts.Now()))
+	if err != nil {
+		return fmt.Errorf("learned rule %s: %w", r.Name, err)
+	}
+	return nil
+}
+
+// Replica is a guard process on the database as it last said.
+type Replica struct {
+	ID            string // the process's own, new at each start
+	Host          string
+	PID           int
+	Process       string // "guard serve", "guard run"
+	Version       string // guard's
+	ConfigDigest  string // of its configuration's contents
+	PolicyVersion string // of the policy in force
+	Started, Seen time.Time
+}
+
+// Heartbeat says that r runs, as it is now.
+func (db *DB) Heartbeat(ctx context.Context, r Replica) error {
+	if !db.writable {
+		return errReadOnly
+	}
+	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET config_digest = excluded.config_digest, policy_version = excluded.policy_version, seen = excluded.seen`,
+		r.ID, r.Host, r.PID, r.Process, r.Version, r.ConfigDigest, r.PolicyVersion, fmtTime(r.Started), fmtTime(r.Seen))
+	if err != nil {
+		return fmt.Errorf("replica %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Replicas returns the processes seen at since or later, and removes
+// those not seen for a day.
+func (db *DB) Replicas(ctx context.Context, since time.Time) ([]Replica, error) {
+	if db.writable {
+		if _, err := db.w.ExecContext(ctx, `DELETE FROM replicas WHERE seen < ?`, fmtTime(since.Add(-24*time.Hour))); err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen
+		FROM replicas WHERE seen >= ? ORDER BY started, id`, fmtTime(since))
+	if err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	defer rows.Close()
+	var out []Replica
+	for rows.Next() {
+		var r Replica
+		var started, seen string
+		if err := rows.Scan(&r.ID, &r.Host, &r.PID, &r.Process, &r.Version, &r.ConfigDigest, &r.PolicyVersion, &started, &seen); err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+		r.Started, r.Seen = parseTime(started), parseTime(seen)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	return out, nil
+}
+
+// LeaveReplicas removes a process that stops from the replicas.
+func (db *DB) LeaveReplicas(ctx context.Context, id string) error {
+	if !db.writable {
+		return errReadOnly
+	}
+	if _, err := db.w.ExecContext(ctx, `DELETE FROM replicas WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("replica %s: %w", id, err)
+	}
+	return nil
+}
