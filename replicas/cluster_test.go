@@ -86,11 +86,20 @@ func (r *replica) url(server string) string { return "http://" + r.serve.Addr + 
 // the test's end.
 func newCluster(t *testing.T, n int, config string) *cluster {
 	t.Helper()
+	return newClusterOn(t, n, config, "")
+}
+
+// newClusterOn is newCluster on the database db ("": the one database
+// gives).
+func newClusterOn(t *testing.T, n int, config, db string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, cfg: filepath.Join(dir, "guard.yaml")}
 	bind := guardtest.FreePort(t)
 	c.public = "http://" + bind
-	c.db, c.environ = database(t, dir)
+	if c.db = db; db == "" {
+		c.db, c.environ = database(t, dir)
+	}
 	if pgtest.Postgres() {
 		// One key for every replica, as a team deploys it.
 		config = "audit: {key_file: " + filepath.Join(dir, "audit.key") + "}\n" + config

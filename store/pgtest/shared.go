@@ -69,14 +69,23 @@ func Database(t testing.TB) string {
 	if len(name) > 60 {
 		name = name[:60]
 	}
-	ctx := context.Background()
-	c, err := pgx.Connect(ctx, pkg.c.URL)
+	url, err := pkg.c.CreateDatabase(name)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("pgtest: %v", err)
+	return url
+}
+
+// CreateDatabase creates a database in the cluster and returns its URL.
+func (c *Cluster) CreateDatabase(name string) (string, error) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.URL)
+	if err != nil {
+		return "", err
 	}
-	return strings.Replace(pkg.c.URL, "/postgres?", "/"+name+"?", 1)
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	return strings.Replace(c.URL, "/postgres?", "/"+name+"?", 1), nil
 }
