@@ -193,14 +193,15 @@ func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
 	if m, err := wire.Parse(fwd.Raw); err == nil {
 		fwd = m
 	}
-	tool := s.catalog.get(c.tool)
-	if tool == nil {
-		c.decision, c.reason = guard.DecisionDenied, "unknown tool"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, "Unknown tool: "+c.tool, nil))
+	c.askedInBand = true
+	if tool := s.catalog.get(c.tool); tool != nil {
+		s.decide(fwd, c, tool)
 		return
 	}
-	c.askedInBand = true
-	s.decide(fwd, c, tool)
+	// The round reached a session that has not read the server's tools
+	// yet (another replica than the first round's): it reads them, as
+	// for any call of a tool it has not seen.
+	go s.unknownTool(fwd, c)
 }
 
 // withoutParams returns the message with members of its params removed.

@@ -112,6 +112,11 @@ type Options struct {
 	// form elicitation, when the client supports one (approval.in_band:
 	// auto). Off by default: a client may answer without a person.
 	InBand bool
+	// StateKey signs the requestState of guard's own input requests
+	// (2026-07-28). Replicas of one log share one, so that a round that
+	// lands on another replica still matches; nil: a random key of the
+	// session's.
+	StateKey []byte
 	// MaxPending caps the calls of one session waiting for approval at
 	// once (default 20); more are denied rather than queued.
 	MaxPending int

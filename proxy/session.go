@@ -161,7 +161,11 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
 	s.persistCond = sync.NewCond(&s.persistMu)
-	_, _ = rand.Read(s.stateKey[:])
+	if len(opts.StateKey) > 0 {
+		s.stateKey = sha256.Sum256(opts.StateKey)
+	} else {
+		_, _ = rand.Read(s.stateKey[:])
+	}
 	return s
 }
 

@@ -43,6 +43,9 @@ type relaying struct {
 	process string
 	running *store.Lifecycle
 	logger  *slog.Logger
+	// stateKey signs guard's own requestState in every session: derived
+	// from the log's checkpoint key, the same in every replica.
+	stateKey []byte
 	// replicas, in PostgreSQL mode, compares this process's
 	// configuration with the other replicas'; nil on SQLite.
 	replicas *replicaWatch
@@ -113,6 +116,11 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			return nil, exitFailure, false
 		}
 		return nil, exitUsage, false
+	}
+	if k, err := store.DerivedSecret(keyPath(st), "guard: the requestState of guard's own input requests"); err == nil {
+		rt.stateKey = []byte(k)
+	} else {
+		logger.Warn("each session signs guard's own requestState with a key of its own: a later round that reaches another replica is refused", "err", err)
 	}
 	own, err := ownSecrets(st, cfg, db)
 	if err != nil {
@@ -237,6 +245,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		OutputWarn:       srv.Output == "warn",
 		MaxPending:       cfg.Approval.MaxPending,
 		InBand:           cfg.Approval.InBand == "auto",
+		StateKey:         rt.stateKey,
 		Logger:           logger,
 		ApprovalTimeout:  cfg.Approval.Timeout,
 		ApprovalWait:     cfg.Approval.Wait,

@@ -1,0 +1,80 @@
+package replicas
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// alternating sends each request to the next replica in turn, so that
+// two requests in a row never reach the same one.
+type alternating struct {
+	mu    sync.Mutex
+	hosts []string
+	next  int
+	sent  []string // the replica each request went to
+}
+
+func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
+	a.mu.Lock()
+	host := a.hosts[a.next%len(a.hosts)]
+	a.next++
+	a.sent = append(a.sent, host)
+	a.mu.Unlock()
+	r := req.Clone(req.Context())
+	r.URL.Host, r.Host = host, ""
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// On 2026-07-28 guard asks the person at the client about a held call
+// with an input request of its own (approval.in_band: auto), and the
+// client's next round, which carries the answer, may reach another
+// replica: it is taken there as the same call, since every replica signs
+// guard's requestState with the one key of the log.
+func TestAnInBandAnswerOnAnotherReplica(t *testing.T) {
+	c := newCluster(t, 2, "approval: {in_band: auto, wait: 40s}\n"+exampleServer())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt := &alternating{}
+	for _, r := range c.replicas {
+		rt.hosts = append(rt.hosts, r.serve.Addr)
+	}
+	asked := make(chan string, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}, nil
+		},
+	})
+	u, _ := url.Parse(c.replicas[0].url("notes"))
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: u.String(), HTTPClient: &http.Client{Transport: rt}},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
+	if err != nil || res.IsError || text(res) != "deleted welcome" {
+		t.Fatalf("approved in the client's round, answered on the other replica: %q %v (requests went to %v)", text(res), err, rt.sent)
+	}
+	if q := <-asked; !strings.Contains(q, "delete_note") {
+		t.Fatalf("the question: %q", q)
+	}
+	c.waitRecords("the in-band decision and the outcome", func(recs []*guard.Record) bool {
+		var decided, ran bool
+		for _, r := range recs {
+			decided = decided || r.Kind == guard.KindDecision && r.DecidedBy == "user at desk/1" && r.Decision == guard.ApprovalApproved
+			ran = ran || r.Kind == guard.KindOutcome && r.Tool == "delete_note" && r.Outcome == "ok"
+		}
+		return decided && ran
+	})
+	c.stopAndVerify()
+}
