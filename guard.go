@@ -279,6 +279,19 @@ const (
 	ApprovalUsed      = "used"
 )
 
+// Round is a 2026-07-28 tool call that its server answered
+// input_required: what the client's next round continues, as the same call
+// under the same decision, on whichever replica it lands.
+type Round struct {
+	CallID     string
+	Tool       string
+	ArgsDigest string // guard.Digest of the call's arguments
+	Pin        string
+	Decision   string
+	DecidedBy  string
+	Reason     string
+}
+
 // Approval is a held call waiting for, or having had, a person's decision.
 // Its ID is the held call's id. Arguments are complete (the approver must
 // see what they approve); the audit log keeps only the redacted form.

@@ -112,6 +112,10 @@ type Options struct {
 	// form elicitation, when the client supports one (approval.in_band:
 	// auto). Off by default: a client may answer without a person.
 	InBand bool
+	// Rounds, when set, keeps the rounds of 2026-07-28 calls for every
+	// process on the database besides the session: the client's next
+	// round may reach another replica, which continues the call there.
+	Rounds RoundStore
 	// StateKey signs the requestState of guard's own input requests
 	// (2026-07-28). Replicas of one log share one, so that a round that
 	// lands on another replica still matches; nil: a random key of the
@@ -134,6 +138,15 @@ type Options struct {
 	// tools/list it sends when a call names a tool it has not seen
 	// (default 30s).
 	RefreshTimeout time.Duration
+}
+
+// RoundStore keeps the 2026-07-28 calls that a server answered
+// input_required, so that the client's next round continues the call as
+// the same call, under the same decision, on any replica; store.DB
+// implements it. A round is continued once.
+type RoundStore interface {
+	NoteRound(ctx context.Context, key string, r guard.Round, expires time.Time) error
+	TakeRound(ctx context.Context, key string) (*guard.Round, error)
 }
 
 // defaultMaxMessage is the largest message accepted when none is set.

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,22 +113,50 @@ func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
 	prev := s.rounds[key]
 	delete(s.rounds, key)
 	s.mu.Unlock()
-	if prev == nil || prev.tool != c.tool {
+	var r *guard.Round
+	if prev != nil {
+		r = &guard.Round{CallID: prev.id, Tool: prev.tool, Pin: prev.pin, Decision: prev.decision, DecidedBy: prev.decidedBy, Reason: prev.reason}
+		r.ArgsDigest, _ = guard.Digest(prev.args)
+	}
+	if s.opts.Rounds != nil {
+		// Kept for every replica too: taken there as well, so that
+		// the round is continued once.
+		ctx, cancel := context.WithTimeout(s.ctx, roundTimeout)
+		shared, err := s.opts.Rounds.TakeRound(ctx, s.sharedRoundKey(key))
+		cancel()
+		if err != nil {
+			s.opts.Logger.Warn("a later round's call could not be looked up among the replicas': it is decided anew", "tool", c.tool, "err", err)
+		}
+		if r == nil {
+			r = shared
+		}
+	}
+	if r == nil || r.Tool != c.tool {
 		return false
 	}
-	a, errA := guard.Digest(prev.args)
-	b, errB := guard.Digest(c.args)
-	if errA != nil || errB != nil || a != b {
+	if d, err := guard.Digest(c.args); err != nil || d != r.ArgsDigest {
 		return false
 	}
-	c.id, c.pin = prev.id, prev.pin
-	c.decision, c.decidedBy, c.reason = prev.decision, prev.decidedBy, prev.reason
+	c.id, c.pin = r.CallID, r.Pin
+	c.decision, c.decidedBy, c.reason = r.Decision, r.DecidedBy, r.Reason
 	s.forward(msg, c, false)
 	return true
 }
 
+// roundTimeout bounds the store's part in passing a round on.
+const roundTimeout = 5 * time.Second
+
+// sharedRoundKey scopes a round's key to the server and the client, among
+// every session of every replica.
+func (s *Session) sharedRoundKey(key string) string {
+	sum := sha256.Sum256([]byte(s.opts.Server + "\x00" + s.opts.ClientName + "\x00" + key))
+	return hex.EncodeToString(sum[:])
+}
+
 // noteRound remembers an input_required answer so that the client's next
-// round of the same call goes through without a second decision.
+// round of the same call goes through without a second decision: in the
+// session, and, with Options.Rounds, for every replica, before the answer
+// reaches the client.
 func (s *Session) noteRound(c *call, result []byte) {
 	if c.decision != guard.DecisionAllowed {
 		return
@@ -139,6 +170,19 @@ func (s *Session) noteRound(c *call, result []byte) {
 	s.mu.Lock()
 	s.rounds[key] = c
 	s.mu.Unlock()
+	if s.opts.Rounds == nil {
+		return
+	}
+	d, err := guard.Digest(c.args)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), roundTimeout)
+	defer cancel()
+	r := guard.Round{CallID: c.id, Tool: c.tool, ArgsDigest: d, Pin: c.pin, Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason}
+	if err := s.opts.Rounds.NoteRound(ctx, s.sharedRoundKey(key), r, s.now().Add(s.opts.ApprovalTimeout)); err != nil {
+		s.opts.Logger.Warn("a round could not be kept for the other replicas: the client's next round is decided anew there", "tool", c.tool, "err", err)
+	}
 }
 
 // roundKey links rounds that carry no requestState: same tool, same

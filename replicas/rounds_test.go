@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/e2e/guardtest"
 )
 
 // alternating sends each request to the next replica in turn, so that
@@ -76,5 +77,68 @@ func TestAnInBandAnswerOnAnotherReplica(t *testing.T) {
 		}
 		return decided && ran
 	})
+	c.stopAndVerify()
+}
+
+// On 2026-07-28 a server answers a call input_required and the client
+// calls again with what it asked: the same call, decided once. Held for a
+// person and approved, its next round may reach another replica, which
+// continues it as that call, under that decision, without holding it
+// again.
+func TestALaterRoundOnAnotherReplica(t *testing.T) {
+	c := newCluster(t, 2, "approval: {wait: 15s}\nservers:\n  shared:\n    url: "+guardtest.Fixture(t, true)+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt := &alternating{}
+	for _, r := range c.replicas {
+		rt.hosts = append(rt.hosts, r.serve.Addr)
+	}
+	asked := make(chan string, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "erin"}}, nil
+		},
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.replicas[0].url("shared"), HTTPClient: &http.Client{Transport: rt}},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	const tool = "test_input_required_result_elicitation"
+	got := callInBackground(ctx, cs, tool, map[string]any{})
+	held := c.pending(tool)
+	if out, code := c.guard("approvals", "approve", held.ID, "--by", "carol"); code != 0 {
+		t.Fatalf("approve: %s", out)
+	}
+	res := <-got
+	if res.err != nil || res.r.IsError {
+		t.Fatalf("the call approved once, its next round on the other replica: %q %v (requests went to %v)", text(res.r), res.err, rt.sent)
+	}
+	<-asked
+	recs := c.waitRecords("the call's two rounds, ending ok", func(recs []*guard.Record) bool {
+		for _, r := range recs {
+			if r.Kind == guard.KindOutcome && r.CallID == held.ID && r.Outcome == "ok" {
+				return true
+			}
+		}
+		return false
+	})
+	var requests int
+	for _, r := range recs {
+		if r.Kind == guard.KindRequest && r.Tool == tool {
+			requests++
+			if r.CallID != held.ID {
+				t.Errorf("a round recorded as another call (%s), not as the approved call %s", r.CallID, held.ID)
+			}
+		}
+	}
+	if requests != 2 {
+		t.Errorf("%d requests of %s in the audit log, want its two rounds", requests, tool)
+	}
+	if out, _ := c.guard("approvals", "list", "--format", "jsonl"); strings.Contains(out, tool) {
+		t.Fatalf("the next round was held again:\n%s", out)
+	}
 	c.stopAndVerify()
 }

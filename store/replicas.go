@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // LearnedRule is a rule learned from an approval, as the database keeps it
@@ -131,4 +135,45 @@ func (db *DB) LeaveReplicas(ctx context.Context, id string) error {
 		return fmt.Errorf("replica %s: %w", id, err)
 	}
 	return nil
+}
+
+// NoteRound keeps a round of a 2026-07-28 call until expires, by key (the
+// server's, the client's and the round's), for the client's next round
+// wherever it lands; a round kept under the same key is replaced.
+func (db *DB) NoteRound(ctx context.Context, key string, r guard.Round, expires time.Time) error {
+	if !db.writable {
+		return errReadOnly
+	}
+	now := db.opts.Now().UnixMilli()
+	if _, err := db.w.ExecContext(ctx, `DELETE FROM rounds WHERE expires < ?`, now); err != nil {
+		return fmt.Errorf("rounds: %w", err)
+	}
+	_, err := db.w.ExecContext(ctx, `INSERT INTO rounds (key, call_id, tool, digest, pin, decision, decided_by, reason, expires)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO UPDATE SET call_id = excluded.call_id, tool = excluded.tool, digest = excluded.digest, pin = excluded.pin,
+			decision = excluded.decision, decided_by = excluded.decided_by, reason = excluded.reason, expires = excluded.expires`,
+		key, r.CallID, r.Tool, r.ArgsDigest, r.Pin, r.Decision, r.DecidedBy, r.Reason, expires.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("rounds: %w", err)
+	}
+	return nil
+}
+
+// TakeRound returns the round kept under key and removes it (a round is
+// continued once), or nil when there is none or it expired.
+func (db *DB) TakeRound(ctx context.Context, key string) (*guard.Round, error) {
+	if !db.writable {
+		return nil, errReadOnly
+	}
+	var r guard.Round
+	err := db.w.QueryRowContext(ctx, `DELETE FROM rounds WHERE key = ? AND expires >= ?
+		RETURNING call_id, tool, digest, pin, decision, decided_by, reason`, key, db.opts.Now().UnixMilli()).
+		Scan(&r.CallID, &r.Tool, &r.ArgsDigest, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rounds: %w", err)
+	}
+	return &r, nil
 }

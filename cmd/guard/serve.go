@@ -95,6 +95,8 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			o := rt.options(name, log)
 			o.ClientName = client
 			o.Recorder = countingRecorder{Recorder: db, reg: reg}
+			// A 2026-07-28 client's next round may reach another replica.
+			o.Rounds = db
 			return o
 		}
 	}

@@ -29,3 +29,18 @@ CREATE TABLE replicas (
     started        TEXT COLLATE "C" NOT NULL,
     seen           TEXT COLLATE "C" NOT NULL
 );
+
+-- The 2026-07-28 tool calls a server answered input_required, by a key of
+-- the server, the client and the round: the client's next round continues
+-- the call on whichever replica it lands, once.
+CREATE TABLE rounds (
+    key        TEXT COLLATE "C" PRIMARY KEY,
+    call_id    TEXT COLLATE "C" NOT NULL,
+    tool       TEXT COLLATE "C" NOT NULL,
+    digest     TEXT COLLATE "C" NOT NULL,
+    pin        TEXT COLLATE "C" NOT NULL,
+    decision   TEXT COLLATE "C" NOT NULL,
+    decided_by TEXT COLLATE "C" NOT NULL,
+    reason     TEXT COLLATE "C" NOT NULL,
+    expires    BIGINT NOT NULL
+);

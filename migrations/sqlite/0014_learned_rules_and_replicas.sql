@@ -25,3 +25,17 @@ CREATE TABLE replicas (
     started        TEXT NOT NULL,
     seen           TEXT NOT NULL
 );
+
+-- 2026-07-28 tool calls a server answered input_required (see
+-- PostgreSQL's 0014).
+CREATE TABLE rounds (
+    key        TEXT PRIMARY KEY,
+    call_id    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    digest     TEXT NOT NULL,
+    pin        TEXT NOT NULL,
+    decision   TEXT NOT NULL,
+    decided_by TEXT NOT NULL,
+    reason     TEXT NOT NULL,
+    expires    INTEGER NOT NULL
+);
