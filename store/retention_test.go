@@ -542,7 +542,8 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	}
 	db.Close()
 	if _, err := rawDB(t, path).Exec(`DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
-		ALTER TABLE records DROP COLUMN pruned; DELETE FROM schema_migrations WHERE version = 12`); err != nil {
+		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
+		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}
 	ro, err := OpenReadOnly(ctx, Options{Path: path})
