@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,21 +51,11 @@ func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 		}
 		return unlock, nil
 	}
-	c, err := db.r.Conn(ctx)
+	unlock, _, err = db.pgLock(ctx, lockDecisions, false)
 	if err != nil {
 		return nil, fmt.Errorf("decisions lock: %w", err)
 	}
-	if _, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockDecisions); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("decisions lock: %w", err)
-	}
-	return func() {
-		if _, err := c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, lockDecisions); err != nil {
-			// A lock that cannot be released goes with its connection.
-			c.Raw(func(dc any) error { return driver.ErrBadConn })
-		}
-		c.Close()
-	}, nil
+	return unlock, nil
 }
 
 // ByGuard is who decided when guard itself ended a held call (an expiry, a

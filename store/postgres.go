@@ -375,3 +375,44 @@ func pgConfig(url string) (*pgx.ConnConfig, error) {
 func openPool(cfg *pgx.ConnConfig, lock int64, sqls *rebinder) *sql.DB {
 	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg), lock: lock, sqls: sqls})
 }
+
+// pgLock takes the session advisory lock key on a connection of its own,
+// held until unlock: waiting for it, or, with try, only if no one holds
+// it (ok false then).
+func (db *DB) pgLock(ctx context.Context, key int64, try bool) (unlock func(), ok bool, err error) {
+	c, err := db.r.Conn(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if try {
+		err = c.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&ok)
+	} else {
+		_, err = c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
+		ok = true
+	}
+	if err != nil || !ok {
+		c.Close()
+		return nil, false, err
+	}
+	return func() {
+		if _, err := c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			// A lock that cannot be released goes with its connection.
+			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		c.Close()
+	}, true, nil
+}
+
+// tryLock takes the lock of a job that one process on the database runs
+// at a time (suffix names it: a file lock beside an SQLite database, an
+// advisory lock of a PostgreSQL one), if no one holds it.
+func (db *DB) tryLock(ctx context.Context, suffix string) (unlock func(), ok bool, err error) {
+	if !db.pg {
+		return tryLockFile(db.opts.Path + suffix)
+	}
+	unlock, ok, err = db.pgLock(ctx, advisoryKey("guard: "+suffix), true)
+	if err != nil {
+		return nil, false, fmt.Errorf("lock %s: %w", suffix, err)
+	}
+	return unlock, ok, nil
+}

@@ -565,7 +565,7 @@ func (db *DB) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Dur
 	if o.Retention <= 0 {
 		return nil, nil
 	}
-	unlock, ok, err := tryLockFile(db.opts.Path + retentionLock)
+	unlock, ok, err := db.tryLock(ctx, retentionLock)
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}

@@ -456,7 +456,7 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || got != nil {
 		t.Fatalf("again within the period: %+v %v", got, err)
 	}
-	unlock, ok, err := tryLockFile(path + retentionLock)
+	unlock, ok, err := db.tryLock(ctx, retentionLock) // as another process would
 	if err != nil || !ok {
 		t.Fatalf("lock: %v %v", ok, err)
 	}

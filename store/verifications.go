@@ -58,7 +58,7 @@ func (db *DB) VerificationFailures(ctx context.Context) (int64, error) {
 // verifying skips. It returns the verification it made, or nil. A failure
 // is logged at error level, naming the problem.
 func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verification, error) {
-	unlock, ok, err := tryLockFile(db.opts.Path + verifyLock)
+	unlock, ok, err := db.tryLock(ctx, verifyLock)
 	if err != nil || !ok {
 		return nil, err // another process verifies now
 	}
@@ -92,7 +92,7 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 		db.opts.Logger.Info("audit log verified", "records", v.Records, "took", v.Took.Round(time.Millisecond))
 	}
 	if _, err := db.w.ExecContext(ctx, `INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES (?, ?, ?, ?, ?)`,
-		fmtTime(v.Time), v.OK, v.Records, v.Problem, v.Took.Milliseconds()); err != nil {
+		fmtTime(v.Time), boolInt(v.OK), v.Records, v.Problem, v.Took.Milliseconds()); err != nil {
 		return v, fmt.Errorf("verification: keep its result: %w", err)
 	}
 	return v, nil
@@ -157,4 +157,13 @@ func tryLockFile(path string) (unlock func(), ok bool, err error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, true, nil
+}
+
+// boolInt is a truth as the schema keeps it, 1 or 0: an integer on both
+// engines.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -70,18 +70,27 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 // another verifying skips the round, and the other's result counts for
 // all of them.
 func TestAProcessVerifyingMakesTheOthersSkip(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "g.db")
-	db := openDB(t, path)
+	ctx := context.Background()
+	p := testPath(t)
+	db, err := testOpen(ctx, Options{Path: p})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
-	unlock, ok, err := tryLockFile(path + verifyLock) // another process, verifying
+	other, err := testOpen(ctx, Options{Path: p}) // another process on the database
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	unlock, ok, err := other.tryLock(ctx, verifyLock) // verifying
 	if err != nil || !ok {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
-	if v, err := db.VerifyIfDue(context.Background(), time.Hour); v != nil || err != nil {
+	if v, err := db.VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
 		t.Fatalf("verified while another process does: %+v %v", v, err)
 	}
 	unlock()
-	if v, err := db.VerifyIfDue(context.Background(), time.Hour); v == nil || err != nil {
+	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
 		t.Fatalf("no verification once the other is done: %+v %v", v, err)
 	}
 }
