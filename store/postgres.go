@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/jackc/pgx/v5"
@@ -361,11 +362,15 @@ func rebind(q string) string {
 
 // pgConfig parses a PostgreSQL URL. The password comes from the URL, from
 // PGPASSWORD, or from a .pgpass file (PGPASSFILE, else ~/.pgpass), as
-// libpq reads them.
+// libpq reads them. A connection gives up after 10 s unless the URL says
+// otherwise (connect_timeout).
 func pgConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", guard.DisplayURL(url), err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
 	}
 	return cfg, nil
 }
