@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/jackc/pgx/v5"
@@ -40,6 +42,31 @@ import (
 // (postgres:// or postgresql://) rather than an SQLite file's path.
 func IsPostgres(name string) bool {
 	return strings.HasPrefix(name, "postgres://") || strings.HasPrefix(name, "postgresql://")
+}
+
+// URLHasPassword reports whether a PostgreSQL URL carries a password, in
+// its user information or as a password parameter: a command line that
+// names one shows it to every user of the machine (in /proc), where
+// PGPASSWORD, a .pgpass file or the configuration do not. The URL is read
+// as pgx (like libpq) reads it, which takes more than net/url does
+// (several hosts, h1:5432,h2:5432): the user information ends at the
+// first @ before any /.
+func URLHasPassword(name string) bool {
+	p, ok := strings.CutPrefix(name, "postgresql://")
+	if !ok {
+		p, _ = strings.CutPrefix(name, "postgres://")
+	}
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		if _, pw, _ := strings.Cut(p[:i], ":"); pw != "" {
+			return true
+		}
+	}
+	_, query, _ := strings.Cut(p, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return strings.Contains(query, "password=")
+	}
+	return q.Get("password") != ""
 }
 
 // Advisory lock keys: guard's locks on a PostgreSQL database. They are
@@ -361,11 +388,15 @@ func rebind(q string) string {
 
 // pgConfig parses a PostgreSQL URL. The password comes from the URL, from
 // PGPASSWORD, or from a .pgpass file (PGPASSFILE, else ~/.pgpass), as
-// libpq reads them.
+// libpq reads them. A connection gives up after 10 s unless the URL says
+// otherwise (connect_timeout).
 func pgConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", guard.DisplayURL(url), err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
 	}
 	return cfg, nil
 }

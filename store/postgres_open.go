@@ -32,22 +32,13 @@ const pgCommitWait = 10 * time.Second
 // database: every replica reads the same key from its own file.
 func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	name := guard.DisplayURL(opts.Path)
-	if opts.KeyPath == "" && opts.Key == "" {
-		return nil, fmt.Errorf("store: %s: a PostgreSQL database needs the checkpoint key's file (audit.key_file), the same for every replica", name)
-	}
-	if opts.CheckpointPath == "" {
-		if opts.KeyPath == "" {
-			return nil, fmt.Errorf("store: %s: with the checkpoint key given as text, the checkpoint file's path must be given too", name)
-		}
-		opts.CheckpointPath = filepath.Join(filepath.Dir(opts.KeyPath), "audit.checkpoint")
+	if err := opts.pgFiles(); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
 	opts.defaults()
 	cfg, err := pgConfig(opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 10 * time.Second
 	}
 	if err := checkSessionPooling(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("store: %s: %w", name, err)
@@ -128,16 +119,13 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 // never opened is an error, as an SQLite file that is not guard's is.
 func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	name := guard.DisplayURL(opts.Path)
-	if opts.CheckpointPath == "" && opts.KeyPath != "" {
-		opts.CheckpointPath = filepath.Join(filepath.Dir(opts.KeyPath), "audit.checkpoint")
+	if opts.KeyPath != "" {
+		_ = opts.pgFiles() // with a key file, it only names the checkpoint file
 	}
 	opts.defaults()
 	cfg, err := pgConfig(opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 10 * time.Second
 	}
 	ro := cfg.Copy()
 	ro.RuntimeParams["default_transaction_read_only"] = "on"
@@ -156,6 +144,22 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
+}
+
+// pgFiles checks that a PostgreSQL database's options name its
+// checkpoint key, and fills in its checkpoint file: each replica's own,
+// audit.checkpoint beside the key.
+func (o *Options) pgFiles() error {
+	if o.KeyPath == "" && o.Key == "" {
+		return errors.New("a PostgreSQL database needs the checkpoint key's file (audit.key_file), the same for every replica")
+	}
+	if o.CheckpointPath == "" {
+		if o.KeyPath == "" {
+			return errors.New("with the checkpoint key given as text, the checkpoint file's path must be given too")
+		}
+		o.CheckpointPath = filepath.Join(filepath.Dir(o.KeyPath), "audit.checkpoint")
+	}
+	return nil
 }
 
 // pgSigner reads the checkpoint key from its file. A missing file is

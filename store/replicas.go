@@ -61,13 +61,16 @@ func (db *DB) AddLearnedRule(ctx context.Context, r LearnedRule) error {
 	if !db.writable {
 		return errReadOnly
 	}
-	_, err := db.w.ExecContext(ctx, `INSERT INTO learned_rules (name, server, tool, method, uri, when_expr, action, reason, added)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(db.opts.Now()))
+	_, err := db.w.ExecContext(ctx, insertLearnedRule, r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(db.opts.Now()))
 	if err != nil {
 		return fmt.Errorf("learned rule %s: %w", r.Name, err)
 	}
 	return nil
 }
+
+// insertLearnedRule adds a learned rule (AddLearnedRule, and Copy).
+const insertLearnedRule = `INSERT INTO learned_rules (name, server, tool, method, uri, when_expr, action, reason, added)
+ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Replica is a guard process on the database as it last said.
 type Replica struct {

@@ -157,16 +157,22 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
 		return exitFailure
 	}
-	switch {
-	case !rep.OK:
-		fmt.Fprintf(a.stdout, "FAILED after %d records: %s\n", rep.Records, rep.Problem)
+	fmt.Fprintln(a.stdout, verifiedLine(rep))
+	if !rep.OK {
 		return exitFailure
-	case rep.Witnessed:
-		fmt.Fprintf(a.stdout, "ok: %d records%s, extends checkpoint %d\n", rep.Records, prunedNote(rep), rep.Extends)
-	default:
-		fmt.Fprintf(a.stdout, "ok, unwitnessed: %d records%s\n", rep.Records, prunedNote(rep))
 	}
 	return exitOK
+}
+
+// verifiedLine is what guard audit verify says of a verification.
+func verifiedLine(rep store.Report) string {
+	switch {
+	case !rep.OK:
+		return fmt.Sprintf("FAILED after %d records: %s", rep.Records, rep.Problem)
+	case rep.Witnessed:
+		return fmt.Sprintf("ok: %d records%s, extends checkpoint %d", rep.Records, prunedNote(rep), rep.Extends)
+	}
+	return fmt.Sprintf("ok, unwitnessed: %d records%s", rep.Records, prunedNote(rep))
 }
 
 // prunedNote says how many of the records verified retention pruned.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
+	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -17,7 +18,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		os.Exit(sandbox.Init(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m) // runs the tests, then stops the PostgreSQL cluster they shared
 }
 
 // What servers must not see: guard's default directories, and of guard's
