@@ -75,6 +75,10 @@ type Config struct {
 	// not configured. Its host is answered besides the listen address's,
 	// its origin is accepted, and printed addresses use it.
 	PublicURL string
+	// OwnVariables are more environment variables of guard's own that
+	// servers do not see unless their env lists them: its database's
+	// credentials (PGPASSWORD, PGPASSFILE) when it runs on PostgreSQL.
+	OwnVariables []string
 	// Expanded maps each environment variable the configuration expanded
 	// (${NAME}, anywhere but in a server's command) to the value it had:
 	// guard's own secrets, kept from the servers' environment and masked
@@ -491,7 +495,7 @@ func (p *parser) envNames(dst *[]string) func(*yaml.Node) error {
 
 func (p *parser) config(n *yaml.Node, c *Config) error {
 	return p.mapping(n, map[string]func(*yaml.Node) error{
-		"db":          func(n *yaml.Node) error { return p.str(&c.DB)(n) },
+		"db":          func(n *yaml.Node) error { err := p.str(&c.DB)(n); c.DB = p.expand(c.DB); return err },
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
 		"ui": func(n *yaml.Node) error {

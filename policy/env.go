@@ -12,7 +12,7 @@ var ownVariables = []string{"GUARD_DB", "GUARD_CONFIG"}
 // ServerEnv returns the environment of a server's process: environ (as
 // os.Environ gives it) without the variables the configuration expanded
 // (guard's own secrets: a header's token, a password) and without guard's
-// own variables (GUARD_DB, GUARD_CONFIG), except those the server's env
+// own variables (GUARD_DB, GUARD_CONFIG, and OwnVariables), except those the server's env
 // list names. Every other variable (PATH, HOME, ...) passes. srv may be
 // nil: a server the configuration does not name.
 func (c *Config) ServerEnv(environ []string, srv *Server) []string {
@@ -24,7 +24,8 @@ func (c *Config) ServerEnv(environ []string, srv *Server) []string {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		_, secret := c.Expanded[name]
-		if (secret || slices.Contains(ownVariables, name)) && !slices.Contains(allowed, name) {
+		own := slices.Contains(ownVariables, name) || slices.Contains(c.OwnVariables, name)
+		if (secret || own) && !slices.Contains(allowed, name) {
 			continue
 		}
 		out = append(out, kv)

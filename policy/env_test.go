@@ -36,6 +36,16 @@ servers:
 	if got, want := cfg.ServerEnv(environ, nil), []string{"PATH=/bin", "HOME=/home/me", "ROOT=/srv/data"}; !slices.Equal(got, want) {
 		t.Errorf("an unnamed server's environment = %q, want %q", got, want)
 	}
+	// guard's own database credentials (on PostgreSQL), unless listed.
+	cfg.OwnVariables = []string{"PGPASSWORD"}
+	pg := append(slices.Clip(environ), "PGPASSWORD=db-secret")
+	if got := cfg.ServerEnv(pg, nil); slices.Contains(got, "PGPASSWORD=db-secret") {
+		t.Errorf("an unnamed server sees guard's database password: %q", got)
+	}
+	cfg.Servers["files"].Env = append(cfg.Servers["files"].Env, "PGPASSWORD")
+	if got := cfg.ServerEnv(pg, cfg.Servers["files"]); !slices.Contains(got, "PGPASSWORD=db-secret") {
+		t.Errorf("a server whose env lists PGPASSWORD does not see it: %q", got)
+	}
 }
 
 // env takes names only: a value, or a mapping, is an error with its line.

@@ -41,6 +41,7 @@ var notCopied = map[string]string{
 	"leases":            "held by the processes of the old database; those of the new one take their own",
 	"replicas":          "the processes of the old database; each guard on the new one says what it runs",
 	"retention_grant":   "empty but inside the retention job's transaction",
+	"rounds":            "rounds of calls in flight, which the move ends (guard is stopped for it)",
 	"schema_migrations": "each database has its own: the destination's are applied as it is opened",
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net/url"
 	"path/filepath"
 
 	guard "github.com/guard-mcp/guard"
@@ -53,7 +52,7 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		cfg = c
 	}
 	db := cf.db
-	if db != "" && store.IsPostgres(db) && pgPassword(db) {
+	if db != "" && store.IsPostgres(db) && store.URLHasPassword(db) {
 		return nil, fmt.Errorf("--db: the URL holds a password, which every user of this machine can read in the process list: give it in PGPASSWORD, a .pgpass file, or the configuration's db (${NAME} expands an environment variable there)")
 	}
 	if db == "" {
@@ -74,6 +73,8 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		// files of each machine: guard's data directory.
 		_, dataDir := policy.Dirs(a.getenv)
 		st = &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, Postgres: true, DataDir: dataDir}
+		// The database's credentials are guard's, not its servers'.
+		cfg.OwnVariables = append(cfg.OwnVariables, "PGPASSWORD", "PGPASSFILE")
 	} else {
 		db, err := filepath.Abs(policy.ExpandHome(db, a.getenv))
 		if err != nil {
@@ -115,19 +116,6 @@ func (st *settings) protected() *policy.Protected {
 // dbName is the database as it may be shown: an SQLite file's path, or a
 // PostgreSQL URL without its password and parameters.
 func (st *settings) dbName() string { return guard.DisplayURL(st.DBPath) }
-
-// pgPassword reports whether a PostgreSQL URL carries a password, in its
-// user information or as a password parameter.
-func pgPassword(raw string) bool {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return false // pgx parses it the same way: it is refused as it opens
-	}
-	if _, ok := u.User.Password(); ok {
-		return true
-	}
-	return u.Query().Has("password")
-}
 
 // uiToken is the UI's login token: the data directory's (made on first
 // use) on SQLite; on PostgreSQL, derived from the log's checkpoint key,
