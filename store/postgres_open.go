@@ -118,6 +118,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			db.logCheckpoint(err)
 		}
 	}
+	db.listen = startListener(cfg, opts.Logger)
 	go db.ingester()
 	return db, nil
 }
