@@ -43,7 +43,12 @@ const decisionsLock = ".decisions.lock"
 // lockDecisions takes the decisions lock: on SQLite a file lock beside
 // the database, which the processes of one machine share; on PostgreSQL
 // an advisory lock of the database, which every replica shares, held by
-// a connection of its own until unlock.
+// a connection of its own until unlock. A replica's own decisions take
+// turns before they ask PostgreSQL for it (db.deciding): were each to
+// wait there on a connection of the pool, enough of them would take
+// every connection, and the one holding the lock could not read what it
+// needs to finish (approve, and allow from now on, reads the rules
+// learned so far under the lock); none would ever end.
 func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 	if !db.pg {
 		unlock, err := lockFile(db.opts.Path + decisionsLock)
@@ -52,21 +57,41 @@ func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 		}
 		return unlock, nil
 	}
-	c, err := db.r.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("decisions lock: %w", err)
+	db.lockWaiters.Add(1)
+	select {
+	case db.deciding <- struct{}{}:
+		db.lockWaiters.Add(-1)
+	case <-ctx.Done():
+		db.lockWaiters.Add(-1)
+		return nil, fmt.Errorf("decisions lock: %w", ctx.Err())
 	}
-	if _, err := c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockDecisions); err != nil {
-		c.Close()
+	c, err := db.r.Conn(ctx)
+	if err == nil {
+		if _, err = c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockDecisions); err != nil {
+			dropSession(c) // it may hold the lock all the same
+		}
+	}
+	if err != nil {
+		<-db.deciding
 		return nil, fmt.Errorf("decisions lock: %w", err)
 	}
 	return func() {
 		if _, err := c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, lockDecisions); err != nil {
 			// A lock that cannot be released goes with its connection.
-			c.Raw(func(dc any) error { return driver.ErrBadConn })
+			dropSession(c)
+		} else {
+			c.Close()
 		}
-		c.Close()
+		<-db.deciding
 	}, nil
+}
+
+// dropSession closes a pooled PostgreSQL connection rather than giving it
+// back to the pool: its session ends, and the advisory locks it holds go
+// with it.
+func dropSession(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	c.Close()
 }
 
 // ByGuard is who decided when guard itself ended a held call (an expiry, a

@@ -74,6 +74,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		progress: make(chan struct{}),
 		stats:    newAuditStats(),
 		own:      map[string]bool{},
+		deciding: make(chan struct{}, 1),
 	}
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)

@@ -103,6 +103,11 @@ type DB struct {
 	// listen hears of other replicas' changes on PostgreSQL (notify.go);
 	// nil on SQLite.
 	listen *listener
+	// deciding holds a value while a decision of this process holds or
+	// asks for the decisions lock on PostgreSQL (lockDecisions);
+	// lockWaiters counts the decisions waiting for their turn.
+	deciding    chan struct{}
+	lockWaiters atomic.Int32
 	// newerSchema is the database's schema version when a newer release
 	// migrated it (noteNewerSchema), else 0.
 	newerSchema int64
