@@ -16,8 +16,10 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// Store keeps approvals; store.DB implements it. Waiting is the store's:
-// polling on SQLite, so a decision made by another process is seen too.
+// Store keeps approvals; store.DB implements it. Waiting is the store's,
+// so that a decision made by another process or replica is seen too:
+// polling on SQLite, LISTEN/NOTIFY on PostgreSQL (a decision made on one
+// replica releases a call held on another within milliseconds).
 //
 // A pending approval leaves "pending" only through DecideApproval (a
 // person) or EndApproval (an expiry, a withdrawal), each of which records

@@ -2,7 +2,8 @@
 // one set per engine, applied in order, each once, each in its own
 // transaction. A version number means the same schema on both engines:
 // PostgreSQL's first migration creates at once what SQLite's first twelve
-// built up.
+// built up, and a migration that one engine alone needs is a file holding
+// only a comment on the other (0013: PostgreSQL's change notifications).
 package migrations
 
 import (

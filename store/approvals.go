@@ -10,7 +10,8 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// pollEvery is how often WaitApproval reads the database: a decision made
+// pollEvery is how often WaitApproval reads the database on SQLite (and
+// on PostgreSQL while it cannot listen for notifications): a decision made
 // by another process is seen within this time plus a read.
 const pollEvery = 25 * time.Millisecond
 
@@ -276,9 +277,17 @@ func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) 
 	return a, nil
 }
 
-// WaitApproval returns the approval once it is no longer pending. It polls
-// the database, so a decision made by another process is seen too.
+// WaitApproval returns the approval once it is no longer pending, whoever
+// decided: this process, another sharing the SQLite file, or another
+// replica on PostgreSQL. On SQLite it reads the approval every pollEvery.
+// On PostgreSQL it reads it, then waits for the notification of its
+// change (notify.go), which comes within milliseconds of the commit; it
+// reads it again every second in case a notification was lost, and every
+// pollEvery while the connection that listens is down.
 func (db *DB) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
+	if db.listen != nil {
+		return db.awaitNotified(ctx, id)
+	}
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	for {

@@ -42,7 +42,12 @@ const decisionsLock = ".decisions.lock"
 // lockDecisions takes the decisions lock: on SQLite a file lock beside
 // the database, which the processes of one machine share; on PostgreSQL
 // an advisory lock of the database, which every replica shares, held by
-// a connection of its own until unlock.
+// a connection of its own until unlock. A replica's own decisions take
+// turns before they ask PostgreSQL for it (db.deciding): were each to
+// wait there on a connection of the pool, enough of them would take
+// every connection, and the one holding the lock could not read what it
+// needs to finish (approve, and allow from now on, reads the rules
+// learned so far under the lock); none would ever end.
 func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 	if !db.pg {
 		unlock, err := lockFile(db.opts.Path + decisionsLock)
@@ -51,11 +56,23 @@ func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 		}
 		return unlock, nil
 	}
-	unlock, _, err = db.pgLock(ctx, lockDecisions, false)
+	db.lockWaiters.Add(1)
+	select {
+	case db.deciding <- struct{}{}:
+		db.lockWaiters.Add(-1)
+	case <-ctx.Done():
+		db.lockWaiters.Add(-1)
+		return nil, fmt.Errorf("decisions lock: %w", ctx.Err())
+	}
+	unlockPG, _, err := db.pgLock(ctx, lockDecisions, false)
 	if err != nil {
+		<-db.deciding
 		return nil, fmt.Errorf("decisions lock: %w", err)
 	}
-	return unlock, nil
+	return func() {
+		unlockPG()
+		<-db.deciding
+	}, nil
 }
 
 // ByGuard is who decided when guard itself ended a held call (an expiry, a

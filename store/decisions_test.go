@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -177,6 +178,49 @@ func TestOfDecisionsAtOnceOnlyTheOneTakenIsRecorded(t *testing.T) {
 	a, _ := db.Approval(ctx, "a1")
 	if len(got) != 1 || got[0].Decision != a.State || (a.DecidedBy != "" && got[0].DecidedBy != a.DecidedBy) {
 		t.Fatalf("records %+v for approval %+v", got, a)
+	}
+}
+
+// Replicas deciding at once on the same held calls, more of them than a
+// replica has connections to write with: each call gets exactly one
+// decision record, the one that took effect (the decisions lock is every
+// replica's), and no decision waits for ever.
+func TestReplicasDecidingAtOnceRecordOneDecisionEach(t *testing.T) {
+	dbs := replicas(t, 2)
+	ctx := context.Background()
+	const calls = 12
+	for i := range calls {
+		if err := dbs[0].CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range calls {
+		for j := range 3 {
+			db := dbs[(i+j)%2]
+			wg.Go(func() {
+				_, err := db.DecideApproval(ctx, fmt.Sprint("a", i), j%2 == 0, fmt.Sprint("person", j), "because")
+				if err != nil && !errors.Is(err, guard.ErrAlreadyDecided) {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	byApproval := map[string][]*guard.Record{}
+	for _, r := range recordsOf(t, dbs[1], guard.KindDecision) {
+		byApproval[r.Approval] = append(byApproval[r.Approval], r)
+	}
+	for i := range calls {
+		id := fmt.Sprint("a", i)
+		a, err := dbs[1].Approval(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := byApproval[id]
+		if len(got) != 1 || got[0].Decision != a.State || got[0].DecidedBy != a.DecidedBy {
+			t.Errorf("%s: records %+v for approval %+v", id, got, a)
+		}
 	}
 }
 
@@ -396,4 +440,53 @@ func TestAStepWithAnApprovalRunsOnlyWhileItIsPending(t *testing.T) {
 	if got := recordsOf(t, db, guard.KindDecision); len(got) != 2 {
 		t.Fatalf("%d decision records, want the denial and the approval", len(got))
 	}
+}
+
+// A decision's own step may read the database ("approve, and allow from
+// now on" reads the rules learned so far, under the decisions lock),
+// while more decisions of the same replica than it has connections wait
+// for the lock: the decisions waiting must not hold the connections the
+// one holding the lock needs, or none ever ends.
+func TestADecisionsStepReadsWhileOthersWaitForTheLock(t *testing.T) {
+	db := replicas(t, 1)[0]
+	ctx := context.Background()
+	const others = 12
+	for i := range others + 1 {
+		if err := db.CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inStep, goOn := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.DecideApprovalWith(ctx, "a0", true, "alice", "", func(*guard.Approval) error {
+			close(inStep)
+			<-goOn
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a failure bound
+			defer cancel()
+			_, err := db.Approvals(rctx, guard.ApprovalPending)
+			return err
+		})
+		done <- err
+	}()
+	<-inStep
+	var wg sync.WaitGroup
+	for i := 1; i <= others; i++ {
+		wg.Go(func() {
+			if _, err := db.DecideApproval(ctx, fmt.Sprint("a", i), false, "bob", "no"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for bound := time.Now().Add(10 * time.Second); db.lockWaiters.Load() < others; {
+		if time.Now().After(bound) {
+			t.Fatalf("%d of the %d decisions wait for the lock", db.lockWaiters.Load(), others)
+		}
+		runtime.Gosched()
+	}
+	close(goOn)
+	if err := <-done; err != nil {
+		t.Fatalf("the decision holding the lock: %v", err)
+	}
+	wg.Wait()
 }

@@ -47,3 +47,21 @@ func sqliteOnly(t testing.TB) {
 		t.Skip("SQLite's files only")
 	}
 }
+
+// replicas opens n DBs on one new PostgreSQL database, as n replicas of
+// guard serve would.
+func replicas(t testing.TB, n int) []*DB {
+	t.Helper()
+	url := pgtest.Database(t)
+	key := filepath.Join(t.TempDir(), "audit.key")
+	var dbs []*DB
+	for range n {
+		db, err := Open(context.Background(), Options{Path: url, KeyPath: key, Durability: "normal"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	return dbs
+}

@@ -421,17 +421,30 @@ func (db *DB) pgLock(ctx context.Context, key int64, try bool) (unlock func(), o
 		_, err = c.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, key)
 		ok = true
 	}
-	if err != nil || !ok {
-		c.Close()
+	if err != nil {
+		dropSession(c) // it may hold the lock all the same
 		return nil, false, err
+	}
+	if !ok {
+		c.Close()
+		return nil, false, nil
 	}
 	return func() {
 		if _, err := c.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
 			// A lock that cannot be released goes with its connection.
-			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+			dropSession(c)
+			return
 		}
 		c.Close()
 	}, true, nil
+}
+
+// dropSession closes a pooled PostgreSQL connection rather than giving it
+// back to the pool: its session ends, and the advisory locks it holds go
+// with it.
+func dropSession(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	c.Close()
 }
 
 // tryLock takes the lock of a job that one process on the database runs

@@ -65,6 +65,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		progress: make(chan struct{}),
 		stats:    newAuditStats(),
 		own:      map[string]bool{},
+		deciding: make(chan struct{}, 1),
 	}
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)
@@ -109,6 +110,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			db.logCheckpoint(err)
 		}
 	}
+	db.listen = startListener(cfg, opts.Logger)
 	go db.ingester()
 	return db, nil
 }

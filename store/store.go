@@ -6,6 +6,13 @@
 // share one database: the chain's tail is found inside every write
 // transaction, and a writer takes the tail it committed last only while
 // SQLite's data version shows that no one else has committed since.
+//
+// A postgres:// name opens a PostgreSQL database instead (postgres.go),
+// which several replicas of guard serve share: records are acknowledged
+// once committed there, and each replica hears of the others' changes to
+// held calls, tool reviews and configuration changes as they commit
+// (LISTEN/NOTIFY, notify.go), where processes sharing an SQLite file read
+// it again every few milliseconds.
 package store
 
 import (
@@ -93,6 +100,14 @@ type DB struct {
 	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
+	// listen hears of other replicas' changes on PostgreSQL (notify.go);
+	// nil on SQLite.
+	listen *listener
+	// deciding holds a value while a decision of this process holds or
+	// asks for the decisions lock on PostgreSQL (lockDecisions);
+	// lockWaiters counts the decisions waiting for their turn.
+	deciding    chan struct{}
+	lockWaiters atomic.Int32
 	// newerSchema is the database's schema version when a newer release
 	// migrated it (noteNewerSchema), else 0.
 	newerSchema int64
@@ -446,6 +461,9 @@ func (db *DB) Close() error {
 // closeAll closes the connections, the audit writer's last: it keeps the
 // -wal and -shm files for read-only openers (persistWAL).
 func (db *DB) closeAll() error {
+	if db.listen != nil {
+		db.listen.close()
+	}
 	var errs []error
 	if db.hold != nil {
 		errs = append(errs, db.hold.Close())

@@ -87,12 +87,27 @@ func newEnv(t testing.TB) *env {
 	return newEnvAt(t, filepath.Join(t.TempDir(), "g.db"))
 }
 
-// newEnvAt is newEnv over the database at path; configure, when given,
+// pgKeys holds the checkpoint key file of each PostgreSQL database a test
+// opens, so that every UI on it (every replica) signs with one key.
+var pgKeys sync.Map
+
+// keyPath is the checkpoint key's file for a database: the default beside
+// an SQLite file, one per PostgreSQL database (which needs one given).
+func keyPath(t testing.TB, path string) string {
+	if !store.IsPostgres(path) {
+		return ""
+	}
+	k, _ := pgKeys.LoadOrStore(path, filepath.Join(t.TempDir(), "audit.key"))
+	return k.(string)
+}
+
+// newEnvAt is newEnv over the database at path (a file, or a PostgreSQL
+// database's URL, for each of its replicas); configure, when given,
 // changes the UI's options before it starts.
 func newEnvAt(t testing.TB, path string, configure ...func(*web.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal"})
+	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal", KeyPath: keyPath(t, path)})
 	if err != nil {
 		t.Fatal(err)
 	}

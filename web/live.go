@@ -42,10 +42,11 @@ type hub struct {
 	clients map[*client]struct{}
 	closed  bool
 	quit    chan struct{}
+	joined  chan struct{} // a client joined: Run catches it up at once
 }
 
 func newHub() *hub {
-	return &hub{clients: make(map[*client]struct{}), quit: make(chan struct{})}
+	return &hub{clients: make(map[*client]struct{}), quit: make(chan struct{}), joined: make(chan struct{}, 1)}
 }
 
 func (h *hub) add(c *client) bool {
@@ -56,6 +57,10 @@ func (h *hub) add(c *client) bool {
 	}
 	c.fresh = true
 	h.clients[c] = struct{}{}
+	select {
+	case h.joined <- struct{}{}:
+	default:
+	}
 	return true
 }
 
@@ -122,12 +127,19 @@ func (h *hub) close() {
 // Run finds changes and tells open pages about them, until ctx ends; then
 // it closes the open WebSockets. While a page is open it reads the store
 // every Options.PollEvery (other processes share the database, so reading
-// it is how their holds and decisions are seen); with no page open it only
-// ends idle sessions. Pages work without Run, but do not update live.
+// it is how their holds and decisions are seen), and, where the store
+// tells of changes as they commit (PostgreSQL), at once on each: a hold
+// taken on another replica shows within milliseconds. A page that opens
+// its WebSocket is caught up at once. With no page open it only ends idle
+// sessions. Pages work without Run, but do not update live.
 func (s *Server) Run(ctx context.Context) {
 	t := time.NewTicker(s.opts.PollEvery)
 	defer t.Stop()
 	defer s.hub.close()
+	var changes <-chan struct{} // nil: poll only
+	if n, ok := s.opts.Store.(changeNotifier); ok {
+		changes = n.Changes(ctx)
+	}
 	var last signature
 	have := false
 	failing := false
@@ -137,6 +149,8 @@ func (s *Server) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-changes:
+		case <-s.hub.joined:
 		}
 		if now := s.opts.Now(); now.Sub(sweep) > time.Minute {
 			s.sessions.sweep()

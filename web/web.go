@@ -10,7 +10,8 @@
 // updates: a WebSocket (/ws) tells the page that something changed, and the
 // page fetches the fragment that shows it. Changes are found by polling the
 // store (other processes share the database), in one goroutine per Server,
-// started by Run.
+// started by Run; a store that tells of changes as they commit (PostgreSQL,
+// whose replicas share the database) wakes that goroutine at once.
 //
 // Security: a person logs in with the UI token (GET /login?token=...), which
 // is exchanged for a session cookie; every other route needs that session.
@@ -80,6 +81,17 @@ type Store interface {
 	LastVerification(ctx context.Context) (*store.Verification, error)
 }
 
+// changeNotifier is a Store that tells of changes to held calls, tool
+// reviews and configuration changes as they commit, made by any process
+// sharing the database: *store.DB does on PostgreSQL. Run reads the store
+// at once on each rather than at its next poll. A nil channel (SQLite)
+// means the poll alone finds changes.
+type changeNotifier interface {
+	Changes(ctx context.Context) <-chan struct{}
+}
+
+var _ changeNotifier = (*store.DB)(nil)
+
 // Decider records a person's decision on a held call; *approvals.Manager
 // implements it.
 type Decider interface {
@@ -119,7 +131,9 @@ type Options struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	// PollEvery is how often Run reads the store for changes while a page
-	// is open (default 100ms).
+	// is open (default 100ms). Where the store tells of changes (see
+	// changeNotifier), Run also reads it on each; the poll still finds
+	// new activity, which is not announced, and anything missed.
 	PollEvery time.Duration
 	// SessionIdle is how long an unused session lasts (default 12h).
 	SessionIdle time.Duration

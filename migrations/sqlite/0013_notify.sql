@@ -1,0 +1,6 @@
+-- Nothing on SQLite. On PostgreSQL, migration 0013 adds the triggers that
+-- announce changes to held calls, tool reviews and configuration changes
+-- to every replica (LISTEN/NOTIFY); SQLite has no notifications, and the
+-- processes sharing a file find each other's changes by reading it. The
+-- version is taken here too, so that a version number means the same
+-- schema on both engines.
