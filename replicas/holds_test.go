@@ -83,7 +83,9 @@ func TestHoldOnOneReplicaApprovedElsewhere(t *testing.T) {
 		} else if out, code := c.guard("approvals", "approve", held.ID, "--by", "erin"); code != 0 {
 			t.Fatalf("approve: %s", out)
 		}
+		decided := time.Now()
 		res := <-got
+		t.Logf("approved on %s: the call held on %s answered %v after the approval returned", by, home.name, time.Since(decided).Round(100*time.Microsecond))
 		if res.err != nil || res.r.IsError || text(res.r) != "deleted welcome" {
 			t.Fatalf("the call held on %s, approved on %s: %q %v", home.name, by, text(res.r), res.err)
 		}
