@@ -407,6 +407,17 @@ func openPool(cfg *pgx.ConnConfig, lock int64, sqls *rebinder) *sql.DB {
 	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg), lock: lock, sqls: sqls})
 }
 
+// openReaders opens the readers' pool on cfg: every transaction of its
+// connections is read-only. The setting is made once a connection is up,
+// not as a startup parameter, which PgBouncer refuses.
+func openReaders(cfg *pgx.ConnConfig, sqls *rebinder) *sql.DB {
+	readOnly := stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET default_transaction_read_only = on")
+		return err
+	})
+	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg, readOnly), sqls: sqls})
+}
+
 // pgLock takes the session advisory lock key on a connection of its own,
 // held until unlock: waiting for it, or, with try, only if no one holds
 // it (ok false then).

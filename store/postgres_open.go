@@ -47,14 +47,12 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
 	sqls := &rebinder{}
-	ro := cfg.Copy()
-	ro.RuntimeParams["default_transaction_read_only"] = "on"
 	db := &DB{
 		opts:     opts,
 		pg:       true,
 		aw:       openPool(cfg, lockAudit, sqls),
 		w:        openPool(cfg, lockState, sqls),
-		r:        openPool(ro, 0, sqls),
+		r:        openReaders(cfg, sqls),
 		writable: true,
 		stop:     make(chan struct{}),
 		closed:   make(chan struct{}),
@@ -129,9 +127,7 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	ro := cfg.Copy()
-	ro.RuntimeParams["default_transaction_read_only"] = "on"
-	r := openPool(ro, 0, &rebinder{})
+	r := openReaders(cfg, &rebinder{})
 	r.SetMaxOpenConns(4)
 	var v sql.NullInt64
 	if err := r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
@@ -221,6 +217,10 @@ func checkSessionPooling(ctx context.Context, cfg *pgx.ConnConfig) error {
 			c.Close(context.WithoutCancel(ctx))
 		}
 	}()
+	// No prepared statement: a pooler that shares server processes would
+	// hand the second connection the first one's, and fail otherwise.
+	cfg = cfg.Copy()
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	for i := range pids {
 		c, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
