@@ -147,19 +147,7 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 	// What the killed replica had acknowledged is in its journal (SQLite);
 	// a writable guard opening the database moves it in.
 	missing := func() []string {
-		recs := c.records()
-		calls := map[string]string{} // call id by the text of its call
-		ok := map[string]bool{}      // call ids with the outcome ok
-		for _, r := range recs {
-			switch {
-			case r.Kind == guard.KindRequest && r.Tool == "echo":
-				if t, found := strings.CutPrefix(r.Arguments, `{"text":"`); found {
-					calls[strings.TrimSuffix(t, `"}`)] = r.CallID
-				}
-			case r.Kind == guard.KindOutcome && r.Tool == "echo" && r.Outcome == "ok":
-				ok[r.CallID] = true
-			}
-		}
+		calls, ok := c.echoCalls()
 		mu.Lock()
 		defer mu.Unlock()
 		var m []string
@@ -178,4 +166,21 @@ func TestKillAReplicaUnderLoad(t *testing.T) {
 		t.Fatalf("%d calls answered, %d without their request and outcome in the audit log: %v", len(answered), len(m), m)
 	}
 	t.Log(c.stopAndVerify())
+}
+
+// echoCalls reads the echo calls of the audit log: each call's id by the
+// text it echoed, and the ids of the calls whose outcome is ok.
+func (c *cluster) echoCalls() (ids map[string]string, ok map[string]bool) {
+	ids, ok = map[string]string{}, map[string]bool{}
+	for _, r := range c.records() {
+		switch {
+		case r.Kind == guard.KindRequest && r.Tool == "echo":
+			if s, found := strings.CutPrefix(r.Arguments, `{"text":"`); found {
+				ids[strings.TrimSuffix(s, `"}`)] = r.CallID
+			}
+		case r.Kind == guard.KindOutcome && r.Tool == "echo" && r.Outcome == "ok":
+			ok[r.CallID] = true
+		}
+	}
+	return ids, ok
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/store/pgtest"
 )
 
@@ -120,19 +119,7 @@ func TestPostgreSQLStoppedAndStartedUnderLoad(t *testing.T) {
 	t.Logf("PostgreSQL back: every client answered again within %v", time.Since(start).Round(time.Millisecond))
 	close(stop)
 	wg.Wait()
-	recs := c.records()
-	requests := map[string]string{} // call id by the text of its call
-	ok := map[string]bool{}
-	for _, r := range recs {
-		switch {
-		case r.Kind == guard.KindRequest && r.Tool == "echo":
-			if s, found := strings.CutPrefix(r.Arguments, `{"text":"`); found {
-				requests[strings.TrimSuffix(s, `"}`)] = r.CallID
-			}
-		case r.Kind == guard.KindOutcome && r.Tool == "echo" && r.Outcome == "ok":
-			ok[r.CallID] = true
-		}
-	}
+	requests, ok := c.echoCalls()
 	mu.Lock()
 	defer mu.Unlock()
 	for want := range answered {

@@ -3,7 +3,6 @@ package replicas
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +34,30 @@ func (a *alternating) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
+// alternatingClient connects a 2026-07-28 client (desk/1) to server
+// through the replicas in turn (alternating), which answers every
+// elicitation with answer and tells its question on asked.
+func (c *cluster) alternatingClient(ctx context.Context, server string, answer map[string]any) (*mcp.ClientSession, *alternating, <-chan string) {
+	c.t.Helper()
+	rt := &alternating{}
+	for _, r := range c.replicas {
+		rt.hosts = append(rt.hosts, r.serve.Addr)
+	}
+	asked := make(chan string, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- req.Params.Message
+			return &mcp.ElicitResult{Action: "accept", Content: answer}, nil
+		},
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.replicas[0].url(server), HTTPClient: &http.Client{Transport: rt}},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cs, rt, asked
+}
+
 // On 2026-07-28 guard asks the person at the client about a held call
 // with an input request of its own (approval.in_band: auto), and the
 // client's next round, which carries the answer, may reach another
@@ -44,23 +67,7 @@ func TestAnInBandAnswerOnAnotherReplica(t *testing.T) {
 	c := newCluster(t, 2, "approval: {in_band: auto, wait: 40s}\n"+exampleServer())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rt := &alternating{}
-	for _, r := range c.replicas {
-		rt.hosts = append(rt.hosts, r.serve.Addr)
-	}
-	asked := make(chan string, 1)
-	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked <- req.Params.Message
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"decision": "approve"}}, nil
-		},
-	})
-	u, _ := url.Parse(c.replicas[0].url("notes"))
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: u.String(), HTTPClient: &http.Client{Transport: rt}},
-		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, rt, asked := c.alternatingClient(ctx, "notes", map[string]any{"decision": "approve"})
 	defer cs.Close()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}})
 	if err != nil || res.IsError || text(res) != "deleted welcome" {
@@ -89,22 +96,7 @@ func TestALaterRoundOnAnotherReplica(t *testing.T) {
 	c := newCluster(t, 2, "approval: {wait: 15s}\nservers:\n  shared:\n    url: "+guardtest.Fixture(t, true)+"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rt := &alternating{}
-	for _, r := range c.replicas {
-		rt.hosts = append(rt.hosts, r.serve.Addr)
-	}
-	asked := make(chan string, 1)
-	client := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked <- req.Params.Message
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "erin"}}, nil
-		},
-	})
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.replicas[0].url("shared"), HTTPClient: &http.Client{Transport: rt}},
-		&mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, rt, asked := c.alternatingClient(ctx, "shared", map[string]any{"name": "erin"})
 	defer cs.Close()
 	const tool = "test_input_required_result_elicitation"
 	got := callInBackground(ctx, cs, tool, map[string]any{})
