@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -33,22 +32,26 @@ func TestMain(m *testing.M) {
 	guardtest.Main(m, "../cmd/guard", &guardBin)
 }
 
-// env is a guard environment of its own: database and config in a temp dir.
+// env is a guard environment of its own: database and config in a temp dir
+// (on PostgreSQL, a database of its own and its key in the temp dir).
 type env struct {
 	t   *testing.T
 	dir string
-	db  string
+	db  string // the --db value: an SQLite file, or a PostgreSQL URL
 	cfg string
+	// key is the checkpoint key's file on PostgreSQL (audit.key_file in
+	// every configuration the env writes); "" on SQLite.
+	key string
 	// environ, when set, is added to guard serve's environment.
 	environ []string
 }
 
+// newEnv makes a test's environment with config as its configuration.
 func newEnv(t *testing.T, config string) *env {
 	dir := t.TempDir()
-	e := &env{t: t, dir: dir, db: filepath.Join(dir, "data", "guard.db"), cfg: filepath.Join(dir, "guard.yaml")}
-	if err := os.WriteFile(e.cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, dir: dir, cfg: filepath.Join(dir, "guard.yaml")}
+	e.useEngine()
+	e.writeConfig(e.cfg, config)
 	return e
 }
 
@@ -417,10 +420,7 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the client never heard of the change")
 	}
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.open(ctx)
 	defer db.Close()
 	for {
 		tools, err := db.Tools(ctx, "conformance")
