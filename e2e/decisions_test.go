@@ -211,6 +211,7 @@ func TestADecisionInTheClientsRoundIsARecord(t *testing.T) {
 // failure is logged at error level naming the problem, counted in
 // /metrics for an alert, and shown as a banner on the UI's pages.
 func TestAScheduledVerificationFailureIsLoggedCountedAndShown(t *testing.T) {
+	sqliteOnly(t, "the log is rewritten in the SQLite file")
 	e := newEnv(t, "audit: {verify_every: 300ms}\nservers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
 	ctx := context.Background()
 	db := e.open(ctx)
