@@ -321,12 +321,18 @@ func childOf(t *testing.T, pid int) int {
 	return 0
 }
 
-// Self-protection: a call whose arguments name guard's database is denied.
+// Self-protection: a call whose arguments name guard's database (on
+// PostgreSQL, where the database is a server's, the checkpoint key) is
+// denied.
 func TestSelfProtection(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\n")
+	own := e.db
+	if e.key != "" {
+		own = e.key
+	}
 	lc := startLines(t, e.wrap("notes", guardBin, "example-server"))
 	lc.init()
-	lc.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note","arguments":{"title":"x","body":"sqlite3 ` + e.db + ` 'delete from records'"}}}`)
+	lc.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note","arguments":{"title":"x","body":"sqlite3 ` + own + ` 'delete from records'"}}}`)
 	text, isErr := resultText(lc.next(10 * time.Second))
 	if !isErr || text != `Denied by policy rule "guard-self-protection": arguments name guard's own files` {
 		t.Fatalf("got %q", text)
