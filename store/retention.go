@@ -90,7 +90,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 		return nil, fmt.Errorf("retention: %w", errReadOnly)
 	}
 	if o.ArchiveDir == "" {
-		o.ArchiveDir = ArchiveDir(db.opts.Path)
+		o.ArchiveDir = db.archiveDirDefault()
 	}
 	if o.Batch <= 0 {
 		o.Batch = 20000

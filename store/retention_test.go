@@ -474,6 +474,28 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	}
 }
 
+// A round's archive goes, by default, beside the database, or on
+// PostgreSQL, whose database is no file, beside the checkpoint key.
+func TestPruneArchivesBesideTheDatabaseOrTheKey(t *testing.T) {
+	p := testPath(t)
+	var now time.Time
+	db := retentionLog(t, p, &now, 3, 1)
+	got, err := db.Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("prune: %+v %v", got, err)
+	}
+	want := ArchiveDir(p)
+	if db.pg {
+		want = filepath.Join(filepath.Dir(db.opts.KeyPath), "archive")
+	}
+	if filepath.Dir(got[0].Archive) != want {
+		t.Fatalf("archive %s, want it in %s", got[0].Archive, want)
+	}
+	if _, err := os.Stat(got[0].Archive); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Retention clears what the call index and its text index hold of the
 // calls it prunes, in its own transaction: queries no longer find them,
 // by their words either, and the index is the one RebuildCallIndex makes
