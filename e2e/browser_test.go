@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store"
 )
 
 // chromium starts Debian's Chromium, headless. The browser tests are
@@ -151,10 +150,7 @@ policy:
 		t.Fatalf("an explicit deny after allow-always: %v %v", r, err)
 	}
 	// The audit log says that a rule was added, and by whom.
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.open(ctx)
 	defer db.Close()
 	found := false
 	_ = db.Records(ctx, func(r *guard.Record) error {

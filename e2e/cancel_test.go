@@ -9,7 +9,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -41,10 +40,7 @@ func serveSlow() int {
 // database, or fails after 20s; each round, check may fail the test.
 func (e *env) waitRecords(ctx context.Context, what string, found func([]*guard.Record) bool, check func()) {
 	e.t.Helper()
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	db := e.open(ctx)
 	defer db.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -26,10 +26,7 @@ func (e *env) chain() []*guard.Record {
 	if out, code := e.guard("audit", "verify"); code != 0 {
 		e.t.Fatalf("audit verify: %d %s", code, out)
 	}
-	db, err := store.OpenReadOnly(context.Background(), store.Options{Path: e.db})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	db := e.openReadOnly(context.Background())
 	defer db.Close()
 	var out []*guard.Record
 	if err := db.Records(context.Background(), func(r *guard.Record) error { out = append(out, r); return nil }); err != nil {
@@ -214,12 +211,10 @@ func TestADecisionInTheClientsRoundIsARecord(t *testing.T) {
 // failure is logged at error level naming the problem, counted in
 // /metrics for an alert, and shown as a banner on the UI's pages.
 func TestAScheduledVerificationFailureIsLoggedCountedAndShown(t *testing.T) {
+	sqliteOnly(t, "the log is rewritten in the SQLite file")
 	e := newEnv(t, "audit: {verify_every: 300ms}\nservers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
 	ctx := context.Background()
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.open(ctx)
 	for i := range 4 {
 		if err := db.Append(&guard.Record{Kind: guard.KindRequest, Server: "notes", Method: "tools/call", Tool: "echo",
 			Arguments: `{"text":"` + strings.Repeat("x", i) + `"}`, Decision: guard.DecisionAllowed}); err != nil {

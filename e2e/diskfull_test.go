@@ -20,6 +20,7 @@ import (
 // are served again by the same process, without a restart, and every call
 // that was answered is in a log that verifies.
 func TestDiskThatFillsAndEmptiesAgain(t *testing.T) {
+	sqliteOnly(t, "the disk that fills is the one under the database's files")
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs (a disk that fills)")
 	}

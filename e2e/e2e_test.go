@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -33,22 +32,26 @@ func TestMain(m *testing.M) {
 	guardtest.Main(m, "../cmd/guard", &guardBin)
 }
 
-// env is a guard environment of its own: database and config in a temp dir.
+// env is a guard environment of its own: database and config in a temp dir
+// (on PostgreSQL, a database of its own and its key in the temp dir).
 type env struct {
 	t   *testing.T
 	dir string
-	db  string
+	db  string // the --db value: an SQLite file, or a PostgreSQL URL
 	cfg string
+	// key is the checkpoint key's file on PostgreSQL (audit.key_file in
+	// every configuration the env writes); "" on SQLite.
+	key string
 	// environ, when set, is added to guard serve's environment.
 	environ []string
 }
 
+// newEnv makes a test's environment with config as its configuration.
 func newEnv(t *testing.T, config string) *env {
 	dir := t.TempDir()
-	e := &env{t: t, dir: dir, db: filepath.Join(dir, "data", "guard.db"), cfg: filepath.Join(dir, "guard.yaml")}
-	if err := os.WriteFile(e.cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e := &env{t: t, dir: dir, cfg: filepath.Join(dir, "guard.yaml")}
+	e.useEngine()
+	e.writeConfig(e.cfg, config)
 	return e
 }
 
@@ -318,12 +321,18 @@ func childOf(t *testing.T, pid int) int {
 	return 0
 }
 
-// Self-protection: a call whose arguments name guard's database is denied.
+// Self-protection: a call whose arguments name guard's database (on
+// PostgreSQL, where the database is a server's, the checkpoint key) is
+// denied.
 func TestSelfProtection(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\n")
+	own := e.db
+	if e.key != "" {
+		own = e.key
+	}
 	lc := startLines(t, e.wrap("notes", guardBin, "example-server"))
 	lc.init()
-	lc.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note","arguments":{"title":"x","body":"sqlite3 ` + e.db + ` 'delete from records'"}}}`)
+	lc.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note","arguments":{"title":"x","body":"sqlite3 ` + own + ` 'delete from records'"}}}`)
 	text, isErr := resultText(lc.next(10 * time.Second))
 	if !isErr || text != `Denied by policy rule "guard-self-protection": arguments name guard's own files` {
 		t.Fatalf("got %q", text)
@@ -417,10 +426,7 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the client never heard of the change")
 	}
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.open(ctx)
 	defer db.Close()
 	for {
 		tools, err := db.Tools(ctx, "conformance")

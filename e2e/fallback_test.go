@@ -13,6 +13,7 @@ import (
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/store/pgtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -73,6 +74,13 @@ func TestSandboxUnavailableFallsBackLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	environ := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+	// guard's database: the default, or on PostgreSQL a database of the
+	// test's own with the default key in the data directory.
+	opts := store.Options{Path: filepath.Join(home, ".local/share/guard/guard.db")}
+	if pgtest.Postgres() {
+		opts = store.Options{Path: pgtest.Database(t), KeyPath: filepath.Join(home, ".local/share/guard/audit.key")}
+		environ = append(environ, "GUARD_DB="+opts.Path)
+	}
 
 	// guard policy check, where the sandbox cannot be set up.
 	check := withoutUserNamespaces(environ, guardBin, "policy", "check")
@@ -141,7 +149,7 @@ func TestSandboxUnavailableFallsBackLoudly(t *testing.T) {
 	if err := os.WriteFile(config, []byte(changed), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, store.Options{Path: filepath.Join(home, ".local/share/guard/guard.db")})
+	db, err := store.Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

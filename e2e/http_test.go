@@ -19,7 +19,6 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/store"
 )
 
 // serveExample runs guard serve with the example server as "notes".
@@ -110,10 +109,7 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 	if out, _ := e.guard("audit", "query", "--format", "jsonl", "--tool", "delete_note"); !strings.Contains(out, `"decided_by":"erin"`) {
 		t.Fatalf("the audit of the call decided after its client left:\n%s", out)
 	}
-	db, err := store.OpenReadOnly(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.openReadOnly(ctx)
 	defer db.Close()
 	found := false
 	_ = db.Records(ctx, func(r *guard.Record) error {

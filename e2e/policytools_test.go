@@ -102,7 +102,7 @@ policy:
 
 	// Replay an enforcing policy that allows writes and holds echo.
 	newCfg := filepath.Join(e.dir, "new.yaml")
-	os.WriteFile(newCfg, []byte("db: "+e.db+"\npolicy:\n  rules:\n    - {name: hold-echo, tool: echo, action: approve}\n    - {name: writes, tool: write_note, action: allow}\n"), 0o600)
+	e.writeConfig(newCfg, "db: "+e.db+"\npolicy:\n  rules:\n    - {name: hold-echo, tool: echo, action: approve}\n    - {name: writes, tool: write_note, action: allow}\n")
 	cmd := exec.Command(guardBin, "policy", "replay", "--since", "1h", "--config", newCfg)
 	b, err := cmd.CombinedOutput()
 	out = string(b)

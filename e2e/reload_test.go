@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,16 +25,12 @@ func TestConfigChangeWaitsForAPerson(t *testing.T) {
 	if text, isErr := callText(t, cs, "echo", map[string]any{"text": "before"}); isErr {
 		t.Fatalf("echo before the change: %s", text)
 	}
-	if err := os.WriteFile(e.cfg, []byte(servers+"policy:\n  default: allow\n  rules: [{name: no-echo, tool: echo, action: deny}]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.writeConfig(e.cfg, servers+"policy:\n  default: allow\n  rules: [{name: no-echo, tool: echo, action: deny}]\n")
+	db := e.open(ctx)
 	defer db.Close()
 	var pending *store.ConfigChange
 	for pending == nil {
+		var err error
 		if pending, err = db.PendingConfigChange(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -93,24 +88,15 @@ func TestConfigChangeAppliesByItselfUnderIsolation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs := e.connectExample(ctx)
-	if err := os.WriteFile(e.cfg, []byte("policy:\n  default: allow\n  rules: [{name: no-echo, tool: echo, action: deny}]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e.writeConfig(e.cfg, "policy:\n  default: allow\n  rules: [{name: no-echo, tool: echo, action: deny}]\n")
 	echoDenied(ctx, t, cs)
 
 	// Another process, whose server opted out of isolation.
 	const exposed = "servers: {other: {sandbox: off}}\npolicy:\n  default: allow\n  rules: [{name: no-echo, tool: echo, action: deny}]\n"
-	if err := os.WriteFile(e.cfg, []byte(exposed), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e.writeConfig(e.cfg, exposed)
 	e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "other", Version: "1"}, nil), "2025-11-25", nil, "other", guardBin, "example-server")
-	if err := os.WriteFile(e.cfg, []byte("servers: {other: {sandbox: off}}\npolicy: {default: allow}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.writeConfig(e.cfg, "servers: {other: {sandbox: off}}\npolicy: {default: allow}\n")
+	db := e.open(ctx)
 	defer db.Close()
 	for {
 		c, err := db.PendingConfigChange(ctx)

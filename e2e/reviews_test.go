@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store"
 )
 
 // serveTestServer runs one of the test's own go-sdk servers on stdio.
@@ -156,10 +155,7 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no list_changed")
 	}
-	db, err := store.Open(ctx, store.Options{Path: e.db})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := e.open(ctx)
 	defer db.Close()
 	for {
 		h, _ := db.ToolHistory(ctx, "weather", "fetch_weather")

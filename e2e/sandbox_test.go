@@ -41,6 +41,7 @@ func TestSandboxHidesGuardFromAServerUnprivileged(t *testing.T) {
 }
 
 func sandboxAttacks(t *testing.T, cred *syscall.Credential) {
+	sqliteOnly(t, "the files hidden include guard.db in the default data directory")
 	node, js := guardtest.Node(t), filesystemServer(t)
 	for _, p := range []string{node, js} {
 		if cred != nil && !readableByOthers(p) {

@@ -107,20 +107,26 @@ func TestOwnSecretsMasked(t *testing.T) {
   default: allow
   rules: [{name: hold-writes, tool: write_note, action: approve}]
 approval: {wait: 30s}`, ""))
-	if out, code := e.guard("ui", "url"); code != 0 { // makes the token
-		t.Fatal(out)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cs := e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "own", Version: "1"}, nil), "2025-11-25", secretsEnv, "notes", guardBin, "example-server")
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(filepath.Dir(e.db), name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
+	// The token is the login link's (on SQLite a file beside the
+	// database, on PostgreSQL derived from the key); the key is beside
+	// the database, or the configuration's key_file.
+	out, code := e.guard("ui", "url")
+	_, token, found := strings.Cut(strings.TrimSpace(out), "token=")
+	if code != 0 || !found {
+		t.Fatalf("ui url: %d %s", code, out)
 	}
-	own := map[string]string{"ui token": read("ui.token"), "checkpoint key": read("audit.key"), "expanded variable": remoteToken}
+	keyFile := filepath.Join(filepath.Dir(e.db), "audit.key")
+	if e.key != "" {
+		keyFile = e.key
+	}
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := map[string]string{"ui token": token, "checkpoint key": strings.TrimSpace(string(key)), "expanded variable": remoteToken}
 	var text string
 	for _, v := range own {
 		text += "[" + v + "] "

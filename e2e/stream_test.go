@@ -10,7 +10,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream"
 	"github.com/guard-mcp/guard/stream/streamtest"
 )
@@ -40,10 +39,7 @@ audit:
 	}
 	records := func() int {
 		t.Helper()
-		db, err := store.OpenReadOnly(context.Background(), store.Options{Path: e.db})
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := e.openReadOnly(context.Background())
 		defer db.Close()
 		n := 0
 		if err := db.Records(context.Background(), func(*guard.Record) error { n++; return nil }); err != nil {
@@ -53,10 +49,7 @@ audit:
 	}
 	holder := func() string {
 		t.Helper()
-		db, err := store.OpenReadOnly(context.Background(), store.Options{Path: e.db})
-		if err != nil {
-			t.Fatal(err)
-		}
+		db := e.openReadOnly(context.Background())
 		defer db.Close()
 		h, err := db.LeaseHolder(context.Background(), stream.LeaseName)
 		if err != nil {

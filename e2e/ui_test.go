@@ -145,7 +145,9 @@ func TestUIMemoryWith10000Pending(t *testing.T) {
 	defer cancel()
 	cs, cmd := e.uiProcess(ctx, addr)
 	defer cs.Close()
-	db, err := store.Open(ctx, store.Options{Path: e.db, Durability: "normal"})
+	o := e.storeOptions()
+	o.Durability = "normal"
+	db, err := store.Open(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

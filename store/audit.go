@@ -195,13 +195,16 @@ type Decided struct {
 
 // Decisions calls fn for each call that policy decided since the given
 // time, oldest first: the decision of its first request record (a held
-// call's is "held", whoever decided it later).
+// call's is "held", whoever decided it later). The first record is found
+// by its seq and joined, in words both engines take (PostgreSQL has no
+// columns beside an aggregate taken from its row, as SQLite has).
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
 	db.caughtUp(ctx)
-	rows, err := db.r.QueryContext(ctx, `SELECT call_id, time, client, protocol, server, method, tool, arguments,
-		pin, decision, decided_by, reason, detail, MIN(seq) FROM records
-		WHERE kind = 'request' AND decision != '' AND time >= ?
-		GROUP BY call_id ORDER BY MIN(seq)`, fmtTime(since))
+	rows, err := db.r.QueryContext(ctx, `SELECT r.call_id, r.time, r.client, r.protocol, r.server, r.method, r.tool,
+		r.arguments, r.pin, r.decision, r.decided_by, r.reason, r.detail, r.seq
+		FROM (SELECT MIN(seq) AS seq FROM records WHERE kind = 'request' AND decision != '' AND time >= ? GROUP BY call_id) f
+		JOIN records r ON r.seq = f.seq
+		ORDER BY r.seq`, fmtTime(since))
 	if err != nil {
 		return fmt.Errorf("decisions: %w", err)
 	}

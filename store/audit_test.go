@@ -113,3 +113,43 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 		t.Fatalf("a record without the later members is not in the first form: %s", c)
 	}
 }
+
+// Decisions lists, oldest first, each call's first request record since
+// the given time that carries a decision (a held call's round after its
+// approval does not replace it), on either engine.
+func TestDecisionsAreEachCallsFirstRequest(t *testing.T) {
+	ctx := context.Background()
+	db, err := testOpen(ctx, Options{Path: testPath(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(r *guard.Record, d time.Duration, decision, by string) *guard.Record {
+		r.Time, r.Decision, r.DecidedBy = since.Add(d), decision, by
+		return r
+	}
+	for _, r := range []*guard.Record{
+		at(rec(0, guard.KindRequest), -time.Minute, guard.DecisionAllowed, "default"), // before since
+		at(rec(1, guard.KindRequest), time.Second, guard.DecisionHeld, "prod-writes"),
+		at(rec(2, guard.KindRequest), 2*time.Second, guard.DecisionDenied, "no-shell"),
+		at(rec(1, guard.KindRequest), 3*time.Second, guard.DecisionAllowed, "alice"), // call 1 again, approved
+		at(rec(3, guard.KindRequest), 4*time.Second, "", ""),                         // no decision: not a call policy decided
+		at(rec(2, guard.KindOutcome), 5*time.Second, guard.DecisionDenied, "no-shell"),
+	} {
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	if err := db.Decisions(ctx, since, func(d *Decided) error {
+		got = append(got, d.CallID+" "+d.Decision+" "+d.DecidedBy+" "+d.Time.Format(time.TimeOnly))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"call-1 held prod-writes 12:00:01", "call-2 denied no-shell 12:00:02"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("decisions %q, want %q", got, want)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/migrations"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgCommitWait bounds an audit commit on PostgreSQL: past it the calls
@@ -113,6 +114,10 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	return db, nil
 }
 
+// undefinedTable is PostgreSQL's error code for a table that does not
+// exist (SQLSTATE 42P01).
+const undefinedTable = "42P01"
+
 // openPostgresReadOnly opens a PostgreSQL database for reading only: no
 // migration, no key made, every transaction read-only, so that a command
 // that reads (query, verify, export) changes nothing. A database guard
@@ -132,7 +137,11 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	var v sql.NullInt64
 	if err := r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("store: %s is not a guard database (or it was never opened by guard): %w", name, err)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == undefinedTable {
+			return nil, fmt.Errorf("store: %s is %w: %w", name, ErrNotGuardDatabase, err)
+		}
+		return nil, fmt.Errorf("store: %s: %w", name, err) // not reached, refused, ...
 	}
 	var sg *signer
 	if opts.KeyPath != "" {

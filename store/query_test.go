@@ -488,6 +488,32 @@ func TestAFullMillisecondDoesNotStopTheIngester(t *testing.T) {
 	}
 }
 
+// A database opened read-only (guard audit query) answers from the call
+// index on either engine: PostgreSQL's schema, which starts after the
+// migration that added the index, has it.
+func TestAReadOnlyOpenQueriesTheCalls(t *testing.T) {
+	ctx := context.Background()
+	p := testPath(t)
+	db, err := testOpen(ctx, Options{Path: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queryLog(t, db, 12)
+	want := queryIDs(t, db, Filter{})
+	key := db.opts.KeyPath
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(ctx, Options{Path: p, KeyPath: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if got := queryIDs(t, ro, Filter{}); len(want) != 12 || !slices.Equal(got, want) {
+		t.Fatalf("read-only query: %v, want %v", got, want)
+	}
+}
+
 // Calls an earlier version recorded after the index was made (its
 // journals moved in, another process of that version) are indexed when a
 // writable guard next opens the database.

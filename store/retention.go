@@ -90,7 +90,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 		return nil, fmt.Errorf("retention: %w", errReadOnly)
 	}
 	if o.ArchiveDir == "" {
-		o.ArchiveDir = ArchiveDir(db.opts.Path)
+		o.ArchiveDir = db.archiveDirDefault()
 	}
 	if o.Batch <= 0 {
 		o.Batch = 20000
@@ -418,7 +418,7 @@ func (db *DB) blank(ctx context.Context, seqs []int64) error {
 		seqs[0], seqs[len(seqs)-1]); err != nil {
 		return fmt.Errorf("grant: %w", err)
 	}
-	if err := clearDerived(ctx, tx, seqs); err != nil {
+	if err := clearDerived(ctx, tx, seqs, db.pg); err != nil {
 		return err
 	}
 	st, err := tx.PrepareContext(ctx, blankBody)
@@ -446,8 +446,9 @@ func (db *DB) blank(ctx context.Context, seqs []int64) error {
 // of, its request's arguments and its latest outcome's result, still in
 // the records until the transaction blanks them. A call goes whole (see
 // choosePrunable): its first request is among seqs exactly when the call
-// is.
-func clearDerived(ctx context.Context, tx *sql.Tx, seqs []int64) error {
+// is. On PostgreSQL (pg) a call's words are a row of their own, removed
+// by its key.
+func clearDerived(ctx context.Context, tx *sql.Tx, seqs []int64, pg bool) error {
 	want := make(map[int64]bool, len(seqs))
 	for _, s := range seqs {
 		want[s] = true
@@ -479,10 +480,13 @@ func clearDerived(ctx context.Context, tx *sql.Tx, seqs []int64) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("call index: %w", err)
 	}
+	delText := deleteText
+	if pg {
+		delText = pgDeleteText
+	}
 	for _, r := range gone {
 		if r.args != "" || r.result != "" {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?, ?, ?)`,
-				r.k, r.args, r.result); err != nil {
+			if _, err := tx.ExecContext(ctx, delText, r.k, r.args, r.result); err != nil {
 				return fmt.Errorf("text index: call %d: %w", r.k, err)
 			}
 		}

@@ -28,7 +28,7 @@ var retentionStart = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB {
 	t.Helper()
 	*now = retentionStart
-	db, err := Open(context.Background(), Options{Path: path, Durability: "normal", Now: func() time.Time { return *now }})
+	db, err := testOpen(context.Background(), Options{Path: path, Durability: "normal", Now: func() time.Time { return *now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,29 +474,63 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	}
 }
 
+// A round's archive goes, by default, beside the database, or on
+// PostgreSQL, whose database is no file, beside the checkpoint key.
+func TestPruneArchivesBesideTheDatabaseOrTheKey(t *testing.T) {
+	p := testPath(t)
+	var now time.Time
+	db := retentionLog(t, p, &now, 3, 1)
+	got, err := db.Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("prune: %+v %v", got, err)
+	}
+	want := ArchiveDir(p)
+	if db.pg {
+		want = filepath.Join(filepath.Dir(db.opts.KeyPath), "archive")
+	}
+	if filepath.Dir(got[0].Archive) != want {
+		t.Fatalf("archive %s, want it in %s", got[0].Archive, want)
+	}
+	if _, err := os.Stat(got[0].Archive); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Retention clears what the call index and its text index hold of the
 // calls it prunes, in its own transaction: queries no longer find them,
 // by their words either, and the index is the one RebuildCallIndex makes
 // from the records.
 func TestPruneClearsTheCallIndex(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "guard.db")
 	var now time.Time
-	db := retentionLog(t, path, &now, 6, 3)
+	db := retentionLog(t, testPath(t), &now, 6, 3)
 	if ids := queryIDs(t, db, Filter{Text: "secret"}); len(ids) != 9 {
 		t.Fatalf("before: the text index finds %v", ids)
 	}
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() string {
 		t.Helper()
-		var rows string
-		if err := db.r.QueryRowContext(ctx, `SELECT group_concat(concat_ws(' ', k, call_id, req_seq, out_seq, dec_seq, server, tool,
-			client, session, decision, decided_by, outcome, approval), char(10)) FROM (SELECT * FROM call_index ORDER BY k)`).Scan(&rows); err != nil {
+		rows, err := db.r.QueryContext(ctx, `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool,
+			client, session, decision, decided_by, outcome, approval FROM call_index ORDER BY k`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprint(rows, queryIDs(t, db, Filter{}), queryIDs(t, db, Filter{Text: "secret"}),
+		defer rows.Close()
+		var index strings.Builder
+		for rows.Next() {
+			var k, req, out, dec int64
+			var s [9]string
+			if err := rows.Scan(&k, &s[0], &req, &out, &dec, &s[1], &s[2], &s[3], &s[4], &s[5], &s[6], &s[7], &s[8]); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintln(&index, k, req, out, dec, s)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(index.String(), queryIDs(t, db, Filter{}), queryIDs(t, db, Filter{Text: "secret"}),
 			queryIDs(t, db, Filter{Text: "secret 2"}), queryIDs(t, db, Filter{Text: "secret 7"}))
 	}
 	want := "[call-8 call-7 call-6]"
@@ -511,14 +545,20 @@ func TestPruneClearsTheCallIndex(t *testing.T) {
 	}
 	// The text index itself holds no word of theirs (a query reads it
 	// through the call index, which would hide them).
-	for _, w := range []string{"secret", "tmp", "content"} {
+	match := `SELECT count(*) FROM call_text WHERE call_text MATCH ?`
+	if db.pg {
+		match = `SELECT count(*) FROM call_text WHERE words @@ to_tsquery('simple', ?)`
+	}
+	for _, w := range []string{"secret", "path", "content"} { // from results and arguments
 		var n int
-		if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM call_text WHERE call_text MATCH ?`, w).Scan(&n); err != nil || n != 3 {
+		if err := db.r.QueryRowContext(ctx, match, w).Scan(&n); err != nil || n != 3 {
 			t.Fatalf("the text index holds %q for %d calls, want 3 (%v)", w, n, err)
 		}
 	}
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO call_text (call_text, rank) VALUES ('integrity-check', 0)`); err != nil {
-		t.Fatalf("the text index after pruning: %v", err)
+	if !db.pg {
+		if _, err := db.w.ExecContext(ctx, `INSERT INTO call_text (call_text, rank) VALUES ('integrity-check', 0)`); err != nil {
+			t.Fatalf("the text index after pruning: %v", err)
+		}
 	}
 	kept := snapshot()
 	if err := db.RebuildCallIndex(ctx); err != nil {

@@ -486,6 +486,11 @@ func (db *DB) closeAll() error {
 // Path is the database file.
 func (db *DB) Path() string { return db.opts.Path }
 
+// ErrNotGuardDatabase is wrapped by OpenReadOnly's error for a database
+// that has no guard schema: one guard never opened (on PostgreSQL, a new
+// database), or another program's.
+var ErrNotGuardDatabase = errors.New("not a guard database (or it was never opened by guard)")
+
 // ErrSchemaTooOld is returned by OpenReadOnly for a database whose schema
 // predates what this version reads: a writable open upgrades it.
 var ErrSchemaTooOld = errors.New("the database's schema is older than this version of guard reads")
@@ -535,7 +540,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	var v sql.NullInt64
 	if err := r.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("store: %s is not a guard database (or it was never opened by guard): %w", opts.Path, err)
+		return nil, fmt.Errorf("store: %s is %w: %w", opts.Path, ErrNotGuardDatabase, err)
 	}
 	if latest := latestMigration(); v.Int64 < readableFrom {
 		r.Close()

@@ -165,6 +165,27 @@ func TestVerifyCatchesAForgedCheckpoint(t *testing.T) {
 	}
 }
 
+// A read-only open of a database guard never opened says so
+// (ErrNotGuardDatabase), on either engine: a new PostgreSQL database, an
+// empty SQLite file; a server that cannot be reached is another error.
+func TestAReadOnlyOpenOfADatabaseGuardNeverOpened(t *testing.T) {
+	ctx := context.Background()
+	p := testPath(t)
+	if !IsPostgres(p) {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := filepath.Join(t.TempDir(), "audit.key")
+	if _, err := OpenReadOnly(ctx, Options{Path: p, KeyPath: key}); !errors.Is(err, ErrNotGuardDatabase) {
+		t.Fatalf("a database guard never opened: %v", err)
+	}
+	unreachable := "postgres://guard@127.0.0.1:1/guard?sslmode=disable&connect_timeout=5"
+	if _, err := OpenReadOnly(ctx, Options{Path: unreachable, KeyPath: key}); err == nil || errors.Is(err, ErrNotGuardDatabase) {
+		t.Fatalf("a server that cannot be reached: %v", err)
+	}
+}
+
 // TestHelperAppender is a child process of TestSeveralProcessesShareOneLog.
 func TestHelperAppender(t *testing.T) {
 	path := os.Getenv("GUARD_STORE_CHILD_DB")

@@ -225,8 +225,16 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		}
 	}
 	if st.Postgres {
-		// The database is a server's; its checkpoint file is beside the key.
-		files = append(files, filepath.Join(filepath.Dir(keyPath(st)), "audit.checkpoint"))
+		// The database is a server's; its checkpoint file and the
+		// checkpoint's lock are beside the key. The lock is made now, so
+		// that it is hidden as itself.
+		checkpoint, lock := st.checkpointFiles()
+		if create {
+			if f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+				f.Close()
+			}
+		}
+		files = append(files, checkpoint, lock)
 	} else {
 		files = append(files, st.sqliteFiles(logger, create)...)
 	}

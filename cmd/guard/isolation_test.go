@@ -21,17 +21,22 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m) // runs the tests, then stops the PostgreSQL cluster they shared
 }
 
-// What servers must not see: guard's default directories, and of guard's
-// files elsewhere, their directory when it holds only them, else each
-// file, or the directory when one does not exist yet.
-func TestSandboxHide(t *testing.T) {
-	home := t.TempDir()
-	getenv := func(k string) string {
+// homeOnly is an environment that holds only HOME.
+func homeOnly(home string) func(string) string {
+	return func(k string) string {
 		if k == "HOME" {
 			return home
 		}
 		return ""
 	}
+}
+
+// What servers must not see: guard's default directories, and of guard's
+// files elsewhere, their directory when it holds only them, else each
+// file, or the directory when one does not exist yet.
+func TestSandboxHide(t *testing.T) {
+	home := t.TempDir()
+	getenv := homeOnly(home)
 	shared := filepath.Join(home, "projects")
 	own := filepath.Join(home, "etc-guard")
 	for _, d := range []string{shared, own} {
@@ -103,5 +108,38 @@ func TestOthersExposed(t *testing.T) {
 	}
 	if !iso.othersExposed() {
 		t.Fatal("not exposed with the marker replaced")
+	}
+}
+
+// On PostgreSQL, what the store keeps beside a checkpoint key outside the
+// data directory (the checkpoint, its lock, the audit archives) is
+// guard's own: the path rule refuses arguments that name it, and the
+// sandbox hides it; an ordinary file beside them stays reachable.
+func TestPostgresFilesBesideTheKey(t *testing.T) {
+	home := t.TempDir()
+	getenv := homeOnly(home)
+	keys := filepath.Join(home, "keys")
+	os.MkdirAll(keys, 0o700)
+	for _, f := range []string{"audit.key", "audit.checkpoint", "notes.txt"} {
+		os.WriteFile(filepath.Join(keys, f), nil, 0o600)
+	}
+	cfg := policy.Default()
+	cfg.Audit.KeyFile = filepath.Join(keys, "audit.key")
+	st := &settings{Config: cfg, DBPath: "postgres://guard@db.internal/guard", Postgres: true,
+		DataDir: filepath.Join(home, ".local/share/guard"), RulesDir: filepath.Join(home, ".local/share/guard/rules.d")}
+	names := func(p string) bool { return st.protected().Check([]byte(`{"path":"`+p+`"}`)) != "" }
+	for _, f := range []string{"audit.key", "audit.checkpoint", "audit.checkpoint.lock", "archive/2026-03-01.jsonl.gz"} {
+		if !names(filepath.Join(keys, f)) {
+			t.Errorf("the path rule lets a call name %s", f)
+		}
+	}
+	if names(filepath.Join(keys, "notes.txt")) {
+		t.Error("the path rule refuses a file beside the key that is not guard's")
+	}
+	hidden := st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
+	for _, f := range []string{"audit.key", "audit.checkpoint", "audit.checkpoint.lock"} {
+		if !slices.Contains(hidden, filepath.Join(keys, f)) {
+			t.Errorf("%s is not hidden from servers: %q", f, hidden)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -271,14 +272,19 @@ func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Re
 func (a *app) loadPolicy(st *settings) (*policy.Policy, int, bool) {
 	eo := policy.EngineOptions{RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv}
 	if st.Postgres {
-		// The learned rules are the database's.
+		// The learned rules are the database's; one guard never opened
+		// has learned none (as a missing SQLite database reads as empty),
+		// and its configuration can be checked before the first start.
 		db, err := store.OpenReadOnly(context.Background(), store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotGuardDatabase):
+		case err != nil:
 			fmt.Fprintf(a.stderr, "guard: %v\n", err)
 			return nil, exitFailure, false
+		default:
+			defer db.Close()
+			eo.Learned = learnedRules{db: db, getenv: a.getenv}
 		}
-		defer db.Close()
-		eo.Learned = learnedRules{db: db, getenv: a.getenv}
 	}
 	engine, err := policy.NewEngine(st.ConfigPath, st.Config, eo)
 	if err != nil {

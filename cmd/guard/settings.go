@@ -105,12 +105,24 @@ func (a *app) settingsOrExit(cf *commonFlags) (*settings, int, bool) {
 	return st, 0, true
 }
 
-// protected lists guard's own files for the self-protection rule.
+// protected lists guard's own files for the self-protection rule. On
+// PostgreSQL they include what the store keeps beside the checkpoint key,
+// which may be outside the data directory: the checkpoint, its lock and
+// the audit archives.
 func (st *settings) protected() *policy.Protected {
 	if st.Postgres {
-		return policy.NewProtected(st.DataDir, keyPath(st), st.ConfigPath, st.RulesDir)
+		checkpoint, lock := st.checkpointFiles()
+		return policy.NewProtected(st.DataDir, keyPath(st), checkpoint, lock, archiveDir(st), st.ConfigPath, st.RulesDir)
 	}
 	return policy.NewProtected(st.DBPath, st.DBPath+"-wal", st.DBPath+"-shm", st.DataDir, st.ConfigPath, st.RulesDir)
+}
+
+// checkpointFiles are, on PostgreSQL, the signed checkpoint the store
+// keeps beside the checkpoint key (store.Options.CheckpointPath's
+// default) and its lock.
+func (st *settings) checkpointFiles() (checkpoint, lock string) {
+	checkpoint = filepath.Join(filepath.Dir(keyPath(st)), "audit.checkpoint")
+	return checkpoint, checkpoint + ".lock"
 }
 
 // dbName is the database as it may be shown: an SQLite file's path, or a
