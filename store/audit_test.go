@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -43,7 +42,7 @@ func TestHashRecordIsStable(t *testing.T) {
 // Query's filters on who called and who decided select the calls whose
 // records say so, and only those.
 func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	type who struct{ client, session, by string }
 	calls := []who{{"alice", "s1", "default"}, {"bob", "s1", "no-shell"}, {"alice", "s2", "ops@example.com"}}
@@ -83,7 +82,7 @@ func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
 // covered by its hash, and a record without one hashes as before.
 func TestApprovalIsKeptAndHashed(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	r := rec(1, guard.KindDecision)
 	r.Approval = "01930000-0000-7000-8000-000000000001"

@@ -138,7 +138,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 // a proof giving another record's id does not check.
 func TestCheckFilesProofIDs(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	for i := range 4 {
 		if err := db.Append(rec(i, "request")); err != nil {

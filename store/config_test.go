@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +52,7 @@ func pendingDigest(t *testing.T, db *DB) string {
 }
 
 func TestConfigChangePendingAndSuperseded(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if d := pendingDigest(t, db); d != "" {
@@ -108,7 +107,7 @@ func TestConfigChangePendingAndSuperseded(t *testing.T) {
 }
 
 func TestConfigChangeApplied(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if err := db.NoteConfigChange(ctx, "sha256:a", "line one\nline two"); err != nil {
@@ -151,7 +150,7 @@ func TestConfigChangeApplied(t *testing.T) {
 }
 
 func TestConfigChangeDismissed(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if err := db.NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
@@ -190,7 +189,7 @@ func TestConfigChangeDismissed(t *testing.T) {
 }
 
 func TestConfigChangeFirstDecisionWins(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if err := db.NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {

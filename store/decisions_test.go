@@ -62,7 +62,7 @@ func verifyOK(t *testing.T, db *DB) {
 }
 
 func TestAPersonsDecisionIsARecordInTheChain(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	for _, a := range []*guard.Approval{heldApproval("a1"), heldApproval("a2")} {
@@ -105,7 +105,7 @@ func TestAPersonsDecisionIsARecordInTheChain(t *testing.T) {
 }
 
 func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	a := newApproval("a1") // stored before approvals kept the call's id
@@ -154,7 +154,7 @@ func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
 // Of several decisions on one approval at once, exactly one is recorded,
 // and it is the one that took effect.
 func TestOfDecisionsAtOnceOnlyTheOneTakenIsRecorded(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if err := db.CreateApproval(ctx, heldApproval("a1")); err != nil {
@@ -225,7 +225,7 @@ func TestReplicasDecidingAtOnceRecordOneDecisionEach(t *testing.T) {
 }
 
 func TestAToolReviewIsARecord(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	now := time.Now()
@@ -280,7 +280,7 @@ func TestAToolReviewIsARecord(t *testing.T) {
 }
 
 func TestConfigLifecycleAndRuleRecords(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	if err := db.RecordConfig(ConfigLoad{Digest: "sha256:cfg", Policy: "pv1", How: "loaded", Reason: "configuration loaded", Process: "guard run"}); err != nil {
 		t.Fatal(err)
@@ -410,7 +410,7 @@ func TestAReadOnlyDatabaseTakesNoDecision(t *testing.T) {
 // writes its rule there) runs only for an approval still pending, and an
 // approval whose step fails is not recorded.
 func TestAStepWithAnApprovalRunsOnlyWhileItIsPending(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	for _, a := range []*guard.Approval{heldApproval("a1"), heldApproval("a2")} {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -10,7 +9,7 @@ import (
 // A bucket starts full, refills at its rate up to its burst, says how
 // long to wait when empty, and a lowered burst caps what it holds.
 func TestTakeToken(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)

@@ -109,18 +109,20 @@ const (
  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
  ON CONFLICT (k) DO UPDATE SET out_seq = excluded.out_seq, dec_seq = excluded.dec_seq, decision = excluded.decision,
  decided_by = excluded.decided_by, outcome = excluded.outcome, approval = excluded.approval`
-	// The words of the calls whose arguments or result the batch set,
-	// read back from the records the same transaction inserted.
-	pgUpsertWords = pgInsertWords + ` AND c.k = ANY($1::bigint[])
- ON CONFLICT (k) DO UPDATE SET words = excluded.words`
 )
+
+// pgUpsertWords makes the words of the calls whose arguments or result
+// the batch set, read back from the records the same transaction
+// inserted.
+var pgUpsertWords = pgInsertWords + ` AND c.k = ANY($1::bigint[])
+ ON CONFLICT (k) DO UPDATE SET words = excluded.words`
 
 // pgInsertWords makes the words of the call index's rows: each call's
 // request's arguments and its latest outcome's result (a call with
 // neither has no row). The batches add to its condition; Copy fills the
 // text index of a whole log with it.
-const pgInsertWords = `INSERT INTO call_text (k, words)
- SELECT c.k, to_tsvector('simple', q.arguments || ' ' || coalesce(o.result, ''))
+var pgInsertWords = `INSERT INTO call_text (k, words)
+ SELECT c.k, ` + pgWords(`q.arguments || ' ' || coalesce(o.result, '')`) + `
  FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
  WHERE (q.arguments <> '' OR coalesce(o.result, '') <> '')`
 

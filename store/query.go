@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,28 +138,40 @@ func matchTerms(words string) ([]matchTerm, error) {
 }
 
 // pgMatch is MatchExpr on PostgreSQL: a tsquery expression over the
-// words of call_text, each term parsed by the parser that made them (so
-// that /etc/passwd or user@example.com is one word on both sides), a
-// phrase in order, a prefix as a prefix of its last word.
+// words of call_text, each term read as the text index reads a call's
+// text (pgWords: the same separators, then the same parser), a phrase in
+// order, a prefix as a prefix of its last word. Unlike SQLite's index,
+// PostgreSQL's does not fold diacritics.
 func pgMatch(words string) (string, []any, error) {
 	ts, err := matchTerms(words)
 	if err != nil {
 		return "", nil, err
 	}
+	sep := regexp.MustCompile(pgSeparatorsRE)
 	var parts []string
 	var args []any
+	phrase := "phraseto_tsquery('simple', regexp_replace(?, '" + pgSeparators + "', ' ', 'g'))"
 	for _, t := range ts {
-		if t.prefix {
-			// The term, quoted for to_tsquery, its last word a prefix.
-			parts = append(parts, `to_tsquery('simple', ?)`)
-			args = append(args, "'"+strings.NewReplacer(`'`, `''`, `\`, `\\`).Replace(t.text)+"':*")
+		if !t.prefix {
+			parts, args = append(parts, phrase), append(args, t.text)
 			continue
 		}
-		parts = append(parts, `phraseto_tsquery('simple', ?)`)
-		args = append(args, t.text)
+		// The words before the last as a phrase, then the last as a
+		// prefix.
+		ws := sep.Split(strings.Trim(sep.ReplaceAllString(t.text, " "), " "), -1)
+		last := "to_tsquery('simple', quote_literal(?) || ':*')"
+		if len(ws) == 1 {
+			parts, args = append(parts, last), append(args, ws[0])
+			continue
+		}
+		parts = append(parts, "tsquery_phrase("+phrase+", "+last+")")
+		args = append(args, strings.Join(ws[:len(ws)-1], " "), ws[len(ws)-1])
 	}
 	return "(" + strings.Join(parts, " && ") + ")", args, nil
 }
+
+// pgSeparatorsRE is pgSeparators in Go's words.
+const pgSeparatorsRE = "[\\s!-/:-@\\[-`{-~]+"
 
 // callSelect reads a call's row from the index and its records: q its
 // first request, d the record whose decision it shows, o its latest

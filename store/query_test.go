@@ -107,7 +107,7 @@ func queryIDs(t *testing.T, db *DB, f Filter) []string {
 // Every filter, alone and with others, returns exactly the calls that
 // match, newest first.
 func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	calls := queryLog(t, db, 120)
 	ordered := newestFirst(calls)
@@ -184,7 +184,7 @@ func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
 // call once, older and newer, with none left out or repeated, while
 // calls arrive.
 func TestPagesHaveNoGapsOrRepeats(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	calls := queryLog(t, db, 100)
 	all := newestFirst(calls)
@@ -247,7 +247,7 @@ func TestPagesHaveNoGapsOrRepeats(t *testing.T) {
 // decided, the decision, the reason and the approval, and so which
 // filters select it.
 func TestADecisionRecordChangesTheCall(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	held := func(kind string) *guard.Record {
@@ -408,7 +408,7 @@ func TestMatchExpr(t *testing.T) {
 // QueryRecords lists the records of a kind that is not a call's, newest
 // first, with the filters that apply to them.
 func TestQueryRecordsOfAKind(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	queryLog(t, db, 10)
@@ -552,7 +552,8 @@ func TestCallsRecordedWithoutTheIndexAreIndexedAtOpen(t *testing.T) {
 // index, or the approval's records) from one end and looks records up by
 // seq, whatever the filter. SQLite's planner chooses; this holds it to it.
 func TestNoQueryScansTheRecords(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	sqliteOnly(t) // SQLite's query plans
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	for _, f := range []Filter{{}, {Server: "db"}, {Tool: "t"}, {Client: "c"}, {Session: "s"}, {Decision: "denied"},
 		{DecidedBy: "alice"}, {Outcome: "ok"}, {Approval: "a"}, {Text: "word"}, {Since: time.Now().Add(-time.Hour)},

@@ -307,7 +307,7 @@ func newApproval(id string) *guard.Approval {
 }
 
 func TestFirstDecisionWins(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	if err := db.CreateApproval(ctx, newApproval("a1")); err != nil {
@@ -344,7 +344,7 @@ func TestFirstDecisionWins(t *testing.T) {
 }
 
 func TestConsumeIsSingleUseAndBound(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	_ = db.CreateApproval(ctx, newApproval("a1"))
@@ -398,7 +398,7 @@ func TestWaitSeesAnotherConnectionsDecision(t *testing.T) {
 }
 
 func TestCatalogHistory(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	v1 := guard.Tool{Name: "rm", Pin: "sha256:1", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":true}}`)}
@@ -534,7 +534,7 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 // CountApprovals' count and newest change when an approval joins the state
 // or leaves it; CountReviews counts the definitions in a review state.
 func TestCounts(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
 	count := func() (int, string) {

@@ -98,7 +98,7 @@ func TestAProcessVerifyingMakesTheOthersSkip(t *testing.T) {
 // RunVerifier verifies a period after it starts when there was no
 // verification, and hands each result on.
 func TestRunVerifierVerifiesAPeriodAfterTheStart(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan Verification, 1)

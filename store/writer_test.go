@@ -496,7 +496,8 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 // Text the writer binds as NULL (the empty string) is stored as empty
 // text, as any other text is stored as text.
 func TestEmptyTextIsStoredAsText(t *testing.T) {
-	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
+	sqliteOnly(t) // SQLite's typeof
+	db := openDB(t, testPath(t))
 	defer db.Close()
 	empty := &guard.Record{Kind: guard.KindEvent}
 	full := rec(1, guard.KindOutcome)
