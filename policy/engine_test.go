@@ -100,3 +100,85 @@ func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
 		t.Fatalf("a held change is in force: %s", a)
 	}
 }
+
+// learnedList is learned rules kept in memory, as the database keeps them
+// for replicas (store.DB through cmd/guard's learnedRules).
+type learnedList struct {
+	mu      sync.Mutex
+	rules   []Rule
+	version int64
+}
+
+func (l *learnedList) add(r Rule) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rules = append(l.rules, r)
+	l.version++
+}
+
+func (l *learnedList) LearnedRules(context.Context) ([]Rule, int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Rule(nil), l.rules...), l.version, nil
+}
+
+func (l *learnedList) LearnedRulesVersion(context.Context) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.version, nil
+}
+
+// With learned rules that are not a file, the engine applies each change
+// of theirs with the configuration in force, records it first, and keeps
+// the policy in force when the change is not valid (a rule whose name a
+// configured rule has); approved.yaml is not read.
+func TestEngineAppliesLearnedRulesFromTheirStore(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "guard.yaml")
+	if err := os.MkdirAll(filepath.Join(dir, "rules.d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for file, text := range map[string]string{
+		f: "policy:\n  default: approve\n  rules: [{name: no-rm, tool: rm, action: deny}]\n",
+		filepath.Join(dir, "rules.d", ApprovedRulesFile): "rules: [{name: from-file, tool: fetch, action: allow}]\n",
+	} {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Load(f, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned := &learnedList{}
+	l := &loads{seen: make(chan ConfigLoad, 8)}
+	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record, Learned: learned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(tool string) *guard.Call {
+		return &guard.Call{Server: "s", Method: "tools/call", ToolName: tool, Arguments: []byte("{}"), Args: map[string]any{}}
+	}
+	if v := e.Decide(call("fetch")); v.Action != guard.ActionApprove {
+		t.Fatalf("fetch before any learned rule, approved.yaml aside: %+v", v)
+	}
+	before := e.Policy().Version()
+	learned.add(Rule{Name: "approved-s-fetch", Server: "s", Tool: "fetch", Method: "tools/call", Action: guard.ActionAllow})
+	e.learnedChanged(context.Background())
+	if v := e.Decide(call("fetch")); v.Action != guard.ActionAllow || v.Rule != "approved-s-fetch" {
+		t.Fatalf("fetch once the rule is learned: %+v", v)
+	}
+	if e.Policy().Version() == before {
+		t.Fatal("the policy version did not change with the learned rule")
+	}
+	if last := l.got[len(l.got)-1]; last.How != Reloaded || last.Policy != e.Policy().Version() {
+		t.Fatalf("the learned rule's load was not recorded: %+v", last)
+	}
+	// A learned rule named as a configured one is not applied.
+	in := e.Policy().Version()
+	learned.add(Rule{Name: "no-rm", Tool: "rm", Method: "tools/call", Action: guard.ActionAllow})
+	e.learnedChanged(context.Background())
+	if v := e.Decide(call("rm")); v.Action != guard.ActionDeny || e.Policy().Version() != in {
+		t.Fatalf("an invalid learned rule changed the policy: %+v", v)
+	}
+}
