@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/store/pgtest"
 )
 
@@ -19,7 +21,9 @@ import (
 // none reaches the server; the sessions stay; once PostgreSQL is back the
 // replicas serve again by themselves, without a restart; and every call
 // that was answered has its request and outcome in the audit log, which
-// verifies.
+// verifies; a call refused although its outcome was committed (the
+// answer to its COMMIT lost as PostgreSQL stopped) has an event saying
+// it was refused.
 func TestPostgreSQLStoppedAndStartedUnderLoad(t *testing.T) {
 	if !pgtest.Postgres() {
 		t.Skip("PostgreSQL only (" + pgtest.EngineEnv + "=postgres)")
@@ -73,7 +77,9 @@ func TestPostgreSQLStoppedAndStartedUnderLoad(t *testing.T) {
 					if after {
 						l.answeredAfterOutage.Add(1)
 					}
-				case err != nil && strings.Contains(err.Error(), "Refused: the audit log could not be written"):
+				case err != nil && strings.Contains(err.Error(), "Refused: the audit log could not be written"),
+					// The store could not be read either: guard fails closed.
+					err == nil && res.IsError && text(res) == "Refused: the tool's review could not be read":
 					mu.Lock()
 					refused[want] = true
 					mu.Unlock()
@@ -127,9 +133,17 @@ func TestPostgreSQLStoppedAndStartedUnderLoad(t *testing.T) {
 			t.Errorf("call %s was answered, but its request and outcome are not both in the audit log", want)
 		}
 	}
+	// A call whose outcome was committed as PostgreSQL stopped, though
+	// the replica never heard so, was refused: the log must say that too.
+	corrected := map[string]bool{}
+	for _, r := range c.records() {
+		if r.Kind == guard.KindEvent && r.Method == store.MethodUnconfirmed {
+			corrected[r.CallID] = true
+		}
+	}
 	for want := range refused {
-		if id := requests[want]; id != "" && ok[id] {
-			t.Errorf("call %s was refused, yet the audit log has it answered ok", want)
+		if id := requests[want]; id != "" && ok[id] && !corrected[id] {
+			t.Errorf("call %s was refused, yet the audit log has it answered ok, and nothing says it was refused", want)
 		}
 	}
 	for i, l := range load {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/jackc/pgx/v5"
@@ -62,17 +61,16 @@ func (db *DB) answer(batch []*appendReq, n int, err error) error {
 			db.stats.batches.Observe(float64(n))
 		}
 	}
-	for _, r := range batch {
-		db.stats.backlog.Add(-int64(len(r.recs)))
-		db.stats.latency.Observe(time.Since(r.start).Seconds())
-		if err != nil {
-			r.done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
-		} else {
-			r.done <- nil
+	db.reply(batch, err)
+	if err != nil {
+		var fixes []*appendReq
+		for _, r := range batch {
+			if r.fix {
+				fixes = append(fixes, r)
+			}
 		}
+		db.retryFixes(fixes)
 	}
-	db.settled.Add(int64(len(batch)))
-	db.progressed()
 	return err
 }
 
@@ -347,7 +345,12 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 	b.Queue(pgUpsertWords, words)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		if len(cols.seq) == 0 {
+			return fmt.Errorf("commit: %w", err)
+		}
+		// The COMMIT may have been carried out: the batch is in doubt.
+		first := cols.text[0][0]
+		return &inDoubt{seq: cols.seq[0], id: first, err: fmt.Errorf("commit: %w", err)}
 	}
 	wc.known, wc.tailSeq, wc.tailHash = true, seq, prev
 	wc.edge = edge

@@ -123,23 +123,25 @@ type DB struct {
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
-	jmu      sync.Mutex
-	room     *sync.Cond      // on jmu: the backlog went down, or the ingester failed
-	seg      *segment        // where appends go
-	appended int64           // appends written to the journal
-	unsynced []*appendReq    // durability full: written, not yet synced
-	syncing  bool            // durability full: a sync is under way
-	pend     []*appendReq    // durable, not yet in the database, in order
-	frames   sync.Pool       // *[]byte, to build an append's frames in
-	work     chan struct{}   // there are appends pending
-	urgent   chan struct{}   // ingest now, without lingering
-	syncWork chan struct{}   // there are appends to sync
-	segs     []*segment      // the ingester's: segments not yet removed, oldest first
-	own      map[string]bool // under jmu: the paths of this DB's segments, which readers do not wait for
-	settled  atomic.Int64    // appends in the database (or refused)
-	failure  atomic.Pointer[error]
-	progMu   sync.Mutex
-	progress chan struct{} // closed and replaced after every batch ingested
+	jmu        sync.Mutex
+	room       *sync.Cond      // on jmu: the backlog went down, or the ingester failed
+	seg        *segment        // where appends go
+	appended   int64           // appends written to the journal
+	unsynced   []*appendReq    // durability full: written, not yet synced
+	syncing    bool            // durability full: a sync is under way
+	pend       []*appendReq    // durable, not yet in the database, in order
+	frames     sync.Pool       // *[]byte, to build an append's frames in
+	work       chan struct{}   // there are appends pending
+	urgent     chan struct{}   // ingest now, without lingering
+	syncWork   chan struct{}   // there are appends to sync
+	segs       []*segment      // the ingester's: segments not yet removed, oldest first
+	own        map[string]bool // under jmu: the paths of this DB's segments, which readers do not wait for
+	settled    atomic.Int64    // appends in the database (or refused)
+	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
+	doubtAsked time.Time       // the ingester's: when the database was last asked about them
+	failure    atomic.Pointer[error]
+	progMu     sync.Mutex
+	progress   chan struct{} // closed and replaced after every batch ingested
 
 	// commitMu is held while a batch is committed. It guards wc.
 	commitMu sync.Mutex

@@ -80,6 +80,9 @@ type appendReq struct {
 	// refused is set by the syncer when the journal could not be synced:
 	// its caller was refused and the ingester only counts it.
 	refused bool
+	// fix marks the store's own correction of a commit that was in doubt
+	// (pgdoubt.go): nobody waits for it, and it is never given up.
+	fix bool
 }
 
 // auditStats are the writer's figures.
@@ -361,7 +364,12 @@ func (db *DB) ingester() {
 	var batch []*appendReq
 	stopping, syncerDone := false, false
 	for !stopping {
+		var recheck <-chan time.Time
+		if len(db.doubts) > 0 {
+			recheck = time.After(doubtRecheck)
+		}
 		select {
+		case <-recheck:
 		case <-db.work:
 			if db.pg {
 				// An append waits for its commit here: no lingering.
@@ -389,6 +397,7 @@ func (db *DB) ingester() {
 			continue
 		}
 		for {
+			db.settleDoubts(false)
 			if stopping && !syncerDone {
 				// Every append is answered and pending once the
 				// syncer has ended (with durability normal it has
@@ -468,6 +477,10 @@ func (db *DB) ingest(batch []*appendReq) error {
 		}
 	}
 	if db.pg {
+		if e, ok := doubtful(err); ok {
+			db.holdInDoubt(batch, e)
+			return err
+		}
 		return db.answer(batch, n, err)
 	}
 	if err != nil {
@@ -591,6 +604,13 @@ func (db *DB) syncFiles() error {
 // closed, removed when every record in them is in the database (else kept
 // for the next Open).
 func (db *DB) finish() {
+	if len(db.doubts) > 0 {
+		db.settleDoubts(true)
+		if batch := db.take(nil); len(batch) > 0 {
+			_ = db.ingest(batch) // the corrections settling made
+			db.settleDoubts(true)
+		}
+	}
 	if db.checkpointTurn(context.Background()) {
 		if err := db.writeCheckpoint(); err != nil {
 			db.logCheckpoint(err)

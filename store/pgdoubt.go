@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// A batch whose COMMIT was sent but whose answer never came (the server
+// stopped, the connection was cut, the commit timed out) may be in the
+// database or not: the error says nothing either way. Refusing its calls
+// at once could leave a log that says a call was answered when its
+// client was refused, so the batch is held "in doubt" and the database is
+// asked, as soon as it can be reached, whether the batch's first record
+// is at the place it was given in the chain. The question is asked under
+// the audit lock, so the transaction that sent the COMMIT has ended by
+// then, one way or the other.
+//
+//   - Settled within doubtWait: each append gets the true answer (its
+//     caller was kept waiting, not refused).
+//   - Not settled by then: the appends are refused, and the question is
+//     asked again until it can be answered. If the batch turns out to be
+//     committed, an event record ("guard/unconfirmed") is appended for
+//     each of its records, with that record's call id: the log then says
+//     that the record's caller was refused although the record is there.
+//
+// The corrections themselves are never refused for lack of an answer:
+// nobody waits for them, so they are held until the database tells.
+
+const (
+	doubtWait    = 5 * time.Second        // how long a caller waits for a batch in doubt to be settled
+	doubtRecheck = 100 * time.Millisecond // between two questions to the database
+	doubtAsk     = 2 * time.Second        // how long one question may take
+)
+
+// MethodUnconfirmed is the method of the event recorded for a record
+// whose commit was in doubt, whose caller was refused for that, and which
+// turned out to be committed.
+const MethodUnconfirmed = "guard/unconfirmed"
+
+// inDoubt is writePG's error when the COMMIT was sent and its answer not
+// read: seq and id are the batch's first record.
+type inDoubt struct {
+	seq int64
+	id  string
+	err error
+}
+
+func (e *inDoubt) Error() string { return e.err.Error() }
+func (e *inDoubt) Unwrap() error { return e.err }
+
+// doubt is a batch in doubt.
+type doubt struct {
+	waiting []*appendReq    // appends not yet answered
+	refused []*guard.Record // records whose callers were refused: corrected if committed
+	fixes   []*appendReq    // corrections of an earlier doubt, in this batch
+	seq     int64
+	id      string
+	err     error
+	until   time.Time // waiting callers are refused by then
+}
+
+// holdInDoubt keeps a batch whose commit is in doubt for settleDoubts. batch is
+// the ingester's (reused after ingest returns).
+func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
+	err := fmt.Errorf("audit commit: %w", e.err)
+	if db.failure.Swap(&err) == nil {
+		db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
+	}
+	d := &doubt{seq: e.seq, id: e.id, err: err, until: time.Now().Add(doubtWait)}
+	for _, r := range batch {
+		if r.fix {
+			d.fixes = append(d.fixes, r)
+		} else {
+			d.waiting = append(d.waiting, r)
+		}
+	}
+	db.opts.Logger.Warn("audit commit in doubt: its callers wait until the database tells whether it was committed",
+		"seq", e.seq, "appends", len(batch), "err", e.err)
+	db.doubts = append(db.doubts, d)
+}
+
+// settleDoubts asks the database about the batches in doubt, oldest
+// first, and answers or refuses their appends. With final (the store
+// closes) it asks once and refuses whatever is still unknown.
+func (db *DB) settleDoubts(final bool) {
+	if len(db.doubts) == 0 || (!final && time.Since(db.doubtAsked) < doubtRecheck) {
+		return
+	}
+	db.doubtAsked = time.Now()
+	reachable := true
+	kept := db.doubts[:0]
+	for _, d := range db.doubts {
+		committed, known := false, false
+		if reachable {
+			var err error
+			committed, err = db.committedAt(d.seq, d.id)
+			if err != nil {
+				reachable = false // the others wait for the next round
+				db.opts.Logger.Debug("audit commit still in doubt", "seq", d.seq, "err", err)
+			} else {
+				known = true
+			}
+		}
+		if known {
+			var err error
+			if !committed {
+				err = d.err
+			}
+			db.reply(d.waiting, err)
+			db.reply(d.fixes, err)
+			if committed {
+				db.opts.Logger.Info("audit commit that was in doubt is in the database", "seq", d.seq)
+				db.correct(d.refused)
+			} else {
+				db.opts.Logger.Info("audit commit that was in doubt is not in the database", "seq", d.seq)
+				db.retryFixes(d.fixes)
+			}
+			continue
+		}
+		if len(d.waiting) > 0 && (final || time.Now().After(d.until)) {
+			for _, r := range d.waiting {
+				d.refused = append(d.refused, r.recs...)
+			}
+			db.reply(d.waiting, fmt.Errorf("its commit could not be confirmed: %w", d.err))
+			d.waiting = nil
+		}
+		kept = append(kept, d)
+	}
+	clear(db.doubts[len(kept):])
+	db.doubts = kept
+	if final && len(db.doubts) > 0 {
+		for _, d := range db.doubts {
+			db.opts.Logger.Error("audit commit still in doubt at close: its callers were refused, and the log may hold its records",
+				"seq", d.seq, "records", len(d.refused))
+		}
+	}
+}
+
+// committedAt reports whether record id is at seq in the chain, asked
+// under the audit lock, once every transaction that held it has ended.
+func (db *DB) committedAt(seq int64, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), doubtAsk)
+	defer cancel()
+	tx, err := db.aw.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockAudit); err != nil {
+		return false, fmt.Errorf("audit lock: %w", err)
+	}
+	var got string
+	switch err := tx.QueryRowContext(ctx, "SELECT id FROM records WHERE seq = $1", seq).Scan(&got); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("record %d: %w", seq, err)
+	}
+	return got == id, nil
+}
+
+// reply answers appends held in doubt.
+func (db *DB) reply(batch []*appendReq, err error) {
+	if len(batch) == 0 {
+		return
+	}
+	for _, r := range batch {
+		db.stats.backlog.Add(-int64(len(r.recs)))
+		db.stats.latency.Observe(time.Since(r.start).Seconds())
+		if err != nil {
+			r.done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
+		} else {
+			r.done <- nil
+		}
+	}
+	db.settled.Add(int64(len(batch)))
+	db.progressed()
+}
+
+// correct queues an unconfirmed event for each record whose caller was
+// refused although it is committed, ahead of what is pending.
+func (db *DB) correct(recs []*guard.Record) {
+	if len(recs) == 0 {
+		return
+	}
+	now := db.opts.Now().UTC().Truncate(time.Millisecond)
+	fixes := make([]*guard.Record, 0, len(recs))
+	for _, r := range recs {
+		detail, _ := json.Marshal(map[string]any{
+			"record": r.ID,
+			"kind":   r.Kind,
+			"seq":    r.Seq,
+			"error":  "the database did not confirm this record's commit in time, so what depended on it was refused; the record was committed",
+		})
+		fixes = append(fixes, &guard.Record{
+			ID: guard.NewID(), CallID: r.CallID, Kind: guard.KindEvent, Time: now,
+			Session: r.Session, Client: r.Client, Protocol: r.Protocol, Server: r.Server,
+			Direction: r.Direction, Method: MethodUnconfirmed, Tool: r.Tool, Detail: string(detail),
+		})
+	}
+	db.opts.Logger.Warn("audit records were committed although their callers were refused; the log records that", "records", len(recs))
+	db.retryFixes([]*appendReq{{recs: fixes, done: make(chan error, 1), start: time.Now(), fix: true}})
+}
+
+// retryFixes puts corrections back ahead of what is pending.
+func (db *DB) retryFixes(fixes []*appendReq) {
+	if len(fixes) == 0 {
+		return
+	}
+	db.jmu.Lock()
+	for _, f := range fixes {
+		f.done = make(chan error, 1)
+		db.stats.add(len(f.recs))
+		db.appended++
+	}
+	db.pend = append(append(make([]*appendReq, 0, len(fixes)+len(db.pend)), fixes...), db.pend...)
+	db.jmu.Unlock()
+	signal(db.urgent)
+}
+
+// doubtful reports whether err leaves a commit in doubt.
+func doubtful(err error) (*inDoubt, bool) {
+	var e *inDoubt
+	ok := errors.As(err, &e)
+	return e, ok
+}
