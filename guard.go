@@ -82,27 +82,44 @@ const (
 	OutcomeAwaitingApproval = "awaiting_approval"
 )
 
+// Identity is who a caller or an approver is, as an identity provider
+// vouched for it (a verified access token, an OIDC login): its subject,
+// email and groups. The zero Identity is no one: nobody authenticated.
+type Identity struct {
+	Subject string   `json:"sub,omitempty"`
+	Email   string   `json:"email,omitempty"`
+	Groups  []string `json:"groups,omitempty"`
+}
+
+// IsZero reports whether no one authenticated.
+func (i Identity) IsZero() bool { return i.Subject == "" }
+
 // Record is one append-only audit record. The store assigns Seq, PrevHash and
 // Hash when it commits the record; everything else is filled in by the
 // writer of the record. Text fields that hold JSON (Arguments, Result,
 // Detail) hold it as text, exactly as it is stored and hashed.
 type Record struct {
-	Seq       int64     `json:"seq"`
-	ID        string    `json:"id"`      // UUIDv7 of this record
-	CallID    string    `json:"call_id"` // UUIDv7 shared by the request and outcome of one invocation
-	Kind      string    `json:"kind"`    // KindRequest, KindOutcome, KindEvent
-	Time      time.Time `json:"time"`
-	Session   string    `json:"session"`
-	Client    string    `json:"client"`   // bearer token name, else clientInfo "name/version"
-	Protocol  string    `json:"protocol"` // negotiated revision
-	Server    string    `json:"server"`
-	Direction string    `json:"direction"`
-	Method    string    `json:"method"`
-	Tool      string    `json:"tool,omitempty"`
-	Arguments string    `json:"arguments,omitempty"` // redacted JSON text
-	Pin       string    `json:"pin,omitempty"`
-	Decision  string    `json:"decision,omitempty"`
-	DecidedBy string    `json:"decided_by,omitempty"` // rule name, "default", or a person
+	Seq     int64     `json:"seq"`
+	ID      string    `json:"id"`      // UUIDv7 of this record
+	CallID  string    `json:"call_id"` // UUIDv7 shared by the request and outcome of one invocation
+	Kind    string    `json:"kind"`    // KindRequest, KindOutcome, KindEvent
+	Time    time.Time `json:"time"`
+	Session string    `json:"session"`
+	Client  string    `json:"client"` // bearer token name, else clientInfo "name/version"
+	// User, UserEmail and UserGroups are the caller the front
+	// authenticated (a verified access token): empty where no one did.
+	User       string   `json:"user,omitempty"`
+	UserEmail  string   `json:"user_email,omitempty"`
+	UserGroups []string `json:"user_groups,omitempty"`
+	Protocol   string   `json:"protocol"` // negotiated revision
+	Server     string   `json:"server"`
+	Direction  string   `json:"direction"`
+	Method     string   `json:"method"`
+	Tool       string   `json:"tool,omitempty"`
+	Arguments  string   `json:"arguments,omitempty"` // redacted JSON text
+	Pin        string   `json:"pin,omitempty"`
+	Decision   string   `json:"decision,omitempty"`
+	DecidedBy  string   `json:"decided_by,omitempty"` // rule name, "default", or a person
 	// Approval is the id of the approval a held call waited on, or that a
 	// decision record decides.
 	Approval string `json:"approval,omitempty"`

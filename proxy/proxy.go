@@ -76,6 +76,9 @@ type Options struct {
 	// ClientName, when set, is the client as records and rules see it:
 	// the name of the bearer token it authenticated with.
 	ClientName string
+	// Caller is who the front authenticated for this session (a verified
+	// access token); zero where no one did (stdio, static tokens).
+	Caller guard.Identity
 	// MaxMessage is the largest line accepted from either side (default 64 MiB).
 	MaxMessage int
 	// MaxResult is the most bytes of a result kept in an audit record
