@@ -241,6 +241,9 @@ type Call struct {
 	Review       *Review
 	ReviewReason string
 	Client       ClientInfo
+	// User is who the front authenticated for the call's session (a
+	// verified access token); zero where no one did.
+	User Identity
 }
 
 // ClientInfo identifies the client of a session.

@@ -17,6 +17,8 @@ import (
 //	args         map     the call's arguments (a prompt's, for prompts/get)
 //	annotations  map     the tool's hints as pinned, defaults filled in
 //	client       map     name, version, protocol
+//	user         map     sub, email (strings), groups (a list): who the
+//	                     front authenticated; "", "" and [] where no one did
 //	now          timestamp
 type conditions struct {
 	env *cel.Env
@@ -31,6 +33,7 @@ func newConditions() (*conditions, error) {
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("annotations", cel.MapType(cel.StringType, cel.BoolType)),
 		cel.Variable("client", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("user", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("now", cel.TimestampType),
 	)
 	if err != nil {
@@ -112,6 +115,9 @@ func (a *activation) get() (map[string]any, error) {
 		"client": map[string]string{
 			"name": a.call.Client.Name, "version": a.call.Client.Version, "protocol": a.call.Client.Protocol,
 		},
+		"user": map[string]any{
+			"sub": a.call.User.Subject, "email": a.call.User.Email, "groups": groupList(a.call.User.Groups),
+		},
 		"now": a.now,
 	}
 	return a.vars, nil
@@ -137,4 +143,13 @@ func eval(cond *condition, a *activation) (bool, error) {
 		return false, fmt.Errorf("the condition gave %v, not a boolean", out.Value())
 	}
 	return b, nil
+}
+
+// groupList is a caller's groups as a condition sees them: a list, empty
+// (never null) where no one authenticated.
+func groupList(g []string) []string {
+	if g == nil {
+		return []string{}
+	}
+	return g
 }

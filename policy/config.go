@@ -47,7 +47,11 @@ type Config struct {
 	// Clients are the bearer tokens guard serve accepts, by name: when
 	// any is configured, every HTTP request needs one.
 	Clients []Client
-	Redact  struct {
+	// Auth makes guard serve's HTTP front an OAuth 2.1 resource server:
+	// requests need an access token of Auth.Issuer's for Auth.Audience
+	// (or a static token of Clients). Issuer is "" when not configured.
+	Auth   Auth
+	Redact struct {
 		Keys     []string
 		Patterns []string
 	}
@@ -84,6 +88,41 @@ type Config struct {
 	// guard's own secrets, kept from the servers' environment and masked
 	// wherever they appear.
 	Expanded map[string]string
+}
+
+// Auth is the identity provider whose access tokens guard serve accepts
+// (the auth: section).
+type Auth struct {
+	// Issuer is the provider's issuer URL, as its tokens name it.
+	Issuer string
+	// Audience is guard's resource URI (RFC 8707): tokens must be for it
+	// (or for the URL of the endpoint they are sent to).
+	Audience string
+	// Scopes must all be granted to a token.
+	Scopes []string
+	// GroupsClaim is the token claim that lists the caller's groups.
+	GroupsClaim string
+	// Introspection authenticates guard at the provider's introspection
+	// endpoint (RFC 7662), for opaque tokens; empty: they are refused.
+	Introspection struct {
+		ClientID     string
+		ClientSecret string
+	}
+	Line int // where the section starts
+}
+
+// TokenExchange is how guard obtains a remote server's credentials for a
+// caller: an RFC 8693 token exchange of the caller's access token at the
+// identity provider (servers.NAME.token_exchange).
+type TokenExchange struct {
+	// TokenURL is the token endpoint ("": auth.issuer's).
+	TokenURL     string
+	ClientID     string
+	ClientSecret string
+	Audience     string
+	Scope        string
+	Resource     string
+	Line         int
 }
 
 // Audit holds the audit log's settings. A zero duration is off.
@@ -158,6 +197,10 @@ type Server struct {
 	// Env names the variables of Config.Expanded this server's process
 	// may still see; the others are removed from its environment.
 	Env []string
+	// TokenExchange, for a server reached over HTTP, makes each caller's
+	// upstream credentials by exchanging the caller's access token; nil:
+	// Headers are the credentials.
+	TokenExchange *TokenExchange
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -182,6 +225,11 @@ type Rule struct {
 	When   string
 	Action string
 	Reason string
+	// Users and Groups, when set, limit the rule to callers the front
+	// authenticated: with Users, a caller named there (by subject or
+	// email); with Groups, a caller in one of them.
+	Users  []string
+	Groups []string
 	File   string
 	Line   int
 	prog   *condition // When, compiled
@@ -254,6 +302,9 @@ func parse(data []byte, file string, getenv func(string) string, includes bool) 
 	}
 	if len(p.expanded) > 0 {
 		c.Expanded = p.expanded
+	}
+	if err := c.checkAuth(); err != nil {
+		return nil, err
 	}
 	return c, checkRules(c.Policy.Rules)
 }
@@ -532,6 +583,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
 		"clients":        func(n *yaml.Node) error { return p.clients(n, &c.Clients) },
+		"auth":           func(n *yaml.Node) error { return p.auth(n, &c.Auth) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
@@ -593,6 +645,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"output":            p.enum(&s.Output, "enforce", "warn"),
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
 			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
+			"token_exchange":    func(n *yaml.Node) error { return p.tokenExchange(n, &s.TokenExchange) },
 		})
 		if err != nil {
 			return err
@@ -627,6 +680,8 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 			},
 			"action": p.enum(&r.Action, "allow", "deny", "approve"),
 			"reason": p.str(&r.Reason),
+			"users":  p.nonEmptyList(&r.Users, "users"),
+			"groups": p.nonEmptyList(&r.Groups, "groups"),
 		})
 		if err != nil {
 			return err

@@ -477,14 +477,16 @@ func AppendApprovedRule(rulesDir string, r Rule, wrote func(digest string, r Rul
 // every field as it is, tools/call, the default method, left out.
 func MarshalRules(rules []Rule) ([]byte, error) {
 	type yrule struct {
-		Name   string `yaml:"name"`
-		Server string `yaml:"server,omitempty"`
-		Tool   string `yaml:"tool,omitempty"`
-		Method string `yaml:"method,omitempty"`
-		URI    string `yaml:"uri,omitempty"`
-		When   string `yaml:"when,omitempty"`
-		Action string `yaml:"action"`
-		Reason string `yaml:"reason,omitempty"`
+		Name   string   `yaml:"name"`
+		Server string   `yaml:"server,omitempty"`
+		Tool   string   `yaml:"tool,omitempty"`
+		Method string   `yaml:"method,omitempty"`
+		URI    string   `yaml:"uri,omitempty"`
+		When   string   `yaml:"when,omitempty"`
+		Users  []string `yaml:"users,omitempty,flow"`
+		Groups []string `yaml:"groups,omitempty,flow"`
+		Action string   `yaml:"action"`
+		Reason string   `yaml:"reason,omitempty"`
 	}
 	var out struct {
 		Rules []yrule `yaml:"rules"`
@@ -494,7 +496,7 @@ func MarshalRules(rules []Rule) ([]byte, error) {
 		if method == "tools/call" {
 			method = "" // the default
 		}
-		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Action, x.Reason})
+		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Users, x.Groups, x.Action, x.Reason})
 	}
 	return yaml.Marshal(out)
 }

@@ -125,10 +125,11 @@ func snake(s string) string {
 }
 
 // ruleKey is what a rule decides by: not where it was written.
-type ruleKey struct{ Name, Server, Tool, Method, URI, When, Action, Reason string }
+type ruleKey struct{ Name, Server, Tool, Method, URI, When, Action, Reason, Users, Groups string }
 
 func keyOf(r Rule) ruleKey {
-	return ruleKey{r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason}
+	return ruleKey{r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason,
+		strings.Join(r.Users, "\x00"), strings.Join(r.Groups, "\x00")}
 }
 
 // ruleChanges lists rules added, removed and changed, by name, and a
@@ -171,6 +172,12 @@ func describeRule(r Rule) string {
 	s := fmt.Sprintf("%s %s server=%s tool=%s", r.Action, r.Method, r.Server, r.Tool)
 	if r.URI != "" {
 		s += " uri=" + r.URI
+	}
+	if len(r.Users) > 0 {
+		s += " users=" + strings.Join(r.Users, ",")
+	}
+	if len(r.Groups) > 0 {
+		s += " groups=" + strings.Join(r.Groups, ",")
 	}
 	if r.When != "" {
 		s += " when " + r.When

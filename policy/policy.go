@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"path"
+	"slices"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -102,6 +103,9 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 		if r.URI != "" && !glob(r.URI, call.URI) {
 			continue
 		}
+		if !r.matchesUser(call.User) {
+			continue
+		}
 		if r.prog != nil {
 			ok, err := eval(r.prog, &act)
 			if err != nil {
@@ -117,6 +121,20 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason}
 	}
 	return p.byDefault(call)
+}
+
+// matchesUser reports whether a rule's users: and groups: let it apply to
+// the caller: a rule with users applies to a caller named there, by
+// subject or email; one with groups, to a caller in one of them. No one
+// authenticated matches neither.
+func (r *Rule) matchesUser(u guard.Identity) bool {
+	if len(r.Users) > 0 && (u.Subject == "" || !slices.Contains(r.Users, u.Subject) && (u.Email == "" || !slices.Contains(r.Users, u.Email))) {
+		return false
+	}
+	if len(r.Groups) > 0 && !slices.ContainsFunc(u.Groups, func(g string) bool { return slices.Contains(r.Groups, g) }) {
+		return false
+	}
+	return true
 }
 
 func glob(pattern, name string) bool {
