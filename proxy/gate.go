@@ -24,7 +24,7 @@ func gatedServer(method string) bool {
 func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 	ci, proto := s.clientInfo()
 	ci.Protocol = proto
-	pc := &guard.Call{Server: s.opts.Server, Method: c.method, Client: ci}
+	pc := &guard.Call{Server: s.opts.Server, Method: c.method, Client: ci, User: s.opts.Caller}
 	switch c.method {
 	case "resources/read":
 		pc.URI, _ = wire.String(wire.ParamsMember(msg.Params, "uri"))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -37,13 +38,18 @@ type HTTPOptions struct {
 	// Run, when set, serves a new client session itself (the aggregate
 	// endpoint) instead of Argv or Remote, relaying with conn until its
 	// input ends.
-	Run func(ctx context.Context, client string, conn Conn) error
-	// Session returns the relay options of a new client session; client
-	// is the name its bearer token authenticated ("" without tokens).
-	Session func(client string) Options
-	// Authenticate, when set, names the client of a request from its
-	// Authorization header, or refuses it (false: 401).
-	Authenticate func(r *http.Request) (string, bool)
+	Run func(ctx context.Context, c Caller, conn Conn) error
+	// Session returns the relay options of a new client session, which
+	// belongs to caller c (zero without authentication).
+	Session func(c Caller) Options
+	// Authenticate, when set, finds who sent a request from its
+	// Authorization header, or refuses it.
+	Authenticate func(r *http.Request) (Caller, *AuthError)
+	// UpstreamAuth, when set, gives the Authorization header of each
+	// request to Remote made for a session of caller c (an exchange of
+	// c's access token at the identity provider), in place of the one
+	// Remote's Headers configure. An error fails that request.
+	UpstreamAuth func(ctx context.Context, c Caller) (string, error)
 	// AllowedHosts are the Host headers answered; any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
 	AllowedHosts []string
@@ -64,6 +70,47 @@ type HTTPOptions struct {
 	Logger      *slog.Logger
 }
 
+// Caller is who sent a request to the HTTP front, as Authenticate found
+// it. A session belongs to the caller that started it: another caller's
+// requests do not find it.
+type Caller struct {
+	// Client names the client: a static token's name, or the OAuth client
+	// an access token was issued to; "" when nothing says.
+	Client string
+	// User is who an access token speaks for; zero for a static token, or
+	// without authentication.
+	User guard.Identity
+	// Token returns the access token of the latest request of the
+	// caller's session (a client refreshes its token as a long session
+	// goes on), for an exchange at the identity provider (RFC 8693) only:
+	// it never travels upstream. nil for a static token.
+	Token func() string
+}
+
+// key identifies whose a session is.
+func (c Caller) key() string { return c.Client + "\x00" + c.User.Subject }
+
+// AuthError refuses a request: its status (401, 403, 503), the
+// WWW-Authenticate challenge that goes with it, and what the body says.
+type AuthError struct {
+	Status    int
+	Challenge string
+	Message   string
+}
+
+func (e *AuthError) Error() string { return e.Message }
+
+// RemoteFor is the Remote of a session of caller c: with UpstreamAuth,
+// its credentials are c's.
+func (o *HTTPOptions) RemoteFor(c Caller) Remote {
+	rm := o.Remote
+	if o.UpstreamAuth != nil {
+		auth := o.UpstreamAuth
+		rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }
+	}
+	return rm
+}
+
 // HTTPServer serves one wrapped server over Streamable HTTP: POST carries
 // the client's messages (answered as JSON or as an SSE stream), GET opens
 // the stream of the server's messages that belong to no request, DELETE
@@ -76,7 +123,7 @@ type HTTPServer struct {
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
-	shared   map[string]*httpSession // 2026-07-28, by client
+	shared   map[string]*httpSession // 2026-07-28, by Caller.key
 	closed   bool
 
 	reapOnce sync.Once
@@ -132,7 +179,8 @@ func CheckHosts(hosts []string, next http.Handler) http.Handler {
 type httpSession struct {
 	used   atomic.Int64 // unix nanoseconds of the last request
 	id     string
-	client string // the token's name that started it
+	caller Caller // who started it; its Token reads token
+	token  atomic.Pointer[string]
 	writeM sync.Mutex
 	in     *inbox // the client's messages, in the order POSTed
 	router *router
@@ -195,20 +243,22 @@ func (hc hostCheck) allow(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-type clientKey struct{}
+type callerKey struct{}
 
 func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.hosts.allow(w, r) {
 		return
 	}
 	if h.opts.Authenticate != nil {
-		name, ok := h.opts.Authenticate(r)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="guard"`)
-			jsonRPCError(w, http.StatusUnauthorized, wire.CodeInvalidRequest, "Unauthorized: a bearer token configured in guard's clients is needed")
+		c, refused := h.opts.Authenticate(r)
+		if refused != nil {
+			if refused.Challenge != "" {
+				w.Header().Set("WWW-Authenticate", refused.Challenge)
+			}
+			jsonRPCError(w, refused.Status, wire.CodeInvalidRequest, refused.Message)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), clientKey{}, name))
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
 	}
 	switch r.Method {
 	case http.MethodPost:
@@ -229,33 +279,57 @@ func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 	_, _ = w.Write(wire.ErrorResponse(nil, code, msg, nil))
 }
 
-// session returns the request's session; a session belongs to the client
-// (token) that started it, and is not found for another.
+// session returns the request's session; a session belongs to the caller
+// (a static token's client, an access token's client and subject) that
+// started it, and is not found for another.
 func (h *HTTPServer) session(r *http.Request) *httpSession {
 	id := r.Header.Get("Mcp-Session-Id")
 	if id == "" {
 		return nil
 	}
+	c := callerOf(r)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.sessions[id]
-	if s != nil && s.client != clientOf(r) {
+	if s != nil && s.caller.key() != c.key() {
 		return nil
 	}
 	if s != nil {
 		s.used.Store(time.Now().UnixNano())
+		s.noteToken(c)
 	}
 	return s
 }
 
-func clientOf(r *http.Request) string {
-	name, _ := r.Context().Value(clientKey{}).(string)
-	return name
+func callerOf(r *http.Request) Caller {
+	c, _ := r.Context().Value(callerKey{}).(Caller)
+	return c
+}
+
+// noteToken keeps the access token of the caller's latest request.
+func (s *httpSession) noteToken(c Caller) {
+	if c.Token != nil {
+		t := c.Token()
+		s.token.Store(&t)
+	}
+}
+
+// latestToken is the session's Caller.Token.
+func (s *httpSession) latestToken() string {
+	if t := s.token.Load(); t != nil {
+		return *t
+	}
+	return ""
 }
 
 // start runs a new session's server behind a relay session.
-func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, error) {
-	s := &httpSession{id: uuid.NewString(), client: client, in: newInbox(), router: newRouter(), done: make(chan struct{})}
+func (h *HTTPServer) start(ctx context.Context, caller Caller) (*httpSession, error) {
+	s := &httpSession{id: uuid.NewString(), in: newInbox(), router: newRouter(), done: make(chan struct{})}
+	if caller.Token != nil {
+		s.noteToken(caller)
+		caller.Token = s.latestToken
+	}
+	s.caller = caller
 	conn := frontConn{s}
 	s.router.headers = &h.headers
 	h.mu.Lock()
@@ -273,8 +347,8 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 		defer func() {
 			h.mu.Lock()
 			delete(h.sessions, s.id)
-			if h.shared[s.client] == s {
-				delete(h.shared, s.client)
+			if h.shared[s.caller.key()] == s {
+				delete(h.shared, s.caller.key())
 			}
 			h.mu.Unlock()
 			s.router.end()
@@ -282,15 +356,15 @@ func (h *HTTPServer) start(ctx context.Context, client string) (*httpSession, er
 		}()
 		if h.opts.Run != nil {
 			started <- nil
-			if err := h.opts.Run(context.WithoutCancel(ctx), client, conn); err != nil {
+			if err := h.opts.Run(context.WithoutCancel(ctx), caller, conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
 		}
-		opts := h.opts.Session(client)
+		opts := h.opts.Session(caller)
 		if h.opts.Remote.URL != "" {
 			started <- nil
-			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.Remote, conn); err != nil {
+			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.RemoteFor(caller), conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
@@ -411,7 +485,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if s, err = h.sharedSession(r.Context(), clientOf(r)); err != nil {
+		if s, err = h.sharedSession(r.Context(), callerOf(r)); err != nil {
 			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
 			return
 		}
@@ -425,7 +499,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
 		return
 	case s == nil:
-		if s, err = h.start(r.Context(), clientOf(r)); err != nil {
+		if s, err = h.start(r.Context(), callerOf(r)); err != nil {
 			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
 			return
 		}

@@ -37,7 +37,7 @@ func benchHTTPCalls(b *testing.B, clients int) {
 	front := httptest.NewUnstartedServer(nil)
 	h := NewHTTPServer(HTTPOptions{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
 		Remote:  Remote{URL: up.URL, Client: NewUpstreamClient()},
-		Session: func(string) Options { return opts }})
+		Session: func(Caller) Options { return opts }})
 	front.Config.Handler = h
 	front.Start()
 	defer front.Close()

@@ -176,21 +176,26 @@ func (rt *router) uniqueIDs(st *stream, parts []wire.Message) []wire.Message {
 }
 
 // sharedSession is the relay session of the session-less revision for a
-// client (token), started on first use.
-func (h *HTTPServer) sharedSession(ctx context.Context, client string) (*httpSession, error) {
+// caller, started on first use.
+func (h *HTTPServer) sharedSession(ctx context.Context, c Caller) (*httpSession, error) {
+	key := c.key()
 	h.mu.Lock()
-	s := h.shared[client]
+	s := h.shared[key]
+	if s != nil {
+		s.noteToken(c)
+	}
 	h.mu.Unlock()
 	if s != nil {
 		return s, nil
 	}
-	s, err := h.start(ctx, client)
+	s, err := h.start(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	h.mu.Lock()
 	delete(h.sessions, s.id) // not reachable by Mcp-Session-Id
-	if prev := h.shared[client]; prev != nil {
+	if prev := h.shared[key]; prev != nil {
+		prev.noteToken(c)
 		h.mu.Unlock()
 		s.in.close()
 		return prev, nil
@@ -198,7 +203,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, client string) (*httpSes
 	s.router.mu.Lock()
 	s.router.modern = true
 	s.router.mu.Unlock()
-	h.shared[client] = s
+	h.shared[key] = s
 	h.mu.Unlock()
 	return s, nil
 }

@@ -238,6 +238,7 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 		Arguments: c.args,
 		Tool:      tool,
 		Client:    ci,
+		User:      s.opts.Caller,
 	}
 	if s.opts.Contracts != nil {
 		v, err := s.opts.Contracts.Arguments(tool, pc)

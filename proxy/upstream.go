@@ -32,6 +32,11 @@ type Remote struct {
 	// stream carries every server message, and the client POSTs to the
 	// endpoint its first event names.
 	SSE bool
+	// Authorization, when set, gives the Authorization header of each
+	// request: credentials obtained for the session's caller (a token
+	// exchange), in place of the one Headers configure. An error fails
+	// the request, and the client is told why.
+	Authorization func(ctx context.Context) (string, error)
 }
 
 // NewUpstreamClient returns the HTTP client of a server reached over HTTP,
@@ -188,6 +193,13 @@ func (u *upstream) newRequest(method, url string, body []byte) (*http.Request, e
 	}
 	for k, v := range u.rm.Headers {
 		req.Header.Set(k, v)
+	}
+	if u.rm.Authorization != nil {
+		v, err := u.rm.Authorization(u.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("no credentials for the remote server: %w", err)
+		}
+		req.Header.Set("Authorization", v)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -72,13 +72,33 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		if r.URI != "" {
 			tool = "uri " + r.URI
 		}
+		var who []string
+		if len(r.Users) > 0 {
+			who = append(who, "users: "+strings.Join(r.Users, ", "))
+		}
+		if len(r.Groups) > 0 {
+			who = append(who, "groups: "+strings.Join(r.Groups, ", "))
+		}
 		if r.When != "" {
-			when = r.When
+			who = append(who, r.When)
+		}
+		if len(who) > 0 {
+			when = strings.Join(who, "; ")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, r.Action, when, from)
 	}
 	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
 	tw.Flush()
+	if au := st.Config.Auth; au.Issuer != "" {
+		fmt.Fprintf(a.stdout, "\nguard serve's clients: access tokens of %s for %s", au.Issuer, au.Audience)
+		if len(au.Scopes) > 0 {
+			fmt.Fprintf(a.stdout, " with the scopes %s", strings.Join(au.Scopes, " "))
+		}
+		if len(st.Config.Clients) > 0 {
+			fmt.Fprintf(a.stdout, ", or a static token of clients: (%d)", len(st.Config.Clients))
+		}
+		fmt.Fprintln(a.stdout, "; rules see the caller as user (sub, email, groups from the claim "+au.GroupsClaim+")")
+	}
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
 	}

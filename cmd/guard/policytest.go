@@ -26,12 +26,18 @@ type testCall struct {
 		Version  string `json:"version"`
 		Protocol string `json:"protocol"`
 	} `json:"client"`
+	// User is the caller as the front would have authenticated it.
+	User struct {
+		Sub    string   `json:"sub"`
+		Email  string   `json:"email"`
+		Groups []string `json:"groups"`
+	} `json:"user"`
 }
 
 func policyTest(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("policy test")
 	cf := addCommonFlags(fs)
-	raw := fs.String("call", "", `the call, as JSON: {"server":"files","tool":"write_file","args":{...}} (also method, uri, client)`)
+	raw := fs.String("call", "", `the call, as JSON: {"server":"files","tool":"write_file","args":{...}} (also method, uri, client, user: {"sub","email","groups"})`)
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
@@ -58,7 +64,8 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	call := &guard.Call{Server: tc.Server, Method: tc.Method, ToolName: tc.Tool, URI: tc.URI, Arguments: tc.Args,
-		Client: guard.ClientInfo{Name: tc.Client.Name, Version: tc.Client.Version, Protocol: tc.Client.Protocol}}
+		Client: guard.ClientInfo{Name: tc.Client.Name, Version: tc.Client.Version, Protocol: tc.Client.Protocol},
+		User:   guard.Identity{Subject: tc.User.Sub, Email: tc.User.Email, Groups: tc.User.Groups}}
 	var notes []string
 	if tc.Method == "tools/call" {
 		if t, err := currentTool(ctx, db, tc.Server, tc.Tool); err == nil {

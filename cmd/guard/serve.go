@@ -65,10 +65,6 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var auth func(*http.Request) (string, bool)
-	if len(cfg.Clients) > 0 {
-		auth = bearerAuth(cfg.Clients)
-	}
 	// /healthz and /metrics answer only guard's own Host names, like
 	// every other route; /metrics needs a client's token where tokens are
 	// configured (it names servers and tools). Behind a balancer, the
@@ -77,6 +73,20 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	base := "http://" + *listen // what clients use, as printed
 	if cfg.PublicURL != "" {
 		base = cfg.PublicURL
+	}
+	front, err := newFrontAuth(cfg, base, logger)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
+		return exitUsage
+	}
+	if v := front.verifier; v != nil {
+		logger.Info("clients need an access token", "issuer", v.Issuer(), "audience", v.Audience(), "scopes", v.Scopes(),
+			"static tokens too", front.static != nil)
+		go func() {
+			if _, err := v.Discover(bg); err == nil {
+				logger.Info("identity provider's metadata read", "issuer", v.Issuer())
+			}
+		}()
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", proxy.CheckHosts(hosts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -88,23 +98,28 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}
-	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, withBearer(auth, metricsHandler(reg))))
+	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
 	var fronts []*proxy.HTTPServer
-	sessionOptions := func(name string, log *slog.Logger) func(client string) proxy.Options {
-		return func(client string) proxy.Options {
+	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
+		return func(c proxy.Caller) proxy.Options {
 			o := rt.options(name, log)
-			o.ClientName = client
+			o.ClientName = c.Client
+			o.Caller = c.User
 			o.Recorder = countingRecorder{Recorder: db, reg: reg}
 			// A 2026-07-28 client's next round may reach another replica.
 			o.Rounds = db
 			return o
 		}
 	}
-	front := func(name string, log *slog.Logger) proxy.HTTPOptions {
+	endpoint := func(name string, log *slog.Logger) proxy.HTTPOptions {
+		path := "/mcp"
+		if name != "" {
+			path += "/" + name
+		}
 		return proxy.HTTPOptions{
 			Name:         name,
 			AllowedHosts: hosts,
-			Authenticate: auth,
+			Authenticate: front.endpoint(path),
 			MaxBody:      cfg.MaxMessage,
 			BodyTimeout:  *bodyTimeout,
 			SessionIdle:  *sessionIdle,
@@ -114,7 +129,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	type served struct {
 		name string
-		run  func(ctx context.Context, client string, conn proxy.Conn) error
+		run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
 	}
 	var members []served
 	var stdio []string // servers with a command
@@ -125,7 +140,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			continue
 		}
 		log := logger.With("server", name)
-		o := front(name, log)
+		o := endpoint(name, log)
 		o.Argv = srv.Command
 		if len(srv.Command) > 0 {
 			rt.iso.declare(name, srv)
@@ -134,10 +149,12 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		}
 		o.Env = cfg.ServerEnv(a.environ(), srv)
 		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
+		o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp/"+name, h)
+		front.metadata(mux, hosts, "/mcp/"+name, "guard: "+name)
 		logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
 		members = append(members, served{name, memberRun(o)})
 	}
@@ -152,12 +169,12 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			}
 		}
 		log := logger.With("server", "(aggregate)")
-		o := front("", log)
-		o.Run = func(ctx context.Context, client string, conn proxy.Conn) error {
+		o := endpoint("", log)
+		o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
 			ms := make([]proxy.Member, len(members))
 			for i, m := range members {
 				run := m.run
-				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, client, conn) }}
+				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, c, conn) }}
 			}
 			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
 				Version: buildVersion(), Logger: log}, conn)
@@ -165,6 +182,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp", h)
+		front.metadata(mux, hosts, "/mcp", "guard: every server")
 		logger.Info("serving every server at one endpoint", "url", base+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
 	}
 	if len(fronts) == 0 {
@@ -216,11 +234,11 @@ func buildVersion() string {
 
 // memberRun runs one client session of a server as a member of the
 // aggregate endpoint: the same relay session as at /mcp/NAME.
-func memberRun(o proxy.HTTPOptions) func(ctx context.Context, client string, conn proxy.Conn) error {
-	return func(ctx context.Context, client string, conn proxy.Conn) error {
-		opts := o.Session(client)
+func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+		opts := o.Session(c)
 		if o.Remote.URL != "" {
-			return proxy.RunRemote(ctx, opts, o.Remote, conn)
+			return proxy.RunRemote(ctx, opts, o.RemoteFor(c), conn)
 		}
 		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Env: o.Env, Stderr: o.Stderr}, conn)
 		return err

@@ -61,20 +61,3 @@ func bearerAuth(clients []policy.Client) func(r *http.Request) (string, bool) {
 		return name, ok
 	}
 }
-
-// withBearer serves next only to a request with a configured client's
-// bearer token (401 otherwise); with no tokens configured (auth nil), to
-// every request.
-func withBearer(auth func(r *http.Request) (string, bool), next http.Handler) http.Handler {
-	if auth == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := auth(r); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="guard"`)
-			http.Error(w, "Unauthorized: a bearer token configured in guard's clients is needed", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
