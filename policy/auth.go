@@ -47,7 +47,10 @@ func (p *parser) auth(n *yaml.Node, a *Auth) error {
 			return p.errf(n, "auth.scopes: %q is not a scope (no spaces or quotes)", s)
 		}
 	}
-	if intro != nil && (a.Introspection.ClientID == "" || a.Introspection.ClientSecret == "") {
+	// As written: a ${NAME} whose variable is unset in this command's
+	// environment (guard audit query, run by an auditor) is not an error
+	// here; guard serve refuses to start without it.
+	if intro != nil && (!written(intro, "client_id") || !written(intro, "client_secret")) {
 		return p.errf(intro, "auth.introspection needs client_id and client_secret (guard's credentials at the provider's introspection endpoint)")
 	}
 	return nil
@@ -124,7 +127,7 @@ func (p *parser) tokenExchange(n *yaml.Node, dst **TokenExchange) error {
 		return err
 	}
 	switch {
-	case x.ClientID == "" || x.ClientSecret == "":
+	case !written(n, "client_id") || !written(n, "client_secret"):
 		return p.errf(n, "token_exchange needs client_id and client_secret (guard's credentials at the token endpoint)")
 	case x.Audience == "" && x.Resource == "":
 		return p.errf(n, "token_exchange needs the audience (or resource) the upstream server accepts")
@@ -162,4 +165,15 @@ func (c *Config) checkAuth() error {
 		}
 	}
 	return nil
+}
+
+// written reports whether a mapping gives key a value, as written (before
+// its variables are expanded).
+func written(n *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return strings.TrimSpace(n.Content[i+1].Value) != ""
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -29,6 +30,15 @@ func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontA
 	f := &frontAuth{base: base, logger: logger}
 	if len(cfg.Clients) > 0 {
 		f.static = bearerAuth(cfg.Clients)
+	}
+	if a := cfg.Auth; a.Issuer != "" && (a.Introspection.ClientID != "" || a.Introspection.ClientSecret != "") &&
+		(a.Introspection.ClientID == "" || a.Introspection.ClientSecret == "") {
+		return nil, fmt.Errorf("%s: auth.introspection: client_id or client_secret is empty (is its variable set in guard serve's environment?)", cfg.File)
+	}
+	for name, s := range cfg.Servers {
+		if x := s.TokenExchange; x != nil && (x.ClientID == "" || x.ClientSecret == "") {
+			return nil, fmt.Errorf("%s:%d: servers.%s.token_exchange: client_id or client_secret is empty (is its variable set in guard serve's environment?)", cfg.File, x.Line, name)
+		}
 	}
 	if a := cfg.Auth; a.Issuer != "" {
 		v, err := auth.New(auth.Config{Issuer: a.Issuer, Audience: a.Audience, Scopes: a.Scopes, GroupsClaim: a.GroupsClaim,
