@@ -147,12 +147,10 @@ func (x *Exchanger) exchange(ctx context.Context, subjectToken string) (string, 
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var out struct {
-		AccessToken      string          `json:"access_token"`
-		ExpiresIn        json.Number     `json:"expires_in"`
-		Error            string          `json:"error"`
-		ErrorDescription string          `json:"error_description"`
-		IssuedTokenType  string          `json:"issued_token_type"`
-		Raw              json.RawMessage `json:"-"`
+		AccessToken      string      `json:"access_token"`
+		ExpiresIn        json.Number `json:"expires_in"`
+		Error            string      `json:"error"`
+		ErrorDescription string      `json:"error_description"`
 	}
 	_ = json.Unmarshal(body, &out)
 	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {

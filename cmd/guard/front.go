@@ -21,8 +21,8 @@ import (
 // asks for nothing (it listens on loopback, or behind --allow-remote).
 type frontAuth struct {
 	static   func(*http.Request) (string, bool) // nil without clients:
-	verifier *auth.Verifier                   // nil without auth:
-	base     string                           // the public URL of guard serve
+	verifier *auth.Verifier                     // nil without auth:
+	base     string                             // the public URL of guard serve
 	logger   *slog.Logger
 }
 
