@@ -24,6 +24,9 @@ type frontAuth struct {
 	verifier *auth.Verifier                     // nil without auth:
 	base     string                             // the public URL of guard serve
 	logger   *slog.Logger
+	// keepTokens: some server exchanges callers' tokens, so sessions
+	// keep their caller's latest one (only then).
+	keepTokens bool
 }
 
 func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontAuth, error) {
@@ -39,6 +42,7 @@ func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontA
 		if x := s.TokenExchange; x != nil && (x.ClientID == "" || x.ClientSecret == "") {
 			return nil, fmt.Errorf("%s:%d: servers.%s.token_exchange: client_id or client_secret is empty (is its variable set in guard serve's environment?)", cfg.File, x.Line, name)
 		}
+		f.keepTokens = f.keepTokens || s.TokenExchange != nil
 	}
 	if a := cfg.Auth; a.Issuer != "" {
 		v, err := auth.New(auth.Config{Issuer: a.Issuer, Audience: a.Audience, Scopes: a.Scopes, GroupsClaim: a.GroupsClaim,
@@ -102,7 +106,11 @@ func (f *frontAuth) check(r *http.Request, resource, meta string) (proxy.Caller,
 		}
 		return proxy.Caller{}, &proxy.AuthError{Status: e.Status, Challenge: challenge, Message: msg}
 	}
-	return proxy.Caller{Client: tok.ClientID, User: tok.User, Token: func() string { return raw }}, nil
+	c := proxy.Caller{Client: tok.ClientID, User: tok.User}
+	if f.keepTokens {
+		c.Token = func() string { return raw }
+	}
+	return c, nil
 }
 
 // metadata serves the Protected Resource Metadata (RFC 9728) of the
