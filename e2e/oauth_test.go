@@ -411,3 +411,43 @@ servers:
 		t.Errorf("the upstream was called without credentials")
 	}
 }
+
+// guard policy check shows the rules' users and groups and who the front
+// accepts; guard policy test decides a call as a given user would make it.
+func TestOAuthPolicyCheckAndTest(t *testing.T) {
+	e := newEnv(t, `auth: {issuer: "https://login.example.com", audience: "https://guard.example.com/mcp", scopes: [mcp]}
+policy:
+  default: allow
+  rules:
+    - {name: sre-deletes, tool: delete_note, groups: [sre], action: allow}
+    - {name: alice-writes, tool: write_note, users: [alice@example.com], when: "size(user.groups) > 0", action: allow}
+    - {name: nobody-else, tool: "*_note", action: deny}
+servers:
+  notes:
+    command: [`+guardBin+`, example-server]
+`)
+	out, code := e.guard("policy", "check")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	for _, want := range []string{
+		"groups: sre",
+		"users: alice@example.com; size(user.groups) > 0",
+		"guard serve's clients: access tokens of https://login.example.com for https://guard.example.com/mcp with the scopes mcp",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("policy check lacks %q:\n%s", want, out)
+		}
+	}
+	for call, want := range map[string]string{
+		`{"server":"notes","tool":"delete_note","args":{},"user":{"sub":"u1","groups":["sre"]}}`:                              "rule:     sre-deletes",
+		`{"server":"notes","tool":"delete_note","args":{},"user":{"sub":"u2","groups":["dev"]}}`:                              "rule:     nobody-else",
+		`{"server":"notes","tool":"delete_note","args":{}}`:                                                                   "rule:     nobody-else",
+		`{"server":"notes","tool":"write_note","args":{},"user":{"sub":"u1","email":"alice@example.com","groups":["staff"]}}`: "rule:     alice-writes",
+	} {
+		out, code := e.guard("policy", "test", "--call", call)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("policy test %s: %d\n%s", call, code, out)
+		}
+	}
+}
