@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -50,11 +49,7 @@ servers:
 }
 
 func TestAuthErrorsNameFileAndLine(t *testing.T) {
-	for _, tc := range []struct {
-		yaml string
-		line int
-		want string
-	}{
+	wantParseErrors(t, []parseError{
 		{"auth:\n  audience: https://g/mcp\n", 2, "auth.issuer is needed"},
 		{"auth:\n  issuer: https://login\n", 2, "auth.audience is needed"},
 		{"auth: {issuer: 'http://login.example.com', audience: 'https://g/mcp'}\n", 1, "use https"},
@@ -72,21 +67,11 @@ func TestAuthErrorsNameFileAndLine(t *testing.T) {
 		{"policy:\n  rules:\n    - {name: a, action: deny, users: []}\n", 3, "users: list at least one"},
 		{"policy:\n  rules:\n    - {name: a, action: deny, groups: [sre, '']}\n", 3, "groups: an empty name"},
 		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'user.nosuch.size() > 0 && usr.sub == \"x\"'}\n", 3, "undeclared reference to 'usr'"},
-	} {
-		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
-			continue
-		}
-		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
-			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
-		}
-	}
+	})
 }
 
 func TestRulesSeeTheUser(t *testing.T) {
-	c, err := Parse([]byte(`
+	const rules = `
 policy:
   default: allow
   rules:
@@ -97,7 +82,8 @@ policy:
     - {name: no-drop, tool: drop_table, action: deny}
     - {name: anonymous, tool: whoami, when: 'user.sub == "" && size(user.groups) == 0 && user.email == ""', action: deny, reason: nobody}
     - {name: by-subject, tool: whoami, users: [u-123], action: approve}
-`), "c.yaml")
+`
+	c, err := Parse([]byte(rules), "c.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,18 +117,10 @@ policy:
 	}
 	// users: and groups: are part of what a change shows, and of the
 	// policy's version.
-	c2, _ := Parse([]byte(`
-policy:
-  default: allow
-  rules:
-    - {name: contractors-approve, tool: "write_*", when: "'contractors' in user.groups", action: approve}
-    - {name: alice-only, tool: deploy, users: [bob@example.com], action: allow}
-    - {name: no-deploy, tool: deploy, action: deny}
-    - {name: sre-drop, tool: drop_table, groups: [sre, dba], action: allow}
-    - {name: no-drop, tool: drop_table, action: deny}
-    - {name: anonymous, tool: whoami, when: 'user.sub == "" && size(user.groups) == 0 && user.email == ""', action: deny, reason: nobody}
-    - {name: by-subject, tool: whoami, users: [u-123], action: approve}
-`), "c.yaml")
+	c2, err := Parse([]byte(strings.Replace(rules, "users: [alice@example.com]", "users: [bob@example.com]", 1)), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ch := Changes(c, c2, nil, nil, false)
 	if len(ch) != 1 || !strings.Contains(ch[0], `rule "alice-only" changed`) || !strings.Contains(ch[0], "users=bob@example.com, was allow tools/call server=* tool=deploy users=alice@example.com") {
 		t.Fatalf("changes: %q", ch)

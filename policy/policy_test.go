@@ -13,12 +13,32 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
+// parseError is a configuration that Parse must refuse at line, with a
+// problem that says want.
+type parseError struct {
+	yaml string
+	line int
+	want string
+}
+
+// wantParseErrors checks that each configuration is refused as it says.
+func wantParseErrors(t *testing.T, cases []parseError) {
+	t.Helper()
+	for _, tc := range cases {
+		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
+			continue
+		}
+		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
+			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
+		}
+	}
+}
+
 func TestParseErrorsNameFileAndLine(t *testing.T) {
-	for _, tc := range []struct {
-		yaml string
-		line int
-		want string
-	}{
+	wantParseErrors(t, []parseError{
 		{"durability: fast\n", 1, `"fast" is not one of full, normal`},
 		{"policy:\n  defualt: allow\n", 2, `unknown key "defualt"`},
 		{"approval:\n  timeout: soon\n", 2, "not a duration"},
@@ -50,17 +70,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"audit:\n  stream:\n    - {syslog: tcp://h:514, otlp: http://h:4318}\n", 3, "either syslog"},
 		{"audit:\n  stream:\n    - {otlp: h:4318}\n", 3, "use http(s)://HOST:PORT"},
 		{"audit:\n  stream:\n    - {otlp: http://h:4318}\n    - {otlp: http://h:4318}\n", 4, "listed twice"},
-	} {
-		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
-			continue
-		}
-		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
-			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
-		}
-	}
+	})
 }
 
 func TestParseReadsEverything(t *testing.T) {

@@ -142,13 +142,14 @@ func (p *Provider) LoginAs(subject string) {
 // Crypto is the provider's encryption of opaque tokens.
 func (p *Provider) crypto() op.Crypto { return p.op.Crypto() }
 
-// resourceKey carries the resource parameters of an authorization request
-// to CreateAuthRequest: op's AuthRequest does not read them.
+// resourceKey carries the resource parameters (RFC 8707) of an
+// authorization or a token request to the storage: op's requests do not
+// read them.
 type resourceKey struct{}
 
 func withResource(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/authorize" {
+		if r.URL.Path == "/authorize" || r.URL.Path == "/oauth/token" {
 			if err := r.ParseForm(); err == nil && len(r.Form["resource"]) > 0 {
 				r = r.WithContext(context.WithValue(r.Context(), resourceKey{}, r.Form["resource"]))
 			}
@@ -290,23 +291,36 @@ type Token struct {
 
 // ClientCredentials asks the token endpoint for a token of a confidential
 // client's own (its subject is the client), for resource when not "".
-func (p *Provider) ClientCredentials(t testing.TB, clientID, secret, scope, resource string) Token {
+func (p *Provider) ClientCredentials(t testing.TB, c Client, scope, resource string) Token {
 	t.Helper()
 	form := url.Values{"grant_type": {"client_credentials"}, "scope": {scope}}
 	if resource != "" {
 		form.Set("resource", resource)
 	}
+	return p.token(t, "client credentials", c, form)
+}
+
+// token posts form to the token endpoint as client c: with HTTP Basic for
+// a confidential client, with its id in the form for a public one.
+func (p *Provider) token(t testing.TB, what string, c Client, form url.Values) Token {
+	t.Helper()
+	if c.Secret == "" {
+		form.Set("client_id", c.ID)
+	}
 	req, _ := http.NewRequest(http.MethodPost, p.Issuer+"/oauth/token", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret))
+	if c.Secret != "" {
+		req.SetBasicAuth(url.QueryEscape(c.ID), url.QueryEscape(c.Secret))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
 	var tok Token
-	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != http.StatusOK || tok.AccessToken == "" {
-		t.Fatalf("client credentials: HTTP %d: %v", resp.StatusCode, err)
+	if err := json.Unmarshal(body, &tok); err != nil || resp.StatusCode != http.StatusOK || tok.AccessToken == "" {
+		t.Fatalf("%s: HTTP %d: %s", what, resp.StatusCode, body)
 	}
 	return tok
 }
@@ -349,24 +363,7 @@ func (p *Provider) Login(t testing.TB, c Client, redirectURI, user, scope, resou
 	if resource != "" {
 		form.Set("resource", resource)
 	}
-	if c.Secret == "" {
-		form.Set("client_id", c.ID)
-	}
-	req, _ := http.NewRequest(http.MethodPost, p.Issuer+"/oauth/token", strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if c.Secret != "" {
-		req.SetBasicAuth(url.QueryEscape(c.ID), url.QueryEscape(c.Secret))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var tok Token
-	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != http.StatusOK || tok.AccessToken == "" {
-		t.Fatalf("exchanging the code: HTTP %d: %v", resp.StatusCode, err)
-	}
-	return tok
+	return p.token(t, "exchanging the code", c, form)
 }
 
 // FollowToCode follows the redirects from an authorization URL, as a

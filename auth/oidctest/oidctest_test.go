@@ -1,12 +1,14 @@
 package oidctest_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/guard-mcp/guard/auth"
 	"github.com/guard-mcp/guard/auth/oidctest"
 )
 
@@ -48,5 +50,17 @@ func TestLoginStep(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the metadata lacks %s: %s", want, b)
 		}
+	}
+}
+
+// A confidential client's token of its own, for the resource it names.
+func TestClientCredentials(t *testing.T) {
+	svc := oidctest.Client{ID: "svc", Secret: "s", RedirectURIs: []string{"http://127.0.0.1:9/cb"}}
+	p := oidctest.Start(t, oidctest.Options{Clients: []oidctest.Client{svc}})
+	tok := p.ClientCredentials(t, svc, "mcp", "https://guard.test/mcp")
+	v, _ := auth.New(auth.Config{Issuer: p.Issuer, Audience: "https://guard.test/mcp", Scopes: []string{"mcp"}})
+	got, err := v.Verify(context.Background(), tok.AccessToken, "")
+	if err != nil || got.User.Subject != "svc" || got.ClientID != "svc" {
+		t.Fatalf("%+v %v", got, err)
 	}
 }
