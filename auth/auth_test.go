@@ -234,3 +234,17 @@ func TestTokenExchange(t *testing.T) {
 		t.Fatalf("wrong secret: %v", err)
 	}
 }
+
+// A provider with one audience per API (it ignores the resource a client
+// names): its tokens are for guard's configured audience, and serve at
+// every endpoint.
+func TestFixedAudience(t *testing.T) {
+	p := provider(t, oidctest.Options{Audience: audience})
+	v := verifier(t, p, false)
+	tok := p.Login(t, cli, "http://127.0.0.1:5555/callback", "alice", "mcp", "https://guard.test/mcp/files")
+	for _, endpoint := range []string{"https://guard.test/mcp/files", "https://guard.test/mcp/db"} {
+		if got, err := v.Verify(context.Background(), tok.AccessToken, endpoint); err != nil || got.User.Subject != "alice" {
+			t.Fatalf("at %s: %v %v", endpoint, got, err)
+		}
+	}
+}

@@ -5,6 +5,8 @@
 // parameter) or a fixed one, with the user's email and groups; it offers
 // authorization code with PKCE to public and confidential clients, client
 // credentials, token introspection (RFC 7662) and token exchange (RFC 8693).
+// It issues no refresh tokens. Mint issues tokens directly, including the
+// ones a resource server must refuse (expired, for another audience).
 //
 // Its login step needs no form when the test says who logs in: the login
 // page's user parameter, the authorization request's login_hint, or the
