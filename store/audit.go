@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -18,9 +19,14 @@ import (
 // adds the members later versions of guard record (approval), each present
 // only when it is not empty; a record without any of them is hashed in
 // version 1's form, so the hashes of records written before stay valid.
+// Version 3 adds the caller the front authenticated: user, user_email
+// and user_groups (an array of strings, in the order recorded), all
+// three present when any of them is set; approval stays present only
+// when set. A record without a user is hashed as before.
 const (
 	hashVersion1 = 1
 	hashVersion2 = 2
+	hashVersion3 = 3
 )
 
 // HashRecord returns the hex SHA-256 of a record's canonical form: an
@@ -77,8 +83,56 @@ func appendCanonical(b []byte, r *guard.Record) []byte {
 	b = field(b, "session", r.Session)
 	b = field(b, "time", fmtTime(r.Time))
 	b = field(b, "tool", r.Tool)
+	if hasUser(r) {
+		v = hashVersion3
+		b = field(b, "user", r.User)
+		b = field(b, "user_email", r.UserEmail)
+		b = append(b, `,"user_groups":`...)
+		b = appendStrings(b, r.UserGroups)
+	}
 	b = number(b, "v", v)
 	return append(b, '}')
+}
+
+// hasUser reports whether a record names the caller the front
+// authenticated.
+func hasUser(r *guard.Record) bool {
+	return r.User != "" || r.UserEmail != "" || len(r.UserGroups) > 0
+}
+
+// appendStrings appends an array of strings as RFC 8785 serialises it.
+func appendStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
+}
+
+// groupsText is how a record's user_groups are stored in their column:
+// the JSON array the canonical form holds, or "" for none.
+func groupsText(gs []string) string {
+	if len(gs) == 0 {
+		return ""
+	}
+	return string(appendStrings(nil, gs))
+}
+
+// parseGroups reads a user_groups column. Text that is not an array of
+// strings (a column someone changed) is kept as the one group it reads
+// as, so that the record's hash no longer matches.
+func parseGroups(s string) []string {
+	if s == "" {
+		return nil
+	}
+	var gs []string
+	if err := json.Unmarshal([]byte(s), &gs); err != nil || len(gs) == 0 {
+		return []string{s}
+	}
+	return gs
 }
 
 func field(b []byte, name, v string) []byte {
@@ -134,25 +188,35 @@ func appendString(b []byte, s string) []byte {
 
 const selectRecord = `SELECT seq, id, call_id, kind, time, session, client, protocol, server, direction, method,
  tool, arguments, pin, decision, decided_by, reason, outcome, result, request_size, response_size,
- duration_ms, detail, approval, prev_hash, hash, pruned FROM records`
+ duration_ms, detail, approval, prev_hash, hash, pruned, user_subject, user_email, user_groups FROM records`
+
+// noUserColumns are the user columns as a database without them reads.
+const noUserColumns = `'' AS user_subject, '' AS user_email, '' AS user_groups`
 
 // selectRecords is selectRecord for this database: one a read-only open
 // found without the retention migration has no pruned column, and no
-// record of it is pruned.
+// record of it is pruned; one without the user migration has no user
+// columns, and no record of it names a user.
 func (db *DB) selectRecords() string {
+	q := selectRecord
 	if db.noPruned {
-		return strings.Replace(selectRecord, "hash, pruned FROM", "hash, 0 AS pruned FROM", 1)
+		q = strings.Replace(q, "hash, pruned,", "hash, 0 AS pruned,", 1)
 	}
-	return selectRecord
+	if db.noUser {
+		q = strings.Replace(q, "user_subject, user_email, user_groups FROM", noUserColumns+" FROM", 1)
+	}
+	return q
 }
 
 func scanRecord(rows *sql.Rows) (*guard.Record, error) {
 	var r guard.Record
-	var t string
+	var t, groups string
 	err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
 		&r.Direction, &r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason,
-		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash, &r.Pruned)
+		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash, &r.Pruned,
+		&r.User, &r.UserEmail, &groups)
 	r.Time = parseTime(t)
+	r.UserGroups = parseGroups(groups)
 	return &r, err
 }
 

@@ -51,8 +51,8 @@ func keyMillis(t time.Time) int64 {
 const (
 	selectCallKey = `SELECT (SELECT k FROM call_index WHERE call_id = ?2),
  (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
-	insertCall = `INSERT INTO call_index (k, call_id, req_seq, dec_seq, server, tool, client, session, decision, decided_by, approval)
- VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`
+	insertCall = `INSERT INTO call_index (k, call_id, req_seq, dec_seq, server, tool, client, session, decision, decided_by, approval,
+ user_subject, user_email) VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
 	selectCall = `SELECT k, req_seq, out_seq, decision, decided_by FROM call_index WHERE call_id = ?1`
 	// The columns that are not indexed are set in one statement, and
 	// decision and decided_by only when they change: an UPDATE that sets
@@ -96,7 +96,7 @@ const (
 // its statements prepared once (see writerConn).
 type callIndexer struct {
 	key, ins, call, out, decided, decider, approval, args, text, untext driverStmt
-	vals                                                                [10]driver.NamedValue
+	vals                                                                [12]driver.NamedValue
 	row                                                                 [5]driver.Value
 	texts                                                               map[int64]textChange // the batch's changes to the text index
 	keys                                                                []int64
@@ -224,7 +224,7 @@ func (ix *callIndexer) request(ctx context.Context, r *guard.Record) error {
 		k = ix.row[2].(int64) + 1
 	}
 	if _, err := ix.exec(ctx, ix.ins, k, r.CallID, r.Seq, r.Server, r.Tool, r.Client, r.Session,
-		r.Decision, r.DecidedBy, r.Approval); err != nil {
+		r.Decision, r.DecidedBy, r.Approval, r.User, r.UserEmail); err != nil {
 		return err
 	}
 	ix.texts[k] = textChange{now: callText{args: r.Arguments}}
@@ -439,7 +439,7 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	// text, in seq order (through records_call's rows would be no
 	// faster: every record is read).
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, kind, time, session, client, server, tool, arguments,
-		decision, decided_by, outcome, result, approval FROM records
+		decision, decided_by, outcome, result, approval, user_subject, user_email FROM records
 		WHERE kind IN ('request', 'outcome', 'decision') AND pruned = 0 ORDER BY seq`)
 	if err != nil {
 		return 0, err
@@ -460,7 +460,7 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 		var r guard.Record
 		var at string
 		if err := rows.Scan(&r.Seq, &r.CallID, &r.Kind, &at, &r.Session, &r.Client, &r.Server, &r.Tool, &r.Arguments,
-			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval); err != nil {
+			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval, &r.User, &r.UserEmail); err != nil {
 			return n, err
 		}
 		r.Time = parseTime(at)

@@ -32,14 +32,25 @@ import (
 // JSON string of its base64, named in "base64".
 
 // ExportColumns are an export's fields, in order (the CSV header).
-var ExportColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "protocol", "server",
+var ExportColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "user", "user_email",
+	"user_groups", "protocol", "server",
 	"direction", "method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result",
 	"request_size", "response_size", "duration_ms", "detail", "approval", "prev_hash", "hash", "leaf_hash",
 	"pruned", "text", "base64", "proof", "checkpoint"}
 
-// exportColumnsBefore are the columns of an export made before retention
-// (no pruned column): the check still reads one.
-var exportColumnsBefore = slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pruned" })
+// exportColumnsBefore are the columns of exports made by earlier
+// versions, which the check still reads: before the user's (no user,
+// user_email, user_groups), and before retention (no pruned either).
+var exportColumnsBefore = [][]string{
+	slices.DeleteFunc(slices.Clone(ExportColumns), isUserField),
+	slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pruned" || isUserField(c) }),
+}
+
+// isUserField names the fields of the caller the front authenticated,
+// which a JSONL export leaves out when they are empty.
+func isUserField(name string) bool {
+	return name == "user" || name == "user_email" || name == "user_groups"
+}
 
 // ExportOptions select what Export writes.
 type ExportOptions struct {
@@ -47,8 +58,9 @@ type ExportOptions struct {
 	Since, Until time.Time
 }
 
-// textFields are a record's text fields by export name, in export order.
-func textFields(r *guard.Record) []struct {
+// textFields are a record's text fields by export name, in export order;
+// groups stands for its user groups, as groupsText writes them.
+func textFields(r *guard.Record, groups *string) []struct {
 	name string
 	v    *string
 } {
@@ -56,15 +68,18 @@ func textFields(r *guard.Record) []struct {
 		name string
 		v    *string
 	}{{"id", &r.ID}, {"call_id", &r.CallID}, {"kind", &r.Kind}, {"time", nil}, {"session", &r.Session},
-		{"client", &r.Client}, {"protocol", &r.Protocol}, {"server", &r.Server}, {"direction", &r.Direction},
+		{"client", &r.Client}, {"user", &r.User}, {"user_email", &r.UserEmail}, {"user_groups", groups}, {"protocol", &r.Protocol}, {"server", &r.Server}, {"direction", &r.Direction},
 		{"method", &r.Method}, {"tool", &r.Tool}, {"arguments", &r.Arguments}, {"pin", &r.Pin},
 		{"decision", &r.Decision}, {"decided_by", &r.DecidedBy}, {"reason", &r.Reason}, {"outcome", &r.Outcome},
 		{"result", &r.Result}, {"detail", &r.Detail}, {"approval", &r.Approval}, {"prev_hash", &r.PrevHash},
 		{"hash", &r.Hash}}
 }
 
-// isJSONField names the fields exported as JSON values.
-func isJSONField(name string) bool { return name == "arguments" || name == "result" }
+// isJSONField names the fields exported as JSON values (user_groups: an
+// array of strings).
+func isJSONField(name string) bool {
+	return name == "arguments" || name == "result" || name == "user_groups"
+}
 
 // verbatimJSON reports whether s can be written as it is, as one JSON value.
 func verbatimJSON(s string) bool {
@@ -81,12 +96,14 @@ func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
 	cells := map[string]string{"seq": strconv.FormatInt(r.Seq, 10), "time": fmtTime(r.Time),
 		"request_size": strconv.FormatInt(r.RequestSize, 10), "response_size": strconv.FormatInt(r.ResponseSize, 10),
 		"duration_ms": strconv.FormatInt(r.DurationMS, 10), "leaf_hash": leaf.String()}
-	for _, f := range textFields(r) {
+	groups := groupsText(r.UserGroups)
+	for _, f := range textFields(r, &groups) {
 		if f.v == nil {
 			continue
 		}
 		s := *f.v
 		switch {
+		case s == "" && isUserField(f.name):
 		case !utf8.ValidString(s):
 			b64 = append(b64, f.name)
 			s = base64.StdEncoding.EncodeToString([]byte(s))
@@ -121,7 +138,7 @@ func appendJSONLine(b []byte, row []string) []byte {
 	b = append(b, '{')
 	for i, c := range ExportColumns {
 		v := row[i]
-		if c == "checkpoint" || (c == "pruned" || c == "text" || c == "base64" || c == "proof") && v == "" {
+		if c == "checkpoint" || (c == "pruned" || c == "text" || c == "base64" || c == "proof" || isUserField(c)) && v == "" {
 			continue
 		}
 		if i > 0 {
@@ -310,7 +327,8 @@ func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof t
 	r = &guard.Record{}
 	marks := func(name string) []string { return strings.Fields(cell(name)) }
 	text, b64 := marks("text"), marks("base64")
-	for _, f := range textFields(r) {
+	var groups string
+	for _, f := range textFields(r, &groups) {
 		s := cell(f.name)
 		if f.v == nil {
 			if s == "" {
@@ -335,6 +353,7 @@ func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof t
 		}
 		*f.v = s
 	}
+	r.UserGroups = parseGroups(groups)
 	for _, n := range []struct {
 		name string
 		v    *int64
@@ -407,7 +426,7 @@ func newExportReader(b []byte) (*exportReader, error) {
 	}
 	cr := csv.NewReader(bytes.NewReader(b))
 	head, err := cr.Read()
-	if err != nil || !slices.Equal(head, ExportColumns) && !slices.Equal(head, exportColumnsBefore) {
+	if err != nil || !slices.Equal(head, ExportColumns) && !slices.ContainsFunc(exportColumnsBefore, func(c []string) bool { return slices.Equal(head, c) }) {
 		return nil, errors.New("not an export: its first row is not the export's columns")
 	}
 	cr.FieldsPerRecord = len(head)

@@ -165,8 +165,11 @@ func frameText(r *guard.Record) []*string {
 }
 
 // frameExt lists the text fields a frame holds after its numbers, in
-// order; a frame may end before any of them (they are then empty).
-func frameExt(r *guard.Record) []*string { return []*string{&r.Approval} }
+// order; a frame may end before any of them (they are then empty). groups
+// stands for the record's user groups, as groupsText writes them.
+func frameExt(r *guard.Record, groups *string) []*string {
+	return []*string{&r.Approval, &r.User, &r.UserEmail, groups}
+}
 
 // appendFrame appends r's frame to b.
 func appendFrame(b []byte, r *guard.Record) []byte {
@@ -183,8 +186,9 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 	// and only when one of them is set: a frame without them reads as
 	// before.
 	var ext []*string
-	if r.Approval != "" {
-		ext = frameExt(r)
+	if r.Approval != "" || hasUser(r) {
+		groups := groupsText(r.UserGroups)
+		ext = frameExt(r, &groups)
 		for _, f := range ext {
 			n += uvarintLen(uint64(len(*f))) + len(*f)
 		}
@@ -254,7 +258,8 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 		}
 		nums[i], body = v, body[k:]
 	}
-	for _, f := range frameExt(r) {
+	var groups string
+	for _, f := range frameExt(r, &groups) {
 		if len(body) == 0 {
 			break
 		}
@@ -265,6 +270,7 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 		*f = string(body[k : k+int(l)])
 		body = body[k+int(l):]
 	}
+	r.UserGroups = parseGroups(groups)
 	r.Time = time.UnixMilli(nums[0]).UTC()
 	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
 	return r, k + int(n) + 4, nil

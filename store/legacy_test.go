@@ -52,7 +52,7 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := rawDB(t, path)
-	if _, err := raw.Exec(`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
+	if _, err := raw.Exec(dropUserColumns(t)+`CREATE TABLE journals (name TEXT PRIMARY KEY, offset INTEGER NOT NULL);
 		INSERT INTO journals VALUES ('123-abcd.jsonl', ?);
 		DROP VIEW calls; DROP INDEX records_approval; DROP INDEX records_kind; DROP TABLE call_index; DROP TABLE call_text;
 		ALTER TABLE records DROP COLUMN approval;

@@ -91,20 +91,22 @@ func (db *DB) answer(batch []*appendReq, n int, err error) error {
 
 const (
 	pgSelectTail  = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
-	pgSelectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval
- FROM call_index WHERE call_id = ANY($1::text[])`
+	pgSelectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
+ user_subject, user_email FROM call_index WHERE call_id = ANY($1::text[])`
 	pgSelectKeys = `SELECT b, (SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576) FROM unnest($1::bigint[]) AS b`
 	pgSelectMaxK = `SELECT coalesce(max(k), 0) FROM call_index`
 	pgInsertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
- request_size, response_size, duration_ms, detail, approval, prev_hash, hash)
+ request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups)
  SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
- $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[], $26::text[])`
+ $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[], $26::text[],
+ $27::text[], $28::text[], $29::text[])`
 	pgInsertTree  = `INSERT INTO tree_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])`
-	pgUpsertCalls = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval)
+	pgUpsertCalls = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
+ user_subject, user_email)
  SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[],
- $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
+ $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])
  ON CONFLICT (k) DO UPDATE SET out_seq = excluded.out_seq, dec_seq = excluded.dec_seq, decision = excluded.decision,
  decided_by = excluded.decided_by, outcome = excluded.outcome, approval = excluded.approval`
 )
@@ -131,6 +133,7 @@ type pgCall struct {
 	reqSeq, outSeq, decSeq           int64
 	server, tool, client, session    string
 	decision, decidedBy, outcome, ap string
+	user, userEmail                  string
 	dirty, words                     bool // to be written; its words to be made again
 }
 
@@ -166,7 +169,8 @@ func (x *pgBatchIndex) add(r *guard.Record) {
 			k = x.maxK + 1 // a millisecond with more calls than a key can rank
 		}
 		c := &pgCall{k: k, callID: r.CallID, reqSeq: r.Seq, decSeq: r.Seq, server: r.Server, tool: r.Tool, client: r.Client,
-			session: r.Session, decision: r.Decision, decidedBy: r.DecidedBy, ap: r.Approval, words: true}
+			session: r.Session, decision: r.Decision, decidedBy: r.DecidedBy, ap: r.Approval, user: r.User, userEmail: r.UserEmail,
+			words: true}
 		x.calls[r.CallID] = c
 		for b, m := range x.rangeMax {
 			if k >= b && k < b+1<<keyRankBits && k > m {
@@ -247,7 +251,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 		for rows.Next() {
 			c := &pgCall{}
 			if err := rows.Scan(&c.k, &c.callID, &c.reqSeq, &c.outSeq, &c.decSeq, &c.server, &c.tool, &c.client, &c.session,
-				&c.decision, &c.decidedBy, &c.outcome, &c.ap); err != nil {
+				&c.decision, &c.decidedBy, &c.outcome, &c.ap, &c.user, &c.userEmail); err != nil {
 				rows.Close()
 				return fmt.Errorf("call index: %w", err)
 			}
@@ -360,7 +364,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 // recordColumns are a batch's records, column by column, for unnest().
 type recordColumns struct {
 	seq, reqSize, respSize, dur []int64
-	text                        [22][]string
+	text                        [25][]string
 }
 
 func newRecordColumns(n int) *recordColumns {
@@ -376,9 +380,9 @@ func (c *recordColumns) add(r *guard.Record) {
 	c.reqSize = append(c.reqSize, r.RequestSize)
 	c.respSize = append(c.respSize, r.ResponseSize)
 	c.dur = append(c.dur, r.DurationMS)
-	for i, s := range [22]string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
+	for i, s := range [25]string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
-		r.Detail, r.Approval, r.PrevHash, r.Hash} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
 		c.text[i] = append(c.text[i], s)
 	}
 }
@@ -387,13 +391,13 @@ func (c *recordColumns) add(r *guard.Record) {
 func (c *recordColumns) args() []any {
 	t := c.text
 	return []any{c.seq, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15], t[16], t[17],
-		c.reqSize, c.respSize, c.dur, t[18], t[19], t[20], t[21]}
+		c.reqSize, c.respSize, c.dur, t[18], t[19], t[20], t[21], t[22], t[23], t[24]}
 }
 
 // callColumns are the call index's rows a batch writes, for unnest().
 type callColumns struct {
 	k, req, out, dec []int64
-	text             [9][]string
+	text             [11][]string
 }
 
 func newCallColumns(n int) *callColumns {
@@ -409,7 +413,8 @@ func (c *callColumns) add(r *pgCall) {
 	c.req = append(c.req, r.reqSeq)
 	c.out = append(c.out, r.outSeq)
 	c.dec = append(c.dec, r.decSeq)
-	for i, s := range [9]string{r.callID, r.server, r.tool, r.client, r.session, r.decision, r.decidedBy, r.outcome, r.ap} {
+	for i, s := range [11]string{r.callID, r.server, r.tool, r.client, r.session, r.decision, r.decidedBy, r.outcome, r.ap,
+		r.user, r.userEmail} {
 		c.text[i] = append(c.text[i], s)
 	}
 }
@@ -417,5 +422,5 @@ func (c *callColumns) add(r *pgCall) {
 // args are the parameters of pgUpsertCalls, in its columns' order.
 func (c *callColumns) args() []any {
 	t := c.text
-	return []any{c.k, t[0], c.req, c.out, c.dec, t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]}
+	return []any{c.k, t[0], c.req, c.out, c.dec, t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10]}
 }

@@ -19,6 +19,9 @@ type Filter struct {
 	Since, Until                    time.Time
 	Server, Tool, Decision, Outcome string
 	Client, Session, DecidedBy      string
+	// User selects the calls (and records) of the caller the front
+	// authenticated with this subject or this email.
+	User string
 	// Approval selects the calls with a record that carries this approval
 	// id (the request of a held call, its decision, its outcome).
 	Approval string
@@ -36,35 +39,40 @@ type Filter struct {
 
 // Call is one row of the calls view: one invocation.
 type Call struct {
-	ID           string `json:"id"`
-	Time         string `json:"time"`
-	Session      string `json:"session"`
-	Client       string `json:"client"`
-	Protocol     string `json:"protocol"`
-	Server       string `json:"server"`
-	Direction    string `json:"direction"`
-	Method       string `json:"method"`
-	Tool         string `json:"tool"`
-	Arguments    string `json:"arguments"`
-	Pin          string `json:"pin"`
-	Decision     string `json:"decision"`
-	DecidedBy    string `json:"decided_by"`
-	Reason       string `json:"reason"`
-	Approval     string `json:"approval"`
-	Outcome      string `json:"outcome"`
-	Result       string `json:"result"`
-	RequestSize  int64  `json:"request_size"`
-	ResponseSize int64  `json:"response_size"`
-	DurationMS   int64  `json:"duration_ms"`
-	Detail       string `json:"detail"`
-	Hash         string `json:"hash"`
+	ID      string `json:"id"`
+	Time    string `json:"time"`
+	Session string `json:"session"`
+	Client  string `json:"client"`
+	// User, UserEmail and UserGroups are the caller the front
+	// authenticated for the call's session, from its request record.
+	User         string   `json:"user"`
+	UserEmail    string   `json:"user_email"`
+	UserGroups   []string `json:"user_groups"`
+	Protocol     string   `json:"protocol"`
+	Server       string   `json:"server"`
+	Direction    string   `json:"direction"`
+	Method       string   `json:"method"`
+	Tool         string   `json:"tool"`
+	Arguments    string   `json:"arguments"`
+	Pin          string   `json:"pin"`
+	Decision     string   `json:"decision"`
+	DecidedBy    string   `json:"decided_by"`
+	Reason       string   `json:"reason"`
+	Approval     string   `json:"approval"`
+	Outcome      string   `json:"outcome"`
+	Result       string   `json:"result"`
+	RequestSize  int64    `json:"request_size"`
+	ResponseSize int64    `json:"response_size"`
+	DurationMS   int64    `json:"duration_ms"`
+	Detail       string   `json:"detail"`
+	Hash         string   `json:"hash"`
 	// Key orders the calls (their time, then their arrival) and is the
 	// cursor Filter.Before and Filter.After take.
 	Key int64 `json:"-"`
 }
 
 // CallColumns are the calls view's columns, in order.
-var CallColumns = []string{"id", "time", "session", "client", "protocol", "server", "direction", "method", "tool",
+var CallColumns = []string{"id", "time", "session", "client", "user", "user_email", "user_groups", "protocol", "server", "direction", "method", "tool",
 	"arguments", "pin", "decision", "decided_by", "reason", "approval", "outcome", "result", "request_size",
 	"response_size", "duration_ms", "detail", "hash"}
 
@@ -179,7 +187,7 @@ const pgSeparatorsRE = "[\\s!-/:-@\\[-`{-~]+"
 const callSelect = `SELECT c.call_id, q.time, q.session, q.client, q.protocol, q.server, q.direction, q.method, q.tool,
  q.arguments, q.pin, d.decision, d.decided_by, d.reason, c.approval, coalesce(o.outcome, ''), coalesce(o.result, ''),
  q.request_size, coalesce(o.response_size, 0), coalesce(o.duration_ms, 0), coalesce(o.detail, q.detail),
- coalesce(o.hash, q.hash), c.k FROM `
+ coalesce(o.hash, q.hash), c.k, q.user_subject, q.user_email, q.user_groups FROM `
 
 // The records an index row points to must be its call's: the index is
 // not part of the chain, and a row pointed elsewhere would show another
@@ -268,6 +276,9 @@ func queryText(f Filter, pg bool) (string, []any, error) {
 			where, args = append(where, "c."+c.col+" = ?"), append(args, c.v)
 		}
 	}
+	if f.User != "" {
+		where, args = append(where, "(c.user_subject = ? OR c.user_email = ?)"), append(args, f.User, f.User)
+	}
 	q := callSelect + from + joins
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -296,6 +307,12 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
+	if db.noUser {
+		if f.User != "" {
+			return nil // a log of the release before names no user
+		}
+		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
+	}
 	db.caughtUp(ctx)
 	rows, err := db.r.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -305,10 +322,15 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	var held []*Call
 	for rows.Next() {
 		var c Call
+		var groups string
 		if err := rows.Scan(&c.ID, &c.Time, &c.Session, &c.Client, &c.Protocol, &c.Server, &c.Direction, &c.Method,
 			&c.Tool, &c.Arguments, &c.Pin, &c.Decision, &c.DecidedBy, &c.Reason, &c.Approval, &c.Outcome, &c.Result,
-			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash, &c.Key); err != nil {
+			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash, &c.Key, &c.User, &c.UserEmail, &groups); err != nil {
 			return fmt.Errorf("query: %w", err)
+		}
+		c.UserGroups = parseGroups(groups)
+		if c.UserGroups == nil {
+			c.UserGroups = []string{} // an empty array, not null, in JSON
 		}
 		if ascending(f) {
 			held = append(held, &c)
@@ -384,6 +406,12 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		if c.v != "" {
 			where, args = append(where, c.col+" = ?"), append(args, c.v)
 		}
+	}
+	if f.User != "" {
+		if db.noUser {
+			return nil // a log of the release before names no user
+		}
+		where, args = append(where, "(user_subject = ? OR user_email = ?)"), append(args, f.User, f.User)
 	}
 	q := db.selectRecords() + db.indexedBy("records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
 	if f.Limit > 0 {

@@ -399,8 +399,8 @@ func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error 
 // trigger allows it only under the grant).
 const blankBody = `UPDATE records SET session = '', client = '', protocol = '', server = '', direction = '',
  method = '', tool = '', arguments = '', pin = '', decision = '', decided_by = '', reason = '', outcome = '',
- result = '', detail = '', approval = '', request_size = 0, response_size = 0, duration_ms = 0, pruned = 1
- WHERE seq = ?`
+ result = '', detail = '', approval = '', request_size = 0, response_size = 0, duration_ms = 0,
+ user_subject = '', user_email = '', user_groups = '', pruned = 1 WHERE seq = ?`
 
 // blank removes the bodies of the records seqs, and what the database
 // derived from them, in one transaction that holds the grant (step 4).

@@ -581,7 +581,7 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 		}
 	}
 	db.Close()
-	if _, err := rawDB(t, path).Exec(`DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
+	if _, err := rawDB(t, path).Exec(dropUserColumns(t) + `DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
 		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
@@ -649,7 +649,8 @@ func forgeAppend(t *testing.T, raw *sql.DB, r *guard.Record) {
 	r.Hash = HashRecord(r)
 	if _, err := raw.Exec(insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
-		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash); err != nil {
+		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail,
+		groupsText(r.UserGroups)); err != nil {
 		t.Fatal(err)
 	}
 	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(ctx, raw))

@@ -333,7 +333,7 @@ func (wc *writerConn) recordsAfter(ctx context.Context, seq, n int64) ([]*guard.
 
 // recordFromValues is a row of selectRecord as the driver returns it.
 func recordFromValues(v []driver.Value) (*guard.Record, error) {
-	if len(v) != 27 {
+	if len(v) != 30 {
 		return nil, fmt.Errorf("a record row has %d columns", len(v))
 	}
 	str := func(i int) string {
@@ -350,6 +350,7 @@ func recordFromValues(v []driver.Value) (*guard.Record, error) {
 		Session: str(5), Client: str(6), Protocol: str(7), Server: str(8), Direction: str(9), Method: str(10),
 		Tool: str(11), Arguments: str(12), Pin: str(13), Decision: str(14), DecidedBy: str(15), Reason: str(16),
 		Outcome: str(17), Result: str(18), RequestSize: num(19), ResponseSize: num(20), DurationMS: num(21),
-		Detail: str(22), Approval: str(23), PrevHash: str(24), Hash: str(25), Pruned: num(26) != 0}
+		Detail: str(22), Approval: str(23), PrevHash: str(24), Hash: str(25), Pruned: num(26) != 0,
+		User: str(27), UserEmail: str(28), UserGroups: parseGroups(str(29))}
 	return r, nil
 }

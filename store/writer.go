@@ -826,14 +826,15 @@ func (db *DB) maybeCheckpoint() {
 // the empty string (see writerConn.insert).
 const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
- request_size, response_size, duration_ms, detail, approval, prev_hash, hash)
+ request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups)
  VALUES (?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
- coalesce(?,''), ?, ?, ?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''))`
+ coalesce(?,''), ?, ?, ?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
+ coalesce(?,''), coalesce(?,''), coalesce(?,''))`
 
 // insertArgs is the number of insertRecord's parameters.
-const insertArgs = 26
+const insertArgs = 29
 
 // writerConn is the audit writer's connection with its statements
 // prepared once on the driver's connection: preparing them per commit
@@ -1066,7 +1067,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
 	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.Approval, r.PrevHash, r.Hash} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
 		if v == "" {
 			v = nil // bound without copying an empty string into SQLite's memory
 		}
