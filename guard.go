@@ -320,9 +320,13 @@ type Approval struct {
 	// CallID is the held call's id: the approval's own id unless the call
 	// was held before (after its tool's review). Empty for approvals
 	// stored before it was kept; ID stands for it then.
-	CallID        string
-	Session       string
-	Client        string
+	CallID  string
+	Session string
+	Client  string
+	// Caller is who the front authenticated for the held call's
+	// session, zero where no one did: the records of its decision name
+	// it, as the call's own records do.
+	Caller        Identity
 	Server        string
 	Tool          string
 	Arguments     string // complete JSON text

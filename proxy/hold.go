@@ -125,7 +125,7 @@ func (h *held) store() bool {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Caller: s.opts.Caller, Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason,
 	})

@@ -216,22 +216,27 @@ func (s *Session) recordedClient() (string, string) {
 func (s *Session) record(kind string, c *call) *guard.Record {
 	client, proto := s.recordedClient()
 	r := &guard.Record{
-		ID:        guard.NewID(),
-		CallID:    c.id,
-		Kind:      kind,
-		Time:      s.now(),
-		Session:   s.id,
-		Client:    client,
-		Protocol:  proto,
-		Server:    s.opts.Server,
-		Direction: c.dir,
-		Method:    c.method,
-		Tool:      c.tool,
-		Pin:       c.pin,
-		Decision:  c.decision,
-		DecidedBy: c.decidedBy,
-		Approval:  c.approval,
-		Reason:    c.reason,
+		ID:      guard.NewID(),
+		CallID:  c.id,
+		Kind:    kind,
+		Time:    s.now(),
+		Session: s.id,
+		Client:  client,
+		// The caller's groups are shared by every record of the
+		// session: a record is not changed once made.
+		User:       s.opts.Caller.Subject,
+		UserEmail:  s.opts.Caller.Email,
+		UserGroups: s.opts.Caller.Groups,
+		Protocol:   proto,
+		Server:     s.opts.Server,
+		Direction:  c.dir,
+		Method:     c.method,
+		Tool:       c.tool,
+		Pin:        c.pin,
+		Decision:   c.decision,
+		DecidedBy:  c.decidedBy,
+		Approval:   c.approval,
+		Reason:     c.reason,
 	}
 	if c.detail != nil {
 		d, _ := json.Marshal(c.detail)
@@ -261,6 +266,7 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 	rec := &guard.Record{
 		ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: s.now(),
 		Session: s.id, Client: client, Protocol: proto, Server: s.opts.Server,
+		User: s.opts.Caller.Subject, UserEmail: s.opts.Caller.Email, UserGroups: s.opts.Caller.Groups,
 		Direction: dir, Method: method, Detail: string(d),
 	}
 	ch := s.opts.Recorder.AppendAsync(rec)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -16,17 +17,28 @@ import (
 const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
- held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id`
+ held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
+ user_subject, user_email, user_groups`
+
+// approvalSelect is what reads approvalColumns from this database: one a
+// read-only open found without the user migration has no user columns.
+func (db *DB) approvalSelect() string {
+	if db.noUser {
+		return `SELECT ` + strings.Replace(approvalColumns, "user_subject, user_email, user_groups", noUserColumns, 1)
+	}
+	return `SELECT ` + approvalColumns
+}
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
-	var created, expires, decided, used string
+	var created, expires, decided, used, groups string
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used, &a.CallID)
+		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups)
 	if err != nil {
 		return nil, err
 	}
+	a.Caller.Groups = parseGroups(groups)
 	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
 	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
 	return &a, nil
@@ -35,10 +47,10 @@ func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 // CreateApproval stores a held call.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
-		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID)
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email, groupsText(a.Caller.Groups))
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -56,7 +68,7 @@ type queryer interface {
 }
 
 func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
-	a, err := scanApproval(q.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id).Scan)
+	a, err := scanApproval(q.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals WHERE id = ?`, id).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("approval %s: %w", id, guard.ErrNotFound)
 	}
@@ -68,7 +80,7 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 
 // Approvals lists approvals in a state ("" for all), oldest first.
 func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	rows, err := db.r.QueryContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE ? = '' OR state = ? ORDER BY created_at, id`, state, state)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
@@ -241,7 +253,7 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 		return nil, fmt.Errorf("consume approval: %w", err)
 	}
 	defer tx.Rollback()
-	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	a, err := scanApproval(tx.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
 		AND expires_at > ? ORDER BY created_at LIMIT 1`,
 		server, tool, digest, pin, policyVersion, fmtTime(now)).Scan)
@@ -265,7 +277,7 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 // PendingApproval returns the newest pending approval of a call of this
 // shape, or an error wrapping guard.ErrNotFound.
 func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error) {
-	a, err := scanApproval(db.r.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	a, err := scanApproval(db.r.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending'
 		ORDER BY created_at DESC LIMIT 1`, server, tool, digest).Scan)
 	if errors.Is(err, sql.ErrNoRows) {

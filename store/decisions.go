@@ -143,7 +143,8 @@ func approvalRecord(a *guard.Approval, state, by, reason string, now time.Time) 
 	}
 	return &guard.Record{
 		ID: guard.NewID(), CallID: callID, Kind: guard.KindDecision, Time: now,
-		Session: a.Session, Client: a.Client, Server: a.Server, Direction: guard.ClientToServer,
+		Session: a.Session, Client: a.Client, User: a.Caller.Subject, UserEmail: a.Caller.Email, UserGroups: a.Caller.Groups,
+		Server: a.Server, Direction: guard.ClientToServer,
 		Method: "tools/call", Tool: a.Tool, Pin: a.Pin, Decision: state, DecidedBy: by, Approval: a.ID, Reason: reason,
 		Detail: detail(map[string]any{"rule": a.Rule, "held_reason": a.HeldReason,
 			"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt)}),

@@ -28,7 +28,8 @@ func dropUserColumns(t testing.TB) string {
 		DROP INDEX call_index_user_subject; DROP INDEX call_index_user_email;
 		ALTER TABLE call_index DROP COLUMN user_subject; ALTER TABLE call_index DROP COLUMN user_email;
 		ALTER TABLE records DROP COLUMN user_subject; ALTER TABLE records DROP COLUMN user_email;
-		ALTER TABLE records DROP COLUMN user_groups;
+		ALTER TABLE records DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN user_subject;
+		ALTER TABLE approvals DROP COLUMN user_email; ALTER TABLE approvals DROP COLUMN user_groups;
 		DELETE FROM schema_migrations WHERE version = 15;
 		` + view
 }
