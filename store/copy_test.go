@@ -21,7 +21,8 @@ import (
 // table store copy moves: calls whose old bodies retention pruned (so
 // several checkpoints, a retention record and run), held calls approved,
 // denied and still pending, two servers' tools with a changed definition
-// reviewed, a configuration change, a rule guard wrote, a scheduled
+// reviewed, calls and approvals of a caller the front authenticated, a
+// configuration change, a rule guard wrote, a scheduled
 // verification, a stream cursor and a rate-limit bucket. It is closed
 // (which signs a last checkpoint).
 func richLog(t *testing.T, dir string) string {
@@ -36,6 +37,9 @@ func richLog(t *testing.T, dir string) string {
 	for _, id := range []string{"a1", "a2", "a3"} {
 		a := heldApproval(id)
 		a.CreatedAt, a.ExpiresAt = now, now.Add(time.Hour)
+		if id != "a2" {
+			a.Caller = alice // the front authenticated the caller
+		}
 		if err := db.CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
@@ -81,6 +85,11 @@ func richLog(t *testing.T, dir string) string {
 	}
 	if ok, _, err := db.TakeToken(ctx, limitKey, 0.5, 30, now); !ok || err != nil {
 		t.Fatalf("token: %v %v", ok, err)
+	}
+	byAlice := rec(99, guard.KindRequest) // a call of a caller the front authenticated
+	byAlice.User, byAlice.UserEmail, byAlice.UserGroups = alice.Subject, alice.Email, alice.Groups
+	if err := db.Append(byAlice); err != nil {
+		t.Fatal(err)
 	}
 	if err := db.Append(rec(100, guard.KindRequest)); err != nil { // a call still under way
 		t.Fatal(err)
@@ -195,7 +204,9 @@ func TestCopyToPostgres(t *testing.T) {
 	want := contentOf(t, src)
 	src.Close()
 	pruned := slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.Pruned })
-	if want.Retention == nil || !pruned || len(want.Found) != 3 || len(want.Approvals) != 3 ||
+	users := slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.User == alice.Subject && len(r.UserGroups) == 2 }) &&
+		slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.Kind == guard.KindDecision && r.UserEmail == alice.Email })
+	if want.Retention == nil || !pruned || !users || len(want.Found) != 3 || len(want.Approvals) != 3 ||
 		len(want.Reviews) != 5 || want.Config == nil || !want.Rules || want.Cursor != 7 || want.Verified == nil {
 		t.Fatalf("the source is not as richLog meant: %+v", want)
 	}

@@ -183,15 +183,19 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 		n += varintLen(v)
 	}
 	// The fields added after the frame's first form follow the numbers,
-	// and only when one of them is set: a frame without them reads as
-	// before.
+	// only when one of them is set: all of them for a record that names
+	// a user, else the approval alone, so that a frame without a user is
+	// the frame of the release before and reads as before.
 	var ext []*string
-	if r.Approval != "" || hasUser(r) {
+	switch {
+	case hasUser(r):
 		groups := groupsText(r.UserGroups)
 		ext = frameExt(r, &groups)
-		for _, f := range ext {
-			n += uvarintLen(uint64(len(*f))) + len(*f)
-		}
+	case r.Approval != "":
+		ext = frameExt(r, nil)[:1]
+	}
+	for _, f := range ext {
+		n += uvarintLen(uint64(len(*f))) + len(*f)
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	start := len(b)

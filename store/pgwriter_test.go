@@ -21,7 +21,7 @@ import (
 func callIndexRows(t *testing.T, db *DB) []string {
 	t.Helper()
 	rows, err := db.r.QueryContext(context.Background(), `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session,
-		decision, decided_by, outcome, approval FROM call_index ORDER BY k`)
+		decision, decided_by, outcome, approval, user_subject, user_email FROM call_index ORDER BY k`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,11 +29,11 @@ func callIndexRows(t *testing.T, db *DB) []string {
 	var out []string
 	for rows.Next() {
 		var k, req, o, d int64
-		var id, server, tool, client, session, dec, by, outcome, ap string
-		if err := rows.Scan(&k, &id, &req, &o, &d, &server, &tool, &client, &session, &dec, &by, &outcome, &ap); err != nil {
+		var id, server, tool, client, session, dec, by, outcome, ap, user, email string
+		if err := rows.Scan(&k, &id, &req, &o, &d, &server, &tool, &client, &session, &dec, &by, &outcome, &ap, &user, &email); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprint(k, id, req, o, d, server, tool, client, session, dec, by, outcome, ap))
+		out = append(out, fmt.Sprint(k, id, req, o, d, server, tool, client, session, dec, by, outcome, ap, user, email))
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -58,6 +58,9 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 		r := func(kind string, f func(*guard.Record)) *guard.Record {
 			rec := &guard.Record{CallID: id, Kind: kind, Server: "files", Tool: "write", Client: "c", Session: fmt.Sprint(i % 3),
 				Arguments: fmt.Sprintf(`{"n":%d}`, i), Time: at.Add(time.Duration(i/10) * time.Millisecond)}
+			if i%3 != 0 { // a caller the front authenticated
+				rec.User, rec.UserEmail, rec.UserGroups = fmt.Sprintf("sub-%d", i%4), fmt.Sprintf("u%d@example.com", i%4), []string{"g"}
+			}
 			if f != nil {
 				f(rec)
 			}

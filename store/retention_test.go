@@ -24,7 +24,8 @@ var retentionStart = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 
 // retentionLog opens a log at path whose clock reads *now, with calls
 // 0..old-1 made at retentionStart and calls old..old+young-1 made 500 days
-// later, and a checkpoint over them.
+// later (the odd ones by a caller the front authenticated), and a
+// checkpoint over them.
 func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB {
 	t.Helper()
 	*now = retentionStart
@@ -40,6 +41,11 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 		}
 		req, out := rec(i, guard.KindRequest), rec(i, guard.KindOutcome)
 		req.Time, out.Time = at, at.Add(time.Second)
+		if i%2 == 1 { // a caller the front authenticated
+			for _, r := range []*guard.Record{req, out} {
+				r.User, r.UserEmail, r.UserGroups = alice.Subject, alice.Email, alice.Groups
+			}
+		}
 		out.Outcome, out.Result = guard.OutcomeOK, fmt.Sprintf(`{"content":[{"type":"text","text":"secret %d"}]}`, i)
 		if err := db.Append(req, out); err != nil {
 			t.Fatal(err)

@@ -1,10 +1,24 @@
 package store
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"hash/crc32"
+	"io"
 	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/migrations"
 )
 
@@ -32,4 +46,530 @@ func dropUserColumns(t testing.TB) string {
 		ALTER TABLE approvals DROP COLUMN user_email; ALTER TABLE approvals DROP COLUMN user_groups;
 		DELETE FROM schema_migrations WHERE version = 15;
 		` + view
+}
+
+// alice is a caller the front authenticated.
+var alice = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", `on-call "eu"`}}
+
+// A record that names a user is hashed in version 3's canonical form:
+// user, user_email and user_groups (an array of strings, in the order
+// recorded) where RFC 8785 sorts them, and "v":3. Its form is what an
+// RFC 8785 serialiser makes of it (for these ASCII members and integers,
+// encoding/json's sorted, unescaped form), each user member is covered,
+// and a record without a user keeps the form it had.
+func TestUserCanonicalForm(t *testing.T) {
+	r := &guard.Record{ID: "r1", CallID: "c1", Kind: guard.KindRequest, Time: time.Date(2026, 11, 27, 9, 30, 0, 0, time.UTC),
+		Session: "s1", Client: "mcp-remote/0.1", Server: "files", Direction: "client", Method: "tools/call", Tool: "read_file",
+		RequestSize: 42, User: alice.Subject, UserEmail: alice.Email, UserGroups: alice.Groups}
+	want := `{"arguments":"","call_id":"c1","client":"mcp-remote/0.1","decided_by":"","decision":"","detail":"",` +
+		`"direction":"client","duration_ms":0,"id":"r1","kind":"request","method":"tools/call","outcome":"","pin":"",` +
+		`"prev_hash":"","protocol":"","reason":"","request_size":42,"response_size":0,"result":"","server":"files",` +
+		`"session":"s1","time":"2026-11-27T09:30:00.000Z","tool":"read_file","user":"user-7f3a",` +
+		`"user_email":"alice@example.com","user_groups":["sre","on-call \"eu\""],"v":3}`
+	if got := string(appendCanonical(nil, r)); got != want {
+		t.Fatalf("canonical form\n%s\nwant\n%s", got, want)
+	}
+	if sum := sha256.Sum256([]byte(want)); HashRecord(r) != hex.EncodeToString(sum[:]) {
+		t.Fatal("the hash is not the SHA-256 of the canonical form")
+	}
+	canonicalAsJCS(t, r)
+
+	// Each member is covered; the groups' order too.
+	h := HashRecord(r)
+	for name, change := range map[string]func(*guard.Record){
+		"user":               func(r *guard.Record) { r.User = "user-0000" },
+		"user_email":         func(r *guard.Record) { r.UserEmail = "mallory@example.com" },
+		"user_groups":        func(r *guard.Record) { r.UserGroups = []string{"sre"} },
+		"user_groups' order": func(r *guard.Record) { r.UserGroups = []string{alice.Groups[1], alice.Groups[0]} },
+	} {
+		c := *r
+		change(&c)
+		if HashRecord(&c) == h {
+			t.Errorf("a change of %s keeps the hash", name)
+		}
+	}
+
+	// Any one user member makes the form version 3, with all three; the
+	// approval stays where version 2 put it.
+	for _, c := range []*guard.Record{
+		{Kind: guard.KindEvent, UserEmail: "bob@example.com"},
+		{Kind: guard.KindEvent, UserGroups: []string{"ops"}},
+		{Kind: guard.KindDecision, User: "bob", Approval: "ap-1"},
+	} {
+		form := string(appendCanonical(nil, c))
+		if !strings.HasSuffix(form, `"v":3}`) || !strings.Contains(form, `,"user":`) ||
+			!strings.Contains(form, `,"user_email":`) || !strings.Contains(form, `,"user_groups":[`) {
+			t.Errorf("%+v: form %s", c, form)
+		}
+		if c.Approval != "" && !strings.HasPrefix(form, `{"approval":"ap-1",`) {
+			t.Errorf("the approval left its place: %s", form)
+		}
+		canonicalAsJCS(t, c)
+	}
+
+	// Without a user, the form (and so the hash) is the one before.
+	r.User, r.UserEmail, r.UserGroups = "", "", []string{}
+	if form := string(appendCanonical(nil, r)); strings.Contains(form, "user") || !strings.HasSuffix(form, `"tool":"read_file","v":1}`) {
+		t.Fatalf("a record without a user: %s", form)
+	}
+}
+
+// canonicalAsJCS checks a record's canonical form against an RFC 8785
+// serialisation of its own members: encoding/json sorts a map's keys and,
+// without HTML escaping, writes these strings and integers as RFC 8785
+// does.
+func canonicalAsJCS(t *testing.T, r *guard.Record) {
+	t.Helper()
+	form := appendCanonical(nil, r)
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(form))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("the canonical form is not JSON: %v\n%s", err, form)
+	}
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(m); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSuffix(b.String(), "\n"); got != string(form) {
+		t.Errorf("the canonical form is not in RFC 8785's order:\n%s\nwant\n%s", form, got)
+	}
+}
+
+// userLog appends calls of alice (one of them held and decided), a call
+// no one authenticated, and an event of alice's session.
+func userLog(t *testing.T, db *DB) {
+	t.Helper()
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	as := func(r *guard.Record, who guard.Identity) *guard.Record {
+		r.User, r.UserEmail, r.UserGroups = who.Subject, who.Email, who.Groups
+		r.Time, r.Session = at, "s-"+who.Subject
+		return r
+	}
+	for i := range 4 {
+		who := alice
+		if i == 3 {
+			who = guard.Identity{}
+		}
+		req, out := as(rec(i, guard.KindRequest), who), as(rec(i, guard.KindOutcome), who)
+		out.Outcome = guard.OutcomeOK
+		if err := db.Append(req, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Append(as(&guard.Record{CallID: "ev-1", Kind: guard.KindEvent, Method: "guard/server_exit",
+		Detail: `{"status":0}`}, alice)); err != nil {
+		t.Fatal(err)
+	}
+	a := heldApproval("held-1")
+	a.Caller = alice
+	if err := db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Append(as(&guard.Record{CallID: a.CallID, Kind: guard.KindRequest, Method: "tools/call", Tool: "write_file",
+		Server: "files", Decision: guard.DecisionHeld, Approval: a.ID}, alice)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The user's fields are kept on either engine: read back, on the
+// decision of a held call, in the calls a query finds by subject or by
+// email, in exports that check offline, and the log verifies.
+func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	userLog(t, db)
+	named := map[string]int{}
+	err := db.Records(ctx, func(r *guard.Record) error {
+		switch {
+		case r.User == "" && r.UserEmail == "" && r.UserGroups == nil:
+			named[""]++
+		case r.User == alice.Subject && r.UserEmail == alice.Email && slices.Equal(r.UserGroups, alice.Groups):
+			named[r.Kind]++
+		default:
+			t.Errorf("record %d came back as %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"": 2, guard.KindRequest: 4, guard.KindOutcome: 3, guard.KindEvent: 1, guard.KindDecision: 1}; !maps.Equal(named, want) {
+		t.Errorf("records by user: %v, want %v", named, want)
+	}
+	verifyOK(t, db)
+
+	for _, tc := range []struct {
+		f    Filter
+		want []string
+	}{
+		{Filter{User: alice.Subject}, []string{"call-held-1", "call-2", "call-1", "call-0"}},
+		{Filter{User: alice.Email}, []string{"call-held-1", "call-2", "call-1", "call-0"}},
+		{Filter{User: alice.Email, Tool: "write_file", Decision: guard.ApprovalDenied}, []string{"call-held-1"}},
+		{Filter{User: "bob@example.com"}, nil},
+	} {
+		var got []string
+		err := db.Query(ctx, tc.f, func(c *Call) error {
+			got = append(got, c.ID)
+			if c.User != alice.Subject || c.UserEmail != alice.Email || !slices.Equal(c.UserGroups, alice.Groups) {
+				t.Errorf("call %s shows %q %q %q", c.ID, c.User, c.UserEmail, c.UserGroups)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		slices.Sort(tc.want)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: calls %v, want %v", tc.f, got, tc.want)
+		}
+	}
+	var anon *Call
+	if err := db.Query(ctx, Filter{ID: "call-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
+		t.Fatalf("the call no one authenticated: %v", err)
+	}
+	if anon.User != "" || anon.UserEmail != "" || anon.UserGroups == nil || len(anon.UserGroups) != 0 {
+		t.Errorf("the call no one authenticated shows %q %q %#v", anon.User, anon.UserEmail, anon.UserGroups)
+	}
+	var kinds []string
+	if err := db.QueryRecords(ctx, guard.KindEvent, Filter{User: alice.Email}, func(r *guard.Record) error {
+		kinds = append(kinds, r.Kind+" "+r.User)
+		return nil
+	}); err != nil || !slices.Equal(kinds, []string{"event " + alice.Subject}) {
+		t.Errorf("events of alice: %v %v", kinds, err)
+	}
+
+	for _, format := range []string{"jsonl", "csv"} {
+		var b bytes.Buffer
+		if err := db.Export(ctx, &b, ExportOptions{Format: format}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := CheckFiles(db.signer.verifier, []File{{format, b.Bytes()}}); err != nil {
+			t.Fatalf("%s export does not check: %v", format, err)
+		}
+		e, err := newExportReader(b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			cell, err := e.next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _, _, err := fromRow(cell)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.User == alice.Subject && r.UserEmail == alice.Email && slices.Equal(r.UserGroups, alice.Groups) {
+				n++
+			}
+		}
+		if n != 9 {
+			t.Errorf("%s export: %d records of alice's, want 9", format, n)
+		}
+		if format == "jsonl" && !strings.Contains(b.String(), `"user":"user-7f3a","user_email":"alice@example.com","user_groups":["sre","on-call \"eu\""]`) {
+			t.Errorf("the JSONL export does not name alice as the record does:\n%s", b.String())
+		}
+	}
+}
+
+// A user field altered in the database, as whoever holds the file could,
+// is caught by verify; so is a user added to a record that had none.
+func TestVerifyCatchesAnAlteredUser(t *testing.T) {
+	for _, tc := range []struct{ name, sql string }{
+		{"subject", `UPDATE records SET user_subject = 'user-0000' WHERE seq = 3`},
+		{"email", `UPDATE records SET user_email = 'mallory@example.com' WHERE seq = 3`},
+		{"groups", `UPDATE records SET user_groups = '["sre","admins"]' WHERE seq = 3`},
+		{"groups that are not an array", `UPDATE records SET user_groups = 'sre' WHERE seq = 3`},
+		{"a user added", `UPDATE records SET user_email = 'alice@example.com' WHERE seq = 7`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "g.db")
+			db := openDB(t, path)
+			userLog(t, db)
+			db.Close()
+			if _, err := rawDB(t, path).Exec(tc.sql); err != nil {
+				t.Fatal(err)
+			}
+			db = openDB(t, path)
+			defer db.Close()
+			rep, err := db.Verify(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := tc.sql[strings.LastIndex(tc.sql, " ")+1:]
+			if rep.OK || !strings.Contains(rep.Problem, "record "+seq+" (id") {
+				t.Fatalf("verify after the %s was altered: %+v", tc.name, rep)
+			}
+		})
+	}
+}
+
+// A log the release before wrote (no user columns, its records hashed in
+// the forms before) is read as it is by a read-only open, and after the
+// migration verifies with every hash unchanged; calls of users recorded
+// then extend the same chain and its checkpoint.
+func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	queryLog(t, db, 12) // allowed, denied and held calls, some with an approval (version 2)
+	if err := db.CreateApproval(ctx, heldApproval("pending-1")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	raw := rawDB(t, path)
+	if _, err := raw.Exec(dropUserColumns(t)); err != nil {
+		t.Fatal(err)
+	}
+	hashes := func() []string {
+		var hs []string
+		rows, err := raw.Query(`SELECT hash FROM records ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var h string
+			if err := rows.Scan(&h); err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+		}
+		return hs
+	}
+	before := hashes()
+	cp, err := os.ReadFile(path + ".checkpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The release before's schema, read by this one.
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != int64(len(before)) {
+		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
+	}
+	if ids := queryIDs(t, ro, Filter{}); len(ids) != 12 {
+		t.Errorf("read-only query: %d calls, want 12", len(ids))
+	}
+	if ids := queryIDs(t, ro, Filter{User: "alice@example.com"}); len(ids) != 0 {
+		t.Errorf("a query by user of a log that names none: %v", ids)
+	}
+	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
+		t.Errorf("records by user: %v", err)
+	}
+	if as, err := ro.Approvals(ctx, ""); err != nil || len(as) != 1 {
+		t.Errorf("approvals: %d %v", len(as), err)
+	}
+	var export bytes.Buffer
+	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Contains(export.String(), `"user`) {
+		t.Fatalf("export: %v\n%s", err, export.String())
+	}
+	ro.Close()
+
+	// Migrated: the same hashes, verified against the checkpoint the
+	// release before signed; then alice's calls.
+	db = openDB(t, path)
+	defer db.Close()
+	verifyOK(t, db)
+	if after := hashes(); !slices.Equal(after[:len(before)], before) {
+		t.Fatal("the migration changed records' hashes")
+	}
+	userLog(t, db)
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	if err != nil || !rep.OK || rep.Extends == 0 {
+		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
+	}
+	if ids := queryIDs(t, db, Filter{User: alice.Subject}); len(ids) != 4 {
+		t.Errorf("alice's calls after the migration: %v", ids)
+	}
+}
+
+// frameBeforeUsers is a record's journal frame as the release before
+// wrote it: the approval the only field after the numbers.
+func frameBeforeUsers(b []byte, r *guard.Record) []byte {
+	var body []byte
+	for _, f := range frameText(r) {
+		body = binary.AppendUvarint(body, uint64(len(*f)))
+		body = append(body, *f...)
+	}
+	for _, v := range []int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS} {
+		body = binary.AppendVarint(body, v)
+	}
+	if r.Approval != "" {
+		body = binary.AppendUvarint(body, uint64(len(r.Approval)))
+		body = append(body, r.Approval...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	b = append(b, body...)
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(body))
+}
+
+// A journal left by a process of the release before (its frames without
+// the user's fields) is moved in by this release, its records without a
+// user and hashed as before; a journal of this release with both kinds of
+// frame is too.
+func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
+	sqliteOnly(t) // SQLite's journal
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	if err := db.Append(rec(0, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	at := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	old1, old2 := rec(1, guard.KindRequest), rec(1, guard.KindOutcome)
+	old2.Approval, old2.Outcome, old2.Result = "ap-1", guard.OutcomeOK, "\x00\n\"ü"
+	mine := rec(2, guard.KindRequest)
+	mine.User, mine.UserEmail, mine.UserGroups = alice.Subject, alice.Email, alice.Groups
+	var recs []*guard.Record
+	for i, r := range []*guard.Record{old1, old2, mine} {
+		r.ID, r.Time = guard.NewID(), at.Add(time.Duration(i)*time.Millisecond)
+		recs = append(recs, r)
+	}
+	journal := func(frames []byte) {
+		h := make([]byte, journalHeader)
+		copy(h, journalMagic)
+		binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
+		if err := os.WriteFile(filepath.Join(journalsDir(path), guard.NewID()+".log"), append(h, frames...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal(frameBeforeUsers(frameBeforeUsers(nil, old1), old2))
+	if f := appendFrame(nil, old2); !bytes.Equal(f, frameBeforeUsers(nil, old2)) {
+		t.Fatal("a record without a user has another frame than the release before's")
+	}
+
+	db = openDB(t, path)
+	var got []*guard.Record
+	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[1].ID != old1.ID || got[2].ID != old2.ID || got[2].Approval != "ap-1" || got[2].Result != old2.Result ||
+		got[2].User != "" || got[2].UserGroups != nil {
+		t.Fatalf("the old journal's records came in as %+v", got)
+	}
+	if v := string(appendCanonical(nil, got[2])); !strings.HasSuffix(v, `"v":2}`) {
+		t.Errorf("an old frame's record with an approval is hashed as %s", v)
+	}
+	db.Close()
+
+	// This release's journal: a frame with a user after one without.
+	old3 := rec(3, guard.KindRequest)
+	old3.ID, old3.Time = guard.NewID(), at.Add(time.Second)
+	journal(appendFrame(appendFrame(nil, old3), mine))
+	db = openDB(t, path)
+	defer db.Close()
+	got = got[:0]
+	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 5 || got[3].ID != old3.ID || got[3].User != "" || got[4].ID != mine.ID ||
+		got[4].User != alice.Subject || got[4].UserEmail != alice.Email || !slices.Equal(got[4].UserGroups, alice.Groups) {
+		t.Fatalf("this release's journal came in as %+v", got)
+	}
+	verifyOK(t, db)
+}
+
+// Retention removes the user with the rest of a record's body, and keeps
+// it in the archive, which checks offline; on PostgreSQL the update
+// trigger removes it itself when the release before's retention, which
+// knows nothing of the user, blanks a body.
+func TestRetentionRemovesTheUser(t *testing.T) {
+	ctx := context.Background()
+	var now time.Time
+	db := retentionLog(t, testPath(t), &now, 4, 2)
+	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("prune: %+v %v", got, err)
+	}
+	b, err := os.ReadFile(got[0].Archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"user":"user-7f3a","user_email":"alice@example.com"`); n != 4 {
+		t.Errorf("the archive names alice on %d records, want 4", n)
+	}
+	if _, err := CheckFiles(db.signer.verifier, []File{{"archive", b}}); err != nil {
+		t.Fatalf("the archive does not check: %v", err)
+	}
+	kept := 0
+	if err := db.Records(ctx, func(r *guard.Record) error {
+		switch {
+		case r.Pruned && (r.User != "" || r.UserEmail != "" || r.UserGroups != nil):
+			t.Errorf("pruned record %d still names %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
+		case !r.Pruned && r.User == alice.Subject:
+			kept++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if kept != 2 {
+		t.Errorf("%d young records name alice, want 2", kept)
+	}
+	verifyOK(t, db)
+	if ids := queryIDs(t, db, Filter{User: alice.Email}); !slices.Equal(ids, []string{"call-5"}) {
+		t.Errorf("alice's calls after pruning: %v", ids)
+	}
+	// The release before's statement, under a grant, on a young record of
+	// alice's: on SQLite it is refused (the user would stay); on
+	// PostgreSQL the trigger blanks the user.
+	before := strings.Replace(blankBody, "\n user_subject = '', user_email = '', user_groups = '',", "", 1)
+	if strings.Contains(before, "user") {
+		t.Fatalf("not the release before's statement: %s", before)
+	}
+	w := db.w
+	if !db.pg {
+		w = rawConn(t, db.Path())
+	}
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var seq int64
+	if err := tx.QueryRowContext(ctx, `SELECT max(seq) FROM records WHERE user_subject <> ''`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO retention_grant (id, first_seq, last_seq) VALUES (1, ?, ?)`, seq, seq); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, before, seq)
+	if !db.pg {
+		if err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Fatalf("a blanking that leaves the user: %v", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user, email, groups string
+	if err := tx.QueryRowContext(ctx, `SELECT user_subject, user_email, user_groups FROM records WHERE seq = ?`, seq).Scan(&user, &email, &groups); err != nil {
+		t.Fatal(err)
+	}
+	if user != "" || email != "" || groups != "" {
+		t.Errorf("the release before's blanking left %q %q %q", user, email, groups)
+	}
 }

@@ -372,12 +372,13 @@ func (w *walk) checkLeaf(edge *treeEdge, seq int64, leaf *tlog.Hash) string {
 // hasBody reports whether a record holds anything retention removes.
 func hasBody(r *guard.Record) bool {
 	for _, s := range []string{r.Session, r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool,
-		r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result, r.Detail, r.Approval} {
+		r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result, r.Detail, r.Approval,
+		r.User, r.UserEmail} {
 		if s != "" {
 			return true
 		}
 	}
-	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0
+	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0 || len(r.UserGroups) > 0
 }
 
 // checkpointStream merges the checkpoints kept in the database (rows, in
