@@ -102,6 +102,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	fs.StringVar(&f.Server, "server", "", "only this `server`")
 	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
 	fs.StringVar(&f.Client, "client", "", "only calls of this `client` (a token's name, or clientInfo name/version)")
+	fs.StringVar(&f.User, "user", "", "only calls of the caller the front authenticated with this `subject or email`")
 	fs.StringVar(&f.Session, "session", "", "only calls of this `session`")
 	fs.StringVar(&f.DecidedBy, "decided-by", "", "only calls decided by this `rule or person` (\"default\": the default policy)")
 	fs.StringVar(&f.Decision, "decision", "", "only this `decision` ("+strings.Join(decisions, ", ")+")")
@@ -176,7 +177,7 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		_ = w.Write(store.CallColumns)
 		err = db.Query(ctx, f, func(c *store.Call) error {
 			// The log's text is written inert; the figures as they are.
-			row := inertCells(c.ID, c.Time, c.Session, c.Client, c.Protocol, c.Server, c.Direction, c.Method,
+			row := inertCells(c.ID, c.Time, c.Session, c.Client, c.User, c.UserEmail, groupsCell(c.UserGroups), c.Protocol, c.Server, c.Direction, c.Method,
 				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
 			row = append(row, strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
 				strconv.FormatInt(c.DurationMS, 10), inert(c.Detail), inert(c.Hash))
@@ -188,13 +189,13 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		}
 	default:
 		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
+		fmt.Fprintln(tw, "TIME\tUSER\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
 		err = db.Query(ctx, f, func(c *store.Call) error {
 			what := c.Method
 			if c.Tool != "" {
 				what = c.Tool
 			}
-			_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, c.Server, clip(what, 40),
+			_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, dash(clip(userOf(c.User, c.UserEmail), 30)), c.Server, clip(what, 40),
 				dash(c.Decision), dash(c.DecidedBy), dash(c.Outcome), c.DurationMS)
 			return werr
 		})
@@ -205,6 +206,25 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// userOf is how a table names the caller the front authenticated: the
+// email where the token had one, else the subject ("" for no one).
+func userOf(subject, email string) string {
+	if email != "" {
+		return email
+	}
+	return subject
+}
+
+// groupsCell is a caller's groups in a CSV cell: a JSON array of strings
+// ("" for none), as the export writes them.
+func groupsCell(groups []string) string {
+	if len(groups) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(groups) // strings: cannot fail
+	return string(b)
 }
 
 func dash(s string) string {

@@ -14,7 +14,8 @@ import (
 
 // recordColumns are the columns of guard audit query --kind KIND --format
 // csv: the records' own names.
-var recordColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "server", "method", "tool",
+var recordColumns = []string{"seq", "id", "call_id", "kind", "time", "session", "client", "user", "user_email", "user_groups",
+	"server", "method", "tool",
 	"decision", "decided_by", "reason", "approval", "detail", "hash"}
 
 // auditRecords is guard audit query --kind KIND for a kind that is not a
@@ -33,7 +34,8 @@ func auditRecords(ctx context.Context, a *app, db *store.DB, kind string, f stor
 			// The log's text is written inert (inertCells); the sequence
 			// number as it is.
 			return w.Write(append([]string{strconv.FormatInt(r.Seq, 10)}, inertCells(r.ID, r.CallID, r.Kind,
-				r.Time.UTC().Format(time3339ms), r.Session, r.Client, r.Server, r.Method, r.Tool, r.Decision, r.DecidedBy,
+				r.Time.UTC().Format(time3339ms), r.Session, r.Client, r.User, r.UserEmail, groupsCell(r.UserGroups),
+				r.Server, r.Method, r.Tool, r.Decision, r.DecidedBy,
 				r.Reason, r.Approval, r.Detail, r.Hash)...))
 		})
 		w.Flush()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,4 +185,100 @@ func TestAuditQueryCSVInert(t *testing.T) {
 		"server": "'+db", "tool": `'=HYPERLINK("http://x","y")`, "decided_by": "'@alice", "reason": "'-2+3",
 		"approval": "'\tappr", "seq": "2",
 	})
+}
+
+// guard audit query --user selects the calls of the caller the front
+// authenticated, by subject or by email, and every format shows the
+// user: jsonl and csv as user, user_email and user_groups, the table by
+// email; --kind takes the filter too.
+func TestAuditQueryByUser(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(context.Background(), store.Options{Path: filepath.Join(dir, "data", "guard", "guard.db"), Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	alice := guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", "on-call"}}
+	for i, who := range []guard.Identity{alice, {}, {Subject: "svc-ci"}, alice} {
+		id := fmt.Sprintf("c%d", i)
+		req := &guard.Record{CallID: id, Kind: guard.KindRequest, Time: at.Add(time.Duration(i) * time.Second), Server: "db",
+			Method: "tools/call", Tool: "query", Decision: guard.DecisionAllowed, DecidedBy: "default",
+			User: who.Subject, UserEmail: who.Email, UserGroups: who.Groups}
+		out := *req
+		out.Kind, out.Outcome = guard.KindOutcome, guard.OutcomeOK
+		recs := []*guard.Record{req, &out}
+		if i == 3 {
+			req.Decision, req.Approval = guard.DecisionHeld, "appr-1"
+			dec := *req
+			dec.Kind, dec.Decision, dec.DecidedBy = guard.KindDecision, guard.ApprovalApproved, "bob"
+			recs = append(recs, &dec)
+		}
+		if err := db.Append(recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	query := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, code := run(t, dir, append([]string{"audit", "query"}, args...)...)
+		if code != 0 {
+			t.Fatalf("guard audit query %v: exit %d: %s", args, code, stderr)
+		}
+		return stdout
+	}
+	for _, tc := range []struct {
+		user string
+		want []string
+	}{{"alice@example.com", []string{"c3", "c0"}}, {"user-7f3a", []string{"c3", "c0"}}, {"svc-ci", []string{"c2"}}, {"bob", nil}} {
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(query("--user", tc.user, "--format", "jsonl")), "\n") {
+			if line == "" {
+				continue
+			}
+			var c map[string]any
+			if err := json.Unmarshal([]byte(line), &c); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, c["id"].(string))
+			if tc.user == alice.Email && (c["user"] != alice.Subject || c["user_email"] != alice.Email ||
+				fmt.Sprint(c["user_groups"]) != "[sre on-call]") {
+				t.Errorf("jsonl: %s", line)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("--user %s: calls %v, want %v", tc.user, got, tc.want)
+		}
+	}
+	rows, err := csv.NewReader(strings.NewReader(query("--format", "csv"))).ReadAll()
+	if err != nil || len(rows) != 5 {
+		t.Fatalf("csv: %v %q", err, rows)
+	}
+	col := func(name string) int { return slices.Index(rows[0], name) }
+	for _, row := range rows[1:] {
+		if len(row) != len(store.CallColumns) {
+			t.Fatalf("a csv row of %d cells under %d columns", len(row), len(store.CallColumns))
+		}
+	}
+	if r := rows[1]; r[col("id")] != "c3" || r[col("user")] != alice.Subject || r[col("user_email")] != alice.Email ||
+		r[col("user_groups")] != `["sre","on-call"]` {
+		t.Errorf("csv row of alice's call: %q", r)
+	}
+	if r := rows[3]; r[col("id")] != "c1" || r[col("user")] != "" || r[col("user_email")] != "" || r[col("user_groups")] != "" {
+		t.Errorf("csv row of a call no one authenticated: %q", r)
+	}
+	lines := strings.Split(strings.TrimSpace(query()), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "TIME USER SERVER") ||
+		strings.Fields(lines[1])[1] != alice.Email || strings.Fields(lines[2])[1] != "svc-ci" || strings.Fields(lines[3])[1] != "-" {
+		t.Errorf("table:\n%s", strings.Join(lines, "\n"))
+	}
+	decisions := query("--kind", "decision", "--user", alice.Email, "--format", "csv")
+	if rows, err := csv.NewReader(strings.NewReader(decisions)).ReadAll(); err != nil || len(rows) != 2 ||
+		rows[1][slices.Index(rows[0], "user_email")] != alice.Email || rows[1][slices.Index(rows[0], "decided_by")] != "bob" {
+		t.Errorf("--kind decision --user: %v %q", err, decisions)
+	}
+	if out := query("--kind", "decision", "--user", "svc-ci", "--format", "jsonl"); out != "" {
+		t.Errorf("--kind decision --user of someone who decided nothing: %q", out)
+	}
 }
