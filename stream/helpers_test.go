@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,8 +29,13 @@ func openDB(t *testing.T, path string) *store.DB {
 	return db
 }
 
+// streamUser is the caller the front authenticated for every fifth call
+// of appendCalls, with a group a receiver's parser could trip on.
+var streamUser = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", `on-call "eu" [a\b]`}}
+
 // appendCalls appends n calls (a request and an outcome each) whose
-// arguments carry what a receiver's parser could trip on.
+// arguments carry what a receiver's parser could trip on; every fifth is
+// streamUser's.
 func appendCalls(db *store.DB, from, n int) error {
 	for i := from; i < from+n; i++ {
 		call := guard.NewID()
@@ -39,11 +45,17 @@ func appendCalls(db *store.DB, from, n int) error {
 		if i%7 == 3 {
 			decision, outcome = guard.DecisionDenied, guard.OutcomeDenied
 		}
+		var who guard.Identity
+		if i%5 == 2 {
+			who = streamUser
+		}
 		err := db.Append(
 			&guard.Record{CallID: call, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "write_file",
-				Arguments: args, Decision: decision, DecidedBy: "default", Session: "s1", Client: "test/1"},
+				Arguments: args, Decision: decision, DecidedBy: "default", Session: "s1", Client: "test/1",
+				User: who.Subject, UserEmail: who.Email, UserGroups: who.Groups},
 			&guard.Record{CallID: call, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "write_file",
-				Decision: decision, Outcome: outcome, Result: `{"content":[{"type":"text","text":"ok ` + strconv.Itoa(i) + `"}]}`, DurationMS: 3})
+				Decision: decision, Outcome: outcome, Result: `{"content":[{"type":"text","text":"ok ` + strconv.Itoa(i) + `"}]}`, DurationMS: 3,
+				User: who.Subject, UserEmail: who.Email, UserGroups: who.Groups})
 		if err != nil {
 			return err
 		}
@@ -115,6 +127,19 @@ func checkBody(t *testing.T, body []byte, r *guard.Record) {
 		if w[k] != want {
 			t.Errorf("record %d: %s = %v, want %v", r.Seq, k, w[k], want)
 		}
+	}
+	for k, want := range map[string]string{"user": r.User, "user_email": r.UserEmail} {
+		if got, _ := w[k].(string); got != want {
+			t.Errorf("record %d: %s = %q, want %q", r.Seq, k, got, want)
+		}
+	}
+	var groups []string
+	gs, _ := w["user_groups"].([]any)
+	for _, g := range gs {
+		groups = append(groups, g.(string))
+	}
+	if !slices.Equal(groups, r.UserGroups) {
+		t.Errorf("record %d: user_groups %q, want %q", r.Seq, groups, r.UserGroups)
 	}
 	if r.Arguments != "" {
 		var args any

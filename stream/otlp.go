@@ -135,10 +135,14 @@ func attributes(r *guard.Record) []attribute.KeyValue {
 	for _, f := range [...]struct{ k, v string }{
 		{"guard.call_id", r.CallID}, {"guard.server", r.Server}, {"guard.tool", r.Tool},
 		{"guard.decision", r.Decision}, {"guard.decided_by", r.DecidedBy}, {"guard.outcome", r.Outcome},
+		{"guard.user", r.User}, {"guard.user_email", r.UserEmail},
 	} {
 		if f.v != "" {
 			kv = append(kv, attribute.String(f.k, f.v))
 		}
+	}
+	if len(r.UserGroups) > 0 {
+		kv = append(kv, attribute.StringSlice("guard.user_groups", r.UserGroups))
 	}
 	return kv
 }

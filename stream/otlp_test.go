@@ -2,6 +2,7 @@ package stream
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // Records arrive complete, in order, each once, as log records: the
-// record as JSON in the body, its fields as attributes, a severity by its
+// record as JSON in the body, its fields as attributes (the user's
+// groups an array), a severity by its
 // kind and decision, guard as the resource's service.
 func TestOTLPRecordsArriveInOrder(t *testing.T) {
 	oc := streamtest.NewOtelcol(t, nil)
@@ -27,10 +29,14 @@ func TestOTLPRecordsArriveInOrder(t *testing.T) {
 			t.Errorf("record %d: severity %d event %q, want %d guard.audit.%s", r.Seq, lr.SeverityNumber, lr.EventName, wantSev, r.Kind)
 		}
 		for k, want := range map[string]string{"guard.id": r.ID, "guard.kind": r.Kind, "guard.call_id": r.CallID,
-			"guard.server": r.Server, "guard.tool": r.Tool, "guard.decision": r.Decision, "guard.outcome": r.Outcome, "guard.decided_by": r.DecidedBy} {
+			"guard.server": r.Server, "guard.tool": r.Tool, "guard.decision": r.Decision, "guard.outcome": r.Outcome, "guard.decided_by": r.DecidedBy,
+			"guard.user": r.User, "guard.user_email": r.UserEmail} {
 			if lr.Attr(k) != want {
 				t.Errorf("record %d: %s = %q, want %q", r.Seq, k, lr.Attr(k), want)
 			}
+		}
+		if got := lr.Strings("guard.user_groups"); !slices.Equal(got, r.UserGroups) {
+			t.Errorf("record %d: guard.user_groups = %q, want %q", r.Seq, got, r.UserGroups)
 		}
 		if lr.TimeUnixNano != strconv.FormatInt(r.Time.UnixNano(), 10) {
 			t.Errorf("record %d: time %s, want %d", r.Seq, lr.TimeUnixNano, r.Time.UnixNano())

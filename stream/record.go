@@ -14,7 +14,8 @@ const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // appendRecord appends the record as the JSON object the stream sends:
 // the audit record's fields under their names (empty ones left out but
-// seq, id, call_id, kind, time, prev_hash and hash), with arguments,
+// seq, id, call_id, kind, time, prev_hash and hash; user_groups an
+// array of strings), with arguments,
 // result and detail as JSON values (as strings when they do not hold
 // JSON), so that a receiver can index into them.
 func appendRecord(b []byte, r *guard.Record) []byte {
@@ -28,6 +29,18 @@ func appendRecord(b []byte, r *guard.Record) []byte {
 	b = append(b, '"')
 	b = member(b, "session", r.Session, false)
 	b = member(b, "client", r.Client, false)
+	b = member(b, "user", r.User, false)
+	b = member(b, "user_email", r.UserEmail, false)
+	if len(r.UserGroups) > 0 {
+		b = append(b, `,"user_groups":[`...)
+		for i, g := range r.UserGroups {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, g)
+		}
+		b = append(b, ']')
+	}
 	b = member(b, "protocol", r.Protocol, false)
 	b = member(b, "server", r.Server, false)
 	b = member(b, "direction", r.Direction, false)

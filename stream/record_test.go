@@ -44,3 +44,29 @@ func TestPrunedRecordJSON(t *testing.T) {
 		t.Fatalf("pruned record: %v", got)
 	}
 }
+
+// A record of a caller the front authenticated names the user, its
+// groups as an array of strings; a record without one has no such
+// member.
+func TestRecordJSONNamesTheUser(t *testing.T) {
+	r := &guard.Record{Seq: 4, ID: "i", CallID: "c", Kind: guard.KindRequest, Time: time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC),
+		User: "user-7f3a", UserEmail: "alice@example.com", UserGroups: []string{"sre", "on-call \"eu\"\n"}, PrevHash: "p", Hash: "h"}
+	var got map[string]any
+	if err := json.Unmarshal(encode(r), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["user"] != "user-7f3a" || got["user_email"] != "alice@example.com" ||
+		mustJSON(got["user_groups"]) != `["sre","on-call \"eu\"\n"]` {
+		t.Fatalf("a record of alice's: %s", encode(r))
+	}
+	r.User, r.UserEmail, r.UserGroups = "", "", nil
+	got = nil
+	if err := json.Unmarshal(encode(r), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"user", "user_email", "user_groups"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("a record without a user has %s: %s", k, encode(r))
+		}
+	}
+}

@@ -225,7 +225,7 @@ const facility = 13
 const sdID = "guard@32473"
 
 // message appends a record's RFC 5424 message: the header, structured
-// data with its seq, id and kind, and the record as JSON.
+// data with its seq, id, kind and user, and the record as JSON.
 func (s *syslog) message(b []byte, r *guard.Record) []byte {
 	sev := 6 // informational
 	switch severity(r) {
@@ -248,6 +248,14 @@ func (s *syslog) message(b []byte, r *guard.Record) []byte {
 	b = appendParam(b, r.ID)
 	b = append(b, `" kind="`...)
 	b = appendParam(b, r.Kind)
+	// The caller the front authenticated, where there is one: a
+	// receiver's rules can select on it without reading the message.
+	// A parameter may repeat (RFC 5424, 6.3.3): one user_group a group.
+	b = param(b, "user", r.User)
+	b = param(b, "user_email", r.UserEmail)
+	for _, g := range r.UserGroups {
+		b = param(b, "user_group", g)
+	}
 	b = append(b, `"] `...)
 	return appendRecord(b, r)
 }
@@ -268,6 +276,18 @@ func headerField(s string, n int) string {
 		return "-"
 	}
 	return s
+}
+
+// param appends, to structured data whose last value is still open, the
+// parameter name with the value v, unless v is empty.
+func param(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, `" `...)
+	b = append(b, name...)
+	b = append(b, `="`...)
+	return appendParam(b, v)
 }
 
 // appendParam appends a structured data parameter's value, escaped.

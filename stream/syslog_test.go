@@ -15,7 +15,8 @@ import (
 )
 
 // Records arrive complete, in order, each once, as RFC 5424 messages
-// with guard's structured data and the record as JSON.
+// with guard's structured data (the user, where the front authenticated
+// one) and the record as JSON.
 func TestSyslogRecordsArriveInOrder(t *testing.T) {
 	rs := streamtest.NewRsyslog(t, nil)
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
@@ -30,7 +31,11 @@ func TestSyslogRecordsArriveInOrder(t *testing.T) {
 		if m.Severity != wantSev || m.MsgID != r.Kind {
 			t.Errorf("record %d: severity %s msgid %s, want %s %s", r.Seq, m.Severity, m.MsgID, wantSev, r.Kind)
 		}
-		if want := fmt.Sprintf(`[guard@32473 seq="%d" id="%s" kind="%s"]`, r.Seq, r.ID, r.Kind); m.SD != want {
+		user := ""
+		if r.User != "" {
+			user = ` user="user-7f3a" user_email="alice@example.com" user_group="sre" user_group="on-call \"eu\" [a\\b\]"`
+		}
+		if want := fmt.Sprintf(`[guard@32473 seq="%d" id="%s" kind="%s"%s]`, r.Seq, r.ID, r.Kind, user); m.SD != want {
 			t.Errorf("structured data %s, want %s", m.SD, want)
 		}
 		checkBody(t, m.Msg, r)

@@ -101,6 +101,11 @@ type keyValue struct {
 	Value struct {
 		StringValue string `json:"stringValue"`
 		IntValue    string `json:"intValue"`
+		ArrayValue  struct {
+			Values []struct {
+				StringValue string `json:"stringValue"`
+			} `json:"values"`
+		} `json:"arrayValue"`
 	} `json:"value"`
 }
 
@@ -112,6 +117,19 @@ func (l *LogRecord) Attr(k string) string {
 		}
 	}
 	return ""
+}
+
+// Strings returns an attribute's array of strings (nil when absent).
+func (l *LogRecord) Strings(k string) []string {
+	var out []string
+	for _, a := range l.Attributes {
+		if a.Key == k {
+			for _, v := range a.Value.ArrayValue.Values {
+				out = append(out, v.StringValue)
+			}
+		}
+	}
+	return out
 }
 
 // Received are the log records received, in order.
