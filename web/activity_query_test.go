@@ -209,3 +209,94 @@ func TestBrowserActivityFilterAndPages(t *testing.T) {
 		t.Fatalf("the form shows the client as %q", v)
 	}
 }
+
+// userCalls appends n calls of a caller the front authenticated, whose
+// groups need escaping where they are shown.
+func userCalls(t testing.TB, db *store.DB, who guard.Identity, n int) {
+	t.Helper()
+	at := time.Now().Add(-30 * time.Minute).UTC()
+	for i := range n {
+		id := newID()
+		req := &guard.Record{CallID: id, Kind: guard.KindRequest, Time: at.Add(time.Duration(i) * time.Millisecond), Server: "db",
+			Method: "tools/call", Tool: "query", Client: "mcp-remote/0.1", Session: "s-alice", Decision: guard.DecisionAllowed,
+			DecidedBy: "default", Arguments: `{"sql":"SELECT 1"}`, User: who.Subject, UserEmail: who.Email, UserGroups: who.Groups}
+		out := *req
+		out.Kind, out.Outcome, out.Arguments = guard.KindOutcome, guard.OutcomeOK, ""
+		if err := db.Append(req, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var alice = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", "<b>on-call</b>"}}
+
+// The Activity page shows who the front authenticated for a call where
+// there is one, in a column that only a page with such a call has; its
+// user filter selects what guard audit query --user selects, by subject
+// or by email, and is kept in the paging links; a call's page shows the
+// user, email and groups, escaped.
+func TestActivityShowsTheUser(t *testing.T) {
+	e := newEnv(t)
+	activityLog(t, e.db, 12)
+	userCalls(t, e.db, alice, 5)
+	b := e.login("")
+	_, body := b.get("/activity")
+	if !strings.Contains(body, "<th>User</th>") || strings.Count(body, ">alice@example.com</td>") != 5 {
+		t.Errorf("the activity page does not name alice on her 5 calls:\n%s", body)
+	}
+	if _, body := b.get("/activity?server=files"); strings.Contains(body, "<th>User</th>") || len(shownCalls(body)) == 0 {
+		t.Errorf("a page of calls no one authenticated has a user column:\n%s", body)
+	}
+	want := storeIDs(t, e.db, store.Filter{User: alice.Email})
+	if len(want) != 5 {
+		t.Fatalf("the store finds %d of alice's calls", len(want))
+	}
+	for _, who := range []string{alice.Email, alice.Subject} {
+		_, body := b.get("/activity?user=" + url.QueryEscape(who))
+		if got := shownCalls(body); !slices.Equal(got, want) {
+			t.Errorf("user=%s: shows %v, want %v", who, got, want)
+		}
+	}
+	_, body = b.get("/activity?limit=2&user=" + url.QueryEscape(alice.Email))
+	m := olderRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no older page of alice's calls")
+	}
+	if u, _ := url.Parse(html.UnescapeString(m[1])); u.Query().Get("user") != alice.Email {
+		t.Errorf("the older link loses the user: %s", m[1])
+	}
+	_, body = b.get("/activity/" + want[0])
+	for _, s := range []string{">user-7f3a</dd>", ">alice@example.com</dd>", ">sre, &lt;b&gt;on-call&lt;/b&gt;</dd>"} {
+		if !strings.Contains(body, s) {
+			t.Errorf("the call's page lacks %s:\n%s", s, body)
+		}
+	}
+	if strings.Contains(body, "<b>on-call") {
+		t.Error("a group is not escaped")
+	}
+}
+
+// In Chromium: the user typed in the filter form goes in the address,
+// and the page shows that user's calls.
+func TestBrowserActivityUserFilter(t *testing.T) {
+	e := newEnv(t)
+	activityLog(t, e.db, 6)
+	userCalls(t, e.db, alice, 3)
+	p := newPage(t, e)
+	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/login?token="+testToken), chromedp.WaitVisible(chromedp.CSS(`#pending-list`)))
+	p.open("/activity")
+	p.do(5*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name="user"]`), alice.Subject))
+	p.submit(`#activity-filter button[type="submit"]`)
+	loc, _ := url.Parse(evaluate[string](p, `location.href`))
+	if loc.Query().Get("user") != alice.Subject {
+		t.Fatalf("the address does not hold the user: %s", loc)
+	}
+	rows := evaluate[[]string](p, `[...document.querySelectorAll("tr[data-call-id]")].map(r => r.dataset.callId)`)
+	if want := storeIDs(t, e.db, store.Filter{User: alice.Subject}); !slices.Equal(rows, want) || len(want) != 3 {
+		t.Fatalf("rows %v, want %v", rows, want)
+	}
+	users := evaluate[[]string](p, `[...document.querySelectorAll("tr[data-call-id] td.user")].map(td => td.textContent)`)
+	if len(users) != 3 || users[0] != alice.Email {
+		t.Fatalf("the user column shows %v", users)
+	}
+}

@@ -346,7 +346,7 @@ func description(def json.RawMessage) string {
 // shown back in the form and carried in the paging links.
 type activityFilter struct {
 	Server, Tool, Decision, Outcome, Since, Until, Limit string
-	Client, Session, DecidedBy, Approval, Text           string
+	Client, User, Session, DecidedBy, Approval, Text     string
 	Before, After                                        string // paging: a call's key
 	Err                                                  string // a filter that could not be read
 	Bad                                                  bool   // one that cannot be ignored: nothing is shown
@@ -354,17 +354,17 @@ type activityFilter struct {
 
 // activityParams are the query parameters of the activity filter, in the
 // order its links carry them.
-var activityParams = []string{"server", "tool", "client", "session", "decision", "decided_by", "outcome",
+var activityParams = []string{"server", "tool", "client", "user", "session", "decision", "decided_by", "outcome",
 	"approval", "text", "since", "until", "limit"}
 
 // readFilter reads the activity filter from a query, into a store.Filter.
 func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }
 	af := activityFilter{Server: get("server"), Tool: get("tool"), Decision: get("decision"), Outcome: get("outcome"),
-		Since: get("since"), Until: get("until"), Limit: get("limit"), Client: get("client"), Session: get("session"),
+		Since: get("since"), Until: get("until"), Limit: get("limit"), Client: get("client"), User: get("user"), Session: get("session"),
 		DecidedBy: get("decided_by"), Approval: get("approval"), Text: get("text"), Before: get("before"), After: get("after")}
 	f := store.Filter{Server: af.Server, Tool: af.Tool, Decision: af.Decision, Outcome: af.Outcome, Client: af.Client,
-		Session: af.Session, DecidedBy: af.DecidedBy, Approval: af.Approval, Text: af.Text, Limit: s.opts.ActivityLimit}
+		User: af.User, Session: af.Session, DecidedBy: af.DecidedBy, Approval: af.Approval, Text: af.Text, Limit: s.opts.ActivityLimit}
 	var errs []string
 	for _, e := range []struct {
 		name, v string
@@ -428,7 +428,7 @@ func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
 // after a call's key; none for the newest).
 func (af activityFilter) link(cursor string, key int64) string {
 	v := url.Values{}
-	for i, x := range []string{af.Server, af.Tool, af.Client, af.Session, af.Decision, af.DecidedBy, af.Outcome,
+	for i, x := range []string{af.Server, af.Tool, af.Client, af.User, af.Session, af.Decision, af.DecidedBy, af.Outcome,
 		af.Approval, af.Text, af.Since, af.Until, af.Limit} {
 		if x != "" {
 			v.Set(activityParams[i], x)
@@ -590,6 +590,24 @@ func i64toa(n int64) string   { return strconv.FormatInt(n, 10) }
 func pathID(id string) string { return url.PathEscape(id) }
 
 // callLabel is what a call was: its tool, else its method.
+// callUser names the caller the front authenticated for a call: its
+// email where the token had one, else its subject ("" for no one).
+func callUser(c *store.Call) string {
+	if c.UserEmail != "" {
+		return c.UserEmail
+	}
+	return c.User
+}
+
+// userGroups lists the groups of a call's caller, for people.
+func userGroups(c *store.Call) string { return strings.Join(c.UserGroups, ", ") }
+
+// anyUser reports whether a call among calls names the caller the front
+// authenticated: the activity table then has a column for it.
+func anyUser(calls []*store.Call) bool {
+	return slices.ContainsFunc(calls, func(c *store.Call) bool { return callUser(c) != "" })
+}
+
 func callLabel(c *store.Call) string {
 	if c.Tool != "" {
 		return c.Tool
