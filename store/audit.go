@@ -242,9 +242,12 @@ func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
 
 // Decided is how policy decided one call, from its first request record.
 type Decided struct {
-	CallID    string
-	Time      time.Time
-	Client    string
+	CallID string
+	Time   time.Time
+	Client string
+	// Caller is who the front authenticated for the call's session
+	// (zero where no one did), for rules that name users.
+	Caller    guard.Identity
 	Protocol  string
 	Server    string
 	Method    string
@@ -264,8 +267,12 @@ type Decided struct {
 // columns beside an aggregate taken from its row, as SQLite has).
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
 	db.caughtUp(ctx)
+	users := `r.user_subject, r.user_email, r.user_groups`
+	if db.noUser {
+		users = noUserColumns
+	}
 	rows, err := db.r.QueryContext(ctx, `SELECT r.call_id, r.time, r.client, r.protocol, r.server, r.method, r.tool,
-		r.arguments, r.pin, r.decision, r.decided_by, r.reason, r.detail, r.seq
+		r.arguments, r.pin, r.decision, r.decided_by, r.reason, r.detail, r.seq, `+users+`
 		FROM (SELECT MIN(seq) AS seq FROM records WHERE kind = 'request' AND decision != '' AND time >= ? GROUP BY call_id) f
 		JOIN records r ON r.seq = f.seq
 		ORDER BY r.seq`, fmtTime(since))
@@ -275,13 +282,13 @@ func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) 
 	defer rows.Close()
 	for rows.Next() {
 		var d Decided
-		var at string
+		var at, groups string
 		var seq int64
 		if err := rows.Scan(&d.CallID, &at, &d.Client, &d.Protocol, &d.Server, &d.Method, &d.Tool, &d.Arguments,
-			&d.Pin, &d.Decision, &d.DecidedBy, &d.Reason, &d.Detail, &seq); err != nil {
+			&d.Pin, &d.Decision, &d.DecidedBy, &d.Reason, &d.Detail, &seq, &d.Caller.Subject, &d.Caller.Email, &groups); err != nil {
 			return fmt.Errorf("decisions: %w", err)
 		}
-		d.Time = parseTime(at)
+		d.Time, d.Caller.Groups = parseTime(at), parseGroups(groups)
 		if err := fn(&d); err != nil {
 			return err
 		}

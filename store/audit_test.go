@@ -115,7 +115,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 
 // Decisions lists, oldest first, each call's first request record since
 // the given time that carries a decision (a held call's round after its
-// approval does not replace it), on either engine.
+// approval does not replace it), with its caller, on either engine.
 func TestDecisionsAreEachCallsFirstRequest(t *testing.T) {
 	ctx := context.Background()
 	db, err := testOpen(ctx, Options{Path: testPath(t)})
@@ -128,10 +128,14 @@ func TestDecisionsAreEachCallsFirstRequest(t *testing.T) {
 		r.Time, r.Decision, r.DecidedBy = since.Add(d), decision, by
 		return r
 	}
+	byCarol := func(r *guard.Record) *guard.Record {
+		r.User, r.UserEmail, r.UserGroups = "carol", "carol@example.com", []string{"contractors"}
+		return r
+	}
 	for _, r := range []*guard.Record{
 		at(rec(0, guard.KindRequest), -time.Minute, guard.DecisionAllowed, "default"), // before since
 		at(rec(1, guard.KindRequest), time.Second, guard.DecisionHeld, "prod-writes"),
-		at(rec(2, guard.KindRequest), 2*time.Second, guard.DecisionDenied, "no-shell"),
+		byCarol(at(rec(2, guard.KindRequest), 2*time.Second, guard.DecisionDenied, "no-shell")),
 		at(rec(1, guard.KindRequest), 3*time.Second, guard.DecisionAllowed, "alice"), // call 1 again, approved
 		at(rec(3, guard.KindRequest), 4*time.Second, "", ""),                         // no decision: not a call policy decided
 		at(rec(2, guard.KindOutcome), 5*time.Second, guard.DecisionDenied, "no-shell"),
@@ -142,12 +146,13 @@ func TestDecisionsAreEachCallsFirstRequest(t *testing.T) {
 	}
 	var got []string
 	if err := db.Decisions(ctx, since, func(d *Decided) error {
-		got = append(got, d.CallID+" "+d.Decision+" "+d.DecidedBy+" "+d.Time.Format(time.TimeOnly))
+		got = append(got, d.CallID+" "+d.Decision+" "+d.DecidedBy+" "+d.Time.Format(time.TimeOnly)+" "+
+			d.Caller.Subject+" "+d.Caller.Email+" "+strings.Join(d.Caller.Groups, ","))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"call-1 held prod-writes 12:00:01", "call-2 denied no-shell 12:00:02"}
+	want := []string{"call-1 held prod-writes 12:00:01   ", "call-2 denied no-shell 12:00:02 carol carol@example.com contractors"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("decisions %q, want %q", got, want)
 	}
