@@ -208,6 +208,16 @@ var pgJoins = strings.ReplaceAll(callJoins, "CROSS JOIN", "JOIN")
 // key order, else the call index (by the index of a column filtered on,
 // whose entries for one value are in key order).
 func queryText(f Filter, pg bool) (string, []any, error) {
+	return queryTextFor(f, pg, userColumns)
+}
+
+// userColumns are the call index's columns a user filter matches.
+var userColumns = []string{"user_subject", "user_email"}
+
+// queryTextFor is queryText with the user filter matching only the
+// columns users (those of userColumns that hold the value: see
+// userMatches).
+func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 	var where []string
 	var args []any
 	key := "c.k"
@@ -277,7 +287,13 @@ func queryText(f Filter, pg bool) (string, []any, error) {
 		}
 	}
 	if f.User != "" {
-		where, args = append(where, "(c.user_subject = ? OR c.user_email = ?)"), append(args, f.User, f.User)
+		// The user's indexes hold only calls that name one: the
+		// conditions on the empty string let the planner use them.
+		var or []string
+		for _, col := range users {
+			or, args = append(or, "c."+col+" = ? AND c."+col+" != ''"), append(args, f.User)
+		}
+		where = append(where, "("+strings.Join(or, " OR ")+")")
 	}
 	q := callSelect + from + joins
 	if len(where) > 0 {
@@ -300,20 +316,32 @@ func ascending(f Filter) bool { return f.After != 0 && f.Before == 0 }
 
 // Query calls fn for each invocation that matches f, newest first.
 func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
-	q, args, err := queryText(f, db.pg)
-	if err != nil {
-		return fmt.Errorf("query: %w", err)
+	if f.Text != "" {
+		if _, err := matchTerms(f.Text); err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
 	}
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	if db.noUser {
-		if f.User != "" {
-			return nil // a log of the release before names no user
-		}
-		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
+	if db.noUser && f.User != "" {
+		return nil // a log of the release before names no user
 	}
 	db.caughtUp(ctx)
+	users := userColumns
+	if f.User != "" {
+		var err error
+		if users, err = db.userMatches(ctx, f.User); err != nil || len(users) == 0 {
+			return err
+		}
+	}
+	q, args, err := queryTextFor(f, db.pg, users)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if db.noUser {
+		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
+	}
 	rows, err := db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
@@ -350,6 +378,25 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 		}
 	}
 	return nil
+}
+
+// userMatches returns the user columns of the call index that hold the
+// value who: a subject, an email, rarely both. Filtering on one column
+// reads its index in key order, newest first, where an OR of both would
+// sort every call of the user.
+func (db *DB) userMatches(ctx context.Context, who string) ([]string, error) {
+	var cols []string
+	for _, col := range userColumns {
+		var found bool
+		err := db.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index WHERE `+col+` = ? AND `+col+` != '')`, who).Scan(&found)
+		if err != nil {
+			return nil, fmt.Errorf("query: %w", err)
+		}
+		if found {
+			cols = append(cols, col)
+		}
+	}
+	return cols, nil
 }
 
 // needCallIndex checks that the database has the call index: a database

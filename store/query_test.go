@@ -557,7 +557,7 @@ func TestNoQueryScansTheRecords(t *testing.T) {
 	defer db.Close()
 	for _, f := range []Filter{{}, {Server: "db"}, {Tool: "t"}, {Client: "c"}, {Session: "s"}, {Decision: "denied"},
 		{DecidedBy: "alice"}, {Outcome: "ok"}, {Approval: "a"}, {Text: "word"}, {Since: time.Now().Add(-time.Hour)},
-		{Until: time.Now()}, {Server: "db", Decision: "denied"}} {
+		{Until: time.Now()}, {Server: "db", Decision: "denied"}, {User: "alice@example.com"}, {User: "u", Server: "db"}} {
 		f.Limit = 100
 		q, args, err := queryText(f, false)
 		if err != nil {

@@ -573,3 +573,66 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 		t.Errorf("the release before's blanking left %q %q %q", user, email, groups)
 	}
 }
+
+// A query by user reads the index of the one column that holds the value
+// (a subject, or an email) from its newest end, with no sort of the
+// user's calls; only a value that is both someone's subject and someone's
+// email needs both indexes, and a sort.
+func TestAUserQueryReadsItsIndexInOrder(t *testing.T) {
+	sqliteOnly(t) // SQLite's query plans
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	plan := func(users []string) string {
+		q, args, err := queryTextFor(Filter{User: "alice@example.com", Limit: 100}, false, users)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.r.Query("EXPLAIN QUERY PLAN "+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var steps []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, detail)
+		}
+		return strings.Join(steps, "; ")
+	}
+	for _, col := range userColumns {
+		p := plan([]string{col})
+		if !strings.Contains(p, "SEARCH c USING INDEX call_index_"+col) || strings.Contains(p, "TEMP B-TREE") {
+			t.Errorf("a query by %s: %s", col, p)
+		}
+	}
+	if p := plan(userColumns); !strings.Contains(p, "call_index_user_subject") || !strings.Contains(p, "call_index_user_email") {
+		t.Errorf("a query by both: %s", p)
+	}
+}
+
+// A value that is one caller's subject and another's email finds the
+// calls of both.
+func TestAUserFilterMatchesSubjectAndEmail(t *testing.T) {
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	for i, who := range []guard.Identity{{Subject: "ops@example.com"}, {Subject: "u-2", Email: "ops@example.com"}, {Subject: "u-3"}} {
+		r := rec(i, guard.KindRequest)
+		r.User, r.UserEmail = who.Subject, who.Email
+		if err := db.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := queryIDs(t, db, Filter{User: "ops@example.com"}); !slices.Equal(got, []string{"call-1", "call-0"}) {
+		t.Errorf("calls %v, want call-1 and call-0", got)
+	}
+	if got := queryIDs(t, db, Filter{User: "u-3"}); !slices.Equal(got, []string{"call-2"}) {
+		t.Errorf("calls %v, want call-2", got)
+	}
+	if got := queryIDs(t, db, Filter{User: "nobody"}); len(got) != 0 {
+		t.Errorf("calls of nobody: %v", got)
+	}
+}

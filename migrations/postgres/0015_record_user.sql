@@ -11,8 +11,8 @@ ALTER TABLE approvals ADD COLUMN user_groups TEXT COLLATE "C" NOT NULL DEFAULT '
 
 ALTER TABLE call_index ADD COLUMN user_subject TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE call_index ADD COLUMN user_email TEXT COLLATE "C" NOT NULL DEFAULT '';
-CREATE INDEX call_index_user_subject ON call_index (user_subject, k);
-CREATE INDEX call_index_user_email ON call_index (user_email, k);
+CREATE INDEX call_index_user_subject ON call_index (user_subject, k) WHERE user_subject <> '';
+CREATE INDEX call_index_user_email ON call_index (user_email, k) WHERE user_email <> '';
 
 -- The view keeps its columns, in their order, and adds the user's.
 CREATE OR REPLACE VIEW calls AS

@@ -13,11 +13,13 @@ ALTER TABLE approvals ADD COLUMN user_email TEXT NOT NULL DEFAULT '';
 ALTER TABLE approvals ADD COLUMN user_groups TEXT NOT NULL DEFAULT '';
 
 -- A call's user is its request's, for guard audit query --user. The
--- calls recorded before have none.
+-- calls recorded before have none. The indexes hold only the calls that
+-- name a user: where no one authenticates (stdio, static tokens) they
+-- stay empty and cost the ingester nothing.
 ALTER TABLE call_index ADD COLUMN user_subject TEXT NOT NULL DEFAULT '';
 ALTER TABLE call_index ADD COLUMN user_email TEXT NOT NULL DEFAULT '';
-CREATE INDEX call_index_user_subject ON call_index (user_subject);
-CREATE INDEX call_index_user_email ON call_index (user_email);
+CREATE INDEX call_index_user_subject ON call_index (user_subject) WHERE user_subject != '';
+CREATE INDEX call_index_user_email ON call_index (user_email) WHERE user_email != '';
 
 -- The view keeps its columns, in their order, and adds the user's.
 DROP VIEW IF EXISTS calls;
