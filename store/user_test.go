@@ -155,6 +155,7 @@ func userLog(t *testing.T, db *DB) {
 			who = guard.Identity{}
 		}
 		req, out := as(rec(i, guard.KindRequest), who), as(rec(i, guard.KindOutcome), who)
+		req.CallID, out.CallID = "u"+req.CallID, "u"+out.CallID // not the ids of queryLog's calls or of a fixture's
 		out.Outcome = guard.OutcomeOK
 		if err := db.Append(req, out); err != nil {
 			t.Fatal(err)
@@ -164,7 +165,7 @@ func userLog(t *testing.T, db *DB) {
 		Detail: `{"status":0}`}, alice)); err != nil {
 		t.Fatal(err)
 	}
-	a := heldApproval("held-1")
+	a := heldApproval("alice-held")
 	a.Caller = alice
 	if err := db.CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
@@ -210,9 +211,9 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		f    Filter
 		want []string
 	}{
-		{Filter{User: alice.Subject}, []string{"call-held-1", "call-2", "call-1", "call-0"}},
-		{Filter{User: alice.Email}, []string{"call-held-1", "call-2", "call-1", "call-0"}},
-		{Filter{User: alice.Email, Tool: "write_file", Decision: guard.ApprovalDenied}, []string{"call-held-1"}},
+		{Filter{User: alice.Subject}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
+		{Filter{User: alice.Email}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
+		{Filter{User: alice.Email, Tool: "write_file", Decision: guard.ApprovalDenied}, []string{"call-alice-held"}},
 		{Filter{User: "bob@example.com"}, nil},
 	} {
 		var got []string
@@ -233,7 +234,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		}
 	}
 	var anon *Call
-	if err := db.Query(ctx, Filter{ID: "call-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
+	if err := db.Query(ctx, Filter{ID: "ucall-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
 		t.Fatalf("the call no one authenticated: %v", err)
 	}
 	if anon.User != "" || anon.UserEmail != "" || anon.UserGroups == nil || len(anon.UserGroups) != 0 {
@@ -634,5 +635,85 @@ func TestAUserFilterMatchesSubjectAndEmail(t *testing.T) {
 	}
 	if got := queryIDs(t, db, Filter{User: "nobody"}); len(got) != 0 {
 		t.Errorf("calls of nobody: %v", got)
+	}
+}
+
+// A log the release before wrote (testdata/before-users: its schema, its
+// records, its tree, its signed checkpoint) verifies as it is, read-only,
+// and after this release's migration with the same hashes; this
+// release's records of a user then extend its chain and its checkpoint.
+func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "guard.db")
+	dump, err := os.ReadFile("testdata/before-users/guard.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := rawConn(t, path)
+	if _, err := raw.Exec(string(dump)); err != nil {
+		t.Fatalf("the dump: %v", err)
+	}
+	raw.Close()
+	for _, f := range []string{"audit.key", "guard.db.checkpoint"} {
+		b, err := os.ReadFile(filepath.Join("testdata/before-users", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp, _ := os.ReadFile(filepath.Join(dir, "guard.db.checkpoint"))
+
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ro.noUser {
+		t.Fatal("the fixture has the user migration: it is not the release before's")
+	}
+	rep, err := ro.Verify(ctx)
+	if err != nil || !rep.OK || rep.Records != 14 {
+		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
+	}
+	var before []string
+	if err := ro.Records(ctx, func(r *guard.Record) error { before = append(before, r.Hash); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+
+	db := openDB(t, path)
+	defer db.Close()
+	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	if err != nil || !rep.OK || rep.Extends != 14 {
+		t.Fatalf("verify after the migration: %+v %v", rep, err)
+	}
+	var after []*guard.Record
+	if err := db.Records(ctx, func(r *guard.Record) error { after = append(after, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range after[:len(before)] {
+		if r.Hash != before[i] || HashRecord(r) != r.Hash || r.User != "" || r.UserGroups != nil {
+			t.Fatalf("record %d after the migration: %+v", r.Seq, r)
+		}
+	}
+	if a, err := db.Approval(ctx, "held-1"); err != nil || a.DecidedBy != "bob" || !a.Caller.IsZero() {
+		t.Fatalf("the approval of the release before: %+v %v", a, err)
+	}
+	userLog(t, db)
+	db.caughtUp(ctx)
+	if err := db.writeCheckpoint(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
+		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
+	}
+	if ids := queryIDs(t, db, Filter{User: alice.Email}); len(ids) != 4 {
+		t.Errorf("alice's calls: %v", ids)
+	}
+	if ids := queryIDs(t, db, Filter{Client: "claude-ai/0.1.0"}); len(ids) != 6 {
+		t.Errorf("the release before's calls: %v", ids)
 	}
 }
