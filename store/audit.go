@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -121,18 +120,77 @@ func groupsText(gs []string) string {
 	return string(appendStrings(nil, gs))
 }
 
-// parseGroups reads a user_groups column. Text that is not an array of
-// strings (a column someone changed) is kept as the one group it reads
-// as, so that the record's hash no longer matches.
+// parseGroups reads a user_groups column, the array groupsText wrote:
+// strings whose bytes are kept as they are (UTF-8 or not, as every text
+// field is hashed), with only what appendString escapes unescaped. Text
+// that is not such an array (a column someone changed) is kept as the one
+// group it reads as, so that the record's hash no longer matches.
 func parseGroups(s string) []string {
 	if s == "" {
 		return nil
 	}
 	var gs []string
-	if err := json.Unmarshal([]byte(s), &gs); err != nil || len(gs) == 0 {
+	rest, ok := strings.CutPrefix(s, "[")
+	for ok {
+		var g string
+		if g, rest, ok = cutString(rest); !ok {
+			break
+		}
+		gs = append(gs, g)
+		if rest == "]" {
+			break
+		}
+		rest, ok = strings.CutPrefix(rest, ",")
+	}
+	if !ok || len(gs) == 0 {
 		return []string{s}
 	}
 	return gs
+}
+
+// cutString reads the JSON string appendString wrote at the start of s,
+// and returns it and what follows it.
+func cutString(s string) (string, string, bool) {
+	if !strings.HasPrefix(s, `"`) {
+		return "", s, false
+	}
+	var b []byte
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return string(b), s[i+1:], true
+		case c != '\\':
+			b = append(b, c)
+		case i+1 >= len(s):
+			return "", s, false
+		default:
+			i++
+			switch s[i] {
+			case '"', '\\':
+				b = append(b, s[i])
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				n, err := strconv.ParseUint(s[i+1:min(i+5, len(s))], 16, 8)
+				if err != nil || i+5 > len(s) {
+					return "", s, false
+				}
+				b = append(b, byte(n))
+				i += 4
+			default:
+				return "", s, false
+			}
+		}
+	}
+	return "", s, false
 }
 
 func field(b []byte, name, v string) []byte {

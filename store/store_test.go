@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -419,13 +420,17 @@ func TestCatalogHistory(t *testing.T) {
 }
 
 func FuzzChain(f *testing.F) {
-	f.Add("a", "{\"k\":\"\xff\"}", "\x00\n\"\\", int64(3))
+	f.Add("a", "{\"k\":\"\xff\"}", "\x00\n\"\\", int64(3), "")
+	f.Add("b", "{}", "", int64(0), "sre\xff\",]")
 	path := filepath.Join(f.TempDir(), "fuzz.db")
 	db := openDB(f, path)
 	f.Cleanup(func() { db.Close() })
-	f.Fuzz(func(t *testing.T, tool, args, result string, size int64) {
+	f.Fuzz(func(t *testing.T, tool, args, result string, size int64, group string) {
 		r := &guard.Record{Kind: guard.KindRequest, Tool: tool, Arguments: args, Result: result, RequestSize: size,
 			DurationMS: -size, Time: time.UnixMilli(size).UTC()}
+		if group != "" { // a caller the front authenticated
+			r.User, r.UserGroups = tool, []string{group, args}
+		}
 		// An earlier version's journal frame gives the record back
 		// exactly, and says where it ends.
 		frame := appendFrame([]byte("x"), r)
@@ -446,7 +451,8 @@ func FuzzChain(f *testing.F) {
 			}
 			return nil
 		})
-		if got == nil || HashRecord(got) != got.Hash || got.Tool != r.Tool || got.Arguments != r.Arguments || got.Result != r.Result {
+		if got == nil || HashRecord(got) != got.Hash || got.Tool != r.Tool || got.Arguments != r.Arguments || got.Result != r.Result ||
+			!slices.Equal(got.UserGroups, r.UserGroups) {
 			t.Fatalf("the stored record is not the appended one: %+v", got)
 		}
 	})

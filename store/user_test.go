@@ -717,3 +717,28 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 		t.Errorf("the release before's calls: %v", ids)
 	}
 }
+
+// A user's groups come back from their column, and from a journal frame,
+// byte for byte, whatever they hold (as every text field of a record is
+// hashed as its bytes); text that is not the array written is one group.
+func TestGroupsRoundTrip(t *testing.T) {
+	for _, gs := range [][]string{
+		{"sre"},
+		{"", "a,b", `q"uote`, `back\slash`, "\x00\x01\x1f\b\f\n\r\t", "é 日本", "\xff\xfe", "]", "[", `\u0041`},
+	} {
+		text := groupsText(gs)
+		if got := parseGroups(text); !slices.Equal(got, gs) {
+			t.Errorf("%q came back as %q (column %q)", gs, got, text)
+		}
+		r := &guard.Record{Kind: guard.KindEvent, UserGroups: gs}
+		back, _, err := readFrame(appendFrame(nil, r))
+		if err != nil || !slices.Equal(back.UserGroups, gs) {
+			t.Errorf("%q came back from a frame as %q, %v", gs, back.UserGroups, err)
+		}
+	}
+	for _, text := range []string{"sre", "[]", `["a"`, `["a",]`, `["a"]x`, `["a" "b"]`, `["\x"]`, `["\u00"]`} {
+		if got := parseGroups(text); !slices.Equal(got, []string{text}) {
+			t.Errorf("%q read as %q, want it as one group", text, got)
+		}
+	}
+}
