@@ -167,7 +167,7 @@ func policyReplay(ctx context.Context, a *app, args []string) int {
 		}
 		name, version, _ := strings.Cut(r.Client, "/")
 		call := &guard.Call{Server: r.Server, Method: r.Method, ToolName: r.Tool, Arguments: json.RawMessage(r.Arguments),
-			Time: r.Time, Client: guard.ClientInfo{Name: name, Version: version, Protocol: r.Protocol}}
+			Time: r.Time, Client: guard.ClientInfo{Name: name, Version: version, Protocol: r.Protocol}, User: r.Caller}
 		if r.Pin != "" {
 			t, err := db.ToolByPin(ctx, r.Server, r.Tool, r.Pin)
 			if err != nil {
