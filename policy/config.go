@@ -69,6 +69,8 @@ type Config struct {
 	}
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
+	// Notify lists the receivers that new holds are announced to.
+	Notify []Notify
 	// PublicURL is the address clients and browsers use to reach guard
 	// when something stands in front of it (a load balancer, a TLS
 	// terminator): scheme and host, without a trailing slash; "" when
@@ -533,6 +535,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },
 		"clients":        func(n *yaml.Node) error { return p.clients(n, &c.Clients) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
+		"notify":         func(n *yaml.Node) error { return p.notify(n, &c.Notify) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"keys":     p.list(&c.Redact.Keys),
