@@ -212,3 +212,18 @@ func Problems(events []*guard.Record) []Problem {
 	}
 	return out
 }
+
+// String says what went wrong, for people.
+func (p Problem) String() string {
+	s := p.Receiver + ": "
+	if p.State == GivenUp {
+		s += "an announcement was not delivered"
+	} else {
+		s += "failing, retrying"
+	}
+	s += " (" + p.Time.UTC().Format("2006-01-02 15:04:05 UTC")
+	if p.Error != "" {
+		s += ": " + p.Error
+	}
+	return s + ")"
+}

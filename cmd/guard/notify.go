@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/metrics"
+	"github.com/guard-mcp/guard/notify"
+	"github.com/guard-mcp/guard/store"
+)
+
+// notifyMetrics adds what this process delivered to each receiver of the
+// announcements of new holds (the one holding the lease "notify" does).
+func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
+	if n == nil {
+		return
+	}
+	count := func(value func(notify.Stat) uint64) func() ([]metrics.Sample, error) {
+		return func() ([]metrics.Sample, error) {
+			stats := n.Stats()
+			out := make([]metrics.Sample, len(stats))
+			for i, s := range stats {
+				out[i] = metrics.Sample{Labels: [][2]string{{"receiver", s.Receiver}}, Value: float64(value(s))}
+			}
+			return out, nil
+		}
+	}
+	reg.CounterVec("guard_notify_sent_total", "Announcements of new holds delivered, by receiver.",
+		count(func(s notify.Stat) uint64 { return s.Sent }))
+	reg.CounterVec("guard_notify_failures_total", "Attempts to deliver an announcement of a new hold that failed, by receiver.",
+		count(func(s notify.Stat) uint64 { return s.Failures }))
+	reg.CounterVec("guard_notify_given_up_total", "Announcements of new holds not delivered within their retries, by receiver.",
+		count(func(s notify.Stat) uint64 { return s.GivenUp }))
+}
+
+// problemsSince is how far back the UI looks for failed deliveries.
+const problemsSince = 24 * time.Hour
+
+// deliveryProblems lists, for the UI's Pending page, the receivers whose
+// latest delivery event in the audit log (from any process) is a failure.
+func deliveryProblems(db *store.DB) func(ctx context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		var events []*guard.Record
+		err := db.QueryRecords(ctx, guard.KindEvent, store.Filter{Since: time.Now().Add(-problemsSince)}, func(r *guard.Record) error {
+			if r.Method == notify.Method {
+				events = append(events, r)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var lines []string
+		for _, p := range notify.Problems(events) {
+			lines = append(lines, p.String())
+		}
+		return lines, nil
+	}
+}
