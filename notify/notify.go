@@ -153,8 +153,12 @@ func New(ctx context.Context, opts Options) (*Notifier, error) {
 	}
 	n := &Notifier{opts: opts}
 	for _, r := range opts.Receivers {
-		if r.Format != policy.NotifySlack && r.Format != policy.NotifyJSON {
+		switch {
+		case r.Format != policy.NotifySlack && r.Format != policy.NotifyJSON:
 			return nil, fmt.Errorf("notify: %s: unknown format %q", r.Label(), r.Format)
+		case r.Format == policy.NotifyJSON && r.Secret == "":
+			// Its variable is not set here: nothing unsigned is sent.
+			return nil, fmt.Errorf("notify: %s: the secret is empty (is its variable set in guard's environment?)", r.Label())
 		}
 		n.receivers = append(n.receivers, &receiver{n: n, cfg: r, log: opts.Logger.With("receiver", r.Label())})
 	}

@@ -58,10 +58,14 @@ func (p *parser) notify(n *yaml.Node, dst *[]Notify) error {
 	seen := map[string]bool{}
 	for _, e := range n.Content {
 		r := Notify{Format: NotifyJSON}
+		// The secret as written: a variable that is not set in the
+		// environment of a command that does not notify (guard approvals,
+		// guard audit) does not make the configuration invalid there.
+		var secret string
 		if err := p.mapping(e, map[string]func(*yaml.Node) error{
 			"webhook": func(n *yaml.Node) error { err := p.str(&r.Webhook)(n); r.Webhook = p.expand(r.Webhook); return err },
 			"format":  p.enum(&r.Format, NotifyJSON, NotifySlack),
-			"secret":  func(n *yaml.Node) error { err := p.str(&r.Secret)(n); r.Secret = p.expand(r.Secret); return err },
+			"secret":  func(n *yaml.Node) error { err := p.str(&secret)(n); r.Secret = p.expand(secret); return err },
 		}); err != nil {
 			return err
 		}
@@ -74,9 +78,9 @@ func (p *parser) notify(n *yaml.Node, dst *[]Notify) error {
 			return p.errf(e, "webhook %q: use an https:// URL, like https://ops.example.com/guard", shown)
 		case u.Scheme == "http" && !loopbackHost(u.Hostname()):
 			return p.errf(e, "webhook %q: plain http is for a loopback host only (the message names the held call); use https://", shown)
-		case r.Format == NotifyJSON && strings.TrimSpace(r.Secret) == "":
+		case r.Format == NotifyJSON && strings.TrimSpace(secret) == "":
 			return p.errf(e, "webhook %q: the json format is signed: give a secret (secret: ${HOOK_SECRET}) that the receiver checks", shown)
-		case r.Format == NotifySlack && r.Secret != "":
+		case r.Format == NotifySlack && secret != "":
 			return p.errf(e, "webhook %q: Slack checks no signature: leave the secret out (the webhook's address is its secret)", shown)
 		}
 		if seen[r.Name()] {

@@ -142,7 +142,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			BaseURL: uiBase(cfg.PublicURL, listen), Logger: logger.With("component", "notify")})
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard: %v\n", err)
-			return nil, exitFailure, false
+			return nil, exitUsage, false
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
