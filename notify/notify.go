@@ -42,8 +42,11 @@ import (
 type Store interface {
 	// RecordsAfter returns up to limit committed records after seq, in order.
 	RecordsAfter(ctx context.Context, seq int64, limit int) ([]*guard.Record, error)
-	// LastSeq returns the seq of the last record (0: none).
+	// LastSeq returns the seq of the last record in the database (0:
+	// none).
 	LastSeq(ctx context.Context) (int64, error)
+	// CaughtUp waits until what was appended is in the database.
+	CaughtUp(ctx context.Context)
 	// Committed returns a channel closed when this process next commits
 	// records.
 	Committed() <-chan struct{}
@@ -163,6 +166,7 @@ func New(ctx context.Context, opts Options) (*Notifier, error) {
 		n.receivers = append(n.receivers, &receiver{n: n, cfg: r, log: opts.Logger.With("receiver", r.Label())})
 	}
 	if len(n.receivers) > 0 {
+		opts.Store.CaughtUp(ctx)
 		seq, err := opts.Store.LastSeq(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("notify: %w", err)
@@ -249,6 +253,31 @@ func (r *receiver) follow(ctx context.Context) {
 	done := make(chan int64)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// low is how far the receiver is done with: before the oldest
+	// announcement in flight, else what was read.
+	low := func() int64 {
+		l := read
+		for seq := range inFlight {
+			l = min(l, seq-1)
+		}
+		return l
+	}
+	move := func(ctx context.Context, to int64) {
+		if err := o.Store.SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), to); err == nil {
+			cursor, wrote = to, time.Now()
+		} else if ctx.Err() == nil {
+			r.log.Warn("notify: cannot move the cursor", "err", err)
+		}
+	}
+	defer func() {
+		// Stopping: what was delivered is not sent again by the next
+		// holder (the lease is still this process's until follow ends).
+		if l := low(); l > cursor {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			move(sctx, l)
+			cancel()
+		}
+	}()
 	poll := time.NewTicker(o.Poll)
 	defer poll.Stop()
 	for ctx.Err() == nil {
@@ -277,16 +306,8 @@ func (r *receiver) follow(ctx context.Context) {
 			}
 			full = len(recs) == batchRecords
 		}
-		low := read
-		for seq := range inFlight {
-			low = min(low, seq-1)
-		}
-		if low > cursor && time.Since(wrote) >= cursorEvery {
-			if err := o.Store.SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), low); err == nil {
-				cursor, wrote = low, time.Now()
-			} else if ctx.Err() == nil {
-				r.log.Warn("notify: cannot move the cursor", "err", err)
-			}
+		if l := low(); l > cursor && time.Since(wrote) >= cursorEvery {
+			move(ctx, l)
 		}
 		if full && len(inFlight) < maxInFlight {
 			continue
@@ -313,10 +334,12 @@ func (r *receiver) cursor(ctx context.Context) (int64, error) {
 	backoff := o.BackoffMin
 	for {
 		c, err := o.Store.StreamCursor(ctx, r.cfg.Name())
+		if err == nil && c == 0 && r.n.start > 0 {
+			// Kept at once: the next holder starts there too.
+			c = r.n.start
+			err = o.Store.SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), c)
+		}
 		if err == nil {
-			if c == 0 {
-				c = r.n.start
-			}
 			return c, nil
 		}
 		r.log.Warn("notify: cannot read the cursor; trying again", "err", err)
