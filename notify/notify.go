@@ -249,13 +249,18 @@ func (r *receiver) follow(ctx context.Context) {
 		return
 	}
 	read, wrote := cursor, time.Time{}
+	// inFlight holds the announcements being delivered, by seq; one
+	// leaves it once dealt with (delivered, given up, no longer
+	// pending), not when interrupted.
+	var mu sync.Mutex
 	inFlight := map[int64]bool{}
-	done := make(chan int64)
+	ended := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	// low is how far the receiver is done with: before the oldest
 	// announcement in flight, else what was read.
 	low := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
 		l := read
 		for seq := range inFlight {
 			l = min(l, seq-1)
@@ -270,8 +275,10 @@ func (r *receiver) follow(ctx context.Context) {
 		}
 	}
 	defer func() {
-		// Stopping: what was delivered is not sent again by the next
-		// holder (the lease is still this process's until follow ends).
+		// Stopping: once the deliveries in flight end, what was dealt
+		// with is not sent again by the next holder (the lease is still
+		// this process's until follow returns).
+		wg.Wait()
 		if l := low(); l > cursor {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			move(sctx, l)
@@ -282,23 +289,34 @@ func (r *receiver) follow(ctx context.Context) {
 	defer poll.Stop()
 	for ctx.Err() == nil {
 		wake := o.Store.Committed()
+		mu.Lock()
+		room := maxInFlight - len(inFlight)
+		mu.Unlock()
 		full := false
-		if len(inFlight) < maxInFlight {
+		if room > 0 {
 			recs, err := o.Store.RecordsAfter(ctx, read, batchRecords)
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("notify: cannot read the log; trying again", "err", err)
 			}
 			for _, rec := range recs {
-				if len(inFlight) >= maxInFlight {
+				if room == 0 {
 					break
 				}
 				if IsHold(rec) {
+					room--
+					mu.Lock()
 					inFlight[rec.Seq] = true
+					mu.Unlock()
 					wg.Go(func() {
-						r.deliver(ctx, rec)
+						if !r.deliver(ctx, rec) {
+							return
+						}
+						mu.Lock()
+						delete(inFlight, rec.Seq)
+						mu.Unlock()
 						select {
-						case done <- rec.Seq:
-						case <-ctx.Done():
+						case ended <- struct{}{}:
+						default:
 						}
 					})
 				}
@@ -309,13 +327,12 @@ func (r *receiver) follow(ctx context.Context) {
 		if l := low(); l > cursor && time.Since(wrote) >= cursorEvery {
 			move(ctx, l)
 		}
-		if full && len(inFlight) < maxInFlight {
+		if full && room > 0 {
 			continue
 		}
 		select {
 		case <-ctx.Done():
-		case seq := <-done:
-			delete(inFlight, seq)
+		case <-ended:
 		case <-wake:
 			select {
 			case <-ctx.Done():
@@ -359,43 +376,48 @@ func IsHold(rec *guard.Record) bool {
 }
 
 // deliver delivers the announcement of one hold: while it is still
-// pending, for up to RetryFor, with backoff between the attempts.
-func (r *receiver) deliver(ctx context.Context, rec *guard.Record) {
+// pending, for up to RetryFor, with backoff between the attempts. It
+// reports whether it dealt with it (false: ctx ended first).
+func (r *receiver) deliver(ctx context.Context, rec *guard.Record) bool {
 	o := &r.n.opts
 	giveUp := o.Now().Add(o.RetryFor)
 	backoff := o.BackoffMin
 	for attempt := 1; ; attempt++ {
 		a, err := o.Store.Approval(ctx, rec.Approval)
-		if errors.Is(err, guard.ErrNotFound) {
-			return
-		}
-		if err == nil {
-			if a.State != guard.ApprovalPending || !o.Now().Before(a.ExpiresAt) {
-				return // decided, withdrawn or expired: nothing to ask for
+		switch {
+		case errors.Is(err, guard.ErrNotFound):
+			return true
+		case err != nil:
+			// The database's trouble, not the receiver's.
+			if ctx.Err() == nil {
+				r.log.Warn("notify: cannot read the held call; trying again", "approval", rec.Approval, "err", err)
 			}
+		case a.State != guard.ApprovalPending || !o.Now().Before(a.ExpiresAt):
+			return true // decided, withdrawn or expired: nothing to ask for
+		default:
 			giveUp = minTime(giveUp, a.ExpiresAt)
 			err = r.post(ctx, announcement(rec, a, o.BaseURL))
+			if ctx.Err() != nil {
+				return false
+			}
+			if err == nil {
+				r.sent.Add(1)
+				r.delivered(rec)
+				return true
+			}
+			r.failures.Add(1)
+			r.failed(rec, err, attempt)
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			r.sent.Add(1)
-			r.delivered(rec)
-			return
-		}
-		r.failures.Add(1)
-		r.failed(rec, err, attempt)
 		wait := jitter(backoff)
 		backoff = min(2*backoff, o.BackoffMax)
 		if !o.Now().Add(wait).Before(giveUp) {
 			r.givenUp.Add(1)
 			r.gaveUp(rec, err, attempt)
-			return
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 	}

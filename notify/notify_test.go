@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,7 +175,10 @@ func TestASlowReceiverDelaysOnlyItself(t *testing.T) {
 	b := hold(t, db, "write_note")
 	for receive(t, slowGot, "the next announcement") != b.ID {
 	}
-	for len(Problems(events(t, db))) != 0 {
+	if id := receive(t, fastGot, "the next announcement to the fast receiver"); id != b.ID {
+		t.Fatalf("announced %s, held %s", id, b.ID)
+	}
+	for len(Problems(events(t, db))) != 0 || n.Stats()[1].Sent != 2 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
