@@ -225,7 +225,32 @@ const (
 	cursorEvery = time.Second
 	// gather lets commits gather once woken by one.
 	gather = 20 * time.Millisecond
+	// recentApprovals is how many approvals a receiver's follower
+	// remembers having announced, so that another round of a held call
+	// naming the same approval is not announced twice.
+	recentApprovals = 4096
 )
+
+// recent is a set of the last ids added, up to a bound.
+type recent struct {
+	ids  map[string]bool
+	ring []string
+	next int
+}
+
+func newRecent(n int) *recent { return &recent{ids: map[string]bool{}, ring: make([]string, n)} }
+
+// add adds id and reports whether it was not in the set.
+func (r *recent) add(id string) bool {
+	if r.ids[id] {
+		return false
+	}
+	delete(r.ids, r.ring[r.next])
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.ids[id] = true
+	return true
+}
 
 // receiver delivers to one webhook.
 type receiver struct {
@@ -255,6 +280,7 @@ func (r *receiver) follow(ctx context.Context) {
 	var mu sync.Mutex
 	inFlight := map[int64]bool{}
 	ended := make(chan struct{}, 1)
+	seen := newRecent(recentApprovals)
 	var wg sync.WaitGroup
 	// low is how far the receiver is done with: before the oldest
 	// announcement in flight, else what was read.
@@ -302,7 +328,7 @@ func (r *receiver) follow(ctx context.Context) {
 				if room == 0 {
 					break
 				}
-				if IsHold(rec) {
+				if IsHold(rec) && seen.add(rec.Approval) {
 					room--
 					mu.Lock()
 					inFlight[rec.Seq] = true
@@ -394,6 +420,10 @@ func (r *receiver) deliver(ctx context.Context, rec *guard.Record) bool {
 			}
 		case a.State != guard.ApprovalPending || !o.Now().Before(a.ExpiresAt):
 			return true // decided, withdrawn or expired: nothing to ask for
+		case a.CallID != "" && a.CallID != rec.CallID:
+			// A retry of the held call, told that it waits on the
+			// approval the first call made: announced with that one.
+			return true
 		default:
 			giveUp = minTime(giveUp, a.ExpiresAt)
 			err = r.post(ctx, announcement(rec, a, o.BaseURL))
