@@ -80,7 +80,8 @@ func (c *cluster) holder() *replica {
 }
 
 // Two replicas on one database announce each hold once, whichever of
-// them held the call: the one holding the lease "notify" announces for
+// them held the call, and a call made again on the other replica is not
+// announced again: the one holding the lease "notify" announces for
 // both. When it stops, the other takes over and announces the holds that
 // follow, still once each.
 func TestAHoldIsAnnouncedOnceByTheReplicas(t *testing.T) {
@@ -106,6 +107,11 @@ func TestAHoldIsAnnouncedOnceByTheReplicas(t *testing.T) {
 		id := hold(r, "held on "+r.name)
 		hook.wait(t, id)
 		ids = append(ids, id)
+	}
+	// The client calls again, reaching the other replica: told it waits
+	// on the same approval, which is not announced again.
+	if again := hold(c.replicas[1], "held on "+c.replicas[0].name); again != ids[0] {
+		t.Fatalf("the call made again waits on %s, not %s", again, ids[0])
 	}
 	if err := first.serve.Stop(); err != nil {
 		t.Fatalf("stopping %s: %v", first.name, err)
