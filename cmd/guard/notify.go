@@ -7,6 +7,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/notify"
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -37,9 +38,14 @@ func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
 // problemsSince is how far back the UI looks for failed deliveries.
 const problemsSince = 24 * time.Hour
 
-// deliveryProblems lists, for the UI's Pending page, the receivers whose
-// latest delivery event in the audit log (from any process) is a failure.
-func deliveryProblems(db *store.DB) func(ctx context.Context) ([]string, error) {
+// deliveryProblems lists, for the UI's Pending page, the configured
+// receivers whose latest delivery event in the audit log (from any
+// process) is a failure.
+func deliveryProblems(db *store.DB, receivers []policy.Notify) func(ctx context.Context) ([]string, error) {
+	configured := map[string]bool{}
+	for _, r := range receivers {
+		configured[r.Label()] = true
+	}
 	return func(ctx context.Context) ([]string, error) {
 		var events []*guard.Record
 		err := db.QueryRecords(ctx, guard.KindEvent, store.Filter{Since: time.Now().Add(-problemsSince)}, func(r *guard.Record) error {
@@ -53,7 +59,9 @@ func deliveryProblems(db *store.DB) func(ctx context.Context) ([]string, error) 
 		}
 		var lines []string
 		for _, p := range notify.Problems(events) {
-			lines = append(lines, p.String())
+			if configured[p.Receiver] {
+				lines = append(lines, p.String())
+			}
 		}
 		return lines, nil
 	}

@@ -34,7 +34,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 	}
 	var undelivered func(context.Context) ([]string, error)
 	if len(st.Config.Notify) > 0 {
-		undelivered = deliveryProblems(db)
+		undelivered = deliveryProblems(db, st.Config.Notify)
 	}
 	ui, err := web.New(web.Options{
 		Store:        db,
