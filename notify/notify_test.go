@@ -332,7 +332,7 @@ func TestSlackMessageShape(t *testing.T) {
 			t.Errorf("the blocks lack %q:\n%s", want, all)
 		}
 	}
-	if strings.Contains(all, "<table>") || strings.Contains(all, "& co") {
+	if strings.Contains(all, "<table>") || strings.Contains(all, "& co") || strings.Contains(text, "<table>") || strings.Contains(text, "& co") {
 		t.Errorf("mrkdwn not escaped:\n%s", all)
 	}
 }

@@ -77,7 +77,7 @@ func SlackMessage(h *Hold) *Slack {
 		fields[i].Text = cut(fields[i].Text, slackFieldMax)
 	}
 	return &Slack{
-		Text: cut(fmt.Sprintf("%s (by %s) waits for a decision until %s: %s", h.Server+" / "+h.Tool, orDash(who),
+		Text: cut(fmt.Sprintf("%s (by %s) waits for a decision until %s: %s", escape(h.Server+" / "+h.Tool), escape(orDash(who)),
 			h.Expires.Format("15:04 MST"), h.URL), slackTextMax),
 		Blocks: []Block{
 			{Type: "header", Text: &Text{Type: "plain_text", Text: cut(title, slackHeaderMax)}},
