@@ -18,6 +18,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
 )
 
 // Hold is what an announcement says of a held call: the body of the json
@@ -185,6 +186,39 @@ type Problem struct {
 	Error    string
 	Time     time.Time
 	Approval string
+}
+
+// History reads delivery events back from the audit log (store.DB).
+type History interface {
+	// QueryRecords calls fn for each record of a kind matching f,
+	// newest first.
+	QueryRecords(ctx context.Context, kind string, f store.Filter, fn func(*guard.Record) error) error
+}
+
+// Undelivered returns the receivers among those given whose latest
+// delivery event since a time, recorded by any process, is a failure.
+func Undelivered(ctx context.Context, h History, since time.Time, receivers []policy.Notify) ([]Problem, error) {
+	var events []*guard.Record
+	err := h.QueryRecords(ctx, guard.KindEvent, store.Filter{Since: since}, func(r *guard.Record) error {
+		if r.Method == Method {
+			events = append(events, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("delivery events: %w", err)
+	}
+	configured := map[string]bool{}
+	for _, r := range receivers {
+		configured[r.Label()] = true
+	}
+	var out []Problem
+	for _, p := range Problems(events) {
+		if configured[p.Receiver] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // Problems reduces delivery events (records of method Method, newest

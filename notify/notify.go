@@ -59,6 +59,7 @@ type Store interface {
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
 	// AppendAsync appends records to the audit log.
 	AppendAsync(recs ...*guard.Record) <-chan error
+	History
 }
 
 // LeaseName is the lease the announcing process holds.
@@ -273,6 +274,7 @@ func (r *receiver) follow(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	r.resume(ctx)
 	read, wrote := cursor, time.Time{}
 	// inFlight holds the announcements being delivered, by seq; one
 	// leaves it once dealt with (delivered, given up, no longer
@@ -368,6 +370,26 @@ func (r *receiver) follow(ctx context.Context) {
 		}
 	}
 }
+
+// resume takes up the receiver's state as the log last recorded it: a
+// receiver another process (or this one before a restart) recorded as
+// failing is said to have recovered at its next delivery.
+func (r *receiver) resume(ctx context.Context) {
+	ps, err := Undelivered(ctx, r.n.opts.Store, r.n.opts.Now().Add(-ProblemsFor), []policy.Notify{r.cfg})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("notify: cannot read the receiver's last deliveries", "err", err)
+		}
+		return
+	}
+	r.mu.Lock()
+	r.down = len(ps) > 0
+	r.mu.Unlock()
+}
+
+// ProblemsFor is how far back the delivery events are read: a failure
+// older than that is no longer shown.
+const ProblemsFor = 24 * time.Hour
 
 // cursor reads the receiver's cursor, trying again until ctx ends; a
 // receiver new to the database starts where the log ended when the

@@ -102,6 +102,19 @@ func receive(t *testing.T, got <-chan string, what string) string {
 	}
 }
 
+// eventually waits until cond holds, or fails after 20s saying what it
+// waited for.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // events returns the delivery events of the log, newest first.
 func events(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
@@ -142,13 +155,10 @@ func TestASlowReceiverDelaysOnlyItself(t *testing.T) {
 	receive(t, slowGot, "the slow receiver's first attempt")
 	// It gives up: a given_up event after a failing one.
 	var evs []*guard.Record
-	for {
+	eventually(t, "the announcement given up", func() bool {
 		evs = events(t, db)
-		if len(Problems(evs)) == 1 && Problems(evs)[0].State == GivenUp {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(Problems(evs)) == 1 && Problems(evs)[0].State == GivenUp
+	})
 	p := Problems(evs)[0]
 	if p.Receiver != slowR.Label() || p.Approval != a.ID || p.Error != "no answer in time" {
 		t.Fatalf("problem: %+v", p)
@@ -178,9 +188,7 @@ func TestASlowReceiverDelaysOnlyItself(t *testing.T) {
 	if id := receive(t, fastGot, "the next announcement to the fast receiver"); id != b.ID {
 		t.Fatalf("announced %s, held %s", id, b.ID)
 	}
-	for len(Problems(events(t, db))) != 0 || n.Stats()[1].Sent != 2 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, "the receiver recovered", func() bool { return len(Problems(events(t, db))) == 0 && n.Stats()[1].Sent == 2 })
 	stop()
 	stats := n.Stats()
 	if len(stats) != 2 || stats[0].Receiver != slowR.Label() || stats[0].GivenUp != 1 || stats[0].Failures < 2 || stats[0].Sent != 1 ||
@@ -403,4 +411,48 @@ func TestARetryOfAHeldCallIsNotAnnouncedAgain(t *testing.T) {
 	if ids := drained(got); len(ids) != 1 || ids[0] != b.ID {
 		t.Fatalf("announced %v after the restart; want %s once (the retry's approval: %s)", ids, b.ID, a.ID)
 	}
+}
+
+// A failure another process recorded (or this one before a restart) is
+// cleared by the next delivery: the receiver is said to have recovered.
+func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
+	db := openDB(t)
+	var mu sync.Mutex
+	status := http.StatusServiceUnavailable
+	url, got := receiverServer(t, func(w http.ResponseWriter, _ []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.WriteHeader(status)
+	})
+	r := policy.Notify{Webhook: url, Format: policy.NotifyJSON, Secret: "k"}
+	undelivered := func() []Problem {
+		t.Helper()
+		db.CaughtUp(context.Background())
+		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []policy.Notify{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	_, stop := start(t, db, "one", Options{RetryFor: 100 * time.Millisecond}, r)
+	a := hold(t, db, "delete_note")
+	receive(t, got, "the first attempt")
+	eventually(t, "the announcement given up", func() bool { ps := undelivered(); return len(ps) == 1 && ps[0].State == GivenUp })
+	if ps := undelivered(); len(ps) != 1 || ps[0].Receiver != r.Label() || ps[0].Approval != a.ID || ps[0].Error != "the receiver answered 503 Service Unavailable" {
+		t.Fatalf("undelivered: %+v", ps)
+	}
+	stop()
+	// Only the receivers configured now are named.
+	if ps, _ := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), nil); len(ps) != 0 {
+		t.Fatalf("undelivered, of no receiver: %+v", ps)
+	}
+
+	mu.Lock()
+	status = http.StatusNoContent
+	mu.Unlock()
+	start(t, db, "two", Options{}, r)
+	b := hold(t, db, "write_note")
+	for receive(t, got, "the announcement after the restart") != b.ID {
+	}
+	eventually(t, "the failure cleared", func() bool { return len(undelivered()) == 0 })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
@@ -35,34 +34,16 @@ func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
 		count(func(s notify.Stat) uint64 { return s.GivenUp }))
 }
 
-// problemsSince is how far back the UI looks for failed deliveries.
-const problemsSince = 24 * time.Hour
-
 // deliveryProblems lists, for the UI's Pending page, the configured
 // receivers whose latest delivery event in the audit log (from any
 // process) is a failure.
 func deliveryProblems(db *store.DB, receivers []policy.Notify) func(ctx context.Context) ([]string, error) {
-	configured := map[string]bool{}
-	for _, r := range receivers {
-		configured[r.Label()] = true
-	}
 	return func(ctx context.Context) ([]string, error) {
-		var events []*guard.Record
-		err := db.QueryRecords(ctx, guard.KindEvent, store.Filter{Since: time.Now().Add(-problemsSince)}, func(r *guard.Record) error {
-			if r.Method == notify.Method {
-				events = append(events, r)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
+		ps, err := notify.Undelivered(ctx, db, time.Now().Add(-notify.ProblemsFor), receivers)
+		lines := make([]string, len(ps))
+		for i, p := range ps {
+			lines[i] = p.String()
 		}
-		var lines []string
-		for _, p := range notify.Problems(events) {
-			if configured[p.Receiver] {
-				lines = append(lines, p.String())
-			}
-		}
-		return lines, nil
+		return lines, err
 	}
 }
