@@ -73,6 +73,8 @@ type Config struct {
 	}
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
+	// Notify lists the receivers that new holds are announced to.
+	Notify []Notify
 	// PublicURL is the address clients and browsers use to reach guard
 	// when something stands in front of it (a load balancer, a TLS
 	// terminator): scheme and host, without a trailing slash; "" when
@@ -585,6 +587,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"clients":        func(n *yaml.Node) error { return p.clients(n, &c.Clients) },
 		"auth":           func(n *yaml.Node) error { return p.auth(n, &c.Auth) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
+		"notify":         func(n *yaml.Node) error { return p.notify(n, &c.Notify) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"keys":     p.list(&c.Redact.Keys),

@@ -77,6 +77,11 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if s.opts.Undelivered != nil {
+		if v.Undelivered, err = s.opts.Undelivered(r.Context()); err != nil {
+			s.log.Warn("the deliveries of announcements could not be read", "err", err)
+		}
+	}
 	s.page(w, r, pageData{Title: "Pending", Page: "pending"}, len(v.Cards), pendingPage(v))
 }
 

@@ -88,6 +88,9 @@ type pendingView struct {
 	CSRF        string
 	Named       bool
 	AllowAlways bool
+	// Undelivered says which receivers of the announcements of new holds
+	// are failing (the page alone shows it, not its live fragment).
+	Undelivered []string
 }
 
 func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, error) {

@@ -140,6 +140,10 @@ type Options struct {
 	// ActivityLimit is how many calls the activity page shows by default
 	// (default 100).
 	ActivityLimit int
+	// Undelivered lists the receivers of the announcements of new
+	// holds (notify:) whose last delivery failed, for a line on the
+	// Pending page; nil shows none.
+	Undelivered func(ctx context.Context) ([]string, error)
 }
 
 // Server is the UI: an http.Handler. Call Run for live updates.

@@ -32,6 +32,10 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		logger.Error("approval UI not served", "err", err)
 		return
 	}
+	var undelivered func(context.Context) ([]string, error)
+	if len(st.Config.Notify) > 0 {
+		undelivered = deliveryProblems(db, st.Config.Notify)
+	}
 	ui, err := web.New(web.Options{
 		Store:        db,
 		Decider:      holds,
@@ -40,6 +44,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		PublicOrigin: st.Config.PublicURL,
 		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
 		Explain:      explain(ctx, engine, db),
+		Undelivered:  undelivered,
 		Logger:       logger.With("component", "ui"),
 	})
 	if err != nil {
