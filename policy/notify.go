@@ -104,6 +104,3 @@ func webhookShown(s string) string {
 	}
 	return u.Scheme + "://" + u.Host + "/…"
 }
-
-// loopbackHost reports whether a URL's host is this machine.
-func loopbackHost(host string) bool { return LoopbackAddr(host + ":0") }
