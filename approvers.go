@@ -127,6 +127,31 @@ func Approvals(reviews []ApprovalReview) int {
 	return n
 }
 
+// MayReview refuses, with an error that says why and who may decide, a
+// review of a by a person the approval's rules do not allow: the caller
+// whose call is held, an unverified identity (via "") where Approvers
+// need verified ones, someone outside its groups and users, or someone
+// who reviewed it already. It does not look at a's state.
+func (a *Approval) MayReview(by Identity, via string) error {
+	switch {
+	case by.Same(a.Requester):
+		return fmt.Errorf("%w: %s made this call, and cannot decide on it: someone else must", ErrNotApprover, by.Name())
+	case a.Approvers.Verified() && via == "":
+		return fmt.Errorf("%w: this call needs %s, and %q is a typed name, not a verified identity: log in to the UI through the identity provider, or with a passkey",
+			ErrNotApprover, a.Approvers, by.Name())
+	case !a.Approvers.Allows(by):
+		return fmt.Errorf("%w: %s may not decide on this call; %s may", ErrNotApprover, by.Name(), a.Approvers.Who())
+	}
+	for _, r := range a.Reviews {
+		if r.By.Same(by) {
+			left := a.Approvers.Needed() - Approvals(a.Reviews)
+			return fmt.Errorf("%w: %s approved this call at %s, and counts once; it needs %d more approval(s) from someone else",
+				ErrAlreadyReviewed, by.Name(), r.Time.UTC().Format(time.RFC3339), left)
+		}
+	}
+	return nil
+}
+
 // Errors a review is refused with. The error wrapping one says why, and
 // who may decide.
 var (

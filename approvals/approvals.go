@@ -75,14 +75,19 @@ func New(st Store, opts Options) *Manager {
 
 // Hold stores a held call, or returns the pending approval of an identical
 // call (same server, tool and arguments) that the client retried while it
-// was still open.
+// was still open. An identical call by another authenticated caller gets
+// an approval of its own: the people who decide on one caller's call may
+// include the other, who must not decide on their own.
 func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
 	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
-		if m.opts.Now().Before(p.ExpiresAt) {
+		switch {
+		case p.Requester.Subject != a.Requester.Subject:
+		case m.opts.Now().Before(p.ExpiresAt):
 			return p, true, nil
-		}
-		if _, err := m.st.EndApproval(ctx, p.ID, guard.ApprovalExpired, ExpiredReason); err != nil {
-			m.opts.Logger.Error("an expired approval could not be ended", "approval", p.ID, "err", err)
+		default:
+			if _, err := m.st.EndApproval(ctx, p.ID, guard.ApprovalExpired, ExpiredReason); err != nil {
+				m.opts.Logger.Error("an expired approval could not be ended", "approval", p.ID, "err", err)
+			}
 		}
 	} else if !errors.Is(err, guard.ErrNotFound) {
 		return nil, false, fmt.Errorf("hold: %w", err)

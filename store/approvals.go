@@ -223,7 +223,7 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 		if a.State != guard.ApprovalPending {
 			return nil, alreadyDecided(a)
 		}
-		if err := mayReview(a, by, via); err != nil {
+		if err := a.MayReview(by, via); err != nil {
 			return nil, err
 		}
 		rv = guard.ApprovalReview{By: by, Via: via, Approve: approve, Reason: reason, Time: db.opts.Now().UTC()}
@@ -255,28 +255,6 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 		a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by.Name(), reason, rv.Time, ""
 	}
 	return a, nil
-}
-
-// mayReview refuses a review that a's rules do not allow, saying who may
-// decide.
-func mayReview(a *guard.Approval, by guard.Identity, via string) error {
-	switch {
-	case by.Same(a.Requester):
-		return fmt.Errorf("%w: %s made this call, and cannot decide on it: someone else must", guard.ErrNotApprover, by.Name())
-	case a.Approvers.Verified() && via == "":
-		return fmt.Errorf("%w: this call needs %s, and %q is a typed name, not a verified identity: log in to the UI through the identity provider, or with a passkey",
-			guard.ErrNotApprover, a.Approvers, by.Name())
-	case !a.Approvers.Allows(by):
-		return fmt.Errorf("%w: %s may not decide on this call; %s may", guard.ErrNotApprover, by.Name(), a.Approvers.Who())
-	}
-	for _, r := range a.Reviews {
-		if r.By.Same(by) {
-			left := a.Approvers.Needed() - guard.Approvals(a.Reviews)
-			return fmt.Errorf("%w: %s approved this call at %s, and counts once; it needs %d more approval(s) from someone else",
-				guard.ErrAlreadyReviewed, by.Name(), r.Time.UTC().Format(time.RFC3339), left)
-		}
-	}
-	return nil
 }
 
 // applyReview stores a review recorded as record, and the approval's
