@@ -244,10 +244,12 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 	}, func(ctx context.Context) (bool, error) {
 		return db.applyReview(ctx, a, rv, state, rec.ID)
 	})
-	if errors.Is(err, guard.ErrAlreadyDecided) {
+	switch {
+	case errors.Is(err, guard.ErrAlreadyDecided):
 		return a, err
-	}
-	if err != nil {
+	case errors.Is(err, guard.ErrNotApprover), errors.Is(err, guard.ErrAlreadyReviewed):
+		return nil, err // says why, for the person refused
+	case err != nil:
 		return nil, fmt.Errorf("review %s: %w", id, err)
 	}
 	a.Reviews = append(a.Reviews, rv)

@@ -690,14 +690,12 @@ func rulesOf(a *guard.Approval, sess session) rulesView {
 }
 
 // refusalText is a refused review's error for people: without the
-// sentinel's words that lead it.
+// sentinel's words that lead it (the name it starts with, if it does, is
+// left as written).
 func refusalText(err error) string {
 	t := err.Error()
 	for _, p := range []string{guard.ErrNotApprover.Error() + ": ", guard.ErrAlreadyReviewed.Error() + ": "} {
 		t = strings.TrimPrefix(t, p)
 	}
-	if t == "" {
-		return t
-	}
-	return strings.ToUpper(t[:1]) + t[1:] + "."
+	return t + "."
 }
