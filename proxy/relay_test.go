@@ -39,12 +39,13 @@ type harnessOpts struct {
 	server   func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) // default: the example server
 	recorder Recorder                                                        // default: the store
 	wait     time.Duration
-	raw      bool           // read guard's output as lines (no go-sdk client)
-	pending  int            // MaxPending
-	ignore   bool           // IgnoreBadSchemas
-	quiet    bool           // discard guard's log
-	refresh  time.Duration  // RefreshTimeout
-	caller   guard.Identity // Caller: who the front authenticated
+	raw      bool          // read guard's output as lines (no go-sdk client)
+	pending  int           // MaxPending
+	ignore   bool          // IgnoreBadSchemas
+	quiet    bool          // discard guard's log
+	refresh  time.Duration // RefreshTimeout
+
+	caller guard.Identity // Caller: who the front authenticated
 }
 
 // testOptions are relay options over a new database in t's temporary
