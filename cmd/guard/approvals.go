@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	commands["approvals"] = command{summary: "list, approve and deny held calls: approvals list|approve|deny", run: cmdApprovals}
+	commands["approvals"] = command{summary: "list, show, approve and deny held calls: approvals list|show|approve|deny", run: cmdApprovals}
 }
 
 func cmdApprovals(ctx context.Context, a *app, args []string) int {
