@@ -61,9 +61,18 @@ func TestTwoApproversRequired(t *testing.T) {
 		t.Fatalf("a refused review was recorded: %+v", got[0])
 	}
 
+	_, before, err := db.CountApprovals(ctx, guard.ApprovalPending)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "looks right", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Pages that watch the pending calls see a review that leaves one
+	// pending.
+	if n, after, err := db.CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 || after == before {
+		t.Fatalf("pending after a review: %d %q (before %q) %v", n, after, before, err)
 	}
 	if a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.DecidedBy != "" {
 		t.Fatalf("after one approval of two: %+v", a)
