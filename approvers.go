@@ -134,7 +134,7 @@ func Approvals(reviews []ApprovalReview) int {
 // who reviewed it already. It does not look at a's state.
 func (a *Approval) MayReview(by Identity, via string) error {
 	switch {
-	case by.Same(a.Requester):
+	case by.Same(a.Caller):
 		return fmt.Errorf("%w: %s made this call, and cannot decide on it: someone else must", ErrNotApprover, by.Name())
 	case a.Approvers.Verified() && via == "":
 		return fmt.Errorf("%w: this call needs %s, and %q is a typed name, not a verified identity: log in to the UI through the identity provider, or with a passkey",

@@ -321,9 +321,13 @@ type Approval struct {
 	// CallID is the held call's id: the approval's own id unless the call
 	// was held before (after its tool's review). Empty for approvals
 	// stored before it was kept; ID stands for it then.
-	CallID        string
-	Session       string
-	Client        string
+	CallID  string
+	Session string
+	Client  string
+	// Caller is who the front authenticated for the held call's
+	// session, zero where no one did: the records of its decision name
+	// it, as the call's own records do.
+	Caller        Identity
 	Server        string
 	Tool          string
 	Arguments     string // complete JSON text
@@ -340,12 +344,9 @@ type Approval struct {
 	DecidedAt     time.Time
 	UsedAt        time.Time
 	// Approvers says who may decide and how many must approve; the
-	// verdict that held the call gave it (zero: anyone, once).
+	// verdict that held the call gave it (zero: anyone, once). Whoever
+	// they allow, the Caller cannot decide on their own call.
 	Approvers Approvers
-	// Requester is who made the held call, as the front authenticated
-	// them: they cannot decide on it. Zero where no one authenticated
-	// (a stdio client).
-	Requester Identity
 	// Reviews are the people's approvals and denials so far, oldest
 	// first; DecidedBy is the one whose review decided.
 	Reviews []ApprovalReview

@@ -81,7 +81,7 @@ func New(st Store, opts Options) *Manager {
 func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
 	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
 		switch {
-		case p.Requester.Subject != a.Requester.Subject:
+		case p.Caller.Subject != a.Caller.Subject:
 		case m.opts.Now().Before(p.ExpiresAt):
 			return p, true, nil
 		default:

@@ -38,7 +38,7 @@ func TestAHoldCarriesItsApproversAndItsCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Rule != "sre-deletes" || a.Approvers.Groups[0] != "sre" || a.Requester.Subject != "agent-7" || a.Requester.Email != "dev@example.com" {
+	if a.Rule != "sre-deletes" || a.Approvers.Groups[0] != "sre" || a.Caller.Subject != "agent-7" || a.Caller.Email != "dev@example.com" {
 		t.Fatalf("held: %+v", a)
 	}
 	if _, err := h.holds.Review(ctx, id, approvals.Reviewer{Identity: caller, Via: guard.ViaOIDC}, true, "", nil); !errors.Is(err, guard.ErrNotApprover) {

@@ -127,7 +127,7 @@ func (h *held) store() bool {
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
 		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
-		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Requester: s.opts.Caller,
+		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
 	if err != nil {
 		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
@@ -227,7 +227,7 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 // call it is), nor when its approvers need verified identities, which an
 // answer from the client is not.
 func decidableInBand(a *guard.Approval) bool {
-	return a.Requester.IsZero() && !a.Approvers.Verified()
+	return a.Caller.IsZero() && !a.Approvers.Verified()
 }
 
 // settle acts on the decision.

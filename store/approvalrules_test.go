@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ var (
 func ruledApproval(id string, count int) *guard.Approval {
 	a := heldApproval(id)
 	a.Approvers = guard.Approvers{Groups: []string{"sre"}, Count: count}
-	a.Requester = requester
+	a.Caller = requester
 	return a
 }
 
@@ -103,7 +104,7 @@ func TestTwoApproversRequired(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.State != guard.ApprovalApproved || a.Approvers.Count != 2 || !slices.Equal(a.Approvers.Groups, []string{"sre"}) ||
-		a.Requester.Subject != requester.Subject || len(a.Reviews) != 2 {
+		a.Caller.Subject != requester.Subject || len(a.Reviews) != 2 {
 		t.Fatalf("stored: %+v", a)
 	}
 	first, second := a.Reviews[0], a.Reviews[1]
@@ -181,7 +182,7 @@ func TestPlainApprovalStaysOneTypedName(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	a := heldApproval("a1")
-	a.Requester = guard.Identity{Subject: "alice"}
+	a.Caller = guard.Identity{Subject: "alice"}
 	if err := db.CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +263,44 @@ func TestConcurrentReviewsCountExactly(t *testing.T) {
 		t.Fatalf("records: %d approvals, %d first reviews; want %d of each", approved, partial, rounds)
 	}
 	verifyOK(t, dbs[0])
+}
+
+// A database of the version before approval rules is read by the
+// read-only commands as it is (no caller, approvers nor reviews), and a
+// writable open upgrades it.
+func TestReadOnlyBeforeApprovalRules(t *testing.T) {
+	sqliteOnly(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "guard.db")
+	db := openDB(t, path)
+	if err := db.CreateApproval(ctx, heldApproval("a1")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := rawDB(t, path).Exec(`DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject;
+		ALTER TABLE approvals DROP COLUMN user_email; ALTER TABLE approvals DROP COLUMN user_groups;
+		ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
+		DELETE FROM schema_migrations WHERE version >= 15`); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := ro.Approvals(ctx, "")
+	if err != nil || len(list) != 1 || list[0].ID != "a1" || !list[0].Approvers.IsZero() || !list[0].Caller.IsZero() {
+		t.Fatalf("listed: %+v %v", list, err)
+	}
+	if a, err := ro.Approval(ctx, "a1"); err != nil || a.State != guard.ApprovalPending {
+		t.Fatalf("one: %+v %v", a, err)
+	}
+	if n, _, err := ro.CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 {
+		t.Fatalf("count: %d %v", n, err)
+	}
+	ro.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+		t.Fatalf("after the upgrade: %v", err)
+	}
 }

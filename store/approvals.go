@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -18,25 +19,35 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- approvers, requester, reviews`
+ user_subject, user_email, user_groups, approvers, reviews`
+
+// approvalSelect is what reads approvalColumns from this database: one a
+// read-only open found before the approval rules migration has no
+// caller, approvers nor reviews (they read as none).
+func (db *DB) approvalSelect() string {
+	if db.noRules {
+		return `SELECT ` + strings.Replace(approvalColumns, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
+	}
+	return `SELECT ` + approvalColumns
+}
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
-	var created, expires, decided, used, approvers, requester string
+	var created, expires, decided, used, groups, approvers string
 	var reviews int64
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used, &a.CallID, &approvers, &requester, &reviews)
+		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews)
 	if err != nil {
 		return nil, err
 	}
 	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
 	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
+	if err := unmarshalIf(groups, &a.Caller.Groups); err != nil {
+		return nil, fmt.Errorf("caller's groups of %s: %w", a.ID, err)
+	}
 	if err := unmarshalIf(approvers, &a.Approvers); err != nil {
 		return nil, fmt.Errorf("approvers of %s: %w", a.ID, err)
-	}
-	if err := unmarshalIf(requester, &a.Requester); err != nil {
-		return nil, fmt.Errorf("requester of %s: %w", a.ID, err)
 	}
 	return &a, nil
 }
@@ -58,15 +69,15 @@ func marshalIf(v any, zero bool) string {
 	return string(b)
 }
 
-// CreateApproval stores a held call, with who may approve it and who made
+// CreateApproval stores a held call, with who made it and who may approve
 // it.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
-		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID,
-		marshalIf(a.Approvers, a.Approvers.IsZero()), marshalIf(a.Requester, a.Requester.IsZero()))
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
+		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()))
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -85,7 +96,7 @@ type queryer interface {
 }
 
 func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
-	a, err := scanApproval(q.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id).Scan)
+	a, err := scanApproval(q.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals WHERE id = ?`, id).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("approval %s: %w", id, guard.ErrNotFound)
 	}
@@ -103,6 +114,9 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 // clause over approval_reviews) and adds each to the approval of returns,
 // in order.
 func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
+	if db.noRules {
+		return nil
+	}
 	rows, err := q.QueryContext(ctx, `SELECT approval, subject, email, user_groups, via, decision, reason, at
 		FROM approval_reviews `+where+` ORDER BY approval, n`, args...)
 	if err != nil {
@@ -128,7 +142,7 @@ func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, 
 
 // Approvals lists approvals in a state ("" for all), oldest first.
 func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	rows, err := db.r.QueryContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE ? = '' OR state = ? ORDER BY created_at, id`, state, state)
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
@@ -157,11 +171,16 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 }
 
 // CountApprovals counts the approvals in a state and names the newest
-// (its creation time and id, and how many reviews they all had):
+// (how many reviews they all had, then its creation time and id; "" for
+// none):
 // together they change whenever one is added to the state, leaves it, or
 // is reviewed, without reading any approval.
 func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
-	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(created_at || ' ' || id), '') || ' ' || CAST(COALESCE(SUM(reviews), 0) AS TEXT)
+	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
+	if db.noRules {
+		reviews = ""
+	}
+	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END
 		FROM approvals WHERE state = ?`, state).Scan(&n, &newest)
 	if err != nil {
 		return 0, "", fmt.Errorf("count approvals: %w", err)
@@ -384,7 +403,7 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 		return nil, fmt.Errorf("consume approval: %w", err)
 	}
 	defer tx.Rollback()
-	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	a, err := scanApproval(tx.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
 		AND expires_at > ? ORDER BY created_at LIMIT 1`,
 		server, tool, digest, pin, policyVersion, fmtTime(now)).Scan)
@@ -408,7 +427,7 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 // PendingApproval returns the newest pending approval of a call of this
 // shape, or an error wrapping guard.ErrNotFound.
 func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error) {
-	a, err := scanApproval(db.r.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
+	a, err := scanApproval(db.r.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending'
 		ORDER BY created_at DESC LIMIT 1`, server, tool, digest).Scan)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -169,7 +169,7 @@ func reviewRecord(a *guard.Approval, rv guard.ApprovalReview, state string) *gua
 		decision = ""
 	}
 	r := approvalRecord(a, decision, rv.By.Name(), rv.Reason, rv.Time)
-	if a.Approvers.IsZero() && a.Requester.IsZero() && rv.Via == "" && rv.By.Email == "" && len(rv.By.Groups) == 0 {
+	if a.Approvers.IsZero() && a.Caller.IsZero() && rv.Via == "" && rv.By.Email == "" && len(rv.By.Groups) == 0 {
 		return r
 	}
 	d := approvalDetail(a)
@@ -181,8 +181,8 @@ func reviewRecord(a *guard.Approval, rv guard.ApprovalReview, state string) *gua
 	if rv.Via != "" {
 		d["via"] = rv.Via
 	}
-	if !a.Requester.IsZero() {
-		d["requester"] = a.Requester.Name()
+	if !a.Caller.IsZero() {
+		d["requester"] = a.Caller.Name()
 	}
 	if !a.Approvers.IsZero() {
 		d["approvers"] = a.Approvers

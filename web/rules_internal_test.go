@@ -16,7 +16,7 @@ func TestCardFollowsTheSessionsVerifiedIdentity(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	a := &guard.Approval{ID: "a1", Server: "db", Tool: "write_rows", State: guard.ApprovalPending, Rule: "prod-writes",
 		Approvers: guard.Approvers{Groups: []string{"sre"}, Users: []string{"root@example.com"}, Count: 2},
-		Requester: guard.Identity{Subject: "agent-7", Email: "dev@example.com"},
+		Caller:    guard.Identity{Subject: "agent-7", Email: "dev@example.com"},
 		Reviews: []guard.ApprovalReview{{By: guard.Identity{Subject: "u-alice", Email: "alice@example.com", Groups: []string{"sre"}},
 			Via: guard.ViaOIDC, Approve: true, Time: at}},
 		CreatedAt: at, ExpiresAt: at.Add(time.Hour)}

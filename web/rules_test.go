@@ -26,7 +26,7 @@ func TestATypedNameCannotDecideAnApprovalWithRules(t *testing.T) {
 	a := e.holdWith(&guard.Approval{ID: id, Server: "db", Tool: "write_rows", Arguments: `{"table":"orders"}`, Rule: "prod-writes",
 		HeldReason: "writes to production", Client: "agent/1.0",
 		Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 2},
-		Requester: guard.Identity{Subject: "agent-7", Email: "dev@example.com"}})
+		Caller:    guard.Identity{Subject: "agent-7", Email: "dev@example.com"}})
 	if _, err := e.m.Review(context.Background(), a.ID, sreAlice, true, "checked the table", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestATypedNameCannotDecideAnApprovalWithRules(t *testing.T) {
 func TestTheRequesterCannotApproveTheirOwnCall(t *testing.T) {
 	e := newEnv(t)
 	a := e.holdWith(&guard.Approval{Server: "files", Tool: "delete_file", Arguments: `{"path":"/tmp/a"}`, Rule: "default",
-		HeldReason: "destructive tool", Requester: guard.Identity{Subject: "dana"}})
+		HeldReason: "destructive tool", Caller: guard.Identity{Subject: "dana"}})
 	own := e.login("dana")
 	_, body := own.get("/")
 	if !strings.Contains(body, "dana made this call, and cannot decide on it: someone else must.") || !strings.Contains(body, "data-own") {

@@ -662,12 +662,8 @@ func (r reviewLine) HowVerified() string {
 	return "verified (" + r.Via + ")"
 }
 
-// ShowsRules says whether there is anything of the approval's rules to
-// show beyond today's one decision by anyone.
-func (v rulesView) ShowsRules() bool { return v.Needs != "" || v.Requester != "" || len(v.Reviews) > 0 }
-
 func rulesOf(a *guard.Approval, sess session) rulesView {
-	v := rulesView{Requester: a.Requester.Name(), Verified: a.Approvers.Verified()}
+	v := rulesView{Requester: a.Caller.Name(), Verified: a.Approvers.Verified()}
 	if !a.Approvers.IsZero() {
 		v.Needs = a.Approvers.String()
 	}
@@ -677,7 +673,7 @@ func rulesOf(a *guard.Approval, sess session) rulesView {
 	}
 	if a.State == guard.ApprovalPending {
 		v.Waiting = approvals.Waiting(a)
-		v.Own = sess.user.Same(a.Requester)
+		v.Own = sess.user.Same(a.Caller)
 		if !sess.user.IsZero() {
 			if err := a.MayReview(sess.user, sess.via); err != nil {
 				v.Refusal = refusalText(err)

@@ -51,8 +51,8 @@ func lineOf(x *guard.Approval) approvalLine {
 		DecidedBy: x.DecidedBy, Reason: x.Reason, Created: rfc3339(x.CreatedAt), Expires: rfc3339(x.ExpiresAt),
 		Decided: rfc3339(x.DecidedAt), Used: rfc3339(x.UsedAt), Reviews: x.Reviews,
 		Approvals: guard.Approvals(x.Reviews), Needed: x.Approvers.Needed()}
-	if !x.Requester.IsZero() {
-		l.Requester = &x.Requester
+	if !x.Caller.IsZero() {
+		l.Requester = &x.Caller
 	}
 	if !x.Approvers.IsZero() {
 		l.Approvers = &x.Approvers
@@ -140,8 +140,8 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 	row("held by", x.Rule+": "+x.HeldReason)
 	row("held at", rfc3339(x.CreatedAt))
 	row("expires", rfc3339(x.ExpiresAt))
-	if !x.Requester.IsZero() {
-		row("requested by", x.Requester.Name()+" (cannot decide on it)")
+	if !x.Caller.IsZero() {
+		row("requested by", x.Caller.Name()+" (cannot decide on it)")
 	}
 	if !x.Approvers.IsZero() {
 		row("needs", x.Approvers.String()+", each a verified identity")

@@ -27,7 +27,7 @@ func TestApprovalsWithRulesFromTheCommandLine(t *testing.T) {
 	if err := db.CreateApproval(context.Background(), &guard.Approval{ID: "held-1", CallID: "held-1", Session: "s1", Server: "db",
 		Tool: "write_rows", Arguments: `{"table":"orders"}`, Digest: "sha256:1", State: guard.ApprovalPending, Rule: "prod-writes",
 		HeldReason: "writes to production", CreatedAt: now, ExpiresAt: now.Add(time.Hour),
-		Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 2}, Requester: guard.Identity{Subject: "agent-7", Email: "dev@example.com"}}); err != nil {
+		Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 2}, Caller: guard.Identity{Subject: "agent-7", Email: "dev@example.com"}}); err != nil {
 		t.Fatal(err)
 	}
 	alice := guard.Identity{Subject: "u-alice", Email: "alice@example.com", Groups: []string{"sre"}}

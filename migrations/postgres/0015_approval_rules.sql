@@ -1,13 +1,17 @@
--- Approval rules: who may approve a held call and how many distinct
--- people must (approvers, guard.Approvers as JSON; '' is anyone, once),
--- who made the call (requester, guard.Identity as JSON; '' where no one
--- authenticated), and each person's review of it. reviews counts them on
--- the approval's row, so that a review that leaves the call pending
--- changes the row too: replicas waiting on it and open pages hear of it
--- (approvals_notify). A person reviews a call once (the primary key); n
+-- Approval rules. A held call keeps who made it: the caller the front
+-- authenticated (user_subject, not user, a reserved word here; email;
+-- groups as a JSON array), all empty where no one did; they cannot
+-- decide on it. approvers says who may approve it and how many distinct
+-- people must (guard.Approvers as JSON; '' is anyone, once). reviews
+-- counts the reviews on the approval's row, so that a review that leaves
+-- the call pending changes the row too: replicas waiting on it and open
+-- pages hear of it (approvals_notify). approval_reviews holds each
+-- person's review: a person reviews a call once (the primary key), n
 -- orders the reviews, and no two reviews of a call take one place.
+ALTER TABLE approvals ADD COLUMN user_subject TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN user_email TEXT COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN user_groups TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE approvals ADD COLUMN approvers TEXT COLLATE "C" NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN requester TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE approvals ADD COLUMN reviews BIGINT NOT NULL DEFAULT 0;
 
 CREATE TABLE approval_reviews (

@@ -1,9 +1,12 @@
--- Approval rules (see PostgreSQL's 0015): who may approve a held call and
--- how many distinct people must (approvers, JSON; '' is anyone, once),
--- who made the call (requester, JSON; '' where no one authenticated), and
--- each person's review of it.
+-- Approval rules (see PostgreSQL's 0015): who made a held call (the
+-- caller the front authenticated: subject, email and groups as a JSON
+-- array, all empty where no one did), who may approve it and how many
+-- distinct people must (approvers, JSON; '' is anyone, once), how many
+-- reviews it has had, and each person's review of it.
+ALTER TABLE approvals ADD COLUMN user_subject TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN user_email TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN user_groups TEXT NOT NULL DEFAULT '';
 ALTER TABLE approvals ADD COLUMN approvers TEXT NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN requester TEXT NOT NULL DEFAULT '';
 ALTER TABLE approvals ADD COLUMN reviews INTEGER NOT NULL DEFAULT 0;
 
 CREATE TABLE approval_reviews (
