@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,5 +80,25 @@ func TestApprovalsWithRulesFromTheCommandLine(t *testing.T) {
 	}
 	if _, errOut, code := run(t, dir, "approvals", "show", "nope"); code != exitFailure || !strings.Contains(errOut, "no held call with id nope") {
 		t.Fatalf("show nope: %d %s", code, errOut)
+	}
+}
+
+// guard policy check lists what a rule's approval needs.
+func TestPolicyCheckShowsApprovers(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "guard.yaml")
+	if err := os.WriteFile(cfg, []byte("policy:\n  rules:\n    - {name: prod-writes, tool: \"write_*\", action: approve, approvers: {groups: [sre], count: 2}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, dir, "policy", "check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "approve (2 approvals from members of sre)") {
+		t.Fatalf("policy check: %d %s %s", code, out, errOut)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("policy:\n  rules:\n    - {name: a, action: approve, approvers: {count: 0}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, dir, "policy", "check", "--config", bad); code != exitUsage || !strings.Contains(errOut, bad+`:3: "0" is not a positive whole number`) {
+		t.Fatalf("policy check of a bad count: %d %s", code, errOut)
 	}
 }

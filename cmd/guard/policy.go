@@ -75,7 +75,7 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		if r.When != "" {
 			when = r.When
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, r.Action, when, from)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, ruleAction(r), when, from)
 	}
 	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
 	tw.Flush()
@@ -204,4 +204,13 @@ func printChanges(a *app, summary string) {
 	for line := range strings.SplitSeq(summary, "\n") {
 		fmt.Fprintf(a.stdout, "  %s\n", line)
 	}
+}
+
+// ruleAction is a rule's action as policy check lists it: with, for one
+// that holds calls under approvers, what their approval needs.
+func ruleAction(r policy.Rule) string {
+	if r.Approvers.IsZero() {
+		return r.Action
+	}
+	return r.Action + " (" + r.Approvers.String() + ")"
 }
