@@ -304,3 +304,41 @@ func TestReadOnlyBeforeApprovalRules(t *testing.T) {
 		t.Fatalf("after the upgrade: %v", err)
 	}
 }
+
+// A review whose record cannot be written is refused and counts for
+// nothing: neither the first of two approvals, nor the one that would
+// approve the call.
+func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "g.db")
+	db := openDB(t, path)
+	defer db.Close()
+	ctx := context.Background()
+	if err := db.CreateApproval(ctx, ruledApproval("a1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	cure := poison(t, path)
+	bad := rec(1, guard.KindRequest)
+	bad.Tool = "poison"
+	if err := db.Append(bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	if _, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAuditWrite) {
+		t.Fatalf("a review with no audit log: %v", err)
+	}
+	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 {
+		t.Fatalf("the approval changed: %+v", a)
+	}
+	cure()
+	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	if a, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); err != nil || a.State != guard.ApprovalApproved {
+		t.Fatalf("after recovery: %+v %v", a, err)
+	}
+	if got := recordsOf(t, db, guard.KindDecision); len(got) != 2 || got[1].DecidedBy != "bob@example.com" {
+		t.Fatalf("decision records: %+v", got)
+	}
+	verifyOK(t, db)
+}
