@@ -63,11 +63,13 @@ func lineOf(x *guard.Approval) approvalLine {
 	return l
 }
 
+// rfc3339 writes a time as the audit records do (RFC 3339, UTC,
+// milliseconds); "" for none.
 func rfc3339(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC().Format(time3339ms)
 }
 
 // approvalsNeeds is the NEEDS column of approvals list: approvals so far
