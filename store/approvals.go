@@ -172,9 +172,8 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 
 // CountApprovals counts the approvals in a state and names the newest
 // (how many reviews they all had, then its creation time and id; "" for
-// none):
-// together they change whenever one is added to the state, leaves it, or
-// is reviewed, without reading any approval.
+// none): together they change whenever one is added to the state, leaves
+// it, or is reviewed, without reading any approval.
 func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
 	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
 	if db.noRules {

@@ -248,7 +248,7 @@ const (
 
 // needName sends a person who has not given a name to the name form.
 func (s *Server) needName(w http.ResponseWriter, r *http.Request, sess session, back string) bool {
-	if sess.name != "" {
+	if sess.named() {
 		return false
 	}
 	s.sessions.setFlash(sess.key, "Give your name first: it is recorded with every decision.")
@@ -294,7 +294,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			// once the approval is known to be still pending: an
 			// approval someone denies meanwhile leaves no rule.
 			before = func(a *guard.Approval) error {
-				ruleErr = s.opts.AllowAlways(a, sess.name)
+				ruleErr = s.opts.AllowAlways(a, sess.user.Name())
 				return ruleErr
 			}
 			reason = "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on"
@@ -329,7 +329,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				msg += ": your approval is recorded; the call waits for " + more
 			}
 			s.sessions.setFlash(sess.key, msg+".")
-			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.name, "always", act == actionApproveAlways)
+			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.user.Name(), "via", sess.via, "always", act == actionApproveAlways)
 		}
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	}

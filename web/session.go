@@ -28,6 +28,10 @@ type session struct {
 	seen  time.Time
 }
 
+// named reports whether the session knows who decides: a name was given,
+// or a login verified who it is (which needs no typed name).
+func (s session) named() bool { return s.name != "" || s.via != "" }
+
 // reviewer is who decides in this session, as approvals see them.
 func (s session) reviewer() approvals.Reviewer {
 	return approvals.Reviewer{Identity: s.user, Via: s.via}

@@ -98,7 +98,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	}
 	tools := map[string]map[string]guard.Tool{}
 	now := s.opts.Now()
-	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.name != "",
+	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.named(),
 		AllowAlways: s.opts.AllowAlways != nil}
 	for _, a := range list {
 		byName, ok := tools[a.Server]
