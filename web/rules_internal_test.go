@@ -42,13 +42,13 @@ func TestCardFollowsTheSessionsVerifiedIdentity(t *testing.T) {
 		}
 		html := strings.ReplaceAll(b.String(), "&#34;", `"`)
 		if tc.refusal == "" {
-			if strings.Contains(html, `data-role="refusal"`) || !strings.Contains(html, `<div class="actions">`) {
+			if !strings.Contains(html, `data-role="refusal" hidden></p>`) || !strings.Contains(html, `<div class="actions">`) {
 				t.Errorf("%s: no buttons: %s", tc.name, html)
 			}
 		} else if !strings.Contains(html, tc.refusal) || !strings.Contains(html, `<div class="actions" hidden>`) {
 			t.Errorf("%s: want the refusal %q and no buttons: %s", tc.name, tc.refusal, html)
 		}
-		for _, want := range []string{"2 approvals from members of sre, or root@example.com", "<strong>alice@example.com</strong> approved",
+		for _, want := range []string{"2 approvals from members of sre, or root@example.com", "<strong>alice@example.com</strong> approved at", "(verified by the identity provider; groups sre)",
 			"1 more approval from members of sre, or root@example.com", `data-role="requester">dev@example.com`} {
 			if !strings.Contains(html, want) {
 				t.Errorf("%s: missing %q", tc.name, want)

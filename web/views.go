@@ -649,6 +649,14 @@ func (r reviewLine) Verb() string {
 	return "denied"
 }
 
+// Note says how guard knew who the person was, and their groups.
+func (r reviewLine) Note() string {
+	if r.Groups == "" {
+		return r.HowVerified()
+	}
+	return r.HowVerified() + "; groups " + r.Groups
+}
+
 // HowVerified says how guard knew who the person was.
 func (r reviewLine) HowVerified() string {
 	switch r.Via {
