@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
@@ -341,4 +342,34 @@ func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 		t.Fatalf("decision records: %+v", got)
 	}
 	verifyOK(t, db)
+}
+
+// The audit report names the review that decided a held call, not the
+// first of the approvals it needed.
+func TestAReportNamesTheReviewThatDecided(t *testing.T) {
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	start := time.Now().Add(-time.Minute)
+	a := ruledApproval("a1", 2)
+	if err := db.Append(&guard.Record{CallID: a.CallID, Kind: guard.KindRequest, Server: a.Server, Method: "tools/call",
+		Tool: a.Tool, Decision: guard.DecisionHeld, DecidedBy: a.Rule, Approval: a.ID, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []guard.Identity{alice, bob} {
+		if _, err := db.ReviewApproval(ctx, "a1", who, guard.ViaOIDC, true, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.caughtUp(ctx)
+	act, err := db.Activity(ctx, start, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(act.Approvals) != 1 || act.Approvals[0].Verdict != HeldApproved || act.Approvals[0].DecidedBy != "bob@example.com" {
+		t.Fatalf("held calls: %+v", act.Approvals)
+	}
 }
