@@ -58,3 +58,23 @@ func TestAHoldCarriesItsApproversAndItsCaller(t *testing.T) {
 		}
 	}
 }
+
+// The person at the client is asked in band only about a call they may
+// decide: not when the front authenticated the caller (their own call),
+// nor when its approvers need verified identities.
+func TestDecidableInBand(t *testing.T) {
+	for _, tc := range []struct {
+		a    guard.Approval
+		want bool
+	}{
+		{guard.Approval{}, true},
+		{guard.Approval{Approvers: guard.Approvers{Count: 1}}, true},
+		{guard.Approval{Caller: guard.Identity{Subject: "agent-7"}}, false},
+		{guard.Approval{Approvers: guard.Approvers{Count: 2}}, false},
+		{guard.Approval{Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 1}}, false},
+	} {
+		if got := decidableInBand(&tc.a); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.a, got, tc.want)
+		}
+	}
+}
