@@ -25,11 +25,11 @@ func (a Approvers) IsZero() bool { return len(a.Groups) == 0 && len(a.Users) == 
 // Needed is how many distinct people must approve: Count, at least one.
 func (a Approvers) Needed() int { return max(a.Count, 1) }
 
-// Verified reports whether only verified identities (an OIDC login, a
+// NeedsVerified reports whether only verified identities (an OIDC login, a
 // passkey) may decide: whenever a says who may, or asks for more than one
 // approval. A typed name proves nothing about who typed it, so it can
 // neither count as one of several people nor stand for a member of a group.
-func (a Approvers) Verified() bool { return !a.IsZero() }
+func (a Approvers) NeedsVerified() bool { return !a.IsZero() }
 
 // Allows reports whether id may decide under a: anyone when a names no
 // groups and no users, else a member of one of its groups, or one of its
@@ -136,7 +136,7 @@ func (a *Approval) MayReview(by Identity, via string) error {
 	switch {
 	case by.Same(a.Caller):
 		return fmt.Errorf("%w: %s made this call, and cannot decide on it: someone else must", ErrNotApprover, by.Name())
-	case a.Approvers.Verified() && via == "":
+	case a.Approvers.NeedsVerified() && via == "":
 		return fmt.Errorf("%w: this call needs %s, and %q is a typed name, not a verified identity: log in to the UI through the identity provider, or with a passkey",
 			ErrNotApprover, a.Approvers, by.Name())
 	case !a.Approvers.Allows(by):

@@ -228,9 +228,6 @@ type Reviewer struct {
 // Named is the reviewer of a typed name: unverified.
 func Named(name string) Reviewer { return Reviewer{Identity: guard.Identity{Subject: name}} }
 
-// Verified reports whether the reviewer's identity was verified.
-func (r Reviewer) Verified() bool { return r.Via != "" }
-
 // Decide records a person's decision, by a name as typed (see Review). A
 // denial needs a reason. A hold past its expiry is expired, not decided.
 func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {

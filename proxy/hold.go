@@ -227,7 +227,7 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 // call it is), nor when its approvers need verified identities, which an
 // answer from the client is not.
 func decidableInBand(a *guard.Approval) bool {
-	return a.Caller.IsZero() && !a.Approvers.Verified()
+	return a.Caller.IsZero() && !a.Approvers.NeedsVerified()
 }
 
 // settle acts on the decision.

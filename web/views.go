@@ -671,7 +671,7 @@ func (r reviewLine) HowVerified() string {
 }
 
 func rulesOf(a *guard.Approval, sess session) rulesView {
-	v := rulesView{Requester: a.Caller.Name(), Verified: a.Approvers.Verified()}
+	v := rulesView{Requester: a.Caller.Name(), Verified: a.Approvers.NeedsVerified()}
 	if !a.Approvers.IsZero() {
 		v.Needs = a.Approvers.String()
 	}
