@@ -83,7 +83,8 @@ func TestApprovalsWithRulesFromTheCommandLine(t *testing.T) {
 	}
 }
 
-// guard policy check lists what a rule's approval needs.
+// guard policy check lists what a rule's approval needs, and policy test
+// says what a call's would.
 func TestPolicyCheckShowsApprovers(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "guard.yaml")
@@ -93,6 +94,10 @@ func TestPolicyCheckShowsApprovers(t *testing.T) {
 	out, errOut, code := run(t, dir, "policy", "check", "--config", cfg)
 	if code != 0 || !strings.Contains(out, "approve (2 approvals from members of sre)") {
 		t.Fatalf("policy check: %d %s %s", code, out, errOut)
+	}
+	out, errOut, code = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"db","tool":"write_rows","args":{}}`)
+	if code != 0 || !strings.Contains(out, "needs:    2 approvals from members of sre, each a verified identity") {
+		t.Fatalf("policy test: %d %s %s", code, out, errOut)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("policy:\n  rules:\n    - {name: a, action: approve, approvers: {count: 0}}\n"), 0o600); err != nil {
