@@ -326,7 +326,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				msg += ", and allowed this tool from now on"
 			}
 			if more := approvals.Waiting(d); d.State == guard.ApprovalPending && more != "" {
-				msg += ": your approval is recorded; the call waits for " + more
+				msg = "Your approval of " + d.Server + "/" + d.Tool + " (" + d.ID + ") is recorded: the call waits for " + more
 			}
 			s.sessions.setFlash(sess.key, msg+".")
 			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.user.Name(), "via", sess.via, "always", act == actionApproveAlways)

@@ -77,7 +77,7 @@ func TestVerifiedSessionsReviewThroughTheUI(t *testing.T) {
 		t.Fatalf("the caller's own approval: %d %q", w.Code, flash(own))
 	}
 	if w := post(t, s, alice, "/approvals/a1/approve"); w.Code != http.StatusSeeOther ||
-		flash(alice) != "Approved db/write_rows (a1): your approval is recorded; the call waits for 1 more approval from members of sre, each a verified identity." {
+		flash(alice) != "Your approval of db/write_rows (a1) is recorded: the call waits for 1 more approval from members of sre, each a verified identity." {
 		t.Fatalf("the first approval: %d %q", w.Code, flash(alice))
 	}
 	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.Reviews[0].Via != guard.ViaOIDC {
