@@ -92,3 +92,34 @@ func TestApproversErrorsNameFileAndLine(t *testing.T) {
 		}
 	}
 }
+
+// A change of a rule's or a server's approvers is a change of the
+// configuration, named as such; NeedVerified says where approvals take
+// verified identities only.
+func TestApproversInChangesAndNeedVerified(t *testing.T) {
+	cur, err := Parse([]byte(approversConfig), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := Parse([]byte(strings.NewReplacer("count: 2", "count: 3", "users: [alice@example.com, bob]", "users: [alice@example.com]").
+		Replace(approversConfig)), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(Changes(cur, next, nil, nil, false), "\n")
+	for _, want := range []string{`rule "prod-writes" changed (c.yaml:8): approve tools/call server=db tool=write_* needing 3 approvals from members of sre, or carol@example.com, was approve tools/call server=db tool=write_* needing 2 approvals`,
+		"servers.db: approvers changed"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("changes: missing %q in\n%s", want, got)
+		}
+	}
+	var where []string
+	for _, e := range cur.NeedVerified() {
+		where = append(where, e.Error())
+	}
+	want := []string{`c.yaml:8: rule "prod-writes" holds calls for 2 approvals from members of sre, or carol@example.com, each a verified identity`,
+		`c.yaml:4: server "db" holds calls for 1 approval from alice@example.com, bob, each a verified identity`}
+	if !slices.Equal(where, want) {
+		t.Fatalf("need verified:\n%s\nwant\n%s", strings.Join(where, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -161,6 +161,8 @@ type Server struct {
 	// Approvers says who may approve this server's held calls, and how
 	// many must, where the rule that holds a call says nothing of it.
 	Approvers guard.Approvers
+	// approversAt is where Approvers was written (file and line).
+	approversAt ConfigError
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -600,7 +602,10 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"output":            p.enum(&s.Output, "enforce", "warn"),
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
 			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
-			"approvers":         p.approvers(&s.Approvers),
+			"approvers": func(n *yaml.Node) error {
+				s.approversAt = ConfigError{File: p.file, Line: n.Line}
+				return p.approvers(&s.Approvers)(n)
+			},
 		})
 		if err != nil {
 			return err
@@ -911,4 +916,33 @@ func (p *parser) names(dst *[]string, what string) func(*yaml.Node) error {
 		}
 		return nil
 	}
+}
+
+// NeedVerified lists where the configuration asks for approvers that take
+// verified identities only (groups, users, or a count above one), with
+// what each needs: approving those calls takes people logged in to the UI
+// through the identity provider or with a passkey, and without such a
+// login they can only expire.
+func (c *Config) NeedVerified() []*ConfigError {
+	var out []*ConfigError
+	for _, r := range c.Policy.Rules {
+		if r.Approvers.NeedsVerified() {
+			out = append(out, &ConfigError{File: r.File, Line: r.Line,
+				Problem: fmt.Sprintf("rule %q holds calls for %s, each a verified identity", r.Name, r.Approvers)})
+		}
+	}
+	names := make([]string, 0, len(c.Servers))
+	for name := range c.Servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		s := c.Servers[name]
+		if s.Approvers.NeedsVerified() {
+			e := s.approversAt
+			e.Problem = fmt.Sprintf("server %q holds calls for %s, each a verified identity", name, s.Approvers)
+			out = append(out, &e)
+		}
+	}
+	return out
 }

@@ -92,7 +92,8 @@ func TestPolicyCheckShowsApprovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := run(t, dir, "policy", "check", "--config", cfg)
-	if code != 0 || !strings.Contains(out, "approve (2 approvals from members of sre)") {
+	if code != 0 || !strings.Contains(out, "approve (2 approvals from members of sre)") ||
+		!strings.Contains(out, cfg+`:3: rule "prod-writes" holds calls for 2 approvals from members of sre, each a verified identity`) {
 		t.Fatalf("policy check: %d %s %s", code, out, errOut)
 	}
 	out, errOut, code = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"db","tool":"write_rows","args":{}}`)

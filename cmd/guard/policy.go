@@ -82,6 +82,12 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
 	}
+	if need := st.Config.NeedVerified(); len(need) > 0 {
+		fmt.Fprintln(a.stdout, "\napprovals that take verified identities only (a login to the UI through the identity provider, or a passkey; not a typed name, nor approvals approve --by):")
+		for _, e := range need {
+			fmt.Fprintf(a.stdout, "  %s\n", e)
+		}
+	}
 	checkIsolation(a, st)
 	if len(st.Config.Limits) > 0 {
 		fmt.Fprintln(a.stdout, "\nrate limits (after the rules, before approval):")
