@@ -44,6 +44,8 @@ type harnessOpts struct {
 	ignore   bool          // IgnoreBadSchemas
 	quiet    bool          // discard guard's log
 	refresh  time.Duration // RefreshTimeout
+
+	caller guard.Identity // Caller: who the front authenticated
 }
 
 // testOptions are relay options over a new database in t's temporary
@@ -90,6 +92,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 		opts.Recorder = ho.recorder
 	}
 	opts.MaxPending, opts.IgnoreBadSchemas, opts.RefreshTimeout = ho.pending, ho.ignore, ho.refresh
+	opts.Caller = ho.caller
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()

@@ -150,7 +150,8 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats()}, nil
+	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
+		noRules: v.Int64 < approvalRulesMigration}, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its

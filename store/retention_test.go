@@ -583,6 +583,8 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	db.Close()
 	if _, err := rawDB(t, path).Exec(`DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
 		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
+		DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject; ALTER TABLE approvals DROP COLUMN user_email;
+		ALTER TABLE approvals DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}

@@ -14,22 +14,24 @@ import (
 )
 
 func init() {
-	commands["approvals"] = command{summary: "list, approve and deny held calls: approvals list|approve|deny", run: cmdApprovals}
+	commands["approvals"] = command{summary: "list, show, approve and deny held calls: approvals list|show|approve|deny", run: cmdApprovals}
 }
 
 func cmdApprovals(ctx context.Context, a *app, args []string) int {
-	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
+	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | show ID | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
 		return status
 	}
 	switch args[0] {
 	case "list":
 		return approvalsList(ctx, a, args[1:])
+	case "show":
+		return approvalsShow(ctx, a, args[1:])
 	case "approve":
 		return approvalsDecide(ctx, a, args[1:], true)
 	case "deny":
 		return approvalsDecide(ctx, a, args[1:], false)
 	}
-	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, approve, deny)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, show, approve, deny)\n", args[0])
 	return exitUsage
 }
 
@@ -76,19 +78,19 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetEscapeHTML(false)
 		for _, x := range list {
-			_ = enc.Encode(x)
+			_ = enc.Encode(lineOf(x))
 		}
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tARGUMENTS")
+	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tAPPROVALS\tARGUMENTS")
 	for _, x := range list {
 		left := "-"
 		if x.State == guard.ApprovalPending {
 			left = guard.HumanDuration(x.ExpiresAt.Sub(now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
-			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), clip(x.Arguments, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
+			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), approvalsNeeds(x), clip(x.Arguments, 60))
 	}
 	tw.Flush()
 	return exitOK
@@ -140,6 +142,10 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 	case err != nil:
 		fmt.Fprintf(a.stderr, "guard approvals %s: %v\n", verb, err)
 		return exitFailure
+	}
+	if x.State == guard.ApprovalPending {
+		fmt.Fprintf(a.stdout, "%s: your approval of %s on %s is recorded; it waits for %s\n", x.ID, x.Tool, x.Server, approvals.Waiting(x))
+		return exitOK
 	}
 	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
 	return exitOK
