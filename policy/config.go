@@ -201,6 +201,9 @@ type Server struct {
 	// upstream credentials by exchanging the caller's access token; nil:
 	// Headers are the credentials.
 	TokenExchange *TokenExchange
+	// Approvers says who may approve this server's held calls, and how
+	// many must, where the rule that holds a call says nothing of it.
+	Approvers guard.Approvers
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -230,9 +233,13 @@ type Rule struct {
 	// email); with Groups, a caller in one of them.
 	Users  []string
 	Groups []string
-	File   string
-	Line   int
-	prog   *condition // When, compiled
+	// Approvers says who may approve the calls the rule holds, and how
+	// many must (action approve only; zero: the server's, else anyone,
+	// once).
+	Approvers guard.Approvers
+	File      string
+	Line      int
+	prog      *condition // When, compiled
 }
 
 // ConfigError is a problem in a configuration file, with its place.
@@ -646,6 +653,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
 			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
 			"token_exchange":    func(n *yaml.Node) error { return p.tokenExchange(n, &s.TokenExchange) },
+			"approvers":         p.approvers(&s.Approvers),
 		})
 		if err != nil {
 			return err
@@ -678,13 +686,17 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 				r.When, r.prog = n.Value, prog
 				return nil
 			},
-			"action": p.enum(&r.Action, "allow", "deny", "approve"),
-			"reason": p.str(&r.Reason),
-			"users":  p.nonEmptyList(&r.Users, "users"),
-			"groups": p.nonEmptyList(&r.Groups, "groups"),
+			"action":    p.enum(&r.Action, "allow", "deny", "approve"),
+			"reason":    p.str(&r.Reason),
+			"users":     p.nonEmptyList(&r.Users, "users"),
+			"groups":    p.nonEmptyList(&r.Groups, "groups"),
+			"approvers": p.approvers(&r.Approvers),
 		})
 		if err != nil {
 			return err
+		}
+		if !r.Approvers.IsZero() && r.Action != guard.ActionApprove {
+			return p.errf(e, "rule %q: approvers apply to action approve only", r.Name)
 		}
 		if r.Name == "" {
 			return p.errf(e, "a rule needs a name")
@@ -909,4 +921,49 @@ func (p *parser) clients(n *yaml.Node, dst *[]Client) error {
 		*dst = append(*dst, c)
 	}
 	return nil
+}
+
+// approvers reads who may approve a held call, and how many must:
+// {groups: [sre], users: [alice@example.com], count: 2}. Users are
+// subjects or emails. A count no one can reach (more than the users
+// named, with no group) is refused.
+func (p *parser) approvers(dst *guard.Approvers) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		var a guard.Approvers
+		if err := p.mapping(n, map[string]func(*yaml.Node) error{
+			"groups": p.names(&a.Groups, "groups"),
+			"users":  p.names(&a.Users, "users"),
+			"count":  p.count(&a.Count),
+		}); err != nil {
+			return err
+		}
+		if a.Count == 0 {
+			a.Count = 1
+		}
+		if len(a.Groups) == 0 && len(a.Users) > 0 && a.Count > len(a.Users) {
+			return p.errf(n, "approvers: count %d, but only %d users may approve and no groups are named", a.Count, len(a.Users))
+		}
+		*dst = a
+		return nil
+	}
+}
+
+// names reads a list of non-empty names, each once: groups, users.
+func (p *parser) names(dst *[]string, what string) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind != yaml.SequenceNode {
+			return p.errf(n, "%s: expected a list, like [sre]", what)
+		}
+		for _, e := range n.Content {
+			v := strings.TrimSpace(e.Value)
+			if e.Kind != yaml.ScalarNode || v == "" {
+				return p.errf(e, "%s: expected a name", what)
+			}
+			if slices.Contains(*dst, v) {
+				return p.errf(e, "%s: %q is listed twice", what, v)
+			}
+			*dst = append(*dst, v)
+		}
+		return nil
+	}
 }

@@ -29,7 +29,7 @@ var ErrNotEmpty = errors.New("the destination database is not empty")
 // audit log first, then the working tables.
 var copyTables = []string{
 	"records", "tree_hashes", "checkpoints", "call_index",
-	"approvals", "tools", "tool_reviews", "config_changes", "rules_written", "learned_rules",
+	"approvals", "approval_reviews", "tools", "tool_reviews", "config_changes", "rules_written", "learned_rules",
 	"rate_limits", "audit_verifications", "retention_runs", "stream_cursors",
 }
 

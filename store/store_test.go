@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -429,7 +430,7 @@ func FuzzChain(f *testing.F) {
 		// exactly, and says where it ends.
 		frame := appendFrame([]byte("x"), r)
 		back, n, err := readFrame(frame[1:])
-		if err != nil || n != len(frame)-1 || *back != *r {
+		if err != nil || n != len(frame)-1 || !reflect.DeepEqual(back, r) {
 			t.Fatalf("frame round trip: %v %d/%d %+v", err, n, len(frame)-1, back)
 		}
 		if _, _, err := readFrame(frame[1 : len(frame)-1]); !errors.Is(err, errTorn) {

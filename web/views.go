@@ -80,6 +80,7 @@ type cardView struct {
 	ToolReview               bool // held for a review of the tool's definition
 	Created, Expires         time.Time
 	Left                     string
+	Rules                    rulesView
 }
 
 // pendingView is the pending page's list.
@@ -115,7 +116,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now))}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess)}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -504,6 +505,7 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 type callView struct {
 	Call     *store.Call
 	Approval *guard.Approval
+	Rules    rulesView // the approval's rules and reviews
 }
 
 // findCall looks up one invocation by its id.
@@ -616,4 +618,86 @@ func outcomes() []string {
 	return []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
 		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
 		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
+}
+
+// rulesView is what a held call's approval rules show: who made the call
+// (when the front authenticated them), what the approval needs, who has
+// approved so far, who still may, and whether this session's person may
+// decide on it, with why not.
+type rulesView struct {
+	Requester string       // "" where no one authenticated (stdio)
+	Needs     string       // "2 approvals from members of sre"; "" without approvers
+	Verified  bool         // only verified identities may decide
+	Reviews   []reviewLine // oldest first
+	Waiting   string       // what a pending approval still needs
+	Refusal   string       // why this session's person cannot decide; "" when they can
+	Own       bool         // this session's person made the call
+}
+
+// reviewLine is one person's review.
+type reviewLine struct {
+	Who, Via, Groups, Reason string
+	Approve                  bool
+	Time                     time.Time
+}
+
+// Verb is what the person did.
+func (r reviewLine) Verb() string {
+	if r.Approve {
+		return "approved"
+	}
+	return "denied"
+}
+
+// HowVerified says how guard knew who the person was.
+func (r reviewLine) HowVerified() string {
+	switch r.Via {
+	case "":
+		return "typed name, unverified"
+	case guard.ViaOIDC:
+		return "verified by the identity provider"
+	case guard.ViaPasskey:
+		return "verified with a passkey"
+	}
+	return "verified (" + r.Via + ")"
+}
+
+// ShowsRules says whether there is anything of the approval's rules to
+// show beyond today's one decision by anyone.
+func (v rulesView) ShowsRules() bool { return v.Needs != "" || v.Requester != "" || len(v.Reviews) > 0 }
+
+func rulesOf(a *guard.Approval, sess session) rulesView {
+	v := rulesView{Requester: a.Requester.Name(), Verified: a.Approvers.Verified()}
+	if !a.Approvers.IsZero() {
+		v.Needs = a.Approvers.String()
+	}
+	for _, r := range a.Reviews {
+		v.Reviews = append(v.Reviews, reviewLine{Who: r.By.Name(), Via: r.Via, Groups: strings.Join(r.By.Groups, ", "),
+			Reason: r.Reason, Approve: r.Approve, Time: r.Time})
+	}
+	if a.State == guard.ApprovalPending {
+		v.Waiting = approvals.Waiting(a)
+		v.Own = sess.user.Same(a.Requester)
+		if !sess.user.IsZero() {
+			if err := a.MayReview(sess.user, sess.via); err != nil {
+				v.Refusal = refusalText(err)
+			}
+		} else if v.Verified {
+			v.Refusal = "This call needs " + v.Needs + ": log in to the UI through the identity provider, or with a passkey, to decide on it. A typed name cannot."
+		}
+	}
+	return v
+}
+
+// refusalText is a refused review's error for people: without the
+// sentinel's words that lead it.
+func refusalText(err error) string {
+	t := err.Error()
+	for _, p := range []string{guard.ErrNotApprover.Error() + ": ", guard.ErrAlreadyReviewed.Error() + ": "} {
+		t = strings.TrimPrefix(t, p)
+	}
+	if t == "" {
+		return t
+	}
+	return strings.ToUpper(t[:1]) + t[1:] + "."
 }

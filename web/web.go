@@ -39,6 +39,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -98,12 +99,17 @@ type Decider interface {
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 }
 
-// decideWither is a Decider that runs a step of its own with the decision,
-// under its lock, once the approval is known to be pending (approvals.Manager
-// does): "Approve, and allow from now on" writes its rule there.
-type decideWither interface {
-	DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
+// reviewer is a Decider that takes a person's review with their identity
+// and how it was verified, and applies the approval's rules (who may, how
+// many must), running a step of its own with the review that decides,
+// under its lock, once the approval is known to be pending
+// (approvals.Manager does): "Approve, and allow from now on" writes its
+// rule there.
+type reviewer interface {
+	Review(ctx context.Context, id string, by approvals.Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 }
+
+var _ reviewer = (*approvals.Manager)(nil)
 
 // Options configure a Server.
 type Options struct {

@@ -1,0 +1,22 @@
+-- Approval rules (see PostgreSQL's 0015): who may approve a held call and
+-- how many distinct people must (approvers, JSON; '' is anyone, once),
+-- who made the call (requester, JSON; '' where no one authenticated), and
+-- each person's review of it.
+ALTER TABLE approvals ADD COLUMN approvers TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN requester TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN reviews INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE approval_reviews (
+    approval    TEXT NOT NULL,
+    n           INTEGER NOT NULL,
+    subject     TEXT NOT NULL,
+    email       TEXT NOT NULL DEFAULT '',
+    user_groups TEXT NOT NULL DEFAULT '',
+    via         TEXT NOT NULL DEFAULT '',
+    decision    TEXT NOT NULL,
+    reason      TEXT NOT NULL DEFAULT '',
+    at          TEXT NOT NULL,
+    record      TEXT NOT NULL,
+    PRIMARY KEY (approval, subject),
+    UNIQUE (approval, n)
+);
