@@ -23,6 +23,7 @@ type pageData struct {
 	Title string
 	Page  string // pending, changes, activity, tools, call, name
 	Name  string // the approver's name, "" until given
+	Via   string // how the approver's identity was verified, "" for a typed name
 	CSRF  string
 	Flash string
 	Nav   navData
@@ -650,8 +651,11 @@ func (r reviewLine) Verb() string {
 }
 
 // HowVerified says how guard knew who the person was.
-func (r reviewLine) HowVerified() string {
-	switch r.Via {
+func (r reviewLine) HowVerified() string { return viaText(r.Via) }
+
+// viaText says how guard knows who a person is.
+func viaText(via string) string {
+	switch via {
 	case "":
 		return "typed name, unverified"
 	case guard.ViaOIDC:
@@ -659,7 +663,7 @@ func (r reviewLine) HowVerified() string {
 	case guard.ViaPasskey:
 		return "verified with a passkey"
 	}
-	return "verified (" + r.Via + ")"
+	return "verified (" + via + ")"
 }
 
 // ShowsRules says whether there is anything of the approval's rules to

@@ -14,7 +14,9 @@
 // whose replicas share the database) wakes that goroutine at once.
 //
 // Security: a person logs in with the UI token (GET /login?token=...), which
-// is exchanged for a session cookie; every other route needs that session.
+// is exchanged for a session cookie, or through the organisation's identity
+// provider (/login/oidc, see OIDC), as a verified identity; every other
+// route needs that session.
 // Every request's Host header must be on the allowlist (DNS rebinding);
 // every POST and the WebSocket upgrade must come from the page's own
 // Origin, exactly (Referrer-Policy same-origin, so that browsers send a
@@ -33,6 +35,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -118,6 +121,12 @@ type Options struct {
 	// Token is the login token (guard ui url). It is compared in constant
 	// time, and never logged or rendered.
 	Token string
+	// NoTokenLogin turns the token link off (ui.token_login: false): it
+	// answers 403, and people log in through OIDC only.
+	NoTokenLogin bool
+	// OIDC, when set, logs people in through the organisation's identity
+	// provider (/login/oidc), as verified identities.
+	OIDC *OIDC
 	// AllowedHosts are the Host headers the UI answers to, such as
 	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
 	AllowedHosts []string
@@ -155,6 +164,7 @@ type Server struct {
 	hosts    map[string]bool
 	tokenSum [sha256.Size]byte
 	sessions *sessions
+	oidc     *oidcLogin // nil without OIDC
 	hub      *hub
 	mux      *http.ServeMux
 	cop      *http.CrossOriginProtection
@@ -208,6 +218,18 @@ func New(o Options) (*Server, error) {
 	}
 	for _, h := range o.AllowedHosts {
 		s.hosts[strings.ToLower(h)] = true
+	}
+	if o.NoTokenLogin && o.OIDC == nil {
+		return nil, errors.New("web: with the token link off, OIDC is the way in: none is configured")
+	}
+	if o.OIDC != nil {
+		var err error
+		if s.oidc, err = newOIDCLogin(*o.OIDC, o.Now); err != nil {
+			return nil, err
+		}
+		if u, _ := url.Parse(o.OIDC.RedirectURL); !s.hosts[strings.ToLower(u.Host)] {
+			return nil, fmt.Errorf("web: the OIDC redirect URL's host %s is not among the allowed hosts", u.Host)
+		}
 	}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  512,
@@ -264,8 +286,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plainError(w, "Forbidden: this host name is not one the guard UI answers to.", http.StatusForbidden)
 		return
 	}
-	if r.URL.Path == "/login" {
+	switch {
+	case r.URL.Path == "/login":
 		s.login(w, r)
+		return
+	case r.URL.Path == oidcLoginPath && s.oidc != nil:
+		s.oidcStart(w, r)
+		return
+	case r.URL.Path == oidcCallbackPath && s.oidc != nil:
+		s.oidcCallback(w, r)
 		return
 	}
 	sess, ok := s.session(r)
@@ -329,10 +358,17 @@ func (s *Server) secure(r *http.Request) bool {
 func (s *Server) formOriginOK(r *http.Request) bool { return s.originOK(r) }
 
 // login exchanges the token for a session cookie and sends the browser to
-// the pending page, so that the token leaves the address bar.
+// the pending page, so that the token leaves the address bar. With the
+// token link off, it says to log in through the identity provider.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		plainError(w, "Method not allowed.", http.StatusMethodNotAllowed)
+		return
+	}
+	if s.opts.NoTokenLogin {
+		s.log.Warn("ui: login with the token link, which is off")
+		plainError(w, "Forbidden: the token link is off (ui.token_login: false). Log in through the identity provider at "+oidcLoginPath+".",
+			http.StatusForbidden)
 		return
 	}
 	sum := sha256.Sum256([]byte(r.URL.Query().Get("token")))
@@ -341,7 +377,16 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.unauthorized(w, r)
 		return
 	}
-	// A previous session of this browser ends: a new one starts.
+	if _, err := s.newSession(w, r, http.SameSiteStrictMode); err != nil {
+		return
+	}
+	s.log.Info("ui: login")
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// newSession starts a session, ending this browser's previous one, and
+// sets its cookie; it answers the request itself when it fails.
+func (s *Server) newSession(w http.ResponseWriter, r *http.Request, sameSite http.SameSite) (string, error) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		s.sessions.remove(c.Value)
 	}
@@ -349,7 +394,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Error("ui: new session", "err", err)
 		plainError(w, "Internal error: no session could be made.", http.StatusInternalServerError)
-		return
+		return "", err
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -357,10 +402,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		Path:     "/",
 		HttpOnly: true,
 		Secure:   s.secure(r),
-		SameSite: http.SameSiteStrictMode,
+		SameSite: sameSite,
 	})
-	s.log.Info("ui: login")
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	return id, nil
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
@@ -395,7 +439,11 @@ func sessionOf(ctx context.Context) session {
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusUnauthorized)
-	_ = unauthorizedPage().Render(r.Context(), w)
+	var issuer string
+	if s.oidc != nil {
+		issuer = s.oidc.cfg.Issuer
+	}
+	_ = unauthorizedPage(issuer, !s.opts.NoTokenLogin).Render(r.Context(), w)
 }
 
 // plainError answers with a short text, for refusals before any page.

@@ -36,6 +36,8 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		Store:        db,
 		Decider:      holds,
 		Token:        token,
+		NoTokenLogin: !st.Config.UI.TokenLogin,
+		OIDC:         uiOIDC(st.Config, listen),
 		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
 		PublicOrigin: st.Config.PublicURL,
 		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
@@ -69,6 +71,18 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		case <-time.After(takeoverEvery):
 		}
 	}
+}
+
+// uiOIDC is the UI's login through the identity provider, nil when
+// ui.oidc is not configured. The provider sends people back to the UI's
+// address as browsers reach it (uiBase).
+func uiOIDC(c *policy.Config, listen string) *web.OIDC {
+	o := c.UI.OIDC
+	if o.Issuer == "" {
+		return nil
+	}
+	return &web.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
+		GroupsClaim: o.GroupsClaim, RedirectURL: uiBase(c.PublicURL, listen) + "/login/oidc/callback"}
 }
 
 func runUI(ctx context.Context, ui *web.Server, l net.Listener) {
