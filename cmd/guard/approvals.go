@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
 )
 
 func init() {
@@ -131,6 +132,14 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 		return status
 	}
 	defer db.Close()
+	if !st.Config.CLIDecisions() {
+		// A name typed here proves nothing: where the UI needs a verified
+		// identity, anyone who can run guard (a process that stole the UI
+		// token, say) could otherwise decide as anyone.
+		fmt.Fprintf(a.stderr, "guard approvals %s: refused: %s, so decisions need a verified identity and a name typed here is not one; "+
+			"decide in the UI (guard ui url), or set approval.cli: true to allow the command line\n", verb, cliOffBecause(st.Config))
+		return exitFailure
+	}
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
 	x, err := m.Decide(ctx, id, approve, who, *reason)
 	switch {
@@ -143,6 +152,18 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 	}
 	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
 	return exitOK
+}
+
+// cliOffBecause says why the configuration turns command-line decisions
+// off.
+func cliOffBecause(c *policy.Config) string {
+	switch {
+	case c.Approval.CLISet:
+		return "approval.cli is false"
+	case c.UI.Passkey == policy.PasskeyRequired:
+		return "ui.passkey is required"
+	}
+	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"
 }
 
 func currentUser(getenv func(string) string) string {
