@@ -24,9 +24,11 @@ type pageData struct {
 	Page  string // pending, changes, activity, tools, call, name
 	Name  string // the approver's name, "" until given
 	Via   string // how the approver's identity was verified, "" for a typed name
-	CSRF  string
-	Flash string
-	Nav   navData
+	// Passkey says that every decision needs the approver's passkey.
+	Passkey bool
+	CSRF    string
+	Flash   string
+	Nav     navData
 	// Verify is the last scheduled verification of the audit log when it
 	// failed (a banner on every page), else nil.
 	Verify *store.Verification

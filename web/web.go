@@ -127,6 +127,9 @@ type Options struct {
 	// OIDC, when set, logs people in through the organisation's identity
 	// provider (/login/oidc), as verified identities.
 	OIDC *OIDC
+	// Passkeys, when set, make every decision need the approver's
+	// passkey (ui.passkey: required).
+	Passkeys *Passkeys
 	// AllowedHosts are the Host headers the UI answers to, such as
 	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
 	AllowedHosts []string
@@ -165,6 +168,7 @@ type Server struct {
 	tokenSum [sha256.Size]byte
 	sessions *sessions
 	oidc     *oidcLogin // nil without OIDC
+	passkeys *passkeys  // nil without passkeys
 	hub      *hub
 	mux      *http.ServeMux
 	cop      *http.CrossOriginProtection
@@ -231,6 +235,15 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("web: the OIDC redirect URL's host %s is not among the allowed hosts", u.Host)
 		}
 	}
+	if o.Passkeys != nil {
+		var err error
+		if s.passkeys, err = newPasskeys(*o.Passkeys, o.Now); err != nil {
+			return nil, err
+		}
+		if u, _ := url.Parse(o.Passkeys.Origin); !s.hosts[strings.ToLower(u.Host)] {
+			return nil, fmt.Errorf("web: the passkeys' origin %s is not among the allowed hosts", o.Passkeys.Origin)
+		}
+	}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  512,
 		WriteBufferSize: 1024,
@@ -268,6 +281,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /fragments/tools", s.toolsFragment)
 	m.HandleFunc("GET /fragments/nav", s.navFragment)
 	m.HandleFunc("GET /ws", s.serveWS)
+	if s.passkeys != nil {
+		m.HandleFunc("POST "+passkeyChallenge, s.passkeyChallengeFor)
+	}
 	m.Handle("GET /static/", s.static)
 	s.mux = m
 }
@@ -296,6 +312,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == oidcCallbackPath && s.oidc != nil:
 		s.oidcCallback(w, r)
 		return
+	case s.passkeys != nil && (r.URL.Path == passkeyEnrollPath || r.URL.Path == passkeyBeginPath || r.URL.Path == passkeyFinishPath):
+		s.passkeyEnrolmentRoute(w, r)
+		return
+	case s.passkeys != nil && r.URL.Path == "/static/passkey.js" && r.Method == http.MethodGet:
+		// The enrolment page's script, for a person who has only the
+		// code of guard ui enroll yet.
+		s.static.ServeHTTP(w, r)
+		return
 	}
 	sess, ok := s.session(r)
 	if !ok {
@@ -321,6 +345,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("ui: form with a bad CSRF token", "path", r.URL.Path)
 			plainError(w, "Forbidden: the form's token does not match this session. Reload the page and try again.", http.StatusForbidden)
 			return
+		}
+		if s.passkeys != nil && decisionPathRE.MatchString(r.URL.Path) {
+			var err error
+			if sess, err = s.verifyDecision(r, sess); err != nil {
+				s.log.Warn("ui: decision refused: no valid passkey", "path", r.URL.Path, "why", err)
+				s.render(w, r, http.StatusForbidden, messagePage("Passkey needed", "Not recorded: "+err.Error()+"."))
+				return
+			}
 		}
 	}
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
