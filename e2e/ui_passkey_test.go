@@ -24,7 +24,7 @@ import (
 // guard is approved with it in Chromium (its virtual authenticator: a
 // platform authenticator that verifies its user). What the UI token alone
 // gives, a browser session from guard ui url and the command line's
-// --by, cannot approve it.
+// --by (guard approvals approve, guard tools accept), cannot approve it.
 func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	addr := freePort(t)
 	_, port, _ := strings.Cut(addr, ":")
@@ -93,6 +93,9 @@ func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	out, code = e.guard("approvals", "approve", a.ID, "--by", "alice")
 	if code != 1 || !strings.Contains(out, "ui.passkey is required") {
 		t.Fatalf("guard approvals approve --by: exit %d: %s", code, out)
+	}
+	if out, code := e.guard("tools", "accept", "notes", "delete_note", "--by", "alice"); code != 1 || !strings.Contains(out, "approval.cli: true") {
+		t.Fatalf("guard tools accept --by: exit %d: %s", code, out)
 	}
 
 	// The passkey approves.

@@ -16,7 +16,8 @@
 // Security: a person logs in with the UI token (GET /login?token=...), which
 // is exchanged for a session cookie, or through the organisation's identity
 // provider (/login/oidc, see OIDC), as a verified identity; every other
-// route needs that session.
+// route needs that session. With Passkeys, every decision also needs the
+// approver's passkey, asked for that one decision.
 // Every request's Host header must be on the allowlist (DNS rebinding);
 // every POST and the WebSocket upgrade must come from the page's own
 // Origin, exactly (Referrer-Policy same-origin, so that browsers send a
