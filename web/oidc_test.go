@@ -99,6 +99,14 @@ func TestOIDCLoginDecidesAsTheVerifiedIdentity(t *testing.T) {
 		!strings.Contains(body, "Log in with "+p.Issuer) {
 		t.Fatalf("the login page offers no login through the provider: %d %s", res.StatusCode, body)
 	}
+	// A browser at another of the UI's names is sent to the redirect
+	// URL's first, where the login's cookie must be when the provider
+	// sends it back.
+	_, port, _ := strings.Cut(e.host, ":")
+	req, _ := http.NewRequest(http.MethodGet, "http://localhost:"+port+"/login/oidc", nil)
+	if res, _ := b.do(req); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != e.ts.URL+"/login/oidc" {
+		t.Fatalf("/login/oidc at localhost: HTTP %d to %s", res.StatusCode, res.Header.Get("Location"))
+	}
 	b = e.oidcLogin(p, "u-alice")
 	for _, c := range b.c.Jar.Cookies(mustURL(e.ts.URL)) {
 		if c.Name == "guard_oidc" {
