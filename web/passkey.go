@@ -67,8 +67,11 @@ const (
 	passkeyChallenge  = "/passkey/challenge"
 	// ceremonyTTL is how long a person has to touch their authenticator.
 	ceremonyTTL = 5 * time.Minute
-	// maxCeremonies bounds the ceremonies under way kept in memory.
-	maxCeremonies = 1000
+	// maxCeremonies bounds the ceremonies under way kept in memory, and
+	// maxSessionCeremonies those of one session (or enrolment code), so
+	// that one cannot keep the others' out.
+	maxCeremonies        = 1000
+	maxSessionCeremonies = 20
 )
 
 // decisionPathRE matches the forms that decide: each needs a passkey.
@@ -166,7 +169,13 @@ func (p *passkeys) keep(c *ceremony) error {
 			delete(p.ceremonies, k)
 		}
 	}
-	if len(p.ceremonies) >= maxCeremonies {
+	mine := 0
+	for _, v := range p.ceremonies {
+		if v.session == c.session && v.code == c.code {
+			mine++
+		}
+	}
+	if len(p.ceremonies) >= maxCeremonies || mine >= maxSessionCeremonies {
 		return errors.New("too many passkey requests under way; try again in a few minutes")
 	}
 	c.started = now
@@ -213,7 +222,8 @@ func (s *Server) passkeyEnrolmentRoute(w http.ResponseWriter, r *http.Request) {
 			plainError(w, "Bad request: the form could not be read.", http.StatusBadRequest)
 			return
 		}
-	} else if r.Method != http.MethodGet || r.URL.Path != passkeyEnrollPath {
+	}
+	if (r.Method == http.MethodPost) != (r.URL.Path != passkeyEnrollPath) {
 		plainError(w, "Method not allowed.", http.StatusMethodNotAllowed)
 		return
 	}

@@ -71,6 +71,11 @@ func TestPasskeyApproval(t *testing.T) {
 	if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "needs your passkey") {
 		t.Fatalf("a session without a passkey approved: HTTP %d %s", res.StatusCode, body)
 	}
+	for _, path := range []string{"/tools/changes/decide", "/config/decide"} {
+		if res, body := thief.post(path, url.Values{"decision": {"accept"}}); res.StatusCode != http.StatusForbidden || !strings.Contains(body, "needs your passkey") {
+			t.Fatalf("%s without a passkey: HTTP %d %s", path, res.StatusCode, body)
+		}
+	}
 	if res, _ := thief.get("/passkey/enroll"); res.StatusCode != http.StatusForbidden {
 		t.Fatalf("a session without a passkey may enrol one: HTTP %d", res.StatusCode)
 	}
