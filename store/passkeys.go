@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -59,19 +60,23 @@ func (db *DB) PasskeyEnrolment(ctx context.Context, code string) (string, error)
 	return user, nil
 }
 
+// MethodPasskeyEnrolled is the method of the event recorded for each
+// passkey enrolled: a credential that can decide held calls. The record's
+// decided_by is whom it is for; its detail holds the credential's id and
+// whether an enrolment code let it in.
+const MethodPasskeyEnrolled = "guard/passkey_enrolled"
+
 // AddPasskey stores a passkey enrolled with a code (using the code up:
 // of two enrolments with one code, one succeeds) or, for code "", by a
 // person who used a passkey already. Codes past their expiry go with it.
+// Like a decision, the enrolment is in the audit log (an event,
+// MethodPasskeyEnrolled) before the passkey is stored, and a passkey whose
+// record cannot be written is not (its code is used up all the same).
 func (db *DB) AddPasskey(ctx context.Context, code string, p Passkey) error {
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("passkey: %w", err)
-	}
-	defer tx.Rollback()
 	now := db.opts.Now()
 	if code != "" {
 		var user, expires string
-		err := tx.QueryRowContext(ctx, `DELETE FROM passkey_enrolments WHERE code = ? RETURNING user_name, expires`, enrolmentKey(code)).
+		err := db.w.QueryRowContext(ctx, `DELETE FROM passkey_enrolments WHERE code = ? RETURNING user_name, expires`, enrolmentKey(code)).
 			Scan(&user, &expires)
 		switch {
 		case errors.Is(err, sql.ErrNoRows), err == nil && !now.Before(parseTime(expires)):
@@ -82,6 +87,16 @@ func (db *DB) AddPasskey(ctx context.Context, code string, p Passkey) error {
 			return fmt.Errorf("passkey enrolment code: it is for %s, not %s", user, p.User)
 		}
 	}
+	detail, _ := json.Marshal(map[string]any{"credential": p.ID, "with_code": code != ""})
+	if err := db.Append(&guard.Record{ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: now.UTC(),
+		Method: MethodPasskeyEnrolled, DecidedBy: p.User, Detail: string(detail)}); err != nil {
+		return fmt.Errorf("passkey: %w", err)
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("passkey: %w", err)
+	}
+	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `DELETE FROM passkey_enrolments WHERE expires <= ?`, fmtTime(now)); err != nil {
 		return fmt.Errorf("passkey: %w", err)
 	}

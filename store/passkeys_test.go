@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +33,14 @@ func TestPasskeyEnrolmentCodes(t *testing.T) {
 	if err := db.AddPasskey(ctx, "code-1", Passkey{ID: "k0", User: "mallory", Credential: []byte(`{}`)}); err == nil {
 		t.Fatal("a code enrolled a passkey for another user")
 	}
-	// Two enrolments with one code (still there): one passkey.
+	// A code tried for another user is used up: another is needed.
+	if _, err := db.PasskeyEnrolment(ctx, "code-1"); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("a code tried for another user: %v", err)
+	}
+	if err := db.AddPasskeyEnrolment(ctx, "code-1", "alice", c.now().Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	// Two enrolments with one code: one passkey, one record.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range errs {
@@ -64,6 +72,18 @@ func TestPasskeyEnrolmentCodes(t *testing.T) {
 	}
 	if err := db.UsePasskey(ctx, "nosuch", []byte(`{}`)); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown passkey used: %v", err)
+	}
+	// Each passkey stored is in the audit log, whom it is for first.
+	var enrolled []string
+	_ = db.Records(ctx, func(r *guard.Record) error {
+		if r.Kind == guard.KindEvent && r.Method == MethodPasskeyEnrolled {
+			enrolled = append(enrolled, r.DecidedBy+" "+r.Detail)
+		}
+		return nil
+	})
+	if len(enrolled) != 2 || !strings.Contains(enrolled[0], `"with_code":true`) ||
+		!strings.Contains(enrolled[1], `"credential":"k4"`) || !strings.Contains(enrolled[1], `"with_code":false`) || !strings.HasPrefix(enrolled[1], "alice ") {
+		t.Fatalf("enrolment records: %q", enrolled)
 	}
 	keys, err := db.Passkeys(ctx)
 	if err != nil || len(keys) != 2 || keys[1].ID != "k4" || string(keys[1].Credential) != `{"n":2}` || keys[1].LastUsed.IsZero() || keys[0].User != "alice" {

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
 )
 
@@ -185,6 +186,17 @@ func TestPasskeyApproval(t *testing.T) {
 	p.submit(card(c.ID) + ` [data-action="approve"]`)
 	if got := e.approval(c.ID); got.State != guard.ApprovalApproved || got.DecidedBy != "alice" {
 		t.Fatalf("approved with the second passkey: %+v", got)
+	}
+	// Both enrolments are in the audit log.
+	enrolled := 0
+	_ = e.db.Records(ctx, func(r *guard.Record) error {
+		if r.Method == store.MethodPasskeyEnrolled && r.DecidedBy == "alice" {
+			enrolled++
+		}
+		return nil
+	})
+	if enrolled != 2 {
+		t.Fatalf("%d enrolment records, want 2", enrolled)
 	}
 	if log := e.logs.String(); strings.Contains(log, code) {
 		t.Fatal("the enrolment code is in the log")
