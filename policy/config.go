@@ -31,15 +31,17 @@ type Config struct {
 	DB         string
 	Durability string
 	MaxMessage int64
-	UI         struct {
-		Listen      string
-		AllowRemote bool
-	}
-	Approval struct {
+	UI         UI
+	Approval   struct {
 		Timeout    time.Duration
 		Wait       time.Duration
 		InBand     string
 		MaxPending int
+		// CLI says whether guard approvals approve|deny may decide
+		// (with a typed name, --by); CLISet whether the file said so.
+		// Unset, it may unless the UI needs verified identities (see
+		// Config.CLIDecisions).
+		CLI, CLISet bool
 	}
 	Include []string
 	Servers map[string]*Server
@@ -267,6 +269,8 @@ var separatorRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,8}$`)
 func Default() *Config {
 	c := &Config{Durability: "full", MaxMessage: 64 << 20, Servers: map[string]*Server{}}
 	c.UI.Listen = "127.0.0.1:8931"
+	c.UI.TokenLogin = true
+	c.UI.Passkey = PasskeyOff
 	c.Approval.Timeout = 10 * time.Minute
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
@@ -315,6 +319,9 @@ func parse(data []byte, file string, getenv func(string) string, includes bool) 
 		c.Expanded = p.expanded
 	}
 	if err := c.checkAuth(); err != nil {
+		return nil, err
+	}
+	if err := c.checkUI(); err != nil {
 		return nil, err
 	}
 	return c, checkRules(c.Policy.Rules)
@@ -560,22 +567,17 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"db":          func(n *yaml.Node) error { err := p.str(&c.DB)(n); c.DB = p.expand(c.DB); return err },
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
-		"ui": func(n *yaml.Node) error {
-			err := p.mapping(n, map[string]func(*yaml.Node) error{
-				"listen":       p.str(&c.UI.Listen),
-				"allow_remote": p.boolean(&c.UI.AllowRemote),
-			})
-			if err == nil && !c.UI.AllowRemote && !LoopbackAddr(c.UI.Listen) {
-				return p.errf(n, "ui.listen %q is reachable from other machines; use a loopback address, or set ui.allow_remote: true", c.UI.Listen)
-			}
-			return err
-		},
+		"ui":          func(n *yaml.Node) error { return p.ui(n, c) },
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"timeout":     p.duration(&c.Approval.Timeout),
 				"wait":        p.duration(&c.Approval.Wait),
 				"in_band":     p.enum(&c.Approval.InBand, "off", "auto"),
 				"max_pending": p.count(&c.Approval.MaxPending),
+				"cli": func(n *yaml.Node) error {
+					c.Approval.CLISet = true
+					return p.boolean(&c.Approval.CLI)(n)
+				},
 			})
 		},
 		"aggregate": func(n *yaml.Node) error {

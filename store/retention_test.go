@@ -585,6 +585,7 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
 		DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject; ALTER TABLE approvals DROP COLUMN user_email;
 		ALTER TABLE approvals DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
+		DROP TABLE passkeys; DROP TABLE passkey_enrolments;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,8 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 		return
 	}
 	nav.Page = p.Page
-	p.Nav, p.Name, p.CSRF = nav, sess.name, sess.csrf
+	p.Nav, p.Name, p.Via, p.CSRF = nav, sess.name, sess.via, sess.csrf
+	p.Passkey = s.passkeys != nil
 	if v, err := s.opts.Store.LastVerification(r.Context()); err != nil {
 		s.log.Error("ui: the last verification of the audit log could not be read", "err", err)
 	} else if v != nil && !v.OK {

@@ -131,6 +131,12 @@ func (ss *sessions) setName(key, name string) {
 	ss.update(key, func(s *session) { s.name, s.user, s.via = name, guard.Identity{Subject: name}, "" })
 }
 
+// setVerified makes a session's approver an identity verified as via
+// says: the name shown and recorded is its email, else its subject.
+func (ss *sessions) setVerified(key string, user guard.Identity, via string) {
+	ss.update(key, func(s *session) { s.name, s.user, s.via = user.Name(), user, via })
+}
+
 func (ss *sessions) setFlash(key, msg string) {
 	ss.update(key, func(s *session) { s.flash = msg })
 }

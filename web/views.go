@@ -23,9 +23,12 @@ type pageData struct {
 	Title string
 	Page  string // pending, changes, activity, tools, call, name
 	Name  string // the approver's name, "" until given
-	CSRF  string
-	Flash string
-	Nav   navData
+	Via   string // how the approver's identity was verified, "" for a typed name
+	// Passkey says that every decision needs the approver's passkey.
+	Passkey bool
+	CSRF    string
+	Flash   string
+	Nav     navData
 	// Verify is the last scheduled verification of the audit log when it
 	// failed (a banner on every page), else nil.
 	Verify *store.Verification
@@ -661,8 +664,11 @@ func (r reviewLine) Note() string {
 }
 
 // HowVerified says how guard knew who the person was.
-func (r reviewLine) HowVerified() string {
-	switch r.Via {
+func (r reviewLine) HowVerified() string { return viaText(r.Via) }
+
+// viaText says how guard knows who a person is.
+func viaText(via string) string {
+	switch via {
 	case "":
 		return "typed name, unverified"
 	case guard.ViaOIDC:
@@ -670,7 +676,7 @@ func (r reviewLine) HowVerified() string {
 	case guard.ViaPasskey:
 		return "verified with a passkey"
 	}
-	return "verified (" + r.Via + ")"
+	return "verified (" + via + ")"
 }
 
 func rulesOf(a *guard.Approval, sess session) rulesView {

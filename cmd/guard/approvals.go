@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
 )
 
 func init() {
@@ -133,6 +134,9 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 		return status
 	}
 	defer db.Close()
+	if refuseCLIDecision(a, st.Config, "approvals "+verb) {
+		return exitFailure
+	}
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
 	x, err := m.Decide(ctx, id, approve, who, *reason)
 	switch {
@@ -149,6 +153,32 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 	}
 	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
 	return exitOK
+}
+
+// refuseCLIDecision says why, and reports true, where the configuration
+// turns decisions on the command line off. A name typed here proves
+// nothing: where the UI needs a verified identity, anyone who can run
+// guard (a process that stole the UI token, say) could otherwise decide
+// as anyone.
+func refuseCLIDecision(a *app, c *policy.Config, cmd string) bool {
+	if c.CLIDecisions() {
+		return false
+	}
+	fmt.Fprintf(a.stderr, "guard %s: refused: %s, so decisions need a verified identity and a name typed here is not one; "+
+		"decide in the UI (guard ui url), or set approval.cli: true to allow the command line\n", cmd, cliOffBecause(c))
+	return true
+}
+
+// cliOffBecause says why the configuration turns command-line decisions
+// off.
+func cliOffBecause(c *policy.Config) string {
+	switch {
+	case c.Approval.CLISet:
+		return "approval.cli is false"
+	case c.UI.Passkey == policy.PasskeyRequired:
+		return "ui.passkey is required"
+	}
+	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"
 }
 
 func currentUser(getenv func(string) string) string {
