@@ -286,6 +286,10 @@ type Verdict struct {
 	// configuration), so that an approval is bound to the policy it was
 	// given under.
 	PolicyVersion string
+	// Approvers says who may approve a call the verdict holds, and how
+	// many must: the rule's approvers, else its server's (zero: anyone,
+	// once).
+	Approvers Approvers
 }
 
 // Approval states. A held call starts pending and leaves it exactly once.
@@ -342,6 +346,13 @@ type Approval struct {
 	ExpiresAt     time.Time
 	DecidedAt     time.Time
 	UsedAt        time.Time
+	// Approvers says who may decide and how many must approve; the
+	// verdict that held the call gave it (zero: anyone, once). Whoever
+	// they allow, the Caller cannot decide on their own call.
+	Approvers Approvers
+	// Reviews are the people's approvals and denials so far, oldest
+	// first; DecidedBy is the one whose review decided.
+	Reviews []ApprovalReview
 }
 
 // Errors callers branch on.

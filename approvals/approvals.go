@@ -21,7 +21,7 @@ import (
 // polling on SQLite, LISTEN/NOTIFY on PostgreSQL (a decision made on one
 // replica releases a call held on another within milliseconds).
 //
-// A pending approval leaves "pending" only through DecideApproval (a
+// A pending approval leaves "pending" only through ReviewApproval (a
 // person) or EndApproval (an expiry, a withdrawal), each of which records
 // the decision in the audit log before the state changes and refuses it
 // when the record cannot be written; TransitionApproval only uses up an
@@ -30,7 +30,7 @@ type Store interface {
 	CreateApproval(ctx context.Context, a *guard.Approval) error
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
-	DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
+	ReviewApproval(ctx context.Context, id string, by guard.Identity, via string, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 	EndApproval(ctx context.Context, id, to, reason string) (bool, error)
 	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
 	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
@@ -75,14 +75,19 @@ func New(st Store, opts Options) *Manager {
 
 // Hold stores a held call, or returns the pending approval of an identical
 // call (same server, tool and arguments) that the client retried while it
-// was still open.
+// was still open. An identical call by another authenticated caller gets
+// an approval of its own: the people who decide on one caller's call may
+// include the other, who must not decide on their own.
 func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
 	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
-		if m.opts.Now().Before(p.ExpiresAt) {
+		switch {
+		case p.Caller.Subject != a.Caller.Subject:
+		case m.opts.Now().Before(p.ExpiresAt):
 			return p, true, nil
-		}
-		if _, err := m.st.EndApproval(ctx, p.ID, guard.ApprovalExpired, ExpiredReason); err != nil {
-			m.opts.Logger.Error("an expired approval could not be ended", "approval", p.ID, "err", err)
+		default:
+			if _, err := m.st.EndApproval(ctx, p.ID, guard.ApprovalExpired, ExpiredReason); err != nil {
+				m.opts.Logger.Error("an expired approval could not be ended", "approval", p.ID, "err", err)
+			}
 		}
 	} else if !errors.Is(err, guard.ErrNotFound) {
 		return nil, false, fmt.Errorf("hold: %w", err)
@@ -210,20 +215,48 @@ func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 	return err
 }
 
-// Decide records a person's decision. A denial needs a reason. A hold past
-// its expiry is expired, not decided.
+// Reviewer is who approves or denies a held call, and how guard knows:
+// Via is "" for a name typed after the UI's token link or given to the
+// command line (an unverified identity, its Subject the name),
+// guard.ViaOIDC for the organisation's identity provider, guard.ViaPasskey
+// for a passkey.
+type Reviewer struct {
+	Identity guard.Identity
+	Via      string
+}
+
+// Named is the reviewer of a typed name: unverified.
+func Named(name string) Reviewer { return Reviewer{Identity: guard.Identity{Subject: name}} }
+
+// Decide records a person's decision, by a name as typed (see Review). A
+// denial needs a reason. A hold past its expiry is expired, not decided.
 func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
-	return m.DecideWith(ctx, id, approve, by, reason, nil)
+	return m.Review(ctx, id, Named(by), approve, reason, nil)
 }
 
 // DecideWith is Decide with before run first, once the approval is known
 // to be pending and under the same lock as the decision: the decision is
-// recorded only if before succeeds (see store.DB.DecideApprovalWith).
+// recorded only if before succeeds (see store.DB.ReviewApproval).
 func (m *Manager) DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
+	return m.Review(ctx, id, Named(by), approve, reason, before)
+}
+
+// Review records one person's review of a held call. Without approvers
+// the first review decides, as Decide does. With them (guard.Approvers),
+// the call stays pending until Needed distinct people they allow have
+// approved, and the first denial by one of them ends it; a review by
+// someone they do not allow, by a typed name where they need verified
+// identities, or by the caller whose call is held is refused (the error
+// wraps guard.ErrNotApprover and says who may), as is a second review by
+// one person (guard.ErrAlreadyReviewed). Each review is in the audit log
+// before it counts. before, as for DecideWith, runs only with the review
+// that decides; an approval with approvers takes none: one person's
+// "allow from now on" would let later calls past the people it needs.
+func (m *Manager) Review(ctx context.Context, id string, by Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
 	if !approve && strings.TrimSpace(reason) == "" {
 		return nil, errors.New("a denial needs a reason")
 	}
-	if strings.TrimSpace(by) == "" {
+	if strings.TrimSpace(by.Identity.Subject) == "" {
 		return nil, errors.New("a decision needs the name of who decides")
 	}
 	a, err := m.st.Approval(ctx, id)
@@ -235,7 +268,33 @@ func (m *Manager) DecideWith(ctx context.Context, id string, approve bool, by, r
 			return nil, err
 		}
 	}
-	return m.st.DecideApprovalWith(ctx, id, approve, by, reason, before)
+	if before != nil && !a.Approvers.IsZero() {
+		return nil, fmt.Errorf("%w: this call needs %s; a rule that allows its tool from now on cannot be learned from it",
+			guard.ErrNotApprover, a.Approvers)
+	}
+	return m.st.ReviewApproval(ctx, id, by.Identity, by.Via, approve, reason, before)
+}
+
+// Waiting says, for people, what a pending approval with approvers still
+// needs: "1 more approval from members of sre", or "" when it has none
+// (one decision by anyone).
+func Waiting(a *guard.Approval) string {
+	if a.Approvers.IsZero() {
+		return ""
+	}
+	left := a.Approvers.Needed() - guard.Approvals(a.Reviews)
+	if left <= 0 {
+		return ""
+	}
+	n := "1 more approval"
+	if left > 1 {
+		n = fmt.Sprintf("%d more approvals", left)
+	}
+	who := a.Approvers.Who()
+	if who == "anyone" {
+		who = "anyone else"
+	}
+	return n + " from " + who + ", each a verified identity"
 }
 
 // ExpireDue expires pending approvals past their expiry.

@@ -112,6 +112,7 @@ type Sample struct {
 type gaugeVec struct {
 	name, help string
 	read       func() ([]Sample, error)
+	kind       string // "gauge" or "counter"
 }
 
 type external struct {
@@ -157,7 +158,16 @@ func (r *Registry) CounterFunc(name, help string, read func() (float64, error)) 
 func (r *Registry) GaugeVec(name, help string, read func() ([]Sample, error)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.vecs = append(r.vecs, gaugeVec{name, help, read})
+	r.vecs = append(r.vecs, gaugeVec{name, help, read, "gauge"})
+}
+
+// CounterVec adds a counter of several series, told apart by their
+// labels, whose values are kept elsewhere and read when the metrics are
+// scraped (each must only grow).
+func (r *Registry) CounterVec(name, help string, read func() ([]Sample, error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.vecs = append(r.vecs, gaugeVec{name, help, read, "counter"})
 }
 
 // Histogram adds a histogram kept elsewhere (the audit writer's).
@@ -218,7 +228,7 @@ func (r *Registry) Write(w io.Writer) {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", g.name, g.help, g.name)
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", g.name, g.help, g.name, g.kind)
 		for _, s := range samples {
 			var labels []string
 			for _, l := range s.Labels {

@@ -57,3 +57,21 @@ func TestGaugeVec(t *testing.T) {
 		}
 	}
 }
+
+func TestCounterVec(t *testing.T) {
+	r := New()
+	r.CounterVec("guard_notify_sent_total", "sent", func() ([]Sample, error) {
+		return []Sample{{Labels: [][2]string{{"receiver", "json https://ops.example.com 1a2b3c"}}, Value: 4}}, nil
+	})
+	var b strings.Builder
+	r.Write(&b)
+	out := b.String()
+	for _, want := range []string{
+		"# TYPE guard_notify_sent_total counter\n",
+		`guard_notify_sent_total{receiver="json https://ops.example.com 1a2b3c"} 4` + "\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

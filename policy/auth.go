@@ -74,6 +74,8 @@ func checkAuthURL(what, s, example string) error {
 	return nil
 }
 
+// loopbackHost reports whether a URL's host (as url.URL.Hostname gives
+// it) is this machine.
 func loopbackHost(h string) bool {
 	if h == "localhost" {
 		return true

@@ -31,15 +31,17 @@ type Config struct {
 	DB         string
 	Durability string
 	MaxMessage int64
-	UI         struct {
-		Listen      string
-		AllowRemote bool
-	}
-	Approval struct {
+	UI         UI
+	Approval   struct {
 		Timeout    time.Duration
 		Wait       time.Duration
 		InBand     string
 		MaxPending int
+		// CLI says whether guard approvals approve|deny may decide
+		// (with a typed name, --by); CLISet whether the file said so.
+		// Unset, it may unless the UI needs verified identities (see
+		// Config.CLIDecisions).
+		CLI, CLISet bool
 	}
 	Include []string
 	Servers map[string]*Server
@@ -73,6 +75,8 @@ type Config struct {
 	}
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
+	// Notify lists the receivers that new holds are announced to.
+	Notify []Notify
 	// PublicURL is the address clients and browsers use to reach guard
 	// when something stands in front of it (a load balancer, a TLS
 	// terminator): scheme and host, without a trailing slash; "" when
@@ -201,6 +205,11 @@ type Server struct {
 	// upstream credentials by exchanging the caller's access token; nil:
 	// Headers are the credentials.
 	TokenExchange *TokenExchange
+	// Approvers says who may approve this server's held calls, and how
+	// many must, where the rule that holds a call says nothing of it.
+	Approvers guard.Approvers
+	// approversAt is where Approvers was written (file and line).
+	approversAt ConfigError
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -230,9 +239,13 @@ type Rule struct {
 	// email); with Groups, a caller in one of them.
 	Users  []string
 	Groups []string
-	File   string
-	Line   int
-	prog   *condition // When, compiled
+	// Approvers says who may approve the calls the rule holds, and how
+	// many must (action approve only; zero: the server's, else anyone,
+	// once).
+	Approvers guard.Approvers
+	File      string
+	Line      int
+	prog      *condition // When, compiled
 }
 
 // ConfigError is a problem in a configuration file, with its place.
@@ -256,6 +269,8 @@ var separatorRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,8}$`)
 func Default() *Config {
 	c := &Config{Durability: "full", MaxMessage: 64 << 20, Servers: map[string]*Server{}}
 	c.UI.Listen = "127.0.0.1:8931"
+	c.UI.TokenLogin = true
+	c.UI.Passkey = PasskeyOff
 	c.Approval.Timeout = 10 * time.Minute
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
@@ -304,6 +319,9 @@ func parse(data []byte, file string, getenv func(string) string, includes bool) 
 		c.Expanded = p.expanded
 	}
 	if err := c.checkAuth(); err != nil {
+		return nil, err
+	}
+	if err := c.checkUI(); err != nil {
 		return nil, err
 	}
 	return c, checkRules(c.Policy.Rules)
@@ -549,22 +567,17 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"db":          func(n *yaml.Node) error { err := p.str(&c.DB)(n); c.DB = p.expand(c.DB); return err },
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
-		"ui": func(n *yaml.Node) error {
-			err := p.mapping(n, map[string]func(*yaml.Node) error{
-				"listen":       p.str(&c.UI.Listen),
-				"allow_remote": p.boolean(&c.UI.AllowRemote),
-			})
-			if err == nil && !c.UI.AllowRemote && !LoopbackAddr(c.UI.Listen) {
-				return p.errf(n, "ui.listen %q is reachable from other machines; use a loopback address, or set ui.allow_remote: true", c.UI.Listen)
-			}
-			return err
-		},
+		"ui":          func(n *yaml.Node) error { return p.ui(n, c) },
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"timeout":     p.duration(&c.Approval.Timeout),
 				"wait":        p.duration(&c.Approval.Wait),
 				"in_band":     p.enum(&c.Approval.InBand, "off", "auto"),
 				"max_pending": p.count(&c.Approval.MaxPending),
+				"cli": func(n *yaml.Node) error {
+					c.Approval.CLISet = true
+					return p.boolean(&c.Approval.CLI)(n)
+				},
 			})
 		},
 		"aggregate": func(n *yaml.Node) error {
@@ -585,6 +598,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"clients":        func(n *yaml.Node) error { return p.clients(n, &c.Clients) },
 		"auth":           func(n *yaml.Node) error { return p.auth(n, &c.Auth) },
 		"servers":        func(n *yaml.Node) error { return p.servers(n, c) },
+		"notify":         func(n *yaml.Node) error { return p.notify(n, &c.Notify) },
 		"redact": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
 				"keys":     p.list(&c.Redact.Keys),
@@ -646,6 +660,10 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
 			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
 			"token_exchange":    func(n *yaml.Node) error { return p.tokenExchange(n, &s.TokenExchange) },
+			"approvers": func(n *yaml.Node) error {
+				s.approversAt = ConfigError{File: p.file, Line: n.Line}
+				return p.approvers(&s.Approvers)(n)
+			},
 		})
 		if err != nil {
 			return err
@@ -678,13 +696,17 @@ func (p *parser) rules(n *yaml.Node, dst *[]Rule) error {
 				r.When, r.prog = n.Value, prog
 				return nil
 			},
-			"action": p.enum(&r.Action, "allow", "deny", "approve"),
-			"reason": p.str(&r.Reason),
-			"users":  p.nonEmptyList(&r.Users, "users"),
-			"groups": p.nonEmptyList(&r.Groups, "groups"),
+			"action":    p.enum(&r.Action, "allow", "deny", "approve"),
+			"reason":    p.str(&r.Reason),
+			"users":     p.nonEmptyList(&r.Users, "users"),
+			"groups":    p.nonEmptyList(&r.Groups, "groups"),
+			"approvers": p.approvers(&r.Approvers),
 		})
 		if err != nil {
 			return err
+		}
+		if !r.Approvers.IsZero() && r.Action != guard.ActionApprove {
+			return p.errf(e, "rule %q: approvers apply to action approve only", r.Name)
 		}
 		if r.Name == "" {
 			return p.errf(e, "a rule needs a name")
@@ -909,4 +931,78 @@ func (p *parser) clients(n *yaml.Node, dst *[]Client) error {
 		*dst = append(*dst, c)
 	}
 	return nil
+}
+
+// approvers reads who may approve a held call, and how many must:
+// {groups: [sre], users: [alice@example.com], count: 2}. Users are
+// subjects or emails. A count no one can reach (more than the users
+// named, with no group) is refused.
+func (p *parser) approvers(dst *guard.Approvers) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		var a guard.Approvers
+		if err := p.mapping(n, map[string]func(*yaml.Node) error{
+			"groups": p.names(&a.Groups, "groups"),
+			"users":  p.names(&a.Users, "users"),
+			"count":  p.count(&a.Count),
+		}); err != nil {
+			return err
+		}
+		if a.Count == 0 {
+			a.Count = 1
+		}
+		if len(a.Groups) == 0 && len(a.Users) > 0 && a.Count > len(a.Users) {
+			return p.errf(n, "approvers: count %d, but only %d users may approve and no groups are named", a.Count, len(a.Users))
+		}
+		*dst = a
+		return nil
+	}
+}
+
+// names reads a list of non-empty names, each once: groups, users.
+func (p *parser) names(dst *[]string, what string) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind != yaml.SequenceNode {
+			return p.errf(n, "%s: expected a list, like [sre]", what)
+		}
+		for _, e := range n.Content {
+			v := strings.TrimSpace(e.Value)
+			if e.Kind != yaml.ScalarNode || v == "" {
+				return p.errf(e, "%s: expected a name", what)
+			}
+			if slices.Contains(*dst, v) {
+				return p.errf(e, "%s: %q is listed twice", what, v)
+			}
+			*dst = append(*dst, v)
+		}
+		return nil
+	}
+}
+
+// NeedVerified lists where the configuration asks for approvers that take
+// verified identities only (groups, users, or a count above one), with
+// what each needs: approving those calls takes people logged in to the UI
+// through the identity provider or with a passkey, and without such a
+// login they can only expire.
+func (c *Config) NeedVerified() []*ConfigError {
+	var out []*ConfigError
+	for _, r := range c.Policy.Rules {
+		if r.Approvers.NeedsVerified() {
+			out = append(out, &ConfigError{File: r.File, Line: r.Line,
+				Problem: fmt.Sprintf("rule %q holds calls for %s, each a verified identity", r.Name, r.Approvers)})
+		}
+	}
+	names := make([]string, 0, len(c.Servers))
+	for name := range c.Servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		s := c.Servers[name]
+		if s.Approvers.NeedsVerified() {
+			e := s.approversAt
+			e.Problem = fmt.Sprintf("server %q holds calls for %s, each a verified identity", name, s.Approvers)
+			out = append(out, &e)
+		}
+	}
+	return out
 }

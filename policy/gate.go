@@ -125,11 +125,21 @@ func snake(s string) string {
 }
 
 // ruleKey is what a rule decides by: not where it was written.
-type ruleKey struct{ Name, Server, Tool, Method, URI, When, Action, Reason, Users, Groups string }
+type ruleKey struct {
+	Name, Server, Tool, Method, URI, When, Action, Reason, Users, Groups, Approvers string
+}
 
 func keyOf(r Rule) ruleKey {
 	return ruleKey{r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason,
-		strings.Join(r.Users, "\x00"), strings.Join(r.Groups, "\x00")}
+		strings.Join(r.Users, "\x00"), strings.Join(r.Groups, "\x00"), approversOf(r)}
+}
+
+// approversOf says what a rule's approval needs, "" for one by anyone.
+func approversOf(r Rule) string {
+	if r.Approvers.IsZero() {
+		return ""
+	}
+	return r.Approvers.String()
 }
 
 // ruleChanges lists rules added, removed and changed, by name, and a
@@ -181,6 +191,9 @@ func describeRule(r Rule) string {
 	}
 	if r.When != "" {
 		s += " when " + r.When
+	}
+	if a := approversOf(r); a != "" {
+		s += " needing " + a
 	}
 	return s
 }

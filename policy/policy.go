@@ -62,6 +62,7 @@ func (p *Policy) Version() string { return p.version }
 func (p *Policy) Decide(call *guard.Call) guard.Verdict {
 	v := p.decide(call)
 	v.PolicyVersion = p.version
+	p.approvers(&v, call)
 	// guard's own protection is enforced in monitor mode too.
 	if p.monitor && v.Action != guard.ActionAllow && v.Rule != guard.SelfProtectionRule {
 		v.Would, v.Action = v.Action, guard.ActionAllow
@@ -118,7 +119,7 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 				continue
 			}
 		}
-		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason}
+		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason, Approvers: r.Approvers}
 	}
 	return p.byDefault(call)
 }
@@ -135,6 +136,18 @@ func (r *Rule) matchesUser(u guard.Identity) bool {
 		return false
 	}
 	return true
+}
+
+// approvers gives a verdict that holds a call its server's approvers when
+// its rule names none. A call held for its tool's review is not: its
+// definition is reviewed, and the rules decide the call afterwards.
+func (p *Policy) approvers(v *guard.Verdict, call *guard.Call) {
+	if v.Action != guard.ActionApprove || v.Rule == guard.ToolReviewRule || !v.Approvers.IsZero() {
+		return
+	}
+	if s := p.servers[call.Server]; s != nil {
+		v.Approvers = s.Approvers
+	}
 }
 
 func glob(pattern, name string) bool {

@@ -125,9 +125,9 @@ func (h *held) store() bool {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Caller: s.opts.Caller, Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
-		Rule: h.v.Rule, HeldReason: h.v.Reason,
+		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
 	if err != nil {
 		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
@@ -189,7 +189,7 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
 	}
 	s.mu.Lock()
-	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand
+	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand && decidableInBand(a)
 	modern := s.protocol >= guard.Rev20260728
 	s.mu.Unlock()
 	if inBand && modern {
@@ -220,6 +220,14 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 		return res, err, false
 	}
 	return res, err, true
+}
+
+// decidableInBand reports whether the person at the client may decide on
+// a held call: not when the front authenticated the caller (whose own
+// call it is), nor when its approvers need verified identities, which an
+// answer from the client is not.
+func decidableInBand(a *guard.Approval) bool {
+	return a.Caller.IsZero() && !a.Approvers.NeedsVerified()
 }
 
 // settle acts on the decision.

@@ -66,6 +66,13 @@ func (s *Session) inBandAnswer(a *guard.Approval, m wire.Message) {
 	if m.Error != nil || json.Unmarshal(m.Result, &r) != nil {
 		return
 	}
+	if !s.opts.Caller.IsZero() {
+		// The person at the client is the caller whose call is held:
+		// guard does not ask them (decidableInBand), nor takes their
+		// answer.
+		s.opts.Logger.Warn("in-band answer of an authenticated caller ignored: they cannot decide on their own call", "approval", a.ID)
+		return
+	}
 	ci, _ := s.clientInfo()
 	by := "user at " + ci.String()
 	if ci.Name == "" {

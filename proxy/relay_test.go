@@ -44,7 +44,8 @@ type harnessOpts struct {
 	ignore   bool          // IgnoreBadSchemas
 	quiet    bool          // discard guard's log
 	refresh  time.Duration // RefreshTimeout
-	caller   guard.Identity
+
+	caller guard.Identity // Caller: who the front authenticated
 }
 
 // testOptions are relay options over a new database in t's temporary

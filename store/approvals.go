@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,53 +19,80 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- user_subject, user_email, user_groups`
+ user_subject, user_email, user_groups, approvers, reviews`
 
 // approvalSelect is what reads approvalColumns from this database: one a
-// read-only open found without the user migration has no user columns.
+// read-only open found before the approval rules migration has no
+// caller, approvers nor reviews (they read as none).
 func (db *DB) approvalSelect() string {
-	if db.noUser {
-		return `SELECT ` + strings.Replace(approvalColumns, "user_subject, user_email, user_groups", noUserColumns, 1)
+	if db.noRules {
+		return `SELECT ` + strings.Replace(approvalColumns, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
 	return `SELECT ` + approvalColumns
 }
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
-	var created, expires, decided, used, groups string
+	var created, expires, decided, used, groups, approvers string
+	var reviews int64
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups)
+		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews)
 	if err != nil {
 		return nil, err
 	}
-	a.Caller.Groups = parseGroups(groups)
 	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
 	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
+	if err := unmarshalIf(groups, &a.Caller.Groups); err != nil {
+		return nil, fmt.Errorf("caller's groups of %s: %w", a.ID, err)
+	}
+	if err := unmarshalIf(approvers, &a.Approvers); err != nil {
+		return nil, fmt.Errorf("approvers of %s: %w", a.ID, err)
+	}
 	return &a, nil
 }
 
-// CreateApproval stores a held call.
+// unmarshalIf decodes JSON text into v, leaving v as it is for "".
+func unmarshalIf(text string, v any) error {
+	if text == "" {
+		return nil
+	}
+	return json.Unmarshal([]byte(text), v)
+}
+
+// marshalIf encodes v as JSON text, or "" when zero says it is zero.
+func marshalIf(v any, zero bool) string {
+	if zero {
+		return ""
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// CreateApproval stores a held call, with who made it and who may approve
+// it.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
-		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email, groupsText(a.Caller.Groups))
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
+		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()))
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
 	return nil
 }
 
-// Approval returns one approval; the error wraps guard.ErrNotFound when
-// there is none with that id.
+// Approval returns one approval with its reviews; the error wraps
+// guard.ErrNotFound when there is none with that id.
 func (db *DB) Approval(ctx context.Context, id string) (*guard.Approval, error) {
 	return db.approval(ctx, db.r, id)
 }
 
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
@@ -75,7 +103,41 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 	if err != nil {
 		return nil, fmt.Errorf("approval %s: %w", id, err)
 	}
+	err = db.reviews(ctx, q, `WHERE approval = ?`, []any{id}, func(string) *guard.Approval { return a })
+	if err != nil {
+		return nil, fmt.Errorf("approval %s: %w", id, err)
+	}
 	return a, nil
+}
+
+// reviews reads the reviews of the approvals where selects (a WHERE
+// clause over approval_reviews) and adds each to the approval of returns,
+// in order.
+func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
+	if db.noRules {
+		return nil
+	}
+	rows, err := q.QueryContext(ctx, `SELECT approval, subject, email, user_groups, via, decision, reason, at
+		FROM approval_reviews `+where+` ORDER BY approval, n`, args...)
+	if err != nil {
+		return fmt.Errorf("reviews: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, groups, decision, at string
+		var r guard.ApprovalReview
+		if err := rows.Scan(&id, &r.By.Subject, &r.By.Email, &groups, &r.Via, &decision, &r.Reason, &at); err != nil {
+			return fmt.Errorf("reviews: %w", err)
+		}
+		if err := unmarshalIf(groups, &r.By.Groups); err != nil {
+			return fmt.Errorf("reviews: groups of %s: %w", r.By.Subject, err)
+		}
+		r.Approve, r.Time = decision == guard.ApprovalApproved, parseTime(at)
+		if a := of(id); a != nil {
+			a.Reviews = append(a.Reviews, r)
+		}
+	}
+	return rows.Err()
 }
 
 // Approvals lists approvals in a state ("" for all), oldest first.
@@ -87,21 +149,38 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 	}
 	defer rows.Close()
 	var out []*guard.Approval
+	byID := map[string]*guard.Approval{}
 	for rows.Next() {
 		a, err := scanApproval(rows.Scan)
 		if err != nil {
 			return nil, fmt.Errorf("approvals: %w", err)
 		}
 		out = append(out, a)
+		byID[a.ID] = a
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	rows.Close()
+	err = db.reviews(ctx, db.r, `WHERE approval IN (SELECT id FROM approvals WHERE ? = '' OR state = ?)`,
+		[]any{state, state}, func(id string) *guard.Approval { return byID[id] })
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	return out, nil
 }
 
 // CountApprovals counts the approvals in a state and names the newest
-// (its creation time and id): together they change whenever one is added
-// to the state or leaves it, without reading any approval.
+// (how many reviews they all had, then its creation time and id; "" for
+// none): together they change whenever one is added to the state, leaves
+// it, or is reviewed, without reading any approval.
 func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
-	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(created_at || ' ' || id), '') FROM approvals WHERE state = ?`, state).Scan(&n, &newest)
+	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
+	if db.noRules {
+		reviews = ""
+	}
+	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END
+		FROM approvals WHERE state = ?`, state).Scan(&n, &newest)
 	if err != nil {
 		return 0, "", fmt.Errorf("count approvals: %w", err)
 	}
@@ -115,6 +194,8 @@ func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest s
 // guard.ErrAlreadyDecided that says who decided and when. A decision
 // whose record cannot be written is refused (the error wraps
 // guard.ErrAuditWrite) and changes nothing.
+//
+// by is a name, as typed: an unverified identity (see ReviewApproval).
 func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
 	return db.DecideApprovalWith(ctx, id, approve, by, reason, nil)
 }
@@ -126,12 +207,32 @@ func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, r
 // meanwhile. "Approve, and allow from now on" writes its rule there, so
 // that no rule is left behind by an approval someone else denied first.
 func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
-	state := guard.ApprovalDenied
-	if approve {
-		state = guard.ApprovalApproved
+	return db.ReviewApproval(ctx, id, guard.Identity{Subject: by}, "", approve, reason, before)
+}
+
+// ReviewApproval records one person's review of a pending approval: who
+// (by, verified as via says: "" for a typed name), approve or deny, and
+// why. Like every decision, the review is a record in the audit log
+// before anything changes (see decide), under the decisions lock that
+// every process and replica on the database takes, so that of two
+// reviews at one moment each counts, once, in turn.
+//
+// A review is refused, recorded nowhere, with an error wrapping
+// guard.ErrNotApprover when its author made the held call, is not among
+// the approval's Approvers, or is a typed name where they need verified
+// identities; and with one wrapping guard.ErrAlreadyReviewed when they
+// reviewed it already. Otherwise a denial ends the approval (denied); an
+// approval approves it once Approvers.Needed distinct people have, and
+// leaves it pending before. before, when set, runs under the lock once
+// the review is known to decide the approval, and only then.
+func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, via string, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
+	if by.Subject == "" {
+		return nil, fmt.Errorf("review %s: %w: no one is named", id, guard.ErrNotApprover)
 	}
 	var a *guard.Approval
-	var now time.Time
+	var rv guard.ApprovalReview
+	var state string
+	var rec *guard.Record
 	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
 		var err error
 		if a, err = db.approval(ctx, db.w, id); err != nil {
@@ -140,28 +241,76 @@ func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, b
 		if a.State != guard.ApprovalPending {
 			return nil, alreadyDecided(a)
 		}
-		if before != nil {
+		if err := a.MayReview(by, via); err != nil {
+			return nil, err
+		}
+		rv = guard.ApprovalReview{By: by, Via: via, Approve: approve, Reason: reason, Time: db.opts.Now().UTC()}
+		state = guard.ApprovalDenied
+		if approve {
+			state = guard.ApprovalPending
+			if guard.Approvals(a.Reviews)+1 >= a.Approvers.Needed() {
+				state = guard.ApprovalApproved
+			}
+		}
+		if before != nil && state != guard.ApprovalPending {
 			if err := before(a); err != nil {
 				return nil, err
 			}
 		}
-		now = db.opts.Now().UTC()
-		return approvalRecord(a, state, by, reason, now), nil
+		rec = reviewRecord(a, rv, state)
+		return rec, nil
 	}, func(ctx context.Context) (bool, error) {
+		return db.applyReview(ctx, a, rv, state, rec.ID)
+	})
+	switch {
+	case errors.Is(err, guard.ErrAlreadyDecided):
+		return a, err
+	case errors.Is(err, guard.ErrNotApprover), errors.Is(err, guard.ErrAlreadyReviewed):
+		return nil, err // says why, for the person refused
+	case err != nil:
+		return nil, fmt.Errorf("review %s: %w", id, err)
+	}
+	a.Reviews = append(a.Reviews, rv)
+	if state != guard.ApprovalPending {
+		a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by.Name(), reason, rv.Time, ""
+	}
+	return a, nil
+}
+
+// applyReview stores a review recorded as record, and the approval's
+// state after it (pending while more approvals are needed), in one
+// transaction. The approval's count of reviews is compared and set with
+// its state: a review that another slipped past would change nothing.
+func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.ApprovalReview, state, record string) (bool, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	decision := guard.ApprovalDenied
+	if rv.Approve {
+		decision = guard.ApprovalApproved
+	}
+	n := len(a.Reviews)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO approval_reviews (approval, n, subject, email, user_groups, via, decision, reason, at, record)
+		VALUES (?,?,?,?,?,?,?,?,?,?)`, a.ID, n+1, rv.By.Subject, rv.By.Email, marshalIf(rv.By.Groups, len(rv.By.Groups) == 0),
+		rv.Via, decision, rv.Reason, fmtTime(rv.Time), record); err != nil {
+		return false, err
+	}
+	var res sql.Result
+	if state == guard.ApprovalPending {
+		res, err = tx.ExecContext(ctx, `UPDATE approvals SET reviews = ? WHERE id = ? AND state = 'pending' AND reviews = ?`,
+			n+1, a.ID, n)
+	} else {
 		// The complete arguments were kept for the approver; once
 		// decided, the audit log's redacted form is what stays.
-		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?, arguments = ''
-			WHERE id = ? AND state = 'pending'`, state, by, reason, fmtTime(now), id)
-		return affected(res, err)
-	})
-	if errors.Is(err, guard.ErrAlreadyDecided) {
-		return a, err
+		res, err = tx.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?, arguments = '', reviews = ?
+			WHERE id = ? AND state = 'pending' AND reviews = ?`, state, rv.By.Name(), rv.Reason, fmtTime(rv.Time), n+1, a.ID, n)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("decide %s: %w", id, err)
+	if ok, err := affected(res, err); !ok || err != nil {
+		return ok, err
 	}
-	a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by, reason, now, ""
-	return a, nil
+	return true, tx.Commit()
 }
 
 // EndApproval ends a pending approval without a person's decision: it

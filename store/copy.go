@@ -29,20 +29,21 @@ var ErrNotEmpty = errors.New("the destination database is not empty")
 // audit log first, then the working tables.
 var copyTables = []string{
 	"records", "tree_hashes", "checkpoints", "call_index",
-	"approvals", "tools", "tool_reviews", "config_changes", "rules_written", "learned_rules",
-	"rate_limits", "audit_verifications", "retention_runs", "stream_cursors",
+	"approvals", "approval_reviews", "tools", "tool_reviews", "config_changes", "rules_written", "learned_rules",
+	"rate_limits", "audit_verifications", "retention_runs", "stream_cursors", "passkeys",
 }
 
 // notCopied are the destination's tables that Copy does not move, and why.
 // Every table of either schema is in copyTables or here (a test holds
 // them to it), so that a table added later is moved or left on purpose.
 var notCopied = map[string]string{
-	"call_text":         "made again from the records in the destination: SQLite's is a contentless FTS5 index, whose words cannot be read back",
-	"leases":            "held by the processes of the old database; those of the new one take their own",
-	"replicas":          "the processes of the old database; each guard on the new one says what it runs",
-	"retention_grant":   "empty but inside the retention job's transaction",
-	"rounds":            "rounds of calls in flight, which the move ends (guard is stopped for it)",
-	"schema_migrations": "each database has its own: the destination's are applied as it is opened",
+	"call_text":          "made again from the records in the destination: SQLite's is a contentless FTS5 index, whose words cannot be read back",
+	"leases":             "held by the processes of the old database; those of the new one take their own",
+	"passkey_enrolments": "one-time codes that last minutes: guard ui enroll gives another",
+	"replicas":           "the processes of the old database; each guard on the new one says what it runs",
+	"retention_grant":    "empty but inside the retention job's transaction",
+	"rounds":             "rounds of calls in flight, which the move ends (guard is stopped for it)",
+	"schema_migrations":  "each database has its own: the destination's are applied as it is opened",
 }
 
 // copyAs are the columns whose text PostgreSQL holds otherwise than

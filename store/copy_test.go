@@ -38,7 +38,7 @@ func richLog(t *testing.T, dir string) string {
 		a := heldApproval(id)
 		a.CreatedAt, a.ExpiresAt = now, now.Add(time.Hour)
 		if id != "a2" {
-			a.Caller = alice // the front authenticated the caller
+			a.Caller = caller // the front authenticated the caller
 		}
 		if err := db.CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
@@ -87,7 +87,7 @@ func richLog(t *testing.T, dir string) string {
 		t.Fatalf("token: %v %v", ok, err)
 	}
 	byAlice := rec(99, guard.KindRequest) // a call of a caller the front authenticated
-	byAlice.User, byAlice.UserEmail, byAlice.UserGroups = alice.Subject, alice.Email, alice.Groups
+	byAlice.User, byAlice.UserEmail, byAlice.UserGroups = caller.Subject, caller.Email, caller.Groups
 	if err := db.Append(byAlice); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +204,8 @@ func TestCopyToPostgres(t *testing.T) {
 	want := contentOf(t, src)
 	src.Close()
 	pruned := slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.Pruned })
-	users := slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.User == alice.Subject && len(r.UserGroups) == 2 }) &&
-		slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.Kind == guard.KindDecision && r.UserEmail == alice.Email })
+	users := slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.User == caller.Subject && len(r.UserGroups) == 2 }) &&
+		slices.ContainsFunc(want.Records, func(r *guard.Record) bool { return r.Kind == guard.KindDecision && r.UserEmail == caller.Email })
 	if want.Retention == nil || !pruned || !users || len(want.Found) != 3 || len(want.Approvals) != 3 ||
 		len(want.Reviews) != 5 || want.Config == nil || !want.Rules || want.Cursor != 7 || want.Verified == nil {
 		t.Fatalf("the source is not as richLog meant: %+v", want)

@@ -146,9 +146,64 @@ func approvalRecord(a *guard.Approval, state, by, reason string, now time.Time) 
 		Session: a.Session, Client: a.Client, User: a.Caller.Subject, UserEmail: a.Caller.Email, UserGroups: a.Caller.Groups,
 		Server: a.Server, Direction: guard.ClientToServer,
 		Method: "tools/call", Tool: a.Tool, Pin: a.Pin, Decision: state, DecidedBy: by, Approval: a.ID, Reason: reason,
-		Detail: detail(map[string]any{"rule": a.Rule, "held_reason": a.HeldReason,
-			"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt)}),
+		Detail: detail(approvalDetail(a)),
 	}
+}
+
+func approvalDetail(a *guard.Approval) map[string]any {
+	return map[string]any{"rule": a.Rule, "held_reason": a.HeldReason,
+		"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt)}
+}
+
+// reviewRecord is the decision record of one person's review of a held
+// call. Its decision is the approval's state after the review: approved
+// or denied, or none while the approval waits for more approvals (the
+// call stays "held" in the log's view of it; the detail says whose
+// approval this was, and how many there are of how many needed). The
+// detail names the reviewer: subject, email, groups, and how the identity
+// was verified ("via": oidc, passkey; absent for a typed name). A review
+// by a typed name of an approval without approvers is recorded as before
+// approval rules were: who decided, and nothing more.
+func reviewRecord(a *guard.Approval, rv guard.ApprovalReview, state string) *guard.Record {
+	decision := state
+	if state == guard.ApprovalPending {
+		decision = ""
+	}
+	r := approvalRecord(a, decision, rv.By.Name(), rv.Reason, rv.Time)
+	if a.Approvers.IsZero() && a.Caller.IsZero() && rv.Via == "" && rv.By.Email == "" && len(rv.By.Groups) == 0 {
+		return r
+	}
+	d := approvalDetail(a)
+	d["review"] = "deny"
+	if rv.Approve {
+		d["review"] = "approve"
+	}
+	d["approver"] = rv.By
+	if rv.Via != "" {
+		d["via"] = rv.Via
+	}
+	if !a.Caller.IsZero() {
+		d["requester"] = a.Caller.Name()
+	}
+	if !a.Approvers.IsZero() {
+		d["approvers"] = a.Approvers
+		d["needed"] = a.Approvers.Needed()
+		d["approvals"] = guard.Approvals(a.Reviews)
+		if rv.Approve {
+			d["approvals"] = guard.Approvals(a.Reviews) + 1
+		}
+		if state == guard.ApprovalApproved {
+			var by []string
+			for _, x := range a.Reviews {
+				if x.Approve {
+					by = append(by, x.By.Name())
+				}
+			}
+			d["approved_by"] = append(by, rv.By.Name())
+		}
+	}
+	r.Detail = detail(d)
+	return r
 }
 
 // toolReviewRecord is the record of a tool definition accepted or

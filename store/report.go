@@ -370,8 +370,9 @@ func (a *Activity) addOutcomes() {
 }
 
 // readHeld lists the held calls with their decisions: a decision record
-// of the call where there is one (the first: later ones change nothing),
-// else the call's last outcome.
+// of the call where there is one (the first: later ones change nothing;
+// a review that left the call waiting for more approvals decides
+// nothing), else the call's last outcome.
 func (a *Activity) readHeld(r *sql.DB) func(context.Context, string, string) error {
 	return func(ctx context.Context, lo, hi string) error {
 		rows, err := r.QueryContext(ctx, `SELECT r.call_id, r.approval, r.server, CASE WHEN r.method = 'tools/call' THEN r.tool ELSE r.method END,
@@ -381,7 +382,7 @@ func (a *Activity) readHeld(r *sql.DB) func(context.Context, string, string) err
 			COALESCE(o.time, ''), COALESCE(o.decision, ''), COALESCE(o.outcome, ''),
 			COALESCE(o.decided_by, ''), COALESCE(o.reason, '')
 			FROM records r
-			LEFT JOIN records d ON d.seq = (SELECT MIN(seq) FROM records WHERE call_id = r.call_id AND kind = 'decision')
+			LEFT JOIN records d ON d.seq = (SELECT MIN(seq) FROM records WHERE call_id = r.call_id AND kind = 'decision' AND decision != '')
 			LEFT JOIN records o ON o.seq = (SELECT MAX(seq) FROM records WHERE call_id = r.call_id AND kind = 'outcome')
 			WHERE r.kind = 'request' AND r.decision = 'held' AND `+inPeriod+` AND NOT `+laterRound+`
 			ORDER BY r.seq`, lo, hi)

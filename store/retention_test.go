@@ -43,7 +43,7 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 		req.Time, out.Time = at, at.Add(time.Second)
 		if i%2 == 1 { // a caller the front authenticated
 			for _, r := range []*guard.Record{req, out} {
-				r.User, r.UserEmail, r.UserGroups = alice.Subject, alice.Email, alice.Groups
+				r.User, r.UserEmail, r.UserGroups = caller.Subject, caller.Email, caller.Groups
 			}
 		}
 		out.Outcome, out.Result = guard.OutcomeOK, fmt.Sprintf(`{"content":[{"type":"text","text":"secret %d"}]}`, i)
@@ -589,6 +589,9 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	db.Close()
 	if _, err := rawDB(t, path).Exec(dropUserColumns(t) + `DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
 		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
+		DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject; ALTER TABLE approvals DROP COLUMN user_email;
+		ALTER TABLE approvals DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
+		DROP TABLE passkeys; DROP TABLE passkey_enrolments;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,7 @@ type DB struct {
 	newerSchema int64
 	writable    bool          // false when read-only: appends are refused
 	noPruned    bool          // read-only, before the retention migration: records have no pruned column
+	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
 	noUser      bool          // read-only, before the user migration: records and calls have no user columns
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
@@ -348,9 +349,13 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 // column (retention.go).
 const retentionMigration = 12
 
+// approvalRulesMigration is the migration that adds a held call's caller,
+// its approvers and the reviews of it.
+const approvalRulesMigration = 15
+
 // userMigration is the migration that adds the records' and the calls'
 // user columns: the caller the front authenticated.
-const userMigration = 15
+const userMigration = 17
 
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
@@ -566,7 +571,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
-		noPruned: v.Int64 < retentionMigration, noUser: v.Int64 < userMigration}, nil
+		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
+		noUser: v.Int64 < userMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

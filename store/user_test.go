@@ -28,7 +28,7 @@ import (
 // not applied.
 func dropUserColumns(t testing.TB) string {
 	t.Helper()
-	b, err := fs.ReadFile(migrations.SQLite(), "0015_record_user.sql")
+	b, err := fs.ReadFile(migrations.SQLite(), "0017_record_user.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +42,13 @@ func dropUserColumns(t testing.TB) string {
 		DROP INDEX call_index_user_subject; DROP INDEX call_index_user_email;
 		ALTER TABLE call_index DROP COLUMN user_subject; ALTER TABLE call_index DROP COLUMN user_email;
 		ALTER TABLE records DROP COLUMN user_subject; ALTER TABLE records DROP COLUMN user_email;
-		ALTER TABLE records DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN user_subject;
-		ALTER TABLE approvals DROP COLUMN user_email; ALTER TABLE approvals DROP COLUMN user_groups;
-		DELETE FROM schema_migrations WHERE version = 15;
+		ALTER TABLE records DROP COLUMN user_groups;
+		DELETE FROM schema_migrations WHERE version = 17;
 		` + view
 }
 
-// alice is a caller the front authenticated.
-var alice = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", `on-call "eu"`}}
+// caller is alice, as the front authenticated her.
+var caller = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Groups: []string{"sre", `on-call "eu"`}}
 
 // A record that names a user is hashed in version 3's canonical form:
 // user, user_email and user_groups (an array of strings, in the order
@@ -60,7 +59,7 @@ var alice = guard.Identity{Subject: "user-7f3a", Email: "alice@example.com", Gro
 func TestUserCanonicalForm(t *testing.T) {
 	r := &guard.Record{ID: "r1", CallID: "c1", Kind: guard.KindRequest, Time: time.Date(2026, 11, 27, 9, 30, 0, 0, time.UTC),
 		Session: "s1", Client: "mcp-remote/0.1", Server: "files", Direction: "client", Method: "tools/call", Tool: "read_file",
-		RequestSize: 42, User: alice.Subject, UserEmail: alice.Email, UserGroups: alice.Groups}
+		RequestSize: 42, User: caller.Subject, UserEmail: caller.Email, UserGroups: caller.Groups}
 	want := `{"arguments":"","call_id":"c1","client":"mcp-remote/0.1","decided_by":"","decision":"","detail":"",` +
 		`"direction":"client","duration_ms":0,"id":"r1","kind":"request","method":"tools/call","outcome":"","pin":"",` +
 		`"prev_hash":"","protocol":"","reason":"","request_size":42,"response_size":0,"result":"","server":"files",` +
@@ -80,7 +79,7 @@ func TestUserCanonicalForm(t *testing.T) {
 		"user":               func(r *guard.Record) { r.User = "user-0000" },
 		"user_email":         func(r *guard.Record) { r.UserEmail = "mallory@example.com" },
 		"user_groups":        func(r *guard.Record) { r.UserGroups = []string{"sre"} },
-		"user_groups' order": func(r *guard.Record) { r.UserGroups = []string{alice.Groups[1], alice.Groups[0]} },
+		"user_groups' order": func(r *guard.Record) { r.UserGroups = []string{caller.Groups[1], caller.Groups[0]} },
 	} {
 		c := *r
 		change(&c)
@@ -150,7 +149,7 @@ func userLog(t *testing.T, db *DB) {
 		return r
 	}
 	for i := range 4 {
-		who := alice
+		who := caller
 		if i == 3 {
 			who = guard.Identity{}
 		}
@@ -162,16 +161,16 @@ func userLog(t *testing.T, db *DB) {
 		}
 	}
 	if err := db.Append(as(&guard.Record{CallID: "ev-1", Kind: guard.KindEvent, Method: "guard/server_exit",
-		Detail: `{"status":0}`}, alice)); err != nil {
+		Detail: `{"status":0}`}, caller)); err != nil {
 		t.Fatal(err)
 	}
 	a := heldApproval("alice-held")
-	a.Caller = alice
+	a.Caller = caller
 	if err := db.CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(as(&guard.Record{CallID: a.CallID, Kind: guard.KindRequest, Method: "tools/call", Tool: "write_file",
-		Server: "files", Decision: guard.DecisionHeld, Approval: a.ID}, alice)); err != nil {
+		Server: "files", Decision: guard.DecisionHeld, Approval: a.ID}, caller)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
@@ -192,7 +191,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		switch {
 		case r.User == "" && r.UserEmail == "" && r.UserGroups == nil:
 			named[""]++
-		case r.User == alice.Subject && r.UserEmail == alice.Email && slices.Equal(r.UserGroups, alice.Groups):
+		case r.User == caller.Subject && r.UserEmail == caller.Email && slices.Equal(r.UserGroups, caller.Groups):
 			named[r.Kind]++
 		default:
 			t.Errorf("record %d came back as %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
@@ -211,15 +210,15 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		f    Filter
 		want []string
 	}{
-		{Filter{User: alice.Subject}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
-		{Filter{User: alice.Email}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
-		{Filter{User: alice.Email, Tool: "write_file", Decision: guard.ApprovalDenied}, []string{"call-alice-held"}},
+		{Filter{User: caller.Subject}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
+		{Filter{User: caller.Email}, []string{"call-alice-held", "ucall-2", "ucall-1", "ucall-0"}},
+		{Filter{User: caller.Email, Tool: "write_file", Decision: guard.ApprovalDenied}, []string{"call-alice-held"}},
 		{Filter{User: "bob@example.com"}, nil},
 	} {
 		var got []string
 		err := db.Query(ctx, tc.f, func(c *Call) error {
 			got = append(got, c.ID)
-			if c.User != alice.Subject || c.UserEmail != alice.Email || !slices.Equal(c.UserGroups, alice.Groups) {
+			if c.User != caller.Subject || c.UserEmail != caller.Email || !slices.Equal(c.UserGroups, caller.Groups) {
 				t.Errorf("call %s shows %q %q %q", c.ID, c.User, c.UserEmail, c.UserGroups)
 			}
 			return nil
@@ -241,10 +240,10 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		t.Errorf("the call no one authenticated shows %q %q %#v", anon.User, anon.UserEmail, anon.UserGroups)
 	}
 	var kinds []string
-	if err := db.QueryRecords(ctx, guard.KindEvent, Filter{User: alice.Email}, func(r *guard.Record) error {
+	if err := db.QueryRecords(ctx, guard.KindEvent, Filter{User: caller.Email}, func(r *guard.Record) error {
 		kinds = append(kinds, r.Kind+" "+r.User)
 		return nil
-	}); err != nil || !slices.Equal(kinds, []string{"event " + alice.Subject}) {
+	}); err != nil || !slices.Equal(kinds, []string{"event " + caller.Subject}) {
 		t.Errorf("events of alice: %v %v", kinds, err)
 	}
 
@@ -273,7 +272,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.User == alice.Subject && r.UserEmail == alice.Email && slices.Equal(r.UserGroups, alice.Groups) {
+			if r.User == caller.Subject && r.UserEmail == caller.Email && slices.Equal(r.UserGroups, caller.Groups) {
 				n++
 			}
 		}
@@ -400,7 +399,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err != nil || !rep.OK || rep.Extends == 0 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
-	if ids := queryIDs(t, db, Filter{User: alice.Subject}); len(ids) != 4 {
+	if ids := queryIDs(t, db, Filter{User: caller.Subject}); len(ids) != 4 {
 		t.Errorf("alice's calls after the migration: %v", ids)
 	}
 }
@@ -442,7 +441,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	old1, old2 := rec(1, guard.KindRequest), rec(1, guard.KindOutcome)
 	old2.Approval, old2.Outcome, old2.Result = "ap-1", guard.OutcomeOK, "\x00\n\"ü"
 	mine := rec(2, guard.KindRequest)
-	mine.User, mine.UserEmail, mine.UserGroups = alice.Subject, alice.Email, alice.Groups
+	mine.User, mine.UserEmail, mine.UserGroups = caller.Subject, caller.Email, caller.Groups
 	var recs []*guard.Record
 	for i, r := range []*guard.Record{old1, old2, mine} {
 		r.ID, r.Time = guard.NewID(), at.Add(time.Duration(i)*time.Millisecond)
@@ -486,7 +485,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 5 || got[3].ID != old3.ID || got[3].User != "" || got[4].ID != mine.ID ||
-		got[4].User != alice.Subject || got[4].UserEmail != alice.Email || !slices.Equal(got[4].UserGroups, alice.Groups) {
+		got[4].User != caller.Subject || got[4].UserEmail != caller.Email || !slices.Equal(got[4].UserGroups, caller.Groups) {
 		t.Fatalf("this release's journal came in as %+v", got)
 	}
 	verifyOK(t, db)
@@ -519,7 +518,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 		switch {
 		case r.Pruned && (r.User != "" || r.UserEmail != "" || r.UserGroups != nil):
 			t.Errorf("pruned record %d still names %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
-		case !r.Pruned && r.User == alice.Subject:
+		case !r.Pruned && r.User == caller.Subject:
 			kept++
 		}
 		return nil
@@ -530,7 +529,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 		t.Errorf("%d young records name alice, want 2", kept)
 	}
 	verifyOK(t, db)
-	if ids := queryIDs(t, db, Filter{User: alice.Email}); !slices.Equal(ids, []string{"call-5"}) {
+	if ids := queryIDs(t, db, Filter{User: caller.Email}); !slices.Equal(ids, []string{"call-5"}) {
 		t.Errorf("alice's calls after pruning: %v", ids)
 	}
 	// The release before's statement, under a grant, on a young record of
@@ -710,7 +709,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
-	if ids := queryIDs(t, db, Filter{User: alice.Email}); len(ids) != 4 {
+	if ids := queryIDs(t, db, Filter{User: caller.Email}); len(ids) != 4 {
 		t.Errorf("alice's calls: %v", ids)
 	}
 	if ids := queryIDs(t, db, Filter{Client: "claude-ai/0.1.0"}); len(ids) != 6 {

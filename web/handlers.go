@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -38,7 +39,8 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 		return
 	}
 	nav.Page = p.Page
-	p.Nav, p.Name, p.CSRF = nav, sess.name, sess.csrf
+	p.Nav, p.Name, p.Via, p.CSRF = nav, sess.name, sess.via, sess.csrf
+	p.Passkey = s.passkeys != nil
 	if v, err := s.opts.Store.LastVerification(r.Context()); err != nil {
 		s.log.Error("ui: the last verification of the audit log could not be read", "err", err)
 	} else if v != nil && !v.OK {
@@ -76,6 +78,11 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if s.opts.Undelivered != nil {
+		if v.Undelivered, err = s.opts.Undelivered(r.Context()); err != nil {
+			s.log.Warn("the deliveries of announcements could not be read", "err", err)
+		}
 	}
 	s.page(w, r, pageData{Title: "Pending", Page: "pending"}, len(v.Cards), pendingPage(v))
 }
@@ -181,7 +188,7 @@ func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
 	}
 	v := callView{Call: c}
 	if a, err := s.opts.Store.Approval(ctx, id); err == nil {
-		v.Approval = a
+		v.Approval, v.Rules = a, rulesOf(a, sessionOf(ctx))
 	} else if !errors.Is(err, guard.ErrNotFound) {
 		s.fail(w, r, err)
 		return
@@ -222,6 +229,11 @@ func (s *Server) setName(w http.ResponseWriter, r *http.Request) {
 	sess := sessionOf(r.Context())
 	name := strings.TrimSpace(r.PostForm.Get("name"))
 	next := localPath(r.PostForm.Get("next"))
+	if sess.via != "" {
+		s.pageStatus(w, r, http.StatusBadRequest, pageData{Title: "Your name", Page: "name"}, -1,
+			namePage(sess, next, "You are logged in as "+sess.user.Name()+", verified ("+sess.via+"): that is who decides, and it cannot be typed."))
+		return
+	}
 	if !validName(name) {
 		s.pageStatus(w, r, http.StatusBadRequest, pageData{Title: "Your name", Page: "name"}, -1,
 			namePage(sess, next, "A name is 1 to 64 printable characters."))
@@ -242,7 +254,7 @@ const (
 
 // needName sends a person who has not given a name to the name form.
 func (s *Server) needName(w http.ResponseWriter, r *http.Request, sess session, back string) bool {
-	if sess.name != "" {
+	if sess.named() {
 		return false
 	}
 	s.sessions.setFlash(sess.key, "Give your name first: it is recorded with every decision.")
@@ -288,22 +300,12 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			// once the approval is known to be still pending: an
 			// approval someone denies meanwhile leaves no rule.
 			before = func(a *guard.Approval) error {
-				ruleErr = s.opts.AllowAlways(a, sess.name)
+				ruleErr = s.opts.AllowAlways(a, sess.user.Name())
 				return ruleErr
 			}
 			reason = "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on"
 		}
-		var d *guard.Approval
-		if wd, ok := s.opts.Decider.(decideWither); ok {
-			d, err = wd.DecideWith(ctx, id, approve, sess.name, reason, before)
-		} else {
-			if before != nil {
-				err = before(a)
-			}
-			if err == nil {
-				d, err = s.opts.Decider.Decide(ctx, id, approve, sess.name, reason)
-			}
-		}
+		d, err := s.review(ctx, sess, a, approve, reason, before)
 		if ruleErr != nil {
 			s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", ruleErr)
 			s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+ruleErr.Error())
@@ -311,7 +313,8 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			return
 		}
 		switch {
-		case errors.Is(err, guard.ErrAlreadyDecided):
+		case errors.Is(err, guard.ErrAlreadyDecided), errors.Is(err, guard.ErrNotApprover), errors.Is(err, guard.ErrAlreadyReviewed):
+			s.log.Info("ui: review refused", "id", id, "by", sess.user.Name(), "why", err)
 			s.sessions.setFlash(sess.key, "Not recorded: "+err.Error())
 		case errors.Is(err, guard.ErrAuditWrite), errors.Is(err, store.ErrNotApplied):
 			s.fail(w, r, err)
@@ -328,11 +331,30 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			if act == actionApproveAlways {
 				msg += ", and allowed this tool from now on"
 			}
+			if more := approvals.Waiting(d); d.State == guard.ApprovalPending && more != "" {
+				msg = "Your approval of " + d.Server + "/" + d.Tool + " (" + d.ID + ") is recorded: the call waits for " + more
+			}
 			s.sessions.setFlash(sess.key, msg+".")
-			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.name, "always", act == actionApproveAlways)
+			s.log.Info("ui: decision", "id", id, "approve", approve, "by", sess.user.Name(), "via", sess.via, "always", act == actionApproveAlways)
 		}
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	}
+}
+
+// review records the session's person's review of a held call: through
+// the Decider's Review where it has one (approvals.Manager), with the
+// session's identity and how it was verified; else as a decision by the
+// typed name, with before run first.
+func (s *Server) review(ctx context.Context, sess session, a *guard.Approval, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
+	if rv, ok := s.opts.Decider.(reviewer); ok {
+		return rv.Review(ctx, a.ID, sess.reviewer(), approve, reason, before)
+	}
+	if before != nil {
+		if err := before(a); err != nil {
+			return nil, err
+		}
+	}
+	return s.opts.Decider.Decide(ctx, a.ID, approve, sess.name, reason)
 }
 
 func alreadyText(a *guard.Approval) string {

@@ -7,16 +7,34 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 )
 
 // session is one browser's login: the approver's name once given, the CSRF
 // token of its forms, and a message to show once on the next page.
 type session struct {
-	key   string // sha256 of the cookie's value
-	name  string
+	key  string // sha256 of the cookie's value
+	name string
+	// user is who decides in this session, and via how guard knows it:
+	// "" for a name typed after the token link (user.Subject is the
+	// name; unverified), guard.ViaOIDC or guard.ViaPasskey for an
+	// identity the provider or a passkey verified.
+	user  guard.Identity
+	via   string
 	csrf  string
 	flash string
 	seen  time.Time
+}
+
+// named reports whether the session knows who decides: a name was given,
+// or a login verified who it is (which needs no typed name).
+func (s session) named() bool { return s.name != "" || s.via != "" }
+
+// reviewer is who decides in this session, as approvals see them.
+func (s session) reviewer() approvals.Reviewer {
+	return approvals.Reviewer{Identity: s.user, Via: s.via}
 }
 
 // sessions are kept in memory, by the SHA-256 of the cookie's value (so
@@ -107,8 +125,16 @@ func (ss *sessions) update(key string, fn func(*session)) {
 	}
 }
 
+// setName names the approver of a session logged in with the token link:
+// a typed name, which no one verified.
 func (ss *sessions) setName(key, name string) {
-	ss.update(key, func(s *session) { s.name = name })
+	ss.update(key, func(s *session) { s.name, s.user, s.via = name, guard.Identity{Subject: name}, "" })
+}
+
+// setVerified makes a session's approver an identity verified as via
+// says: the name shown and recorded is its email, else its subject.
+func (ss *sessions) setVerified(key string, user guard.Identity, via string) {
+	ss.update(key, func(s *session) { s.name, s.user, s.via = user.Name(), user, via })
 }
 
 func (ss *sessions) setFlash(key, msg string) {

@@ -23,9 +23,12 @@ type pageData struct {
 	Title string
 	Page  string // pending, changes, activity, tools, call, name
 	Name  string // the approver's name, "" until given
-	CSRF  string
-	Flash string
-	Nav   navData
+	Via   string // how the approver's identity was verified, "" for a typed name
+	// Passkey says that every decision needs the approver's passkey.
+	Passkey bool
+	CSRF    string
+	Flash   string
+	Nav     navData
 	// Verify is the last scheduled verification of the audit log when it
 	// failed (a banner on every page), else nil.
 	Verify *store.Verification
@@ -80,6 +83,7 @@ type cardView struct {
 	ToolReview               bool // held for a review of the tool's definition
 	Created, Expires         time.Time
 	Left                     string
+	Rules                    rulesView
 }
 
 // pendingView is the pending page's list.
@@ -88,6 +92,9 @@ type pendingView struct {
 	CSRF        string
 	Named       bool
 	AllowAlways bool
+	// Undelivered says which receivers of the announcements of new holds
+	// are failing (the page alone shows it, not its live fragment).
+	Undelivered []string
 }
 
 func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, error) {
@@ -97,7 +104,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	}
 	tools := map[string]map[string]guard.Tool{}
 	now := s.opts.Now()
-	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.name != "",
+	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.named(),
 		AllowAlways: s.opts.AllowAlways != nil}
 	for _, a := range list {
 		byName, ok := tools[a.Server]
@@ -115,7 +122,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now))}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess)}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -504,6 +511,7 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 type callView struct {
 	Call     *store.Call
 	Approval *guard.Approval
+	Rules    rulesView // the approval's rules and reviews
 }
 
 // findCall looks up one invocation by its id.
@@ -634,4 +642,91 @@ func outcomes() []string {
 	return []string{guard.OutcomeOK, guard.OutcomeToolError, guard.OutcomeProtocolError, guard.OutcomeDenied,
 		guard.OutcomeExpired, guard.OutcomeCancelled, guard.OutcomeInvalid, guard.OutcomeUpstreamFailed,
 		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
+}
+
+// rulesView is what a held call's approval rules show: who made the call
+// (when the front authenticated them), what the approval needs, who has
+// approved so far, who still may, and whether this session's person may
+// decide on it, with why not.
+type rulesView struct {
+	Requester string       // "" where no one authenticated (stdio)
+	Needs     string       // "2 approvals from members of sre"; "" without approvers
+	Verified  bool         // only verified identities may decide
+	Reviews   []reviewLine // oldest first
+	Waiting   string       // what a pending approval still needs
+	Refusal   string       // why this session's person cannot decide; "" when they can
+	Own       bool         // this session's person made the call
+}
+
+// reviewLine is one person's review.
+type reviewLine struct {
+	Who, Via, Groups, Reason string
+	Approve                  bool
+	Time                     time.Time
+}
+
+// Verb is what the person did.
+func (r reviewLine) Verb() string {
+	if r.Approve {
+		return "approved"
+	}
+	return "denied"
+}
+
+// Note says how guard knew who the person was, and their groups.
+func (r reviewLine) Note() string {
+	if r.Groups == "" {
+		return r.HowVerified()
+	}
+	return r.HowVerified() + "; groups " + r.Groups
+}
+
+// HowVerified says how guard knew who the person was.
+func (r reviewLine) HowVerified() string { return viaText(r.Via) }
+
+// viaText says how guard knows who a person is.
+func viaText(via string) string {
+	switch via {
+	case "":
+		return "typed name, unverified"
+	case guard.ViaOIDC:
+		return "verified by the identity provider"
+	case guard.ViaPasskey:
+		return "verified with a passkey"
+	}
+	return "verified (" + via + ")"
+}
+
+func rulesOf(a *guard.Approval, sess session) rulesView {
+	v := rulesView{Requester: a.Caller.Name(), Verified: a.Approvers.NeedsVerified()}
+	if !a.Approvers.IsZero() {
+		v.Needs = a.Approvers.String()
+	}
+	for _, r := range a.Reviews {
+		v.Reviews = append(v.Reviews, reviewLine{Who: r.By.Name(), Via: r.Via, Groups: strings.Join(r.By.Groups, ", "),
+			Reason: r.Reason, Approve: r.Approve, Time: r.Time})
+	}
+	if a.State == guard.ApprovalPending {
+		v.Waiting = approvals.Waiting(a)
+		v.Own = sess.user.Same(a.Caller)
+		if !sess.user.IsZero() {
+			if err := a.MayReview(sess.user, sess.via); err != nil {
+				v.Refusal = refusalText(err)
+			}
+		} else if v.Verified {
+			v.Refusal = "This call needs " + v.Needs + ": log in to the UI through the identity provider, or with a passkey, to decide on it. A typed name cannot."
+		}
+	}
+	return v
+}
+
+// refusalText is a refused review's error for people: without the
+// sentinel's words that lead it (the name it starts with, if it does, is
+// left as written).
+func refusalText(err error) string {
+	t := err.Error()
+	for _, p := range []string{guard.ErrNotApprover.Error() + ": ", guard.ErrAlreadyReviewed.Error() + ": "} {
+		t = strings.TrimPrefix(t, p)
+	}
+	return t + "."
 }

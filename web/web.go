@@ -14,7 +14,10 @@
 // whose replicas share the database) wakes that goroutine at once.
 //
 // Security: a person logs in with the UI token (GET /login?token=...), which
-// is exchanged for a session cookie; every other route needs that session.
+// is exchanged for a session cookie, or through the organisation's identity
+// provider (/login/oidc, see OIDC), as a verified identity; every other
+// route needs that session. With Passkeys, every decision also needs the
+// approver's passkey, asked for that one decision.
 // Every request's Host header must be on the allowlist (DNS rebinding);
 // every POST and the WebSocket upgrade must come from the page's own
 // Origin, exactly (Referrer-Policy same-origin, so that browsers send a
@@ -33,12 +36,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -98,12 +103,17 @@ type Decider interface {
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 }
 
-// decideWither is a Decider that runs a step of its own with the decision,
-// under its lock, once the approval is known to be pending (approvals.Manager
-// does): "Approve, and allow from now on" writes its rule there.
-type decideWither interface {
-	DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
+// reviewer is a Decider that takes a person's review with their identity
+// and how it was verified, and applies the approval's rules (who may, how
+// many must), running a step of its own with the review that decides,
+// under its lock, once the approval is known to be pending
+// (approvals.Manager does): "Approve, and allow from now on" writes its
+// rule there.
+type reviewer interface {
+	Review(ctx context.Context, id string, by approvals.Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 }
+
+var _ reviewer = (*approvals.Manager)(nil)
 
 // Options configure a Server.
 type Options struct {
@@ -112,6 +122,15 @@ type Options struct {
 	// Token is the login token (guard ui url). It is compared in constant
 	// time, and never logged or rendered.
 	Token string
+	// NoTokenLogin turns the token link off (ui.token_login: false): it
+	// answers 403, and people log in through OIDC only.
+	NoTokenLogin bool
+	// OIDC, when set, logs people in through the organisation's identity
+	// provider (/login/oidc), as verified identities.
+	OIDC *OIDC
+	// Passkeys, when set, make every decision need the approver's
+	// passkey (ui.passkey: required).
+	Passkeys *Passkeys
 	// AllowedHosts are the Host headers the UI answers to, such as
 	// "127.0.0.1:8931" and "localhost:8931"; any other gets 403.
 	AllowedHosts []string
@@ -140,6 +159,10 @@ type Options struct {
 	// ActivityLimit is how many calls the activity page shows by default
 	// (default 100).
 	ActivityLimit int
+	// Undelivered lists the receivers of the announcements of new
+	// holds (notify:) whose last delivery failed, for a line on the
+	// Pending page; nil shows none.
+	Undelivered func(ctx context.Context) ([]string, error)
 }
 
 // Server is the UI: an http.Handler. Call Run for live updates.
@@ -149,6 +172,8 @@ type Server struct {
 	hosts    map[string]bool
 	tokenSum [sha256.Size]byte
 	sessions *sessions
+	oidc     *oidcLogin // nil without OIDC
+	passkeys *passkeys  // nil without passkeys
 	hub      *hub
 	mux      *http.ServeMux
 	cop      *http.CrossOriginProtection
@@ -203,6 +228,27 @@ func New(o Options) (*Server, error) {
 	for _, h := range o.AllowedHosts {
 		s.hosts[strings.ToLower(h)] = true
 	}
+	if o.NoTokenLogin && o.OIDC == nil {
+		return nil, errors.New("web: with the token link off, OIDC is the way in: none is configured")
+	}
+	if o.OIDC != nil {
+		var err error
+		if s.oidc, err = newOIDCLogin(*o.OIDC, o.Now); err != nil {
+			return nil, err
+		}
+		if u, _ := url.Parse(o.OIDC.RedirectURL); !s.hosts[strings.ToLower(u.Host)] {
+			return nil, fmt.Errorf("web: the OIDC redirect URL's host %s is not among the allowed hosts", u.Host)
+		}
+	}
+	if o.Passkeys != nil {
+		var err error
+		if s.passkeys, err = newPasskeys(*o.Passkeys, o.Now); err != nil {
+			return nil, err
+		}
+		if u, _ := url.Parse(o.Passkeys.Origin); !s.hosts[strings.ToLower(u.Host)] {
+			return nil, fmt.Errorf("web: the passkeys' origin %s is not among the allowed hosts", o.Passkeys.Origin)
+		}
+	}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  512,
 		WriteBufferSize: 1024,
@@ -240,6 +286,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /fragments/tools", s.toolsFragment)
 	m.HandleFunc("GET /fragments/nav", s.navFragment)
 	m.HandleFunc("GET /ws", s.serveWS)
+	if s.passkeys != nil {
+		m.HandleFunc("POST "+passkeyChallenge, s.passkeyChallengeFor)
+	}
 	m.Handle("GET /static/", s.static)
 	s.mux = m
 }
@@ -258,8 +307,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plainError(w, "Forbidden: this host name is not one the guard UI answers to.", http.StatusForbidden)
 		return
 	}
-	if r.URL.Path == "/login" {
+	switch {
+	case r.URL.Path == "/login":
 		s.login(w, r)
+		return
+	case r.URL.Path == oidcLoginPath && s.oidc != nil:
+		s.oidcStart(w, r)
+		return
+	case r.URL.Path == oidcCallbackPath && s.oidc != nil:
+		s.oidcCallback(w, r)
+		return
+	case s.passkeys != nil && (r.URL.Path == passkeyEnrollPath || r.URL.Path == passkeyBeginPath || r.URL.Path == passkeyFinishPath):
+		s.passkeyEnrolmentRoute(w, r)
+		return
+	case s.passkeys != nil && r.URL.Path == "/static/passkey.js" && r.Method == http.MethodGet:
+		// The enrolment page's script, for a person who has only the
+		// code of guard ui enroll yet.
+		s.static.ServeHTTP(w, r)
 		return
 	}
 	sess, ok := s.session(r)
@@ -286,6 +350,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("ui: form with a bad CSRF token", "path", r.URL.Path)
 			plainError(w, "Forbidden: the form's token does not match this session. Reload the page and try again.", http.StatusForbidden)
 			return
+		}
+		if s.passkeys != nil && decisionPathRE.MatchString(r.URL.Path) {
+			var err error
+			if sess, err = s.verifyDecision(r, sess); err != nil {
+				s.log.Warn("ui: decision refused: no valid passkey", "path", r.URL.Path, "why", err)
+				s.render(w, r, http.StatusForbidden, messagePage("Passkey needed", "Not recorded: "+err.Error()+"."))
+				return
+			}
 		}
 	}
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
@@ -323,10 +395,17 @@ func (s *Server) secure(r *http.Request) bool {
 func (s *Server) formOriginOK(r *http.Request) bool { return s.originOK(r) }
 
 // login exchanges the token for a session cookie and sends the browser to
-// the pending page, so that the token leaves the address bar.
+// the pending page, so that the token leaves the address bar. With the
+// token link off, it says to log in through the identity provider.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		plainError(w, "Method not allowed.", http.StatusMethodNotAllowed)
+		return
+	}
+	if s.opts.NoTokenLogin {
+		s.log.Warn("ui: login with the token link, which is off")
+		plainError(w, "Forbidden: the token link is off (ui.token_login: false). Log in through the identity provider at "+oidcLoginPath+".",
+			http.StatusForbidden)
 		return
 	}
 	sum := sha256.Sum256([]byte(r.URL.Query().Get("token")))
@@ -335,7 +414,16 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.unauthorized(w, r)
 		return
 	}
-	// A previous session of this browser ends: a new one starts.
+	if _, err := s.newSession(w, r, http.SameSiteStrictMode); err != nil {
+		return
+	}
+	s.log.Info("ui: login")
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// newSession starts a session, ending this browser's previous one, and
+// sets its cookie; it answers the request itself when it fails.
+func (s *Server) newSession(w http.ResponseWriter, r *http.Request, sameSite http.SameSite) (string, error) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		s.sessions.remove(c.Value)
 	}
@@ -343,7 +431,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Error("ui: new session", "err", err)
 		plainError(w, "Internal error: no session could be made.", http.StatusInternalServerError)
-		return
+		return "", err
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -351,10 +439,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		Path:     "/",
 		HttpOnly: true,
 		Secure:   s.secure(r),
-		SameSite: http.SameSiteStrictMode,
+		SameSite: sameSite,
 	})
-	s.log.Info("ui: login")
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	return id, nil
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
@@ -389,7 +476,11 @@ func sessionOf(ctx context.Context) session {
 func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(http.StatusUnauthorized)
-	_ = unauthorizedPage().Render(r.Context(), w)
+	var issuer string
+	if s.oidc != nil {
+		issuer = s.oidc.cfg.Issuer
+	}
+	_ = unauthorizedPage(issuer, !s.opts.NoTokenLogin).Render(r.Context(), w)
 }
 
 // plainError answers with a short text, for refusals before any page.

@@ -11,25 +11,28 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/policy"
 )
 
 func init() {
-	commands["approvals"] = command{summary: "list, approve and deny held calls: approvals list|approve|deny", run: cmdApprovals}
+	commands["approvals"] = command{summary: "list, show, approve and deny held calls: approvals list|show|approve|deny", run: cmdApprovals}
 }
 
 func cmdApprovals(ctx context.Context, a *app, args []string) int {
-	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
+	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | show ID | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
 		return status
 	}
 	switch args[0] {
 	case "list":
 		return approvalsList(ctx, a, args[1:])
+	case "show":
+		return approvalsShow(ctx, a, args[1:])
 	case "approve":
 		return approvalsDecide(ctx, a, args[1:], true)
 	case "deny":
 		return approvalsDecide(ctx, a, args[1:], false)
 	}
-	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, approve, deny)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, show, approve, deny)\n", args[0])
 	return exitUsage
 }
 
@@ -76,19 +79,19 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetEscapeHTML(false)
 		for _, x := range list {
-			_ = enc.Encode(x)
+			_ = enc.Encode(lineOf(x))
 		}
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tARGUMENTS")
+	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tAPPROVALS\tARGUMENTS")
 	for _, x := range list {
 		left := "-"
 		if x.State == guard.ApprovalPending {
 			left = guard.HumanDuration(x.ExpiresAt.Sub(now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
-			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), clip(x.Arguments, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
+			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), approvalsNeeds(x), clip(x.Arguments, 60))
 	}
 	tw.Flush()
 	return exitOK
@@ -131,6 +134,9 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 		return status
 	}
 	defer db.Close()
+	if refuseCLIDecision(a, st.Config, "approvals "+verb) {
+		return exitFailure
+	}
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
 	x, err := m.Decide(ctx, id, approve, who, *reason)
 	switch {
@@ -141,8 +147,38 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 		fmt.Fprintf(a.stderr, "guard approvals %s: %v\n", verb, err)
 		return exitFailure
 	}
+	if x.State == guard.ApprovalPending {
+		fmt.Fprintf(a.stdout, "%s: your approval of %s on %s is recorded; it waits for %s\n", x.ID, x.Tool, x.Server, approvals.Waiting(x))
+		return exitOK
+	}
 	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
 	return exitOK
+}
+
+// refuseCLIDecision says why, and reports true, where the configuration
+// turns decisions on the command line off. A name typed here proves
+// nothing: where the UI needs a verified identity, anyone who can run
+// guard (a process that stole the UI token, say) could otherwise decide
+// as anyone.
+func refuseCLIDecision(a *app, c *policy.Config, cmd string) bool {
+	if c.CLIDecisions() {
+		return false
+	}
+	fmt.Fprintf(a.stderr, "guard %s: refused: %s, so decisions need a verified identity and a name typed here is not one; "+
+		"decide in the UI (guard ui url), or set approval.cli: true to allow the command line\n", cmd, cliOffBecause(c))
+	return true
+}
+
+// cliOffBecause says why the configuration turns command-line decisions
+// off.
+func cliOffBecause(c *policy.Config) string {
+	switch {
+	case c.Approval.CLISet:
+		return "approval.cli is false"
+	case c.UI.Passkey == policy.PasskeyRequired:
+		return "ui.passkey is required"
+	}
+	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"
 }
 
 func currentUser(getenv func(string) string) string {

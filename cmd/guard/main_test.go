@@ -51,6 +51,10 @@ func TestCommandLine(t *testing.T) {
 	os.WriteFile(bad, []byte("policy:\n  default: sometimes\n"), 0o600)
 	public := filepath.Join(dir, "public.yaml")
 	os.WriteFile(public, []byte("public_url: https://Guard.Example.com/\n"), 0o600)
+	passkey := filepath.Join(dir, "passkey.yaml")
+	os.WriteFile(passkey, []byte("ui: {passkey: required}\n"), 0o600)
+	passkeyCLI := filepath.Join(dir, "passkey-cli.yaml")
+	os.WriteFile(passkeyCLI, []byte("ui: {passkey: required}\napproval: {cli: true}\n"), 0o600)
 	badPublic := filepath.Join(dir, "bad-public.yaml")
 	os.WriteFile(badPublic, []byte("ui: {listen: 127.0.0.1:8931}\npublic_url: https://guard.example.com/guard\n"), 0o600)
 	for _, tc := range []struct {
@@ -95,6 +99,13 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"ui"}, 2, "", "usage: guard ui url"},
 		{[]string{"ui", "url"}, 0, "http://127.0.0.1:8931/login?token=", ""},
 		{[]string{"ui", "url", "--config", public}, 0, "https://guard.example.com/login?token=", ""},
+		{[]string{"ui", "url", "--config", passkey}, 0, "http://localhost:8931/login?token=", ""},
+		{[]string{"ui", "enroll"}, 1, "", "ui.passkey is off"},
+		{[]string{"ui", "enroll", "--config", passkey, "--name", "alice"}, 0, "a passkey for alice (it works once):\nhttp://localhost:8931/passkey/enroll?code=", ""},
+		{[]string{"ui", "enroll", "--config", passkey, "--valid", "2h"}, 2, "", "between 1s and 1h"},
+		{[]string{"approvals", "approve", "no-such-id", "--by", "x", "--config", passkey}, 1, "", "refused: ui.passkey is required"},
+		{[]string{"tools", "reject", "files", "ghost", "--by", "x", "--config", passkey}, 1, "", "guard tools reject: refused"},
+		{[]string{"approvals", "approve", "no-such-id", "--by", "x", "--config", passkeyCLI}, 1, "", "no held call with id no-such-id"},
 		{[]string{"serve", "--config", badPublic}, 2, "", badPublic + `:2: public_url "https://guard.example.com/guard" has a path (/guard)`},
 		{[]string{"token"}, 2, "", "usage: guard token NAME"},
 		{[]string{"token", "ci"}, 0, "token_sha256:", ""},

@@ -85,7 +85,7 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		if len(who) > 0 {
 			when = strings.Join(who, "; ")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, r.Action, when, from)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, ruleAction(r), when, from)
 	}
 	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
 	tw.Flush()
@@ -101,6 +101,12 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	}
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
+	}
+	if need := st.Config.NeedVerified(); len(need) > 0 {
+		fmt.Fprintln(a.stdout, "\napprovals that take verified identities only (a login to the UI through the identity provider, or a passkey; not a typed name, nor approvals approve --by):")
+		for _, e := range need {
+			fmt.Fprintf(a.stdout, "  %s\n", e)
+		}
 	}
 	checkIsolation(a, st)
 	if len(st.Config.Limits) > 0 {
@@ -224,4 +230,13 @@ func printChanges(a *app, summary string) {
 	for line := range strings.SplitSeq(summary, "\n") {
 		fmt.Fprintf(a.stdout, "  %s\n", line)
 	}
+}
+
+// ruleAction is a rule's action as policy check lists it: with, for one
+// that holds calls under approvers, what their approval needs.
+func ruleAction(r policy.Rule) string {
+	if r.Approvers.IsZero() {
+		return r.Action
+	}
+	return r.Action + " (" + r.Approvers.String() + ")"
 }

@@ -88,6 +88,9 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "rule:     %s%s\n", v.Rule, ruleOrigin(p, v.Rule))
 	fmt.Fprintf(a.stdout, "reason:   %s\n", v.Reason)
+	if !v.Approvers.IsZero() {
+		fmt.Fprintf(a.stdout, "needs:    %s, each a verified identity\n", v.Approvers)
+	}
 	if v.Action == guard.ActionDeny || v.Would == guard.ActionDeny {
 		fmt.Fprintf(a.stdout, "the client reads: %s\n", guard.DenialText(v))
 	}

@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -37,6 +38,8 @@ type relaying struct {
 	own []string
 	// streamer streams the audit log when audit.stream is configured.
 	streamer *stream.Streamer
+	// notifier announces new holds when notify: is configured.
+	notifier *notify.Notifier
 	stop     func()
 	// process is the command ("guard run"); running, once started has
 	// recorded its start, is recorded as stopped by stop.
@@ -134,6 +137,14 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 			return nil, exitUsage, false
 		}
 	}
+	if len(cfg.Notify) > 0 {
+		rt.notifier, err = notify.New(context.Background(), notify.Options{Store: db, Receivers: cfg.Notify,
+			BaseURL: uiBase(cfg.PublicURL, listen), Logger: logger.With("component", "notify")})
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return nil, exitUsage, false
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
@@ -150,6 +161,11 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	var streaming sync.WaitGroup
 	if rt.streamer != nil {
 		streaming.Go(func() { rt.streamer.Run(streamCtx) })
+	}
+	// The one process on the database that holds the lease "notify"
+	// announces new holds.
+	if rt.notifier != nil {
+		bg.Go(func() { rt.notifier.Run(ctx) })
 	}
 	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
 	if !noUI {

@@ -95,6 +95,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	})))
 	reg := newMetrics(db)
 	streamMetrics(reg, rt.streamer)
+	notifyMetrics(reg, rt.notifier)
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}

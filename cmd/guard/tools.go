@@ -209,6 +209,9 @@ func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
 		return status
 	}
 	defer db.Close()
+	if refuseCLIDecision(a, st.Config, "tools "+verb) { // it decides the calls held for the tool
+		return exitFailure
+	}
 	r, err := db.DecideTool(ctx, server, tool, "", accept, who)
 	if errors.Is(err, guard.ErrNotFound) {
 		fmt.Fprintf(a.stderr, "guard tools %s: no tool %q on server %q in the catalog\n", verb, tool, server)

@@ -10,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/guard-mcp/guard/policy"
 )
 
 func init() {
-	commands["ui"] = command{summary: "the approval UI: ui url prints its address with the login token", run: cmdUI}
+	commands["ui"] = command{summary: "the approval UI: ui url prints its address with the login token; ui enroll a passkey's enrolment link", run: cmdUI}
 }
 
 // uiTokenFile holds the UI's login token, in the data directory.
@@ -75,9 +78,24 @@ func uiBase(publicURL, listen string) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
+// uiOrigin is the UI's address as browsers reach it: with passkeys, the
+// origin of their relying party (http://localhost:PORT, as an IP address
+// cannot be one), else uiBase.
+func uiOrigin(c *policy.Config, listen string) string {
+	if c.UI.Passkey == policy.PasskeyRequired {
+		if o, err := c.PasskeyOrigin(listen); err == nil {
+			return o
+		}
+	}
+	return uiBase(c.PublicURL, listen)
+}
+
 func cmdUI(ctx context.Context, a *app, args []string) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return uiEnroll(ctx, a, args[1:])
+	}
 	if len(args) == 0 || args[0] != "url" {
-		fmt.Fprintln(a.stderr, "usage: guard ui url")
+		fmt.Fprintln(a.stderr, "usage: guard ui url | guard ui enroll [--name NAME] [--valid DUR]")
 		return exitUsage
 	}
 	fs := a.flagSet("ui url")
@@ -94,6 +112,49 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintln(a.stdout, uiURL(st.Config.PublicURL, st.Config.UI.Listen, tok))
+	fmt.Fprintln(a.stdout, uiOrigin(st.Config, st.Config.UI.Listen)+"/login?token="+tok)
+	return exitOK
+}
+
+// uiEnroll prints a one-time link that enrols a passkey for the person
+// running it. The code is kept in the database only (as its SHA-256):
+// a process that holds the UI token and not the database cannot enrol.
+func uiEnroll(ctx context.Context, a *app, args []string) int {
+	fs := a.flagSet("ui enroll")
+	cf := addCommonFlags(fs)
+	name := fs.String("name", "", "whom the passkey is for, as decisions will name them (default: the user running this command)")
+	valid := fs.Duration("valid", 5*time.Minute, "how long the link works (once)")
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return status
+	}
+	if *valid <= 0 || *valid > time.Hour {
+		fmt.Fprintln(a.stderr, "guard ui enroll: --valid: between 1s and 1h")
+		return exitUsage
+	}
+	who := strings.TrimSpace(*name)
+	if who == "" {
+		who = currentUser(a.getenv)
+	}
+	db, st, status, ok := a.open(ctx, cf)
+	if !ok {
+		return status
+	}
+	defer db.Close()
+	if st.Config.UI.Passkey != policy.PasskeyRequired {
+		fmt.Fprintln(a.stderr, "guard ui enroll: ui.passkey is off in the configuration: set ui.passkey: required first")
+		return exitFailure
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
+		return exitFailure
+	}
+	code := hex.EncodeToString(buf)
+	if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(*valid)); err != nil {
+		fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(a.stdout, "Open this link on this machine within %s to enrol a passkey for %s (it works once):\n%s/passkey/enroll?code=%s\n",
+		*valid, who, uiOrigin(st.Config, st.Config.UI.Listen), code)
 	return exitOK
 }

@@ -32,14 +32,22 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		logger.Error("approval UI not served", "err", err)
 		return
 	}
+	var undelivered func(context.Context) ([]string, error)
+	if len(st.Config.Notify) > 0 {
+		undelivered = deliveryProblems(db, st.Config.Notify)
+	}
 	ui, err := web.New(web.Options{
 		Store:        db,
 		Decider:      holds,
 		Token:        token,
+		NoTokenLogin: !st.Config.UI.TokenLogin,
+		OIDC:         uiOIDC(st.Config, listen),
+		Passkeys:     uiPasskeys(st.Config, db, listen),
 		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
 		PublicOrigin: st.Config.PublicURL,
 		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
 		Explain:      explain(ctx, engine, db),
+		Undelivered:  undelivered,
 		Logger:       logger.With("component", "ui"),
 	})
 	if err != nil {
@@ -50,7 +58,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 	for {
 		ln, err := net.Listen("tcp", listen)
 		if err == nil {
-			logger.Info("approval UI", "url", uiBase(st.Config.PublicURL, listen)+" (guard ui url prints the login address)")
+			logger.Info("approval UI", "url", uiOrigin(st.Config, listen)+" (guard ui url prints the login address)")
 			l := store.Lifecycle{Event: store.LifecycleStarted, Process: "guard ui", Version: buildVersion(),
 				Serves: []string{"http://" + listen}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
@@ -69,6 +77,33 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 		case <-time.After(takeoverEvery):
 		}
 	}
+}
+
+// uiOIDC is the UI's login through the identity provider, nil when
+// ui.oidc is not configured. The provider sends people back to the UI's
+// address as browsers reach it (uiBase).
+func uiOIDC(c *policy.Config, listen string) *web.OIDC {
+	o := c.UI.OIDC
+	if o.Issuer == "" {
+		return nil
+	}
+	return &web.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
+		GroupsClaim: o.GroupsClaim, RedirectURL: uiOrigin(c, listen) + "/login/oidc/callback"}
+}
+
+// uiPasskeys makes every decision in the UI need a passkey, nil unless
+// ui.passkey: required.
+func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
+	if c.UI.Passkey != policy.PasskeyRequired {
+		return nil
+	}
+	origin, err := c.PasskeyOrigin(listen)
+	if err != nil {
+		// web.New refuses a UI without its passkeys' origin: no UI
+		// rather than one that decides without them.
+		origin = ""
+	}
+	return &web.Passkeys{Store: db, Origin: origin}
 }
 
 func runUI(ctx context.Context, ui *web.Server, l net.Listener) {

@@ -45,6 +45,21 @@
     return Array.prototype.slice.call(root.querySelectorAll("[data-approval-id]"));
   }
 
+  // updateRules brings a card kept on the page up to date with the
+  // reviews made since (approval rules): who approved, what is still
+  // needed, and whether this person may still decide.
+  function updateRules(el, fresh) {
+    if (el.dataset.reviews === fresh.dataset.reviews) return;
+    ["rules", "refusal"].forEach(function (role) {
+      var old = el.querySelector('[data-role="' + role + '"]');
+      var neu = fresh.querySelector('[data-role="' + role + '"]');
+      if (old && neu) old.replaceWith(document.importNode(neu, true));
+    });
+    var actions = el.querySelector(".actions"), freshActions = fresh.querySelector(".actions");
+    if (actions && freshActions) actions.hidden = freshActions.hidden;
+    el.dataset.reviews = fresh.dataset.reviews;
+  }
+
   // Pending calls: keep the cards already shown (a reason being typed, the
   // focus), drop the ones decided elsewhere, add the new ones in order.
   var refreshPending = refresher(function () {
@@ -74,6 +89,8 @@
         if (!el) {
           el = document.importNode(c, true);
           if (prev) prev.after(el); else list.prepend(el);
+        } else {
+          updateRules(el, c);
         }
         prev = el;
       });

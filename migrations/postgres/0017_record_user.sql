@@ -4,11 +4,6 @@ ALTER TABLE records ADD COLUMN user_subject TEXT COLLATE "C" NOT NULL DEFAULT ''
 ALTER TABLE records ADD COLUMN user_email TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE records ADD COLUMN user_groups TEXT COLLATE "C" NOT NULL DEFAULT '';
 
--- A held call keeps its caller, for the records of its decision.
-ALTER TABLE approvals ADD COLUMN user_subject TEXT COLLATE "C" NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN user_email TEXT COLLATE "C" NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN user_groups TEXT COLLATE "C" NOT NULL DEFAULT '';
-
 ALTER TABLE call_index ADD COLUMN user_subject TEXT COLLATE "C" NOT NULL DEFAULT '';
 ALTER TABLE call_index ADD COLUMN user_email TEXT COLLATE "C" NOT NULL DEFAULT '';
 CREATE INDEX call_index_user_subject ON call_index (user_subject, k) WHERE user_subject <> '';

@@ -7,11 +7,6 @@ ALTER TABLE records ADD COLUMN user_subject TEXT NOT NULL DEFAULT '';
 ALTER TABLE records ADD COLUMN user_email TEXT NOT NULL DEFAULT '';
 ALTER TABLE records ADD COLUMN user_groups TEXT NOT NULL DEFAULT '';
 
--- A held call keeps its caller, for the records of its decision.
-ALTER TABLE approvals ADD COLUMN user_subject TEXT NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN user_email TEXT NOT NULL DEFAULT '';
-ALTER TABLE approvals ADD COLUMN user_groups TEXT NOT NULL DEFAULT '';
-
 -- A call's user is its request's, for guard audit query --user. The
 -- calls recorded before have none. The indexes hold only the calls that
 -- name a user: where no one authenticates (stdio, static tokens) they

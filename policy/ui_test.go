@@ -1,0 +1,84 @@
+package policy
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestUISectionParses(t *testing.T) {
+	env := map[string]string{"UI_SECRET": "ui-s3cret"}
+	c, err := parse([]byte(`
+ui:
+  listen: 127.0.0.1:9931
+  oidc:
+    issuer: https://login.example.com
+    client_id: guard-ui
+    client_secret: ${UI_SECRET}
+    scopes: [openid, email, groups]
+    groups_claim: roles
+  token_login: false
+  passkey: required
+`), "cfg.yaml", func(k string) string { return env[k] }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.UI.OIDC
+	if o.Issuer != "https://login.example.com" || o.ClientID != "guard-ui" || o.ClientSecret != "ui-s3cret" ||
+		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
+		t.Fatalf("%+v", c.UI)
+	}
+	// The client secret is guard's own: kept from servers, masked.
+	if c.Expanded["UI_SECRET"] != "ui-s3cret" {
+		t.Fatalf("expanded: %v", c.Expanded)
+	}
+	if origin, err := c.PasskeyOrigin(c.UI.Listen); err != nil || origin != "http://localhost:9931" {
+		t.Fatalf("passkey origin: %q %v", origin, err)
+	}
+	// Verified identities only: the command line's typed names are off,
+	// unless approval.cli says otherwise.
+	if c.CLIDecisions() {
+		t.Fatal("guard approvals may decide with passkeys required")
+	}
+	c, err = Parse([]byte("ui: {passkey: required}\napproval: {cli: true}\n"), "cfg.yaml")
+	if err != nil || !c.CLIDecisions() || c.UI.OIDC.Issuer != "" || !c.UI.TokenLogin {
+		t.Fatalf("approval.cli: true: %+v %v", c, err)
+	}
+	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}}\n"), "cfg.yaml")
+	if err != nil || !c.CLIDecisions() || c.UI.OIDC.GroupsClaim != "groups" || c.UI.Passkey != PasskeyOff {
+		t.Fatalf("OIDC beside the token link leaves the command line on: %+v %v", c, err)
+	}
+	if c := Default(); !c.CLIDecisions() || !c.UI.TokenLogin {
+		t.Fatal("the defaults")
+	}
+}
+
+func TestUIErrorsNameFileAndLine(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		line int
+		want string
+	}{
+		{"ui:\n  token_login: false\n", 2, "needs ui.oidc"},
+		{"ui:\n  oidc:\n    client_id: x\n", 3, "ui.oidc.issuer is needed"},
+		{"ui:\n  oidc:\n    issuer: http://login.example.com\n    client_id: x\n", 3, "use https"},
+		{"ui:\n  oidc: {issuer: 'https://l'}\n", 2, "client_id is needed"},
+		{"ui:\n  oidc: {issuer: 'https://l', client_id: x, groups_claim: ''}\n", 2, "groups_claim"},
+		{"ui:\n  passkey: sometimes\n", 2, `"sometimes" is not one of off, required`},
+		{"ui:\n  passkey: required\npublic_url: https://10.0.0.1\n", 2, "not an IP address"},
+		{"ui:\n  passkey: required\npublic_url: http://guard.example.com\n", 2, "over https"},
+		{"ui:\n  listen: 0.0.0.0:8931\n  allow_remote: true\n  passkey: required\n", 2, "need the UI at localhost"},
+		{"approval:\n  cli: maybe\n", 2, "expected true or false"},
+	} {
+		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
+			continue
+		}
+		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
+			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
+		}
+	}
+}
