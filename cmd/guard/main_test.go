@@ -75,7 +75,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"approvals", "deny", "0192"}, 2, "", "--reason is required"},
 		{[]string{"approvals", "approve", "no-such-id", "--by", "x"}, 1, "", "no held call with id no-such-id"},
 		{[]string{"approvals", "list"}, 0, "ID", ""},
-		{[]string{"approvals", "list", "--format", "yaml"}, 2, "", "want table or jsonl"},
+		{[]string{"approvals", "list", "--format", "yaml"}, 2, "", "want table, jsonl or csv"},
 		{[]string{"approvals", "revoke", "x"}, 2, "", `unknown subcommand "revoke"`},
 		{[]string{"approvals"}, 2, "", "usage: guard approvals"},
 		{[]string{"audit", "delete"}, 2, "", `unknown subcommand "delete"`},
