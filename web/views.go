@@ -44,12 +44,22 @@ type hintView struct {
 	Name string // readOnlyHint, ...
 	On   bool   // its value, defaults filled in
 	Set  bool   // declared by the server (else the specification's default)
+	// NA: the hint means nothing for this tool. The specification gives
+	// destructiveHint and idempotentHint meaning only when readOnlyHint
+	// is false: a read-only tool neither destroys nor repeats anything.
+	NA bool
 }
 
 func (h hintView) Text() string {
 	v := "false"
 	if h.On {
 		v = "true"
+	}
+	if h.NA {
+		if h.Set {
+			return h.Name + ": " + v + ", ignored (read-only)"
+		}
+		return h.Name + ": does not apply (read-only)"
 	}
 	s := h.Name + ": " + v
 	if !h.Set {
@@ -61,10 +71,10 @@ func (h hintView) Text() string {
 func hints(a guard.Annotations) []hintView {
 	ro, de, id, ow := a.Effective()
 	return []hintView{
-		{"readOnlyHint", ro, a.ReadOnlyHint != nil},
-		{"destructiveHint", de, a.DestructiveHint != nil},
-		{"idempotentHint", id, a.IdempotentHint != nil},
-		{"openWorldHint", ow, a.OpenWorldHint != nil},
+		{"readOnlyHint", ro, a.ReadOnlyHint != nil, false},
+		{"destructiveHint", de, a.DestructiveHint != nil, ro},
+		{"idempotentHint", id, a.IdempotentHint != nil, ro},
+		{"openWorldHint", ow, a.OpenWorldHint != nil, false},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -851,6 +852,42 @@ func TestPublicOriginBehindABalancer(t *testing.T) {
 		res, _ := e.client().do(req)
 		if len(res.Cookies()) != 1 || res.Cookies()[0].Secure != secure {
 			t.Errorf("login at %s: %d, cookies %v", host, res.StatusCode, res.Cookies())
+		}
+	}
+}
+
+// A read-only tool's destructiveHint and idempotentHint mean nothing (the
+// specification gives them meaning only when readOnlyHint is false): its
+// badges say so, and none is marked as set.
+func TestReadOnlyToolsHaveNoDestructiveBadge(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.db.RecordTools(ctx, "notes", []guard.Tool{
+		tool("notes", "list_notes", `{"name":"list_notes","annotations":{"readOnlyHint":true}}`),
+		tool("notes", "odd_read", `{"name":"odd_read","annotations":{"readOnlyHint":true,"destructiveHint":true}}`),
+		tool("notes", "delete_note", `{"name":"delete_note","annotations":{"readOnlyHint":false}}`),
+	}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/tools")
+	badge := regexp.MustCompile(`<tr data-tool="notes/([a-z_]+)">|<li class="([^"]*)" data-hint="destructiveHint">([^<]*)</li>`)
+	got := map[string]string{}
+	tool := ""
+	for _, m := range badge.FindAllStringSubmatch(body, -1) {
+		if m[1] != "" {
+			tool = m[1]
+			continue
+		}
+		got[tool] = m[2] + " | " + m[3]
+	}
+	for name, want := range map[string]string{
+		"list_notes":  "hint default na | destructiveHint: does not apply (read-only)",
+		"odd_read":    "hint na | destructiveHint: true, ignored (read-only)",
+		"delete_note": "hint on default | destructiveHint: true (default)",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: destructiveHint badge %q, want %q", name, got[name], want)
 		}
 	}
 }
