@@ -120,7 +120,7 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	}
 	// The servers and tools page says what the policy does with each.
 	code, body = get(t, c, "http://"+addr+"/tools")
-	for _, want := range []string{"held by default: destructive tool (destructiveHint true)", "allowed by default: read-only tool (readOnlyHint true)"} {
+	for _, want := range []string{"held for approval by default: destructive tool (destructiveHint true)", "allowed by default: read-only tool (readOnlyHint true)"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("the tools page lacks %q (%d)", want, code)
 		}

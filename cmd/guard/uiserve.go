@@ -149,21 +149,49 @@ func escapeGlob(s string) string {
 }
 
 // explain says what the policy in force does with a call to a tool, its
-// arguments aside: the action and the rule (a condition on the arguments
-// may decide otherwise).
+// arguments aside (see policyText).
 func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
 	return func(t guard.Tool, r *guard.Review) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
 		call.Review, call.ReviewReason = pendingReview(ctx, db, &t, r)
-		v := engine.Policy().Decide(call)
-		text := actionWord(v.Action) + " by " + v.Rule
-		if v.Reason != "" {
-			text += ": " + v.Reason
-		}
-		if v.Would != "" {
-			text += " (monitor mode: would be " + actionWord(v.Would) + ")"
-		}
-		return text
+		return policyText(engine.Policy(), call)
 	}
+}
+
+// policyText says what a policy does with calls to a tool whatever their
+// arguments: the rules whose condition may decide a call first ("when its
+// condition holds"), then what decides the others, each as the action and
+// the rule.
+func policyText(p *policy.Policy, call *guard.Call) string {
+	conditional, otherwise := p.Outline(call)
+	var parts []string
+	for _, v := range conditional {
+		parts = append(parts, "when its condition holds, "+verdictText(v))
+	}
+	if len(parts) == 0 {
+		return verdictText(otherwise)
+	}
+	return strings.Join(append(parts, "otherwise "+verdictText(otherwise)), "; ")
+}
+
+// verdictText is a verdict for people: the action, the rule and why.
+func verdictText(v guard.Verdict) string {
+	text := explainWord(v.Action) + " by " + v.Rule
+	if v.Reason != "" {
+		text += ": " + v.Reason
+	}
+	if v.Would != "" {
+		text += " (monitor mode: would be " + explainWord(v.Would) + ")"
+	}
+	return text
+}
+
+// explainWord is an action as the tools page says it: a held call waits
+// for a person's approval.
+func explainWord(action string) string {
+	if action == guard.ActionApprove {
+		return "held for approval"
+	}
+	return actionWord(action)
 }
