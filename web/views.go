@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -456,7 +457,10 @@ func (af activityFilter) link(cursor string, key int64) string {
 type activityView struct {
 	Filter activityFilter
 	Calls  []*store.Call
-	Limit  int
+	// Approvals are the approvals the calls carry, by id: how each held
+	// call was decided.
+	Approvals map[string]*guard.Approval
+	Limit     int
 	// Newer and Older are the links to the next pages ("" when there is
 	// none).
 	Newer, Older string
@@ -507,7 +511,59 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 			v.Older = af.link("before", v.Calls[len(v.Calls)-1].Key)
 		}
 	}
-	return v, nil
+	err = s.approvalsOf(ctx, &v)
+	return v, err
+}
+
+// approvalsOf reads the approvals that the calls shown carry.
+func (s *Server) approvalsOf(ctx context.Context, v *activityView) error {
+	v.Approvals = map[string]*guard.Approval{}
+	for _, c := range v.Calls {
+		if c.Approval == "" || v.Approvals[c.Approval] != nil {
+			continue
+		}
+		a, err := s.opts.Store.Approval(ctx, c.Approval)
+		if errors.Is(err, guard.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("activity: %w", err)
+		}
+		v.Approvals[c.Approval] = a
+	}
+	return nil
+}
+
+// approvalNote says how a call's approval was decided: approved, denied,
+// expired or withdrawn, by whom and when; "" for a call that carries no
+// approval known here.
+func (v activityView) approvalNote(c *store.Call) (state, text string) {
+	a := v.Approvals[c.Approval]
+	if a == nil {
+		return "", ""
+	}
+	return approvalState(a), decisionText(a)
+}
+
+// approvalState is an approval's decision: an approval used by the call
+// it let through was approved.
+func approvalState(a *guard.Approval) string {
+	if a.State == guard.ApprovalUsed {
+		return guard.ApprovalApproved
+	}
+	return a.State
+}
+
+// decisionText says how an approval was decided, by whom and when.
+func decisionText(a *guard.Approval) string {
+	when := fmtTime(a.DecidedAt)
+	switch a.State {
+	case guard.ApprovalPending:
+		return "awaiting approval"
+	case guard.ApprovalApproved, guard.ApprovalUsed, guard.ApprovalDenied:
+		return approvalState(a) + " by " + a.DecidedBy + " at " + when
+	}
+	return a.State + " at " + when
 }
 
 // callView is one recorded invocation, with its approval when it was held.

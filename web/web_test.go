@@ -891,3 +891,69 @@ func TestReadOnlyToolsHaveNoDestructiveBadge(t *testing.T) {
 		}
 	}
 }
+
+// Activity shows how each held call was decided (approved, denied,
+// expired, withdrawn), by whom and when, on the held call's row and on the row of the
+// repeated call the approval let through; so does the call's page.
+func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held := func(tool string) *guard.Approval {
+		a := e.hold("files", tool, `{"path":"/x"}`)
+		if err := e.db.Append(
+			&guard.Record{CallID: a.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: tool,
+				Decision: guard.DecisionHeld, DecidedBy: "default", Approval: a.ID, Direction: guard.ClientToServer},
+			&guard.Record{CallID: a.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: tool,
+				Outcome: guard.OutcomeAwaitingApproval, Approval: a.ID, Direction: guard.ClientToServer}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	approved, denied, withdrawn := held("delete_file"), held("move_file"), held("chmod")
+	if _, err := e.m.Decide(ctx, approved.ID, true, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Decide(ctx, denied.ID, false, "bob", "not that one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Withdraw(ctx, withdrawn.ID, "the session ended"); err != nil {
+		t.Fatal(err)
+	}
+	used, ok, err := e.m.Consume(ctx, "files", "delete_file", approved.Digest, approved.Pin, approved.PolicyVersion)
+	if err != nil || !ok {
+		t.Fatalf("consume: %v %v", ok, err)
+	}
+	retry := newID()
+	if err := e.db.Append(
+		&guard.Record{CallID: retry, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Decision: guard.DecisionAllowed, DecidedBy: "alice", Approval: used.ID, Direction: guard.ClientToServer},
+		&guard.Record{CallID: retry, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Outcome: guard.OutcomeOK, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("carol")
+	_, body := b.get("/activity")
+	note := regexp.MustCompile(`<tr data-call-id="([^"]+)">(?s:.*?)<div class="approval-note [a-z]+" data-approval-state="([a-z]+)">([^<]*)</div>`)
+	got := map[string]string{}
+	for _, m := range note.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2] + ": " + m[3]
+	}
+	at := func(id string) string { return fmtUI(e.approval(id).DecidedAt) }
+	for id, want := range map[string]string{
+		approved.ID:  "approved: approved by alice at " + at(approved.ID),
+		retry:        "approved: approved by alice at " + at(approved.ID),
+		denied.ID:    "denied: denied by bob at " + at(denied.ID),
+		withdrawn.ID: "withdrawn: withdrawn at " + at(withdrawn.ID),
+	} {
+		if got[id] != want {
+			t.Errorf("row %s: %q, want %q", id, got[id], want)
+		}
+	}
+	_, body = b.get("/activity/" + retry)
+	if !strings.Contains(body, `data-approval-state="approved">approved by alice at `+at(approved.ID)) || !strings.Contains(body, approved.ID) {
+		t.Errorf("the repeated call's page does not show the approval that let it through")
+	}
+}
+
+// fmtUI is a time as the pages show it.
+func fmtUI(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
