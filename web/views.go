@@ -91,7 +91,18 @@ type cardView struct {
 	ToolReview               bool // held for a review of the tool's definition
 	Created, Expires         time.Time
 	Left                     string
+	// Caller is where the call's client stands: CallerWaiting (its call
+	// blocks, for at most approval.wait) or CallerRetry (it was told to
+	// retry at Told; the hold stays open until Expires, approval.timeout).
+	Caller string
+	Told   time.Time
 }
+
+// Where a held call's client stands, as the pending page says it.
+const (
+	CallerWaiting = "waiting"
+	CallerRetry   = "told-to-retry"
+)
 
 // pendingView is the pending page's list.
 type pendingView struct {
@@ -127,6 +138,9 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
 			Left: timeLeft(a.ExpiresAt.Sub(now))}
+		if err := s.callerOf(ctx, a, &c); err != nil {
+			return pendingView{}, err
+		}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -135,6 +149,31 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		v.Cards = append(v.Cards, c)
 	}
 	return v, nil
+}
+
+// callerOf finds where a held call's client stands: a call answered
+// "retry" (approval.wait passed) has its outcome recorded, awaiting
+// approval; one still blocking has none yet.
+func (s *Server) callerOf(ctx context.Context, a *guard.Approval, c *cardView) error {
+	c.Caller = CallerWaiting
+	id := a.CallID
+	if id == "" {
+		id = a.ID
+	}
+	call, err := s.findCall(ctx, id)
+	if errors.Is(err, guard.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("held call %s: %w", id, err)
+	}
+	if call.Outcome == guard.OutcomeAwaitingApproval {
+		c.Caller = CallerRetry
+		if t, err := time.Parse(time.RFC3339Nano, call.Time); err == nil {
+			c.Told = t.Add(time.Duration(call.DurationMS) * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // timeLeft writes the time until an expiry.

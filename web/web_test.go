@@ -957,3 +957,35 @@ func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
 
 // fmtUI is a time as the pages show it.
 func fmtUI(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// The pending page tells the client's wait (approval.wait) from the hold's
+// (approval.timeout): a call still blocking is "waiting", one answered
+// "retry" says when, and the time left is the hold's.
+func TestPendingPageTellsTheClientsWaitFromTheHolds(t *testing.T) {
+	e := newEnv(t)
+	waiting := e.hold("files", "delete_file", `{"path":"/a"}`)
+	told := e.hold("files", "delete_file", `{"path":"/b"}`)
+	if err := e.db.Append(
+		&guard.Record{CallID: told.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Decision: guard.DecisionHeld, DecidedBy: "default", Approval: told.ID, Direction: guard.ClientToServer},
+		&guard.Record{CallID: told.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Outcome: guard.OutcomeAwaitingApproval, Approval: told.ID, DurationMS: 50_000, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/")
+	card := regexp.MustCompile(`data-approval-id="([^"]+)"(?s:.*?)<dd data-caller="([a-z-]+)">([^<]*)</dd>(?s:.*?)<dt>Hold open for</dt><dd><time[^>]*>([^<]*)</time> \(approval.timeout`)
+	got := map[string][]string{}
+	for _, m := range card.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2:]
+	}
+	if g := got[waiting.ID]; len(g) == 0 || g[0] != web.CallerWaiting || !strings.Contains(g[1], "waiting for the decision, at most approval.wait") || !strings.HasSuffix(g[2], "left") {
+		t.Errorf("a waiting call's card: %q", g)
+	}
+	var c *store.Call
+	_ = e.db.Query(context.Background(), store.Filter{ID: told.ID}, func(x *store.Call) error { c = x; return nil })
+	at, _ := time.Parse(time.RFC3339Nano, c.Time)
+	if g := got[told.ID]; len(g) == 0 || g[0] != web.CallerRetry || !strings.Contains(g[1], "told to retry at "+fmtUI(at.Add(50*time.Second))) || !strings.HasSuffix(g[2], "left") {
+		t.Errorf("a call told to retry: card %q", g)
+	}
+}

@@ -15,7 +15,7 @@ import (
 // the condition holds, not as denying the tool because an empty call
 // fails its test.
 func TestToolsPageDescribesHeldToolsAsHeld(t *testing.T) {
-	c, err := policy.Parse(fmt.Appendf(nil, demoConfig, "50s"), "demo.yaml")
+	c, err := policy.Parse(fmt.Appendf(nil, demoConfig, "50s", "10m"), "demo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
