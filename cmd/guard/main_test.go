@@ -93,7 +93,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"policy", "replay", "--since", "soon"}, 2, "", "want a duration"},
 		{[]string{"policy", "replay", "--since", "1h"}, 0, "replayed 0 calls", ""},
 		{[]string{"ui"}, 2, "", "usage: guard ui url"},
-		{[]string{"ui", "url"}, 0, "http://127.0.0.1:8931/login?token=", ""},
+		{[]string{"ui", "url"}, 1, "", "no guard serves the approval UI for this database"},
 		{[]string{"ui", "url", "--config", public}, 0, "https://guard.example.com/login?token=", ""},
 		{[]string{"serve", "--config", badPublic}, 2, "", badPublic + `:2: public_url "https://guard.example.com/guard" has a path (/guard)`},
 		{[]string{"token"}, 2, "", "usage: guard token NAME"},

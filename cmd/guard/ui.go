@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 func init() {
@@ -89,11 +94,93 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 	if !ok {
 		return status
 	}
+	base := st.Config.PublicURL
+	if base == "" {
+		// The address a running guard serves the UI on, as its record
+		// says, not ui.listen: --ui may have chosen another.
+		served, err := servedUI(ctx, a, st)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard ui url: %v\n", err)
+			return exitFailure
+		}
+		base = uiBase("", served)
+	}
 	tok, err := st.uiToken()
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintln(a.stdout, uiURL(st.Config.PublicURL, st.Config.UI.Listen, tok))
+	fmt.Fprintln(a.stdout, base+"/login?token="+tok)
 	return exitOK
+}
+
+// errNoUI says that no guard serves the approval UI for a database.
+var errNoUI = errors.New("no guard serves the approval UI for this database: start one (guard run, guard serve, guard demo) and try again")
+
+// servedUI finds where the approval UI of the database is served: the
+// newest UI that recorded its start and not its stop and that answers
+// there (a process that was killed recorded no stop).
+func servedUI(ctx context.Context, a *app, st *settings) (string, error) {
+	if !store.IsPostgres(st.DBPath) {
+		if _, err := os.Stat(st.DBPath); errors.Is(err, os.ErrNotExist) {
+			return "", errNoUI
+		}
+	}
+	db, err := store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	stopped := map[string]bool{}
+	var found string
+	err = db.QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+		var d struct {
+			Process string   `json:"process"`
+			PID     int      `json:"pid"`
+			Serves  []string `json:"serves"`
+		}
+		if json.Unmarshal([]byte(r.Detail), &d) != nil || d.Process != uiProcess || len(d.Serves) == 0 {
+			return nil
+		}
+		addr := strings.TrimPrefix(d.Serves[0], "http://")
+		key := fmt.Sprintf("%d %s", d.PID, addr)
+		if r.Decision == store.LifecycleStopped {
+			stopped[key] = true
+			return nil
+		}
+		if stopped[key] || !answers(ctx, addr) {
+			return nil
+		}
+		found = addr
+		return errFound
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return "", err
+	}
+	if found == "" {
+		return "", errNoUI
+	}
+	return found, nil
+}
+
+// errFound ends a walk through records once the one sought is found.
+var errFound = errors.New("found")
+
+// answers reports whether something accepts connections at a UI's address
+// (an unspecified host is reached on loopback).
+func answers(ctx context.Context, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	d := net.Dialer{Timeout: 2 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 	"github.com/guard-mcp/guard/web"
 )
 
+// uiProcess names the approval UI in lifecycle records: its started
+// record says where it serves, and its stopped record that it no longer
+// does.
+const uiProcess = "guard ui"
+
 // takeoverEvery is how often a process that does not serve the UI tries
 // to, so that another takes over within seconds when the serving one exits.
 const takeoverEvery = 2 * time.Second
@@ -26,34 +32,49 @@ const takeoverEvery = 2 * time.Second
 // serveUI serves the approval UI on listen for as long as ctx lasts. The
 // first guard on a machine serves it; the others share its database, and
 // keep trying the address so that one of them takes over when it is free.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, logger *slog.Logger) {
+// tried is closed after the first try: the UI serves and its start is
+// recorded, or it cannot (yet).
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, tried chan<- struct{}, logger *slog.Logger) {
+	var once sync.Once
+	done := func() { once.Do(func() { close(tried) }) }
+	defer done()
 	token, err := st.uiToken()
 	if err != nil {
 		logger.Error("approval UI not served", "err", err)
 		return
 	}
-	ui, err := web.New(web.Options{
-		Store:        db,
-		Decider:      holds,
-		Token:        token,
-		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
-		PublicOrigin: st.Config.PublicURL,
-		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
-		Explain:      explain(ctx, engine, db),
-		Logger:       logger.With("component", "ui"),
-	})
-	if err != nil {
-		logger.Error("approval UI not served", "err", err)
-		return
+	// The UI answers to the address it serves on, known once it listens
+	// (a port 0 is chosen then).
+	newUI := func(served string) (*web.Server, error) {
+		return web.New(web.Options{
+			Store:        db,
+			Decider:      holds,
+			Token:        token,
+			AllowedHosts: append(allowedHosts(served), policy.PublicHosts(st.Config.PublicURL)...),
+			PublicOrigin: st.Config.PublicURL,
+			AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
+			Explain:      explain(ctx, engine, db),
+			Logger:       logger.With("component", "ui"),
+		})
 	}
 	said := false
 	for {
 		ln, err := net.Listen("tcp", listen)
 		if err == nil {
-			logger.Info("approval UI", "url", uiBase(st.Config.PublicURL, listen)+" (guard ui url prints the login address)")
-			l := store.Lifecycle{Event: store.LifecycleStarted, Process: "guard ui", Version: buildVersion(),
-				Serves: []string{"http://" + listen}, Reason: "the approval UI started"}
+			// The address served, not the one asked for: guard ui url
+			// reads it from the record.
+			served := ln.Addr().String()
+			ui, err := newUI(served)
+			if err != nil {
+				ln.Close()
+				logger.Error("approval UI not served", "err", err)
+				return
+			}
+			logger.Info("approval UI", "url", uiBase(st.Config.PublicURL, served)+" (guard ui url prints the login address)")
+			l := store.Lifecycle{Event: store.LifecycleStarted, Process: uiProcess, Version: buildVersion(),
+				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
+			done()
 			runUI(ctx, ui, ln)
 			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
 			recordLifecycle(db, logger, l)
@@ -63,6 +84,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 			logger.Warn("approval UI: cannot listen; retrying", "listen", listen, "err", err)
 		}
 		said = true
+		done()
 		select {
 		case <-ctx.Done():
 			return
