@@ -33,8 +33,9 @@ type Store interface {
 	DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 	EndApproval(ctx context.Context, id, to, reason string) (bool, error)
 	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
-	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
-	PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error)
+	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error)
+	PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error)
+	MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error)
 	WaitApproval(ctx context.Context, id string) (*guard.Approval, error)
 }
 
@@ -43,6 +44,10 @@ type Options struct {
 	Timeout       time.Duration // an undecided hold expires (default 10m)
 	Wait          time.Duration // a call blocks at most this long (default 50s)
 	ProgressEvery time.Duration // progress while waiting (default 5s)
+	// Scope is which repeated call an approval lets through:
+	// guard.ScopeSession (default), only one from the held call's
+	// session; guard.ScopeAny, one from any session.
+	Scope  string
 	Now           func() time.Time
 	Logger        *slog.Logger
 }
@@ -64,6 +69,9 @@ func New(st Store, opts Options) *Manager {
 	if opts.ProgressEvery <= 0 {
 		opts.ProgressEvery = 5 * time.Second
 	}
+	if opts.Scope == "" {
+		opts.Scope = guard.ScopeSession
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -73,11 +81,12 @@ func New(st Store, opts Options) *Manager {
 	return &Manager{st: st, opts: opts}
 }
 
-// Hold stores a held call, or returns the pending approval of an identical
-// call (same server, tool and arguments) that the client retried while it
-// was still open.
+// Hold stores a held call, with the manager's scope, or returns the
+// pending approval of an identical call (same server, tool and arguments)
+// that the client retried while it was still open: from the same session,
+// or from any when that approval's scope is guard.ScopeAny.
 func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
-	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
+	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest, a.Session); err == nil {
 		if m.opts.Now().Before(p.ExpiresAt) {
 			return p, true, nil
 		}
@@ -88,7 +97,7 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 		return nil, false, fmt.Errorf("hold: %w", err)
 	}
 	now := m.opts.Now().UTC()
-	a.State = guard.ApprovalPending
+	a.State, a.Scope = guard.ApprovalPending, m.opts.Scope
 	a.CreatedAt = now
 	a.ExpiresAt = now.Add(m.opts.Timeout)
 	if err := m.st.CreateApproval(ctx, a); err != nil {
@@ -98,9 +107,10 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 }
 
 // Consume lets an identical call through once after a person approved it:
-// same server, tool, argument digest, tool pin and policy version.
-func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error) {
-	a, err := m.st.ConsumeApproval(ctx, server, tool, digest, pin, policyVersion, m.opts.Now())
+// same server, tool, argument digest, tool pin and policy version, from a
+// session the approval's scope takes in (the held call's own, or any).
+func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policyVersion, session string) (*guard.Approval, bool, error) {
+	a, err := m.st.ConsumeApproval(ctx, server, tool, digest, pin, policyVersion, session, m.opts.Now())
 	if errors.Is(err, guard.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -208,6 +218,38 @@ const ExpiredReason = "no decision within the approval timeout"
 func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 	_, err := m.st.EndApproval(ctx, id, guard.ApprovalWithdrawn, reason)
 	return err
+}
+
+// SessionEndedReason is the reason a withdrawal gives when the session of
+// a call told to retry ended before anyone decided on it.
+const SessionEndedReason = "the client's session ended: no later call of it can use this approval"
+
+// SessionEnded settles the open approvals of a session that ended. One
+// scoped to the session can no longer let any call through: it is
+// withdrawn (and recorded so), rather than left looking as if its client
+// still waited. One scoped to any session may still let another
+// session's identical call through: it stays open, noting when its
+// client went, for the approver to see.
+func (m *Manager) SessionEnded(ctx context.Context, session string) error {
+	list, err := m.st.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return fmt.Errorf("session ended: %w", err)
+	}
+	var errs []error
+	for _, a := range list {
+		if a.Session != session {
+			continue
+		}
+		if a.Scope == guard.ScopeAny {
+			_, err = m.st.MarkSessionEnded(ctx, a.ID, m.opts.Now())
+		} else {
+			_, err = m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, SessionEndedReason)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("approval %s: %w", a.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Decide records a person's decision. A denial needs a reason. A hold past

@@ -67,7 +67,7 @@ func TestAwaitEndings(t *testing.T) {
 		if a.State != guard.ApprovalUsed {
 			t.Fatalf("an approval let through is not used up: %s", a.State)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); ok {
 			t.Fatal("an approval used by the waiting call was consumed again")
 		}
 	})
@@ -85,13 +85,13 @@ func TestAwaitEndings(t *testing.T) {
 		if _, err := m.Decide(ctx, "a", true, "bob", ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:other-pin", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:other-pin", "v1", ""); ok {
 			t.Fatal("consumed with another pin")
 		}
-		if a, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); !ok || err != nil || a.DecidedBy != "bob" {
+		if a, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); !ok || err != nil || a.DecidedBy != "bob" {
 			t.Fatalf("consume: %v %v %v", a, ok, err)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); ok {
 			t.Fatal("consumed twice")
 		}
 	})

@@ -40,6 +40,10 @@ type Config struct {
 		Wait       time.Duration
 		InBand     string
 		MaxPending int
+		// Scope is which calls an approval lets through once it is
+		// given: guard.ScopeSession (the held call's session) or
+		// guard.ScopeAny.
+		Scope string
 	}
 	Include []string
 	Servers map[string]*Server
@@ -212,6 +216,7 @@ func Default() *Config {
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
 	c.Approval.MaxPending = 20
+	c.Approval.Scope = guard.ScopeSession
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
 	c.Policy.Mode = "enforce"
@@ -514,6 +519,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 				"wait":        p.duration(&c.Approval.Wait),
 				"in_band":     p.enum(&c.Approval.InBand, "off", "auto"),
 				"max_pending": p.count(&c.Approval.MaxPending),
+				"scope":       p.enum(&c.Approval.Scope, guard.ScopeSession, guard.ScopeAny),
 			})
 		},
 		"aggregate": func(n *yaml.Node) error {

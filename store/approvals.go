@@ -16,29 +16,33 @@ import (
 const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
- held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id`
+ held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id, scope, session_ended`
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
-	var created, expires, decided, used string
+	var created, expires, decided, used, ended string
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used, &a.CallID)
+		&created, &expires, &decided, &used, &a.CallID, &a.Scope, &ended)
 	if err != nil {
 		return nil, err
 	}
 	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
-	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
+	a.DecidedAt, a.UsedAt, a.SessionEnded = parseTime(decided), parseTime(used), parseTime(ended)
 	return &a, nil
 }
 
-// CreateApproval stores a held call.
+// CreateApproval stores a held call. An approval without a scope is
+// given the narrower, guard.ScopeSession.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
+	if a.Scope == "" {
+		a.Scope = guard.ScopeSession
+	}
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
-		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID)
+		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Scope, fmtTime(a.SessionEnded))
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -233,9 +237,10 @@ func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool
 
 // ConsumeApproval takes, once, an approval of exactly this call (server,
 // tool, argument digest, tool pin and policy version) that a person
-// approved and that has not expired or been used. The error wraps
-// guard.ErrNotFound when there is none.
-func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error) {
+// approved, that has not expired or been used, and whose scope takes in
+// the session the call comes from: its own for guard.ScopeSession, any for
+// guard.ScopeAny. The error wraps guard.ErrNotFound when there is none.
+func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error) {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consume approval: %w", err)
@@ -243,8 +248,8 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 	defer tx.Rollback()
 	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
-		AND expires_at > ? ORDER BY created_at LIMIT 1`,
-		server, tool, digest, pin, policyVersion, fmtTime(now)).Scan)
+		AND expires_at > ? AND (scope = 'any' OR session = ?) ORDER BY created_at LIMIT 1`,
+		server, tool, digest, pin, policyVersion, fmtTime(now), session).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("consume approval: %w", guard.ErrNotFound)
 	}
@@ -263,11 +268,12 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 }
 
 // PendingApproval returns the newest pending approval of a call of this
-// shape, or an error wrapping guard.ErrNotFound.
-func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error) {
+// shape whose scope takes in the session (see ConsumeApproval), or an
+// error wrapping guard.ErrNotFound.
+func (db *DB) PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error) {
 	a, err := scanApproval(db.r.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending'
-		ORDER BY created_at DESC LIMIT 1`, server, tool, digest).Scan)
+		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending' AND (scope = 'any' OR session = ?)
+		ORDER BY created_at DESC LIMIT 1`, server, tool, digest, session).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("pending approval: %w", guard.ErrNotFound)
 	}
@@ -275,6 +281,17 @@ func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) 
 		return nil, fmt.Errorf("pending approval: %w", err)
 	}
 	return a, nil
+}
+
+// MarkSessionEnded notes on a pending approval when its held call's
+// session ended; it reports false when the approval was no longer pending.
+func (db *DB) MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error) {
+	res, err := db.w.ExecContext(ctx, `UPDATE approvals SET session_ended = ? WHERE id = ? AND state = 'pending'`, fmtTime(at), id)
+	ok, err := affected(res, err)
+	if err != nil {
+		return false, fmt.Errorf("approval %s: session ended: %w", id, err)
+	}
+	return ok, nil
 }
 
 // WaitApproval returns the approval once it is no longer pending, whoever

@@ -146,7 +146,7 @@ func approvalRecord(a *guard.Approval, state, by, reason string, now time.Time) 
 		Session: a.Session, Client: a.Client, Server: a.Server, Direction: guard.ClientToServer,
 		Method: "tools/call", Tool: a.Tool, Pin: a.Pin, Decision: state, DecidedBy: by, Approval: a.ID, Reason: reason,
 		Detail: detail(map[string]any{"rule": a.Rule, "held_reason": a.HeldReason,
-			"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt)}),
+			"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt), "scope": a.Scope}),
 	}
 }
 

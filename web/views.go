@@ -92,16 +92,19 @@ type cardView struct {
 	Created, Expires         time.Time
 	Left                     string
 	// Caller is where the call's client stands: CallerWaiting (its call
-	// blocks, for at most approval.wait) or CallerRetry (it was told to
-	// retry at Told; the hold stays open until Expires, approval.timeout).
+	// blocks, for at most approval.wait), CallerRetry (it was told to
+	// retry at Told; the hold stays open until Expires, approval.timeout)
+	// or CallerGone (its session ended at Told).
 	Caller string
 	Told   time.Time
+	Scope  string // which repeated call an approval lets through
 }
 
 // Where a held call's client stands, as the pending page says it.
 const (
 	CallerWaiting = "waiting"
 	CallerRetry   = "told-to-retry"
+	CallerGone    = "gone"
 )
 
 // pendingView is the pending page's list.
@@ -137,7 +140,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now))}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Scope: a.Scope}
 		if err := s.callerOf(ctx, a, &c); err != nil {
 			return pendingView{}, err
 		}
@@ -155,6 +158,10 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 // "retry" (approval.wait passed) has its outcome recorded, awaiting
 // approval; one still blocking has none yet.
 func (s *Server) callerOf(ctx context.Context, a *guard.Approval, c *cardView) error {
+	if !a.SessionEnded.IsZero() {
+		c.Caller, c.Told = CallerGone, a.SessionEnded
+		return nil
+	}
 	c.Caller = CallerWaiting
 	id := a.CallID
 	if id == "" {
@@ -591,6 +598,14 @@ func approvalState(a *guard.Approval) string {
 		return guard.ApprovalApproved
 	}
 	return a.State
+}
+
+// scopeText says which repeated call an approval lets through.
+func scopeText(scope string) string {
+	if scope == guard.ScopeAny {
+		return "one repeated call of it from any session (approval.scope: any)"
+	}
+	return "one repeated call of it from the same session only (approval.scope: session)"
 }
 
 // decisionText says how an approval was decided, by whom and when.

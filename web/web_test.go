@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
 )
@@ -919,7 +920,7 @@ func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
 	if err := e.m.Withdraw(ctx, withdrawn.ID, "the session ended"); err != nil {
 		t.Fatal(err)
 	}
-	used, ok, err := e.m.Consume(ctx, "files", "delete_file", approved.Digest, approved.Pin, approved.PolicyVersion)
+	used, ok, err := e.m.Consume(ctx, "files", "delete_file", approved.Digest, approved.Pin, approved.PolicyVersion, approved.Session)
 	if err != nil || !ok {
 		t.Fatalf("consume: %v %v", ok, err)
 	}
@@ -987,5 +988,46 @@ func TestPendingPageTellsTheClientsWaitFromTheHolds(t *testing.T) {
 	at, _ := time.Parse(time.RFC3339Nano, c.Time)
 	if g := got[told.ID]; len(g) == 0 || g[0] != web.CallerRetry || !strings.Contains(g[1], "told to retry at "+fmtUI(at.Add(50*time.Second))) || !strings.HasSuffix(g[2], "left") {
 		t.Errorf("a call told to retry: card %q", g)
+	}
+}
+
+// The pending page says which repeated call approving lets through
+// (approval.scope), and that the client of a hold scoped to any session
+// has gone once its session ended; the call's page shows the scope too.
+func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	mine := e.holdWith(&guard.Approval{Server: "files", Tool: "delete_file", Arguments: `{"path":"/a"}`, Session: "s1"})
+	anyM := approvals.New(e.db, approvals.Options{Timeout: time.Minute, Scope: guard.ScopeAny})
+	shared, _, err := anyM.Hold(ctx, &guard.Approval{ID: newID(), Server: "files", Tool: "delete_file", Arguments: `{"path":"/b"}`,
+		Digest: "d-b", Session: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := anyM.SessionEnded(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/")
+	card := regexp.MustCompile(`data-approval-id="([^"]+)"(?s:.*?)<dd data-caller="([a-z-]+)">([^<]*)</dd><dt>Approving lets through</dt><dd data-scope="([a-z]+)">([^<]*)</dd>`)
+	got := map[string][]string{}
+	for _, m := range card.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2:]
+	}
+	if g := got[mine.ID]; len(g) == 0 || g[0] != web.CallerWaiting || g[2] != guard.ScopeSession || !strings.Contains(g[3], "same session only") {
+		t.Errorf("a session-scoped hold's card: %q", g)
+	}
+	ended := e.approval(shared.ID).SessionEnded
+	if g := got[shared.ID]; len(g) == 0 || g[0] != web.CallerGone || !strings.Contains(g[1], "session ended at "+fmtUI(ended)) ||
+		g[2] != guard.ScopeAny || !strings.Contains(g[3], "from any session") {
+		t.Errorf("the card of a hold whose client went: %q", g)
+	}
+	if err := e.db.Append(&guard.Record{CallID: shared.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call",
+		Tool: "delete_file", Decision: guard.DecisionHeld, DecidedBy: "default", Approval: shared.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = b.get("/activity/" + shared.ID)
+	if !strings.Contains(body, `data-scope="any"`) || !strings.Contains(body, "its session ended at "+fmtUI(ended)) {
+		t.Errorf("the call's page lacks the scope or that its client went")
 	}
 }

@@ -131,24 +131,28 @@ type approvalLine struct {
 	Expires       string `json:"expires"`
 	Decided       string `json:"decided"`
 	Used          string `json:"used"`
+	Scope         string `json:"scope"`
+	SessionEnded  string `json:"session_ended"`
 }
 
 // approvalColumns are the csv header: approvalLine's names, in its order.
 var approvalColumns = []string{"id", "call_id", "state", "session", "client", "server", "tool", "arguments", "digest",
-	"pin", "policy_version", "rule", "held_reason", "decided_by", "reason", "created", "expires", "decided", "used"}
+	"pin", "policy_version", "rule", "held_reason", "decided_by", "reason", "created", "expires", "decided", "used",
+	"scope", "session_ended"}
 
 func lineOf(x *guard.Approval) approvalLine {
 	return approvalLine{ID: x.ID, CallID: x.CallID, State: x.State, Session: x.Session, Client: x.Client,
 		Server: x.Server, Tool: x.Tool, Arguments: x.Arguments, Digest: x.Digest, Pin: x.Pin,
 		PolicyVersion: x.PolicyVersion, Rule: x.Rule, HeldReason: x.HeldReason, DecidedBy: x.DecidedBy,
 		Reason: x.Reason, Created: recordTime(x.CreatedAt), Expires: recordTime(x.ExpiresAt),
-		Decided: recordTime(x.DecidedAt), Used: recordTime(x.UsedAt)}
+		Decided: recordTime(x.DecidedAt), Used: recordTime(x.UsedAt), Scope: x.Scope, SessionEnded: recordTime(x.SessionEnded)}
 }
 
 // cells are the line's values in approvalColumns' order.
 func (l approvalLine) cells() []string {
 	return []string{l.ID, l.CallID, l.State, l.Session, l.Client, l.Server, l.Tool, l.Arguments, l.Digest,
-		l.Pin, l.PolicyVersion, l.Rule, l.HeldReason, l.DecidedBy, l.Reason, l.Created, l.Expires, l.Decided, l.Used}
+		l.Pin, l.PolicyVersion, l.Rule, l.HeldReason, l.DecidedBy, l.Reason, l.Created, l.Expires, l.Decided, l.Used,
+		l.Scope, l.SessionEnded}
 }
 
 // recordTime writes a time as audit records do; "" for the zero time.

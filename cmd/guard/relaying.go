@@ -151,7 +151,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if rt.streamer != nil {
 		streaming.Go(func() { rt.streamer.Run(streamCtx) })
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
+	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope, Logger: logger})
 	if !noUI {
 		// The process goes on once its UI serves, or another's does:
 		// guard ui url then finds it as soon as the process answers.
