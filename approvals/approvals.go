@@ -48,8 +48,8 @@ type Options struct {
 	// guard.ScopeSession (default), only one from the held call's
 	// session; guard.ScopeAny, one from any session.
 	Scope  string
-	Now           func() time.Time
-	Logger        *slog.Logger
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Manager holds calls.
