@@ -44,12 +44,13 @@ type Options struct {
 	Timeout       time.Duration // an undecided hold expires (default 10m)
 	Wait          time.Duration // a call blocks at most this long (default 50s)
 	ProgressEvery time.Duration // progress while waiting (default 5s)
+	Now           func() time.Time
+	Logger        *slog.Logger
+
 	// Scope is which repeated call an approval lets through:
 	// guard.ScopeSession (default), only one from the held call's
 	// session; guard.ScopeAny, one from any session.
-	Scope  string
-	Now    func() time.Time
-	Logger *slog.Logger
+	Scope string
 }
 
 // Manager holds calls.
