@@ -147,7 +147,7 @@ func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
 	<-got
 	for {
 		out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl")
-		if strings.Contains(out, `"State":"withdrawn"`) {
+		if strings.Contains(out, `"state":"withdrawn"`) {
 			break
 		}
 		select {

@@ -183,7 +183,7 @@ func TestHeldCallApprovedFromAnotherProcess(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for id == "" && time.Now().Before(deadline) {
 		out, _ := e.guard("approvals", "list", "--format", "jsonl")
-		if i := strings.Index(out, `"ID":"`); i >= 0 {
+		if i := strings.Index(out, `"id":"`); i >= 0 {
 			id = out[i+6 : i+6+36]
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -264,10 +264,10 @@ func TestExpiryAndCancellation(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl")
-	if !strings.Contains(out, `"State":"withdrawn"`) || !strings.Contains(out, `"State":"expired"`) {
+	if !strings.Contains(out, `"state":"withdrawn"`) || !strings.Contains(out, `"state":"expired"`) {
 		t.Fatalf("approvals after expiry and cancellation: %s", out)
 	}
-	out, code := e.guard("approvals", "approve", strings.SplitN(strings.SplitN(out, `"ID":"`, 3)[2], `"`, 2)[0], "--by", "late")
+	out, code := e.guard("approvals", "approve", strings.SplitN(strings.SplitN(out, `"id":"`, 3)[2], `"`, 2)[0], "--by", "late")
 	if code != 1 {
 		t.Fatalf("deciding a withdrawn call: %d %s", code, out)
 	}

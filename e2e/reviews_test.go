@@ -280,9 +280,21 @@ func (e *env) outcomeFor(ctx context.Context, tool string, want ...string) map[s
 func (e *env) pendingApproval(tool string) *guard.Approval {
 	out, _ := e.guard("approvals", "list", "--format", "jsonl")
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var a guard.Approval
-		if json.Unmarshal([]byte(line), &a) == nil && a.Tool == tool {
-			return &a
+		var l struct {
+			ID         string `json:"id"`
+			CallID     string `json:"call_id"`
+			Session    string `json:"session"`
+			Server     string `json:"server"`
+			Tool       string `json:"tool"`
+			Arguments  string `json:"arguments"`
+			Rule       string `json:"rule"`
+			HeldReason string `json:"held_reason"`
+			State      string `json:"state"`
+			Scope      string `json:"scope"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Tool == tool {
+			return &guard.Approval{ID: l.ID, CallID: l.CallID, Session: l.Session, Server: l.Server, Tool: l.Tool,
+				Arguments: l.Arguments, Rule: l.Rule, HeldReason: l.HeldReason, State: l.State, Scope: l.Scope}
 		}
 	}
 	return nil
