@@ -245,3 +245,68 @@ func TestSettleReview(t *testing.T) {
 		t.Fatalf("a decision that cannot be recorded: %v", err)
 	}
 }
+
+// An approval's scope decides which session's repeated call it lets
+// through, and which session's identical call joins its pending hold; a
+// session's end withdraws its session-scoped holds and marks the others.
+func TestScope(t *testing.T) {
+	ctx := context.Background()
+	for _, scope := range []string{"", guard.ScopeSession, guard.ScopeAny} {
+		t.Run("scope "+scope, func(t *testing.T) {
+			m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Scope: scope})
+			a := held("a")
+			a.Session = "s1"
+			if _, _, err := m.Hold(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			want := scope
+			if want == "" {
+				want = guard.ScopeSession
+			}
+			if got, _ := db.Approval(ctx, "a"); got.Scope != want {
+				t.Fatalf("scope %q, want %q", got.Scope, want)
+			}
+			other := held("b")
+			other.Session = "s2"
+			p, joined, err := m.Hold(ctx, other)
+			if err != nil || joined != (want == guard.ScopeAny) || (joined && p.ID != "a") {
+				t.Fatalf("another session's identical call: joined %v (%v, %v)", joined, p, err)
+			}
+			if _, err := m.Decide(ctx, "a", true, "alice", ""); err != nil {
+				t.Fatal(err)
+			}
+			_, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", "s3")
+			if err != nil || ok != (want == guard.ScopeAny) {
+				t.Fatalf("consumed from another session: %v %v", ok, err)
+			}
+			if want == guard.ScopeSession {
+				if got, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", "s1"); err != nil || !ok || got.ID != "a" {
+					t.Fatalf("the session's own repeated call: %v %v %v", got, ok, err)
+				}
+			}
+		})
+	}
+	t.Run("session ended", func(t *testing.T) {
+		mine, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+		shared := New(db, Options{Scope: guard.ScopeAny})
+		for _, h := range []struct {
+			m  *Manager
+			id string
+		}{{mine, "a"}, {shared, "b"}} {
+			a := held(h.id)
+			a.Session, a.Digest = "s1", "sha256:"+h.id
+			if _, _, err := h.m.Hold(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := mine.SessionEnded(ctx, "s1"); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
+			t.Fatalf("a session-scoped hold of an ended session: %s", a.State)
+		}
+		if b, _ := db.Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
+			t.Fatalf("a hold of any session, once its session ended: %s %v", b.State, b.SessionEnded)
+		}
+	})
+}
