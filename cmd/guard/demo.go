@@ -84,8 +84,15 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 
 	say("guard demo: the example notes server, wrapped by guard.")
 	say("")
-	say("  Approval UI:  %s", uiURL("", *uiAddr, token))
-	say("  Open it now: a call will wait for you there.")
+	// guard run has tried to serve the UI before it answered: its record
+	// says where it serves (a port 0 chosen), or that it does not yet.
+	if served, err := servedUI(ctx, a, dbPath, ""); err == nil {
+		say("  Approval UI:  %s", uiURL("", served, token))
+		say("  Open it now: a call will wait for you there.")
+	} else {
+		say("  Approval UI:  not served yet: %s is in use (another guard?); it is served there once free,", *uiAddr)
+		say("                or run guard demo --ui 127.0.0.1:0 for an address of its own.")
+	}
 	say("  Database:     %s   (guard audit query --db %s)", dbPath, dbPath)
 	say("")
 	call := func(step, tool string, args map[string]any, why string) {

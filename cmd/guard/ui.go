@@ -98,7 +98,7 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 	if base == "" {
 		// The address a running guard serves the UI on, as its record
 		// says, not ui.listen: --ui may have chosen another.
-		served, err := servedUI(ctx, a, st)
+		served, err := servedUI(ctx, a, st.DBPath, keyPath(st))
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard ui url: %v\n", err)
 			return exitFailure
@@ -117,21 +117,22 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 // errNoUI says that no guard serves the approval UI for a database.
 var errNoUI = errors.New("no guard serves the approval UI for this database: start one (guard run, guard serve, guard demo) and try again")
 
-// servedUI finds where the approval UI of the database is served: the
-// newest UI that recorded its start and not its stop and that answers
-// there (a process that was killed recorded no stop).
-func servedUI(ctx context.Context, a *app, st *settings) (string, error) {
-	if !store.IsPostgres(st.DBPath) {
-		if _, err := os.Stat(st.DBPath); errors.Is(err, os.ErrNotExist) {
+// servedUI finds where the approval UI of the database at dbPath is
+// served: the newest UI that recorded its start and not its stop and that
+// answers there (a process that was killed recorded no stop). Each
+// address is tried once, at its newest record.
+func servedUI(ctx context.Context, a *app, dbPath, keyPath string) (string, error) {
+	if !store.IsPostgres(dbPath) {
+		if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 			return "", errNoUI
 		}
 	}
-	db, err := store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+	db, err := store.OpenReadOnly(ctx, store.Options{Path: dbPath, Logger: a.logger, KeyPath: keyPath})
 	if err != nil {
 		return "", err
 	}
 	defer db.Close()
-	stopped := map[string]bool{}
+	stopped, tried := map[string]bool{}, map[string]bool{}
 	var found string
 	err = db.QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
 		var d struct {
@@ -148,7 +149,11 @@ func servedUI(ctx context.Context, a *app, st *settings) (string, error) {
 			stopped[key] = true
 			return nil
 		}
-		if stopped[key] || !answers(ctx, addr) {
+		if stopped[key] || tried[addr] {
+			return nil
+		}
+		tried[addr] = true
+		if !answers(ctx, addr) {
 			return nil
 		}
 		found = addr
