@@ -583,6 +583,7 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	db.Close()
 	if _, err := rawDB(t, path).Exec(`DROP INDEX records_retention; DROP TABLE retention_grant; DROP TABLE retention_runs;
 		ALTER TABLE records DROP COLUMN pruned; DROP TABLE learned_rules; DROP TABLE replicas; DROP TABLE rounds;
+		ALTER TABLE approvals DROP COLUMN scope; ALTER TABLE approvals DROP COLUMN session_ended;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}
