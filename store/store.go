@@ -114,6 +114,7 @@ type DB struct {
 	writable    bool          // false when read-only: appends are refused
 	noPruned    bool          // read-only, before the retention migration: records have no pruned column
 	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
+	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
 	stop        chan struct{} // closed by Close: the ingester and syncer finish
@@ -352,6 +353,10 @@ const retentionMigration = 12
 // its approvers and the reviews of it.
 const approvalRulesMigration = 15
 
+// approvalScopeMigration is the migration that adds an approval's scope
+// and when its session ended.
+const approvalScopeMigration = 17
+
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
 const journalsDropped = 5
@@ -566,7 +571,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
-		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration}, nil
+		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
+		noScope: v.Int64 < approvalScopeMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,
