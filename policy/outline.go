@@ -8,11 +8,13 @@ import guard "github.com/guard-mcp/guard"
 // and reason, in order), and otherwise is what decides a call none of them
 // matches. Deciding a call with made-up arguments would describe a tool
 // whose rule tests an argument by that test's failure (a denial) instead.
+// A rule limited to some callers (users:, groups:) is conditional too: it
+// depends on who calls.
 func (p *Policy) Outline(call *guard.Call) (conditional []guard.Verdict, otherwise guard.Verdict) {
 	plain := *p
 	plain.rules = nil
 	for _, r := range p.rules {
-		if r.prog == nil {
+		if !r.conditional() {
 			plain.rules = append(plain.rules, r)
 		}
 	}
@@ -25,7 +27,7 @@ func (p *Policy) Outline(call *guard.Call) (conditional []guard.Verdict, otherwi
 		if !r.targets(call) {
 			continue
 		}
-		if r.prog == nil {
+		if !r.conditional() {
 			break
 		}
 		v := guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason, PolicyVersion: p.version}
@@ -42,6 +44,13 @@ func (p *Policy) Outline(call *guard.Call) (conditional []guard.Verdict, otherwi
 func (r *Rule) targets(call *guard.Call) bool {
 	return r.Method == call.Method && glob(r.Server, call.Server) && glob(r.Tool, call.ToolName) &&
 		(r.URI == "" || glob(r.URI, call.URI))
+}
+
+// conditional reports whether a rule decides only some calls to what it
+// targets: those its condition holds for, or those of its users and
+// groups.
+func (r *Rule) conditional() bool {
+	return r.prog != nil || len(r.Users) > 0 || len(r.Groups) > 0
 }
 
 func (p *Policy) hasRule(name string) bool {
