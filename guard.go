@@ -353,7 +353,20 @@ type Approval struct {
 	// Reviews are the people's approvals and denials so far, oldest
 	// first; DecidedBy is the one whose review decided.
 	Reviews []ApprovalReview
+	// Scope is which repeated call the approval lets through, once:
+	// ScopeSession, only one from the held call's session; ScopeAny,
+	// one from any session.
+	Scope string
+	// SessionEnded is when the held call's session ended while the
+	// approval was still open (zero while it goes on).
+	SessionEnded time.Time
 }
+
+// The scopes of an approval (approval.scope).
+const (
+	ScopeSession = "session"
+	ScopeAny     = "any"
+)
 
 // Errors callers branch on.
 var (

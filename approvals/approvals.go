@@ -33,8 +33,9 @@ type Store interface {
 	ReviewApproval(ctx context.Context, id string, by guard.Identity, via string, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 	EndApproval(ctx context.Context, id, to, reason string) (bool, error)
 	TransitionApproval(ctx context.Context, id, from, to string) (bool, error)
-	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error)
-	PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error)
+	ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error)
+	PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error)
+	MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error)
 	WaitApproval(ctx context.Context, id string) (*guard.Approval, error)
 }
 
@@ -45,6 +46,11 @@ type Options struct {
 	ProgressEvery time.Duration // progress while waiting (default 5s)
 	Now           func() time.Time
 	Logger        *slog.Logger
+
+	// Scope is which repeated call an approval lets through:
+	// guard.ScopeSession (default), only one from the held call's
+	// session; guard.ScopeAny, one from any session.
+	Scope string
 }
 
 // Manager holds calls.
@@ -64,6 +70,9 @@ func New(st Store, opts Options) *Manager {
 	if opts.ProgressEvery <= 0 {
 		opts.ProgressEvery = 5 * time.Second
 	}
+	if opts.Scope == "" {
+		opts.Scope = guard.ScopeSession
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -73,13 +82,15 @@ func New(st Store, opts Options) *Manager {
 	return &Manager{st: st, opts: opts}
 }
 
-// Hold stores a held call, or returns the pending approval of an identical
-// call (same server, tool and arguments) that the client retried while it
-// was still open. An identical call by another authenticated caller gets
-// an approval of its own: the people who decide on one caller's call may
-// include the other, who must not decide on their own.
+// Hold stores a held call, with the manager's scope, or returns the
+// pending approval of an identical call (same server, tool and arguments)
+// that the client retried while it was still open: from the same session,
+// or from any when that approval's scope is guard.ScopeAny. An identical
+// call by another authenticated caller gets an approval of its own: the
+// people who decide on one caller's call may include the other, who must
+// not decide on their own.
 func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error) {
-	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest); err == nil {
+	if p, err := m.st.PendingApproval(ctx, a.Server, a.Tool, a.Digest, a.Session); err == nil {
 		switch {
 		case p.Caller.Subject != a.Caller.Subject:
 		case m.opts.Now().Before(p.ExpiresAt):
@@ -93,7 +104,7 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 		return nil, false, fmt.Errorf("hold: %w", err)
 	}
 	now := m.opts.Now().UTC()
-	a.State = guard.ApprovalPending
+	a.State, a.Scope = guard.ApprovalPending, m.opts.Scope
 	a.CreatedAt = now
 	a.ExpiresAt = now.Add(m.opts.Timeout)
 	if err := m.st.CreateApproval(ctx, a); err != nil {
@@ -103,9 +114,10 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 }
 
 // Consume lets an identical call through once after a person approved it:
-// same server, tool, argument digest, tool pin and policy version.
-func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error) {
-	a, err := m.st.ConsumeApproval(ctx, server, tool, digest, pin, policyVersion, m.opts.Now())
+// same server, tool, argument digest, tool pin and policy version, from a
+// session the approval's scope takes in (the held call's own, or any).
+func (m *Manager) Consume(ctx context.Context, server, tool, digest, pin, policyVersion, session string) (*guard.Approval, bool, error) {
+	a, err := m.st.ConsumeApproval(ctx, server, tool, digest, pin, policyVersion, session, m.opts.Now())
 	if errors.Is(err, guard.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -213,6 +225,38 @@ const ExpiredReason = "no decision within the approval timeout"
 func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 	_, err := m.st.EndApproval(ctx, id, guard.ApprovalWithdrawn, reason)
 	return err
+}
+
+// SessionEndedReason is the reason a withdrawal gives when the session of
+// a call told to retry ended before anyone decided on it.
+const SessionEndedReason = "the client's session ended: no later call of it can use this approval"
+
+// SessionEnded settles the open approvals of a session that ended. One
+// scoped to the session can no longer let any call through: it is
+// withdrawn (and recorded so), rather than left looking as if its client
+// still waited. One scoped to any session may still let another
+// session's identical call through: it stays open, noting when its
+// client went, for the approver to see.
+func (m *Manager) SessionEnded(ctx context.Context, session string) error {
+	list, err := m.st.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return fmt.Errorf("session ended: %w", err)
+	}
+	var errs []error
+	for _, a := range list {
+		if a.Session != session {
+			continue
+		}
+		if a.Scope == guard.ScopeAny {
+			_, err = m.st.MarkSessionEnded(ctx, a.ID, m.opts.Now())
+		} else {
+			_, err = m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, SessionEndedReason)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("approval %s: %w", a.ID, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Reviewer is who approves or denies a held call, and how guard knows:

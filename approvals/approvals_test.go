@@ -67,7 +67,7 @@ func TestAwaitEndings(t *testing.T) {
 		if a.State != guard.ApprovalUsed {
 			t.Fatalf("an approval let through is not used up: %s", a.State)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); ok {
 			t.Fatal("an approval used by the waiting call was consumed again")
 		}
 	})
@@ -85,13 +85,13 @@ func TestAwaitEndings(t *testing.T) {
 		if _, err := m.Decide(ctx, "a", true, "bob", ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:other-pin", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:other-pin", "v1", ""); ok {
 			t.Fatal("consumed with another pin")
 		}
-		if a, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); !ok || err != nil || a.DecidedBy != "bob" {
+		if a, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); !ok || err != nil || a.DecidedBy != "bob" {
 			t.Fatalf("consume: %v %v %v", a, ok, err)
 		}
-		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1"); ok {
+		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); ok {
 			t.Fatal("consumed twice")
 		}
 	})
@@ -244,4 +244,69 @@ func TestSettleReview(t *testing.T) {
 	if _, err := SettleReview(ctx, m, pending, "files", "delete_file", "sha256:old", false, "", "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
 		t.Fatalf("a decision that cannot be recorded: %v", err)
 	}
+}
+
+// An approval's scope decides which session's repeated call it lets
+// through, and which session's identical call joins its pending hold; a
+// session's end withdraws its session-scoped holds and marks the others.
+func TestScope(t *testing.T) {
+	ctx := context.Background()
+	for _, scope := range []string{"", guard.ScopeSession, guard.ScopeAny} {
+		t.Run("scope "+scope, func(t *testing.T) {
+			m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Scope: scope})
+			a := held("a")
+			a.Session = "s1"
+			if _, _, err := m.Hold(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			want := scope
+			if want == "" {
+				want = guard.ScopeSession
+			}
+			if got, _ := db.Approval(ctx, "a"); got.Scope != want {
+				t.Fatalf("scope %q, want %q", got.Scope, want)
+			}
+			other := held("b")
+			other.Session = "s2"
+			p, joined, err := m.Hold(ctx, other)
+			if err != nil || joined != (want == guard.ScopeAny) || (joined && p.ID != "a") {
+				t.Fatalf("another session's identical call: joined %v (%v, %v)", joined, p, err)
+			}
+			if _, err := m.Decide(ctx, "a", true, "alice", ""); err != nil {
+				t.Fatal(err)
+			}
+			_, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", "s3")
+			if err != nil || ok != (want == guard.ScopeAny) {
+				t.Fatalf("consumed from another session: %v %v", ok, err)
+			}
+			if want == guard.ScopeSession {
+				if got, ok, err := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", "s1"); err != nil || !ok || got.ID != "a" {
+					t.Fatalf("the session's own repeated call: %v %v %v", got, ok, err)
+				}
+			}
+		})
+	}
+	t.Run("session ended", func(t *testing.T) {
+		mine, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+		shared := New(db, Options{Scope: guard.ScopeAny})
+		for _, h := range []struct {
+			m  *Manager
+			id string
+		}{{mine, "a"}, {shared, "b"}} {
+			a := held(h.id)
+			a.Session, a.Digest = "s1", "sha256:"+h.id
+			if _, _, err := h.m.Hold(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := mine.SessionEnded(ctx, "s1"); err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
+			t.Fatalf("a session-scoped hold of an ended session: %s", a.State)
+		}
+		if b, _ := db.Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
+			t.Fatalf("a hold of any session, once its session ended: %s %v", b.State, b.SessionEnded)
+		}
+	})
 }

@@ -177,6 +177,7 @@ func TestDemo(t *testing.T) {
 		`→ refused: Invalid arguments for write_note: /: missing property "body"`,
 		`→ refused: Denied by policy rule "no-outside-messages"`,
 		"→ refused: Waiting for approval (id ",
+		"the call waits 1s for you (approval.wait), then its client is told to retry; the hold stays open 10m from now (approval.timeout)",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)

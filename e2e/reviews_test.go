@@ -290,11 +290,12 @@ func (e *env) pendingApproval(tool string) *guard.Approval {
 			Rule       string          `json:"rule"`
 			HeldReason string          `json:"held_reason"`
 			State      string          `json:"state"`
+			Scope      string          `json:"scope"`
 			Approvers  guard.Approvers `json:"approvers"`
 		}
 		if json.Unmarshal([]byte(line), &l) == nil && l.Tool == tool {
 			return &guard.Approval{ID: l.ID, CallID: l.CallID, Session: l.Session, Server: l.Server, Tool: l.Tool,
-				Arguments: l.Arguments, Rule: l.Rule, HeldReason: l.HeldReason, State: l.State, Approvers: l.Approvers}
+				Arguments: l.Arguments, Rule: l.Rule, HeldReason: l.HeldReason, State: l.State, Scope: l.Scope, Approvers: l.Approvers}
 		}
 	}
 	return nil

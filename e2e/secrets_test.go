@@ -111,8 +111,12 @@ approval: {wait: 30s}`, ""))
 	defer cancel()
 	cs := e.connect(ctx, mcp.NewClient(&mcp.Implementation{Name: "own", Version: "1"}, nil), "2025-11-25", secretsEnv, "notes", guardBin, "example-server")
 	// The token is the login link's (on SQLite a file beside the
-	// database, on PostgreSQL derived from the key); the key is beside
-	// the database, or the configuration's key_file.
+	// database, on PostgreSQL derived from the key), which guard ui url
+	// prints while a UI serves; the key is beside the database, or the
+	// configuration's key_file.
+	e.environ = secretsEnv
+	ui, _ := e.uiProcess(ctx, freePort(t))
+	defer ui.Close()
 	out, code := e.guard("ui", "url")
 	_, token, found := strings.Cut(strings.TrimSpace(out), "token=")
 	if code != 0 || !found {

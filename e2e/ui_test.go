@@ -26,6 +26,9 @@ func freePort(t *testing.T) string { return guardtest.FreePort(t) }
 func (e *env) uiProcess(ctx context.Context, addr string) (*mcp.ClientSession, *exec.Cmd) {
 	e.t.Helper()
 	cmd := exec.Command(guardBin, "run", "--config", e.cfg, "--db", e.db, "--name", "notes", "--ui", addr, "--", guardBin, "example-server")
+	if e.environ != nil {
+		cmd.Env = append(os.Environ(), e.environ...)
+	}
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
 		Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
@@ -120,7 +123,7 @@ func TestOneUIForManyProcesses(t *testing.T) {
 	}
 	// The servers and tools page says what the policy does with each.
 	code, body = get(t, c, "http://"+addr+"/tools")
-	for _, want := range []string{"held by default: destructive tool (destructiveHint true)", "allowed by default: read-only tool (readOnlyHint true)"} {
+	for _, want := range []string{"held for approval by default: destructive tool (destructiveHint true)", "allowed by default: read-only tool (readOnlyHint true)"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("the tools page lacks %q (%d)", want, code)
 		}

@@ -42,6 +42,10 @@ type Config struct {
 		// Unset, it may unless the UI needs verified identities (see
 		// Config.CLIDecisions).
 		CLI, CLISet bool
+		// Scope is which calls an approval lets through once it is
+		// given: guard.ScopeSession (the held call's session) or
+		// guard.ScopeAny.
+		Scope string
 	}
 	Include []string
 	Servers map[string]*Server
@@ -275,6 +279,7 @@ func Default() *Config {
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
 	c.Approval.MaxPending = 20
+	c.Approval.Scope = guard.ScopeSession
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
 	c.Policy.Mode = "enforce"
@@ -578,6 +583,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 					c.Approval.CLISet = true
 					return p.boolean(&c.Approval.CLI)(n)
 				},
+				"scope": p.enum(&c.Approval.Scope, guard.ScopeSession, guard.ScopeAny),
 			})
 		},
 		"aggregate": func(n *yaml.Node) error {

@@ -65,7 +65,7 @@ func (h *held) digestArgs() bool {
 // usePrior lets a repeated call that a person approved pass, once.
 func (h *held) usePrior() bool {
 	s, c := h.s, h.c
-	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion)
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.id)
 	if err != nil || !ok {
 		return false
 	}
@@ -79,6 +79,10 @@ func (h *held) usePrior() bool {
 	}
 	c.decision, c.decidedBy, c.approval = guard.DecisionAllowed, a.DecidedBy, a.ID
 	c.reason = "approved (approval " + a.ID + ")"
+	if a.Session != s.id {
+		// approval.scope: any, and the record says so.
+		c.reason = "approved (approval " + a.ID + ", given to a call of session " + a.Session + "; scope: any session)"
+	}
 	if a.Reason != "" {
 		c.reason += ": " + a.Reason
 	}
@@ -138,6 +142,18 @@ func (h *held) store() bool {
 	h.a = a
 	c.approval = a.ID
 	return true
+}
+
+// endHolds settles the session's open approvals once it has ended: those
+// of calls told to retry can no longer be used by this session (see
+// approvals.Manager.SessionEnded).
+func (s *Session) endHolds() {
+	if s.opts.Holds == nil {
+		return
+	}
+	if err := s.opts.Holds.SessionEnded(context.Background(), s.id); err != nil {
+		s.opts.Logger.Error("the approvals of an ended session were not settled", "session", s.id, "err", err)
+	}
 }
 
 // withdraw withdraws an approval whose call can no longer go on; the

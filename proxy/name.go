@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -18,12 +20,89 @@ var dockerValueFlags = map[string]bool{
 	"-u": true, "--user": true, "--env-file": true, "-l": true, "--label": true, "--platform": true,
 }
 
-// ServerName derives a server's name from its command line: the basename of
-// the command or, for a launcher (npx, uvx, node, python, docker, ...), of
-// its first argument that is not a flag, without a version or tag suffix:
-// `npx -y @modelcontextprotocol/server-filesystem@1.0 /srv` is
-// "server-filesystem".
+// ServerName derives a server's name from its command line: CommandName,
+// except that a script run by node or bun (`node /opt/x/dist/index.js`)
+// is named for its package: the "name" of the nearest package.json at or
+// above the script that has one, without its scope and made safe as a server name
+// (`@acme/mcp-notes` is "mcp-notes"). A script outside any package, or
+// whose package has no name, keeps CommandName's.
 func ServerName(argv []string) string {
+	name := CommandName(argv)
+	if len(argv) < 2 || !scriptRunners[filepath.Base(argv[0])] {
+		return name
+	}
+	for _, a := range argv[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if pkg := packageName(a); pkg != "" {
+			return pkg
+		}
+		break
+	}
+	return name
+}
+
+// scriptRunners run a JavaScript file given as their first argument that
+// is not a flag.
+var scriptRunners = map[string]bool{"node": true, "bun": true}
+
+// packageName is the name of the package holding a script file: the
+// "name" of the nearest package.json at or above it that has one, as a
+// server name; "" when there is none.
+func packageName(script string) string {
+	abs, err := filepath.Abs(script)
+	if err != nil {
+		return ""
+	}
+	if fi, err := os.Stat(abs); err != nil || fi.IsDir() {
+		return ""
+	}
+	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+		// A package.json without a name ({"type": "module"} beside
+		// built files) is not the package's: look further up.
+		if b, err := os.ReadFile(filepath.Join(dir, "package.json")); err == nil {
+			var pkg struct {
+				Name string `json:"name"`
+			}
+			if json.Unmarshal(b, &pkg) == nil && safeName(pkg.Name) != "" {
+				return safeName(pkg.Name)
+			}
+		}
+		if filepath.Dir(dir) == dir {
+			return ""
+		}
+	}
+}
+
+// safeName makes a package's name a server name: without its scope, as
+// npx's packages are named, and with only letters, digits, '.', '_' and
+// '-' (any other character becomes '-'); "" for a name with none of them.
+func safeName(pkg string) string {
+	if i := strings.LastIndex(pkg, "/"); i >= 0 {
+		pkg = pkg[i+1:]
+	}
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, pkg)
+	if strings.Trim(name, "-.") == "" {
+		return ""
+	}
+	return name
+}
+
+// CommandName derives a server's name from its command line alone: the
+// basename of the command or, for a launcher (npx, uvx, node, python,
+// docker, ...), of its first argument that is not a flag, without a
+// version or tag suffix: `npx -y @modelcontextprotocol/server-filesystem@1.0 /srv`
+// is "server-filesystem". It is how guard named every server before it
+// read package names, and the name a server keeps once its tools are in
+// the catalog under it.
+func CommandName(argv []string) string {
 	if len(argv) == 0 {
 		return ""
 	}

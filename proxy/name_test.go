@@ -1,6 +1,10 @@
 package proxy
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 func TestServerName(t *testing.T) {
 	for _, tc := range []struct {
@@ -20,6 +24,54 @@ func TestServerName(t *testing.T) {
 	} {
 		if got := ServerName(tc.argv); got != tc.want {
 			t.Errorf("ServerName(%q) = %q, want %q", tc.argv, got, tc.want)
+		}
+	}
+}
+
+// A script run by node or bun is named for its package (the nearest
+// package.json at or above it), without its scope and made safe as a
+// server name; a script outside a package keeps its file's name.
+func TestServerNameOfAScriptIsItsPackages(t *testing.T) {
+	dir := t.TempDir()
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "notes", "package.json"), `{"name":"@acme/notes server","version":"1.0.0"}`)
+	write(filepath.Join(dir, "notes", "dist", "index.js"), "")
+	write(filepath.Join(dir, "notes", "dist", "package.json"), `{"type":"module"}`)
+	write(filepath.Join(dir, "plain", "package.json"), `{"name":"mcp-plain"}`)
+	write(filepath.Join(dir, "plain", "server.js"), "")
+	write(filepath.Join(dir, "nameless", "package.json"), `{"private":true}`)
+	write(filepath.Join(dir, "nameless", "lib", "main.js"), "")
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"node", filepath.Join(dir, "notes", "dist", "index.js"), "stdio"}, "notes-server"},
+		{[]string{"/usr/bin/node", "--enable-source-maps", filepath.Join(dir, "plain", "server.js")}, "mcp-plain"},
+		{[]string{"bun", filepath.Join(dir, "plain", "server.js")}, "mcp-plain"},
+		{[]string{"node", filepath.Join(dir, "nameless", "lib", "main.js")}, "main.js"},
+		{[]string{"node", filepath.Join(dir, "absent", "index.js")}, "index.js"},
+		{[]string{"npx", "-y", "@modelcontextprotocol/server-filesystem", dir}, "server-filesystem"},
+	} {
+		if got := ServerName(tc.argv); got != tc.want {
+			t.Errorf("ServerName(%q) = %q, want %q", tc.argv, got, tc.want)
+		}
+		if got := CommandName(tc.argv); tc.want == "notes-server" && got != "index.js" {
+			t.Errorf("CommandName(%q) = %q, want the file's name", tc.argv, got)
+		}
+	}
+	// The npm reference servers, as installed.
+	if modules := os.Getenv("GUARD_TEST_NODE_MODULES"); modules != "" {
+		script := filepath.Join(modules, "@modelcontextprotocol", "server-everything", "dist", "index.js")
+		if got := ServerName([]string{"node", script, "stdio"}); got != "server-everything" {
+			t.Errorf("ServerName(node %s) = %q, want server-everything", script, got)
 		}
 	}
 }

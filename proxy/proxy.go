@@ -55,12 +55,14 @@ type Decider interface {
 
 // Holds keeps calls that wait for a person. approvals.Manager implements it.
 type Holds interface {
-	Consume(ctx context.Context, server, tool, digest, pin, policyVersion string) (*guard.Approval, bool, error)
+	Consume(ctx context.Context, server, tool, digest, pin, policyVersion, session string) (*guard.Approval, bool, error)
 	Hold(ctx context.Context, a *guard.Approval) (*guard.Approval, bool, error)
 	Await(ctx context.Context, id string, progress func(msg string)) (guard.WaitResult, error)
 	Withdraw(ctx context.Context, id, reason string) error
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 	Get(ctx context.Context, id string) (*guard.Approval, error)
+	// SessionEnded settles the open approvals of a session that ended.
+	SessionEnded(ctx context.Context, session string) error
 }
 
 // Redactor masks secrets in JSON text before it is recorded.

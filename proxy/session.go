@@ -1043,6 +1043,7 @@ func (s *Session) ServerGone(code int, status string) {
 		s.serverGoneAnswer(c)
 	}
 	s.cancel()
+	s.endHolds()
 }
 
 func (s *Session) serverGoneAnswer(c *call) {

@@ -278,9 +278,11 @@ func TestReadOnlyBeforeApprovalRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	if _, err := rawDB(t, path).Exec(`DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject;
+	if _, err := rawDB(t, path).Exec(dropUserColumns(t) + `DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject;
 		ALTER TABLE approvals DROP COLUMN user_email; ALTER TABLE approvals DROP COLUMN user_groups;
 		ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
+		DROP TABLE passkeys; DROP TABLE passkey_enrolments;
+		ALTER TABLE approvals DROP COLUMN scope; ALTER TABLE approvals DROP COLUMN session_ended;
 		DELETE FROM schema_migrations WHERE version >= 15`); err != nil {
 		t.Fatal(err)
 	}

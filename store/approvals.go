@@ -19,30 +19,37 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- user_subject, user_email, user_groups, approvers, reviews`
+ user_subject, user_email, user_groups, approvers, reviews, scope, session_ended`
 
 // approvalSelect is what reads approvalColumns from this database: one a
 // read-only open found before the approval rules migration has no
-// caller, approvers nor reviews (they read as none).
+// caller, approvers nor reviews (they read as none); one before the
+// scope migration has no scope (its approvals let a call from any session
+// through, as they did then) nor session_ended.
 func (db *DB) approvalSelect() string {
+	cols := approvalColumns
 	if db.noRules {
-		return `SELECT ` + strings.Replace(approvalColumns, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
+		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
-	return `SELECT ` + approvalColumns
+	if db.noScope {
+		cols = strings.Replace(cols, "scope, session_ended", "'any', ''", 1)
+	}
+	return `SELECT ` + cols
 }
 
 func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	var a guard.Approval
-	var created, expires, decided, used, groups, approvers string
+	var created, expires, decided, used, groups, approvers, ended string
 	var reviews int64
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
-		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews)
+		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews,
+		&a.Scope, &ended)
 	if err != nil {
 		return nil, err
 	}
 	a.CreatedAt, a.ExpiresAt = parseTime(created), parseTime(expires)
-	a.DecidedAt, a.UsedAt = parseTime(decided), parseTime(used)
+	a.DecidedAt, a.UsedAt, a.SessionEnded = parseTime(decided), parseTime(used), parseTime(ended)
 	if err := unmarshalIf(groups, &a.Caller.Groups); err != nil {
 		return nil, fmt.Errorf("caller's groups of %s: %w", a.ID, err)
 	}
@@ -70,14 +77,19 @@ func marshalIf(v any, zero bool) string {
 }
 
 // CreateApproval stores a held call, with who made it and who may approve
-// it.
+// it. An approval without a scope is given the narrower,
+// guard.ScopeSession.
 func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
+	if a.Scope == "" {
+		a.Scope = guard.ScopeSession
+	}
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
 		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
-		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()))
+		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()),
+		a.Scope, fmtTime(a.SessionEnded))
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -394,9 +406,10 @@ func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool
 
 // ConsumeApproval takes, once, an approval of exactly this call (server,
 // tool, argument digest, tool pin and policy version) that a person
-// approved and that has not expired or been used. The error wraps
-// guard.ErrNotFound when there is none.
-func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion string, now time.Time) (*guard.Approval, error) {
+// approved, that has not expired or been used, and whose scope takes in
+// the session the call comes from: its own for guard.ScopeSession, any for
+// guard.ScopeAny. The error wraps guard.ErrNotFound when there is none.
+func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error) {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consume approval: %w", err)
@@ -404,8 +417,8 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 	defer tx.Rollback()
 	a, err := scanApproval(tx.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
-		AND expires_at > ? ORDER BY created_at LIMIT 1`,
-		server, tool, digest, pin, policyVersion, fmtTime(now)).Scan)
+		AND expires_at > ? AND (scope = 'any' OR session = ?) ORDER BY created_at LIMIT 1`,
+		server, tool, digest, pin, policyVersion, fmtTime(now), session).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("consume approval: %w", guard.ErrNotFound)
 	}
@@ -424,11 +437,12 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 }
 
 // PendingApproval returns the newest pending approval of a call of this
-// shape, or an error wrapping guard.ErrNotFound.
-func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) (*guard.Approval, error) {
+// shape whose scope takes in the session (see ConsumeApproval), or an
+// error wrapping guard.ErrNotFound.
+func (db *DB) PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error) {
 	a, err := scanApproval(db.r.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
-		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending'
-		ORDER BY created_at DESC LIMIT 1`, server, tool, digest).Scan)
+		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending' AND (scope = 'any' OR session = ?)
+		ORDER BY created_at DESC LIMIT 1`, server, tool, digest, session).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("pending approval: %w", guard.ErrNotFound)
 	}
@@ -436,6 +450,17 @@ func (db *DB) PendingApproval(ctx context.Context, server, tool, digest string) 
 		return nil, fmt.Errorf("pending approval: %w", err)
 	}
 	return a, nil
+}
+
+// MarkSessionEnded notes on a pending approval when its held call's
+// session ended; it reports false when the approval was no longer pending.
+func (db *DB) MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error) {
+	res, err := db.w.ExecContext(ctx, `UPDATE approvals SET session_ended = ? WHERE id = ? AND state = 'pending'`, fmtTime(at), id)
+	ok, err := affected(res, err)
+	if err != nil {
+		return false, fmt.Errorf("approval %s: session ended: %w", id, err)
+	}
+	return ok, nil
 }
 
 // WaitApproval returns the approval once it is no longer pending, whoever

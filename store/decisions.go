@@ -152,7 +152,7 @@ func approvalRecord(a *guard.Approval, state, by, reason string, now time.Time) 
 
 func approvalDetail(a *guard.Approval) map[string]any {
 	return map[string]any{"rule": a.Rule, "held_reason": a.HeldReason,
-		"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt)}
+		"held": fmtTime(a.CreatedAt), "expires": fmtTime(a.ExpiresAt), "scope": a.Scope}
 }
 
 // reviewRecord is the decision record of one person's review of a held

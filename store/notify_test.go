@@ -152,7 +152,7 @@ func TestEveryChangeIsAnnounced(t *testing.T) {
 	_, err = db.DecideApproval(ctx, "a1", true, "alice", "")
 	must(err)
 	expect("decision", "approvals:a1")
-	_, err = db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now)
+	_, err = db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now)
 	must(err)
 	expect("use", "approvals:a1")
 	must(db.CreateApproval(ctx, newApproval("a2")))

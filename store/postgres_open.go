@@ -151,7 +151,8 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
-		noRules: v.Int64 < approvalRulesMigration, noUser: v.Int64 < userMigration}, nil
+		noRules: v.Int64 < approvalRulesMigration,
+		noScope: v.Int64 < approvalScopeMigration, noUser: v.Int64 < userMigration}, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its

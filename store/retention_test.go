@@ -592,6 +592,7 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 		DROP TABLE approval_reviews; ALTER TABLE approvals DROP COLUMN user_subject; ALTER TABLE approvals DROP COLUMN user_email;
 		ALTER TABLE approvals DROP COLUMN user_groups; ALTER TABLE approvals DROP COLUMN approvers; ALTER TABLE approvals DROP COLUMN reviews;
 		DROP TABLE passkeys; DROP TABLE passkey_enrolments;
+		ALTER TABLE approvals DROP COLUMN scope; ALTER TABLE approvals DROP COLUMN session_ended;
 		DELETE FROM schema_migrations WHERE version >= 12`); err != nil {
 		t.Fatal(err)
 	}

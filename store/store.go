@@ -114,6 +114,7 @@ type DB struct {
 	writable    bool          // false when read-only: appends are refused
 	noPruned    bool          // read-only, before the retention migration: records have no pruned column
 	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
+	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
 	noUser      bool          // read-only, before the user migration: records and calls have no user columns
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
@@ -353,9 +354,13 @@ const retentionMigration = 12
 // its approvers and the reviews of it.
 const approvalRulesMigration = 15
 
+// approvalScopeMigration is the migration that adds an approval's scope
+// and when its session ended.
+const approvalScopeMigration = 17
+
 // userMigration is the migration that adds the records' and the calls'
 // user columns: the caller the front authenticated.
-const userMigration = 17
+const userMigration = 18
 
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
@@ -572,7 +577,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	}
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
 		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
-		noUser: v.Int64 < userMigration}, nil
+		noScope: v.Int64 < approvalScopeMigration,
+		noUser:  v.Int64 < userMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

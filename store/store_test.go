@@ -351,24 +351,24 @@ func TestConsumeIsSingleUseAndBound(t *testing.T) {
 	ctx := context.Background()
 	_ = db.CreateApproval(ctx, newApproval("a1"))
 	now := time.Now()
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("a pending approval was consumed: %v", err)
 	}
 	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range [][3]string{{"sha256:other", "sha256:p", "v1"}, {"sha256:d", "sha256:newpin", "v1"}, {"sha256:d", "sha256:p", "v2"}} {
-		if _, err := db.ConsumeApproval(ctx, "files", "write_file", bad[0], bad[1], bad[2], now); !errors.Is(err, guard.ErrNotFound) {
+		if _, err := db.ConsumeApproval(ctx, "files", "write_file", bad[0], bad[1], bad[2], "", now); !errors.Is(err, guard.ErrNotFound) {
 			t.Fatalf("consumed for %v: %v", bad, err)
 		}
 	}
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now.Add(2*time.Minute)); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now.Add(2*time.Minute)); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatal("an expired approval was consumed")
 	}
-	if a, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); err != nil || a.DecidedBy != "alice" {
+	if a, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); err != nil || a.DecidedBy != "alice" {
 		t.Fatalf("consume: %v %v", a, err)
 	}
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", now); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatal("an approval was used twice")
 	}
 }

@@ -28,7 +28,7 @@ import (
 // not applied.
 func dropUserColumns(t testing.TB) string {
 	t.Helper()
-	b, err := fs.ReadFile(migrations.SQLite(), "0017_record_user.sql")
+	b, err := fs.ReadFile(migrations.SQLite(), "0018_record_user.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func dropUserColumns(t testing.TB) string {
 		ALTER TABLE call_index DROP COLUMN user_subject; ALTER TABLE call_index DROP COLUMN user_email;
 		ALTER TABLE records DROP COLUMN user_subject; ALTER TABLE records DROP COLUMN user_email;
 		ALTER TABLE records DROP COLUMN user_groups;
-		DELETE FROM schema_migrations WHERE version = 17;
+		DELETE FROM schema_migrations WHERE version = 18;
 		` + view
 }
 

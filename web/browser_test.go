@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -462,5 +463,50 @@ func TestScreenshots(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", filepath.Join(dir, s.file))
+	}
+}
+
+// In Chromium, with the page's scripts running, a held call's card says
+// whether its client still waits or was told to retry and which call
+// approving lets through, live updates included; Activity shows how a held
+// call was decided.
+func TestBrowserShowsHowHeldCallsStand(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	told := e.hold("files", "delete_file", `{"path":"/b"}`)
+	if err := e.db.Append(
+		&guard.Record{CallID: told.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Decision: guard.DecisionHeld, DecidedBy: "default", Approval: told.ID, Direction: guard.ClientToServer},
+		&guard.Record{CallID: told.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Outcome: guard.OutcomeAwaitingApproval, Approval: told.ID, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPage(t, e)
+	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/login?token="+testToken))
+	p.open("/")
+	// A hold that arrives live is rendered the same way.
+	waiting := e.hold("files", "move_file", `{"path":"/c"}`)
+	p.do(3*time.Second, chromedp.WaitVisible(chromedp.CSS(card(waiting.ID))))
+	text := func(sel string) string {
+		return evaluate[string](p, `document.querySelector(`+strconv.Quote(sel)+`).innerText`)
+	}
+	if got := text(card(told.ID) + ` [data-caller]`); !strings.Contains(got, "told to retry at") {
+		t.Errorf("a call told to retry: %q", got)
+	}
+	if got := text(card(waiting.ID) + ` [data-caller]`); !strings.Contains(got, "waiting for the decision") {
+		t.Errorf("a waiting call: %q", got)
+	}
+	if got := text(card(waiting.ID) + ` [data-scope]`); !strings.Contains(got, "same session only (approval.scope: session)") {
+		t.Errorf("the scope: %q", got)
+	}
+	if got := text(card(told.ID) + ` time.left`); !strings.HasSuffix(got, "left") {
+		t.Errorf("the hold's time: %q", got)
+	}
+	if _, err := e.m.Decide(ctx, told.ID, true, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	p.open("/activity")
+	if got := text(`tr[data-call-id="` + told.ID + `"] .approval-note`); got != "approved by alice at "+fmtUI(e.approval(told.ID).DecidedAt) {
+		t.Errorf("Activity's note on the held call: %q", got)
 	}
 }

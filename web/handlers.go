@@ -187,7 +187,11 @@ func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := callView{Call: c}
-	if a, err := s.opts.Store.Approval(ctx, id); err == nil {
+	held := id
+	if c.Approval != "" { // a repeated call let through by an approval
+		held = c.Approval
+	}
+	if a, err := s.opts.Store.Approval(ctx, held); err == nil {
 		v.Approval, v.Rules = a, rulesOf(a, sessionOf(ctx))
 	} else if !errors.Is(err, guard.ErrNotFound) {
 		s.fail(w, r, err)

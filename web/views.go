@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -47,12 +48,22 @@ type hintView struct {
 	Name string // readOnlyHint, ...
 	On   bool   // its value, defaults filled in
 	Set  bool   // declared by the server (else the specification's default)
+	// NA: the hint means nothing for this tool. The specification gives
+	// destructiveHint and idempotentHint meaning only when readOnlyHint
+	// is false: a read-only tool neither destroys nor repeats anything.
+	NA bool
 }
 
 func (h hintView) Text() string {
 	v := "false"
 	if h.On {
 		v = "true"
+	}
+	if h.NA {
+		if h.Set {
+			return h.Name + ": " + v + ", ignored (read-only)"
+		}
+		return h.Name + ": does not apply (read-only)"
 	}
 	s := h.Name + ": " + v
 	if !h.Set {
@@ -64,10 +75,10 @@ func (h hintView) Text() string {
 func hints(a guard.Annotations) []hintView {
 	ro, de, id, ow := a.Effective()
 	return []hintView{
-		{"readOnlyHint", ro, a.ReadOnlyHint != nil},
-		{"destructiveHint", de, a.DestructiveHint != nil},
-		{"idempotentHint", id, a.IdempotentHint != nil},
-		{"openWorldHint", ow, a.OpenWorldHint != nil},
+		{"readOnlyHint", ro, a.ReadOnlyHint != nil, false},
+		{"destructiveHint", de, a.DestructiveHint != nil, ro},
+		{"idempotentHint", id, a.IdempotentHint != nil, ro},
+		{"openWorldHint", ow, a.OpenWorldHint != nil, false},
 	}
 }
 
@@ -84,7 +95,21 @@ type cardView struct {
 	Created, Expires         time.Time
 	Left                     string
 	Rules                    rulesView
+	// Caller is where the call's client stands: CallerWaiting (its call
+	// blocks, for at most approval.wait), CallerRetry (it was told to
+	// retry at Told; the hold stays open until Expires, approval.timeout)
+	// or CallerGone (its session ended at Told).
+	Caller string
+	Told   time.Time
+	Scope  string // which repeated call an approval lets through
 }
+
+// Where a held call's client stands, as the pending page says it.
+const (
+	CallerWaiting = "waiting"
+	CallerRetry   = "told-to-retry"
+	CallerGone    = "gone"
+)
 
 // pendingView is the pending page's list.
 type pendingView struct {
@@ -122,7 +147,10 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess)}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope}
+		if err := s.callerOf(ctx, a, &c); err != nil {
+			return pendingView{}, err
+		}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -131,6 +159,35 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		v.Cards = append(v.Cards, c)
 	}
 	return v, nil
+}
+
+// callerOf finds where a held call's client stands: a call answered
+// "retry" (approval.wait passed) has its outcome recorded, awaiting
+// approval; one still blocking has none yet.
+func (s *Server) callerOf(ctx context.Context, a *guard.Approval, c *cardView) error {
+	if !a.SessionEnded.IsZero() {
+		c.Caller, c.Told = CallerGone, a.SessionEnded
+		return nil
+	}
+	c.Caller = CallerWaiting
+	id := a.CallID
+	if id == "" {
+		id = a.ID
+	}
+	call, err := s.findCall(ctx, id)
+	if errors.Is(err, guard.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("held call %s: %w", id, err)
+	}
+	if call.Outcome == guard.OutcomeAwaitingApproval {
+		c.Caller = CallerRetry
+		if t, err := time.Parse(time.RFC3339Nano, call.Time); err == nil {
+			c.Told = t.Add(time.Duration(call.DurationMS) * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // timeLeft writes the time until an expiry.
@@ -453,7 +510,10 @@ func (af activityFilter) link(cursor string, key int64) string {
 type activityView struct {
 	Filter activityFilter
 	Calls  []*store.Call
-	Limit  int
+	// Approvals are the approvals the calls carry, by id: how each held
+	// call was decided.
+	Approvals map[string]*guard.Approval
+	Limit     int
 	// Newer and Older are the links to the next pages ("" when there is
 	// none).
 	Newer, Older string
@@ -504,7 +564,67 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 			v.Older = af.link("before", v.Calls[len(v.Calls)-1].Key)
 		}
 	}
-	return v, nil
+	err = s.approvalsOf(ctx, &v)
+	return v, err
+}
+
+// approvalsOf reads the approvals that the calls shown carry.
+func (s *Server) approvalsOf(ctx context.Context, v *activityView) error {
+	v.Approvals = map[string]*guard.Approval{}
+	for _, c := range v.Calls {
+		if c.Approval == "" || v.Approvals[c.Approval] != nil {
+			continue
+		}
+		a, err := s.opts.Store.Approval(ctx, c.Approval)
+		if errors.Is(err, guard.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("activity: %w", err)
+		}
+		v.Approvals[c.Approval] = a
+	}
+	return nil
+}
+
+// approvalNote says how a call's approval was decided: approved, denied,
+// expired or withdrawn, by whom and when; "" for a call that carries no
+// approval known here.
+func (v activityView) approvalNote(c *store.Call) (state, text string) {
+	a := v.Approvals[c.Approval]
+	if a == nil {
+		return "", ""
+	}
+	return approvalState(a), decisionText(a)
+}
+
+// approvalState is an approval's decision: an approval used by the call
+// it let through was approved.
+func approvalState(a *guard.Approval) string {
+	if a.State == guard.ApprovalUsed {
+		return guard.ApprovalApproved
+	}
+	return a.State
+}
+
+// scopeText says which repeated call an approval lets through.
+func scopeText(scope string) string {
+	if scope == guard.ScopeAny {
+		return "one repeated call of it from any session (approval.scope: any)"
+	}
+	return "one repeated call of it from the same session only (approval.scope: session)"
+}
+
+// decisionText says how an approval was decided, by whom and when.
+func decisionText(a *guard.Approval) string {
+	when := fmtTime(a.DecidedAt)
+	switch a.State {
+	case guard.ApprovalPending:
+		return "awaiting approval"
+	case guard.ApprovalApproved, guard.ApprovalUsed, guard.ApprovalDenied:
+		return approvalState(a) + " by " + a.DecidedBy + " at " + when
+	}
+	return a.State + " at " + when
 }
 
 // callView is one recorded invocation, with its approval when it was held.

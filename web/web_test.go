@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
 )
@@ -852,5 +854,180 @@ func TestPublicOriginBehindABalancer(t *testing.T) {
 		if len(res.Cookies()) != 1 || res.Cookies()[0].Secure != secure {
 			t.Errorf("login at %s: %d, cookies %v", host, res.StatusCode, res.Cookies())
 		}
+	}
+}
+
+// A read-only tool's destructiveHint and idempotentHint mean nothing (the
+// specification gives them meaning only when readOnlyHint is false): its
+// badges say so, and none is marked as set.
+func TestReadOnlyToolsHaveNoDestructiveBadge(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.db.RecordTools(ctx, "notes", []guard.Tool{
+		tool("notes", "list_notes", `{"name":"list_notes","annotations":{"readOnlyHint":true}}`),
+		tool("notes", "odd_read", `{"name":"odd_read","annotations":{"readOnlyHint":true,"destructiveHint":true}}`),
+		tool("notes", "delete_note", `{"name":"delete_note","annotations":{"readOnlyHint":false}}`),
+	}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/tools")
+	badge := regexp.MustCompile(`<tr data-tool="notes/([a-z_]+)">|<li class="([^"]*)" data-hint="destructiveHint">([^<]*)</li>`)
+	got := map[string]string{}
+	tool := ""
+	for _, m := range badge.FindAllStringSubmatch(body, -1) {
+		if m[1] != "" {
+			tool = m[1]
+			continue
+		}
+		got[tool] = m[2] + " | " + m[3]
+	}
+	for name, want := range map[string]string{
+		"list_notes":  "hint default na | destructiveHint: does not apply (read-only)",
+		"odd_read":    "hint na | destructiveHint: true, ignored (read-only)",
+		"delete_note": "hint on default | destructiveHint: true (default)",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: destructiveHint badge %q, want %q", name, got[name], want)
+		}
+	}
+}
+
+// Activity shows how each held call was decided (approved, denied,
+// expired, withdrawn), by whom and when, on the held call's row and on the row of the
+// repeated call the approval let through; so does the call's page.
+func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	held := func(tool string) *guard.Approval {
+		a := e.hold("files", tool, `{"path":"/x"}`)
+		if err := e.db.Append(
+			&guard.Record{CallID: a.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: tool,
+				Decision: guard.DecisionHeld, DecidedBy: "default", Approval: a.ID, Direction: guard.ClientToServer},
+			&guard.Record{CallID: a.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: tool,
+				Outcome: guard.OutcomeAwaitingApproval, Approval: a.ID, Direction: guard.ClientToServer}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	approved, denied, withdrawn := held("delete_file"), held("move_file"), held("chmod")
+	if _, err := e.m.Decide(ctx, approved.ID, true, "alice", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Decide(ctx, denied.ID, false, "bob", "not that one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Withdraw(ctx, withdrawn.ID, "the session ended"); err != nil {
+		t.Fatal(err)
+	}
+	used, ok, err := e.m.Consume(ctx, "files", "delete_file", approved.Digest, approved.Pin, approved.PolicyVersion, approved.Session)
+	if err != nil || !ok {
+		t.Fatalf("consume: %v %v", ok, err)
+	}
+	retry := newID()
+	if err := e.db.Append(
+		&guard.Record{CallID: retry, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Decision: guard.DecisionAllowed, DecidedBy: "alice", Approval: used.ID, Direction: guard.ClientToServer},
+		&guard.Record{CallID: retry, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Outcome: guard.OutcomeOK, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("carol")
+	_, body := b.get("/activity")
+	note := regexp.MustCompile(`<tr data-call-id="([^"]+)">(?s:.*?)<div class="approval-note [a-z]+" data-approval-state="([a-z]+)">([^<]*)</div>`)
+	got := map[string]string{}
+	for _, m := range note.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2] + ": " + m[3]
+	}
+	at := func(id string) string { return fmtUI(e.approval(id).DecidedAt) }
+	for id, want := range map[string]string{
+		approved.ID:  "approved: approved by alice at " + at(approved.ID),
+		retry:        "approved: approved by alice at " + at(approved.ID),
+		denied.ID:    "denied: denied by bob at " + at(denied.ID),
+		withdrawn.ID: "withdrawn: withdrawn at " + at(withdrawn.ID),
+	} {
+		if got[id] != want {
+			t.Errorf("row %s: %q, want %q", id, got[id], want)
+		}
+	}
+	_, body = b.get("/activity/" + retry)
+	if !strings.Contains(body, `data-approval-state="approved">approved by alice at `+at(approved.ID)) || !strings.Contains(body, approved.ID) {
+		t.Errorf("the repeated call's page does not show the approval that let it through")
+	}
+}
+
+// fmtUI is a time as the pages show it.
+func fmtUI(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// The pending page tells the client's wait (approval.wait) from the hold's
+// (approval.timeout): a call still blocking is "waiting", one answered
+// "retry" says when, and the time left is the hold's.
+func TestPendingPageTellsTheClientsWaitFromTheHolds(t *testing.T) {
+	e := newEnv(t)
+	waiting := e.hold("files", "delete_file", `{"path":"/a"}`)
+	told := e.hold("files", "delete_file", `{"path":"/b"}`)
+	if err := e.db.Append(
+		&guard.Record{CallID: told.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Decision: guard.DecisionHeld, DecidedBy: "default", Approval: told.ID, Direction: guard.ClientToServer},
+		&guard.Record{CallID: told.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: "delete_file",
+			Outcome: guard.OutcomeAwaitingApproval, Approval: told.ID, DurationMS: 50_000, Direction: guard.ClientToServer}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/")
+	card := regexp.MustCompile(`data-approval-id="([^"]+)"(?s:.*?)<dd data-caller="([a-z-]+)">([^<]*)</dd>(?s:.*?)<dt>Hold open for</dt><dd><time[^>]*>([^<]*)</time> \(approval.timeout`)
+	got := map[string][]string{}
+	for _, m := range card.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2:]
+	}
+	if g := got[waiting.ID]; len(g) == 0 || g[0] != web.CallerWaiting || !strings.Contains(g[1], "waiting for the decision, at most approval.wait") || !strings.HasSuffix(g[2], "left") {
+		t.Errorf("a waiting call's card: %q", g)
+	}
+	var c *store.Call
+	_ = e.db.Query(context.Background(), store.Filter{ID: told.ID}, func(x *store.Call) error { c = x; return nil })
+	at, _ := time.Parse(time.RFC3339Nano, c.Time)
+	if g := got[told.ID]; len(g) == 0 || g[0] != web.CallerRetry || !strings.Contains(g[1], "told to retry at "+fmtUI(at.Add(50*time.Second))) || !strings.HasSuffix(g[2], "left") {
+		t.Errorf("a call told to retry: card %q", g)
+	}
+}
+
+// The pending page says which repeated call approving lets through
+// (approval.scope), and that the client of a hold scoped to any session
+// has gone once its session ended; the call's page shows the scope too.
+func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	mine := e.holdWith(&guard.Approval{Server: "files", Tool: "delete_file", Arguments: `{"path":"/a"}`, Session: "s1"})
+	anyM := approvals.New(e.db, approvals.Options{Timeout: time.Minute, Scope: guard.ScopeAny})
+	shared, _, err := anyM.Hold(ctx, &guard.Approval{ID: newID(), Server: "files", Tool: "delete_file", Arguments: `{"path":"/b"}`,
+		Digest: "d-b", Session: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := anyM.SessionEnded(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.login("alice")
+	_, body := b.get("/")
+	card := regexp.MustCompile(`data-approval-id="([^"]+)"(?s:.*?)<dd data-caller="([a-z-]+)">([^<]*)</dd><dt>Approving lets through</dt><dd data-scope="([a-z]+)">([^<]*)</dd>`)
+	got := map[string][]string{}
+	for _, m := range card.FindAllStringSubmatch(body, -1) {
+		got[m[1]] = m[2:]
+	}
+	if g := got[mine.ID]; len(g) == 0 || g[0] != web.CallerWaiting || g[2] != guard.ScopeSession || !strings.Contains(g[3], "same session only") {
+		t.Errorf("a session-scoped hold's card: %q", g)
+	}
+	ended := e.approval(shared.ID).SessionEnded
+	if g := got[shared.ID]; len(g) == 0 || g[0] != web.CallerGone || !strings.Contains(g[1], "session ended at "+fmtUI(ended)) ||
+		g[2] != guard.ScopeAny || !strings.Contains(g[3], "from any session") {
+		t.Errorf("the card of a hold whose client went: %q", g)
+	}
+	if err := e.db.Append(&guard.Record{CallID: shared.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call",
+		Tool: "delete_file", Decision: guard.DecisionHeld, DecidedBy: "default", Approval: shared.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = b.get("/activity/" + shared.ID)
+	if !strings.Contains(body, `data-scope="any"`) || !strings.Contains(body, "its session ended at "+fmtUI(ended)) {
+		t.Errorf("the call's page lacks the scope or that its client went")
 	}
 }

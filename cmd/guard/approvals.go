@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,13 +40,13 @@ func cmdApprovals(ctx context.Context, a *app, args []string) int {
 func approvalsList(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("approvals list")
 	cf := addCommonFlags(fs)
-	format := fs.String("format", "table", "table or jsonl")
+	format := fs.String("format", "table", "table, jsonl or csv")
 	state := fs.String("state", "pending", "pending, or all")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
-	if *format != "table" && *format != "jsonl" {
-		fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table or jsonl\n", *format)
+	if *format != "table" && *format != "jsonl" && *format != "csv" {
+		fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table, jsonl or csv\n", *format)
 		return exitUsage
 	}
 	db, _, status, ok := a.openReadOnly(ctx, cf)
@@ -75,11 +76,24 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 		}
 		list = append(list, x)
 	}
-	if *format == "jsonl" {
+	switch *format {
+	case "jsonl":
 		enc := json.NewEncoder(a.stdout)
 		enc.SetEscapeHTML(false)
 		for _, x := range list {
 			_ = enc.Encode(lineOf(x))
+		}
+		return exitOK
+	case "csv":
+		w := csv.NewWriter(a.stdout)
+		_ = w.Write(approvalColumns)
+		for _, x := range list {
+			_ = w.Write(inertCells(lineOf(x).cells()...))
+		}
+		w.Flush()
+		if err := w.Error(); err != nil {
+			fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
+			return exitFailure
 		}
 		return exitOK
 	}
@@ -95,6 +109,82 @@ func approvalsList(ctx context.Context, a *app, args []string) int {
 	}
 	tw.Flush()
 	return exitOK
+}
+
+// approvalLine is an approval as approvals list writes it in jsonl and csv:
+// under the audit records' names, its times as the records write theirs
+// (RFC 3339, UTC, milliseconds; empty when it has not happened).
+type approvalLine struct {
+	ID            string `json:"id"`
+	CallID        string `json:"call_id"`
+	State         string `json:"state"`
+	Session       string `json:"session"`
+	Client        string `json:"client"`
+	Server        string `json:"server"`
+	Tool          string `json:"tool"`
+	Arguments     string `json:"arguments"`
+	Digest        string `json:"digest"`
+	Pin           string `json:"pin"`
+	PolicyVersion string `json:"policy_version"`
+	Rule          string `json:"rule"`
+	HeldReason    string `json:"held_reason"`
+	DecidedBy     string `json:"decided_by"`
+	Reason        string `json:"reason"`
+	Created       string `json:"created"`
+	Expires       string `json:"expires"`
+	Decided       string `json:"decided"`
+	Used          string `json:"used"`
+	Scope         string `json:"scope"`
+	SessionEnded  string `json:"session_ended"`
+	// Requester is who the front authenticated for the held call; the
+	// approval's rules, its reviews, and what it still needs follow.
+	Requester *guard.Identity        `json:"requester,omitempty"`
+	Approvers *guard.Approvers       `json:"approvers,omitempty"`
+	Reviews   []guard.ApprovalReview `json:"reviews,omitempty"`
+	// Approvals and Needed count the distinct people who approved and
+	// how many must; Waiting says what a pending approval still needs.
+	Approvals int    `json:"approvals"`
+	Needed    int    `json:"needed"`
+	Waiting   string `json:"waiting,omitempty"`
+}
+
+// approvalColumns are the csv header: approvalLine's names, in its order.
+var approvalColumns = []string{"id", "call_id", "state", "session", "client", "server", "tool", "arguments", "digest",
+	"pin", "policy_version", "rule", "held_reason", "decided_by", "reason", "created", "expires", "decided", "used",
+	"scope", "session_ended"}
+
+func lineOf(x *guard.Approval) approvalLine {
+	l := approvalLine{ID: x.ID, CallID: x.CallID, State: x.State, Session: x.Session, Client: x.Client,
+		Server: x.Server, Tool: x.Tool, Arguments: x.Arguments, Digest: x.Digest, Pin: x.Pin,
+		PolicyVersion: x.PolicyVersion, Rule: x.Rule, HeldReason: x.HeldReason, DecidedBy: x.DecidedBy,
+		Reason: x.Reason, Created: recordTime(x.CreatedAt), Expires: recordTime(x.ExpiresAt),
+		Decided: recordTime(x.DecidedAt), Used: recordTime(x.UsedAt), Scope: x.Scope, SessionEnded: recordTime(x.SessionEnded),
+		Reviews: x.Reviews, Approvals: guard.Approvals(x.Reviews), Needed: x.Approvers.Needed()}
+	if !x.Caller.IsZero() {
+		l.Requester = &x.Caller
+	}
+	if !x.Approvers.IsZero() {
+		l.Approvers = &x.Approvers
+	}
+	if x.State == guard.ApprovalPending {
+		l.Waiting = approvals.Waiting(x)
+	}
+	return l
+}
+
+// cells are the line's values in approvalColumns' order.
+func (l approvalLine) cells() []string {
+	return []string{l.ID, l.CallID, l.State, l.Session, l.Client, l.Server, l.Tool, l.Arguments, l.Digest,
+		l.Pin, l.PolicyVersion, l.Rule, l.HeldReason, l.DecidedBy, l.Reason, l.Created, l.Expires, l.Decided, l.Used,
+		l.Scope, l.SessionEnded}
+}
+
+// recordTime writes a time as audit records do; "" for the zero time.
+func recordTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time3339ms)
 }
 
 func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) int {

@@ -13,65 +13,6 @@ import (
 	"github.com/guard-mcp/guard/approvals"
 )
 
-// approvalLine is one approval as approvals list --format jsonl and
-// approvals show --format jsonl print it: the audit records' snake_case
-// names, with the approval's rules and reviews.
-type approvalLine struct {
-	ID         string                 `json:"id"`
-	CallID     string                 `json:"call_id,omitempty"`
-	State      string                 `json:"state"`
-	Session    string                 `json:"session,omitempty"`
-	Client     string                 `json:"client,omitempty"`
-	Server     string                 `json:"server"`
-	Tool       string                 `json:"tool"`
-	Arguments  string                 `json:"arguments,omitempty"`
-	Digest     string                 `json:"digest,omitempty"`
-	Pin        string                 `json:"pin,omitempty"`
-	Rule       string                 `json:"rule,omitempty"`
-	HeldReason string                 `json:"held_reason,omitempty"`
-	DecidedBy  string                 `json:"decided_by,omitempty"`
-	Reason     string                 `json:"reason,omitempty"`
-	Created    string                 `json:"created"`
-	Expires    string                 `json:"expires"`
-	Decided    string                 `json:"decided,omitempty"`
-	Used       string                 `json:"used,omitempty"`
-	Requester  *guard.Identity        `json:"requester,omitempty"`
-	Approvers  *guard.Approvers       `json:"approvers,omitempty"`
-	Reviews    []guard.ApprovalReview `json:"reviews,omitempty"`
-	// Approvals and Needed count the distinct people who approved and
-	// how many must; Waiting says what a pending approval still needs.
-	Approvals int    `json:"approvals"`
-	Needed    int    `json:"needed"`
-	Waiting   string `json:"waiting,omitempty"`
-}
-
-func lineOf(x *guard.Approval) approvalLine {
-	l := approvalLine{ID: x.ID, CallID: x.CallID, State: x.State, Session: x.Session, Client: x.Client, Server: x.Server,
-		Tool: x.Tool, Arguments: x.Arguments, Digest: x.Digest, Pin: x.Pin, Rule: x.Rule, HeldReason: x.HeldReason,
-		DecidedBy: x.DecidedBy, Reason: x.Reason, Created: rfc3339(x.CreatedAt), Expires: rfc3339(x.ExpiresAt),
-		Decided: rfc3339(x.DecidedAt), Used: rfc3339(x.UsedAt), Reviews: x.Reviews,
-		Approvals: guard.Approvals(x.Reviews), Needed: x.Approvers.Needed()}
-	if !x.Caller.IsZero() {
-		l.Requester = &x.Caller
-	}
-	if !x.Approvers.IsZero() {
-		l.Approvers = &x.Approvers
-	}
-	if x.State == guard.ApprovalPending {
-		l.Waiting = approvals.Waiting(x)
-	}
-	return l
-}
-
-// rfc3339 writes a time as the audit records do (RFC 3339, UTC,
-// milliseconds); "" for none.
-func rfc3339(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time3339ms)
-}
-
 // approvalsNeeds is the NEEDS column of approvals list: approvals so far
 // of those needed, and who may give them; "-" for one by anyone.
 func approvalsNeeds(x *guard.Approval) string {
@@ -140,8 +81,8 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 	row("tool", x.Tool)
 	row("client", dash(x.Client))
 	row("held by", x.Rule+": "+x.HeldReason)
-	row("held at", rfc3339(x.CreatedAt))
-	row("expires", rfc3339(x.ExpiresAt))
+	row("held at", recordTime(x.CreatedAt))
+	row("expires", recordTime(x.ExpiresAt))
 	if !x.Caller.IsZero() {
 		row("requested by", x.Caller.Name()+" (cannot decide on it)")
 	}
@@ -160,7 +101,7 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 		if len(r.By.Groups) > 0 {
 			how += "; groups " + strings.Join(r.By.Groups, ", ")
 		}
-		line := fmt.Sprintf("%s %s at %s (%s)", r.By.Name(), verb, rfc3339(r.Time), how)
+		line := fmt.Sprintf("%s %s at %s (%s)", r.By.Name(), verb, recordTime(r.Time), how)
 		if r.Reason != "" {
 			line += ": " + r.Reason
 		}
@@ -172,7 +113,7 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	if x.DecidedBy != "" {
-		row("decided by", x.DecidedBy+" at "+rfc3339(x.DecidedAt))
+		row("decided by", x.DecidedBy+" at "+recordTime(x.DecidedAt))
 		row("reason", dash(x.Reason))
 	}
 	if x.Arguments != "" {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -172,5 +174,53 @@ func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
 	}
 	if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// approvals list writes jsonl and csv under the audit records' names, with
+// their times as the records write them.
+func TestApprovalsListUsesTheRecordsNames(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "data", "guard", "guard.db")
+	holdIn(t, path, "held-1")
+	out, errOut, code := run(t, dir, "approvals", "list", "--format", "jsonl")
+	if code != 0 {
+		t.Fatalf("list: %d %s", code, errOut)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(out), &line); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	for k, want := range map[string]string{"id": "held-1", "call_id": "held-1", "session": "s1", "server": "files",
+		"tool": "delete_file", "arguments": `{"path":"/tmp/x"}`, "state": guard.ApprovalPending, "decided": ""} {
+		if got, ok := line[k].(string); !ok || got != want {
+			t.Errorf("%s: %v, want %q (line %s)", k, line[k], want, out)
+		}
+	}
+	for _, k := range []string{"created", "expires"} {
+		s, _ := line[k].(string)
+		if ts, err := time.Parse(time.RFC3339, s); err != nil || !strings.HasSuffix(s, "Z") || ts.IsZero() {
+			t.Errorf("%s: %q, want an RFC 3339 UTC time", k, s)
+		}
+	}
+	for k := range line {
+		if strings.ToLower(k) != k {
+			t.Errorf("member %q is not a record's name", k)
+		}
+	}
+	out, errOut, code = run(t, dir, "approvals", "list", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("list csv: %d %s", code, errOut)
+	}
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("csv: %v %q", err, out)
+	}
+	col := map[string]string{}
+	for i, name := range rows[0] {
+		col[name] = rows[1][i]
+	}
+	if col["id"] != "held-1" || col["tool"] != "delete_file" || col["arguments"] != `{"path":"/tmp/x"}` || col["expires"] != line["expires"] {
+		t.Fatalf("csv row: %v", col)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 func init() {
@@ -22,7 +24,7 @@ func init() {
 // with a condition.
 const demoConfig = `# guard demo: the example server behind guard.
 durability: normal
-approval: {wait: %s, timeout: 10m}
+approval: {wait: %s, timeout: %s}
 policy:
   default: annotations
   rules:
@@ -37,7 +39,8 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("demo")
 	uiAddr := fs.String("ui", "127.0.0.1:8931", "serve the approval UI on `ADDR`")
 	dir := fs.String("dir", "", "`directory` for the demo's database and configuration (default: a new temporary one)")
-	wait := fs.Duration("wait", 55*time.Second, "how long the held call waits for your decision")
+	wait := fs.Duration("wait", 55*time.Second, "how long a held call blocks waiting for your decision before its client is told to retry (approval.wait)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long a hold stays open for a decision, the client's wait included (approval.timeout)")
 	stay := fs.Bool("stay", true, "keep the UI open after the tour, until Ctrl-C")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
@@ -57,7 +60,7 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 	}
 	cfgPath := filepath.Join(d, "guard.yaml")
 	dbPath := filepath.Join(d, "guard.db")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(demoConfig, wait.String())), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(demoConfig, wait.String(), timeout.String())), 0o600); err != nil {
 		fmt.Fprintf(a.stderr, "guard demo: %v\n", err)
 		return exitFailure
 	}
@@ -81,8 +84,15 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 
 	say("guard demo: the example notes server, wrapped by guard.")
 	say("")
-	say("  Approval UI:  %s", uiURL("", *uiAddr, token))
-	say("  Open it now: a call will wait for you there.")
+	// guard run has tried to serve the UI before it answered: its record
+	// says where it serves (a port 0 chosen), or that it does not yet.
+	if served, err := servedUI(ctx, a, dbPath, ""); err == nil {
+		say("  Approval UI:  %s", uiURL("", served, token))
+		say("  Open it now: a call will wait for you there.")
+	} else {
+		say("  Approval UI:  not served yet: %s is in use (another guard?); it is served there once free,", *uiAddr)
+		say("                or run guard demo --ui 127.0.0.1:0 for an address of its own.")
+	}
 	say("  Database:     %s   (guard audit query --db %s)", dbPath, dbPath)
 	say("")
 	call := func(step, tool string, args map[string]any, why string) {
@@ -106,7 +116,9 @@ func cmdDemo(ctx context.Context, a *app, args []string) int {
 	call("1.", "list_notes", map[string]any{}, "read-only (readOnlyHint): allowed by the annotations default")
 	call("2.", "write_note", map[string]any{"title": "plan"}, "no body: the arguments break the tool's inputSchema, so the server never sees them")
 	call("3.", "send_message", map[string]any{"to": "someone@elsewhere.org", "message": "hello"}, "denied by the rule no-outside-messages (a CEL condition on args.to)")
-	call("4.", "delete_note", map[string]any{"title": "welcome"}, fmt.Sprintf("destructive: held for a person. Approve or deny it in the UI (it waits %s).", *wait))
+	call("4.", "delete_note", map[string]any{"title": "welcome"}, fmt.Sprintf("destructive: held for a person. Approve or deny it in the UI: the call waits %s for you "+
+		"(approval.wait), then its client is told to retry; the hold stays open %s from now (approval.timeout), "+
+		"and once approved, the same call made again passes.", guard.HumanDuration(*wait), guard.HumanDuration(*timeout)))
 	call("5.", "send_message", map[string]any{"to": "ops@example.com", "message": "the plan is ready"}, "an open-world write: held as well; or not, if you chose \"allow from now on\" for it")
 
 	say("Everything above is in the audit log: the Activity page, or")

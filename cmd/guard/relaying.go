@@ -167,9 +167,13 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if rt.notifier != nil {
 		bg.Go(func() { rt.notifier.Run(ctx) })
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Logger: logger})
+	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope, Logger: logger})
 	if !noUI {
-		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, logger) })
+		// The process goes on once its UI serves, or another's does:
+		// guard ui url then finds it as soon as the process answers.
+		tried := make(chan struct{})
+		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, tried, logger) })
+		<-tried
 	}
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).

@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
@@ -56,17 +58,19 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		u, _ := url.Parse(*upstream) // checked above
 		server = u.Hostname()
 	}
-	if server == "" {
-		server = proxy.ServerName(argv)
-	}
-	logger := a.logger.With("server", server)
-
 	db, err := a.openStore(ctx, st)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
 	defer db.Close()
+	if server == "" {
+		if server, err = derivedName(ctx, db, cfg, argv); err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return exitFailure
+		}
+	}
+	logger := a.logger.With("server", server)
 
 	rt, status, ok := a.startRelaying(st, db, logger, *uiAddr, *noUI, "guard run")
 	if !ok {
@@ -142,4 +146,30 @@ func (a *app) roomForBlockingReads() {
 	}
 	runtime.SetDefaultGOMAXPROCS() // the same count however often it is called
 	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 2)
+}
+
+// derivedName names a server started without --name: by its package for a
+// script in one (proxy.ServerName), unless the name its command line alone
+// gives (proxy.CommandName) is one guard knows already, in the catalog or
+// among the configured servers: a server keeps its name, and so its
+// baseline, its reviews and its settings.
+func derivedName(ctx context.Context, db *store.DB, cfg *policy.Config, argv []string) (string, error) {
+	name, old := proxy.ServerName(argv), proxy.CommandName(argv)
+	if name == old {
+		return name, nil
+	}
+	if _, ok := cfg.Servers[old]; ok {
+		return old, nil
+	}
+	if _, ok := cfg.Servers[name]; ok {
+		return name, nil
+	}
+	tools, err := db.Tools(ctx, old)
+	if err != nil {
+		return "", fmt.Errorf("server name: %w", err)
+	}
+	if len(tools) > 0 {
+		return old, nil
+	}
+	return name, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
 )
 
 func init() {
@@ -107,12 +110,23 @@ func cmdUI(ctx context.Context, a *app, args []string) int {
 	if !ok {
 		return status
 	}
+	listen := st.Config.UI.Listen
+	if st.Config.PublicURL == "" {
+		// The address a running guard serves the UI on, as its record
+		// says, not ui.listen: --ui may have chosen another.
+		served, err := servedUI(ctx, a, st.DBPath, keyPath(st))
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard ui url: %v\n", err)
+			return exitFailure
+		}
+		listen = served
+	}
 	tok, err := st.uiToken()
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintln(a.stdout, uiOrigin(st.Config, st.Config.UI.Listen)+"/login?token="+tok)
+	fmt.Fprintln(a.stdout, uiOrigin(st.Config, listen)+"/login?token="+tok)
 	return exitOK
 }
 
@@ -150,11 +164,95 @@ func uiEnroll(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 	code := hex.EncodeToString(buf)
+	listen := st.Config.UI.Listen
+	if st.Config.PublicURL == "" {
+		// Where a running guard serves the UI, when one does: --ui may
+		// have chosen another address than ui.listen.
+		if served, err := servedUI(ctx, a, st.DBPath, keyPath(st)); err == nil {
+			listen = served
+		}
+	}
 	if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(*valid)); err != nil {
 		fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
 		return exitFailure
 	}
 	fmt.Fprintf(a.stdout, "Open this link on this machine within %s to enrol a passkey for %s (it works once):\n%s/passkey/enroll?code=%s\n",
-		*valid, who, uiOrigin(st.Config, st.Config.UI.Listen), code)
+		*valid, who, uiOrigin(st.Config, listen), code)
 	return exitOK
+}
+
+// errNoUI says that no guard serves the approval UI for a database.
+var errNoUI = errors.New("no guard serves the approval UI for this database: start one (guard run, guard serve, guard demo) and try again")
+
+// servedUI finds where the approval UI of the database at dbPath is
+// served: the newest UI that recorded its start and not its stop and that
+// answers there (a process that was killed recorded no stop). Each
+// address is tried once, at its newest record.
+func servedUI(ctx context.Context, a *app, dbPath, keyPath string) (string, error) {
+	if !store.IsPostgres(dbPath) {
+		if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
+			return "", errNoUI
+		}
+	}
+	db, err := store.OpenReadOnly(ctx, store.Options{Path: dbPath, Logger: a.logger, KeyPath: keyPath})
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	stopped, tried := map[string]bool{}, map[string]bool{}
+	var found string
+	err = db.QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+		var d struct {
+			Process string   `json:"process"`
+			PID     int      `json:"pid"`
+			Serves  []string `json:"serves"`
+		}
+		if json.Unmarshal([]byte(r.Detail), &d) != nil || d.Process != uiProcess || len(d.Serves) == 0 {
+			return nil
+		}
+		addr := strings.TrimPrefix(d.Serves[0], "http://")
+		key := fmt.Sprintf("%d %s", d.PID, addr)
+		if r.Decision == store.LifecycleStopped {
+			stopped[key] = true
+			return nil
+		}
+		if stopped[key] || tried[addr] {
+			return nil
+		}
+		tried[addr] = true
+		if !answers(ctx, addr) {
+			return nil
+		}
+		found = addr
+		return errFound
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return "", err
+	}
+	if found == "" {
+		return "", errNoUI
+	}
+	return found, nil
+}
+
+// errFound ends a walk through records once the one sought is found.
+var errFound = errors.New("found")
+
+// answers reports whether something accepts connections at a UI's address
+// (an unspecified host is reached on loopback).
+func answers(ctx context.Context, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	d := net.Dialer{Timeout: 2 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 	"github.com/guard-mcp/guard/web"
 )
 
+// uiProcess names the approval UI in lifecycle records: its started
+// record says where it serves, and its stopped record that it no longer
+// does.
+const uiProcess = "guard ui"
+
 // takeoverEvery is how often a process that does not serve the UI tries
 // to, so that another takes over within seconds when the serving one exits.
 const takeoverEvery = 2 * time.Second
@@ -26,7 +32,12 @@ const takeoverEvery = 2 * time.Second
 // serveUI serves the approval UI on listen for as long as ctx lasts. The
 // first guard on a machine serves it; the others share its database, and
 // keep trying the address so that one of them takes over when it is free.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, logger *slog.Logger) {
+// tried is closed after the first try: the UI serves and its start is
+// recorded, or it cannot (yet).
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, tried chan<- struct{}, logger *slog.Logger) {
+	var once sync.Once
+	done := func() { once.Do(func() { close(tried) }) }
+	defer done()
 	token, err := st.uiToken()
 	if err != nil {
 		logger.Error("approval UI not served", "err", err)
@@ -36,32 +47,42 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 	if len(st.Config.Notify) > 0 {
 		undelivered = deliveryProblems(db, st.Config.Notify)
 	}
-	ui, err := web.New(web.Options{
-		Store:        db,
-		Decider:      holds,
-		Token:        token,
-		NoTokenLogin: !st.Config.UI.TokenLogin,
-		OIDC:         uiOIDC(st.Config, listen),
-		Passkeys:     uiPasskeys(st.Config, db, listen),
-		AllowedHosts: append(allowedHosts(listen), policy.PublicHosts(st.Config.PublicURL)...),
-		PublicOrigin: st.Config.PublicURL,
-		AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
-		Explain:      explain(ctx, engine, db),
-		Undelivered:  undelivered,
-		Logger:       logger.With("component", "ui"),
-	})
-	if err != nil {
-		logger.Error("approval UI not served", "err", err)
-		return
+	// The UI answers to the address it serves on, known once it listens
+	// (a port 0 is chosen then).
+	newUI := func(served string) (*web.Server, error) {
+		return web.New(web.Options{
+			Store:        db,
+			Decider:      holds,
+			Token:        token,
+			NoTokenLogin: !st.Config.UI.TokenLogin,
+			OIDC:         uiOIDC(st.Config, served),
+			Passkeys:     uiPasskeys(st.Config, db, served),
+			AllowedHosts: append(allowedHosts(served), policy.PublicHosts(st.Config.PublicURL)...),
+			PublicOrigin: st.Config.PublicURL,
+			AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
+			Explain:      explain(ctx, engine, db),
+			Undelivered:  undelivered,
+			Logger:       logger.With("component", "ui"),
+		})
 	}
 	said := false
 	for {
 		ln, err := net.Listen("tcp", listen)
 		if err == nil {
-			logger.Info("approval UI", "url", uiOrigin(st.Config, listen)+" (guard ui url prints the login address)")
-			l := store.Lifecycle{Event: store.LifecycleStarted, Process: "guard ui", Version: buildVersion(),
-				Serves: []string{"http://" + listen}, Reason: "the approval UI started"}
+			// The address served, not the one asked for: guard ui url
+			// reads it from the record.
+			served := ln.Addr().String()
+			ui, err := newUI(served)
+			if err != nil {
+				ln.Close()
+				logger.Error("approval UI not served", "err", err)
+				return
+			}
+			logger.Info("approval UI", "url", uiOrigin(st.Config, served)+" (guard ui url prints the login address)")
+			l := store.Lifecycle{Event: store.LifecycleStarted, Process: uiProcess, Version: buildVersion(),
+				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
+			done()
 			runUI(ctx, ui, ln)
 			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
 			recordLifecycle(db, logger, l)
@@ -71,6 +92,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 			logger.Warn("approval UI: cannot listen; retrying", "listen", listen, "err", err)
 		}
 		said = true
+		done()
 		select {
 		case <-ctx.Done():
 			return
@@ -184,21 +206,49 @@ func escapeGlob(s string) string {
 }
 
 // explain says what the policy in force does with a call to a tool, its
-// arguments aside: the action and the rule (a condition on the arguments
-// may decide otherwise).
+// arguments aside (see policyText).
 func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
 	return func(t guard.Tool, r *guard.Review) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
 		call.Review, call.ReviewReason = pendingReview(ctx, db, &t, r)
-		v := engine.Policy().Decide(call)
-		text := actionWord(v.Action) + " by " + v.Rule
-		if v.Reason != "" {
-			text += ": " + v.Reason
-		}
-		if v.Would != "" {
-			text += " (monitor mode: would be " + actionWord(v.Would) + ")"
-		}
-		return text
+		return policyText(engine.Policy(), call)
 	}
+}
+
+// policyText says what a policy does with calls to a tool whatever their
+// arguments: the rules whose condition may decide a call first ("when its
+// condition holds"), then what decides the others, each as the action and
+// the rule.
+func policyText(p *policy.Policy, call *guard.Call) string {
+	conditional, otherwise := p.Outline(call)
+	var parts []string
+	for _, v := range conditional {
+		parts = append(parts, "when its condition holds, "+verdictText(v))
+	}
+	if len(parts) == 0 {
+		return verdictText(otherwise)
+	}
+	return strings.Join(append(parts, "otherwise "+verdictText(otherwise)), "; ")
+}
+
+// verdictText is a verdict for people: the action, the rule and why.
+func verdictText(v guard.Verdict) string {
+	text := explainWord(v.Action) + " by " + v.Rule
+	if v.Reason != "" {
+		text += ": " + v.Reason
+	}
+	if v.Would != "" {
+		text += " (monitor mode: would be " + explainWord(v.Would) + ")"
+	}
+	return text
+}
+
+// explainWord is an action as the tools page says it: a held call waits
+// for a person's approval.
+func explainWord(action string) string {
+	if action == guard.ActionApprove {
+		return "held for approval"
+	}
+	return actionWord(action)
 }
