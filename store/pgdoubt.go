@@ -200,8 +200,9 @@ func (db *DB) correct(recs []*guard.Record) {
 		})
 		fixes = append(fixes, &guard.Record{
 			ID: guard.NewID(), CallID: r.CallID, Kind: guard.KindEvent, Time: now,
-			Session: r.Session, Client: r.Client, Protocol: r.Protocol, Server: r.Server,
-			Direction: r.Direction, Method: MethodUnconfirmed, Tool: r.Tool, Detail: string(detail),
+			Session: r.Session, Client: r.Client, User: r.User, UserEmail: r.UserEmail, UserGroups: r.UserGroups,
+			Protocol: r.Protocol, Server: r.Server, Direction: r.Direction, Method: MethodUnconfirmed, Tool: r.Tool,
+			Detail: string(detail),
 		})
 	}
 	db.opts.Logger.Warn("audit records were committed although their callers were refused; the log records that", "records", len(recs))

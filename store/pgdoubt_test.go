@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,6 +232,9 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 	link.loseNextCommit(true)
 	req, out := rec(1, guard.KindRequest), rec(1, guard.KindOutcome)
 	out.Outcome = guard.OutcomeOK
+	for _, r := range []*guard.Record{req, out} { // a caller the front authenticated
+		r.User, r.UserEmail, r.UserGroups = caller.Subject, caller.Email, caller.Groups
+	}
 	err := <-db.AppendAsync(req, out)
 	if !errors.Is(err, guard.ErrAuditWrite) || !strings.Contains(err.Error(), "could not be confirmed") {
 		t.Fatalf("the append in doubt was answered %v, want a refusal saying its commit could not be confirmed", err)
@@ -260,6 +264,15 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 		if !strings.Contains(detail, want) {
 			t.Errorf("the correction %s does not name %q", detail, want)
 		}
+	}
+	// A correction is an event of the call's session: it names its user.
+	if err := db.Records(context.Background(), func(r *guard.Record) error {
+		if r.Method == MethodUnconfirmed && (r.User != caller.Subject || r.UserEmail != caller.Email || !slices.Equal(r.UserGroups, caller.Groups)) {
+			t.Errorf("the correction %s names the user %q %q %q", r.ID, r.User, r.UserEmail, r.UserGroups)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	rep, err := db.Verify(context.Background())
 	if err != nil {
