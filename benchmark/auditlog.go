@@ -64,6 +64,13 @@ var (
 	}
 	auditClients = []string{"claude-desktop/0.9.2", "cursor/1.2.0", "ci-bot", "vscode-copilot/1.98", "zed/0.180", "support-agent"}
 	auditPeople  = []string{"alice@example.com", "bob@example.com", "carol@example.com"}
+	// The users the front authenticated for the calls of support-agent,
+	// the one client that logs in with an access token.
+	auditUsers = []guard.Identity{
+		{Subject: "u-7f3a", Email: "dana@example.com", Groups: []string{"support"}},
+		{Subject: "u-91c2", Email: "eli@example.com", Groups: []string{"support", "sre"}},
+		{Subject: "u-05be", Email: "fay@example.com", Groups: []string{"contractors"}},
+	}
 	// Words that arguments and results are made of; with rand's Zipf
 	// draw, the first are common and the last rare.
 	auditWords = func() []string {
@@ -132,6 +139,10 @@ func BuildAuditLog(ctx context.Context, path string, calls int, now time.Time, p
 		out := &guard.Record{CallID: callID, Kind: guard.KindOutcome, Time: at.Add(time.Duration(5+rng.IntN(400)) * time.Millisecond),
 			Session: session, Client: client, Protocol: req.Protocol, Server: srv.name, Direction: req.Direction,
 			Method: req.Method, Tool: tool, Outcome: guard.OutcomeOK}
+		var user guard.Identity
+		if client == "support-agent" {
+			user = auditUsers[i%len(auditUsers)]
+		}
 		recs := []*guard.Record{req, out}
 		switch {
 		case tool == "delete_file" || tool == "drop_table" || (tool == "run_command" || tool == "send_email") && rng.IntN(5) == 0:
@@ -172,6 +183,9 @@ func BuildAuditLog(ctx context.Context, path string, calls int, now time.Time, p
 		}
 		out.Decision, out.DecidedBy, out.Reason = req.Decision, req.DecidedBy, req.Reason
 		out.ResponseSize = int64(len(out.Result) + 60)
+		for _, r := range recs {
+			r.User, r.UserEmail, r.UserGroups = user.Subject, user.Email, user.Groups
+		}
 		if err := <-db.AppendAsync(recs...); err != nil {
 			db.Close()
 			return s, fmt.Errorf("call %d: %w", i, err)
@@ -251,6 +265,8 @@ func RunAudit(ctx context.Context, cfg AuditConfig, out io.Writer) (*AuditFigure
 		{"--server db", store.Filter{Server: "db"}},
 		{"--tool drop_table", store.Filter{Tool: "drop_table"}},
 		{"--client support-agent", store.Filter{Client: "support-agent"}},
+		{"--user " + auditUsers[0].Email, store.Filter{User: auditUsers[0].Email}},
+		{"--user " + auditUsers[1].Subject, store.Filter{User: auditUsers[1].Subject}},
 		{"--session " + sample.Session, store.Filter{Session: sample.Session}},
 		{"--decision denied", store.Filter{Decision: guard.DecisionDenied}},
 		{"--decision held (none left)", store.Filter{Decision: guard.DecisionHeld}},

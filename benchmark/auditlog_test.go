@@ -26,7 +26,8 @@ func TestRunAudit(t *testing.T) {
 		rows[q.Name] = q.Rows
 	}
 	for name, want := range map[string]int{"default (newest 100)": 100, "--server db": 100, "--text nosuchword": 0,
-		"--decision held (none left)": 0, "/activity": 100, "older page": 100} {
+		"--decision held (none left)": 0, "/activity": 100, "older page": 100,
+		"--user dana@example.com": 100, "--user u-91c2": 100} {
 		if rows[name] != want {
 			t.Errorf("%s: %d rows, want %d", name, rows[name], want)
 		}
