@@ -28,14 +28,20 @@ type Filter struct {
 	// Text selects the calls whose redacted arguments or latest result
 	// hold these words, as MatchExpr reads them.
 	Text string
-	// ID selects one call by its id.
-	ID string
+	// ID selects one call by its id; IDs, the calls with one of these
+	// ids (at most maxIDs).
+	ID  string
+	IDs []string
 	// Before and After page through the calls by their keys (Call.Key):
 	// only calls older than Before, or newer than After. With After (and
 	// no Before), the Limit calls just newer than it, still newest first.
 	Before, After int64
 	Limit         int // 0: no limit
 }
+
+// maxIDs is the most ids Filter.IDs takes: one statement's parameters
+// stay well within SQLite's and PostgreSQL's limits.
+const maxIDs = 10000
 
 // Call is one row of the calls view: one invocation.
 type Call struct {
@@ -286,6 +292,16 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 			where, args = append(where, "c."+c.col+" = ?"), append(args, c.v)
 		}
 	}
+	if len(f.IDs) > 0 {
+		if len(f.IDs) > maxIDs {
+			return "", nil, fmt.Errorf("calls: %d ids, at most %d at once", len(f.IDs), maxIDs)
+		}
+		marks := strings.TrimSuffix(strings.Repeat("?,", len(f.IDs)), ",")
+		where = append(where, "c.call_id IN ("+marks+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
 	if f.User != "" {
 		// The user's indexes hold only calls that name one: the
 		// conditions on the empty string let the planner use them.
@@ -434,7 +450,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if !slices.Contains(RecordKinds, kind) {
 		return fmt.Errorf("records: kind %q: want one of %s", kind, strings.Join(RecordKinds, ", "))
 	}
-	if f.Outcome != "" || f.Text != "" || f.ID != "" || f.Before != 0 || f.After != 0 {
+	if f.Outcome != "" || f.Text != "" || f.ID != "" || len(f.IDs) > 0 || f.Before != 0 || f.After != 0 {
 		return fmt.Errorf("records: %w", ErrCallsOnly)
 	}
 	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}

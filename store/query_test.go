@@ -141,6 +141,9 @@ func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
 		{"approval", Filter{Approval: "appr-12"}, func(c sampleCall) bool { return c.appr == "appr-12" }},
 		{"no such approval", Filter{Approval: "appr-13"}, func(sampleCall) bool { return false }},
 		{"id", Filter{ID: "call-007"}, func(c sampleCall) bool { return c.id == "call-007" }},
+		{"ids", Filter{IDs: []string{"call-003", "call-007", "no-such-call"}}, func(c sampleCall) bool {
+			return c.id == "call-003" || c.id == "call-007"
+		}},
 		{"since", Filter{Since: base.Add(20 * time.Millisecond)}, func(c sampleCall) bool { return !c.at.Before(base.Add(20 * time.Millisecond)) }},
 		{"until", Filter{Until: base.Add(20 * time.Millisecond)}, func(c sampleCall) bool { return !c.at.After(base.Add(20 * time.Millisecond)) }},
 		{"a word of the arguments", Filter{Text: "charlie"}, func(c sampleCall) bool {
@@ -555,7 +558,7 @@ func TestNoQueryScansTheRecords(t *testing.T) {
 	sqliteOnly(t) // SQLite's query plans
 	db := openDB(t, testPath(t))
 	defer db.Close()
-	for _, f := range []Filter{{}, {Server: "db"}, {Tool: "t"}, {Client: "c"}, {Session: "s"}, {Decision: "denied"},
+	for _, f := range []Filter{{}, {IDs: []string{"a", "b"}}, {Server: "db"}, {Tool: "t"}, {Client: "c"}, {Session: "s"}, {Decision: "denied"},
 		{DecidedBy: "alice"}, {Outcome: "ok"}, {Approval: "a"}, {Text: "word"}, {Since: time.Now().Add(-time.Hour)},
 		{Until: time.Now()}, {Server: "db", Decision: "denied"}, {User: "alice@example.com"}, {User: "u", Server: "db"}} {
 		f.Limit = 100

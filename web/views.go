@@ -131,6 +131,10 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	now := s.opts.Now()
 	v := pendingView{Cards: make([]cardView, 0, len(list)), CSRF: sess.csrf, Named: sess.named(),
 		AllowAlways: s.opts.AllowAlways != nil}
+	calls, err := s.heldCalls(ctx, list)
+	if err != nil {
+		return pendingView{}, err
+	}
 	for _, a := range list {
 		byName, ok := tools[a.Server]
 		if !ok {
@@ -148,9 +152,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
 			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope}
-		if err := s.callerOf(ctx, a, &c); err != nil {
-			return pendingView{}, err
-		}
+		callerOf(a, calls, &c)
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -161,33 +163,55 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	return v, nil
 }
 
+// heldCalls reads the calls of pending approvals whose client did not go,
+// by id, in one query (a query per card made a page of many slow).
+func (s *Server) heldCalls(ctx context.Context, list []*guard.Approval) (map[string]*store.Call, error) {
+	calls := map[string]*store.Call{}
+	var ids []string
+	for _, a := range list {
+		if a.SessionEnded.IsZero() {
+			ids = append(ids, heldCallID(a))
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		err := s.opts.Store.Query(ctx, store.Filter{IDs: ids[:n]}, func(c *store.Call) error {
+			calls[c.ID] = c
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("held calls: %w", err)
+		}
+		ids = ids[n:]
+	}
+	return calls, nil
+}
+
+// heldCallID is the id of an approval's held call.
+func heldCallID(a *guard.Approval) string {
+	if a.CallID == "" {
+		return a.ID
+	}
+	return a.CallID
+}
+
 // callerOf finds where a held call's client stands: a call answered
 // "retry" (approval.wait passed) has its outcome recorded, awaiting
-// approval; one still blocking has none yet.
-func (s *Server) callerOf(ctx context.Context, a *guard.Approval, c *cardView) error {
+// approval; one still blocking has none yet. calls are the held calls
+// by id (heldCalls).
+func callerOf(a *guard.Approval, calls map[string]*store.Call, c *cardView) {
 	if !a.SessionEnded.IsZero() {
 		c.Caller, c.Told = CallerGone, a.SessionEnded
-		return nil
+		return
 	}
 	c.Caller = CallerWaiting
-	id := a.CallID
-	if id == "" {
-		id = a.ID
-	}
-	call, err := s.findCall(ctx, id)
-	if errors.Is(err, guard.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("held call %s: %w", id, err)
-	}
-	if call.Outcome == guard.OutcomeAwaitingApproval {
+	call := calls[heldCallID(a)]
+	if call != nil && call.Outcome == guard.OutcomeAwaitingApproval {
 		c.Caller = CallerRetry
 		if t, err := time.Parse(time.RFC3339Nano, call.Time); err == nil {
 			c.Told = t.Add(time.Duration(call.DurationMS) * time.Millisecond)
 		}
 	}
-	return nil
 }
 
 // timeLeft writes the time until an expiry.

@@ -99,7 +99,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"ui"}, 2, "", "usage: guard ui url"},
 		{[]string{"ui", "url"}, 1, "", "no guard serves the approval UI for this database"},
 		{[]string{"ui", "url", "--config", public}, 0, "https://guard.example.com/login?token=", ""},
-		{[]string{"ui", "url", "--config", passkey}, 0, "http://localhost:8931/login?token=", ""},
+		{[]string{"ui", "url", "--config", passkey}, 1, "", "no guard serves the approval UI for this database"},
 		{[]string{"ui", "enroll"}, 1, "", "ui.passkey is off"},
 		{[]string{"ui", "enroll", "--config", passkey, "--name", "alice"}, 0, "a passkey for alice (it works once):\nhttp://localhost:8931/passkey/enroll?code=", ""},
 		{[]string{"ui", "enroll", "--config", passkey, "--valid", "2h"}, 2, "", "between 1s and 1h"},
