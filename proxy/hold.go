@@ -65,7 +65,7 @@ func (h *held) digestArgs() bool {
 // usePrior lets a repeated call that a person approved pass, once.
 func (h *held) usePrior() bool {
 	s, c := h.s, h.c
-	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.id)
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.holdScope())
 	if err != nil || !ok {
 		return false
 	}
@@ -129,7 +129,7 @@ func (h *held) store() bool {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.id, Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
@@ -148,12 +148,21 @@ func (h *held) store() bool {
 // of calls told to retry can no longer be used by this session (see
 // approvals.Manager.SessionEnded).
 func (s *Session) endHolds() {
-	if s.opts.Holds == nil {
-		return
+	if s.opts.Holds == nil || s.opts.HoldScope != "" {
+		return // the client's holds outlive a session-less relay
 	}
 	if err := s.opts.Holds.SessionEnded(context.Background(), s.id); err != nil {
 		s.opts.Logger.Error("the approvals of an ended session were not settled", "session", s.id, "err", err)
 	}
+}
+
+// holdScope is what approvals scoped to a session see as this session
+// (Options.HoldScope).
+func (s *Session) holdScope() string {
+	if s.opts.HoldScope != "" {
+		return s.opts.HoldScope
+	}
+	return s.id
 }
 
 // withdraw withdraws an approval whose call can no longer go on; the

@@ -323,7 +323,7 @@ func (s *httpSession) latestToken() string {
 }
 
 // start runs a new session's server behind a relay session.
-func (h *HTTPServer) start(ctx context.Context, caller Caller) (*httpSession, error) {
+func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (*httpSession, error) {
 	s := &httpSession{id: uuid.NewString(), in: newInbox(), router: newRouter(), done: make(chan struct{})}
 	if caller.Token != nil {
 		s.noteToken(caller)
@@ -362,6 +362,9 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller) (*httpSession, er
 			return
 		}
 		opts := h.opts.Session(caller)
+		if stateless {
+			opts.HoldScope = "client:" + strings.ReplaceAll(caller.key(), "\x00", "/")
+		}
 		if h.opts.Remote.URL != "" {
 			started <- nil
 			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.RemoteFor(caller), conn); err != nil {
@@ -499,7 +502,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
 		return
 	case s == nil:
-		if s, err = h.start(r.Context(), callerOf(r)); err != nil {
+		if s, err = h.start(r.Context(), callerOf(r), false); err != nil {
 			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
 			return
 		}

@@ -188,7 +188,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, c Caller) (*httpSession,
 	if s != nil {
 		return s, nil
 	}
-	s, err := h.start(ctx, c)
+	s, err := h.start(ctx, c, true)
 	if err != nil {
 		return nil, err
 	}

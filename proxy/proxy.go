@@ -81,6 +81,13 @@ type Options struct {
 	// Caller is who the front authenticated for this session (a verified
 	// access token); zero where no one did (stdio, static tokens).
 	Caller guard.Identity
+	// HoldScope, when set, stands for the session where approvals scoped
+	// to a session are concerned: the session-less revision (2026-07-28)
+	// has no session, and a client's calls may reach any replica, so
+	// there its holds belong to the client (as the front knows it), which
+	// every replica names alike. Such a relay ending does not end its
+	// client's holds.
+	HoldScope string
 	// MaxMessage is the largest line accepted from either side (default 64 MiB).
 	MaxMessage int
 	// MaxResult is the most bytes of a result kept in an audit record

@@ -196,9 +196,11 @@ func TestRetryOfAHeldCallOnAnotherReplica(t *testing.T) {
 // holds with the retry answer once approval.wait ends; a replica that
 // dies answers nothing. Either way the hold stays in the database until
 // it expires: approved meanwhile, the same call made again on another
-// replica passes, once.
+// replica passes, once. (The client's new session is another session:
+// its approvals are scoped to any, as a team whose replicas may stop
+// configures them.)
 func TestHoldsOfAReplicaThatStops(t *testing.T) {
-	c := newCluster(t, 3, "approval: {wait: 5s}\n"+exampleServer())
+	c := newCluster(t, 3, "approval: {wait: 5s, scope: any}\n"+exampleServer())
 	survivor := c.replicas[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

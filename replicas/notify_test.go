@@ -86,7 +86,7 @@ func (c *cluster) holder() *replica {
 // follow, still once each.
 func TestAHoldIsAnnouncedOnceByTheReplicas(t *testing.T) {
 	hook := newAnnouncements(t)
-	c := newCluster(t, 2, "approval: {wait: 1s}\n"+exampleServer()+
+	c := newCluster(t, 2, "approval: {wait: 1s, scope: any}\n"+exampleServer()+
 		"notify:\n  - {webhook: "+hook.srv.URL+"/guard, secret: s3cret}\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -108,8 +108,9 @@ func TestAHoldIsAnnouncedOnceByTheReplicas(t *testing.T) {
 		hook.wait(t, id)
 		ids = append(ids, id)
 	}
-	// The client calls again, reaching the other replica: told it waits
-	// on the same approval, which is not announced again.
+	// The client calls again, reaching the other replica in another
+	// session (approvals scoped to any): told it waits on the same
+	// approval, which is not announced again.
 	if again := hold(c.replicas[1], "held on "+c.replicas[0].name); again != ids[0] {
 		t.Fatalf("the call made again waits on %s, not %s", again, ids[0])
 	}
