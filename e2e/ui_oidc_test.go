@@ -210,9 +210,12 @@ servers:
 	}
 	first := chromium(t)
 	loginAs(first, "u-alice", "alice@example.com")
-	click(t, first, sel+` [data-action="approve"]`)
-	if flash := textOf(t, first, `.flash`); !strings.Contains(flash, "alice@example.com made this call, and cannot decide on it") {
-		t.Fatalf("the requester's approval: %q", flash)
+	// Her own call's card says why she cannot decide, and offers no
+	// buttons (the server refuses a decision of hers all the same).
+	browse(t, first, 5*time.Second, chromedp.WaitVisible(chromedp.CSS(sel+` [data-role="refusal"][data-own]`)),
+		chromedp.WaitNotVisible(chromedp.CSS(sel+` [data-action="approve"]`)))
+	if why := textOf(t, first, sel+` [data-role="refusal"]`); !strings.Contains(why, "alice@example.com made this call, and cannot decide on it") {
+		t.Fatalf("the requester's card: %q", why)
 	}
 	browse(t, first, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="logout"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#oidc-login`)))
