@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -277,5 +278,62 @@ func TestAHoldIsAnnouncedToWebhooks(t *testing.T) {
 	// Nor in guard's log: the secret, the Slack webhook's path.
 	if l := logs.String(); strings.Contains(l, secret) || strings.Contains(l, "T000/B000/XXXX") || !strings.Contains(l, "notify: receiver failing") {
 		t.Fatalf("guard's log:\n%s", l)
+	}
+}
+
+// A call held for its tool's review and then, the tool accepted, held by
+// a rule waits on a second approval: that hold is announced too, under
+// its own approval id.
+func TestAHoldAfterAToolsReviewIsAnnounced(t *testing.T) {
+	h := newHook(t, 0)
+	// The rug-pull server's add has instructions for the model in its
+	// description: it is held for review from the first listing.
+	e := newEnv(t, "approval: {wait: 60s}\n"+
+		"servers:\n  weather:\n    command: ["+strconv.Quote(os.Args[0])+"]\n"+
+		"policy:\n  default: allow\n  rules:\n    - {name: sums-need-a-person, tool: add, action: approve}\n"+
+		"notify:\n  - {webhook: "+h.srv.URL+"/guard, secret: s3cret-hook}\n")
+	e.environ = append(e.environ, "GUARD_E2E_SERVE=rugpull")
+	s := guardtest.StartServe(t, "", guardBin, e.environ, &lockedLog{}, "serve", "--config", e.cfg, "--db", e.db, "--ui", freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desk", Version: "7"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + s.Addr + "/mcp/weather"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	got := goCall(func() (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "add", Arguments: map[string]any{"a": 1, "b": 2}})
+	})
+	announced := func(what string) (approval, rule string) {
+		t.Helper()
+		d := h.next(t, what)
+		var a struct{ Approval, Rule string }
+		if err := json.Unmarshal(d.body, &a); err != nil || a.Approval == "" {
+			t.Fatalf("%s: %v %s", what, err, d.body)
+		}
+		return a.Approval, a.Rule
+	}
+	review, rule := announced("the hold for the tool's review")
+	if rule != guard.ToolReviewRule {
+		t.Fatalf("the first hold was by %q, want the tool's review", rule)
+	}
+	if out, code := e.guard("approvals", "approve", review, "--by", "alice"); code != 0 {
+		t.Fatalf("accepting the tool: %s", out)
+	}
+	second, rule := announced("the hold by the rule")
+	if second == review || rule != "sums-need-a-person" {
+		t.Fatalf("the second hold: approval %s by %q (the first: %s)", second, rule, review)
+	}
+	if out, code := e.guard("approvals", "approve", second, "--by", "alice"); code != 0 {
+		t.Fatalf("approving the call: %s", out)
+	}
+	if r := awaitCall(t, got); r == nil || r.IsError {
+		t.Fatalf("the call approved twice: %v", r)
+	}
+	select {
+	case d := <-h.got:
+		t.Fatalf("a third announcement: %s", d.body)
+	default:
 	}
 }

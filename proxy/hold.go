@@ -174,14 +174,18 @@ func (s *Session) withdraw(id, reason string) {
 	}
 }
 
-// record makes the request's record durable before the wait (a call held
-// again after its tool's review is recorded already). A call guard could
-// not record is refused, and its approval withdrawn.
+// record makes the request's record durable before the wait. A call held
+// again after its tool's review is recorded already; it is recorded once
+// more when it waits on another approval, so that the log (and what
+// follows it: the notifications of new holds) names the hold it waits
+// on. A call guard could not record is refused, and its approval
+// withdrawn.
 func (h *held) record() bool {
 	s, c := h.s, h.c
-	if c.recorded.Swap(true) {
+	if c.recorded.Swap(true) && (c.heldOn == "" || c.heldOn == h.a.ID) {
 		return true
 	}
+	c.heldOn = h.a.ID
 	err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	if err == nil {
 		return true

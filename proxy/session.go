@@ -41,6 +41,7 @@ type call struct {
 	def         *guard.Tool // the definition it was decided on
 	detail      map[string]any
 	holds       int    // approvals asked for it
+	heldOn      string // the approval its latest request record names
 	askedInBand bool   // guard's own input request was answered (2026-07-28)
 	origID      []byte // the id as its sender wrote it
 	origKey     string
