@@ -93,8 +93,18 @@ func TestPolicyCheckShowsApprovers(t *testing.T) {
 	}
 	out, errOut, code := run(t, dir, "policy", "check", "--config", cfg)
 	if code != 0 || !strings.Contains(out, "approve (2 approvals from members of sre)") ||
-		!strings.Contains(out, cfg+`:3: rule "prod-writes" holds calls for 2 approvals from members of sre, each a verified identity`) {
+		!strings.Contains(out, cfg+`:3: rule "prod-writes" holds calls for 2 approvals from members of sre, each a verified identity`) ||
+		!strings.Contains(out, "neither ui.oidc nor ui.passkey is configured: no one can approve these calls") {
 		t.Fatalf("policy check: %d %s %s", code, out, errOut)
+	}
+	// With a login that verifies identities, no warning.
+	withOIDC := filepath.Join(dir, "oidc.yaml")
+	if err := os.WriteFile(withOIDC, []byte("ui: {oidc: {issuer: \"https://login.example.com\", client_id: guard}}\n"+
+		"policy:\n  rules:\n    - {name: prod-writes, tool: \"write_*\", action: approve, approvers: {groups: [sre], count: 2}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run(t, dir, "policy", "check", "--config", withOIDC); code != 0 || strings.Contains(out, "no one can approve") {
+		t.Fatalf("policy check with ui.oidc: %d %s %s", code, out, errOut)
 	}
 	out, errOut, code = run(t, dir, "policy", "test", "--config", cfg, "--call", `{"server":"db","tool":"write_rows","args":{}}`)
 	if code != 0 || !strings.Contains(out, "needs:    2 approvals from members of sre, each a verified identity") {

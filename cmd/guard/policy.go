@@ -107,6 +107,9 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		for _, e := range need {
 			fmt.Fprintf(a.stdout, "  %s\n", e)
 		}
+		if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != policy.PasskeyRequired {
+			fmt.Fprintln(a.stdout, "  warning: neither ui.oidc nor ui.passkey is configured: no one can approve these calls, which can only expire")
+		}
 	}
 	checkIsolation(a, st)
 	if len(st.Config.Limits) > 0 {
