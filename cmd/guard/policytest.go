@@ -54,11 +54,21 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 	if len(tc.Args) == 0 {
 		tc.Args = json.RawMessage(`{}`)
 	}
-	db, st, status, ok := a.openReadOnly(ctx, cf)
+	// A PostgreSQL database guard never opened has no catalog yet (as a
+	// missing SQLite file reads as empty): the call is decided without.
+	db, st, status, ok := a.openWith(ctx, cf, func(ctx context.Context, st *settings) (*store.DB, error) {
+		db, err := store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+		if st.Postgres && errors.Is(err, store.ErrNotGuardDatabase) {
+			return nil, nil
+		}
+		return db, err
+	})
 	if !ok {
 		return status
 	}
-	defer db.Close()
+	if db != nil {
+		defer db.Close()
+	}
 	p, status, ok := a.loadPolicy(st)
 	if !ok {
 		return status
@@ -68,7 +78,12 @@ func policyTest(ctx context.Context, a *app, args []string) int {
 		User:   guard.Identity{Subject: tc.User.Sub, Email: tc.User.Email, Groups: tc.User.Groups}}
 	var notes []string
 	if tc.Method == "tools/call" {
-		if t, err := currentTool(ctx, db, tc.Server, tc.Tool); err == nil {
+		var t *guard.Tool
+		err := guard.ErrNotFound // no catalog yet
+		if db != nil {
+			t, err = currentTool(ctx, db, tc.Server, tc.Tool)
+		}
+		if err == nil {
 			call.Tool = t
 			notes = append(notes, fmt.Sprintf("tool: %s as last listed (pin %s; %s)", tc.Tool, t.Pin, annotationText(t.Annotations)))
 			if v, err := policy.NewContracts(st.Config.AssertFormats).Arguments(t, call); err != nil {
