@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os/user"
 	"text/tabwriter"
@@ -187,6 +188,22 @@ func recordTime(t time.Time) string {
 	return t.UTC().Format(time3339ms)
 }
 
+// parseWithID parses a command's flags and its one argument, an id,
+// which may come before or after the flags ("" when none came).
+func (a *app) parseWithID(fs *flag.FlagSet, args []string) (string, int, bool) {
+	var id string
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		id, args = args[0], args[1:]
+	}
+	if status, ok := a.parseFlags(fs, args); !ok {
+		return "", status, false
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	}
+	return id, 0, true
+}
+
 func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) int {
 	verb := "deny"
 	if approve {
@@ -196,16 +213,9 @@ func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) i
 	cf := addCommonFlags(fs)
 	reason := fs.String("reason", "", "why (required to deny)")
 	by := fs.String("by", "", "who decides (default: the user running this command)")
-	// The id may come before or after the flags.
-	var id string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		id, args = args[0], args[1:]
-	}
-	if status, ok := a.parseFlags(fs, args); !ok {
+	id, status, ok := a.parseWithID(fs, args)
+	if !ok {
 		return status
-	}
-	if id == "" && fs.NArg() == 1 {
-		id = fs.Arg(0)
 	}
 	if id == "" {
 		fmt.Fprintf(a.stderr, "usage: guard approvals %s ID [--reason TEXT]\n", verb)

@@ -32,15 +32,9 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 	fs := a.flagSet("approvals show")
 	cf := addCommonFlags(fs)
 	format := fs.String("format", "text", "text or jsonl")
-	var id string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		id, args = args[0], args[1:]
-	}
-	if status, ok := a.parseFlags(fs, args); !ok {
+	id, status, ok := a.parseWithID(fs, args)
+	if !ok {
 		return status
-	}
-	if id == "" && fs.NArg() == 1 {
-		id = fs.Arg(0)
 	}
 	if id == "" {
 		fmt.Fprintln(a.stderr, "usage: guard approvals show ID [--format text|jsonl]")
