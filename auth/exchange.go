@@ -129,23 +129,14 @@ func (x *Exchanger) exchange(ctx context.Context, subjectToken string) (string, 
 	if x.Resource != "" {
 		form.Set("resource", x.Resource)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
-	if err != nil {
-		return "", 0, fmt.Errorf("token exchange: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	req.SetBasicAuth(url.QueryEscape(x.ClientID), url.QueryEscape(x.ClientSecret))
 	client := x.Client
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	resp, err := client.Do(req)
+	status, body, err := postAsClient(ctx, client, endpoint, form, x.ClientID, x.ClientSecret)
 	if err != nil {
 		return "", 0, fmt.Errorf("token exchange: %w", err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	var out struct {
 		AccessToken      string      `json:"access_token"`
 		ExpiresIn        json.Number `json:"expires_in"`
@@ -153,16 +144,39 @@ func (x *Exchanger) exchange(ctx context.Context, subjectToken string) (string, 
 		ErrorDescription string      `json:"error_description"`
 	}
 	_ = json.Unmarshal(body, &out)
-	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
+	if status != http.StatusOK || out.AccessToken == "" {
 		why := strings.TrimSpace(out.Error + " " + out.ErrorDescription)
 		if why == "" {
 			why = strings.TrimSpace(string(body))
 		}
-		return "", 0, fmt.Errorf("token exchange: the identity provider answered HTTP %d: %s", resp.StatusCode, why)
+		return "", 0, fmt.Errorf("token exchange: the identity provider answered HTTP %d: %s", status, why)
 	}
 	lifetime := 5 * time.Minute // when the answer does not say
 	if n, err := out.ExpiresIn.Int64(); err == nil && n > 0 {
 		lifetime = time.Duration(n) * time.Second
 	}
 	return out.AccessToken, lifetime, nil
+}
+
+// postAsClient posts a form to an endpoint of the identity provider as
+// guard's own client (HTTP Basic, RFC 6749 section 2.3.1) and returns the
+// answer's status and body (at most 1 MiB).
+func postAsClient(ctx context.Context, client *http.Client, endpoint string, form url.Values, id, secret string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	return resp.StatusCode, body, nil
 }

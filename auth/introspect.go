@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -94,25 +93,13 @@ func (v *Verifier) introspect(ctx context.Context, raw string, resources []strin
 // answer's members, or nil for an inactive token.
 func (v *Verifier) askIntrospection(ctx context.Context, endpoint, raw string) (map[string]any, error) {
 	form := url.Values{"token": {raw}, "token_type_hint": {"access_token"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	status, body, err := postAsClient(ctx, v.cfg.Client, endpoint, form, v.cfg.IntrospectionClientID, v.cfg.IntrospectionClientSecret)
 	if err != nil {
-		return nil, unavailable("introspection: %v", err)
+		return nil, unavailable("the identity provider's introspection endpoint could not be asked: %v", err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	req.SetBasicAuth(url.QueryEscape(v.cfg.IntrospectionClientID), url.QueryEscape(v.cfg.IntrospectionClientSecret))
-	resp, err := v.cfg.Client.Do(req)
-	if err != nil {
-		return nil, unavailable("the identity provider's introspection endpoint could not be reached: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, unavailable("the identity provider's introspection answer could not be read: %v", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		v.cfg.Logger.Warn("introspection refused", "status", resp.StatusCode, "body", strings.TrimSpace(string(body)))
-		return nil, unavailable("the identity provider's introspection endpoint answered HTTP %d (are auth.introspection's client_id and client_secret right?)", resp.StatusCode)
+	if status != http.StatusOK {
+		v.cfg.Logger.Warn("introspection refused", "status", status, "body", strings.TrimSpace(string(body)))
+		return nil, unavailable("the identity provider's introspection endpoint answered HTTP %d (are auth.introspection's client_id and client_secret right?)", status)
 	}
 	m, err := decodeClaims(body)
 	if err != nil {
