@@ -106,6 +106,24 @@ func queryIDs(t *testing.T, db *DB, f Filter) []string {
 
 // Every filter, alone and with others, returns exactly the calls that
 // match, newest first.
+// More ids than one statement takes are refused, saying how many it
+// takes, rather than failing in the database.
+func TestQueryRefusesTooManyIDs(t *testing.T) {
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	ids := make([]string, maxIDs+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("call-%d", i)
+	}
+	err := db.Query(context.Background(), Filter{IDs: ids}, func(*Call) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
+		t.Fatalf("a query of %d ids: %v", len(ids), err)
+	}
+	if err := db.Query(context.Background(), Filter{IDs: ids[:maxIDs]}, func(*Call) error { return nil }); err != nil {
+		t.Fatalf("a query of %d ids: %v", maxIDs, err)
+	}
+}
+
 func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
