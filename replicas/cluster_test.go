@@ -95,7 +95,15 @@ func newClusterOn(t *testing.T, n int, config, db string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, cfg: filepath.Join(dir, "guard.yaml")}
-	bind := guardtest.FreePort(t)
+	// The balancer's socket is made now and handed to HAProxy as it is:
+	// a port only chosen now and bound later could be taken meanwhile
+	// (by a connection's local port, say) while the replicas start.
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close() // HAProxy has its own copy
+	bind := front.Addr().String()
 	c.public = "http://" + bind
 	if c.db = db; db == "" {
 		c.db, c.environ = database(t, dir)
@@ -113,7 +121,7 @@ func newClusterOn(t *testing.T, n int, config, db string) *cluster {
 		c.start(r, "")
 		c.replicas = append(c.replicas, r)
 	}
-	c.haproxy = startHAProxy(t, bind, c.replicas)
+	c.haproxy = startHAProxy(t, front.(*net.TCPListener), c.replicas)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, r := range c.replicas {
@@ -333,16 +341,23 @@ type balancerConfig struct {
 
 type balancedReplica struct{ Name, MCP, UI string }
 
-// startHAProxy runs HAProxy with docs/haproxy.cfg, filled in, on bind in
-// front of replicas, and returns once it sees every replica up.
-func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
+// startHAProxy runs HAProxy with docs/haproxy.cfg, filled in, on the
+// socket of front (passed to it as its fd 3) in front of replicas, and
+// returns once it sees every replica up.
+func startHAProxy(t *testing.T, front *net.TCPListener, replicas []*replica) *haproxy {
 	t.Helper()
 	tmpl, err := template.ParseFiles(filepath.Join(guardtest.RepoRoot(), "docs", "haproxy.cfg"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	bc := balancerConfig{Bind: bind, PublicHost: bind, StatsSocket: filepath.Join(dir, "admin.sock")}
+	sock, err := front.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	bind := front.Addr().String()
+	bc := balancerConfig{Bind: "fd@3", PublicHost: bind, StatsSocket: filepath.Join(dir, "admin.sock")}
 	for _, r := range replicas {
 		bc.Replicas = append(bc.Replicas, balancedReplica{Name: r.name, MCP: r.serve.Addr, UI: r.ui})
 	}
@@ -355,6 +370,7 @@ func startHAProxy(t *testing.T, bind string, replicas []*replica) *haproxy {
 		t.Fatal(err)
 	}
 	h.cmd = exec.Command(haproxyBin(t), "-f", h.cfg, "-db")
+	h.cmd.ExtraFiles = []*os.File{sock}
 	out := logFile(t, h.log)
 	h.cmd.Stdout, h.cmd.Stderr = out, out
 	if err := h.cmd.Start(); err != nil {

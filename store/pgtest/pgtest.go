@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -184,12 +185,21 @@ func (c *Cluster) run(prog string, args ...string) error {
 	return nil
 }
 
-// freePort returns a loopback port no one listens on now.
+// freePort returns a loopback port no one listens on now, below the
+// ephemeral range (32768 and up on Linux): a cluster that is halted and
+// started again (Halt, Resume) finds its port free, as no connection's
+// local port nor port-0 listener is given one from there meanwhile.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	var last error
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port below the ephemeral range: %w", last)
 }
