@@ -74,9 +74,20 @@ func ExpiredText(timeout time.Duration) string {
 	return "Expired: no one decided on this call within " + HumanDuration(timeout)
 }
 
-// RetryText is what the client reads when its call waited the wait limit.
-func RetryText(id string) string {
-	return "Waiting for approval (id " + id + "): ask the user to approve it, then call the tool again with the same arguments"
+// RetryText is what the client reads when its call waited the wait limit:
+// what to do, and which later call the approval lets through (Scope). A
+// hold of the session-less revision (its Session names the client, "client:
+// ...") lets the same client's call through.
+func RetryText(a *Approval) string {
+	text := "Waiting for approval (id " + a.ID + "): ask the user to approve it, then call the tool again with the same arguments"
+	switch {
+	case a.Scope == ScopeAny:
+		return text + " (from this session or another)"
+	case strings.HasPrefix(a.Session, "client:"):
+		return text
+	}
+	return text + " in this session (the approval holds for this session only: a client that starts a new session for each " +
+		"request cannot use it; there the user should set approval.scope: any in guard's configuration and approve the call held next)"
 }
 
 // AuditFailedText is what the client reads for a message guard could not

@@ -227,17 +227,19 @@ func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 	return err
 }
 
-// SessionEndedReason is the reason a withdrawal gives when the session of
-// a call told to retry ended before anyone decided on it.
-const SessionEndedReason = "the client's session ended: no later call of it can use this approval"
+// ClientGoneReason begins the reason of a withdrawal whose call's client
+// went away: no later approval can release such a call, and whoever tries
+// to approve it reads why.
+const ClientGoneReason = "the call's client is gone"
 
-// SessionEnded settles the open approvals of a session that ended. One
+// SessionEnded settles the open approvals of a session whose client is
+// gone, for the reason given (one that begins with ClientGoneReason). One
 // scoped to the session can no longer let any call through: it is
 // withdrawn (and recorded so), rather than left looking as if its client
 // still waited. One scoped to any session may still let another
 // session's identical call through: it stays open, noting when its
 // client went, for the approver to see.
-func (m *Manager) SessionEnded(ctx context.Context, session string) error {
+func (m *Manager) SessionEnded(ctx context.Context, session, reason string) error {
 	list, err := m.st.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return fmt.Errorf("session ended: %w", err)
@@ -247,16 +249,34 @@ func (m *Manager) SessionEnded(ctx context.Context, session string) error {
 		if a.Session != session {
 			continue
 		}
-		if a.Scope == guard.ScopeAny {
-			_, err = m.st.MarkSessionEnded(ctx, a.ID, m.opts.Now())
-		} else {
-			_, err = m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, SessionEndedReason)
-		}
-		if err != nil {
+		if err := m.clientGone(ctx, a, reason); err != nil {
 			errs = append(errs, fmt.Errorf("approval %s: %w", a.ID, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ClientGone settles one held call whose client went away while it
+// waited: withdrawn when its approval is scoped to the session, marked as
+// its client gone when it is scoped to any session.
+func (m *Manager) ClientGone(ctx context.Context, id, reason string) error {
+	a, err := m.st.Approval(ctx, id)
+	if err != nil {
+		return fmt.Errorf("client gone: %w", err)
+	}
+	if a.State != guard.ApprovalPending {
+		return nil
+	}
+	return m.clientGone(ctx, a, reason)
+}
+
+func (m *Manager) clientGone(ctx context.Context, a *guard.Approval, reason string) error {
+	if a.Scope == guard.ScopeAny {
+		_, err := m.st.MarkSessionEnded(ctx, a.ID, m.opts.Now())
+		return err
+	}
+	_, err := m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, reason)
+	return err
 }
 
 // Reviewer is who approves or denies a held call, and how guard knows:

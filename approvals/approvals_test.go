@@ -203,8 +203,20 @@ func TestTexts(t *testing.T) {
 	if got := guard.ExpiredText(10 * time.Minute); got != "Expired: no one decided on this call within 10m" {
 		t.Fatal(got)
 	}
-	if got := guard.RetryText("x"); got != "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments" {
-		t.Fatal(got)
+	const retry = "Waiting for approval (id x): ask the user to approve it, then call the tool again with the same arguments"
+	for _, c := range []struct {
+		a    guard.Approval
+		want string
+	}{
+		{guard.Approval{ID: "x", Scope: guard.ScopeSession, Session: "s1"}, retry + " in this session (the approval holds for this session only: " +
+			"a client that starts a new session for each request cannot use it; there the user should set approval.scope: any in guard's " +
+			"configuration and approve the call held next)"},
+		{guard.Approval{ID: "x", Scope: guard.ScopeAny, Session: "s1"}, retry + " (from this session or another)"},
+		{guard.Approval{ID: "x", Scope: guard.ScopeSession, Session: "client:app/alice"}, retry},
+	} {
+		if got := guard.RetryText(&c.a); got != c.want {
+			t.Errorf("scope %s, session %s:\n got %s\nwant %s", c.a.Scope, c.a.Session, got, c.want)
+		}
 	}
 }
 
@@ -299,7 +311,7 @@ func TestScope(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := mine.SessionEnded(ctx, "s1"); err != nil {
+		if err := mine.SessionEnded(ctx, "s1", ClientGoneReason); err != nil {
 			t.Fatal(err)
 		}
 		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {

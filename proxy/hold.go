@@ -32,7 +32,7 @@ type held struct {
 // hold keeps a call until a person decides, while the relay goes on.
 func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
 	h := &held{s: s, c: c, msg: msg, v: v, pc: pc}
-	if !h.digestArgs() || h.usePrior() || !h.reserve() {
+	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
 		return
 	}
 	defer h.free()
@@ -88,6 +88,23 @@ func (h *held) usePrior() bool {
 	}
 	s.forward(h.msg, c, c.recorded.Load())
 	return true
+}
+
+// present marks the call held, unless its client is gone already: then
+// nobody could ever use a decision on it, and it is recorded withdrawn,
+// unanswered, instead of held.
+func (h *held) present() bool {
+	s, c := h.s, h.c
+	s.mu.Lock()
+	left := s.left
+	c.holding = left == ""
+	s.mu.Unlock()
+	if left == "" {
+		return true
+	}
+	c.reason = left
+	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": left}})
+	return false
 }
 
 // reserve takes a slot among the session's pending calls, or denies the
@@ -151,7 +168,10 @@ func (s *Session) endHolds() {
 	if s.opts.Holds == nil || s.opts.HoldScope != "" {
 		return // the client's holds outlive a session-less relay
 	}
-	if err := s.opts.Holds.SessionEnded(context.Background(), s.id); err != nil {
+	if s.leftReason() != "" {
+		return // settled when the client went
+	}
+	if err := s.opts.Holds.SessionEnded(context.Background(), s.id, s.endReason()); err != nil {
 		s.opts.Logger.Error("the approvals of an ended session were not settled", "session", s.id, "err", err)
 	}
 }
@@ -238,6 +258,10 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	cancel()
 	h.free() // the slot frees once the wait ends, before the answer
 	if c.isWithdrawn() {
+		if why := s.goneReason(c); why != "" {
+			h.leave(why)
+			return res, err, false
+		}
 		s.withdraw(a.ID, "the client cancelled the call")
 		s.withdrawn(c)
 		return res, err, false
@@ -249,6 +273,21 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 		return res, err, false
 	}
 	return res, err, true
+}
+
+// leave settles a held call whose client went away while it waited: its
+// approval is withdrawn (scope session) or marked as its client gone (scope
+// any), and the call is recorded cancelled, without an answer: there is no
+// one to read it.
+func (h *held) leave(why string) {
+	s, c, a := h.s, h.c, h.a
+	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
+	defer cancel()
+	if err := s.opts.Holds.ClientGone(ctx, a.ID, why); err != nil {
+		s.opts.Logger.Error("the hold of a client that went away was not settled", "approval", a.ID, "err", err)
+	}
+	c.reason = why
+	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": why}})
 }
 
 // decidableInBand reports whether the person at the client may decide on
@@ -297,7 +336,7 @@ func (h *held) settle(res guard.WaitResult, err error) {
 		c.reason = "withdrawn"
 		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
 	default: // the wait limit
-		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a.ID)))
+		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a)))
 	}
 }
 

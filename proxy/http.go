@@ -66,8 +66,14 @@ type HTTPOptions struct {
 	// (default 30m), so that a client that never says DELETE does not keep
 	// a server process forever.
 	SessionIdle time.Duration
-	Stderr      io.Writer
-	Logger      *slog.Logger
+	// ResumeWithin is how long a response stream that dropped while a
+	// request of it was held may take to be resumed (Last-Event-ID)
+	// before the call's client counts as gone (default 10s): its hold is
+	// then withdrawn, or marked as its client gone under approval.scope:
+	// any.
+	ResumeWithin time.Duration
+	Stderr       io.Writer
+	Logger       *slog.Logger
 }
 
 // Caller is who sent a request to the HTTP front, as Authenticate found
@@ -202,6 +208,10 @@ func (c frontConn) Write(_ context.Context, m wire.Message) error {
 // Close does nothing: the session's streams end when its relay returns.
 func (c frontConn) Close() error { return nil }
 
+// departed reports requests whose response stream dropped and was not
+// resumed in time: their client is gone.
+func (c frontConn) departed() <-chan departure { return c.s.router.gone }
+
 // Close ends every session: their servers get their stdin closed.
 func (h *HTTPServer) Close() {
 	h.mu.Lock()
@@ -332,6 +342,9 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 	s.caller = caller
 	conn := frontConn{s}
 	s.router.headers = &h.headers
+	if h.opts.ResumeWithin > 0 {
+		s.router.resumeWithin = h.opts.ResumeWithin
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -597,6 +610,7 @@ func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "Unknown Last-Event-ID", http.StatusNotFound)
 			return
 		}
+		defer s.router.resumed(st)
 		h.streamSSE(w, r, st, nil)
 		return
 	}
@@ -634,9 +648,13 @@ func (h *HTTPServer) reap() {
 			return
 		}
 		var idle []*httpSession
-		cut := time.Now().Add(-h.opts.SessionIdle).UnixNano()
+		cut := time.Now().Add(-h.opts.SessionIdle)
 		for id, s := range h.sessions {
-			if s.used.Load() < cut && !s.router.busy() {
+			// The idle clock runs while no stream of the session is
+			// read, whether or not requests of it wait (a held
+			// call's client may never come back).
+			since, idleNow := s.router.idle()
+			if idleNow && s.used.Load() < cut.UnixNano() && since.Before(cut) {
 				delete(h.sessions, id)
 				idle = append(idle, s)
 			}

@@ -61,8 +61,10 @@ type Holds interface {
 	Withdraw(ctx context.Context, id, reason string) error
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 	Get(ctx context.Context, id string) (*guard.Approval, error)
-	// SessionEnded settles the open approvals of a session that ended.
-	SessionEnded(ctx context.Context, session string) error
+	// SessionEnded settles the open approvals of a session whose client
+	// is gone, for the reason given; ClientGone one such call's.
+	SessionEnded(ctx context.Context, session, reason string) error
+	ClientGone(ctx context.Context, id, reason string) error
 }
 
 // Redactor masks secrets in JSON text before it is recorded.

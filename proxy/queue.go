@@ -42,6 +42,9 @@ type queue struct {
 	werr    error
 	signal  chan struct{}
 	done    chan struct{}
+	// failed, when set before run, is called once, with the error, when
+	// a write to the peer fails: nothing more reaches it.
+	failed func(error)
 }
 
 func newQueue() *queue {
@@ -169,12 +172,23 @@ func (q *queue) deliver(it item) {
 	if msg.Raw == nil || q.werr != nil {
 		return
 	}
-	q.werr = q.w.Write(context.Background(), msg)
+	q.fail(q.w.Write(context.Background(), msg))
 }
 
 func (q *queue) flush() {
 	if f, ok := q.w.(flusher); ok && q.werr == nil {
-		q.werr = f.Flush()
+		q.fail(f.Flush())
+	}
+}
+
+// fail keeps a write's error, the first one only, and reports it.
+func (q *queue) fail(err error) {
+	if err == nil || q.werr != nil {
+		return
+	}
+	q.werr = err
+	if q.failed != nil {
+		go q.failed(err)
 	}
 }
 

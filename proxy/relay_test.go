@@ -46,6 +46,7 @@ type harnessOpts struct {
 	refresh  time.Duration // RefreshTimeout
 
 	caller guard.Identity // Caller: who the front authenticated
+	scope  string         // approval.scope (default: session)
 }
 
 // testOptions are relay options over a new database in t's temporary
@@ -85,6 +86,10 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 		ho.wait = 10 * time.Second
 	}
 	opts, db, holds := testOptions(t, ctx, ho.config, ho.wait)
+	if ho.scope != "" {
+		holds = approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond, Scope: ho.scope})
+		opts.Holds = holds
+	}
 	if ho.quiet {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

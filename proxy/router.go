@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -32,11 +35,84 @@ type router struct {
 	renamed *idMap[*stream]
 	modern  bool         // the session-less revision: nothing unsolicited
 	headers *toolHeaders // what tools lists teach, when set
+	// reading counts the streams a client reads now (a POST's, the GET
+	// stream, a resumed one); idleSince is when the last one let go.
+	reading   int
+	idleSince time.Time
+	// resumeWithin is how long a dropped stream whose requests are still
+	// unanswered waits to be resumed before their client counts as gone,
+	// reported on gone.
+	resumeWithin time.Duration
+	gone         chan departure
 }
+
+// defaultResumeWithin is how long a dropped response stream of a request
+// still unanswered may take to be resumed (Last-Event-ID) before the
+// request's client counts as gone: a held call then never runs.
+const defaultResumeWithin = 10 * time.Second
 
 func newRouter() *router {
 	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{},
-		renamed: newIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true)}
+		renamed:      newIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
+		resumeWithin: defaultResumeWithin, gone: make(chan departure, 16), idleSince: time.Now()}
+}
+
+// attach counts a reader of a stream. The caller holds rt.mu.
+func (rt *router) attach(st *stream) {
+	st.readers++
+	rt.reading++
+}
+
+// release is attach's end: a stream whose requests are still unanswered
+// and that no one reads waits resumeWithin to be resumed; after that their
+// client counts as gone. The caller holds rt.mu.
+func (rt *router) release(st *stream) {
+	st.readers--
+	rt.reading--
+	if rt.reading == 0 {
+		rt.idleSince = time.Now()
+	}
+	if st.readers > 0 || rt.modern || st.standby {
+		return
+	}
+	st.mu.Lock()
+	waiting := len(st.pending) > 0 && !st.ended
+	st.mu.Unlock()
+	if !waiting {
+		return
+	}
+	st.dropped++
+	n := st.dropped
+	time.AfterFunc(rt.resumeWithin, func() { rt.lapsed(st, n) })
+}
+
+// lapsed reports the requests of a stream dropped (for the n-th time) and
+// not resumed since: their client is gone.
+func (rt *router) lapsed(st *stream, n int) {
+	rt.mu.Lock()
+	if st.readers > 0 || st.dropped != n || rt.ended {
+		rt.mu.Unlock()
+		return
+	}
+	st.mu.Lock()
+	keys := make([]string, 0, len(st.pending))
+	for k := range st.pending {
+		keys = append(keys, k)
+	}
+	st.mu.Unlock()
+	rt.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	d := departure{keys: keys, reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", approvals.ClientGoneReason, rt.resumeWithin)}
+	go func() { rt.gone <- d }()
+}
+
+// resumed lets go of a stream a GET with Last-Event-ID read.
+func (rt *router) resumed(st *stream) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.release(st)
 }
 
 // open registers a POST's requests and returns their stream.
@@ -58,6 +134,7 @@ func (rt *router) open(reqs []wire.Message) *stream {
 	if rt.ended {
 		st.ended = true
 	}
+	rt.attach(st)
 	return st
 }
 
@@ -78,6 +155,7 @@ func (rt *router) close(st *stream) {
 	if done {
 		delete(rt.all, st.id)
 	}
+	rt.release(st)
 }
 
 // standalone returns the session's GET stream, unless one is attached.
@@ -94,6 +172,7 @@ func (rt *router) standalone() (*stream, bool) {
 		rt.all[rt.alone.id] = rt.alone
 	}
 	rt.attached = true
+	rt.attach(rt.alone)
 	for _, b := range rt.backlog {
 		rt.alone.push(b)
 	}
@@ -110,6 +189,7 @@ func (rt *router) detach(st *stream) {
 	if rt.alone == st {
 		rt.attached = false
 	}
+	rt.release(st)
 }
 
 // resume returns the stream of an event id, positioned after that event.
@@ -131,6 +211,7 @@ func (rt *router) resume(last string) *stream {
 	}
 	st.sent = i
 	st.mu.Unlock()
+	rt.attach(st)
 	return st
 }
 
@@ -327,9 +408,10 @@ func (rt *router) cancelled(keys []string) {
 	}
 }
 
-// busy reports whether a stream of the session is open.
-func (rt *router) busy() bool {
+// idle reports since when no stream of the session has been read, pending
+// requests or not; false while one is.
+func (rt *router) idle() (time.Time, bool) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return len(rt.reqs) > 0 || rt.attached
+	return rt.idleSince, rt.reading == 0
 }

@@ -67,7 +67,11 @@ type call struct {
 	// cancelled: the client cancelled it after it was forwarded (under
 	// Session.mu).
 	cancelled bool
-	ended     atomic.Bool // it has been answered inside guard
+	// holding: it waits for a person's decision; goneWhy, once its
+	// client went away, why (both under Session.mu).
+	holding bool
+	goneWhy string
+	ended   atomic.Bool // it has been answered inside guard
 
 	// A tools/call is "deciding" from its arrival until it is forwarded,
 	// answered or held: the client's end of input waits for that. deciding
@@ -127,6 +131,10 @@ type Session struct {
 	stateKey   [32]byte             // signs guard's own requestState
 	elicitForm bool                 // the client answers form elicitations
 	held       int                  // calls waiting for approval now
+	// left is why the client is gone ("" while it is there); leftCh is
+	// closed then.
+	left   string
+	leftCh chan struct{}
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
@@ -154,6 +162,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
 		accepted: map[string]time.Time{},
+		leftCh:   make(chan struct{}),
 	}
 	// guard's own ids name the session: a client that also talks to
 	// the server directly does not pick them.

@@ -199,6 +199,10 @@ type stream struct {
 	pending map[string]bool // request ids not answered yet
 	ended   bool
 	standby bool // the standalone stream: never ends by itself
+	// readers counts who reads it now; dropped, how often it was let go
+	// with requests unanswered (both under the router's mu).
+	readers int
+	dropped int
 }
 
 func newStream(id string) *stream {

@@ -167,12 +167,27 @@ func (s *Session) pump(client, server Conn) *pumps {
 		}
 		server.Close()
 	}()
+	s.toClient.failed = func(error) { s.clientGone(goneWriteFailed) }
 	go func() { p.clientWritten <- s.toClient.run(client) }()
-	// When the client closes its input, the server's input is closed too
-	// once everything queued for it is written.
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		s.readClient(client)
+	}()
+	if d, ok := client.(departures); ok {
+		go s.watchDepartures(d)
+	}
+	// When the client is gone (its input ended, or a write to it failed),
+	// its holds are settled at once, and the server's input is closed
+	// once the calls it sent before are decided and everything queued
+	// for the server is written.
 	go func() {
 		defer close(p.clientDone)
-		s.readClient(client)
+		select {
+		case <-read:
+			s.clientGone(goneInputEnded)
+		case <-s.leftCh:
+		}
 		s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
 		s.toServer.close()
 	}()

@@ -347,8 +347,10 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 		now = db.opts.Now().UTC()
 		return approvalRecord(a, to, ByGuard, reason, now), nil
 	}, func(ctx context.Context) (bool, error) {
-		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
-			to, fmtTime(now), id)
+		// The reason is kept beside the state, so that whoever later
+		// tries to decide reads why the call can no longer run.
+		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, reason = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
+			to, fmtTime(now), reason, id)
 		return affected(res, err)
 	})
 	if errors.Is(err, guard.ErrAlreadyDecided) {
@@ -370,6 +372,9 @@ func alreadyDecided(a *guard.Approval) error {
 	case guard.ApprovalExpired:
 		return fmt.Errorf("%w: expired at %s with no decision", guard.ErrAlreadyDecided, when)
 	case guard.ApprovalWithdrawn:
+		if a.Reason != "" {
+			return fmt.Errorf("%w: withdrawn at %s: %s", guard.ErrAlreadyDecided, when, a.Reason)
+		}
 		return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
 	}
 	return fmt.Errorf("%w: %s", guard.ErrAlreadyDecided, a.State)

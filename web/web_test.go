@@ -1004,7 +1004,7 @@ func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := anyM.SessionEnded(ctx, "s2"); err != nil {
+	if err := anyM.SessionEnded(ctx, "s2", approvals.ClientGoneReason); err != nil {
 		t.Fatal(err)
 	}
 	b := e.login("alice")
