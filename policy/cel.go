@@ -2,9 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	guard "github.com/guard-mcp/guard"
 )
 
@@ -42,13 +45,29 @@ func newConditions() (*conditions, error) {
 	return &conditions{env: env}, nil
 }
 
-// condition is a compiled `when:` expression, in two forms: one that
+// condition is a compiled `when:` expression, in three forms: one that
 // counts its cost and stops at costLimit, for arguments large enough that
 // an expression over them (a comprehension within a comprehension) could
-// run long, and one that does not count, for everything else.
+// run long, one that does not count, for everything else, and one that
+// evaluates with some variables unknown (evalWhatever), planned once
+// here since a listing asks it of every rule for every tool.
 type condition struct {
-	fast, bounded cel.Program
+	fast, bounded, partial cel.Program
+	// same is the outcome of evalWhatever when it is the same for every
+	// tool and caller (a condition on the arguments alone); nil when
+	// they decide it.
+	same *outcome
 }
+
+// outcome is what evalWhatever says.
+type outcome struct {
+	w   whatever
+	err error
+}
+
+// knownVars are the variables a condition reads of the tool and its
+// caller: known when a listing is made.
+var knownVars = []string{"server", "tool", "method", "uri", "annotations", "client", "user"}
 
 // costLimit bounds the evaluation of a condition over large arguments.
 const costLimit = 1_000_000
@@ -74,7 +93,30 @@ func (c *conditions) compile(expr string) (*condition, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &condition{fast: fast, bounded: bounded}, nil
+	partial, err := c.env.Program(ast, cel.EvalOptions(cel.OptOptimize, cel.OptPartialEval))
+	if err != nil {
+		return nil, err
+	}
+	cond := &condition{fast: fast, bounded: bounded, partial: partial}
+	cond.same = c.same(cond, ast)
+	return cond, nil
+}
+
+// same works out once what evalWhatever says of a condition when no
+// tool or caller can change it: what it gives with every variable unknown,
+// when that is known (it reads none of them), and "some calls" when it
+// reads the arguments or the time and none of knownVars. A reference
+// overlooked here costs nothing: "some calls" never hides a tool.
+func (c *conditions) same(cond *condition, ast *cel.Ast) *outcome {
+	if w, err := cond.whatever(c.env.UnknownVars()); w != holdsForSome {
+		return &outcome{w, err}
+	}
+	for _, r := range ast.NativeRep().ReferenceMap() {
+		if len(r.OverloadIDs) == 0 && slices.Contains(knownVars, r.Name) {
+			return nil
+		}
+	}
+	return &outcome{w: holdsForSome}
 }
 
 // activation holds what a condition sees of one call, built on first use
@@ -100,27 +142,96 @@ func (a *activation) get() (map[string]any, error) {
 		a.err = fmt.Errorf("arguments: not an object")
 		return nil, a.err
 	}
+	a.vars = callVars(a.call)
+	a.vars["args"], a.vars["now"] = args, a.now
+	return a.vars, nil
+}
+
+// callVars are the variables a condition sees of a call that do not
+// depend on its arguments nor on its time, in a map with room for those
+// two.
+func callVars(call *guard.Call) map[string]any {
 	ann := map[string]bool{}
-	if a.call.Tool != nil {
-		ro, de, id, ow := a.call.Tool.Annotations.Effective()
+	if call.Tool != nil {
+		ro, de, id, ow := call.Tool.Annotations.Effective()
 		ann = map[string]bool{"readOnlyHint": ro, "destructiveHint": de, "idempotentHint": id, "openWorldHint": ow}
 	}
-	a.vars = map[string]any{
-		"server":      a.call.Server,
-		"tool":        a.call.ToolName,
-		"method":      a.call.Method,
-		"uri":         a.call.URI,
-		"args":        args,
-		"annotations": ann,
-		"client": map[string]string{
-			"name": a.call.Client.Name, "version": a.call.Client.Version, "protocol": a.call.Client.Protocol,
-		},
-		"user": map[string]any{
-			"sub": a.call.User.Subject, "email": a.call.User.Email, "groups": groupList(a.call.User.Groups),
-		},
-		"now": a.now,
+	vars := make(map[string]any, 10)
+	vars["server"], vars["tool"], vars["method"], vars["uri"] = call.Server, call.ToolName, call.Method, call.URI
+	vars["annotations"] = ann
+	vars["client"] = map[string]string{
+		"name": call.Client.Name, "version": call.Client.Version, "protocol": call.Client.Protocol,
 	}
-	return a.vars, nil
+	vars["user"] = map[string]any{
+		"sub": call.User.Subject, "email": call.User.Email, "groups": groupList(call.User.Groups),
+	}
+	return vars
+}
+
+// callers is what the conditions see of every call to one tool by one
+// caller: the call's variables, its arguments and its time unknown, built
+// on first use and shared by the rules evaluated for it. The time is
+// unknown too because a listing outlives the moment it was made: a tool a
+// rule denies at night must not stay hidden in the morning.
+type callers struct {
+	call *guard.Call
+	vars cel.PartialActivation
+	err  error
+}
+
+func (a *callers) get() (cel.PartialActivation, error) {
+	if a.vars == nil && a.err == nil {
+		a.vars, a.err = cel.PartialVars(callVars(a.call), cel.AttributePattern("args"), cel.AttributePattern("now"))
+	}
+	return a.vars, a.err
+}
+
+// Outcomes of a condition over every call (evalWhatever).
+type whatever int
+
+const (
+	holdsForNone whatever = iota // false whatever the arguments
+	holdsForAll                  // true whatever the arguments
+	holdsForSome                 // the arguments (or the time) decide
+	failsForAll                  // an error whatever the arguments: Decide fails closed
+)
+
+// evalWhatever says what a condition gives of every call that a (callers)
+// stands for, by partial evaluation: what is known (user, client, tool,
+// annotations) is evaluated, and whatever depends on the arguments or the
+// time is unknown. CEL's logic makes this exact where it says known: &&
+// and || give false and true whatever their unknown side, and an unknown
+// wins over an error there, so an error or a value comes from the known
+// variables alone and is what every call gets. err says why it fails for
+// every call.
+func evalWhatever(cond *condition, a *callers) (whatever, error) {
+	if cond.same != nil {
+		return cond.same.w, cond.same.err
+	}
+	vars, err := a.get()
+	if err != nil {
+		return holdsForSome, nil // cannot tell: the arguments may decide
+	}
+	return cond.whatever(vars)
+}
+
+// whatever evaluates the partial form of a condition over vars.
+func (cond *condition) whatever(vars cel.PartialActivation) (whatever, error) {
+	out, _, err := cond.partial.Eval(vars)
+	switch {
+	case out != nil && types.IsUnknown(out):
+		return holdsForSome, nil
+	case err != nil:
+		return failsForAll, err
+	}
+	b, err := boolOf(out)
+	switch {
+	case err != nil:
+		return failsForAll, err
+	case b:
+		return holdsForAll, nil
+	}
+	return holdsForNone, nil
 }
 
 // eval runs a compiled condition. An error (a missing argument, a type
@@ -138,6 +249,12 @@ func eval(cond *condition, a *activation) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return boolOf(out)
+}
+
+// boolOf is a condition's value: a condition that gives anything but a
+// boolean (its type may be dyn) fails.
+func boolOf(out ref.Val) (bool, error) {
 	b, ok := out.Value().(bool)
 	if !ok {
 		return false, fmt.Errorf("the condition gave %v, not a boolean", out.Value())

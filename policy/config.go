@@ -76,7 +76,14 @@ type Config struct {
 		Default string
 		Mode    string
 		Rules   []Rule
+		// HideDenied leaves out of a caller's tools/list the tools the
+		// rules deny to that caller whatever the arguments
+		// (Policy.Hides); true unless the file says false.
+		HideDenied bool
 	}
+	// Review holds the servers' default review settings; a server's own
+	// (Server.Review) override them (see Config.Listing).
+	Review Review
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
 	// Notify lists the receivers that new holds are announced to.
@@ -214,6 +221,36 @@ type Server struct {
 	Approvers guard.Approvers
 	// approversAt is where Approvers was written (file and line).
 	approversAt ConfigError
+	// Review overrides the top-level review settings for this server.
+	// It decides no call: the policy version does not cover it.
+	Review Review `json:"-"`
+}
+
+// What tools/list through guard shows (review.listing).
+const (
+	// ListingAccepted shows each tool's last accepted definition and
+	// leaves out new tools that wait for review.
+	ListingAccepted = "accepted"
+	// ListingAsServed passes the server's listing as it is.
+	ListingAsServed = "as_served"
+)
+
+// Review holds the settings of the review of tool definitions: at the
+// top level, every server's default; in a server's settings, its own ("":
+// the default).
+type Review struct {
+	// Listing is ListingAccepted or ListingAsServed.
+	Listing string
+}
+
+// Listing is what tools/list through guard shows of server's tools: its
+// own review.listing, else the top-level one (ListingAccepted or
+// ListingAsServed).
+func (c *Config) Listing(server string) string {
+	if s := c.Servers[server]; s != nil && s.Review.Listing != "" {
+		return s.Review.Listing
+	}
+	return c.Review.Listing
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -283,6 +320,8 @@ func Default() *Config {
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
 	c.Policy.Mode = "enforce"
+	c.Policy.HideDenied = true
+	c.Review.Listing = ListingAccepted
 	c.Aggregate.Separator = "__"
 	return c
 }
@@ -614,12 +653,23 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"audit": func(n *yaml.Node) error { return p.audit(n, &c.Audit) },
 		"policy": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
-				"default": p.enum(&c.Policy.Default, "annotations", "allow", "deny", "approve"),
-				"mode":    p.enum(&c.Policy.Mode, "enforce", "monitor"),
-				"rules":   func(n *yaml.Node) error { return p.rules(n, &c.Policy.Rules) },
+				"default":     p.enum(&c.Policy.Default, "annotations", "allow", "deny", "approve"),
+				"mode":        p.enum(&c.Policy.Mode, "enforce", "monitor"),
+				"rules":       func(n *yaml.Node) error { return p.rules(n, &c.Policy.Rules) },
+				"hide_denied": p.boolean(&c.Policy.HideDenied),
 			})
 		},
+		"review": p.review(&c.Review),
 	})
+}
+
+// review reads a review section: the top level's, or a server's.
+func (p *parser) review(dst *Review) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		return p.mapping(n, map[string]func(*yaml.Node) error{
+			"listing": p.enum(&dst.Listing, ListingAccepted, ListingAsServed),
+		})
+	}
 }
 
 func (p *parser) patterns(dst *[]string) func(*yaml.Node) error {
@@ -670,6 +720,7 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 				s.approversAt = ConfigError{File: p.file, Line: n.Line}
 				return p.approvers(&s.Approvers)(n)
 			},
+			"review": p.review(&s.Review),
 		})
 		if err != nil {
 			return err

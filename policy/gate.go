@@ -45,10 +45,15 @@ func RulesDigest(content []byte) string {
 // Changes lists, one line each, how the policy of next differs from that
 // of cur: what a running guard decides by (rules, included ones too, the
 // default, the mode, the limits, every server's settings, trust and
-// isolation among them). It is empty when a change cannot alter a
-// decision: a comment, the rules' lines moving, settings read only at
-// start (ui, approval, durability). Learned rules (approved.yaml) count
-// unless learned is false: guard wrote them after a person's approval.
+// isolation among them), and review.listing, the top-level one and each
+// server's: as_served shows the model definitions no one accepted, whose
+// descriptions may carry instructions for it, so a server that could
+// write the file must not switch it alone. It is empty when a change
+// cannot alter a decision: a comment, the rules' lines moving, settings
+// read only at start (ui, approval, durability), policy.hide_denied
+// (shown or hidden, a denied tool's calls are denied). Learned rules
+// (approved.yaml) count unless learned is false: guard wrote them after a
+// person's approval.
 func Changes(cur, next *Config, curApproved, nextApproved []Rule, learned bool) []string {
 	var out []string
 	if cur.Policy.Default != next.Policy.Default {
@@ -56,6 +61,9 @@ func Changes(cur, next *Config, curApproved, nextApproved []Rule, learned bool) 
 	}
 	if cur.Policy.Mode != next.Policy.Mode {
 		out = append(out, fmt.Sprintf("policy.mode: %s → %s", cur.Policy.Mode, next.Policy.Mode))
+	}
+	if cur.Review.Listing != next.Review.Listing {
+		out = append(out, fmt.Sprintf("review.listing: %s → %s", cur.Review.Listing, next.Review.Listing))
 	}
 	out = append(out, ruleChanges("rule", cur.Policy.Rules, next.Policy.Rules)...)
 	if learned {

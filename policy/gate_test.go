@@ -41,3 +41,24 @@ func TestChanges(t *testing.T) {
 		t.Errorf("learned rules guard did not write: %q", got)
 	}
 }
+
+// What a listing shows is a change a person applies when it shows more
+// than was accepted (review.listing, each server's too); hiding denied
+// tools or not alters nothing a call meets.
+func TestChangesOfTheListing(t *testing.T) {
+	cur, err := Parse([]byte("servers: {files: {}}\n"), "guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := Parse([]byte("review: {listing: as_served}\npolicy: {hide_denied: false}\nservers: {files: {review: {listing: accepted}}}\n"), "guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"review.listing: accepted → as_served", "servers.files: review changed"}
+	if got := Changes(cur, next, nil, nil, true); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if Compile(cur, nil, nil).Version() != Compile(next, nil, nil).Version() {
+		t.Error("the listing's settings changed the policy version, which binds approvals")
+	}
+}

@@ -20,18 +20,23 @@ type Policy struct {
 	servers   map[string]*Server
 	protected *Protected
 	version   string
+	// hideDenied is policy.hide_denied: listings leave out the tools
+	// the rules deny to their caller (Hides). It decides no call, so
+	// the version does not cover it.
+	hideDenied bool
 }
 
 // Compile prepares a configuration for deciding. approved are the rules
 // learned from approvals: after the configured rules, before the default.
 func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
 	p := &Policy{
-		rules:     append(append([]Rule(nil), c.Policy.Rules...), approved...),
-		def:       c.Policy.Default,
-		monitor:   c.Policy.Mode == "monitor",
-		limits:    c.Limits,
-		servers:   c.Servers,
-		protected: prot,
+		rules:      append(append([]Rule(nil), c.Policy.Rules...), approved...),
+		def:        c.Policy.Default,
+		monitor:    c.Policy.Mode == "monitor",
+		limits:     c.Limits,
+		servers:    c.Servers,
+		protected:  prot,
+		hideDenied: c.Policy.HideDenied,
 	}
 	type versioned struct {
 		Rules   []Rule
@@ -98,30 +103,33 @@ func (p *Policy) decide(call *guard.Call) guard.Verdict {
 	}
 	for i := range p.rules {
 		r := &p.rules[i]
-		if r.Method != call.Method || !glob(r.Server, call.Server) || !glob(r.Tool, call.ToolName) {
-			continue
-		}
-		if r.URI != "" && !glob(r.URI, call.URI) {
-			continue
-		}
-		if !r.matchesUser(call.User) {
+		if !r.targets(call) || !r.matchesUser(call.User) {
 			continue
 		}
 		if r.prog != nil {
 			ok, err := eval(r.prog, &act)
 			if err != nil {
-				// Fail closed: a condition that cannot be evaluated
-				// denies, and says why.
-				return guard.Verdict{Action: guard.ActionDeny, Rule: r.Name,
-					Reason: "the rule's condition could not be evaluated: " + err.Error()}
+				return r.failed(err)
 			}
 			if !ok {
 				continue
 			}
 		}
-		return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason, Approvers: r.Approvers}
+		return r.verdict()
 	}
 	return p.byDefault(call)
+}
+
+// verdict is what a rule decides of a call it matches.
+func (r *Rule) verdict() guard.Verdict {
+	return guard.Verdict{Action: r.Action, Rule: r.Name, Reason: r.Reason, Approvers: r.Approvers}
+}
+
+// failed is what a rule decides of a call its condition cannot be
+// evaluated for: it fails closed, denying, and says why.
+func (r *Rule) failed(err error) guard.Verdict {
+	return guard.Verdict{Action: guard.ActionDeny, Rule: r.Name,
+		Reason: "the rule's condition could not be evaluated: " + err.Error()}
 }
 
 // matchesUser reports whether a rule's users: and groups: let it apply to

@@ -70,6 +70,10 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"audit:\n  stream:\n    - {syslog: tcp://h:514, otlp: http://h:4318}\n", 3, "either syslog"},
 		{"audit:\n  stream:\n    - {otlp: h:4318}\n", 3, "use http(s)://HOST:PORT"},
 		{"audit:\n  stream:\n    - {otlp: http://h:4318}\n    - {otlp: http://h:4318}\n", 4, "listed twice"},
+		{"review: {listing: latest}\n", 1, `"latest" is not one of accepted, as_served`},
+		{"review: {list: accepted}\n", 1, `unknown key "list"`},
+		{"servers:\n  files:\n    review:\n      listing: all\n", 4, `"all" is not one of accepted, as_served`},
+		{"policy:\n  hide_denied: sometimes\n", 2, "expected true or false"},
 	})
 }
 
@@ -416,5 +420,35 @@ func TestClientTokenHashCase(t *testing.T) {
 	c, err := Parse([]byte("clients:\n  - {name: ci, token_sha256: "+strings.Repeat("AB", 32)+"}\n"), "c.yaml")
 	if err != nil || len(c.Clients) != 1 || c.Clients[0].TokenSHA256 != strings.Repeat("ab", 32) {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// review.listing is each server's own, else the top level's, else
+// accepted; policy.hide_denied is true unless the file says false.
+func TestListingAndHideDenied(t *testing.T) {
+	c, err := Parse([]byte(""), "guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listing("files") != ListingAccepted || !c.Policy.HideDenied {
+		t.Fatalf("defaults: listing %q, hide_denied %t", c.Listing("files"), c.Policy.HideDenied)
+	}
+	c, err = Parse([]byte(`
+review: {listing: as_served}
+policy: {hide_denied: false}
+servers:
+  files: {review: {listing: accepted}}
+  db: {trust_annotations: false}
+`), "guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for server, want := range map[string]string{"files": ListingAccepted, "db": ListingAsServed, "unnamed": ListingAsServed} {
+		if got := c.Listing(server); got != want {
+			t.Errorf("%s: listing %q, want %q", server, got, want)
+		}
+	}
+	if c.Policy.HideDenied {
+		t.Error("hide_denied: false read as true")
 	}
 }

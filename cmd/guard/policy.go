@@ -102,6 +102,12 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
 	}
+	if notes := listingNotes(st.Config); len(notes) > 0 {
+		fmt.Fprintln(a.stdout, "\ntools/list through guard:")
+		for _, n := range notes {
+			fmt.Fprintf(a.stdout, "  %s\n", n)
+		}
+	}
 	if need := st.Config.NeedVerified(); len(need) > 0 {
 		fmt.Fprintln(a.stdout, "\napprovals that take verified identities only (a login to the UI through the identity provider, or a passkey; not a typed name, nor approvals approve --by):")
 		for _, e := range need {
@@ -123,6 +129,36 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// listingNotes says where tools/list through guard shows more than by
+// default: definitions no one accepted (review.listing: as_served), tools
+// the rules deny (policy.hide_denied: false). Nothing when it does not.
+func listingNotes(c *policy.Config) []string {
+	var notes, asServed, accepted []string
+	for name := range c.Servers {
+		if c.Listing(name) == policy.ListingAsServed {
+			asServed = append(asServed, name)
+		} else {
+			accepted = append(accepted, name)
+		}
+	}
+	sort.Strings(asServed)
+	sort.Strings(accepted)
+	const unaccepted = "definitions no one accepted and new tools waiting for review included"
+	switch {
+	case c.Review.Listing == policy.ListingAsServed && len(accepted) > 0:
+		notes = append(notes, fmt.Sprintf("every server's listing as it is (review.listing: as_served), %s, but for %s (accepted)",
+			unaccepted, strings.Join(accepted, ", ")))
+	case c.Review.Listing == policy.ListingAsServed:
+		notes = append(notes, fmt.Sprintf("every server's listing as it is (review.listing: as_served), %s", unaccepted))
+	case len(asServed) > 0:
+		notes = append(notes, fmt.Sprintf("the listing of %s as it is (review.listing: as_served), %s", strings.Join(asServed, ", "), unaccepted))
+	}
+	if !c.Policy.HideDenied {
+		notes = append(notes, "every tool, those the rules deny to the caller included (policy.hide_denied: false)")
+	}
+	return notes
 }
 
 // checkIsolation says, for each configured stdio server, whether it would

@@ -84,3 +84,37 @@ func TestPolicyReloadDecidesAsTheUIDoes(t *testing.T) {
 		t.Errorf("still pending: %+v", c)
 	}
 }
+
+// guard policy check says where tools/list shows more than by default,
+// and says nothing of the listing otherwise.
+func TestPolicyCheckNamesWiderListings(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ conf, want string }{
+		{"policy: {default: allow}\n", ""},
+		{"servers:\n  db: {review: {listing: as_served}}\n  files: {}\n",
+			"the listing of db as it is (review.listing: as_served), definitions no one accepted"},
+		{"review: {listing: as_served}\nservers:\n  files: {review: {listing: accepted}}\n",
+			"every server's listing as it is (review.listing: as_served), definitions no one accepted and new tools waiting for review included, but for files (accepted)"},
+		{"policy: {hide_denied: false}\n", "every tool, those the rules deny to the caller included (policy.hide_denied: false)"},
+	} {
+		cfg := filepath.Join(dir, "guard.yaml")
+		if err := os.WriteFile(cfg, []byte(tc.conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := run(t, dir, "policy", "check", "--config", cfg)
+		if code != 0 {
+			t.Fatalf("%q: %d %s", tc.conf, code, errOut)
+		}
+		if tc.want == "" && strings.Contains(out, "tools/list through guard") || !strings.Contains(out, tc.want) {
+			t.Errorf("%q: want %q in\n%s", tc.conf, tc.want, out)
+		}
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("servers:\n  db:\n    review: {listing: latest}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, dir, "policy", "check", "--config", bad); code != exitUsage ||
+		!strings.Contains(errOut, bad+`:3: "latest" is not one of accepted, as_served`) {
+		t.Fatalf("a bad review.listing: %d %s", code, errOut)
+	}
+}
