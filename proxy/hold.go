@@ -71,9 +71,9 @@ func (h *held) usePrior() bool {
 	}
 	if h.v.Rule == guard.ToolReviewRule {
 		// A person let this call past the tool's review: the rules
-		// decide it now.
+		// decide it now, on the definition a person accepted.
 		c.approval = a.ID
-		h.pc.Review = nil
+		h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
 		s.apply(h.msg, c, h.pc, c.recorded.Load())
 		return true
 	}
@@ -319,8 +319,9 @@ func (h *held) settle(res guard.WaitResult, err error) {
 		}
 		if h.v.Rule == guard.ToolReviewRule {
 			// Released from the tool's review (by a person, or by
-			// accepting the definition): the rules decide it now.
-			h.pc.Review = nil
+			// accepting the definition): the rules decide it now, on
+			// the definition a person accepted.
+			h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
 			s.apply(h.msg, c, h.pc, true)
 			return
 		}

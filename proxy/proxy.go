@@ -33,6 +33,9 @@ type CatalogStore interface {
 	Review(ctx context.Context, server, name, pin string) (*guard.Review, error)
 	// AcceptedTool is the definition of a tool last accepted, or nil.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
+	// ReviewedTools is how a server's definitions stand (by name, NUL,
+	// pin) and each tool's definition last accepted.
+	ReviewedTools(ctx context.Context, server string) (states map[string]string, accepted map[string]*guard.Tool, err error)
 }
 
 // Contracts checks calls and results against the schemas a tool declares.
@@ -51,6 +54,11 @@ type Contracts interface {
 // limit counts takes a token from a bucket in the store (policy.Engine).
 type Decider interface {
 	Decide(call *guard.Call) guard.Verdict
+	// Hides reports whether a listing leaves out the tool call names,
+	// for its caller: the rules deny every call of it, whatever the
+	// arguments (unknown here), and the verdict that does
+	// (policy.hide_denied; conservative, and never in monitor mode).
+	Hides(call *guard.Call) (bool, guard.Verdict)
 }
 
 // Holds keeps calls that wait for a person. approvals.Manager implements it.
@@ -115,6 +123,21 @@ type Options struct {
 	// AcceptNewTools accepts tools that appear after the server's first
 	// listing without a person (new_tools: allow).
 	AcceptNewTools bool
+	// Listing, when set, says what tools/list shows, as the
+	// configuration in force has it (review.listing): ListAccepted (the
+	// default) each tool's last accepted definition, leaving out new
+	// tools that wait for review; ListAsServed the server's listing as
+	// it is.
+	Listing func() string
+	// HideDenied, when set, says whether listings leave out the tools
+	// the rules deny to the caller for every argument, as the
+	// configuration in force has it (policy.hide_denied; the Decider's
+	// Hides decides which).
+	HideDenied func() bool
+	// Watch, when set, tells the session when a review or the policy
+	// changed, so that it can tell its client when its listing would
+	// show something else.
+	Watch ListingWatch
 	// OutputWarn passes results that break the outputSchema on, recording
 	// the violation (output: warn); by default they are replaced by an
 	// error (output: enforce).

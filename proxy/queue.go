@@ -20,6 +20,10 @@ type item struct {
 	// waited: the audit result was taken from wait already; it is err.
 	waited bool
 	err    error
+	// later, when set, is the message to send in msg's place, written by
+	// whoever sends on wait before it sends: an answer that takes its
+	// place in line before it is ready (a tools/list being recorded).
+	later *wire.Message
 }
 
 // batch collects the answers to the requests of one JSON-RPC batch, which
@@ -151,11 +155,14 @@ func (q *queue) deliver(it item) {
 		if !it.waited {
 			err = <-it.wait
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			msg = wire.Message{}
 			if it.fail != nil {
 				msg = it.fail(err)
 			}
+		case it.later != nil:
+			msg = *it.later
 		}
 	}
 	if it.batch != nil {

@@ -47,6 +47,7 @@ type harnessOpts struct {
 
 	caller guard.Identity // Caller: who the front authenticated
 	scope  string         // approval.scope (default: session)
+	watch  ListingWatch   // Options.Watch
 }
 
 // testOptions are relay options over a new database in t's temporary
@@ -75,6 +76,8 @@ func testOptions(t testing.TB, ctx context.Context, config string, wait time.Dur
 		Server: "notes", Recorder: db, Catalog: db, Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Contracts: policy.NewContracts(false),
+		Listing:    func() string { return engine.Config().Listing("notes") },
+		HideDenied: func() bool { return engine.Config().Policy.HideDenied },
 	}, db, holds
 }
 
@@ -97,7 +100,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 		opts.Recorder = ho.recorder
 	}
 	opts.MaxPending, opts.IgnoreBadSchemas, opts.RefreshTimeout = ho.pending, ho.ignore, ho.refresh
-	opts.Caller = ho.caller
+	opts.Caller, opts.Watch = ho.caller, ho.watch
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()

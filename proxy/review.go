@@ -77,6 +77,32 @@ func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
 	return r, policy.ReviewReason(r, tool, old), nil
 }
 
+// trusted is the definition policy reads for a call released from its
+// tool's review: the tool's last accepted definition, whose annotations a
+// person accepted (until then a server's may claim anything). A tool never
+// accepted, or whose accepted definition cannot be read, keeps the
+// server's definition without its annotations: the default policy treats
+// it as the specification does a tool without hints, as destructive.
+func (s *Session) trusted(t *guard.Tool) *guard.Tool {
+	if s.opts.Catalog != nil && t != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, reviewTimeout)
+		defer cancel()
+		a, err := s.opts.Catalog.AcceptedTool(ctx, s.opts.Server, t.Name)
+		if err != nil {
+			s.opts.Logger.Warn("the tool's accepted definition could not be read: its hints are not trusted", "tool", t.Name, "err", err)
+		}
+		if err == nil && a != nil {
+			return a
+		}
+	}
+	if t == nil {
+		return nil
+	}
+	u := *t
+	u.Annotations = guard.Annotations{}
+	return &u
+}
+
 // scanTools sets the flags of each definition, when a scanner is set.
 func (s *Session) scanTools(tools []guard.Tool) {
 	if s.opts.ScanTool == nil {

@@ -67,6 +67,8 @@ type call struct {
 	// cancelled: the client cancelled it after it was forwarded (under
 	// Session.mu).
 	cancelled bool
+	// nextPage: a tools/list that asks for a page after the first.
+	nextPage bool
 	// holding: it waits for a person's decision; goneWhy, once its
 	// client went away, why (both under Session.mu).
 	holding bool
@@ -131,6 +133,11 @@ type Session struct {
 	stateKey   [32]byte             // signs guard's own requestState
 	elicitForm bool                 // the client answers form elicitations
 	held       int                  // calls waiting for approval now
+	// seen is what the client's last listing of tools showed, by
+	// name (nil until it lists); listens are its subscriptions/listen
+	// requests that ask for tool list changes (2026-07-28), by id key.
+	seen    map[string]shown
+	listens map[string]*call
 	// left is why the client is gone ("" while it is there); leftCh is
 	// closed then.
 	left   string
@@ -171,6 +178,9 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
 	s.persistCond = sync.NewCond(&s.persistMu)
+	if opts.Watch != nil {
+		go s.watchListing()
+	}
 	if len(opts.StateKey) > 0 {
 		s.stateKey = sha256.Sum256(opts.StateKey)
 	} else {
@@ -515,9 +525,14 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 		reqSize: len(msg.Raw),
 		batch:   b,
 	}
-	if msg.Method == "tools/call" {
+	switch msg.Method {
+	case "tools/call":
 		s.toolCall(msg, c, p)
 		return
+	case "tools/list":
+		c.nextPage = wire.ParamsMember(msg.Params, "cursor") != nil
+	case "subscriptions/listen":
+		s.noteListen(msg, c)
 	}
 	if gatedClient(msg.Method) && !s.gate(msg, c, false) {
 		return
@@ -906,18 +921,29 @@ func (s *Session) serverResponse(msg wire.Message) {
 		return
 	}
 	switch c.method {
-	case "initialize":
-		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil {
+	case "initialize", "server/discover":
+		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.method == "initialize" {
 			if pv, ok := wire.String(v); ok {
 				s.mu.Lock()
 				s.protocol = pv
 				s.mu.Unlock()
 			}
 		}
+		if msg.Result != nil && s.rewritesListing() {
+			msg = declareListChanged(msg)
+		}
 	case "tools/list":
+		if msg.Result != nil && s.rewritesListing() {
+			s.listed(msg, c)
+			return
+		}
 		if msg.Result != nil {
 			s.learnTools(msg.Result, false)
 		}
+	case "subscriptions/listen":
+		s.mu.Lock()
+		delete(s.listens, c.origKey)
+		s.mu.Unlock()
 	}
 	ans, out := s.answered(msg, c)
 	data := ans.Raw
@@ -1006,6 +1032,9 @@ func (s *Session) serverRequest(msg wire.Message) {
 
 func (s *Session) serverNotification(msg wire.Message) {
 	switch msg.Method {
+	case "notifications/subscriptions/acknowledged":
+		s.toClient.push(item{msg: s.acknowledged(msg)})
+		return
 	case "notifications/tools/list_changed":
 		s.toClient.push(item{msg: msg})
 		go s.refreshTools()

@@ -329,6 +329,64 @@ func (db *DB) AcceptedTool(ctx context.Context, server, name string) (*guard.Too
 	return &t, nil
 }
 
+// ReviewedTools returns how a server's tool definitions stand: the state
+// of each definition it has shown (keyed by name, a NUL, and pin), and for
+// each tool the definition accepted most recently (the baseline included),
+// where one was. It reads both in two queries, whatever the number of
+// tools: tools/list through guard shows each tool as its last accepted
+// definition.
+func (db *DB) ReviewedTools(ctx context.Context, server string) (states map[string]string, accepted map[string]*guard.Tool, err error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT name, pin, state FROM tool_reviews WHERE server = ?`, server)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reviewed tools: %w", err)
+	}
+	defer rows.Close()
+	states = map[string]string{}
+	for rows.Next() {
+		var name, pin, state string
+		if err := rows.Scan(&name, &pin, &state); err != nil {
+			return nil, nil, fmt.Errorf("reviewed tools: %w", err)
+		}
+		states[name+"\x00"+pin] = state
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("reviewed tools: %w", err)
+	}
+	rows.Close()
+	rows, err = db.r.QueryContext(ctx, `SELECT t.server, t.name, t.pin, t.def
+		FROM tool_reviews r JOIN tools t ON t.server = r.server AND t.name = r.name AND t.pin = r.pin
+		WHERE r.server = ? AND r.state = 'accepted'
+		ORDER BY r.name, r.decided_at DESC, r.rowid DESC`, server)
+	if err != nil {
+		return nil, nil, fmt.Errorf("accepted tools: %w", err)
+	}
+	defer rows.Close()
+	accepted = map[string]*guard.Tool{}
+	for rows.Next() {
+		t, err := scanTool(rows.Scan)
+		if err != nil {
+			return nil, nil, fmt.Errorf("accepted tools: %w", err)
+		}
+		if accepted[t.Name] == nil { // the first of each name is its latest
+			accepted[t.Name] = &t
+		}
+	}
+	return states, accepted, rows.Err()
+}
+
+// ReviewsStamp changes whenever a tool definition is reviewed or recorded
+// for review, by any process on the database: a relaying process compares
+// it to find when what its sessions' listings show may have changed.
+func (db *DB) ReviewsStamp(ctx context.Context) (string, error) {
+	var n int64
+	var decided, created string
+	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(decided_at), ''), COALESCE(MAX(created_at), '')
+		FROM tool_reviews`).Scan(&n, &decided, &created); err != nil {
+		return "", fmt.Errorf("reviews stamp: %w", err)
+	}
+	return fmt.Sprintf("%d %s %s", n, decided, created), nil
+}
+
 // ToolByPin returns one definition of a tool, or nil when it is unknown.
 func (db *DB) ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error) {
 	t, err := scanTool(db.r.QueryRowContext(ctx, `SELECT server, name, pin, def FROM tools

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
@@ -52,6 +53,9 @@ type relaying struct {
 	// replicas, in PostgreSQL mode, compares this process's
 	// configuration with the other replicas'; nil on SQLite.
 	replicas *replicaWatch
+	// listings tells the sessions when a tool's review or the policy
+	// changed (see watchListings).
+	listings *proxy.Beacon
 }
 
 // started records, in the audit log, that the process started and what it
@@ -180,6 +184,8 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, tried, logger) })
 		<-tried
 	}
+	rt.listings = &proxy.Beacon{}
+	bg.Go(func() { watchListings(ctx, db, engine, rt.listings, logger) })
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).
 	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
@@ -267,6 +273,9 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		IgnoreBadSchemas: srv.BadSchema == "ignore",
 		ScanTool:         rt.scan,
 		AcceptNewTools:   srv.NewTools == "allow",
+		Listing:          func() string { return rt.engine.Config().Listing(server) },
+		HideDenied:       func() bool { return rt.engine.Config().Policy.HideDenied },
+		Watch:            rt.listings,
 		OutputWarn:       srv.Output == "warn",
 		MaxPending:       cfg.Approval.MaxPending,
 		InBand:           cfg.Approval.InBand == "auto",
@@ -274,5 +283,47 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		Logger:           logger,
 		ApprovalTimeout:  cfg.Approval.Timeout,
 		ApprovalWait:     cfg.Approval.Wait,
+	}
+}
+
+// listingsEvery is how often a relaying process looks for a review made by
+// any process on the database, or a policy reloaded: what its sessions'
+// listings show changes within about that time.
+const listingsEvery = time.Second
+
+// watchListings fires beacon whenever a tool's review changed anywhere on
+// the database (a person in the UI, the command line, another replica) or
+// the policy in force changed, until ctx ends: each session then tells its
+// client when its listing would show something else. On PostgreSQL a
+// review's notification wakes it at once.
+func watchListings(ctx context.Context, db *store.DB, engine *policy.Engine, beacon *proxy.Beacon, logger *slog.Logger) {
+	changes := db.Changes(ctx)
+	t := time.NewTicker(listingsEvery)
+	defer t.Stop()
+	last, failing := "", false
+	for {
+		stamp, err := db.ReviewsStamp(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			logger.Warn("tool reviews not read: sessions are not told of changes to their listings until they are", "err", err)
+			failing = true
+		case err == nil:
+			failing = false
+			// A reload makes a new configuration (review.listing
+			// and policy.hide_denied are not in the policy's
+			// version).
+			if stamp += fmt.Sprintf(" %s %p", engine.Policy().Version(), engine.Config()); stamp != last {
+				if last != "" {
+					beacon.Fire()
+				}
+				last = stamp
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-changes:
+		}
 	}
 }
