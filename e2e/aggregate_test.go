@@ -70,10 +70,15 @@ func TestAggregateEndpoint(t *testing.T) {
 				}
 				names[tl.Name] = true
 			}
-			for _, want := range []string{"notes__write_note", "notes__delete_note", "everything__test_simple_text", "everything__test_sampling"} {
+			for _, want := range []string{"notes__write_note", "everything__test_simple_text", "everything__test_sampling"} {
 				if !names[want] {
 					t.Errorf("%s is not listed (%d tools)", want, len(names))
 				}
+			}
+			// Its server's session leaves out what a rule denies
+			// whatever the arguments (policy.hide_denied).
+			if names["notes__delete_note"] {
+				t.Error("notes__delete_note, which a rule denies, is listed")
 			}
 			if text, isErr := callText(t, cs, "notes__write_note", map[string]any{"title": "agg" + v, "body": "b"}); isErr {
 				t.Fatalf("notes__write_note: %s", text)

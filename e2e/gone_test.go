@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
 )
@@ -167,5 +169,32 @@ func TestAKilledHTTPClientsHeldCallNeverRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Fatalf("the held write reached the server: %v", err)
+	}
+}
+
+// On 2026-07-28 a hold belongs to the client as the front knows it: once
+// guard has told the call to retry, the request's stream has ended and
+// nothing is withdrawn; approved, the client's next identical call passes.
+func TestAHoldToldToRetryOn20260728OutlivesItsStream(t *testing.T) {
+	e, url := serveExample(t, "approval: {wait: 1s}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "http", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	args := &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}}
+	r, err := cs.CallTool(ctx, args)
+	if err != nil || !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "Waiting for approval (id ") {
+		t.Fatalf("the held call: %v %v", r, err)
+	}
+	a := e.pendingFor(ctx, "delete_note")
+	if out, code := e.guard("approvals", "approve", a.ID, "--by", "erin"); code != 0 {
+		t.Fatalf("approving a hold whose stream ended after its retry answer: %s", out)
+	}
+	if r, err = cs.CallTool(ctx, args); err != nil || r.IsError || r.Content[0].(*mcp.TextContent).Text != "deleted welcome" {
+		t.Fatalf("the call made again after approval: %v %v", r, err)
 	}
 }
