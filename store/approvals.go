@@ -327,10 +327,11 @@ func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.Appro
 
 // EndApproval ends a pending approval without a person's decision: it
 // expired (guard.ApprovalExpired) or was withdrawn (guard.ApprovalWithdrawn),
-// for the reason given. Like a decision, the end is recorded in the audit
-// log before the approval's state changes, and refused when the record
-// cannot be written. It reports false when the approval was no longer
-// pending.
+// for the reason given, which the approval keeps as its Reason, so that a
+// decision that comes later is told why. Like a decision, the end is
+// recorded in the audit log before the approval's state changes, and
+// refused when the record cannot be written. It reports false when the
+// approval was no longer pending.
 func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
 	if to != guard.ApprovalExpired && to != guard.ApprovalWithdrawn {
 		return false, fmt.Errorf("approval %s: %q is not how a pending approval ends without a decision", id, to)
@@ -347,8 +348,8 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 		now = db.opts.Now().UTC()
 		return approvalRecord(a, to, ByGuard, reason, now), nil
 	}, func(ctx context.Context) (bool, error) {
-		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
-			to, fmtTime(now), id)
+		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, reason = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
+			to, reason, fmtTime(now), id)
 		return affected(res, err)
 	})
 	if errors.Is(err, guard.ErrAlreadyDecided) {
@@ -360,6 +361,8 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 	return true, nil
 }
 
+// alreadyDecided is the error of a decision on an approval no longer
+// pending: who decided and when, or how it ended and why.
 func alreadyDecided(a *guard.Approval) error {
 	when := a.DecidedAt.UTC().Format(time.RFC3339)
 	switch a.State {
@@ -370,7 +373,10 @@ func alreadyDecided(a *guard.Approval) error {
 	case guard.ApprovalExpired:
 		return fmt.Errorf("%w: expired at %s with no decision", guard.ErrAlreadyDecided, when)
 	case guard.ApprovalWithdrawn:
-		return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
+		if a.Reason == "" { // withdrawn before guard kept why: the client cancelled, or its session ended
+			return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
+		}
+		return fmt.Errorf("%w: withdrawn at %s: %s", guard.ErrAlreadyDecided, when, a.Reason)
 	}
 	return fmt.Errorf("%w: %s", guard.ErrAlreadyDecided, a.State)
 }
