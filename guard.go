@@ -360,6 +360,12 @@ type Approval struct {
 	// SessionEnded is when the held call's session ended while the
 	// approval was still open (zero while it goes on).
 	SessionEnded time.Time
+	// Process is the id of the guard process that held the call, the
+	// one it beats under in the database; "" for approvals held before
+	// guard kept it. A session before 2026-07-28 lives in that process
+	// alone: once it is gone, nothing can use a hold scoped to the
+	// session.
+	Process string
 }
 
 // The scopes of an approval (approval.scope).

@@ -19,15 +19,19 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- user_subject, user_email, user_groups, approvers, reviews, scope, session_ended`
+ user_subject, user_email, user_groups, approvers, reviews, scope, session_ended, process`
 
 // approvalSelect is what reads approvalColumns from this database: one a
 // read-only open found before the approval rules migration has no
 // caller, approvers nor reviews (they read as none); one before the
 // scope migration has no scope (its approvals let a call from any session
-// through, as they did then) nor session_ended.
+// through, as they did then) nor session_ended; one before the process
+// migration names no process.
 func (db *DB) approvalSelect() string {
 	cols := approvalColumns
+	if db.noProcess {
+		cols = strings.Replace(cols, ", process", ", ''", 1)
+	}
 	if db.noRules {
 		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
@@ -44,7 +48,7 @@ func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
 		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews,
-		&a.Scope, &ended)
+		&a.Scope, &ended, &a.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +88,12 @@ func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 		a.Scope = guard.ScopeSession
 	}
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
 		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
 		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()),
-		a.Scope, fmtTime(a.SessionEnded))
+		a.Scope, fmtTime(a.SessionEnded), a.Process)
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
