@@ -374,6 +374,11 @@ const (
 	ScopeAny     = "any"
 )
 
+// ClientHold begins the Session of a 2026-07-28 hold: that revision has
+// no session, and the hold belongs to the client (the rest is the
+// client's key), whichever process relays its next call.
+const ClientHold = "client:"
+
 // Errors callers branch on.
 var (
 	// ErrAlreadyDecided is returned when a decision arrives for an approval
