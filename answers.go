@@ -83,7 +83,7 @@ func RetryText(a *Approval) string {
 	switch {
 	case a.Scope == ScopeAny:
 		return text + " (from this session or another)"
-	case strings.HasPrefix(a.Session, "client:"):
+	case strings.HasPrefix(a.Session, ClientHold):
 		return text
 	}
 	return text + " in this session (the approval holds for this session only: a client that starts a new session for each " +

@@ -360,6 +360,12 @@ type Approval struct {
 	// SessionEnded is when the held call's session ended while the
 	// approval was still open (zero while it goes on).
 	SessionEnded time.Time
+	// Process is the id of the guard process that held the call, the
+	// one it beats under in the database; "" for approvals held before
+	// guard kept it. A session before 2026-07-28 lives in that process
+	// alone: once it is gone, nothing can use a hold scoped to the
+	// session.
+	Process string
 }
 
 // The scopes of an approval (approval.scope).
@@ -367,6 +373,11 @@ const (
 	ScopeSession = "session"
 	ScopeAny     = "any"
 )
+
+// ClientHold begins the Session of a 2026-07-28 hold: that revision has
+// no session, and the hold belongs to the client (the rest is the
+// client's key), whichever process relays its next call.
+const ClientHold = "client:"
 
 // Errors callers branch on.
 var (

@@ -1,8 +1,9 @@
 // Package approvals holds calls for a person's decision: it stores a held
 // call, waits for the decision while the relay goes on, enforces the wait
 // limit and the expiry, lets an identical call through once after approval,
-// and withdraws calls the client cancelled. A held call leaves "pending"
-// exactly once; later decisions are refused with who decided and when.
+// and withdraws calls the client cancelled, or whose guard process is gone.
+// A held call leaves "pending" exactly once; later decisions are refused
+// with who decided and when, or how it ended and why.
 package approvals
 
 import (
@@ -37,6 +38,10 @@ type Store interface {
 	PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error)
 	MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error)
 	WaitApproval(ctx context.Context, id string) (*guard.Approval, error)
+	// GoneProcesses names, by id, the guard processes that pending
+	// approvals name (guard.Approval.Process) and that are gone: killed,
+	// say, without a chance to settle their holds.
+	GoneProcesses(ctx context.Context) (map[string]string, error)
 }
 
 // Options configure a Manager.
@@ -51,6 +56,12 @@ type Options struct {
 	// guard.ScopeSession (default), only one from the held call's
 	// session; guard.ScopeAny, one from any session.
 	Scope string
+
+	// Process is the id this guard process beats under in the database
+	// (store.DB.Heartbeat), which every hold names: once the process is
+	// gone, the holds scoped to its sessions are withdrawn (SettleGone).
+	// "" holds calls that name no process, which nothing withdraws so.
+	Process string
 }
 
 // Manager holds calls.
@@ -104,7 +115,7 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 		return nil, false, fmt.Errorf("hold: %w", err)
 	}
 	now := m.opts.Now().UTC()
-	a.State, a.Scope = guard.ApprovalPending, m.opts.Scope
+	a.State, a.Scope, a.Process = guard.ApprovalPending, m.opts.Scope, m.opts.Process
 	a.CreatedAt = now
 	a.ExpiresAt = now.Add(m.opts.Timeout)
 	if err := m.st.CreateApproval(ctx, a); err != nil {
@@ -279,6 +290,94 @@ func (m *Manager) clientGone(ctx context.Context, a *guard.Approval, reason stri
 	return err
 }
 
+// ProcessGoneReason is the reason a withdrawal gives when the guard
+// process that held a call scoped to its session is gone; the process's
+// name follows it.
+const ProcessGoneReason = "the guard process that held the call is gone"
+
+// diesWithProcess reports whether a pending approval can be used only
+// while the guard process that held it runs: one scoped to its session,
+// of a session that lived in that process. A 2026-07-28 hold belongs to
+// its client (guard.ClientHold), which may come back through any
+// process; one scoped to any session may let another session's call
+// through; one that names no process was held before guard kept it.
+func diesWithProcess(a *guard.Approval) bool {
+	return a.Process != "" && a.Scope == guard.ScopeSession && !clientHold(a)
+}
+
+// clientHold reports whether a is a 2026-07-28 hold, the client's.
+func clientHold(a *guard.Approval) bool { return strings.HasPrefix(a.Session, guard.ClientHold) }
+
+// SettleGone settles the pending approvals whose guard process is gone
+// (killed, say, before its sessions could end theirs: see SessionEnded).
+// One scoped to its session is withdrawn, recorded with the process's
+// name; one scoped to any session stays open for another session's
+// identical call, noting that its client went; a 2026-07-28 hold belongs
+// to its client and is left as it is. It returns how many it withdrew.
+func (m *Manager) SettleGone(ctx context.Context) (int, error) {
+	gone, err := m.st.GoneProcesses(ctx)
+	if err != nil || len(gone) == 0 {
+		return 0, err
+	}
+	list, err := m.st.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return 0, fmt.Errorf("settle holds of gone processes: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, a := range list {
+		who, ok := gone[a.Process]
+		switch {
+		case !ok || a.Process == m.opts.Process:
+			continue
+		case diesWithProcess(a):
+			var ended bool
+			ended, err = m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, processGone(who))
+			if ended {
+				n++
+			}
+		case a.Scope == guard.ScopeAny && a.SessionEnded.IsZero() && !clientHold(a):
+			_, err = m.st.MarkSessionEnded(ctx, a.ID, m.opts.Now())
+		default:
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("approval %s: %w", a.ID, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// processGone is the reason of a withdrawal whose process, named who, is
+// gone.
+func processGone(who string) string { return ProcessGoneReason + ": " + who }
+
+// endIfProcessGone withdraws a, pending and scoped to its session, when
+// the guard process that held it is gone, and returns it as it ended with
+// an error wrapping guard.ErrAlreadyDecided that says so: no call could
+// use an approval, and a denial would tell no one. It returns nil, nil
+// while the process runs, and when someone else ended the approval first
+// (the review that follows says how).
+func (m *Manager) endIfProcessGone(ctx context.Context, a *guard.Approval) (*guard.Approval, error) {
+	gone, err := m.st.GoneProcesses(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("review %s: %w", a.ID, err)
+	}
+	who, ok := gone[a.Process]
+	if !ok {
+		return nil, nil
+	}
+	ended, err := m.st.EndApproval(ctx, a.ID, guard.ApprovalWithdrawn, processGone(who))
+	if err != nil || !ended {
+		return nil, err
+	}
+	if cur, err := m.st.Approval(ctx, a.ID); err == nil {
+		a = cur
+	}
+	return a, fmt.Errorf("%w: the call's guard process is gone (%s), so no call can use this approval: it was withdrawn",
+		guard.ErrAlreadyDecided, who)
+}
+
 // Reviewer is who approves or denies a held call, and how guard knows:
 // Via is "" for a name typed after the UI's token link or given to the
 // command line (an unverified identity, its Subject the name),
@@ -313,7 +412,10 @@ func (m *Manager) DecideWith(ctx context.Context, id string, approve bool, by, r
 // identities, or by the caller whose call is held is refused (the error
 // wraps guard.ErrNotApprover and says who may), as is a second review by
 // one person (guard.ErrAlreadyReviewed). Each review is in the audit log
-// before it counts. before, as for DecideWith, runs only with the review
+// before it counts. A review of a hold scoped to its session whose guard
+// process is gone is refused too: the hold is withdrawn (recorded so) and
+// the error wraps guard.ErrAlreadyDecided, saying the call's guard process
+// is gone. before, as for DecideWith, runs only with the review
 // that decides; an approval with approvers takes none: one person's
 // "allow from now on" would let later calls past the people it needs.
 func (m *Manager) Review(ctx context.Context, id string, by Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
@@ -330,6 +432,11 @@ func (m *Manager) Review(ctx context.Context, id string, by Reviewer, approve bo
 	if a.State == guard.ApprovalPending && !m.opts.Now().Before(a.ExpiresAt) {
 		if _, err := m.st.EndApproval(ctx, id, guard.ApprovalExpired, ExpiredReason); err != nil {
 			return nil, err
+		}
+	}
+	if a.State == guard.ApprovalPending && diesWithProcess(a) {
+		if ended, err := m.endIfProcessGone(ctx, a); err != nil || ended != nil {
+			return ended, err
 		}
 	}
 	if before != nil && !a.Approvers.IsZero() {

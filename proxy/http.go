@@ -376,7 +376,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 		}
 		opts := h.opts.Session(caller)
 		if stateless {
-			opts.HoldScope = "client:" + strings.ReplaceAll(caller.key(), "\x00", "/")
+			opts.HoldScope = guard.ClientHold + strings.ReplaceAll(caller.key(), "\x00", "/")
 		}
 		if h.opts.Remote.URL != "" {
 			started <- nil

@@ -19,15 +19,19 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- user_subject, user_email, user_groups, approvers, reviews, scope, session_ended`
+ user_subject, user_email, user_groups, approvers, reviews, scope, session_ended, process`
 
 // approvalSelect is what reads approvalColumns from this database: one a
 // read-only open found before the approval rules migration has no
 // caller, approvers nor reviews (they read as none); one before the
 // scope migration has no scope (its approvals let a call from any session
-// through, as they did then) nor session_ended.
+// through, as they did then) nor session_ended; one before the process
+// migration names no process.
 func (db *DB) approvalSelect() string {
 	cols := approvalColumns
+	if db.noProcess {
+		cols = strings.Replace(cols, ", process", ", ''", 1)
+	}
 	if db.noRules {
 		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
@@ -44,7 +48,7 @@ func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
 		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews,
-		&a.Scope, &ended)
+		&a.Scope, &ended, &a.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -84,12 +88,12 @@ func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 		a.Scope = guard.ScopeSession
 	}
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
 		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
 		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()),
-		a.Scope, fmtTime(a.SessionEnded))
+		a.Scope, fmtTime(a.SessionEnded), a.Process)
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -327,10 +331,11 @@ func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.Appro
 
 // EndApproval ends a pending approval without a person's decision: it
 // expired (guard.ApprovalExpired) or was withdrawn (guard.ApprovalWithdrawn),
-// for the reason given. Like a decision, the end is recorded in the audit
-// log before the approval's state changes, and refused when the record
-// cannot be written. It reports false when the approval was no longer
-// pending.
+// for the reason given, which the approval keeps as its Reason, so that a
+// decision that comes later is told why. Like a decision, the end is
+// recorded in the audit log before the approval's state changes, and
+// refused when the record cannot be written. It reports false when the
+// approval was no longer pending.
 func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
 	if to != guard.ApprovalExpired && to != guard.ApprovalWithdrawn {
 		return false, fmt.Errorf("approval %s: %q is not how a pending approval ends without a decision", id, to)
@@ -347,10 +352,8 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 		now = db.opts.Now().UTC()
 		return approvalRecord(a, to, ByGuard, reason, now), nil
 	}, func(ctx context.Context) (bool, error) {
-		// The reason is kept beside the state, so that whoever later
-		// tries to decide reads why the call can no longer run.
-		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, decided_at = ?, reason = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
-			to, fmtTime(now), reason, id)
+		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, reason = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
+			to, reason, fmtTime(now), id)
 		return affected(res, err)
 	})
 	if errors.Is(err, guard.ErrAlreadyDecided) {
@@ -362,6 +365,8 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 	return true, nil
 }
 
+// alreadyDecided is the error of a decision on an approval no longer
+// pending: who decided and when, or how it ended and why.
 func alreadyDecided(a *guard.Approval) error {
 	when := a.DecidedAt.UTC().Format(time.RFC3339)
 	switch a.State {
@@ -372,10 +377,10 @@ func alreadyDecided(a *guard.Approval) error {
 	case guard.ApprovalExpired:
 		return fmt.Errorf("%w: expired at %s with no decision", guard.ErrAlreadyDecided, when)
 	case guard.ApprovalWithdrawn:
-		if a.Reason != "" {
-			return fmt.Errorf("%w: withdrawn at %s: %s", guard.ErrAlreadyDecided, when, a.Reason)
+		if a.Reason == "" { // withdrawn before guard kept why: the client cancelled, or its session ended
+			return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
 		}
-		return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
+		return fmt.Errorf("%w: withdrawn at %s: %s", guard.ErrAlreadyDecided, when, a.Reason)
 	}
 	return fmt.Errorf("%w: %s", guard.ErrAlreadyDecided, a.State)
 }

@@ -144,9 +144,15 @@ func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
 			t.Errorf("record %d: %+v", i, r)
 		}
 		x, err := db.Approval(ctx, want.approval)
-		if err != nil || x.State != want.decision || x.Arguments != "" {
+		if err != nil || x.State != want.decision || x.Arguments != "" || x.Reason != want.reason {
 			t.Errorf("approval %s: %+v %v", want.approval, x, err)
 		}
+	}
+	// A decision that comes after a withdrawal is told why.
+	_, err := db.DecideApproval(ctx, "a2", true, "alice", "")
+	if !errors.Is(err, guard.ErrAlreadyDecided) || !strings.Contains(err.Error(), "withdrawn at ") ||
+		!strings.HasSuffix(err.Error(), ": the client cancelled the call") {
+		t.Errorf("a decision after the withdrawal: %v", err)
 	}
 	verifyOK(t, db)
 }

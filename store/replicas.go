@@ -72,7 +72,8 @@ func (db *DB) AddLearnedRule(ctx context.Context, r LearnedRule) error {
 const insertLearnedRule = `INSERT INTO learned_rules (name, server, tool, method, uri, when_expr, action, reason, added)
  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-// Replica is a guard process on the database as it last said.
+// Replica is a guard process on the database as it last said: on
+// PostgreSQL a replica, on SQLite one of the processes sharing the file.
 type Replica struct {
 	ID            string // the process's own, new at each start
 	Host          string
@@ -82,17 +83,34 @@ type Replica struct {
 	ConfigDigest  string // of its configuration's contents
 	PolicyVersion string // of the policy in force
 	Started, Seen time.Time
+	// Lapse is how long after its last beat the process is taken to be
+	// gone (DefaultLapse when zero): a few of its beats.
+	Lapse time.Duration
+	// AwakeSince is when its unbroken run of beats began: Heartbeat
+	// starts a new run when a beat comes more than Lapse after the one
+	// before (the machine slept, or the process hung). Zero in rows of
+	// versions that did not keep it.
+	AwakeSince time.Time
 }
 
-// Heartbeat says that r runs, as it is now.
+// Heartbeat says that r runs, as it is now (r.Seen, the process's own
+// clock): its row keeps the run of beats that r.Seen continues, or starts
+// a new one (see Replica.AwakeSince). A process beats well within its
+// Lapse: GoneProcesses judges it by it.
 func (db *DB) Heartbeat(ctx context.Context, r Replica) error {
 	if !db.writable {
 		return errReadOnly
 	}
-	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET config_digest = excluded.config_digest, policy_version = excluded.policy_version, seen = excluded.seen`,
-		r.ID, r.Host, r.PID, r.Process, r.Version, r.ConfigDigest, r.PolicyVersion, fmtTime(r.Started), fmtTime(r.Seen))
+	lapse := r.lapse()
+	// One statement: the run goes on when the previous beat is recent
+	// (times are text that sorts as time), without a read before.
+	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen, awake_since, lapse_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET config_digest = excluded.config_digest, policy_version = excluded.policy_version,
+			awake_since = CASE WHEN replicas.seen >= ? AND replicas.awake_since <> '' THEN replicas.awake_since ELSE excluded.awake_since END,
+			lapse_ms = excluded.lapse_ms, seen = excluded.seen`,
+		r.ID, r.Host, r.PID, r.Process, r.Version, r.ConfigDigest, r.PolicyVersion, fmtTime(r.Started), fmtTime(r.Seen),
+		fmtTime(r.Seen), lapse.Milliseconds(), fmtTime(r.Seen.Add(-lapse)))
 	if err != nil {
 		return fmt.Errorf("replica %s: %w", r.ID, err)
 	}
@@ -107,26 +125,40 @@ func (db *DB) Replicas(ctx context.Context, since time.Time) ([]Replica, error) 
 			return nil, fmt.Errorf("replicas: %w", err)
 		}
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen
-		FROM replicas WHERE seen >= ? ORDER BY started, id`, fmtTime(since))
+	out, err := db.replicas(ctx, `WHERE seen >= ?`, fmtTime(since))
 	if err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
+	}
+	return out, nil
+}
+
+// replicas reads the rows of the replicas where selects, in the order
+// they started.
+func (db *DB) replicas(ctx context.Context, where string, args ...any) ([]Replica, error) {
+	cols := "awake_since, lapse_ms"
+	if db.noProcess {
+		cols = "'', 0"
+	}
+	rows, err := db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen, `+cols+`
+		FROM replicas `+where+` ORDER BY started, id`, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []Replica
 	for rows.Next() {
 		var r Replica
-		var started, seen string
-		if err := rows.Scan(&r.ID, &r.Host, &r.PID, &r.Process, &r.Version, &r.ConfigDigest, &r.PolicyVersion, &started, &seen); err != nil {
-			return nil, fmt.Errorf("replicas: %w", err)
+		var started, seen, awake string
+		var lapse int64
+		if err := rows.Scan(&r.ID, &r.Host, &r.PID, &r.Process, &r.Version, &r.ConfigDigest, &r.PolicyVersion, &started, &seen,
+			&awake, &lapse); err != nil {
+			return nil, err
 		}
-		r.Started, r.Seen = parseTime(started), parseTime(seen)
+		r.Started, r.Seen, r.AwakeSince = parseTime(started), parseTime(seen), parseTime(awake)
+		r.Lapse = time.Duration(lapse) * time.Millisecond
 		out = append(out, r)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("replicas: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // LeaveReplicas removes a process that stops from the replicas.

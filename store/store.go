@@ -115,6 +115,7 @@ type DB struct {
 	noPruned    bool          // read-only, before the retention migration: records have no pruned column
 	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
 	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
+	noProcess   bool          // read-only, before the process migration: approvals name no process
 	noUser      bool          // read-only, before the user migration: records and calls have no user columns
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
@@ -362,6 +363,10 @@ const approvalScopeMigration = 17
 // user columns: the caller the front authenticated.
 const userMigration = 18
 
+// processMigration is the migration that adds the process that held a
+// call, and what a process's beats say of its liveness.
+const processMigration = 19
+
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
 const journalsDropped = 5
@@ -577,8 +582,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	}
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
 		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
-		noScope: v.Int64 < approvalScopeMigration,
-		noUser:  v.Int64 < userMigration}, nil
+		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
+		noUser: v.Int64 < userMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

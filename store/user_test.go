@@ -25,7 +25,7 @@ import (
 // dropUserColumns is the SQL that takes an SQLite database opened with
 // rawDB (its triggers dropped) back to the schema of the release before
 // the user migration: its view and columns as they were, the migration
-// not applied.
+// not applied (nor those after it: dropProcessColumns).
 func dropUserColumns(t testing.TB) string {
 	t.Helper()
 	b, err := fs.ReadFile(migrations.SQLite(), "0018_record_user.sql")
@@ -38,7 +38,7 @@ func dropUserColumns(t testing.TB) string {
 	if strings.Contains(view, "user_") {
 		t.Fatal("the view of the release before still names a user column")
 	}
-	return `DROP VIEW calls;
+	return dropProcessColumns + `DROP VIEW calls;
 		DROP INDEX call_index_user_subject; DROP INDEX call_index_user_email;
 		ALTER TABLE call_index DROP COLUMN user_subject; ALTER TABLE call_index DROP COLUMN user_email;
 		ALTER TABLE records DROP COLUMN user_subject; ALTER TABLE records DROP COLUMN user_email;

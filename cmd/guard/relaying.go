@@ -50,8 +50,9 @@ type relaying struct {
 	// stateKey signs guard's own requestState in every session: derived
 	// from the log's checkpoint key, the same in every replica.
 	stateKey []byte
-	// replicas, in PostgreSQL mode, compares this process's
-	// configuration with the other replicas'; nil on SQLite.
+	// replicas beats in the database for this process, withdraws the
+	// holds of processes that are gone and, in PostgreSQL mode, compares
+	// this process's configuration with the other replicas'.
 	replicas *replicaWatch
 	// listings tells the sessions when a tool's review or the policy
 	// changed (see watchListings).
@@ -157,11 +158,17 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
-	if st.Postgres {
-		rt.replicas = newReplicaWatch(db, cmd, func() (string, string) {
-			return policy.ContentDigest(st.ConfigPath, engine.Config()), engine.Policy().Version()
-		}, logger)
-		bg.Go(func() { rt.replicas.run(ctx) })
+	rt.replicas = newReplicaWatch(db, cmd, beatEvery(a.getenv, logger), st.Postgres, func() (string, string) {
+		return policy.ContentDigest(st.ConfigPath, engine.Config()), engine.Policy().Version()
+	}, logger)
+	// The first beat comes before the first hold, which names this
+	// process: no one takes the process for gone meanwhile. A process
+	// that cannot say it runs names none on its holds, which no one then
+	// withdraws for it.
+	rt.replicas.beat(ctx)
+	process := rt.replicas.me.ID
+	if !rt.replicas.healthy {
+		process = ""
 	}
 	// The one process on the database that holds the stream's lease
 	// streams. It stops last, after the record that this process stopped:
@@ -176,7 +183,12 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	if rt.notifier != nil {
 		bg.Go(func() { rt.notifier.Run(ctx) })
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope, Logger: logger})
+	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
+		Process: process, Logger: logger})
+	// Every relaying process withdraws the holds of processes that are
+	// gone, at start and after each beat.
+	rt.replicas.holds = holds
+	bg.Go(func() { rt.replicas.run(ctx) })
 	if !noUI {
 		// The process goes on once its UI serves, or another's does:
 		// guard ui url then finds it as soon as the process answers.

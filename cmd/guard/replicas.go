@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
@@ -22,6 +23,12 @@ import (
 // the same policy version. What stays a file on each machine, the
 // configuration, each says it runs (replicaWatch), so that one whose
 // configuration differs from the others' is seen in its log and metrics.
+//
+// On both engines every relaying process beats in the database
+// (replicaWatch too), so that the holds of one that is killed are known
+// to be of no use: each beat, a process withdraws those of processes that
+// are gone (approvals.Manager.SettleGone; store.GoneProcesses says how a
+// process is judged gone, and why never by one that has just woken).
 
 // learnedRules are the rules learned from approvals that the database
 // keeps, as the policy engine reads them: through the parser of rules
@@ -78,19 +85,46 @@ func (l learnedRules) add(ctx context.Context, a *guard.Approval, by string, r p
 		URI: r.URI, When: r.When, Action: r.Action, Reason: r.Reason})
 }
 
-// Every replicaEvery a replica says in the database what it runs; one
-// not heard of for replicaGone is taken to have stopped.
+// Every replicaEvery a process says in the database that it runs, and
+// what; one not heard of for lapsesAfter beats is taken to have stopped.
 const (
 	replicaEvery = 2 * time.Second
-	replicaGone  = 5 * replicaEvery
+	lapsesAfter  = 5
 )
 
-// replicaWatch keeps this process's row among the replicas and compares
-// its configuration with the others'.
+// heartbeatEnv names the time between two beats (a Go duration), for
+// tests only: they set it small (100ms), so that a killed process is
+// found gone within a second rather than store.DefaultLapse. Nothing else
+// should: a beat costs a write to the database.
+const heartbeatEnv = "GUARD_TEST_HEARTBEAT"
+
+// beatEvery is the time between two beats: replicaEvery, unless tests
+// set heartbeatEnv.
+func beatEvery(getenv func(string) string, logger *slog.Logger) time.Duration {
+	v := getenv(heartbeatEnv)
+	if v == "" {
+		return replicaEvery
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		logger.Warn("ignored: want a positive duration", "variable", heartbeatEnv, "value", v)
+		return replicaEvery
+	}
+	return d
+}
+
+// replicaWatch keeps this process's row among the replicas, withdraws
+// the holds of processes that are gone, and, in PostgreSQL mode, compares
+// its configuration with the other replicas'.
 type replicaWatch struct {
 	db      *store.DB
 	me      store.Replica
+	every   time.Duration
+	compare bool // PostgreSQL: replicas should all run the same files
 	digest  func() (config, policy string)
+	// holds settles the holds of processes that are gone after each
+	// beat; nil until the process holds calls.
+	holds   *approvals.Manager
 	logger  *slog.Logger
 	live    atomic.Int64 // replicas heard of, this one included
 	differ  atomic.Int64 // of them, those whose configuration differs
@@ -98,20 +132,23 @@ type replicaWatch struct {
 	healthy bool
 }
 
-func newReplicaWatch(db *store.DB, process string, digest func() (string, string), logger *slog.Logger) *replicaWatch {
+func newReplicaWatch(db *store.DB, process string, every time.Duration, compare bool, digest func() (string, string), logger *slog.Logger) *replicaWatch {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
-	return &replicaWatch{db: db, digest: digest, logger: logger, healthy: true,
-		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: buildVersion(), Started: now}}
+	return &replicaWatch{db: db, every: every, compare: compare, digest: digest, logger: logger, healthy: true,
+		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: buildVersion(), Started: now,
+			Lapse: lapsesAfter * every}}
 }
 
-// run says what this replica runs and compares, until ctx ends; then it
-// takes this replica's row out.
+// run beats (the first beat is the caller's, before the process holds a
+// call: a hold names a process whose row is there) and settles the holds
+// of processes that are gone, at once and after each beat, until ctx
+// ends; then it takes this process's row out.
 func (w *replicaWatch) run(ctx context.Context) {
-	t := time.NewTicker(replicaEvery)
+	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
-		w.beat(ctx)
+		w.settleGone(ctx)
 		select {
 		case <-ctx.Done():
 			if err := w.db.LeaveReplicas(context.WithoutCancel(ctx), w.me.ID); err != nil {
@@ -120,6 +157,21 @@ func (w *replicaWatch) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		w.beat(ctx)
+	}
+}
+
+// settleGone withdraws the holds of processes that are gone.
+func (w *replicaWatch) settleGone(ctx context.Context) {
+	if w.holds == nil {
+		return
+	}
+	n, err := w.holds.SettleGone(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.logger.Warn("the holds of guard processes that are gone were not all settled", "err", err)
+	}
+	if n > 0 {
+		w.logger.Info("withdrew the holds of guard processes that are gone", "withdrawn", n)
 	}
 }
 
@@ -129,16 +181,25 @@ func (w *replicaWatch) beat(ctx context.Context) {
 	err := w.db.Heartbeat(ctx, w.me)
 	var all []store.Replica
 	if err == nil {
-		all, err = w.db.Replicas(ctx, w.me.Seen.Add(-replicaGone))
+		all, err = w.db.Replicas(ctx, w.me.Seen.Add(-w.me.Lapse))
 	}
 	if err != nil {
 		if w.healthy && ctx.Err() == nil {
-			w.logger.Warn("replicas: cannot compare this one's configuration with the others'", "err", err)
+			w.logger.Warn("replicas: cannot say in the database that this process runs", "err", err)
 		}
 		w.healthy = false
 		return
 	}
 	w.healthy = true
+	w.live.Store(int64(len(all)))
+	if w.compare {
+		w.compareConfigs(all)
+	}
+}
+
+// compareConfigs says in the log when this replica's configuration
+// differs from the others', and when it no longer does.
+func (w *replicaWatch) compareConfigs(all []store.Replica) {
 	var differ []string
 	for _, r := range all {
 		if r.ID != w.me.ID && r.ConfigDigest != w.me.ConfigDigest {
@@ -146,7 +207,6 @@ func (w *replicaWatch) beat(ctx context.Context) {
 		}
 	}
 	slices.Sort(differ)
-	w.live.Store(int64(len(all)))
 	w.differ.Store(int64(len(differ)))
 	said := strings.Join(differ, "; ")
 	if said == w.said {
@@ -161,8 +221,11 @@ func (w *replicaWatch) beat(ctx context.Context) {
 		"configuration", short(w.me.ConfigDigest), "differing", said)
 }
 
-// metrics adds the replicas' gauges.
+// metrics adds the replicas' gauges, in PostgreSQL mode.
 func (w *replicaWatch) metrics(reg *metrics.Registry) {
+	if !w.compare {
+		return
+	}
 	reg.Gauge("guard_replicas", "guard processes on this database heard of lately, this one included.", func() (float64, error) {
 		return float64(w.live.Load()), nil
 	})
