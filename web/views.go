@@ -92,9 +92,13 @@ type cardView struct {
 	ToolKnown                bool
 	PinChanged               bool // the tool's latest definition is not the one the call was held on
 	ToolReview               bool // held for a review of the tool's definition
-	Created, Expires         time.Time
-	Left                     string
-	Rules                    rulesView
+	// Kept, for a call held for a review, says that the definition was
+	// accepted without releasing it (approvals.KeptAfterReview): it
+	// needs its own decision.
+	Kept             string
+	Created, Expires time.Time
+	Left             string
+	Rules            rulesView
 	// Caller is where the call's client stands: CallerWaiting (its call
 	// blocks, for at most approval.wait), CallerRetry (it was told to
 	// retry at Told; the hold stays open until Expires, approval.timeout)
@@ -135,6 +139,10 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	if err != nil {
 		return pendingView{}, err
 	}
+	reviews, err := s.reviewsOf(ctx, list)
+	if err != nil {
+		return pendingView{}, err
+	}
 	for _, a := range list {
 		byName, ok := tools[a.Server]
 		if !ok {
@@ -153,6 +161,9 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
 			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope}
 		callerOf(a, calls, &c)
+		if c.ToolReview {
+			c.Kept = approvals.KeptAfterReview(a, reviews[[3]string{a.Server, a.Tool, a.Pin}], fmtTime)
+		}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -185,6 +196,29 @@ func (s *Server) heldCalls(ctx context.Context, list []*guard.Approval) (map[str
 		ids = ids[n:]
 	}
 	return calls, nil
+}
+
+// reviewsOf reads the reviews of tool definitions by server, name and pin,
+// in one query, when a call among list is held for one.
+func (s *Server) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]string]*guard.Review, error) {
+	if !slices.ContainsFunc(list, func(a *guard.Approval) bool { return a.Rule == guard.ToolReviewRule }) {
+		return nil, nil
+	}
+	return s.reviewsByPin(ctx)
+}
+
+// reviewsByPin reads every review of a tool definition, by server, name
+// and pin.
+func (s *Server) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
+	rs, err := s.opts.Store.Reviews(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("tool reviews: %w", err)
+	}
+	byPin := make(map[[3]string]*guard.Review, len(rs))
+	for _, r := range rs {
+		byPin[[3]string{r.Server, r.Name, r.Pin}] = r
+	}
+	return byPin, nil
 }
 
 // heldCallID is the id of an approval's held call.
@@ -246,6 +280,31 @@ type reviewView struct {
 	OldPin                   string
 	Def                      string // the definition, indented
 	HeldCalls                int
+	// Releases says whether accepting releases the held calls to the
+	// rules (approvals.ReleasesHeld); KeptWhy, when it does not, why.
+	Releases bool
+	KeptWhy  string
+}
+
+// AcceptText says, before the Accept button, what accepting does with the
+// calls held for the definition.
+func (r reviewView) AcceptText() string {
+	switch {
+	case r.HeldCalls == 0:
+		return "No call is held for it: accepting lets later calls of it go on to the rules, which judge them by this definition."
+	case r.Releases:
+		return "Accepting releases " + heldCallsText(r.HeldCalls) + " to the rules."
+	}
+	return "Accepting does not release " + heldCallsText(r.HeldCalls) + ": " + r.KeptWhy +
+		"; each needs its own decision on the Pending page."
+}
+
+// heldCallsText names the calls held for a definition.
+func heldCallsText(n int) string {
+	if n == 1 {
+		return "the call held for it"
+	}
+	return "the " + itoa(n) + " calls held for it"
 }
 
 // diffLine is one line of a line diff: Op is "+", "-" or " ".
@@ -325,6 +384,7 @@ func (s *Server) changesView(ctx context.Context, sess session) (changesView, er
 				rv.Diff = parseDiff(policy.LineDiff(old.Def, cur.Def))
 			}
 		}
+		rv.Releases, rv.KeptWhy = approvals.ReleasesHeld(rv.Changes, r)
 		v.Reviews = append(v.Reviews, rv)
 	}
 	return v, nil
@@ -391,13 +451,9 @@ func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	byPin, err := s.reviewsByPin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("tool reviews: %w", err)
-	}
-	byPin := make(map[[3]string]*guard.Review, len(reviews))
-	for _, r := range reviews {
-		byPin[[3]string{r.Server, r.Name, r.Pin}] = r
+		return nil, err
 	}
 	var out []serverView
 	for _, t := range tools {
@@ -738,6 +794,7 @@ func orDash(s string) string {
 }
 
 func itoa(n int) string       { return strconv.Itoa(n) }
+func boolText(b bool) string  { return strconv.FormatBool(b) }
 func i64toa(n int64) string   { return strconv.FormatInt(n, 10) }
 func pathID(id string) string { return url.PathEscape(id) }
 
