@@ -551,6 +551,19 @@ func changesSinceAccepted(ctx context.Context, st Definitions, server, name, pin
 	return policy.DiffTools(old.Def, cur.Def), nil
 }
 
+// ClientGoneText says what approving a pending approval whose client has
+// gone does, when it stays open for that (approval.scope: any): it does
+// not run the call, which nobody waits for; it lets the same call through
+// once when a client makes it again. at writes the time the client went.
+// It is "" for any other approval.
+func ClientGoneText(a *guard.Approval, at func(time.Time) string) string {
+	if a.State != guard.ApprovalPending || a.SessionEnded.IsZero() || a.Scope != guard.ScopeAny {
+		return ""
+	}
+	return "Its client is gone (at " + at(a.SessionEnded) + "). Approving does not run this call: it lets the same call " +
+		"through once when a client makes it again (same server, tool and arguments, any session; approval.scope: any)."
+}
+
 // KeptAfterReview says, for a call held for the review of its tool's
 // definition (r) that a person accepted without releasing it
 // (ReleasesHeld), that it needs its own decision; at writes the time of

@@ -429,3 +429,33 @@ func TestScope(t *testing.T) {
 		}
 	})
 }
+
+// A hold scoped to any session whose client has gone says that approving
+// it does not run the call; any other says nothing.
+func TestClientGoneSaysApprovingDoesNotRunTheCall(t *testing.T) {
+	ctx := context.Background()
+	at := func(time.Time) string { return "T" }
+	for _, scope := range []string{guard.ScopeSession, guard.ScopeAny} {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Scope: scope})
+		a := held("a")
+		a.Session = "s1"
+		if _, _, err := m.Hold(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.Get(ctx, "a"); ClientGoneText(got, at) != "" {
+			t.Errorf("%s: a hold whose client waits: %q", scope, ClientGoneText(got, at))
+		}
+		if err := m.SessionEnded(ctx, "s1", ClientGoneReason); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := m.Get(ctx, "a")
+		want := ""
+		if scope == guard.ScopeAny {
+			want = "Its client is gone (at T). Approving does not run this call: it lets the same call through once when a client " +
+				"makes it again (same server, tool and arguments, any session; approval.scope: any)."
+		}
+		if text := ClientGoneText(got, at); text != want {
+			t.Errorf("%s: %q, want %q", scope, text, want)
+		}
+	}
+}

@@ -106,6 +106,9 @@ type cardView struct {
 	Caller string
 	Told   time.Time
 	Scope  string // which repeated call an approval lets through
+	// Gone says, near the buttons, that approving a hold whose client
+	// has gone does not run the call (approvals.ClientGoneText).
+	Gone string
 }
 
 // Where a held call's client stands, as the pending page says it.
@@ -159,7 +162,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope, Gone: approvals.ClientGoneText(a, fmtTime)}
 		callerOf(a, calls, &c)
 		if c.ToolReview {
 			c.Kept = approvals.KeptAfterReview(a, reviews[[3]string{a.Server, a.Tool, a.Pin}], fmtTime)

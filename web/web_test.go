@@ -1074,6 +1074,18 @@ func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
 		g[2] != guard.ScopeAny || !strings.Contains(g[3], "from any session") {
 		t.Errorf("the card of a hold whose client went: %q", g)
 	}
+	// Near its buttons, the card says that approving does not run the call.
+	gone := regexp.MustCompile(`^ id="approval-([^"]+)"(?s:.*)<p class="notice" data-role="client-gone">([^<]*)</p>\s*<p class="notice refusal"(?s:.*)data-action="approve"`)
+	notes := map[string]string{}
+	for _, card := range strings.Split(body, `<article class="card"`)[1:] {
+		if m := gone.FindStringSubmatch(card); m != nil {
+			notes[m[1]] = m[2]
+		}
+	}
+	if want := "Its client is gone (at " + fmtUI(ended) + "). Approving does not run this call: it lets the same call through " +
+		"once when a client makes it again (same server, tool and arguments, any session; approval.scope: any)."; notes[shared.ID] != want || len(notes) != 1 {
+		t.Errorf("the notes of a client gone: %q, want one on %s: %q", notes, shared.ID, want)
+	}
 	if err := e.db.Append(&guard.Record{CallID: shared.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call",
 		Tool: "delete_file", Decision: guard.DecisionHeld, DecidedBy: "default", Approval: shared.ID}); err != nil {
 		t.Fatal(err)
