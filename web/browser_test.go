@@ -472,8 +472,8 @@ func TestScreenshots(t *testing.T) {
 
 // In Chromium, with the page's scripts running, a held call's card says
 // whether its client still waits or was told to retry and which call
-// approving lets through, live updates included; Activity shows how a held
-// call was decided.
+// approving lets through, live updates included; Activity tells what
+// became of a held call.
 func TestBrowserShowsHowHeldCallsStand(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -510,8 +510,15 @@ func TestBrowserShowsHowHeldCallsStand(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.open("/activity")
-	if got := text(`tr[data-call-id="` + told.ID + `"] .approval-note`); got != "approved by alice at "+fmtUI(e.approval(told.ID).DecidedAt) {
-		t.Errorf("Activity's note on the held call: %q", got)
+	row := `tr[data-call-id="` + told.ID + `"] .approval-note`
+	steps := evaluate[string](p, `[...document.querySelectorAll(`+strconv.Quote(row+` [data-step]`)+`)].map(e => e.dataset.step).join(" ")`)
+	if steps != "told-to-retry approved no-retry-yet" {
+		t.Errorf("Activity's story of the held call has the steps %q", steps)
+	}
+	decided := e.approval(told.ID).DecidedAt.UTC()
+	if got := text(row); !strings.Contains(got, " · approved by alice at "+decided.Format(time.TimeOnly)+" · no retry yet: the approval lets one through until ") &&
+		!strings.Contains(got, " · approved by alice at "+fmtUI(decided)+" · ") {
+		t.Errorf("Activity's story of the held call: %q", got)
 	}
 }
 

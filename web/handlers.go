@@ -186,14 +186,8 @@ func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := callView{Call: c}
-	held := id
-	if c.Approval != "" { // a repeated call let through by an approval
-		held = c.Approval
-	}
-	if a, err := s.opts.Store.Approval(ctx, held); err == nil {
-		v.Approval, v.Rules = a, rulesOf(a, sessionOf(ctx))
-	} else if !errors.Is(err, guard.ErrNotFound) {
+	v, err := s.callView(ctx, c)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -945,10 +948,12 @@ func TestReadOnlyToolsHaveNoDestructiveBadge(t *testing.T) {
 	}
 }
 
-// Activity shows how each held call was decided (approved, denied,
-// expired, withdrawn), by whom and when, on the held call's row and on the row of the
-// repeated call the approval let through; so does the call's page.
-func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
+// Activity tells what became of each held call, one line a row: told to
+// retry, then approved, denied or withdrawn, by whom and when, and whether
+// the retry came; the call the approval let through names it and the call
+// it was for. The call's page tells the same in full, with links between
+// the two.
+func TestActivityTellsWhatBecameOfHeldCalls(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	held := func(tool string) *guard.Approval {
@@ -957,14 +962,16 @@ func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
 			&guard.Record{CallID: a.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call", Tool: tool,
 				Decision: guard.DecisionHeld, DecidedBy: "default", Approval: a.ID, Direction: guard.ClientToServer},
 			&guard.Record{CallID: a.ID, Kind: guard.KindOutcome, Server: "files", Method: "tools/call", Tool: tool,
-				Outcome: guard.OutcomeAwaitingApproval, Approval: a.ID, Direction: guard.ClientToServer}); err != nil {
+				Outcome: guard.OutcomeAwaitingApproval, Approval: a.ID, DurationMS: 50_000, Direction: guard.ClientToServer}); err != nil {
 			t.Fatal(err)
 		}
 		return a
 	}
-	approved, denied, withdrawn := held("delete_file"), held("move_file"), held("chmod")
-	if _, err := e.m.Decide(ctx, approved.ID, true, "alice", ""); err != nil {
-		t.Fatal(err)
+	approved, denied, withdrawn, unused := held("delete_file"), held("move_file"), held("chmod"), held("rmdir")
+	for _, a := range []*guard.Approval{approved, unused} {
+		if _, err := e.m.Decide(ctx, a.ID, true, "alice", ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := e.m.Decide(ctx, denied.ID, false, "bob", "not that one"); err != nil {
 		t.Fatal(err)
@@ -984,28 +991,129 @@ func TestActivityShowsTheDecisionOnHeldCalls(t *testing.T) {
 			Outcome: guard.OutcomeOK, Direction: guard.ClientToServer}); err != nil {
 		t.Fatal(err)
 	}
+	// The clock passes the holds' expiry: the approved call never retried
+	// can no longer be.
+	e.clock.advance(2 * time.Minute)
+	rowTime := func(id string) time.Time {
+		var c *store.Call
+		_ = e.db.Query(ctx, store.Filter{ID: id}, func(x *store.Call) error { c = x; return nil })
+		at, _ := time.Parse(time.RFC3339Nano, c.Time)
+		return at
+	}
+	// Activity's times leave out the day of the row they are on.
+	short := func(at time.Time, row string) string {
+		if at.UTC().Format(time.DateOnly) == rowTime(row).UTC().Format(time.DateOnly) {
+			return at.UTC().Format(time.TimeOnly)
+		}
+		return fmtUI(at)
+	}
+	decided := func(a *guard.Approval) time.Time { return e.approval(a.ID).DecidedAt }
+	told := func(a *guard.Approval) time.Time { return rowTime(a.ID).Add(50 * time.Second) }
 	b := e.login("carol")
 	_, body := b.get("/activity")
-	note := regexp.MustCompile(`<tr data-call-id="([^"]+)">(?s:.*?)<div class="approval-note [a-z]+" data-approval-state="([a-z]+)">([^<]*)</div>`)
-	got := map[string]string{}
+	note := regexp.MustCompile(`<tr data-call-id="([^"]+)">(?s:.*?)<div class="approval-note [a-z]+" data-approval-state="([a-z]+)">(.*?)</div>`)
+	tag := regexp.MustCompile(`<[^>]*>`)
+	got, links := map[string]string{}, map[string]string{}
 	for _, m := range note.FindAllStringSubmatch(body, -1) {
-		got[m[1]] = m[2] + ": " + m[3]
-	}
-	at := func(id string) string { return fmtUI(e.approval(id).DecidedAt) }
-	for id, want := range map[string]string{
-		approved.ID:  "approved: approved by alice at " + at(approved.ID),
-		retry:        "approved: approved by alice at " + at(approved.ID),
-		denied.ID:    "denied: denied by bob at " + at(denied.ID),
-		withdrawn.ID: "withdrawn: withdrawn at " + at(withdrawn.ID),
-	} {
-		if got[id] != want {
-			t.Errorf("row %s: %q, want %q", id, got[id], want)
+		got[m[1]] = m[2] + ": " + html.UnescapeString(tag.ReplaceAllString(m[3], ""))
+		if l := regexp.MustCompile(`<a href="/activity/([^"]+)">`).FindStringSubmatch(m[3]); l != nil {
+			links[m[1]] = l[1]
 		}
 	}
-	_, body = b.get("/activity/" + retry)
-	if !strings.Contains(body, `data-approval-state="approved">approved by alice at `+at(approved.ID)) || !strings.Contains(body, approved.ID) {
-		t.Errorf("the repeated call's page does not show the approval that let it through")
+	for id, want := range map[string]string{
+		approved.ID: "approved: told to retry at " + short(told(approved), approved.ID) + " · approved by alice at " +
+			short(decided(approved), approved.ID) + " · the retry passed at " + short(used.UsedAt, approved.ID),
+		retry: "approved: passed on approval " + approved.ID + ", approved by alice at " + short(decided(approved), retry) +
+			", for the call told to retry at " + short(told(approved), retry),
+		unused.ID: "approved: told to retry at " + short(told(unused), unused.ID) + " · approved by alice at " +
+			short(decided(unused), unused.ID) + " · the retry was never made",
+		denied.ID: "denied: told to retry at " + short(told(denied), denied.ID) + " · denied by bob at " + short(decided(denied), denied.ID),
+		withdrawn.ID: "withdrawn: told to retry at " + short(told(withdrawn), withdrawn.ID) + " · withdrawn at " +
+			short(decided(withdrawn), withdrawn.ID) + ": the session ended",
+	} {
+		if got[id] != want {
+			t.Errorf("row %s:\n %q\nwant\n %q", id, got[id], want)
+		}
 	}
+	if links[approved.ID] != retry || links[retry] != approved.ID {
+		t.Errorf("the held call and its retry do not link to each other: %v", links)
+	}
+	_, body = b.get("/activity/" + retry)
+	if want := "passed on approval " + approved.ID + ", approved by alice at " + fmtUI(decided(approved)) +
+		`, <a href="/activity/` + approved.ID + `">for the call told to retry at ` + fmtUI(told(approved)) + "</a>"; !strings.Contains(html.UnescapeString(tag.ReplaceAllStringFunc(body, func(t string) string {
+		if strings.HasPrefix(t, "<a ") || t == "</a>" {
+			return t
+		}
+		return ""
+	})), want) {
+		t.Errorf("the retry's page does not tell what let it through: want %q", want)
+	}
+	_, body = b.get("/activity/" + denied.ID)
+	if want := "denied by bob at " + fmtUI(decided(denied)) + ": not that one"; !strings.Contains(body, want) {
+		t.Errorf("the denied call's page lacks %q", want)
+	}
+}
+
+// Activity reads the approvals of the calls it shows, and the calls that
+// name them, in one query each, whatever the number of rows.
+func TestActivityReadsApprovalsInOneQuery(t *testing.T) {
+	var counts countingStore
+	e := newEnvAt(t, filepath.Join(t.TempDir(), "g.db"), func(o *web.Options) {
+		counts.Store = o.Store
+		o.Store = &counts
+	})
+	for i := range 30 {
+		a := e.hold("files", "delete_file", fmt.Sprintf(`{"path":"/%d"}`, i))
+		if err := e.db.Append(&guard.Record{CallID: a.ID, Kind: guard.KindRequest, Server: "files", Method: "tools/call",
+			Tool: "delete_file", Decision: guard.DecisionHeld, DecidedBy: "default", Approval: a.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := e.login("carol")
+	counts.reset()
+	_, body := b.get("/activity")
+	if n := strings.Count(body, `data-approval-state="pending"`); n != 30 {
+		t.Fatalf("%d stories of held calls, want 30", n)
+	}
+	if one, byID, queries := counts.get(); one != 0 || byID != 1 || queries != 2 {
+		t.Errorf("Activity read %d approvals one by one, %d lists by id and made %d queries of calls; want 0, 1 and 2", one, byID, queries)
+	}
+}
+
+// countingStore counts what the UI asks of the store.
+type countingStore struct {
+	web.Store
+	mu                 sync.Mutex
+	one, byID, queries int
+}
+
+func (c *countingStore) reset() { c.mu.Lock(); c.one, c.byID, c.queries = 0, 0, 0; c.mu.Unlock() }
+
+func (c *countingStore) get() (int, int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.one, c.byID, c.queries
+}
+
+func (c *countingStore) Approval(ctx context.Context, id string) (*guard.Approval, error) {
+	c.mu.Lock()
+	c.one++
+	c.mu.Unlock()
+	return c.Store.Approval(ctx, id)
+}
+
+func (c *countingStore) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error) {
+	c.mu.Lock()
+	c.byID++
+	c.mu.Unlock()
+	return c.Store.ApprovalsByID(ctx, ids)
+}
+
+func (c *countingStore) Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error {
+	c.mu.Lock()
+	c.queries++
+	c.mu.Unlock()
+	return c.Store.Query(ctx, f, fn)
 }
 
 // fmtUI is a time as the pages show it.
