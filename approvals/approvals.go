@@ -15,6 +15,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
 )
 
 // Store keeps approvals; store.DB implements it. Waiting is the store's,
@@ -502,25 +503,182 @@ type ReviewDecider interface {
 	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
 }
 
-// SettleReview decides the calls of pending held for the review of one
-// tool definition, once a person has accepted the definition (the calls
-// go on to the rules) or rejected it (they are denied), with why as the
-// reason. It returns how many it decided; a call someone else decided
-// meanwhile is skipped, other failures are returned together.
-func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, server, tool, pin string, accept bool, by, why string) (int, error) {
-	n := 0
+// ReleasesHeld reports whether accepting a tool definition releases the
+// calls held for its review to the rules, and when it does not, why. It
+// does not when the change from the definition accepted before (changes,
+// policy.DiffTools) weakens a hint the rules read (Change.Weakens), or
+// when the scanner flagged the definition (r's cause, or its flags): the
+// rules would judge those calls by a claim of less caution, or the model
+// made them after reading instructions aimed at it. Accepting the
+// definition says it may be used from now on, not that each call made
+// while it was in doubt should run: each of those needs a person's own
+// decision.
+func ReleasesHeld(changes []policy.Change, r *guard.Review) (bool, string) {
+	var hints []string
+	for _, c := range changes {
+		if c.Weakens {
+			hints = append(hints, strings.TrimPrefix(c.Member, "annotations."))
+		}
+	}
+	var why []string
+	if len(hints) > 0 {
+		why = append(why, "the change weakens "+andList(hints))
+	}
+	if r != nil && (r.Cause == guard.CauseFlagged || len(r.Flags) > 0) {
+		why = append(why, "the scanner flagged its descriptions")
+	}
+	return len(why) == 0, strings.Join(why, "; ")
+}
+
+// andList joins words as a sentence lists them: "a", "a and b", "a, b and c".
+func andList(ws []string) string {
+	if len(ws) < 2 {
+		return strings.Join(ws, "")
+	}
+	return strings.Join(ws[:len(ws)-1], ", ") + " and " + ws[len(ws)-1]
+}
+
+// Settled is what deciding on a tool definition did with the calls held
+// for its review.
+type Settled struct {
+	Accepted bool
+	// Decided are the calls released to the rules (accepted) or denied
+	// (rejected).
+	Decided int
+	// Kept are the calls left pending when accepting did not release them
+	// (ReleasesHeld), Why says why: each waits for its own decision.
+	Kept int
+	Why  string
+}
+
+// String says it for people, as guard tools accept prints it and the UI
+// shows it: "2 held call(s) released to the rules"; "" when no call was
+// held for the definition.
+func (s Settled) String() string {
+	var out []string
+	if s.Decided > 0 {
+		verb := "denied"
+		if s.Accepted {
+			verb = "released to the rules"
+		}
+		out = append(out, fmt.Sprintf("%d held call(s) %s", s.Decided, verb))
+	}
+	if s.Kept > 0 {
+		out = append(out, fmt.Sprintf("%d held call(s) still wait: %s; each needs its own decision", s.Kept, s.Why))
+	}
+	return strings.Join(out, "; ")
+}
+
+// SettleReview settles the calls of pending held for the review of one
+// tool definition, once a person has decided on it (r, accepted or
+// rejected): rejected, they are denied; accepted, they go on to the rules
+// unless ReleasesHeld(changes, r) says otherwise, when each stays pending
+// for its own decision. reason is the decisions' reason. A call someone
+// else decided meanwhile is skipped; other failures are returned
+// together.
+func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, r *guard.Review, changes []policy.Change, by, reason string) (Settled, error) {
+	s := Settled{Accepted: r.State == guard.ReviewAccepted}
+	release := !s.Accepted
+	if s.Accepted {
+		release, s.Why = ReleasesHeld(changes, r)
+	}
 	var errs []error
 	for _, a := range pending {
-		if !HeldForReview(a, server, tool, pin) {
+		if !HeldForReview(a, r.Server, r.Name, r.Pin) {
 			continue
 		}
-		if _, err := d.Decide(ctx, a.ID, accept, by, why); err != nil {
+		if !release {
+			s.Kept++
+			continue
+		}
+		if _, err := d.Decide(ctx, a.ID, s.Accepted, by, reason); err != nil {
 			if !errors.Is(err, guard.ErrAlreadyDecided) {
 				errs = append(errs, fmt.Errorf("held call %s: %w", a.ID, err))
 			}
 			continue
 		}
-		n++
+		s.Decided++
 	}
-	return n, errors.Join(errs...)
+	return s, errors.Join(errs...)
+}
+
+// Definitions are the tool definitions and held calls DecideDefinition
+// reads and decides on; store.DB implements it.
+type Definitions interface {
+	// AcceptedTool returns the definition accepted most recently, nil
+	// when none is; ToolByPin one definition, nil when unknown.
+	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
+	ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error)
+	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
+	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
+}
+
+// DecideDefinition records a person's acceptance or rejection of one
+// definition of a tool (pin), then settles the calls held for its review
+// (SettleReview), with reason ("" says the definition was accepted or
+// rejected). What changed since the definition accepted before is read
+// first: once this one is accepted, it is the accepted one. It returns
+// the review as decided; an error with a nil review means nothing was
+// decided, one with a review that held calls could not all be settled.
+func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, server, name, pin string, accept bool, by, reason string) (*guard.Review, Settled, error) {
+	changes, err := changesSinceAccepted(ctx, st, server, name, pin)
+	if err != nil {
+		return nil, Settled{}, err
+	}
+	r, err := st.DecideTool(ctx, server, name, pin, accept, by)
+	if err != nil {
+		return nil, Settled{}, err
+	}
+	pending, err := st.Approvals(ctx, guard.ApprovalPending)
+	if err != nil {
+		return r, Settled{Accepted: accept}, fmt.Errorf("held calls: %w", err)
+	}
+	if reason == "" {
+		reason = "the tool's definition was " + r.State
+	}
+	s, err := SettleReview(ctx, d, pending, r, changes, by, reason)
+	return r, s, err
+}
+
+// changesSinceAccepted lists what changed from the definition of a tool
+// accepted most recently to the one with pin: none when no other was
+// ever accepted.
+func changesSinceAccepted(ctx context.Context, st Definitions, server, name, pin string) ([]policy.Change, error) {
+	old, err := st.AcceptedTool(ctx, server, name)
+	if err != nil {
+		return nil, fmt.Errorf("accepted definition of %s/%s: %w", server, name, err)
+	}
+	cur, err := st.ToolByPin(ctx, server, name, pin)
+	if err != nil {
+		return nil, fmt.Errorf("definition of %s/%s: %w", server, name, err)
+	}
+	if old == nil || cur == nil || old.Pin == cur.Pin {
+		return nil, nil
+	}
+	return policy.DiffTools(old.Def, cur.Def), nil
+}
+
+// ClientGoneText says what approving a pending approval whose client has
+// gone does, when it stays open for that (approval.scope: any): it does
+// not run the call, which nobody waits for; it lets the same call through
+// once when a client makes it again. at writes the time the client went.
+// It is "" for any other approval.
+func ClientGoneText(a *guard.Approval, at func(time.Time) string) string {
+	if a.State != guard.ApprovalPending || a.SessionEnded.IsZero() || a.Scope != guard.ScopeAny {
+		return ""
+	}
+	return "Its client is gone (at " + at(a.SessionEnded) + "). Approving does not run this call: it lets the same call " +
+		"through once when a client makes it again (same server, tool and arguments, any session; approval.scope: any)."
+}
+
+// KeptAfterReview says, for a call held for the review of its tool's
+// definition (r) that a person accepted without releasing it
+// (ReleasesHeld), that it needs its own decision; at writes the time of
+// the acceptance. It is "" for any other call or review.
+func KeptAfterReview(a *guard.Approval, r *guard.Review, at func(time.Time) string) string {
+	if a.State != guard.ApprovalPending || r == nil || r.State != guard.ReviewAccepted || !HeldForReview(a, r.Server, r.Name, r.Pin) {
+		return ""
+	}
+	return "Held for the review of its tool's definition, which was accepted at " + at(r.DecidedAt) + " by " + r.DecidedBy +
+		"; this call needs its own decision. Approving lets it go on to the rules, which judge it by the accepted definition."
 }

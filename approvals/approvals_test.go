@@ -2,6 +2,7 @@ package approvals
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -243,9 +245,10 @@ func TestSettleReview(t *testing.T) {
 	if _, err := m.Decide(ctx, "r3", true, "bob", ""); err != nil { // decided meanwhile
 		t.Fatal(err)
 	}
-	n, err := SettleReview(ctx, m, pending, "files", "delete_file", "sha256:new", false, "alice", "the tool's definition was rejected")
-	if n != 2 || err != nil {
-		t.Fatalf("settled %d: %v", n, err)
+	rejected := &guard.Review{Server: "files", Name: "delete_file", Pin: "sha256:new", State: guard.ReviewRejected, Cause: guard.CauseChanged}
+	s, err := SettleReview(ctx, m, pending, rejected, nil, "alice", "the tool's definition was rejected")
+	if s.Decided != 2 || s.Kept != 0 || err != nil || s.String() != "2 held call(s) denied" {
+		t.Fatalf("settled %+v (%s): %v", s, s, err)
 	}
 	for id, want := range map[string]string{"r1": guard.ApprovalDenied, "r2": guard.ApprovalDenied, "r3": guard.ApprovalApproved,
 		"other-pin": guard.ApprovalPending, "by-rule": guard.ApprovalPending} {
@@ -253,8 +256,112 @@ func TestSettleReview(t *testing.T) {
 			t.Errorf("%s: %s, want %s", id, a.State, want)
 		}
 	}
-	if _, err := SettleReview(ctx, m, pending, "files", "delete_file", "sha256:old", false, "", "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
+	old := &guard.Review{Server: "files", Name: "delete_file", Pin: "sha256:old", State: guard.ReviewRejected}
+	if _, err := SettleReview(ctx, m, pending, old, nil, "", "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
 		t.Fatalf("a decision that cannot be recorded: %v", err)
+	}
+}
+
+// Accepting a definition releases the calls held for it to the rules,
+// unless the change weakens a hint the rules read or the scanner flagged
+// it: then each stays pending, for its own decision.
+func TestAcceptingReleasesHeldCallsUnlessItWeakensOrWasFlagged(t *testing.T) {
+	ctx := context.Background()
+	weakens := []policy.Change{{Member: "description", Text: "description changed"},
+		{Member: "annotations.readOnlyHint", Text: "readOnlyHint false → true", Weakens: true},
+		{Member: "annotations.idempotentHint", Text: "idempotentHint false → true"},
+		{Member: "annotations.destructiveHint", Text: "destructiveHint true → false", Weakens: true}}
+	harmless := []policy.Change{{Member: "title", Text: "title added"}, {Member: "annotations.destructiveHint", Text: "destructiveHint false → true"}}
+	flags := []guard.Flag{{Kind: "hidden_tag", Where: "description", Evidence: "<IMPORTANT>"}}
+	for _, tc := range []struct {
+		name    string
+		changes []policy.Change
+		cause   string
+		flags   []guard.Flag
+		release bool
+		why     string
+	}{
+		{"a change that weakens nothing", harmless, guard.CauseChanged, nil, true, ""},
+		{"a new tool", nil, guard.CauseNew, nil, true, ""},
+		{"a change that weakens hints", weakens, guard.CauseChanged, nil, false, "the change weakens readOnlyHint and destructiveHint"},
+		{"a flagged definition", harmless, guard.CauseFlagged, flags, false, "the scanner flagged its descriptions"},
+		{"flagged, and weakening", weakens[1:2], guard.CauseFlagged, flags, false,
+			"the change weakens readOnlyHint; the scanner flagged its descriptions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &guard.Review{Server: "files", Name: "delete_file", Pin: "sha256:new", State: guard.ReviewAccepted, Cause: tc.cause, Flags: tc.flags}
+			release, why := ReleasesHeld(tc.changes, r)
+			if release != tc.release || why != tc.why {
+				t.Fatalf("ReleasesHeld: %v %q, want %v %q", release, why, tc.release, tc.why)
+			}
+			m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+			for _, id := range []string{"r1", "r2"} {
+				a := held(id)
+				a.Rule, a.Pin, a.Digest = guard.ToolReviewRule, "sha256:new", "d-"+id
+				if _, _, err := m.Hold(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pending, _ := db.Approvals(ctx, guard.ApprovalPending)
+			s, err := SettleReview(ctx, m, pending, r, tc.changes, "alice", "the tool's definition was accepted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, text := guard.ApprovalApproved, "2 held call(s) released to the rules"
+			if !tc.release {
+				want, text = guard.ApprovalPending, "2 held call(s) still wait: "+tc.why+"; each needs its own decision"
+			}
+			if s.String() != text {
+				t.Errorf("settled: %q, want %q", s, text)
+			}
+			for _, id := range []string{"r1", "r2"} {
+				if a, _ := m.Get(ctx, id); a.State != want {
+					t.Errorf("%s: %s, want %s", id, a.State, want)
+				}
+			}
+		})
+	}
+}
+
+// DecideDefinition reads what changed before it accepts: the definition
+// accepted before is the one the change is measured from.
+func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *testing.T) {
+	ctx := context.Background()
+	m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
+	def := func(text string) guard.Tool {
+		return guard.Tool{Server: "files", Name: "rm", Def: json.RawMessage(text), Pin: "sha256:" + fmt.Sprint(len(text))}
+	}
+	v1 := def(`{"name":"rm","annotations":{"destructiveHint":true}}`)
+	v2 := def(`{"name":"rm","annotations":{"destructiveHint":false}}  `)
+	if err := db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
+		t.Fatal(err)
+	}
+	a := held("h")
+	a.Tool, a.Rule, a.Pin = "rm", guard.ToolReviewRule, v2.Pin
+	if _, _, err := m.Hold(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	r, s, err := DecideDefinition(ctx, db, m, "files", "rm", v2.Pin, true, "alice", "")
+	if err != nil || r.State != guard.ReviewAccepted || r.DecidedBy != "alice" {
+		t.Fatalf("decide: %+v %v", r, err)
+	}
+	if s.Kept != 1 || s.String() != "1 held call(s) still wait: the change weakens destructiveHint; each needs its own decision" {
+		t.Fatalf("settled: %+v", s)
+	}
+	got, _ := m.Get(ctx, "h")
+	if got.State != guard.ApprovalPending {
+		t.Fatalf("the held call: %+v", got)
+	}
+	if text := KeptAfterReview(got, r, func(t time.Time) string { return "T" }); text !=
+		"Held for the review of its tool's definition, which was accepted at T by alice; this call needs its own decision. "+
+			"Approving lets it go on to the rules, which judge it by the accepted definition." {
+		t.Fatalf("the held call's note: %q", text)
+	}
+	if _, _, err := DecideDefinition(ctx, db, m, "files", "nope", "sha256:x", true, "alice", ""); !errors.Is(err, guard.ErrNotFound) {
+		t.Fatalf("an unknown tool: %v", err)
 	}
 }
 
@@ -321,4 +428,34 @@ func TestScope(t *testing.T) {
 			t.Fatalf("a hold of any session, once its session ended: %s %v", b.State, b.SessionEnded)
 		}
 	})
+}
+
+// A hold scoped to any session whose client has gone says that approving
+// it does not run the call; any other says nothing.
+func TestClientGoneSaysApprovingDoesNotRunTheCall(t *testing.T) {
+	ctx := context.Background()
+	at := func(time.Time) string { return "T" }
+	for _, scope := range []string{guard.ScopeSession, guard.ScopeAny} {
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Scope: scope})
+		a := held("a")
+		a.Session = "s1"
+		if _, _, err := m.Hold(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := m.Get(ctx, "a"); ClientGoneText(got, at) != "" {
+			t.Errorf("%s: a hold whose client waits: %q", scope, ClientGoneText(got, at))
+		}
+		if err := m.SessionEnded(ctx, "s1", ClientGoneReason); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := m.Get(ctx, "a")
+		want := ""
+		if scope == guard.ScopeAny {
+			want = "Its client is gone (at T). Approving does not run this call: it lets the same call through once when a client " +
+				"makes it again (same server, tool and arguments, any session; approval.scope: any)."
+		}
+		if text := ClientGoneText(got, at); text != want {
+			t.Errorf("%s: %q, want %q", scope, text, want)
+		}
+	}
 }

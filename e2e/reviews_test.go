@@ -97,8 +97,9 @@ func (e *env) pendingFor(ctx context.Context, tool string) guard.Approval {
 }
 
 // A real go-sdk server changes a tool's description and annotations
-// mid-session: calls to it are held, showing what changed, until a person
-// accepts the new definition; a tool whose description carries
+// mid-session: calls to it are held, showing what changed; accepting the
+// new definition, which claims less caution, leaves the held call to a
+// decision of its own, and later calls pass; a tool whose description carries
 // instructions for the model is held from the first listing, and
 // rejecting it denies its calls.
 func TestRugPullAndPoisonedDescription(t *testing.T) {
@@ -187,11 +188,22 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 		t.Fatalf("the call to the changed tool was not held: %+v", g)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if out, code := e.guard("tools", "accept", "weather", "fetch_weather", "--by", "bob"); code != 0 || !strings.Contains(out, "1 held call(s) released") {
+	// The change claims less caution: accepting it does not run the call
+	// made while it was in doubt, which needs a decision of its own.
+	if out, code := e.guard("tools", "accept", "weather", "fetch_weather", "--by", "bob"); code != 0 ||
+		!strings.Contains(out, "1 held call(s) still wait: the change weakens readOnlyHint and destructiveHint; each needs its own decision") {
 		t.Fatalf("tools accept: %d %s", code, out)
 	}
+	select {
+	case g := <-got:
+		t.Fatalf("accepting a change that weakens the hints released the held call: %+v", g)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if out, code := e.guard("approvals", "approve", a.ID, "--by", "bob"); code != 0 {
+		t.Fatalf("approvals approve: %d %s", code, out)
+	}
 	if g := <-got; g.err != nil || g.r.IsError || text(g.r) != "sunny in Oslo" {
-		t.Fatalf("the released call: %+v", g)
+		t.Fatalf("the call approved on its own: %+v", g)
 	}
 	if r, err := call("fetch_weather"); err != nil || r.IsError {
 		t.Fatalf("after acceptance the tool passes: %v %v", r, err)

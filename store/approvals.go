@@ -158,10 +158,36 @@ func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, 
 
 // Approvals lists approvals in a state ("" for all), oldest first.
 func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
-	rows, err := db.r.QueryContext(ctx, db.approvalSelect()+` FROM approvals
-		WHERE ? = '' OR state = ? ORDER BY created_at, id`, state, state)
+	list, err := db.approvalsWhere(ctx, `? = '' OR state = ?`, []any{state, state})
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	return list, nil
+}
+
+// ApprovalsByID lists the approvals with these ids (at most maxIDs), oldest
+// first; an id none has is left out. A page that names many approvals
+// reads them in one query.
+func (db *DB) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if len(ids) > maxIDs {
+		return nil, fmt.Errorf("approvals: %d ids, at most %d at once", len(ids), maxIDs)
+	}
+	list, err := db.approvalsWhere(ctx, `id IN (`+paramMarks(len(ids))+`)`, appendArgs(nil, ids))
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	return list, nil
+}
+
+// approvalsWhere reads the approvals a condition selects, with their
+// reviews, oldest first.
+func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*guard.Approval, error) {
+	rows, err := db.r.QueryContext(ctx, db.approvalSelect()+` FROM approvals WHERE `+cond+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []*guard.Approval
@@ -169,19 +195,19 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 	for rows.Next() {
 		a, err := scanApproval(rows.Scan)
 		if err != nil {
-			return nil, fmt.Errorf("approvals: %w", err)
+			return nil, err
 		}
 		out = append(out, a)
 		byID[a.ID] = a
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("approvals: %w", err)
+		return nil, err
 	}
 	rows.Close()
-	err = db.reviews(ctx, db.r, `WHERE approval IN (SELECT id FROM approvals WHERE ? = '' OR state = ?)`,
-		[]any{state, state}, func(id string) *guard.Approval { return byID[id] })
+	err = db.reviews(ctx, db.r, `WHERE approval IN (SELECT id FROM approvals WHERE `+cond+`)`, args,
+		func(id string) *guard.Approval { return byID[id] })
 	if err != nil {
-		return nil, fmt.Errorf("approvals: %w", err)
+		return nil, err
 	}
 	return out, nil
 }

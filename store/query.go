@@ -23,8 +23,12 @@ type Filter struct {
 	// authenticated with this subject or this email.
 	User string
 	// Approval selects the calls with a record that carries this approval
-	// id (the request of a held call, its decision, its outcome).
-	Approval string
+	// id (the request of a held call, its decision, its outcome);
+	// Approvals, those with a record that carries one of these (at most
+	// maxIDs; with Approval, one of them all): the calls of a page's
+	// approvals in one query.
+	Approval  string
+	Approvals []string
 	// Text selects the calls whose redacted arguments or latest result
 	// hold these words, as MatchExpr reads them.
 	Text string
@@ -250,11 +254,15 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 	if pg {
 		textCond = "t.words @@ " + match
 	}
+	approvals, err := f.approvals()
+	if err != nil {
+		return "", nil, fmt.Errorf("calls: %w", err)
+	}
 	switch {
-	case f.Approval != "":
-		from = `(SELECT DISTINCT call_id FROM records WHERE approval = ? AND approval != '') a
+	case len(approvals) > 0:
+		from = `(SELECT DISTINCT call_id FROM records WHERE approval IN (` + paramMarks(len(approvals)) + `) AND approval != '') a
  ` + join + ` call_index c ON c.call_id = a.call_id`
-		args = append(args, f.Approval)
+		args = appendArgs(args, approvals)
 		if match != "" {
 			in := "c.k IN (SELECT rowid FROM call_text WHERE " + textCond + ")"
 			if pg {
@@ -296,11 +304,8 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 		if len(f.IDs) > maxIDs {
 			return "", nil, fmt.Errorf("calls: %d ids, at most %d at once", len(f.IDs), maxIDs)
 		}
-		marks := strings.TrimSuffix(strings.Repeat("?,", len(f.IDs)), ",")
-		where = append(where, "c.call_id IN ("+marks+")")
-		for _, id := range f.IDs {
-			args = append(args, id)
-		}
+		where = append(where, "c.call_id IN ("+paramMarks(len(f.IDs))+")")
+		args = appendArgs(args, f.IDs)
 	}
 	if f.User != "" {
 		// The user's indexes hold only calls that name one: the
@@ -324,6 +329,30 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 		q += " LIMIT " + strconv.Itoa(f.Limit)
 	}
 	return q, args, nil
+}
+
+// approvals are the approval ids the filter selects on: Approval and
+// Approvals together, at most maxIDs.
+func (f Filter) approvals() ([]string, error) {
+	ids := f.Approvals
+	if f.Approval != "" {
+		ids = append([]string{f.Approval}, ids...)
+	}
+	if len(ids) > maxIDs {
+		return nil, fmt.Errorf("%d approvals, at most %d at once", len(ids), maxIDs)
+	}
+	return ids, nil
+}
+
+// paramMarks are n parameters' question marks, separated by commas.
+func paramMarks(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// appendArgs appends strings to a statement's arguments.
+func appendArgs(args []any, vs []string) []any {
+	for _, v := range vs {
+		args = append(args, v)
+	}
+	return args
 }
 
 // ascending reports whether Query reads the calls oldest first (to page
@@ -465,10 +494,17 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		where, args = append(where, "time <= ?"), append(args, fmtTime(f.Until))
 	}
 	for _, c := range []struct{ col, v string }{{"server", f.Server}, {"tool", f.Tool}, {"decision", f.Decision},
-		{"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}, {"approval", f.Approval}} {
+		{"client", f.Client}, {"session", f.Session}, {"decided_by", f.DecidedBy}} {
 		if c.v != "" {
 			where, args = append(where, c.col+" = ?"), append(args, c.v)
 		}
+	}
+	approvals, err := f.approvals()
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	if len(approvals) > 0 {
+		where, args = append(where, "approval IN ("+paramMarks(len(approvals))+")"), appendArgs(args, approvals)
 	}
 	if f.User != "" {
 		if db.noUser {

@@ -122,6 +122,13 @@ func TestQueryRefusesTooManyIDs(t *testing.T) {
 	if err := db.Query(context.Background(), Filter{IDs: ids[:maxIDs]}, func(*Call) error { return nil }); err != nil {
 		t.Fatalf("a query of %d ids: %v", maxIDs, err)
 	}
+	err = db.Query(context.Background(), Filter{Approvals: ids}, func(*Call) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
+		t.Fatalf("a query of %d approvals: %v", len(ids), err)
+	}
+	if _, err := db.ApprovalsByID(context.Background(), ids); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
+		t.Fatalf("%d approvals by id: %v", len(ids), err)
+	}
 }
 
 func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
@@ -158,6 +165,12 @@ func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
 		{"outcome", Filter{Outcome: guard.OutcomeDenied}, func(c sampleCall) bool { return c.outcome == guard.OutcomeDenied }},
 		{"approval", Filter{Approval: "appr-12"}, func(c sampleCall) bool { return c.appr == "appr-12" }},
 		{"no such approval", Filter{Approval: "appr-13"}, func(sampleCall) bool { return false }},
+		{"approvals", Filter{Approvals: []string{"appr-5", "appr-19", "appr-13"}}, func(c sampleCall) bool {
+			return c.appr == "appr-5" || c.appr == "appr-19"
+		}},
+		{"approval and approvals", Filter{Approval: "appr-12", Approvals: []string{"appr-26"}}, func(c sampleCall) bool {
+			return c.appr == "appr-12" || c.appr == "appr-26"
+		}},
 		{"id", Filter{ID: "call-007"}, func(c sampleCall) bool { return c.id == "call-007" }},
 		{"ids", Filter{IDs: []string{"call-003", "call-007", "no-such-call"}}, func(c sampleCall) bool {
 			return c.id == "call-003" || c.id == "call-007"

@@ -308,6 +308,34 @@ func newApproval(id string) *guard.Approval {
 		CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
 }
 
+// ApprovalsByID reads the approvals it is given, with their reviews, and
+// leaves out the ids none has.
+func TestApprovalsByID(t *testing.T) {
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	for _, id := range []string{"a1", "a2", "a3"} {
+		a := newApproval(id)
+		a.Digest = "sha256:" + id
+		if err := db.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.DecideApproval(ctx, "a3", false, "bob", "not now"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.ApprovalsByID(ctx, []string{"a3", "nope", "a1"})
+	if err != nil || len(got) != 2 || got[0].ID != "a1" || got[1].ID != "a3" {
+		t.Fatalf("approvals by id: %+v %v", got, err)
+	}
+	if a := got[1]; a.State != guard.ApprovalDenied || a.DecidedBy != "bob" || len(a.Reviews) != 1 || a.Reviews[0].Reason != "not now" {
+		t.Fatalf("a3: %+v", a)
+	}
+	if got, err := db.ApprovalsByID(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no ids: %v %v", got, err)
+	}
+}
+
 func TestFirstDecisionWins(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()

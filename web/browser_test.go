@@ -112,6 +112,21 @@ func (p *page) submit(sel string) {
 	}
 }
 
+// loginAs logs in with the token, then gives a name, as a person does.
+func (p *page) loginAs(name string) {
+	p.t.Helper()
+	e := p.e
+	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/login?token="+testToken), chromedp.WaitVisible(chromedp.CSS(`#pending-list`)))
+	if loc := evaluate[string](p, `location.href`); loc != e.ts.URL+"/" || strings.Contains(loc, testToken) {
+		p.t.Fatalf("after login the address is %q", loc)
+	}
+	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/name"), chromedp.SendKeys(chromedp.CSS(`#name`), name))
+	p.submit(`[data-action="set-name"]`)
+	if got := evaluate[string](p, `document.getElementById("approver").textContent`); got != name {
+		p.t.Fatalf("name shown: %q", got)
+	}
+}
+
 // waitFor polls the store until cond holds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -159,16 +174,7 @@ func TestBrowser(t *testing.T) {
 	p := newPage(t, e)
 	const name = "Alice Browser"
 
-	// Log in with the token, then give a name.
-	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/login?token="+testToken), chromedp.WaitVisible(chromedp.CSS(`#pending-list`)))
-	if loc := evaluate[string](p, `location.href`); loc != e.ts.URL+"/" || strings.Contains(loc, testToken) {
-		t.Fatalf("after login the address is %q", loc)
-	}
-	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/name"), chromedp.SendKeys(chromedp.CSS(`#name`), name))
-	p.submit(`[data-action="set-name"]`)
-	if got := evaluate[string](p, `document.getElementById("approver").textContent`); got != name {
-		t.Fatalf("name shown: %q", got)
-	}
+	p.loginAs(name)
 	if strings.Contains(evaluate[string](p, `document.documentElement.outerHTML`), testToken) {
 		t.Fatal("the page holds the token")
 	}
@@ -442,9 +448,7 @@ func TestScreenshots(t *testing.T) {
 		appendCall(t, e.db, c.server, c.tool, c.decision, c.by, c.outcome, c.args, 42)
 	}
 	p := newPage(t, e)
-	p.do(10*time.Second, chromedp.Navigate(e.ts.URL+"/login?token="+testToken), chromedp.Navigate(e.ts.URL+"/name"),
-		chromedp.SendKeys(chromedp.CSS(`#name`), "alice"))
-	p.submit(`[data-action="set-name"]`)
+	p.loginAs("alice")
 	dir := filepath.Join("..", "docs", "screenshots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -468,8 +472,8 @@ func TestScreenshots(t *testing.T) {
 
 // In Chromium, with the page's scripts running, a held call's card says
 // whether its client still waits or was told to retry and which call
-// approving lets through, live updates included; Activity shows how a held
-// call was decided.
+// approving lets through, live updates included; Activity tells what
+// became of a held call.
 func TestBrowserShowsHowHeldCallsStand(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -506,7 +510,81 @@ func TestBrowserShowsHowHeldCallsStand(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.open("/activity")
-	if got := text(`tr[data-call-id="` + told.ID + `"] .approval-note`); got != "approved by alice at "+fmtUI(e.approval(told.ID).DecidedAt) {
-		t.Errorf("Activity's note on the held call: %q", got)
+	row := `tr[data-call-id="` + told.ID + `"] .approval-note`
+	steps := evaluate[string](p, `[...document.querySelectorAll(`+strconv.Quote(row+` [data-step]`)+`)].map(e => e.dataset.step).join(" ")`)
+	if steps != "told-to-retry approved no-retry-yet" {
+		t.Errorf("Activity's story of the held call has the steps %q", steps)
 	}
+	decided := e.approval(told.ID).DecidedAt.UTC()
+	if got := text(row); !strings.Contains(got, " · approved by alice at "+decided.Format(time.TimeOnly)+" · no retry yet: the approval lets one through until ") &&
+		!strings.Contains(got, " · approved by alice at "+fmtUI(decided)+" · ") {
+		t.Errorf("Activity's story of the held call: %q", got)
+	}
+}
+
+// In Chromium, the Tool changes page says before the click what accepting
+// does with the calls held for a definition, and does it: a change that
+// weakens the tool's declared caution leaves its held call pending, with
+// a card that says it needs its own decision; one that weakens nothing
+// releases its held call to the rules.
+func TestBrowserAcceptingAToolChangeSaysWhatBecomesOfItsHeldCalls(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rm1 := tool("files", "rm", `{"name":"rm","annotations":{"destructiveHint":true}}`)
+	rm2 := tool("files", "rm", `{"name":"rm","annotations":{"destructiveHint":false}}`)
+	ls1 := tool("files", "ls", `{"name":"ls","annotations":{"readOnlyHint":true}}`)
+	ls2 := tool("files", "ls", `{"name":"ls","title":"List","annotations":{"readOnlyHint":true}}`)
+	if err := e.db.RecordTools(ctx, "files", []guard.Tool{rm1, ls1}, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.RecordTools(ctx, "files", []guard.Tool{rm2, ls2}, time.Now().Add(time.Second), false); err != nil {
+		t.Fatal(err)
+	}
+	held := func(tl guard.Tool) *guard.Approval {
+		return e.holdWith(&guard.Approval{Server: "files", Tool: tl.Name, Arguments: `{"path":"/srv"}`, Pin: tl.Pin,
+			Rule: guard.ToolReviewRule, HeldReason: "the tool's definition changed since it was accepted"})
+	}
+	rmCall, lsCall := held(rm2), held(ls2)
+	p := newPage(t, e)
+	p.loginAs("Alice Browser")
+	text := func(sel string) string {
+		return evaluate[string](p, `document.querySelector(`+strconv.Quote(sel)+`).innerText`)
+	}
+	review := func(tl guard.Tool) string { return `[data-review-pin="` + tl.Pin + `"]` }
+
+	p.open("/tools/changes")
+	if got, want := text(review(rm2)+` [data-role="accept-effect"]`), "Accepting does not release the call held for it: "+
+		"the change weakens destructiveHint; each needs its own decision on the Pending page. Rejecting denies every call held for it."; got != want {
+		t.Fatalf("before accepting a weakening change: %q, want %q", got, want)
+	}
+	p.submit(review(rm2) + ` [data-action="accept-tool"]`)
+	if got := text(".flash"); !strings.Contains(got, "accepted. 1 held call(s) still wait: the change weakens destructiveHint; each needs its own decision.") {
+		t.Errorf("after accepting a weakening change: %q", got)
+	}
+	if r, _ := e.db.Review(ctx, "files", "rm", rm2.Pin); r.State != guard.ReviewAccepted {
+		t.Fatalf("the weakening change: %+v", r)
+	}
+	if got := e.approval(rmCall.ID); got.State != guard.ApprovalPending {
+		t.Fatalf("accepting a weakening change decided its held call: %+v", got)
+	}
+	p.open("/")
+	if got := text(card(rmCall.ID) + ` [data-role="kept"]`); !strings.Contains(got, "which was accepted at ") ||
+		!strings.Contains(got, "by Alice Browser; this call needs its own decision") {
+		t.Errorf("the card of the call kept pending: %q", got)
+	}
+
+	p.open("/tools/changes")
+	if got, want := text(review(ls2)+` [data-role="accept-effect"]`),
+		"Accepting releases the call held for it to the rules. Rejecting denies every call held for it."; got != want {
+		t.Fatalf("before accepting a change that weakens nothing: %q, want %q", got, want)
+	}
+	p.submit(review(ls2) + ` [data-action="accept-tool"]`)
+	if got := text(".flash"); !strings.Contains(got, "accepted. 1 held call(s) released to the rules.") {
+		t.Errorf("after accepting a change that weakens nothing: %q", got)
+	}
+	if got := e.approval(lsCall.ID); got.State != guard.ApprovalApproved || got.DecidedBy != "Alice Browser" {
+		t.Fatalf("the released call: %+v", got)
+	}
+	p.open("/")
+	p.do(3*time.Second, chromedp.WaitNotPresent(chromedp.CSS(card(lsCall.ID))))
 }

@@ -186,14 +186,8 @@ func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := callView{Call: c}
-	held := id
-	if c.Approval != "" { // a repeated call let through by an approval
-		held = c.Approval
-	}
-	if a, err := s.opts.Store.Approval(ctx, held); err == nil {
-		v.Approval, v.Rules = a, rulesOf(a, sessionOf(ctx))
-	} else if !errors.Is(err, guard.ErrNotFound) {
+	v, err := s.callView(ctx, c)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -368,8 +362,9 @@ func alreadyText(a *guard.Approval) string {
 	return "Not recorded: the call is already " + a.State + "."
 }
 
-// decideTool accepts or rejects a tool's definition, then releases (or
-// denies) the calls held for its review, as guard tools accept does.
+// decideTool accepts or rejects a tool's definition, then settles the calls
+// held for its review (approvals.DecideDefinition), as guard tools accept
+// does.
 func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	sess := sessionOf(ctx)
@@ -390,28 +385,19 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
 		return
 	}
-	rev, err := s.opts.Store.DecideTool(ctx, server, name, pin, accept, sess.name)
-	if err != nil {
+	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Decider, server, name, pin, accept, sess.name, "")
+	if rev == nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("ui: tool decision", "server", server, "tool", name, "pin", pin, "state", rev.State, "by", sess.name)
-	pending, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	s.log.Info("ui: tool decision", "server", server, "tool", name, "pin", pin, "state", rev.State, "by", sess.name,
+		"released", settled.Decided, "kept", settled.Kept)
 	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	n, err := approvals.SettleReview(ctx, s.opts.Decider, pending, server, name, pin, accept, sess.name, "the tool's definition was "+rev.State)
-	if err != nil {
-		s.log.Error("ui: release held calls", "err", err)
+		s.log.Error("ui: settle held calls", "err", err)
 	}
 	msg := server + "/" + name + " " + shortPin(pin) + ": " + rev.State + "."
-	if n > 0 {
-		if accept {
-			msg += " " + itoa(n) + " held call(s) released to the rules."
-		} else {
-			msg += " " + itoa(n) + " held call(s) denied."
-		}
+	if text := settled.String(); text != "" {
+		msg += " " + text + "."
 	}
 	s.sessions.setFlash(sess.key, msg)
 	http.Redirect(w, r, "/tools/changes", http.StatusSeeOther)

@@ -92,9 +92,13 @@ type cardView struct {
 	ToolKnown                bool
 	PinChanged               bool // the tool's latest definition is not the one the call was held on
 	ToolReview               bool // held for a review of the tool's definition
-	Created, Expires         time.Time
-	Left                     string
-	Rules                    rulesView
+	// Kept, for a call held for a review, says that the definition was
+	// accepted without releasing it (approvals.KeptAfterReview): it
+	// needs its own decision.
+	Kept             string
+	Created, Expires time.Time
+	Left             string
+	Rules            rulesView
 	// Caller is where the call's client stands: CallerWaiting (its call
 	// blocks, for at most approval.wait), CallerRetry (it was told to
 	// retry at Told; the hold stays open until Expires, approval.timeout)
@@ -102,6 +106,9 @@ type cardView struct {
 	Caller string
 	Told   time.Time
 	Scope  string // which repeated call an approval lets through
+	// Gone says, near the buttons, that approving a hold whose client
+	// has gone does not run the call (approvals.ClientGoneText).
+	Gone string
 }
 
 // Where a held call's client stands, as the pending page says it.
@@ -135,6 +142,10 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 	if err != nil {
 		return pendingView{}, err
 	}
+	reviews, err := s.reviewsOf(ctx, list)
+	if err != nil {
+		return pendingView{}, err
+	}
 	for _, a := range list {
 		byName, ok := tools[a.Server]
 		if !ok {
@@ -151,8 +162,11 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope, Gone: approvals.ClientGoneText(a, fmtTime)}
 		callerOf(a, calls, &c)
+		if c.ToolReview {
+			c.Kept = approvals.KeptAfterReview(a, reviews[[3]string{a.Server, a.Tool, a.Pin}], fmtTime)
+		}
 		if t, ok := byName[a.Tool]; ok {
 			c.ToolKnown = true
 			c.Hints = hints(t.Annotations)
@@ -173,18 +187,52 @@ func (s *Server) heldCalls(ctx context.Context, list []*guard.Approval) (map[str
 			ids = append(ids, heldCallID(a))
 		}
 	}
-	for len(ids) > 0 {
-		n := min(len(ids), 1000)
-		err := s.opts.Store.Query(ctx, store.Filter{IDs: ids[:n]}, func(c *store.Call) error {
+	err := inChunks(ids, func(ids []string) error {
+		return s.opts.Store.Query(ctx, store.Filter{IDs: ids}, func(c *store.Call) error {
 			calls[c.ID] = c
 			return nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("held calls: %w", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("held calls: %w", err)
+	}
+	return calls, nil
+}
+
+// inChunks calls fn with the ids a thousand at a time: a query that
+// takes ids takes at most that many, and a page may name more.
+func inChunks(ids []string, fn func([]string) error) error {
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		if err := fn(ids[:n]); err != nil {
+			return err
 		}
 		ids = ids[n:]
 	}
-	return calls, nil
+	return nil
+}
+
+// reviewsOf reads the reviews of tool definitions by server, name and pin,
+// in one query, when a call among list is held for one.
+func (s *Server) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]string]*guard.Review, error) {
+	if !slices.ContainsFunc(list, func(a *guard.Approval) bool { return a.Rule == guard.ToolReviewRule }) {
+		return nil, nil
+	}
+	return s.reviewsByPin(ctx)
+}
+
+// reviewsByPin reads every review of a tool definition, by server, name
+// and pin.
+func (s *Server) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
+	rs, err := s.opts.Store.Reviews(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("tool reviews: %w", err)
+	}
+	byPin := make(map[[3]string]*guard.Review, len(rs))
+	for _, r := range rs {
+		byPin[[3]string{r.Server, r.Name, r.Pin}] = r
+	}
+	return byPin, nil
 }
 
 // heldCallID is the id of an approval's held call.
@@ -205,12 +253,8 @@ func callerOf(a *guard.Approval, calls map[string]*store.Call, c *cardView) {
 		return
 	}
 	c.Caller = CallerWaiting
-	call := calls[heldCallID(a)]
-	if call != nil && call.Outcome == guard.OutcomeAwaitingApproval {
-		c.Caller = CallerRetry
-		if t, err := time.Parse(time.RFC3339Nano, call.Time); err == nil {
-			c.Told = t.Add(time.Duration(call.DurationMS) * time.Millisecond)
-		}
+	if told, ok := toldAt(calls[heldCallID(a)]); ok {
+		c.Caller, c.Told = CallerRetry, told
 	}
 }
 
@@ -246,6 +290,31 @@ type reviewView struct {
 	OldPin                   string
 	Def                      string // the definition, indented
 	HeldCalls                int
+	// Releases says whether accepting releases the held calls to the
+	// rules (approvals.ReleasesHeld); KeptWhy, when it does not, why.
+	Releases bool
+	KeptWhy  string
+}
+
+// AcceptText says, before the Accept button, what accepting does with the
+// calls held for the definition.
+func (r reviewView) AcceptText() string {
+	switch {
+	case r.HeldCalls == 0:
+		return "No call is held for it: accepting lets later calls of it go on to the rules, which judge them by this definition."
+	case r.Releases:
+		return "Accepting releases " + heldCallsText(r.HeldCalls) + " to the rules."
+	}
+	return "Accepting does not release " + heldCallsText(r.HeldCalls) + ": " + r.KeptWhy +
+		"; each needs its own decision on the Pending page."
+}
+
+// heldCallsText names the calls held for a definition.
+func heldCallsText(n int) string {
+	if n == 1 {
+		return "the call held for it"
+	}
+	return "the " + itoa(n) + " calls held for it"
 }
 
 // diffLine is one line of a line diff: Op is "+", "-" or " ".
@@ -325,6 +394,7 @@ func (s *Server) changesView(ctx context.Context, sess session) (changesView, er
 				rv.Diff = parseDiff(policy.LineDiff(old.Def, cur.Def))
 			}
 		}
+		rv.Releases, rv.KeptWhy = approvals.ReleasesHeld(rv.Changes, r)
 		v.Reviews = append(v.Reviews, rv)
 	}
 	return v, nil
@@ -391,13 +461,9 @@ func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	byPin, err := s.reviewsByPin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("tool reviews: %w", err)
-	}
-	byPin := make(map[[3]string]*guard.Review, len(reviews))
-	for _, r := range reviews {
-		byPin[[3]string{r.Server, r.Name, r.Pin}] = r
+		return nil, err
 	}
 	var out []serverView
 	for _, t := range tools {
@@ -534,9 +600,10 @@ func (af activityFilter) link(cursor string, key int64) string {
 type activityView struct {
 	Filter activityFilter
 	Calls  []*store.Call
-	// Approvals are the approvals the calls carry, by id: how each held
-	// call was decided.
-	Approvals map[string]*guard.Approval
+	// Approvals are the approvals the calls name, each with every call
+	// that names it, by id: what became of each held call.
+	Approvals map[string]approvalCalls
+	Now       time.Time
 	Limit     int
 	// Newer and Older are the links to the next pages ("" when there is
 	// none).
@@ -545,7 +612,7 @@ type activityView struct {
 
 func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, error) {
 	af, f := s.readFilter(q)
-	v := activityView{Filter: af, Limit: f.Limit}
+	v := activityView{Filter: af, Limit: f.Limit, Now: s.opts.Now()}
 	if af.Bad {
 		return v, nil
 	}
@@ -592,34 +659,49 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 	return v, err
 }
 
-// approvalsOf reads the approvals that the calls shown carry.
+// approvalsOf reads the approvals that the calls shown name, and every
+// call that names them (the held call, the one an approval let through),
+// in one query each whatever the number of rows.
 func (s *Server) approvalsOf(ctx context.Context, v *activityView) error {
-	v.Approvals = map[string]*guard.Approval{}
+	v.Approvals = map[string]approvalCalls{}
+	var ids []string
+	seen := map[string]bool{}
 	for _, c := range v.Calls {
-		if c.Approval == "" || v.Approvals[c.Approval] != nil {
-			continue
+		if c.Approval != "" && !seen[c.Approval] {
+			seen[c.Approval] = true
+			ids = append(ids, c.Approval)
 		}
-		a, err := s.opts.Store.Approval(ctx, c.Approval)
-		if errors.Is(err, guard.ErrNotFound) {
-			continue
-		}
+	}
+	err := inChunks(ids, func(ids []string) error {
+		list, err := s.opts.Store.ApprovalsByID(ctx, ids)
 		if err != nil {
-			return fmt.Errorf("activity: %w", err)
+			return err
 		}
-		v.Approvals[c.Approval] = a
+		for _, a := range list {
+			v.Approvals[a.ID] = approvalCalls{a: a}
+		}
+		return s.opts.Store.Query(ctx, store.Filter{Approvals: ids}, func(c *store.Call) error {
+			if ac, ok := v.Approvals[c.Approval]; ok {
+				ac.calls = append(ac.calls, c)
+				v.Approvals[c.Approval] = ac
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("activity: approvals: %w", err)
 	}
 	return nil
 }
 
-// approvalNote says how a call's approval was decided: approved, denied,
-// expired or withdrawn, by whom and when; "" for a call that carries no
-// approval known here.
-func (v activityView) approvalNote(c *store.Call) (state, text string) {
-	a := v.Approvals[c.Approval]
-	if a == nil {
-		return "", ""
+// story tells, in one line, what became of a call that names an
+// approval; it has no steps for a call that names none known here.
+func (v activityView) story(c *store.Call) callStory {
+	ac, ok := v.Approvals[c.Approval]
+	if !ok {
+		return callStory{}
 	}
-	return approvalState(a), decisionText(a)
+	return storyOf(c, ac, v.Now, false)
 }
 
 // approvalState is an approval's decision: an approval used by the call
@@ -639,23 +721,41 @@ func scopeText(scope string) string {
 	return "one repeated call of it from the same session only (approval.scope: session)"
 }
 
-// decisionText says how an approval was decided, by whom and when.
-func decisionText(a *guard.Approval) string {
-	when := fmtTime(a.DecidedAt)
-	switch a.State {
-	case guard.ApprovalPending:
-		return "awaiting approval"
-	case guard.ApprovalApproved, guard.ApprovalUsed, guard.ApprovalDenied:
-		return approvalState(a) + " by " + a.DecidedBy + " at " + when
-	}
-	return a.State + " at " + when
-}
-
 // callView is one recorded invocation, with its approval when it was held.
 type callView struct {
 	Call     *store.Call
 	Approval *guard.Approval
 	Rules    rulesView // the approval's rules and reviews
+	Story    callStory // what became of the call, in full
+}
+
+// callView reads a call's approval, if it names one (the call held for
+// it, the call it let through, or one made again while it was open; a
+// call held before approvals were named in its records has its own id),
+// and the calls that name it, to tell what became of the call.
+func (s *Server) callView(ctx context.Context, c *store.Call) (callView, error) {
+	v := callView{Call: c}
+	id := c.ID
+	if c.Approval != "" {
+		id = c.Approval
+	}
+	a, err := s.opts.Store.Approval(ctx, id)
+	if errors.Is(err, guard.ErrNotFound) {
+		return v, nil
+	}
+	if err != nil {
+		return v, err
+	}
+	ac := approvalCalls{a: a}
+	err = s.opts.Store.Query(ctx, store.Filter{Approval: a.ID}, func(c *store.Call) error {
+		ac.calls = append(ac.calls, c)
+		return nil
+	})
+	if err != nil {
+		return v, fmt.Errorf("the calls of approval %s: %w", a.ID, err)
+	}
+	v.Approval, v.Rules, v.Story = a, rulesOf(a, sessionOf(ctx)), storyOf(c, ac, s.opts.Now(), true)
+	return v, nil
 }
 
 // findCall looks up one invocation by its id.
@@ -738,6 +838,7 @@ func orDash(s string) string {
 }
 
 func itoa(n int) string       { return strconv.Itoa(n) }
+func boolText(b bool) string  { return strconv.FormatBool(b) }
 func i64toa(n int64) string   { return strconv.FormatInt(n, 10) }
 func pathID(id string) string { return url.PathEscape(id) }
 

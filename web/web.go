@@ -58,6 +58,9 @@ type Store interface {
 	// Approvals lists approvals in a state ("pending"), or all for "".
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
 	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// ApprovalsByID lists the approvals with these ids (at most 10,000),
+	// leaving out those none has.
+	ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error)
 	// CountApprovals counts the approvals in a state and names the newest.
 	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
 	CountReviews(ctx context.Context, state string) (int, error)

@@ -110,6 +110,22 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 		row("decided by", x.DecidedBy+" at "+recordTime(x.DecidedAt))
 		row("reason", dash(x.Reason))
 	}
+	// What approving does, where it is not what it seems: a call whose
+	// client has gone is not run by it; one its tool's review left
+	// pending needs a decision of its own.
+	if gone := approvals.ClientGoneText(x, recordTime); gone != "" {
+		row("client gone", gone)
+	}
+	if x.Rule == guard.ToolReviewRule && x.State == guard.ApprovalPending {
+		r, err := db.Review(ctx, x.Server, x.Tool, x.Pin)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard approvals show: %v\n", err)
+			return exitFailure
+		}
+		if kept := approvals.KeptAfterReview(x, r, recordTime); kept != "" {
+			row("review", kept)
+		}
+	}
 	if x.Arguments != "" {
 		row("arguments", x.Arguments)
 	}

@@ -118,3 +118,30 @@ func TestPolicyCheckShowsApprovers(t *testing.T) {
 		t.Fatalf("policy check of a bad count: %d %s", code, errOut)
 	}
 }
+
+// guard approvals show says that approving a hold whose client has gone
+// does not run the call, when the hold stays open for that (scope any).
+func TestApprovalsShowSaysApprovingAGoneClientsCallDoesNotRunIt(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	db, _ := openData(t, dir)
+	now := time.Now()
+	if err := db.CreateApproval(ctx, &guard.Approval{ID: "gone-1", CallID: "gone-1", Session: "s1", Server: "files", Tool: "rm",
+		Arguments: `{}`, Digest: "sha256:1", State: guard.ApprovalPending, Rule: "default", HeldReason: "destructive",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Scope: guard.ScopeAny}); err != nil {
+		t.Fatal(err)
+	}
+	ended := now.Add(time.Minute)
+	if ok, err := db.MarkSessionEnded(ctx, "gone-1", ended); !ok || err != nil {
+		t.Fatalf("session ended: %v %v", ok, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, dir, "approvals", "show", "gone-1")
+	want := "client gone  Its client is gone (at " + recordTime(ended) + "). Approving does not run this call: it lets the same call " +
+		"through once when a client makes it again (same server, tool and arguments, any session; approval.scope: any).\n"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("show: %d %s %s", code, out, errOut)
+	}
+}

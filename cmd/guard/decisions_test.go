@@ -17,6 +17,18 @@ import (
 	"github.com/guard-mcp/guard/store"
 )
 
+// openData opens the database a guard run with HOME dir uses by default,
+// and returns it with its path.
+func openData(t *testing.T, dir string) (*store.DB, string) {
+	t.Helper()
+	path := filepath.Join(dir, "data", "guard", "guard.db")
+	db, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, path
+}
+
 // holdIn stores a pending approval in the database at path, as a running
 // guard holding a call does, and closes it.
 func holdIn(t *testing.T, path string, ids ...string) {

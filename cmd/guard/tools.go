@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -181,8 +180,8 @@ func currentTool(ctx context.Context, db *store.DB, server, name string) (*guard
 	return nil, fmt.Errorf("no tool %q on server %q in the catalog (guard tools list shows what it holds)", name, server)
 }
 
-// toolsDecide accepts or rejects a tool's current definition, and releases
-// (or denies) the calls held for its review.
+// toolsDecide accepts or rejects a tool's current definition, and settles
+// the calls held for its review, saying what became of them.
 func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
 	verb := "reject"
 	if accept {
@@ -212,31 +211,24 @@ func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
 	if refuseCLIDecision(a, st.Config, "tools "+verb) { // it decides the calls held for the tool
 		return exitFailure
 	}
-	r, err := db.DecideTool(ctx, server, tool, "", accept, who)
-	if errors.Is(err, guard.ErrNotFound) {
-		fmt.Fprintf(a.stderr, "guard tools %s: no tool %q on server %q in the catalog\n", verb, tool, server)
+	cur, err := currentTool(ctx, db, server, tool)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
 		return exitFailure
 	}
-	if err != nil {
+	// Calls held for this definition's review: rejected, they are denied;
+	// accepted, they go on to the rules, or wait for a decision each
+	// when the change weakens the tool's declared caution or the scanner
+	// flagged it (approvals.ReleasesHeld).
+	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+	r, settled, err := approvals.DecideDefinition(ctx, db, m, server, tool, cur.Pin, accept, who, *reason)
+	if r == nil {
 		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
 		return exitFailure
 	}
 	fmt.Fprintf(a.stdout, "%s/%s %s: %s by %s\n", server, tool, r.Pin, r.State, who)
-	// Calls held for this definition's review: accepted, they go on to the
-	// rules; rejected, they are denied.
-	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
-	pending, err := db.Approvals(ctx, guard.ApprovalPending)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
-		return exitFailure
-	}
-	why := *reason
-	if why == "" {
-		why = "the tool's definition was " + r.State
-	}
-	n, err := approvals.SettleReview(ctx, m, pending, server, tool, r.Pin, accept, who, why)
-	if n > 0 {
-		fmt.Fprintf(a.stdout, "%d held call(s) %s\n", n, map[bool]string{true: "released to the rules", false: "denied"}[accept])
+	if text := settled.String(); text != "" {
+		fmt.Fprintln(a.stdout, text)
 	}
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
