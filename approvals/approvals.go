@@ -621,6 +621,11 @@ type Definitions interface {
 // the review as decided; an error with a nil review means nothing was
 // decided, one with a review that held calls could not all be settled.
 func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, server, name, pin string, accept bool, by, reason string) (*guard.Review, Settled, error) {
+	if pin == "" {
+		// What changed is read from the definition decided: without
+		// its pin, a weakening change would release its calls.
+		return nil, Settled{}, fmt.Errorf("decide %s/%s: which definition (its pin) is not given", server, name)
+	}
 	changes, err := changesSinceAccepted(ctx, st, server, name, pin)
 	if err != nil {
 		return nil, Settled{}, err

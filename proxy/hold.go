@@ -158,7 +158,59 @@ func (h *held) store() bool {
 	}
 	h.a = a
 	c.approval = a.ID
+	if h.v.Rule == guard.ToolReviewRule {
+		s.noteReviewHold(c.tool, h.digest, a.ID)
+	}
 	return true
+}
+
+// noteReviewHold remembers a call of this session held for its tool's
+// review, by tool and argument digest: accepting the definition may leave
+// it waiting for a person's own decision (the change weakened a hint),
+// and the same call made again must then wait for that decision too,
+// rather than pass under the accepted definition (see heldForReview).
+func (s *Session) noteReviewHold(tool, digest, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reviewHolds == nil {
+		s.reviewHolds = map[string]map[string]string{}
+	}
+	if s.reviewHolds[tool] == nil {
+		s.reviewHolds[tool] = map[string]string{}
+	}
+	s.reviewHolds[tool][digest] = id
+}
+
+// heldForReview reports whether a call the rules allow repeats one of this
+// session still held for its tool's review: it waits for that decision
+// too. Only a tool with such a hold costs a read of it.
+func (s *Session) heldForReview(c *call) bool {
+	s.mu.Lock()
+	byDigest := s.reviewHolds[c.tool]
+	s.mu.Unlock()
+	if len(byDigest) == 0 || s.opts.Holds == nil {
+		return false
+	}
+	digest, err := guard.Digest(c.args)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	id := byDigest[digest]
+	s.mu.Unlock()
+	if id == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, reviewTimeout)
+	defer cancel()
+	a, err := s.opts.Holds.Get(ctx, id)
+	if err == nil && a.State != guard.ApprovalPending {
+		s.mu.Lock()
+		delete(byDigest, digest)
+		s.mu.Unlock()
+		return false
+	}
+	return true // pending, or unreadable: it waits (fails closed)
 }
 
 // endHolds settles the session's open approvals once it has ended: those

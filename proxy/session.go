@@ -138,6 +138,9 @@ type Session struct {
 	// requests that ask for tool list changes (2026-07-28), by id key.
 	seen    map[string]shown
 	listens map[string]*call
+	// reviewHolds are this session's calls held for their tool's review,
+	// by tool, then argument digest, to their approval's id.
+	reviewHolds map[string]map[string]string
 	// left is why the client is gone ("" while it is there); leftCh is
 	// closed then.
 	left   string

@@ -287,6 +287,13 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 	}
 	switch v.Action {
 	case guard.ActionAllow:
+		if s.heldForReview(c) {
+			// The same call waits, held for its tool's review, for a
+			// person's own decision: this one waits for it too.
+			go s.hold(msg, c, guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, PolicyVersion: v.PolicyVersion,
+				Reason: "the same call is held for its tool's review and waits for a person's decision"}, pc)
+			return
+		}
 		c.decision = guard.DecisionAllowed
 		s.forward(msg, c, recorded)
 	case guard.ActionDeny:
