@@ -119,7 +119,7 @@ func TestAHoldWhoseClientWentIsNotLive(t *testing.T) {
 					t.Fatalf("a session-scoped hold after its session ended: %v", a)
 				}
 				out, _ := e.guard("audit", "query", "--kind", "decision", "--format", "jsonl", "--approval", id)
-				if !strings.Contains(out, `"decision":"withdrawn"`) || !strings.Contains(out, "session ended") {
+				if !strings.Contains(out, `"decision":"withdrawn"`) || !strings.Contains(out, "the call's client is gone") {
 					t.Fatalf("no record of the withdrawal: %s", out)
 				}
 				return
