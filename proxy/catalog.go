@@ -24,17 +24,6 @@ func (c *catalog) get(name string) *guard.Tool {
 	return c.tools[name]
 }
 
-// all returns the tools the server listed last.
-func (c *catalog) all() []guard.Tool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]guard.Tool, 0, len(c.tools))
-	for _, t := range c.tools {
-		out = append(out, *t)
-	}
-	return out
-}
-
 // add records tools listed on one page; replace, after a full listing,
 // drops the tools the server no longer lists.
 func (c *catalog) add(tools []guard.Tool, replace bool) {

@@ -309,6 +309,9 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	})
 	cancel()
 	h.free() // the slot frees once the wait ends, before the answer
+	s.mu.Lock()
+	c.holding = false
+	s.mu.Unlock()
 	if c.isWithdrawn() {
 		if why := s.goneReason(c); why != "" {
 			h.leave(why)

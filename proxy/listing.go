@@ -203,9 +203,10 @@ func (s *Session) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 	v := s.viewOf(tools, states, accepted)
 	s.mu.Lock()
 	if s.seen == nil || !c.nextPage {
-		s.seen = map[string]shown{}
+		s.seen, s.seenServed = map[string]shown{}, nil
 	}
 	maps.Copy(s.seen, v.tools)
+	s.seenServed = append(s.seenServed, tools...)
 	modern := s.protocol >= guard.Rev20260728
 	s.mu.Unlock()
 	mode, hide := s.listingMode()
@@ -259,6 +260,7 @@ func (s *Session) watchListing() {
 func (s *Session) relist() {
 	s.mu.Lock()
 	listed := s.seen != nil
+	served := s.seenServed
 	s.mu.Unlock()
 	if !listed {
 		return // the client never listed: nothing it read is stale
@@ -270,7 +272,7 @@ func (s *Session) relist() {
 		s.opts.Logger.Warn("tool reviews not read: the client is not told whether its listing changed", "err", err)
 		return
 	}
-	v := s.viewOf(s.catalog.all(), states, accepted)
+	v := s.viewOf(served, states, accepted)
 	s.mu.Lock()
 	same := maps.Equal(v.tools, s.seen)
 	s.seen = v.tools

@@ -136,8 +136,10 @@ type Session struct {
 	// seen is what the client's last listing of tools showed, by
 	// name (nil until it lists); listens are its subscriptions/listen
 	// requests that ask for tool list changes (2026-07-28), by id key.
-	seen    map[string]shown
-	listens map[string]*call
+	seen map[string]shown
+	// seenServed are the definitions the server served in that listing.
+	seenServed []guard.Tool
+	listens    map[string]*call
 	// reviewHolds are this session's calls held for their tool's review,
 	// by tool, then argument digest, to their approval's id.
 	reviewHolds map[string]map[string]string
