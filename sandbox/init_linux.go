@@ -49,6 +49,10 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return a
 }
 
+// supported leaves it to a probe to say: Linux has the sandbox where its
+// configuration allows it.
+func supported() error { return nil }
+
 // Init is the sandbox's init, run as InitCommand with the rest of the
 // command line: it hides the paths, mounts a /proc of the new PID
 // namespace, drops the privilege to undo that, starts the program as its

@@ -9,8 +9,13 @@ import (
 	"syscall"
 )
 
-// sysProcAttr is never used: Start fails before it on this system.
+// sysProcAttr makes no namespaces: the init reports that it has none.
 func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// supported says that there is no sandbox on this system.
+func supported() error {
+	return fmt.Errorf("%w: no sandbox on %s", ErrUnsupported, runtime.GOOS)
+}
 
 // Init reports that there is no sandbox on this system.
 func Init(args []string) int {

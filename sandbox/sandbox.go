@@ -13,10 +13,14 @@
 // /proc that shows only the sandbox's processes, starts the program as its
 // child, forwards signals to it and exits with its status.
 //
-// Start runs a command this way; Init is the re-executed side. Where the
-// kernel does not allow it (user namespaces disabled or restricted, /proc
-// not mountable), Start returns an error wrapping ErrUnavailable before
-// the program has run, and the caller decides whether to run it without.
+// Start runs a command this way; Init is the re-executed side. When the
+// sandbox cannot be set up, Start returns an error wrapping ErrUnavailable
+// before the program has run. Supported tells the two reasons apart: this
+// system has no sandbox at all (user namespaces disabled or restricted,
+// /proc not mountable, not Linux), or it has one that failed this once
+// (a path that cannot be hidden, no descriptors left). Only the first may
+// be a reason to run a program without: the second can be brought about
+// by whoever wants the program to run unisolated.
 package sandbox
 
 import (
@@ -25,7 +29,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -35,13 +41,18 @@ import (
 const InitCommand = "sandbox-exec"
 
 // ErrUnavailable wraps why a sandbox could not be set up. Nothing of the
-// program has run: the caller may start it without a sandbox.
+// program has run.
 var ErrUnavailable = errors.New("the sandbox is not available")
+
+// ErrUnsupported wraps why this system cannot make a sandbox at all (see
+// Supported).
+var ErrUnsupported = errors.New("this system cannot isolate programs")
 
 // Spec is what a sandboxed program must not see.
 type Spec struct {
-	// Hide are absolute paths of existing directories and files that do not
-	// exist for the program: a directory is replaced by an empty read-only
+	// Hide are paths of existing directories and files that do not exist
+	// for the program (a relative path is taken from guard's working
+	// directory, a symbolic link is followed to what it names): a directory is replaced by an empty read-only
 	// one, a file by an empty read-only file. The same directory reached
 	// through another mount of its file system (a bind mount) is hidden
 	// there too, and each ancestor of a hidden path that the program could
@@ -57,16 +68,22 @@ type Spec struct {
 }
 
 // args are the init's command line for running path with argv, or, with
-// no path, for a probe that runs nothing.
-func (s Spec) args(path string, argv []string) []string {
+// no path, for a probe that runs nothing. The paths to hide are made
+// absolute here, from this process's working directory: the init may run
+// in another (the program's), and would hide nothing of guard's there.
+func (s Spec) args(path string, argv []string) ([]string, error) {
 	a := []string{s.Self, InitCommand}
 	for _, h := range s.Hide {
-		a = append(a, "--hide", h)
+		abs, err := filepath.Abs(h)
+		if err != nil {
+			return nil, fmt.Errorf("hiding %s: %w", h, err)
+		}
+		a = append(a, "--hide", abs)
 	}
 	if path == "" {
-		return append(a, "--probe")
+		return append(a, "--probe"), nil
 	}
-	return append(append(a, "--", path), argv...)
+	return append(append(a, "--", path), argv...), nil
 }
 
 // Start starts cmd, a command as exec.Command made it (Path, Args, Env,
@@ -95,12 +112,15 @@ func start(cmd *exec.Cmd, path string, spec Spec) (*exec.Cmd, error) {
 	if spec.SetupTimeout <= 0 {
 		spec.SetupTimeout = 10 * time.Second
 	}
+	args, err := spec.args(path, cmd.Args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer r.Close()
-	args := spec.args(path, cmd.Args)
 	init := &exec.Cmd{Path: spec.Self, Args: args, Env: cmd.Env, Dir: cmd.Dir,
 		Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 		ExtraFiles: []*os.File{w}, SysProcAttr: sysProcAttr()}
@@ -140,6 +160,39 @@ func Probe(spec Spec) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: the probe ended with %v", ErrUnavailable, err)
 	}
 	return time.Since(t0), nil
+}
+
+// Supported says whether this system can make a sandbox, by setting up
+// one that hides nothing (self runs the init, as Spec.Self): nil when it
+// can; an error wrapping ErrUnsupported when it cannot (no user
+// namespaces, a restriction on them, /proc not mountable, another OS).
+// Any other error means it cannot be told now, the process being short
+// of descriptors, memory or processes: a caller that falls back to no
+// sandbox only where there is none counts that as supported.
+func Supported(self string) error {
+	if err := supported(); err != nil {
+		return err
+	}
+	if self == "" {
+		return fmt.Errorf("%w: no program to run the init", ErrUnsupported)
+	}
+	_, err := Probe(Spec{Self: self})
+	if err == nil || scarce(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnsupported, err)
+}
+
+// scarce reports whether err is a shortage of the process's or the
+// system's resources: something that passes, or that another process may
+// have brought about, not a property of the system.
+func scarce(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // The init's report on its status pipe, one line: ready and the program

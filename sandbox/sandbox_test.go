@@ -204,6 +204,86 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// Paths to hide given relative to guard's working directory (plain, ./,
+// ../) or through a symbolic link are hidden where guard finds them, even
+// when the program runs in another directory: a relative path given as it
+// is would name nothing there, or something else.
+func TestHideRelativeAndLinked(t *testing.T) {
+	available(t)
+	base := t.TempDir()
+	work, other := filepath.Join(base, "work"), filepath.Join(base, "other")
+	files := map[string]string{ // under work, as guard names them → what the program reads
+		"g.yaml":           "config",
+		"sub/rules.yaml":   "rules",
+		"data/ui.token":    "token",
+		"../outside/x.key": "key",
+	}
+	for rel, s := range files {
+		p := filepath.Join(work, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(other, 0o700)
+	if err := os.Symlink(filepath.Join(work, "data"), filepath.Join(work, "data-link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	spec := testSpec(t, "g.yaml", "./sub/rules.yaml", "data-link", "../outside/x.key")
+	cmd := exec.Command("/bin/sh", "-c", `cat "$0/g.yaml" "$0/sub/rules.yaml" "$0/data/ui.token" "$0/../outside/x.key" 2>/dev/null; echo; echo x > "$0/data/new" 2>/dev/null && echo WROTE; true`, work)
+	cmd.Dir = other
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	started, err := Start(cmd, spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	started.Wait()
+	out := b.String()
+	for _, s := range files {
+		if strings.Contains(out, s) {
+			t.Fatalf("read %q through a path given relative or linked:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "WROTE") {
+		t.Fatalf("wrote into a directory hidden through a link:\n%s", out)
+	}
+}
+
+// Supported tells a system without a sandbox from one that cannot make
+// one now for want of descriptors: only the first is unsupported.
+func TestSupported(t *testing.T) {
+	available(t)
+	self := testSpec(t).Self
+	if err := Supported(self); err != nil {
+		t.Fatalf("a system that makes sandboxes: %v", err)
+	}
+	if err := Supported(""); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("no init: %v, want ErrUnsupported", err)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	short := lim
+	short.Cur = uint64(len(fds)) // every descriptor taken: the next one fails
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &short); err != nil {
+		t.Skip(err)
+	}
+	err = Supported(self)
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	if err == nil || errors.Is(err, ErrUnsupported) || !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("short of descriptors: %v, want EMFILE, not ErrUnsupported", err)
+	}
+}
+
 func TestMountinfo(t *testing.T) {
 	ms, err := parseMountinfo(strings.NewReader(`22 27 0:21 / /proc rw - proc proc rw
 27 1 254:0 / / rw - ext4 /dev/vda rw
