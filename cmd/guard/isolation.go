@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
@@ -178,20 +181,34 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 }
 
 // sandboxHide lists what a server must not see: guard's default data and
-// configuration directories, the directories of included rule files, and
-// guard's files that live elsewhere (a configured database or
-// configuration): their directory when it holds only guard's files, else
-// each file. A file that does not exist yet cannot be hidden by itself:
-// then its directory is, unless that is the home directory or above it.
+// configuration directories, the directories of included rule files (and
+// the files they match elsewhere, through links), and guard's files that
+// live elsewhere (a configured database or configuration): their
+// directory when it holds only guard's files, else each file. A file that
+// does not exist yet, or is a symbolic link (a server could point it
+// elsewhere), cannot be hidden by itself: then its directory is, unless
+// that is the home directory or above it. Every path is absolute, its
+// links resolved: the sandbox hides what the kernel reaches, from
+// wherever the server runs.
 func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
 	cfgDir, dataDir := policy.Dirs(getenv)
 	dirs := []string{cfgDir, dataDir}
+	var files []string
 	if st.ConfigPath != "" {
 		for _, pat := range st.Config.Include {
 			if !filepath.IsAbs(pat) {
 				pat = filepath.Join(filepath.Dir(st.ConfigPath), pat)
 			}
-			dirs = append(dirs, globDir(pat))
+			dir := globDir(pat)
+			dirs = append(dirs, dir)
+			// A match that links out of the directory names a file
+			// the directory's hiding does not cover.
+			matches, _ := filepath.Glob(pat)
+			for _, m := range matches {
+				if real, err := realPath(m); err == nil && !under(real, dir) {
+					files = append(files, real)
+				}
+			}
 		}
 	}
 	if create && st.RulesDir != "" {
@@ -203,20 +220,26 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	}
 	var hide []string
 	for _, d := range dirs {
-		if !create {
-			if _, err := os.Stat(d); err == nil {
-				hide = append(hide, d)
+		if create {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				logger.Error("cannot create guard's directory to hide it from servers", "dir", d, "err", err)
+				continue
 			}
+		} else if _, err := os.Stat(d); err != nil {
 			continue
 		}
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			logger.Error("cannot create guard's directory to hide it from servers", "dir", d, "err", err)
+		real, err := realPath(d)
+		if err != nil {
+			logger.Error("cannot hide guard's directory from servers", "dir", d, "err", err)
 			continue
 		}
-		hide = append(hide, d)
+		if link := replaceableLink(d); link != "" && create {
+			logger.Warn("guard's directory is reached through a symbolic link that servers may replace: the directory is hidden from them, not the link, which could point the next guard elsewhere; make it a directory", "dir", d, "link", link, "to", real)
+		}
+		hide = append(hide, real)
 	}
-	files := []string{keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
-		st.RulesDir, st.ConfigPath}
+	files = append(files, keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+		st.RulesDir, st.ConfigPath)
 	if create {
 		// The marker of processes running a server without isolation
 		// exists from the start, so that it is hidden as itself.
@@ -249,8 +272,24 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		files = append(files, archiveDir(st))
 	}
 	elsewhere := map[string][]string{} // directory → guard's files in it
-	for _, f := range files {
-		if f == "" || slices.ContainsFunc(hide, func(d string) bool { return under(f, d) }) {
+	linked := map[string]bool{}        // guard's files that are symbolic links
+	for i := 0; i < len(files); i++ {
+		f := files[i]
+		if f == "" {
+			continue
+		}
+		if real, err := placedPath(f); err == nil {
+			f = real
+		}
+		if fi, err := os.Lstat(f); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// The link's directory is hidden (below), and what it
+			// names as a file of guard's of its own.
+			linked[f] = true
+			if real, err := realPath(f); err == nil {
+				files = append(files, real)
+			}
+		}
+		if slices.ContainsFunc(hide, func(d string) bool { return under(f, d) }) {
 			continue
 		}
 		elsewhere[filepath.Dir(f)] = append(elsewhere[filepath.Dir(f)], f)
@@ -259,21 +298,28 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	if h := getenv("HOME"); h != "" {
 		home = h
 	}
-	for dir, fs := range elsewhere {
-		if onlyThese(dir, fs) {
+	if real, err := realPath(home); err == nil {
+		home = real
+	}
+	for dir, owned := range elsewhere {
+		if onlyThese(dir, owned) {
 			hide = append(hide, dir)
 			continue
 		}
-		for _, f := range fs {
-			if _, err := os.Lstat(f); err == nil {
+		for _, f := range owned {
+			if _, err := os.Lstat(f); err == nil && !linked[f] {
 				hide = append(hide, f)
 				continue
 			}
+			why := "it does not exist yet"
+			if linked[f] {
+				why = "it is a symbolic link, which a server could point elsewhere"
+			}
 			if under(home, dir) {
-				logger.Error("a file of guard's cannot be hidden from servers: it does not exist yet, and its directory is the home directory or above it; keep guard's files in a directory of their own", "file", f)
+				logger.Error("a file of guard's cannot be hidden from servers: "+why+", and its directory is the home directory or above it; keep guard's files in a directory of their own", "file", f)
 				continue
 			}
-			logger.Warn("guard's files share a directory with others; the whole directory is hidden from servers, since one of them does not exist yet", "dir", dir, "file", f)
+			logger.Warn("guard's files share a directory with others; the whole directory is hidden from servers, since one of them cannot be hidden alone: "+why, "dir", dir, "file", f)
 			hide = append(hide, dir)
 			break
 		}
@@ -283,6 +329,39 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 	}
 	sort.Strings(hide)
 	return slices.Compact(hide)
+}
+
+// replaceableLink returns the first symbolic link on the way to p whose
+// directory this process (and so a server of its user) may write, or "":
+// a server could replace that link, so that the next guard finds its
+// files elsewhere.
+func replaceableLink(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(abs, string(filepath.Separator))
+	d := string(filepath.Separator)
+	for _, part := range parts {
+		if part == "" {
+			continue
+		}
+		next := filepath.Join(d, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return ""
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if unix.Access(d, unix.W_OK) == nil {
+				return next
+			}
+			if next, err = filepath.EvalSymlinks(next); err != nil {
+				return ""
+			}
+		}
+		d = next
+	}
+	return ""
 }
 
 // onlyThese reports whether dir holds nothing but files of the list.

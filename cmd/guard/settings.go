@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	guard "github.com/guard-mcp/guard"
@@ -44,7 +46,13 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 	}
 	cfg := policy.Default()
 	if cfgPath != "" {
-		cfgPath = policy.ExpandHome(cfgPath, a.getenv)
+		// Absolute, as every path guard hides from its servers must be:
+		// "g.yaml" means nothing to a server that runs elsewhere, and
+		// the sandbox refuses it.
+		var err error
+		if cfgPath, err = placedPath(policy.ExpandHome(cfgPath, a.getenv)); err != nil {
+			return nil, fmt.Errorf("configuration path: %w", err)
+		}
 		c, err := policy.Load(cfgPath, a.getenv)
 		if err != nil {
 			return nil, err
@@ -76,7 +84,7 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		// The database's credentials are guard's, not its servers'.
 		cfg.OwnVariables = append(cfg.OwnVariables, "PGPASSWORD", "PGPASSFILE")
 	} else {
-		db, err := filepath.Abs(policy.ExpandHome(db, a.getenv))
+		db, err := placedPath(policy.ExpandHome(db, a.getenv))
 		if err != nil {
 			return nil, fmt.Errorf("database path: %w", err)
 		}
@@ -92,6 +100,48 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		st.RulesDir = filepath.Join(st.DataDir, "rules.d")
 	}
 	return st, nil
+}
+
+// placedPath is p made absolute, with the symbolic links of its directory
+// resolved: where guard's file is, the same for guard and for the
+// sandbox whatever the working directory, and whatever a server later
+// does to a link on the way. The file's own name is kept as given (a
+// link stays a link, read afresh, and the rules directory and relative
+// includes beside it): see sandboxHide for how a link is hidden.
+func placedPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	dir, err := realPath(filepath.Dir(abs))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, filepath.Base(abs)), nil
+}
+
+// realPath is p made absolute with every symbolic link resolved: the path
+// the kernel reaches p by. Of a path that does not exist (yet), the
+// nearest ancestor that does is resolved and the rest kept.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for d := abs; ; d = filepath.Dir(d) {
+		r, err := filepath.EvalSymlinks(d)
+		if err == nil {
+			return filepath.Join(append([]string{r}, rest...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("resolving %s: %w", p, err)
+		}
+		if d == filepath.Dir(d) {
+			return abs, nil
+		}
+		rest = append([]string{filepath.Base(d)}, rest...)
+	}
 }
 
 // settingsOrExit resolves settings or prints why not; a bad configuration
