@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,5 +178,104 @@ func TestSandboxUnavailableFallsBackLoudly(t *testing.T) {
 	}
 	if text, isErr := call(map[string]any{"path": ".config/guard/guard.yaml"}); isErr {
 		t.Fatalf("the change was applied before a person did: %s", text)
+	}
+}
+
+// A server whose settings say sandbox: on in so many words never runs
+// without isolation: where the sandbox cannot be set up, guard run
+// answers the client's initialize with an error that says the server
+// could not be isolated, says why on stderr and exits 1; guard serve
+// answers a session's initialize so; guard policy check says REFUSED.
+// The server never starts (it would create a file).
+func TestSandboxRequiredButUnavailableRefuses(t *testing.T) {
+	sqliteOnly(t, "the database is the default one in the home directory")
+	base := t.TempDir()
+	home := filepath.Join(base, "home")
+	ran := filepath.Join(base, "ran")
+	config := filepath.Join(home, ".config/guard/guard.yaml")
+	if err := os.MkdirAll(filepath.Dir(config), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	server := []string{"/bin/sh", "-c", `: > "$0"; exec cat`, ran}
+	cfg := fmt.Sprintf("servers:\n  files:\n    command: [%q, %q, %q, %q]\n    sandbox: on\n", server[0], server[1], server[2], server[3])
+	if err := os.WriteFile(config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	environ := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+
+	check := withoutUserNamespaces(environ, guardBin, "policy", "check")
+	var stdout, stderr strings.Builder
+	check.Stdout, check.Stderr = &stdout, &stderr
+	if err := check.Run(); err != nil {
+		t.Fatalf("guard policy check: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "files: REFUSED: sandbox: on, and this system cannot isolate servers") ||
+		!strings.Contains(stderr.String(), "WARNING: server files would not be started (sandbox: on)") {
+		t.Fatalf("guard policy check:\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+
+	// guard run, driven line by line: the answer to initialize, then the
+	// client closes its input and guard exits.
+	run := withoutUserNamespaces(environ, append([]string{guardBin, "run", "--no-ui", "--name", "files", "--"}, server...)...)
+	stderr.Reset()
+	run.Stderr = &stderr
+	in, err := run.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`+"\n")
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer to initialize: %v\n%s", err, stderr.String())
+	}
+	var answer struct {
+		ID    int
+		Error struct {
+			Code    int
+			Message string
+		}
+	}
+	if err := json.Unmarshal([]byte(line), &answer); err != nil || answer.ID != 1 || answer.Error.Code != -32603 ||
+		!strings.Contains(answer.Error.Message, "the server could not be isolated from guard's files, so guard did not start it") {
+		t.Fatalf("guard run answered initialize with %s", line)
+	}
+	in.Close()
+	err = run.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "guard: the server could not be started: /bin/sh: the server could not be isolated") ||
+		!strings.Contains(stderr.String(), "sandbox: on") {
+		t.Fatalf("guard run ended with %v, stderr:\n%s", err, stderr.String())
+	}
+
+	// guard serve: the session's initialize.
+	addr := guardtest.FreePort(t)
+	serve := withoutUserNamespaces(environ, guardBin, "serve", "--no-ui", "--listen", addr)
+	var log lockedLog
+	serve.Stderr = &log
+	guardtest.StartServeCmd(t, addr, serve)
+	resp, err := http.Post("http://"+addr+"/mcp/files", "application/json",
+		strings.NewReader(`{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), `"id":"i"`) ||
+		!strings.Contains(string(body), "The server could not be started: the server could not be isolated from guard's files, so guard did not start it") {
+		t.Fatalf("guard serve answered initialize with %d %s\n%s", resp.StatusCode, body, log.String())
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the server ran")
+	}
+	if l := log.String(); !strings.Contains(l, `level=ERROR msg="the server will not be started: its settings say sandbox: on`) ||
+		!strings.Contains(l, `level=ERROR msg="server not started: it could not be isolated from guard's files" server=files`) {
+		t.Fatalf("guard serve's log does not say it:\n%s", l)
 	}
 }

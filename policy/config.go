@@ -206,9 +206,14 @@ type Server struct {
 	// outputSchema does not compile: deny (default), or ignore the schema.
 	BadSchema string
 	// Sandbox is "on" (default): a server guard starts runs where guard's
-	// own directories and files do not exist (where the kernel allows
-	// it); "off": it sees everything its user can.
+	// own directories and files do not exist, or, where this system has
+	// no isolation at all, on the path rules alone; "off": it sees
+	// everything its user can.
 	Sandbox string
+	// sandboxSet says the file set Sandbox (see MustIsolate). It decides
+	// no call, and a running server keeps the settings it started with:
+	// neither the policy version nor a reload's summary covers it.
+	sandboxSet bool
 	// Env names the variables of Config.Expanded this server's process
 	// may still see; the others are removed from its environment.
 	Env []string
@@ -225,6 +230,11 @@ type Server struct {
 	// It decides no call: the policy version does not cover it.
 	Review Review `json:"-"`
 }
+
+// MustIsolate reports whether the server's settings say sandbox: on in so
+// many words: then it never runs without isolation, not even where the
+// system has none (where the default runs it on the path rules alone).
+func (s *Server) MustIsolate() bool { return s != nil && s.sandboxSet && s.Sandbox == "on" }
 
 // What tools/list through guard shows (review.listing).
 const (
@@ -714,8 +724,11 @@ func (p *parser) servers(n *yaml.Node, c *Config) error {
 			"new_tools":         p.enum(&s.NewTools, "approve", "allow"),
 			"output":            p.enum(&s.Output, "enforce", "warn"),
 			"bad_schema":        p.enum(&s.BadSchema, "deny", "ignore"),
-			"sandbox":           p.enum(&s.Sandbox, "on", "off"),
-			"token_exchange":    func(n *yaml.Node) error { return p.tokenExchange(n, &s.TokenExchange) },
+			"sandbox": func(n *yaml.Node) error {
+				s.sandboxSet = true
+				return p.enum(&s.Sandbox, "on", "off")(n)
+			},
+			"token_exchange": func(n *yaml.Node) error { return p.tokenExchange(n, &s.TokenExchange) },
 			"approvers": func(n *yaml.Node) error {
 				s.approversAt = ConfigError{File: p.file, Line: n.Line}
 				return p.approvers(&s.Approvers)(n)

@@ -74,7 +74,23 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"review: {list: accepted}\n", 1, `unknown key "list"`},
 		{"servers:\n  files:\n    review:\n      listing: all\n", 4, `"all" is not one of accepted, as_served`},
 		{"policy:\n  hide_denied: sometimes\n", 2, "expected true or false"},
+		{"servers:\n  files: {sandbox: always}\n", 2, `"always" is not one of on, off`},
 	})
+}
+
+// Only sandbox: on in so many words makes a server one that never runs
+// without isolation; the default (on) falls back where the system has none.
+func TestMustIsolate(t *testing.T) {
+	c, err := Parse([]byte("servers:\n  strict: {command: [x], sandbox: on}\n  plain: {command: [x]}\n  open: {command: [x], sandbox: off}\n"), "cfg.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Servers["strict"].MustIsolate() || c.Servers["plain"].MustIsolate() || c.Servers["open"].MustIsolate() || c.Servers["none"].MustIsolate() {
+		t.Fatalf("MustIsolate: strict %v, plain %v, open %v", c.Servers["strict"].MustIsolate(), c.Servers["plain"].MustIsolate(), c.Servers["open"].MustIsolate())
+	}
+	if c.Servers["plain"].Sandbox != "on" {
+		t.Fatalf("the default is sandbox: on, got %q", c.Servers["plain"].Sandbox)
+	}
 }
 
 func TestParseReadsEverything(t *testing.T) {

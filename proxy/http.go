@@ -283,6 +283,19 @@ func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// refuseStart answers the requests of a POST whose session could not be
+// started, saying why, with the id of the request when there is one
+// (initialize).
+func refuseStart(w http.ResponseWriter, requests []wire.Message, err error) {
+	var id []byte
+	if len(requests) == 1 {
+		id = requests[0].ID
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusInternalServerError)
+	_, _ = w.Write(wire.ErrorResponse(id, wire.CodeInternalError, "The server could not be started: "+err.Error(), nil))
+}
+
 func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -502,7 +515,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if s, err = h.sharedSession(r.Context(), callerOf(r)); err != nil {
-			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
+			refuseStart(w, requests, err)
 			return
 		}
 	}
@@ -516,7 +529,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		return
 	case s == nil:
 		if s, err = h.start(r.Context(), callerOf(r), false); err != nil {
-			jsonRPCError(w, http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error())
+			refuseStart(w, requests, err)
 			return
 		}
 		w.Header().Set("Mcp-Session-Id", s.id)

@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/guard-mcp/guard/wire"
 )
 
 // Stdio describes a server that guard runs as a child process and the
@@ -39,6 +42,58 @@ type Stdio struct {
 
 // ErrStart wraps a failure to start the server: nothing has run yet.
 var ErrStart = errors.New("the server could not be started")
+
+// startRefusal is what a client reads of err, a failure to start its
+// server (ErrStart): "The server could not be started: " and the cause.
+func startRefusal(err error) string {
+	return "The server could not be started: " + strings.TrimPrefix(err.Error(), ErrStart.Error()+": ")
+}
+
+// RefuseStart answers each request the client sends with a JSON-RPC error
+// (-32603) saying that its server could not be started, and why (err, as
+// RunStdio returned it), until the client's input ends: guard has nothing
+// to relay, and a client that saw guard's output end instead would be
+// left to guess.
+func RefuseStart(client Conn, err error) error {
+	text := startRefusal(err)
+	ctx := context.Background()
+	for {
+		m, rerr := client.Read(ctx)
+		var bad *BadMessage
+		var tl *wire.TooLongError
+		switch {
+		case errors.As(rerr, &bad), errors.As(rerr, &tl):
+			continue // not a request guard can answer by its id
+		case rerr != nil:
+			return nil
+		}
+		var answers [][]byte
+		parts := [][]byte{m.Raw}
+		if m.Kind == wire.KindBatch {
+			parts, _ = wire.SplitBatch(m.Raw)
+		}
+		for _, p := range parts {
+			if r, err := wire.Parse(p); err == nil && r.Kind == wire.KindRequest {
+				answers = append(answers, wire.ErrorResponse(r.ID, wire.CodeInternalError, text, nil))
+			}
+		}
+		if len(answers) == 0 {
+			continue
+		}
+		answer := answers[0]
+		if m.Kind == wire.KindBatch {
+			answer = joinBatch(answers)
+		}
+		if err := client.Write(ctx, unparsed(answer)); err != nil {
+			return err
+		}
+		if f, ok := client.(flusher); ok {
+			if err := f.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
 
 // RunStdio relays between the client and the server it starts, until the
 // server exits. It returns the server's exit status (128+N when signal N

@@ -38,9 +38,14 @@ type isolation struct {
 	markOnce sync.Once
 	marked   *os.File
 	// settled is set once the servers this process runs have been
-	// declared (and, for guard serve, the sandbox probed): before, whether
-	// they are isolated is not known yet.
+	// settled (settle): before, whether they are isolated is not known
+	// yet.
 	settled atomic.Bool
+	// probed is closed once the probe at start (probeAtStart) is done;
+	// found is what it found.
+	probeOnce sync.Once
+	probed    chan struct{}
+	found     probeResult
 }
 
 // exposedMarker is the file, in guard's data directory, that every guard
@@ -119,34 +124,88 @@ func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isol
 	return iso
 }
 
-// declare logs, once per process, whether the stdio server name will be
-// isolated by its configuration, and counts one that opted out.
-func (iso *isolation) declare(name string, srv *policy.Server) {
-	if srv != nil && srv.Sandbox == "off" {
-		iso.expose()
-		iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
-		iso.logged.Store(name, true)
-	}
+// errNotIsolated is why guard refused to start a server: it was to run
+// isolated (the probe at start found that isolation works here, or the
+// server's settings say sandbox: on) and isolation could not be set up
+// for it. Running it anyway would hand guard's files to a server that
+// any shortage, or a path guard got wrong, lets out.
+var errNotIsolated = errors.New("the server could not be isolated from guard's files, so guard did not start it")
+
+// probeResult is what the probe at start found.
+type probeResult struct {
+	took time.Duration // how long setting up the sandbox took
+	// none is why this system cannot isolate servers at all (no user
+	// namespaces, a restriction on them, another OS): then a server runs
+	// on the path rules alone, loudly, unless its settings say sandbox:
+	// on. nil when isolation works here: then a server that cannot be
+	// isolated does not run.
+	none error
+	// failed is why what this process hides could not be hidden, on a
+	// system that isolates: each server will be refused unless a later
+	// start succeeds.
+	failed error
 }
 
-// probe sets up a sandbox once, running nothing in it, and logs for each
-// of the stdio servers names whether isolation will be in force; it
-// returns how long the setup took, or why it failed.
-func (iso *isolation) probe(names []string, servers map[string]*policy.Server) (time.Duration, error) {
+// probeAtStart probes the sandbox, in the background, once: whether this
+// system isolates servers is decided now, before anything (clients
+// holding descriptors, a server's own doing) can make a start fail.
+func (iso *isolation) probeAtStart() {
+	iso.probeOnce.Do(func() {
+		iso.probed = make(chan struct{})
+		go func() {
+			defer close(iso.probed)
+			iso.found = iso.probe()
+		}()
+	})
+}
+
+// probe sets up a sandbox for what this process hides, running nothing in
+// it; when that fails, one that hides nothing says whether the system has
+// no sandbox at all or could not hide these paths.
+func (iso *isolation) probe() probeResult {
 	took, err := sandbox.Probe(iso.spec)
+	if err == nil {
+		return probeResult{took: took}
+	}
+	if errors.Is(sandbox.Supported(iso.spec.Self), sandbox.ErrUnsupported) {
+		return probeResult{none: err}
+	}
+	return probeResult{failed: err}
+}
+
+// result waits for the probe at start (starting it, if no one did) and
+// returns what it found.
+func (iso *isolation) result() probeResult {
+	iso.probeAtStart()
+	<-iso.probed
+	return iso.found
+}
+
+// settle logs, once per process, for each of the stdio servers names,
+// whether isolation will be in force, as the probe at start found, and
+// counts those that will run without it; from then on, whether every
+// server is isolated is known.
+func (iso *isolation) settle(names []string, servers map[string]*policy.Server) {
+	r := iso.result()
 	for _, name := range names {
-		if srv := servers[name]; srv != nil && srv.Sandbox == "off" {
-			continue
-		}
-		if err != nil {
+		srv := servers[name]
+		switch {
+		case srv != nil && srv.Sandbox == "off":
 			iso.expose()
-			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
-		} else {
+			iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
+		case r.none != nil && srv.MustIsolate():
+			iso.logger.Error("the server will not be started: its settings say sandbox: on, and this system cannot isolate servers", "server", name, "cause", r.none)
+		case r.none != nil:
+			iso.expose()
+			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", r.none)
+		case r.failed != nil:
+			iso.logger.Error("the server will not be started: it cannot be isolated from guard's files", "server", name, "cause", r.failed)
+		default:
 			iso.logger.Info("isolation in force: guard's own directories and files do not exist for the server", "server", name)
 		}
 		iso.logged.Store(name, true)
 	}
-	return took, err
+	iso.settled.Store(true)
 }
 
 // everyServerIsolated reports whether isolation has been in force for
@@ -157,11 +216,23 @@ func (iso *isolation) everyServerIsolated() bool { return iso.exposed.Load() == 
 
 // start returns the hook (proxy.Stdio.Start) that starts the server
 // name's processes, isolated unless its configuration says sandbox: off.
-// Where isolation cannot be set up, it says so at error level and starts
-// the server without it.
+// Where the probe at start found no isolation on this system, the server
+// runs without it, said at error level each time (unless its settings
+// say sandbox: on); where it found isolation, a server that cannot be
+// isolated is not started (errNotIsolated).
 func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*exec.Cmd, error) {
 	return func(cmd *exec.Cmd) (*exec.Cmd, error) {
 		if srv != nil && srv.Sandbox == "off" {
+			return cmd, cmd.Start()
+		}
+		if none := iso.result().none; none != nil {
+			if srv.MustIsolate() {
+				err := fmt.Errorf("%w (its settings say sandbox: on, and this system cannot isolate servers): %w", errNotIsolated, none)
+				iso.logger.Error("server not started: it could not be isolated from guard's files", "server", name, "cause", err)
+				return nil, err
+			}
+			iso.expose()
+			iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", none)
 			return cmd, cmd.Start()
 		}
 		started, err := sandbox.Start(cmd, iso.spec)
@@ -174,9 +245,8 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 		if !errors.Is(err, sandbox.ErrUnavailable) {
 			return nil, err // the server itself could not be started
 		}
-		iso.expose()
-		iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", err)
-		return cmd, cmd.Start()
+		iso.logger.Error("server not started: it could not be isolated from guard's files", "server", name, "cause", err)
+		return nil, fmt.Errorf("%w: %w", errNotIsolated, err)
 	}
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -253,5 +255,96 @@ func TestHiddenPathsAreAbsolute(t *testing.T) {
 				t.Fatalf("the sandbox cannot hide them: %v", err)
 			}
 		})
+	}
+}
+
+// Once the probe at start found that isolation works here, a server that
+// cannot be isolated is not started: the error says so, nothing runs, and
+// no server counts as exposed. (It used to run without isolation, so
+// that whatever made the sandbox fail let the server at guard's files.)
+func TestIsolationFailsClosedOnceProbed(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.Supported(self); err != nil {
+		t.Skipf("no sandbox here: %v", err)
+	}
+	dir := t.TempDir()
+	hidden := filepath.Join(dir, "guard")
+	if err := os.Mkdir(hidden, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var log lockedBuffer
+	iso := &isolation{spec: sandbox.Spec{Self: self, Hide: []string{hidden}}, logger: slog.New(slog.NewTextHandler(&log, nil))}
+	iso.probeAtStart()
+	iso.settle([]string{"files"}, nil)
+	if !strings.Contains(log.String(), "isolation in force") {
+		t.Fatalf("the probe did not pass:\n%s", log.String())
+	}
+	// What guard hides is gone from where it was (moved away, say): the
+	// sandbox cannot be set up for the next start.
+	if err := os.Remove(hidden); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "ran")
+	cmd := exec.Command("/bin/sh", "-c", `: > "$0"`, ran)
+	started, err := iso.start("files", nil)(cmd)
+	if !errors.Is(err, errNotIsolated) || started != nil || cmd.Process != nil {
+		t.Fatalf("start: %v (started %v)", err, started)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the server ran")
+	}
+	if !iso.everyServerIsolated() {
+		t.Fatal("a server counts as exposed")
+	}
+	if !strings.Contains(log.String(), `level=ERROR msg="server not started: it could not be isolated from guard's files" server=files`) {
+		t.Fatalf("the log does not say it:\n%s", log.String())
+	}
+}
+
+// Where the probe at start found no isolation on this system, a server
+// runs on the path rules alone, said at error level and counted as
+// exposed, unless its settings say sandbox: on: then it is refused.
+func TestNoIsolationHereFallsBackUnlessRequired(t *testing.T) {
+	cfg, err := policy.Parse([]byte("servers:\n  strict: {command: [x], sandbox: on}\n  plain: {command: [x]}\n"), "g.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log lockedBuffer
+	iso := &isolation{logger: slog.New(slog.NewTextHandler(&log, nil)),
+		found: probeResult{none: errors.New("creating the namespaces: no space left on device")}}
+	iso.probeOnce.Do(func() { // as if the probe at start had found no sandbox
+		iso.probed = make(chan struct{})
+		close(iso.probed)
+	})
+	iso.settle([]string{"plain", "strict"}, cfg.Servers)
+	dir := t.TempDir()
+	for _, name := range []string{"plain", "strict"} {
+		ran := filepath.Join(dir, name)
+		started, err := iso.start(name, cfg.Servers[name])(exec.Command("/bin/sh", "-c", `: > "$0"`, ran))
+		if err == nil {
+			started.Wait()
+		}
+		_, statErr := os.Stat(ran)
+		switch name {
+		case "plain":
+			if err != nil || statErr != nil {
+				t.Fatalf("plain: %v, %v: want it run without isolation", err, statErr)
+			}
+		case "strict":
+			if !errors.Is(err, errNotIsolated) || !strings.Contains(err.Error(), "sandbox: on") || statErr == nil {
+				t.Fatalf("strict: %v, ran %v: want it refused", err, statErr == nil)
+			}
+		}
+	}
+	if iso.everyServerIsolated() {
+		t.Fatal("the server without isolation does not count as exposed")
+	}
+	for _, want := range []string{`level=ERROR msg="the server will run WITHOUT isolation`, `level=ERROR msg="the server will not be started: its settings say sandbox: on`} {
+		if !strings.Contains(log.String(), want) {
+			t.Fatalf("the log does not say %q:\n%s", want, log.String())
+		}
 	}
 }

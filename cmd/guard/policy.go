@@ -11,7 +11,6 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
-	"github.com/guard-mcp/guard/sandbox"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -163,7 +162,8 @@ func listingNotes(c *policy.Config) []string {
 
 // checkIsolation says, for each configured stdio server, whether it would
 // run isolated from guard's files, probing the sandbox once (it runs
-// nothing); it says so on stderr too when a server would not.
+// nothing); it says so on stderr too when a server would not, or would
+// not be started.
 func checkIsolation(a *app, st *settings) {
 	var names []string
 	for name, srv := range st.Config.Servers {
@@ -175,19 +175,25 @@ func checkIsolation(a *app, st *settings) {
 		return
 	}
 	sort.Strings(names)
-	iso := a.newIsolation(st, slog.New(slog.DiscardHandler), false)
-	took, err := sandbox.Probe(iso.spec)
+	r := a.newIsolation(st, slog.New(slog.DiscardHandler), false).probe()
 	fmt.Fprintln(a.stdout, "\nisolation of stdio servers from guard's files:")
 	for _, name := range names {
+		srv := st.Config.Servers[name]
 		switch {
-		case st.Config.Servers[name].Sandbox == "off":
+		case srv.Sandbox == "off":
 			fmt.Fprintf(a.stdout, "  %s: OFF (sandbox: off): the server can reach guard's files\n", name)
 			fmt.Fprintf(a.stderr, "guard: WARNING: server %s is not isolated (sandbox: off): it can reach guard's files\n", name)
-		case err != nil:
-			fmt.Fprintf(a.stdout, "  %s: NOT AVAILABLE: %v\n", name, err)
-			fmt.Fprintf(a.stderr, "guard: WARNING: server %s would run without isolation: %v\n", name, err)
+		case r.none != nil && srv.MustIsolate():
+			fmt.Fprintf(a.stdout, "  %s: REFUSED: sandbox: on, and this system cannot isolate servers: %v\n", name, r.none)
+			fmt.Fprintf(a.stderr, "guard: WARNING: server %s would not be started (sandbox: on): %v\n", name, r.none)
+		case r.none != nil:
+			fmt.Fprintf(a.stdout, "  %s: NOT AVAILABLE: %v\n", name, r.none)
+			fmt.Fprintf(a.stderr, "guard: WARNING: server %s would run without isolation: %v\n", name, r.none)
+		case r.failed != nil:
+			fmt.Fprintf(a.stdout, "  %s: REFUSED: guard's files cannot be hidden from it: %v\n", name, r.failed)
+			fmt.Fprintf(a.stderr, "guard: WARNING: server %s would not be started: it cannot be isolated from guard's files: %v\n", name, r.failed)
 		default:
-			fmt.Fprintf(a.stdout, "  %s: in force (setup %v)\n", name, took.Round(10*time.Microsecond))
+			fmt.Fprintf(a.stdout, "  %s: in force (setup %v)\n", name, r.took.Round(10*time.Microsecond))
 		}
 	}
 }

@@ -102,6 +102,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 		}
 	}
 	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true), process: cmd, logger: logger}
+	rt.iso.probeAtStart()
 	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != policy.PasskeyRequired {
 		for _, e := range need {
 			logger.Warn("approvals need verified identities, and neither ui.oidc nor ui.passkey is configured: the calls held there can only expire", "where", e.Error())

@@ -106,16 +106,21 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		}
 		return exitOK
 	}
-	rt.iso.declare(server, cfg.Servers[server])
-	rt.iso.settled.Store(true)
+	rt.iso.settle([]string{server}, cfg.Servers)
 	opts := rt.options(server, logger)
 	a.roomForBlockingReads()
+	client := proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage)
 	code, err := proxy.RunStdio(context.WithoutCancel(ctx), opts,
 		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
-			Stderr: a.stderr, Signals: sigs}, proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage))
+			Stderr: a.stderr, Signals: sigs}, client)
 	if err != nil {
-		// The server did not run (proxy.ErrStart): guard's own failure.
+		// The server did not run (proxy.ErrStart): guard's own failure,
+		// which the client reads as the answer to each of its requests
+		// (it would otherwise see guard's output end, and guess).
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		if err := proxy.RefuseStart(client, err); err != nil {
+			logger.Debug("writing to the client", "err", err)
+		}
 		return exitFailure
 	}
 	return code

@@ -144,7 +144,6 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		o := endpoint(name, log)
 		o.Argv = srv.Command
 		if len(srv.Command) > 0 {
-			rt.iso.declare(name, srv)
 			o.Start = rt.iso.start(name, srv)
 			stdio = append(stdio, name)
 		}
@@ -159,10 +158,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
 		members = append(members, served{name, memberRun(o)})
 	}
-	if len(stdio) > 0 {
-		_, _ = rt.iso.probe(stdio, cfg.Servers)
-	}
-	rt.iso.settled.Store(true)
+	rt.iso.settle(stdio, cfg.Servers)
 	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
 		for _, m := range members {
 			if strings.Contains(m.name, cfg.Aggregate.Separator) {

@@ -34,12 +34,19 @@ func StartServe(t testing.TB, addr, bin string, environ []string, stderr io.Writ
 	if addr == "" {
 		addr = FreePort(t)
 	}
-	s := &Serve{Addr: addr, exited: make(chan error, 1), done: make(chan struct{})}
-	s.cmd = exec.Command(bin, append(args, "--listen", s.Addr)...)
-	s.cmd.Stderr = stderr
+	cmd := exec.Command(bin, append(args, "--listen", addr)...)
+	cmd.Stderr = stderr
 	if environ != nil {
-		s.cmd.Env = append(os.Environ(), environ...)
+		cmd.Env = append(os.Environ(), environ...)
 	}
+	return StartServeCmd(t, addr, cmd)
+}
+
+// StartServeCmd is StartServe for a command made by the caller (one that
+// runs guard serve --listen addr under a wrapper, say).
+func StartServeCmd(t testing.TB, addr string, cmd *exec.Cmd) *Serve {
+	t.Helper()
+	s := &Serve{Addr: addr, cmd: cmd, exited: make(chan error, 1), done: make(chan struct{})}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
