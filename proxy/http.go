@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -56,8 +57,10 @@ type HTTPOptions struct {
 	// MaxBody bounds a request body (default 64 MiB).
 	MaxBody int64
 	// BodyTimeout bounds how long a client may take to send a request's
-	// body (default 30s): a body that trickles in is cut. Only reading
-	// the request is bounded, never the response streams.
+	// body once its headers are in (default 30s), every request's,
+	// those refused before their body is read included: a body that
+	// trickles in is cut. Only reading the request is bounded, never
+	// the response streams.
 	BodyTimeout time.Duration
 	// Grace is how long a session's server has to exit once its session
 	// ends (default 5s), as for guard run.
@@ -124,8 +127,9 @@ func (o *HTTPOptions) RemoteFor(c Caller) Remote {
 // process behind its own relay session, so policy, holds and the audit
 // work exactly as on stdio.
 type HTTPServer struct {
-	opts  HTTPOptions
-	hosts hostCheck
+	opts    HTTPOptions
+	hosts   hostCheck
+	handler http.Handler // serve, its reading bounded (BodyTimeout)
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
@@ -153,7 +157,9 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	return &HTTPServer{opts: o, hosts: newHostCheck(o.AllowedHosts), sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
+	h := &HTTPServer{opts: o, hosts: newHostCheck(o.AllowedHosts), sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
+	h.handler = httplimit.Bound(o.BodyTimeout, http.HandlerFunc(h.serve))
+	return h
 }
 
 // hostCheck is the allowlist of Host headers (against DNS rebinding).
@@ -255,7 +261,12 @@ func (hc hostCheck) allow(w http.ResponseWriter, r *http.Request) bool {
 
 type callerKey struct{}
 
-func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves one request, the reading of its body bounded from the
+// start: a request refused before its body is read (a foreign Host, no
+// token) must not hold its connection either.
+func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+
+func (h *HTTPServer) serve(w http.ResponseWriter, r *http.Request) {
 	if !h.hosts.allow(w, r) {
 		return
 	}
@@ -431,15 +442,15 @@ func (s *httpSession) send(msgs []wire.Message) error {
 }
 
 func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
-	// A body that trickles in is cut: only reading it is bounded, and the
-	// response (an SSE stream may last long) is not.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(h.opts.BodyTimeout))
+	// A body that trickles in is cut (ServeHTTP bounds the reading): only
+	// reading it is bounded, and the response (an SSE stream may last
+	// long) is not.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBody))
 	if err == nil {
 		// A stream's connection is read in the background (to see the
-		// client go): it must not time out.
-		_ = rc.SetReadDeadline(time.Time{})
+		// client go): it must not time out. (net/http lifts the bound
+		// itself once the body is read; this says it here.)
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
 	if err != nil {
 		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {

@@ -2,12 +2,9 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -56,65 +53,4 @@ func TestHTTPInitializeSaysWhyTheServerDidNotStart(t *testing.T) {
 		msg != "The server could not be started: "+refused.Error() {
 		t.Fatalf("initialize: %d %s (session %q)", status, body, session)
 	}
-}
-
-// callerFront serves o behind an HTTPServer whose callers are named by
-// the X-Client header (a request without one is refused, 401).
-func callerFront(t *testing.T, o HTTPOptions) (*HTTPServer, string) {
-	t.Helper()
-	front := httptest.NewUnstartedServer(nil)
-	o.Name = "x"
-	o.AllowedHosts = []string{front.Listener.Addr().String()}
-	o.Authenticate = func(r *http.Request) (Caller, *AuthError) {
-		if r.Header.Get("X-Client") == "" {
-			return Caller{}, &AuthError{Status: http.StatusUnauthorized, Message: "Unauthorized"}
-		}
-		return Caller{Client: r.Header.Get("X-Client")}, nil
-	}
-	h := NewHTTPServer(o)
-	front.Config.Handler = h
-	front.Start()
-	t.Cleanup(func() { h.Close(); front.Close() })
-	return h, front.URL
-}
-
-// postAs posts body as client, with headers, and returns the answer's
-// status, its body and its session.
-func postAs(t *testing.T, ctx context.Context, url, client, body string, headers map[string]string) (int, string, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Client", client)
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header.Get("Mcp-Session-Id")
-}
-
-const initialize = `{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-
-// errorOf reads a JSON-RPC error answer: its id, code and message.
-func errorOf(t *testing.T, body string) (string, int, string) {
-	t.Helper()
-	var m struct {
-		ID    json.RawMessage
-		Error struct {
-			Code    int
-			Message string
-		}
-	}
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatalf("%q: %v", body, err)
-	}
-	return string(m.ID), m.Error.Code, m.Error.Message
 }

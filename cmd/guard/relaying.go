@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
@@ -89,13 +90,21 @@ func (rt *relaying) everyServerIsolated() bool { return rt.iso.everyServerIsolat
 // without a person, and guard should say so loudly.
 func (rt *relaying) configDirReplaced() bool { return configDirReplaced(rt.configDir, rt.configDirID) }
 
+// uiFlags say whether and where a relaying process serves the approval
+// UI, and what a browser's request may take.
+type uiFlags struct {
+	addr   string // --ui: the address, instead of ui.listen
+	off    bool   // --no-ui
+	limits httplimit.Limits
+}
+
 // startRelaying starts it, or says why not and returns the status to exit
 // with (2 for a bad configuration or UI address).
-func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiAddr string, noUI bool, cmd string) (*relaying, int, bool) {
+func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui uiFlags, cmd string) (*relaying, int, bool) {
 	cfg := st.Config
 	listen := cfg.UI.Listen
-	if uiAddr != "" {
-		listen = uiAddr
+	if ui.addr != "" {
+		listen = ui.addr
 		if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
 			fmt.Fprintf(a.stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
 			return nil, exitUsage, false
@@ -190,11 +199,11 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, uiA
 	// gone, at start and after each beat.
 	rt.replicas.holds = holds
 	bg.Go(func() { rt.replicas.run(ctx) })
-	if !noUI {
+	if !ui.off {
 		// The process goes on once its UI serves, or another's does:
 		// guard ui url then finds it as soon as the process answers.
 		tried := make(chan struct{})
-		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, tried, logger) })
+		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, ui.limits, tried, logger) })
 		<-tried
 	}
 	rt.listings = &proxy.Beacon{}

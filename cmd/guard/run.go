@@ -72,7 +72,7 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	}
 	logger := a.logger.With("server", server)
 
-	rt, status, ok := a.startRelaying(st, db, logger, *uiAddr, *noUI, "guard run")
+	rt, status, ok := a.startRelaying(st, db, logger, uiFlags{addr: *uiAddr, off: *noUI}, "guard run")
 	if !ok {
 		return status
 	}

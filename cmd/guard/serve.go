@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -29,8 +30,8 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	allowRemote := fs.Bool("allow-remote", false, "allow a listen address other machines can reach")
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
-	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client may take to send its request headers")
-	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a client may take to send a request's body")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client (of the UI too) may take to send its request headers")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a client (of the UI too) may take to send a request's body")
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	if status, ok := a.parseFlags(fs, args); !ok {
@@ -52,7 +53,8 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 	defer db.Close()
-	rt, status, ok := a.startRelaying(st, db, logger, *uiAddr, *noUI, "guard serve")
+	rt, status, ok := a.startRelaying(st, db, logger,
+		uiFlags{addr: *uiAddr, off: *noUI, limits: httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout}}, "guard serve")
 	if !ok {
 		return status
 	}
@@ -101,6 +103,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
 	var fronts []*proxy.HTTPServer
+	bounds := httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout, Conns: httplimit.Conns(4)}
 	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
 		return func(c proxy.Caller) proxy.Options {
 			o := rt.options(name, log)
@@ -200,9 +203,12 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		serves = append(serves, "http://"+*listen+"/mcp")
 	}
 	rt.started("", serves)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: *headerTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	// Every request's reading is bounded, the endpoints' (which lift the
+	// bound for their response streams) and the other routes' alike, and
+	// so is the number of connections open at once.
+	hs := httplimit.Server(mux, bounds)
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(l) }()
+	go func() { done <- hs.Serve(httplimit.Listener(l, bounds)) }()
 	select {
 	case <-ctx.Done():
 	case err := <-done:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
@@ -33,8 +33,15 @@ const takeoverEvery = 2 * time.Second
 // first guard on a machine serves it; the others share its database, and
 // keep trying the address so that one of them takes over when it is free.
 // tried is closed after the first try: the UI serves and its start is
-// recorded, or it cannot (yet).
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, tried chan<- struct{}, logger *slog.Logger) {
+// recorded, or it cannot (yet). A browser's connection is bounded by lim,
+// and their number by default to a sixteenth of the process's
+// descriptors: a local program that opens connections without end, or
+// trickles its requests in, must not leave guard without descriptors to
+// start its servers with.
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
+	if lim.Conns <= 0 {
+		lim.Conns = httplimit.Conns(16)
+	}
 	var once sync.Once
 	done := func() { once.Do(func() { close(tried) }) }
 	defer done()
@@ -83,7 +90,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
 			done()
-			runUI(ctx, ui, ln)
+			runUI(ctx, ui, httplimit.Listener(ln, lim), lim)
 			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
 			recordLifecycle(db, logger, l)
 			return
@@ -128,8 +135,8 @@ func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
 	return &web.Passkeys{Store: db, Origin: origin}
 }
 
-func runUI(ctx context.Context, ui *web.Server, l net.Listener) {
-	srv := &http.Server{Handler: ui, ReadHeaderTimeout: 10 * time.Second}
+func runUI(ctx context.Context, ui *web.Server, l net.Listener, lim httplimit.Limits) {
+	srv := httplimit.Server(ui, lim)
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ui.Run(uctx)
