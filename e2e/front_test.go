@@ -100,3 +100,43 @@ func TestHTTPHealthAndMetricsFrontDoor(t *testing.T) {
 		}
 	}
 }
+
+// One token cannot open sessions, each a server process, without end:
+// guard serve answers its initialize 503 past max_sessions.per_client,
+// and every client's past max_sessions.total, while the sessions it
+// serves go on.
+func TestHTTPSessionsAreBoundedPerClientAndInAll(t *testing.T) {
+	aliceTok, aliceLine := newToken(t, "alice")
+	bobTok, bobLine := newToken(t, "bob")
+	_, url := serveExample(t, "max_sessions: {total: 3, per_client: 2}\nclients:\n  "+aliceLine+"\n  "+bobLine+"\n")
+	initialize := func(token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i, tc := range []struct {
+		token string
+		code  int
+		says  string
+	}{
+		{aliceTok, http.StatusOK, ""},
+		{aliceTok, http.StatusOK, ""},
+		{aliceTok, http.StatusServiceUnavailable, "Too many sessions of this client: at most 2 at once (max_sessions.per_client)"},
+		{bobTok, http.StatusOK, ""},
+		{bobTok, http.StatusServiceUnavailable, "Too many sessions: guard serves at most 3 at once (max_sessions.total)"},
+	} {
+		code, body := initialize(tc.token)
+		if code != tc.code || !strings.Contains(body, tc.says) {
+			t.Fatalf("session %d: %d %s, want %d %q", i+1, code, body, tc.code, tc.says)
+		}
+	}
+}

@@ -48,6 +48,12 @@ type Config struct {
 		Scope string
 	}
 	Include []string
+	// MaxSessions bounds guard serve's sessions (max_sessions): Total at
+	// once, PerClient of one client (on 2026-07-28, where there are no
+	// sessions, a client's requests in flight).
+	MaxSessions struct {
+		Total, PerClient int
+	}
 	Servers map[string]*Server
 	Limits  []Limit
 	// Clients are the bearer tokens guard serve accepts, by name: when
@@ -326,6 +332,7 @@ func Default() *Config {
 	c.Approval.Wait = 50 * time.Second
 	c.Approval.InBand = "off"
 	c.Approval.MaxPending = 20
+	c.MaxSessions.Total, c.MaxSessions.PerClient = 1000, 100
 	c.Approval.Scope = guard.ScopeSession
 	c.Redact.Keys = []string{"password", "token", "secret", "api_key", "authorization"}
 	c.Policy.Default = "annotations"
@@ -646,6 +653,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 			return err
 		},
 		"include":        p.list(&c.Include),
+		"max_sessions":   func(n *yaml.Node) error { return p.maxSessions(n, c) },
 		"public_url":     p.publicURL(&c.PublicURL),
 		"redact_results": p.boolean(&c.RedactResults),
 		"assert_formats": p.boolean(&c.AssertFormats),
@@ -671,6 +679,30 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		},
 		"review": p.review(&c.Review),
 	})
+}
+
+// maxSessions reads max_sessions: {total: N, per_client: N}. A total
+// below the default per_client lowers it too, unless per_client is given.
+func (p *parser) maxSessions(n *yaml.Node, c *Config) error {
+	m := &c.MaxSessions
+	perClient := false
+	if err := p.mapping(n, map[string]func(*yaml.Node) error{
+		"total": p.count(&m.Total),
+		"per_client": func(n *yaml.Node) error {
+			perClient = true
+			return p.count(&m.PerClient)(n)
+		},
+	}); err != nil {
+		return err
+	}
+	switch {
+	case m.PerClient <= m.Total:
+	case perClient:
+		return p.errf(n, "max_sessions: per_client (%d) is more than total (%d)", m.PerClient, m.Total)
+	default:
+		m.PerClient = m.Total
+	}
+	return nil
 }
 
 // review reads a review section: the top level's, or a server's.

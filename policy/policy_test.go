@@ -74,8 +74,35 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"review: {list: accepted}\n", 1, `unknown key "list"`},
 		{"servers:\n  files:\n    review:\n      listing: all\n", 4, `"all" is not one of accepted, as_served`},
 		{"policy:\n  hide_denied: sometimes\n", 2, "expected true or false"},
+		{"max_sessions: {total: 0}\n", 1, "not a positive whole number"},
+		{"max_sessions:\n  total: 10\n  per_client: many\n", 3, `"many" is not a positive whole number`},
+		{"max_sessions:\n  per-client: 5\n", 2, `unknown key "per-client"`},
+		{"max_sessions:\n  total: 10\n  per_client: 20\n", 2, "per_client (20) is more than total (10)"},
+		{"max_sessions: 1000\n", 1, "expected a mapping"},
 		{"servers:\n  files: {sandbox: always}\n", 2, `"always" is not one of on, off`},
 	})
+}
+
+// max_sessions: its defaults, and each bound read on its own.
+func TestMaxSessions(t *testing.T) {
+	for _, tc := range []struct {
+		yaml             string
+		total, perClient int
+	}{
+		{"", 1000, 100},
+		{"max_sessions: {total: 500}\n", 500, 100},
+		{"max_sessions: {total: 50}\n", 50, 50},
+		{"max_sessions: {per_client: 3}\n", 1000, 3},
+		{"max_sessions: {total: 8, per_client: 8}\n", 8, 8},
+	} {
+		c, err := Parse([]byte(tc.yaml), "cfg.yaml")
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if c.MaxSessions.Total != tc.total || c.MaxSessions.PerClient != tc.perClient {
+			t.Errorf("%q: %+v, want total %d per_client %d", tc.yaml, c.MaxSessions, tc.total, tc.perClient)
+		}
+	}
 }
 
 // Only sandbox: on in so many words makes a server one that never runs

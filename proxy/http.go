@@ -62,6 +62,10 @@ type HTTPOptions struct {
 	// trickles in is cut. Only reading the request is bounded, never
 	// the response streams.
 	BodyTimeout time.Duration
+	// Sessions, when set, bounds the sessions (on 2026-07-28, a caller's
+	// requests in flight) of every endpoint that shares it: past it, a
+	// request is answered 503.
+	Sessions *SessionLimit
 	// Grace is how long a session's server has to exit once its session
 	// ends (default 5s), as for guard run.
 	Grace time.Duration
@@ -294,17 +298,27 @@ func (h *HTTPServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// codeBusy is the JSON-RPC error of a request refused past max_sessions:
+// one of the codes the specification leaves to servers (-32000 to
+// -32099).
+const codeBusy = -32000
+
 // refuseStart answers the requests of a POST whose session could not be
-// started, saying why, with the id of the request when there is one
-// (initialize).
+// started: 503 past the sessions' limit (*LimitError), else 500 saying
+// why the server could not be started, with the id of the request when
+// there is one (initialize).
 func refuseStart(w http.ResponseWriter, requests []wire.Message, err error) {
 	var id []byte
 	if len(requests) == 1 {
 		id = requests[0].ID
 	}
+	status, code, msg := http.StatusInternalServerError, wire.CodeInternalError, "The server could not be started: "+err.Error()
+	if le := (*LimitError)(nil); errors.As(err, &le) {
+		status, code, msg = http.StatusServiceUnavailable, codeBusy, le.Message
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusInternalServerError)
-	_, _ = w.Write(wire.ErrorResponse(id, wire.CodeInternalError, "The server could not be started: "+err.Error(), nil))
+	w.WriteHeader(status)
+	_, _ = w.Write(wire.ErrorResponse(id, code, msg, nil))
 }
 
 func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
@@ -356,8 +370,14 @@ func (s *httpSession) latestToken() string {
 	return ""
 }
 
-// start runs a new session's server behind a relay session.
+// start runs a new session's server behind a relay session, within the
+// sessions' limit (a *LimitError past it).
 func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (*httpSession, error) {
+	release, err := h.opts.Sessions.session(caller.key())
+	if err != nil {
+		h.opts.Logger.Warn("session refused", "err", err, "client", caller.Client)
+		return nil, err
+	}
 	s := &httpSession{id: uuid.NewString(), in: newInbox(), router: newRouter(), done: make(chan struct{})}
 	if caller.Token != nil {
 		s.noteToken(caller)
@@ -372,6 +392,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		release()
 		return nil, errors.New("the server is shutting down")
 	}
 	h.sessions[s.id] = s
@@ -381,6 +402,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 	started := make(chan error, 1)
 	go func() {
 		defer close(s.done)
+		defer release()
 		defer func() {
 			h.mu.Lock()
 			delete(h.sessions, s.id)
@@ -524,6 +546,15 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 				writeHeaderMismatch(w, requests[0].ID, msg)
 				return
 			}
+		}
+		if len(requests) > 0 {
+			release, err := h.opts.Sessions.request(callerOf(r).key())
+			if err != nil {
+				h.opts.Logger.Warn("request refused", "err", err, "client", callerOf(r).Client)
+				refuseStart(w, requests, err)
+				return
+			}
+			defer release()
 		}
 		if s, err = h.sharedSession(r.Context(), callerOf(r)); err != nil {
 			refuseStart(w, requests, err)

@@ -103,7 +103,11 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	}
 	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
 	var fronts []*proxy.HTTPServer
+	// Every endpoint's sessions count against one bound: each runs a
+	// server process.
+	sessions := proxy.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
 	bounds := httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout, Conns: httplimit.Conns(4)}
+	warnDescriptors(cfg, bounds.Conns, logger)
 	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
 		return func(c proxy.Caller) proxy.Options {
 			o := rt.options(name, log)
@@ -126,6 +130,7 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 			Authenticate: front.endpoint(path),
 			MaxBody:      cfg.MaxMessage,
 			BodyTimeout:  *bodyTimeout,
+			Sessions:     sessions,
 			SessionIdle:  *sessionIdle,
 			Stderr:       a.stderr,
 			Logger:       log,
@@ -224,6 +229,24 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		f.Close()
 	}
 	return exitOK
+}
+
+// sessionDescriptors is about how many descriptors one session of guard
+// serve keeps open: its server's stdin and stdout, the process's handle,
+// and the connection of a response stream.
+const sessionDescriptors = 4
+
+// warnDescriptors says, at start, when max_sessions.total sessions would
+// need more descriptors than the process may open beside the
+// connections of its front (conns) and UI: sessions past that are then
+// refused for want of descriptors, not 503 at max_sessions.
+func warnDescriptors(cfg *policy.Config, conns int, logger *slog.Logger) {
+	limit := httplimit.Conns(1)
+	need := cfg.MaxSessions.Total*sessionDescriptors + conns + httplimit.Conns(16)
+	if need > limit {
+		logger.Warn("max_sessions.total needs more file descriptors than this process may open: sessions past what they allow will not start; raise the limit (ulimit -n) or lower max_sessions.total",
+			"max_sessions.total", cfg.MaxSessions.Total, "descriptors needed", need, "limit", limit)
+	}
 }
 
 // buildVersion is the module version guard was built as ("devel" for a
