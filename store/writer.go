@@ -95,6 +95,9 @@ type auditStats struct {
 	waits    atomic.Int64       // appends that waited for room
 	refused  atomic.Int64       // checkpoints not signed: the log did not extend the last one
 	witness  atomic.Int64       // checkpoints a witness did not get
+	// integrity counts the integrity alerts this process raised
+	// (IntegrityAlerts).
+	integrity atomic.Int64
 }
 
 func newAuditStats() *auditStats {
@@ -169,7 +172,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	bp := db.frames.Get().(*[]byte)
 	b := (*bp)[:0]
 	for _, r := range recs {
-		b = appendFrame(b, r)
+		b = appendMarkedFrame(b, r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.jmu.Lock()
@@ -713,18 +716,18 @@ func awaitJournal(ctx context.Context, path string) bool {
 	if !ownerAlive(f) {
 		return true // no one writes to it
 	}
-	off, err := segmentIngested(f)
+	off, marked, err := segmentIngested(f)
 	if err != nil {
 		return true
 	}
-	end := framesEnd(f, off)
+	end := framesEnd(f, off, marked)
 	for off < end {
 		select {
 		case <-time.After(journalPoll):
 		case <-ctx.Done():
 			return false
 		}
-		if off, err = segmentIngested(f); err != nil {
+		if off, _, err = segmentIngested(f); err != nil {
 			return true
 		}
 	}
