@@ -153,6 +153,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 	var prevHash string
 	var n, proved int64
 	var first, missing, firstMissing int64
+	var after, unchained int64 // records after the checkpoint, and not yet in the chain
 	ret := newKeptCheck(v)
 	for {
 		cell, err := e.next()
@@ -164,7 +165,23 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 		}
 		r, leaf, proof, err := fromRow(cell)
 		if err != nil {
-			return "", fmt.Errorf("record %d: %w", n+1, err)
+			return "", fmt.Errorf("record %d: %w", n+after+unchained+1, err)
+		}
+		switch pending := cell("pending"); {
+		case pending == pendingJournal:
+			unchained++
+			continue
+		case pending == pendingCheckpoint:
+			if err := checkAfter(c, r, leaf, prevSeq, prevHash, unchained); err != nil {
+				return "", err
+			}
+			after++
+			prevSeq, prevHash = r.Seq, r.Hash
+			continue
+		case pending != "":
+			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, pendingCheckpoint, pendingJournal)
+		case after > 0 || unchained > 0:
+			return "", fmt.Errorf("record %d (id %s) is under the checkpoint but comes after records that are not", r.Seq, r.ID)
 		}
 		n++
 		// A pruned record's body left the database (its archive holds
@@ -237,7 +254,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 				return "", fmt.Errorf("the tree of its %d records does not have the checkpoint's root", c.Size)
 			}
 		}
-		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s", n, c.Origin, pruned), nil
+		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s%s", n, c.Origin, pruned, pendingNote(after, unchained)), nil
 	}
 	// A part names its run, and what is missing from it: an export of a
 	// period has none missing, an archive of retention only the records
@@ -247,7 +264,42 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 		run += fmt.Sprintf("; %d between them not in the file, the first %d", missing, firstMissing)
 	}
 	run += ")"
-	return fmt.Sprintf("ok: %d records%s, each proved in the checkpoint of %d records of %s%s", n, run, c.Size, c.Origin, pruned), nil
+	return fmt.Sprintf("ok: %d records%s, each proved in the checkpoint of %d records of %s%s%s", n, run, c.Size, c.Origin, pruned, pendingNote(after, unchained)), nil
+}
+
+// checkAfter checks a record of an export that its checkpoint does not
+// cover yet: its hash and leaf hash from its fields, and its link to the
+// record before it in the export, which must be the one before it in the
+// chain. No checkpoint proves it is in the log.
+func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
+	switch {
+	case unchained > 0:
+		return fmt.Errorf("record %d (id %s) is in the chain but comes after records that are not", r.Seq, r.ID)
+	case r.Seq <= c.Size:
+		return fmt.Errorf("record %d (id %s) is marked as after the checkpoint of %d records, which covers it", r.Seq, r.ID, c.Size)
+	case HashRecord(r) != r.Hash:
+		return fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
+	case leafHash(appendCanonical(nil, r)) != leaf:
+		return fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
+	case prevSeq > 0 && r.Seq != prevSeq+1:
+		return fmt.Errorf("records %d to %d are not in the export: record %d (id %s) follows record %d", prevSeq+1, r.Seq-1, r.Seq, r.ID, prevSeq)
+	case prevSeq > 0 && r.PrevHash != prevHash:
+		return fmt.Errorf("record %d (id %s) does not follow record %d: its link is broken", r.Seq, r.ID, prevSeq)
+	}
+	return nil
+}
+
+// pendingNote says what an export holds beyond what its checkpoint
+// covers.
+func pendingNote(after, unchained int64) string {
+	s := ""
+	if after > 0 {
+		s += fmt.Sprintf("; and %d records after the checkpoint, whose hashes and links check but which no checkpoint signs yet", after)
+	}
+	if unchained > 0 {
+		s += fmt.Sprintf("; and %d acknowledged records not yet in the chain (in journals of guard processes that stopped), which nothing here can check", unchained)
+	}
+	return s
 }
 
 // keptCheck follows an export's records: the fields a pruned record

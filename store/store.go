@@ -570,7 +570,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
 	}
 	if n := orphanJournals(opts.Path); n > 0 {
-		opts.Logger.Warn("journals of guard processes that stopped are beside the database: records in them appear once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
+		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
 	}
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))

@@ -689,8 +689,8 @@ const journalPoll = 2 * time.Millisecond
 // records it held when the wait began in the database (or ctx ends). A
 // journal whose owner is gone is left to the next writable Open.
 func (db *DB) awaitJournals(ctx context.Context) {
-	if db.pg {
-		return // no journals: what is acknowledged is committed
+	if db.pg || db.hold != nil {
+		return // no journals: what is acknowledged is committed, or nothing is
 	}
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
