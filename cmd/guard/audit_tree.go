@@ -157,9 +157,25 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintln(a.stdout, verifiedLine(rep))
-	if !rep.OK {
+	u, err := db.Unchained(ctx)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
 		return exitFailure
+	}
+	if rep.OK && u.Outside() {
+		fmt.Fprintln(a.stdout, unchainedLine(u, rep))
+	} else {
+		fmt.Fprintln(a.stdout, verifiedLine(rep))
+	}
+	if err := printAlerts(ctx, a, db); err != nil {
+		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
+		return exitFailure
+	}
+	switch {
+	case !rep.OK:
+		return exitFailure
+	case u.Outside():
+		return 3 // cannot verify here: acknowledged records are still outside the chain
 	}
 	return exitOK
 }

@@ -44,6 +44,9 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
+	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged).", func() (float64, error) {
+		return float64(db.IntegrityAlerts()), nil
+	})
 	addVerifyMetrics(reg, db)
 	treeMetrics(reg, db)
 	retentionMetrics(reg, db)
