@@ -243,6 +243,15 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			problem("%s", p)
 		}
 	}
+	if rep.Problem == "" {
+		p, err := db.checkCallWords(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("verify: text index: %w", err)
+		}
+		if p != "" {
+			problem("%s", p)
+		}
+	}
 	rep.OK = rep.Problem == ""
 	return rep, nil
 }
