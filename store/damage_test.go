@@ -272,3 +272,45 @@ func TestDamageTheDatabaseHeldIsNoLoss(t *testing.T) {
 	}
 	verifyOK(t, db)
 }
+
+// A guard process that runs on the database moves in the journal of one
+// that stopped meanwhile, within a tick, without waiting for the next
+// writable open: its records reach the chain, and damage in it is
+// recorded and counted by the process that found it.
+func TestARunningProcessMovesInAStoppedProcessesJournal(t *testing.T) {
+	sqliteOnly(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "g.db")
+	db, err := Open(ctx, Options{Path: path, Durability: "normal", CheckpointEvery: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	whole, damaged := journalRecs(10), journalRecs(20)
+	for _, r := range damaged {
+		r.CallID += "-d"
+	}
+	j1 := orphanJournal(t, path, whole, nil)
+	j2 := damagedJournal(t, path, damaged, 3)
+	count := func() int {
+		n := 0
+		_ = db.Records(ctx, func(*guard.Record) error { n++; return nil })
+		return n
+	}
+	waitFor(t, "the stopped process's records", func() bool { return count() == 1+10+19+1 })
+	if n := db.IntegrityAlerts(); n != 1 {
+		t.Errorf("%d integrity alerts counted, want 1", n)
+	}
+	for _, p := range []string{j1, j2} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(j2 + damagedSuffix); err != nil {
+		t.Errorf("the damaged journal was not kept aside: %v", err)
+	}
+	verifyOK(t, db)
+}

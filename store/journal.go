@@ -434,6 +434,7 @@ func (db *DB) recoverJournals(ctx context.Context) error {
 		n, err := db.recoverJournal(ctx, path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
+			db.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
 			continue
 		}
 		if n > 0 {
@@ -441,6 +442,43 @@ func (db *DB) recoverJournals(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// orphanRetry is how long a running process waits before it tries again
+// to move in a journal of a process that stopped that it could not.
+const orphanRetry = time.Minute
+
+// recoverOrphans moves into the log the journals of processes that
+// stopped while this one runs (the ingester calls it every
+// CheckpointEvery), so that what they acknowledged reaches the chain
+// without waiting for the next writable open; a journal it could not move
+// in is tried again after orphanRetry, and said once in the log.
+func (db *DB) recoverOrphans() {
+	if db.pg {
+		return
+	}
+	files, _ := segments(journalsDir(db.opts.Path))
+	for _, p := range files {
+		db.jmu.Lock()
+		own := db.own[p]
+		db.jmu.Unlock()
+		last, failed := db.unmoved[p]
+		if own || failed && time.Since(last) < orphanRetry {
+			continue
+		}
+		n, err := db.recoverJournal(context.Background(), p)
+		if err != nil {
+			if !failed {
+				db.opts.Logger.Error("records of a journal left by a process that stopped could not be moved into the database; tried again in a minute", "journal", p, "err", err)
+			}
+			db.unmoved[p] = time.Now()
+			continue
+		}
+		delete(db.unmoved, p)
+		if n > 0 {
+			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", p, "records", n)
+		}
+	}
 }
 
 func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
@@ -451,6 +489,11 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	defer f.Close()
 	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 		return 0, nil // its owner is alive
+	}
+	if st, err := f.Stat(); err == nil && st.Size() < journalHeader {
+		// A segment whose maker has not locked it yet (newSegment), or
+		// died before it wrote the header: no record was written to it.
+		return 0, nil
 	}
 	// Read from the first frame, whatever the header says: it is written
 	// after the database's commits, which are not fsync'd (DB.rotate), so

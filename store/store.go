@@ -144,8 +144,11 @@ type DB struct {
 	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
 	doubtAsked time.Time       // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
-	progMu     sync.Mutex
-	progress   chan struct{} // closed and replaced after every batch ingested
+	// unmoved are the ingester's: journals of processes that stopped
+	// that it could not move in, and when it last tried.
+	unmoved  map[string]time.Time
+	progMu   sync.Mutex
+	progress chan struct{} // closed and replaced after every batch ingested
 
 	// commitMu is held while a batch is committed. It guards wc.
 	commitMu sync.Mutex
@@ -275,6 +278,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		syncWork: make(chan struct{}, 1),
 		progress: make(chan struct{}),
 		stats:    newAuditStats(),
+		unmoved:  map[string]time.Time{},
 	}
 	db.room = sync.NewCond(&db.jmu)
 	db.frames.New = func() any { return new([]byte) }

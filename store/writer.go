@@ -396,6 +396,7 @@ func (db *DB) ingester() {
 			stopping = true
 		case <-t.C:
 			db.rotate() // a segment that could not be made before
+			db.recoverOrphans()
 			db.maybeCheckpoint()
 			continue
 		}
@@ -727,7 +728,9 @@ func awaitJournal(ctx context.Context, path string) bool {
 		case <-ctx.Done():
 			return false
 		}
-		if off, _, err = segmentIngested(f); err != nil {
+		if off, _, err = segmentIngested(f); err != nil || !ownerAlive(f) {
+			// An owner that is gone may have been another process
+			// moving in the journal of one that stopped: done.
 			return true
 		}
 	}
