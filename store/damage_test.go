@@ -314,3 +314,30 @@ func TestARunningProcessMovesInAStoppedProcessesJournal(t *testing.T) {
 	}
 	verifyOK(t, db)
 }
+
+// A loss recorded in the log is an alert, on both engines, until a
+// person acknowledges it; a damage that lost nothing is none.
+func TestAlertsAreTheLossesNoOneAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t, testPath(t))
+	defer db.Close()
+	loss := func(lost bool) *guard.Record {
+		id := guard.NewID()
+		return &guard.Record{ID: id, CallID: id, Kind: guard.KindEvent, Method: MethodJournalDamaged, Reason: "a journal was damaged",
+			Detail: mustJSON(damageDetail{Journal: "j.log.damaged", Lost: lost})}
+	}
+	lost, held := loss(true), loss(false)
+	if err := db.Append(lost, held); err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := db.Alerts(ctx)
+	if err != nil || len(alerts) != 1 || alerts[0].ID != lost.ID || alerts[0].Text != lost.Reason {
+		t.Fatalf("alerts: %+v %v", alerts, err)
+	}
+	if _, err := db.AcknowledgeLoss(ctx, lost.ID, "alice", "seen"); err != nil {
+		t.Fatal(err)
+	}
+	if alerts, err := db.Alerts(ctx); err != nil || len(alerts) != 0 {
+		t.Errorf("alerts after the acknowledgement: %+v %v", alerts, err)
+	}
+}
