@@ -27,8 +27,10 @@ import (
 // replaced once it is large and removed.
 //
 // A journal left by a process that died (its lock is free) is moved into
-// the database by the next writable Open; records already there (a crash
-// between the database's commit and the header's update) are skipped. A
+// the database by a process running on it (recoverOrphans), else by the
+// next writable Open; records already there (a crash between the
+// database's commit and the header's update) are skipped. Until then,
+// readers read it as it is (unchained.go). A
 // frame that cannot be read (a damaged disk, a changed byte) costs that
 // frame alone: the reader finds the next frame by its mark (scanJournal),
 // and the recovery keeps the file aside and records what was lost
