@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"math"
 )
 
@@ -119,7 +121,7 @@ func bucketOf(k int64) int {
 
 // add adds a word of the call with key k: the word, its column and its
 // position in it.
-func (s *wordSums) add(term, col []byte, k, pos int64) {
+func (s *wordSums) add(term, col string, k, pos int64) {
 	b := bucketOf(k)
 	if s.calls != nil && b != s.only {
 		return
@@ -134,32 +136,86 @@ func (s *wordSums) add(term, col []byte, k, pos int64) {
 	s.buckets[b] += h
 }
 
-// addVocab adds every word the fts5vocab instance table vocab lists.
-func (s *wordSums) addVocab(ctx context.Context, q queryer, vocab string) error {
-	rows, err := q.QueryContext(ctx, `SELECT term, doc, col, offset FROM `+vocab)
+// The SQLite side reads millions of rows: it reads them from the driver
+// directly, which costs half of what database/sql's rows do per row.
+
+// driverConn is what the check needs of a driver's connection.
+type driverConn interface {
+	driver.ConnPrepareContext
+	driver.ExecerContext
+}
+
+// rawQuery runs q on c and calls fn with each row, whose values are valid
+// until fn returns.
+func rawQuery(ctx context.Context, c driverConn, q string, fn func(row []driver.Value) error, args ...any) error {
+	st, err := c.PrepareContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sq, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return errors.New("the driver's statements take no context")
+	}
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	rows, err := sq.QueryContext(ctx, named)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	var term, col sql.RawBytes
-	var k, pos int64
-	for rows.Next() {
-		if err := rows.Scan(&term, &k, &col, &pos); err != nil {
+	row := make([]driver.Value, len(rows.Columns()))
+	for {
+		err := rows.Next(row)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
-		s.add(term, col, k, pos)
+		if err := fn(row); err != nil {
+			return err
+		}
 	}
-	return rows.Err()
+}
+
+// rawExec runs a statement on c.
+func rawExec(ctx context.Context, c driverConn, q string, args ...driver.NamedValue) error {
+	_, err := c.ExecContext(ctx, q, args)
+	return err
+}
+
+// text is a text value a driver returned.
+func text(v driver.Value) string {
+	switch t := v.(type) {
+	case string:
+		return t
+	case []byte:
+		return string(t)
+	}
+	return ""
+}
+
+// addVocab adds every word the fts5vocab instance table vocab lists.
+func (s *wordSums) addVocab(ctx context.Context, c driverConn, vocab string) error {
+	return rawQuery(ctx, c, `SELECT term, doc, col, offset FROM `+vocab, func(row []driver.Value) error {
+		k, _ := row[1].(int64)
+		pos, _ := row[3].(int64)
+		s.add(text(row[0]), text(row[2]), k, pos)
+		return nil
+	})
 }
 
 // wordReader reads the SQLite text index's words and makes those of the
 // records, in one read transaction of the database.
 type wordReader struct {
-	tx  *sql.Tx   // the database, read as of one moment
-	mem *sql.Conn // the index in memory (words, and its vocabulary words_vocab)
+	db  driverConn // the database, in a read transaction
+	mem driverConn // the index in memory (words, and its vocabulary words_vocab)
 }
 
-func (db *DB) checkCallWordsSQLite(ctx context.Context) (string, error) {
+func (db *DB) checkCallWordsSQLite(ctx context.Context) (problem string, err error) {
 	// A connection of its own: its temporary schema takes the index's
 	// vocabulary table, which the readers' (query_only) could not.
 	f, err := sql.Open("sqlite", "file:"+db.opts.Path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=temp_store(2)")
@@ -167,39 +223,54 @@ func (db *DB) checkCallWordsSQLite(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	f.SetMaxOpenConns(1)
 	conn, err := f.Conn(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `CREATE VIRTUAL TABLE temp.call_words USING fts5vocab(main, call_text, instance)`); err != nil {
-		return "", err
-	}
 	m, err := sql.Open("sqlite", ":memory:")
 	if err != nil {
 		return "", err
 	}
 	defer m.Close()
-	m.SetMaxOpenConns(1)
 	mem, err := m.Conn(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer mem.Close()
-	if _, err := mem.ExecContext(ctx, `CREATE VIRTUAL TABLE words USING `+callTextDef+`;
-		CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, instance)`); err != nil {
-		return "", err
-	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback() //nolint:errcheck // it only read
-	wr := &wordReader{tx: tx, mem: mem}
+	err = conn.Raw(func(dc any) error {
+		return mem.Raw(func(mdc any) error {
+			c, ok := dc.(driverConn)
+			mc, mok := mdc.(driverConn)
+			if !ok || !mok {
+				return errors.New("the driver cannot prepare statements")
+			}
+			if err := rawExec(ctx, c, `CREATE VIRTUAL TABLE temp.call_words USING fts5vocab(main, call_text, instance)`); err != nil {
+				return err
+			}
+			if err := rawExec(ctx, mc, `CREATE VIRTUAL TABLE words USING `+callTextDef); err != nil {
+				return err
+			}
+			if err := rawExec(ctx, mc, `CREATE VIRTUAL TABLE words_vocab USING fts5vocab(words, instance)`); err != nil {
+				return err
+			}
+			if err := rawExec(ctx, c, `BEGIN`); err != nil {
+				return err
+			}
+			defer rawExec(ctx, c, `ROLLBACK`) //nolint:errcheck // it only read
+			problem, err = (&wordReader{db: c, mem: mc}).check(ctx)
+			return err
+		})
+	})
+	return problem, err
+}
+
+// check compares the words of every call, then, when a bucket differs,
+// those of its calls one by one.
+func (wr *wordReader) check(ctx context.Context) (string, error) {
 	seed := maphash.MakeSeed()
 	have, want := &wordSums{seed: seed}, &wordSums{seed: seed}
-	if err := have.addVocab(ctx, tx, "temp.call_words"); err != nil {
+	if err := have.addVocab(ctx, wr.db, "temp.call_words"); err != nil {
 		return "", err
 	}
 	if err := wr.recordWords(ctx, want); err != nil {
@@ -212,10 +283,9 @@ func (db *DB) checkCallWordsSQLite(ctx context.Context) (string, error) {
 	if b == wordBuckets {
 		return "", nil
 	}
-	// The calls of the first bucket that differs, one by one.
 	have = &wordSums{seed: seed, only: b, calls: map[int64]uint64{}}
 	want = &wordSums{seed: seed, only: b, calls: map[int64]uint64{}}
-	if err := have.addVocab(ctx, tx, "temp.call_words"); err != nil {
+	if err := have.addVocab(ctx, wr.db, "temp.call_words"); err != nil {
 		return "", err
 	}
 	if err := wr.recordWords(ctx, want); err != nil {
@@ -232,13 +302,15 @@ func (db *DB) checkCallWordsSQLite(ctx context.Context) (string, error) {
 			first = min(first, k)
 		}
 	}
-	var id string
-	err = tx.QueryRowContext(ctx, `SELECT call_id FROM call_index WHERE k = ?`, first).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Sprintf("the text index does not match the records: it holds words under key %d, which is no call's%s", first, indexRebuild), nil
-	}
-	if err != nil {
+	id := ""
+	if err := rawQuery(ctx, wr.db, `SELECT call_id FROM call_index WHERE k = ?`, func(row []driver.Value) error {
+		id = text(row[0])
+		return nil
+	}, first); err != nil {
 		return "", err
+	}
+	if id == "" {
+		return fmt.Sprintf("the text index does not match the records: it holds words under key %d, which is no call's%s", first, indexRebuild), nil
 	}
 	return wordsProblem(id), nil
 }
@@ -247,12 +319,16 @@ func (db *DB) checkCallWordsSQLite(ctx context.Context) (string, error) {
 // call (or, for s's bucket, for each of its calls): those an index made
 // in memory the same way holds, a batch of calls at a time.
 func (wr *wordReader) recordWords(ctx context.Context, s *wordSums) error {
-	rows, err := wr.tx.QueryContext(ctx, `SELECT c.k, q.arguments, coalesce(o.result, '') FROM call_index c
-		JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq AND c.out_seq != 0 ORDER BY c.k`)
+	ins, err := wr.mem.PrepareContext(ctx, `INSERT INTO words (rowid, arguments, result) VALUES (?, ?, ?)`)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
+	defer ins.Close()
+	insert, ok := ins.(driver.StmtExecContext)
+	if !ok {
+		return errors.New("the driver's statements take no context")
+	}
+	args := []driver.NamedValue{{Ordinal: 1}, {Ordinal: 2}, {Ordinal: 3}}
 	// A batch is one transaction of the index in memory: FTS5 writes what
 	// a transaction adds as one segment, which its vocabulary then reads
 	// at once (a segment per call would cost more than all the rest).
@@ -262,39 +338,37 @@ func (wr *wordReader) recordWords(ctx context.Context, s *wordSums) error {
 			return nil
 		}
 		n = 0
-		if _, err := wr.mem.ExecContext(ctx, `COMMIT`); err != nil {
+		if err := rawExec(ctx, wr.mem, `COMMIT`); err != nil {
 			return err
 		}
 		if err := s.addVocab(ctx, wr.mem, "words_vocab"); err != nil {
 			return err
 		}
-		_, err := wr.mem.ExecContext(ctx, `INSERT INTO words (words) VALUES ('delete-all')`)
-		return err
+		return rawExec(ctx, wr.mem, `INSERT INTO words (words) VALUES ('delete-all')`)
 	}
-	var args, result sql.RawBytes
-	var k int64
-	for rows.Next() {
-		if err := rows.Scan(&k, &args, &result); err != nil {
-			return err
-		}
-		if len(args) == 0 && len(result) == 0 || s.calls != nil && bucketOf(k) != s.only {
-			continue // no text, no row
-		}
-		if n == 0 {
-			if _, err := wr.mem.ExecContext(ctx, `BEGIN`); err != nil {
+	err = rawQuery(ctx, wr.db, `SELECT c.k, q.arguments, coalesce(o.result, '') FROM call_index c
+		JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq AND c.out_seq != 0 ORDER BY c.k`,
+		func(row []driver.Value) error {
+			k, _ := row[0].(int64)
+			a, r := text(row[1]), text(row[2])
+			if a == "" && r == "" || s.calls != nil && bucketOf(k) != s.only {
+				return nil // no text, no row
+			}
+			if n == 0 {
+				if err := rawExec(ctx, wr.mem, `BEGIN`); err != nil {
+					return err
+				}
+			}
+			args[0].Value, args[1].Value, args[2].Value = k, a, r
+			if _, err := insert.ExecContext(ctx, args); err != nil {
 				return err
 			}
-		}
-		if _, err := wr.mem.ExecContext(ctx, `INSERT INTO words (rowid, arguments, result) VALUES (?, ?, ?)`, k, string(args), string(result)); err != nil {
-			return err
-		}
-		if n++; n == wordsBatch {
-			if err := flush(); err != nil {
-				return err
+			if n++; n == wordsBatch {
+				return flush()
 			}
-		}
-	}
-	if err := rows.Err(); err != nil {
+			return nil
+		})
+	if err != nil {
 		return err
 	}
 	return flush()
