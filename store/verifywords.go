@@ -52,10 +52,14 @@ const indexRebuild = "; the index is derived from the records: a writable guard 
 // checkCallWords returns a problem with the text index's words, or ""
 // (also when the database has no call index: a schema before it).
 func (db *DB) checkCallWords(ctx context.Context) (string, error) {
-	switch {
-	case db.hold != nil:
+	if db.hold != nil {
 		return "", nil // nothing recorded
-	case db.pg:
+	}
+	var has int
+	if err := db.r.QueryRowContext(ctx, db.tableExists("call_text")).Scan(&has); err != nil || has == 0 {
+		return "", err
+	}
+	if db.pg {
 		return db.checkCallWordsPG(ctx)
 	}
 	return db.checkCallWordsSQLite(ctx)
