@@ -106,8 +106,18 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	wantOutput(t, "verify of a damaged journal", out, "NOT VERIFIED: 19 acknowledged records not yet in the chain")
 	wantOutput(t, "verify of a damaged journal", out, fmt.Sprintf("%d bytes of those journals cannot be read", marks[6]-marks[5]))
 
-	// Any writable command moves the journal in: this one then finds no
-	// such loss.
+	// Any writable open moves the journal in; the process that found the
+	// damage counts it in its metrics.
+	db, err := store.Open(context.Background(), store.Options{Path: path, Durability: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics bytes.Buffer
+	newMetrics(db).Write(&metrics)
+	db.Close()
+	if !strings.Contains(metrics.String(), "\nguard_audit_integrity_alerts 1\n") {
+		t.Errorf("the metrics of the process that found the damage:\n%s", metrics.String())
+	}
 	if _, stderr, code := run(t, dir, "audit", "acknowledge-loss", "--db", path, "no-such-loss"); code != 1 || !strings.Contains(stderr, `no loss is recorded with the id "no-such-loss"`) {
 		t.Fatalf("acknowledge-loss of no loss: exit %d, %s", code, stderr)
 	}
