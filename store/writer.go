@@ -755,11 +755,7 @@ func (db *DB) commitRetrying(batch []*appendReq) error {
 // isBusy reports whether err is SQLite's "busy" or "locked": another
 // connection holds a lock, which goes away.
 func isBusy(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	c := se.Code() & 0xff
+	c := sqliteCode(err)
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
