@@ -167,7 +167,7 @@ func (k offlineKey) open(file string, msg []byte) (c *Checkpoint, signed bool, e
 	if k.v == nil {
 		k.f.cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", passKey)
 	} else {
-		k.f.cannot("the key given is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key); if it is that log's key, the files are not of that log",
+		k.f.cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
 			k.v.Name(), file, c.Origin)
 	}
 	return c, false, nil

@@ -311,6 +311,7 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 		return exitUsage
 	}
 	var v note.Verifier
+	local := "" // the key file read for want of --key
 	if *key != "" {
 		var err error
 		if v, err = store.ParseVerifier(*key); err != nil {
@@ -327,6 +328,7 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 		}
 		if k, err := store.VerifierKeyOf(keyPath(st)); err == nil {
 			v, _ = note.NewVerifier(k) // guard's own form: it parses
+			local = keyPath(st)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
 			return exitUsage
@@ -350,6 +352,9 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 	}
 	for _, l := range unverifiedLines(f) {
 		fmt.Fprintln(a.stdout, l)
+	}
+	if local != "" && len(f.Unverifiable) > 0 {
+		fmt.Fprintf(a.stdout, "note: the key was this machine's checkpoint key, at %s: no --key was given\n", local)
 	}
 	return verdictStatus(f.Verdict())
 }

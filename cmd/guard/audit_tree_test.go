@@ -139,7 +139,7 @@ func TestAuditKeyCheckpointProveExportCheck(t *testing.T) {
 	appendCalls(t, other, 0, 1)
 	otherKey := strings.TrimSpace(guardIn(t, dir, other, 0, "audit", "key"))
 	out = guardIn(t, dir, path, exitUnverifiable, "audit", "check", "--key", otherKey, proofFile)
-	wantOutput(t, "check with another key", out, "CANNOT VERIFY: the key given is another log's: it signs as "+originOf(otherKey)+
+	wantOutput(t, "check with another key", out, "CANNOT VERIFY: the key is another log's: it signs as "+originOf(otherKey)+
 		", and the checkpoint of "+proofFile+" is of "+originOf(key)+". Nothing was checked with it")
 
 	guardIn(t, dir, path, 2, "audit", "export", "--format", "xml")

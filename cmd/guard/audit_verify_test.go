@@ -201,7 +201,8 @@ func TestAuditCheckExitCodes(t *testing.T) {
 
 	stray := strayKey(t, l.defaultKey())
 	out = l.guard(t, exitUnverifiable, "audit", "check", file)
-	wantOutput(t, "check with a stray key", out, "CANNOT VERIFY: the key given is another log's: it signs as "+stray+", and the checkpoint of "+file+" is of "+l.origin)
+	wantOutput(t, "check with a stray key", out, "CANNOT VERIFY: the key is another log's: it signs as "+stray+", and the checkpoint of "+file+" is of "+l.origin)
+	wantOutput(t, "check with a stray key", out, "note: the key was this machine's checkpoint key, at "+l.defaultKey()+": no --key was given")
 	otherKey, err := store.VerifierKeyOf(l.defaultKey())
 	if err != nil {
 		t.Fatal(err)
