@@ -144,6 +144,7 @@ type DB struct {
 	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
 	doubtAsked time.Time       // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
+	writes     writability // whether appends succeed (writable.go)
 	progMu     sync.Mutex
 	progress   chan struct{} // closed and replaced after every batch ingested
 
