@@ -73,19 +73,26 @@ func (e *env) approvalState(ctx context.Context, id string) map[string]any {
 // withdrawalOf returns the reason of the decision record that withdrew an
 // approval.
 func (e *env) withdrawalOf(ctx context.Context, id string) string {
+	reason, _ := e.withdrawal(ctx, id)
+	return reason
+}
+
+// withdrawal returns the reason and time of the decision record that
+// withdrew an approval.
+func (e *env) withdrawal(ctx context.Context, id string) (string, time.Time) {
 	e.t.Helper()
 	db := e.openReadOnly(ctx)
 	defer db.Close()
-	reason := ""
+	reason, at := "", time.Time{}
 	if err := db.Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == id && r.Decision == guard.ApprovalWithdrawn {
-			reason = r.Reason
+			reason, at = r.Reason, r.Time
 		}
 		return nil
 	}); err != nil {
 		e.t.Fatal(err)
 	}
-	return reason
+	return reason, at
 }
 
 // A TypeScript SDK client makes a held write_file through guard run in
@@ -107,6 +114,7 @@ func TestAKilledClientsHeldCallNeverRuns(t *testing.T) {
 	}
 	a := e.pendingFor(ctx, "write_file")
 	guardPID := childOf(t, client.Process.Pid)
+	killed := time.Now()
 	if err := client.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -116,9 +124,11 @@ func TestAKilledClientsHeldCallNeverRuns(t *testing.T) {
 	if l := e.approvalState(wctx, a.ID); l["state"] != guard.ApprovalWithdrawn {
 		t.Fatalf("the hold of a killed client: %v", l)
 	}
-	if why := e.withdrawalOf(ctx, a.ID); !strings.HasPrefix(why, "the call's client is gone") {
+	why, at := e.withdrawal(ctx, a.ID)
+	if !strings.HasPrefix(why, "the call's client is gone") {
 		t.Fatalf("the withdrawal's reason: %q", why)
 	}
+	t.Logf("the withdrawal was recorded %v after the client was killed", at.Sub(killed).Round(time.Millisecond))
 	out, code := e.guard("approvals", "approve", a.ID, "--by", "erin")
 	if code != 1 || !strings.Contains(out, "the call's client is gone") {
 		t.Fatalf("approving the call of a killed client: exit %d\n%s", code, out)

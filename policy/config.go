@@ -94,6 +94,10 @@ type Config struct {
 	// not configured. Its host is answered besides the listen address's,
 	// its origin is accepted, and printed addresses use it.
 	PublicURL string
+	// AllowedHosts are more Host names that guard serve's endpoints and
+	// /metrics answer to, beyond the listen address's and public_url's:
+	// entries of package hosts (name, name:port, *.suffix).
+	AllowedHosts []string
 	// OwnVariables are more environment variables of guard's own that
 	// servers do not see unless their env lists them: its database's
 	// credentials (PGPASSWORD, PGPASSFILE) when it runs on PostgreSQL.
@@ -637,6 +641,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		},
 		"include":        p.list(&c.Include),
 		"public_url":     p.publicURL(&c.PublicURL),
+		"allowed_hosts":  p.allowedHosts(&c.AllowedHosts),
 		"redact_results": p.boolean(&c.RedactResults),
 		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },

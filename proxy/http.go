@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/hosts"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -50,7 +51,8 @@ type HTTPOptions struct {
 	// c's access token at the identity provider), in place of the one
 	// Remote's Headers configure. An error fails that request.
 	UpstreamAuth func(ctx context.Context, c Caller) (string, error)
-	// AllowedHosts are the Host headers answered; any other gets 403.
+	// AllowedHosts are the Host headers answered (entries of package
+	// hosts: names, name:port, *.suffix); any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
 	AllowedHosts []string
 	// MaxBody bounds a request body (default 64 MiB).
@@ -157,21 +159,15 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 }
 
 // hostCheck is the allowlist of Host headers (against DNS rebinding).
-type hostCheck map[string]bool
+type hostCheck struct{ hosts.List }
 
-func newHostCheck(hosts []string) hostCheck {
-	hc := hostCheck{}
-	for _, x := range hosts {
-		hc[strings.ToLower(x)] = true
-	}
-	return hc
-}
+func newHostCheck(allowed []string) hostCheck { return hostCheck{hosts.New(allowed...)} }
 
-// CheckHosts serves next only for a request whose Host is one of hosts
-// and whose Origin, when sent, is http(s)://HOST of one (403 otherwise):
-// every route of guard serve answers only its own names.
-func CheckHosts(hosts []string, next http.Handler) http.Handler {
-	hc := newHostCheck(hosts)
+// CheckHosts serves next only for a request whose Host is one of allowed
+// (entries of package hosts: names, name:port, *.suffix) and whose Origin,
+// when sent, is http(s)://HOST of one (403 otherwise).
+func CheckHosts(allowed []string, next http.Handler) http.Handler {
+	hc := newHostCheck(allowed)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hc.allow(w, r) {
 			next.ServeHTTP(w, r)
@@ -234,21 +230,13 @@ func (h *HTTPServer) Close() {
 
 // allow refuses a foreign Host (DNS rebinding) or Origin.
 func (hc hostCheck) allow(w http.ResponseWriter, r *http.Request) bool {
-	if !hc[strings.ToLower(r.Host)] {
+	if !hc.Allows(r.Host) {
 		http.Error(w, "Forbidden: unknown Host", http.StatusForbidden)
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" {
-		ok := false
-		for host := range hc {
-			if strings.EqualFold(o, "http://"+host) || strings.EqualFold(o, "https://"+host) {
-				ok = true
-			}
-		}
-		if !ok {
-			http.Error(w, "Forbidden: foreign Origin", http.StatusForbidden)
-			return false
-		}
+	if o := r.Header.Get("Origin"); o != "" && !hc.AllowsOrigin(o) {
+		http.Error(w, "Forbidden: foreign Origin", http.StatusForbidden)
+		return false
 	}
 	return true
 }

@@ -144,6 +144,7 @@ type DB struct {
 	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
 	doubtAsked time.Time       // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
+	writes     writability // whether appends succeed (writable.go)
 	// unmoved are the ingester's: journals of processes that stopped
 	// that it could not move in, and when it last tried.
 	unmoved  map[string]time.Time

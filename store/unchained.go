@@ -365,3 +365,29 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 	return mergeNewest(extra, f.Limit, func(each func(*guard.Record) error) error { return queryLog(f, each) },
 		func(a, b *guard.Record) bool { return !a.Time.Before(b.Time) }, fn)
 }
+
+// journalFindings adds to a verification's findings what the journals of
+// guard processes that stopped hold outside the chain (the log cannot be
+// verified here until a writable guard has moved them in), and the losses
+// no one has acknowledged (a note: the log that records them holds).
+func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
+	u, err := db.Unchained(ctx)
+	if err != nil {
+		return err
+	}
+	if u.Outside() {
+		s := fmt.Sprintf("%d acknowledged records not yet in the chain (journals of stopped processes); any writable guard command moves them in", u.Records)
+		if u.DamagedBytes > 0 {
+			s += fmt.Sprintf("; %d bytes of those journals cannot be read, which that command records as a possible loss", u.DamagedBytes)
+		}
+		f.cannot("%s", s)
+	}
+	alerts, err := db.Alerts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range alerts {
+		f.note("unacknowledged loss %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", a.ID, fmtTime(a.Time), a.Text, a.ID)
+	}
+	return nil
+}

@@ -166,6 +166,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		return done
 	}
 	if err := db.failed(); err != nil {
+		db.noteWrite(err)
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -201,6 +202,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		if bad {
 			signal(db.urgent) // the ingester makes a new segment
 		}
+		db.noteWrite(err)
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -228,6 +230,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		return done
 	}
 	db.stats.latency.Observe(time.Since(req.start).Seconds())
+	db.noteWrite(nil)
 	done <- nil
 	switch {
 	case n >= lingerAppends:
@@ -347,9 +350,11 @@ func (db *DB) syncJournal(batch []*appendReq) {
 	for _, r := range batch {
 		db.stats.latency.Observe(time.Since(r.start).Seconds())
 		if r.refused {
+			db.noteWrite(errs[r.seg])
 			r.done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, errs[r.seg])
 			continue
 		}
+		db.noteWrite(nil)
 		r.done <- nil
 	}
 }
@@ -489,6 +494,7 @@ func (db *DB) ingest(batch []*appendReq) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
+		db.noteWrite(err)
 		if db.failure.Swap(&err) == nil {
 			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
 		}
@@ -761,11 +767,7 @@ func (db *DB) commitRetrying(batch []*appendReq) error {
 // isBusy reports whether err is SQLite's "busy" or "locked": another
 // connection holds a lock, which goes away.
 func isBusy(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	c := se.Code() & 0xff
+	c := sqliteCode(err)
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 

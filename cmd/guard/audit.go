@@ -67,9 +67,12 @@ func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, 
 // read-only (no migration, no file created, nothing written), so that they
 // work on a full disk.
 func (a *app) openReadOnly(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
-	return a.openWith(ctx, cf, func(ctx context.Context, st *settings) (*store.DB, error) {
-		return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
-	})
+	return a.openWith(ctx, cf, a.openReadOnlyWith)
+}
+
+// openReadOnlyWith opens the database of the resolved settings read-only.
+func (a *app) openReadOnlyWith(ctx context.Context, st *settings) (*store.DB, error) {
+	return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
 }
 
 func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context.Context, *settings) (*store.DB, error)) (*store.DB, *settings, int, bool) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 		t.Errorf("guard audit query shows %d calls, want 15", rows)
 	}
 	out := guardIn(t, dir, path, 3, "audit", "verify")
-	wantOutput(t, "verify", out, "NOT VERIFIED: 20 acknowledged records not yet in the chain (journals of stopped processes); any writable guard command moves them in (the 10 records in the chain verify)")
+	wantOutput(t, "verify", out, "CANNOT VERIFY: 20 acknowledged records not yet in the chain (journals of stopped processes); any writable guard command moves them in\nall else holds: 10 records")
 
 	journals, _ := filepath.Glob(filepath.Join(path+".journal", "*.log"))
 	if len(journals) != 1 {
@@ -103,7 +104,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = guardIn(t, dir, path, 3, "audit", "verify")
-	wantOutput(t, "verify of a damaged journal", out, "NOT VERIFIED: 19 acknowledged records not yet in the chain")
+	wantOutput(t, "verify of a damaged journal", out, "CANNOT VERIFY: 19 acknowledged records not yet in the chain")
 	wantOutput(t, "verify of a damaged journal", out, fmt.Sprintf("%d bytes of those journals cannot be read", marks[6]-marks[5]))
 
 	// Any writable open moves the journal in; the process that found the
@@ -114,7 +115,11 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	}
 	var metrics bytes.Buffer
 	newMetrics(db).Write(&metrics)
+	status, body := newHealth(db, "test", slog.New(slog.DiscardHandler)).Readiness(context.Background())
 	db.Close()
+	if status != 200 || !strings.Contains(body, "integrity alerts: 1 not acknowledged") {
+		t.Errorf("/readyz with a loss no one acknowledged: %d %q", status, body)
+	}
 	if !strings.Contains(metrics.String(), "\nguard_audit_integrity_alerts 1\n") {
 		t.Errorf("the metrics of the process that found the damage:\n%s", metrics.String())
 	}
@@ -126,7 +131,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	}
 	out = guardIn(t, dir, path, 0, "audit", "verify")
 	wantOutput(t, "verify after the recovery", out, "ok, unwitnessed: 30 records")
-	m := regexp.MustCompile(`WARNING: unacknowledged loss (\S+) `).FindStringSubmatch(out)
+	m := regexp.MustCompile(`note: unacknowledged loss (\S+) `).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("verify does not name the loss: %s", out)
 	}
@@ -143,7 +148,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	if _, stderr, code := run(t, dir, "audit", "acknowledge-loss", m[1], "--db", path); code != 1 || !strings.Contains(stderr, "acknowledged already by alice") {
 		t.Errorf("a second acknowledgement: exit %d, %s", code, stderr)
 	}
-	if out := guardIn(t, dir, path, 0, "audit", "verify"); strings.Contains(out, "WARNING") {
+	if out := guardIn(t, dir, path, 0, "audit", "verify"); strings.Contains(out, "unacknowledged loss") {
 		t.Errorf("verify after the acknowledgement: %s", out)
 	}
 	events := guardIn(t, dir, path, 0, "audit", "query", "--kind", "event", "--format", "jsonl")

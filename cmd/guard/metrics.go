@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -51,6 +52,17 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	treeMetrics(reg, db)
 	retentionMetrics(reg, db)
 	return reg
+}
+
+// healthMetrics adds readiness: what /readyz answers, for alerts that
+// do not poll it.
+func healthMetrics(reg *metrics.Registry, h *health.Checker) {
+	reg.Gauge("guard_ready", "1 while /readyz answers 200 (the audit log can be written), 0 while it answers 503.", func() (float64, error) {
+		if h.Ready() {
+			return 1, nil
+		}
+		return 0, nil
+	})
 }
 
 // errNoVerification leaves out the gauges of the last verification while

@@ -15,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/web"
@@ -34,7 +35,7 @@ const takeoverEvery = 2 * time.Second
 // keep trying the address so that one of them takes over when it is free.
 // tried is closed after the first try: the UI serves and its start is
 // recorded, or it cannot (yet).
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, tried chan<- struct{}, logger *slog.Logger) {
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, tried chan<- struct{}, logger *slog.Logger) {
 	var once sync.Once
 	done := func() { once.Do(func() { close(tried) }) }
 	defer done()
@@ -83,7 +84,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
 			done()
-			runUI(ctx, ui, ln)
+			runUI(ctx, ui, probes, ln)
 			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
 			recordLifecycle(db, logger, l)
 			return
@@ -128,8 +129,13 @@ func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
 	return &web.Passkeys{Store: db, Origin: origin}
 }
 
-func runUI(ctx context.Context, ui *web.Server, l net.Listener) {
-	srv := &http.Server{Handler: ui, ReadHeaderTimeout: 10 * time.Second}
+// runUI serves the UI on l, and beside it /healthz and /readyz, so that a
+// balancer in front of the UI reads the same readiness as guard serve's.
+func runUI(ctx context.Context, ui *web.Server, probes *health.Checker, l net.Listener) {
+	mux := http.NewServeMux()
+	probes.Routes(mux)
+	mux.Handle("/", ui)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ui.Run(uctx)
