@@ -233,15 +233,11 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 		if !ok {
 			return errors.New("the driver cannot prepare statements")
 		}
-		ins, err := pc.PrepareContext(ctx, insertRecord)
+		insert, err := prepare(ctx, pc, insertRecord)
 		if err != nil {
 			return err
 		}
-		defer ins.Close()
-		insert, ok := ins.(driver.StmtExecContext)
-		if !ok {
-			return errors.New("the driver's statements take no context")
-		}
+		defer insert.Close()
 		args := make([]driver.NamedValue, insertArgs)
 		for _, r := range all {
 			for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,

@@ -149,18 +149,28 @@ type driverConn interface {
 	driver.ExecerContext
 }
 
+// prepare prepares q on the driver's connection c.
+func prepare(ctx context.Context, c driver.ConnPrepareContext, q string) (driverStmt, error) {
+	st, err := c.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	ds, ok := st.(driverStmt)
+	if !ok {
+		st.Close()
+		return nil, errors.New("the driver's statements take no context")
+	}
+	return ds, nil
+}
+
 // rawQuery runs q on c and calls fn with each row, whose values are valid
 // until fn returns.
 func rawQuery(ctx context.Context, c driverConn, q string, fn func(row []driver.Value) error, args ...any) error {
-	st, err := c.PrepareContext(ctx, q)
+	sq, err := prepare(ctx, c, q)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	sq, ok := st.(driver.StmtQueryContext)
-	if !ok {
-		return errors.New("the driver's statements take no context")
-	}
+	defer sq.Close()
 	named := make([]driver.NamedValue, len(args))
 	for i, a := range args {
 		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
@@ -323,15 +333,11 @@ func (wr *wordReader) check(ctx context.Context) (string, error) {
 // call (or, for s's bucket, for each of its calls): those an index made
 // in memory the same way holds, a batch of calls at a time.
 func (wr *wordReader) recordWords(ctx context.Context, s *wordSums) error {
-	ins, err := wr.mem.PrepareContext(ctx, `INSERT INTO words (rowid, arguments, result) VALUES (?, ?, ?)`)
+	insert, err := prepare(ctx, wr.mem, `INSERT INTO words (rowid, arguments, result) VALUES (?, ?, ?)`)
 	if err != nil {
 		return err
 	}
-	defer ins.Close()
-	insert, ok := ins.(driver.StmtExecContext)
-	if !ok {
-		return errors.New("the driver's statements take no context")
-	}
+	defer insert.Close()
 	args := []driver.NamedValue{{Ordinal: 1}, {Ordinal: 2}, {Ordinal: 3}}
 	// A batch is one transaction of the index in memory: FTS5 writes what
 	// a transaction adds as one segment, which its vocabulary then reads
