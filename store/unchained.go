@@ -13,7 +13,8 @@ import (
 )
 
 // Right after a guard process is killed, what it acknowledged may still be
-// in its journal: the next writable open moves it into the log
+// in its journal: a guard running on the database moves it into the log
+// within a tick (recoverOrphans), else the next writable open does
 // (recoverJournals), but a reader must not wait for that to see it. A
 // reader (a read-only open above all) reads the journals whose owner is
 // gone without moving or marking anything (journalscan.go), and shows the
@@ -22,7 +23,8 @@ import (
 // that holds these records and the records already in the log of the
 // calls they belong to, with the call index made from them by the
 // ingester's own indexer; Export as records not yet in the chain;
-// Unchained counts them for verify, which cannot vouch for them.
+// Unchained counts them, and journalFindings tells verify, which cannot
+// vouch for the log while they are outside it.
 
 // unchainedJournal is a journal of a process that stopped, as a reader
 // finds it.
@@ -153,6 +155,7 @@ type overlay struct {
 	calls map[string]bool // the calls the overlay shows in place of the log
 }
 
+// close closes the overlay's database; a nil overlay has none.
 func (o *overlay) close() {
 	if o != nil {
 		o.db.Close()
