@@ -10,7 +10,8 @@
 // token never travels further than guard.
 //
 // The caller a token speaks for becomes a guard.Identity: its subject,
-// email and groups, as the identity provider vouched for them.
+// email and groups, as the identity provider vouched for them (an email
+// only where the token says email_verified: true).
 package auth
 
 import (
@@ -45,6 +46,11 @@ type Config struct {
 	// GroupsClaim is the claim that lists the caller's groups (default
 	// "groups").
 	GroupsClaim string
+	// TrustEmail makes a token's email that comes without email_verified
+	// the caller's (auth.trust_email), for a provider that never sends
+	// the claim (Entra ID). Otherwise, and whatever it says, only
+	// email_verified: true does (guard.VerifiedEmail).
+	TrustEmail bool
 	// IntrospectionClientID and IntrospectionClientSecret authenticate
 	// guard at the provider's introspection endpoint. Without them,
 	// opaque tokens are refused.
@@ -262,7 +268,9 @@ func (v *Verifier) check(c map[string]any, resources []string, needExp bool) (*T
 	}
 	t := &Token{Scopes: scopes, Expiry: exp}
 	t.User.Subject = sub
-	t.User.Email, _ = c["email"].(string)
+	// An email the provider did not say it verified names no one: the
+	// subject alone is the caller, for rules (users:) and records.
+	t.User.Email = guard.VerifiedEmail(c, v.cfg.TrustEmail)
 	t.User.Groups = stringList(c[v.cfg.GroupsClaim])
 	t.ClientID, _ = c["client_id"].(string)
 	if t.ClientID == "" {

@@ -38,6 +38,10 @@ type UIOIDC struct {
 	// GroupsClaim is the ID token's (or userinfo's) claim that lists the
 	// person's groups (default groups).
 	GroupsClaim string
+	// TrustEmail (trust_email) accepts an email that comes without
+	// email_verified as the person's; false, the default, takes only
+	// email_verified: true (guard.VerifiedEmail).
+	TrustEmail bool
 }
 
 // The values of ui.passkey.
@@ -82,6 +86,7 @@ func (p *parser) ui(n *yaml.Node, c *Config) error {
 				"client_secret": p.secret(&u.OIDC.ClientSecret),
 				"scopes":        p.nonEmptyList(&u.OIDC.Scopes, "ui.oidc.scopes"),
 				"groups_claim":  p.str(&u.OIDC.GroupsClaim),
+				"trust_email":   p.boolean(&u.OIDC.TrustEmail),
 			})
 		},
 	})

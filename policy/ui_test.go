@@ -18,6 +18,7 @@ ui:
     client_secret: ${UI_SECRET}
     scopes: [openid, email, groups]
     groups_claim: roles
+    trust_email: true
   token_login: false
   passkey: required
 `), "cfg.yaml", func(k string) string { return env[k] }, false)
@@ -26,7 +27,7 @@ ui:
 	}
 	o := c.UI.OIDC
 	if o.Issuer != "https://login.example.com" || o.ClientID != "guard-ui" || o.ClientSecret != "ui-s3cret" ||
-		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
+		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || !o.TrustEmail || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
 		t.Fatalf("%+v", c.UI)
 	}
 	// The client secret is guard's own: kept from servers, masked.
@@ -46,7 +47,7 @@ ui:
 		t.Fatalf("approval.cli: true: %+v %v", c, err)
 	}
 	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}}\n"), "cfg.yaml")
-	if err != nil || !c.CLIDecisions() || c.UI.OIDC.GroupsClaim != "groups" || c.UI.Passkey != PasskeyOff {
+	if err != nil || !c.CLIDecisions() || c.UI.OIDC.GroupsClaim != "groups" || c.UI.OIDC.TrustEmail || c.UI.Passkey != PasskeyOff {
 		t.Fatalf("OIDC beside the token link leaves the command line on: %+v %v", c, err)
 	}
 	if c := Default(); !c.CLIDecisions() || !c.UI.TokenLogin {
