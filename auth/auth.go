@@ -27,7 +27,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	guard "github.com/guard-mcp/guard"
 )
@@ -115,7 +114,7 @@ type Verifier struct {
 
 	mu      sync.Mutex
 	server  *ServerMetadata
-	keys    *oidc.RemoteKeySet
+	keys    *keySet
 	failed  time.Time // the last discovery that failed
 	failErr error
 
@@ -174,7 +173,7 @@ func (v *Verifier) Verify(ctx context.Context, raw, resource string) (*Token, er
 		resources = append(resources, resource)
 	}
 	if jws, err := jose.ParseSignedCompact(raw, algorithms); err == nil {
-		return v.verifyJWT(ctx, raw, jws, resources)
+		return v.verifyJWT(ctx, jws, resources)
 	} else if looksLikeJWT(raw) {
 		return nil, invalid("the token is not a JWT guard accepts: %v", err)
 	}
@@ -187,7 +186,7 @@ func looksLikeJWT(raw string) bool {
 	return strings.Count(raw, ".") == 2 && strings.HasPrefix(raw, "eyJ")
 }
 
-func (v *Verifier) verifyJWT(ctx context.Context, raw string, jws *jose.JSONWebSignature, resources []string) (*Token, error) {
+func (v *Verifier) verifyJWT(ctx context.Context, jws *jose.JSONWebSignature, resources []string) (*Token, error) {
 	// The issuer is read before the signature is checked only to refuse
 	// a stranger's token with a precise reason, and without fetching
 	// keys for it.
@@ -202,12 +201,12 @@ func (v *Verifier) verifyJWT(ctx context.Context, raw string, jws *jose.JSONWebS
 	if err != nil {
 		return nil, err
 	}
-	payload, err := keys.VerifySignature(ctx, raw)
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "fetching keys") {
-			return nil, unavailable("the identity provider's keys could not be read: %v", err)
-		}
+	payload, err := keys.verify(ctx, jws)
+	if errors.Is(err, errKeyUnknown) {
 		return nil, invalid("the token's signature does not verify with the issuer's keys")
+	}
+	if err != nil {
+		return nil, err
 	}
 	claims, err := decodeClaims(payload)
 	if err != nil {

@@ -314,7 +314,7 @@ func (p *Provider) Mint(t testing.TB, m Mint) string {
 	}
 	key := p.st.signing()
 	if m.KeyID != "" {
-		other, err := rsa.GenerateKey(rand.Reader, 2048)
+		other, err := p.st.unpublished()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,6 +325,21 @@ func (p *Provider) Mint(t testing.TB, m Mint) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// unpublished is a key the provider signs with when a test asks for one
+// it does not publish: made once (a key takes a while to make).
+func (s *storage) unpublished() (*rsa.PrivateKey, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stranger == nil {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, err
+		}
+		s.stranger = k
+	}
+	return s.stranger, nil
 }
 
 // sign makes a JWT of claims with key.

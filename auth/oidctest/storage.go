@@ -24,7 +24,8 @@ type storage struct {
 	mu        sync.Mutex
 	key       *rsa.PrivateKey // what it signs with now
 	keyID     string
-	retired   []publicKey // keys it signed with before, still published
+	retired   []publicKey     // keys it signed with before, still published
+	stranger  *rsa.PrivateKey // a key it does not publish (Mint.KeyID)
 	loginAs   string
 	requests  map[string]*authRequest // by id
 	codes     map[string]string       // code → request id
