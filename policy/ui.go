@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // UI is the approval UI's section (ui:): where it listens, and how people
@@ -65,6 +67,24 @@ func (c *Config) CLIDecisions() bool {
 		return c.Approval.CLI
 	}
 	return !c.UI.Verified()
+}
+
+// RequiredVia is how whoever decides on a call held under this
+// configuration must have been verified, which the hold keeps
+// (guard.Approval.RequiredVia): guard.ViaPasskey with ui.passkey:
+// required; guard.ViaOIDC where the UI logs in only through the identity
+// provider; "" where a typed name may decide (the UI's token link, or
+// approval.cli: true).
+func (c *Config) RequiredVia() string {
+	switch {
+	case c.CLIDecisions():
+		return ""
+	case c.UI.Passkey == PasskeyRequired:
+		return guard.ViaPasskey
+	case c.UI.OIDC.Issuer != "" && !c.UI.TokenLogin:
+		return guard.ViaOIDC
+	}
+	return ""
 }
 
 // ui reads the ui: section.
