@@ -121,6 +121,10 @@ type Auth struct {
 	Scopes []string
 	// GroupsClaim is the token claim that lists the caller's groups.
 	GroupsClaim string
+	// TrustEmail (trust_email) accepts a token's email that comes
+	// without email_verified as the caller's; false, the default, takes
+	// only email_verified: true (guard.VerifiedEmail).
+	TrustEmail bool
 	// Introspection authenticates guard at the provider's introspection
 	// endpoint (RFC 7662), for opaque tokens; empty: they are refused.
 	Introspection struct {

@@ -240,7 +240,7 @@ func TestARetryWaitsForTheDecisionAcceptingLeftToAPerson(t *testing.T) {
 		t.Fatalf("the call of a changed tool: %q", text)
 	}
 	a := pendingIn(t, h.db)
-	_, settled, err := approvals.DecideDefinition(context.Background(), h.db, h.holds, "notes", "wipe_notes", a.Pin, true, "erin", "")
+	_, settled, err := approvals.DecideDefinition(context.Background(), h.db, h.holds, "notes", "wipe_notes", a.Pin, true, approvals.Named("erin"), "")
 	if err != nil || settled.Kept != 1 {
 		t.Fatalf("accepting the weakening change: %+v %v", settled, err)
 	}

@@ -116,6 +116,7 @@ type DB struct {
 	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
 	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
 	noProcess   bool          // read-only, before the process migration: approvals name no process
+	noVia       bool          // read-only, before the required_via migration: approvals require no way of verifying
 	noUser      bool          // read-only, before the user migration: records and calls have no user columns
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
@@ -372,6 +373,10 @@ const userMigration = 18
 // call, and what a process's beats say of its liveness.
 const processMigration = 19
 
+// requiredViaMigration is the migration that adds how whoever decides on
+// a held call must have been verified.
+const requiredViaMigration = 20
+
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
 const journalsDropped = 5
@@ -588,7 +593,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
 		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
 		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-		noUser: v.Int64 < userMigration}, nil
+		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

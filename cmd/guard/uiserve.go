@@ -111,7 +111,7 @@ func uiOIDC(c *policy.Config, listen string) *web.OIDC {
 		return nil
 	}
 	return &web.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
-		GroupsClaim: o.GroupsClaim, RedirectURL: uiOrigin(c, listen) + "/login/oidc/callback"}
+		GroupsClaim: o.GroupsClaim, TrustEmail: o.TrustEmail, RedirectURL: uiOrigin(c, listen) + "/login/oidc/callback"}
 }
 
 // uiPasskeys makes every decision in the UI need a passkey, nil unless
