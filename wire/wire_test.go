@@ -372,6 +372,32 @@ func BenchmarkStrict(b *testing.B) {
 	}
 }
 
+// benchResult is a tools/call result as a server sends it: content and
+// structured content, a few levels deep.
+var benchResult = []byte(`{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"[{\"name\":\"todo.md\",\"size\":2048},{\"name\":\"report.docx\",\"size\":91234}]"}],"structuredContent":{"files":[{"name":"todo.md","size":2048,"tags":["notes","home"]},{"name":"report.docx","size":91234,"tags":["work"]}],"total":2},"isError":false}}`)
+
+func BenchmarkParseResult(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(benchResult); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStrictResult(b *testing.B) {
+	m, err := Parse(benchResult)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := StrictResult(m.Result, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func TestRebuildAndSetMember(t *testing.T) {
 	for _, tc := range []struct{ raw, want string }{
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__b"},"x":true}`,
