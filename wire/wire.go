@@ -276,7 +276,7 @@ func Parse(raw []byte) (Message, error) {
 				idx = n
 				break
 			}
-			if invalid == "" && len(key) <= 3*len(name) && strings.EqualFold(string(key), name) {
+			if invalid == "" && caseVariant(key, name) {
 				invalid = fmt.Sprintf("member %q differs only in case from %q", key, name)
 			}
 		}
@@ -365,6 +365,14 @@ func Parse(raw []byte) (Message, error) {
 		return m, &InvalidError{Reason: "neither a request nor a response", ID: m.ID}
 	}
 	return m, nil
+}
+
+// caseVariant reports whether key is not name, an ASCII member name, but is
+// taken for it by a decoder that matches names under Unicode simple case
+// folding, as encoding/json does ("IsError", "iſError" with U+017F). Such a
+// variant is at most three bytes a letter (the Kelvin sign K is three).
+func caseVariant(key []byte, name string) bool {
+	return len(key) >= len(name) && len(key) <= 3*len(name) && string(key) != name && strings.EqualFold(string(key), name)
 }
 
 // SplitBatch returns the elements of a batch.
@@ -790,8 +798,10 @@ var resultMembers = []string{"content", "structuredContent", "isError", "_meta",
 // StrictResult checks a result that the client will read: no object
 // anywhere has a member name twice, no string holds invalid UTF-8 or a lone
 // surrogate, and, for a tools/call result (toolCall), no top-level member
-// differs only in case from one the protocol defines. Case variants inside
-// a tool's own data stay allowed. raw is valid JSON.
+// differs only in case from one the protocol defines, under the Unicode
+// simple case folding encoding/json matches names with ("iſError" is
+// isError to it). Case variants inside a tool's own data stay allowed. raw
+// is valid JSON.
 func StrictResult(raw []byte, toolCall bool) error {
 	if err := strict(raw, true); err != nil {
 		return err
@@ -810,7 +820,7 @@ func StrictResult(raw []byte, toolCall bool) error {
 		ke := skipString(raw, i)
 		k, _ := keyText(raw[i:ke])
 		for _, name := range resultMembers {
-			if string(k) != name && len(k) == len(name) && strings.EqualFold(string(k), name) {
+			if caseVariant(k, name) {
 				return &StrictError{Path: string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
 			}
 		}

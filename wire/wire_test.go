@@ -97,6 +97,54 @@ func TestStrict(t *testing.T) {
 	}
 }
 
+// A case variant of a member a tools/call result defines is refused, under
+// Unicode simple case folding: encoding/json reads "ſtructuredContent"
+// (U+017F) as structuredContent, and a client that does sees what guard's
+// checks never did.
+func TestStrictResultRefusesCaseVariants(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{`{"content":[],"ſtructuredContent":{"rows":1}}`, `ſtructuredContent: member differs only in case from "structuredContent"`},
+		{`{"content":[],"iſError":true}`, `iſError: member differs only in case from "isError"`},
+		{`{"content":[],"IsError":true}`, `IsError: member differs only in case from "isError"`},
+		{`{"content":[],"_meta":{},"resultType":"complete","requeſtState":"x"}`, `requeſtState: member differs only in case from "requestState"`},
+		{`{"content":[],"structuredContent":{},"structuredContent":{}}`, `duplicate key "structuredContent"`},
+	} {
+		err := StrictResult([]byte(tc.raw), true)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: got %v, want %s", tc.raw, err, tc.want)
+		}
+	}
+	for _, raw := range []string{
+		`{"content":[{"type":"text","text":"x"}],"structuredContent":{"iſError":1,"Content":2},"isError":false}`,
+		`{"contents":[],"ſtructured":1}`,
+	} {
+		if err := StrictResult([]byte(raw), true); err != nil {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}
+
+// FuzzStrictResult: a tools/call result StrictResult accepts has no
+// top-level member that encoding/json's matching (Unicode simple case
+// folding, strings.EqualFold) takes for one the protocol defines.
+func FuzzStrictResult(f *testing.F) {
+	f.Add([]byte(`{"content":[],"isError":true}`))
+	f.Add([]byte(`{"content":[],"ſtructuredContent":{}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var top map[string]json.RawMessage
+		if !json.Valid(raw) || json.Unmarshal(raw, &top) != nil || StrictResult(raw, true) != nil {
+			return
+		}
+		for k := range top {
+			for _, name := range resultMembers {
+				if k != name && strings.EqualFold(k, name) {
+					t.Fatalf("%q passed, a case variant of %q", k, name)
+				}
+			}
+		}
+	})
+}
+
 func TestIDKeyAndReplace(t *testing.T) {
 	if IDKey([]byte(`1`)) == IDKey([]byte(`"1"`)) {
 		t.Fatal("number and string ids share a key")
