@@ -97,6 +97,68 @@ func TestStrict(t *testing.T) {
 	}
 }
 
+// A message nested deeper than MaxDepth is refused, and still classified:
+// a request is answered with its id, a response still answers its request.
+func TestParseRefusesDeepMessages(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	// The message is the first level, params the second.
+	at := func(levels int) string { return `{"a":` + nest(levels-2) + `}` }
+	for _, tc := range []struct {
+		raw    string
+		kind   Kind
+		id     string
+		method string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + at(MaxDepth+1) + `}`, KindRequest, "1", "tools/call"},
+		{`{"params":` + at(MaxDepth+1) + `,"method":"tools/call","jsonrpc":"2.0","id":"later"}`, KindRequest, `"later"`, "tools/call"},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":` + at(MaxDepth+1) + `}`, KindNotification, "", "notifications/progress"},
+		// The TypeScript SDK writes a result before its id.
+		{`{"result":` + at(MaxDepth+1) + `,"jsonrpc":"2.0","id":7}`, KindResponse, "7", ""},
+		{`{"jsonrpc":"2.0","id":8,"error":{"code":1,"message":"m","data":` + nest(MaxDepth-1) + `}}`, KindResponse, "8", ""},
+		// Deeper than encoding/json reads (10,000): still a depth refusal.
+		{`{"jsonrpc":"2.0","id":9,"method":"ping","params":{"a":` + nest(20000) + `}}`, KindRequest, "9", "ping"},
+		// An id nested too deep is no id.
+		{`{"jsonrpc":"2.0","id":` + nest(MaxDepth) + `,"method":"ping"}`, KindRequest, "", ""},
+	} {
+		m, err := Parse([]byte(tc.raw))
+		var inv *InvalidError
+		if !errors.As(err, &inv) {
+			t.Errorf("%.60s: got %v, want InvalidError", tc.raw, err)
+			continue
+		}
+		if tc.id == "" && tc.method == "" { // refused for its id
+			if inv.ID != nil || inv.Kind != KindRequest {
+				t.Errorf("%.60s: id %s kind %d", tc.raw, inv.ID, inv.Kind)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrTooDeep) || inv.Kind != tc.kind || string(inv.ID) != tc.id || m.Kind != tc.kind || m.Method != tc.method || string(m.ID) != tc.id {
+			t.Errorf("%.60s: %v: kind %d/%d id %s/%s method %q", tc.raw, err, inv.Kind, m.Kind, inv.ID, m.ID, m.Method)
+		}
+	}
+	for _, raw := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + at(MaxDepth) + `}`,
+		`{"jsonrpc":"2.0","id":1,"result":` + at(MaxDepth) + `}`,
+	} {
+		if _, err := Parse([]byte(raw)); err != nil {
+			t.Errorf("%d levels refused: %v", MaxDepth, err)
+		}
+	}
+	// In a batch, each element is judged alone.
+	elem := `{"jsonrpc":"2.0","id":2,"method":"ping","params":` + at(MaxDepth) + `}`
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"ping"},` + elem + `]`
+	if m, err := Parse([]byte(batch)); err != nil || m.Kind != KindBatch {
+		t.Fatalf("batch: %v", err)
+	}
+	parts, err := SplitBatch([]byte(batch))
+	if err != nil || len(parts) != 2 || string(parts[1]) != elem {
+		t.Fatalf("split: %v %q", err, parts)
+	}
+	if _, err := Parse(parts[1]); err != nil {
+		t.Fatalf("element: %v", err)
+	}
+}
+
 // A case variant of a member a tools/call result defines is refused, under
 // Unicode simple case folding: encoding/json reads "ſtructuredContent"
 // (U+017F) as structuredContent, and a client that does sees what guard's
@@ -306,13 +368,17 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		m, err := Parse(raw)
 		if !json.Valid(raw) {
-			if !errors.Is(err, ErrParse) {
+			// Past MaxDepth a text is refused for its depth, not read.
+			if !errors.Is(err, ErrParse) && !errors.Is(err, ErrTooDeep) {
 				t.Fatalf("invalid JSON accepted: %v", err)
 			}
 			return
 		}
 		if err != nil {
 			return
+		}
+		if m.Kind != KindBatch && nesting(raw) > MaxDepth {
+			t.Fatalf("a message nested %d levels deep accepted", nesting(raw))
 		}
 		if m.Kind == KindBatch {
 			return
