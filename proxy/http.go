@@ -460,6 +460,13 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		m, err := wire.Parse(oneLine(p))
 		msgs[i] = m
 		if err != nil {
+			if tooDeep(err) == wire.KindResponse {
+				// An answer to a server's request: the relay answers
+				// that request with guard's error in its place (it
+				// parses the message again, and refuses it).
+				msgs[i] = unparsed(m.Raw)
+				continue
+			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {
 				// An id no peer reads the same way is not echoed
 				// (inv.ID is nil then): the answer carries id null.
