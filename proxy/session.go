@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -721,7 +722,34 @@ func (s *Session) clientNotification(msg wire.Message) {
 		s.clientCancelled(msg)
 		return
 	}
+	if s.requestAsNotification(msg, guard.ClientToServer) {
+		return
+	}
 	s.toServer.push(item{msg: msg})
+}
+
+// requestAsNotification drops, and records, a notification whose method the
+// session's revision defines as a request of its sender (dir): no decision
+// is made on a notification, and no record of it kept, so a server that
+// acted on a tools/call without an id would run it unjudged. It reports
+// whether it dropped msg.
+func (s *Session) requestAsNotification(msg wire.Message, dir string) bool {
+	if strings.HasPrefix(msg.Method, "notifications/") {
+		// The method of every notification the protocol defines, and of
+		// no request: almost every notification passes here, without
+		// the lock.
+		return false
+	}
+	s.mu.Lock()
+	proto := s.protocol
+	s.mu.Unlock()
+	if !isRequestMethod(proto, msg.Method, dir == guard.ClientToServer) {
+		return false
+	}
+	s.opts.Logger.Warn("a notification with a request's method dropped", "method", msg.Method, "direction", dir)
+	s.event("guard/dropped", dir, map[string]any{"method": msg.Method, "size": len(msg.Raw),
+		"error": "a notification (no id) whose method is a request: dropped, never forwarded"})
+	return true
 }
 
 // clientCancelled withdraws a held call, or passes the cancellation on
@@ -1109,6 +1137,9 @@ func (s *Session) serverRequest(msg wire.Message) {
 }
 
 func (s *Session) serverNotification(msg wire.Message) {
+	if s.requestAsNotification(msg, guard.ServerToClient) {
+		return
+	}
 	switch msg.Method {
 	case "notifications/subscriptions/acknowledged":
 		s.toClient.push(item{msg: s.acknowledged(msg)})
