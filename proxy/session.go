@@ -420,6 +420,23 @@ func (s *Session) Oversized(fromClient bool, size int64) {
 	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
 }
 
+// overMaxRequest refuses a client's message larger than the server reads
+// (max_request): a request is answered -32600 with its id, a notification
+// dropped, an answer to the server's request replaced by guard's error.
+func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
+	limit := fmt.Sprintf("larger than max_request (%d bytes)", s.opts.MaxRequest)
+	detail := map[string]any{"size": len(msg.Raw), "method": msg.Method, "error": "message " + limit}
+	switch msg.Kind {
+	case wire.KindResponse:
+		s.clientResponse(msg, "is "+limit)
+	case wire.KindNotification:
+		s.event("guard/dropped", guard.ClientToServer, detail)
+	default:
+		s.event("guard/refused", guard.ClientToServer, detail)
+		s.toClient.push(item{msg: built(wire.ErrorResponse(msg.ID, wire.CodeInvalidRequest, "Invalid request: the message is "+limit, nil)), batch: b})
+	}
+}
+
 func (s *Session) clientBatch(raw []byte) {
 	s.mu.Lock()
 	proto := s.protocol
@@ -459,6 +476,10 @@ func (s *Session) clientBatch(raw []byte) {
 }
 
 func (s *Session) clientMessage(msg wire.Message, b *batch) {
+	if len(msg.Raw) > s.opts.MaxRequest {
+		s.overMaxRequest(msg, b)
+		return
+	}
 	switch msg.Kind {
 	case wire.KindRequest:
 		s.clientRequest(msg, b)
