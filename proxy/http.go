@@ -443,7 +443,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	body = bytes.TrimSpace(body)
 	var parts [][]byte
-	if len(body) > 0 && body[0] == '[' {
+	batch := len(body) > 0 && body[0] == '['
+	if batch {
 		if parts, err = wire.SplitBatch(body); err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return
@@ -492,7 +493,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// 2026-07-28: no sessions; the request headers must agree with
 		// the body, and the requests share one relay session (ids made
 		// unique on the way in, restored on the way out).
-		if len(parts) != 1 {
+		if batch {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: batches are not allowed in this revision")
 			return
 		}
@@ -517,6 +518,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case modern:
 	case s == nil && r.Header.Get("Mcp-Session-Id") != "":
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found: start a new one with initialize")
+		return
+	case batch && (s == nil || !s.router.batches()):
+		// As on stdio. Without a session the revision is not known
+		// yet, and 2025-03-26 does not allow initialize in a batch.
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, errBatchText)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
@@ -594,7 +600,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if len(parts) == 1 {
+	if !batch {
 		_, _ = w.Write(answers[0])
 		return
 	}

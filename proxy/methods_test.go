@@ -190,3 +190,32 @@ func TestHTTPDropsNotificationsWithRequestMethods(t *testing.T) {
 		t.Fatalf("the watch saw nothing: %q", bodies)
 	}
 }
+
+// JSON-RPC batches are refused over HTTP as on stdio, except in sessions
+// of 2025-03-26, the one revision that allows them; 2025-06-18 accepted
+// them over HTTP.
+func TestHTTPBatchesOnlyUnder20250326(t *testing.T) {
+	f := newHTTPFront(t, nil)
+	ctx := context.Background()
+	batch := `[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"in a batch"}}},{"jsonrpc":"2.0","id":3,"method":"ping"}]`
+	read := func(resp *http.Response) (int, string) {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for _, session := range []string{"", f.startAt(t, guard.Rev20250618)} {
+		body := batch
+		if session == "" {
+			body = `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}]`
+		}
+		if status, b := read(f.post(t, ctx, session, body)); status != http.StatusBadRequest || !strings.Contains(b, "-32600") || !strings.Contains(b, errBatchText) {
+			t.Fatalf("session %q: %d %s", session, status, b)
+		}
+	}
+	session := f.startAt(t, guard.Rev20250326)
+	// The answers come as an event stream (the client accepts one).
+	status, b := read(f.post(t, ctx, session, batch))
+	if status != http.StatusOK || !strings.Contains(b, `"id":2,"result":{"content":[{"type":"text","text":"in a batch"}]}`) || !strings.Contains(b, `"id":3,"result":{}`) {
+		t.Fatalf("2025-03-26: %d %s", status, b)
+	}
+}

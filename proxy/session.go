@@ -437,14 +437,17 @@ func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
 	}
 }
 
+// errBatchText answers a JSON-RPC batch of a session whose revision does
+// not allow batches.
+const errBatchText = "Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26"
+
 func (s *Session) clientBatch(raw []byte) {
 	s.mu.Lock()
 	proto := s.protocol
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			"Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26", nil))})
+		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, errBatchText, nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
