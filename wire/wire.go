@@ -386,9 +386,17 @@ func Parse(raw []byte) (Message, error) {
 // caseVariant reports whether key is not name, an ASCII member name, but is
 // taken for it by a decoder that matches names under Unicode simple case
 // folding, as encoding/json does ("IsError", "iſError" with U+017F). Such a
-// variant is at most three bytes a letter (the Kelvin sign K is three).
+// variant is at most three bytes a letter (the Kelvin sign K is three),
+// and begins with a byte that is not ASCII or is name's first letter in
+// either case: most names are told apart there, without EqualFold.
 func caseVariant(key []byte, name string) bool {
-	return len(key) >= len(name) && len(key) <= 3*len(name) && string(key) != name && strings.EqualFold(string(key), name)
+	if len(key) < len(name) || len(key) > 3*len(name) {
+		return false
+	}
+	if c := key[0]; c < utf8.RuneSelf && lowerASCII(c) != lowerASCII(name[0]) {
+		return false
+	}
+	return string(key) != name && strings.EqualFold(string(key), name)
 }
 
 // SplitBatch returns the elements of a batch, each a slice of raw that
