@@ -30,7 +30,11 @@ type Config struct {
 	File       string // where it was read from; "" for the built-in defaults
 	DB         string
 	Durability string
+	// MaxMessage bounds every message guard reads, from either side;
+	// MaxRequest the client's messages to a server, which reads no longer
+	// ones (go-sdk servers stop at 16 MiB and end the session).
 	MaxMessage int64
+	MaxRequest int64
 	UI         UI
 	Approval   struct {
 		Timeout    time.Duration
@@ -316,7 +320,7 @@ var separatorRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,8}$`)
 
 // Default returns the built-in configuration: no file needed.
 func Default() *Config {
-	c := &Config{Durability: "full", MaxMessage: 64 << 20, Servers: map[string]*Server{}}
+	c := &Config{Durability: "full", MaxMessage: 64 << 20, MaxRequest: 16 << 20, Servers: map[string]*Server{}}
 	c.UI.Listen = "127.0.0.1:8931"
 	c.UI.TokenLogin = true
 	c.UI.Passkey = PasskeyOff
@@ -619,6 +623,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"db":          func(n *yaml.Node) error { err := p.str(&c.DB)(n); c.DB = p.expand(c.DB); return err },
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
+		"max_request": p.size(&c.MaxRequest),
 		"ui":          func(n *yaml.Node) error { return p.ui(n, c) },
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{

@@ -431,7 +431,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	body = bytes.TrimSpace(body)
 	var parts [][]byte
-	if len(body) > 0 && body[0] == '[' {
+	batch := len(body) > 0 && body[0] == '['
+	if batch {
 		if parts, err = wire.SplitBatch(body); err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return
@@ -448,6 +449,13 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		m, err := wire.Parse(oneLine(p))
 		msgs[i] = m
 		if err != nil {
+			if tooDeep(err) == wire.KindResponse {
+				// An answer to a server's request: the relay answers
+				// that request with guard's error in its place (it
+				// parses the message again, and refuses it).
+				msgs[i] = unparsed(m.Raw)
+				continue
+			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {
 				// An id no peer reads the same way is not echoed
 				// (inv.ID is nil then): the answer carries id null.
@@ -473,7 +481,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// 2026-07-28: no sessions; the request headers must agree with
 		// the body, and the requests share one relay session (ids made
 		// unique on the way in, restored on the way out).
-		if len(parts) != 1 {
+		if batch {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: batches are not allowed in this revision")
 			return
 		}
@@ -498,6 +506,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case modern:
 	case s == nil && r.Header.Get("Mcp-Session-Id") != "":
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found: start a new one with initialize")
+		return
+	case batch && (s == nil || !s.router.batches()):
+		// As on stdio. Without a session the revision is not known
+		// yet, and 2025-03-26 does not allow initialize in a batch.
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, errBatchText)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
@@ -575,7 +588,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if len(parts) == 1 {
+	if !batch {
 		_, _ = w.Write(answers[0])
 		return
 	}

@@ -310,6 +310,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 	return proxy.Options{
 		Server:           server,
 		MaxMessage:       int(cfg.MaxMessage),
+		MaxRequest:       int(cfg.MaxRequest),
 		Recorder:         rt.db,
 		Catalog:          rt.db,
 		Decider:          rt.engine,
