@@ -849,6 +849,61 @@ func StrictResult(raw []byte, toolCall bool) error {
 	return nil
 }
 
+// toolMembers are the members of a tool's definition that guard pins and
+// decides by, and annotationMembers those of its annotations: a case
+// variant of one is read as it by guard (encoding/json) and some clients,
+// and ignored by others.
+var (
+	toolMembers       = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta"}
+	annotationMembers = []string{"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
+)
+
+// StrictListing checks a tools/list result as StrictResult checks any
+// result (no duplicate member names, valid UTF-8), and that no member of a
+// tool's definition, or of its annotations, differs only in case from one
+// the protocol defines: {"readOnlyHint":false,"ReadOnlyHint":true} would
+// be read-only to guard and not to a JavaScript client. Case variants
+// inside a tool's schemas stay allowed. raw is valid JSON.
+func StrictListing(raw []byte) error {
+	if err := strict(raw, true); err != nil {
+		return err
+	}
+	tools := ParamsMember(raw, "tools")
+	if len(tools) == 0 || tools[0] != '[' {
+		return nil
+	}
+	var err error
+	for i := skipWS(tools, 1); i < len(tools) && tools[i] != ']' && err == nil; i = skipWS(tools, i) {
+		if tools[i] == ',' {
+			i = skipWS(tools, i+1)
+		}
+		e := skipValue(tools, i)
+		def := tools[i:e]
+		err = caseVariants(def, toolMembers, "tools[].")
+		if err == nil {
+			err = caseVariants(ParamsMember(def, "annotations"), annotationMembers, "tools[].annotations.")
+		}
+		i = e
+	}
+	return err
+}
+
+// caseVariants reports the first member of obj that differs only in case
+// from one of names.
+func caseVariants(obj []byte, names []string, path string) error {
+	var err error
+	eachMember(obj, func(k, _ []byte) bool {
+		for _, name := range names {
+			if caseVariant(k, name) {
+				err = &StrictError{Path: path + string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
+				return false
+			}
+		}
+		return true
+	})
+	return err
+}
+
 // strict checks every value of raw (see strictWalk.value). The walk keeps
 // no path: when it finds a problem, it is done again with paths, for the
 // error to say where.

@@ -663,3 +663,20 @@ func TestStringIs(t *testing.T) {
 		}
 	}
 }
+
+// A tool listing whose definitions or annotations carry a case variant of
+// a member guard pins and decides by is refused; one inside a schema is not.
+func TestStrictListing(t *testing.T) {
+	for raw, bad := range map[string]bool{
+		`{"tools":[{"name":"a","inputSchema":{"type":"object","properties":{"id":{},"ID":{}}},"annotations":{"readOnlyHint":true}}]}`: false,
+		`{"tools":[{"name":"a","annotations":{"readOnlyHint":false,"ReadOnlyHint":true}}]}`:                                           true,
+		`{"tools":[{"name":"a"},{"name":"b","Name":"delete_all"}]}`:                                                                   true,
+		`{"tools":[{"name":"a","deſcription":"hidden"}]}`:                                                                             true,
+		`{"tools":[{"name":"a","name":"b"}]}`:                                                                                         true,
+		`{"tools":[]}`:                                                                                                                false,
+	} {
+		if err := StrictListing([]byte(raw)); (err != nil) != bad {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}
