@@ -129,13 +129,18 @@ func Approvals(reviews []ApprovalReview) int {
 
 // MayReview refuses, with an error that says why and who may decide, a
 // review of a by a person the approval's rules do not allow: the caller
-// whose call is held, an unverified identity (via "") where Approvers
-// need verified ones, someone outside its groups and users, or someone
-// who reviewed it already. It does not look at a's state.
+// whose call is held, an identity not verified as RequiredVia says, an
+// unverified identity (via "") where Approvers need verified ones,
+// someone outside its groups and users, or someone who reviewed it
+// already. It does not look at a's state.
 func (a *Approval) MayReview(by Identity, via string) error {
 	switch {
 	case by.Same(a.Caller):
 		return fmt.Errorf("%w: %s made this call, and cannot decide on it: someone else must", ErrNotApprover, by.Name())
+	case a.RequiredVia != "" && via != a.RequiredVia:
+		what, where := RequiredViaText(a.RequiredVia)
+		return fmt.Errorf("%w: this call was held where decisions need %s, and %s: %s",
+			ErrNotApprover, what, reviewerIs(by, via), where)
 	case a.Approvers.NeedsVerified() && via == "":
 		return fmt.Errorf("%w: this call needs %s, and %q is a typed name, not a verified identity: log in to the UI through the identity provider, or with a passkey",
 			ErrNotApprover, a.Approvers, by.Name())
@@ -152,13 +157,44 @@ func (a *Approval) MayReview(by Identity, via string) error {
 	return nil
 }
 
+// RequiredViaText says, for people, what a held call's RequiredVia asks
+// for, with the setting that asked for it, and where a person decides so;
+// "" for none.
+func RequiredViaText(via string) (what, where string) {
+	switch via {
+	case "":
+		return "", ""
+	case ViaPasskey:
+		return "the approver's passkey (ui.passkey: required)", "decide in the UI, with your passkey"
+	case ViaOIDC:
+		return "a login through the identity provider (ui.oidc with ui.token_login: false)",
+			"log in to the UI through the identity provider, and decide there"
+	}
+	return "an identity verified by " + via, "decide in the UI"
+}
+
+// reviewerIs says who a refused reviewer is and how guard knows: a typed
+// name, quoted as typed, or an identity and how it was verified.
+func reviewerIs(by Identity, via string) string {
+	switch via {
+	case "":
+		return fmt.Sprintf("%q is a typed name, not a verified identity", by.Name())
+	case ViaOIDC:
+		return by.Name() + " was verified by the identity provider"
+	case ViaPasskey:
+		return by.Name() + " was verified with a passkey"
+	}
+	return by.Name() + " was verified by " + via
+}
+
 // Errors a review is refused with. The error wrapping one says why, and
 // who may decide.
 var (
 	// ErrNotApprover refuses a review by someone the approval's
 	// Approvers do not allow: outside its groups and users, an
-	// unverified identity where a verified one is needed, or the caller
-	// whose call is held.
+	// unverified identity where a verified one is needed, an identity
+	// not verified as its RequiredVia says, or the caller whose call is
+	// held.
 	ErrNotApprover = errors.New("not allowed to decide on this call")
 	// ErrAlreadyReviewed refuses a second review by the same person.
 	ErrAlreadyReviewed = errors.New("already reviewed")

@@ -366,6 +366,14 @@ type Approval struct {
 	// alone: once it is gone, nothing can use a hold scoped to the
 	// session.
 	Process string
+	// RequiredVia is how whoever decides must have been verified, as the
+	// configuration of the process that held the call required then:
+	// ViaPasskey (ui.passkey: required), ViaOIDC (the UI logs in only
+	// through the identity provider), "" where a typed name may decide.
+	// It is fixed with the hold, as Approvers are: a process with
+	// another configuration (a command run with another --config) may
+	// not decide it otherwise.
+	RequiredVia string
 }
 
 // The scopes of an approval (approval.scope).

@@ -63,6 +63,12 @@ type Options struct {
 	// gone, the holds scoped to its sessions are withdrawn (SettleGone).
 	// "" holds calls that name no process, which nothing withdraws so.
 	Process string
+
+	// RequiredVia says, when a call is held, how whoever decides on it
+	// must have been verified, as the configuration in force has it
+	// (policy.Config.RequiredVia): the hold keeps it, and every process
+	// on the database enforces it. nil: a typed name may decide.
+	RequiredVia func() string
 }
 
 // Manager holds calls.
@@ -117,6 +123,9 @@ func (m *Manager) Hold(ctx context.Context, a *guard.Approval) (*guard.Approval,
 	}
 	now := m.opts.Now().UTC()
 	a.State, a.Scope, a.Process = guard.ApprovalPending, m.opts.Scope, m.opts.Process
+	if m.opts.RequiredVia != nil {
+		a.RequiredVia = m.opts.RequiredVia()
+	}
 	a.CreatedAt = now
 	a.ExpiresAt = now.Add(m.opts.Timeout)
 	if err := m.st.CreateApproval(ctx, a); err != nil {
@@ -498,9 +507,10 @@ func HeldForReview(a *guard.Approval, server, tool, pin string) bool {
 	return a.Rule == guard.ToolReviewRule && a.Server == server && a.Tool == tool && a.Pin == pin
 }
 
-// ReviewDecider decides one held call.
+// ReviewDecider decides one held call, as a person whose identity was
+// verified as Reviewer says (Manager.Review).
 type ReviewDecider interface {
-	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
+	Review(ctx context.Context, id string, by Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
 }
 
 // ReleasesHeld reports whether accepting a tool definition releases the
@@ -573,10 +583,12 @@ func (s Settled) String() string {
 // tool definition, once a person has decided on it (r, accepted or
 // rejected): rejected, they are denied; accepted, they go on to the rules
 // unless ReleasesHeld(changes, r) says otherwise, when each stays pending
-// for its own decision. reason is the decisions' reason. A call someone
-// else decided meanwhile is skipped; other failures are returned
-// together.
-func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, r *guard.Review, changes []policy.Change, by, reason string) (Settled, error) {
+// for its own decision. reason is the decisions' reason, by who decides
+// (a typed name, or a verified identity: a call held where decisions need
+// one takes only that, and is left pending otherwise, with an error). A
+// call someone else decided meanwhile is skipped; other failures are
+// returned together.
+func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, r *guard.Review, changes []policy.Change, by Reviewer, reason string) (Settled, error) {
 	s := Settled{Accepted: r.State == guard.ReviewAccepted}
 	release := !s.Accepted
 	if s.Accepted {
@@ -591,7 +603,7 @@ func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approva
 			s.Kept++
 			continue
 		}
-		if _, err := d.Decide(ctx, a.ID, s.Accepted, by, reason); err != nil {
+		if _, err := d.Review(ctx, a.ID, by, s.Accepted, reason, nil); err != nil {
 			if !errors.Is(err, guard.ErrAlreadyDecided) {
 				errs = append(errs, fmt.Errorf("held call %s: %w", a.ID, err))
 			}
@@ -620,7 +632,7 @@ type Definitions interface {
 // first: once this one is accepted, it is the accepted one. It returns
 // the review as decided; an error with a nil review means nothing was
 // decided, one with a review that held calls could not all be settled.
-func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, server, name, pin string, accept bool, by, reason string) (*guard.Review, Settled, error) {
+func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, server, name, pin string, accept bool, by Reviewer, reason string) (*guard.Review, Settled, error) {
 	if pin == "" {
 		// What changed is read from the definition decided: without
 		// its pin, a weakening change would release its calls.
@@ -630,7 +642,7 @@ func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, serv
 	if err != nil {
 		return nil, Settled{}, err
 	}
-	r, err := st.DecideTool(ctx, server, name, pin, accept, by)
+	r, err := st.DecideTool(ctx, server, name, pin, accept, by.Identity.Name())
 	if err != nil {
 		return nil, Settled{}, err
 	}

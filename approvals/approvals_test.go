@@ -246,7 +246,7 @@ func TestSettleReview(t *testing.T) {
 		t.Fatal(err)
 	}
 	rejected := &guard.Review{Server: "files", Name: "delete_file", Pin: "sha256:new", State: guard.ReviewRejected, Cause: guard.CauseChanged}
-	s, err := SettleReview(ctx, m, pending, rejected, nil, "alice", "the tool's definition was rejected")
+	s, err := SettleReview(ctx, m, pending, rejected, nil, Named("alice"), "the tool's definition was rejected")
 	if s.Decided != 2 || s.Kept != 0 || err != nil || s.String() != "2 held call(s) denied" {
 		t.Fatalf("settled %+v (%s): %v", s, s, err)
 	}
@@ -257,7 +257,7 @@ func TestSettleReview(t *testing.T) {
 		}
 	}
 	old := &guard.Review{Server: "files", Name: "delete_file", Pin: "sha256:old", State: guard.ReviewRejected}
-	if _, err := SettleReview(ctx, m, pending, old, nil, "", "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
+	if _, err := SettleReview(ctx, m, pending, old, nil, Named(""), "x"); err == nil || !strings.Contains(err.Error(), "held call other-pin") {
 		t.Fatalf("a decision that cannot be recorded: %v", err)
 	}
 }
@@ -303,7 +303,7 @@ func TestAcceptingReleasesHeldCallsUnlessItWeakensOrWasFlagged(t *testing.T) {
 				}
 			}
 			pending, _ := db.Approvals(ctx, guard.ApprovalPending)
-			s, err := SettleReview(ctx, m, pending, r, tc.changes, "alice", "the tool's definition was accepted")
+			s, err := SettleReview(ctx, m, pending, r, tc.changes, Named("alice"), "the tool's definition was accepted")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,7 +344,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	if _, _, err := m.Hold(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	r, s, err := DecideDefinition(ctx, db, m, "files", "rm", v2.Pin, true, "alice", "")
+	r, s, err := DecideDefinition(ctx, db, m, "files", "rm", v2.Pin, true, Named("alice"), "")
 	if err != nil || r.State != guard.ReviewAccepted || r.DecidedBy != "alice" {
 		t.Fatalf("decide: %+v %v", r, err)
 	}
@@ -360,7 +360,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 			"Approving lets it go on to the rules, which judge it by the accepted definition." {
 		t.Fatalf("the held call's note: %q", text)
 	}
-	if _, _, err := DecideDefinition(ctx, db, m, "files", "nope", "sha256:x", true, "alice", ""); !errors.Is(err, guard.ErrNotFound) {
+	if _, _, err := DecideDefinition(ctx, db, m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown tool: %v", err)
 	}
 }

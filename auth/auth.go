@@ -10,7 +10,8 @@
 // token never travels further than guard.
 //
 // The caller a token speaks for becomes a guard.Identity: its subject,
-// email and groups, as the identity provider vouched for them.
+// email and groups, as the identity provider vouched for them (an email
+// only where the token says email_verified: true).
 package auth
 
 import (
@@ -26,7 +27,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	guard "github.com/guard-mcp/guard"
 )
@@ -45,6 +45,11 @@ type Config struct {
 	// GroupsClaim is the claim that lists the caller's groups (default
 	// "groups").
 	GroupsClaim string
+	// TrustEmail makes a token's email that comes without email_verified
+	// the caller's (auth.trust_email), for a provider that never sends
+	// the claim (Entra ID). Otherwise, and whatever it says, only
+	// email_verified: true does (guard.VerifiedEmail).
+	TrustEmail bool
 	// IntrospectionClientID and IntrospectionClientSecret authenticate
 	// guard at the provider's introspection endpoint. Without them,
 	// opaque tokens are refused.
@@ -109,7 +114,7 @@ type Verifier struct {
 
 	mu      sync.Mutex
 	server  *ServerMetadata
-	keys    *oidc.RemoteKeySet
+	keys    *keySet
 	failed  time.Time // the last discovery that failed
 	failErr error
 
@@ -168,7 +173,7 @@ func (v *Verifier) Verify(ctx context.Context, raw, resource string) (*Token, er
 		resources = append(resources, resource)
 	}
 	if jws, err := jose.ParseSignedCompact(raw, algorithms); err == nil {
-		return v.verifyJWT(ctx, raw, jws, resources)
+		return v.verifyJWT(ctx, jws, resources)
 	} else if looksLikeJWT(raw) {
 		return nil, invalid("the token is not a JWT guard accepts: %v", err)
 	}
@@ -181,7 +186,7 @@ func looksLikeJWT(raw string) bool {
 	return strings.Count(raw, ".") == 2 && strings.HasPrefix(raw, "eyJ")
 }
 
-func (v *Verifier) verifyJWT(ctx context.Context, raw string, jws *jose.JSONWebSignature, resources []string) (*Token, error) {
+func (v *Verifier) verifyJWT(ctx context.Context, jws *jose.JSONWebSignature, resources []string) (*Token, error) {
 	// The issuer is read before the signature is checked only to refuse
 	// a stranger's token with a precise reason, and without fetching
 	// keys for it.
@@ -196,12 +201,12 @@ func (v *Verifier) verifyJWT(ctx context.Context, raw string, jws *jose.JSONWebS
 	if err != nil {
 		return nil, err
 	}
-	payload, err := keys.VerifySignature(ctx, raw)
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "fetching keys") {
-			return nil, unavailable("the identity provider's keys could not be read: %v", err)
-		}
+	payload, err := keys.verify(ctx, jws)
+	if errors.Is(err, errKeyUnknown) {
 		return nil, invalid("the token's signature does not verify with the issuer's keys")
+	}
+	if err != nil {
+		return nil, err
 	}
 	claims, err := decodeClaims(payload)
 	if err != nil {
@@ -262,7 +267,9 @@ func (v *Verifier) check(c map[string]any, resources []string, needExp bool) (*T
 	}
 	t := &Token{Scopes: scopes, Expiry: exp}
 	t.User.Subject = sub
-	t.User.Email, _ = c["email"].(string)
+	// An email the provider did not say it verified names no one: the
+	// subject alone is the caller, for rules (users:) and records.
+	t.User.Email = guard.VerifiedEmail(c, v.cfg.TrustEmail)
 	t.User.Groups = stringList(c[v.cfg.GroupsClaim])
 	t.ClientID, _ = c["client_id"].(string)
 	if t.ClientID == "" {

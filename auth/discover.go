@@ -36,7 +36,7 @@ func (v *Verifier) Discover(ctx context.Context) (*ServerMetadata, error) {
 // keySet returns the issuer's keys, discovering them first. A discovery
 // that failed is not tried again for a few seconds: meanwhile tokens are
 // refused with 503 at once, rather than each waiting on the provider.
-func (v *Verifier) keySet(ctx context.Context) (*oidc.RemoteKeySet, error) {
+func (v *Verifier) keySet(ctx context.Context) (*keySet, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.keys != nil {
@@ -57,9 +57,7 @@ func (v *Verifier) keySet(ctx context.Context) (*oidc.RemoteKeySet, error) {
 		return nil, unavailable("%v", err)
 	}
 	v.server = m
-	// The key set outlives this request: its context only carries the
-	// HTTP client.
-	v.keys = oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), v.cfg.Client), m.JWKSURI)
+	v.keys = newKeySet(m.JWKSURI, v.cfg.Client, v.cfg.Now, v.cfg.Logger)
 	return v.keys, nil
 }
 

@@ -21,7 +21,8 @@ import (
 // server (one process, guard's HTTP upstream) through guard serve on
 // SQLite, through guard serve on PostgreSQL, and through several guard
 // serve replicas on one PostgreSQL database behind HAProxy configured as
-// docs/haproxy.cfg says. PostgreSQL is a cluster of the benchmark's own,
+// docs/haproxy.cfg says (replicas/testdata/haproxy.cfg.tmpl, its
+// addresses as placeholders). PostgreSQL is a cluster of the benchmark's own,
 // with fsync on: a commit costs what it does in production.
 type ReplicasConfig struct {
 	Guard string
@@ -29,7 +30,7 @@ type ReplicasConfig struct {
 	// Fixture is go-sdk's conformance/everything-server.
 	Fixture string
 	// HAProxy is the haproxy binary; HAProxyConfig the template of its
-	// configuration (docs/haproxy.cfg).
+	// configuration (replicas/testdata/haproxy.cfg.tmpl).
 	HAProxy, HAProxyConfig string
 	// Replicas is how many replicas run behind HAProxy (default 3).
 	Replicas    int

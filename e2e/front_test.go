@@ -50,14 +50,16 @@ func TestHTTPBodyThatTricklesInIsCut(t *testing.T) {
 	}
 }
 
-// /healthz and /metrics check Host like every route (DNS rebinding), and
-// /metrics needs a client's bearer token where tokens are configured.
+// /metrics and the endpoints check Host (DNS rebinding), and /metrics
+// needs a client's bearer token where tokens are configured; allowed_hosts
+// adds names, wildcards among them. /healthz and /readyz answer any Host,
+// and no token.
 func TestHTTPHealthAndMetricsFrontDoor(t *testing.T) {
 	tok, line := newToken(t, "prometheus")
 	for _, withTokens := range []bool{false, true} {
-		config := ""
+		config := "allowed_hosts: [guard.internal, \"*.replicas.example.com\"]\n"
 		if withTokens {
-			config = "clients:\n  " + line + "\n"
+			config += "clients:\n  " + line + "\n"
 		}
 		_, url := serveExample(t, config)
 		base := strings.TrimSuffix(url, "/mcp/notes")
@@ -77,13 +79,24 @@ func TestHTTPHealthAndMetricsFrontDoor(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		for _, path := range []string{"/healthz", "/metrics"} {
-			if code := get(path, "evil.example.com", tok); code != http.StatusForbidden {
-				t.Errorf("tokens %v: %s with a foreign Host: %d, want 403", withTokens, path, code)
+		for _, path := range []string{"/metrics", "/mcp/notes"} {
+			for _, host := range []string{"evil.example.com", "replicas.example.com", "guard.internal.evil.example.com"} {
+				if code := get(path, host, tok); code != http.StatusForbidden {
+					t.Errorf("tokens %v: %s with Host %s: %d, want 403", withTokens, path, host, code)
+				}
 			}
 		}
-		if code := get("/healthz", "", ""); code != http.StatusOK {
-			t.Errorf("tokens %v: /healthz: %d", withTokens, code)
+		for _, host := range []string{"", "guard.internal", "r1.replicas.example.com"} {
+			if code := get("/metrics", host, tok); code != http.StatusOK {
+				t.Errorf("tokens %v: /metrics with Host %q: %d, want 200", withTokens, host, code)
+			}
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			for _, host := range []string{"", "evil.example.com"} {
+				if code := get(path, host, ""); code != http.StatusOK {
+					t.Errorf("tokens %v: %s with Host %q: %d, want 200", withTokens, path, host, code)
+				}
+			}
 		}
 		want := http.StatusOK
 		if withTokens {
@@ -94,9 +107,6 @@ func TestHTTPHealthAndMetricsFrontDoor(t *testing.T) {
 		}
 		if code := get("/metrics", "", "wrong"); withTokens && code != http.StatusUnauthorized {
 			t.Errorf("/metrics with a wrong token: %d, want 401", code)
-		}
-		if code := get("/metrics", "", tok); code != http.StatusOK {
-			t.Errorf("tokens %v: /metrics with a token: %d, want 200", withTokens, code)
 		}
 	}
 }

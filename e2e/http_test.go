@@ -433,7 +433,8 @@ func rawPost(t *testing.T, url, session, body string) (*http.Response, map[strin
 }
 
 // A pretty-printed body (newlines between tokens, a batch across lines) is
-// one message per element, answered like a compact one.
+// one message per element, answered like a compact one (in a session of
+// 2025-03-26, the revision that allows batches).
 func TestHTTPPrettyPrintedBodies(t *testing.T) {
 	_, url := serveExample(t, "policy: {default: allow}\n")
 	post := func(session, body string) (*http.Response, string) {
@@ -443,7 +444,7 @@ func TestHTTPPrettyPrintedBodies(t *testing.T) {
 		req.Header.Set("Accept", "application/json")
 		if session != "" {
 			req.Header.Set("Mcp-Session-Id", session)
-			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+			req.Header.Set("MCP-Protocol-Version", "2025-03-26")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -458,10 +459,10 @@ func TestHTTPPrettyPrintedBodies(t *testing.T) {
 		}
 		return resp, string(b)
 	}
-	resp, body := post("", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1,\n  \"method\": \"initialize\",\n  \"params\": {\n    \"protocolVersion\": \"2025-06-18\",\n"+
+	resp, body := post("", "{\n  \"jsonrpc\": \"2.0\",\n  \"id\": 1,\n  \"method\": \"initialize\",\n  \"params\": {\n    \"protocolVersion\": \"2025-03-26\",\n"+
 		"    \"capabilities\": {},\n    \"clientInfo\": {\"name\": \"pretty\", \"version\": \"1\"}\n  }\n}\n")
 	session := resp.Header.Get("Mcp-Session-Id")
-	if session == "" || !strings.Contains(body, `"protocolVersion":"2025-06-18"`) {
+	if session == "" || !strings.Contains(body, `"protocolVersion":"2025-03-26"`) {
 		t.Fatalf("pretty-printed initialize: %d %s", resp.StatusCode, body)
 	}
 	if resp, body := post(session, "{\n\"jsonrpc\": \"2.0\",\r\n\"method\": \"notifications/initialized\"\n}"); resp.StatusCode != http.StatusAccepted {
@@ -475,6 +476,11 @@ func TestHTTPPrettyPrintedBodies(t *testing.T) {
 	}
 	if !strings.Contains(body, `two\nlines`) {
 		t.Fatalf("the echo's answer: %s", body)
+	}
+	// A batch of one is answered with a batch of one.
+	_, body = post(session, "[\n {\"jsonrpc\": \"2.0\", \"id\": 4, \"method\": \"ping\"}\n]")
+	if err := json.Unmarshal([]byte(body), &answers); err != nil || len(answers) != 1 {
+		t.Fatalf("a batch of one: %v %s", err, body)
 	}
 }
 

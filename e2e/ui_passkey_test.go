@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -96,6 +99,26 @@ func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	}
 	if out, code := e.guard("tools", "accept", "notes", "delete_note", "--by", "alice"); code != 1 || !strings.Contains(out, "approval.cli: true") {
 		t.Fatalf("guard tools accept --by: exit %d: %s", code, out)
+	}
+	// Nor with a configuration of its own, where the command line may
+	// decide: the call was held where decisions need a passkey, and keeps
+	// that whoever asks.
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const held = "this call was held where decisions need the approver's passkey (ui.passkey: required), " +
+		`and "alice" is a typed name, not a verified identity`
+	if out, code := e.guard("approvals", "approve", a.ID, "--by", "alice", "--config", empty); code != 1 || !strings.Contains(out, held) {
+		t.Fatalf("guard approvals approve --by --config empty.yaml: exit %d: %s", code, out)
+	}
+	elsewhere := exec.Command(guardBin, "approvals", "deny", a.ID, "--db", e.db, "--by", "alice", "--reason", "typed")
+	elsewhere.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir(), "GUARD_CONFIG=")
+	if out, err := elsewhere.CombinedOutput(); elsewhere.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), held) {
+		t.Fatalf("guard approvals deny --by with another XDG_CONFIG_HOME: %v: %s", err, out)
+	}
+	if out, code := e.guard("approvals", "show", a.ID); code != 0 || !strings.Contains(out, "decided with  the approver's passkey (ui.passkey: required), as configured when it was held") {
+		t.Fatalf("guard approvals show: exit %d: %s", code, out)
 	}
 
 	// The passkey approves.

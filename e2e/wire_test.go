@@ -98,3 +98,20 @@ func TestRunRefusesNumbersThatOverflowADouble(t *testing.T) {
 		t.Fatalf("want 6 invalid calls recorded, got %d:\n%s", n, out)
 	}
 }
+
+// max_request bounds what guard run passes to its server: a longer request
+// is refused naming the limit, and the session goes on.
+func TestRunRefusesRequestsOverMaxRequest(t *testing.T) {
+	e := newEnv(t, "max_request: 1KiB\npolicy: {default: allow}\n")
+	lc := startLines(t, e.wrap("notes", guardBin, "example-server"))
+	lc.init()
+	lc.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + strings.Repeat("a", 2<<10) + `"}}}`)
+	m := lc.next(10 * time.Second)
+	if e, _ := m["error"].(map[string]any); e == nil || e["code"] != -32600.0 || m["id"] != 1.0 || !strings.Contains(e["message"].(string), "max_request (1024 bytes)") {
+		t.Fatalf("the client read %v, want -32600 naming max_request", m)
+	}
+	lc.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"after"}}}`)
+	if text, isErr := resultText(lc.next(10 * time.Second)); isErr || text != "after" {
+		t.Fatalf("the session did not go on: %q", text)
+	}
+}

@@ -19,6 +19,7 @@ func (p *parser) auth(n *yaml.Node, a *Auth) error {
 		"audience":     p.str(&a.Audience),
 		"scopes":       p.nonEmptyList(&a.Scopes, "scopes"),
 		"groups_claim": p.str(&a.GroupsClaim),
+		"trust_email":  p.boolean(&a.TrustEmail),
 		"introspection": func(n *yaml.Node) error {
 			intro = n
 			return p.mapping(n, map[string]func(*yaml.Node) error{

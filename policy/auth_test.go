@@ -16,6 +16,7 @@ auth:
   audience: https://guard.example.com/mcp
   scopes: [mcp, tools]
   groups_claim: roles
+  trust_email: true
   introspection: {client_id: guard, client_secret: "${INTRO_SECRET}"}
 servers:
   remote:
@@ -31,11 +32,11 @@ servers:
 	}
 	a := c.Auth
 	if a.Issuer != "https://login.example.com" || a.Audience != "https://guard.example.com/mcp" || !slices.Equal(a.Scopes, []string{"mcp", "tools"}) ||
-		a.GroupsClaim != "roles" || a.Introspection.ClientID != "guard" || a.Introspection.ClientSecret != "s3cret" {
+		a.GroupsClaim != "roles" || !a.TrustEmail || a.Introspection.ClientID != "guard" || a.Introspection.ClientSecret != "s3cret" {
 		t.Fatalf("%+v", a)
 	}
 	x := c.Servers["remote"].TokenExchange
-	if x == nil || x.ClientSecret != "tx-s3cret" || x.Audience != "https://mcp.example.com" || x.Scope != "read write" || x.TokenURL != "" || x.Line != 12 {
+	if x == nil || x.ClientSecret != "tx-s3cret" || x.Audience != "https://mcp.example.com" || x.Scope != "read write" || x.TokenURL != "" || x.Line != 13 {
 		t.Fatalf("%+v", x)
 	}
 	// The secrets are guard's own: kept from servers, masked in records.
@@ -43,8 +44,8 @@ servers:
 		t.Fatalf("expanded: %v", c.Expanded)
 	}
 	c, err = Parse([]byte("auth: {issuer: 'http://127.0.0.1:9000', audience: 'http://localhost:8930/mcp'}\n"), "cfg.yaml")
-	if err != nil || c.Auth.GroupsClaim != "groups" {
-		t.Fatalf("loopback http, groups by default: %+v %v", c, err)
+	if err != nil || c.Auth.GroupsClaim != "groups" || c.Auth.TrustEmail {
+		t.Fatalf("loopback http, groups by default, emails only verified ones: %+v %v", c, err)
 	}
 }
 

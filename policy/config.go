@@ -30,7 +30,11 @@ type Config struct {
 	File       string // where it was read from; "" for the built-in defaults
 	DB         string
 	Durability string
+	// MaxMessage bounds every message guard reads, from either side;
+	// MaxRequest the client's messages to a server, which reads no longer
+	// ones (go-sdk servers stop at 16 MiB and end the session).
 	MaxMessage int64
+	MaxRequest int64
 	UI         UI
 	Approval   struct {
 		Timeout    time.Duration
@@ -100,6 +104,10 @@ type Config struct {
 	// not configured. Its host is answered besides the listen address's,
 	// its origin is accepted, and printed addresses use it.
 	PublicURL string
+	// AllowedHosts are more Host names that guard serve's endpoints and
+	// /metrics answer to, beyond the listen address's and public_url's:
+	// entries of package hosts (name, name:port, *.suffix).
+	AllowedHosts []string
 	// OwnVariables are more environment variables of guard's own that
 	// servers do not see unless their env lists them: its database's
 	// credentials (PGPASSWORD, PGPASSFILE) when it runs on PostgreSQL.
@@ -123,6 +131,10 @@ type Auth struct {
 	Scopes []string
 	// GroupsClaim is the token claim that lists the caller's groups.
 	GroupsClaim string
+	// TrustEmail (trust_email) accepts a token's email that comes
+	// without email_verified as the caller's; false, the default, takes
+	// only email_verified: true (guard.VerifiedEmail).
+	TrustEmail bool
 	// Introspection authenticates guard at the provider's introspection
 	// endpoint (RFC 7662), for opaque tokens; empty: they are refused.
 	Introspection struct {
@@ -324,7 +336,7 @@ var separatorRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,8}$`)
 
 // Default returns the built-in configuration: no file needed.
 func Default() *Config {
-	c := &Config{Durability: "full", MaxMessage: 64 << 20, Servers: map[string]*Server{}}
+	c := &Config{Durability: "full", MaxMessage: 64 << 20, MaxRequest: 16 << 20, Servers: map[string]*Server{}}
 	c.UI.Listen = "127.0.0.1:8931"
 	c.UI.TokenLogin = true
 	c.UI.Passkey = PasskeyOff
@@ -628,6 +640,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"db":          func(n *yaml.Node) error { err := p.str(&c.DB)(n); c.DB = p.expand(c.DB); return err },
 		"durability":  p.enum(&c.Durability, "full", "normal"),
 		"max_message": p.size(&c.MaxMessage),
+		"max_request": p.size(&c.MaxRequest),
 		"ui":          func(n *yaml.Node) error { return p.ui(n, c) },
 		"approval": func(n *yaml.Node) error {
 			return p.mapping(n, map[string]func(*yaml.Node) error{
@@ -655,6 +668,7 @@ func (p *parser) config(n *yaml.Node, c *Config) error {
 		"include":        p.list(&c.Include),
 		"max_sessions":   func(n *yaml.Node) error { return p.maxSessions(n, c) },
 		"public_url":     p.publicURL(&c.PublicURL),
+		"allowed_hosts":  p.allowedHosts(&c.AllowedHosts),
 		"redact_results": p.boolean(&c.RedactResults),
 		"assert_formats": p.boolean(&c.AssertFormats),
 		"limits":         func(n *yaml.Node) error { return p.limits(n, &c.Limits) },

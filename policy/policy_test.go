@@ -43,6 +43,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"policy:\n  defualt: allow\n", 2, `unknown key "defualt"`},
 		{"approval:\n  timeout: soon\n", 2, "not a duration"},
 		{"max_message: lots\n", 1, "not a size"},
+		{"max_request: 0\n", 1, "not a size"},
 		{"policy:\n  rules:\n    - {name: a, tool: \"[\", action: allow}\n", 3, "not a valid glob"},
 		{"policy:\n  rules:\n    - {name: a, tool: x}\n", 3, "needs an action"},
 		{"policy:\n  rules:\n    - {name: a, action: allow}\n    - {name: a, action: deny}\n", 4, "already used at cfg.yaml:3"},
@@ -130,6 +131,7 @@ func TestParseReadsEverything(t *testing.T) {
 db: /tmp/g.db
 durability: normal
 max_message: 10MiB
+max_request: 2MiB
 approval: {timeout: 1d2h, wait: 30s}
 include: [rules.d/*.yaml]
 audit:
@@ -155,7 +157,7 @@ policy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxMessage != 10<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
+	if c.MaxMessage != 10<<20 || c.MaxRequest != 2<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
 		t.Fatalf("%+v", c)
 	}
 	if a := c.Audit; a.KeyFile != "/etc/guard/audit.key" || a.VerifyEvery != time.Hour || a.Retention != 0 || a.ArchiveDir != "/srv/guard-archive" ||

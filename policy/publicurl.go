@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/hosts"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -78,6 +79,26 @@ func PublicHosts(publicURL string) []string {
 		return []string{host}
 	}
 	return []string{host, net.JoinHostPort(strings.Trim(host, "[]"), defaultPort(scheme))}
+}
+
+// allowedHosts reads allowed_hosts: a list of host names, each checked
+// (hosts.Parse) where it is written.
+func (p *parser) allowedHosts(dst *[]string) func(*yaml.Node) error {
+	return func(n *yaml.Node) error {
+		if n.Kind != yaml.SequenceNode {
+			return p.errf(n, "allowed_hosts: expected a list of host names, like [guard.internal, \"*.guard.example.com\", 10.0.0.5:8930]")
+		}
+		for _, e := range n.Content {
+			if e.Kind != yaml.ScalarNode {
+				return p.errf(e, "allowed_hosts: expected a host name")
+			}
+			if _, err := hosts.Parse(e.Value); err != nil {
+				return p.errf(e, "allowed_hosts: %v", err)
+			}
+			*dst = append(*dst, e.Value)
+		}
+		return nil
+	}
 }
 
 // publicURL reads public_url (see ParsePublicURL).

@@ -76,3 +76,27 @@ func TestPublicURLInTheConfiguration(t *testing.T) {
 		t.Fatalf("a list as public_url: %v", err)
 	}
 }
+
+// allowed_hosts is read from the configuration, and a name that is not one
+// is an error naming its line.
+func TestAllowedHostsInTheConfiguration(t *testing.T) {
+	c, err := Parse([]byte("allowed_hosts: [guard.internal, \"*.guard.example.com\", \"10.0.0.5:8930\"]\n"), "c.yaml")
+	if err != nil || !slices.Equal(c.AllowedHosts, []string{"guard.internal", "*.guard.example.com", "10.0.0.5:8930"}) {
+		t.Fatalf("allowed_hosts: %q, %v", c.AllowedHosts, err)
+	}
+	for config, want := range map[string]struct {
+		line    int
+		problem string
+	}{
+		"db: x.db\nallowed_hosts:\n  - guard.internal\n  - https://guard.example.com\n": {4, `allowed_hosts: "https://guard.example.com" is not a host name: give the host only`},
+		"allowed_hosts: [\"guard.internal:port\"]\n":                                    {1, `allowed_hosts: "guard.internal:port" is not a host name: its port is not a number from 1 to 65535 (write name, name:port or *.suffix)`},
+		"allowed_hosts: guard.internal\n":                                               {1, "allowed_hosts: expected a list of host names"},
+		"allowed_hosts: [[a]]\n":                                                        {1, "allowed_hosts: expected a host name"},
+	} {
+		_, err := Parse([]byte(config), "c.yaml")
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.File != "c.yaml" || ce.Line != want.line || !strings.Contains(ce.Problem, want.problem) {
+			t.Errorf("%q: %v, want line %d saying %q", config, err, want.line, want.problem)
+		}
+	}
+}

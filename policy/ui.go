@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 // UI is the approval UI's section (ui:): where it listens, and how people
@@ -38,6 +40,10 @@ type UIOIDC struct {
 	// GroupsClaim is the ID token's (or userinfo's) claim that lists the
 	// person's groups (default groups).
 	GroupsClaim string
+	// TrustEmail (trust_email) accepts an email that comes without
+	// email_verified as the person's; false, the default, takes only
+	// email_verified: true (guard.VerifiedEmail).
+	TrustEmail bool
 }
 
 // The values of ui.passkey.
@@ -63,6 +69,24 @@ func (c *Config) CLIDecisions() bool {
 	return !c.UI.Verified()
 }
 
+// RequiredVia is how whoever decides on a call held under this
+// configuration must have been verified, which the hold keeps
+// (guard.Approval.RequiredVia): guard.ViaPasskey with ui.passkey:
+// required; guard.ViaOIDC where the UI logs in only through the identity
+// provider; "" where a typed name may decide (the UI's token link, or
+// approval.cli: true).
+func (c *Config) RequiredVia() string {
+	switch {
+	case c.CLIDecisions():
+		return ""
+	case c.UI.Passkey == PasskeyRequired:
+		return guard.ViaPasskey
+	case c.UI.OIDC.Issuer != "" && !c.UI.TokenLogin:
+		return guard.ViaOIDC
+	}
+	return ""
+}
+
 // ui reads the ui: section.
 func (p *parser) ui(n *yaml.Node, c *Config) error {
 	u := &c.UI
@@ -82,6 +106,7 @@ func (p *parser) ui(n *yaml.Node, c *Config) error {
 				"client_secret": p.secret(&u.OIDC.ClientSecret),
 				"scopes":        p.nonEmptyList(&u.OIDC.Scopes, "ui.oidc.scopes"),
 				"groups_claim":  p.str(&u.OIDC.GroupsClaim),
+				"trust_email":   p.boolean(&u.OIDC.TrustEmail),
 			})
 		},
 	})

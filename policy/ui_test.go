@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	guard "github.com/guard-mcp/guard"
 )
 
 func TestUISectionParses(t *testing.T) {
@@ -18,6 +20,7 @@ ui:
     client_secret: ${UI_SECRET}
     scopes: [openid, email, groups]
     groups_claim: roles
+    trust_email: true
   token_login: false
   passkey: required
 `), "cfg.yaml", func(k string) string { return env[k] }, false)
@@ -26,7 +29,7 @@ ui:
 	}
 	o := c.UI.OIDC
 	if o.Issuer != "https://login.example.com" || o.ClientID != "guard-ui" || o.ClientSecret != "ui-s3cret" ||
-		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
+		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || !o.TrustEmail || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
 		t.Fatalf("%+v", c.UI)
 	}
 	// The client secret is guard's own: kept from servers, masked.
@@ -37,19 +40,28 @@ ui:
 		t.Fatalf("passkey origin: %q %v", origin, err)
 	}
 	// Verified identities only: the command line's typed names are off,
-	// unless approval.cli says otherwise.
-	if c.CLIDecisions() {
-		t.Fatal("guard approvals may decide with passkeys required")
+	// unless approval.cli says otherwise, and the calls held under it
+	// keep that they need a passkey.
+	if c.CLIDecisions() || c.RequiredVia() != guard.ViaPasskey {
+		t.Fatalf("guard approvals may decide with passkeys required, or holds need %q", c.RequiredVia())
 	}
 	c, err = Parse([]byte("ui: {passkey: required}\napproval: {cli: true}\n"), "cfg.yaml")
-	if err != nil || !c.CLIDecisions() || c.UI.OIDC.Issuer != "" || !c.UI.TokenLogin {
+	if err != nil || !c.CLIDecisions() || c.RequiredVia() != "" || c.UI.OIDC.Issuer != "" || !c.UI.TokenLogin {
 		t.Fatalf("approval.cli: true: %+v %v", c, err)
 	}
 	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}}\n"), "cfg.yaml")
-	if err != nil || !c.CLIDecisions() || c.UI.OIDC.GroupsClaim != "groups" || c.UI.Passkey != PasskeyOff {
+	if err != nil || !c.CLIDecisions() || c.RequiredVia() != "" || c.UI.OIDC.GroupsClaim != "groups" || c.UI.OIDC.TrustEmail || c.UI.Passkey != PasskeyOff {
 		t.Fatalf("OIDC beside the token link leaves the command line on: %+v %v", c, err)
 	}
-	if c := Default(); !c.CLIDecisions() || !c.UI.TokenLogin {
+	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}, token_login: false}\n"), "cfg.yaml")
+	if err != nil || c.CLIDecisions() || c.RequiredVia() != guard.ViaOIDC {
+		t.Fatalf("OIDC alone: holds need %q: %v", c.RequiredVia(), err)
+	}
+	c, err = Parse([]byte("approval: {cli: false}\n"), "cfg.yaml")
+	if err != nil || c.CLIDecisions() || c.RequiredVia() != "" {
+		t.Fatalf("approval.cli: false beside the token link, where a typed name decides in the UI: holds need %q: %v", c.RequiredVia(), err)
+	}
+	if c := Default(); !c.CLIDecisions() || !c.UI.TokenLogin || c.RequiredVia() != "" {
 		t.Fatal("the defaults")
 	}
 }

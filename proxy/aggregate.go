@@ -113,6 +113,12 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 			continue
 		}
 		if errors.As(err, &bad) {
+			if tooDeep(bad.Err) == wire.KindResponse {
+				// Its server's session answers the server's
+				// request with guard's error.
+				a.response(m)
+				continue
+			}
 			a.refuse(bad)
 			continue
 		}
@@ -194,6 +200,8 @@ func (a *aggregator) refuse(bad *BadMessage) {
 	switch {
 	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
 		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
+	case tooDeep(bad.Err) == wire.KindNotification:
+		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
 		a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
 	default:

@@ -61,7 +61,8 @@ func TestAHoldCarriesItsApproversAndItsCaller(t *testing.T) {
 
 // The person at the client is asked in band only about a call they may
 // decide: not when the front authenticated the caller (their own call),
-// nor when its approvers need verified identities.
+// nor when its approvers, or the configuration it was held under, need
+// verified identities.
 func TestDecidableInBand(t *testing.T) {
 	for _, tc := range []struct {
 		a    guard.Approval
@@ -72,6 +73,8 @@ func TestDecidableInBand(t *testing.T) {
 		{guard.Approval{Caller: guard.Identity{Subject: "agent-7"}}, false},
 		{guard.Approval{Approvers: guard.Approvers{Count: 2}}, false},
 		{guard.Approval{Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 1}}, false},
+		{guard.Approval{RequiredVia: guard.ViaPasskey}, false},
+		{guard.Approval{RequiredVia: guard.ViaOIDC}, false},
 	} {
 		if got := decidableInBand(&tc.a); got != tc.want {
 			t.Errorf("%+v: %v, want %v", tc.a, got, tc.want)

@@ -99,6 +99,32 @@ func BenchmarkSessionToolCall(b *testing.B) {
 	}
 }
 
+// BenchmarkSessionNotifications measures what the relay does for the
+// messages it passes on without deciding: a client's progress notification
+// and a server's log message, read, classified and written on.
+func BenchmarkSessionNotifications(b *testing.B) {
+	opts, _, _ := testOptions(b, context.Background(), "policy:\n  default: allow\n", time.Second)
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Recorder, opts.Catalog = nopRecorder{}, nil
+	s := NewSession(context.Background(), opts)
+	s.toServer.w = NewStreamConn(nil, io.Discard, 0)
+	s.toClient.w = NewStreamConn(nil, io.Discard, 0)
+	client := newLoopConn(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t-1","progress":3,"total":10}}`)
+	server := newLoopConn(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"files","data":{"event":"read","path":"/home/me/projects/notes/todo.md","bytes":2048}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		msg, err := client.Read(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.clientMessage(msg, nil)
+		if msg, err = server.Read(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		s.fromServer(msg, nil)
+	}
+}
+
 // loopConn reads the same line over and over, as a Conn over a stream.
 type loopConn struct{ Conn }
 

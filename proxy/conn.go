@@ -48,11 +48,14 @@ type BadMessage struct {
 func (e *BadMessage) Error() string { return e.Err.Error() }
 func (e *BadMessage) Unwrap() error { return e.Err }
 
-// readMessage parses one message's bytes as Conn.Read returns them.
+// readMessage parses one message's bytes as Conn.Read returns them. A
+// message refused keeps what Parse found in it: one nested too deep is
+// classified, so that the relay can still answer the request its response
+// was for.
 func readMessage(raw []byte) (wire.Message, error) {
 	m, err := wire.Parse(raw)
 	if err != nil {
-		return wire.Message{Raw: raw}, &BadMessage{Raw: raw, Err: err}
+		return m, &BadMessage{Raw: raw, Err: err}
 	}
 	return m, nil
 }

@@ -246,8 +246,14 @@ func (f *httpFront) post(t *testing.T, ctx context.Context, session, body string
 // start initializes a session of revision 2025-06-18 and returns its id.
 func (f *httpFront) start(t *testing.T) string {
 	t.Helper()
+	return f.startAt(t, guard.Rev20250618)
+}
+
+// startAt initializes a session of revision rev and returns its id.
+func (f *httpFront) startAt(t *testing.T, rev string) string {
+	t.Helper()
 	ctx := context.Background()
-	resp := f.post(t, ctx, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	resp := f.post(t, ctx, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+rev+`","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

@@ -347,10 +347,11 @@ func (h *held) leave(why string) {
 
 // decidableInBand reports whether the person at the client may decide on
 // a held call: not when the front authenticated the caller (whose own
-// call it is), nor when its approvers need verified identities, which an
-// answer from the client is not.
+// call it is), nor when its approvers or the configuration it was held
+// under (RequiredVia) need verified identities, which an answer from the
+// client is not.
 func decidableInBand(a *guard.Approval) bool {
-	return a.Caller.IsZero() && !a.Approvers.NeedsVerified()
+	return a.Caller.IsZero() && !a.Approvers.NeedsVerified() && a.RequiredVia == ""
 }
 
 // settle acts on the decision.

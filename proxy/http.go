@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/hosts"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/wire"
 )
@@ -51,7 +52,8 @@ type HTTPOptions struct {
 	// c's access token at the identity provider), in place of the one
 	// Remote's Headers configure. An error fails that request.
 	UpstreamAuth func(ctx context.Context, c Caller) (string, error)
-	// AllowedHosts are the Host headers answered; any other gets 403.
+	// AllowedHosts are the Host headers answered (entries of package
+	// hosts: names, name:port, *.suffix); any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
 	AllowedHosts []string
 	// MaxBody bounds a request body (default 64 MiB).
@@ -167,21 +169,15 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 }
 
 // hostCheck is the allowlist of Host headers (against DNS rebinding).
-type hostCheck map[string]bool
+type hostCheck struct{ hosts.List }
 
-func newHostCheck(hosts []string) hostCheck {
-	hc := hostCheck{}
-	for _, x := range hosts {
-		hc[strings.ToLower(x)] = true
-	}
-	return hc
-}
+func newHostCheck(allowed []string) hostCheck { return hostCheck{hosts.New(allowed...)} }
 
-// CheckHosts serves next only for a request whose Host is one of hosts
-// and whose Origin, when sent, is http(s)://HOST of one (403 otherwise):
-// every route of guard serve answers only its own names.
-func CheckHosts(hosts []string, next http.Handler) http.Handler {
-	hc := newHostCheck(hosts)
+// CheckHosts serves next only for a request whose Host is one of allowed
+// (entries of package hosts: names, name:port, *.suffix) and whose Origin,
+// when sent, is http(s)://HOST of one (403 otherwise).
+func CheckHosts(allowed []string, next http.Handler) http.Handler {
+	hc := newHostCheck(allowed)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hc.allow(w, r) {
 			next.ServeHTTP(w, r)
@@ -244,21 +240,13 @@ func (h *HTTPServer) Close() {
 
 // allow refuses a foreign Host (DNS rebinding) or Origin.
 func (hc hostCheck) allow(w http.ResponseWriter, r *http.Request) bool {
-	if !hc[strings.ToLower(r.Host)] {
+	if !hc.Allows(r.Host) {
 		http.Error(w, "Forbidden: unknown Host", http.StatusForbidden)
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" {
-		ok := false
-		for host := range hc {
-			if strings.EqualFold(o, "http://"+host) || strings.EqualFold(o, "https://"+host) {
-				ok = true
-			}
-		}
-		if !ok {
-			http.Error(w, "Forbidden: foreign Origin", http.StatusForbidden)
-			return false
-		}
+	if o := r.Header.Get("Origin"); o != "" && !hc.AllowsOrigin(o) {
+		http.Error(w, "Forbidden: foreign Origin", http.StatusForbidden)
+		return false
 	}
 	return true
 }
@@ -489,7 +477,8 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	body = bytes.TrimSpace(body)
 	var parts [][]byte
-	if len(body) > 0 && body[0] == '[' {
+	batch := len(body) > 0 && body[0] == '['
+	if batch {
 		if parts, err = wire.SplitBatch(body); err != nil {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
 			return
@@ -506,6 +495,13 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		m, err := wire.Parse(oneLine(p))
 		msgs[i] = m
 		if err != nil {
+			if tooDeep(err) == wire.KindResponse {
+				// An answer to a server's request: the relay answers
+				// that request with guard's error in its place (it
+				// parses the message again, and refuses it).
+				msgs[i] = unparsed(m.Raw)
+				continue
+			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {
 				// An id no peer reads the same way is not echoed
 				// (inv.ID is nil then): the answer carries id null.
@@ -531,7 +527,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		// 2026-07-28: no sessions; the request headers must agree with
 		// the body, and the requests share one relay session (ids made
 		// unique on the way in, restored on the way out).
-		if len(parts) != 1 {
+		if batch {
 			jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: batches are not allowed in this revision")
 			return
 		}
@@ -565,6 +561,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case modern:
 	case s == nil && r.Header.Get("Mcp-Session-Id") != "":
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found: start a new one with initialize")
+		return
+	case batch && (s == nil || !s.router.batches()):
+		// As on stdio. Without a session the revision is not known
+		// yet, and 2025-03-26 does not allow initialize in a batch.
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, errBatchText)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
@@ -642,7 +643,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if len(parts) == 1 {
+	if !batch {
 		_, _ = w.Write(answers[0])
 		return
 	}

@@ -131,9 +131,9 @@ func TestRelayDropsClientResponsesWithUnusableIDs(t *testing.T) {
 
 // A server's result is judged on what the client will read: a member given
 // twice at any depth, invalid UTF-8, or a case variant of a member the
-// protocol defines is refused (a tool error for tools/call, -32603 for
-// resources/read), recorded as invalid; case variants inside the tool's
-// own data pass.
+// protocol defines (under Unicode case folding) is refused (a tool error
+// for tools/call, -32603 for resources/read), recorded as invalid; case
+// variants inside the tool's own data pass.
 func TestRelayRefusesAmbiguousResults(t *testing.T) {
 	results := map[string]string{
 		"twice":        `{"content":[{"type":"text","text":"3"}],"structuredContent":{"count":3},"structuredContent":{"count":"many"}}`,
@@ -141,7 +141,11 @@ func TestRelayRefusesAmbiguousResults(t *testing.T) {
 		"bad_utf8":     "{\"content\":[{\"type\":\"text\",\"text\":\"\xff\"}],\"structuredContent\":{\"count\":3}}",
 		"case_content": `{"Content":[{"type":"text","text":"rm -rf"}],"content":[],"structuredContent":{"count":3}}`,
 		"case_error":   `{"content":[],"IsError":true,"structuredContent":{"count":3}}`,
-		"own_case":     `{"content":[{"type":"text","text":"3"}],"structuredContent":{"count":3,"Count":4}}`,
+		// encoding/json reads U+017F (ſ) as s: these are structuredContent
+		// and isError to a Go client.
+		"fold_structured": `{"content":[{"type":"text","text":"3"}],"ſtructuredContent":{"count":"many"}}`,
+		"fold_error":      `{"content":[{"type":"text","text":"done"}],"iſError":true,"structuredContent":{"count":3}}`,
+		"own_case":        `{"content":[{"type":"text","text":"3"}],"structuredContent":{"count":3,"Count":4}}`,
 	}
 	h := newHarness(t, harnessOpts{raw: true, quiet: true, config: "policy:\n  default: allow\n",
 		server: scriptedServer(nil, func(m map[string]any, _ []byte) []string {

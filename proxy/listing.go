@@ -177,6 +177,15 @@ func (s *Session) listed(msg wire.Message, c *call) {
 // client reads and the call's outcome record.
 func (s *Session) listing(msg wire.Message, c *call) (wire.Message, *guard.Record) {
 	ans, out := s.answered(msg, c)
+	if err := wire.StrictListing(msg.Result); err != nil {
+		// guard would pin and decide by one reading, a client show
+		// another.
+		s.opts.Logger.Warn("tools/list refused: the listing is ambiguous", "server", s.opts.Server, "err", err)
+		out.Outcome = guard.OutcomeInvalid
+		out.Detail = detailJSON(map[string]string{"invalid_result": err.Error()})
+		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError,
+			"Refused: the server's tool listing is ambiguous (clients would read it differently): "+err.Error(), nil)), out
+	}
 	tools, _, err := parseTools(s.opts.Server, msg.Result)
 	if err != nil {
 		s.opts.Logger.Warn("tools/list", "server", s.opts.Server, "err", err)

@@ -100,6 +100,11 @@ type Options struct {
 	HoldScope string
 	// MaxMessage is the largest line accepted from either side (default 64 MiB).
 	MaxMessage int
+	// MaxRequest is the largest message of the client passed to the server
+	// (default 16 MiB, what go-sdk servers read: a longer line ends their
+	// session). A longer request is answered -32600, a notification
+	// dropped, an answer to the server's request replaced by guard's error.
+	MaxRequest int
 	// MaxResult is the most bytes of a result kept in an audit record
 	// (default 64 KiB); larger results are recorded by size and digest.
 	MaxResult int
@@ -186,12 +191,19 @@ type RoundStore interface {
 	TakeRound(ctx context.Context, key string) (*guard.Round, error)
 }
 
-// defaultMaxMessage is the largest message accepted when none is set.
-const defaultMaxMessage = 64 << 20
+// defaultMaxMessage is the largest message accepted when none is set,
+// defaultMaxRequest the largest passed to a server.
+const (
+	defaultMaxMessage = 64 << 20
+	defaultMaxRequest = 16 << 20
+)
 
 func (o *Options) fill() {
 	if o.MaxMessage <= 0 {
 		o.MaxMessage = defaultMaxMessage
+	}
+	if o.MaxRequest <= 0 {
+		o.MaxRequest = defaultMaxRequest
 	}
 	if o.MaxResult <= 0 {
 		o.MaxResult = 64 << 10

@@ -44,6 +44,8 @@ type harnessOpts struct {
 	ignore   bool          // IgnoreBadSchemas
 	quiet    bool          // discard guard's log
 	refresh  time.Duration // RefreshTimeout
+	maxReq   int           // MaxRequest
+	maxMsg   int           // MaxMessage, when not 1 MiB
 
 	caller guard.Identity // Caller: who the front authenticated
 	scope  string         // approval.scope (default: session)
@@ -99,7 +101,10 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	if ho.recorder != nil {
 		opts.Recorder = ho.recorder
 	}
-	opts.MaxPending, opts.IgnoreBadSchemas, opts.RefreshTimeout = ho.pending, ho.ignore, ho.refresh
+	opts.MaxPending, opts.IgnoreBadSchemas, opts.RefreshTimeout, opts.MaxRequest = ho.pending, ho.ignore, ho.refresh, ho.maxReq
+	if ho.maxMsg > 0 {
+		opts.MaxMessage = ho.maxMsg
+	}
 	opts.Caller, opts.Watch = ho.caller, ho.watch
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()

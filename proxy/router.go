@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/wire"
 )
@@ -33,8 +34,12 @@ type router struct {
 	// renamed are the requests of the session-less revision (2026-07-28),
 	// each sent under an id of guard's; their answers get the client's.
 	renamed *idMap[*stream]
-	modern  bool         // the session-less revision: nothing unsolicited
-	headers *toolHeaders // what tools lists teach, when set
+	// initKey is the id of the session's initialize while it waits for
+	// its answer; protocol is the revision that answer negotiated.
+	initKey  string
+	protocol string
+	modern   bool         // the session-less revision: nothing unsolicited
+	headers  *toolHeaders // what tools lists teach, when set
 	// reading counts the streams a client reads now (a POST's, the GET
 	// stream, a resumed one); idleSince is when the last one let go.
 	reading   int
@@ -125,6 +130,9 @@ func (rt *router) open(reqs []wire.Message) *stream {
 		k := wire.IDKey(m.ID)
 		st.pending[k] = true
 		rt.byID[k] = st
+		if m.Method == "initialize" {
+			rt.initKey = k
+		}
 		if tok := wire.MetaMember(m.Params, "progressToken"); len(tok) > 0 {
 			rt.byToken[wire.IDKey(tok)] = st
 		}
@@ -256,6 +264,10 @@ func (rt *router) route(m wire.Message) {
 	}
 	if m.Kind == wire.KindResponse {
 		k := wire.IDKey(m.ID)
+		if rt.initKey != "" && k == rt.initKey {
+			rt.initKey = ""
+			rt.protocol, _ = wire.String(wire.ParamsMember(m.Result, "protocolVersion"))
+		}
 		if rt.headers != nil {
 			rt.headers.learn(line, m)
 		}
@@ -317,6 +329,15 @@ func (rt *router) route(m wire.Message) {
 			rt.backlog = rt.backlog[1:]
 		}
 	}
+}
+
+// batches reports whether the session's revision allows JSON-RPC batches:
+// only 2025-03-26 does (2024-11-05 had no Streamable HTTP, 2025-06-18
+// removed them).
+func (rt *router) batches() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.protocol == guard.Rev20250326
 }
 
 // answered marks a request answered; a stream whose requests are all

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -337,7 +338,8 @@ func (s *Session) readClient(client Conn) {
 			var tl *wire.TooLongError
 			switch {
 			case errors.As(err, &bad):
-				s.badFromClient(bad.Raw, bad.Err, nil)
+				msg.Raw = bad.Raw
+				s.badFromClient(msg, bad.Err, nil)
 			case errors.As(err, &tl):
 				s.Oversized(true, tl.Size)
 			default:
@@ -347,11 +349,24 @@ func (s *Session) readClient(client Conn) {
 	}
 }
 
-// badFromClient answers a message guard cannot relay.
-func (s *Session) badFromClient(raw []byte, err error, b *batch) {
+// badFromClient answers a message guard cannot relay: msg is what Parse
+// found in it (its Raw at least).
+func (s *Session) badFromClient(msg wire.Message, err error, b *batch) {
 	var inv *wire.InvalidError
 	var answer, id []byte
-	detail := map[string]any{"size": len(raw), "error": err.Error()}
+	detail := map[string]any{"size": len(msg.Raw), "error": err.Error()}
+	switch tooDeep(err) {
+	case wire.KindResponse:
+		// The server could not read it either: its request is answered
+		// with guard's error instead.
+		s.clientResponse(msg, "is "+wire.ErrTooDeep.Error())
+		return
+	case wire.KindNotification:
+		detail["method"] = msg.Method
+		s.opts.Logger.Warn("client notification dropped", "method", msg.Method, "err", err)
+		s.event("guard/dropped", guard.ClientToServer, detail)
+		return
+	}
 	switch {
 	case droppedResponse(err):
 		// A response whose id no request of guard's or the server's
@@ -373,7 +388,25 @@ func (s *Session) badFromClient(raw []byte, err error, b *batch) {
 // such a response is dropped, not answered.
 func droppedResponse(err error) bool {
 	var inv *wire.InvalidError
-	return errors.As(err, &inv) && inv.Kind == wire.KindResponse
+	return errors.As(err, &inv) && inv.Kind == wire.KindResponse && inv.Err == nil
+}
+
+// tooDeep is the kind of a message refused for its depth alone (see
+// wire.ErrTooDeep), or zero.
+func tooDeep(err error) wire.Kind {
+	var inv *wire.InvalidError
+	if errors.As(err, &inv) && errors.Is(inv.Err, wire.ErrTooDeep) {
+		return inv.Kind
+	}
+	return 0
+}
+
+// unanswered reports whether a client message refused for err gets no
+// answer from guard: a response (it answers the server, or nothing), or a
+// notification nested too deep.
+func unanswered(err error) bool {
+	k := tooDeep(err)
+	return droppedResponse(err) || k == wire.KindResponse || k == wire.KindNotification
 }
 
 // Oversized tells the session that the client sent a line over the limit.
@@ -387,19 +420,39 @@ func (s *Session) Oversized(fromClient bool, size int64) {
 	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
 }
 
+// overMaxRequest refuses a client's message larger than the server reads
+// (max_request): a request is answered -32600 with its id, a notification
+// dropped, an answer to the server's request replaced by guard's error.
+func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
+	limit := fmt.Sprintf("larger than max_request (%d bytes)", s.opts.MaxRequest)
+	detail := map[string]any{"size": len(msg.Raw), "method": msg.Method, "error": "message " + limit}
+	switch msg.Kind {
+	case wire.KindResponse:
+		s.clientResponse(msg, "is "+limit)
+	case wire.KindNotification:
+		s.event("guard/dropped", guard.ClientToServer, detail)
+	default:
+		s.event("guard/refused", guard.ClientToServer, detail)
+		s.toClient.push(item{msg: built(wire.ErrorResponse(msg.ID, wire.CodeInvalidRequest, "Invalid request: the message is "+limit, nil)), batch: b})
+	}
+}
+
+// errBatchText answers a JSON-RPC batch of a session whose revision does
+// not allow batches.
+const errBatchText = "Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26"
+
 func (s *Session) clientBatch(raw []byte) {
 	s.mu.Lock()
 	proto := s.protocol
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			"Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26", nil))})
+		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, errBatchText, nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
 	if err != nil {
-		s.badFromClient(raw, err, nil)
+		s.badFromClient(wire.Message{Raw: raw}, err, nil)
 		return
 	}
 	b := &batch{}
@@ -407,16 +460,16 @@ func (s *Session) clientBatch(raw []byte) {
 	errs := make([]error, len(parts))
 	for i, p := range parts {
 		msgs[i], errs[i] = wire.Parse(p)
-		if (errs[i] != nil && !droppedResponse(errs[i])) || msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch {
+		if (errs[i] != nil && !unanswered(errs[i])) || (errs[i] == nil && (msgs[i].Kind == wire.KindRequest || msgs[i].Kind == wire.KindBatch)) {
 			b.want++
 		}
 	}
-	for i, p := range parts {
+	for i := range parts {
 		switch {
 		case errs[i] != nil:
-			s.badFromClient(p, errs[i], b)
+			s.badFromClient(msgs[i], errs[i], b)
 		case msgs[i].Kind == wire.KindBatch:
-			s.badFromClient(p, &wire.InvalidError{Reason: "a batch inside a batch"}, b)
+			s.badFromClient(msgs[i], &wire.InvalidError{Reason: "a batch inside a batch"}, b)
 		case msgs[i].Kind == wire.KindRequest:
 			s.clientMessage(msgs[i], b)
 		default:
@@ -426,13 +479,17 @@ func (s *Session) clientBatch(raw []byte) {
 }
 
 func (s *Session) clientMessage(msg wire.Message, b *batch) {
+	if len(msg.Raw) > s.opts.MaxRequest {
+		s.overMaxRequest(msg, b)
+		return
+	}
 	switch msg.Kind {
 	case wire.KindRequest:
 		s.clientRequest(msg, b)
 	case wire.KindNotification:
 		s.clientNotification(msg)
 	case wire.KindResponse:
-		s.clientResponse(msg)
+		s.clientResponse(msg, "")
 	}
 }
 
@@ -689,7 +746,34 @@ func (s *Session) clientNotification(msg wire.Message) {
 		s.clientCancelled(msg)
 		return
 	}
+	if s.requestAsNotification(msg, guard.ClientToServer) {
+		return
+	}
 	s.toServer.push(item{msg: msg})
+}
+
+// requestAsNotification drops, and records, a notification whose method the
+// session's revision defines as a request of its sender (dir): no decision
+// is made on a notification, and no record of it kept, so a server that
+// acted on a tools/call without an id would run it unjudged. It reports
+// whether it dropped msg.
+func (s *Session) requestAsNotification(msg wire.Message, dir string) bool {
+	if strings.HasPrefix(msg.Method, "notifications/") {
+		// The method of every notification the protocol defines, and of
+		// no request: almost every notification passes here, without
+		// the lock.
+		return false
+	}
+	s.mu.Lock()
+	proto := s.protocol
+	s.mu.Unlock()
+	if !isRequestMethod(proto, msg.Method, dir == guard.ClientToServer) {
+		return false
+	}
+	s.opts.Logger.Warn("a notification with a request's method dropped", "method", msg.Method, "direction", dir)
+	s.event("guard/dropped", dir, map[string]any{"method": msg.Method, "size": len(msg.Raw),
+		"error": "a notification (no id) whose method is a request: dropped, never forwarded"})
+	return true
 }
 
 // clientCancelled withdraws a held call, or passes the cancellation on
@@ -768,8 +852,15 @@ func (s *Session) cancelled(c *call, why string) {
 	s.settle(c, ending{outcome: guard.OutcomeCancelled, forwarded: true, detail: detail})
 }
 
-// clientResponse passes the client's answer to a server request back.
-func (s *Session) clientResponse(msg wire.Message) {
+// clientResponse passes the client's answer to a server request back. An
+// answer refused (refused says why: "is nested deeper than ...") is not
+// passed: the server gets guard's error in its place, and the outcome is
+// invalid.
+func (s *Session) clientResponse(msg wire.Message, refused string) {
+	size := len(msg.Raw)
+	if refused != "" {
+		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the client's answer "+refused, nil))
+	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
 	c, _, _ := s.down.take(key)
@@ -783,8 +874,20 @@ func (s *Session) clientResponse(msg wire.Message) {
 		return
 	}
 	ans, out := s.answered(msg, c)
+	if refused != "" {
+		invalidOutcome(out, size, refused)
+	}
 	wait := s.opts.Recorder.AppendAsync(out)
 	s.toServer.push(item{msg: ans, wait: wait, fail: refusal(c.origID)})
+}
+
+// invalidOutcome marks the outcome of a request whose answer guard refused:
+// why says what was wrong with it, size how large it was.
+func invalidOutcome(out *guard.Record, size int, why string) {
+	out.Outcome = guard.OutcomeInvalid
+	out.ResponseSize = int64(size)
+	d, _ := json.Marshal(map[string]string{"invalid_result": why})
+	out.Detail = string(d)
 }
 
 // answered returns a response as its request's sender must read it (with
@@ -830,9 +933,10 @@ func (s *Session) resultText(raw []byte) string {
 }
 
 // refusedServerRequest answers, and reports, a server request whose id no
-// client could answer: the server is told, as guard tells a client, and the
-// client never sees it. (Apart from FromServer so that the error's target
-// is allocated only for a message that failed to parse.)
+// client could answer (the answer's id is null then) or that is nested too
+// deep: the server is told, as guard tells a client, and the client never
+// sees it. (Apart from FromServer so that the error's target is allocated
+// only for a message that failed to parse.)
 func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	var inv *wire.InvalidError
 	if !errors.As(err, &inv) || inv.Kind != wire.KindRequest {
@@ -840,7 +944,7 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	}
 	s.opts.Logger.Warn("server request refused", "err", err)
 	s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
-	s.toServer.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))})
+	s.toServer.push(item{msg: built(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))})
 	return true
 }
 
@@ -856,6 +960,7 @@ func (s *Session) readServer(server Conn) {
 		var tl *wire.TooLongError
 		switch {
 		case errors.As(err, &bad):
+			msg.Raw = bad.Raw
 			s.fromServer(msg, bad.Err)
 		case errors.As(err, &tl):
 			s.Oversized(false, tl.Size)
@@ -870,6 +975,11 @@ func (s *Session) readServer(server Conn) {
 func (s *Session) fromServer(msg wire.Message, err error) {
 	raw := msg.Raw
 	if err != nil && s.refusedServerRequest(raw, err) {
+		return
+	}
+	if err != nil && tooDeep(err) == wire.KindResponse {
+		// Its request still gets an answer: guard's error.
+		s.serverResponse(msg, "is "+wire.ErrTooDeep.Error())
 		return
 	}
 	if err != nil {
@@ -889,7 +999,7 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 			s.fromServer(pm, err)
 		}
 	case wire.KindResponse:
-		s.serverResponse(msg)
+		s.serverResponse(msg, "")
 	case wire.KindRequest:
 		s.serverRequest(msg)
 	case wire.KindNotification:
@@ -897,7 +1007,16 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 	}
 }
 
-func (s *Session) serverResponse(msg wire.Message) {
+// serverResponse passes the server's answer on to the request's sender. An
+// answer refused (refused says why: "is nested deeper than ...") is not:
+// guard's error stands in for it, read by guard's own requests as the
+// server's error, and the client reads a refusal (as for an ambiguous
+// result); the outcome is invalid.
+func (s *Session) serverResponse(msg wire.Message, refused string) {
+	size := len(msg.Raw)
+	if refused != "" {
+		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the server's answer "+refused, nil))
+	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
 	c, _, _ := s.up.take(key)
@@ -952,9 +1071,15 @@ func (s *Session) serverResponse(msg wire.Message) {
 	}
 	ans, out := s.answered(msg, c)
 	data := ans.Raw
-	if msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
-		if refused := s.checkResult(c, msg, out); refused != nil {
-			data = refused
+	switch {
+	case refused != "":
+		invalidOutcome(out, size, refused)
+		data = s.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
+	case msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get"):
+		if err := wire.StrictResult(msg.Result, c.method == "tools/call"); err != nil {
+			// The record keeps the result, for what the server said.
+			invalidOutcome(out, size, err.Error())
+			data = s.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
 		}
 	}
 	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
@@ -1036,6 +1161,9 @@ func (s *Session) serverRequest(msg wire.Message) {
 }
 
 func (s *Session) serverNotification(msg wire.Message) {
+	if s.requestAsNotification(msg, guard.ServerToClient) {
+		return
+	}
 	switch msg.Method {
 	case "notifications/subscriptions/acknowledged":
 		s.toClient.push(item{msg: s.acknowledged(msg)})
@@ -1101,23 +1229,18 @@ func (s *Session) serverGoneAnswer(c *call) {
 	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
 }
 
-// checkResult refuses a result that clients would read differently from
-// guard: a member name given twice at any depth (a JavaScript or Python
-// client reads the last, guard's checks the first), invalid UTF-8, or in a
-// tools/call result a case variant of a member the protocol defines. The
-// client gets an error instead (a tool error for tools/call, as for a
-// result that breaks its outputSchema; -32603 for resources/read and
-// prompts/get, which have no error result), and the outcome is invalid.
-func (s *Session) checkResult(c *call, msg wire.Message, out *guard.Record) []byte {
-	err := wire.StrictResult(msg.Result, c.method == "tools/call")
-	if err == nil {
-		return nil
-	}
-	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "err", err)
-	out.Outcome = guard.OutcomeInvalid
-	d, _ := json.Marshal(map[string]string{"invalid_result": err.Error()})
-	out.Detail = string(d)
-	text := "Refused: the server's result is ambiguous (clients would read it differently): " + err.Error()
+// refuseResult is what the client reads in place of a result guard
+// refused, text saying why: a tool error for tools/call (as for a result
+// that breaks its outputSchema), -32603 for other methods, resources/read
+// and prompts/get among them, which have no error result. A result is
+// refused when clients would read it differently from guard (a member name
+// given twice at any depth: a JavaScript or Python client reads the last,
+// guard's checks the first; invalid UTF-8; in a tools/call result a case
+// variant of a member the protocol defines) or cannot read it at all
+// (nested too deep).
+func (s *Session) refuseResult(c *call, text string) []byte {
+	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "why", text)
+	text = "Refused: " + text
 	if c.method == "tools/call" {
 		return toolError(c.origID, text)
 	}

@@ -352,6 +352,9 @@ func (s *Session) refreshTools() (err error) {
 			params["_meta"] = meta
 		}
 		res, err := s.ownRequest("tools/list", params)
+		if err == nil {
+			err = wire.StrictListing(res)
+		}
 		if err != nil {
 			s.opts.Logger.Warn("guard's own tools/list failed", "server", s.opts.Server, "err", err)
 			return err

@@ -331,25 +331,34 @@ func (h *haproxy) stop() {
 	})
 }
 
-// balancerConfig is what docs/haproxy.cfg is filled in with.
+// balancerConfig is what testdata/haproxy.cfg.tmpl (docs/haproxy.cfg
+// with its addresses as placeholders) is filled in with.
 type balancerConfig struct {
 	Bind        string
 	PublicHost  string
 	StatsSocket string
+	Secure      bool // the UI's cookie: HAProxy terminates TLS
 	Replicas    []balancedReplica
+}
+
+// haproxyTemplate is the HAProxy configuration of the tests.
+func haproxyTemplate(t *testing.T) *template.Template {
+	t.Helper()
+	tmpl, err := template.ParseFiles(filepath.Join(guardtest.RepoRoot(), "replicas", "testdata", "haproxy.cfg.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl
 }
 
 type balancedReplica struct{ Name, MCP, UI string }
 
-// startHAProxy runs HAProxy with docs/haproxy.cfg, filled in, on the
-// socket of front (passed to it as its fd 3) in front of replicas, and
-// returns once it sees every replica up.
+// startHAProxy runs HAProxy with docs/haproxy.cfg, its addresses those of
+// the test, on the socket of front (passed to it as its fd 3) in front of
+// replicas, and returns once it sees every replica up.
 func startHAProxy(t *testing.T, front *net.TCPListener, replicas []*replica) *haproxy {
 	t.Helper()
-	tmpl, err := template.ParseFiles(filepath.Join(guardtest.RepoRoot(), "docs", "haproxy.cfg"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl := haproxyTemplate(t)
 	dir := t.TempDir()
 	sock, err := front.File()
 	if err != nil {

@@ -18,9 +18,13 @@ import (
 
 // PostgreSQL stopped under the load of 16 clients on three replicas: every
 // call made while it is down is refused, with the audit log's error, and
-// none reaches the server; the sessions stay; once PostgreSQL is back the
-// replicas serve again by themselves, without a restart; and every call
-// that was answered has its request and outcome in the audit log, which
+// none reaches the server; the replicas' /readyz turns 503, so HAProxy
+// takes every replica out (of new sessions: a session stays on its
+// replica, which refuses its calls meanwhile, and is not lost to
+// another's 404); the sessions stay; once PostgreSQL is back the replicas
+// are ready again by themselves, HAProxy puts them back and they serve,
+// without a restart; and every call that
+// was answered has its request and outcome in the audit log, which
 // verifies; a call refused although its outcome was committed (the
 // answer to its COMMIT lost as PostgreSQL stopped) has an event saying
 // it was refused.
@@ -116,11 +120,20 @@ func TestPostgreSQLStoppedAndStartedUnderLoad(t *testing.T) {
 	start := time.Now()
 	every("every client had a call refused while PostgreSQL is down", func(l *client) bool { return l.refused.Load() > 0 })
 	t.Logf("PostgreSQL down: every client refused within %v", time.Since(start).Round(time.Millisecond))
+	for _, r := range c.replicas {
+		c.haproxy.waitState(t, "guard_mcp", r.name, "DOWN")
+		c.haproxy.waitState(t, "guard_ui", r.name, "DOWN")
+	}
+	t.Logf("PostgreSQL down: every replica out of HAProxy within %v", time.Since(start).Round(time.Millisecond))
 	if err := pg.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
 	back.Store(true)
+	for _, r := range c.replicas {
+		c.haproxy.waitState(t, "guard_mcp", r.name, "UP")
+	}
+	t.Logf("PostgreSQL back: every replica back in HAProxy within %v", time.Since(start).Round(time.Millisecond))
 	every("every client had 5 calls answered after PostgreSQL came back", func(l *client) bool { return l.answeredAfterOutage.Load() >= 5 })
 	t.Logf("PostgreSQL back: every client answered again within %v", time.Since(start).Round(time.Millisecond))
 	close(stop)

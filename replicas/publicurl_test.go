@@ -14,6 +14,7 @@ func exampleServer() string {
 
 // Behind the balancer, the replicas answer the public host (public_url)
 // and the public origin as their own, and refuse any other; the UI too.
+// /healthz and /readyz answer any Host.
 // guard ui url prints the public address, and a login there lasts across
 // requests although each replica keeps its own logins (the balancer's
 // cookie keeps the browser on one).
@@ -33,8 +34,13 @@ func TestPublicHostAndOriginThroughTheBalancer(t *testing.T) {
 		{"", c.public + ".evil.example", http.StatusForbidden},
 		{"", "http://127.0.0.1:1", http.StatusForbidden},
 	} {
-		if got := request(t, "GET", c.public+"/healthz", tc.host, tc.origin, ""); got != tc.want {
-			t.Errorf("GET /healthz, Host %q, Origin %q: %d, want %d", tc.host, tc.origin, got, tc.want)
+		if got := request(t, "GET", c.public+"/metrics", tc.host, tc.origin, ""); got != tc.want {
+			t.Errorf("GET /metrics, Host %q, Origin %q: %d, want %d", tc.host, tc.origin, got, tc.want)
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if got := request(t, "GET", c.public+path, tc.host, tc.origin, ""); got != http.StatusOK {
+				t.Errorf("GET %s, Host %q, Origin %q: %d, want 200", path, tc.host, tc.origin, got)
+			}
 		}
 		if got := request(t, "POST", c.url("notes"), tc.host, tc.origin, initialize); got != tc.want {
 			t.Errorf("POST initialize, Host %q, Origin %q: %d, want %d", tc.host, tc.origin, got, tc.want)
@@ -44,7 +50,7 @@ func TestPublicHostAndOriginThroughTheBalancer(t *testing.T) {
 	// public host, nothing else.
 	for _, r := range c.replicas {
 		for host, want := range map[string]int{"": http.StatusOK, public: http.StatusOK, "evil.example": http.StatusForbidden} {
-			if got := request(t, "GET", "http://"+r.serve.Addr+"/healthz", host, "", ""); got != want {
+			if got := request(t, "GET", "http://"+r.serve.Addr+"/metrics", host, "", ""); got != want {
 				t.Errorf("%s directly, Host %q: %d, want %d", r.name, host, got, want)
 			}
 		}

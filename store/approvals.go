@@ -19,16 +19,20 @@ const pollEvery = 25 * time.Millisecond
 
 const approvalColumns = `id, session, client, server, tool, arguments, digest, pin, policy_version, rule,
  held_reason, state, decided_by, reason, created_at, expires_at, decided_at, used_at, call_id,
- user_subject, user_email, user_groups, approvers, reviews, scope, session_ended, process`
+ user_subject, user_email, user_groups, approvers, reviews, scope, session_ended, process, required_via`
 
 // approvalSelect is what reads approvalColumns from this database: one a
 // read-only open found before the approval rules migration has no
 // caller, approvers nor reviews (they read as none); one before the
 // scope migration has no scope (its approvals let a call from any session
 // through, as they did then) nor session_ended; one before the process
-// migration names no process.
+// migration names no process; one before the required_via migration
+// requires no way of verifying who decides (none was kept).
 func (db *DB) approvalSelect() string {
 	cols := approvalColumns
+	if db.noVia {
+		cols = strings.Replace(cols, ", required_via", ", ''", 1)
+	}
 	if db.noProcess {
 		cols = strings.Replace(cols, ", process", ", ''", 1)
 	}
@@ -48,7 +52,7 @@ func scanApproval(scan func(dest ...any) error) (*guard.Approval, error) {
 	err := scan(&a.ID, &a.Session, &a.Client, &a.Server, &a.Tool, &a.Arguments, &a.Digest, &a.Pin,
 		&a.PolicyVersion, &a.Rule, &a.HeldReason, &a.State, &a.DecidedBy, &a.Reason,
 		&created, &expires, &decided, &used, &a.CallID, &a.Caller.Subject, &a.Caller.Email, &groups, &approvers, &reviews,
-		&a.Scope, &ended, &a.Process)
+		&a.Scope, &ended, &a.Process, &a.RequiredVia)
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +92,12 @@ func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 		a.Scope = guard.ScopeSession
 	}
 	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?)`,
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
 		fmtTime(a.DecidedAt), fmtTime(a.UsedAt), a.CallID, a.Caller.Subject, a.Caller.Email,
 		marshalIf(a.Caller.Groups, len(a.Caller.Groups) == 0), marshalIf(a.Approvers, a.Approvers.IsZero()),
-		a.Scope, fmtTime(a.SessionEnded), a.Process)
+		a.Scope, fmtTime(a.SessionEnded), a.Process, a.RequiredVia)
 	if err != nil {
 		return fmt.Errorf("create approval: %w", err)
 	}
@@ -261,9 +265,11 @@ func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, b
 //
 // A review is refused, recorded nowhere, with an error wrapping
 // guard.ErrNotApprover when its author made the held call, is not among
-// the approval's Approvers, or is a typed name where they need verified
-// identities; and with one wrapping guard.ErrAlreadyReviewed when they
-// reviewed it already. Otherwise a denial ends the approval (denied); an
+// the approval's Approvers, is a typed name where they need verified
+// identities, or was not verified as the approval's RequiredVia says
+// (whatever the configuration of the process that asks: the hold's
+// configuration decided it); and with one wrapping
+// guard.ErrAlreadyReviewed when they reviewed it already. Otherwise a denial ends the approval (denied); an
 // approval approves it once Approvers.Needed distinct people have, and
 // leaves it pending before. before, when set, runs under the lock once
 // the review is known to decide the approval, and only then.

@@ -70,9 +70,14 @@ func parseProof(b []byte) ([]proved, []byte, error) {
 // the proofs, or for a whole log the tree's root) against its checkpoint;
 // a checkpoint's signature. A record that is both in an export and in a
 // proof is checked to be the same record (its leaf hash). It returns what
-// it found, a line for each file, or the first problem.
-func CheckFiles(v note.Verifier, files []File) ([]string, error) {
+// it found, a line for each file, and the findings: the first problem
+// (the check stops there), and why signatures could not be checked. With
+// no key (v nil), or a key of another log than a file's checkpoint names
+// (used for nothing), everything but the signatures is still checked.
+func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 	var out []string
+	var fs Findings
+	key := offlineKey{v: v, f: &fs}
 	leaves := map[string]exported{} // id → the record's seq and leaf hash, from exports
 	where := map[string]string{}
 	var proofs []File
@@ -81,54 +86,100 @@ func CheckFiles(v note.Verifier, files []File) ([]string, error) {
 		case bytes.HasPrefix(b, []byte(proofHeader)):
 			proofs = append(proofs, f) // after the exports
 		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
-			line, err := checkExport(v, b, func(seq int64, id string, leaf tlog.Hash) {
+			line, err := checkExport(key, f.Name, b, func(seq int64, id string, leaf tlog.Hash) {
 				leaves[id], where[id] = exported{seq, leaf}, f.Name
 			})
 			if err != nil {
-				return out, fmt.Errorf("%s: %w", f.Name, err)
+				fs.fail("%s: %v", f.Name, err)
+				return out, fs
 			}
 			out = append(out, f.Name+": "+line)
 		default:
-			c, err := OpenCheckpoint(b, v)
+			c, signed, err := key.open(f.Name, b)
 			if err != nil {
-				return out, fmt.Errorf("%s: %w", f.Name, err)
+				fs.fail("%s: %v", f.Name, err)
+				return out, fs
 			}
-			out = append(out, fmt.Sprintf("%s: ok: a checkpoint of %d records of %s", f.Name, c.Size, c.Origin))
+			out = append(out, fmt.Sprintf("%s: %s: a checkpoint of %d records of %s", f.Name, holds(signed), c.Size, c.Origin))
 		}
 	}
 	for _, f := range proofs {
 		recs, cp, err := parseProof(f.Data)
 		if err != nil {
-			return out, fmt.Errorf("%s: not a proof: %w", f.Name, err)
+			fs.fail("%s: not a proof: %v", f.Name, err)
+			return out, fs
 		}
-		c, err := OpenCheckpoint(cp, v)
+		c, signed, err := key.open(f.Name, cp)
 		if err != nil {
-			return out, fmt.Errorf("%s: its checkpoint: %w", f.Name, err)
+			fs.fail("%s: its checkpoint: %v", f.Name, err)
+			return out, fs
 		}
 		for _, p := range recs {
 			if p.seq > c.Size {
-				return out, fmt.Errorf("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+				fs.fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+				return out, fs
 			}
 			// The proof names the record's id, but only its leaf hash
 			// is proved: the id is claimed only when an export holds
 			// the record with that leaf.
 			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				return out, fmt.Errorf("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+				fs.fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+				return out, fs
 			}
 			e, ok := leaves[p.id]
 			if !ok {
-				out = append(out, fmt.Sprintf("%s: ok: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
-					f.Name, p.seq, c.Size, c.Origin, p.id))
+				out = append(out, fmt.Sprintf("%s: %s: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
+					f.Name, holds(signed), p.seq, c.Size, c.Origin, p.id))
 				continue
 			}
 			if e.leaf != p.leaf || e.seq != p.seq {
-				return out, fmt.Errorf("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+				fs.fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+				return out, fs
 			}
-			out = append(out, fmt.Sprintf("%s: ok: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
-				f.Name, p.seq, p.id, c.Size, c.Origin, where[p.id]))
+			out = append(out, fmt.Sprintf("%s: %s: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
+				f.Name, holds(signed), p.seq, p.id, c.Size, c.Origin, where[p.id]))
 		}
 	}
-	return out, nil
+	return out, fs
+}
+
+// offlineKey opens the checkpoints of the files CheckFiles checks with
+// the key it was given, and notes in f why it could not check one's
+// signature: there is no key, or the key is another log's than the one
+// the checkpoint names, and is used for nothing.
+type offlineKey struct {
+	v note.Verifier
+	f *Findings
+}
+
+// open reads a file's checkpoint; signed reports that its signature was
+// checked.
+func (k offlineKey) open(file string, msg []byte) (c *Checkpoint, signed bool, err error) {
+	if k.v != nil {
+		if other := originOfNote(msg); other == "" || other == k.v.Name() {
+			c, err = OpenCheckpoint(msg, k.v)
+			return c, err == nil, err
+		}
+	}
+	if c, err = readUnsigned(msg); err != nil {
+		return nil, false, err
+	}
+	if k.v == nil {
+		k.f.cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", passKey)
+	} else {
+		k.f.cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
+			k.v.Name(), file, c.Origin)
+	}
+	return c, false, nil
+}
+
+// holds is how a file's line begins: ok when the signature of its
+// checkpoint was checked too.
+func holds(signed bool) string {
+	if signed {
+		return "ok"
+	}
+	return "holds, its checkpoint's signature not checked"
 }
 
 // exported is a record of an export, as a proof is matched with it.
@@ -137,22 +188,29 @@ type exported struct {
 	leaf tlog.Hash
 }
 
-// checkExport checks an export; seen is called with each record's seq, id
-// and leaf hash.
-func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
+// checkExport checks an export, the file name; seen is called with each
+// record's seq, id and leaf hash.
+func checkExport(key offlineKey, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
 	e, err := newExportReader(b)
 	if err != nil {
 		return "", err
 	}
-	c, err := OpenCheckpoint(e.checkpoint, v)
+	c, signed, err := key.open(name, e.checkpoint)
 	if err != nil {
 		return "", fmt.Errorf("its checkpoint: %w", err)
+	}
+	// The retention records' signatures are checked with the key only
+	// where it is this log's.
+	var v note.Verifier
+	if signed {
+		v = key.v
 	}
 	edge := &treeEdge{}
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
 	var first, missing, firstMissing int64
+	var after, unchained int64 // records after the checkpoint, and not yet in the chain
 	ret := newKeptCheck(v)
 	for {
 		cell, err := e.next()
@@ -164,7 +222,23 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 		}
 		r, leaf, proof, err := fromRow(cell)
 		if err != nil {
-			return "", fmt.Errorf("record %d: %w", n+1, err)
+			return "", fmt.Errorf("record %d: %w", n+after+unchained+1, err)
+		}
+		switch pending := cell("pending"); {
+		case pending == pendingJournal:
+			unchained++
+			continue
+		case pending == pendingCheckpoint:
+			if err := checkAfter(c, r, leaf, prevSeq, prevHash, unchained); err != nil {
+				return "", err
+			}
+			after++
+			prevSeq, prevHash = r.Seq, r.Hash
+			continue
+		case pending != "":
+			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, pendingCheckpoint, pendingJournal)
+		case after > 0 || unchained > 0:
+			return "", fmt.Errorf("record %d (id %s) is under the checkpoint but comes after records that are not", r.Seq, r.ID)
 		}
 		n++
 		// A pruned record's body left the database (its archive holds
@@ -219,6 +293,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 	if err := ret.check(); err != nil {
 		return "", err
 	}
+	pendingFindings(key.f, name, after, unchained)
 	pruned := ""
 	if len(ret.pruned) > 0 {
 		pruned = fmt.Sprintf(" (%d of them pruned by retention: only their leaves are proved, %d matched to the retention record that names them)",
@@ -237,7 +312,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 				return "", fmt.Errorf("the tree of its %d records does not have the checkpoint's root", c.Size)
 			}
 		}
-		return fmt.Sprintf("ok: all %d records of %s, the checkpoint's whole tree%s", n, c.Origin, pruned), nil
+		return fmt.Sprintf("%s: all %d records of %s, the checkpoint's whole tree%s", holds(signed), n, c.Origin, pruned), nil
 	}
 	// A part names its run, and what is missing from it: an export of a
 	// period has none missing, an archive of retention only the records
@@ -247,7 +322,42 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 		run += fmt.Sprintf("; %d between them not in the file, the first %d", missing, firstMissing)
 	}
 	run += ")"
-	return fmt.Sprintf("ok: %d records%s, each proved in the checkpoint of %d records of %s%s", n, run, c.Size, c.Origin, pruned), nil
+	return fmt.Sprintf("%s: %d records%s, each proved in the checkpoint of %d records of %s%s", holds(signed), n, run, c.Size, c.Origin, pruned), nil
+}
+
+// checkAfter checks a record of an export that its checkpoint does not
+// cover yet: its hash and leaf hash from its fields, and its link to the
+// record before it in the export, which must be the one before it in the
+// chain. No checkpoint proves it is in the log.
+func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
+	switch {
+	case unchained > 0:
+		return fmt.Errorf("record %d (id %s) is in the chain but comes after records that are not", r.Seq, r.ID)
+	case r.Seq <= c.Size:
+		return fmt.Errorf("record %d (id %s) is marked as after the checkpoint of %d records, which covers it", r.Seq, r.ID, c.Size)
+	case HashRecord(r) != r.Hash:
+		return fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
+	case leafHash(appendCanonical(nil, r)) != leaf:
+		return fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
+	case prevSeq > 0 && r.Seq != prevSeq+1:
+		return fmt.Errorf("records %d to %d are not in the export: record %d (id %s) follows record %d", prevSeq+1, r.Seq-1, r.Seq, r.ID, prevSeq)
+	case prevSeq > 0 && r.PrevHash != prevHash:
+		return fmt.Errorf("record %d (id %s) does not follow record %d: its link is broken", r.Seq, r.ID, prevSeq)
+	}
+	return nil
+}
+
+// pendingFindings says what an export holds beyond what its checkpoint
+// covers: records of the chain after it (a note: what could be checked
+// holds, nothing signs them yet), and records not yet in the chain,
+// which cannot be checked until a writable guard has moved them in.
+func pendingFindings(f *Findings, name string, after, unchained int64) {
+	if after > 0 {
+		f.note("%s: %d records after the checkpoint: their hashes and links check, but no checkpoint signs them yet", name, after)
+	}
+	if unchained > 0 {
+		f.cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)
+	}
 }
 
 // keptCheck follows an export's records: the fields a pruned record
@@ -256,7 +366,7 @@ func checkExport(v note.Verifier, b []byte, seen func(int64, string, tlog.Hash))
 // holds that record and every record it names; the retention record must
 // be signed by the checkpoint key.
 type keptCheck struct {
-	v       note.Verifier    // the key the retention records are signed by
+	v       note.Verifier    // the key the retention records are signed by; nil: none at hand, nothing checked with it
 	lines   map[int64][]byte // keptLine of each record, by seq
 	pruned  map[int64]bool
 	runs    []*guard.Record // the retention records, their hashes checked
@@ -287,7 +397,7 @@ func (k *keptCheck) check() error {
 		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
 			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
 		}
-		if !d.signedBy(k.v) {
+		if k.v != nil && !d.signedBy(k.v) {
 			return fmt.Errorf("retention record %d (id %s) is not signed by the checkpoint key %s: it was forged", r.Seq, r.ID, k.v.Name())
 		}
 		h := sha256.New()

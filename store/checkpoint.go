@@ -161,19 +161,29 @@ func OpenCheckpoint(msg []byte, v note.Verifier) (*Checkpoint, error) {
 		}
 		return nil, fmt.Errorf("its signature does not verify: %w", err)
 	}
-	lines := strings.SplitN(n.Text, "\n", 4)
+	c, err := parseCheckpoint(n.Text, msg)
+	if err != nil {
+		return nil, err
+	}
+	if c.Origin != v.Name() {
+		return nil, fmt.Errorf("its origin %q is not the key's (%s)", c.Origin, v.Name())
+	}
+	return c, nil
+}
+
+// parseCheckpoint reads a checkpoint's text, the body of its note msg.
+func parseCheckpoint(text string, msg []byte) (*Checkpoint, error) {
+	lines := strings.SplitN(text, "\n", 4)
 	if len(lines) < 4 {
 		return nil, errors.New("it is not a checkpoint: want origin, size and root hash lines")
 	}
 	c := &Checkpoint{Origin: lines[0], Note: msg}
+	var err error
 	if c.Size, err = strconv.ParseInt(lines[1], 10, 64); err != nil || c.Size < 0 || lines[1] != strconv.FormatInt(c.Size, 10) {
 		return nil, fmt.Errorf("it is not a checkpoint: size %q", lines[1])
 	}
 	if c.Root, err = tlog.ParseHash(lines[2]); err != nil {
 		return nil, fmt.Errorf("it is not a checkpoint: root hash %q", lines[2])
-	}
-	if c.Origin != v.Name() {
-		return nil, fmt.Errorf("its origin %q is not the key's (%s)", c.Origin, v.Name())
 	}
 	return c, nil
 }

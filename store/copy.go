@@ -236,7 +236,7 @@ func (db *DB) verifyForCopy(ctx context.Context, checkpointPath string) error {
 		return fmt.Errorf("verifying the source: %w", err)
 	}
 	if !rep.OK {
-		return fmt.Errorf("the source does not verify, and is not moved: %s", rep.Problem)
+		return fmt.Errorf("the source does not verify, and is not moved: %s", rep.Why())
 	}
 	return nil
 }
@@ -488,7 +488,7 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 		return fmt.Errorf("verifying it: %w", err)
 	}
 	if !rep.Verified.OK {
-		return fmt.Errorf("it does not verify: %s", rep.Verified.Problem)
+		return fmt.Errorf("it does not verify: %s", rep.Verified.Why())
 	}
 	if rep.Checkpoint == nil {
 		return nil

@@ -248,11 +248,15 @@ func (db *DB) RecordConfig(l ConfigLoad) error {
 const (
 	LifecycleStarted = "started"
 	LifecycleStopped = "stopped"
+	// LifecycleRecovered: the process can write the audit log again,
+	// after writes failed (one record for each recovery).
+	LifecycleRecovered = "recovered"
 )
 
-// Lifecycle describes a guard process, or its UI, starting or stopping.
+// Lifecycle describes a guard process, or its UI, starting or stopping,
+// or a process recovering from an audit log it could not write.
 type Lifecycle struct {
-	Event   string   // LifecycleStarted or LifecycleStopped
+	Event   string   // LifecycleStarted, LifecycleStopped or LifecycleRecovered
 	Process string   // "guard run", "guard serve", "guard ui"
 	Version string   // guard's version
 	Server  string   // the server it relays (guard run)

@@ -36,14 +36,33 @@ var ExportColumns = []string{"seq", "id", "call_id", "kind", "time", "session", 
 	"user_groups", "protocol", "server",
 	"direction", "method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result",
 	"request_size", "response_size", "duration_ms", "detail", "approval", "prev_hash", "hash", "leaf_hash",
-	"pruned", "text", "base64", "proof", "checkpoint"}
+	"pruned", "pending", "text", "base64", "proof", "checkpoint"}
 
 // exportColumnsBefore are the columns of exports made by earlier
-// versions, which the check still reads: before the user's (no user,
-// user_email, user_groups), and before retention (no pruned either).
+// versions, which the check still reads: before records not under the
+// checkpoint (no pending), before the user's (no user, user_email,
+// user_groups either), and before retention (no pruned either).
 var exportColumnsBefore = [][]string{
-	slices.DeleteFunc(slices.Clone(ExportColumns), isUserField),
-	slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pruned" || isUserField(c) }),
+	slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pending" }),
+	slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pending" || isUserField(c) }),
+	slices.DeleteFunc(slices.Clone(ExportColumns), func(c string) bool { return c == "pending" || c == "pruned" || isUserField(c) }),
+}
+
+// An export holds, after the records its checkpoint covers, those it does
+// not, marked in "pending": the records of the chain after the checkpoint
+// (pendingCheckpoint: their hashes and links check, no checkpoint signs
+// them yet), then the acknowledged records still in journals of guard
+// processes that stopped (pendingJournal: not yet in the chain, so no
+// seq, prev_hash, hash nor leaf_hash), so that an export made right after
+// a crash holds every record acknowledged.
+const (
+	pendingCheckpoint = "checkpoint"
+	pendingJournal    = "journal"
+)
+
+// chainFields are the fields a record not yet in the chain has not.
+func chainField(name string) bool {
+	return name == "seq" || name == "prev_hash" || name == "hash" || name == "leaf_hash"
 }
 
 // isUserField names the fields of the caller the front authenticated,
@@ -136,12 +155,15 @@ func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
 // appendJSONLine appends a record's row as a JSONL line.
 func appendJSONLine(b []byte, row []string) []byte {
 	b = append(b, '{')
+	unchained := row[slices.Index(ExportColumns, "pending")] == pendingJournal
+	start := len(b) // the fields written so far are those after it
 	for i, c := range ExportColumns {
 		v := row[i]
-		if c == "checkpoint" || (c == "pruned" || c == "text" || c == "base64" || c == "proof" || isUserField(c)) && v == "" {
+		if c == "checkpoint" || (c == "pruned" || c == "pending" || c == "text" || c == "base64" || c == "proof" || isUserField(c)) && v == "" ||
+			unchained && chainField(c) {
 			continue
 		}
-		if i > 0 {
+		if len(b) > start {
 			b = append(b, ',')
 		}
 		b = appendString(b, c)
@@ -182,8 +204,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	complete := o.Since.IsZero() && o.Until.IsZero()
-	q := db.selectRecords() + ` WHERE seq <= ?`
-	args := []any{c.Size}
+	run, args := "", []any{c.Size}
 	if !complete {
 		// A part is a run of records without a gap, from the first of
 		// the period to its last (records of several processes
@@ -193,12 +214,84 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 		if !o.Until.IsZero() {
 			wargs[1] = fmtTime(o.Until)
 		}
-		q += ` AND seq >= (SELECT min(seq) FROM records WHERE ` + window + `) AND seq <= (SELECT max(seq) FROM records WHERE ` + window + `)`
+		run = ` AND seq >= (SELECT min(seq) FROM records WHERE ` + window + `) AND seq <= (SELECT max(seq) FROM records WHERE ` + window + `)`
 		args = append(args, wargs...)
 		args = append(args, wargs...)
 	}
-	if err := db.exportRecords(ctx, w, o.Format, c, complete, q+` ORDER BY seq`, args, nil); err != nil {
+	q := db.selectRecords() + ` WHERE seq <= ?` + run + ` ORDER BY seq`
+	if err := db.exportRecords(ctx, w, o.Format, c, complete, q, args, nil); err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	q = db.selectRecords() + ` WHERE seq > ?` + run + ` ORDER BY seq`
+	if err := db.exportPending(ctx, w, o, q, args); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
+
+// exportPending writes, after the records the export's checkpoint covers,
+// the records of the chain after it that query q selects, and the
+// acknowledged records of o's period still in journals of guard processes
+// that stopped, each marked in its pending field.
+func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q string, args []any) error {
+	var cw *csv.Writer
+	if o.Format == "csv" {
+		cw = csv.NewWriter(w)
+	}
+	var line, buf []byte
+	write := func(row []string) error {
+		if cw != nil {
+			return cw.Write(row)
+		}
+		line = appendJSONLine(line[:0], row)
+		_, err := w.Write(line)
+		return err
+	}
+	pending := slices.Index(ExportColumns, "pending")
+	rows, err := db.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return err
+		}
+		// Retention prunes only records a checkpoint covers: these have
+		// their bodies.
+		buf = appendCanonical(buf[:0], r)
+		row := toRow(r, leafHash(buf), nil)
+		row[pending] = pendingCheckpoint
+		if err := write(row); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	recs, err := db.unchainedRecords(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if !o.Since.IsZero() && r.Time.Before(o.Since) || !o.Until.IsZero() && r.Time.After(o.Until) {
+			continue
+		}
+		row := toRow(r, tlog.Hash{}, nil)
+		for i, c := range ExportColumns {
+			if chainField(c) {
+				row[i] = ""
+			}
+		}
+		row[pending] = pendingJournal
+		if err := write(row); err != nil {
+			return err
+		}
+	}
+	if cw != nil {
+		cw.Flush()
+		return cw.Error()
 	}
 	return nil
 }
@@ -354,15 +447,22 @@ func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof t
 		*f.v = s
 	}
 	r.UserGroups = parseGroups(groups)
+	unchained := cell("pending") == pendingJournal
 	for _, n := range []struct {
 		name string
 		v    *int64
 	}{{"seq", &r.Seq}, {"request_size", &r.RequestSize}, {"response_size", &r.ResponseSize}, {"duration_ms", &r.DurationMS}} {
+		if unchained && chainField(n.name) {
+			continue
+		}
 		if *n.v, err = strconv.ParseInt(cell(n.name), 10, 64); err != nil {
 			return nil, leaf, nil, fmt.Errorf("%s: %w", n.name, err)
 		}
 	}
 	r.Pruned = cell("pruned") == "true"
+	if unchained {
+		return r, leaf, nil, nil
+	}
 	if leaf, err = tlog.ParseHash(cell("leaf_hash")); err != nil {
 		return nil, leaf, nil, fmt.Errorf("leaf_hash: %w", err)
 	}

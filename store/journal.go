@@ -27,11 +27,29 @@ import (
 // replaced once it is large and removed.
 //
 // A journal left by a process that died (its lock is free) is moved into
-// the database by the next writable Open; records already there (a crash
-// between the database's commit and the header's update) are skipped.
+// the database by a process running on it (recoverOrphans), else by the
+// next writable Open; records already there (a crash between the
+// database's commit and the header's update) are skipped. Until then,
+// readers read it as it is (unchained.go). A
+// frame that cannot be read (a damaged disk, a changed byte) costs that
+// frame alone: the reader finds the next frame by its mark (scanJournal),
+// and the recovery keeps the file aside and records what was lost
+// (damage.go).
 
-// journalMagic opens every journal segment.
+// journalMagic opens the journal segments of the release before, whose
+// frames have no mark: they are still read, and a reader finds the frame
+// after a damaged one only by trying every offset.
 const journalMagic = "guard-journal-1\n"
+
+// journalMarked opens this release's journal segments, each of whose
+// frames begins with frameMark.
+const journalMarked = "guard-journal-2\n"
+
+// frameMark begins every frame of a marked segment, so that a reader that
+// cannot read a frame finds where the next one begins. Its first byte,
+// 0xF8, never occurs in UTF-8 text, and a mark inside a record's text is
+// told from a frame's by the frame's checksum.
+const frameMark = "\xf8GJ\x9d"
 
 // journalHeader is the size of a segment's header: the magic, then the
 // offset of the first frame not yet in the database (8 bytes, little
@@ -88,7 +106,7 @@ func newSegment(dir string, zero bool) (*segment, error) {
 		return fail(err)
 	}
 	h := make([]byte, journalHeader)
-	copy(h, journalMagic)
+	copy(h, journalMarked)
 	binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
 	if _, err := f.WriteAt(h, 0); err != nil {
 		return fail(err)
@@ -152,11 +170,12 @@ func (s *segment) close(remove bool) error {
 	return errors.Join(err, s.f.Close())
 }
 
-// A record in a journal is one frame: its length (uvarint), its fields in
-// a fixed order (text as length and bytes, numbers as varints), and a
-// CRC-32 of the fields. A frame cut short (or a zero length) marks the end
-// of what was written. The chain's fields (seq, hashes) are not in it: the
-// ingester computes them.
+// A record in a journal is one frame: frameMark (in a marked segment), its
+// length (uvarint), its fields in a fixed order (text as length and bytes,
+// numbers as varints), and a CRC-32 of the fields. What follows the last
+// frame written is zeros (a segment made with zeros to its size) or the
+// file's end; a frame cut short by a crash is the last. The chain's fields
+// (seq, hashes) are not in it: the ingester computes them.
 
 func frameText(r *guard.Record) []*string {
 	return []*string{&r.ID, &r.CallID, &r.Kind, &r.Session, &r.Client, &r.Protocol, &r.Server, &r.Direction,
@@ -171,7 +190,13 @@ func frameExt(r *guard.Record, groups *string) []*string {
 	return []*string{&r.Approval, &r.User, &r.UserEmail, groups}
 }
 
-// appendFrame appends r's frame to b.
+// appendMarkedFrame appends r's frame in a marked segment to b.
+func appendMarkedFrame(b []byte, r *guard.Record) []byte {
+	return appendFrame(append(b, frameMark...), r)
+}
+
+// appendFrame appends r's frame without its mark to b: the form of the
+// release before, and the rest of a marked frame.
 func appendFrame(b []byte, r *guard.Record) []byte {
 	text := frameText(r)
 	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
@@ -305,35 +330,56 @@ func readJournal(path string, offset int64) ([]*guard.Record, int64, error) {
 	return recs, offset, nil
 }
 
+// errNotJournal is the error for a file whose header is not a journal's.
+var errNotJournal = errors.New("not a guard journal")
+
+// segmentMarked reads a segment's magic: whether its frames are marked.
+func segmentMarked(h []byte) (bool, error) {
+	switch {
+	case len(h) < len(journalMagic):
+		return false, errNotJournal
+	case string(h[:len(journalMarked)]) == journalMarked:
+		return true, nil
+	case string(h[:len(journalMagic)]) == journalMagic:
+		return false, nil
+	}
+	return false, errNotJournal
+}
+
 // segmentIngested reads a segment's header: the offset of its first
-// record not yet in the database.
-func segmentIngested(f io.ReaderAt) (int64, error) {
+// record not yet in the database, and whether its frames are marked.
+func segmentIngested(f io.ReaderAt) (int64, bool, error) {
 	h := make([]byte, journalHeader)
 	if _, err := f.ReadAt(h, 0); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	if string(h[:len(journalMagic)]) != journalMagic {
-		return 0, errors.New("not a guard journal")
+	marked, err := segmentMarked(h)
+	if err != nil {
+		return 0, false, err
 	}
 	off := int64(binary.LittleEndian.Uint64(h[ingestedAt:]))
 	if off < journalHeader {
-		return 0, errors.New("the journal's header is damaged")
+		return 0, false, errors.New("the journal's header is damaged")
 	}
-	return off, nil
+	return off, marked, nil
 }
 
 // framesEnd is the offset after the last complete frame written to f from
 // off on, found from the frames' lengths (the contents are not read).
-func framesEnd(f *os.File, off int64) int64 {
+func framesEnd(f *os.File, off int64, marked bool) int64 {
 	st, err := f.Stat()
 	if err != nil {
 		return off
 	}
+	mark := int64(0)
+	if marked {
+		mark = int64(len(frameMark))
+	}
 	var b [binary.MaxVarintLen64]byte
 	for {
-		n, _ := f.ReadAt(b[:], off)
+		n, _ := f.ReadAt(b[:], off+mark)
 		l, k := binary.Uvarint(b[:n])
-		next := off + int64(k) + int64(l) + 4
+		next := off + mark + int64(k) + int64(l) + 4
 		if k <= 0 || l == 0 || next > st.Size() {
 			return off
 		}
@@ -390,6 +436,7 @@ func (db *DB) recoverJournals(ctx context.Context) error {
 		n, err := db.recoverJournal(ctx, path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
+			db.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
 			continue
 		}
 		if n > 0 {
@@ -397,6 +444,43 @@ func (db *DB) recoverJournals(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// orphanRetry is how long a running process waits before it tries again
+// to move in a journal of a process that stopped that it could not.
+const orphanRetry = time.Minute
+
+// recoverOrphans moves into the log the journals of processes that
+// stopped while this one runs (the ingester calls it every
+// CheckpointEvery), so that what they acknowledged reaches the chain
+// without waiting for the next writable open; a journal it could not move
+// in is tried again after orphanRetry, and said once in the log.
+func (db *DB) recoverOrphans() {
+	if db.pg {
+		return
+	}
+	files, _ := segments(journalsDir(db.opts.Path))
+	for _, p := range files {
+		db.jmu.Lock()
+		own := db.own[p]
+		db.jmu.Unlock()
+		last, failed := db.unmoved[p]
+		if own || failed && time.Since(last) < orphanRetry {
+			continue
+		}
+		n, err := db.recoverJournal(context.Background(), p)
+		if err != nil {
+			if !failed {
+				db.opts.Logger.Error("records of a journal left by a process that stopped could not be moved into the database; tried again in a minute", "journal", p, "err", err)
+			}
+			db.unmoved[p] = time.Now()
+			continue
+		}
+		delete(db.unmoved, p)
+		if n > 0 {
+			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", p, "records", n)
+		}
+	}
 }
 
 func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
@@ -408,24 +492,27 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 		return 0, nil // its owner is alive
 	}
-	if _, err := segmentIngested(f); err != nil {
-		return 0, err
+	if st, err := f.Stat(); err == nil && st.Size() < journalHeader {
+		// A segment whose maker has not locked it yet (newSegment), or
+		// died before it wrote the header: no record was written to it.
+		return 0, nil
 	}
 	// Read from the first frame, whatever the header says: it is written
 	// after the database's commits, which are not fsync'd (DB.rotate), so
 	// after a power cut either may be ahead of the other. Records already
 	// in the database are skipped.
-	recs, _, err := readJournal(path, journalHeader)
+	sc, err := scanFile(path)
 	if err != nil {
 		return 0, err
 	}
-	fresh := recs[:0]
-	for _, r := range recs {
-		var n int
-		if err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&n); err != nil {
-			return 0, err
-		}
-		if n == 0 {
+	recs := sc.records()
+	held, err := heldAlready(ctx, db.w, recs)
+	if err != nil {
+		return 0, err
+	}
+	var fresh []*guard.Record
+	for i, r := range recs {
+		if !held[i] {
 			fresh = append(fresh, r)
 		}
 	}
@@ -441,12 +528,22 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 		db.dirty.Store(true)
 		rest = rest[k:]
 	}
+	aside := ""
+	if len(sc.damage) > 0 {
+		aside = path + damagedSuffix
+		if err := db.recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
+			return 0, err
+		}
+	}
 	if db.fsync {
 		// The records are durable in the database before the journal
 		// that held them goes (the ingester's commits are not synced).
 		if err := db.syncFiles(); err != nil {
 			return 0, err
 		}
+	}
+	if aside != "" {
+		return len(fresh), os.Rename(path, aside)
 	}
 	return len(fresh), os.Remove(path)
 }

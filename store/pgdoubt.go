@@ -69,6 +69,7 @@ type doubt struct {
 // the ingester's (reused after ingest returns).
 func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
 	err := fmt.Errorf("audit commit: %w", e.err)
+	db.noteWrite(err)
 	if db.failure.Swap(&err) == nil {
 		db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
 	}
@@ -170,6 +171,7 @@ func (db *DB) reply(batch []*appendReq, err error) {
 	if len(batch) == 0 {
 		return
 	}
+	db.noteWrite(err)
 	for _, r := range batch {
 		db.stats.backlog.Add(-int64(len(r.recs)))
 		db.stats.latency.Observe(time.Since(r.start).Seconds())

@@ -152,7 +152,8 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	}
 	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
 		noRules: v.Int64 < approvalRulesMigration,
-		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration}, nil
+		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
+		noVia: v.Int64 < requiredViaMigration}, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its

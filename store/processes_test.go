@@ -8,9 +8,16 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
+// dropRequiredVia is the SQL that takes an SQLite database opened with
+// rawDB back to the schema before the required_via migration.
+const dropRequiredVia = `ALTER TABLE approvals DROP COLUMN required_via;
+		DELETE FROM schema_migrations WHERE version = 20;
+		`
+
 // dropProcessColumns is the SQL that takes an SQLite database opened with
-// rawDB back to the schema before the process migration.
-const dropProcessColumns = `ALTER TABLE approvals DROP COLUMN process;
+// rawDB back to the schema before the process migration (and the ones
+// after it).
+const dropProcessColumns = dropRequiredVia + `ALTER TABLE approvals DROP COLUMN process;
 		ALTER TABLE replicas DROP COLUMN awake_since; ALTER TABLE replicas DROP COLUMN lapse_ms;
 		DELETE FROM schema_migrations WHERE version = 19;
 		`

@@ -369,10 +369,24 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
+	db.caughtUp(ctx)
+	ov, err := db.unchainedOverlay(ctx)
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if ov == nil {
+		return db.queryCalls(ctx, f, fn)
+	}
+	defer ov.close()
+	return ov.mergeCalls(ctx, f, func(f Filter, fn func(*Call) error) error { return db.queryCalls(ctx, f, fn) }, fn)
+}
+
+// queryCalls is Query of the calls in the database alone, once it has
+// caught up.
+func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if db.noUser && f.User != "" {
 		return nil // a log of the release before names no user
 	}
-	db.caughtUp(ctx)
 	users := userColumns
 	if f.User != "" {
 		var err error
@@ -482,6 +496,27 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if f.Outcome != "" || f.Text != "" || f.ID != "" || len(f.IDs) > 0 || f.Before != 0 || f.After != 0 {
 		return fmt.Errorf("records: %w", ErrCallsOnly)
 	}
+	if _, err := f.approvals(); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	if err := db.needCallIndex(ctx); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	db.caughtUp(ctx)
+	ov, err := db.unchainedOverlay(ctx)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	if ov == nil {
+		return db.queryRecords(ctx, kind, f, fn)
+	}
+	defer ov.close()
+	return ov.mergeRecords(ctx, kind, f, func(f Filter, fn func(*guard.Record) error) error { return db.queryRecords(ctx, kind, f, fn) }, fn)
+}
+
+// queryRecords is QueryRecords of the records in the database alone, once
+// it has caught up.
+func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
 	if !db.noPruned {
 		where = append(where, "pruned = 0") // their bodies are in retention's archives
@@ -516,10 +551,6 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if f.Limit > 0 {
 		q += " LIMIT " + strconv.Itoa(f.Limit)
 	}
-	if err := db.needCallIndex(ctx); err != nil {
-		return fmt.Errorf("records: %w", err)
-	}
-	db.caughtUp(ctx)
 	rows, err := db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)

@@ -135,7 +135,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
 		t.Fatalf("archive sha256 %s, reported %s", hex.EncodeToString(sum[:]), p.SHA256)
 	}
-	lines, err := CheckFiles(db.signer.verifier, []File{{"archive", b}, {"proof", before}})
+	lines, err := checkFiles(db.signer.verifier, []File{{"archive", b}, {"proof", before}})
 	if err != nil {
 		t.Fatalf("offline check of the archive: %v (%q)", err, lines)
 	}
@@ -190,7 +190,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
 	for _, k := range kept {
-		if lines, err := CheckFiles(db.signer.verifier, []File{{k.Name, k.Note}}); err != nil {
+		if lines, err := checkFiles(db.signer.verifier, []File{{k.Name, k.Note}}); err != nil {
 			t.Fatalf("checkpoint %s: %v %q", k.Name, err, lines)
 		}
 	}
@@ -201,7 +201,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
 		t.Fatal("the export does not mark pruned records, or holds their bodies")
 	}
-	if lines, err := CheckFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
+	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
 	}
 	if pruned, failures, err := db.RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {

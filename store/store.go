@@ -116,6 +116,7 @@ type DB struct {
 	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
 	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
 	noProcess   bool          // read-only, before the process migration: approvals name no process
+	noVia       bool          // read-only, before the required_via migration: approvals require no way of verifying
 	noUser      bool          // read-only, before the user migration: records and calls have no user columns
 	closeMu     sync.RWMutex  // held by AppendAsync while it appends
 	closing     bool          // set by Close: appends are refused
@@ -144,8 +145,12 @@ type DB struct {
 	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
 	doubtAsked time.Time       // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
-	progMu     sync.Mutex
-	progress   chan struct{} // closed and replaced after every batch ingested
+	writes     writability // whether appends succeed (writable.go)
+	// unmoved are the ingester's: journals of processes that stopped
+	// that it could not move in, and when it last tried.
+	unmoved  map[string]time.Time
+	progMu   sync.Mutex
+	progress chan struct{} // closed and replaced after every batch ingested
 
 	// commitMu is held while a batch is committed. It guards wc.
 	commitMu sync.Mutex
@@ -275,6 +280,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		syncWork: make(chan struct{}, 1),
 		progress: make(chan struct{}),
 		stats:    newAuditStats(),
+		unmoved:  map[string]time.Time{},
 	}
 	db.room = sync.NewCond(&db.jmu)
 	db.frames.New = func() any { return new([]byte) }
@@ -366,6 +372,10 @@ const userMigration = 18
 // processMigration is the migration that adds the process that held a
 // call, and what a process's beats say of its liveness.
 const processMigration = 19
+
+// requiredViaMigration is the migration that adds how whoever decides on
+// a held call must have been verified.
+const requiredViaMigration = 20
 
 // journalsDropped is the migration that drops the journals table of
 // earlier versions: it runs once their journals are in the database.
@@ -570,7 +580,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
 	}
 	if n := orphanJournals(opts.Path); n > 0 {
-		opts.Logger.Warn("journals of guard processes that stopped are beside the database: records in them appear once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
+		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
 	}
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
@@ -583,7 +593,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
 		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
 		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-		noUser: v.Int64 < userMigration}, nil
+		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,

@@ -298,6 +298,16 @@ func TestHelperCrasher(t *testing.T) {
 			waitFor(t, "the first checkpoint", func() bool { _, err := os.Stat(path + ".checkpoint"); return err == nil })
 		}
 	}
+	if os.Getenv("GUARD_STORE_CRASH_MORE") != "" {
+		// The records so far in the database, past the checkpoint, and
+		// five more in the journal alone.
+		db.caughtUp(context.Background())
+		for i := 50; i < 55; i++ {
+			if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	os.Exit(3) // no Close
 }
 

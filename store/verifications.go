@@ -82,7 +82,7 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 	if ctx.Err() != nil {
 		return nil, ctx.Err() // stopped, not failed
 	}
-	v := &Verification{Time: now.UTC(), OK: err == nil && rep.OK, Records: rep.Records, Problem: rep.Problem, Took: time.Since(start)}
+	v := &Verification{Time: now.UTC(), OK: err == nil && rep.OK, Records: rep.Records, Problem: rep.Why(), Took: time.Since(start)}
 	if err != nil {
 		v.Problem = "the log could not be verified: " + err.Error()
 	}

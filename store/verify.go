@@ -14,20 +14,22 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// Report is what Verify found.
+// Report is what Verify found: its Findings (Problem names the first
+// record that was altered, removed or reordered, a tree hash that does
+// not match, or a checkpoint the log does not extend; Unverifiable why
+// some of it could not be checked here) and what it checked.
 type Report struct {
 	Records int64
-	OK      bool
-	// Problem names the first record that was altered, removed or
-	// reordered, a tree hash that does not match, or a checkpoint the log
-	// does not extend.
-	Problem string
+	// OK is set when the log verified: Verdict() is VerdictVerified.
+	OK bool
+	Findings
 	// Witnessed is set when the log was checked against a checkpoint
 	// kept elsewhere (VerifyOptions.Kept: an auditor's, or a witness's),
-	// which its own files cannot forge. Extends is then the size of the
-	// largest such checkpoint. A pinned key alone does not witness the
-	// log: whoever truncates it and lets guard go on signing gets
-	// checkpoints of a new history signed by that key.
+	// which its own files cannot forge, its signature checked with this
+	// log's key. Extends is then the size of the largest such
+	// checkpoint. A pinned key alone does not witness the log: whoever
+	// truncates it and lets guard go on signing gets checkpoints of a
+	// new history signed by that key.
 	Witnessed bool
 	Extends   int64
 	// Pruned is how many records lost their bodies to retention: their
@@ -62,7 +64,7 @@ func (db *DB) Verify(ctx context.Context) (Report, error) {
 type anchor struct {
 	c     *Checkpoint
 	where string
-	kept  bool // from outside guard's files
+	kept  bool // from outside guard's files, its signature checked
 }
 
 // VerifyWith walks the log in order, recomputing every record's hash and
@@ -72,53 +74,62 @@ type anchor struct {
 // o.Kept (signature, and the root of the tree at its size: two successive
 // checkpoints are then consistent), reading each table once, in order,
 // with memory that does not grow with the log.
-func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
-	db.caughtUp(ctx)
-	rep := Report{}
-	v := o.Key
-	if v == nil && db.signer != nil {
-		v = db.signer.verifier
+//
+// What cannot be checked here does not stop the rest: without a key of
+// this log (none at hand, or another log's, which is used for nothing)
+// the checkpoints' sizes and roots are still compared with the log, and
+// the report fails on whatever fails, and is unverifiable only when all
+// it could check holds.
+func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err error) {
+	defer func() {
+		if err != nil && damaged(err) {
+			rep.fail("the database is damaged: %v", err)
+			err = nil
+		}
+		rep.OK = rep.Verdict() == VerdictVerified
+	}()
+	if db.hold != nil {
+		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", db.opts.Path)
+		return rep, nil
 	}
+	db.caughtUp(ctx)
 	var has int
 	if err := db.r.QueryRowContext(ctx, db.tableExists("tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {
-		rep.Problem = "the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database"
+		rep.cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
 		return rep, nil
 	}
+	origin, originAt, err := db.logOrigin(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
+	v, hadKey := db.verifyKey(o.Key, origin, originAt, &rep.Findings)
+	cs := checkpoints{v: v, origin: origin}
 	var extra []anchor
-	problem := func(format string, args ...any) {
-		if rep.Problem == "" {
-			rep.Problem = fmt.Sprintf(format, args...)
-		}
-	}
-	noKey := func() {
-		problem("there is no checkpoint key at %s: the checkpoints cannot be checked (pass the verifier key)", db.opts.KeyPath)
-	}
-	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil && v == nil {
-		noKey()
-	} else if err == nil {
-		c, err := OpenCheckpoint(b, v)
-		if err != nil {
-			problem("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+	// The file beside the database is guard's own copy of the latest
+	// checkpoint; one that names another log is not this log's (on
+	// PostgreSQL it lies beside whichever key was read) and tells
+	// nothing about it.
+	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil {
+		if other := originOfNote(b); origin != "" && other != "" && other != origin {
+			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", db.opts.CheckpointPath, other, origin)
+		} else if c, err := cs.open(b); err != nil {
+			rep.fail("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
 		} else {
 			extra = append(extra, anchor{c, "in " + db.opts.CheckpointPath, false})
 		}
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		problem("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		rep.fail("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
 	}
 	for _, k := range o.Kept {
-		if v == nil {
-			noKey()
-			break
-		}
-		c, err := OpenCheckpoint(k.Note, v)
+		c, err := cs.open(k.Note)
 		if err != nil {
-			problem("the checkpoint %s: %v", k.Name, err)
+			rep.fail("the checkpoint %s: %v", k.Name, err)
 			continue
 		}
-		extra = append(extra, anchor{c, k.Name, true})
+		extra = append(extra, anchor{c, k.Name, v != nil})
 	}
 	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
 
@@ -133,13 +144,13 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		return rep, err
 	}
 	defer w.close()
-	cps := &checkpointStream{rows: w.cps, v: v, extra: extra}
+	cps := &checkpointStream{rows: w.cps, cs: cs, extra: extra}
 	edge := &treeEdge{}
 	var buf []byte
 	var prev *guard.Record
 	checked := 0
 	// Checkpoints of size 0 hold nothing to check.
-	for cps.peek(problem) != nil && cps.peek(problem).c.Size == 0 {
+	for cps.peek(rep.fail) != nil && cps.peek(rep.fail).c.Size == 0 {
 		cps.next()
 	}
 	for w.recs.Next() {
@@ -166,16 +177,16 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		}
 		switch {
 		case r.Pruned && hasBody(r):
-			problem("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
+			rep.fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
 		case !r.Pruned && h != r.Hash:
-			problem("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
+			rep.fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
 		case r.Seq != wantSeq:
-			problem("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
+			rep.fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
 		case r.PrevHash != prevHash:
 			if s := db.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
-				problem("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
+				rep.fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
 			} else {
-				problem("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
+				rep.fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
 			}
 		}
 		prev = r
@@ -183,7 +194,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			continue
 		}
 		if p := ret.record(ctx, r); p != "" {
-			problem("%s", p)
+			rep.fail("%s", p)
 			continue
 		}
 		var leaf *tlog.Hash
@@ -192,16 +203,16 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			leaf = &l
 		}
 		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
-			problem("%s", p)
+			rep.fail("%s", p)
 			continue
 		}
-		for a := cps.peek(problem); a != nil && a.c.Size == edge.n && rep.Problem == ""; a = cps.peek(problem) {
+		for a := cps.peek(rep.fail); a != nil && a.c.Size == edge.n && rep.Problem == ""; a = cps.peek(rep.fail) {
 			root, err := edge.root()
 			if err != nil {
 				return rep, fmt.Errorf("verify: %w", err)
 			}
 			if root != a.c.Root {
-				problem("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
+				rep.fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
 			}
 			if a.kept {
 				rep.Witnessed = true
@@ -219,20 +230,20 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 		var h []byte
 		if err := w.tree.Scan(&idx, &h); err == nil {
 			level, n := tlog.SplitStoredHashIndex(idx)
-			problem("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
+			rep.fail("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
 		}
 	}
-	if a := cps.peek(problem); a != nil && rep.Problem == "" {
-		problem("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
+	if a := cps.peek(rep.fail); a != nil && rep.Problem == "" {
+		rep.fail("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
 	}
 	if err := cps.err(); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	if rep.Records > 0 && v == nil {
-		noKey()
+	if !hadKey && (rep.Records > 0 || cps.seen || len(o.Kept) > 0) {
+		db.noKey(&rep.Findings)
 	}
 	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
-		problem("no checkpoint covers the log: its truncation cannot be ruled out")
+		rep.fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
 		p, err := db.checkCallIndex(ctx)
@@ -240,10 +251,21 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (Report, error) {
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
 		if p != "" {
-			problem("%s", p)
+			rep.fail("%s", p)
 		}
 	}
-	rep.OK = rep.Problem == ""
+	if rep.Problem == "" {
+		p, err := db.checkCallWords(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("verify: text index: %w", err)
+		}
+		if p != "" {
+			rep.fail("%s", p)
+		}
+	}
+	if err := db.journalFindings(ctx, &rep.Findings); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
 	return rep, nil
 }
 
@@ -382,14 +404,14 @@ func hasBody(r *guard.Record) bool {
 }
 
 // checkpointStream merges the checkpoints kept in the database (rows, in
-// size order, each checked against v as it is read) with the others, by
-// size.
+// size order, each read by cs as it is read) with the others, by size.
 type checkpointStream struct {
 	rows  *sql.Rows
-	v     note.Verifier
+	cs    checkpoints
 	extra []anchor
 	head  *anchor
 	done  bool
+	seen  bool // the database keeps a checkpoint
 	rerr  error
 }
 
@@ -408,10 +430,8 @@ func (s *checkpointStream) peek(problem func(string, ...any)) *anchor {
 			s.done = true
 			break
 		}
-		if s.v == nil {
-			continue
-		}
-		c, err := OpenCheckpoint([]byte(text), s.v)
+		s.seen = true
+		c, err := s.cs.open([]byte(text))
 		if err == nil && c.Size != size {
 			err = fmt.Errorf("it is filed under %d records", size)
 		}

@@ -53,7 +53,6 @@ func (db *DB) checkCallIndex(ctx context.Context) (string, error) {
 	if err := tx.QueryRowContext(ctx, db.tableExists("call_index")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
-	rebuild := "; the index is derived from the records: a writable guard makes it again (guard run or guard serve, after removing the call_index rows)"
 	for _, c := range indexChecks {
 		if c.user && db.noUser {
 			continue
@@ -66,7 +65,7 @@ func (db *DB) checkCallIndex(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("the call index does not match the records: call %s: %s%s", id, c.what, rebuild), nil
+		return fmt.Sprintf("the call index does not match the records: call %s: %s%s", id, c.what, indexRebuild), nil
 	}
 	// One row for every call with a request record that has its body.
 	body := `pruned = 0`
@@ -81,7 +80,7 @@ func (db *DB) checkCallIndex(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if calls != rows {
-		return fmt.Sprintf("the call index does not match the records: %d calls in the records, %d in the index, so queries would not show them all%s", calls, rows, rebuild), nil
+		return fmt.Sprintf("the call index does not match the records: %d calls in the records, %d in the index, so queries would not show them all%s", calls, rows, indexRebuild), nil
 	}
 	return "", nil
 }

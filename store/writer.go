@@ -95,6 +95,9 @@ type auditStats struct {
 	waits    atomic.Int64       // appends that waited for room
 	refused  atomic.Int64       // checkpoints not signed: the log did not extend the last one
 	witness  atomic.Int64       // checkpoints a witness did not get
+	// integrity counts the integrity alerts this process raised
+	// (IntegrityAlerts).
+	integrity atomic.Int64
 }
 
 func newAuditStats() *auditStats {
@@ -163,13 +166,14 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		return done
 	}
 	if err := db.failed(); err != nil {
+		db.noteWrite(err)
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
 	bp := db.frames.Get().(*[]byte)
 	b := (*bp)[:0]
 	for _, r := range recs {
-		b = appendFrame(b, r)
+		b = appendMarkedFrame(b, r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.jmu.Lock()
@@ -198,6 +202,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		if bad {
 			signal(db.urgent) // the ingester makes a new segment
 		}
+		db.noteWrite(err)
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -225,6 +230,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		return done
 	}
 	db.stats.latency.Observe(time.Since(req.start).Seconds())
+	db.noteWrite(nil)
 	done <- nil
 	switch {
 	case n >= lingerAppends:
@@ -344,9 +350,11 @@ func (db *DB) syncJournal(batch []*appendReq) {
 	for _, r := range batch {
 		db.stats.latency.Observe(time.Since(r.start).Seconds())
 		if r.refused {
+			db.noteWrite(errs[r.seg])
 			r.done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, errs[r.seg])
 			continue
 		}
+		db.noteWrite(nil)
 		r.done <- nil
 	}
 }
@@ -393,6 +401,7 @@ func (db *DB) ingester() {
 			stopping = true
 		case <-t.C:
 			db.rotate() // a segment that could not be made before
+			db.recoverOrphans()
 			db.maybeCheckpoint()
 			continue
 		}
@@ -485,6 +494,7 @@ func (db *DB) ingest(batch []*appendReq) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
+		db.noteWrite(err)
 		if db.failure.Swap(&err) == nil {
 			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
 		}
@@ -686,8 +696,8 @@ const journalPoll = 2 * time.Millisecond
 // records it held when the wait began in the database (or ctx ends). A
 // journal whose owner is gone is left to the next writable Open.
 func (db *DB) awaitJournals(ctx context.Context) {
-	if db.pg {
-		return // no journals: what is acknowledged is committed
+	if db.pg || db.hold != nil {
+		return // no journals: what is acknowledged is committed, or nothing is
 	}
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
@@ -713,18 +723,20 @@ func awaitJournal(ctx context.Context, path string) bool {
 	if !ownerAlive(f) {
 		return true // no one writes to it
 	}
-	off, err := segmentIngested(f)
+	off, marked, err := segmentIngested(f)
 	if err != nil {
 		return true
 	}
-	end := framesEnd(f, off)
+	end := framesEnd(f, off, marked)
 	for off < end {
 		select {
 		case <-time.After(journalPoll):
 		case <-ctx.Done():
 			return false
 		}
-		if off, err = segmentIngested(f); err != nil {
+		if off, _, err = segmentIngested(f); err != nil || !ownerAlive(f) {
+			// An owner that is gone may have been another process
+			// moving in the journal of one that stopped: done.
 			return true
 		}
 	}
@@ -755,11 +767,7 @@ func (db *DB) commitRetrying(batch []*appendReq) error {
 // isBusy reports whether err is SQLite's "busy" or "locked": another
 // connection holds a lock, which goes away.
 func isBusy(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	c := se.Code() & 0xff
+	c := sqliteCode(err)
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 

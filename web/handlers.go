@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -303,7 +302,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 			}
 			reason = "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on"
 		}
-		d, err := s.review(ctx, sess, a, approve, reason, before)
+		d, err := s.opts.Decider.Review(ctx, a.ID, sess.reviewer(), approve, reason, before)
 		if ruleErr != nil {
 			s.log.Error("ui: allow rule", "server", a.Server, "tool", a.Tool, "err", ruleErr)
 			s.sessions.setFlash(sess.key, "The rule allowing "+a.Server+"/"+a.Tool+" could not be written, and the call was not approved: "+ruleErr.Error())
@@ -339,22 +338,6 @@ func (s *Server) decide(act action) http.HandlerFunc {
 	}
 }
 
-// review records the session's person's review of a held call: through
-// the Decider's Review where it has one (approvals.Manager), with the
-// session's identity and how it was verified; else as a decision by the
-// typed name, with before run first.
-func (s *Server) review(ctx context.Context, sess session, a *guard.Approval, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
-	if rv, ok := s.opts.Decider.(reviewer); ok {
-		return rv.Review(ctx, a.ID, sess.reviewer(), approve, reason, before)
-	}
-	if before != nil {
-		if err := before(a); err != nil {
-			return nil, err
-		}
-	}
-	return s.opts.Decider.Decide(ctx, a.ID, approve, sess.name, reason)
-}
-
 func alreadyText(a *guard.Approval) string {
 	if a.DecidedBy != "" {
 		return "Not recorded: the call was already " + a.State + " by " + a.DecidedBy + " at " + fmtTime(a.DecidedAt) + "."
@@ -385,7 +368,7 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
 		return
 	}
-	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Decider, server, name, pin, accept, sess.name, "")
+	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
 	if rev == nil {
 		s.fail(w, r, err)
 		return

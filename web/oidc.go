@@ -33,6 +33,11 @@ type OIDC struct {
 	// GroupsClaim is the claim that lists the person's groups (default
 	// groups), read from the ID token, else from userinfo.
 	GroupsClaim string
+	// TrustEmail makes an email that comes without email_verified the
+	// person's (ui.oidc.trust_email), for a provider that never sends
+	// the claim (Entra ID). Otherwise, and whatever it says, only
+	// email_verified: true does (guard.VerifiedEmail).
+	TrustEmail bool
 	// RedirectURL is the UI's callback, registered at the provider:
 	// public_url (else the UI's address) + "/login/oidc/callback". Its
 	// host must be among AllowedHosts.
@@ -234,7 +239,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: oidcLoginPath, MaxAge: -1, HttpOnly: true,
 		Secure: s.secure(r), SameSite: http.SameSiteLaxMode})
-	user, err := o.complete(r.Context(), q.Get("code"), pend)
+	user, unverified, err := o.complete(r.Context(), q.Get("code"), pend)
 	if err != nil {
 		refuse(err.Error())
 		return
@@ -244,75 +249,84 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sessions.setVerified(sessionKeyOf(id), user, guard.ViaOIDC)
+	if unverified != "" {
+		s.log.Warn("ui: the identity provider did not say it verified the email of who logged in (email_verified is not true): "+
+			"the subject names them, and the email matches no rule", "subject", user.Subject, "unverified_email", unverified, "trust_email", o.cfg.TrustEmail)
+	}
 	s.log.Info("ui: login through the identity provider", "subject", user.Subject, "email", user.Email)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // complete exchanges the code and returns the identity its ID token (and
-// userinfo, for what the token leaves out) verifies.
-func (o *oidcLogin) complete(ctx context.Context, code string, pend oidcPending) (guard.Identity, error) {
+// userinfo, for what the token leaves out) verifies, and, when the
+// provider named an email without saying it verified it, that email: it
+// is no part of the identity, only for the log.
+func (o *oidcLogin) complete(ctx context.Context, code string, pend oidcPending) (user guard.Identity, unverified string, err error) {
 	if code == "" {
-		return guard.Identity{}, errors.New("no code")
+		return guard.Identity{}, "", errors.New("no code")
 	}
 	p, err := o.discover(ctx)
 	if err != nil {
-		return guard.Identity{}, err
+		return guard.Identity{}, "", err
 	}
 	ctx = oidc.ClientContext(ctx, o.cfg.HTTPClient)
 	tok, err := o.oauth(p).Exchange(ctx, code, oauth2.VerifierOption(pend.verifier))
 	if err != nil {
-		return guard.Identity{}, fmt.Errorf("the code was not accepted: %w", oauthError(err))
+		return guard.Identity{}, "", fmt.Errorf("the code was not accepted: %w", oauthError(err))
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return guard.Identity{}, errors.New("the provider sent no ID token")
+		return guard.Identity{}, "", errors.New("the provider sent no ID token")
 	}
 	idt, err := p.Verifier(&oidc.Config{ClientID: o.cfg.ClientID, Now: o.now}).Verify(ctx, raw)
 	if err != nil {
-		return guard.Identity{}, fmt.Errorf("the ID token is not valid: %w", err)
+		return guard.Identity{}, "", fmt.Errorf("the ID token is not valid: %w", err)
 	}
 	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(pend.nonce)) != 1 {
-		return guard.Identity{}, errors.New("the ID token's nonce is not this login's")
+		return guard.Identity{}, "", errors.New("the ID token's nonce is not this login's")
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		return guard.Identity{}, fmt.Errorf("the ID token's claims: %w", err)
+		return guard.Identity{}, "", fmt.Errorf("the ID token's claims: %w", err)
 	}
-	user := identityOf(idt.Subject, claims, o.cfg.GroupsClaim)
+	user = o.identityOf(idt.Subject, claims)
+	unverified, _ = claims["email"].(string)
 	if _, has := claims[o.cfg.GroupsClaim]; (user.Email == "" || !has) && p.UserInfoEndpoint() != "" {
 		info, err := p.UserInfo(ctx, oauth2.StaticTokenSource(tok))
 		if err != nil {
-			return guard.Identity{}, fmt.Errorf("userinfo: %w", err)
+			return guard.Identity{}, "", fmt.Errorf("userinfo: %w", err)
 		}
 		if info.Subject != idt.Subject {
-			return guard.Identity{}, errors.New("userinfo is about another subject than the ID token")
+			return guard.Identity{}, "", errors.New("userinfo is about another subject than the ID token")
 		}
 		var more map[string]any
 		if err := info.Claims(&more); err != nil {
-			return guard.Identity{}, fmt.Errorf("userinfo's claims: %w", err)
+			return guard.Identity{}, "", fmt.Errorf("userinfo's claims: %w", err)
 		}
-		extra := identityOf(idt.Subject, more, o.cfg.GroupsClaim)
+		extra := o.identityOf(idt.Subject, more)
 		if user.Email == "" {
 			user.Email = extra.Email
+			if e, _ := more["email"].(string); unverified == "" {
+				unverified = e
+			}
 		}
 		if !has {
 			user.Groups = extra.Groups
 		}
 	}
-	return user, nil
+	if user.Email != "" {
+		unverified = ""
+	}
+	return user, unverified, nil
 }
 
 // identityOf reads a person from claims: the email only when the provider
-// does not say it is unverified (an email is an identity: two people must
-// not share one), the groups from claim (a list, or one name).
-func identityOf(sub string, claims map[string]any, groupsClaim string) guard.Identity {
-	id := guard.Identity{Subject: sub}
-	if e, _ := claims["email"].(string); e != "" {
-		if v, ok := claims["email_verified"].(bool); !ok || v {
-			id.Email = e
-		}
-	}
-	switch g := claims[groupsClaim].(type) {
+// says it verified it (guard.VerifiedEmail: an email is an identity, and
+// two people must not share one), the groups from the groups claim (a
+// list, or one name).
+func (o *oidcLogin) identityOf(sub string, claims map[string]any) guard.Identity {
+	id := guard.Identity{Subject: sub, Email: guard.VerifiedEmail(claims, o.cfg.TrustEmail)}
+	switch g := claims[o.cfg.GroupsClaim].(type) {
 	case string:
 		id.Groups = []string{g}
 	case []any:

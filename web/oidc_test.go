@@ -24,14 +24,20 @@ const (
 // changes its options further.
 func newOIDCEnv(t *testing.T, configure ...func(*web.Options)) (*env, *oidctest.Provider) {
 	t.Helper()
+	return newOIDCEnvWith(t, nil, configure...)
+}
+
+// newOIDCEnvWith is newOIDCEnv with more users at the provider.
+func newOIDCEnvWith(t *testing.T, more []oidctest.User, configure ...func(*web.Options)) (*env, *oidctest.Provider) {
+	t.Helper()
 	var prov *oidctest.Provider
 	e := newEnvAt(t, t.TempDir()+"/g.db", append([]func(*web.Options){func(o *web.Options) {
 		back := "http://" + o.AllowedHosts[0] + "/login/oidc/callback"
 		prov = oidctest.Start(t, oidctest.Options{
-			Users: []oidctest.User{
+			Users: append([]oidctest.User{
 				{Subject: "u-alice", Email: "alice@example.com", Groups: []string{"sre"}},
 				{Subject: "u-bob", Email: "bob@example.com", Groups: []string{"dev"}},
-			},
+			}, more...),
 			Clients: []oidctest.Client{{ID: oidcClientID, Secret: oidcClientSecret, RedirectURIs: []string{back}}},
 		})
 		o.OIDC = &web.OIDC{Issuer: prov.Issuer, ClientID: oidcClientID, ClientSecret: oidcClientSecret, RedirectURL: back}

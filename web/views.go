@@ -162,7 +162,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 		c := cardView{ID: a.ID, Server: a.Server, Tool: a.Tool, Client: a.Client, Rule: a.Rule,
 			HeldReason: a.HeldReason, Args: prettyJSON(a.Arguments), Pin: a.Pin,
 			ToolReview: a.Rule == guard.ToolReviewRule, Created: a.CreatedAt, Expires: a.ExpiresAt,
-			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess), Scope: a.Scope, Gone: approvals.ClientGoneText(a, fmtTime)}
+			Left: timeLeft(a.ExpiresAt.Sub(now)), Rules: rulesOf(a, sess, s.passkeys != nil), Scope: a.Scope, Gone: approvals.ClientGoneText(a, fmtTime)}
 		callerOf(a, calls, &c)
 		if c.ToolReview {
 			c.Kept = approvals.KeptAfterReview(a, reviews[[3]string{a.Server, a.Tool, a.Pin}], fmtTime)
@@ -754,7 +754,7 @@ func (s *Server) callView(ctx context.Context, c *store.Call) (callView, error) 
 	if err != nil {
 		return v, fmt.Errorf("the calls of approval %s: %w", a.ID, err)
 	}
-	v.Approval, v.Rules, v.Story = a, rulesOf(a, sessionOf(ctx)), storyOf(c, ac, s.opts.Now(), true)
+	v.Approval, v.Rules, v.Story = a, rulesOf(a, sessionOf(ctx), s.passkeys != nil), storyOf(c, ac, s.opts.Now(), true)
 	return v, nil
 }
 
@@ -897,6 +897,7 @@ type rulesView struct {
 	Requester string       // "" where no one authenticated (stdio)
 	Needs     string       // "2 approvals from members of sre"; "" without approvers
 	Verified  bool         // only verified identities may decide
+	Via       string       // how they must have been verified, as held: "the approver's passkey (ui.passkey: required)"; "" for any way
 	Reviews   []reviewLine // oldest first
 	Waiting   string       // what a pending approval still needs
 	Refusal   string       // why this session's person cannot decide; "" when they can
@@ -942,11 +943,16 @@ func viaText(via string) string {
 	return "verified (" + via + ")"
 }
 
-func rulesOf(a *guard.Approval, sess session) rulesView {
+// rulesOf is what a held call's approval needs, and why this session's
+// person cannot decide on it, if they cannot. With passkeys (every
+// decision in this UI is made with one), a person who typed a name is
+// judged as the passkey they will decide with.
+func rulesOf(a *guard.Approval, sess session, passkeys bool) rulesView {
 	v := rulesView{Requester: a.Caller.Name(), Verified: a.Approvers.NeedsVerified()}
 	if !a.Approvers.IsZero() {
 		v.Needs = a.Approvers.String()
 	}
+	v.Via, _ = guard.RequiredViaText(a.RequiredVia)
 	for _, r := range a.Reviews {
 		v.Reviews = append(v.Reviews, reviewLine{Who: r.By.Name(), Via: r.Via, Groups: strings.Join(r.By.Groups, ", "),
 			Reason: r.Reason, Approve: r.Approve, Time: r.Time})
@@ -954,11 +960,19 @@ func rulesOf(a *guard.Approval, sess session) rulesView {
 	if a.State == guard.ApprovalPending {
 		v.Waiting = approvals.Waiting(a)
 		v.Own = sess.user.Same(a.Caller)
-		if !sess.user.IsZero() {
-			if err := a.MayReview(sess.user, sess.via); err != nil {
+		via := sess.via
+		if via == "" && passkeys {
+			via = guard.ViaPasskey
+		}
+		switch {
+		case !sess.user.IsZero():
+			if err := a.MayReview(sess.user, via); err != nil {
 				v.Refusal = refusalText(err)
 			}
-		} else if v.Verified {
+		case a.RequiredVia != "" && via != a.RequiredVia:
+			what, where := guard.RequiredViaText(a.RequiredVia)
+			v.Refusal = "This call was held where decisions need " + what + ": " + where + "."
+		case v.Verified:
 			v.Refusal = "This call needs " + v.Needs + ": log in to the UI through the identity provider, or with a passkey, to decide on it. A typed name cannot."
 		}
 	}

@@ -100,23 +100,15 @@ type changeNotifier interface {
 
 var _ changeNotifier = (*store.DB)(nil)
 
-// Decider records a person's decision on a held call; *approvals.Manager
-// implements it.
-type Decider interface {
-	Decide(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error)
-}
-
-// reviewer is a Decider that takes a person's review with their identity
+// Decider records a person's review of a held call, with their identity
 // and how it was verified, and applies the approval's rules (who may, how
-// many must), running a step of its own with the review that decides,
-// under its lock, once the approval is known to be pending
-// (approvals.Manager does): "Approve, and allow from now on" writes its
-// rule there.
-type reviewer interface {
-	Review(ctx context.Context, id string, by approvals.Reviewer, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error)
-}
+// many must, how they must have been verified), running a step of its own
+// with the review that decides, under its lock, once the approval is
+// known to be pending: "Approve, and allow from now on" writes its rule
+// there. *approvals.Manager implements it.
+type Decider = approvals.ReviewDecider
 
-var _ reviewer = (*approvals.Manager)(nil)
+var _ Decider = (*approvals.Manager)(nil)
 
 // Options configure a Server.
 type Options struct {

@@ -1,8 +1,10 @@
 package wire
 
-// maxDepth is how deeply arrays and objects may nest: encoding/json's
-// limit, past which its Valid refuses a text.
-const maxDepth = 10000
+// MaxDepth is how deeply a message's arrays and objects may nest (the
+// message itself is the first level). go-sdk's peers read at most 1,000
+// levels and end the session on a deeper message; no message of the
+// protocol needs more than a few dozen.
+const MaxDepth = 512
 
 // span is where one member of a message's top-level object lies: its name
 // (quoted) is b[keyStart:keyEnd], its value b[valueStart:valueEnd].
@@ -12,23 +14,33 @@ type span struct {
 
 // valid reports whether b is one JSON value (RFC 8259) with only whitespace
 // around it: what encoding/json.Valid accepts (strings are not checked for
-// UTF-8, nesting past maxDepth is refused), found in one pass that moves
-// through strings and numbers by loops of their own rather than a state
-// change per byte. The members of a top-level object are appended to top,
-// in order, for Parse to read without a second pass.
-func valid(b []byte, top []span) ([]span, bool) {
+// UTF-8), found in one pass that moves through strings and numbers by loops
+// of their own rather than a state change per byte. The members of a
+// top-level object are appended to top, in order, for Parse to read without
+// a second pass.
+//
+// A value nested deeper than MaxDepth makes b deep: such a message is
+// refused whatever it holds, so that value is only skipped (its brackets
+// counted, its strings passed), not validated, and the stack stays bounded.
+// The walk goes on after it, to find the top-level members that follow (a
+// response may put its id after its result).
+func valid(b []byte, top []span) (_ []span, ok, deep bool) {
 	var small [64]bool
 	open := small[:0] // the containers the value at i is in: true for an object
 	i := skipWS(b, 0)
 	for {
 		// A value begins at i.
 		if i >= len(b) {
-			return top, false
+			return top, false, deep
 		}
 		switch c := b[i]; c {
 		case '{', '[':
-			if len(open) == maxDepth {
-				return top, false
+			if len(open) == MaxDepth {
+				if i = skipContainer(b, i); i < 0 {
+					return top, false, deep
+				}
+				deep = true
+				break
 			}
 			i = skipWS(b, i+1)
 			if i < len(b) && b[i] == closer(c) {
@@ -38,29 +50,29 @@ func valid(b []byte, top []span) ([]span, bool) {
 			open = append(open, c == '{')
 			if c == '{' {
 				if i, top = validKey(b, i, len(open) == 1, top); i < 0 {
-					return top, false
+					return top, false, deep
 				}
 			}
 			continue
 		case '"':
 			if i = validString(b, i); i < 0 {
-				return top, false
+				return top, false, deep
 			}
 		case 't':
 			if i = literal(b, i, "true"); i < 0 {
-				return top, false
+				return top, false, deep
 			}
 		case 'f':
 			if i = literal(b, i, "false"); i < 0 {
-				return top, false
+				return top, false, deep
 			}
 		case 'n':
 			if i = literal(b, i, "null"); i < 0 {
-				return top, false
+				return top, false, deep
 			}
 		default:
 			if i = validNumber(b, i); i < 0 {
-				return top, false
+				return top, false, deep
 			}
 		}
 		// A value ended at i: close what it ends, until the next value.
@@ -70,28 +82,51 @@ func valid(b []byte, top []span) ([]span, bool) {
 			}
 			i = skipWS(b, i)
 			if len(open) == 0 {
-				return top, i == len(b)
+				return top, i == len(b), deep
 			}
 			if i >= len(b) {
-				return top, false
+				return top, false, deep
 			}
 			obj := open[len(open)-1]
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 				if obj {
 					if i, top = validKey(b, i, len(open) == 1, top); i < 0 {
-						return top, false
+						return top, false, deep
 					}
 				}
 				break
 			}
 			if (obj && b[i] != '}') || (!obj && b[i] != ']') {
-				return top, false
+				return top, false, deep
 			}
 			open = open[:len(open)-1]
 			i++
 		}
 	}
+}
+
+// skipContainer returns the index after the array or object at b[i],
+// counting brackets of either kind and passing strings, or -1 when b ends
+// first. It does not validate: skipValue uses it on valid JSON, and valid
+// on what is nested too deep to be read.
+func skipContainer(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			i = skipString(b, i)
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+		i++
+	}
+	return -1
 }
 
 func closer(open byte) byte {

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// valid accepts exactly what encoding/json.Valid accepts.
+// valid accepts exactly what encoding/json.Valid accepts, and says which
+// texts nest deeper than MaxDepth; past that depth it only skips.
 func TestValidIsJSONValid(t *testing.T) {
 	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
 	deepObj := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
@@ -18,35 +19,64 @@ func TestValidIsJSONValid(t *testing.T) {
 		`[]`, `[ ]`, `[1,]`, `[,1]`, `[1 2]`, `[1,[2,{}]]`, `[`, `]`,
 		`{}`, `{ }`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `{1:2}`, `{"a":1 "b":2}`, `{"a":[{"b":null}]}`, `{"a":1}}`, `{"a":1}]`,
 		`[1]x`, `{} {}`, "\t{\r\n}\n", "\v1",
-		deep(maxDepth), deep(maxDepth + 1), deepObj(maxDepth), deepObj(maxDepth + 1), "[" + deep(maxDepth-1) + "," + deep(maxDepth-1) + "]",
+		deep(MaxDepth), deep(MaxDepth + 1), deepObj(MaxDepth), deepObj(MaxDepth + 1), "[" + deep(MaxDepth-1) + "," + deep(MaxDepth-1) + "]",
+		"[" + deep(MaxDepth) + "]", deep(10001), `{"a":` + deep(MaxDepth) + `,"id":1}`, `{"a":` + deep(MaxDepth) + `,"id":1`, deep(MaxDepth + 1)[1:],
 	} {
 		checkValid(t, []byte(s))
 	}
+	// Past MaxDepth the brackets are counted, not matched: a deep text
+	// that is not JSON passes (deep), and is refused for its depth.
+	b := []byte(`{"a":` + strings.Repeat("[", MaxDepth) + `{"x" 1 ]]` + strings.Repeat("]", MaxDepth-1) + `,"id":7}`)
+	if top, ok, deep := valid(b, nil); !ok || !deep || len(top) != 2 || string(b[top[1].valueStart:top[1].valueEnd]) != "7" {
+		t.Fatalf("deep, not JSON: ok %v deep %v members %v", ok, deep, top)
+	}
 }
 
-// checkValid checks valid against json.Valid, and the members it finds in
-// a top-level object against those a walk of the object finds.
+// checkValid checks valid against json.Valid and a count of b's nesting,
+// and the members it finds in a top-level object against those a walk of
+// the object finds.
 func checkValid(t *testing.T, b []byte) {
 	t.Helper()
-	top, ok := valid(b, nil)
-	if want := json.Valid(b); ok != want {
+	top, ok, deep := valid(b, nil)
+	want := json.Valid(b)
+	switch {
+	case want && !ok, !want && ok && !deep:
 		t.Fatalf("%.40q: valid %v, json.Valid %v", b, ok, want)
+	case want && deep != (nesting(b) > MaxDepth):
+		t.Fatalf("%.40q: deep %v, nesting %d", b, deep, nesting(b))
 	}
-	var want []span
-	if i := skipWS(b, 0); ok && b[i] == '{' {
+	var members []span
+	if i := skipWS(b, 0); want && b[i] == '{' {
 		for i = skipWS(b, i+1); b[i] != '}'; i = skipWS(b, i) {
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
 			}
 			ke := skipString(b, i)
 			vs := skipWS(b, skipWS(b, ke)+1)
-			want = append(want, span{keyStart: i, keyEnd: ke, valueStart: vs, valueEnd: skipValue(b, vs)})
-			i = want[len(want)-1].valueEnd
+			members = append(members, span{keyStart: i, keyEnd: ke, valueStart: vs, valueEnd: skipValue(b, vs)})
+			i = members[len(members)-1].valueEnd
 		}
 	}
-	if ok && !slices.Equal(top, want) {
-		t.Fatalf("%.40q: members %v, want %v", b, top, want)
+	if want && !slices.Equal(top, members) {
+		t.Fatalf("%.40q: members %v, want %v", b, top, members)
 	}
+}
+
+// nesting is how deeply the JSON text b nests.
+func nesting(b []byte) int {
+	depth, most := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = skipString(b, i) - 1
+		case '{', '[':
+			depth++
+			most = max(most, depth)
+		case '}', ']':
+			depth--
+		}
+	}
+	return most
 }
 
 func FuzzValid(f *testing.F) {

@@ -7,6 +7,8 @@
 // would take for jsonrpc, id, method, params, result or error. Strict does
 // the same for every object of a message guard decides on, and also refuses
 // invalid UTF-8 and lone surrogates, which decoders repair differently.
+// Parse refuses a message nested deeper than MaxDepth, which some peers
+// cannot read at all, in the same pass.
 package wire
 
 import (
@@ -184,15 +186,22 @@ type Message struct {
 // ErrParse is returned for text that is not JSON.
 var ErrParse = errors.New("not valid JSON")
 
+// ErrTooDeep is why a message nested deeper than MaxDepth is refused.
+var ErrTooDeep = fmt.Errorf("nested deeper than %d levels", MaxDepth)
+
 // InvalidError is valid JSON that is not a valid JSON-RPC 2.0 message. ID is
 // the message's id when it could be read (and CheckID accepts it).
 type InvalidError struct {
 	Reason string
 	ID     []byte
 	// Kind is what the message would be but for its id (KindRequest or
-	// KindResponse) when only the id is wrong; zero otherwise. A response
-	// is dropped rather than answered.
+	// KindResponse) when only the id is wrong, or what it is when it is
+	// refused for its depth alone (Err is ErrTooDeep); zero otherwise. A
+	// response refused for its id is dropped rather than answered; one
+	// refused for its depth still answers its request, with an error.
 	Kind Kind
+	// Err is the condition callers branch on (ErrTooDeep), or nil.
+	Err error
 }
 
 // maxSafeID is the largest integer id: 2^53-1, the last integer every
@@ -242,13 +251,17 @@ func CheckID(id []byte) error {
 
 func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Reason }
 
+func (e *InvalidError) Unwrap() error { return e.Err }
+
 var members = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 
-// Parse classifies one message.
+// Parse classifies one message. A message nested deeper than MaxDepth is
+// classified (its id, method and members found) and refused with ErrTooDeep,
+// found in the same pass; a batch is not: its elements are, one by one.
 func Parse(raw []byte) (Message, error) {
 	m := Message{Raw: raw}
 	var small [8]span
-	top, ok := valid(raw, small[:0])
+	top, ok, deep := valid(raw, small[:0])
 	if !ok {
 		return m, ErrParse
 	}
@@ -276,7 +289,7 @@ func Parse(raw []byte) (Message, error) {
 				idx = n
 				break
 			}
-			if invalid == "" && len(key) <= 3*len(name) && strings.EqualFold(string(key), name) {
+			if invalid == "" && caseVariant(key, name) {
 				invalid = fmt.Sprintf("member %q differs only in case from %q", key, name)
 			}
 		}
@@ -364,21 +377,48 @@ func Parse(raw []byte) (Message, error) {
 	default:
 		return m, &InvalidError{Reason: "neither a request nor a response", ID: m.ID}
 	}
+	if deep {
+		return m, &InvalidError{Reason: ErrTooDeep.Error(), ID: m.ID, Kind: m.Kind, Err: ErrTooDeep}
+	}
 	return m, nil
 }
 
-// SplitBatch returns the elements of a batch.
+// caseVariant reports whether key is not name, an ASCII member name, but is
+// taken for it by a decoder that matches names under Unicode simple case
+// folding, as encoding/json does ("IsError", "iſError" with U+017F). Such a
+// variant is at most three bytes a letter (the Kelvin sign K is three),
+// and begins with a byte that is not ASCII or is name's first letter in
+// either case: most names are told apart there, without EqualFold.
+func caseVariant(key []byte, name string) bool {
+	if len(key) < len(name) || len(key) > 3*len(name) {
+		return false
+	}
+	if c := key[0]; c < utf8.RuneSelf && lowerASCII(c) != lowerASCII(name[0]) {
+		return false
+	}
+	return string(key) != name && strings.EqualFold(string(key), name)
+}
+
+// SplitBatch returns the elements of a batch, each a slice of raw that
+// cannot grow into the next. An element nested too deep is returned like
+// any other, for Parse to refuse on its own.
 func SplitBatch(raw []byte) ([][]byte, error) {
-	var parts []json.RawMessage
-	if err := json.Unmarshal(raw, &parts); err != nil {
+	_, ok, _ := valid(raw, nil)
+	i := skipWS(raw, 0)
+	if !ok || raw[i] != '[' {
 		return nil, ErrParse
 	}
-	if len(parts) == 0 {
-		return nil, &InvalidError{Reason: "an empty batch"}
+	var out [][]byte
+	for i = skipWS(raw, i+1); raw[i] != ']'; i = skipWS(raw, i) {
+		if raw[i] == ',' {
+			i = skipWS(raw, i+1)
+		}
+		e := skipValue(raw, i)
+		out = append(out, raw[i:e:e])
+		i = e
 	}
-	out := make([][]byte, len(parts))
-	for i, p := range parts {
-		out[i] = p
+	if len(out) == 0 {
+		return nil, &InvalidError{Reason: "an empty batch"}
 	}
 	return out, nil
 }
@@ -410,23 +450,10 @@ func skipValue(b []byte, i int) int {
 	case '"':
 		return skipString(b, i)
 	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
+		if e := skipContainer(b, i); e >= 0 {
+			return e
 		}
-		return i
+		return len(b)
 	default:
 		for i < len(b) {
 			switch b[i] {
@@ -790,8 +817,10 @@ var resultMembers = []string{"content", "structuredContent", "isError", "_meta",
 // StrictResult checks a result that the client will read: no object
 // anywhere has a member name twice, no string holds invalid UTF-8 or a lone
 // surrogate, and, for a tools/call result (toolCall), no top-level member
-// differs only in case from one the protocol defines. Case variants inside
-// a tool's own data stay allowed. raw is valid JSON.
+// differs only in case from one the protocol defines, under the Unicode
+// simple case folding encoding/json matches names with ("iſError" is
+// isError to it). Case variants inside a tool's own data stay allowed. raw
+// is valid JSON.
 func StrictResult(raw []byte, toolCall bool) error {
 	if err := strict(raw, true); err != nil {
 		return err
@@ -810,7 +839,7 @@ func StrictResult(raw []byte, toolCall bool) error {
 		ke := skipString(raw, i)
 		k, _ := keyText(raw[i:ke])
 		for _, name := range resultMembers {
-			if string(k) != name && len(k) == len(name) && strings.EqualFold(string(k), name) {
+			if caseVariant(k, name) {
 				return &StrictError{Path: string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
 			}
 		}
@@ -818,6 +847,61 @@ func StrictResult(raw []byte, toolCall bool) error {
 		i = skipValue(raw, i)
 	}
 	return nil
+}
+
+// toolMembers are the members of a tool's definition that guard pins and
+// decides by, and annotationMembers those of its annotations: a case
+// variant of one is read as it by guard (encoding/json) and some clients,
+// and ignored by others.
+var (
+	toolMembers       = []string{"name", "title", "description", "inputSchema", "outputSchema", "annotations", "_meta"}
+	annotationMembers = []string{"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
+)
+
+// StrictListing checks a tools/list result as StrictResult checks any
+// result (no duplicate member names, valid UTF-8), and that no member of a
+// tool's definition, or of its annotations, differs only in case from one
+// the protocol defines: {"readOnlyHint":false,"ReadOnlyHint":true} would
+// be read-only to guard and not to a JavaScript client. Case variants
+// inside a tool's schemas stay allowed. raw is valid JSON.
+func StrictListing(raw []byte) error {
+	if err := strict(raw, true); err != nil {
+		return err
+	}
+	tools := ParamsMember(raw, "tools")
+	if len(tools) == 0 || tools[0] != '[' {
+		return nil
+	}
+	var err error
+	for i := skipWS(tools, 1); i < len(tools) && tools[i] != ']' && err == nil; i = skipWS(tools, i) {
+		if tools[i] == ',' {
+			i = skipWS(tools, i+1)
+		}
+		e := skipValue(tools, i)
+		def := tools[i:e]
+		err = caseVariants(def, toolMembers, "tools[].")
+		if err == nil {
+			err = caseVariants(ParamsMember(def, "annotations"), annotationMembers, "tools[].annotations.")
+		}
+		i = e
+	}
+	return err
+}
+
+// caseVariants reports the first member of obj that differs only in case
+// from one of names.
+func caseVariants(obj []byte, names []string, path string) error {
+	var err error
+	eachMember(obj, func(k, _ []byte) bool {
+		for _, name := range names {
+			if caseVariant(k, name) {
+				err = &StrictError{Path: path + string(k), Problem: fmt.Sprintf("member differs only in case from %q", name)}
+				return false
+			}
+		}
+		return true
+	})
+	return err
 }
 
 // strict checks every value of raw (see strictWalk.value). The walk keeps

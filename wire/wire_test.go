@@ -97,6 +97,116 @@ func TestStrict(t *testing.T) {
 	}
 }
 
+// A message nested deeper than MaxDepth is refused, and still classified:
+// a request is answered with its id, a response still answers its request.
+func TestParseRefusesDeepMessages(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	// The message is the first level, params the second.
+	at := func(levels int) string { return `{"a":` + nest(levels-2) + `}` }
+	for _, tc := range []struct {
+		raw    string
+		kind   Kind
+		id     string
+		method string
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + at(MaxDepth+1) + `}`, KindRequest, "1", "tools/call"},
+		{`{"params":` + at(MaxDepth+1) + `,"method":"tools/call","jsonrpc":"2.0","id":"later"}`, KindRequest, `"later"`, "tools/call"},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":` + at(MaxDepth+1) + `}`, KindNotification, "", "notifications/progress"},
+		// The TypeScript SDK writes a result before its id.
+		{`{"result":` + at(MaxDepth+1) + `,"jsonrpc":"2.0","id":7}`, KindResponse, "7", ""},
+		{`{"jsonrpc":"2.0","id":8,"error":{"code":1,"message":"m","data":` + nest(MaxDepth-1) + `}}`, KindResponse, "8", ""},
+		// Deeper than encoding/json reads (10,000): still a depth refusal.
+		{`{"jsonrpc":"2.0","id":9,"method":"ping","params":{"a":` + nest(20000) + `}}`, KindRequest, "9", "ping"},
+		// An id nested too deep is no id.
+		{`{"jsonrpc":"2.0","id":` + nest(MaxDepth) + `,"method":"ping"}`, KindRequest, "", ""},
+	} {
+		m, err := Parse([]byte(tc.raw))
+		var inv *InvalidError
+		if !errors.As(err, &inv) {
+			t.Errorf("%.60s: got %v, want InvalidError", tc.raw, err)
+			continue
+		}
+		if tc.id == "" && tc.method == "" { // refused for its id
+			if inv.ID != nil || inv.Kind != KindRequest {
+				t.Errorf("%.60s: id %s kind %d", tc.raw, inv.ID, inv.Kind)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrTooDeep) || inv.Kind != tc.kind || string(inv.ID) != tc.id || m.Kind != tc.kind || m.Method != tc.method || string(m.ID) != tc.id {
+			t.Errorf("%.60s: %v: kind %d/%d id %s/%s method %q", tc.raw, err, inv.Kind, m.Kind, inv.ID, m.ID, m.Method)
+		}
+	}
+	for _, raw := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + at(MaxDepth) + `}`,
+		`{"jsonrpc":"2.0","id":1,"result":` + at(MaxDepth) + `}`,
+	} {
+		if _, err := Parse([]byte(raw)); err != nil {
+			t.Errorf("%d levels refused: %v", MaxDepth, err)
+		}
+	}
+	// In a batch, each element is judged alone.
+	elem := `{"jsonrpc":"2.0","id":2,"method":"ping","params":` + at(MaxDepth) + `}`
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"ping"},` + elem + `]`
+	if m, err := Parse([]byte(batch)); err != nil || m.Kind != KindBatch {
+		t.Fatalf("batch: %v", err)
+	}
+	parts, err := SplitBatch([]byte(batch))
+	if err != nil || len(parts) != 2 || string(parts[1]) != elem {
+		t.Fatalf("split: %v %q", err, parts)
+	}
+	if _, err := Parse(parts[1]); err != nil {
+		t.Fatalf("element: %v", err)
+	}
+}
+
+// A case variant of a member a tools/call result defines is refused, under
+// Unicode simple case folding: encoding/json reads "ſtructuredContent"
+// (U+017F) as structuredContent, and a client that does sees what guard's
+// checks never did.
+func TestStrictResultRefusesCaseVariants(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{`{"content":[],"ſtructuredContent":{"rows":1}}`, `ſtructuredContent: member differs only in case from "structuredContent"`},
+		{`{"content":[],"iſError":true}`, `iſError: member differs only in case from "isError"`},
+		{`{"content":[],"IsError":true}`, `IsError: member differs only in case from "isError"`},
+		{`{"content":[],"_meta":{},"resultType":"complete","requeſtState":"x"}`, `requeſtState: member differs only in case from "requestState"`},
+		{`{"content":[],"structuredContent":{},"structuredContent":{}}`, `duplicate key "structuredContent"`},
+	} {
+		err := StrictResult([]byte(tc.raw), true)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: got %v, want %s", tc.raw, err, tc.want)
+		}
+	}
+	for _, raw := range []string{
+		`{"content":[{"type":"text","text":"x"}],"structuredContent":{"iſError":1,"Content":2},"isError":false}`,
+		`{"contents":[],"ſtructured":1}`,
+	} {
+		if err := StrictResult([]byte(raw), true); err != nil {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}
+
+// FuzzStrictResult: a tools/call result StrictResult accepts has no
+// top-level member that encoding/json's matching (Unicode simple case
+// folding, strings.EqualFold) takes for one the protocol defines.
+func FuzzStrictResult(f *testing.F) {
+	f.Add([]byte(`{"content":[],"isError":true}`))
+	f.Add([]byte(`{"content":[],"ſtructuredContent":{}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var top map[string]json.RawMessage
+		if !json.Valid(raw) || json.Unmarshal(raw, &top) != nil || StrictResult(raw, true) != nil {
+			return
+		}
+		for k := range top {
+			for _, name := range resultMembers {
+				if k != name && strings.EqualFold(k, name) {
+					t.Fatalf("%q passed, a case variant of %q", k, name)
+				}
+			}
+		}
+	})
+}
+
 func TestIDKeyAndReplace(t *testing.T) {
 	if IDKey([]byte(`1`)) == IDKey([]byte(`"1"`)) {
 		t.Fatal("number and string ids share a key")
@@ -258,13 +368,17 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		m, err := Parse(raw)
 		if !json.Valid(raw) {
-			if !errors.Is(err, ErrParse) {
+			// Past MaxDepth a text is refused for its depth, not read.
+			if !errors.Is(err, ErrParse) && !errors.Is(err, ErrTooDeep) {
 				t.Fatalf("invalid JSON accepted: %v", err)
 			}
 			return
 		}
 		if err != nil {
 			return
+		}
+		if m.Kind != KindBatch && nesting(raw) > MaxDepth {
+			t.Fatalf("a message nested %d levels deep accepted", nesting(raw))
 		}
 		if m.Kind == KindBatch {
 			return
@@ -367,6 +481,32 @@ func BenchmarkStrict(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := Strict(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchResult is a tools/call result as a server sends it: content and
+// structured content, a few levels deep.
+var benchResult = []byte(`{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"[{\"name\":\"todo.md\",\"size\":2048},{\"name\":\"report.docx\",\"size\":91234}]"}],"structuredContent":{"files":[{"name":"todo.md","size":2048,"tags":["notes","home"]},{"name":"report.docx","size":91234,"tags":["work"]}],"total":2},"isError":false}}`)
+
+func BenchmarkParseResult(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(benchResult); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkStrictResult(b *testing.B) {
+	m, err := Parse(benchResult)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := StrictResult(m.Result, true); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -520,6 +660,23 @@ func TestStringIs(t *testing.T) {
 		v, ok := String([]byte(tc.raw))
 		if got := StringIs([]byte(tc.raw), tc.s); got != tc.want || got != (ok && v == tc.s) {
 			t.Errorf("StringIs(%s, %q) = %v, want %v", tc.raw, tc.s, got, tc.want)
+		}
+	}
+}
+
+// A tool listing whose definitions or annotations carry a case variant of
+// a member guard pins and decides by is refused; one inside a schema is not.
+func TestStrictListing(t *testing.T) {
+	for raw, bad := range map[string]bool{
+		`{"tools":[{"name":"a","inputSchema":{"type":"object","properties":{"id":{},"ID":{}}},"annotations":{"readOnlyHint":true}}]}`: false,
+		`{"tools":[{"name":"a","annotations":{"readOnlyHint":false,"ReadOnlyHint":true}}]}`:                                           true,
+		`{"tools":[{"name":"a"},{"name":"b","Name":"delete_all"}]}`:                                                                   true,
+		`{"tools":[{"name":"a","deſcription":"hidden"}]}`:                                                                             true,
+		`{"tools":[{"name":"a","name":"b"}]}`:                                                                                         true,
+		`{"tools":[]}`:                                                                                                                false,
+	} {
+		if err := StrictListing([]byte(raw)); (err != nil) != bad {
+			t.Errorf("%s: %v", raw, err)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +42,30 @@ import (
 type User struct {
 	Subject string
 	Email   string
-	Groups  []string
+	// EmailVerified is the email_verified claim sent with Email, in ID
+	// tokens, userinfo, access tokens and introspection answers: nil
+	// sends true, what a provider says of an email it checked; Omitted
+	// leaves the claim out, as Entra ID does; any other value is sent as
+	// it is, such as false, or the string "false" that some userinfo
+	// endpoints send.
+	EmailVerified any
+	Groups        []string
+}
+
+// Omitted, as a User's EmailVerified, leaves the claim out.
+type Omitted struct{}
+
+// emailVerified is the email_verified claim to send for u, and whether
+// to send one.
+func (u *User) emailVerified() (any, bool) {
+	switch v := u.EmailVerified.(type) {
+	case nil:
+		return u.Email != "", u.Email != ""
+	case Omitted:
+		return nil, false
+	default:
+		return v, u.Email != ""
+	}
 }
 
 // Client is a registered OAuth client.
@@ -81,7 +105,12 @@ type Provider struct {
 	op     *op.Provider
 	st     *storage
 	srv    *httptest.Server
+	// keyFetches counts the requests for its key set (JWKS).
+	keyFetches atomic.Int64
 }
+
+// keysPath is where op publishes the key set.
+const keysPath = "/keys"
 
 // Start runs a provider on a loopback port until the test ends.
 func Start(t testing.TB, o Options) *Provider {
@@ -127,7 +156,30 @@ func New(o Options) (*Provider, error) {
 	}
 	mux.HandleFunc("/login", p.login)
 	mux.Handle("/", withResource(p.op))
+	mux.Handle(keysPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.keyFetches.Add(1)
+		p.op.ServeHTTP(w, r)
+	}))
 	return p, nil
+}
+
+// KeyFetches is how many times its key set (JWKS) was asked for.
+func (p *Provider) KeyFetches() int { return int(p.keyFetches.Load()) }
+
+// Rotate makes the provider sign with a new key from now on, under a new
+// key id, and publish it beside the ones before (which still verify the
+// tokens they signed).
+func (p *Provider) Rotate() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	s := p.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retired = append(s.retired, publicKey{&s.key.PublicKey, s.keyID})
+	s.key, s.keyID = key, uuid.NewString()
+	return nil
 }
 
 // Close stops the provider.
@@ -220,6 +272,9 @@ type Mint struct {
 	Opaque bool
 	// Claims are added to (or replace) the JWT's claims.
 	Claims map[string]any
+	// KeyID, when set, signs the JWT with a key the provider does not
+	// publish, under this key id: a forgery, or a key not published yet.
+	KeyID string
 }
 
 // Mint issues an access token.
@@ -257,16 +312,39 @@ func (p *Provider) Mint(t testing.TB, m Mint) string {
 	for k, v := range m.Claims {
 		claims[k] = v
 	}
-	s, err := p.st.sign(claims)
+	key := p.st.signing()
+	if m.KeyID != "" {
+		other, err := p.st.unpublished()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key = signingKey{other, m.KeyID}
+	}
+	s, err := sign(key, claims)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// sign makes a JWT of claims with the provider's key.
-func (s *storage) sign(claims map[string]any) (string, error) {
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: s.key, KeyID: s.keyID}},
+// unpublished is a key the provider signs with when a test asks for one
+// it does not publish: made once (a key takes a while to make).
+func (s *storage) unpublished() (*rsa.PrivateKey, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stranger == nil {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, err
+		}
+		s.stranger = k
+	}
+	return s.stranger, nil
+}
+
+// sign makes a JWT of claims with key.
+func sign(key signingKey, claims map[string]any) (string, error) {
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key.key, KeyID: key.id}},
 		(&jose.SignerOptions{}).WithType("JWT"))
 	if err != nil {
 		return "", err

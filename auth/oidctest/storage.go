@@ -19,11 +19,13 @@ import (
 // storage is the provider's op.Storage: users, clients, authorization
 // requests and tokens in memory.
 type storage struct {
-	opts  Options
-	key   *rsa.PrivateKey
-	keyID string
+	opts Options
 
 	mu        sync.Mutex
+	key       *rsa.PrivateKey // what it signs with now
+	keyID     string
+	retired   []publicKey     // keys it signed with before, still published
+	stranger  *rsa.PrivateKey // a key it does not publish (Mint.KeyID)
 	loginAs   string
 	requests  map[string]*authRequest // by id
 	codes     map[string]string       // code → request id
@@ -67,6 +69,9 @@ func (s *storage) userClaims(sub string, scopes []string) map[string]any {
 	if u := s.user(sub); u != nil {
 		if u.Email != "" {
 			c["email"] = u.Email
+		}
+		if v, ok := u.emailVerified(); ok {
+			c["email_verified"] = v
 		}
 		c[s.opts.GroupsClaim] = append([]string{}, u.Groups...)
 	}
@@ -222,24 +227,48 @@ func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, 
 	return "", "", op.ErrInvalidRefreshToken
 }
 
-type signingKey struct{ s *storage }
+type signingKey struct {
+	key *rsa.PrivateKey
+	id  string
+}
 
 func (k signingKey) SignatureAlgorithm() jose.SignatureAlgorithm { return jose.RS256 }
-func (k signingKey) Key() any                                    { return k.s.key }
-func (k signingKey) ID() string                                  { return k.s.keyID }
+func (k signingKey) Key() any                                    { return k.key }
+func (k signingKey) ID() string                                  { return k.id }
 
-type publicKey struct{ s *storage }
+type publicKey struct {
+	key *rsa.PublicKey
+	id  string
+}
 
-func (k publicKey) ID() string                         { return k.s.keyID }
+func (k publicKey) ID() string                         { return k.id }
 func (k publicKey) Algorithm() jose.SignatureAlgorithm { return jose.RS256 }
 func (k publicKey) Use() string                        { return "sig" }
-func (k publicKey) Key() any                           { return &k.s.key.PublicKey }
+func (k publicKey) Key() any                           { return k.key }
 
-func (s *storage) SigningKey(context.Context) (op.SigningKey, error) { return signingKey{s}, nil }
+// signing is the key the provider signs with now.
+func (s *storage) signing() signingKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return signingKey{s.key, s.keyID}
+}
+
+func (s *storage) SigningKey(context.Context) (op.SigningKey, error) { return s.signing(), nil }
 func (s *storage) SignatureAlgorithms(context.Context) ([]jose.SignatureAlgorithm, error) {
 	return []jose.SignatureAlgorithm{jose.RS256}, nil
 }
-func (s *storage) KeySet(context.Context) ([]op.Key, error) { return []op.Key{publicKey{s}}, nil }
+
+// KeySet publishes the key it signs with and the ones it signed with
+// before.
+func (s *storage) KeySet(context.Context) ([]op.Key, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := []op.Key{publicKey{&s.key.PublicKey, s.keyID}}
+	for _, k := range s.retired {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
 
 func (s *storage) GetClientByClientID(_ context.Context, id string) (op.Client, error) {
 	c := s.client(id)
@@ -269,9 +298,25 @@ func (s *storage) SetUserinfoFromRequest(_ context.Context, ui *oidc.UserInfo, r
 func (s *storage) setUserinfo(ui *oidc.UserInfo, sub string) {
 	ui.Subject = sub
 	if u := s.user(sub); u != nil {
-		ui.Email, ui.EmailVerified = u.Email, u.Email != ""
+		u.putEmail(&ui.UserInfoEmail, ui.AppendClaims)
 		ui.AppendClaims(s.opts.GroupsClaim, append([]string{}, u.Groups...))
 	}
+}
+
+// putEmail writes u's email and its email_verified claim into e: a claim
+// other than true through put, as it is (zitadel's own member is a
+// boolean, and false is left out of its JSON).
+func (u *User) putEmail(e *oidc.UserInfoEmail, put func(k string, v any)) {
+	e.Email = u.Email
+	v, ok := u.emailVerified()
+	if !ok {
+		return
+	}
+	if b, isBool := v.(bool); isBool && b {
+		e.EmailVerified = true
+		return
+	}
+	put("email_verified", v)
 }
 
 func (s *storage) SetUserinfoFromToken(_ context.Context, ui *oidc.UserInfo, _, sub, _ string) error {
@@ -290,8 +335,8 @@ func (s *storage) SetIntrospectionFromToken(ctx context.Context, resp *oidc.Intr
 	resp.Subject, resp.ClientID, resp.Scope, resp.Audience = t.subject, t.clientID, t.scopes, t.audience
 	resp.Expiration, resp.IssuedAt, resp.TokenType = oidc.FromTime(t.expiry), oidc.FromTime(t.issued), oidc.BearerToken
 	if u := s.user(t.subject); u != nil {
-		resp.Email, resp.EmailVerified = u.Email, u.Email != ""
 		resp.Claims = map[string]any{s.opts.GroupsClaim: append([]string{}, u.Groups...)}
+		u.putEmail(&resp.UserInfoEmail, func(k string, v any) { resp.Claims[k] = v })
 	}
 	return nil
 }

@@ -17,6 +17,11 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitUnverifiable is guard audit verify's and check's "cannot
+	// verify here": no key of this log, a key of another log, no
+	// database at that path. Everything they could check held; a
+	// failure exits 1 whatever else.
+	exitUnverifiable = 3
 )
 
 // app carries what a subcommand may touch of the outside world, so that

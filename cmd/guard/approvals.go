@@ -137,6 +137,10 @@ type approvalLine struct {
 	Used          string `json:"used"`
 	Scope         string `json:"scope"`
 	SessionEnded  string `json:"session_ended"`
+	// RequiredVia is how whoever decides must have been verified, as the
+	// configuration said when the call was held (oidc, passkey); "" for
+	// any way, a typed name too.
+	RequiredVia string `json:"required_via,omitempty"`
 	// Requester is who the front authenticated for the held call; the
 	// approval's rules, its reviews, and what it still needs follow.
 	Requester *guard.Identity        `json:"requester,omitempty"`
@@ -160,7 +164,7 @@ func lineOf(x *guard.Approval) approvalLine {
 		PolicyVersion: x.PolicyVersion, Rule: x.Rule, HeldReason: x.HeldReason, DecidedBy: x.DecidedBy,
 		Reason: x.Reason, Created: recordTime(x.CreatedAt), Expires: recordTime(x.ExpiresAt),
 		Decided: recordTime(x.DecidedAt), Used: recordTime(x.UsedAt), Scope: x.Scope, SessionEnded: recordTime(x.SessionEnded),
-		Reviews: x.Reviews, Approvals: guard.Approvals(x.Reviews), Needed: x.Approvers.Needed()}
+		RequiredVia: x.RequiredVia, Reviews: x.Reviews, Approvals: guard.Approvals(x.Reviews), Needed: x.Approvers.Needed()}
 	if !x.Caller.IsZero() {
 		l.Requester = &x.Caller
 	}

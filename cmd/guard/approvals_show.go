@@ -83,6 +83,9 @@ func approvalsShow(ctx context.Context, a *app, args []string) int {
 	if !x.Approvers.IsZero() {
 		row("needs", x.Approvers.String()+", each a verified identity")
 	}
+	if what, where := guard.RequiredViaText(x.RequiredVia); what != "" {
+		row("decided with", what+", as configured when it was held: "+where+"; a name typed here cannot decide it")
+	}
 	for i, r := range x.Reviews {
 		verb := "denied"
 		if r.Approve {

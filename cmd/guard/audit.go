@@ -17,10 +17,10 @@ import (
 )
 
 func init() {
-	commands["audit"] = command{summary: "query, verify, prove, export and report on the audit log: audit query|verify|key|checkpoint|prove|export|check|report|prune", run: cmdAudit}
+	commands["audit"] = command{summary: "query, verify, prove, export and report on the audit log: audit query|verify|key|checkpoint|prove|export|check|report|prune|acknowledge-loss", run: cmdAudit}
 }
 
-const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | report [--since DUR] [--until TIME] [--format text|html|csv] | prune [--dry-run] (guard audit SUBCOMMAND -h for its flags)"
+const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | report [--since DUR] [--until TIME] [--format text|html|csv] | prune [--dry-run] | acknowledge-loss ID [--reason TEXT] (guard audit SUBCOMMAND -h for its flags)"
 
 func cmdAudit(ctx context.Context, a *app, args []string) int {
 	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
@@ -45,8 +45,10 @@ func cmdAudit(ctx context.Context, a *app, args []string) int {
 		return auditReportCmd(ctx, a, args[1:])
 	case "prune":
 		return auditPrune(ctx, a, args[1:])
+	case "acknowledge-loss":
+		return auditAcknowledgeLoss(ctx, a, args[1:])
 	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, report, prune)\n", args[0])
+	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, report, prune, acknowledge-loss)\n", args[0])
 	return exitUsage
 }
 
@@ -65,9 +67,12 @@ func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, 
 // read-only (no migration, no file created, nothing written), so that they
 // work on a full disk.
 func (a *app) openReadOnly(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
-	return a.openWith(ctx, cf, func(ctx context.Context, st *settings) (*store.DB, error) {
-		return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
-	})
+	return a.openWith(ctx, cf, a.openReadOnlyWith)
+}
+
+// openReadOnlyWith opens the database of the resolved settings read-only.
+func (a *app) openReadOnlyWith(ctx context.Context, st *settings) (*store.DB, error) {
+	return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
 }
 
 func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context.Context, *settings) (*store.DB, error)) (*store.DB, *settings, int, bool) {

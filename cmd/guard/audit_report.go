@@ -112,10 +112,7 @@ func auditReportCmd(ctx context.Context, a *app, args []string) int {
 		fmt.Fprintf(a.stderr, "guard audit report: %v\n", err)
 		return exitFailure
 	}
-	if !r.Verified.OK {
-		return exitFailure // the report says why
-	}
-	return exitOK
+	return verdictStatus(r.Verified.Verdict()) // the report says why
 }
 
 var reportFormats = map[string]func(io.Writer, *auditReport) error{
@@ -164,10 +161,25 @@ func thousands(n int64) string {
 
 // verification is the report's statement on the log's integrity.
 func (r *auditReport) verification() string {
-	if r.Verified.OK {
-		return fmt.Sprintf("ok: all %s records of the log verify: each matches its hash, and the chain of hashes between them is unbroken", thousands(r.Verified.Records))
+	switch r.Verified.Verdict() {
+	case store.VerdictFailed:
+		return fmt.Sprintf("FAILED after %s records: %s", thousands(r.Verified.Records), r.Verified.Problem)
+	case store.VerdictUnverifiable:
+		return fmt.Sprintf("NOT VERIFIED: %s records were checked, and all that could be holds, but: %s", thousands(r.Verified.Records), r.Verified.Why())
 	}
-	return fmt.Sprintf("FAILED after %s records: %s", thousands(r.Verified.Records), r.Verified.Problem)
+	return fmt.Sprintf("ok: all %s records of the log verify: each matches its hash, and the chain of hashes between them is unbroken", thousands(r.Verified.Records))
+}
+
+// VerifiedAs is the verification's verdict in a word or two, for the
+// report's summary: ok, FAILED, NOT VERIFIED.
+func (r *auditReport) VerifiedAs() string {
+	switch r.Verified.Verdict() {
+	case store.VerdictFailed:
+		return "FAILED"
+	case store.VerdictUnverifiable:
+		return "NOT VERIFIED"
+	}
+	return "ok"
 }
 
 // verdicts sums up what became of the held calls.
@@ -237,11 +249,7 @@ func writeReportText(w io.Writer, r *auditReport) error {
 		r.Changes.Definitions, r.Changes.Accepted, r.Changes.Rejected, r.Changes.Pending)
 	fmt.Fprintf(tw, "  Policy changes\t%d\trules learned: %d, configurations loaded: %d\n",
 		len(r.PolicyChanges), r.Changes.Rules, len(r.PolicyChanges)-r.Changes.Rules)
-	status := "ok"
-	if !r.Verified.OK {
-		status = "FAILED"
-	}
-	fmt.Fprintf(tw, "  Verification\t%s\t%s records\n", status, thousands(r.Verified.Records))
+	fmt.Fprintf(tw, "  Verification\t%s\t%s records\n", r.VerifiedAs(), thousands(r.Verified.Records))
 	if section("Calls per server and tool", len(r.Tools) == 0, "SERVER", "TOOL", "CALLS", "ALLOWED", "DENIED", "HELD", "ERRORS") {
 		for _, t := range r.Tools {
 			row(t.Server, t.Tool, thousands(t.Calls), thousands(t.Allowed), thousands(t.Denied), thousands(t.Held), thousands(t.Errors))
@@ -359,11 +367,8 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 		put("policy_changes", map[string]string{"item": c.Kind, "state": c.What, "time": stamp(c.Time), "decided_by": c.DecidedBy,
 			"reason": c.Reason, "server": c.Server, "tool": c.Tool})
 	}
-	verdict := "ok"
-	if !r.Verified.OK {
-		verdict = "failed"
-	}
-	put("verification", map[string]string{"item": "records", "count": n(r.Verified.Records), "verdict": verdict, "reason": r.Verified.Problem})
+	verdict := map[store.Verdict]string{store.VerdictVerified: "ok", store.VerdictFailed: "failed", store.VerdictUnverifiable: "unverifiable"}[r.Verified.Verdict()]
+	put("verification", map[string]string{"item": "records", "count": n(r.Verified.Records), "verdict": verdict, "reason": r.Verified.Why()})
 	cw.Flush()
 	return cw.Error()
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/guard-mcp/guard/metrics"
@@ -139,40 +141,84 @@ func auditVerifyTree(ctx context.Context, a *app, args []string) int {
 		}
 		o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
 	}
-	db, st, status, ok := a.openReadOnly(ctx, cf)
+	// A log that cannot be opened or read here (a database that cannot
+	// be reached, a file that is not a guard database) is not one that
+	// failed: exit 1 says the log is not intact, and only the log's
+	// contents say that.
+	cannot := func(err error) int {
+		fmt.Fprintf(a.stdout, "CANNOT VERIFY: %v\n", err)
+		return exitUnverifiable
+	}
+	st, status, ok := a.settingsOrExit(cf)
 	if !ok {
 		return status
+	}
+	db, err := a.openReadOnlyWith(ctx, st)
+	if err != nil {
+		return cannot(err)
 	}
 	defer db.Close()
 	// Every checkpoint a file witness holds, not only its latest: a
 	// history signed after a truncation gets witnessed too.
 	held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
-		return exitFailure
+		return cannot(err)
 	}
 	o.Kept = append(o.Kept, held...)
 	rep, err := db.VerifyWith(ctx, o)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit verify: %v\n", err)
-		return exitFailure
+		return cannot(err)
 	}
 	fmt.Fprintln(a.stdout, verifiedLine(rep))
-	if !rep.OK {
+	return verdictStatus(rep.Verdict())
+}
+
+// verdictStatus is the exit status of a verification's verdict.
+func verdictStatus(v store.Verdict) int {
+	switch v {
+	case store.VerdictFailed:
 		return exitFailure
+	case store.VerdictUnverifiable:
+		return exitUnverifiable
 	}
 	return exitOK
 }
 
-// verifiedLine is what guard audit verify says of a verification.
+// verifiedLine is what guard audit verify says of a verification: its
+// verdict first (ok, FAILED, CANNOT VERIFY), then one line for each
+// reason it could not verify and each note.
 func verifiedLine(rep store.Report) string {
-	switch {
-	case !rep.OK:
-		return fmt.Sprintf("FAILED after %d records: %s", rep.Records, rep.Problem)
-	case rep.Witnessed:
-		return fmt.Sprintf("ok: %d records%s, extends checkpoint %d", rep.Records, prunedNote(rep), rep.Extends)
+	var lines []string
+	switch rep.Verdict() {
+	case store.VerdictFailed:
+		lines = append(lines, fmt.Sprintf("FAILED after %d records: %s", rep.Records, rep.Problem))
+	case store.VerdictUnverifiable:
+	case store.VerdictVerified:
+		if rep.Witnessed {
+			lines = append(lines, fmt.Sprintf("ok: %d records%s, extends checkpoint %d", rep.Records, prunedNote(rep), rep.Extends))
+		} else {
+			lines = append(lines, fmt.Sprintf("ok, unwitnessed: %d records%s", rep.Records, prunedNote(rep)))
+		}
 	}
-	return fmt.Sprintf("ok, unwitnessed: %d records%s", rep.Records, prunedNote(rep))
+	lines = append(lines, unverifiedLines(rep.Findings)...)
+	if rep.Verdict() == store.VerdictUnverifiable && rep.Records > 0 {
+		lines = append(lines, fmt.Sprintf("all else holds: %d records%s, each record's hash, link and leaf, the tree, and the size and root of each checkpoint",
+			rep.Records, prunedNote(rep)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// unverifiedLines are the lines of what could not be verified, and of
+// the notes.
+func unverifiedLines(f store.Findings) []string {
+	var lines []string
+	for _, r := range f.Unverifiable {
+		lines = append(lines, "CANNOT VERIFY: "+r)
+	}
+	for _, n := range f.Notes {
+		lines = append(lines, "note: "+n)
+	}
+	return lines
 }
 
 // prunedNote says how many of the records verified retention pruned.
@@ -265,22 +311,28 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 		return exitUsage
 	}
 	var v note.Verifier
-	var err error
+	local := "" // the key file read for want of --key
 	if *key != "" {
-		v, err = store.ParseVerifier(*key)
+		var err error
+		if v, err = store.ParseVerifier(*key); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
+			return exitUsage
+		}
 	} else {
+		// This machine's log's key, where there is one: the check
+		// says when it is another log's than the files', and when
+		// there is none, and checks all else.
 		st, status, ok := a.settingsOrExit(cf)
 		if !ok {
 			return status
 		}
-		var k string
-		if k, err = store.VerifierKeyOf(keyPath(st)); err == nil {
-			v, err = note.NewVerifier(k)
+		if k, err := store.VerifierKeyOf(keyPath(st)); err == nil {
+			v, _ = note.NewVerifier(k) // guard's own form: it parses
+			local = keyPath(st)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
+			return exitUsage
 		}
-	}
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
-		return exitUsage
 	}
 	var files []store.File
 	for _, name := range fs.Args() {
@@ -291,13 +343,18 @@ func auditCheck(_ context.Context, a *app, args []string) int {
 		}
 		files = append(files, store.File{Name: name, Data: b})
 	}
-	lines, err := store.CheckFiles(v, files)
+	lines, f := store.CheckFiles(v, files)
 	for _, l := range lines {
 		fmt.Fprintln(a.stdout, l)
 	}
-	if err != nil {
-		fmt.Fprintf(a.stdout, "FAILED: %v\n", err)
-		return exitFailure
+	if f.Problem != "" {
+		fmt.Fprintf(a.stdout, "FAILED: %s\n", f.Problem)
 	}
-	return exitOK
+	for _, l := range unverifiedLines(f) {
+		fmt.Fprintln(a.stdout, l)
+	}
+	if local != "" && len(f.Unverifiable) > 0 {
+		fmt.Fprintf(a.stdout, "note: the key was this machine's checkpoint key, at %s: no --key was given\n", local)
+	}
+	return verdictStatus(f.Verdict())
 }

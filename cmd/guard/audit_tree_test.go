@@ -58,6 +58,10 @@ func writeFile(t *testing.T, path, text string) string {
 	return path
 }
 
+// originOf is the log a verifier key names, as guard audit key printed
+// it.
+func originOf(key string) string { return strings.Split(key, "+")[0] }
+
 func wantOutput(t *testing.T, what, got, want string) {
 	t.Helper()
 	if !strings.Contains(got, want) {
@@ -129,12 +133,14 @@ func TestAuditKeyCheckpointProveExportCheck(t *testing.T) {
 	altered := writeFile(t, filepath.Join(dir, "altered.jsonl"), strings.Replace(export, `"/tmp/3"`, `"/tmp/4"`, 1))
 	out = guardIn(t, dir, path, 1, "audit", "check", "--key", key, altered)
 	wantOutput(t, "check altered", out, "FAILED: "+altered+": record 7 (id call-3-req) does not match its hash")
-	// A proof against another log's key.
+	// A proof against another log's key: checked but for its signature,
+	// which cannot be checked here.
 	other := filepath.Join(t.TempDir(), "other.db")
 	appendCalls(t, other, 0, 1)
 	otherKey := strings.TrimSpace(guardIn(t, dir, other, 0, "audit", "key"))
-	out = guardIn(t, dir, path, 1, "audit", "check", "--key", otherKey, proofFile)
-	wantOutput(t, "check with another key", out, "its checkpoint: it is not signed by guard-audit/")
+	out = guardIn(t, dir, path, exitUnverifiable, "audit", "check", "--key", otherKey, proofFile)
+	wantOutput(t, "check with another key", out, "CANNOT VERIFY: the key is another log's: it signs as "+originOf(otherKey)+
+		", and the checkpoint of "+proofFile+" is of "+originOf(key)+". Nothing was checked with it")
 
 	guardIn(t, dir, path, 2, "audit", "export", "--format", "xml")
 	guardIn(t, dir, path, 2, "audit", "verify", "--key", "not-a-key")
@@ -202,8 +208,15 @@ func TestAuditVerifyCatchesARewriteOnlyAgainstWhatWasKept(t *testing.T) {
 	}
 	appendCalls(t, path, 50, 6)
 	wantOutput(t, "verify", guardIn(t, dir, path, 0, "audit", "verify"), "ok, unwitnessed: 12 records")
-	wantOutput(t, "verify --key", guardIn(t, dir, path, 1, "audit", "verify", "--key", key), "is not signed by "+strings.Split(key, "+")[0])
+	// The pinned key is another log's than the one there now: nothing is
+	// checked with it, and verify says so, and what it means.
+	out := guardIn(t, dir, path, exitUnverifiable, "audit", "verify", "--key", key)
+	wantOutput(t, "verify --key", out, "CANNOT VERIFY: the key given is another log's key: it signs as "+originOf(key))
+	wantOutput(t, "verify --key", out, "if it is the key you pinned for this log, the log was signed with another key since")
 	wantOutput(t, "verify --checkpoint", guardIn(t, dir, path, 1, "audit", "verify", "--checkpoint", kept), "the checkpoint in "+kept+": it is not signed by")
+	// With the kept checkpoint as well, the rewrite fails.
+	wantOutput(t, "verify --key --checkpoint", guardIn(t, dir, path, 1, "audit", "verify", "--key", key, "--checkpoint", kept),
+		"FAILED after 12 records: the checkpoint in "+kept+": it is of "+originOf(key)+", and this log's checkpoints of ")
 
 	// The same with the key kept: only the checkpoint catches it.
 	path2 := filepath.Join(dir, "db2", "guard.db")

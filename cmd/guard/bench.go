@@ -57,7 +57,7 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
 	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
 	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
-	haproxyConfig := fs.String("haproxy-config", "docs/haproxy.cfg", "with --replicas: the HAProxy configuration `template`")
+	haproxyConfig := fs.String("haproxy-config", "replicas/testdata/haproxy.cfg.tmpl", "with --replicas: the HAProxy configuration `template` (docs/haproxy.cfg with its addresses as placeholders)")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}

@@ -45,7 +45,7 @@ func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontA
 		f.keepTokens = f.keepTokens || s.TokenExchange != nil
 	}
 	if a := cfg.Auth; a.Issuer != "" {
-		v, err := auth.New(auth.Config{Issuer: a.Issuer, Audience: a.Audience, Scopes: a.Scopes, GroupsClaim: a.GroupsClaim,
+		v, err := auth.New(auth.Config{Issuer: a.Issuer, Audience: a.Audience, Scopes: a.Scopes, GroupsClaim: a.GroupsClaim, TrustEmail: a.TrustEmail,
 			IntrospectionClientID: a.Introspection.ClientID, IntrospectionClientSecret: a.Introspection.ClientSecret, Logger: logger})
 		if err != nil {
 			return nil, err

@@ -67,7 +67,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"policy", "check", "--config", bad}, 2, "", bad + `:2: "sometimes" is not one of annotations, allow, deny, approve`},
 		{[]string{"policy", "check", "--config", filepath.Join(dir, "missing.yaml")}, 2, "", "missing.yaml"},
 		{[]string{"policy", "check"}, 0, "built-in defaults", ""},
-		{[]string{"audit", "verify"}, 0, "ok, unwitnessed: 0 records", ""},
+		{[]string{"audit", "verify"}, 3, "CANNOT VERIFY: there is no database at", ""},
 		{[]string{"audit", "query", "--format", "xml"}, 2, "", "want table, jsonl or csv"},
 		{[]string{"audit", "query", "--since", "yesterday"}, 2, "", "neither an RFC 3339 time nor a duration"},
 		{[]string{"audit", "query", "--since", "7d"}, 0, "TIME", ""},

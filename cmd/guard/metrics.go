@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -44,10 +45,24 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
+	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged).", func() (float64, error) {
+		return float64(db.IntegrityAlerts()), nil
+	})
 	addVerifyMetrics(reg, db)
 	treeMetrics(reg, db)
 	retentionMetrics(reg, db)
 	return reg
+}
+
+// healthMetrics adds readiness: what /readyz answers, for alerts that
+// do not poll it.
+func healthMetrics(reg *metrics.Registry, h *health.Checker) {
+	reg.Gauge("guard_ready", "1 while /readyz answers 200 (the audit log can be written), 0 while it answers 503.", func() (float64, error) {
+		if h.Ready() {
+			return 1, nil
+		}
+		return 0, nil
+	})
 }
 
 // errNoVerification leaves out the gauges of the last verification while

@@ -96,7 +96,11 @@ func policyCheck(ctx context.Context, a *app, args []string) int {
 		if len(st.Config.Clients) > 0 {
 			fmt.Fprintf(a.stdout, ", or a static token of clients: (%d)", len(st.Config.Clients))
 		}
-		fmt.Fprintln(a.stdout, "; rules see the caller as user (sub, email, groups from the claim "+au.GroupsClaim+")")
+		email := "email where the token says email_verified: true"
+		if au.TrustEmail {
+			email = "email where the token says email_verified: true or leaves it out (auth.trust_email)"
+		}
+		fmt.Fprintln(a.stdout, "; rules see the caller as user (sub, "+email+", groups from the claim "+au.GroupsClaim+")")
 	}
 	if st.Config.Policy.Mode == "monitor" {
 		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")

@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
@@ -58,6 +59,9 @@ type relaying struct {
 	// listings tells the sessions when a tool's review or the policy
 	// changed (see watchListings).
 	listings *proxy.Beacon
+	// health answers /healthz and /readyz on guard serve's listener and
+	// the UI's, and probes the audit log while it cannot be written.
+	health *health.Checker
 }
 
 // started records, in the audit log, that the process started and what it
@@ -193,8 +197,12 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	if rt.notifier != nil {
 		bg.Go(func() { rt.notifier.Run(ctx) })
 	}
+	rt.health = newHealth(db, cmd, logger)
+	bg.Go(func() { rt.health.Run(ctx) })
+	// A hold keeps how whoever decides must have been verified, as the
+	// configuration in force when the call is held says.
 	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
-		Process: process, Logger: logger})
+		Process: process, Logger: logger, RequiredVia: func() string { return engine.Config().RequiredVia() }})
 	// Every relaying process withdraws the holds of processes that are
 	// gone, at start and after each beat.
 	rt.replicas.holds = holds
@@ -203,7 +211,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 		// The process goes on once its UI serves, or another's does:
 		// guard ui url then finds it as soon as the process answers.
 		tried := make(chan struct{})
-		bg.Go(func() { serveUI(ctx, st, db, holds, engine, listen, ui.limits, tried, logger) })
+		bg.Go(func() { serveUI(ctx, st, db, holds, engine, rt.health, listen, ui.limits, tried, logger) })
 		<-tried
 	}
 	rt.listings = &proxy.Beacon{}
@@ -229,6 +237,34 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	rt.contracts = policy.NewContracts(cfg.AssertFormats)
 	rt.scan = toolScanner(ctx, db, logger)
 	return rt, 0, true
+}
+
+// newHealth is the readiness of a process on db: ready while the audit
+// log can be written, each recovery recorded as a lifecycle record of
+// process's.
+func newHealth(db *store.DB, process string, logger *slog.Logger) *health.Checker {
+	o := health.Options{Log: db, Logger: logger.With("component", "health"),
+		Recovered: func(_ context.Context, since time.Time, cause string) error {
+			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: buildVersion(),
+				Reason: fmt.Sprintf("the audit log can be written again; it could not since %s: %s", since.UTC().Format(time.RFC3339), cause)})
+		}}
+	// The integrity alerts the store keeps show in /readyz's body and
+	// never make it 503.
+	o.Alerts = alertTexts{db}
+	return health.New(o)
+}
+
+// alertTexts are the store's integrity alerts as /readyz counts them.
+type alertTexts struct{ db *store.DB }
+
+// Alerts lists the alerts no one has acknowledged, in words.
+func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
+	alerts, err := a.db.Alerts(ctx)
+	texts := make([]string, len(alerts))
+	for i, al := range alerts {
+		texts[i] = al.Text
+	}
+	return texts, err
 }
 
 // recordConfig records each configuration a process's engine loads, in the
@@ -284,6 +320,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 	return proxy.Options{
 		Server:           server,
 		MaxMessage:       int(cfg.MaxMessage),
+		MaxRequest:       int(cfg.MaxRequest),
 		Recorder:         rt.db,
 		Catalog:          rt.db,
 		Decider:          rt.engine,

@@ -67,11 +67,13 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	// /healthz and /metrics answer only guard's own Host names, like
-	// every other route; /metrics needs a client's token where tokens are
+	// /metrics and the endpoints answer only guard's own Host names
+	// (DNS rebinding); /metrics needs a client's token where tokens are
 	// configured (it names servers and tools). Behind a balancer, the
-	// public host is one of them.
-	hosts := append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...)
+	// public host is one of them, and allowed_hosts adds more. /healthz
+	// and /readyz answer any Host: a balancer's check sends what it
+	// likes, and they tell nothing a page could use.
+	hosts := append(append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
 	base := "http://" + *listen // what clients use, as printed
 	if cfg.PublicURL != "" {
 		base = cfg.PublicURL
@@ -91,11 +93,9 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 		}()
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", proxy.CheckHosts(hosts, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		fmt.Fprintln(w, "ok")
-	})))
+	rt.health.Routes(mux)
 	reg := newMetrics(db)
+	healthMetrics(reg, rt.health)
 	streamMetrics(reg, rt.streamer)
 	notifyMetrics(reg, rt.notifier)
 	if rt.replicas != nil {

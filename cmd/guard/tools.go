@@ -221,7 +221,7 @@ func toolsDecide(ctx context.Context, a *app, args []string, accept bool) int {
 	// when the change weakens the tool's declared caution or the scanner
 	// flagged it (approvals.ReleasesHeld).
 	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
-	r, settled, err := approvals.DecideDefinition(ctx, db, m, server, tool, cur.Pin, accept, who, *reason)
+	r, settled, err := approvals.DecideDefinition(ctx, db, m, server, tool, cur.Pin, accept, approvals.Named(who), *reason)
 	if r == nil {
 		fmt.Fprintf(a.stderr, "guard tools %s: %v\n", verb, err)
 		return exitFailure

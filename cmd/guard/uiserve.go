@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
@@ -38,7 +40,7 @@ const takeoverEvery = 2 * time.Second
 // descriptors: a local program that opens connections without end, or
 // trickles its requests in, must not leave guard without descriptors to
 // start its servers with.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
 	if lim.Conns <= 0 {
 		lim.Conns = httplimit.Conns(16)
 	}
@@ -90,7 +92,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
 			done()
-			runUI(ctx, ui, httplimit.Listener(ln, lim), lim)
+			runUI(ctx, ui, probes, httplimit.Listener(ln, lim), lim)
 			l.Event, l.Reason = store.LifecycleStopped, "the approval UI stopped"
 			recordLifecycle(db, logger, l)
 			return
@@ -117,7 +119,7 @@ func uiOIDC(c *policy.Config, listen string) *web.OIDC {
 		return nil
 	}
 	return &web.OIDC{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes,
-		GroupsClaim: o.GroupsClaim, RedirectURL: uiOrigin(c, listen) + "/login/oidc/callback"}
+		GroupsClaim: o.GroupsClaim, TrustEmail: o.TrustEmail, RedirectURL: uiOrigin(c, listen) + "/login/oidc/callback"}
 }
 
 // uiPasskeys makes every decision in the UI need a passkey, nil unless
@@ -135,8 +137,13 @@ func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
 	return &web.Passkeys{Store: db, Origin: origin}
 }
 
-func runUI(ctx context.Context, ui *web.Server, l net.Listener, lim httplimit.Limits) {
-	srv := httplimit.Server(ui, lim)
+// runUI serves the UI on l, and beside it /healthz and /readyz, so that a
+// balancer in front of the UI reads the same readiness as guard serve's.
+func runUI(ctx context.Context, ui *web.Server, probes *health.Checker, l net.Listener, lim httplimit.Limits) {
+	mux := http.NewServeMux()
+	probes.Routes(mux)
+	mux.Handle("/", ui)
+	srv := httplimit.Server(mux, lim)
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go ui.Run(uctx)

@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+)
+
+// The request methods are each revision's, in each direction; before the
+// revision is known any revision's count.
+func TestRequestMethodsPerRevision(t *testing.T) {
+	for _, rev := range []string{guard.Rev20241105, guard.Rev20250326, guard.Rev20250618, guard.Rev20251125, guard.Rev20260728} {
+		r, ok := requests[rev]
+		if !ok {
+			t.Fatalf("no request methods for %s", rev)
+		}
+		// requestAsNotification passes every notifications/... method
+		// without looking: no request may have such a name.
+		for _, m := range append(r.client, r.server...) {
+			if strings.HasPrefix(m, "notifications/") {
+				t.Errorf("%s: request %q looks like a notification", rev, m)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		rev, method string
+		toServer    bool
+		want        bool
+	}{
+		{guard.Rev20250618, "tools/call", true, true},
+		{guard.Rev20250618, "tools/call", false, false},
+		{guard.Rev20250618, "elicitation/create", false, true},
+		{guard.Rev20250326, "elicitation/create", false, false},
+		{guard.Rev20251125, "tasks/cancel", true, true},
+		{guard.Rev20251125, "tasks/cancel", false, true},
+		{guard.Rev20260728, "sampling/createMessage", false, false},
+		{guard.Rev20260728, "subscriptions/listen", true, true},
+		{guard.Rev20260728, "initialize", true, false},
+		{"", "subscriptions/listen", true, true},
+		{"", "elicitation/create", false, true},
+		{"2099-01-01", "tasks/get", true, true},
+		{"", "notifications/initialized", true, false},
+		{"", "tools/cal", true, false},
+	} {
+		if got := isRequestMethod(tc.rev, tc.method, tc.toServer); got != tc.want {
+			t.Errorf("%q %s (to server %v): %v, want %v", tc.rev, tc.method, tc.toServer, got, tc.want)
+		}
+	}
+}
+
+// droppedMethods returns the methods of the notifications db recorded as
+// dropped for naming a request, by direction.
+func droppedMethods(t *testing.T, db interface {
+	Records(context.Context, func(*guard.Record) error) error
+}) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	if err := db.Records(context.Background(), func(r *guard.Record) error {
+		var d struct{ Method string }
+		if r.Method == "guard/dropped" && json.Unmarshal([]byte(r.Detail), &d) == nil && d.Method != "" {
+			out[d.Method] = r.Direction
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A tools/call sent as a notification (no id) reached the server with no
+// decision and no record: a server that acts on notifications ran a tool
+// guard holds. A notification whose method the revision defines as a
+// request is dropped and recorded, before the revision is known too, in
+// both directions and inside a batch.
+func TestRelayDropsNotificationsWithRequestMethods(t *testing.T) {
+	got := make(chan []byte, 100)
+	h := newHarness(t, harnessOpts{raw: true, quiet: true,
+		server: scriptedServer(got, func(m map[string]any, _ []byte) []string {
+			id, _ := json.Marshal(m["id"])
+			switch {
+			case m["method"] == "initialize":
+				return []string{`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"protocolVersion":"2025-03-26","capabilities":{"tools":{}},"serverInfo":{"name":"scripted","version":"1"}}}`}
+			case m["method"] == "ping" && m["id"] != nil:
+				// The server's requests without an id, then the answer.
+				return []string{
+					`{"jsonrpc":"2.0","method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}`,
+					`{"jsonrpc":"2.0","method":"roots/list"}`,
+					`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{}}`,
+				}
+			}
+			return nil
+		})})
+	deleteAll := `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`
+	h.send(deleteAll) // before initialize: any revision's requests
+	h.initialize(guard.Rev20250326)
+	h.send(deleteAll)
+	h.send(`{"jsonrpc":"2.0","method":"resources/read","params":{"uri":"file:///etc/passwd"}}`)
+	h.send(`[{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{"title":"b"}}},{"jsonrpc":"2.0","id":"in batch","method":"ping"}]`)
+	l := <-h.lines
+	var arr []map[string]any
+	if err := json.Unmarshal(l, &arr); err != nil || len(arr) != 1 || arr[0]["id"] != "in batch" {
+		t.Fatalf("the batch's answer: %s", l)
+	}
+	h.send(`{"jsonrpc":"2.0","id":"p","method":"ping"}`)
+	if m := h.next(); m["id"] != "p" {
+		t.Fatalf("the client read %v before the ping's answer", m)
+	}
+	for {
+		var m map[string]any
+		select {
+		case l := <-got:
+			_ = json.Unmarshal(l, &m)
+		case <-time.After(100 * time.Millisecond):
+			m = nil
+		}
+		if m == nil {
+			break
+		}
+		if method, _ := m["method"].(string); m["id"] == nil && !strings.HasPrefix(method, "notifications/") && method != "" {
+			t.Errorf("the server read a %s without an id", method)
+		}
+	}
+	want := map[string]string{"tools/call": guard.ClientToServer, "resources/read": guard.ClientToServer,
+		"sampling/createMessage": guard.ServerToClient, "roots/list": guard.ServerToClient}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dropped := droppedMethods(t, h.db)
+		if maps.Equal(dropped, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recorded as dropped: %v, want %v", dropped, want)
+		}
+	}
+}
+
+// Over HTTP a tools/call without an id is answered 202, as any
+// notification, and never reaches the server (a go-sdk server over
+// Streamable HTTP, whose requests are watched on their way).
+func TestHTTPDropsNotificationsWithRequestMethods(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	f := newHTTPFront(t, func(o *HTTPOptions) {
+		target, err := url.Parse(o.Remote.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := httputil.NewSingleHostReverseProxy(target)
+		watch := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			bodies = append(bodies, string(b))
+			mu.Unlock()
+			r.Body = io.NopCloser(strings.NewReader(string(b)))
+			rp.ServeHTTP(w, r)
+		}))
+		t.Cleanup(watch.Close)
+		o.Remote.URL = watch.URL
+	})
+	session := f.start(t)
+	resp := f.post(t, context.Background(), session, `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d, want 202", resp.StatusCode)
+	}
+	waitRecord(t, f.db, func(r *guard.Record) bool {
+		return r.Method == "guard/dropped" && strings.Contains(r.Detail, `"method":"tools/call"`)
+	})
+	resp = f.post(t, context.Background(), session, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bodies {
+		if strings.Contains(b, "tools/call") {
+			t.Fatalf("the server read %s", b)
+		}
+	}
+	if !strings.Contains(strings.Join(bodies, "\n"), `"ping"`) {
+		t.Fatalf("the watch saw nothing: %q", bodies)
+	}
+}
+
+// JSON-RPC batches are refused over HTTP as on stdio, except in sessions
+// of 2025-03-26, the one revision that allows them; 2025-06-18 accepted
+// them over HTTP.
+func TestHTTPBatchesOnlyUnder20250326(t *testing.T) {
+	f := newHTTPFront(t, nil)
+	ctx := context.Background()
+	batch := `[{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"in a batch"}}},{"jsonrpc":"2.0","id":3,"method":"ping"}]`
+	read := func(resp *http.Response) (int, string) {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for _, session := range []string{"", f.startAt(t, guard.Rev20250618)} {
+		body := batch
+		if session == "" {
+			body = `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}]`
+		}
+		if status, b := read(f.post(t, ctx, session, body)); status != http.StatusBadRequest || !strings.Contains(b, "-32600") || !strings.Contains(b, errBatchText) {
+			t.Fatalf("session %q: %d %s", session, status, b)
+		}
+	}
+	session := f.startAt(t, guard.Rev20250326)
+	// The answers come as an event stream (the client accepts one).
+	status, b := read(f.post(t, ctx, session, batch))
+	if status != http.StatusOK || !strings.Contains(b, `"id":2,"result":{"content":[{"type":"text","text":"in a batch"}]}`) || !strings.Contains(b, `"id":3,"result":{}`) {
+		t.Fatalf("2025-03-26: %d %s", status, b)
+	}
+}
