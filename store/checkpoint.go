@@ -497,7 +497,13 @@ func DerivedSecret(keyPath, purpose string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return hex.EncodeToString(s.derive(purpose)), nil
+}
+
+// derive is a secret for purpose derived from the key: HMAC-SHA256 of the
+// purpose under the key's seed.
+func (s *signer) derive(purpose string) []byte {
 	m := hmac.New(sha256.New, s.key.Seed())
 	m.Write([]byte(purpose))
-	return hex.EncodeToString(m.Sum(nil)), nil
+	return m.Sum(nil)
 }
