@@ -266,13 +266,15 @@ func (db *DB) selectRecords() string {
 	return q
 }
 
-func scanRecord(rows *sql.Rows) (*guard.Record, error) {
+// scanRecord reads a row of selectRecord; extra receive the columns a
+// query selects after those (selectRecordMAC's mac).
+func scanRecord(rows *sql.Rows, extra ...any) (*guard.Record, error) {
 	var r guard.Record
 	var t, groups string
-	err := rows.Scan(&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
+	err := rows.Scan(append([]any{&r.Seq, &r.ID, &r.CallID, &r.Kind, &t, &r.Session, &r.Client, &r.Protocol, &r.Server,
 		&r.Direction, &r.Method, &r.Tool, &r.Arguments, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason,
 		&r.Outcome, &r.Result, &r.RequestSize, &r.ResponseSize, &r.DurationMS, &r.Detail, &r.Approval, &r.PrevHash, &r.Hash, &r.Pruned,
-		&r.User, &r.UserEmail, &groups)
+		&r.User, &r.UserEmail, &groups}, extra...)...)
 	r.Time = parseTime(t)
 	r.UserGroups = parseGroups(groups)
 	return &r, err

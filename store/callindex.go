@@ -388,7 +388,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	db.commitMu.Lock()
 	defer db.commitMu.Unlock()
 	if db.wc == nil {
-		wc, err := newWriterConn(ctx, db.aw)
+		wc, err := newWriterConn(ctx, db.aw, db.auth)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
@@ -421,7 +421,9 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 
 // fillFrom clears the index, then hands every record, in seq order, to
 // the indexer, inside the transaction begun on dc. Records whose bodies
-// retention removed are not in the index (clearDerived).
+// retention removed are not in the index (clearDerived), nor are records
+// after the latest checkpoint, from MACs' start on, whose MAC fails
+// (mac.go), which are alerted.
 func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	wc := db.wc
 	ec, ok := dc.(driver.ExecerContext)
@@ -435,11 +437,23 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	if _, err := ec.ExecContext(ctx, clear, nil); err != nil {
 		return 0, fmt.Errorf("clear: %w", err)
 	}
+	from, err := db.auth.macsFrom(ctx, db.r)
+	if err != nil {
+		return 0, err
+	}
+	latest, err := latestSigned(ctx, db.r, db.signer.verifier)
+	if err != nil {
+		return 0, err
+	}
+	var tail int64 // the records the latest checkpoint covers
+	if latest != nil {
+		tail = latest.Size
+	}
 	// Only what the index reads of them: a call's records, with their
 	// text, in seq order (through records_call's rows would be no
-	// faster: every record is read).
+	// faster: every record is read), and what their MACs cover.
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, kind, time, session, client, server, tool, arguments,
-		decision, decided_by, outcome, result, approval, user_subject, user_email FROM records
+		decision, decided_by, outcome, result, approval, user_subject, user_email, id, hash, mac FROM records
 		WHERE kind IN ('request', 'outcome', 'decision') AND pruned = 0 ORDER BY seq`)
 	if err != nil {
 		return 0, err
@@ -459,9 +473,14 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	for rows.Next() {
 		var r guard.Record
 		var at string
+		var mac []byte
 		if err := rows.Scan(&r.Seq, &r.CallID, &r.Kind, &at, &r.Session, &r.Client, &r.Server, &r.Tool, &r.Arguments,
-			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval, &r.User, &r.UserEmail); err != nil {
+			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval, &r.User, &r.UserEmail, &r.ID, &r.Hash, &mac); err != nil {
 			return n, err
+		}
+		if from > 0 && r.Seq >= from && r.Seq > tail && !wc.mac.valid(r.Seq, r.Hash, mac) {
+			db.auth.alert(r.Seq, r.ID, "carries no valid MAC")
+			continue
 		}
 		r.Time = parseTime(at)
 		batch[0].recs = append(batch[0].recs, &r)

@@ -293,7 +293,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	if err := ret.check(); err != nil {
 		return "", err
 	}
-	pendingFindings(key.f, name, after, unchained)
+	pendingFindings(key.f, name, c.Size, after, unchained)
 	pruned := ""
 	if len(ret.pruned) > 0 {
 		pruned = fmt.Sprintf(" (%d of them pruned by retention: only their leaves are proved, %d matched to the retention record that names them)",
@@ -351,9 +351,9 @@ func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, p
 // covers: records of the chain after it (a note: what could be checked
 // holds, nothing signs them yet), and records not yet in the chain,
 // which cannot be checked until a writable guard has moved them in.
-func pendingFindings(f *Findings, name string, after, unchained int64) {
+func pendingFindings(f *Findings, name string, size, after, unchained int64) {
 	if after > 0 {
-		f.note("%s: %d records after the checkpoint: their hashes and links check, but no checkpoint signs them yet", name, after)
+		f.note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
 	}
 	if unchained > 0 {
 		f.cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)

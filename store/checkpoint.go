@@ -137,17 +137,29 @@ func createKey(path string) error {
 // Checkpoint is a signed statement of the tree: a C2SP signed note whose
 // text is the log's origin, its size (records) and the base64 root hash of
 // the tree over them, each on its own line, followed by a blank line and
-// the ed25519 signature.
+// the ed25519 signature. A line after those (a C2SP extension line) may
+// say from which record on the log's records carry MACs (mac.go).
 type Checkpoint struct {
 	Origin string
 	Size   int64
 	Root   tlog.Hash
-	Note   []byte // the signed note, as written
+	// MACsFrom is the seq from which on every record carries a MAC, as
+	// the checkpoint's "guard macs from N" line says (0: no such line).
+	MACsFrom int64
+	Note     []byte // the signed note, as written
 }
 
-// checkpointText is the body of the checkpoint of a tree.
-func checkpointText(origin string, size int64, root tlog.Hash) string {
-	return origin + "\n" + strconv.FormatInt(size, 10) + "\n" + root.String() + "\n"
+// macsLine opens the extension line that says where MACs start.
+const macsLine = "guard macs from "
+
+// checkpointText is the body of the checkpoint of a tree, saying from
+// which record on MACs are required when they are (macsFrom > 0).
+func checkpointText(origin string, size int64, root tlog.Hash, macsFrom int64) string {
+	t := origin + "\n" + strconv.FormatInt(size, 10) + "\n" + root.String() + "\n"
+	if macsFrom > 0 {
+		t += macsLine + strconv.FormatInt(macsFrom, 10) + "\n"
+	}
+	return t
 }
 
 // OpenCheckpoint checks a signed checkpoint against the verifier and
@@ -184,6 +196,13 @@ func parseCheckpoint(text string, msg []byte) (*Checkpoint, error) {
 	}
 	if c.Root, err = tlog.ParseHash(lines[2]); err != nil {
 		return nil, fmt.Errorf("it is not a checkpoint: root hash %q", lines[2])
+	}
+	for _, l := range strings.Split(lines[3], "\n") {
+		if n, ok := strings.CutPrefix(l, macsLine); ok {
+			if c.MACsFrom, err = strconv.ParseInt(n, 10, 64); err != nil || c.MACsFrom < 1 {
+				return nil, fmt.Errorf("it is not a checkpoint: %q", l)
+			}
+		}
 	}
 	return c, nil
 }
@@ -272,9 +291,10 @@ func (db *DB) writeCheckpoint() (err error) {
 
 // logCheckpoint logs why a checkpoint was not written. A log that does not
 // extend the last checkpoint stays so: that is logged as an error once,
-// and counted each time (CheckpointRefusals).
+// and counted each time (CheckpointRefusals). A record without a valid
+// MAC stays too: it was alerted (IntegrityAlerts) when it was found.
 func (db *DB) logCheckpoint(err error) {
-	if errors.Is(err, errRewritten) && db.refusedLogged.Swap(true) {
+	if (errors.Is(err, errRewritten) || errors.Is(err, errUnauthenticated)) && db.refusedLogged.Swap(true) {
 		db.opts.Logger.Debug("audit checkpoint refused", "err", err)
 		return
 	}
@@ -308,7 +328,7 @@ func (db *DB) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (e
 	db.commitMu.Lock()
 	defer db.commitMu.Unlock()
 	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 			return err
 		}
 	}
@@ -386,17 +406,25 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	if db.witness != nil {
 		prev = append(prev, db.witness.latestHeld(db.signer.verifier)...)
 	}
+	var after int64
 	for _, p := range prev {
 		if err := proveExtends(p, size, root, hr); err != nil {
 			return nil, false, err
 		}
+		after = max(after, p.Size)
+		db.auth.learn(p)
 	}
-	c = &Checkpoint{Origin: db.signer.verifier.Name(), Size: size, Root: root}
-	c.Note, err = note.Sign(&note.Note{Text: checkpointText(c.Origin, size, root)}, db.signer.note)
+	from, err := db.checkTail(ctx, conn, after, size)
+	if err != nil {
+		return nil, false, err
+	}
+	c = &Checkpoint{Origin: db.signer.verifier.Name(), Size: size, Root: root, MACsFrom: from}
+	c.Note, err = note.Sign(&note.Note{Text: checkpointText(c.Origin, size, root, from)}, db.signer.note)
 	if err != nil {
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
 	db.lastSigned.Store(c)
+	db.wc.dropOwn(size)
 	if size <= kept {
 		return c, false, nil
 	}
@@ -497,7 +525,13 @@ func DerivedSecret(keyPath, purpose string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return hex.EncodeToString(s.derive(purpose)), nil
+}
+
+// derive is a secret for purpose derived from the key: HMAC-SHA256 of the
+// purpose under the key's seed.
+func (s *signer) derive(purpose string) []byte {
 	m := hmac.New(sha256.New, s.key.Seed())
 	m.Write([]byte(purpose))
-	return hex.EncodeToString(m.Sum(nil)), nil
+	return m.Sum(nil)
 }

@@ -196,8 +196,9 @@ func mustJSON(v any) string {
 func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 
 // IntegrityAlerts is how many integrity alerts this process raised: a
-// journal whose recovery may have lost acknowledged records.
-func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() }
+// journal whose recovery may have lost acknowledged records, and a record
+// found without a valid MAC (mac.go), each counted once.
+func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.auth.alerts.Load() }
 
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.

@@ -110,6 +110,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 			}
 		}
 		var buf []byte
+		m := newMACer(db.auth.key)
 		for _, r := range recs {
 			seq++
 			r.Seq, r.PrevHash = seq, prev
@@ -118,7 +119,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 			if _, err := conn.ExecContext(ctx, insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session,
 				r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)); err != nil {
+				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups), m.mac(r.Seq, r.Hash)); err != nil {
 				return 0, fmt.Errorf("insert record: %w", err)
 			}
 			if edge == nil {

@@ -97,11 +97,11 @@ const (
 	pgSelectMaxK = `SELECT coalesce(max(k), 0) FROM call_index`
 	pgInsertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
- request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups)
+ request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups, mac)
  SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
  $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[], $26::text[],
- $27::text[], $28::text[], $29::text[])`
+ $27::text[], $28::text[], $29::text[], $30::bytea[])`
 	pgInsertTree  = `INSERT INTO tree_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])`
 	pgUpsertCalls = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
  user_subject, user_email)
@@ -312,13 +312,18 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 	cols := newRecordColumns(n)
 	var idx []int64
 	var hashes [][]byte
+	tree := edge.n == seq // else it stops before a record whose MAC fails (see write)
+	run := ownRun{first: seq + 1}
 	for _, req := range batch {
 		for _, r := range req.recs {
 			seq++
-			r.Seq, r.PrevHash = seq, prev
-			r.Hash, wc.buf = hashRecord(wc.buf, r)
+			wc.chain(r, req.macStart, seq, prev)
 			prev = r.Hash
-			cols.add(r)
+			cols.add(r, wc.mac.mac(seq, r.Hash))
+			x.add(r)
+			if !tree {
+				continue
+			}
 			first := tlog.StoredHashIndex(0, edge.n)
 			hs, err := edge.append(leafHash(wc.buf))
 			if err != nil {
@@ -328,7 +333,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 				idx = append(idx, first+int64(i))
 				hashes = append(hashes, h[:])
 			}
-			x.add(r)
+			run.leaves = append(run.leaves, hs[0])
 		}
 	}
 	if cap(wc.buf) > maxHashBuf {
@@ -358,6 +363,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 	}
 	wc.known, wc.tailSeq, wc.tailHash = true, seq, prev
 	wc.edge = edge
+	wc.noteOwn(run)
 	return nil
 }
 
@@ -365,18 +371,21 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 type recordColumns struct {
 	seq, reqSize, respSize, dur []int64
 	text                        [25][]string
+	mac                         [][]byte
 }
 
 func newRecordColumns(n int) *recordColumns {
-	c := &recordColumns{seq: make([]int64, 0, n), reqSize: make([]int64, 0, n), respSize: make([]int64, 0, n), dur: make([]int64, 0, n)}
+	c := &recordColumns{seq: make([]int64, 0, n), reqSize: make([]int64, 0, n), respSize: make([]int64, 0, n), dur: make([]int64, 0, n),
+		mac: make([][]byte, 0, n)}
 	for i := range c.text {
 		c.text[i] = make([]string, 0, n)
 	}
 	return c
 }
 
-func (c *recordColumns) add(r *guard.Record) {
+func (c *recordColumns) add(r *guard.Record, mac []byte) {
 	c.seq = append(c.seq, r.Seq)
+	c.mac = append(c.mac, mac)
 	c.reqSize = append(c.reqSize, r.RequestSize)
 	c.respSize = append(c.respSize, r.ResponseSize)
 	c.dur = append(c.dur, r.DurationMS)
@@ -391,7 +400,7 @@ func (c *recordColumns) add(r *guard.Record) {
 func (c *recordColumns) args() []any {
 	t := c.text
 	return []any{c.seq, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15], t[16], t[17],
-		c.reqSize, c.respSize, c.dur, t[18], t[19], t[20], t[21], t[22], t[23], t[24]}
+		c.reqSize, c.respSize, c.dur, t[18], t[19], t[20], t[21], t[22], t[23], t[24], c.mac}
 }
 
 // callColumns are the call index's rows a batch writes, for unnest().

@@ -65,6 +65,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		stats:    newAuditStats(),
 		own:      map[string]bool{},
 		deciding: make(chan struct{}, 1),
+		auth:     newTailAuth(nil, opts.Logger),
 	}
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)
@@ -87,12 +88,16 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	if err != nil {
 		return fail(err)
 	}
+	db.auth = newTailAuth(db.signer, opts.Logger)
 	if len(opts.Witnesses) > 0 {
 		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
-	if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+	if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+		return fail(err)
+	}
+	if err := db.initMACs(ctx); err != nil {
 		return fail(err)
 	}
 	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
@@ -105,6 +110,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.holder = guard.NewID()
 	if db.checkpointTurn(ctx) {
+		db.startMACs(ctx)
 		if err := db.writeCheckpoint(); err != nil {
 			db.logCheckpoint(err)
 		}
@@ -150,10 +156,10 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
+	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
 		noRules: v.Int64 < approvalRulesMigration,
 		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
-		noVia: v.Int64 < requiredViaMigration}, nil
+		noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its

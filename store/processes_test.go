@@ -10,7 +10,7 @@ import (
 
 // dropRequiredVia is the SQL that takes an SQLite database opened with
 // rawDB back to the schema before the required_via migration.
-const dropRequiredVia = `ALTER TABLE approvals DROP COLUMN required_via;
+const dropRequiredVia = dropMACColumns + `ALTER TABLE approvals DROP COLUMN required_via;
 		DELETE FROM schema_migrations WHERE version = 20;
 		`
 

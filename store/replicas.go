@@ -104,8 +104,9 @@ func (db *DB) Heartbeat(ctx context.Context, r Replica) error {
 	lapse := r.lapse()
 	// One statement: the run goes on when the previous beat is recent
 	// (times are text that sorts as time), without a read before.
-	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen, awake_since, lapse_ms)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	// macs: this release writes every record with its MAC (mac.go).
+	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen, awake_since, lapse_ms, macs)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
 		ON CONFLICT (id) DO UPDATE SET config_digest = excluded.config_digest, policy_version = excluded.policy_version,
 			awake_since = CASE WHEN replicas.seen >= ? AND replicas.awake_since <> '' THEN replicas.awake_since ELSE excluded.awake_since END,
 			lapse_ms = excluded.lapse_ms, seen = excluded.seen`,

@@ -271,8 +271,11 @@ func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.
 		return sel, nil
 	}
 	sel.next = last + 1
+	// Retention records stay, and so does the record MACs start at
+	// (mac.go): verify reads both to know what the rest must be.
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
-		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? ORDER BY seq`, from, last, guard.KindRetention)
+		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? AND NOT (kind = ? AND decision = ?) ORDER BY seq`,
+		from, last, guard.KindRetention, guard.KindLifecycle, LifecycleMACs)
 	if err != nil {
 		return sel, fmt.Errorf("retention: %w", err)
 	}

@@ -643,12 +643,27 @@ func TestReportCountsPrunedCallsAsArchived(t *testing.T) {
 	}
 }
 
-// forgeAppend appends r to the log in the file as someone without the
-// checkpoint key would: its seq, link and hash, and its leaf and the tree
-// hashes it completes, all computed from the file.
-func forgeAppend(t *testing.T, raw *sql.DB, r *guard.Record) {
+// forgeAppend appends r to the log as someone without the checkpoint key
+// would: its seq, link and hash, and its leaf and the tree hashes it
+// completes, all computed from the database.
+func forgeAppend(t *testing.T, raw rawLog, r *guard.Record) {
 	t.Helper()
-	ctx := context.Background()
+	forgeRecord(t, raw, r)
+	forgeLeaf(t, raw, r)
+}
+
+// rawLog is write access to a database without guard: an SQLite file's
+// *sql.DB, or an attacker on either engine.
+type rawLog interface {
+	sqlQueryer
+	Exec(q string, args ...any) (sql.Result, error)
+	QueryRow(q string, args ...any) *sql.Row
+}
+
+// forgeRecord appends r to the chain: its seq, link and hash computed
+// from the database, and no MAC (its key is the checkpoint key's).
+func forgeRecord(t *testing.T, raw rawLog, r *guard.Record) {
+	t.Helper()
 	if err := raw.QueryRow(`SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`).Scan(&r.Seq, &r.PrevHash); err != nil {
 		t.Fatal(err)
 	}
@@ -660,10 +675,16 @@ func forgeAppend(t *testing.T, raw *sql.DB, r *guard.Record) {
 	if _, err := raw.Exec(insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
 		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail,
-		groupsText(r.UserGroups)); err != nil {
+		groupsText(r.UserGroups), nil); err != nil {
 		t.Fatal(err)
 	}
-	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(ctx, raw))
+}
+
+// forgeLeaf adds the record forgeRecord appended to the tree: its leaf
+// and the tree hashes it completes.
+func forgeLeaf(t *testing.T, raw rawLog, r *guard.Record) {
+	t.Helper()
+	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(context.Background(), raw))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,6 +125,8 @@ type DB struct {
 	synced      chan struct{} // the syncer has ended (durability full)
 	once        sync.Once
 	stats       *auditStats
+	auth        *tailAuth // the records' MACs (mac.go)
+	noMAC       bool      // read-only, before the MAC migration: records have no mac column
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
@@ -281,6 +283,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		progress: make(chan struct{}),
 		stats:    newAuditStats(),
 		unmoved:  map[string]time.Time{},
+		auth:     newTailAuth(nil, opts.Logger),
 	}
 	db.room = sync.NewCond(&db.jmu)
 	db.frames.New = func() any { return new([]byte) }
@@ -291,19 +294,25 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
 	}
+	// The key first: the records of an earlier version's journals get
+	// their MACs as they are moved in (upgrade).
+	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
+		return fail(err)
+	}
+	db.auth = newTailAuth(db.signer, opts.Logger)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
 	db.noteNewerSchema(ctx, latestMigration())
-	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
-		return fail(err)
-	}
 	if len(opts.Witnesses) > 0 {
 		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
-	if db.wc, err = newWriterConn(ctx, aw); err != nil {
+	if db.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
+		return fail(err)
+	}
+	if err := db.initMACs(ctx); err != nil {
 		return fail(err)
 	}
 	// The tree over records an earlier version appended is built now
@@ -340,6 +349,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	// is kept twice.
 	db.holder = guard.NewID()
 	if db.checkpointTurn(ctx) {
+		db.startMACs(ctx)
 		if err := db.writeCheckpoint(); err != nil {
 			db.logCheckpoint(err)
 		}
@@ -590,10 +600,10 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(),
+	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
 		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
 		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration}, nil
+		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,
@@ -614,7 +624,7 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats()}, nil
+	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}, nil
 }
 
 // latestMigration is the version of the last embedded migration.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
@@ -179,20 +180,22 @@ const treeRows = 32
 var insertTreeHashes = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)` + strings.Repeat(`, (?, ?)`, treeRows-1)
 
 // addLeaf appends a record's leaf to the tree inside the writer's
-// transaction; the hashes it adds are inserted by flushTree.
-func (wc *writerConn) addLeaf(ctx context.Context, edge *treeEdge, canonical []byte) error {
+// transaction, and returns it; the hashes it adds are inserted by
+// flushTree.
+func (wc *writerConn) addLeaf(ctx context.Context, edge *treeEdge, canonical []byte) (tlog.Hash, error) {
 	if len(wc.treeHashes) == 0 {
 		wc.treeFirst = tlog.StoredHashIndex(0, edge.n)
 	}
-	hs, err := edge.append(leafHash(canonical))
+	leaf := leafHash(canonical)
+	hs, err := edge.append(leaf)
 	if err != nil {
-		return err
+		return leaf, err
 	}
 	wc.treeHashes = append(wc.treeHashes, hs...)
 	if len(wc.treeHashes) >= 4*treeRows {
-		return wc.flushTree(ctx)
+		return leaf, wc.flushTree(ctx)
 	}
-	return nil
+	return leaf, nil
 }
 
 // flushTree inserts the tree hashes addLeaf added (their indexes follow
@@ -277,19 +280,32 @@ func (wc *writerConn) loadTree(ctx context.Context, seq int64) (*treeEdge, error
 }
 
 // completeTree adds the leaves of records edge.n+1 to seq, reading them
-// from the table a chunk at a time.
+// from the table a chunk at a time. It stops before a record from MACs'
+// start on that does not carry a valid MAC (or does not match its hash),
+// which it alerts: the tree is then left shorter than the log, and no
+// checkpoint covers that record.
 func (wc *writerConn) completeTree(ctx context.Context, edge *treeEdge, seq int64) error {
+	from, err := wc.macsFrom(ctx)
+	if err != nil {
+		return fmt.Errorf("tree: %w", err)
+	}
 	for edge.n < seq {
-		recs, err := wc.recordsAfter(ctx, edge.n, min(seq-edge.n, treeChunk))
+		recs, macs, err := wc.recordsAfter(ctx, edge.n, min(seq-edge.n, treeChunk))
 		if err != nil {
 			return fmt.Errorf("tree: %w", err)
 		}
-		for _, r := range recs {
+		for i, r := range recs {
 			if r.Seq != edge.n+1 {
 				return fmt.Errorf("tree: record %d is missing", edge.n+1)
 			}
 			wc.buf = appendCanonical(wc.buf[:0], r)
-			if err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
+			if from > 0 && r.Seq >= from {
+				if why := wc.mac.check(r, wc.buf, macs[i]); why != "" {
+					wc.auth.alert(r.Seq, r.ID, why)
+					return nil
+				}
+			}
+			if _, err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
 				return err
 			}
 		}
@@ -303,32 +319,57 @@ func (wc *writerConn) completeTree(ctx context.Context, edge *treeEdge, seq int6
 // treeChunk is how many records completeTree reads at a time.
 const treeChunk = 4096
 
-// recordsAfter reads up to n records after seq from the table. They are
-// read before their hashes are inserted: the statement's rows are closed
-// before the connection writes.
-func (wc *writerConn) recordsAfter(ctx context.Context, seq, n int64) ([]*guard.Record, error) {
+// recordsAfter reads up to n records after seq from the table, with
+// their MACs. They are read before their hashes are inserted: the
+// statement's rows are closed before the connection writes.
+func (wc *writerConn) recordsAfter(ctx context.Context, seq, n int64) ([]*guard.Record, [][]byte, error) {
 	rows, err := wc.recsFrom.QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: seq}, {Ordinal: 2, Value: n}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rows.Close()
 	row := make([]driver.Value, len(rows.Columns()))
 	var recs []*guard.Record
+	var macs [][]byte
 	for {
 		err := rows.Next(row)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		r, err := recordFromValues(row)
+		if len(row) != 31 {
+			return nil, nil, fmt.Errorf("a record row has %d columns", len(row))
+		}
+		r, err := recordFromValues(row[:30])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		mac, _ := row[30].([]byte)
 		recs = append(recs, r)
+		macs = append(macs, slices.Clone(mac))
 	}
-	return recs, rows.Close()
+	return recs, macs, rows.Close()
+}
+
+// macsFrom is where MACs start (tailAuth.macsFrom) read inside the
+// writer's transaction.
+func (wc *writerConn) macsFrom(ctx context.Context) (int64, error) {
+	if s := wc.auth.from.Load(); s > 0 {
+		return s, nil
+	}
+	row := make([]driver.Value, 1)
+	ok, err := queryRow(ctx, wc.macs, nil, row)
+	if err != nil {
+		return 0, fmt.Errorf("where MACs start: %w", err)
+	}
+	s, _ := row[0].(int64)
+	if !ok || s <= 0 {
+		return 0, nil
+	}
+	wc.auth.from.CompareAndSwap(0, s)
+	return s, nil
 }
 
 // recordFromValues is a row of selectRecord as the driver returns it.

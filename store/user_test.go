@@ -643,27 +643,8 @@ func TestAUserFilterMatchesSubjectAndEmail(t *testing.T) {
 // release's records of a user then extend its chain and its checkpoint.
 func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "guard.db")
-	dump, err := os.ReadFile("testdata/before-users/guard.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := rawConn(t, path)
-	if _, err := raw.Exec(string(dump)); err != nil {
-		t.Fatalf("the dump: %v", err)
-	}
-	raw.Close()
-	for _, f := range []string{"audit.key", "guard.db.checkpoint"} {
-		b, err := os.ReadFile(filepath.Join("testdata/before-users", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cp, _ := os.ReadFile(filepath.Join(dir, "guard.db.checkpoint"))
+	path := logBeforeUsers(t)
+	cp, _ := os.ReadFile(path + ".checkpoint")
 
 	ro, err := OpenReadOnly(ctx, Options{Path: path})
 	if err != nil {
@@ -715,6 +696,34 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if ids := queryIDs(t, db, Filter{Client: "claude-ai/0.1.0"}); len(ids) != 6 {
 		t.Errorf("the release before's calls: %v", ids)
 	}
+}
+
+// logBeforeUsers makes the log of testdata/before-users, written by the
+// release before users, in a directory of its own with its key and its
+// checkpoint, and returns its path.
+func logBeforeUsers(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "guard.db")
+	dump, err := os.ReadFile("testdata/before-users/guard.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := rawConn(t, path)
+	if _, err := raw.Exec(string(dump)); err != nil {
+		t.Fatalf("the dump: %v", err)
+	}
+	raw.Close()
+	for _, f := range []string{"audit.key", "guard.db.checkpoint"} {
+		b, err := os.ReadFile(filepath.Join("testdata/before-users", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
 }
 
 // A user's groups come back from their column, and from a journal frame,

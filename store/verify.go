@@ -36,6 +36,14 @@ type Report struct {
 	// leaves and links are checked, and that a retention record signed
 	// by the checkpoint key names them, but not their contents.
 	Pruned int64
+	// Unauthenticated is how many records after the checkpoint of
+	// TailAfter records (the last one the log was checked against) no
+	// signature and no MAC authenticated here (macverify.go): the
+	// verifier holds only the public key, or they came before MACs
+	// started. Anyone who can write the database may have written them;
+	// a note says so.
+	Unauthenticated int64
+	TailAfter       int64
 }
 
 // KeptCheckpoint is a checkpoint held outside guard's files: kept by an
@@ -145,6 +153,10 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 	}
 	defer w.close()
 	cps := &checkpointStream{rows: w.cps, cs: cs, extra: extra}
+	macs, err := db.newMACWalk(ctx, v, extra)
+	if err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
+	}
 	edge := &treeEdge{}
 	var buf []byte
 	var prev *guard.Record
@@ -154,7 +166,8 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		cps.next()
 	}
 	for w.recs.Next() {
-		r, err := scanRecord(w.recs)
+		var mac []byte
+		r, err := scanRecord(w.recs, &mac)
 		if err != nil {
 			return rep, fmt.Errorf("verify: %w", err)
 		}
@@ -193,6 +206,10 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		if rep.Problem != "" {
 			continue
 		}
+		if p := macs.record(r, mac); p != "" {
+			rep.fail("%s", p)
+			continue
+		}
 		if p := ret.record(ctx, r); p != "" {
 			rep.fail("%s", p)
 			continue
@@ -202,7 +219,17 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 			l := leafHash(buf)
 			leaf = &l
 		}
+		if macs.treeless {
+			continue
+		}
 		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
+			if w.endedAt == r.Seq && cps.peek(rep.fail) == nil {
+				// The tree stops after the last checkpoint, as guard
+				// stops it before a record whose MAC fails (mac.go):
+				// the records from there on are in no tree yet.
+				macs.treeless = true
+				continue
+			}
 			rep.fail("%s", p)
 			continue
 		}
@@ -214,6 +241,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 			if root != a.c.Root {
 				rep.fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
 			}
+			macs.checkpointed(a.c.Size)
 			if a.kept {
 				rep.Witnessed = true
 				rep.Extends = max(rep.Extends, a.c.Size)
@@ -246,7 +274,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		rep.fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
-		p, err := db.checkCallIndex(ctx)
+		p, err := db.checkCallIndex(ctx, macs.authenticated(rep.Records))
 		if err != nil {
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
@@ -266,6 +294,11 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 	if err := db.journalFindings(ctx, &rep.Findings); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
+	if rep.Problem == "" && macs.unauth > 0 {
+		rep.Unauthenticated, rep.TailAfter = macs.unauth, macs.covered
+		rep.note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
+			rep.Unauthenticated, rep.TailAfter)
+	}
 	return rep, nil
 }
 
@@ -276,6 +309,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 type walk struct {
 	txs             []*sql.Tx
 	recs, tree, cps *sql.Rows
+	endedAt         int64 // the record before whose leaf the stored tree ended
 }
 
 func (db *DB) openWalk(ctx context.Context) (*walk, error) {
@@ -284,7 +318,7 @@ func (db *DB) openWalk(ctx context.Context) (*walk, error) {
 		rows **sql.Rows
 		q    string
 	}{
-		{&w.recs, db.selectRecords() + ` ORDER BY seq`},
+		{&w.recs, db.selectRecordsMAC() + ` ORDER BY seq`},
 		{&w.tree, `SELECT idx, hash FROM tree_hashes ORDER BY idx`},
 		{&w.cps, `SELECT size, note FROM checkpoints ORDER BY size`},
 	}
@@ -348,6 +382,9 @@ func (w *walk) checkLeaf(edge *treeEdge, seq int64, leaf *tlog.Hash) string {
 	first := tlog.StoredHashIndex(0, edge.n)
 	next := func(j int) ([]byte, string) {
 		if !w.tree.Next() {
+			if j == 0 {
+				w.endedAt = seq
+			}
 			return nil, fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
 		}
 		var idx int64

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -83,6 +84,9 @@ type appendReq struct {
 	// fix marks the store's own correction of a commit that was in doubt
 	// (pgdoubt.go): nobody waits for it, and it is never given up.
 	fix bool
+	// macStart marks the LifecycleMACs record (startMACs): the writer
+	// gives it the text that names its own seq.
+	macStart bool
 }
 
 // auditStats are the writer's figures.
@@ -779,7 +783,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 		defer cancel()
 	}
 	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw); err != nil {
+		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 			return err
 		}
 	}
@@ -822,6 +826,7 @@ func (db *DB) maybeCheckpoint() {
 	if !db.checkpointTurn(ctx) {
 		return
 	}
+	db.startMACs(ctx) // once what they waited for is gone
 	if !db.dirty.Load() && !db.othersCommitted(ctx) {
 		return
 	}
@@ -831,18 +836,19 @@ func (db *DB) maybeCheckpoint() {
 }
 
 // insertRecord inserts a record; a text parameter bound to NULL stands for
-// the empty string (see writerConn.insert).
+// the empty string (see writerConn.insert). The last is the record's MAC
+// (NULL: none).
 const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
- request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups)
+ request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups, mac)
  VALUES (?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), ?, ?, ?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
- coalesce(?,''), coalesce(?,''), coalesce(?,''))`
+ coalesce(?,''), coalesce(?,''), coalesce(?,''), ?)`
 
 // insertArgs is the number of insertRecord's parameters.
-const insertArgs = 29
+const insertArgs = 30
 
 // writerConn is the audit writer's connection with its statements
 // prepared once on the driver's connection: preparing them per commit
@@ -858,7 +864,11 @@ type writerConn struct {
 	commit driverStmt
 	tail   driverStmt
 	ins    driverStmt
-	ix     *callIndexer // keeps the call index in the same transaction
+	ix     *callIndexer      // keeps the call index in the same transaction
+	auth   *tailAuth         // the MAC key, and where MACs start (mac.go)
+	mac    *macer            // each record's MAC, under auth's key
+	macBuf [sha256.Size]byte // the MAC being inserted (the driver copies it)
+	macs   driverStmt        // selectMACsFrom
 	args   [insertArgs]driver.NamedValue
 	row    [2]driver.Value
 	buf    []byte // records' canonical forms, to hash
@@ -893,6 +903,11 @@ type writerConn struct {
 	// stored index treeFirst on.
 	treeHashes []tlog.Hash
 	treeFirst  int64
+
+	// The runs of records this connection committed since the last
+	// checkpoint, with their leaves (checkTail), and how many leaves.
+	own       []ownRun
+	ownLeaves int
 }
 
 // maxHashBuf is the largest buffer for canonical forms the writer keeps
@@ -908,12 +923,15 @@ type driverStmt interface {
 
 const selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
 
-func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
+func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn, error) {
+	if auth.key == nil {
+		return nil, errors.New("audit writer: no MAC key: the checkpoint key was not read")
+	}
 	conn, err := aw.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	wc := &writerConn{conn: conn}
+	wc := &writerConn{conn: conn, auth: auth, mac: newMACer(auth.key)}
 	for i := range wc.args {
 		wc.args[i].Ordinal = i + 1
 	}
@@ -935,7 +953,8 @@ func newWriterConn(ctx context.Context, aw *sql.DB) (*writerConn, error) {
 				q string
 			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord},
 				{&wc.insTree, insertTreeHash}, {&wc.insTrees, insertTreeHashes}, {&wc.getTree, `SELECT hash FROM tree_hashes WHERE idx = ?`},
-				{&wc.treeMax, `SELECT max(idx) FROM tree_hashes`}, {&wc.recsFrom, selectRecord + ` WHERE seq > ? ORDER BY seq LIMIT ?`}} {
+				{&wc.treeMax, `SELECT max(idx) FROM tree_hashes`}, {&wc.recsFrom, selectRecordMAC + ` WHERE seq > ? ORDER BY seq LIMIT ?`},
+				{&wc.macs, selectMACsFrom}} {
 				st, err := pc.PrepareContext(ctx, p.q)
 				if err != nil {
 					return err
@@ -972,18 +991,27 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 			return err
 		}
 	}
+	// A tree that stops before a record whose MAC fails (completeTree)
+	// stays so: the records go on in the chain, with their MACs, and
+	// outside the tree.
+	tree := edge.n == seq
+	run := ownRun{first: seq + 1}
 	for _, req := range batch {
 		for _, r := range req.recs {
 			seq++
-			r.Seq, r.PrevHash = seq, prev
-			r.Hash, wc.buf = hashRecord(wc.buf, r)
+			wc.chain(r, req.macStart, seq, prev)
 			prev = r.Hash
-			if err := wc.insert(ctx, r); err != nil {
+			if err := wc.insert(ctx, r, wc.mac.sum(wc.macBuf[:0], seq, r.Hash)); err != nil {
 				return err
 			}
-			if err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
+			if !tree {
+				continue
+			}
+			leaf, err := wc.addLeaf(ctx, edge, wc.buf)
+			if err != nil {
 				return err
 			}
+			run.leaves = append(run.leaves, leaf)
 		}
 	}
 	if err := wc.flushTree(ctx); err != nil {
@@ -1002,6 +1030,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) err
 		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
 		wc.edge = edge
 	}
+	wc.noteOwn(run)
 	return nil
 }
 
@@ -1070,12 +1099,25 @@ func dataVersion(dc any) (uint32, error) {
 	return v, nil
 }
 
-func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
+// chain makes r record seq of the chain, after the record whose hash is
+// prev: its seq, its links and its hash, its canonical form left in
+// wc.buf. The LifecycleMACs record (macStart) gets the text that names
+// its seq first.
+func (wc *writerConn) chain(r *guard.Record, macStart bool, seq int64, prev string) {
+	if macStart {
+		r.Reason, r.Detail = macsStartText(seq)
+	}
+	r.Seq, r.PrevHash = seq, prev
+	r.Hash, wc.buf = hashRecord(wc.buf, r)
+}
+
+// insert inserts a record with its MAC.
+func (wc *writerConn) insert(ctx context.Context, r *guard.Record, mac []byte) error {
 	a := &wc.args
 	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups), mac} {
 		if v == "" {
 			v = nil // bound without copying an empty string into SQLite's memory
 		}
@@ -1095,7 +1137,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record) error {
 // conn.Raw.
 func (wc *writerConn) closeStmts() error {
 	var errs []error
-	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom} {
+	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom, &wc.macs} {
 		if *s != nil {
 			errs = append(errs, (*s).Close())
 			*s = nil

@@ -82,7 +82,7 @@ func TestAuditKeyCheckpointProveExportCheck(t *testing.T) {
 		t.Fatalf("verifier key %q: %v", key, err)
 	}
 	cp := guardIn(t, dir, path, 0, "audit", "checkpoint")
-	if lines := strings.Split(cp, "\n"); len(lines) < 5 || lines[1] != "20" || !strings.HasPrefix(lines[4], "— guard-audit/") {
+	if lines := strings.Split(cp, "\n"); len(lines) < 6 || lines[1] != "20" || lines[3] != "guard macs from 1" || !strings.HasPrefix(lines[5], "— guard-audit/") {
 		t.Fatalf("checkpoint %q", cp)
 	}
 	kept := writeFile(t, filepath.Join(dir, "kept.checkpoint"), cp)

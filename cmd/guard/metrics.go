@@ -45,7 +45,7 @@ func newMetrics(db *store.DB) *metrics.Registry {
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
 		return float64(db.PeakBacklog()), nil
 	})
-	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged).", func() (float64, error) {
+	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged); a record without a valid MAC, written to the database without the checkpoint key, which guard neither builds the tree over nor signs (verify names it).", func() (float64, error) {
 		return float64(db.IntegrityAlerts()), nil
 	})
 	addVerifyMetrics(reg, db)

@@ -1,0 +1,527 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	guard "github.com/guard-mcp/guard"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// A signed checkpoint protects the records it covers; the records after
+// it (the tail) carry a MAC each: HMAC-SHA256, under a key derived from
+// the checkpoint key (macPurpose), of the record's seq in decimal, a
+// space and its chain hash. The MAC is kept beside the record (the
+// records' mac column), not in its hashed form: retention blanks a body
+// and keeps seq and hash, so the MAC still checks. Whoever can write the
+// database but cannot read the key file cannot make one, so a record
+// they add after the last checkpoint is told from guard's own: guard
+// builds no tree over it (completeTree), indexes it not (fillFrom) and
+// signs no checkpoint over it (checkTail), and verify names it. Replicas
+// share the key file, so they share the MAC key.
+//
+// Where MACs start is never taken from what the database alone says:
+// whoever can write it could make a log look as if written before MACs.
+// A log this release makes has them from its first record, and every
+// checkpoint signed says so ("guard macs from 1", an extension line of
+// the signed note). A log written before MACs has records without them,
+// which stay valid: MACs start at a lifecycle record "MACs from seq N"
+// (LifecycleMACs), which the process holding the checkpoint lease
+// appends once no process of an earlier release (which writes records
+// without MACs) writes to the database (macsWait), and the checkpoints
+// say so from then on. From that record on every record must carry a
+// valid MAC. The record is in the chain and the tree, so whoever cannot
+// sign cannot take it out, and retention keeps its body.
+
+// macPurpose is the label the MAC key is derived from the checkpoint key
+// with (signer.derive).
+const macPurpose = "guard: the audit records' MACs"
+
+// LifecycleMACs is the event of the lifecycle record from which on every
+// record carries a MAC: its reason says "MACs from seq N", N its own seq.
+const LifecycleMACs = "macs"
+
+// selectMACsFrom finds the first LifecycleMACs record (index
+// records_macs).
+const selectMACsFrom = `SELECT seq FROM records WHERE kind = 'lifecycle' AND decision = 'macs' ORDER BY seq LIMIT 1`
+
+// macMigration is the migration that adds the records' mac column.
+const macMigration = 21
+
+// macer makes and checks records' MACs under one key; it is not safe for
+// concurrent use (the writer, a checkpoint and a verification each have
+// their own).
+type macer struct {
+	h   hash.Hash
+	buf []byte
+}
+
+// newMACer returns a macer for key, or nil without one.
+func newMACer(key []byte) *macer {
+	if key == nil {
+		return nil
+	}
+	return &macer{h: hmac.New(sha256.New, key)}
+}
+
+// sum appends the MAC of record seq with chain hash h to dst.
+func (m *macer) sum(dst []byte, seq int64, h string) []byte {
+	m.buf = strconv.AppendInt(m.buf[:0], seq, 10)
+	m.buf = append(m.buf, ' ')
+	m.buf = append(m.buf, h...)
+	m.h.Reset()
+	m.h.Write(m.buf)
+	return m.h.Sum(dst)
+}
+
+// mac is a new record's MAC.
+func (m *macer) mac(seq int64, h string) []byte {
+	return m.sum(make([]byte, 0, sha256.Size), seq, h)
+}
+
+// valid reports whether mac is record seq's MAC for chain hash h.
+func (m *macer) valid(seq int64, h string, mac []byte) bool {
+	var b [sha256.Size]byte
+	return len(mac) == sha256.Size && hmac.Equal(m.sum(b[:0], seq, h), mac)
+}
+
+// check says what is wrong with a record read back from the table, whose
+// canonical form is canonical ("" when nothing is): its hash must be that
+// of its contents, and its MAC that of its seq and hash.
+func (m *macer) check(r *guard.Record, canonical []byte, mac []byte) string {
+	sum := sha256.Sum256(canonical)
+	switch {
+	case hex.EncodeToString(sum[:]) != r.Hash:
+		return "does not match its hash"
+	case len(mac) == 0:
+		return "carries no MAC"
+	case !m.valid(r.Seq, r.Hash, mac):
+		return "carries a MAC that does not verify"
+	}
+	return ""
+}
+
+// tailAuth is what a DB knows of its log's MACs, shared by its writer, its
+// checkpoints and its call index.
+type tailAuth struct {
+	key    []byte       // the MAC key; nil without the checkpoint key's secret
+	from   atomic.Int64 // the seq of the first LifecycleMACs record, once known (0: none yet)
+	alerts atomic.Int64 // records found without a valid MAC, each counted once
+	logger *slog.Logger
+
+	mu       sync.Mutex
+	alerted  map[int64]bool // the records counted in alerts
+	waitSaid string         // why MACs wait, as last logged
+}
+
+// newTailAuth is the MAC state of a database whose checkpoint key is s
+// (nil: none, or only its public key).
+func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
+	a := &tailAuth{logger: logger, alerted: map[int64]bool{}}
+	if s != nil {
+		a.key = s.derive(macPurpose)
+	}
+	return a
+}
+
+// alert logs a record found without a valid MAC and counts it, once per
+// record.
+func (a *tailAuth) alert(seq int64, id, why string) {
+	a.mu.Lock()
+	seen := a.alerted[seq]
+	a.alerted[seq] = true
+	a.mu.Unlock()
+	if seen {
+		return
+	}
+	a.alerts.Add(1)
+	a.logger.Error("audit integrity alert: a record does not carry a valid MAC: it was written to the database by someone who does not hold the checkpoint key; guard does not build the tree over it, index it or sign a checkpoint over it",
+		"seq", seq, "id", id, "problem", why)
+}
+
+// macsFrom is where the log's MACs start, once known; until then, the
+// seq of its first LifecycleMACs record, read with q (0: MACs have not
+// started).
+func (a *tailAuth) macsFrom(ctx context.Context, q sqlQueryer) (int64, error) {
+	if s := a.from.Load(); s > 0 {
+		return s, nil
+	}
+	var s int64
+	err := q.QueryRowContext(ctx, selectMACsFrom).Scan(&s)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("where MACs start: %w", err)
+	}
+	a.start(s)
+	return a.from.Load(), nil
+}
+
+// start notes that MACs start at seq s, unless they start earlier.
+func (a *tailAuth) start(s int64) {
+	for {
+		f := a.from.Load()
+		if s <= 0 || f > 0 && f <= s || a.from.CompareAndSwap(f, s) {
+			return
+		}
+	}
+}
+
+// learn notes where a checkpoint signed by the log's key says MACs start.
+func (a *tailAuth) learn(c *Checkpoint) {
+	if c != nil {
+		a.start(c.MACsFrom)
+	}
+}
+
+// initMACs finds, as a writable open begins, where the log's MACs start:
+// at its first LifecycleMACs record, or where its latest checkpoint (kept
+// in the database, in the file, or by a file witness) says. A log with
+// neither is new when it has no record (unless a process of an earlier
+// release writes to the database too) or its first carries a valid MAC
+// (another process of this release wrote it, and has not yet signed a
+// checkpoint): it has them from its first record. Otherwise it was
+// written by an earlier release: its MACs start once startMACs appends
+// their record.
+func (db *DB) initMACs(ctx context.Context) error {
+	a := db.auth
+	if _, err := a.macsFrom(ctx, db.r); err != nil {
+		return err
+	}
+	c, err := latestSigned(ctx, db.r, db.signer.verifier)
+	if err != nil {
+		return err
+	}
+	a.learn(c)
+	if c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier); err == nil {
+		a.learn(c)
+	}
+	if db.witness != nil {
+		for _, c := range db.witness.latestHeld(db.signer.verifier) {
+			a.learn(c)
+		}
+	}
+	if a.from.Load() > 0 {
+		return nil
+	}
+	var seq int64
+	var h string
+	var mac []byte
+	err = db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
+	switch {
+	case err == nil && newMACer(a.key).valid(seq, h, mac):
+		a.start(1)
+		return nil
+	case err == nil:
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("records: %w", err)
+	}
+	why, err := db.macsWait(ctx)
+	if err != nil || why != "" {
+		return err // startMACs says what they wait for
+	}
+	a.start(1)
+	return nil
+}
+
+// macsStartText is the reason and the detail of the LifecycleMACs record
+// at seq.
+func macsStartText(seq int64) (reason, detail string) {
+	return fmt.Sprintf("MACs from seq %d: this record and every one after it carry a MAC under a key derived from the checkpoint key", seq),
+		fmt.Sprintf(`{"macs_from":%d}`, seq)
+}
+
+// startMACs appends the LifecycleMACs record when the log has none yet
+// and nothing written by an earlier release is still to come; the caller
+// holds the checkpoint lease, so that replicas do not each append one.
+func (db *DB) startMACs(ctx context.Context) {
+	a := db.auth
+	if a.key == nil || a.from.Load() > 0 {
+		return
+	}
+	if s, err := a.macsFrom(ctx, db.r); err != nil || s > 0 {
+		if err != nil {
+			db.opts.Logger.Warn("audit MACs", "err", err)
+		}
+		return
+	}
+	why, err := db.macsWait(ctx)
+	if err != nil {
+		db.opts.Logger.Warn("audit MACs", "err", err)
+		return
+	}
+	a.mu.Lock()
+	said := a.waitSaid
+	a.waitSaid = why
+	a.mu.Unlock()
+	if why != "" {
+		if why != said {
+			db.opts.Logger.Warn("audit records carry MACs, but they are required only once every process writing to the database runs this release", "waiting_for", why)
+		}
+		return
+	}
+	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
+		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+	r.CallID = r.ID
+	db.commitMu.Lock()
+	err = db.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
+	db.commitMu.Unlock()
+	if err != nil {
+		db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
+		return
+	}
+	a.from.CompareAndSwap(0, r.Seq)
+	db.dirty.Store(true)
+	db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
+}
+
+// macsWait says what MACs wait for before they start, or "": processes
+// of an earlier release still beating on the database (their rows in
+// replicas do not say macs), which write records without MACs.
+func (db *DB) macsWait(ctx context.Context) (string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT host, pid, process, seen, lapse_ms FROM replicas WHERE macs = 0`)
+	if err != nil {
+		return "", fmt.Errorf("replicas: %w", err)
+	}
+	defer rows.Close()
+	now := db.opts.Now()
+	for rows.Next() {
+		var r Replica
+		var seen string
+		var lapse int64
+		if err := rows.Scan(&r.Host, &r.PID, &r.Process, &seen, &lapse); err != nil {
+			return "", fmt.Errorf("replicas: %w", err)
+		}
+		r.Seen, r.Lapse = parseTime(seen), time.Duration(lapse)*time.Millisecond
+		if r.Seen.Add(r.lapse()).After(now) {
+			return r.Process + " (pid " + strconv.Itoa(r.PID) + " on " + r.Host + ") of an earlier release", nil
+		}
+	}
+	return "", rows.Err()
+}
+
+// latestSigned is the largest checkpoint kept in the database that v
+// signed, or nil: the table's rows are only what they say once their
+// signature is checked.
+func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*Checkpoint, error) {
+	rows, err := q.QueryContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var text string
+		if err := rows.Scan(&text); err != nil {
+			return nil, fmt.Errorf("checkpoints: %w", err)
+		}
+		if c, err := OpenCheckpoint([]byte(text), v); err == nil {
+			return c, nil
+		}
+	}
+	return nil, rows.Err()
+}
+
+// errUnauthenticated is why a checkpoint is not signed: a record it would
+// cover does not carry a valid MAC.
+var errUnauthenticated = errors.New("a record after the last checkpoint does not carry a valid MAC")
+
+// tailChunk is how many records checkTail reads at a time.
+const tailChunk = 4096
+
+// checkTail checks, inside the checkpoint's transaction on conn, every
+// record from MACs' start on that a checkpoint of size records would
+// cover beyond the last one (after) signed: its hash is that of its
+// contents, its MAC is valid, and its leaf in the stored tree is that of
+// its contents. The records this process's writer committed meanwhile
+// (ownRun) are not read again: their leaves in the tree must be those it
+// made. The first that fails is alerted and refuses the checkpoint:
+// whoever wrote a record and its tree hashes without the key gets no
+// signature over them.
+//
+// It returns where MACs start, for the checkpoint to say (0: not yet).
+func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) (int64, error) {
+	a := db.auth
+	from, err := a.macsFrom(ctx, conn)
+	if err != nil || from == 0 || a.key == nil {
+		return from, err
+	}
+	t := &tailCheck{db: db, conn: conn, m: newMACer(a.key)}
+	if db.wc != nil {
+		t.own = db.wc.own
+	}
+	for lo := max(after, from-1); lo < size; lo += tailChunk {
+		hi := min(lo+tailChunk, size)
+		leaves, err := storedLeaves(ctx, conn, lo+1, hi)
+		if err != nil {
+			return 0, fmt.Errorf("checkpoint: %w", err)
+		}
+		first := lo + 1 // the first record not known to be this process's
+		for seq := lo + 1; seq <= hi; seq++ {
+			leaf, mine := t.ownLeaf(seq)
+			if !mine {
+				continue
+			}
+			if err := t.others(ctx, first, seq-1, leaves); err != nil {
+				return 0, err
+			}
+			first = seq + 1
+			if l, ok := leaves[seq]; !ok || l != leaf {
+				a.alert(seq, "", "has another leaf in the tree than the one guard made")
+				return 0, fmt.Errorf("%w: the leaf of record %d in the tree was changed", errUnauthenticated, seq)
+			}
+		}
+		if err := t.others(ctx, first, hi, leaves); err != nil {
+			return 0, err
+		}
+	}
+	return from, nil
+}
+
+// tailCheck is checkTail's state.
+type tailCheck struct {
+	db   *DB
+	conn *sql.Conn
+	m    *macer
+	own  []ownRun
+	buf  []byte
+}
+
+// ownLeaf is the leaf this process's writer made for record seq, if it
+// wrote it.
+func (t *tailCheck) ownLeaf(seq int64) (tlog.Hash, bool) {
+	i, _ := slices.BinarySearchFunc(t.own, seq, func(r ownRun, seq int64) int { return cmp.Compare(r.first+int64(len(r.leaves))-1, seq) })
+	if i == len(t.own) || seq < t.own[i].first {
+		return tlog.Hash{}, false
+	}
+	return t.own[i].leaves[seq-t.own[i].first], true
+}
+
+// others reads records first to last, which other processes wrote (or
+// someone else), and checks each.
+func (t *tailCheck) others(ctx context.Context, first, last int64, leaves map[int64]tlog.Hash) error {
+	if first > last {
+		return nil
+	}
+	rows, err := t.conn.QueryContext(ctx, t.db.selectRecordsMAC()+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, first, last)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer rows.Close()
+	want := first
+	for rows.Next() {
+		var mac []byte
+		r, err := scanRecord(rows, &mac)
+		if err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		t.buf = appendCanonical(t.buf[:0], r)
+		why := t.m.check(r, t.buf, mac)
+		if l, ok := leaves[r.Seq]; why == "" && (!ok || l != leafHash(t.buf)) {
+			why = "is not the record its leaf in the tree stands for"
+		}
+		if why == "" && r.Seq != want {
+			why = fmt.Sprintf("follows record %d: the records between them are missing", want-1)
+		}
+		if why != "" {
+			t.db.auth.alert(r.Seq, r.ID, why)
+			return fmt.Errorf("%w: record %d (id %s) %s", errUnauthenticated, r.Seq, r.ID, why)
+		}
+		want++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if want != last+1 {
+		return fmt.Errorf("%w: record %d is missing", errUnauthenticated, want)
+	}
+	return nil
+}
+
+// ownRun is a run of records this process's writer committed since the
+// last checkpoint, with the leaves it made for them: the checkpoint need
+// not read them again, only find those leaves in the tree (checkTail).
+type ownRun struct {
+	first  int64
+	leaves []tlog.Hash
+}
+
+// maxOwn bounds the leaves the writer keeps between two checkpoints
+// (signing may be refused for long): past it, the oldest runs go, and
+// their records are read again like others'.
+const maxOwn = 1 << 16
+
+// noteOwn keeps a run the writer committed (under commitMu).
+func (wc *writerConn) noteOwn(r ownRun) {
+	if len(r.leaves) == 0 {
+		return
+	}
+	wc.own = append(wc.own, r)
+	wc.ownLeaves += len(r.leaves)
+	for wc.ownLeaves > maxOwn {
+		wc.ownLeaves -= len(wc.own[0].leaves)
+		wc.own = slices.Delete(wc.own, 0, 1)
+	}
+}
+
+// dropOwn forgets the runs a checkpoint of size records covers.
+func (wc *writerConn) dropOwn(size int64) {
+	i := 0
+	for ; i < len(wc.own) && wc.own[i].first+int64(len(wc.own[i].leaves))-1 <= size; i++ {
+		wc.ownLeaves -= len(wc.own[i].leaves)
+	}
+	wc.own = slices.Delete(wc.own, 0, i)
+}
+
+// storedLeaves reads the stored leaf hashes of records first to last, by
+// seq.
+func storedLeaves(ctx context.Context, q sqlQueryer, first, last int64) (map[int64]tlog.Hash, error) {
+	rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes WHERE idx >= ? AND idx <= ?`, leafIndex(first), leafIndex(last))
+	if err != nil {
+		return nil, fmt.Errorf("tree: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int64]tlog.Hash, last-first+1)
+	for rows.Next() {
+		var idx int64
+		var h []byte
+		if err := rows.Scan(&idx, &h); err != nil {
+			return nil, fmt.Errorf("tree: %w", err)
+		}
+		if level, n := tlog.SplitStoredHashIndex(idx); level == 0 && len(h) == tlog.HashSize {
+			out[n+1] = tlog.Hash(h)
+		}
+	}
+	return out, rows.Err()
+}
+
+// selectRecordMAC is selectRecord with each record's MAC after its other
+// columns.
+var selectRecordMAC = strings.Replace(selectRecord, " FROM records", ", mac FROM records", 1)
+
+// selectRecordsMAC is selectRecordMAC for this database (selectRecords):
+// one a read-only open found without the MAC migration has no mac
+// column, and no record of it carries a MAC.
+func (db *DB) selectRecordsMAC() string {
+	mac := ", mac FROM records"
+	if db.noMAC {
+		mac = ", NULL AS mac FROM records"
+	}
+	return strings.Replace(db.selectRecords(), " FROM records", mac, 1)
+}
