@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"sort"
-	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit statuses of every subcommand but a `guard run` whose server has run.
@@ -52,89 +51,54 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) strin
 	}
 }
 
-// command is one subcommand. run returns the process's exit status.
-type command struct {
-	summary string
-	run     func(ctx context.Context, a *app, args []string) int
-	// hidden leaves the command out of the usage: one that guard runs
-	// itself, not a person.
-	hidden bool
-	// profiled makes the command write a CPU profile when the app has a
-	// cpuProfile.
-	profiled bool
-}
-
-// commands is filled by the init functions of the subcommand files.
-var commands = map[string]command{}
-
+// main runs the command line args (without the program's name) and
+// returns the process's exit status: a command's own, or exitUsage for a
+// command line that does not parse, after saying why on stderr.
 func (a *app) main(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		a.usage()
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(a.stderr, "guard: unknown command %q\n", args[0])
-		a.usage()
-		return exitUsage
-	}
-	if cmd.profiled && a.cpuProfile != "" {
-		defer a.profileCPU(a.cpuProfile)()
-	}
-	return cmd.run(ctx, a, args[1:])
-}
-
-func (a *app) usage() {
-	names := make([]string, 0, len(commands))
-	for n, c := range commands {
-		if !c.hidden {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString("usage: guard COMMAND [flags]\n\ncommands:\n")
-	for _, n := range names {
-		fmt.Fprintf(&b, "  %-15s %s\n", n, commands[n].summary)
-	}
-	b.WriteString("\nEvery command takes --config FILE and --db PATH; `guard COMMAND -h` lists its flags.\n")
-	io.WriteString(a.stderr, b.String())
-}
-
-// flagSet returns a flag set that reports errors to stderr and does not exit.
-func (a *app) flagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("guard "+name, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
-	return fs
-}
-
-// parseFlags parses args and turns a parse error into the usage status.
-// It returns ok=false with the status to exit with.
-func (a *app) parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	return 0, true
-}
-
-// subcommandUsage handles a command of subcommands called without one, or
-// asked for help (-h, --help, help): the usage goes to stderr with exit 2
-// in the first case and to stdout with exit 0 in the second. ok is true
-// when args name a subcommand for the caller to run.
-func (a *app) subcommandUsage(args []string, usage string) (status int, ok bool) {
+	root := a.commandLine()
+	// Never nil: cobra reads os.Args when it is.
+	root.SetArgs(append([]string{}, oneDashLongFlags(root, args)...))
+	c, err := root.ExecuteContextC(ctx)
+	var code exitCode
 	switch {
-	case len(args) == 0:
-		fmt.Fprintln(a.stderr, usage)
-		return exitUsage, false
-	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(a.stdout, usage)
-		return exitOK, false
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
 	}
-	return 0, true
+	// Anything else is cobra's, or a check of the arguments: the command
+	// line is wrong.
+	if c == nil {
+		c = root
+	}
+	fmt.Fprintf(a.stderr, "%s: %v\nusage: %s\n(%s -h lists its flags)\n", c.CommandPath(), err, c.UseLine(), c.CommandPath())
+	return exitUsage
+}
+
+// exitCode is the status a command ended with, having said why itself:
+// as an error, it ends the command line with that status.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// runs makes a cobra run function of a command's body, which returns the
+// process's exit status.
+func (a *app) runs(body func(ctx context.Context, args []string) int) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		if code := body(c.Context(), args); code != exitOK {
+			return exitCode(code)
+		}
+		return nil
+	}
+}
+
+// profiled makes body write a CPU profile of its whole run when the app
+// has a cpuProfile.
+func (a *app) profiled(body func(ctx context.Context, args []string) int) func(ctx context.Context, args []string) int {
+	return func(ctx context.Context, args []string) int {
+		if a.cpuProfile != "" {
+			defer a.profileCPU(a.cpuProfile)()
+		}
+		return body(ctx, args)
+	}
 }

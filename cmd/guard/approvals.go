@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os/user"
 	"text/tabwriter"
@@ -14,102 +13,94 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["approvals"] = command{summary: "list, show, approve and deny held calls: approvals list|show|approve|deny", run: cmdApprovals}
+func init() { register(approvalsCommand) }
+
+// approvalsCommand is guard approvals: the held calls, and the command
+// line's decisions on them.
+func approvalsCommand(a *app) *cobra.Command {
+	return a.group("approvals", "list, show, approve and deny held calls", "",
+		approvalsListCommand(a), approvalsShowCommand(a), approvalsDecideCommand(a, true), approvalsDecideCommand(a, false))
 }
 
-func cmdApprovals(ctx context.Context, a *app, args []string) int {
-	if status, ok := a.subcommandUsage(args, "usage: guard approvals list | show ID | approve ID [--reason TEXT] | deny ID --reason TEXT"); !ok {
-		return status
-	}
-	switch args[0] {
-	case "list":
-		return approvalsList(ctx, a, args[1:])
-	case "show":
-		return approvalsShow(ctx, a, args[1:])
-	case "approve":
-		return approvalsDecide(ctx, a, args[1:], true)
-	case "deny":
-		return approvalsDecide(ctx, a, args[1:], false)
-	}
-	fmt.Fprintf(a.stderr, "guard approvals: unknown subcommand %q (list, show, approve, deny)\n", args[0])
-	return exitUsage
-}
-
-func approvalsList(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("approvals list")
+// approvalsListCommand lists the held calls, or every approval.
+func approvalsListCommand(a *app) *cobra.Command {
+	c := leaf("list", "list the held calls (--state all: every decision too)", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	format := fs.String("format", "table", "table, jsonl or csv")
 	state := fs.String("state", "pending", "pending, or all")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if *format != "table" && *format != "jsonl" && *format != "csv" {
-		fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table, jsonl or csv\n", *format)
-		return exitUsage
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	s := guard.ApprovalPending
-	if *state == "all" {
-		s = ""
-	}
-	all, err := db.Approvals(ctx, s)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
-		return exitFailure
-	}
-	// Listing writes nothing: a pending hold past its expiry is shown as
-	// expired (the relay or the UI records the expiry itself).
-	now := time.Now()
-	var list []*guard.Approval
-	for _, x := range all {
-		if x.State == guard.ApprovalPending && !now.Before(x.ExpiresAt) {
-			if s == guard.ApprovalPending {
-				continue
-			}
-			x.State = guard.ApprovalExpired
+	oneOf(c, "format", "table", "jsonl", "csv")
+	oneOf(c, "state", "pending", "all")
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		if *format != "table" && *format != "jsonl" && *format != "csv" {
+			fmt.Fprintf(a.stderr, "guard approvals list: --format %q: want table, jsonl or csv\n", *format)
+			return exitUsage
 		}
-		list = append(list, x)
-	}
-	switch *format {
-	case "jsonl":
-		enc := json.NewEncoder(a.stdout)
-		enc.SetEscapeHTML(false)
-		for _, x := range list {
-			_ = enc.Encode(lineOf(x))
+		db, _, status, ok := a.openReadOnly(ctx, cf)
+		if !ok {
+			return status
 		}
-		return exitOK
-	case "csv":
-		w := csv.NewWriter(a.stdout)
-		_ = w.Write(approvalColumns)
-		for _, x := range list {
-			_ = w.Write(inertCells(lineOf(x).cells()...))
+		defer db.Close()
+		s := guard.ApprovalPending
+		if *state == "all" {
+			s = ""
 		}
-		w.Flush()
-		if err := w.Error(); err != nil {
+		all, err := db.Approvals(ctx, s)
+		if err != nil {
 			fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
 			return exitFailure
 		}
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tAPPROVALS\tARGUMENTS")
-	for _, x := range list {
-		left := "-"
-		if x.State == guard.ApprovalPending {
-			left = guard.HumanDuration(x.ExpiresAt.Sub(now))
+		// Listing writes nothing: a pending hold past its expiry is shown as
+		// expired (the relay or the UI records the expiry itself).
+		now := time.Now()
+		var list []*guard.Approval
+		for _, x := range all {
+			if x.State == guard.ApprovalPending && !now.Before(x.ExpiresAt) {
+				if s == guard.ApprovalPending {
+					continue
+				}
+				x.State = guard.ApprovalExpired
+			}
+			list = append(list, x)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
-			left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), approvalsNeeds(x), clip(x.Arguments, 60))
-	}
-	tw.Flush()
-	return exitOK
+		switch *format {
+		case "jsonl":
+			enc := json.NewEncoder(a.stdout)
+			enc.SetEscapeHTML(false)
+			for _, x := range list {
+				_ = enc.Encode(lineOf(x))
+			}
+			return exitOK
+		case "csv":
+			w := csv.NewWriter(a.stdout)
+			_ = w.Write(approvalColumns)
+			for _, x := range list {
+				_ = w.Write(inertCells(lineOf(x).cells()...))
+			}
+			w.Flush()
+			if err := w.Error(); err != nil {
+				fmt.Fprintf(a.stderr, "guard approvals list: %v\n", err)
+				return exitFailure
+			}
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSTATE\tAGE\tLEFT\tSERVER\tTOOL\tCLIENT\tHELD BECAUSE\tAPPROVALS\tARGUMENTS")
+		for _, x := range list {
+			left := "-"
+			if x.State == guard.ApprovalPending {
+				left = guard.HumanDuration(x.ExpiresAt.Sub(now))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.State, guard.HumanDuration(now.Sub(x.CreatedAt)),
+				left, x.Server, x.Tool, dash(x.Client), clip(x.HeldReason, 40), approvalsNeeds(x), clip(x.Arguments, 60))
+		}
+		tw.Flush()
+		return exitOK
+	})
+	return c
 }
 
 // approvalLine is an approval as approvals list writes it in jsonl and csv:
@@ -192,71 +183,57 @@ func recordTime(t time.Time) string {
 	return t.UTC().Format(time3339ms)
 }
 
-// parseWithID parses a command's flags and its one argument, an id,
-// which may come before or after the flags ("" when none came).
-func (a *app) parseWithID(fs *flag.FlagSet, args []string) (string, int, bool) {
-	var id string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		id, args = args[0], args[1:]
-	}
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return "", status, false
-	}
-	if id == "" && fs.NArg() == 1 {
-		id = fs.Arg(0)
-	}
-	return id, 0, true
-}
-
-func approvalsDecide(ctx context.Context, a *app, args []string, approve bool) int {
+// approvalsDecideCommand is guard approvals approve, or deny: a person's
+// decision on a held call, made at the command line.
+func approvalsDecideCommand(a *app, approve bool) *cobra.Command {
 	verb := "deny"
 	if approve {
 		verb = "approve"
 	}
-	fs := a.flagSet("approvals " + verb)
+	c := leaf("approve ID", "approve a held call: it passes once, when its client calls again", exactly("ID"))
+	if !approve {
+		c = leaf("deny ID --reason TEXT", "deny a held call: its client reads the reason", exactly("ID"))
+	}
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
-	reason := fs.String("reason", "", "why (required to deny)")
-	by := fs.String("by", "", "who decides (default: the user running this command)")
-	id, status, ok := a.parseWithID(fs, args)
-	if !ok {
-		return status
+	reason := fs.String("reason", "", "why: the `TEXT` the client reads")
+	by := fs.String("by", "", "the `NAME` the decision is recorded under (default: the user running this command)")
+	if !approve {
+		_ = c.MarkFlagRequired("reason") // it exists
 	}
-	if id == "" {
-		fmt.Fprintf(a.stderr, "usage: guard approvals %s ID [--reason TEXT]\n", verb)
-		return exitUsage
-	}
-	if !approve && *reason == "" {
-		fmt.Fprintln(a.stderr, "guard approvals deny: --reason is required: the client reads it")
-		return exitUsage
-	}
-	who := *by
-	if who == "" {
-		who = currentUser(a.getenv)
-	}
-	db, st, status, ok := a.open(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	if refuseCLIDecision(a, st.Config, "approvals "+verb) {
-		return exitFailure
-	}
-	m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
-	x, err := m.Decide(ctx, id, approve, who, *reason)
-	switch {
-	case errors.Is(err, guard.ErrNotFound):
-		fmt.Fprintf(a.stderr, "guard approvals %s: no held call with id %s\n", verb, id)
-		return exitFailure
-	case err != nil:
-		fmt.Fprintf(a.stderr, "guard approvals %s: %v\n", verb, err)
-		return exitFailure
-	}
-	if x.State == guard.ApprovalPending {
-		fmt.Fprintf(a.stdout, "%s: your approval of %s on %s is recorded; it waits for %s\n", x.ID, x.Tool, x.Server, approvals.Waiting(x))
+	c.RunE = a.runs(func(ctx context.Context, args []string) int {
+		id := args[0]
+		if !approve && *reason == "" {
+			fmt.Fprintln(a.stderr, "guard approvals deny: --reason is required: the client reads it")
+			return exitUsage
+		}
+		who := a.orCurrentUser(*by)
+		db, st, status, ok := a.open(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		if refuseCLIDecision(a, st.Config, "approvals "+verb) {
+			return exitFailure
+		}
+		m := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+		x, err := m.Decide(ctx, id, approve, who, *reason)
+		switch {
+		case errors.Is(err, guard.ErrNotFound):
+			fmt.Fprintf(a.stderr, "guard approvals %s: no held call with id %s\n", verb, id)
+			return exitFailure
+		case err != nil:
+			fmt.Fprintf(a.stderr, "guard approvals %s: %v\n", verb, err)
+			return exitFailure
+		}
+		if x.State == guard.ApprovalPending {
+			fmt.Fprintf(a.stdout, "%s: your approval of %s on %s is recorded; it waits for %s\n", x.ID, x.Tool, x.Server, approvals.Waiting(x))
+			return exitOK
+		}
+		fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
 		return exitOK
-	}
-	fmt.Fprintf(a.stdout, "%s: %s %s on %s (by %s)\n", x.ID, x.State, x.Tool, x.Server, x.DecidedBy)
-	return exitOK
+	})
+	return c
 }
 
 // refuseCLIDecision says why, and reports true, where the configuration
@@ -283,6 +260,15 @@ func cliOffBecause(c *policy.Config) string {
 		return "ui.passkey is required"
 	}
 	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"
+}
+
+// orCurrentUser is name, or when it is "" the user running guard: whom a
+// decision at the command line is recorded under when --by does not say.
+func (a *app) orCurrentUser(name string) string {
+	if name != "" {
+		return name
+	}
+	return currentUser(a.getenv)
 }
 
 func currentUser(getenv func(string) string) string {

@@ -14,42 +14,17 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["audit"] = command{summary: "query, verify, prove, export and report on the audit log: audit query|verify|key|checkpoint|prove|export|check|report|prune|acknowledge-loss", run: cmdAudit}
-}
+func init() { register(auditCommand) }
 
-const auditUsage = "usage: guard audit query [flags] | verify [--checkpoint FILE] [--key KEY] | key | checkpoint | prove ID | export [--format jsonl|csv] [--since ...] [--until ...] | check [--key KEY] FILE... | report [--since DUR] [--until TIME] [--format text|html|csv] | prune [--dry-run] | acknowledge-loss ID [--reason TEXT] (guard audit SUBCOMMAND -h for its flags)"
-
-func cmdAudit(ctx context.Context, a *app, args []string) int {
-	if status, ok := a.subcommandUsage(args, auditUsage); !ok {
-		return status
-	}
-	switch args[0] {
-	case "query":
-		return auditQuery(ctx, a, args[1:])
-	case "verify":
-		return auditVerifyTree(ctx, a, args[1:])
-	case "key":
-		return auditKey(ctx, a, args[1:])
-	case "checkpoint":
-		return auditCheckpoint(ctx, a, args[1:])
-	case "prove":
-		return auditProve(ctx, a, args[1:])
-	case "export":
-		return auditExport(ctx, a, args[1:])
-	case "check":
-		return auditCheck(ctx, a, args[1:])
-	case "report":
-		return auditReportCmd(ctx, a, args[1:])
-	case "prune":
-		return auditPrune(ctx, a, args[1:])
-	case "acknowledge-loss":
-		return auditAcknowledgeLoss(ctx, a, args[1:])
-	}
-	fmt.Fprintf(a.stderr, "guard audit: unknown subcommand %q (query, verify, key, checkpoint, prove, export, check, report, prune, acknowledge-loss)\n", args[0])
-	return exitUsage
+// auditCommand is guard audit: the log's queries, proofs, exports and
+// reports, and its verification.
+func auditCommand(a *app) *cobra.Command {
+	return a.group("audit", "query, verify, prove, export and report on the audit log", "",
+		auditQueryCommand(a), auditVerifyCommand(a), auditKeyCommand(a), auditCheckpointCommand(a), auditProveCommand(a),
+		auditExportCommand(a), auditCheckCommand(a), auditReportCommand(a), auditPruneCommand(a), auditAcknowledgeLossCommand(a))
 }
 
 // openStore opens the database of the resolved settings.
@@ -98,8 +73,10 @@ var (
 		guard.OutcomeInputRequired, guard.OutcomeAwaitingApproval}
 )
 
-func auditQuery(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit query")
+// auditQueryCommand lists the calls the log holds, newest first.
+func auditQueryCommand(a *app) *cobra.Command {
+	c := leaf("query", "list the calls (or other records) the log holds, newest first", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	since := fs.String("since", "", "only calls since `DUR|TIME` (7d, 1h, or RFC 3339)")
 	until := fs.String("until", "", "only calls until `TIME` (RFC 3339, or a duration back from now)")
@@ -117,100 +94,104 @@ func auditQuery(ctx context.Context, a *app, args []string) int {
 	kind := fs.String("kind", "call", "what to list: `call` (invocations), or the records of a kind that is not a call's ("+strings.Join(store.RecordKinds, ", ")+")")
 	limit := fs.Int("limit", -1, "at most `N` rows (table: 100 by default; jsonl and csv: all)")
 	format := fs.String("format", "table", "table, jsonl or csv")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	for _, e := range []struct {
-		flag, v string
-		allowed []string
-	}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}, {"kind", *kind, append([]string{"call"}, store.RecordKinds...)}} {
-		if e.v != "" && !slices.Contains(e.allowed, e.v) {
-			fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
-			return exitUsage
-		}
-	}
-	if *kind != "call" && (f.Outcome != "" || f.Text != "") {
-		fmt.Fprintf(a.stderr, "guard audit query: --outcome and --text apply to calls only, not to --kind %s\n", *kind)
-		return exitUsage
-	}
-	if f.Text != "" {
-		if _, err := store.MatchExpr(f.Text); err != nil {
-			fmt.Fprintf(a.stderr, "guard audit query: --text %q: %v\n", f.Text, err)
-			return exitUsage
-		}
-	}
-	now := time.Now()
-	var err error
-	if *since != "" {
-		if f.Since, err = policy.ParseSince(*since, now); err != nil {
-			fmt.Fprintf(a.stderr, "guard audit query: --since: %v\n", err)
-			return exitUsage
-		}
-	}
-	if *until != "" {
-		if f.Until, err = policy.ParseSince(*until, now); err != nil {
-			fmt.Fprintf(a.stderr, "guard audit query: --until: %v\n", err)
-			return exitUsage
-		}
-	}
-	switch *format {
-	case "table":
-		f.Limit = 100
-	case "jsonl", "csv":
-	default:
-		fmt.Fprintf(a.stderr, "guard audit query: --format %q: want table, jsonl or csv\n", *format)
-		return exitUsage
-	}
-	if *limit >= 0 {
-		f.Limit = *limit
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	if *kind != "call" {
-		return auditRecords(ctx, a, db, *kind, f, *format)
-	}
-	switch *format {
-	case "jsonl":
-		enc := json.NewEncoder(a.stdout)
-		enc.SetEscapeHTML(false)
-		err = db.Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
-	case "csv":
-		w := csv.NewWriter(a.stdout)
-		_ = w.Write(store.CallColumns)
-		err = db.Query(ctx, f, func(c *store.Call) error {
-			// The log's text is written inert; the figures as they are.
-			row := inertCells(c.ID, c.Time, c.Session, c.Client, c.User, c.UserEmail, groupsCell(c.UserGroups), c.Protocol, c.Server, c.Direction, c.Method,
-				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
-			row = append(row, strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
-				strconv.FormatInt(c.DurationMS, 10), inert(c.Detail), inert(c.Hash))
-			return w.Write(row)
-		})
-		w.Flush()
-		if err == nil {
-			err = w.Error()
-		}
-	default:
-		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tUSER\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
-		err = db.Query(ctx, f, func(c *store.Call) error {
-			what := c.Method
-			if c.Tool != "" {
-				what = c.Tool
+	oneOf(c, "format", "table", "jsonl", "csv")
+	oneOf(c, "decision", decisions...)
+	oneOf(c, "outcome", outcomes...)
+	oneOf(c, "kind", append([]string{"call"}, store.RecordKinds...)...)
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		for _, e := range []struct {
+			flag, v string
+			allowed []string
+		}{{"decision", f.Decision, decisions}, {"outcome", f.Outcome, outcomes}, {"kind", *kind, append([]string{"call"}, store.RecordKinds...)}} {
+			if e.v != "" && !slices.Contains(e.allowed, e.v) {
+				fmt.Fprintf(a.stderr, "guard audit query: --%s %q: want one of %s\n", e.flag, e.v, strings.Join(e.allowed, ", "))
+				return exitUsage
 			}
-			_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, dash(clip(userOf(c.User, c.UserEmail), 30)), c.Server, clip(what, 40),
-				dash(c.Decision), dash(c.DecidedBy), dash(c.Outcome), c.DurationMS)
-			return werr
-		})
-		tw.Flush()
-	}
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit query: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
+		}
+		if *kind != "call" && (f.Outcome != "" || f.Text != "") {
+			fmt.Fprintf(a.stderr, "guard audit query: --outcome and --text apply to calls only, not to --kind %s\n", *kind)
+			return exitUsage
+		}
+		if f.Text != "" {
+			if _, err := store.MatchExpr(f.Text); err != nil {
+				fmt.Fprintf(a.stderr, "guard audit query: --text %q: %v\n", f.Text, err)
+				return exitUsage
+			}
+		}
+		now := time.Now()
+		var err error
+		if *since != "" {
+			if f.Since, err = policy.ParseSince(*since, now); err != nil {
+				fmt.Fprintf(a.stderr, "guard audit query: --since: %v\n", err)
+				return exitUsage
+			}
+		}
+		if *until != "" {
+			if f.Until, err = policy.ParseSince(*until, now); err != nil {
+				fmt.Fprintf(a.stderr, "guard audit query: --until: %v\n", err)
+				return exitUsage
+			}
+		}
+		switch *format {
+		case "table":
+			f.Limit = 100
+		case "jsonl", "csv":
+		default:
+			fmt.Fprintf(a.stderr, "guard audit query: --format %q: want table, jsonl or csv\n", *format)
+			return exitUsage
+		}
+		if *limit >= 0 {
+			f.Limit = *limit
+		}
+		db, _, status, ok := a.openReadOnly(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		if *kind != "call" {
+			return auditRecords(ctx, a, db, *kind, f, *format)
+		}
+		switch *format {
+		case "jsonl":
+			enc := json.NewEncoder(a.stdout)
+			enc.SetEscapeHTML(false)
+			err = db.Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
+		case "csv":
+			w := csv.NewWriter(a.stdout)
+			_ = w.Write(store.CallColumns)
+			err = db.Query(ctx, f, func(c *store.Call) error {
+				// The log's text is written inert; the figures as they are.
+				row := inertCells(c.ID, c.Time, c.Session, c.Client, c.User, c.UserEmail, groupsCell(c.UserGroups), c.Protocol, c.Server, c.Direction, c.Method,
+					c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
+				row = append(row, strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
+					strconv.FormatInt(c.DurationMS, 10), inert(c.Detail), inert(c.Hash))
+				return w.Write(row)
+			})
+			w.Flush()
+			if err == nil {
+				err = w.Error()
+			}
+		default:
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tUSER\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
+			err = db.Query(ctx, f, func(c *store.Call) error {
+				what := c.Method
+				if c.Tool != "" {
+					what = c.Tool
+				}
+				_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, dash(clip(userOf(c.User, c.UserEmail), 30)), c.Server, clip(what, 40),
+					dash(c.Decision), dash(c.DecidedBy), dash(c.Outcome), c.DurationMS)
+				return werr
+			})
+			tw.Flush()
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit query: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	})
+	return c
 }
 
 // userOf is how a table names the caller the front authenticated: the

@@ -17,6 +17,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
 // auditReport is what guard audit report prints: the activity of a period
@@ -32,87 +33,87 @@ type auditReport struct {
 // changeCounts sums up the tool and policy changes of a period.
 type changeCounts struct{ Definitions, Accepted, Rejected, Pending, Rules int }
 
-func auditReportCmd(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit report")
+// auditReportCommand writes the activity of a period and whether the
+// whole log verifies, for people who read rather than query.
+func auditReportCommand(a *app) *cobra.Command {
+	c := leaf("report", "a period's activity and the log's verification, as text, HTML or CSV", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	since := fs.String("since", "30d", "the period starts `DUR|TIME` (30d, 12h, or RFC 3339)")
 	until := fs.String("until", "", "the period ends at `TIME` (RFC 3339, or a duration back from now; default now)")
 	format := fs.String("format", "text", "text, html or csv")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(a.stderr, "guard audit report: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	now := time.Now().UTC()
-	from, err := policy.ParseSince(*since, now)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit report: --since: %v\n", err)
-		return exitUsage
-	}
-	to := now
-	if *until != "" {
-		if to, err = policy.ParseSince(*until, now); err != nil {
-			fmt.Fprintf(a.stderr, "guard audit report: --until: %v\n", err)
+	oneOf(c, "format", "text", "html", "csv")
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		now := time.Now().UTC()
+		from, err := policy.ParseSince(*since, now)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit report: --since: %v\n", err)
 			return exitUsage
 		}
-	}
-	if to.Before(from) {
-		fmt.Fprintf(a.stderr, "guard audit report: the period ends (%s) before it starts (%s)\n", stamp(to), stamp(from))
-		return exitUsage
-	}
-	write, ok := reportFormats[*format]
-	if !ok {
-		fmt.Fprintf(a.stderr, "guard audit report: --format %q: want text, html or csv\n", *format)
-		return exitUsage
-	}
-	db, st, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	r := &auditReport{Database: st.dbName(), Generated: now}
-	// Verification reads the whole log: it runs beside the period's
-	// queries rather than after them.
-	verified := make(chan error, 1)
-	go func() {
-		var err error
-		r.Verified, err = db.Verify(ctx)
-		verified <- err
-	}()
-	r.Activity, err = db.Activity(ctx, from.UTC(), to.UTC())
-	if verr := <-verified; verr != nil {
-		fmt.Fprintf(a.stderr, "guard audit report: verify: %v\n", verr)
-		return exitFailure
-	}
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit report: %v\n", err)
-		return exitFailure
-	}
-	for _, c := range r.ToolChanges {
-		r.Changes.Definitions++
-		switch c.State {
-		case "accepted":
-			if c.Cause != "baseline" {
-				r.Changes.Accepted++
+		to := now
+		if *until != "" {
+			if to, err = policy.ParseSince(*until, now); err != nil {
+				fmt.Fprintf(a.stderr, "guard audit report: --until: %v\n", err)
+				return exitUsage
 			}
-		case "rejected":
-			r.Changes.Rejected++
-		case "pending":
-			r.Changes.Pending++
 		}
-	}
-	for _, c := range r.PolicyChanges {
-		if c.Kind == guard.KindRuleAdded {
-			r.Changes.Rules++
+		if to.Before(from) {
+			fmt.Fprintf(a.stderr, "guard audit report: the period ends (%s) before it starts (%s)\n", stamp(to), stamp(from))
+			return exitUsage
 		}
-	}
-	if err := write(a.stdout, r); err != nil {
-		fmt.Fprintf(a.stderr, "guard audit report: %v\n", err)
-		return exitFailure
-	}
-	return verdictStatus(r.Verified.Verdict()) // the report says why
+		write, ok := reportFormats[*format]
+		if !ok {
+			fmt.Fprintf(a.stderr, "guard audit report: --format %q: want text, html or csv\n", *format)
+			return exitUsage
+		}
+		db, st, status, ok := a.openReadOnly(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		r := &auditReport{Database: st.dbName(), Generated: now}
+		// Verification reads the whole log: it runs beside the period's
+		// queries rather than after them.
+		verified := make(chan error, 1)
+		go func() {
+			var err error
+			r.Verified, err = db.Verify(ctx)
+			verified <- err
+		}()
+		r.Activity, err = db.Activity(ctx, from.UTC(), to.UTC())
+		if verr := <-verified; verr != nil {
+			fmt.Fprintf(a.stderr, "guard audit report: verify: %v\n", verr)
+			return exitFailure
+		}
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit report: %v\n", err)
+			return exitFailure
+		}
+		for _, c := range r.ToolChanges {
+			r.Changes.Definitions++
+			switch c.State {
+			case "accepted":
+				if c.Cause != "baseline" {
+					r.Changes.Accepted++
+				}
+			case "rejected":
+				r.Changes.Rejected++
+			case "pending":
+				r.Changes.Pending++
+			}
+		}
+		for _, c := range r.PolicyChanges {
+			if c.Kind == guard.KindRuleAdded {
+				r.Changes.Rules++
+			}
+		}
+		if err := write(a.stdout, r); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit report: %v\n", err)
+			return exitFailure
+		}
+		return verdictStatus(r.Verified.Verdict()) // the report says why
+	})
+	return c
 }
 
 var reportFormats = map[string]func(io.Writer, *auditReport) error{

@@ -12,6 +12,7 @@ import (
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -73,104 +74,105 @@ func treeMetrics(reg *metrics.Registry, db *store.DB) {
 	})
 }
 
-// auditKey prints the verifier key of the log's checkpoint key.
-func auditKey(_ context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit key")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	k, err := store.VerifierKeyOf(keyPath(st))
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit key: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintln(a.stdout, k)
-	return exitOK
+// auditKeyCommand prints the verifier key of the log's checkpoint key.
+func auditKeyCommand(a *app) *cobra.Command {
+	c := leaf("key", "print the verifier key to pin (C2SP note verifier form)", exactly())
+	cf := addCommonFlags(c.Flags())
+	c.RunE = a.runs(func(_ context.Context, _ []string) int {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		k, err := store.VerifierKeyOf(keyPath(st))
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit key: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintln(a.stdout, k)
+		return exitOK
+	})
+	return c
 }
 
-// auditCheckpoint prints the latest signed checkpoint.
-func auditCheckpoint(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit checkpoint")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	c, err := db.LatestCheckpoint(ctx)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit checkpoint: %v\n", err)
-		return exitFailure
-	}
-	_, _ = a.stdout.Write(c.Note)
-	return exitOK
+// auditCheckpointCommand prints the latest signed checkpoint.
+func auditCheckpointCommand(a *app) *cobra.Command {
+	c := leaf("checkpoint", "print the latest signed checkpoint, to keep elsewhere", exactly())
+	cf := addCommonFlags(c.Flags())
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		db, _, status, ok := a.openReadOnly(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		c, err := db.LatestCheckpoint(ctx)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit checkpoint: %v\n", err)
+			return exitFailure
+		}
+		_, _ = a.stdout.Write(c.Note)
+		return exitOK
+	})
+	return c
 }
 
-// auditVerifyTree verifies the log: the chain, the tree, every checkpoint,
-// and what it is given to check against.
-func auditVerifyTree(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit verify")
+// auditVerifyCommand verifies the log: the chain, the tree, every
+// checkpoint, and what it is given to check against.
+func auditVerifyCommand(a *app) *cobra.Command {
+	c := leaf("verify", "verify the whole log, its tree and checkpoints (exit 0 verified, 1 failed, 3 cannot verify here)", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	cpFile := fs.String("checkpoint", "", "a checkpoint kept elsewhere (`FILE`, as guard audit checkpoint printed it) that the log must extend")
 	key := fs.String("key", "", "the pinned verifier `KEY` (as guard audit key printed it, or a file holding it); default: the log's own key")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	var o store.VerifyOptions
-	if *key != "" {
-		v, err := store.ParseVerifier(*key)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard audit verify: --key: %v\n", err)
-			return exitUsage
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		var o store.VerifyOptions
+		if *key != "" {
+			v, err := store.ParseVerifier(*key)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard audit verify: --key: %v\n", err)
+				return exitUsage
+			}
+			o.Key = v
 		}
-		o.Key = v
-	}
-	if *cpFile != "" {
-		b, err := os.ReadFile(*cpFile)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard audit verify: --checkpoint: %v\n", err)
-			return exitUsage
+		if *cpFile != "" {
+			b, err := os.ReadFile(*cpFile)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard audit verify: --checkpoint: %v\n", err)
+				return exitUsage
+			}
+			o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
 		}
-		o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
-	}
-	// A log that cannot be opened or read here (a database that cannot
-	// be reached, a file that is not a guard database) is not one that
-	// failed: exit 1 says the log is not intact, and only the log's
-	// contents say that.
-	cannot := func(err error) int {
-		fmt.Fprintf(a.stdout, "CANNOT VERIFY: %v\n", err)
-		return exitUnverifiable
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	db, err := a.openReadOnlyWith(ctx, st)
-	if err != nil {
-		return cannot(err)
-	}
-	defer db.Close()
-	// Every checkpoint a file witness holds, not only its latest: a
-	// history signed after a truncation gets witnessed too.
-	held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
-	if err != nil {
-		return cannot(err)
-	}
-	o.Kept = append(o.Kept, held...)
-	rep, err := db.VerifyWith(ctx, o)
-	if err != nil {
-		return cannot(err)
-	}
-	fmt.Fprintln(a.stdout, verifiedLine(rep))
-	return verdictStatus(rep.Verdict())
+		// A log that cannot be opened or read here (a database that cannot
+		// be reached, a file that is not a guard database) is not one that
+		// failed: exit 1 says the log is not intact, and only the log's
+		// contents say that.
+		cannot := func(err error) int {
+			fmt.Fprintf(a.stdout, "CANNOT VERIFY: %v\n", err)
+			return exitUnverifiable
+		}
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		db, err := a.openReadOnlyWith(ctx, st)
+		if err != nil {
+			return cannot(err)
+		}
+		defer db.Close()
+		// Every checkpoint a file witness holds, not only its latest: a
+		// history signed after a truncation gets witnessed too.
+		held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
+		if err != nil {
+			return cannot(err)
+		}
+		o.Kept = append(o.Kept, held...)
+		rep, err := db.VerifyWith(ctx, o)
+		if err != nil {
+			return cannot(err)
+		}
+		fmt.Fprintln(a.stdout, verifiedLine(rep))
+		return verdictStatus(rep.Verdict())
+	})
+	return c
 }
 
 // verdictStatus is the exit status of a verification's verdict.
@@ -229,132 +231,127 @@ func prunedNote(rep store.Report) string {
 	return fmt.Sprintf(" (%d pruned by retention)", rep.Pruned)
 }
 
-// auditProve prints the inclusion proof of a record, or of a call's
-// records, in the latest checkpoint.
-func auditProve(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit prove")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(a.stderr, "usage: guard audit prove ID (a record's id, or a call's id for both of its records)")
-		return exitUsage
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	p, err := db.Prove(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard audit prove: %v\n", err)
-		return exitFailure
-	}
-	_, _ = a.stdout.Write(p)
-	return exitOK
+// auditProveCommand prints the inclusion proof of a record, or of a
+// call's records, in the latest checkpoint.
+func auditProveCommand(a *app) *cobra.Command {
+	c := leaf("prove ID", "print an inclusion proof of a record (or of a call's two), checkable offline", exactly("ID"))
+	cf := addCommonFlags(c.Flags())
+	c.RunE = a.runs(func(ctx context.Context, args []string) int {
+		db, _, status, ok := a.openReadOnly(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		p, err := db.Prove(ctx, args[0])
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard audit prove: %v\n", err)
+			return exitFailure
+		}
+		_, _ = a.stdout.Write(p)
+		return exitOK
+	})
+	return c
 }
 
-// auditExport writes the records with what re-verifies them.
-func auditExport(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit export")
+// auditExportCommand writes the records with what re-verifies them.
+func auditExportCommand(a *app) *cobra.Command {
+	c := leaf("export", "write the records, their hashes and proofs (jsonl or csv)", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	format := fs.String("format", "jsonl", "jsonl or csv")
 	since := fs.String("since", "", "only records since `DUR|TIME` (7d, 1h, or RFC 3339); the export then carries each record's proof")
 	until := fs.String("until", "", "only records until `TIME` (RFC 3339, or a duration back from now)")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	o := store.ExportOptions{Format: *format}
-	if o.Format != "jsonl" && o.Format != "csv" {
-		fmt.Fprintf(a.stderr, "guard audit export: --format %q: want jsonl or csv\n", o.Format)
-		return exitUsage
-	}
-	now := time.Now()
-	for _, t := range []struct {
-		flag, v string
-		dst     *time.Time
-	}{{"since", *since, &o.Since}, {"until", *until, &o.Until}} {
-		if t.v == "" {
-			continue
-		}
-		v, err := policy.ParseSince(t.v, now)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard audit export: --%s: %v\n", t.flag, err)
+	oneOf(c, "format", "jsonl", "csv")
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		o := store.ExportOptions{Format: *format}
+		if o.Format != "jsonl" && o.Format != "csv" {
+			fmt.Fprintf(a.stderr, "guard audit export: --format %q: want jsonl or csv\n", o.Format)
 			return exitUsage
 		}
-		*t.dst = v
-	}
-	db, _, status, ok := a.openReadOnly(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	if err := db.Export(ctx, a.stdout, o); err != nil {
-		fmt.Fprintf(a.stderr, "guard audit export: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
-}
-
-// auditCheck verifies proofs, exports and checkpoints offline, with no
-// database.
-func auditCheck(_ context.Context, a *app, args []string) int {
-	fs := a.flagSet("audit check")
-	cf := addCommonFlags(fs)
-	key := fs.String("key", "", "the verifier `KEY` (as guard audit key printed it, or a file holding it); default: this machine's log's key")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(a.stderr, "usage: guard audit check [--key KEY] FILE... (proofs, exports, checkpoints)")
-		return exitUsage
-	}
-	var v note.Verifier
-	local := "" // the key file read for want of --key
-	if *key != "" {
-		var err error
-		if v, err = store.ParseVerifier(*key); err != nil {
-			fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
-			return exitUsage
+		now := time.Now()
+		for _, t := range []struct {
+			flag, v string
+			dst     *time.Time
+		}{{"since", *since, &o.Since}, {"until", *until, &o.Until}} {
+			if t.v == "" {
+				continue
+			}
+			v, err := policy.ParseSince(t.v, now)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard audit export: --%s: %v\n", t.flag, err)
+				return exitUsage
+			}
+			*t.dst = v
 		}
-	} else {
-		// This machine's log's key, where there is one: the check
-		// says when it is another log's than the files', and when
-		// there is none, and checks all else.
-		st, status, ok := a.settingsOrExit(cf)
+		db, _, status, ok := a.openReadOnly(ctx, cf)
 		if !ok {
 			return status
 		}
-		if k, err := store.VerifierKeyOf(keyPath(st)); err == nil {
-			v, _ = note.NewVerifier(k) // guard's own form: it parses
-			local = keyPath(st)
-		} else if !errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
-			return exitUsage
+		defer db.Close()
+		if err := db.Export(ctx, a.stdout, o); err != nil {
+			fmt.Fprintf(a.stderr, "guard audit export: %v\n", err)
+			return exitFailure
 		}
-	}
-	var files []store.File
-	for _, name := range fs.Args() {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
-			return exitUsage
+		return exitOK
+	})
+	return c
+}
+
+// auditCheckCommand verifies proofs, exports and checkpoints offline,
+// with no database.
+func auditCheckCommand(a *app) *cobra.Command {
+	c := leaf("check FILE...", "check proofs, exports and checkpoints offline, without a database", atLeastOne("FILE"))
+	fs := c.Flags()
+	cf := addCommonFlags(fs)
+	key := fs.String("key", "", "the verifier `KEY` (as guard audit key printed it, or a file holding it); default: this machine's log's key")
+	c.RunE = a.runs(func(_ context.Context, args []string) int {
+		var v note.Verifier
+		local := "" // the key file read for want of --key
+		if *key != "" {
+			var err error
+			if v, err = store.ParseVerifier(*key); err != nil {
+				fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
+				return exitUsage
+			}
+		} else {
+			// This machine's log's key, where there is one: the check
+			// says when it is another log's than the files', and when
+			// there is none, and checks all else.
+			st, status, ok := a.settingsOrExit(cf)
+			if !ok {
+				return status
+			}
+			if k, err := store.VerifierKeyOf(keyPath(st)); err == nil {
+				v, _ = note.NewVerifier(k) // guard's own form: it parses
+				local = keyPath(st)
+			} else if !errors.Is(err, os.ErrNotExist) {
+				fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
+				return exitUsage
+			}
 		}
-		files = append(files, store.File{Name: name, Data: b})
-	}
-	lines, f := store.CheckFiles(v, files)
-	for _, l := range lines {
-		fmt.Fprintln(a.stdout, l)
-	}
-	if f.Problem != "" {
-		fmt.Fprintf(a.stdout, "FAILED: %s\n", f.Problem)
-	}
-	for _, l := range unverifiedLines(f) {
-		fmt.Fprintln(a.stdout, l)
-	}
-	if local != "" && len(f.Unverifiable) > 0 {
-		fmt.Fprintf(a.stdout, "note: the key was this machine's checkpoint key, at %s: no --key was given\n", local)
-	}
-	return verdictStatus(f.Verdict())
+		var files []store.File
+		for _, name := range args {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
+				return exitUsage
+			}
+			files = append(files, store.File{Name: name, Data: b})
+		}
+		lines, f := store.CheckFiles(v, files)
+		for _, l := range lines {
+			fmt.Fprintln(a.stdout, l)
+		}
+		if f.Problem != "" {
+			fmt.Fprintf(a.stdout, "FAILED: %s\n", f.Problem)
+		}
+		for _, l := range unverifiedLines(f) {
+			fmt.Fprintln(a.stdout, l)
+		}
+		if local != "" && len(f.Unverifiable) > 0 {
+			fmt.Fprintf(a.stdout, "note: the key was this machine's checkpoint key, at %s: no --key was given\n", local)
+		}
+		return verdictStatus(f.Verdict())
+	})
+	return c
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,35 +9,37 @@ import (
 	"strings"
 
 	"github.com/guard-mcp/guard/benchmark"
+	"github.com/spf13/cobra"
 )
 
 func init() {
-	commands["bench"] = command{summary: "measure guard's overhead against a direct session", run: cmdBench}
-	commands[benchmark.CopyRelayCommand] = command{run: cmdCopyRelay, hidden: true}
+	register(benchCommand)
+	register(copyRelayCommand)
 }
 
-// cmdCopyRelay relays bytes between its stdin and stdout and a child
+// copyRelayCommand relays bytes between its stdin and stdout and a child
 // server's, nothing else (benchmark.CopyRelay), and exits with the child's
 // status.
-func cmdCopyRelay(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet(benchmark.CopyRelayCommand)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintf(a.stderr, "usage: guard %s -- CMD [ARGS...]\n", benchmark.CopyRelayCommand)
-		return exitUsage
-	}
-	code, err := benchmark.CopyRelay(ctx, fs.Args(), a.stdin, a.stdout, a.stderr)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard %s: %v\n", benchmark.CopyRelayCommand, err)
-		return exitFailure
-	}
-	return code
+func copyRelayCommand(a *app) *cobra.Command {
+	c := leaf(benchmark.CopyRelayCommand+" -- CMD [ARGS...]", "", atLeastOne("CMD"))
+	c.Hidden = true // guard bench runs it, not a person
+	c.Annotations = map[string]string{annotationServerArgs: "yes"}
+	c.Flags().SetInterspersed(false)
+	c.RunE = a.runs(func(ctx context.Context, args []string) int {
+		code, err := benchmark.CopyRelay(ctx, args, a.stdin, a.stdout, a.stderr)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard %s: %v\n", benchmark.CopyRelayCommand, err)
+			return exitFailure
+		}
+		return code
+	})
+	return c
 }
 
-func cmdBench(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("bench")
+// benchCommand measures guard's overhead against a direct session.
+func benchCommand(a *app) *cobra.Command {
+	c := leaf("bench", "measure guard's overhead against a direct session", exactly())
+	fs := c.Flags()
 	calls := fs.Int("calls", 3000, "calls per measurement")
 	dir := fs.String("dir", "", "`directory` for the benchmark databases (default: a temporary one)")
 	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips)")
@@ -58,110 +59,108 @@ func cmdBench(ctx context.Context, a *app, args []string) int {
 	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
 	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
 	haproxyConfig := fs.String("haproxy-config", "replicas/testdata/haproxy.cfg.tmpl", "with --replicas: the HAProxy configuration `template` (docs/haproxy.cfg with its addresses as placeholders)")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if *audit {
-		return benchAudit(ctx, a, fs, *calls, *dir, *rounds)
-	}
-	if *rounds < 1 || *calls < *rounds {
-		fmt.Fprintf(a.stderr, "guard bench: --calls %d over --rounds %d: want at least one round and one call per round\n", *calls, *rounds)
-		return exitUsage
-	}
-	modes := strings.Split(*durability, ",")
-	for _, m := range modes {
-		if m != "normal" && m != "full" {
-			fmt.Fprintf(a.stderr, "guard bench: --durability: %q is neither normal nor full\n", m)
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		if *audit {
+			return benchAudit(ctx, a, fs.Changed("calls"), *calls, *dir, *rounds)
+		}
+		if *rounds < 1 || *calls < *rounds {
+			fmt.Fprintf(a.stderr, "guard bench: --calls %d over --rounds %d: want at least one round and one call per round\n", *calls, *rounds)
 			return exitUsage
 		}
-	}
-	var counts []int
-	if *callers == "" {
-		*callers = "1,8"
-		if *httpMode {
-			*callers = "1,16"
+		modes := strings.Split(*durability, ",")
+		for _, m := range modes {
+			if m != "normal" && m != "full" {
+				fmt.Fprintf(a.stderr, "guard bench: --durability: %q is neither normal nor full\n", m)
+				return exitUsage
+			}
+		}
+		var counts []int
+		if *callers == "" {
+			*callers = "1,8"
+			if *httpMode {
+				*callers = "1,16"
+			}
+			if *replicas > 0 {
+				*callers = "16,64"
+			}
+		}
+		for _, c := range strings.Split(*callers, ",") {
+			n, err := strconv.Atoi(c)
+			if err != nil || n < 1 {
+				fmt.Fprintf(a.stderr, "guard bench: --callers: %q is not a positive number\n", c)
+				return exitUsage
+			}
+			counts = append(counts, n)
+		}
+		self, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+			return exitFailure
+		}
+		d := *dir
+		if d == "" {
+			d, err = os.MkdirTemp("", "guard-bench-")
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+				return exitFailure
+			}
+			defer os.RemoveAll(d)
+		}
+		if *profile != "" {
+			if *profile, err = filepath.Abs(*profile); err == nil {
+				err = os.MkdirAll(*profile, 0o755)
+			}
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard bench: --profile: %v\n", err)
+				return exitFailure
+			}
 		}
 		if *replicas > 0 {
-			*callers = "16,64"
+			_, err = benchmark.RunReplicas(ctx, benchmark.ReplicasConfig{
+				Guard: self, Dir: d, Fixture: *fixture, HAProxy: *haproxy, HAProxyConfig: *haproxyConfig,
+				Replicas: *replicas, Calls: *calls, Concurrency: counts, Rounds: *rounds,
+			}, a.stdout)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+				return exitFailure
+			}
+			return exitOK
 		}
-	}
-	for _, c := range strings.Split(*callers, ",") {
-		n, err := strconv.Atoi(c)
-		if err != nil || n < 1 {
-			fmt.Fprintf(a.stderr, "guard bench: --callers: %q is not a positive number\n", c)
-			return exitUsage
+		if *httpMode {
+			_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
+				Guard: self, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
+				Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
+			}, a.stdout)
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
+				return exitFailure
+			}
+			return exitOK
 		}
-		counts = append(counts, n)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
-		return exitFailure
-	}
-	d := *dir
-	if d == "" {
-		d, err = os.MkdirTemp("", "guard-bench-")
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
-			return exitFailure
-		}
-		defer os.RemoveAll(d)
-	}
-	if *profile != "" {
-		if *profile, err = filepath.Abs(*profile); err == nil {
-			err = os.MkdirAll(*profile, 0o755)
-		}
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard bench: --profile: %v\n", err)
-			return exitFailure
-		}
-	}
-	if *replicas > 0 {
-		_, err = benchmark.RunReplicas(ctx, benchmark.ReplicasConfig{
-			Guard: self, Dir: d, Fixture: *fixture, HAProxy: *haproxy, HAProxyConfig: *haproxyConfig,
-			Replicas: *replicas, Calls: *calls, Concurrency: counts, Rounds: *rounds,
+		_, err = benchmark.Run(ctx, benchmark.Config{
+			Guard:       self,
+			Dir:         d,
+			Calls:       *calls,
+			Concurrency: counts,
+			Durability:  modes,
+			BigResult:   *big,
+			Rounds:      *rounds,
+			Profile:     *profile,
+			Stream:      *streamTo,
 		}, a.stdout)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
 			return exitFailure
 		}
 		return exitOK
-	}
-	if *httpMode {
-		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
-			Guard: self, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
-			Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
-		}, a.stdout)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
-			return exitFailure
-		}
-		return exitOK
-	}
-	_, err = benchmark.Run(ctx, benchmark.Config{
-		Guard:       self,
-		Dir:         d,
-		Calls:       *calls,
-		Concurrency: counts,
-		Durability:  modes,
-		BigResult:   *big,
-		Rounds:      *rounds,
-		Profile:     *profile,
-		Stream:      *streamTo,
-	}, a.stdout)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard bench: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
+	})
+	return c
 }
 
 // benchAudit is guard bench --audit: a log of the calls asked for (a
 // million unless --calls says), then the query figures.
-func benchAudit(ctx context.Context, a *app, fs *flag.FlagSet, calls int, dir string, rounds int) int {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["calls"] {
+func benchAudit(ctx context.Context, a *app, callsSet bool, calls int, dir string, rounds int) int {
+	if !callsSet {
 		calls = 1000000
 	}
 	if calls < 1 {

@@ -6,20 +6,20 @@ import (
 	"os"
 
 	"github.com/guard-mcp/guard/exampleserver"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["example-server"] = command{summary: "a small stdio MCP server, for demos and tests", run: cmdExampleServer}
-}
+func init() { register(exampleServerCommand) }
 
-func cmdExampleServer(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("example-server")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if err := exampleserver.Run(ctx, os.Stdin, os.Stdout); err != nil && ctx.Err() == nil {
-		fmt.Fprintf(a.stderr, "guard example-server: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
+// exampleServerCommand runs the bundled example MCP server on stdio.
+func exampleServerCommand(a *app) *cobra.Command {
+	c := leaf("example-server", "a small stdio MCP server, for demos and tests", exactly())
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		if err := exampleserver.Run(ctx, os.Stdin, os.Stdout); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(a.stderr, "guard example-server: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	})
+	return c
 }

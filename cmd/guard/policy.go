@@ -12,126 +12,114 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["policy"] = command{summary: "check, test and replay the policy: policy check | test --call JSON | replay --since DUR | reload", run: cmdPolicy}
+func init() { register(policyCommand) }
+
+// policyCommand is guard policy: the configuration's rules checked,
+// tried on a call, replayed over past calls, and reloaded.
+func policyCommand(a *app) *cobra.Command {
+	return a.group("policy", "check, test, replay and reload the policy", "",
+		policyCheckCommand(a), policyTestCommand(a), policyReplayCommand(a), policyReloadCommand(a))
 }
 
-const policyUsage = "usage: guard policy check | test --call JSON | replay --since DUR [--config NEW] | reload [--by NAME]"
-
-func cmdPolicy(ctx context.Context, a *app, args []string) int {
-	if status, ok := a.subcommandUsage(args, policyUsage); !ok {
-		return status
-	}
-	switch args[0] {
-	case "check":
-		return policyCheck(ctx, a, args[1:])
-	case "test":
-		return policyTest(ctx, a, args[1:])
-	case "replay":
-		return policyReplay(ctx, a, args[1:])
-	case "reload":
-		return policyReload(ctx, a, args[1:])
-	}
-	fmt.Fprintf(a.stderr, "guard policy: unknown subcommand %q (check, test, replay, reload)\n", args[0])
-	return exitUsage
-}
-
-func policyCheck(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("policy check")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	p, status, ok := a.loadPolicy(st)
-	if !ok {
-		return status
-	}
-	src := st.ConfigPath
-	if src == "" {
-		src = "built-in defaults"
-	}
-	fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.dbName(), p.Version())
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tWHEN\tFROM")
-	fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", guard.SelfProtectionRule)
-	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tdeny\t-\tbuilt in: arguments that break the tool's inputSchema\n", guard.InputSchemaRule)
-	fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tapprove|deny\t-\tbuilt in: a definition changed, new or flagged (approve), or rejected (deny)\n", guard.ToolReviewRule)
-	for i, r := range p.Rules() {
-		from := r.File
-		if r.Line > 0 {
-			from = fmt.Sprintf("%s:%d", r.File, r.Line)
+// policyCheckCommand validates the configuration and prints the rules in
+// the order they apply.
+func policyCheckCommand(a *app) *cobra.Command {
+	c := leaf("check", "validate the configuration; print the rules in order", exactly())
+	cf := addCommonFlags(c.Flags())
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
 		}
-		tool, when := r.Tool, "-"
-		if r.URI != "" {
-			tool = "uri " + r.URI
+		p, status, ok := a.loadPolicy(st)
+		if !ok {
+			return status
 		}
-		var who []string
-		if len(r.Users) > 0 {
-			who = append(who, "users: "+strings.Join(r.Users, ", "))
+		src := st.ConfigPath
+		if src == "" {
+			src = "built-in defaults"
 		}
-		if len(r.Groups) > 0 {
-			who = append(who, "groups: "+strings.Join(r.Groups, ", "))
-		}
-		if r.When != "" {
-			who = append(who, r.When)
-		}
-		if len(who) > 0 {
-			when = strings.Join(who, "; ")
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, ruleAction(r), when, from)
-	}
-	fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
-	tw.Flush()
-	if au := st.Config.Auth; au.Issuer != "" {
-		fmt.Fprintf(a.stdout, "\nguard serve's clients: access tokens of %s for %s", au.Issuer, au.Audience)
-		if len(au.Scopes) > 0 {
-			fmt.Fprintf(a.stdout, " with the scopes %s", strings.Join(au.Scopes, " "))
-		}
-		if len(st.Config.Clients) > 0 {
-			fmt.Fprintf(a.stdout, ", or a static token of clients: (%d)", len(st.Config.Clients))
-		}
-		email := "email where the token says email_verified: true"
-		if au.TrustEmail {
-			email = "email where the token says email_verified: true or leaves it out (auth.trust_email)"
-		}
-		fmt.Fprintln(a.stdout, "; rules see the caller as user (sub, "+email+", groups from the claim "+au.GroupsClaim+")")
-	}
-	if st.Config.Policy.Mode == "monitor" {
-		fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
-	}
-	if notes := listingNotes(st.Config); len(notes) > 0 {
-		fmt.Fprintln(a.stdout, "\ntools/list through guard:")
-		for _, n := range notes {
-			fmt.Fprintf(a.stdout, "  %s\n", n)
-		}
-	}
-	if need := st.Config.NeedVerified(); len(need) > 0 {
-		fmt.Fprintln(a.stdout, "\napprovals that take verified identities only (a login to the UI through the identity provider, or a passkey; not a typed name, nor approvals approve --by):")
-		for _, e := range need {
-			fmt.Fprintf(a.stdout, "  %s\n", e)
-		}
-		if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != policy.PasskeyRequired {
-			fmt.Fprintln(a.stdout, "  warning: neither ui.oidc nor ui.passkey is configured: no one can approve these calls, which can only expire")
-		}
-	}
-	checkIsolation(a, st)
-	if len(st.Config.Limits) > 0 {
-		fmt.Fprintln(a.stdout, "\nrate limits (after the rules, before approval):")
-		for _, l := range st.Config.Limits {
-			scope := "the server as a whole"
-			if l.Tool != "" {
-				scope = "each tool matching " + l.Tool
+		fmt.Fprintf(a.stdout, "configuration: %s (ok)\ndatabase: %s\npolicy version: %s\n\n", src, st.dbName(), p.Version())
+		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "#\tRULE\tMETHOD\tSERVER\tTOOL\tACTION\tWHEN\tFROM")
+		fmt.Fprintf(tw, "0\t%s\t*\t*\t*\tdeny\t-\tbuilt in: arguments that name guard's files or run its command line\n", guard.SelfProtectionRule)
+		fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tdeny\t-\tbuilt in: arguments that break the tool's inputSchema\n", guard.InputSchemaRule)
+		fmt.Fprintf(tw, "0\t%s\ttools/call\t*\t*\tapprove|deny\t-\tbuilt in: a definition changed, new or flagged (approve), or rejected (deny)\n", guard.ToolReviewRule)
+		for i, r := range p.Rules() {
+			from := r.File
+			if r.Line > 0 {
+				from = fmt.Sprintf("%s:%d", r.File, r.Line)
 			}
-			fmt.Fprintf(a.stdout, "  server %s, %s: %d per %s, burst %d (%s:%d)\n", l.Server, scope, l.Count, l.Per, l.Burst, l.File, l.Line)
+			tool, when := r.Tool, "-"
+			if r.URI != "" {
+				tool = "uri " + r.URI
+			}
+			var who []string
+			if len(r.Users) > 0 {
+				who = append(who, "users: "+strings.Join(r.Users, ", "))
+			}
+			if len(r.Groups) > 0 {
+				who = append(who, "groups: "+strings.Join(r.Groups, ", "))
+			}
+			if r.When != "" {
+				who = append(who, r.When)
+			}
+			if len(who) > 0 {
+				when = strings.Join(who, "; ")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, r.Name, r.Method, r.Server, tool, ruleAction(r), when, from)
 		}
-	}
-	return exitOK
+		fmt.Fprintf(tw, "%d\tdefault\t*\t*\t*\t%s\t-\t%s\n", len(p.Rules())+1, p.DefaultAction(), src)
+		tw.Flush()
+		if au := st.Config.Auth; au.Issuer != "" {
+			fmt.Fprintf(a.stdout, "\nguard serve's clients: access tokens of %s for %s", au.Issuer, au.Audience)
+			if len(au.Scopes) > 0 {
+				fmt.Fprintf(a.stdout, " with the scopes %s", strings.Join(au.Scopes, " "))
+			}
+			if len(st.Config.Clients) > 0 {
+				fmt.Fprintf(a.stdout, ", or a static token of clients: (%d)", len(st.Config.Clients))
+			}
+			email := "email where the token says email_verified: true"
+			if au.TrustEmail {
+				email = "email where the token says email_verified: true or leaves it out (auth.trust_email)"
+			}
+			fmt.Fprintln(a.stdout, "; rules see the caller as user (sub, "+email+", groups from the claim "+au.GroupsClaim+")")
+		}
+		if st.Config.Policy.Mode == "monitor" {
+			fmt.Fprintln(a.stdout, "\nmode: monitor (every call is allowed; records say what enforcement would do)")
+		}
+		if notes := listingNotes(st.Config); len(notes) > 0 {
+			fmt.Fprintln(a.stdout, "\ntools/list through guard:")
+			for _, n := range notes {
+				fmt.Fprintf(a.stdout, "  %s\n", n)
+			}
+		}
+		if need := st.Config.NeedVerified(); len(need) > 0 {
+			fmt.Fprintln(a.stdout, "\napprovals that take verified identities only (a login to the UI through the identity provider, or a passkey; not a typed name, nor approvals approve --by):")
+			for _, e := range need {
+				fmt.Fprintf(a.stdout, "  %s\n", e)
+			}
+			if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != policy.PasskeyRequired {
+				fmt.Fprintln(a.stdout, "  warning: neither ui.oidc nor ui.passkey is configured: no one can approve these calls, which can only expire")
+			}
+		}
+		checkIsolation(a, st)
+		if len(st.Config.Limits) > 0 {
+			fmt.Fprintln(a.stdout, "\nrate limits (after the rules, before approval):")
+			for _, l := range st.Config.Limits {
+				scope := "the server as a whole"
+				if l.Tool != "" {
+					scope = "each tool matching " + l.Tool
+				}
+				fmt.Fprintf(a.stdout, "  server %s, %s: %d per %s, burst %d (%s:%d)\n", l.Server, scope, l.Count, l.Per, l.Burst, l.File, l.Line)
+			}
+		}
+		return exitOK
+	})
+	return c
 }
 
 // listingNotes says where tools/list through guard shows more than by
@@ -202,72 +190,71 @@ func checkIsolation(a *app, st *settings) {
 	}
 }
 
-// policyReload applies the configuration on disk in every running guard on
-// the database: a change that alters decisions waits for a person, and the
-// person running this command is that person. It prints what changed (as
-// the running guards noted it) and the digest it applies, so that a file
-// changed after the review is not what gets applied: a running guard
-// applies only files with that digest. It applies the change as the UI
-// does (store.ApplyConfig): a change dismissed already stays dismissed.
-func policyReload(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("policy reload")
+// policyReloadCommand applies the configuration on disk in every running
+// guard on the database: a change that alters decisions waits for a
+// person, and the person running this command is that person. It prints
+// what changed (as the running guards noted it) and the digest it
+// applies, so that a file changed after the review is not what gets
+// applied: a running guard applies only files with that digest. It
+// applies the change as the UI does (store.ApplyConfig): a change
+// dismissed already stays dismissed.
+func policyReloadCommand(a *app) *cobra.Command {
+	c := leaf("reload", "apply a configuration change that waits for a person, in every running guard", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
-	by := fs.String("by", "", "who applies it (default: the user running this command)")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	if _, status, ok := a.loadPolicy(st); !ok { // the files must be valid
-		return status
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
-	}
-	defer db.Close()
-	digest := policy.FilesDigest(st.ConfigPath, st.RulesDir, st.Config)
-	c, err := db.ConfigChangeByDigest(ctx, digest)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
-	}
-	switch {
-	case c == nil, c.State == store.ConfigSuperseded:
-		// Noted here, it is the pending change (files back as they were
-		// are pending again), and is applied the one way every change is.
-		if c == nil {
-			fmt.Fprintf(a.stdout, "No running guard has noted a change to these files; applying them as they are.\n")
-		} else {
-			printChanges(a, c.Summary)
+	by := fs.String("by", "", "the `NAME` the change is applied under (default: the user running this command)")
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
 		}
-		if err := db.NoteConfigChange(ctx, digest, ""); err != nil {
+		if _, status, ok := a.loadPolicy(st); !ok { // the files must be valid
+			return status
+		}
+		db, err := a.openStore(ctx, st)
+		if err != nil {
 			fmt.Fprintf(a.stderr, "guard: %v\n", err)
 			return exitFailure
 		}
-	case c.State == store.ConfigApplied:
-		fmt.Fprintf(a.stdout, "Already applied by %s at %s.\n", c.DecidedBy, c.DecidedAt)
+		defer db.Close()
+		digest := policy.FilesDigest(st.ConfigPath, st.RulesDir, st.Config)
+		c, err := db.ConfigChangeByDigest(ctx, digest)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return exitFailure
+		}
+		switch {
+		case c == nil, c.State == store.ConfigSuperseded:
+			// Noted here, it is the pending change (files back as they were
+			// are pending again), and is applied the one way every change is.
+			if c == nil {
+				fmt.Fprintf(a.stdout, "No running guard has noted a change to these files; applying them as they are.\n")
+			} else {
+				printChanges(a, c.Summary)
+			}
+			if err := db.NoteConfigChange(ctx, digest, ""); err != nil {
+				fmt.Fprintf(a.stderr, "guard: %v\n", err)
+				return exitFailure
+			}
+		case c.State == store.ConfigApplied:
+			fmt.Fprintf(a.stdout, "Already applied by %s at %s.\n", c.DecidedBy, c.DecidedAt)
+			return exitOK
+		case c.State == store.ConfigDismissed:
+			fmt.Fprintf(a.stderr, "guard: this change was dismissed by %s at %s: the running guards keep the policy in force. "+
+				"A later change of the files is noted anew.\n", c.DecidedBy, c.DecidedAt)
+			return exitFailure
+		default:
+			printChanges(a, c.Summary)
+		}
+		who := a.orCurrentUser(*by)
+		if _, err := db.ApplyConfig(ctx, digest, who); err != nil {
+			fmt.Fprintf(a.stderr, "guard: not applied: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(a.stdout, "Applied %s (by %s): running guards take it within seconds.\n", digest, who)
 		return exitOK
-	case c.State == store.ConfigDismissed:
-		fmt.Fprintf(a.stderr, "guard: this change was dismissed by %s at %s: the running guards keep the policy in force. "+
-			"A later change of the files is noted anew.\n", c.DecidedBy, c.DecidedAt)
-		return exitFailure
-	default:
-		printChanges(a, c.Summary)
-	}
-	who := *by
-	if who == "" {
-		who = currentUser(a.getenv)
-	}
-	if _, err := db.ApplyConfig(ctx, digest, who); err != nil {
-		fmt.Fprintf(a.stderr, "guard: not applied: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintf(a.stdout, "Applied %s (by %s): running guards take it within seconds.\n", digest, who)
-	return exitOK
+	})
+	return c
 }
 
 // printChanges prints what a configuration change changes, one line each.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -14,116 +15,129 @@ import (
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
 const reloadEvery = time.Second
 
-func init() {
-	commands["run"] = command{summary: "wrap a stdio MCP server: guard run [flags] -- CMD [ARGS...]", run: cmdRun, profiled: true}
-}
+func init() { register(runCommand) }
 
-func cmdRun(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("run")
+// runCommand is guard run: a stdio server, or a remote one, behind guard
+// for a stdio client. Everything after the server's command is the
+// server's, flags too: guard's flags come before it (and before --).
+func runCommand(a *app) *cobra.Command {
+	c := leaf("run [flags] -- CMD [ARGS...]", "wrap a stdio MCP server (or, with --upstream, a remote one) for a stdio client", nil)
+	c.Long = `Wrap a stdio MCP server: guard speaks MCP on its stdin and stdout, as the server would,
+decides every call, and records it. Put it in a client's configuration in place of the
+server's command:
+
+  guard run [flags] -- CMD [ARGS...]     a server guard starts
+  guard run [flags] --upstream URL       a remote server (Streamable HTTP, or SSE as configured)
+
+guard's flags come before the server's command; everything after it is the server's.
+Exit status: the server's once it has run (128+N when signal N ended it); before that
+1 for a failure, 2 for bad usage or configuration.`
+	c.Annotations = map[string]string{annotationServerArgs: "yes"}
+	fs := c.Flags()
+	fs.SetInterspersed(false)
 	cf := addCommonFlags(fs)
 	name := fs.String("name", "", "the server's `name` in rules and records (default: derived from the command)")
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen, 127.0.0.1:8931)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	argv := fs.Args()
-	if *upstream != "" && len(argv) > 0 {
-		fmt.Fprintln(a.stderr, "guard run: --upstream URL and a command are exclusive")
-		return exitUsage
-	}
-	if *upstream != "" {
-		if u, err := url.Parse(*upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			fmt.Fprintf(a.stderr, "guard run: --upstream %q: want the http:// or https:// URL of an MCP endpoint\n", *upstream)
-			return exitUsage
+	c.Args = func(_ *cobra.Command, argv []string) error {
+		switch {
+		case *upstream != "" && len(argv) > 0:
+			return errors.New("--upstream URL and a command are exclusive")
+		case *upstream != "":
+			if u, err := url.Parse(*upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--upstream %q: want the http:// or https:// URL of an MCP endpoint", *upstream)
+			}
+		case len(argv) == 0:
+			return errors.New("missing the server's command (after --), or --upstream URL")
 		}
+		return nil
 	}
-	if len(argv) == 0 && *upstream == "" {
-		fmt.Fprintln(a.stderr, "usage: guard run [--config F] [--db PATH] [--name NAME] -- CMD [ARGS...]")
-		return exitUsage
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	cfg := st.Config
-	server := *name
-	if server == "" && *upstream != "" {
-		u, _ := url.Parse(*upstream) // checked above
-		server = u.Hostname()
-	}
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
-	}
-	defer db.Close()
-	if server == "" {
-		if server, err = derivedName(ctx, db, cfg, argv); err != nil {
+	c.RunE = a.runs(a.profiled(func(ctx context.Context, argv []string) int {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		cfg := st.Config
+		server := *name
+		if server == "" && *upstream != "" {
+			u, _ := url.Parse(*upstream) // checked above
+			server = u.Hostname()
+		}
+		db, err := a.openStore(ctx, st)
+		if err != nil {
 			fmt.Fprintf(a.stderr, "guard: %v\n", err)
 			return exitFailure
 		}
-	}
-	logger := a.logger.With("server", server)
-
-	rt, status, ok := a.startRelaying(st, db, logger, uiFlags{addr: *uiAddr, off: *noUI}, "guard run")
-	if !ok {
-		return status
-	}
-	defer rt.stop()
-	rt.started(server, []string{server})
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	// A client that went away makes a write to it fail (EPIPE) rather than
-	// end guard: its held calls are then withdrawn and recorded, and its
-	// server ended, before guard exits. (Caught, not ignored: the server
-	// starts with SIGPIPE's default action, as it would without guard.)
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
-
-	if *upstream != "" {
-		// A remote server for a stdio client: headers (credentials) come
-		// from the configuration of the server of that name.
-		rm := proxy.Remote{URL: *upstream}
-		if srv := cfg.Servers[server]; srv != nil {
-			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
+		defer db.Close()
+		if server == "" {
+			if server, err = derivedName(ctx, db, cfg, argv); err != nil {
+				fmt.Fprintf(a.stderr, "guard: %v\n", err)
+				return exitFailure
+			}
 		}
-		rt.iso.settled.Store(true) // no server of its own
+		logger := a.logger.With("server", server)
+
+		rt, status, ok := a.startRelaying(st, db, logger, uiFlags{addr: *uiAddr, off: *noUI}, "guard run")
+		if !ok {
+			return status
+		}
+		defer rt.stop()
+		rt.started(server, []string{server})
+
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+		// A client that went away makes a write to it fail (EPIPE) rather than
+		// end guard: its held calls are then withdrawn and recorded, and its
+		// server ended, before guard exits. (Caught, not ignored: the server
+		// starts with SIGPIPE's default action, as it would without guard.)
+		pipes := make(chan os.Signal, 1)
+		signal.Notify(pipes, syscall.SIGPIPE)
+		defer signal.Stop(pipes)
+
+		if *upstream != "" {
+			// A remote server for a stdio client: headers (credentials) come
+			// from the configuration of the server of that name.
+			rm := proxy.Remote{URL: *upstream}
+			if srv := cfg.Servers[server]; srv != nil {
+				rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
+			}
+			rt.iso.settled.Store(true) // no server of its own
+			opts := rt.options(server, logger)
+			err := proxy.RunRemote(context.WithoutCancel(ctx), opts,
+				rm, proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage))
+			if err != nil {
+				logger.Debug("writing to the client", "err", err)
+			}
+			return exitOK
+		}
+		rt.iso.settle([]string{server}, cfg.Servers)
 		opts := rt.options(server, logger)
-		err := proxy.RunRemote(context.WithoutCancel(ctx), opts,
-			rm, proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage))
+		a.roomForBlockingReads()
+		client := proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage)
+		code, err := proxy.RunStdio(context.WithoutCancel(ctx), opts,
+			proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
+				Stderr: a.stderr, Signals: sigs}, client)
 		if err != nil {
-			logger.Debug("writing to the client", "err", err)
+			// The server did not run (proxy.ErrStart): guard's own failure,
+			// which the client reads as the answer to each of its requests
+			// (it would otherwise see guard's output end, and guess).
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			if err := proxy.RefuseStart(client, err); err != nil {
+				logger.Debug("writing to the client", "err", err)
+			}
+			return exitFailure
 		}
-		return exitOK
-	}
-	rt.iso.settle([]string{server}, cfg.Servers)
-	opts := rt.options(server, logger)
-	a.roomForBlockingReads()
-	client := proxy.NewStreamConn(a.clientIn(), a.clientOut(), opts.MaxMessage)
-	code, err := proxy.RunStdio(context.WithoutCancel(ctx), opts,
-		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(a.environ(), cfg.Servers[server]),
-			Stderr: a.stderr, Signals: sigs}, client)
-	if err != nil {
-		// The server did not run (proxy.ErrStart): guard's own failure,
-		// which the client reads as the answer to each of its requests
-		// (it would otherwise see guard's output end, and guess).
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		if err := proxy.RefuseStart(client, err); err != nil {
-			logger.Debug("writing to the client", "err", err)
-		}
-		return exitFailure
-	}
-	return code
+		return code
+	}))
+	return c
 }
 
 // clientIn and clientOut are guard's own stdin and stdout, read and written

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -17,14 +16,16 @@ import (
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["serve"] = command{summary: "serve the configured servers over Streamable HTTP at /mcp/NAME", run: cmdServe, profiled: true}
-}
+func init() { register(serveCommand) }
 
-func cmdServe(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("serve")
+// serveCommand is guard serve: the configured servers over Streamable
+// HTTP, for clients that connect to guard.
+func serveCommand(a *app) *cobra.Command {
+	c := leaf("serve", "serve the configured servers over Streamable HTTP at /mcp/NAME", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	listen := fs.String("listen", "127.0.0.1:8930", "`ADDR` to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow a listen address other machines can reach")
@@ -34,201 +35,201 @@ func cmdServe(ctx context.Context, a *app, args []string) int {
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a client (of the UI too) may take to send a request's body")
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if !*allowRemote && !policy.LoopbackAddr(*listen) {
-		fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
-		return exitUsage
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	cfg := st.Config
-	logger := a.logger
-	db, err := a.openStore(ctx, st)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
-	}
-	defer db.Close()
-	rt, status, ok := a.startRelaying(st, db, logger,
-		uiFlags{addr: *uiAddr, off: *noUI, limits: httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout}}, "guard serve")
-	if !ok {
-		return status
-	}
-	defer rt.stop()
-	bg, stop := context.WithCancel(context.Background())
-	defer stop()
+	c.RunE = a.runs(a.profiled(func(ctx context.Context, _ []string) int {
+		if !*allowRemote && !policy.LoopbackAddr(*listen) {
+			fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
+			return exitUsage
+		}
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		cfg := st.Config
+		logger := a.logger
+		db, err := a.openStore(ctx, st)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return exitFailure
+		}
+		defer db.Close()
+		rt, status, ok := a.startRelaying(st, db, logger,
+			uiFlags{addr: *uiAddr, off: *noUI, limits: httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout}}, "guard serve")
+		if !ok {
+			return status
+		}
+		defer rt.stop()
+		bg, stop := context.WithCancel(context.Background())
+		defer stop()
 
-	names := make([]string, 0, len(cfg.Servers))
-	for name := range cfg.Servers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	// /metrics and the endpoints answer only guard's own Host names
-	// (DNS rebinding); /metrics needs a client's token where tokens are
-	// configured (it names servers and tools). Behind a balancer, the
-	// public host is one of them, and allowed_hosts adds more. /healthz
-	// and /readyz answer any Host: a balancer's check sends what it
-	// likes, and they tell nothing a page could use.
-	hosts := append(append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
-	base := "http://" + *listen // what clients use, as printed
-	if cfg.PublicURL != "" {
-		base = cfg.PublicURL
-	}
-	front, err := newFrontAuth(cfg, base, logger)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
-		return exitUsage
-	}
-	if v := front.verifier; v != nil {
-		logger.Info("clients need an access token", "issuer", v.Issuer(), "audience", v.Audience(), "scopes", v.Scopes(),
-			"static tokens too", front.static != nil)
-		go func() {
-			if _, err := v.Discover(bg); err == nil {
-				logger.Info("identity provider's metadata read", "issuer", v.Issuer())
-			}
-		}()
-	}
-	mux := http.NewServeMux()
-	rt.health.Routes(mux)
-	reg := newMetrics(db)
-	healthMetrics(reg, rt.health)
-	streamMetrics(reg, rt.streamer)
-	notifyMetrics(reg, rt.notifier)
-	if rt.replicas != nil {
-		rt.replicas.metrics(reg)
-	}
-	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
-	var fronts []*proxy.HTTPServer
-	// Every endpoint's sessions count against one bound: each runs a
-	// server process.
-	sessions := proxy.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
-	bounds := httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout, Conns: httplimit.Conns(4)}
-	warnDescriptors(cfg, bounds.Conns, logger)
-	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
-		return func(c proxy.Caller) proxy.Options {
-			o := rt.options(name, log)
-			o.ClientName = c.Client
-			o.Caller = c.User
-			o.Recorder = countingRecorder{Recorder: db, reg: reg}
-			// A 2026-07-28 client's next round may reach another replica.
-			o.Rounds = db
-			return o
+		names := make([]string, 0, len(cfg.Servers))
+		for name := range cfg.Servers {
+			names = append(names, name)
 		}
-	}
-	endpoint := func(name string, log *slog.Logger) proxy.HTTPOptions {
-		path := "/mcp"
-		if name != "" {
-			path += "/" + name
+		sort.Strings(names)
+		// /metrics and the endpoints answer only guard's own Host names
+		// (DNS rebinding); /metrics needs a client's token where tokens are
+		// configured (it names servers and tools). Behind a balancer, the
+		// public host is one of them, and allowed_hosts adds more. /healthz
+		// and /readyz answer any Host: a balancer's check sends what it
+		// likes, and they tell nothing a page could use.
+		hosts := append(append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
+		base := "http://" + *listen // what clients use, as printed
+		if cfg.PublicURL != "" {
+			base = cfg.PublicURL
 		}
-		return proxy.HTTPOptions{
-			Name:         name,
-			AllowedHosts: hosts,
-			Authenticate: front.endpoint(path),
-			MaxBody:      cfg.MaxMessage,
-			BodyTimeout:  *bodyTimeout,
-			Sessions:     sessions,
-			SessionIdle:  *sessionIdle,
-			Stderr:       a.stderr,
-			Logger:       log,
+		front, err := newFrontAuth(cfg, base, logger)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
+			return exitUsage
 		}
-	}
-	type served struct {
-		name string
-		run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
-	}
-	var members []served
-	var stdio []string // servers with a command
-	for _, name := range names {
-		srv := cfg.Servers[name]
-		if len(srv.Command) == 0 && srv.URL == "" {
-			logger.Warn("server not served: it has neither a command nor a url", "server", name)
-			continue
+		if v := front.verifier; v != nil {
+			logger.Info("clients need an access token", "issuer", v.Issuer(), "audience", v.Audience(), "scopes", v.Scopes(),
+				"static tokens too", front.static != nil)
+			go func() {
+				if _, err := v.Discover(bg); err == nil {
+					logger.Info("identity provider's metadata read", "issuer", v.Issuer())
+				}
+			}()
 		}
-		log := logger.With("server", name)
-		o := endpoint(name, log)
-		o.Argv = srv.Command
-		if len(srv.Command) > 0 {
-			o.Start = rt.iso.start(name, srv)
-			stdio = append(stdio, name)
+		mux := http.NewServeMux()
+		rt.health.Routes(mux)
+		reg := newMetrics(db)
+		healthMetrics(reg, rt.health)
+		streamMetrics(reg, rt.streamer)
+		notifyMetrics(reg, rt.notifier)
+		if rt.replicas != nil {
+			rt.replicas.metrics(reg)
 		}
-		o.Env = cfg.ServerEnv(a.environ(), srv)
-		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
-		o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
-		o.Session = sessionOptions(name, log)
-		h := proxy.NewHTTPServer(o)
-		fronts = append(fronts, h)
-		mux.Handle("/mcp/"+name, h)
-		front.metadata(mux, hosts, "/mcp/"+name, "guard: "+name)
-		logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
-		members = append(members, served{name, memberRun(o)})
-	}
-	rt.iso.settle(stdio, cfg.Servers)
-	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
-		for _, m := range members {
-			if strings.Contains(m.name, cfg.Aggregate.Separator) {
-				logger.Warn("a server's name contains the aggregate separator: its tools' names may be read as another server's", "server", m.name, "separator", cfg.Aggregate.Separator)
+		mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
+		var fronts []*proxy.HTTPServer
+		// Every endpoint's sessions count against one bound: each runs a
+		// server process.
+		sessions := proxy.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
+		bounds := httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout, Conns: httplimit.Conns(4)}
+		warnDescriptors(cfg, bounds.Conns, logger)
+		sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
+			return func(c proxy.Caller) proxy.Options {
+				o := rt.options(name, log)
+				o.ClientName = c.Client
+				o.Caller = c.User
+				o.Recorder = countingRecorder{Recorder: db, reg: reg}
+				// A 2026-07-28 client's next round may reach another replica.
+				o.Rounds = db
+				return o
 			}
 		}
-		log := logger.With("server", "(aggregate)")
-		o := endpoint("", log)
-		o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
-			ms := make([]proxy.Member, len(members))
-			for i, m := range members {
-				run := m.run
-				ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, c, conn) }}
+		endpoint := func(name string, log *slog.Logger) proxy.HTTPOptions {
+			path := "/mcp"
+			if name != "" {
+				path += "/" + name
 			}
-			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
-				Version: buildVersion(), Logger: log}, conn)
+			return proxy.HTTPOptions{
+				Name:         name,
+				AllowedHosts: hosts,
+				Authenticate: front.endpoint(path),
+				MaxBody:      cfg.MaxMessage,
+				BodyTimeout:  *bodyTimeout,
+				Sessions:     sessions,
+				SessionIdle:  *sessionIdle,
+				Stderr:       a.stderr,
+				Logger:       log,
+			}
 		}
-		h := proxy.NewHTTPServer(o)
-		fronts = append(fronts, h)
-		mux.Handle("/mcp", h)
-		front.metadata(mux, hosts, "/mcp", "guard: every server")
-		logger.Info("serving every server at one endpoint", "url", base+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
-	}
-	if len(fronts) == 0 {
-		fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")
-		return exitUsage
-	}
-	go warnDuplicateTools(bg, db, logger)
-	l, err := net.Listen("tcp", *listen)
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
-		return exitFailure
-	}
-	serves := make([]string, 0, len(members)+1)
-	for _, m := range members {
-		serves = append(serves, "http://"+*listen+"/mcp/"+m.name)
-	}
-	if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
-		serves = append(serves, "http://"+*listen+"/mcp")
-	}
-	rt.started("", serves)
-	// Every request's reading is bounded, the endpoints' (which lift the
-	// bound for their response streams) and the other routes' alike, and
-	// so is the number of connections open at once.
-	hs := httplimit.Server(mux, bounds)
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(httplimit.Listener(l, bounds)) }()
-	select {
-	case <-ctx.Done():
-	case err := <-done:
-		if !errors.Is(err, http.ErrServerClosed) {
+		type served struct {
+			name string
+			run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
+		}
+		var members []served
+		var stdio []string // servers with a command
+		for _, name := range names {
+			srv := cfg.Servers[name]
+			if len(srv.Command) == 0 && srv.URL == "" {
+				logger.Warn("server not served: it has neither a command nor a url", "server", name)
+				continue
+			}
+			log := logger.With("server", name)
+			o := endpoint(name, log)
+			o.Argv = srv.Command
+			if len(srv.Command) > 0 {
+				o.Start = rt.iso.start(name, srv)
+				stdio = append(stdio, name)
+			}
+			o.Env = cfg.ServerEnv(a.environ(), srv)
+			o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
+			o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
+			o.Session = sessionOptions(name, log)
+			h := proxy.NewHTTPServer(o)
+			fronts = append(fronts, h)
+			mux.Handle("/mcp/"+name, h)
+			front.metadata(mux, hosts, "/mcp/"+name, "guard: "+name)
+			logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
+			members = append(members, served{name, memberRun(o)})
+		}
+		rt.iso.settle(stdio, cfg.Servers)
+		if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
+			for _, m := range members {
+				if strings.Contains(m.name, cfg.Aggregate.Separator) {
+					logger.Warn("a server's name contains the aggregate separator: its tools' names may be read as another server's", "server", m.name, "separator", cfg.Aggregate.Separator)
+				}
+			}
+			log := logger.With("server", "(aggregate)")
+			o := endpoint("", log)
+			o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+				ms := make([]proxy.Member, len(members))
+				for i, m := range members {
+					run := m.run
+					ms[i] = proxy.Member{Name: m.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, c, conn) }}
+				}
+				return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
+					Version: buildVersion(), Logger: log}, conn)
+			}
+			h := proxy.NewHTTPServer(o)
+			fronts = append(fronts, h)
+			mux.Handle("/mcp", h)
+			front.metadata(mux, hosts, "/mcp", "guard: every server")
+			logger.Info("serving every server at one endpoint", "url", base+"/mcp", "names", "SERVER"+cfg.Aggregate.Separator+"TOOL")
+		}
+		if len(fronts) == 0 {
+			fmt.Fprintln(a.stderr, "guard serve: no server to serve: add servers with a command to the configuration (servers: NAME: {command: [...]})")
+			return exitUsage
+		}
+		go warnDuplicateTools(bg, db, logger)
+		l, err := net.Listen("tcp", *listen)
+		if err != nil {
 			fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
 			return exitFailure
 		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	for _, f := range fronts {
-		f.Close()
-	}
-	return exitOK
+		serves := make([]string, 0, len(members)+1)
+		for _, m := range members {
+			serves = append(serves, "http://"+*listen+"/mcp/"+m.name)
+		}
+		if (*aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
+			serves = append(serves, "http://"+*listen+"/mcp")
+		}
+		rt.started("", serves)
+		// Every request's reading is bounded, the endpoints' (which lift the
+		// bound for their response streams) and the other routes' alike, and
+		// so is the number of connections open at once.
+		hs := httplimit.Server(mux, bounds)
+		done := make(chan error, 1)
+		go func() { done <- hs.Serve(httplimit.Listener(l, bounds)) }()
+		select {
+		case <-ctx.Done():
+		case err := <-done:
+			if !errors.Is(err, http.ErrServerClosed) {
+				fmt.Fprintf(a.stderr, "guard serve: %v\n", err)
+				return exitFailure
+			}
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		for _, f := range fronts {
+			f.Close()
+		}
+		return exitOK
+	}))
+	return c
 }
 
 // sessionDescriptors is about how many descriptors one session of guard
@@ -247,15 +248,6 @@ func warnDescriptors(cfg *policy.Config, conns int, logger *slog.Logger) {
 		logger.Warn("max_sessions.total needs more file descriptors than this process may open: sessions past what they allow will not start; raise the limit (ulimit -n) or lower max_sessions.total",
 			"max_sessions.total", cfg.MaxSessions.Total, "descriptors needed", need, "limit", limit)
 	}
-}
-
-// buildVersion is the module version guard was built as ("devel" for a
-// build from a checkout).
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
 }
 
 // memberRun runs one client session of a server as a member of the

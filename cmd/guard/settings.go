@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -10,12 +9,14 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/pflag"
 )
 
 // commonFlags are the flags every subcommand takes.
 type commonFlags struct{ config, db string }
 
-func addCommonFlags(fs *flag.FlagSet) *commonFlags {
+// addCommonFlags adds --config and --db to a command's flags.
+func addCommonFlags(fs *pflag.FlagSet) *commonFlags {
 	cf := &commonFlags{}
 	fs.StringVar(&cf.config, "config", "", "configuration `file` (default $GUARD_CONFIG, else ~/.config/guard/guard.yaml when it exists)")
 	fs.StringVar(&cf.db, "db", "", "database: an SQLite file's `path`, or a postgres:// URL without its password (default $GUARD_DB, else the config's db, else ~/.local/share/guard/guard.db)")

@@ -197,7 +197,7 @@ func TestStoreCopyUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"store"}, "usage: guard store copy"},
+		{[]string{"store"}, "guard store COMMAND"},
 		{[]string{"store", "move"}, `unknown subcommand "move" (copy)`},
 		{[]string{"store", "copy", "--from", path, "--to", "postgres://guard:S3cret@127.0.0.1:1/guard"}, "--to: the URL holds a password"},
 		{[]string{"store", "copy", "--from", path, "--to", "postgres://guard@127.0.0.1:1/guard?password=S3cret"}, "PGPASSWORD or a .pgpass file"},

@@ -16,11 +16,10 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	commands["ui"] = command{summary: "the approval UI: ui url prints its address with the login token; ui enroll a passkey's enrolment link", run: cmdUI}
-}
+func init() { register(uiCommand) }
 
 // uiTokenFile holds the UI's login token, in the data directory.
 const uiTokenFile = "ui.token"
@@ -93,92 +92,93 @@ func uiOrigin(c *policy.Config, listen string) string {
 	return uiBase(c.PublicURL, listen)
 }
 
-func cmdUI(ctx context.Context, a *app, args []string) int {
-	if len(args) > 0 && args[0] == "enroll" {
-		return uiEnroll(ctx, a, args[1:])
-	}
-	if len(args) == 0 || args[0] != "url" {
-		fmt.Fprintln(a.stderr, "usage: guard ui url | guard ui enroll [--name NAME] [--valid DUR]")
-		return exitUsage
-	}
-	fs := a.flagSet("ui url")
-	cf := addCommonFlags(fs)
-	if status, ok := a.parseFlags(fs, args[1:]); !ok {
-		return status
-	}
-	st, status, ok := a.settingsOrExit(cf)
-	if !ok {
-		return status
-	}
-	listen := st.Config.UI.Listen
-	if st.Config.PublicURL == "" {
-		// The address a running guard serves the UI on, as its record
-		// says, not ui.listen: --ui may have chosen another.
-		served, err := servedUI(ctx, a, st.DBPath, keyPath(st))
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard ui url: %v\n", err)
-			return exitFailure
-		}
-		listen = served
-	}
-	tok, err := st.uiToken()
-	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintln(a.stdout, uiOrigin(st.Config, listen)+"/login?token="+tok)
-	return exitOK
+// uiCommand is guard ui: the approval UI's address, and passkeys'
+// enrolment.
+func uiCommand(a *app) *cobra.Command {
+	return a.group("ui", "the approval UI: its address with the login token, and passkey enrolment", "",
+		uiURLCommand(a), uiEnrollCommand(a))
 }
 
-// uiEnroll prints a one-time link that enrols a passkey for the person
-// running it. The code is kept in the database only (as its SHA-256):
-// a process that holds the UI token and not the database cannot enrol.
-func uiEnroll(ctx context.Context, a *app, args []string) int {
-	fs := a.flagSet("ui enroll")
+// uiURLCommand prints the address of the approval UI a running guard
+// serves for this database, with the login token.
+func uiURLCommand(a *app) *cobra.Command {
+	c := leaf("url", "print the address the UI is served on, with its login token (exit 1 when none serves)", exactly())
+	cf := addCommonFlags(c.Flags())
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		st, status, ok := a.settingsOrExit(cf)
+		if !ok {
+			return status
+		}
+		listen := st.Config.UI.Listen
+		if st.Config.PublicURL == "" {
+			// The address a running guard serves the UI on, as its record
+			// says, not ui.listen: --ui may have chosen another.
+			served, err := servedUI(ctx, a, st.DBPath, keyPath(st))
+			if err != nil {
+				fmt.Fprintf(a.stderr, "guard ui url: %v\n", err)
+				return exitFailure
+			}
+			listen = served
+		}
+		tok, err := st.uiToken()
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintln(a.stdout, uiOrigin(st.Config, listen)+"/login?token="+tok)
+		return exitOK
+	})
+	return c
+}
+
+// uiEnrollCommand prints a one-time link that enrols a passkey for the
+// person running it. The code is kept in the database only (as its
+// SHA-256): a process that holds the UI token and not the database cannot
+// enrol.
+func uiEnrollCommand(a *app) *cobra.Command {
+	c := leaf("enroll", "print a one-time link that enrols a passkey", exactly())
+	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	name := fs.String("name", "", "whom the passkey is for, as decisions will name them (default: the user running this command)")
 	valid := fs.Duration("valid", 5*time.Minute, "how long the link works (once)")
-	if status, ok := a.parseFlags(fs, args); !ok {
-		return status
-	}
-	if *valid <= 0 || *valid > time.Hour {
-		fmt.Fprintln(a.stderr, "guard ui enroll: --valid: between 1s and 1h")
-		return exitUsage
-	}
-	who := strings.TrimSpace(*name)
-	if who == "" {
-		who = currentUser(a.getenv)
-	}
-	db, st, status, ok := a.open(ctx, cf)
-	if !ok {
-		return status
-	}
-	defer db.Close()
-	if st.Config.UI.Passkey != policy.PasskeyRequired {
-		fmt.Fprintln(a.stderr, "guard ui enroll: ui.passkey is off in the configuration: set ui.passkey: required first")
-		return exitFailure
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
-		return exitFailure
-	}
-	code := hex.EncodeToString(buf)
-	listen := st.Config.UI.Listen
-	if st.Config.PublicURL == "" {
-		// Where a running guard serves the UI, when one does: --ui may
-		// have chosen another address than ui.listen.
-		if served, err := servedUI(ctx, a, st.DBPath, keyPath(st)); err == nil {
-			listen = served
+	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
+		if *valid <= 0 || *valid > time.Hour {
+			fmt.Fprintln(a.stderr, "guard ui enroll: --valid: between 1s and 1h")
+			return exitUsage
 		}
-	}
-	if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(*valid)); err != nil {
-		fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
-		return exitFailure
-	}
-	fmt.Fprintf(a.stdout, "Open this link on this machine within %s to enrol a passkey for %s (it works once):\n%s/passkey/enroll?code=%s\n",
-		*valid, who, uiOrigin(st.Config, listen), code)
-	return exitOK
+		who := a.orCurrentUser(strings.TrimSpace(*name))
+		db, st, status, ok := a.open(ctx, cf)
+		if !ok {
+			return status
+		}
+		defer db.Close()
+		if st.Config.UI.Passkey != policy.PasskeyRequired {
+			fmt.Fprintln(a.stderr, "guard ui enroll: ui.passkey is off in the configuration: set ui.passkey: required first")
+			return exitFailure
+		}
+		buf := make([]byte, 32)
+		if _, err := rand.Read(buf); err != nil {
+			fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
+			return exitFailure
+		}
+		code := hex.EncodeToString(buf)
+		listen := st.Config.UI.Listen
+		if st.Config.PublicURL == "" {
+			// Where a running guard serves the UI, when one does: --ui may
+			// have chosen another address than ui.listen.
+			if served, err := servedUI(ctx, a, st.DBPath, keyPath(st)); err == nil {
+				listen = served
+			}
+		}
+		if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(*valid)); err != nil {
+			fmt.Fprintf(a.stderr, "guard ui enroll: %v\n", err)
+			return exitFailure
+		}
+		fmt.Fprintf(a.stdout, "Open this link on this machine within %s to enrol a passkey for %s (it works once):\n%s/passkey/enroll?code=%s\n",
+			*valid, who, uiOrigin(st.Config, listen), code)
+		return exitOK
+	})
+	return c
 }
 
 // errNoUI says that no guard serves the approval UI for a database.
