@@ -33,7 +33,9 @@ type app struct {
 	// environ is the environment the servers guard starts inherit, less
 	// guard's own secrets (default os.Environ).
 	environ func() []string
-	logger  *slog.Logger
+	// logger writes to stderr; the command line sets its format and
+	// level (--log-format, --log-level) before a command runs.
+	logger *slog.Logger
 	// cpuProfile, when not "", is the file that `guard run` and `guard
 	// serve` write a CPU profile of their whole run to (GUARD_CPUPROFILE,
 	// set by guard bench --profile).

@@ -23,6 +23,11 @@ func register(maker func(*app) *cobra.Command) {
 
 // Annotations of guard's commands.
 const (
+	// annotationLogsInfo marks a command whose log people read while it
+	// runs (guard run, guard serve: whether isolation is in force, where
+	// the UI is): it logs at info unless told otherwise. The others
+	// answer a person, print their answer only, and log at warn.
+	annotationLogsInfo = "guard/logs-info"
 	// annotationServerArgs marks a command whose arguments after the
 	// first positional one are another program's (guard run's server):
 	// flags stop there.
@@ -43,6 +48,7 @@ func (a *app) commandLine() *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetUsageTemplate(usageTemplate)
+	a.logFlags(root)
 	for _, newCommand := range commandMakers {
 		root.AddCommand(newCommand(a))
 	}

@@ -231,7 +231,7 @@ func TestFlagsBeforeAndAfterArguments(t *testing.T) {
 			flags = append(flags, "--config", "CONFIG", "--db", "DB")
 		}
 		if len(flags) == 0 {
-			flags = []string{"--help=false"}
+			flags = []string{"--log-level", "error"}
 		}
 		orders := map[string][]string{
 			"flags first":   append(slices.Clone(flags), tc.args...),
@@ -308,6 +308,7 @@ func TestOneDashLongFlags(t *testing.T) {
 		{"approvals deny -config C ID -reason=x", "approvals deny --config C ID --reason=x"},
 		{"approvals deny ID -reason -config", "approvals deny ID --reason -config"}, // a value
 		{"audit query -limit -1 -h", "audit query --limit -1 -h"},
+		{"-log-level debug tools list", "--log-level debug tools list"},
 		{"run -no-ui -name n -- srv -config x", "run --no-ui --name n -- srv -config x"},
 		{"run -no-ui srv -name x", "run --no-ui srv -name x"},
 		{"tools diff -x s t", "tools diff -x s t"}, // not a flag of guard's: pflag says so
@@ -316,6 +317,53 @@ func TestOneDashLongFlags(t *testing.T) {
 	} {
 		if got := strings.Join(oneDashLongFlags(root, strings.Fields(tc.in)), " "); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestLogSettings(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		env    map[string]string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, []string{"policy", "check", "--log-level", "loud"}, 2, `--log-level "loud": want debug, info, warn or error`},
+		{nil, []string{"policy", "check", "--log-format", "xml"}, 2, `--log-format "xml": want text or json`},
+		{map[string]string{"GUARD_LOG_LEVEL": "info+2"}, []string{"policy", "check"}, 2, `GUARD_LOG_LEVEL "info+2"`},
+		{map[string]string{"GUARD_LOG_FORMAT": "yaml"}, []string{"policy", "check"}, 2, `GUARD_LOG_FORMAT "yaml"`},
+		// The flag wins over the environment.
+		{map[string]string{"GUARD_LOG_FORMAT": "yaml"}, []string{"policy", "check", "--log-format", "json"}, 0, ""},
+	} {
+		env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "XDG_DATA_HOME": filepath.Join(dir, "data")}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		var out, errb lockedBuffer
+		code := newApp(strings.NewReader(""), &out, &errb, func(k string) string { return env[k] }).main(t.Context(), tc.args)
+		if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
+			t.Errorf("%v %s: exit %d, %q; want %d with %q", tc.env, strings.Join(tc.args, " "), code, errb.String(), tc.code, tc.stderr)
+		}
+	}
+}
+
+// guard run logs at info unless told otherwise; at warn, its start lines
+// are gone; as JSON, each line is an object.
+func TestRunLogs(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, _ := run(t, dir, "run", "--no-ui", "--", "true")
+	if !strings.Contains(stderr, "level=INFO") {
+		t.Errorf("guard run at its default level: %q", stderr)
+	}
+	_, stderr, _ = run(t, dir, "run", "--log-level", "warn", "--no-ui", "--", "true")
+	if strings.Contains(stderr, "level=INFO") {
+		t.Errorf("guard run --log-level warn: %q", stderr)
+	}
+	_, stderr, _ = run(t, dir, "--log-format", "json", "run", "--no-ui", "--", "true")
+	for line := range strings.SplitSeq(strings.TrimSpace(stderr), "\n") {
+		if !strings.HasPrefix(line, `{"time":`) {
+			t.Errorf("guard run --log-format json: %q", line)
 		}
 	}
 }

@@ -38,7 +38,7 @@ server's command:
 guard's flags come before the server's command; everything after it is the server's.
 Exit status: the server's once it has run (128+N when signal N ended it); before that
 1 for a failure, 2 for bad usage or configuration.`
-	c.Annotations = map[string]string{annotationServerArgs: "yes"}
+	c.Annotations = map[string]string{annotationLogsInfo: "yes", annotationServerArgs: "yes"}
 	fs := c.Flags()
 	fs.SetInterspersed(false)
 	cf := addCommonFlags(fs)

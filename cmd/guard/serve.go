@@ -25,6 +25,7 @@ func init() { register(serveCommand) }
 // HTTP, for clients that connect to guard.
 func serveCommand(a *app) *cobra.Command {
 	c := leaf("serve", "serve the configured servers over Streamable HTTP at /mcp/NAME", exactly())
+	c.Annotations = map[string]string{annotationLogsInfo: "yes"}
 	fs := c.Flags()
 	cf := addCommonFlags(fs)
 	listen := fs.String("listen", "127.0.0.1:8930", "`ADDR` to serve on")
