@@ -52,6 +52,12 @@ func (a *app) commandLine() *cobra.Command {
 	for _, newCommand := range commandMakers {
 		root.AddCommand(newCommand(a))
 	}
+	// cobra's help command, in guard's words (cobra adds it as it runs
+	// unless it is there).
+	root.InitDefaultHelpCmd()
+	if help, _, err := root.Find([]string{"help"}); err == nil && help != root {
+		help.Short = "print a command's usage: guard help COMMAND..."
+	}
 	markRequired(root)
 	return root
 }

@@ -83,7 +83,6 @@ func commandsOf(c *cobra.Command) []*cobra.Command {
 func commandTree(t *testing.T) []*cobra.Command {
 	t.Helper()
 	root := newApp(strings.NewReader(""), nil, nil, func(string) string { return "" }).commandLine()
-	root.InitDefaultHelpCmd() // cobra adds it as it runs
 	return commandsOf(root)
 }
 
