@@ -200,6 +200,25 @@ func TestWrapTwiceThenUnwrap(t *testing.T) {
 	}
 }
 
+// A backup that an unwrap left (the file had changed) is kept aside when
+// a later wrap keeps the file as it is then.
+func TestEarlierBackupKept(t *testing.T) {
+	first := `{"mcpServers": {"a": {"command": "x"}}}`
+	f := testFile(t, "cursor", first)
+	wrapFile(t, f)
+	edited := strings.Replace(readString(t, f.Path), `"command"`, `"cwd": "/srv", "command"`, 1)
+	os.WriteFile(f.Path, []byte(edited), 0o600)
+	unwrapFile(t, f)
+	second := readString(t, f.Path)
+	if second != `{"mcpServers": {"a": {"cwd": "/srv", "command": "x"}}}` || readString(t, f.Path+BackupSuffix) != first {
+		t.Fatalf("after unwrap: %s, backup %s", second, readString(t, f.Path+BackupSuffix))
+	}
+	wrapFile(t, f)
+	if readString(t, f.Path+BackupSuffix) != second || readString(t, f.Path+BackupSuffix+".1") != first {
+		t.Fatal("the earlier backup was not kept aside")
+	}
+}
+
 // An HTTP entry that is the only member, in compact JSON, comes out as
 // strict JSON; its header's variable does not clash with the env's.
 func TestCompactRemoteEntry(t *testing.T) {

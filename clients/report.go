@@ -27,11 +27,14 @@ func (c *Change) WriteReport(w io.Writer, dry bool) {
 	case dry:
 		io.WriteString(w, c.Diff())
 	case !c.Changed():
-	case !c.unwrap:
-		fmt.Fprintf(w, "  the original is kept as %s\n", c.File.Path+BackupSuffix)
 	default:
-		if _, err := os.Stat(c.File.Path + BackupSuffix); err == nil {
+		if _, err := os.Stat(c.File.Path + BackupSuffix); err != nil {
+			break
+		}
+		if c.unwrap {
 			fmt.Fprintf(w, "  the file as it was before guard first changed it is still %s\n", c.File.Path+BackupSuffix)
+		} else {
+			fmt.Fprintf(w, "  the original is kept as %s\n", c.File.Path+BackupSuffix)
 		}
 	}
 }

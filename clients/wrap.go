@@ -84,6 +84,8 @@ type Change struct {
 	unwrap bool
 	// record is what a wrap keeps beside the file.
 	record *record
+	// first: no wrap is on record, so the file is the original to keep.
+	first bool
 	// note, when not "", is said about the file as a whole.
 	Note string
 }
@@ -148,7 +150,7 @@ func (w *Wrapper) Wrap(ctx context.Context, f *File) (*Change, error) {
 		// The first wrap, or the file changed since the last: from now
 		// on unwrap gives back this file whole.
 		if rec == nil {
-			rec = &record{}
+			rec, c.first = &record{}, true
 		}
 		rec.Before = string(before)
 	}
@@ -336,15 +338,12 @@ func (c *Change) Apply() error {
 	case c.unwrap && !recordExists(c.File.Path):
 		return nil
 	}
-	if !c.unwrap {
-		backup := c.File.Path + BackupSuffix
-		if _, err := os.Lstat(backup); errors.Is(err, fs.ErrNotExist) {
-			if err := writeAtomic(backup, c.Before, mode); err != nil {
-				return fmt.Errorf("keeping the original: %w", err)
-			}
-		} else if err != nil {
-			return err
+	if c.first {
+		if err := c.keepOriginal(mode); err != nil {
+			return fmt.Errorf("keeping the original: %w", err)
 		}
+	}
+	if !c.unwrap {
 		// The record before the file: a wrapped file without its record
 		// could not be given back.
 		if err := writeRecord(c.File.Path, c.record, mode); err != nil {
@@ -360,6 +359,32 @@ func (c *Change) Apply() error {
 		return c.forget()
 	}
 	return nil
+}
+
+// keepOriginal keeps the file as it is as NAME.guard-backup. A backup
+// there already, of an earlier wrap that unwrap could not give back
+// whole, is not lost: it moves to NAME.guard-backup.N.
+func (c *Change) keepOriginal(mode fs.FileMode) error {
+	backup := c.File.Path + BackupSuffix
+	old, err := os.ReadFile(backup)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case bytes.Equal(old, c.Before):
+		return nil
+	default:
+		for n := 1; ; n++ {
+			aside := fmt.Sprintf("%s.%d", backup, n)
+			if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
+				if err := os.Rename(backup, aside); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return writeAtomic(backup, c.Before, mode)
 }
 
 // forget removes, after an unwrap, the record, and the backup when the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,7 +211,7 @@ func guardPath(given string) (string, error) {
 // folders) and the entry's own env say.
 func (a *app) entryFlags(st *settings) func(env map[string]string) ([]string, error) {
 	return func(env map[string]string) ([]string, error) {
-		entry := &app{getenv: func(k string) string {
+		entry := newApp(nil, io.Discard, io.Discard, func(k string) string {
 			if v, ok := env[k]; ok {
 				return v
 			}
@@ -219,7 +220,7 @@ func (a *app) entryFlags(st *settings) func(env map[string]string) ([]string, er
 				return a.getenv(k)
 			}
 			return ""
-		}}
+		})
 		cf := &commonFlags{}
 		var flags []string
 		own, err := entry.settings(cf)
