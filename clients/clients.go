@@ -146,9 +146,13 @@ func Lookup(name string) (*Client, error) {
 // Env is what the places of clients' files depend on: the operating
 // system (a GOOS value), the environment and the home directory.
 type Env struct {
-	GOOS   string
+	// GOOS is linux, darwin or windows (another is taken as Linux).
+	GOOS string
+	// Getenv reads the environment (XDG_CONFIG_HOME, APPDATA, CODEX_HOME,
+	// ...).
 	Getenv func(string) string
-	Home   string
+	// Home is the user's home directory (%USERPROFILE% on Windows).
+	Home string
 }
 
 // UserFiles returns where the client keeps its user-level files on e's
@@ -212,6 +216,7 @@ func (e Env) localAppData() string {
 // File is one configuration file of a client, with the sections of it
 // that list servers.
 type File struct {
+	// Client is the client that reads the file.
 	Client *Client
 	// Path is the file's path as found (a link stays a link: its target
 	// is what guard edits).

@@ -43,10 +43,12 @@ func parseJSON(data []byte) (*jsonDoc, error) {
 
 // SyntaxError is a file that guard cannot read, and where.
 type SyntaxError struct {
-	Line int // 0 when unknown
+	// Line is where the parser stopped (0 when unknown), and Msg why.
+	Line int
 	Msg  string
 }
 
+// Error is the message without the file's name, which the caller adds.
 func (e *SyntaxError) Error() string {
 	if e.Line == 0 {
 		return e.Msg

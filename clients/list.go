@@ -8,6 +8,8 @@ import (
 
 // Listed is one server of a file, as --list shows it.
 type Listed struct {
+	// Section is where the server is in its file (File.Sections), and
+	// Name its key there.
 	Section []string
 	Name    string
 	// Guard is the guard binary that runs it ("" when none does).

@@ -18,6 +18,7 @@ import (
 // long as nothing else changes it, and each entry as it was and as guard
 // left it.
 type record struct {
+	// Version is the record's format (recordVersion).
 	Version int `json:"version"`
 	// Time is when guard last wrapped the file (RFC 3339).
 	Time string `json:"time"`
@@ -25,16 +26,19 @@ type record struct {
 	After string `json:"after"`
 	// Before is the file as it was before that wrap (or, when nothing
 	// changed the file in between, the one before it).
-	Before  string        `json:"before"`
+	Before string `json:"before"`
+	// Entries are the entries wrap changed, in the order it did.
 	Entries []recordEntry `json:"entries"`
 }
 
 // recordEntry is one entry that guard wrapped: its text before and after.
 type recordEntry struct {
-	Section  []string `json:"section"`
-	Name     string   `json:"name"`
-	Original string   `json:"original"`
-	Wrapped  string   `json:"wrapped"`
+	// Section and Name say where the entry is.
+	Section []string `json:"section"`
+	Name    string   `json:"name"`
+	// Original and Wrapped are its exact text before and after wrap.
+	Original string `json:"original"`
+	Wrapped  string `json:"wrapped"`
 }
 
 const recordVersion = 1

@@ -48,11 +48,15 @@ type Outcome struct {
 	// Section is where the entry is in its file (Claude Code's projects
 	// have their own).
 	Section []string
-	Name    string
-	Action  Action
-	Detail  string
+	// Name is the server's name, its key in the file.
+	Name string
+	// Action is what was done with it, and Detail why, where it needs
+	// saying.
+	Action Action
+	Detail string
 }
 
+// String says what happened, as guard wrap prints it.
 func (o Outcome) String() string {
 	var s string
 	switch o.Action {
@@ -75,7 +79,9 @@ func (o Outcome) String() string {
 
 // Change is the planned change of one file by wrap or unwrap.
 type Change struct {
-	File    *File
+	// File is the file that changes.
+	File *File
+	// Servers are what happens to each server that the change concerns.
 	Servers []Outcome
 	// Before and After are the file's contents now and as the change
 	// leaves it.
