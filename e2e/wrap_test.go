@@ -148,13 +148,14 @@ func callAsClient(t *testing.T, home, command string, args []string, env map[str
 // and PATH only), answers a tool call through guard, recorded in guard's
 // audit log: server-everything over stdio, and a Streamable HTTP server
 // whose credential the entry carries from its env. A server that asks for
-// OAuth is left; a second wrap changes nothing; unwrap gives every file
-// back, and after an edit by hand, keeps the edit.
+// OAuth is left, and a legacy SSE server is reached by its own transport;
+// a second wrap changes nothing; unwrap gives every file back, and after
+// an edit by hand, keeps the edit.
 func TestWrappedEntriesAnswerThroughGuard(t *testing.T) {
 	sqliteOnly(t, "the entries start with HOME and PATH only, as a desktop client's do, without the database's credentials")
 	node := guardtest.Node(t)
 	everything := filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-everything/dist/index.js")
-	remote, oauth := bearerServer(t), oauthServer(t)
+	remote, oauth, sse := bearerServer(t), oauthServer(t), everythingSSE(t)
 	e := newEnv(t, "policy: {default: allow}\nui: {listen: \""+freePort(t)+"\"}\n")
 	home := t.TempDir()
 	stdio := func(name string) string {
@@ -174,7 +175,8 @@ func TestWrappedEntriesAnswerThroughGuard(t *testing.T) {
 		".codeium/windsurf/mcp_config.json": `{"mcpServers": {` + stdio("windsurf-everything") + `,
   "windsurf-remote": {"serverUrl": "` + remote + `", "headers": {"Authorization": "Bearer ` + wrapToken + `"}}}}`,
 		".gemini/settings.json": `{"mcpServers": {` + stdio("gemini-cli-everything") + `,
-  "gemini-cli-remote": {"httpUrl": "` + remote + `", "headers": {"Authorization": "Bearer ` + wrapToken + `"}}}}`,
+  "gemini-cli-remote": {"httpUrl": "` + remote + `", "headers": {"Authorization": "Bearer ` + wrapToken + `"}},
+  "gemini-cli-sse": {"url": "` + sse + `"}}}`,
 		".codex/config.toml": fmt.Sprintf("# Codex\n[mcp_servers.codex-everything]\ncommand = %q\nargs = [%q, \"stdio\"]\n\n"+
 			"[mcp_servers.codex-remote]\nurl = %q\nbearer_token_env_var = \"REMOTE_TOKEN\"\n", node, everything, remote),
 	}
@@ -198,7 +200,7 @@ func TestWrappedEntriesAnswerThroughGuard(t *testing.T) {
 		return string(out)
 	}
 	out := guard("wrap", "--config", e.cfg, "--db", e.db)
-	if strings.Count(out, ": wrapped\n") != 13 || !strings.Contains(out, "claude-code-oauth: left as it is: its server asks for OAuth, which Claude Code does itself") {
+	if strings.Count(out, ": wrapped\n") != 14 || !strings.Contains(out, "claude-code-oauth: left as it is: its server asks for OAuth, which Claude Code does itself") {
 		t.Fatalf("guard wrap:\n%s", out)
 	}
 	wrapped := map[string]string{}
@@ -215,6 +217,10 @@ func TestWrappedEntriesAnswerThroughGuard(t *testing.T) {
 		names := []string{client + "-everything"}
 		if client != "claude-desktop" {
 			names = append(names, client+"-remote")
+		}
+		if client == "gemini-cli" {
+			// Gemini CLI's url is the legacy HTTP+SSE transport.
+			names = append(names, client+"-sse")
 		}
 		for _, name := range names {
 			command, args, env := entryOf(t, p, name)
@@ -240,6 +246,9 @@ func TestWrappedEntriesAnswerThroughGuard(t *testing.T) {
 				t.Errorf("the audit log has no call of %s-%s", client, kind)
 			}
 		}
+	}
+	if !strings.Contains(log, `"server":"gemini-cli-sse"`) {
+		t.Error("the audit log has no call of gemini-cli-sse")
 	}
 	if strings.Contains(log, wrapToken) {
 		t.Error("the audit log shows the remote server's credential")
