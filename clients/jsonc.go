@@ -19,13 +19,15 @@ type jsonDoc struct {
 	// empty: the file holds nothing but white space (a client that never
 	// wrote it): no servers, and nothing guard edits.
 	empty bool
+	// space is what such a file holds.
+	space []byte
 }
 
 var hujsonError = regexp.MustCompile(`^hujson: line (\d+), column \d+: (.*)$`)
 
 func parseJSON(data []byte) (*jsonDoc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return &jsonDoc{empty: true}, nil
+		return &jsonDoc{empty: true, space: data}, nil
 	}
 	v, err := hujson.Parse(data)
 	if err != nil {
@@ -62,7 +64,7 @@ func lineOf(data []byte, offset int) int {
 
 func (d *jsonDoc) bytes() []byte {
 	if d.empty {
-		return nil
+		return d.space
 	}
 	return d.root.Pack()
 }

@@ -21,7 +21,11 @@ type Listed struct {
 // List reads f's servers: wrapped or not, and by which guard; remote
 // ones are probed for OAuth as wrap would.
 func (w *Wrapper) List(ctx context.Context, f *File) ([]Listed, error) {
-	_, _, servers, err := f.load()
+	data, _, err := readFile(f.Path)
+	if err != nil {
+		return nil, err
+	}
+	_, servers, err := f.load(data)
 	if err != nil {
 		return nil, err
 	}

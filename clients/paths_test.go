@@ -50,7 +50,7 @@ var layouts = map[string]map[string][]string{
 }
 
 // goldenBefore is the file of a client's golden test before wrap.
-func goldenBefore(t *testing.T, client string) []byte {
+func goldenBefore(t testing.TB, client string) []byte {
 	t.Helper()
 	ar, err := txtar.ParseFile(filepath.Join("testdata", "golden", client+".txtar"))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"unicode/utf8"
 )
 
 // record is what wrap did to a file, kept beside it (NAME.guard-wrap) so
@@ -26,7 +27,7 @@ type record struct {
 	After string `json:"after"`
 	// Before is the file as it was before that wrap (or, when nothing
 	// changed the file in between, the one before it).
-	Before string `json:"before"`
+	Before text `json:"before"`
 	// Entries are the entries wrap changed, in the order it did.
 	Entries []recordEntry `json:"entries"`
 }
@@ -37,8 +38,38 @@ type recordEntry struct {
 	Section []string `json:"section"`
 	Name    string   `json:"name"`
 	// Original and Wrapped are its exact text before and after wrap.
-	Original string `json:"original"`
-	Wrapped  string `json:"wrapped"`
+	Original text `json:"original"`
+	Wrapped  text `json:"wrapped"`
+}
+
+// text is a file's or an entry's bytes in the record: a JSON string, or
+// where they are not UTF-8 (which a JSON string cannot hold as they are),
+// {"base64": ...}.
+type text string
+
+// MarshalJSON writes t as a string when it is UTF-8.
+func (t text) MarshalJSON() ([]byte, error) {
+	if utf8.ValidString(string(t)) {
+		return json.Marshal(string(t))
+	}
+	return json.Marshal(map[string][]byte{"base64": []byte(t)})
+}
+
+// UnmarshalJSON reads either form.
+func (t *text) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*t = text(s)
+		return nil
+	}
+	var o struct {
+		Base64 []byte `json:"base64"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return err
+	}
+	*t = text(o.Base64)
+	return nil
 }
 
 const recordVersion = 1

@@ -17,11 +17,16 @@ func Unwrap(f *File) (*Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Change{File: f, Before: before, After: before, unwrap: true}
 	rec, err := readRecord(f.Path)
 	if err != nil {
 		return nil, err
 	}
+	return f.unwrap(before, rec)
+}
+
+// unwrap is Unwrap on the file's contents and its record (nil when none).
+func (f *File) unwrap(before []byte, rec *record) (*Change, error) {
+	c := &Change{File: f, Before: before, After: before, unwrap: true}
 	if rec == nil {
 		c.Note = "no record of a wrap by guard: nothing to give back"
 		return c, nil
@@ -66,7 +71,7 @@ func (f *File) unwrapEntry(doc document, re recordEntry, recorded map[string]boo
 		// Renamed since: an entry that guard did not wrap, exactly as
 		// guard wrapped this one.
 		for i := range des {
-			if !recorded[strings.Join(re.Section, "\x00")+"\x00"+des[i].name] && f.sameEntry(des[i].text, re.Wrapped, re.Section, re.Name) {
+			if !recorded[strings.Join(re.Section, "\x00")+"\x00"+des[i].name] && f.sameEntry(des[i].text, string(re.Wrapped), re.Section, re.Name) {
 				now = &des[i]
 				out.Name, out.Detail = des[i].name, "renamed from "+re.Name+" since"
 			}
@@ -77,16 +82,16 @@ func (f *File) unwrapEntry(doc document, re recordEntry, recorded map[string]boo
 		}
 	}
 	switch {
-	case now.text == re.Original:
+	case now.text == string(re.Original):
 		// Given back with the whole file, or unwrapped by hand.
 		return out, nil
-	case f.sameEntry(now.text, re.Wrapped, re.Section, re.Name) && (now.name == re.Name || !f.Client.toml):
+	case f.sameEntry(now.text, string(re.Wrapped), re.Section, re.Name) && (now.name == re.Name || !f.Client.toml):
 		// As guard left it: as it was, to the byte (under its new name:
 		// a TOML entry's text holds its name).
-		return out, doc.setEntry(re.Section, now.name, re.Original)
+		return out, doc.setEntry(re.Section, now.name, string(re.Original))
 	}
-	orig, err1 := f.decodeEntry(re.Original, re.Section, re.Name)
-	wrapped, err2 := f.decodeEntry(re.Wrapped, re.Section, re.Name)
+	orig, err1 := f.decodeEntry(string(re.Original), re.Section, re.Name)
+	wrapped, err2 := f.decodeEntry(string(re.Wrapped), re.Section, re.Name)
 	if err1 != nil || err2 != nil || now.value == nil {
 		out.Action, out.Detail = Kept, "guard's record of it cannot be read"
 		return out, nil

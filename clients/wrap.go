@@ -102,7 +102,20 @@ func (c *Change) Changed() bool { return !bytes.Equal(c.Before, c.After) }
 // Wrap plans the wrapping of every server of f that guard can wrap and
 // has not: nothing is written until Apply.
 func (w *Wrapper) Wrap(ctx context.Context, f *File) (*Change, error) {
-	before, doc, servers, err := f.load()
+	before, _, err := readFile(f.Path)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := readRecord(f.Path)
+	if err != nil {
+		return nil, err
+	}
+	return w.wrap(ctx, f, before, rec)
+}
+
+// wrap is Wrap on the file's contents and its record (nil when none).
+func (w *Wrapper) wrap(ctx context.Context, f *File, before []byte, rec *record) (*Change, error) {
+	doc, servers, err := f.load(before)
 	if err != nil {
 		return nil, err
 	}
@@ -148,28 +161,24 @@ func (w *Wrapper) Wrap(ctx context.Context, f *File) (*Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: an edit broke the file (%v): please report it", f.Path, err)
 	}
-	rec, err := readRecord(f.Path)
-	if err != nil {
-		return nil, err
-	}
 	if rec == nil || rec.After != digest(before) {
 		// The first wrap, or the file changed since the last: from now
 		// on unwrap gives back this file whole.
 		if rec == nil {
 			rec, c.first = &record{}, true
 		}
-		rec.Before = string(before)
+		rec.Before = text(before)
 	}
 	rec.Version, rec.After, rec.Time = recordVersion, digest(c.After), time.Now().UTC().Format(time.RFC3339)
 	for _, d := range wrapped {
-		text, err := entryText(now, d.section, d.name)
+		wrappedText, err := entryText(now, d.section, d.name)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
 		rec.Entries = slices.DeleteFunc(rec.Entries, func(re recordEntry) bool {
 			return slices.Equal(re.Section, d.section) && re.Name == d.name
 		})
-		rec.Entries = append(rec.Entries, recordEntry{Section: d.section, Name: d.name, Original: d.text, Wrapped: text})
+		rec.Entries = append(rec.Entries, recordEntry{Section: d.section, Name: d.name, Original: text(d.text), Wrapped: text(wrappedText)})
 	}
 	c.record = rec
 	return c, nil
@@ -427,27 +436,24 @@ func Commit(plan func() (*Change, error), dry bool) (*Change, error) {
 // changed it.
 const BackupSuffix = ".guard-backup"
 
-// load reads the file, and its servers section by section.
-func (f *File) load() ([]byte, document, [][]entry, error) {
-	data, _, err := readFile(f.Path)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+// load parses the file's contents, and reads its servers section by
+// section.
+func (f *File) load(data []byte) (document, [][]entry, error) {
 	doc, err := f.parse(data)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	servers := make([][]entry, len(f.sections))
 	for i, section := range f.sections {
 		des, err := doc.entries(section)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w", f.Path, err)
+			return nil, nil, fmt.Errorf("%s: %w", f.Path, err)
 		}
 		for _, de := range des {
 			servers[i] = append(servers[i], f.Client.read(de))
 		}
 	}
-	return data, doc, servers, nil
+	return doc, servers, nil
 }
 
 // parse reads the file's syntax.
