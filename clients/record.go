@@ -101,6 +101,16 @@ func readRecord(path string) (*record, error) {
 	return &r, nil
 }
 
+// readWithRecord reads a client's file and the record beside it.
+func readWithRecord(path string) ([]byte, *record, error) {
+	data, _, err := readFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := readRecord(path)
+	return data, rec, err
+}
+
 func recordExists(path string) bool {
 	_, err := os.Lstat(path + recordSuffix)
 	return err == nil

@@ -13,11 +13,7 @@ import (
 // changes; one whose members guard wrote were changed is left wrapped.
 // Nothing is written until Apply.
 func Unwrap(f *File) (*Change, error) {
-	before, _, err := readFile(f.Path)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := readRecord(f.Path)
+	before, rec, err := readWithRecord(f.Path)
 	if err != nil {
 		return nil, err
 	}

@@ -102,11 +102,7 @@ func (c *Change) Changed() bool { return !bytes.Equal(c.Before, c.After) }
 // Wrap plans the wrapping of every server of f that guard can wrap and
 // has not: nothing is written until Apply.
 func (w *Wrapper) Wrap(ctx context.Context, f *File) (*Change, error) {
-	before, _, err := readFile(f.Path)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := readRecord(f.Path)
+	before, rec, err := readWithRecord(f.Path)
 	if err != nil {
 		return nil, err
 	}
