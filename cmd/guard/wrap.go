@@ -147,10 +147,12 @@ func (a *app) changeFiles(files []*clients.File, dry bool, plan func(*clients.Fi
 	code := exitOK
 	var restart []string
 	for _, f := range files {
+		warned := false
 		c, err := clients.Commit(func() (*clients.Change, error) {
 			c, err := plan(f)
-			if err == nil && !dry && c.Changed() && f.Client.Rewrites() {
+			if err == nil && !dry && c.Changed() && f.Client.Rewrites() && !warned {
 				fmt.Fprintf(a.stderr, "guard: %s rewrites %s while it runs, and may put back what guard changes there: quit it first\n", f.Client.Title, f.Path)
+				warned = true
 			}
 			return c, err
 		}, dry)
