@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
+	"golang.org/x/net/http/httpguts"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
@@ -30,10 +34,18 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen, 127.0.0.1:8931)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
+	var headerEnv headerEnvFlags
+	fs.Var(&headerEnv, "header-env", "with --upstream: send the header `Header=ENVNAME`, its value read from the variable ENVNAME (repeated)")
+	bearerEnv := fs.String("bearer-env", "", "with --upstream: send Authorization: Bearer and the value of the variable `ENVNAME`")
+	sse := fs.Bool("sse", false, "with --upstream: the server speaks the legacy HTTP+SSE transport (2024-11-05)")
 	if status, ok := a.parseFlags(fs, args); !ok {
 		return status
 	}
 	argv := fs.Args()
+	if *upstream == "" && (len(headerEnv) > 0 || *bearerEnv != "" || *sse) {
+		fmt.Fprintln(a.stderr, "guard run: --header-env, --bearer-env and --sse go with --upstream URL")
+		return exitUsage
+	}
 	if *upstream != "" && len(argv) > 0 {
 		fmt.Fprintln(a.stderr, "guard run: --upstream URL and a command are exclusive")
 		return exitUsage
@@ -53,6 +65,21 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return status
 	}
 	cfg := st.Config
+	headers, err := a.upstreamHeaders(headerEnv, *bearerEnv)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "guard run: %v\n", err)
+		return exitUsage
+	}
+	for env, v := range headers.values {
+		// The values are the server's credentials: guard's own secrets
+		// from here on, masked wherever they would show (records, logs,
+		// what the client reads), like a variable the configuration
+		// expanded.
+		if cfg.Expanded == nil {
+			cfg.Expanded = map[string]string{}
+		}
+		cfg.Expanded[env] = v
+	}
 	server := *name
 	if server == "" && *upstream != "" {
 		u, _ := url.Parse(*upstream) // checked above
@@ -93,9 +120,22 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 	if *upstream != "" {
 		// A remote server for a stdio client: headers (credentials) come
 		// from the configuration of the server of that name.
-		rm := proxy.Remote{URL: *upstream}
+		rm := proxy.Remote{URL: *upstream, SSE: *sse}
 		if srv := cfg.Servers[server]; srv != nil {
-			rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
+			rm.Headers, rm.SSE = maps.Clone(srv.Headers), *sse || srv.Transport == "sse"
+		}
+		// Those of the command line, which its client's entry gave,
+		// win over the configuration's of the same name.
+		for h, v := range headers.send {
+			if rm.Headers == nil {
+				rm.Headers = map[string]string{}
+			}
+			for k := range rm.Headers {
+				if http.CanonicalHeaderKey(k) == h {
+					delete(rm.Headers, k)
+				}
+			}
+			rm.Headers[h] = v
 		}
 		rt.iso.settled.Store(true) // no server of its own
 		opts := rt.options(server, logger)
@@ -124,6 +164,67 @@ func cmdRun(ctx context.Context, a *app, args []string) int {
 		return exitFailure
 	}
 	return code
+}
+
+// headerEnvFlags are the repeated --header-env values, Header=ENVNAME.
+type headerEnvFlags []string
+
+func (h *headerEnvFlags) String() string { return strings.Join(*h, ", ") }
+
+func (h *headerEnvFlags) Set(v string) error {
+	name, env, ok := strings.Cut(v, "=")
+	switch {
+	case !ok || name == "" || env == "":
+		return fmt.Errorf("want Header=ENVNAME, not %q", v)
+	case !httpguts.ValidHeaderFieldName(name):
+		return fmt.Errorf("%q is not a header name", name)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// upstreamHeaders are the headers that --header-env and --bearer-env
+// send upstream.
+type upstreamHeaders struct {
+	send   map[string]string // header (canonical) → value
+	values map[string]string // variable → value
+}
+
+// upstreamHeaders reads the values of --header-env and --bearer-env from
+// the environment. A variable that is not set (or empty) is an error that
+// names it; no error shows a value. The variables hold credentials that
+// a client's configuration gave the server (guard wrap moves a remote
+// entry's headers into its env), kept out of the argument list, which
+// every user of the machine can read.
+func (a *app) upstreamHeaders(headerEnv headerEnvFlags, bearerEnv string) (upstreamHeaders, error) {
+	h := upstreamHeaders{send: map[string]string{}, values: map[string]string{}}
+	get := func(flag, env string) (string, error) {
+		v := a.getenv(env)
+		if v == "" {
+			return "", fmt.Errorf("%s: the variable %s is not set", flag, env)
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return "", fmt.Errorf("%s: the value of %s cannot be sent in a header (a line break or control character)", flag, env)
+		}
+		h.values[env] = v
+		return v, nil
+	}
+	for _, he := range headerEnv {
+		name, env, _ := strings.Cut(he, "=") // checked by Set
+		v, err := get("--header-env "+he, env)
+		if err != nil {
+			return h, err
+		}
+		h.send[http.CanonicalHeaderKey(name)] = v
+	}
+	if bearerEnv != "" {
+		v, err := get("--bearer-env "+bearerEnv, bearerEnv)
+		if err != nil {
+			return h, err
+		}
+		h.send["Authorization"] = "Bearer " + v
+	}
+	return h, nil
 }
 
 // clientIn and clientOut are guard's own stdin and stdout, read and written
