@@ -120,21 +120,24 @@ func (m *macer) check(r *guard.Record, canonical []byte, mac []byte) string {
 // checkpoints and its call index.
 type tailAuth struct {
 	key    []byte       // the MAC key; nil without the checkpoint key's secret
+	jkey   []byte       // the journal frames' MAC key (journalauth.go); nil likewise
 	from   atomic.Int64 // the seq of the first LifecycleMACs record, once known (0: none yet)
-	alerts atomic.Int64 // records found without a valid MAC, each counted once
+	alerts atomic.Int64 // records found without a valid MAC, and journal frames refused, each counted once
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	alerted  map[int64]bool // the records counted in alerts
-	waitSaid string         // why MACs wait, as last logged
+	mu            sync.Mutex
+	alerted       map[int64]bool        // the records counted in alerts
+	framesAlerted map[journalFrame]bool // the journal frames counted in alerts
+	waitSaid      string                // why MACs wait, as last logged
 }
 
 // newTailAuth is the MAC state of a database whose checkpoint key is s
 // (nil: none, or only its public key).
 func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
-	a := &tailAuth{logger: logger, alerted: map[int64]bool{}}
+	a := &tailAuth{logger: logger, alerted: map[int64]bool{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
 		a.key = s.derive(macPurpose)
+		a.jkey = s.derive(journalPurpose)
 	}
 	return a
 }

@@ -56,7 +56,7 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 		if err != nil || !gone {
 			continue // removed meanwhile, or its owner is alive
 		}
-		sc, err := scanJournal(b)
+		sc, err := scanJournal(b, nil)
 		if err != nil {
 			continue // not a journal: left alone, as recovery leaves it
 		}
@@ -386,7 +386,11 @@ func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
 		return err
 	}
 	for _, a := range alerts {
-		f.note("unacknowledged loss %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", a.ID, fmtTime(a.Time), a.Text, a.ID)
+		what := "loss"
+		if a.Kind == AlertJournalRefused {
+			what = "refused journal"
+		}
+		f.note("unacknowledged %s %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", what, a.ID, fmtTime(a.Time), a.Text, a.ID)
 	}
 	return nil
 }
