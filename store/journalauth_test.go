@@ -172,11 +172,12 @@ func forgedDecision(callID string) *guard.Record {
 // file (kept elsewhere), plants a journal of frames whose checksums they
 // computed with guard's code, plants one in the format of before MACs,
 // and changes and appends frames in the journal of a guard process that
-// was killed. The next writable open moves none of them in and the
-// killed process's own records around them all; it counts each as an
-// integrity alert, records each journal in an event that names its
-// frames, an alert until a person acknowledges it, and keeps the files
-// aside.
+// was killed. A reader holding the key leaves them all out (verify says
+// so); one without it reads them and says they are unauthenticated. The
+// next writable open moves none of them in and the killed process's own
+// records around them all; it counts each as an integrity alert, records
+// each journal in an event that names its frames, an alert until a person
+// acknowledges it, and keeps the files aside.
 func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	sqliteOnly(t)
 	ctx := context.Background()
@@ -219,6 +220,43 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	marked, _ := segmentBytes(older, formatMarked, nil)
 	markedPath := plantJournal(t, path, marked)
 	forgedIDs := []string{decision.ID, planted[0].ID, planted[1].ID, planted[2].ID, older[0].ID, older[1].ID}
+
+	// A reader with the key.
+	ro, err := OpenReadOnly(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := ro.Unchained(ctx)
+	if err != nil || u.Records != 4 || u.Refused != 3+3+2 || u.Unauthenticated != 0 {
+		t.Errorf("unchained with the key: %+v %v, want the killed process's 4 records and 8 frames refused", u, err)
+	}
+	if ids := queryIDs(t, ro, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
+		t.Errorf("calls alice approved, read with the key: %v", ids)
+	}
+	if n := ro.IntegrityAlerts(); n != 3+3+1 {
+		t.Errorf("a reader counted %d integrity alerts, want 7", n)
+	}
+	rep, err := ro.Verify(ctx)
+	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool {
+		return strings.HasPrefix(n, "8 frames of journals of stopped processes were left out")
+	}) {
+		t.Errorf("verify with the key: %+v %v", rep, err)
+	}
+	ro.Close()
+	// A reader without it.
+	ro, err = OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err = ro.Unchained(ctx)
+	if err != nil || u.Records != 5+2+3+2 || u.Unauthenticated != u.Records || u.Refused != 0 {
+		t.Errorf("unchained without the key: %+v %v, want every frame, unauthenticated", u, err)
+	}
+	rep, err = ro.Verify(ctx)
+	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "journals of stopped processes are unauthenticated") }) {
+		t.Errorf("verify without the key: %+v %v", rep, err)
+	}
+	ro.Close()
 
 	db, err := Open(ctx, o)
 	if err != nil {
@@ -278,7 +316,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verify(ctx)
+	rep, err = db.Verify(ctx)
 	if err != nil || !rep.OK || len(rep.Notes) != 3 || !strings.HasPrefix(rep.Notes[0], "unacknowledged refused journal "+alerts[0].ID) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -343,6 +381,14 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	recs := journalRecs(4)
 	b, _ := segmentBytes(recs[:2], formatUnmarked, nil)
 	plantJournal(t, path, b)
+	ro, err := OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := ro.Unchained(ctx); err != nil || u.Records != 2 || u.Refused != 0 {
+		t.Errorf("unchained before MACs: %+v %v", u, err)
+	}
+	ro.Close()
 	db := openDB(t, path)
 	ids := recordIDs(t, db)
 	if ids[recs[0].ID] != 1 || ids[recs[1].ID] != 1 {
@@ -356,8 +402,16 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 
 	b, _ = segmentBytes(recs[2:], formatUnmarked, nil)
 	j := plantJournal(t, path, b)
+	ro, err = OpenReadOnly(ctx, Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := ro.Unchained(ctx); err != nil || u.Records != 0 || u.Refused != 2 {
+		t.Errorf("unchained after MACs began: %+v %v", u, err)
+	}
+	ro.Close()
 	var logs bytes.Buffer
-	db, err := Open(ctx, Options{Path: path, Durability: "normal", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	db, err = Open(ctx, Options{Path: path, Durability: "normal", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
