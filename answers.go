@@ -90,6 +90,11 @@ func RetryText(a *Approval) string {
 		"request cannot use it; there the user should set approval.scope: any in guard's configuration and approve the call held next)"
 }
 
+// ClientGoneReason begins the reason of a withdrawal whose call's client
+// went away: no later approval can release such a call, and whoever tries
+// to approve it reads why.
+const ClientGoneReason = "the call's client is gone"
+
 // AuditFailedText is what the client reads for a message guard could not
 // record, and so did not forward.
 const AuditFailedText = "Refused: the audit log could not be written"

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 )
 
 // Store keeps approvals; store.DB implements it. Waiting is the store's,
@@ -248,13 +247,8 @@ func (m *Manager) Withdraw(ctx context.Context, id, reason string) error {
 	return err
 }
 
-// ClientGoneReason begins the reason of a withdrawal whose call's client
-// went away: no later approval can release such a call, and whoever tries
-// to approve it reads why.
-const ClientGoneReason = "the call's client is gone"
-
 // SessionEnded settles the open approvals of a session whose client is
-// gone, for the reason given (one that begins with ClientGoneReason). One
+// gone, for the reason given (one that begins with guard.ClientGoneReason). One
 // scoped to the session can no longer let any call through: it is
 // withdrawn (and recorded so), rather than left looking as if its client
 // still waited. One scoped to any session may still let another
@@ -516,14 +510,14 @@ type ReviewDecider interface {
 // ReleasesHeld reports whether accepting a tool definition releases the
 // calls held for its review to the rules, and when it does not, why. It
 // does not when the change from the definition accepted before (changes,
-// policy.DiffTools) weakens a hint the rules read (Change.Weakens), or
+// guard.DiffTools) weakens a hint the rules read (Change.Weakens), or
 // when the scanner flagged the definition (r's cause, or its flags): the
 // rules would judge those calls by a claim of less caution, or the model
 // made them after reading instructions aimed at it. Accepting the
 // definition says it may be used from now on, not that each call made
 // while it was in doubt should run: each of those needs a person's own
 // decision.
-func ReleasesHeld(changes []policy.Change, r *guard.Review) (bool, string) {
+func ReleasesHeld(changes []guard.Change, r *guard.Review) (bool, string) {
 	var hints []string
 	for _, c := range changes {
 		if c.Weakens {
@@ -588,7 +582,7 @@ func (s Settled) String() string {
 // one takes only that, and is left pending otherwise, with an error). A
 // call someone else decided meanwhile is skipped; other failures are
 // returned together.
-func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, r *guard.Review, changes []policy.Change, by Reviewer, reason string) (Settled, error) {
+func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approval, r *guard.Review, changes []guard.Change, by Reviewer, reason string) (Settled, error) {
 	s := Settled{Accepted: r.State == guard.ReviewAccepted}
 	release := !s.Accepted
 	if s.Accepted {
@@ -660,7 +654,7 @@ func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, serv
 // changesSinceAccepted lists what changed from the definition of a tool
 // accepted most recently to the one with pin: none when no other was
 // ever accepted.
-func changesSinceAccepted(ctx context.Context, st Definitions, server, name, pin string) ([]policy.Change, error) {
+func changesSinceAccepted(ctx context.Context, st Definitions, server, name, pin string) ([]guard.Change, error) {
 	old, err := st.AcceptedTool(ctx, server, name)
 	if err != nil {
 		return nil, fmt.Errorf("accepted definition of %s/%s: %w", server, name, err)
@@ -672,7 +666,7 @@ func changesSinceAccepted(ctx context.Context, st Definitions, server, name, pin
 	if old == nil || cur == nil || old.Pin == cur.Pin {
 		return nil, nil
 	}
-	return policy.DiffTools(old.Def, cur.Def), nil
+	return guard.DiffTools(old.Def, cur.Def), nil
 }
 
 // ClientGoneText says what approving a pending approval whose client has

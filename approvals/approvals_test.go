@@ -14,7 +14,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -267,15 +266,15 @@ func TestSettleReview(t *testing.T) {
 // it: then each stays pending, for its own decision.
 func TestAcceptingReleasesHeldCallsUnlessItWeakensOrWasFlagged(t *testing.T) {
 	ctx := context.Background()
-	weakens := []policy.Change{{Member: "description", Text: "description changed"},
+	weakens := []guard.Change{{Member: "description", Text: "description changed"},
 		{Member: "annotations.readOnlyHint", Text: "readOnlyHint false → true", Weakens: true},
 		{Member: "annotations.idempotentHint", Text: "idempotentHint false → true"},
 		{Member: "annotations.destructiveHint", Text: "destructiveHint true → false", Weakens: true}}
-	harmless := []policy.Change{{Member: "title", Text: "title added"}, {Member: "annotations.destructiveHint", Text: "destructiveHint false → true"}}
+	harmless := []guard.Change{{Member: "title", Text: "title added"}, {Member: "annotations.destructiveHint", Text: "destructiveHint false → true"}}
 	flags := []guard.Flag{{Kind: "hidden_tag", Where: "description", Evidence: "<IMPORTANT>"}}
 	for _, tc := range []struct {
 		name    string
-		changes []policy.Change
+		changes []guard.Change
 		cause   string
 		flags   []guard.Flag
 		release bool
@@ -418,7 +417,7 @@ func TestScope(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := mine.SessionEnded(ctx, "s1", ClientGoneReason); err != nil {
+		if err := mine.SessionEnded(ctx, "s1", guard.ClientGoneReason); err != nil {
 			t.Fatal(err)
 		}
 		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
@@ -445,7 +444,7 @@ func TestClientGoneSaysApprovingDoesNotRunTheCall(t *testing.T) {
 		if got, _ := m.Get(ctx, "a"); ClientGoneText(got, at) != "" {
 			t.Errorf("%s: a hold whose client waits: %q", scope, ClientGoneText(got, at))
 		}
-		if err := m.SessionEnded(ctx, "s1", ClientGoneReason); err != nil {
+		if err := m.SessionEnded(ctx, "s1", guard.ClientGoneReason); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := m.Get(ctx, "a")

@@ -104,9 +104,7 @@ func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	// decide: the call was held where decisions need a passkey, and keeps
 	// that whoever asks.
 	empty := filepath.Join(t.TempDir(), "empty.yaml")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e.writeConfig(empty, "") // on PostgreSQL, only the key file every replica needs
 	const held = "this call was held where decisions need the approver's passkey (ui.passkey: required), " +
 		`and "alice" is a typed name, not a verified identity`
 	if out, code := e.guard("approvals", "approve", a.ID, "--by", "alice", "--config", empty); code != 1 || !strings.Contains(out, held) {
@@ -114,6 +112,10 @@ func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	}
 	elsewhere := exec.Command(guardBin, "approvals", "deny", a.ID, "--db", e.db, "--by", "alice", "--reason", "typed")
 	elsewhere.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir(), "GUARD_CONFIG=")
+	if e.key != "" {
+		// No configuration at all on PostgreSQL would lack the key.
+		elsewhere.Env = append(elsewhere.Env, "GUARD_CONFIG="+empty)
+	}
 	if out, err := elsewhere.CombinedOutput(); elsewhere.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), held) {
 		t.Fatalf("guard approvals deny --by with another XDG_CONFIG_HOME: %v: %s", err, out)
 	}

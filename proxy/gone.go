@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/guard-mcp/guard/approvals"
+	guard "github.com/guard-mcp/guard"
 )
 
 // A held call never runs without its client. When the client is gone (its
@@ -18,8 +18,8 @@ import (
 // Reasons a client is gone, as withdrawals record them and as whoever tries
 // to approve such a call later reads them.
 const (
-	goneInputEnded  = approvals.ClientGoneReason + ": its input ended"
-	goneWriteFailed = approvals.ClientGoneReason + ": a write to it failed"
+	goneInputEnded  = guard.ClientGoneReason + ": its input ended"
+	goneWriteFailed = guard.ClientGoneReason + ": a write to it failed"
 )
 
 // holdTimeout bounds settling the holds of a client that went away.

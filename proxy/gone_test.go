@@ -12,7 +12,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -111,7 +110,7 @@ func TestAHeldCallIsWithdrawnWhenItsClientsInputEnds(t *testing.T) {
 	if got.State != guard.ApprovalWithdrawn {
 		t.Fatalf("the hold of a client whose input ended: %s", got.State)
 	}
-	if why := withdrawalReason(t, h.db, a.ID); !strings.HasPrefix(why, approvals.ClientGoneReason) {
+	if why := withdrawalReason(t, h.db, a.ID); !strings.HasPrefix(why, guard.ClientGoneReason) {
 		t.Fatalf("the withdrawal's reason: %q", why)
 	}
 	if _, err := h.holds.Decide(context.Background(), a.ID, true, "erin", ""); !errors.Is(err, guard.ErrAlreadyDecided) {
@@ -145,7 +144,7 @@ func TestACallToldToRetryIsWithdrawnWhenItsClientsInputEnds(t *testing.T) {
 	if got := settledWithin(t, h.db, a.ID, 5*time.Second); got.State != guard.ApprovalWithdrawn {
 		t.Fatalf("the approval of a call told to retry, its client gone: %s", got.State)
 	}
-	if why := withdrawalReason(t, h.db, a.ID); !strings.HasPrefix(why, approvals.ClientGoneReason) {
+	if why := withdrawalReason(t, h.db, a.ID); !strings.HasPrefix(why, guard.ClientGoneReason) {
 		t.Fatalf("the withdrawal's reason: %q", why)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -74,7 +73,7 @@ func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
 	if r.Cause != guard.CauseFlagged && r.Cause != guard.CauseNew {
 		old, _ = s.opts.Catalog.AcceptedTool(ctx, s.opts.Server, tool.Name)
 	}
-	return r, policy.ReviewReason(r, tool, old), nil
+	return r, guard.ReviewReason(r, tool, old), nil
 }
 
 // trusted is the definition policy reads for a call released from its

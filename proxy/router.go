@@ -8,7 +8,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/approvals"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -109,7 +108,7 @@ func (rt *router) lapsed(st *stream, n int) {
 	if len(keys) == 0 {
 		return
 	}
-	d := departure{keys: keys, reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", approvals.ClientGoneReason, rt.resumeWithin)}
+	d := departure{keys: keys, reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", guard.ClientGoneReason, rt.resumeWithin)}
 	go func() { rt.gone <- d }()
 }
 

@@ -44,8 +44,8 @@ const AlertJournalDamaged = "journal_damaged"
 type Alert struct {
 	ID   string    `json:"id"` // the id of the record that reports it: what AcknowledgeLoss takes
 	Time time.Time `json:"time"`
-	Kind string    `json:"kind"` // AlertJournalDamaged
-	Text string    `json:"text"` // what was lost, for people
+	Kind string    `json:"kind"` // AlertJournalDamaged, AlertJournalRefused
+	Text string    `json:"text"` // what was lost or refused, for people
 }
 
 // damageDetail is the detail of a MethodJournalDamaged record.
@@ -105,13 +105,11 @@ func heldAlready(ctx context.Context, q *sql.DB, recs []*guard.Record) ([]bool, 
 // kept. A record of the same file from an earlier attempt (one that could
 // not rename it) is not written again.
 func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
-	var n int
-	if err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
-		WHERE kind = 'event' AND kind NOT IN ('request', 'outcome') AND method = ? AND instr(detail, ?) > 0`,
-		MethodJournalDamaged, mustJSON(aside)).Scan(&n); err != nil {
+	done, err := db.journalRecorded(ctx, MethodJournalDamaged, aside)
+	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
-	if n > 0 {
+	if done {
 		return nil
 	}
 	d := damageDetail{Journal: aside, Marked: sc.marked, Read: len(sc.frames), Moved: moved}
@@ -132,17 +130,10 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 		d.Lost = d.Lost || run.Lost
 		d.Runs = append(d.Runs, run)
 	}
-	rec := &guard.Record{Kind: guard.KindEvent, Method: MethodJournalDamaged, Reason: damageText(filepath.Base(path), d), Detail: mustJSON(d)}
-	rec.ID = guard.NewID()
-	rec.CallID = rec.ID
-	rec.Time = db.opts.Now().UTC().Truncate(time.Millisecond)
-	db.commitMu.Lock()
-	err := db.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
-	db.commitMu.Unlock()
+	rec, err := db.appendJournalEvent(MethodJournalDamaged, damageText(filepath.Base(path), d), mustJSON(d))
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
-	db.dirty.Store(true)
 	if d.Lost {
 		db.integrityAlert()
 		db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
@@ -152,6 +143,33 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes())
 	}
 	return nil
+}
+
+// journalRecorded reports whether the log holds the event record of method
+// about the journal kept at aside: one from an earlier attempt at its
+// recovery (which could not rename it), not to be written again.
+func (db *DB) journalRecorded(ctx context.Context, method, aside string) (bool, error) {
+	var n int
+	err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
+		WHERE kind = 'event' AND kind NOT IN ('request', 'outcome') AND method = ? AND instr(detail, ?) > 0`,
+		method, mustJSON(aside)).Scan(&n)
+	return n > 0, err
+}
+
+// appendJournalEvent commits an event record of method about a journal,
+// with its reason and detail, and returns it.
+func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, error) {
+	rec := &guard.Record{ID: guard.NewID(), Kind: guard.KindEvent, Method: method, Reason: reason, Detail: detail,
+		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+	rec.CallID = rec.ID
+	db.commitMu.Lock()
+	err := db.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
+	db.commitMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	db.dirty.Store(true)
+	return rec, nil
 }
 
 // damageText says for people what a damaged journal's record says.
@@ -196,8 +214,9 @@ func mustJSON(v any) string {
 func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 
 // IntegrityAlerts is how many integrity alerts this process raised: a
-// journal whose recovery may have lost acknowledged records, and a record
-// found without a valid MAC (mac.go), each counted once.
+// journal whose recovery may have lost acknowledged records, a record
+// found without a valid MAC (mac.go), and a journal's frame refused
+// (journalauth.go), each counted once.
 func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.auth.alerts.Load() }
 
 // Alerts lists the integrity problems recorded in the log that no one has
@@ -210,10 +229,10 @@ func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
 	}
 	// The terms on kind let SQLite read the index of the records that
 	// are not a call's (records_kind) where the schema has it.
-	rows, err := db.r.QueryContext(ctx, `SELECT l.id, l.time, l.reason, l.detail FROM records l
-		WHERE l.kind = 'event' AND l.kind NOT IN ('request', 'outcome') AND l.method = ?`+pruned+`
+	rows, err := db.r.QueryContext(ctx, `SELECT l.id, l.time, l.method, l.reason, l.detail FROM records l
+		WHERE l.kind = 'event' AND l.kind NOT IN ('request', 'outcome') AND l.method IN (?, ?)`+pruned+`
 		AND NOT EXISTS (SELECT 1 FROM records a WHERE a.call_id = l.id AND a.kind = 'event' AND a.method = ?)
-		ORDER BY l.time, l.seq`, MethodJournalDamaged, MethodLossAcknowledged)
+		ORDER BY l.time, l.seq`, MethodJournalDamaged, MethodJournalRefused, MethodLossAcknowledged)
 	if err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
@@ -221,15 +240,18 @@ func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
 	var out []Alert
 	for rows.Next() {
 		var a Alert
-		var at, detail string
-		if err := rows.Scan(&a.ID, &at, &a.Text, &detail); err != nil {
+		var at, method, detail string
+		if err := rows.Scan(&a.ID, &at, &method, &a.Text, &detail); err != nil {
 			return nil, fmt.Errorf("alerts: %w", err)
 		}
-		var d damageDetail
-		if json.Unmarshal([]byte(detail), &d) == nil && !d.Lost {
-			continue // damage where the database held the records: nothing lost
+		a.Time, a.Kind = parseTime(at), AlertJournalRefused
+		if method == MethodJournalDamaged {
+			var d damageDetail
+			if json.Unmarshal([]byte(detail), &d) == nil && !d.Lost {
+				continue // damage where the database held the records: nothing lost
+			}
+			a.Kind = AlertJournalDamaged
 		}
-		a.Time, a.Kind = parseTime(at), AlertJournalDamaged
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -242,18 +264,18 @@ func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
 // person has acknowledged already.
 var ErrAcknowledged = errors.New("acknowledged already")
 
-// AcknowledgeLoss records that the person by has seen the loss reported by
-// the record id (an Alert's ID), and why, as an event record in the chain;
-// the loss is no longer an alert. It fails with guard.ErrNotFound when no
-// such loss is recorded, and with ErrAcknowledged when someone has
-// acknowledged it.
+// AcknowledgeLoss records that the person by has seen the loss, or the
+// refused journal, reported by the record id (an Alert's ID), and why, as
+// an event record in the chain; it is no longer an alert. It fails with
+// guard.ErrNotFound when no such loss or refusal is recorded, and with
+// ErrAcknowledged when someone has acknowledged it.
 func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
 	var rec *guard.Record
 	check := func(ctx context.Context) (*guard.Record, error) {
 		db.caughtUp(ctx)
 		var method string
 		err := db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged {
+		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged && method != MethodJournalRefused {
 			return nil, fmt.Errorf("acknowledge: %w: no loss is recorded with the id %q", guard.ErrNotFound, id)
 		}
 		if err != nil {

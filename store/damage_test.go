@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,27 +14,10 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// journalBytes is a journal segment as a process that stopped left it:
-// the header, the frames of recs (marked or not) and zeros after them;
-// offs are where each frame begins, and the last offset is where the
-// frames end.
-func journalBytes(recs []*guard.Record, marked bool) (b []byte, offs []int) {
-	b = make([]byte, journalHeader)
-	copy(b, journalMagic)
-	if marked {
-		copy(b, journalMarked)
-	}
-	binary.LittleEndian.PutUint64(b[ingestedAt:], journalHeader)
-	for _, r := range recs {
-		offs = append(offs, len(b))
-		if marked {
-			b = appendMarkedFrame(b, r)
-		} else {
-			b = appendFrame(b, r)
-		}
-	}
-	offs = append(offs, len(b))
-	return append(b, make([]byte, 8192)...), offs
+// journalBytes is a journal segment as a process of this release that
+// stopped left it (segmentBytes), its frames sealed with key.
+func journalBytes(recs []*guard.Record, key []byte) (b []byte, offs []int) {
+	return segmentBytes(recs, formatSealed, key)
 }
 
 // journalRecs are n requests of distinct calls, a millisecond apart.
@@ -73,8 +55,10 @@ func TestAScanSkipsOnlyTheDamagedFrame(t *testing.T) {
 		}
 		return out
 	}
-	for _, marked := range []bool{true, false} {
-		b, offs := journalBytes(recs, marked)
+	key := forgersKey()
+	for _, format := range []journalFormat{formatSealed, formatMarked, formatUnmarked} {
+		marked := format.marked()
+		b, offs := segmentBytes(recs, format, key)
 		end := offs[len(offs)-1]
 		for _, c := range []struct {
 			name   string
@@ -99,8 +83,8 @@ func TestAScanSkipsOnlyTheDamagedFrame(t *testing.T) {
 			{"the last frame cut short by the file's end", func(b []byte) []byte { return b[:offs[39]+30] }, all(39), nil},
 			{"a byte past the frames", func(b []byte) []byte { b[end+100] = 7; return b }, all(), nil},
 		} {
-			t.Run(map[bool]string{true: "marked", false: "unmarked"}[marked]+"/"+c.name, func(t *testing.T) {
-				s, err := scanJournal(c.change(slices.Clone(b)))
+			t.Run(format.String()+"/"+c.name, func(t *testing.T) {
+				s, err := scanJournal(c.change(slices.Clone(b)), key)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -123,15 +107,23 @@ func damagedJournal(t *testing.T, path string, recs []*guard.Record, i int) stri
 	return orphanJournal(t, path, recs, func(b []byte, offs []int) { b[offs[i]+len(frameMark)+10] ^= 0x20 })
 }
 
-// orphanJournal writes recs as the marked journal of a process that
-// stopped beside the database at path, changed by change (given where
-// each frame begins), and returns the journal's path.
+// orphanJournal writes recs as the journal of a process of this release
+// that stopped beside the database at path (its key file beside it),
+// changed by change (given where each frame begins), and returns the
+// journal's path.
 func orphanJournal(t *testing.T, path string, recs []*guard.Record, change func(b []byte, offs []int)) string {
 	t.Helper()
-	b, offs := journalBytes(recs, true)
+	b, offs := journalBytes(recs, journalKeyOf(t, filepath.Join(filepath.Dir(path), "audit.key")))
 	if change != nil {
 		change(b, offs)
 	}
+	return plantJournal(t, path, b)
+}
+
+// plantJournal writes b as a journal beside the database at path, as
+// whoever can write the database's directory can, and returns its path.
+func plantJournal(t *testing.T, path string, b []byte) string {
+	t.Helper()
 	j := filepath.Join(journalsDir(path), guard.NewID()+".log")
 	if err := os.MkdirAll(journalsDir(path), 0o700); err != nil {
 		t.Fatal(err)
@@ -145,9 +137,15 @@ func orphanJournal(t *testing.T, path string, recs []*guard.Record, change func(
 // lossRecords are the records of damaged journals in the log.
 func lossRecords(t *testing.T, db *DB) []*guard.Record {
 	t.Helper()
+	return eventRecords(t, db, MethodJournalDamaged)
+}
+
+// eventRecords are the event records of method in the log.
+func eventRecords(t *testing.T, db *DB, method string) []*guard.Record {
+	t.Helper()
 	var out []*guard.Record
 	if err := db.Records(context.Background(), func(r *guard.Record) error {
-		if r.Kind == guard.KindEvent && r.Method == MethodJournalDamaged {
+		if r.Kind == guard.KindEvent && r.Method == method {
 			out = append(out, r)
 		}
 		return nil
@@ -199,7 +197,7 @@ func TestADamagedJournalLosesNothingSilently(t *testing.T) {
 	if err := json.Unmarshal([]byte(losses[0].Detail), &d); err != nil {
 		t.Fatal(err)
 	}
-	_, offs := journalBytes(recs, true)
+	_, offs := journalBytes(recs, nil)
 	run := damageRun{Offset: int64(offs[7]), Bytes: int64(offs[8] - offs[7]), Frames: 1, Lost: true,
 		After:  &damageEdge{ID: recs[6].ID, Seq: have[recs[6].ID], Time: fmtTime(recs[6].Time)},
 		Before: &damageEdge{ID: recs[8].ID, Seq: have[recs[8].ID], Time: fmtTime(recs[8].Time)}}

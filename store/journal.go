@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -41,9 +42,40 @@ import (
 // after a damaged one only by trying every offset.
 const journalMagic = "guard-journal-1\n"
 
-// journalMarked opens this release's journal segments, each of whose
-// frames begins with frameMark.
+// journalMarked opens the journal segments whose frames begin with
+// frameMark but carry no MAC, as written before frames were sealed: they
+// are still read, and moved in until the log's MACs begin
+// (journalauth.go).
 const journalMarked = "guard-journal-2\n"
+
+// journalSealed opens this release's journal segments: each frame begins
+// with frameMark and carries a MAC that binds it to the segment's id (in
+// the header) and to its offset (journalauth.go).
+const journalSealed = "guard-journal-3\n"
+
+// journalFormat is a segment's format, as its magic says.
+type journalFormat int
+
+// The formats of journal segments, oldest first.
+const (
+	formatUnmarked journalFormat = 1 + iota // journalMagic
+	formatMarked                            // journalMarked
+	formatSealed                            // journalSealed
+)
+
+// String is the format's magic without its newline, as people read it.
+func (f journalFormat) String() string {
+	switch f {
+	case formatUnmarked:
+		return journalMagic[:len(journalMagic)-1]
+	case formatMarked:
+		return journalMarked[:len(journalMarked)-1]
+	}
+	return journalSealed[:len(journalSealed)-1]
+}
+
+// marked reports whether the format's frames begin with frameMark.
+func (f journalFormat) marked() bool { return f >= formatMarked }
 
 // frameMark begins every frame of a marked segment, so that a reader that
 // cannot read a frame finds where the next one begins. Its first byte,
@@ -53,11 +85,20 @@ const frameMark = "\xf8GJ\x9d"
 
 // journalHeader is the size of a segment's header: the magic, then the
 // offset of the first frame not yet in the database (8 bytes, little
-// endian). Frames follow it.
+// endian), then in a sealed segment its id (segmentIDSize random bytes)
+// and a CRC-32 of the id (so that a changed byte there reads as damage,
+// not as frames someone forged). Frames follow it.
 const journalHeader = 64
 
 // ingestedAt is the offset of the ingested offset in the header.
 const ingestedAt = len(journalMagic)
+
+// segmentIDAt is the offset of a sealed segment's id in the header, and
+// segmentIDSize its size; its CRC-32 (4 bytes, big endian) follows it.
+const (
+	segmentIDAt   = ingestedAt + 8
+	segmentIDSize = 16
+)
 
 // segmentSize is the size past which a segment is replaced by a new one.
 // With durability full a segment is written with zeros to this size when
@@ -73,6 +114,7 @@ type segment struct {
 	f    *os.File
 	fd   int // f's, for fdatasync
 	path string
+	id   [segmentIDSize]byte // what its frames' MACs bind them to
 	// Under DB.jmu: where the next frame goes, and the appends written
 	// to this segment.
 	end     int64
@@ -105,9 +147,12 @@ func newSegment(dir string, zero bool) (*segment, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return fail(err)
 	}
+	rand.Read(s.id[:])
 	h := make([]byte, journalHeader)
-	copy(h, journalMarked)
+	copy(h, journalSealed)
 	binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
+	copy(h[segmentIDAt:], s.id[:])
+	binary.BigEndian.PutUint32(h[segmentIDAt+segmentIDSize:], crc32.ChecksumIEEE(s.id[:]))
 	if _, err := f.WriteAt(h, 0); err != nil {
 		return fail(err)
 	}
@@ -172,10 +217,12 @@ func (s *segment) close(remove bool) error {
 
 // A record in a journal is one frame: frameMark (in a marked segment), its
 // length (uvarint), its fields in a fixed order (text as length and bytes,
-// numbers as varints), and a CRC-32 of the fields. What follows the last
-// frame written is zeros (a segment made with zeros to its size) or the
-// file's end; a frame cut short by a crash is the last. The chain's fields
-// (seq, hashes) are not in it: the ingester computes them.
+// numbers as varints), in a sealed segment the frame's MAC (macSize
+// bytes, journalauth.go), and a CRC-32 of what the length counts (the
+// fields and the MAC). What follows the last frame written is zeros (a
+// segment made with zeros to its size) or the file's end; a frame cut
+// short by a crash is the last. The chain's fields (seq, hashes) are not
+// in it: the ingester computes them.
 
 func frameText(r *guard.Record) []*string {
 	return []*string{&r.ID, &r.CallID, &r.Kind, &r.Session, &r.Client, &r.Protocol, &r.Server, &r.Direction,
@@ -190,17 +237,13 @@ func frameExt(r *guard.Record, groups *string) []*string {
 	return []*string{&r.Approval, &r.User, &r.UserEmail, groups}
 }
 
-// appendMarkedFrame appends r's frame in a marked segment to b.
-func appendMarkedFrame(b []byte, r *guard.Record) []byte {
-	return appendFrame(append(b, frameMark...), r)
-}
-
-// appendFrame appends r's frame without its mark to b: the form of the
-// release before, and the rest of a marked frame.
-func appendFrame(b []byte, r *guard.Record) []byte {
+// appendFrameFields appends the length of r's frame, counting extra bytes
+// after the fields (a sealed frame's MAC), and its fields; start is where
+// the fields begin. The frame's checksum is the caller's.
+func appendFrameFields(b []byte, r *guard.Record, extra int) (_ []byte, start int) {
 	text := frameText(r)
 	nums := [4]int64{r.Time.UnixMilli(), r.RequestSize, r.ResponseSize, r.DurationMS}
-	n := 0
+	n := extra
 	for _, f := range text {
 		n += uvarintLen(uint64(len(*f))) + len(*f)
 	}
@@ -223,7 +266,7 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 		n += uvarintLen(uint64(len(*f))) + len(*f)
 	}
 	b = binary.AppendUvarint(b, uint64(n))
-	start := len(b)
+	start = len(b)
 	for _, f := range text {
 		b = binary.AppendUvarint(b, uint64(len(*f)))
 		b = append(b, *f...)
@@ -235,7 +278,7 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 		b = binary.AppendUvarint(b, uint64(len(*f)))
 		b = append(b, *f...)
 	}
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
+	return b, start
 }
 
 func uvarintLen(v uint64) int {
@@ -258,8 +301,23 @@ func varintLen(v int64) int {
 // errTorn marks a frame cut short: the end of what was written.
 var errTorn = errors.New("frame cut short")
 
-// readFrame decodes the frame at the start of b and returns its size.
+// readFrame decodes the frame at the start of b, of a segment whose
+// frames carry no MAC, and returns its size.
 func readFrame(b []byte) (*guard.Record, int, error) {
+	body, size, err := framePayload(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := decodeFields(body)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, size, nil
+}
+
+// framePayload is what the length of the frame at the start of b counts,
+// once its checksum holds, and the frame's size.
+func framePayload(b []byte) ([]byte, int, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n == 0 || len(b)-k < 4 || n > uint64(len(b)-k-4) {
 		return nil, 0, errTorn
@@ -270,11 +328,19 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 		// the middle of writing it): what follows is never read.
 		return nil, 0, errTorn
 	}
+	return body, k + int(n) + 4, nil
+}
+
+// errFields is the error for a frame whose fields do not fit it.
+var errFields = errors.New("a record's fields do not fit its frame")
+
+// decodeFields decodes a record from a frame's fields.
+func decodeFields(body []byte) (*guard.Record, error) {
 	r := &guard.Record{}
 	for _, f := range frameText(r) {
 		l, k := binary.Uvarint(body)
 		if k <= 0 || uint64(len(body)-k) < l {
-			return nil, 0, errors.New("a record's fields do not fit its frame")
+			return nil, errFields
 		}
 		*f = string(body[k : k+int(l)])
 		body = body[k+int(l):]
@@ -283,7 +349,7 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 	for i := range nums {
 		v, k := binary.Varint(body)
 		if k <= 0 {
-			return nil, 0, errors.New("a record's fields do not fit its frame")
+			return nil, errFields
 		}
 		nums[i], body = v, body[k:]
 	}
@@ -294,7 +360,7 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 		}
 		l, k := binary.Uvarint(body)
 		if k <= 0 || uint64(len(body)-k) < l {
-			return nil, 0, errors.New("a record's fields do not fit its frame")
+			return nil, errFields
 		}
 		*f = string(body[k : k+int(l)])
 		body = body[k+int(l):]
@@ -302,7 +368,7 @@ func readFrame(b []byte) (*guard.Record, int, error) {
 	r.UserGroups = parseGroups(groups)
 	r.Time = time.UnixMilli(nums[0]).UTC()
 	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
-	return r, k + int(n) + 4, nil
+	return r, nil
 }
 
 // readJournal returns the complete records of a journal from offset on.
@@ -333,17 +399,33 @@ func readJournal(path string, offset int64) ([]*guard.Record, int64, error) {
 // errNotJournal is the error for a file whose header is not a journal's.
 var errNotJournal = errors.New("not a guard journal")
 
-// segmentMarked reads a segment's magic: whether its frames are marked.
-func segmentMarked(h []byte) (bool, error) {
-	switch {
-	case len(h) < len(journalMagic):
-		return false, errNotJournal
-	case string(h[:len(journalMarked)]) == journalMarked:
-		return true, nil
-	case string(h[:len(journalMagic)]) == journalMagic:
-		return false, nil
+// segmentFormat reads a segment's magic: the format of its frames.
+func segmentFormat(h []byte) (journalFormat, error) {
+	if len(h) < len(journalMagic) {
+		return 0, errNotJournal
 	}
-	return false, errNotJournal
+	switch string(h[:len(journalMagic)]) {
+	case journalSealed:
+		return formatSealed, nil
+	case journalMarked:
+		return formatMarked, nil
+	case journalMagic:
+		return formatUnmarked, nil
+	}
+	return 0, errNotJournal
+}
+
+// segmentID is a sealed segment's id, read from its header h, or an error
+// when the header is damaged there.
+func segmentID(h []byte) ([]byte, error) {
+	if len(h) < journalHeader {
+		return nil, errors.New("the journal's header is cut short")
+	}
+	id := h[segmentIDAt : segmentIDAt+segmentIDSize]
+	if crc32.ChecksumIEEE(id) != binary.BigEndian.Uint32(h[segmentIDAt+segmentIDSize:]) {
+		return nil, errors.New("the journal's header is damaged")
+	}
+	return id, nil
 }
 
 // segmentIngested reads a segment's header: the offset of its first
@@ -353,7 +435,7 @@ func segmentIngested(f io.ReaderAt) (int64, bool, error) {
 	if _, err := f.ReadAt(h, 0); err != nil {
 		return 0, false, err
 	}
-	marked, err := segmentMarked(h)
+	format, err := segmentFormat(h)
 	if err != nil {
 		return 0, false, err
 	}
@@ -361,7 +443,7 @@ func segmentIngested(f io.ReaderAt) (int64, bool, error) {
 	if off < journalHeader {
 		return 0, false, errors.New("the journal's header is damaged")
 	}
-	return off, marked, nil
+	return off, format.marked(), nil
 }
 
 // framesEnd is the offset after the last complete frame written to f from
@@ -497,11 +579,25 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 		// died before it wrote the header: no record was written to it.
 		return 0, nil
 	}
+	// A key of another log would refuse every frame of a genuine journal
+	// as forged: the journal waits for a process with this log's key.
+	key, err := db.journalKey(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if key == nil {
+		// A writable open always holds the key: this is not one.
+		return 0, errors.New("the journal's frames cannot be checked without the checkpoint key's secret")
+	}
 	// Read from the first frame, whatever the header says: it is written
 	// after the database's commits, which are not fsync'd (DB.rotate), so
 	// after a power cut either may be ahead of the other. Records already
 	// in the database are skipped.
-	sc, err := scanFile(path)
+	sc, err := scanFile(path, key)
+	if err != nil {
+		return 0, err
+	}
+	from, err := db.auth.macsFrom(ctx, db.w)
 	if err != nil {
 		return 0, err
 	}
@@ -510,9 +606,12 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// What the journal's frames cannot vouch for is refused
+	// (journalauth.go).
+	refused := refuse(sc, held, from)
 	var fresh []*guard.Record
 	for i, r := range recs {
-		if !held[i] {
+		if !held[i] && !refused.whole() {
 			fresh = append(fresh, r)
 		}
 	}
@@ -529,7 +628,13 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 		rest = rest[k:]
 	}
 	aside := ""
-	if len(sc.damage) > 0 {
+	if refused.any() {
+		aside = path + damagedSuffix
+		if err := db.recordRefusal(ctx, path, aside, sc, refused, len(fresh)); err != nil {
+			return 0, err
+		}
+	}
+	if len(sc.damage) > 0 && !refused.whole() {
 		aside = path + damagedSuffix
 		if err := db.recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
 			return 0, err

@@ -11,12 +11,17 @@ import (
 // Reading a journal whose owner is gone (journal.go): every frame that
 // can be read is read, and one that cannot costs itself alone. The
 // reader then looks for the next frame: in a marked segment at the next
-// frameMark whose frame's checksum holds; in an unmarked one (the release
-// before's) at the next offset where a frame's checksum holds and another
-// frame, or the end of what was written, follows it. What lies after the
-// last frame is either nothing (zeros, the file's end) or a frame whose
-// write a crash cut short, which was never acknowledged: neither is a
-// loss. Anything else that cannot be read is damage.
+// frameMark whose frame's checksum holds (and, in a sealed segment read
+// with the key, whose MAC holds: a frame's worth of bytes inside a
+// record's text, which a client chose, is no frame); in an unmarked one
+// (the release before's) at the next offset where a frame's checksum
+// holds and another frame, or the end of what was written, follows it.
+// What lies after the last frame is either nothing (zeros, the file's
+// end) or a frame whose write a crash cut short, which was never
+// acknowledged: neither is a loss. Anything else that cannot be read is
+// damage. A frame of a sealed segment whose checksum holds and whose MAC
+// does not was written whole by someone without the key (a changed byte
+// fails the checksum, which covers the MAC): it is forged, not damaged.
 
 // scannedFrame is one frame a scan read.
 type scannedFrame struct {
@@ -37,9 +42,17 @@ type journalDamage struct {
 
 // journalScan is what a scan read of a segment.
 type journalScan struct {
+	format journalFormat
 	marked bool
-	frames []scannedFrame
-	damage []journalDamage
+	// checked reports whether the frames' MACs were checked: a sealed
+	// segment read with the key. frames then holds only those whose MAC
+	// holds.
+	checked bool
+	frames  []scannedFrame
+	damage  []journalDamage
+	// forged are the frames whose checksum holds and whose MAC does not
+	// (rec is what the frame says, nil when its fields do not fit it).
+	forged []scannedFrame
 }
 
 // records are the records of the frames read, in order.
@@ -61,37 +74,55 @@ func (s *journalScan) damagedBytes() int64 {
 }
 
 // scanFile reads the segment at path (scanJournal).
-func scanFile(path string) (*journalScan, error) {
+func scanFile(path string, key []byte) (*journalScan, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return scanJournal(b)
+	return scanJournal(b, key)
 }
 
 // scanJournal reads every frame of a segment's bytes that can be read,
 // from the first (whatever the header says: see recoverJournal), and the
-// runs of bytes between them that cannot.
-func scanJournal(b []byte) (*journalScan, error) {
-	marked, err := segmentMarked(b)
+// runs of bytes between them that cannot. With key (the journal's MAC
+// key), the frames of a sealed segment are read only when their MAC
+// holds; without it, as those of a marked one.
+func scanJournal(b []byte, key []byte) (*journalScan, error) {
+	format, err := segmentFormat(b)
 	if err != nil {
 		return nil, err
 	}
-	s := &journalScan{marked: marked}
+	s := &journalScan{format: format, marked: format.marked()}
 	if len(b) < journalHeader {
 		return s, nil // a header cut short: no frame was written
 	}
+	fr := frameReader{b: b, marked: s.marked}
+	if format == formatSealed {
+		if fr.id, err = segmentID(b); err != nil {
+			return nil, err
+		}
+		fr.sealed = true
+		if key != nil {
+			fr.m, s.checked = newFrameMACer(key), true
+		}
+	}
+	marked := s.marked
 	// Whatever lies past the last byte that is not zero was never
 	// written (or is a frame's checksum's last zeros, which a frame
 	// read whole takes with it).
 	written := len(bytes.TrimRight(b, "\x00"))
 	for off := journalHeader; off < written; {
-		if r, n, ok := frameAt(b, off, marked); ok {
+		switch r, n, st := fr.at(off); st {
+		case frameRead:
 			s.frames = append(s.frames, scannedFrame{rec: r, off: int64(off), end: int64(off + n)})
 			off += n
 			continue
+		case frameForged:
+			s.forged = append(s.forged, scannedFrame{rec: r, off: int64(off), end: int64(off + n)})
+			off += n
+			continue
 		}
-		next := resync(b, off+1, written, marked)
+		next := fr.resync(off+1, written)
 		if next < 0 {
 			// Nothing readable follows: the end of what was written,
 			// unless the bytes here are a frame that was written whole
@@ -108,34 +139,67 @@ func scanJournal(b []byte) (*journalScan, error) {
 	return s, nil
 }
 
-// frameAt reads the frame at off, when there is one whose checksum holds
-// and whose fields fit.
-func frameAt(b []byte, off int, marked bool) (*guard.Record, int, bool) {
-	p := b[off:]
+// frameReader reads the frames of one segment's bytes.
+type frameReader struct {
+	b      []byte
+	marked bool
+	sealed bool        // the frames carry a MAC
+	id     []byte      // a sealed segment's id
+	m      *frameMACer // checks the MACs; nil: they are not checked
+}
+
+// frameState is what frameReader.at found.
+type frameState int
+
+const (
+	frameNone   frameState = iota // no frame whose checksum holds and whose fields fit
+	frameRead                     // a frame, its MAC checked where there is one to check
+	frameForged                   // a frame whose checksum holds and whose MAC does not
+)
+
+// at reads the frame at off.
+func (fr *frameReader) at(off int) (*guard.Record, int, frameState) {
+	p := fr.b[off:]
 	mark := 0
-	if marked {
+	if fr.marked {
 		if !bytes.HasPrefix(p, []byte(frameMark)) {
-			return nil, 0, false
+			return nil, 0, frameNone
 		}
 		mark = len(frameMark)
 	}
-	r, n, err := readFrame(p[mark:])
+	body, n, err := framePayload(p[mark:])
 	if err != nil {
-		return nil, 0, false
+		return nil, 0, frameNone
 	}
-	return r, mark + n, true
+	if fr.sealed {
+		if len(body) < macSize {
+			return nil, 0, frameNone
+		}
+		fields, mac := body[:len(body)-macSize], body[len(body)-macSize:]
+		if fr.m != nil && !fr.m.valid(fr.id, int64(off), fields, mac) {
+			r, _ := decodeFields(fields)
+			return r, mark + n, frameForged
+		}
+		body = fields
+	}
+	r, err := decodeFields(body)
+	if err != nil {
+		return nil, 0, frameNone
+	}
+	return r, mark + n, frameRead
 }
 
 // resync is the offset of the first frame at or after from that begins
 // before written, or -1.
-func resync(b []byte, from, written int, marked bool) int {
-	if marked {
+func (fr *frameReader) resync(from, written int) int {
+	b := fr.b
+	if fr.marked {
 		for i := from; i < written; {
 			j := bytes.Index(b[i:written], []byte(frameMark))
 			if j < 0 {
 				return -1
 			}
-			if _, _, ok := frameAt(b, i+j, true); ok {
+			if _, _, st := fr.at(i + j); st == frameRead {
 				return i + j
 			}
 			i += j + 1
@@ -145,13 +209,13 @@ func resync(b []byte, from, written int, marked bool) int {
 	// Without marks, a frame found by its checksum alone must also be
 	// followed by the end of what was written or by another frame.
 	for i := from; i < written; i++ {
-		_, n, ok := frameAt(b, i, false)
-		if !ok {
+		_, n, st := fr.at(i)
+		if st != frameRead {
 			continue
 		}
 		if p := i + n; p >= written || cutShort(b, p, written, false) {
 			return i
-		} else if _, _, ok := frameAt(b, p, false); ok {
+		} else if _, _, st := fr.at(p); st == frameRead {
 			return i
 		}
 	}

@@ -120,21 +120,24 @@ func (m *macer) check(r *guard.Record, canonical []byte, mac []byte) string {
 // checkpoints and its call index.
 type tailAuth struct {
 	key    []byte       // the MAC key; nil without the checkpoint key's secret
+	jkey   []byte       // the journal frames' MAC key (journalauth.go); nil likewise
 	from   atomic.Int64 // the seq of the first LifecycleMACs record, once known (0: none yet)
-	alerts atomic.Int64 // records found without a valid MAC, each counted once
+	alerts atomic.Int64 // records found without a valid MAC, and journal frames refused, each counted once
 	logger *slog.Logger
 
-	mu       sync.Mutex
-	alerted  map[int64]bool // the records counted in alerts
-	waitSaid string         // why MACs wait, as last logged
+	mu            sync.Mutex
+	alerted       map[int64]bool        // the records counted in alerts
+	framesAlerted map[journalFrame]bool // the journal frames counted in alerts
+	waitSaid      string                // why MACs wait, as last logged
 }
 
 // newTailAuth is the MAC state of a database whose checkpoint key is s
 // (nil: none, or only its public key).
 func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
-	a := &tailAuth{logger: logger, alerted: map[int64]bool{}}
+	a := &tailAuth{logger: logger, alerted: map[int64]bool{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
 		a.key = s.derive(macPurpose)
+		a.jkey = s.derive(journalPurpose)
 	}
 	return a
 }
@@ -190,23 +193,40 @@ func (a *tailAuth) learn(c *Checkpoint) {
 	}
 }
 
-// initMACs finds, as a writable open begins, where the log's MACs start:
-// at its first LifecycleMACs record, or where its latest checkpoint (kept
-// in the database, in the file, or by a file witness) says. A log with
-// neither is new when it has no record (unless a process of an earlier
-// release writes to the database too) or its first carries a valid MAC
-// (another process of this release wrote it, and has not yet signed a
-// checkpoint): it has them from its first record. Otherwise it was
-// written by an earlier release: its MACs start once startMACs appends
-// their record.
+// initMACs finds, as a writable open begins (or a reader holding the key
+// reads journals), where the log's MACs start (learnMACs). A log that
+// says nothing of them is new when it has no record (unless a process of
+// an earlier release writes to the database too): it has them from its
+// first record. Otherwise it was written by an earlier release: its MACs
+// start once startMACs appends their record. It only reads.
 func (db *DB) initMACs(ctx context.Context) error {
+	empty, err := db.learnMACs(ctx)
+	if err != nil || db.auth.from.Load() > 0 || !empty {
+		return err
+	}
+	why, err := db.macsWait(ctx)
+	if err != nil || why != "" {
+		return err // startMACs says what they wait for
+	}
+	db.auth.start(1)
+	return nil
+}
+
+// learnMACs finds where the log's MACs start from what the checkpoint key
+// vouches for: its first LifecycleMACs record, or where its latest
+// checkpoint (kept in the database, in the file, or by a file witness)
+// says, or its first record when that carries a valid MAC (another
+// process of this release wrote it, and has not yet signed a
+// checkpoint): then it has them from its first record. It reports whether
+// the log has no record. The caller holds the key (db.signer).
+func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	a := db.auth
 	if _, err := a.macsFrom(ctx, db.r); err != nil {
-		return err
+		return false, err
 	}
 	c, err := latestSigned(ctx, db.r, db.signer.verifier)
 	if err != nil {
-		return err
+		return false, err
 	}
 	a.learn(c)
 	if c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier); err == nil {
@@ -218,7 +238,7 @@ func (db *DB) initMACs(ctx context.Context) error {
 		}
 	}
 	if a.from.Load() > 0 {
-		return nil
+		return false, nil
 	}
 	var seq int64
 	var h string
@@ -227,18 +247,13 @@ func (db *DB) initMACs(ctx context.Context) error {
 	switch {
 	case err == nil && newMACer(a.key).valid(seq, h, mac):
 		a.start(1)
-		return nil
+		return false, nil
 	case err == nil:
-		return nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("records: %w", err)
+		return false, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return true, nil
 	}
-	why, err := db.macsWait(ctx)
-	if err != nil || why != "" {
-		return err // startMACs says what they wait for
-	}
-	a.start(1)
-	return nil
+	return false, fmt.Errorf("records: %w", err)
 }
 
 // macsStartText is the reason and the detail of the LifecycleMACs record

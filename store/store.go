@@ -137,7 +137,8 @@ type DB struct {
 	unsynced   []*appendReq    // durability full: written, not yet synced
 	syncing    bool            // durability full: a sync is under way
 	pend       []*appendReq    // durable, not yet in the database, in order
-	frames     sync.Pool       // *[]byte, to build an append's frames in
+	frames     sync.Pool       // *appendFrames, to build an append's frames in
+	jmac       *frameMACer     // under jmu: seals the frames appended (journalauth.go)
 	work       chan struct{}   // there are appends pending
 	urgent     chan struct{}   // ingest now, without lingering
 	syncWork   chan struct{}   // there are appends to sync
@@ -286,7 +287,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		auth:     newTailAuth(nil, opts.Logger),
 	}
 	db.room = sync.NewCond(&db.jmu)
-	db.frames.New = func() any { return new([]byte) }
+	db.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
 		if db.witness != nil {
 			db.witness.close()
@@ -300,6 +301,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
+	db.jmac = newFrameMACer(db.auth.jkey)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}

@@ -282,7 +282,8 @@ func TestHelperCrasher(t *testing.T) {
 	if path == "" {
 		t.Skip("run as a child process only")
 	}
-	db, err := Open(context.Background(), Options{Path: path, Durability: os.Getenv("GUARD_STORE_CRASH_DURABILITY")})
+	db, err := Open(context.Background(), Options{Path: path, Durability: os.Getenv("GUARD_STORE_CRASH_DURABILITY"),
+		KeyPath: os.Getenv("GUARD_STORE_CRASH_KEY")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,6 +479,16 @@ func FuzzChain(f *testing.F) {
 		}
 		if _, _, err := readFrame(frame[1 : len(frame)-1]); !errors.Is(err, errTorn) {
 			t.Fatal("a frame cut short was read")
+		}
+		// This release's sealed frame gives it back with the key, and
+		// is forged under any other.
+		key := []byte("the journal key")
+		seg, _ := journalBytes([]*guard.Record{r}, key)
+		if sc, err := scanJournal(seg, key); err != nil || len(sc.frames) != 1 || len(sc.damage) != 0 || !reflect.DeepEqual(sc.frames[0].rec, r) {
+			t.Fatalf("sealed frame round trip: %v %+v", err, sc)
+		}
+		if sc, err := scanJournal(seg, []byte("another key")); err != nil || len(sc.frames) != 0 || len(sc.forged) != 1 {
+			t.Fatalf("a sealed frame read with another key: %v %+v", err, sc)
 		}
 		if err := db.Append(r); err != nil {
 			t.Fatal(err)

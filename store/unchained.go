@@ -32,10 +32,19 @@ type unchainedJournal struct {
 	path  string
 	scan  *journalScan
 	fresh []*guard.Record // the records the database does not hold yet
+	// refused is how many frames are left out, as recovery will refuse
+	// them (journalauth.go): their MAC does not verify, or the journal
+	// is of an earlier format and the log's MACs have begun.
+	refused int
+	// unauth is set when fresh was read without checking MACs: the
+	// reader does not hold this log's key.
+	unauth bool
 }
 
 // readUnchained reads the journals beside the database whose owner is
-// gone, in the order recovery moves them in.
+// gone, in the order recovery moves them in. Holding this log's key, it
+// leaves out what recovery will refuse, and counts it as integrity
+// alerts; without it, it reads every frame, unauthenticated.
 func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 	if db.pg || db.hold != nil {
 		return nil, nil // no journals: what is acknowledged is committed, or nothing is
@@ -45,6 +54,9 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 		return nil, fmt.Errorf("journals: %w", err)
 	}
 	var out []unchainedJournal
+	var key []byte
+	var from int64
+	keyRead := false
 	for _, p := range files {
 		db.jmu.Lock()
 		own := db.own[p]
@@ -56,7 +68,14 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 		if err != nil || !gone {
 			continue // removed meanwhile, or its owner is alive
 		}
-		sc, err := scanJournal(b)
+		if !keyRead {
+			// Once, when there is a journal to read.
+			if key, from, err = db.readersKey(ctx); err != nil {
+				return nil, fmt.Errorf("journals: %w", err)
+			}
+			keyRead = true
+		}
+		sc, err := scanJournal(b, key)
 		if err != nil {
 			continue // not a journal: left alone, as recovery leaves it
 		}
@@ -65,15 +84,45 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 		if err != nil {
 			return nil, fmt.Errorf("journal %s: %w", p, err)
 		}
-		j := unchainedJournal{path: p, scan: sc}
+		j := unchainedJournal{path: p, scan: sc, unauth: key == nil}
+		refused := refusal{frames: sc.forged}
+		if key != nil {
+			refused = refuse(sc, held, from)
+		}
 		for i, r := range recs {
-			if !held[i] {
+			if !held[i] && !refused.whole() {
 				j.fresh = append(j.fresh, r)
 			}
+		}
+		j.refused = len(refused.frames)
+		if refused.any() && db.auth.alertJournal(p, refused.offsets()...) > 0 {
+			db.opts.Logger.Error("a journal of a guard process that stopped holds frames that were not written by guard (their MAC does not verify, or it is of an earlier format left after the log's MACs began): they are left out of what is read, and the next writable guard keeps the journal aside and records it",
+				"journal", p, "frames", j.refused, "format", sc.format.String())
 		}
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// readersKey is the key a reader checks the frames of journals with, and
+// where the log's MACs start, as a writable open would find it
+// (initMACs): nil and 0 without this log's key's secret (none at hand, or
+// another log's key, used for nothing).
+func (db *DB) readersKey(ctx context.Context) ([]byte, int64, error) {
+	key, err := db.journalKey(ctx)
+	if errors.Is(err, errForeignKey) || key == nil {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if db.noMAC {
+		return key, 0, nil // a schema from before MACs: they have not begun
+	}
+	if err := db.initMACs(ctx); err != nil {
+		return nil, 0, err
+	}
+	return key, db.auth.from.Load(), nil
 }
 
 // readOrphan reads the journal at path when its owner is gone.
@@ -121,6 +170,13 @@ type Unchained struct {
 	// DamagedBytes is how much of those journals cannot be read: the
 	// next writable open records it (damage.go).
 	DamagedBytes int64
+	// Refused is how many of their frames were left out: their MAC does
+	// not verify, or they are of an earlier format left after the log's
+	// MACs began. The next writable open refuses them (journalauth.go).
+	Refused int
+	// Unauthenticated is how many of Records were read without checking
+	// their MACs: the reader does not hold this log's key.
+	Unauthenticated int
 }
 
 // Outside reports whether acknowledged records may be outside the chain:
@@ -143,6 +199,10 @@ func (db *DB) Unchained(ctx context.Context) (Unchained, error) {
 		}
 		u.Records += len(j.fresh)
 		u.DamagedBytes += j.scan.damagedBytes()
+		u.Refused += j.refused
+		if j.unauth {
+			u.Unauthenticated += len(j.fresh)
+		}
 	}
 	return u, nil
 }
@@ -381,12 +441,22 @@ func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
 		}
 		f.cannot("%s", s)
 	}
+	if u.Refused > 0 {
+		f.note("%d frames of journals of stopped processes were left out: their MAC does not verify (guard, which holds the checkpoint key, did not write them), or they are of an earlier format left after the log's MACs began; any writable guard command keeps those journals aside and records them", u.Refused)
+	}
+	if u.Unauthenticated > 0 {
+		f.note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
+	}
 	alerts, err := db.Alerts(ctx)
 	if err != nil {
 		return err
 	}
 	for _, a := range alerts {
-		f.note("unacknowledged loss %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", a.ID, fmtTime(a.Time), a.Text, a.ID)
+		what := "loss"
+		if a.Kind == AlertJournalRefused {
+			what = "refused journal"
+		}
+		f.note("unacknowledged %s %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", what, a.ID, fmtTime(a.Time), a.Text, a.ID)
 	}
 	return nil
 }

@@ -425,18 +425,17 @@ func frameBeforeUsers(b []byte, r *guard.Record) []byte {
 }
 
 // A journal left by a process of the release before (its frames without
-// the user's fields) is moved in by this release, its records without a
+// the user's fields) is moved in by this release's first open of the log
+// that release wrote, before the log's MACs begin, its records without a
 // user and hashed as before; a journal of this release with both kinds of
-// frame is too.
+// frame is moved in after.
 func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	sqliteOnly(t) // SQLite's journal
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "g.db")
-	db := openDB(t, path)
-	if err := db.Append(rec(0, guard.KindRequest)); err != nil {
+	path := logBeforeUsers(t) // 14 records
+	if err := os.MkdirAll(journalsDir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db.Close()
 	at := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	old1, old2 := rec(1, guard.KindRequest), rec(1, guard.KindOutcome)
 	old2.Approval, old2.Outcome, old2.Result = "ap-1", guard.OutcomeOK, "\x00\n\"ü"
@@ -447,29 +446,29 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		r.ID, r.Time = guard.NewID(), at.Add(time.Duration(i)*time.Millisecond)
 		recs = append(recs, r)
 	}
-	journal := func(frames []byte) {
-		h := make([]byte, journalHeader)
-		copy(h, journalMagic)
-		binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
-		if err := os.WriteFile(filepath.Join(journalsDir(path), guard.NewID()+".log"), append(h, frames...), 0o600); err != nil {
+	journal := func(b []byte) {
+		if err := os.WriteFile(filepath.Join(journalsDir(path), guard.NewID()+".log"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	journal(frameBeforeUsers(frameBeforeUsers(nil, old1), old2))
+	h := make([]byte, journalHeader)
+	copy(h, journalMagic)
+	binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
+	journal(frameBeforeUsers(frameBeforeUsers(h, old1), old2))
 	if f := appendFrame(nil, old2); !bytes.Equal(f, frameBeforeUsers(nil, old2)) {
 		t.Fatal("a record without a user has another frame than the release before's")
 	}
 
-	db = openDB(t, path)
+	db := openDB(t, path)
 	var got []*guard.Record
 	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[1].ID != old1.ID || got[2].ID != old2.ID || got[2].Approval != "ap-1" || got[2].Result != old2.Result ||
-		got[2].User != "" || got[2].UserGroups != nil {
-		t.Fatalf("the old journal's records came in as %+v", got)
+	if len(got) != 17 || got[14].ID != old1.ID || got[15].ID != old2.ID || got[15].Approval != "ap-1" || got[15].Result != old2.Result ||
+		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != LifecycleMACs {
+		t.Fatalf("the old journal's records came in as %+v", got[14:])
 	}
-	if v := string(appendCanonical(nil, got[2])); !strings.HasSuffix(v, `"v":2}`) {
+	if v := string(appendCanonical(nil, got[15])); !strings.HasSuffix(v, `"v":2}`) {
 		t.Errorf("an old frame's record with an approval is hashed as %s", v)
 	}
 	db.Close()
@@ -477,16 +476,17 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	// This release's journal: a frame with a user after one without.
 	old3 := rec(3, guard.KindRequest)
 	old3.ID, old3.Time = guard.NewID(), at.Add(time.Second)
-	journal(appendFrame(appendFrame(nil, old3), mine))
+	b, _ := journalBytes([]*guard.Record{old3, mine}, journalKeyOf(t, filepath.Join(filepath.Dir(path), "audit.key")))
+	journal(b)
 	db = openDB(t, path)
 	defer db.Close()
 	got = got[:0]
 	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 5 || got[3].ID != old3.ID || got[3].User != "" || got[4].ID != mine.ID ||
-		got[4].User != caller.Subject || got[4].UserEmail != caller.Email || !slices.Equal(got[4].UserGroups, caller.Groups) {
-		t.Fatalf("this release's journal came in as %+v", got)
+	if len(got) != 19 || got[17].ID != old3.ID || got[17].User != "" || got[18].ID != mine.ID ||
+		got[18].User != caller.Subject || got[18].UserEmail != caller.Email || !slices.Equal(got[18].UserGroups, caller.Groups) {
+		t.Fatalf("this release's journal came in as %+v", got[17:])
 	}
 	verifyOK(t, db)
 }

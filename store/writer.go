@@ -174,10 +174,10 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	bp := db.frames.Get().(*[]byte)
-	b := (*bp)[:0]
+	fs := db.frames.Get().(*appendFrames)
+	fs.reset()
 	for _, r := range recs {
-		b = appendMarkedFrame(b, r)
+		fs.add(r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.jmu.Lock()
@@ -196,13 +196,15 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		err = errors.New("the journal could not be synced; a new one is being made")
 	default:
 		// One write, at the end the journal had: a frame cut short by
-		// a failure is written over by the next append.
-		_, err = seg.f.WriteAt(b, seg.end)
+		// a failure is written over by the next append. The frames'
+		// MACs bind them to that place.
+		fs.seal(db.jmac, seg.id[:], seg.end)
+		_, err = seg.f.WriteAt(fs.b, seg.end)
 	}
 	if err != nil {
 		bad := seg.bad
 		db.jmu.Unlock()
-		db.putFrames(bp, b)
+		db.putFrames(fs)
 		if bad {
 			signal(db.urgent) // the ingester makes a new segment
 		}
@@ -210,7 +212,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	seg.end += int64(len(b))
+	seg.end += int64(len(fs.b))
 	seg.appends++
 	db.appended++
 	req.seg, req.end = seg, seg.end
@@ -228,7 +230,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		n = len(db.pend)
 	}
 	db.jmu.Unlock()
-	db.putFrames(bp, b)
+	db.putFrames(fs)
 	if db.fsync {
 		db.syncJournal(sync) // nil when a sync is under way
 		return done
@@ -247,12 +249,11 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 
 // putFrames keeps a frame buffer for the next append, unless it grew
 // large.
-func (db *DB) putFrames(bp *[]byte, b []byte) {
-	if cap(b) > maxFrameBuf {
+func (db *DB) putFrames(fs *appendFrames) {
+	if cap(fs.b) > maxFrameBuf {
 		return
 	}
-	*bp = b[:0]
-	db.frames.Put(bp)
+	db.frames.Put(fs)
 }
 
 // Append is AppendAsync that waits until the records are durable.

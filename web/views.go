@@ -285,7 +285,7 @@ type reviewView struct {
 	Created                  time.Time
 	Current                  bool // the server's latest definition of the tool
 	Flags                    []guard.Flag
-	Changes                  []policy.Change
+	Changes                  []guard.Change
 	Diff                     []diffLine
 	OldPin                   string
 	Def                      string // the definition, indented
@@ -390,8 +390,8 @@ func (s *Server) changesView(ctx context.Context, sess session) (changesView, er
 			rv.Def = prettyJSON(string(cur.Def))
 			if old != nil && old.Pin != cur.Pin {
 				rv.OldPin = old.Pin
-				rv.Changes = policy.DiffTools(old.Def, cur.Def)
-				rv.Diff = parseDiff(policy.LineDiff(old.Def, cur.Def))
+				rv.Changes = guard.DiffTools(old.Def, cur.Def)
+				rv.Diff = parseDiff(guard.LineDiff(old.Def, cur.Def))
 			}
 		}
 		rv.Releases, rv.KeptWhy = approvals.ReleasesHeld(rv.Changes, r)
@@ -400,7 +400,7 @@ func (s *Server) changesView(ctx context.Context, sess session) (changesView, er
 	return v, nil
 }
 
-// parseDiff splits policy.LineDiff's text into lines.
+// parseDiff splits guard.LineDiff's text into lines.
 func parseDiff(text string) []diffLine {
 	var out []diffLine
 	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {

@@ -1164,7 +1164,7 @@ func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := anyM.SessionEnded(ctx, "s2", approvals.ClientGoneReason); err != nil {
+	if err := anyM.SessionEnded(ctx, "s2", guard.ClientGoneReason); err != nil {
 		t.Fatal(err)
 	}
 	b := e.login("alice")

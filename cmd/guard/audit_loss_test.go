@@ -26,7 +26,7 @@ func TestHelperStoppedGuard(t *testing.T) {
 		t.Skip("run as a child process only")
 	}
 	ctx := context.Background()
-	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal"})
+	db, err := store.Open(ctx, store.Options{Path: path, Durability: "normal", KeyPath: os.Getenv("GUARD_CMD_STOPPED_KEY")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,27 @@ func TestHelperStoppedGuard(t *testing.T) {
 	os.Exit(3) // no Close
 }
 
+// stoppedGuard runs TestHelperStoppedGuard on the database at path, with
+// the checkpoint key at keyPath ("": beside it), and returns the path and
+// the bytes of the journal it left.
+func stoppedGuard(t *testing.T, path, keyPath string) (string, []byte) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStoppedGuard$")
+	cmd.Env = append(os.Environ(), "GUARD_CMD_STOPPED_DB="+path, "GUARD_CMD_STOPPED_KEY="+keyPath)
+	if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 3 {
+		t.Fatalf("the child did not stop as killed: %v\n%s", err, out)
+	}
+	journals, _ := filepath.Glob(filepath.Join(path+".journal", "*.log"))
+	if len(journals) != 1 {
+		t.Fatalf("journals %v, want the stopped process's", journals)
+	}
+	b, err := os.ReadFile(journals[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return journals[0], b
+}
+
 // Right after a guard process is killed, guard audit query shows the calls
 // it acknowledged, and guard audit verify says that records are outside
 // the chain and exits 3 rather than "ok"; once a byte of the journal is
@@ -65,11 +86,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "db", "guard.db")
 	appendCalls(t, path, 0, 5)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStoppedGuard$")
-	cmd.Env = append(os.Environ(), "GUARD_CMD_STOPPED_DB="+path)
-	if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 3 {
-		t.Fatalf("the child did not stop as killed: %v\n%s", err, out)
-	}
+	journal, b := stoppedGuard(t, path, "")
 
 	rows := strings.Count(guardIn(t, dir, path, 0, "audit", "query", "--format", "jsonl"), "\n")
 	if rows != 15 {
@@ -78,14 +95,6 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	out := guardIn(t, dir, path, 3, "audit", "verify")
 	wantOutput(t, "verify", out, "CANNOT VERIFY: 20 acknowledged records not yet in the chain (journals of stopped processes); any writable guard command moves them in\nall else holds: 10 records")
 
-	journals, _ := filepath.Glob(filepath.Join(path+".journal", "*.log"))
-	if len(journals) != 1 {
-		t.Fatalf("journals %v, want the stopped process's", journals)
-	}
-	b, err := os.ReadFile(journals[0])
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Each frame begins with a mark (store's journal format).
 	var marks []int
 	for i := bytes.Index(b, []byte("\xf8GJ\x9d")); i >= 0; {
@@ -100,7 +109,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 		t.Fatalf("%d frames in the journal, want 20", len(marks))
 	}
 	b[marks[5]+12] ^= 0x10 // the outcome of the third call
-	if err := os.WriteFile(journals[0], b, 0o600); err != nil {
+	if err := os.WriteFile(journal, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out = guardIn(t, dir, path, 3, "audit", "verify")
@@ -126,7 +135,7 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	if _, stderr, code := run(t, dir, "audit", "acknowledge-loss", "--db", path, "no-such-loss"); code != 1 || !strings.Contains(stderr, `no loss is recorded with the id "no-such-loss"`) {
 		t.Fatalf("acknowledge-loss of no loss: exit %d, %s", code, stderr)
 	}
-	if _, err := os.Stat(journals[0] + ".damaged"); err != nil {
+	if _, err := os.Stat(journal + ".damaged"); err != nil {
 		t.Fatalf("the damaged journal was not kept aside: %v", err)
 	}
 	out = guardIn(t, dir, path, 0, "audit", "verify")

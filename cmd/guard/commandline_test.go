@@ -62,6 +62,8 @@ var commandCases = map[string]commandCase{
 	"guard bench":                         {code: -1, noSettings: true},
 	"guard version":                       {code: 0, noSettings: true},
 	"guard completion":                    {args: []string{"bash"}, code: 0, noSettings: true},
+	"guard wrap":                          {args: []string{"cursor"}, flags: []string{"--guard", "/bin/sh"}, code: 1},
+	"guard unwrap":                        {args: []string{"cursor"}, code: 1, noSettings: true},
 	"guard help":                          {code: 0, noSettings: true},
 	"guard " + benchmark.CopyRelayCommand: {code: -1, noSettings: true},
 }

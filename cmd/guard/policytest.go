@@ -296,7 +296,7 @@ func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Re
 	if r.Cause == guard.CauseChanged {
 		old, _ = db.AcceptedTool(ctx, t.Server, t.Name)
 	}
-	return r, policy.ReviewReason(r, t, old)
+	return r, guard.ReviewReason(r, t, old)
 }
 
 // loadPolicy compiles the configured policy with the rules learned from

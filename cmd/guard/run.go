@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
+	"golang.org/x/net/http/httpguts"
 )
 
 // reloadEvery is how often a running process looks for configuration changes.
@@ -33,7 +37,7 @@ decides every call, and records it. Put it in a client's configuration in place 
 server's command:
 
   guard run [flags] -- CMD [ARGS...]     a server guard starts
-  guard run [flags] --upstream URL       a remote server (Streamable HTTP, or SSE as configured)
+  guard run [flags] --upstream URL       a remote server (Streamable HTTP, or --sse)
 
 guard's flags come before the server's command; everything after it is the server's.
 Exit status: the server's once it has run (128+N when signal N ended it); before that
@@ -46,8 +50,14 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen, 127.0.0.1:8931)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
+	var headerEnv headerEnvFlags
+	fs.Var(&headerEnv, "header-env", "with --upstream: send the header `Header=ENVNAME`, its value read from the variable ENVNAME (repeated)")
+	bearerEnv := fs.String("bearer-env", "", "with --upstream: send Authorization: Bearer and the value of the variable `ENVNAME`")
+	sse := fs.Bool("sse", false, "with --upstream: the server speaks the legacy HTTP+SSE transport (2024-11-05)")
 	c.Args = func(_ *cobra.Command, argv []string) error {
 		switch {
+		case *upstream == "" && (len(headerEnv) > 0 || *bearerEnv != "" || *sse):
+			return errors.New("--header-env, --bearer-env and --sse go with --upstream URL")
 		case *upstream != "" && len(argv) > 0:
 			return errors.New("--upstream URL and a command are exclusive")
 		case *upstream != "":
@@ -65,6 +75,21 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 			return status
 		}
 		cfg := st.Config
+		headers, err := a.upstreamHeaders(headerEnv, *bearerEnv)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "guard run: %v\n", err)
+			return exitUsage
+		}
+		for env, v := range headers.values {
+			// The values are the server's credentials: guard's own secrets
+			// from here on, masked wherever they would show (records, logs,
+			// what the client reads), like a variable the configuration
+			// expanded.
+			if cfg.Expanded == nil {
+				cfg.Expanded = map[string]string{}
+			}
+			cfg.Expanded[env] = v
+		}
 		server := *name
 		if server == "" && *upstream != "" {
 			u, _ := url.Parse(*upstream) // checked above
@@ -105,9 +130,22 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 		if *upstream != "" {
 			// A remote server for a stdio client: headers (credentials) come
 			// from the configuration of the server of that name.
-			rm := proxy.Remote{URL: *upstream}
+			rm := proxy.Remote{URL: *upstream, SSE: *sse}
 			if srv := cfg.Servers[server]; srv != nil {
-				rm.Headers, rm.SSE = srv.Headers, srv.Transport == "sse"
+				rm.Headers, rm.SSE = maps.Clone(srv.Headers), *sse || srv.Transport == "sse"
+			}
+			// Those of the command line, which its client's entry gave,
+			// win over the configuration's of the same name.
+			for h, v := range headers.send {
+				if rm.Headers == nil {
+					rm.Headers = map[string]string{}
+				}
+				for k := range rm.Headers {
+					if http.CanonicalHeaderKey(k) == h {
+						delete(rm.Headers, k)
+					}
+				}
+				rm.Headers[h] = v
 			}
 			rt.iso.settled.Store(true) // no server of its own
 			opts := rt.options(server, logger)
@@ -138,6 +176,70 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 		return code
 	}))
 	return c
+}
+
+// headerEnvFlags are the repeated --header-env values, Header=ENVNAME.
+type headerEnvFlags []string
+
+func (h *headerEnvFlags) String() string { return strings.Join(*h, ", ") }
+
+// Type is what -h calls the value where its usage does not name it.
+func (h *headerEnvFlags) Type() string { return "Header=ENVNAME" }
+
+func (h *headerEnvFlags) Set(v string) error {
+	name, env, ok := strings.Cut(v, "=")
+	switch {
+	case !ok || name == "" || env == "":
+		return fmt.Errorf("want Header=ENVNAME, not %q", v)
+	case !httpguts.ValidHeaderFieldName(name):
+		return fmt.Errorf("%q is not a header name", name)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// upstreamHeaders are the headers that --header-env and --bearer-env
+// send upstream.
+type upstreamHeaders struct {
+	send   map[string]string // header (canonical) → value
+	values map[string]string // variable → value
+}
+
+// upstreamHeaders reads the values of --header-env and --bearer-env from
+// the environment. A variable that is not set (or empty) is an error that
+// names it; no error shows a value. The variables hold credentials that
+// a client's configuration gave the server (guard wrap moves a remote
+// entry's headers into its env), kept out of the argument list, which
+// every user of the machine can read.
+func (a *app) upstreamHeaders(headerEnv headerEnvFlags, bearerEnv string) (upstreamHeaders, error) {
+	h := upstreamHeaders{send: map[string]string{}, values: map[string]string{}}
+	get := func(flag, env string) (string, error) {
+		v := a.getenv(env)
+		if v == "" {
+			return "", fmt.Errorf("%s: the variable %s is not set", flag, env)
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return "", fmt.Errorf("%s: the value of %s cannot be sent in a header (a line break or control character)", flag, env)
+		}
+		h.values[env] = v
+		return v, nil
+	}
+	for _, he := range headerEnv {
+		name, env, _ := strings.Cut(he, "=") // checked by Set
+		v, err := get("--header-env "+he, env)
+		if err != nil {
+			return h, err
+		}
+		h.send[http.CanonicalHeaderKey(name)] = v
+	}
+	if bearerEnv != "" {
+		v, err := get("--bearer-env "+bearerEnv, bearerEnv)
+		if err != nil {
+			return h, err
+		}
+		h.send["Authorization"] = "Bearer " + v
+	}
+	return h, nil
 }
 
 // clientIn and clientOut are guard's own stdin and stdout, read and written

@@ -8,7 +8,6 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -54,7 +53,7 @@ func toolsListCommand(a *app) *cobra.Command {
 					state += " by " + r.DecidedBy
 				}
 				if len(r.Flags) > 0 {
-					flags = clip(policy.FlagText(r.Flags), 60)
+					flags = clip(guard.FlagText(r.Flags), 60)
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Server, t.Name, state, cause, clip(t.Pin, 19),
@@ -114,12 +113,12 @@ func toolsDiffCommand(a *app) *cobra.Command {
 		if r != nil {
 			fmt.Fprintf(a.stdout, "%s/%s %s: %s (%s)\n", server, tool, cur.Pin, r.State, r.Cause)
 			if len(r.Flags) > 0 {
-				fmt.Fprintf(a.stdout, "flagged: %s\n", policy.FlagText(r.Flags))
+				fmt.Fprintf(a.stdout, "flagged: %s\n", guard.FlagText(r.Flags))
 			}
 		}
 		if old == nil {
 			fmt.Fprintln(a.stdout, "no definition of this tool was ever accepted; the current one:")
-			fmt.Fprint(a.stdout, policy.LineDiff(nil, cur.Def))
+			fmt.Fprint(a.stdout, guard.LineDiff(nil, cur.Def))
 			return exitOK
 		}
 		if old.Pin == cur.Pin {
@@ -127,7 +126,7 @@ func toolsDiffCommand(a *app) *cobra.Command {
 			return exitOK
 		}
 		fmt.Fprintf(a.stdout, "accepted %s → current %s\n", old.Pin, cur.Pin)
-		for _, c := range policy.DiffTools(old.Def, cur.Def) {
+		for _, c := range guard.DiffTools(old.Def, cur.Def) {
 			mark := "  "
 			if c.Weakens {
 				mark = "! "
@@ -135,7 +134,7 @@ func toolsDiffCommand(a *app) *cobra.Command {
 			fmt.Fprintln(a.stdout, mark+c.Text)
 		}
 		fmt.Fprintln(a.stdout)
-		fmt.Fprint(a.stdout, policy.LineDiff(old.Def, cur.Def))
+		fmt.Fprint(a.stdout, guard.LineDiff(old.Def, cur.Def))
 		return exitOK
 	})
 	return c

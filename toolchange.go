@@ -1,12 +1,10 @@
-package policy
+package guard
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	guard "github.com/guard-mcp/guard"
 )
 
 // Change is one difference between two definitions of a tool.
@@ -26,7 +24,7 @@ func DiffTools(old, cur json.RawMessage) []Change {
 	_ = json.Unmarshal(old, &a)
 	_ = json.Unmarshal(cur, &b)
 	var out []Change
-	for _, m := range guard.PinnedMembers() {
+	for _, m := range PinnedMembers() {
 		if m == "annotations" {
 			continue // hint by hint, below
 		}
@@ -41,7 +39,7 @@ func DiffTools(old, cur json.RawMessage) []Change {
 			out = append(out, Change{Member: m, Text: m + " " + verb})
 		}
 	}
-	var ha, hb guard.Annotations
+	var ha, hb Annotations
 	_ = json.Unmarshal(a["annotations"], &ha)
 	_ = json.Unmarshal(b["annotations"], &hb)
 	ro1, de1, id1, ow1 := ha.Effective()
@@ -79,8 +77,8 @@ func sameJSON(a, b json.RawMessage) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	ca, errA := guard.Canonical(a)
-	cb, errB := guard.Canonical(b)
+	ca, errA := Canonical(a)
+	cb, errB := Canonical(b)
 	if errA != nil || errB != nil {
 		return bytes.Equal(a, b)
 	}
@@ -170,11 +168,11 @@ func indentLines(raw json.RawMessage) []string {
 // person is held: what its description scan found, that the tool is new,
 // or what changed since accepted (the definition last accepted, or nil).
 // current is the definition under review.
-func ReviewReason(r *guard.Review, current, accepted *guard.Tool) string {
+func ReviewReason(r *Review, current, accepted *Tool) string {
 	switch r.Cause {
-	case guard.CauseFlagged:
+	case CauseFlagged:
 		return "its descriptions carry instructions aimed at the model: " + FlagText(r.Flags)
-	case guard.CauseNew:
+	case CauseNew:
 		return "a new tool since the server's first listing (new_tools: approve)"
 	}
 	why := "the tool's definition changed since it was accepted"
@@ -187,7 +185,7 @@ func ReviewReason(r *guard.Review, current, accepted *guard.Tool) string {
 }
 
 // FlagText renders the findings of the description scan for people.
-func FlagText(flags []guard.Flag) string {
+func FlagText(flags []Flag) string {
 	parts := make([]string, 0, len(flags))
 	for _, f := range flags {
 		parts = append(parts, fmt.Sprintf("%s in %s (%s)", f.Kind, f.Where, f.Evidence))

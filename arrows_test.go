@@ -1,0 +1,32 @@
+package guard
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// deps lists what the packages pattern names link, as `go list -deps`
+// reports it.
+func deps(t *testing.T, pattern string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pattern).Output()
+	if err != nil {
+		t.Skipf("go list is not available here: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The arrows of DESIGN.md's package table: the relay never imports the
+// store, the UI or the policy (it asks for decisions through interfaces it
+// declares), and so does not link CEL.
+func TestTheRelaysArrows(t *testing.T) {
+	for _, d := range deps(t, "./proxy/...") {
+		for _, banned := range []string{"github.com/guard-mcp/guard/store", "github.com/guard-mcp/guard/web",
+			"github.com/guard-mcp/guard/policy", "cel.dev/cel-go", "github.com/google/cel-go"} {
+			if d == banned || strings.HasPrefix(d, banned+"/") {
+				t.Errorf("the relay links %s", d)
+			}
+		}
+	}
+}
