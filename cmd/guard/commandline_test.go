@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -388,6 +389,20 @@ func TestCompletion(t *testing.T) {
 		stdout, stderr, code := run(t, dir, "completion", shell)
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("guard completion %s: exit %d, %q, stdout of %d bytes without %q", shell, code, stderr, len(stdout), want)
+		}
+	}
+	// The scripts parse in the shells that are here.
+	for shell, check := range map[string][]string{"bash": {"bash", "-n"}, "zsh": {"zsh", "-n"}, "fish": {"fish", "--no-execute"}} {
+		if _, err := exec.LookPath(check[0]); err != nil {
+			continue
+		}
+		script, _, _ := run(t, dir, "completion", shell)
+		file := filepath.Join(dir, "guard."+shell)
+		if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(check[0], append(check[1:], file)...).CombinedOutput(); err != nil {
+			t.Errorf("%s does not parse guard completion %s: %v\n%s", check[0], shell, err, out)
 		}
 	}
 	if _, stderr, code := run(t, dir, "completion", "tcsh"); code != exitUsage || !strings.Contains(stderr, "tcsh") {
