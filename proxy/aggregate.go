@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guard-mcp/guard/wire"
@@ -68,6 +69,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	}
 	runs := make([]func(context.Context, Conn) error, len(ag.Members))
 	theirs := make([]*pipeConn, len(ag.Members))
+	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
 		ours, their := newPipe()
 		a.members = append(a.members, &member{name: m.Name, conn: ours, done: make(chan struct{}), up: true})
@@ -96,7 +98,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		}()
 		go func() {
 			defer close(mb.done)
-			if err := runs[i](ctx, theirs[i]); err != nil {
+			if err := runs[i](ctx, memberClient{theirs[i], &ended}); err != nil {
 				ag.Logger.Info("aggregate member ended", "member", mb.name, "err", err)
 			}
 			theirs[i].end()
@@ -127,6 +129,9 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		}
 		a.fromClient(m)
 	}
+	// The members' input ends for the reason the aggregate's did.
+	why, gone := inputEnded(client)
+	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
 		mb.conn.Close()
 	}
@@ -134,6 +139,26 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		<-mb.done
 	}
 	return nil
+}
+
+// inputEnd is why a client's input ended, and whether its client is gone.
+type inputEnd struct {
+	why  string
+	gone bool
+}
+
+// memberClient is a member server's session's client: the aggregate, whose
+// input ends when the aggregate's client's does, for the same reason.
+type memberClient struct {
+	*pipeConn
+	ended *atomic.Pointer[inputEnd]
+}
+
+func (m memberClient) inputEnded() (string, bool) {
+	if e := m.ended.Load(); e != nil {
+		return e.why, e.gone
+	}
+	return goneInputEnded, true
 }
 
 // member is one server's relay session, as the aggregate sees it.

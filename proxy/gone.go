@@ -148,3 +148,19 @@ func (s *Session) watchDepartures(d departures) {
 		}
 	}
 }
+
+// inputEnder is a client Conn that says why its input ended, and whether
+// that means its client is gone (an HTTP session deleted or expired) or not
+// (guard serve stopping: its clients are still there).
+type inputEnder interface {
+	inputEnded() (reason string, gone bool)
+}
+
+// inputEnded says why a client's input ended: on stdio, the client closed
+// it, and is gone.
+func inputEnded(c Conn) (string, bool) {
+	if e, ok := c.(inputEnder); ok {
+		return e.inputEnded()
+	}
+	return goneInputEnded, true
+}

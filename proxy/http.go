@@ -197,6 +197,8 @@ type httpSession struct {
 	in     *inbox // the client's messages, in the order POSTed
 	router *router
 	done   chan struct{} // the session's relay ended
+	// ended is why its input was ended (see end).
+	ended atomic.Pointer[string]
 }
 
 // frontConn is the client of an HTTP session as its relay sees it.
@@ -218,6 +220,22 @@ func (c frontConn) Close() error { return nil }
 // resumed in time: their client is gone.
 func (c frontConn) departed() <-chan departure { return c.s.router.gone }
 
+// inputEnded says why the session's input ended: its client went (DELETE,
+// expiry), or guard serve is stopping, which is not the client's going.
+func (c frontConn) inputEnded() (string, bool) {
+	if r := c.s.ended.Load(); r != nil && *r != "" {
+		return *r, true
+	}
+	return "", false
+}
+
+// end ends the session's input; reason says why its client is gone, ""
+// when it is not (guard serve stops).
+func (s *httpSession) end(reason string) {
+	s.ended.CompareAndSwap(nil, &reason)
+	s.in.close()
+}
+
 // Close ends every session: their servers get their stdin closed.
 func (h *HTTPServer) Close() {
 	h.mu.Lock()
@@ -231,7 +249,9 @@ func (h *HTTPServer) Close() {
 	}
 	h.mu.Unlock()
 	for _, s := range ss {
-		s.in.close()
+		// Not the clients' going: they are still there, and their held
+		// calls are answered as at the end of approval.wait.
+		s.end("")
 	}
 	for _, s := range ss {
 		<-s.done
@@ -688,7 +708,7 @@ func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	delete(h.sessions, s.id)
 	h.mu.Unlock()
-	s.in.close()
+	s.end(guard.ClientGoneReason + ": it ended its session (DELETE)")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -718,7 +738,7 @@ func (h *HTTPServer) reap() {
 		h.mu.Unlock()
 		for _, s := range idle {
 			h.opts.Logger.Info("session ended: idle", "session", s.id)
-			s.in.close()
+			s.end(fmt.Sprintf("%s: its session expired (none of its streams read for %v)", guard.ClientGoneReason, h.opts.SessionIdle))
 		}
 	}
 }

@@ -240,7 +240,9 @@ func (s *Session) pump(client, server Conn) *pumps {
 		defer close(p.clientDone)
 		select {
 		case <-read:
-			s.clientGone(goneInputEnded)
+			if why, gone := inputEnded(client); gone {
+				s.clientGone(why)
+			}
 		case <-s.leftCh:
 		}
 		s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
