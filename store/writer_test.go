@@ -608,7 +608,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	}
 	db.jmu.Lock()
 	broken := db.seg
-	broken.fd = -1
+	broken.fd = ^uintptr(0)
 	db.jmu.Unlock()
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append whose journal could not be synced: %v", err)
