@@ -13,11 +13,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
 )
@@ -65,7 +63,7 @@ func (iso *isolation) expose() {
 		}
 		f, err := os.OpenFile(iso.marker, os.O_RDWR|os.O_CREATE, 0o600)
 		if err == nil {
-			err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+			err = filelock.RLock(f)
 		}
 		if err != nil {
 			// The others cannot be told: this process's own answer
@@ -96,15 +94,14 @@ func (iso *isolation) othersExposed() bool {
 		return true
 	}
 	defer f.Close()
-	var st syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &st) != nil || identityOf(&st) != iso.markerID {
+	if id, err := identifyOpen(f); err != nil || id != iso.markerID {
 		return true
 	}
 	// A shared lock held by any process makes an exclusive one fail.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		return true
 	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	_ = filelock.Unlock(f)
 	return false
 }
 
@@ -422,7 +419,7 @@ func replaceableLink(p string) string {
 			return ""
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			if unix.Access(d, unix.W_OK) == nil {
+			if writableDir(d) {
 				return next
 			}
 			if next, err = filepath.EvalSymlinks(next); err != nil {
@@ -471,32 +468,16 @@ type dirIdentity struct{ dev, ino uint64 }
 // fileIdentity tells a file from another put in its place: the inode
 // number alone does not, since a removed file's number is soon reused, so
 // the time its inode last changed (its creation, for a file nobody chmods)
-// is part of it.
+// is part of it, in nanoseconds.
 type fileIdentity struct {
 	dirIdentity
-	ctime syscall.Timespec
-}
-
-func identityOf(st *syscall.Stat_t) fileIdentity {
-	return fileIdentity{dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, st.Ctim}
-}
-
-// identifyFile returns the identity of the file at path.
-func identifyFile(path string) (fileIdentity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
-	}
-	return identityOf(&st), nil
+	ctime int64
 }
 
 // identify returns the identity of the directory at path.
 func identify(path string) (dirIdentity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return dirIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
-	}
-	return dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, nil
+	id, err := identifyFile(path)
+	return id.dirIdentity, err
 }
 
 // configDirReplaced reports whether the directory at path is no longer the
