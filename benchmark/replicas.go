@@ -12,7 +12,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
-	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 func TestMain(m *testing.M) {
