@@ -22,9 +22,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// noUserNSEnv makes the test binary execWithoutUserNamespaces.
-const noUserNSEnv = "GUARD_E2E_NO_USERNS"
-
 // execWithoutUserNamespaces runs its arguments (os.Args[1:]) where no
 // user namespace can be created: it runs in a user namespace of its own
 // (withoutUserNamespaces), sets that namespace's user.max_user_namespaces

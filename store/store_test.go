@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -546,15 +545,6 @@ func reportCPU(b *testing.B, db *DB) func() {
 		db.caughtUp(context.Background())
 		b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
 	}
-}
-
-func cpuTime(b *testing.B) time.Duration {
-	b.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func TestFilesAreOwnerOnly(t *testing.T) {
