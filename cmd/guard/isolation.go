@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -121,6 +122,14 @@ func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isol
 	return iso
 }
 
+// notOnThisOS is what guard says, at start and in guard policy check, on
+// an OS without isolation (macOS, Windows): there a server runs on the path
+// rules alone, as a matter of course rather than a fault of this system.
+var notOnThisOS = "isolation is not available on this OS (" + osName[runtime.GOOS] + "): the servers guard starts can reach guard's own files; only the path rules (guard-self-protection) protect them"
+
+// osName names the systems without isolation as their users do.
+var osName = map[string]string{"darwin": "macOS", "windows": "Windows", "linux": "Linux"}
+
 // errNotIsolated is why guard refused to start a server: it was to run
 // isolated (the probe at start found that isolation works here, or the
 // server's settings say sandbox: on) and isolation could not be set up
@@ -192,6 +201,9 @@ func (iso *isolation) settle(names []string, servers map[string]*policy.Server) 
 			iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
 		case r.none != nil && srv.MustIsolate():
 			iso.logger.Error("the server will not be started: its settings say sandbox: on, and this system cannot isolate servers", "server", name, "cause", r.none)
+		case r.none != nil && !sandbox.OSSupported:
+			iso.expose()
+			iso.logger.Warn(notOnThisOS, "server", name)
 		case r.none != nil:
 			iso.expose()
 			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", r.none)
@@ -229,6 +241,14 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 				return nil, err
 			}
 			iso.expose()
+			if !sandbox.OSSupported {
+				// Said at start (settle), and once more for a server
+				// not settled then.
+				if _, seen := iso.logged.LoadOrStore(name, true); !seen {
+					iso.logger.Warn(notOnThisOS, "server", name)
+				}
+				return cmd, cmd.Start()
+			}
 			iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", none)
 			return cmd, cmd.Start()
 		}
