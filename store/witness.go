@@ -70,7 +70,7 @@ func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failu
 		case s == "syslog":
 			w.targets = append(w.targets, &syslogWitness{socket: syslogSocket})
 		case err == nil && u.Scheme == "file" && u.Path != "":
-			w.targets = append(w.targets, fileWitness(u.Path))
+			w.targets = append(w.targets, fileWitness(fileURLPath(u)))
 		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 			w.targets = append(w.targets, &httpWitness{url: s, client: &http.Client{Timeout: witnessTimeout}})
 		default:

@@ -2,7 +2,10 @@
 
 package store
 
-import "log/syslog"
+import (
+	"log/syslog"
+	"net/url"
+)
 
 // dialSyslog connects to the local syslog: the system's, or the datagram
 // socket at socket when it is not "".
@@ -13,3 +16,6 @@ func dialSyslog(socket string) (localSyslog, error) {
 	}
 	return syslog.Dial(network, socket, syslog.LOG_INFO|syslog.LOG_AUTHPRIV, "guard")
 }
+
+// fileURLPath is the path of a file: URL (file:///var/log/guard).
+func fileURLPath(u *url.URL) string { return u.Path }
