@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"testing"
@@ -43,6 +44,9 @@ type Cluster struct {
 func Bin() string {
 	if d := os.Getenv(BinEnv); d != "" {
 		return d
+	}
+	if runtime.GOOS == "windows" {
+		return "" // Debian's place is Unix's (and Linux's programs do not run here)
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
