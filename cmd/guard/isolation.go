@@ -478,7 +478,7 @@ func globDir(pat string) string {
 // under reports whether p is dir or below it.
 func under(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // dirIdentity is a directory's device and inode: whether the directory at
