@@ -29,6 +29,9 @@ import (
 type Config struct {
 	// Guard is the guard binary; the example server is `Guard example-server`.
 	Guard string
+	// CopyRelay is the command that runs CopyRelay, before "-- CMD":
+	// guard-bench's own (Self CopyRelayCommand).
+	CopyRelay []string
 	// Dir holds the databases of the runs through guard.
 	Dir string
 	// Calls is the number of calls per measurement (after a warm-up).
@@ -178,7 +181,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 	server := []string{cfg.Guard, "example-server"}
 	configs := []config{
 		{name: rowDirect, argv: server},
-		{name: rowCopyRelay, argv: append([]string{cfg.Guard, CopyRelayCommand, "--"}, server...)},
+		{name: rowCopyRelay, argv: append(append(slices.Clone(cfg.CopyRelay), "--"), server...)},
 	}
 	for _, d := range cfg.Durability {
 		cfgPath := filepath.Join(cfg.Dir, "bench-"+d+".yaml")

@@ -9,15 +9,15 @@ import (
 	"syscall"
 )
 
-// CopyRelayCommand is the guard command that runs CopyRelay: guard
-// bench-copy-relay -- CMD [ARGS...]. It is left out of guard's usage.
+// CopyRelayCommand is the guard-bench command that runs CopyRelay:
+// guard-bench bench-copy-relay -- CMD [ARGS...].
 const CopyRelayCommand = "bench-copy-relay"
 
 // CopyRelay runs argv with its stdin and stdout as pipes, copies in to the
 // child's stdin (closing it when in ends) and the child's stdout to out,
 // byte for byte, passes its stderr to errOut, and returns its exit status
 // (128+N when signal N ended it). It is the least any stdio proxy does,
-// the floor that guard bench measures guard against. When ctx ends, the
+// the floor that guard-bench measures guard against. When ctx ends, the
 // child is sent SIGTERM.
 func CopyRelay(ctx context.Context, argv []string, in io.Reader, out, errOut io.Writer) (int, error) {
 	if len(argv) == 0 {

@@ -12,11 +12,11 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
-// ReplicasConfig says what guard bench --replicas measures: go-sdk clients,
+// ReplicasConfig says what guard-bench --replicas measures: go-sdk clients,
 // each its own session, calling a trivial tool of go-sdk's conformance
 // server (one process, guard's HTTP upstream) through guard serve on
 // SQLite, through guard serve on PostgreSQL, and through several guard

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/internal/tmpfs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -21,18 +22,12 @@ import (
 // that was answered is in a log that verifies.
 func TestDiskThatFillsAndEmptiesAgain(t *testing.T) {
 	sqliteOnly(t, "the disk that fills is the one under the database's files")
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a disk that fills)")
-	}
 	e := newEnv(t, "policy: {default: allow}\n")
 	data := filepath.Dir(e.db)
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+	tmpfs.Mount(t, data, "8m")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := e.connectExample(ctx)

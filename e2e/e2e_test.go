@@ -22,7 +22,7 @@ var guardBin string
 func TestMain(m *testing.M) {
 	if os.Getenv(noUserNSEnv) != "" {
 		// This binary is also the launcher of a process that cannot
-		// create user namespaces.
+		// create user namespaces (Linux).
 		os.Exit(execWithoutUserNamespaces())
 	}
 	if name := os.Getenv("GUARD_E2E_SERVE"); name != "" {
@@ -30,6 +30,11 @@ func TestMain(m *testing.M) {
 		os.Exit(serveTestServer(name))
 	}
 	guardtest.Main(m, "../cmd/guard", &guardBin)
+}
+
+// filesystemServer is the reference filesystem server (npm).
+func filesystemServer(t *testing.T) string {
+	return guardtest.Peer(t, "GUARD_TEST_FILESYSTEM_SERVER", filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-filesystem/dist/index.js"))
 }
 
 // env is a guard environment of its own: database and config in a temp dir
@@ -282,8 +287,8 @@ func TestServerCrashMidCall(t *testing.T) {
 	lc.send(`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"run_task","arguments":{"task":"long","seconds":30}}}`)
 	time.Sleep(500 * time.Millisecond)
 	child := childOf(t, lc.cmd.Process.Pid)
-	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	if p, err := os.FindProcess(child); err != nil || p.Kill() != nil {
+		t.Fatalf("killing the server %d: %v", child, err)
 	}
 	m := lc.next(10 * time.Second)
 	errObj, _ := m["error"].(map[string]any)

@@ -11,8 +11,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 // The tests run guard on SQLite by default, and on PostgreSQL when

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 // With PostgreSQL down every call is refused, and /healthz answered 200 all

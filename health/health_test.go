@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,11 +30,16 @@ func TestCauseSaysWhyNotWhere(t *testing.T) {
 	if refused == nil {
 		t.Fatal("a connection to port 1 was not refused")
 	}
+	// The system's own words for it: "connection refused" on Linux.
+	var errno syscall.Errno
+	if !errors.As(refused, &errno) {
+		t.Fatalf("a refused connection without its errno: %v", refused)
+	}
 	for _, tc := range []struct {
 		err  error
 		want string
 	}{
-		{refused, "connection refused"},
+		{refused, errno.Error()},
 		{errors.New("dial postgres://guard:s3cret@db.internal:5432/guarddb: timeout"), "dial …: timeout"},
 		{errors.New("failed to connect to `user=guard database=guarddb`: 10.0.0.5:5432 (db.internal): server said no"), "failed to connect to `… …`: … (…): server said no"},
 	} {

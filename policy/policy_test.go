@@ -250,26 +250,33 @@ func TestSelfProtection(t *testing.T) {
 	data := filepath.Join(home, ".local/share/guard")
 	p := NewProtected(filepath.Join(data, "guard.db"), data, filepath.Join(home, ".config/guard/guard.yaml"))
 	p.Home, p.Dir = home, filepath.Join(home, "work")
+	// q is a JSON string: a path of Windows' has backslashes.
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	for _, tc := range []struct {
 		args string
 		deny bool
 	}{
-		{`{"path":"` + data + `/guard.db"}`, true},
+		{`{"path":` + q(data+`/guard.db`) + `}`, true},
 		{`{"path":"~/.local/share/guard/guard.db-wal"}`, true},
-		{`{"command":"sqlite3 ` + home + `/.local/share/guard/guard.db 'delete from records'"}`, true},
+		{`{"command":` + q("sqlite3 "+home+`/.local/share/guard/guard.db 'delete from records'`) + `}`, true},
 		{`{"command":"cat ~/.config/guard/guard.yaml"}`, true},
 		{`{"path":"../.local/share/guard/audit.key"}`, true},
 		{`{"cmd":["sh","-c","guard approvals approve 0193"]}`, true},
 		{`{"cmd":"/usr/local/bin/guard audit verify"}`, true},
 		{`{"path":"/home/other/guardrails.txt"}`, false},
 		{`{"text":"the guard at the gate approves visitors"}`, false},
-		{`{"path":"` + home + `/.local/share/guardian/x"}`, false},
+		{`{"path":` + q(home+`/.local/share/guardian/x`) + `}`, false},
 		{`{"n":1}`, false},
 	} {
 		got := p.Check([]byte(tc.args)) != ""
 		if got != tc.deny {
 			t.Errorf("%s: denied=%v, want %v", tc.args, got, tc.deny)
 		}
+	}
+	// file: URLs have slashes, and a drive after one: file:///C:/...
+	data, home = filepath.ToSlash(data), filepath.ToSlash(home)
+	if !strings.HasPrefix(data, "/") {
+		data, home = "/"+data, "/"+home
 	}
 	for uri, deny := range map[string]bool{
 		"file://" + data + "/guard.db":                                            true,

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -28,7 +29,7 @@ var dockerValueFlags = map[string]bool{
 // whose package has no name, keeps CommandName's.
 func ServerName(argv []string) string {
 	name := CommandName(argv)
-	if len(argv) < 2 || !scriptRunners[filepath.Base(argv[0])] {
+	if len(argv) < 2 || !scriptRunners[commandBase(argv[0])] {
 		return name
 	}
 	for _, a := range argv[1:] {
@@ -106,7 +107,7 @@ func CommandName(argv []string) string {
 	if len(argv) == 0 {
 		return ""
 	}
-	cmd := filepath.Base(argv[0])
+	cmd := commandBase(argv[0])
 	if cmd == "guard" && len(argv) > 1 && argv[1] == "example-server" {
 		return "example-server"
 	}
@@ -136,11 +137,27 @@ func CommandName(argv []string) string {
 	return cmd
 }
 
-// stripVersion turns "@scope/name@1.2", "name@latest", "org/image:tag" and
-// "https://host/x/server.ts" into their base name.
+// commandBase is a command's name: the last element of its path, written
+// with slashes or backslashes, without the extension of a Windows program
+// (node.exe, npx.cmd and C:\Program Files\nodejs\node.exe are node and
+// npx).
+func commandBase(cmd string) string {
+	cmd = strings.TrimRight(cmd, `/\`)
+	cmd = cmd[strings.LastIndexAny(cmd, `/\`)+1:]
+	if ext := path.Ext(cmd); len(cmd) > len(ext) {
+		switch strings.ToLower(ext) {
+		case ".exe", ".cmd", ".bat":
+			return cmd[:len(cmd)-len(ext)]
+		}
+	}
+	return cmd
+}
+
+// stripVersion turns "@scope/name@1.2", "name@latest", "org/image:tag",
+// "https://host/x/server.ts" and C:\mcp\server.js into their base name.
 func stripVersion(a string) string {
-	a = strings.TrimRight(a, "/")
-	a = a[strings.LastIndex(a, "/")+1:]
+	a = strings.TrimRight(a, `/\`)
+	a = a[strings.LastIndexAny(a, `/\`)+1:]
 	if i := strings.LastIndex(a, "@"); i > 0 {
 		a = a[:i]
 	}

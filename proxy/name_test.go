@@ -21,6 +21,12 @@ func TestServerName(t *testing.T) {
 		{[]string{"npx"}, "npx"},
 		{[]string{"node", "node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"}, "index.js"},
 		{[]string{"/usr/local/bin/guard", "example-server"}, "example-server"},
+		// Windows' commands: backslashes, drives, programs' extensions.
+		{[]string{`C:\Program Files\nodejs\node.exe`, `C:\mcp\notes\dist\index.js`}, "index.js"},
+		{[]string{"npx.cmd", "-y", "@modelcontextprotocol/server-filesystem", `C:\Users\me`}, "server-filesystem"},
+		{[]string{`C:\tools\Notes-Server.EXE`, "--port", "1"}, "Notes-Server"},
+		{[]string{"python.exe", "-m", "mcp_server_git"}, "mcp_server_git"},
+		{[]string{`C:\bin\guard.exe`, "example-server"}, "example-server"},
 	} {
 		if got := ServerName(tc.argv); got != tc.want {
 			t.Errorf("ServerName(%q) = %q, want %q", tc.argv, got, tc.want)

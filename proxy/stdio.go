@@ -24,10 +24,14 @@ type Stdio struct {
 	Env []string
 	// Stderr receives the server's stderr unchanged (guard's stderr).
 	Stderr io.Writer
-	// Signals are forwarded to the server (SIGINT, SIGTERM).
+	// Signals are forwarded to the server and the processes it started
+	// (SIGINT, SIGTERM; on Windows, which has no signals, SIGTERM ends
+	// them and SIGINT is left to the console).
 	Signals <-chan os.Signal
 	// Grace is how long shutdown waits after closing the server's stdin
-	// before SIGTERM, and again before SIGKILL (default 5s).
+	// before SIGTERM, and again before SIGKILL (default 5s). On Windows
+	// the server and the processes it started end at the first (their job
+	// object is terminated).
 	Grace time.Duration
 	// Start, when set, starts the server's process in place of
 	// cmd.Start: it is given the command made of Argv (Stdin, Stdout and
@@ -109,9 +113,6 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 	cmd := exec.Command(sc.Argv[0], sc.Argv[1:]...)
 	cmd.Stderr = sc.Stderr
 	cmd.Env = sc.Env
-	// Blocking pipes: a read waits in the kernel rather than going
-	// through Go's poller (read, EAGAIN, epoll, read again), which costs
-	// two extra system calls per message.
 	childIn, serverIn, err := blockingPipe()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrStart, err)
@@ -123,6 +124,7 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		return 0, fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	cmd.Stdin, cmd.Stdout = childIn, childOut
+	ownGroup(cmd)
 	if sc.Start != nil {
 		var started *exec.Cmd
 		if started, err = sc.Start(cmd); err == nil {
@@ -142,6 +144,11 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		return 0, fmt.Errorf("%w: %s: %w", ErrStart, sc.Argv[0], err)
 	}
 	defer serverOut.Close()
+	procs, err := newTree(cmd)
+	if err != nil {
+		opts.Logger.Warn("the processes the server starts may outlive it", "err", err)
+	}
+	defer procs.close()
 	server := NewStreamConn(serverOut, serverIn, opts.MaxMessage)
 	s := NewSession(ctx, opts)
 	p := s.pump(client, server)
@@ -160,20 +167,20 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		case <-exited:
 			return
 		case <-t.C:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = procs.terminate()
 		}
 		t.Reset(sc.Grace)
 		select {
 		case <-exited:
 		case <-t.C:
-			_ = cmd.Process.Kill()
+			_ = procs.kill()
 		}
 	}()
 	go func() {
 		for {
 			select {
 			case sig := <-sc.Signals:
-				_ = cmd.Process.Signal(sig)
+				_ = procs.signal(sig)
 			case <-exited:
 				return
 			}
@@ -249,15 +256,6 @@ func (s *Session) pump(client, server Conn) *pumps {
 		s.toServer.close()
 	}()
 	return p
-}
-
-// blockingPipe returns the two ends of a pipe in blocking mode.
-func blockingPipe() (r, w *os.File, err error) {
-	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
-		return nil, nil, err
-	}
-	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
 // exitStatus turns how a process ended into guard's exit status and words

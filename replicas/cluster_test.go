@@ -22,8 +22,8 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 var guardBin string

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 var differsRE = regexp.MustCompile(`(?m)^guard_replicas_config_differs (\d+)$`)

@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 // "Approve, and allow from now on" in one replica's UI teaches every

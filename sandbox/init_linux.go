@@ -49,6 +49,10 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return a
 }
 
+// OSSupported is true: Linux has the sandbox, where its configuration
+// allows it (Supported says).
+const OSSupported = true
+
 // supported leaves it to a probe to say: Linux has the sandbox where its
 // configuration allows it.
 func supported() error { return nil }

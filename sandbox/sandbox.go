@@ -106,6 +106,9 @@ func Start(cmd *exec.Cmd, spec Spec) (*exec.Cmd, error) {
 // start starts the init for running path with cmd's arguments, or with no
 // path a probe.
 func start(cmd *exec.Cmd, path string, spec Spec) (*exec.Cmd, error) {
+	if err := supported(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err) // nothing to start on this OS
+	}
 	if spec.Self == "" {
 		return nil, fmt.Errorf("%w: no program to run the init", ErrUnavailable)
 	}

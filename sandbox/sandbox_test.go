@@ -253,61 +253,6 @@ func TestHideRelativeAndLinked(t *testing.T) {
 	}
 }
 
-// Supported tells a system without a sandbox from one that cannot make
-// one now for want of descriptors: only the first is unsupported.
-func TestSupported(t *testing.T) {
-	available(t)
-	self := testSpec(t).Self
-	if err := Supported(self); err != nil {
-		t.Fatalf("a system that makes sandboxes: %v", err)
-	}
-	if err := Supported(""); !errors.Is(err, ErrUnsupported) {
-		t.Fatalf("no init: %v, want ErrUnsupported", err)
-	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip(err)
-	}
-	short := lim
-	short.Cur = uint64(len(fds)) // every descriptor taken: the next one fails
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &short); err != nil {
-		t.Skip(err)
-	}
-	err = Supported(self)
-	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-	if err == nil || errors.Is(err, ErrUnsupported) || !errors.Is(err, syscall.EMFILE) {
-		t.Fatalf("short of descriptors: %v, want EMFILE, not ErrUnsupported", err)
-	}
-}
-
-func TestMountinfo(t *testing.T) {
-	ms, err := parseMountinfo(strings.NewReader(`22 27 0:21 / /proc rw - proc proc rw
-27 1 254:0 / / rw - ext4 /dev/vda rw
-40 27 254:0 /home /mnt/home\040x rw - ext4 /dev/vda rw
-41 27 254:0 /home/u/.local /srv/local rw - ext4 /dev/vda rw
-42 27 254:1 / /data rw - ext4 /dev/vdb rw
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := aliases(ms, "/home/u/.local/share/guard")
-	sort.Strings(got)
-	want := []string{"/mnt/home x/u/.local/share/guard", "/srv/local/share/guard"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("aliases %q, want %q", got, want)
-	}
-	if a := ancestors([]string{"/home/u/.local/share/guard", "/home/u/.config/guard"}); strings.Join(a, " ") != "/home /home/u /home/u/.config /home/u/.local /home/u/.local/share" {
-		t.Fatalf("ancestors %q", a)
-	}
-	if o := outermost([]string{"/a/b/c", "/a/b", "/d"}); strings.Join(o, " ") != "/d /a/b" {
-		t.Fatalf("outermost %q", o)
-	}
-}
-
 // BenchmarkStart measures what the sandbox adds to starting a program:
 // the median of starting /bin/true and waiting for it, without and with.
 // The init is this test binary, or GUARD_TEST_SANDBOX_INIT (a guard

@@ -68,7 +68,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			o := Options{Path: path, Durability: "normal", Witnesses: []string{"file://" + witness}}
+			o := Options{Path: path, Durability: "normal", Witnesses: []string{fileURL(witness)}}
 			db, err := Open(ctx, o)
 			if err != nil {
 				t.Fatal(err)
@@ -105,4 +105,14 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fileURL is the file: URL of path: file:///var/x, or file:///C:/x on
+// Windows.
+func fileURL(path string) string {
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	return "file://" + p
 }

@@ -238,6 +238,7 @@ func TestADamagedJournalLosesNothingSilently(t *testing.T) {
 
 	// The file kept aside is not read again.
 	db = openDB(t, path)
+	defer db.Close()
 	if n := len(lossRecords(t, db)); n != 1 {
 		t.Errorf("%d records of the damage after the next open, want 1", n)
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

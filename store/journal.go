@@ -10,10 +10,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/filelock"
 )
 
 // Records become durable in a journal before they reach SQLite. Each open
@@ -112,7 +112,7 @@ func journalsDir(dbPath string) string { return dbPath + ".journal" }
 // segment is one journal file.
 type segment struct {
 	f    *os.File
-	fd   int // f's, for fdatasync
+	fd   uintptr // f's, for datasync
 	path string
 	id   [segmentIDSize]byte // what its frames' MACs bind them to
 	// Under DB.jmu: where the next frame goes, and the appends written
@@ -132,11 +132,13 @@ type segment struct {
 // With zero, it is filled with zeros to segmentSize and synced.
 func newSegment(dir string, zero bool) (*segment, error) {
 	path := filepath.Join(dir, guard.NewID()+".log")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	// Opened so that it can be removed while open: the process that moves
+	// it into the database after this one stopped removes it.
+	f, err := filelock.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	s := &segment{f: f, fd: int(f.Fd()), path: path, end: journalHeader, doneTill: journalHeader}
+	s := &segment{f: f, fd: f.Fd(), path: path, end: journalHeader, doneTill: journalHeader}
 	fail := func(err error) (*segment, error) {
 		f.Close()
 		os.Remove(path)
@@ -144,7 +146,7 @@ func newSegment(dir string, zero bool) (*segment, error) {
 	}
 	// A reader looking for live journals holds a shared lock for a
 	// moment: the new file's lock waits for it.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := filelock.Lock(f); err != nil {
 		return fail(err)
 	}
 	rand.Read(s.id[:])
@@ -183,16 +185,6 @@ func zeroFill(f *os.File) error {
 		}
 	}
 	return nil
-}
-
-// syncDir makes a directory's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // noteIngested writes in the header how far the database holds the
@@ -475,7 +467,7 @@ func orphanJournals(dbPath string) int {
 	files, _ := segments(journalsDir(dbPath))
 	n := 0
 	for _, p := range files {
-		f, err := os.Open(p)
+		f, err := filelock.OpenFile(p, os.O_RDONLY, 0)
 		if err != nil {
 			continue
 		}
@@ -491,10 +483,10 @@ func orphanJournals(dbPath string) int {
 // process that writes it (a shared lock cannot be had). The lock this
 // takes to find out is given back at once.
 func ownerAlive(f *os.File) bool {
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
+	if filelock.TryRLock(f) != nil {
 		return true
 	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	_ = filelock.Unlock(f)
 	return false
 }
 
@@ -566,12 +558,12 @@ func (db *DB) recoverOrphans() {
 }
 
 func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := filelock.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, nil // removed meanwhile by its owner
 	}
 	defer f.Close()
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	if filelock.TryLock(f) != nil {
 		return 0, nil // its owner is alive
 	}
 	if st, err := f.Stat(); err == nil && st.Size() < journalHeader {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 
+	"github.com/guard-mcp/guard/internal/filelock"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -41,11 +41,11 @@ func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
 	done = true
 	var errs []error
 	for _, path := range files {
-		f, err := os.Open(path)
+		f, err := filelock.OpenFile(path, os.O_RDONLY, 0)
 		if err != nil {
 			continue // removed meanwhile by its owner
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		if filelock.TryLock(f) != nil {
 			f.Close()
 			done = false
 			continue

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 // Through PgBouncer in session mode guard works as directly; in

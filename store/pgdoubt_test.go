@@ -15,7 +15,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 

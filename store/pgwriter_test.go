@@ -14,7 +14,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 // callIndexRows reads the call index and its words' presence, row by row.

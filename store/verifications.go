@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
+
+	"github.com/guard-mcp/guard/internal/filelock"
 )
 
 // Verification is one verification of the audit log on a schedule.
@@ -146,15 +147,15 @@ func tryLockFile(path string) (unlock func(), ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, filelock.ErrLocked) {
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		return nil, false, err
 	}
 	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = filelock.Unlock(f)
 		f.Close()
 	}, true, nil
 }

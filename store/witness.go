@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"log/syslog"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -72,7 +70,7 @@ func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failu
 		case s == "syslog":
 			w.targets = append(w.targets, &syslogWitness{socket: syslogSocket})
 		case err == nil && u.Scheme == "file" && u.Path != "":
-			w.targets = append(w.targets, fileWitness(u.Path))
+			w.targets = append(w.targets, fileWitness(fileURLPath(u)))
 		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 			w.targets = append(w.targets, &httpWitness{url: s, client: &http.Client{Timeout: witnessTimeout}})
 		default:
@@ -157,18 +155,21 @@ func (f fileWitness) write(_ context.Context, c *Checkpoint) error {
 // after a failure.
 type syslogWitness struct {
 	socket string
-	w      *syslog.Writer
+	w      localSyslog
+}
+
+// localSyslog is a connection to the local syslog (log/syslog's Writer
+// where there is one).
+type localSyslog interface {
+	Info(msg string) error
+	Close() error
 }
 
 func (s *syslogWitness) name() string { return "syslog" }
 
 func (s *syslogWitness) write(_ context.Context, c *Checkpoint) error {
 	if s.w == nil {
-		network := ""
-		if s.socket != "" {
-			network = "unixgram"
-		}
-		w, err := syslog.Dial(network, s.socket, syslog.LOG_INFO|syslog.LOG_AUTHPRIV, "guard")
+		w, err := dialSyslog(s.socket)
 		if err != nil {
 			return err
 		}

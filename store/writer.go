@@ -11,10 +11,10 @@ import (
 	"os"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/metrics"
 	"golang.org/x/mod/sumdb/tlog"
 	"modernc.org/sqlite"
@@ -325,14 +325,14 @@ func (db *DB) syncJournal(batch []*appendReq) {
 	if len(batch) == 0 {
 		return
 	}
-	// The appends are in the order they were written: one fdatasync per
+	// The appends are in the order they were written: one sync per
 	// segment covers every append written to it before the sync began.
 	errs := map[*segment]error{}
 	for i, r := range batch {
 		if i > 0 && r.seg == batch[i-1].seg {
 			continue
 		}
-		if err := syscall.Fdatasync(r.seg.fd); err != nil {
+		if err := datasync(r.seg.fd); err != nil {
 			errs[r.seg] = err
 			db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
 		}
@@ -720,7 +720,7 @@ func (db *DB) awaitJournals(ctx context.Context) {
 
 // awaitJournal waits for one journal; it reports false when ctx ended.
 func awaitJournal(ctx context.Context, path string) bool {
-	f, err := os.Open(path)
+	f, err := filelock.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return true
 	}

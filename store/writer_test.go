@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/tmpfs"
 )
 
 // waitFor polls a condition the writer reaches by itself (no event to wait
@@ -271,21 +271,6 @@ func TestAFullBacklogBlocksAndDoesNotRefuse(t *testing.T) {
 	verifyAll(t, db, acked)
 }
 
-// mountTmpfs mounts a small tmpfs (a disk that can fill) on a new
-// directory and returns it.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
-
 // fillDisk writes a file until the disk is full and returns its path.
 func fillDisk(t *testing.T, dir string) string {
 	t.Helper()
@@ -315,7 +300,8 @@ func fillDisk(t *testing.T, dir string) string {
 // again, without reopening, once there is room; every record acknowledged
 // before, during and after is in the log, and the chain verifies.
 func TestADiskThatFillsAndEmpties(t *testing.T) {
-	dir := mountTmpfs(t, "4m")
+	dir := t.TempDir()
+	tmpfs.Mount(t, dir, "4m")
 	path := filepath.Join(dir, "g.db")
 	db := openDB(t, path)
 	defer db.Close()
@@ -371,7 +357,8 @@ func TestADiskThatFillsAndEmpties(t *testing.T) {
 // A database opened read-only on a full disk is read, verified and
 // queried, and no file appears in its directory.
 func TestReadOnlyOnAFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, "4m")
+	dir := t.TempDir()
+	tmpfs.Mount(t, dir, "4m")
 	path := filepath.Join(dir, "g.db")
 	db := openDB(t, path)
 	for i := range 10 {
@@ -608,7 +595,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	}
 	db.jmu.Lock()
 	broken := db.seg
-	broken.fd = -1
+	broken.fd = ^uintptr(0)
 	db.jmu.Unlock()
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append whose journal could not be synced: %v", err)

@@ -86,7 +86,7 @@ type Options struct {
 	// that catching up with a long backlog (a new receiver, a long
 	// outage) takes a share of a processor and not all of it, beside the
 	// calls. Default 10000, about three times what guard appended at its
-	// busiest in guard bench on two processors.
+	// busiest in guard-bench on two processors.
 	MaxRate int
 }
 

@@ -13,11 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"golang.org/x/sys/unix"
 )
 
 // syslog sends records to a syslog receiver as RFC 5424 messages over
@@ -180,23 +178,15 @@ func settled(ctx context.Context, c *net.TCPConn) error {
 		return fmt.Errorf("syslog: %w", err)
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		var outq, soErr int
+		var unacked int
 		var opErr error
-		if err := rc.Control(func(fd uintptr) {
-			if outq, opErr = unix.IoctlGetInt(int(fd), unix.TIOCOUTQ); opErr != nil {
-				return
-			}
-			soErr, opErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
-		}); err != nil {
+		if err := rc.Control(func(fd uintptr) { unacked, opErr = unacknowledged(fd) }); err != nil {
 			return fmt.Errorf("syslog: %w", err)
 		}
 		if opErr != nil {
 			return fmt.Errorf("syslog: %w", opErr)
 		}
-		if soErr != 0 {
-			return fmt.Errorf("syslog: the connection was reset: %w", syscall.Errno(soErr))
-		}
-		if outq == 0 {
+		if unacked == 0 {
 			return nil
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -54,8 +55,8 @@ func pendingPageTimes(tb testing.TB, b *browser, n int, want int) []time.Duratio
 // TestPendingPageWith1000Approvals is the figure: with 1,000 pending
 // approvals the pending page is served in 200 ms or less (p50).
 func TestPendingPageWith1000Approvals(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("a timing figure: not with -short or -race")
+	if testing.Short() || raceEnabled || os.Getenv("GUARD_TEST_WINE") != "" {
+		t.Skip("a timing figure: not with -short or -race, nor under wine")
 	}
 	e := newEnv(t)
 	withPending(t, e, 1000)

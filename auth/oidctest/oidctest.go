@@ -1,5 +1,5 @@
 // Package oidctest runs a real OpenID Connect provider in the test's own
-// process, as store/pgtest runs PostgreSQL: zitadel/oidc's op package with
+// process, as internal/pgtest runs PostgreSQL: zitadel/oidc's op package with
 // a small storage of users and clients the test defines. It issues JWT
 // access tokens for the audience a client asks for (RFC 8707's resource
 // parameter) or a fixed one, with the user's email and groups; it offers

@@ -38,7 +38,7 @@ type app struct {
 	logger *slog.Logger
 	// cpuProfile, when not "", is the file that `guard run` and `guard
 	// serve` write a CPU profile of their whole run to (GUARD_CPUPROFILE,
-	// set by guard bench --profile).
+	// set by guard-bench --profile).
 	cpuProfile string
 }
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", to tamper with PostgreSQL
 )
 

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
+
+	"github.com/guard-mcp/guard/internal/tmpfs"
 )
 
 // smallDisk mounts a 4 MiB tmpfs (a disk that fills) on DIR/data, DIR
@@ -13,18 +14,12 @@ import (
 // tmpfs can be mounted.
 func smallDisk(t *testing.T) (dir, data string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs (a disk that fills); run as root to test a full disk")
-	}
 	dir = t.TempDir()
 	data = filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", data, "tmpfs", 0, "size=4m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(data, syscall.MNT_DETACH) })
+	tmpfs.Mount(t, data, "4m")
 	return dir, data
 }
 

@@ -8,16 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
 )
@@ -65,7 +64,7 @@ func (iso *isolation) expose() {
 		}
 		f, err := os.OpenFile(iso.marker, os.O_RDWR|os.O_CREATE, 0o600)
 		if err == nil {
-			err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+			err = filelock.RLock(f)
 		}
 		if err != nil {
 			// The others cannot be told: this process's own answer
@@ -96,15 +95,14 @@ func (iso *isolation) othersExposed() bool {
 		return true
 	}
 	defer f.Close()
-	var st syscall.Stat_t
-	if syscall.Fstat(int(f.Fd()), &st) != nil || identityOf(&st) != iso.markerID {
+	if id, err := identifyOpen(f); err != nil || id != iso.markerID {
 		return true
 	}
 	// A shared lock held by any process makes an exclusive one fail.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		return true
 	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	_ = filelock.Unlock(f)
 	return false
 }
 
@@ -123,6 +121,14 @@ func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isol
 	}
 	return iso
 }
+
+// notOnThisOS is what guard says, at start and in guard policy check, on
+// an OS without isolation (macOS, Windows): there a server runs on the path
+// rules alone, as a matter of course rather than a fault of this system.
+var notOnThisOS = "isolation is not available on this OS (" + osName[runtime.GOOS] + "): the servers guard starts can reach guard's own files; only the path rules (guard-self-protection) protect them"
+
+// osName names the systems without isolation as their users do.
+var osName = map[string]string{"darwin": "macOS", "windows": "Windows", "linux": "Linux"}
 
 // errNotIsolated is why guard refused to start a server: it was to run
 // isolated (the probe at start found that isolation works here, or the
@@ -195,6 +201,9 @@ func (iso *isolation) settle(names []string, servers map[string]*policy.Server) 
 			iso.logger.Warn("isolation off for this server (sandbox: off): guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name)
 		case r.none != nil && srv.MustIsolate():
 			iso.logger.Error("the server will not be started: its settings say sandbox: on, and this system cannot isolate servers", "server", name, "cause", r.none)
+		case r.none != nil && !sandbox.OSSupported:
+			iso.expose()
+			iso.logger.Warn(notOnThisOS, "server", name)
 		case r.none != nil:
 			iso.expose()
 			iso.logger.Error("the server will run WITHOUT isolation: guard's own files will be reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", r.none)
@@ -232,6 +241,14 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 				return nil, err
 			}
 			iso.expose()
+			if !sandbox.OSSupported {
+				// Said at start (settle), and once more for a server
+				// not settled then.
+				if _, seen := iso.logged.LoadOrStore(name, true); !seen {
+					iso.logger.Warn(notOnThisOS, "server", name)
+				}
+				return cmd, cmd.Start()
+			}
 			iso.logger.Error("the server runs WITHOUT isolation: guard's own files are reachable by it; only the path rules (guard-self-protection) protect them", "server", name, "cause", none)
 			return cmd, cmd.Start()
 		}
@@ -422,7 +439,7 @@ func replaceableLink(p string) string {
 			return ""
 		}
 		if fi.Mode()&fs.ModeSymlink != 0 {
-			if unix.Access(d, unix.W_OK) == nil {
+			if writableDir(d) {
 				return next
 			}
 			if next, err = filepath.EvalSymlinks(next); err != nil {
@@ -461,7 +478,7 @@ func globDir(pat string) string {
 // under reports whether p is dir or below it.
 func under(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // dirIdentity is a directory's device and inode: whether the directory at
@@ -471,32 +488,16 @@ type dirIdentity struct{ dev, ino uint64 }
 // fileIdentity tells a file from another put in its place: the inode
 // number alone does not, since a removed file's number is soon reused, so
 // the time its inode last changed (its creation, for a file nobody chmods)
-// is part of it.
+// is part of it, in nanoseconds.
 type fileIdentity struct {
 	dirIdentity
-	ctime syscall.Timespec
-}
-
-func identityOf(st *syscall.Stat_t) fileIdentity {
-	return fileIdentity{dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, st.Ctim}
-}
-
-// identifyFile returns the identity of the file at path.
-func identifyFile(path string) (fileIdentity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
-	}
-	return identityOf(&st), nil
+	ctime int64
 }
 
 // identify returns the identity of the directory at path.
 func identify(path string) (dirIdentity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return dirIdentity{}, fmt.Errorf("the identity of %s: %w", path, err)
-	}
-	return dirIdentity{dev: uint64(st.Dev), ino: st.Ino}, nil
+	id, err := identifyFile(path)
+	return id.dirIdentity, err
 }
 
 // configDirReplaced reports whether the directory at path is no longer the

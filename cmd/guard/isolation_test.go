@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
-	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -305,8 +305,9 @@ func TestIsolationFailsClosedOnceProbed(t *testing.T) {
 }
 
 // Where the probe at start found no isolation on this system, a server
-// runs on the path rules alone, said at error level and counted as
-// exposed, unless its settings say sandbox: on: then it is refused.
+// runs on the path rules alone, said at error level (a warning on an OS
+// that has none: macOS, Windows) and counted as exposed, unless its
+// settings say sandbox: on: then it is refused.
 func TestNoIsolationHereFallsBackUnlessRequired(t *testing.T) {
 	cfg, err := policy.Parse([]byte("servers:\n  strict: {command: [x], sandbox: on}\n  plain: {command: [x]}\n"), "g.yaml")
 	if err != nil {
@@ -342,9 +343,29 @@ func TestNoIsolationHereFallsBackUnlessRequired(t *testing.T) {
 	if iso.everyServerIsolated() {
 		t.Fatal("the server without isolation does not count as exposed")
 	}
-	for _, want := range []string{`level=ERROR msg="the server will run WITHOUT isolation`, `level=ERROR msg="the server will not be started: its settings say sandbox: on`} {
+	fallback := `level=ERROR msg="the server will run WITHOUT isolation`
+	if !sandbox.OSSupported {
+		fallback = `level=WARN msg="isolation is not available on this OS (`
+	}
+	for _, want := range []string{fallback, `level=ERROR msg="the server will not be started: its settings say sandbox: on`} {
 		if !strings.Contains(log.String(), want) {
 			t.Fatalf("the log does not say %q:\n%s", want, log.String())
 		}
+	}
+}
+
+// guard policy check says, on an OS without isolation, that the path
+// rules alone protect guard's files, whether or not the configuration
+// names stdio servers; on Linux it says nothing of the OS.
+func TestPolicyCheckSaysWhereThereIsNoIsolation(t *testing.T) {
+	stdout, stderr, code := run(t, t.TempDir(), "policy", "check")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	said := strings.Contains(stdout, "NOT AVAILABLE: isolation is not available on this OS") &&
+		strings.Contains(stderr, "WARNING: isolation is not available on this OS") &&
+		strings.Contains(stderr, "only the path rules (guard-self-protection) protect them")
+	if said == sandbox.OSSupported {
+		t.Fatalf("isolation on this OS: %v; guard policy check said:\n%s\n%s", sandbox.OSSupported, stdout, stderr)
 	}
 }

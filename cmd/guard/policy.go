@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/sandbox"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -157,6 +158,12 @@ func listingNotes(c *policy.Config) []string {
 // nothing); it says so on stderr too when a server would not, or would
 // not be started.
 func checkIsolation(a *app, st *settings) {
+	if !sandbox.OSSupported {
+		// Whatever the configuration names: the servers of clients that
+		// guard wraps are not in it.
+		fmt.Fprintf(a.stdout, "\nisolation of stdio servers from guard's files: NOT AVAILABLE: %s\n", notOnThisOS)
+		fmt.Fprintf(a.stderr, "guard: WARNING: %s\n", notOnThisOS)
+	}
 	var names []string
 	for name, srv := range st.Config.Servers {
 		if len(srv.Command) > 0 {

@@ -6,7 +6,7 @@ import (
 )
 
 // cpuProfileEnv names the file a `guard run` or `guard serve` process
-// writes its CPU profile to (guard bench --profile sets it).
+// writes its CPU profile to (guard-bench --profile sets it).
 const cpuProfileEnv = "GUARD_CPUPROFILE"
 
 // profileCPU starts a CPU profile written to path and returns the function

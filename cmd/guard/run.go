@@ -119,13 +119,7 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 		defer signal.Stop(sigs)
-		// A client that went away makes a write to it fail (EPIPE) rather than
-		// end guard: its held calls are then withdrawn and recorded, and its
-		// server ended, before guard exits. (Caught, not ignored: the server
-		// starts with SIGPIPE's default action, as it would without guard.)
-		pipes := make(chan os.Signal, 1)
-		signal.Notify(pipes, syscall.SIGPIPE)
-		defer signal.Stop(pipes)
+		defer catchSIGPIPE()()
 
 		if *upstream != "" {
 			// A remote server for a stdio client: headers (credentials) come

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 )
 
 // copySource makes an SQLite log at path signed with the key file key:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -97,7 +95,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 			recordLifecycle(db, logger, l)
 			return
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) && !said {
+		if !addrInUse(err) && !said {
 			logger.Warn("approval UI: cannot listen; retrying", "listen", listen, "err", err)
 		}
 		said = true

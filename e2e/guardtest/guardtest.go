@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guard-mcp/guard/store/pgtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 )
 
 // Build builds guard's command (pkg, a path relative to the caller's

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ type Rsyslog struct {
 func NewRsyslog(t *testing.T, certs *Certs) *Rsyslog {
 	t.Helper()
 	bin, err := exec.LookPath("rsyslogd")
-	if err != nil {
+	if err != nil && runtime.GOOS != "windows" { // Debian's place is Unix's
 		if _, err := os.Stat("/usr/sbin/rsyslogd"); err == nil {
 			bin = "/usr/sbin/rsyslogd"
 		}

@@ -65,7 +65,9 @@ func (d *Daemon) Stop() {
 	if d.cmd == nil {
 		return
 	}
-	_ = syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM)
+	if d.cmd.Process.Signal(syscall.SIGTERM) != nil {
+		_ = d.cmd.Process.Kill() // Windows has no SIGTERM
+	}
 	<-d.exited
 	d.cmd = nil
 }

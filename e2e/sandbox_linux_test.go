@@ -15,11 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// filesystemServer is the reference filesystem server (npm).
-func filesystemServer(t *testing.T) string {
-	return guardtest.Peer(t, "GUARD_TEST_FILESYSTEM_SERVER", filepath.Join(guardtest.NodeModules(t), "@modelcontextprotocol/server-filesystem/dist/index.js"))
-}
-
 // The filesystem server, rooted at the home directory, cannot reach guard's
 // files there by any path — relative, dotted, absolute, ~, through a
 // symlink made before or after the start, through /proc/self/root or

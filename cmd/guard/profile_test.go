@@ -6,29 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/guard-mcp/guard/benchmark"
 )
-
-// The copy relay passes bytes through unchanged, whatever they are, and
-// exits with its child's status; it is not in the usage.
-func TestCopyRelay(t *testing.T) {
-	in := "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\nno newline at the end, \x00 and \xff"
-	var out, errb lockedBuffer
-	a := newApp(strings.NewReader(in), &out, &errb, func(string) string { return "" })
-	code := a.main(context.Background(), []string{benchmark.CopyRelayCommand, "--", "sh", "-c", "cat; echo to-stderr >&2; exit 3"})
-	if code != 3 || out.String() != in || errb.String() != "to-stderr\n" {
-		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 3 with the input and the child's stderr", code, out.String(), errb.String())
-	}
-	_, stderr, code := run(t, t.TempDir(), benchmark.CopyRelayCommand, "--", "sh", "-c", "kill -TERM $$")
-	if code != 128+15 {
-		t.Fatalf("exit %d (%s), want 143 for a child ended by SIGTERM", code, stderr)
-	}
-	_, stderr, _ = run(t, t.TempDir(), "help")
-	if strings.Contains(stderr, benchmark.CopyRelayCommand) {
-		t.Fatalf("the usage lists the copy relay:\n%s", stderr)
-	}
-}
 
 // With a profile file, guard run writes a CPU profile there by the time
 // it returns.

@@ -12,11 +12,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
-	"syscall"
 	"testing"
 )
 
@@ -34,10 +33,10 @@ type Cluster struct {
 	Port int
 	// URL is a connection URL for the cluster's superuser, guard,
 	// which needs no password from the loopback address.
-	URL  string
-	bin  string
-	opts string // the server's options (pg_ctl -o)
-	cred *syscall.Credential
+	URL   string
+	bin   string
+	opts  string // the server's options (pg_ctl -o)
+	owner *owner
 }
 
 // Bin returns the directory of PostgreSQL's programs, or "" when there
@@ -45,6 +44,9 @@ type Cluster struct {
 func Bin() string {
 	if d := os.Getenv(BinEnv); d != "" {
 		return d
+	}
+	if runtime.GOOS == "windows" {
+		return "" // Debian's place is Unix's (and Linux's programs do not run here)
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
@@ -108,18 +110,11 @@ func launch(bin string, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: dir, bin: bin}
-	// PostgreSQL refuses to run as root: the cluster belongs to nobody.
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("nobody")
-		if err != nil {
-			return nil, fmt.Errorf("running as root, and no unprivileged user to run PostgreSQL as: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
+	if c.owner, err = clusterOwner(); err != nil {
+		return nil, err
+	}
+	if err := c.owner.chown(dir); err != nil {
+		return nil, err
 	}
 	if c.Port, err = freePort(); err != nil {
 		return nil, err
@@ -176,9 +171,7 @@ func (c *Cluster) run(prog string, args ...string) error {
 	cmd.Dir = c.Dir
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	}
+	c.owner.runs(cmd)
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w\n%s", prog, err, out.Bytes())
 	}

@@ -17,13 +17,10 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
-	"github.com/guard-mcp/guard/store/pgtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// noUserNSEnv makes the test binary execWithoutUserNamespaces.
-const noUserNSEnv = "GUARD_E2E_NO_USERNS"
 
 // execWithoutUserNamespaces runs its arguments (os.Args[1:]) where no
 // user namespace can be created: it runs in a user namespace of its own

@@ -50,18 +50,14 @@ logfile = %s
 			t.Fatal(err)
 		}
 	}
-	if c.cred != nil {
-		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
-			if err := os.Chown(p, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-				t.Fatal(err)
-			}
+	for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
+		if err := c.owner.chown(p); err != nil {
+			t.Fatal(err)
 		}
 	}
 	cmd := exec.Command(BouncerBin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Dir = dir
-	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred} // it will not run as root
-	}
+	c.owner.runs(cmd) // it will not run as root
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
