@@ -107,6 +107,9 @@ func TestLinkedFile(t *testing.T) {
 	os.WriteFile(target, []byte(content), 0o600)
 	c, _ := Lookup("cursor")
 	f := &File{Client: c, Path: filepath.Join(dir, "mcp.json"), sections: [][]string{{"mcpServers"}}}
+	if os.Getenv("GUARD_TEST_WINE") != "" {
+		t.Skip("wine makes a link that its own open does not follow")
+	}
 	if err := os.Symlink(target, f.Path); err != nil {
 		t.Skip(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -145,6 +146,9 @@ func TestUserFilesFollowTheEnvironment(t *testing.T) {
 		{"linux", "codex", map[string]string{"CODEX_HOME": "/codex"}, "/codex/config.toml"},
 		{"windows", "claude-code", map[string]string{"CLAUDE_CONFIG_DIR": "/claude"}, "/claude/.claude.json"},
 	} {
+		if runtime.GOOS == "windows" && tc.goos != "windows" {
+			continue // a Unix path such as /xdg is not absolute to Windows's path package
+		}
 		c, err := Lookup(tc.client)
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +188,7 @@ func TestFindProjectFiles(t *testing.T) {
 				t.Errorf("Claude Code's user file has sections %v", f.Sections())
 			}
 		}
-		got = append(got, f.Client.Name+" "+rel)
+		got = append(got, f.Client.Name+" "+filepath.ToSlash(rel))
 	}
 	want := []string{"claude-code ~/.claude.json", "claude-code .mcp.json", "cursor .cursor/mcp.json", "vscode .vscode/mcp.json", "gemini-cli .gemini/settings.json"}
 	if !slices.Equal(got, want) {
