@@ -283,13 +283,18 @@ func TestAScheduledVerificationFailureIsLoggedCountedAndShown(t *testing.T) {
 
 // lockedLog is a process's stderr, read while it writes.
 type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{} // closed at the next write
 }
 
 func (l *lockedLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.written != nil {
+		close(l.written)
+		l.written = nil
+	}
 	return l.b.Write(p)
 }
 
@@ -297,4 +302,33 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// waitFor waits until the log holds every one of wants, or the process
+// has written nothing more for a while, and returns the log as it is
+// then. A process's stderr reaches the log through a pipe, after what
+// the process did next: what it logged may arrive after its answer.
+func (l *lockedLog) waitFor(quiet time.Duration, wants ...string) string {
+	for {
+		l.mu.Lock()
+		s := l.b.String()
+		all := true
+		for _, w := range wants {
+			all = all && strings.Contains(s, w)
+		}
+		if all {
+			l.mu.Unlock()
+			return s
+		}
+		if l.written == nil {
+			l.written = make(chan struct{})
+		}
+		next := l.written
+		l.mu.Unlock()
+		select {
+		case <-next:
+		case <-time.After(quiet):
+			return l.String()
+		}
+	}
 }

@@ -271,8 +271,9 @@ func TestSandboxRequiredButUnavailableRefuses(t *testing.T) {
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("the server ran")
 	}
-	if l := log.String(); !strings.Contains(l, `level=ERROR msg="the server will not be started: its settings say sandbox: on`) ||
-		!strings.Contains(l, `level=ERROR msg="server not started: it could not be isolated from guard's files" server=files`) {
+	said := []string{`level=ERROR msg="the server will not be started: its settings say sandbox: on`,
+		`level=ERROR msg="server not started: it could not be isolated from guard's files" server=files`}
+	if l := log.waitFor(10*time.Second, said...); !strings.Contains(l, said[0]) || !strings.Contains(l, said[1]) {
 		t.Fatalf("guard serve's log does not say it:\n%s", l)
 	}
 }
