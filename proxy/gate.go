@@ -22,7 +22,8 @@ func gatedServer(method string) bool {
 // or the refusal of a request the server would read differently (to the
 // server when toServer), and recorded both. Only tool calls can be held:
 // "approve" on another method denies, and says so.
-func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
+func (pl *pipeline) gate(msg wire.Message, c *call, toServer bool) bool {
+	s := pl.s
 	// The client's are decided on what they name (a uri, a prompt and its
 	// arguments), which must be what the server reads, as for a tools/call:
 	// a uri given twice is the first to the rules and the last to a
@@ -31,7 +32,7 @@ func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 	if !toServer {
 		if err := wire.Strict(msg.Raw); err != nil {
 			c.reason = err.Error()
-			s.refuseGated(c, false, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+			s.pipe.refuseGated(c, false, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
 			return false
 		}
 	}
@@ -61,15 +62,16 @@ func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 		text = "Denied: rule " + v.Rule + " holds " + c.method + " for approval, and only tool calls can wait for one"
 		c.reason = text
 	}
-	s.refuseGated(c, toServer, guard.OutcomeDenied, wire.ErrorResponse(c.origID, CodeDenied, text, nil))
+	s.pipe.refuseGated(c, toServer, guard.OutcomeDenied, wire.ErrorResponse(c.origID, CodeDenied, text, nil))
 	return false
 }
 
 // refuseGated answers a gated request with data, guard's refusal, and
 // records it with its outcome: the client's, or the server's (toServer).
-func (s *Session) refuseGated(c *call, toServer bool, outcome string, data []byte) {
+func (pl *pipeline) refuseGated(c *call, toServer bool, outcome string, data []byte) {
+	s := pl.s
 	if !toServer {
-		s.conclude(c, true, outcome, data)
+		s.pipe.conclude(c, true, outcome, data)
 		return
 	}
 	out := s.record(guard.KindOutcome, c)

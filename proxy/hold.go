@@ -30,7 +30,8 @@ type held struct {
 }
 
 // hold keeps a call until a person decides, while the relay goes on.
-func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
+func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
+	s := hs.s
 	h := &held{s: s, c: c, msg: msg, v: v, pc: pc}
 	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
 		return
@@ -55,7 +56,7 @@ func (h *held) digestArgs() bool {
 		if err != nil {
 			text = "Refused: the arguments could not be digested: " + err.Error()
 		}
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
+		s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
 		return false
 	}
 	h.digest = digest
@@ -65,7 +66,7 @@ func (h *held) digestArgs() bool {
 // usePrior lets a repeated call that a person approved pass, once.
 func (h *held) usePrior() bool {
 	s, c := h.s, h.c
-	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.holdScope())
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.holds.holdScope())
 	if err != nil || !ok {
 		return false
 	}
@@ -73,8 +74,8 @@ func (h *held) usePrior() bool {
 		// A person let this call past the tool's review: the rules
 		// decide it now, on the definition a person accepted.
 		c.approval = a.ID
-		h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
-		s.apply(h.msg, c, h.pc, c.recorded.Load())
+		h.pc.Review, h.pc.Tool = nil, s.pipe.trusted(h.pc.Tool)
+		s.pipe.apply(h.msg, c, h.pc, c.recorded.Load())
 		return true
 	}
 	c.decision, c.decidedBy, c.approval = guard.DecisionAllowed, a.DecidedBy, a.ID
@@ -120,7 +121,7 @@ func (h *held) reserve() bool {
 	if full {
 		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
 		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
-		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
+		s.pipe.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
 			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
 		return false
 	}
@@ -146,20 +147,20 @@ func (h *held) store() bool {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.holds.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
 	if err != nil {
 		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
-		s.conclude(c, true, guard.OutcomeProtocolError,
+		s.pipe.conclude(c, true, guard.OutcomeProtocolError,
 			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
 		return false
 	}
 	h.a = a
 	c.approval = a.ID
 	if h.v.Rule == guard.ToolReviewRule {
-		s.noteReviewHold(c.tool, h.digest, a.ID)
+		s.holds.noteReviewHold(c.tool, h.digest, a.ID)
 	}
 	return true
 }
@@ -169,7 +170,8 @@ func (h *held) store() bool {
 // it waiting for a person's own decision (the change weakened a hint),
 // and the same call made again must then wait for that decision too,
 // rather than pass under the accepted definition (see heldForReview).
-func (s *Session) noteReviewHold(tool, digest, id string) {
+func (hs *holds) noteReviewHold(tool, digest, id string) {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.reviewHolds == nil {
@@ -184,7 +186,8 @@ func (s *Session) noteReviewHold(tool, digest, id string) {
 // heldForReview reports whether a call the rules allow repeats one of this
 // session still held for its tool's review: it waits for that decision
 // too. Only a tool with such a hold costs a read of it.
-func (s *Session) heldForReview(c *call) bool {
+func (hs *holds) heldForReview(c *call) bool {
+	s := hs.s
 	s.mu.Lock()
 	byDigest := s.reviewHolds[c.tool]
 	s.mu.Unlock()
@@ -216,21 +219,23 @@ func (s *Session) heldForReview(c *call) bool {
 // endHolds settles the session's open approvals once it has ended: those
 // of calls told to retry can no longer be used by this session (see
 // approvals.Manager.SessionEnded).
-func (s *Session) endHolds() {
+func (hs *holds) endHolds() {
+	s := hs.s
 	if s.opts.Holds == nil || s.opts.HoldScope != "" {
 		return // the client's holds outlive a session-less relay
 	}
-	if s.leftReason() != "" {
+	if s.holds.leftReason() != "" {
 		return // settled when the client went
 	}
-	if err := s.opts.Holds.SessionEnded(context.Background(), s.id, s.endReason()); err != nil {
+	if err := s.opts.Holds.SessionEnded(context.Background(), s.id, s.holds.endReason()); err != nil {
 		s.opts.Logger.Error("the approvals of an ended session were not settled", "session", s.id, "err", err)
 	}
 }
 
 // holdScope is what approvals scoped to a session see as this session
 // (Options.HoldScope).
-func (s *Session) holdScope() string {
+func (hs *holds) holdScope() string {
+	s := hs.s
 	if s.opts.HoldScope != "" {
 		return s.opts.HoldScope
 	}
@@ -240,7 +245,8 @@ func (s *Session) holdScope() string {
 // withdraw withdraws an approval whose call can no longer go on; the
 // withdrawal is recorded in the audit log (a failure is logged: the call
 // is answered either way, and the approval expires in time).
-func (s *Session) withdraw(id, reason string) {
+func (hs *holds) withdraw(id, reason string) {
+	s := hs.s
 	if err := s.opts.Holds.Withdraw(context.Background(), id, reason); err != nil {
 		s.opts.Logger.Error("approval not withdrawn", "approval", id, "err", err)
 	}
@@ -262,7 +268,7 @@ func (h *held) record() bool {
 	if err == nil {
 		return true
 	}
-	s.withdraw(h.a.ID, "the call's request could not be recorded")
+	s.holds.withdraw(h.a.ID, "the call's request could not be recorded")
 	if c.end() {
 		s.forget(c)
 		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
@@ -287,7 +293,7 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 		}
 	}()
 	if c.progress != nil {
-		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
+		s.holds.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
 	}
 	s.mu.Lock()
 	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand && decidableInBand(a)
@@ -296,15 +302,15 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	if inBand && modern {
 		// 2026-07-28: guard's own input request, answered in the
 		// client's next round of this call.
-		s.askInRound(c, a)
+		s.holds.askInRound(c, a)
 		return guard.WaitResult{}, nil, false
 	}
 	if inBand {
-		go s.askClient(ctx, a)
+		go s.holds.askClient(ctx, a)
 	}
 	res, err := s.opts.Holds.Await(ctx, a.ID, func(m string) {
 		if c.progress != nil {
-			s.sendProgress(c, m)
+			s.holds.sendProgress(c, m)
 		}
 	})
 	cancel()
@@ -313,18 +319,18 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	c.holding = false
 	s.mu.Unlock()
 	if c.isWithdrawn() {
-		if why := s.goneReason(c); why != "" {
+		if why := s.holds.goneReason(c); why != "" {
 			h.leave(why)
 			return res, err, false
 		}
-		s.withdraw(a.ID, "the client cancelled the call")
-		s.withdrawn(c)
+		s.holds.withdraw(a.ID, "the client cancelled the call")
+		s.pipe.withdrawn(c)
 		return res, err, false
 	}
 	if errors.Is(err, context.Canceled) {
 		// The session ended (ServerGone answered): the call can no
 		// longer be forwarded, so its approval is withdrawn.
-		s.withdraw(a.ID, "the session ended")
+		s.holds.withdraw(a.ID, "the session ended")
 		return res, err, false
 	}
 	return res, err, true
@@ -359,7 +365,7 @@ func (h *held) settle(res guard.WaitResult, err error) {
 	s, c, a := h.s, h.c, h.a
 	if err != nil {
 		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
-		s.conclude(c, false, guard.OutcomeProtocolError,
+		s.pipe.conclude(c, false, guard.OutcomeProtocolError,
 			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
 		return
 	}
@@ -377,30 +383,31 @@ func (h *held) settle(res guard.WaitResult, err error) {
 			// Released from the tool's review (by a person, or by
 			// accepting the definition): the rules decide it now, on
 			// the definition a person accepted.
-			h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
-			s.apply(h.msg, c, h.pc, true)
+			h.pc.Review, h.pc.Tool = nil, s.pipe.trusted(h.pc.Tool)
+			s.pipe.apply(h.msg, c, h.pc, true)
 			return
 		}
 		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
 		s.forward(h.msg, c, true)
 	case guard.WaitDenied:
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
+		s.pipe.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
 	case guard.WaitExpired:
 		c.reason = "no decision within the approval timeout"
-		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
+		s.pipe.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
 	case guard.WaitWithdrawn:
 		c.reason = "withdrawn"
-		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
+		s.pipe.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
 	default: // the wait limit
-		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a)))
+		s.pipe.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a)))
 	}
 }
 
 // sendProgress tells a client that set a progressToken that its call is
 // still waiting. The values guard sends count up from 1; the server's own
 // progress for the call is shifted past them once it is forwarded.
-func (s *Session) sendProgress(c *call, text string) {
+func (hs *holds) sendProgress(c *call, text string) {
+	s := hs.s
 	c.progBase++
 	data, err := wire.Notification("notifications/progress", map[string]any{
 		"progressToken": json.RawMessage(c.progress),
@@ -421,3 +428,7 @@ func (c *call) holdID() string {
 	}
 	return guard.NewID()
 }
+
+// holds are a session's calls waiting for a person: the wait, the
+// question asked in band, and the settling of holds whose client went away.
+type holds struct{ s *Session }

@@ -20,7 +20,8 @@ import (
 // waits in the browser and on the command line. The first decision wins:
 // an answer here decides the approval; a decision made elsewhere first
 // cancels the question. It returns when either happens or ctx ends.
-func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
+func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
+	s := hs.s
 	params := approvalQuestion(a)
 	delete(params, "mode") // before modes existed, every elicitation was a form
 	s.mu.Lock()
@@ -39,7 +40,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 	s.toClient.push(item{msg: unparsed(data)})
 	select {
 	case m := <-c.own:
-		s.inBandAnswer(a, m)
+		s.holds.inBandAnswer(a, m)
 	case <-ctx.Done():
 		// Decided elsewhere, withdrawn, or the session ended: the
 		// question is withdrawn from the client too.
@@ -55,7 +56,8 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 
 // inBandAnswer turns the client's answer into a decision. Declining is a
 // denial; cancelling leaves the call to the other ways of deciding.
-func (s *Session) inBandAnswer(a *guard.Approval, m wire.Message) {
+func (hs *holds) inBandAnswer(a *guard.Approval, m wire.Message) {
+	s := hs.s
 	var r struct {
 		Action  string `json:"action"`
 		Content struct {
@@ -133,7 +135,8 @@ func approvalQuestion(a *guard.Approval) map[string]any {
 // stateFor is guard's requestState for a held call: the approval's id,
 // signed with the session's key over the call's tool and arguments, so
 // that a round cannot claim another call's approval.
-func (s *Session) stateFor(id, tool string, args []byte) string {
+func (hs *holds) stateFor(id, tool string, args []byte) string {
+	s := hs.s
 	d, _ := guard.Digest(args)
 	mac := hmac.New(sha256.New, s.stateKey[:])
 	fmt.Fprintf(mac, "%s\x00%s\x00%s", id, tool, d)
@@ -143,29 +146,31 @@ func (s *Session) stateFor(id, tool string, args []byte) string {
 // askInRound answers a held call (2026-07-28) with guard's own input
 // request; the approval stays pending, in the browser too, and the
 // client's next round carries the person's answer.
-func (s *Session) askInRound(c *call, a *guard.Approval) {
+func (hs *holds) askInRound(c *call, a *guard.Approval) {
+	s := hs.s
 	result := map[string]any{
 		"resultType":    "input_required",
 		"inputRequests": map[string]any{guardInput: map[string]any{"method": "elicitation/create", "params": approvalQuestion(a)}},
-		"requestState":  s.stateFor(a.ID, c.tool, c.args),
+		"requestState":  s.holds.stateFor(a.ID, c.tool, c.args),
 	}
 	data, err := wire.Response(c.origID, result)
 	if err != nil {
 		data = wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the question could not be made", nil)
 	}
 	c.reason = "asked the person at the client (approval " + a.ID + ")"
-	s.conclude(c, false, guard.OutcomeInputRequired, data)
+	s.pipe.conclude(c, false, guard.OutcomeInputRequired, data)
 }
 
 // answeredInRound takes the client's next round of a call guard asked
 // about: the answer decides the approval (unless someone decided first),
 // then the call goes to the server without guard's members, or is denied.
-func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
+func (hs *holds) answeredInRound(msg wire.Message, c *call, state string) {
+	s := hs.s
 	rest := strings.TrimPrefix(state, guardStatePrefix)
 	id, _, _ := strings.Cut(rest, ".")
-	if !hmac.Equal([]byte(state), []byte(s.stateFor(id, c.tool, c.args))) {
+	if !hmac.Equal([]byte(state), []byte(s.holds.stateFor(id, c.tool, c.args))) {
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, "guard", "a requestState of guard's that this call does not match"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams,
+		s.pipe.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams,
 			"Invalid params: the requestState does not belong to this call", nil))
 		return
 	}
@@ -174,24 +179,24 @@ func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
 	var responses map[string]json.RawMessage
 	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
 	if r := responses[guardInput]; r != nil {
-		s.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+		s.holds.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
 	}
 	// The first decision wins: the answer above, or one made before it.
 	a, err := s.opts.Holds.Get(s.ctx, id)
 	if err != nil {
 		c.decision, c.reason = guard.DecisionDenied, "approval "+id+" not readable: "+err.Error()
-		s.conclude(c, true, guard.OutcomeProtocolError,
+		s.pipe.conclude(c, true, guard.OutcomeProtocolError,
 			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
 		return
 	}
 	switch a.State {
 	case guard.ApprovalDenied:
 		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
+		s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
 		return
 	case guard.ApprovalExpired, guard.ApprovalWithdrawn, guard.ApprovalUsed:
 		c.decision, c.reason = guard.DecisionDenied, "approval "+a.State
-		s.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
+		s.pipe.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
 		return
 	}
 	// The call goes on as the round the server should see: guard's
@@ -202,13 +207,13 @@ func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
 	}
 	c.askedInBand = true
 	if tool := s.catalog.get(c.tool); tool != nil {
-		s.decide(fwd, c, tool)
+		s.pipe.decide(fwd, c, tool)
 		return
 	}
 	// The round reached a session that has not read the server's tools
 	// yet (another replica than the first round's): it reads them, as
 	// for any call of a tool it has not seen.
-	go s.unknownTool(fwd, c)
+	go s.pipe.unknownTool(fwd, c)
 }
 
 // withoutParams returns the message with members of its params removed.

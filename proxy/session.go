@@ -155,6 +155,12 @@ type Session struct {
 	persistMu   sync.Mutex
 	persistCond *sync.Cond
 	persisting  int // listings being recorded
+
+	// The session's parts: the tools/call pipeline, the holds and the
+	// listings. Each reads the session's state through it.
+	pipe  *pipeline
+	holds *holds
+	lists *lister
 }
 
 // NewSession returns a session; the transport drains ToServer and ToClient.
@@ -182,10 +188,11 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	mint := func(n uint64) []byte {
 		return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(n, 10)))
 	}
+	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
 	s.persistCond = sync.NewCond(&s.persistMu)
 	if opts.Watch != nil {
-		go s.watchListing()
+		go s.lists.watchListing()
 	}
 	if len(opts.StateKey) > 0 {
 		s.stateKey = sha256.Sum256(opts.StateKey)
@@ -271,17 +278,10 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 	if kind == guard.KindRequest {
 		r.RequestSize = int64(c.reqSize)
 		if c.args != nil {
-			r.Arguments = s.resultText(c.args)
+			r.Arguments = auditText(&s.opts, c.args)
 		}
 	}
 	return r
-}
-
-func (s *Session) redact(raw []byte) string {
-	if s.opts.Redactor == nil {
-		return string(raw)
-	}
-	return s.opts.Redactor.Redact(raw)
 }
 
 // event records something guard noticed outside any invocation: a refused
@@ -589,14 +589,14 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	}
 	switch msg.Method {
 	case "tools/call":
-		s.toolCall(msg, c, p)
+		s.pipe.toolCall(msg, c, p)
 		return
 	case "tools/list":
 		c.nextPage = wire.ParamsMember(msg.Params, "cursor") != nil
 	case "subscriptions/listen":
-		s.noteListen(msg, c)
+		s.lists.noteListen(msg, c)
 	}
-	if gatedClient(msg.Method) && !s.gate(msg, c, false) {
+	if gatedClient(msg.Method) && !s.pipe.gate(msg, c, false) {
 		return
 	}
 	s.forward(msg, c, false)
@@ -611,20 +611,20 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
-		s.serverGoneAnswer(c)
+		s.pipe.serverGoneAnswer(c)
 		return
 	}
 	defer c.decided()
 	if c.withdrawn != nil && c.isWithdrawn() {
 		// The client cancelled it while it was being decided.
 		s.mu.Unlock()
-		s.withdrawn(c)
+		s.pipe.withdrawn(c)
 		return
 	}
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
-	fwd := s.mapID(msg, c, s.up)
+	fwd := mapID(msg, c, s.up)
 	if !recorded {
 		// Marked before the lock goes: a cancellation that finds the
 		// call forwarded must not record its request a second time.
@@ -647,8 +647,8 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 // mapID registers a request forwarded in one direction under the id it is
 // sent with: its own, unless a request with that id is already in flight
 // that way, in which case it gets one of guard's. It returns the message to
-// send. The caller holds s.mu.
-func (s *Session) mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
+// send. The caller holds the session's lock.
+func mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
 	sent, key, renamed := inFlight.add(c.origID, c)
 	c.sentKey = key
 	if renamed {
@@ -672,7 +672,8 @@ func (s *Session) forget(c *call) {
 
 // conclude ends a client request inside guard with guard's own answer:
 // see settle.
-func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byte) {
+func (pl *pipeline) conclude(c *call, withRequest bool, outcome string, data []byte) {
+	s := pl.s
 	s.settle(c, ending{outcome: outcome, answer: data, withRequest: withRequest})
 }
 
@@ -737,7 +738,8 @@ func (s *Session) settle(c *call, e ending) {
 
 // withdrawn records a call the client cancelled before it was forwarded;
 // per the specification, a cancelled request gets no answer.
-func (s *Session) withdrawn(c *call) {
+func (pl *pipeline) withdrawn(c *call) {
+	s := pl.s
 	s.settle(c, ending{outcome: guard.OutcomeCancelled})
 }
 
@@ -809,7 +811,7 @@ func (s *Session) clientCancelled(msg wire.Message) {
 		s.toServer.push(item{msg: msg})
 	}
 	if c != nil {
-		s.cancelled(c, why)
+		s.pipe.cancelled(c, why)
 	}
 }
 
@@ -844,7 +846,8 @@ func (s *Session) cancelInFlight(c *call) {
 // cancelled. Per the specification a cancelled request gets no answer: the
 // server's, should one still come, is dropped (serverResponse finds the
 // call ended).
-func (s *Session) cancelled(c *call, why string) {
+func (pl *pipeline) cancelled(c *call, why string) {
+	s := pl.s
 	detail := map[string]any{"cancelled_by": "client"}
 	if why != "" {
 		detail["cancel_reason"] = why
@@ -898,16 +901,16 @@ func (s *Session) answered(msg wire.Message, c *call) (wire.Message, *guard.Reco
 		ans = wire.WithID(msg, c.origID)
 	}
 	out := s.record(guard.KindOutcome, c)
-	out.Outcome, out.Result = s.outcomeOf(msg)
+	out.Outcome, out.Result = responseOutcome(&s.opts, msg)
 	out.ResponseSize = int64(len(msg.Raw))
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
 	return ans, out
 }
 
-// outcomeOf classifies a response and returns its recorded result.
-func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
+// responseOutcome classifies a response and returns its recorded result.
+func responseOutcome(o *Options, msg wire.Message) (outcome, result string) {
 	if msg.Error != nil {
-		return guard.OutcomeProtocolError, s.resultText(msg.Error)
+		return guard.OutcomeProtocolError, auditText(o, msg.Error)
 	}
 	outcome = guard.OutcomeOK
 	var m [2][]byte
@@ -918,18 +921,21 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 	if wire.StringIs(m[1], "input_required") {
 		outcome = guard.OutcomeInputRequired
 	}
-	return outcome, s.resultText(msg.Result)
+	return outcome, auditText(o, msg.Result)
 }
 
-// resultText is what the audit keeps of arguments or a result: redacted,
+// auditText is what the audit keeps of arguments or a result: redacted,
 // and for a text over MaxResult only its size and the SHA-256 of its bytes.
-func (s *Session) resultText(raw []byte) string {
-	if len(raw) > s.opts.MaxResult {
+func auditText(o *Options, raw []byte) string {
+	if len(raw) > o.MaxResult {
 		sum := sha256.Sum256(raw)
 		b, _ := json.Marshal(map[string]any{"truncated": true, "size": len(raw), "sha256": hex.EncodeToString(sum[:])})
 		return string(b)
 	}
-	return s.redact(raw)
+	if o.Redactor == nil {
+		return string(raw)
+	}
+	return o.Redactor.Redact(raw)
 }
 
 // refusedServerRequest answers, and reports, a server request whose id no
@@ -1053,16 +1059,16 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 				s.mu.Unlock()
 			}
 		}
-		if msg.Result != nil && s.rewritesListing() {
+		if msg.Result != nil && s.lists.rewritesListing() {
 			msg = declareListChanged(msg)
 		}
 	case "tools/list":
-		if msg.Result != nil && s.rewritesListing() {
-			s.listed(msg, c)
+		if msg.Result != nil && s.lists.rewritesListing() {
+			s.lists.listed(msg, c)
 			return
 		}
 		if msg.Result != nil {
-			s.learnTools(msg.Result, false)
+			s.lists.learnTools(msg.Result, false)
 		}
 	case "subscriptions/listen":
 		s.mu.Lock()
@@ -1074,16 +1080,16 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	switch {
 	case refused != "":
 		invalidOutcome(out, size, refused)
-		data = s.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
+		data = s.pipe.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
 	case msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get"):
 		if err := wire.StrictResult(msg.Result, c.method == "tools/call"); err != nil {
 			// The record keeps the result, for what the server said.
 			invalidOutcome(out, size, err.Error())
-			data = s.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
+			data = s.pipe.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
 		}
 	}
 	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
-		data = s.checkOutput(c, msg, data, out)
+		data = s.pipe.checkOutput(c, msg, data, out)
 	}
 	if s.opts.MaskResults != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
 		if masked, n := s.opts.MaskResults(data); n > 0 {
@@ -1091,7 +1097,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 		}
 	}
 	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
-		s.noteRound(c, msg.Result)
+		s.pipe.noteRound(c, msg.Result)
 	}
 	if c.progBase > 0 {
 		s.mu.Lock()
@@ -1106,25 +1112,27 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 }
 
 // learnTools updates the catalog from one tools/list page and persists it.
-func (s *Session) learnTools(result []byte, replace bool) (next string) {
+func (ls *lister) learnTools(result []byte, replace bool) (next string) {
+	s := ls.s
 	tools, next, err := parseTools(s.opts.Server, result)
 	if err != nil {
 		s.opts.Logger.Warn("tools/list", "server", s.opts.Server, "err", err)
 	}
 	s.catalog.add(tools, replace)
-	s.persistTools(tools)
+	s.lists.persistTools(tools)
 	return next
 }
 
 // persistTools records tool definitions in the catalog store, off the
 // relay's path.
-func (s *Session) persistTools(tools []guard.Tool) {
+func (ls *lister) persistTools(tools []guard.Tool) {
+	s := ls.s
 	if s.opts.Catalog != nil && len(tools) > 0 {
 		seen := s.now()
-		s.persistStart()
+		s.lists.persistStart()
 		go func() {
-			defer s.persistEnd()
-			s.scanTools(tools)
+			defer s.lists.persistEnd()
+			s.lists.scanTools(tools)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, seen, s.opts.AcceptNewTools); err != nil {
@@ -1144,11 +1152,11 @@ func (s *Session) serverRequest(msg wire.Message) {
 		start:   s.now(),
 		reqSize: len(msg.Raw),
 	}
-	if gatedServer(msg.Method) && !s.gate(msg, c, true) {
+	if gatedServer(msg.Method) && !s.pipe.gate(msg, c, true) {
 		return
 	}
 	s.mu.Lock()
-	fwd := s.mapID(msg, c, s.down)
+	fwd := mapID(msg, c, s.down)
 	s.mu.Unlock()
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
@@ -1166,11 +1174,11 @@ func (s *Session) serverNotification(msg wire.Message) {
 	}
 	switch msg.Method {
 	case "notifications/subscriptions/acknowledged":
-		s.toClient.push(item{msg: s.acknowledged(msg)})
+		s.toClient.push(item{msg: s.lists.acknowledged(msg)})
 		return
 	case "notifications/tools/list_changed":
 		s.toClient.push(item{msg: msg})
-		go s.refreshTools()
+		go s.pipe.refreshTools()
 		return
 	case "notifications/progress":
 		if tok := wire.ParamsMember(msg.Params, "progressToken"); tok != nil {
@@ -1212,13 +1220,14 @@ func (s *Session) ServerGone(code int, status string) {
 			close(c.own)
 			continue
 		}
-		s.serverGoneAnswer(c)
+		s.pipe.serverGoneAnswer(c)
 	}
 	s.cancel()
-	s.endHolds()
+	s.holds.endHolds()
 }
 
-func (s *Session) serverGoneAnswer(c *call) {
+func (pl *pipeline) serverGoneAnswer(c *call) {
+	s := pl.s
 	s.mu.Lock()
 	status := s.exit
 	s.mu.Unlock()
@@ -1226,7 +1235,7 @@ func (s *Session) serverGoneAnswer(c *call) {
 		status = "status unknown"
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
-	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+	s.pipe.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
 }
 
 // refuseResult is what the client reads in place of a result guard
@@ -1238,7 +1247,8 @@ func (s *Session) serverGoneAnswer(c *call) {
 // guard's checks the first; invalid UTF-8; in a tools/call result a case
 // variant of a member the protocol defines) or cannot read it at all
 // (nested too deep).
-func (s *Session) refuseResult(c *call, text string) []byte {
+func (pl *pipeline) refuseResult(c *call, text string) []byte {
+	s := pl.s
 	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "why", text)
 	text = "Refused: " + text
 	if c.method == "tools/call" {
@@ -1251,7 +1261,8 @@ func (s *Session) refuseResult(c *call, text string) []byte {
 // outputSchema. With output: enforce a result that breaks it is replaced by
 // an error the model reads; with warn it passes. Either way the record
 // keeps the result and the violation.
-func (s *Session) checkOutput(c *call, msg wire.Message, data []byte, out *guard.Record) []byte {
+func (pl *pipeline) checkOutput(c *call, msg wire.Message, data []byte, out *guard.Record) []byte {
+	s := pl.s
 	if s.opts.Contracts == nil || c.def == nil {
 		return data
 	}

@@ -36,13 +36,14 @@ func readToolCall(params []byte) toolCallParams {
 // decides on exactly what the server will read: a message with duplicate
 // keys, keys differing only in case or invalid UTF-8 is refused before
 // anything found in it is used.
-func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
+func (pl *pipeline) toolCall(msg wire.Message, c *call, p toolCallParams) {
+	s := pl.s
 	s.deciding.Add(1)
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
 	if err := wire.Strict(msg.Raw); err != nil {
 		c.reason = err.Error()
-		s.conclude(c, true, guard.OutcomeInvalid,
+		s.pipe.conclude(c, true, guard.OutcomeInvalid,
 			wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
 		return
 	}
@@ -51,7 +52,7 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	name, ok := wire.String(p.name)
 	if !ok || name == "" {
 		c.reason = "Invalid params: tools/call needs a tool name"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
+		s.pipe.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
 	c.tool = name
@@ -60,7 +61,7 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 		c.args = []byte("{}")
 	} else if c.args[0] != '{' {
 		c.reason = "Invalid params: arguments must be an object"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
+		s.pipe.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
 		return
 	}
 	if tok := p.meta.progressToken; len(tok) > 0 && string(tok) != "null" {
@@ -79,7 +80,7 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 				}
 				s.mu.Unlock()
 				c.withdrawn = make(chan struct{})
-				s.answeredInRound(msg, c, v)
+				s.holds.answeredInRound(msg, c, v)
 				return
 			}
 			round = "state\x00" + v
@@ -95,20 +96,21 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	}
 	s.mu.Unlock()
 
-	if round != "" && s.continueRound(msg, c, round) {
+	if round != "" && s.pipe.continueRound(msg, c, round) {
 		return
 	}
 	if tool := s.catalog.get(c.tool); tool != nil {
-		s.decide(msg, c, tool)
+		s.pipe.decide(msg, c, tool)
 		return
 	}
-	go s.unknownTool(msg, c)
+	go s.pipe.unknownTool(msg, c)
 }
 
 // continueRound passes a later round of a 2026-07-28 call that guard let
 // through before: it is the same call, recorded under the same id, and is
 // not held again.
-func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
+func (pl *pipeline) continueRound(msg wire.Message, c *call, key string) bool {
+	s := pl.s
 	s.mu.Lock()
 	prev := s.rounds[key]
 	delete(s.rounds, key)
@@ -122,7 +124,7 @@ func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
 		// Kept for every replica too: taken there as well, so that
 		// the round is continued once.
 		ctx, cancel := context.WithTimeout(s.ctx, roundTimeout)
-		shared, err := s.opts.Rounds.TakeRound(ctx, s.sharedRoundKey(key))
+		shared, err := s.opts.Rounds.TakeRound(ctx, s.pipe.sharedRoundKey(key))
 		cancel()
 		if err != nil {
 			s.opts.Logger.Warn("a later round's call could not be looked up among the replicas': it is decided anew", "tool", c.tool, "err", err)
@@ -148,7 +150,8 @@ const roundTimeout = 5 * time.Second
 
 // sharedRoundKey scopes a round's key to the server and the client, among
 // every session of every replica.
-func (s *Session) sharedRoundKey(key string) string {
+func (pl *pipeline) sharedRoundKey(key string) string {
+	s := pl.s
 	sum := sha256.Sum256([]byte(s.opts.Server + "\x00" + s.opts.ClientName + "\x00" + key))
 	return hex.EncodeToString(sum[:])
 }
@@ -157,7 +160,8 @@ func (s *Session) sharedRoundKey(key string) string {
 // round of the same call goes through without a second decision: in the
 // session, and, with Options.Rounds, for every replica, before the answer
 // reaches the client.
-func (s *Session) noteRound(c *call, result []byte) {
+func (pl *pipeline) noteRound(c *call, result []byte) {
+	s := pl.s
 	if c.decision != guard.DecisionAllowed {
 		return
 	}
@@ -180,7 +184,7 @@ func (s *Session) noteRound(c *call, result []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), roundTimeout)
 	defer cancel()
 	r := guard.Round{CallID: c.id, Tool: c.tool, ArgsDigest: d, Pin: c.pin, Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason}
-	if err := s.opts.Rounds.NoteRound(ctx, s.sharedRoundKey(key), r, s.now().Add(s.opts.ApprovalTimeout)); err != nil {
+	if err := s.opts.Rounds.NoteRound(ctx, s.pipe.sharedRoundKey(key), r, s.now().Add(s.opts.ApprovalTimeout)); err != nil {
 		s.opts.Logger.Warn("a round could not be kept for the other replicas: the client's next round is decided anew there", "tool", c.tool, "err", err)
 	}
 }
@@ -195,27 +199,28 @@ func roundKey(tool string, args []byte) string {
 	return "call\x00" + tool + "\x00" + d
 }
 
-func (s *Session) unknownTool(msg wire.Message, c *call) {
-	err := s.refreshTools()
+func (pl *pipeline) unknownTool(msg wire.Message, c *call) {
+	s := pl.s
+	err := s.pipe.refreshTools()
 	if c.isWithdrawn() {
-		s.withdrawn(c)
+		s.pipe.withdrawn(c)
 		return
 	}
 	tool := s.catalog.get(c.tool)
 	if tool == nil && errors.Is(err, errNoAnswer) {
 		// The tool may exist: guard could not see the list, and says so.
 		c.reason = fmt.Sprintf("the server did not answer tools/list within %v", s.opts.RefreshTimeout)
-		s.conclude(c, true, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError,
+		s.pipe.conclude(c, true, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError,
 			fmt.Sprintf("Refused: the server did not answer tools/list within %v, so guard cannot judge a call of %q", s.opts.RefreshTimeout, c.tool), nil))
 		return
 	}
 	if tool == nil {
 		c.reason = "unknown tool"
-		s.conclude(c, true, guard.OutcomeInvalid,
+		s.pipe.conclude(c, true, guard.OutcomeInvalid,
 			wire.ErrorResponse(c.origID, wire.CodeInvalidParams, "Unknown tool: "+c.tool, nil))
 		return
 	}
-	s.decide(msg, c, tool)
+	s.pipe.decide(msg, c, tool)
 }
 
 func (c *call) isWithdrawn() bool {
@@ -227,7 +232,8 @@ func (c *call) isWithdrawn() bool {
 	}
 }
 
-func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
+func (pl *pipeline) decide(msg wire.Message, c *call, tool *guard.Tool) {
+	s := pl.s
 	c.pin, c.def = tool.Pin, tool
 	ci, proto := s.clientInfo()
 	ci.Protocol = proto
@@ -250,35 +256,36 @@ func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
 			// An unusable schema fails closed.
 			c.decision, c.decidedBy = guard.DecisionDenied, guard.InputSchemaRule
 			c.reason = err.Error()
-			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
+			s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
 				"Refused: the inputSchema of tool %q on server %q cannot be used: %v", c.tool, s.opts.Server, err)))
 			return
 		}
 		pc.Violations = v
 	}
-	if s.opts.Catalog == nil || s.acceptedPin(tool.Pin) {
-		s.apply(msg, c, pc, false)
+	if s.opts.Catalog == nil || s.pipe.acceptedPin(tool.Pin) {
+		s.pipe.apply(msg, c, pc, false)
 		return
 	}
 	// The review is read from the store off the relay's path. (msg is
 	// passed, not captured: captured, it would be on the heap for every
 	// call.)
 	go func(msg wire.Message) {
-		r, why, err := s.reviewOf(tool)
+		r, why, err := s.pipe.reviewOf(tool)
 		if err != nil {
 			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
 			c.decision, c.decidedBy, c.reason = guard.DecisionDenied, guard.ToolReviewRule, err.Error()
-			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, "Refused: the tool's review could not be read"))
+			s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, "Refused: the tool's review could not be read"))
 			return
 		}
 		pc.Review, pc.ReviewReason = r, why
-		s.apply(msg, c, pc, false)
+		s.pipe.apply(msg, c, pc, false)
 	}(msg)
 }
 
 // apply decides a call by policy and acts on the verdict. recorded says
 // its request record was written already (it was held before).
-func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool) {
+func (pl *pipeline) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool) {
+	s := pl.s
 	v := s.opts.Decider.Decide(pc)
 	c.decidedBy, c.reason = v.Rule, v.Reason
 	if v.Would != "" {
@@ -287,10 +294,10 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 	}
 	switch v.Action {
 	case guard.ActionAllow:
-		if s.heldForReview(c) {
+		if s.holds.heldForReview(c) {
 			// The same call waits, held for its tool's review, for a
 			// person's own decision: this one waits for it too.
-			go s.hold(msg, c, guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, PolicyVersion: v.PolicyVersion,
+			go s.holds.hold(msg, c, guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, PolicyVersion: v.PolicyVersion,
 				Reason: "the same call is held for its tool's review and waits for a person's decision"}, pc)
 			return
 		}
@@ -299,19 +306,20 @@ func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool
 	case guard.ActionDeny:
 		c.decision = guard.DecisionDenied
 		if v.Rule == guard.InputSchemaRule {
-			s.conclude(c, !recorded, guard.OutcomeInvalid, s.invalidArguments(c, v.Reason))
+			s.pipe.conclude(c, !recorded, guard.OutcomeInvalid, s.pipe.invalidArguments(c, v.Reason))
 			return
 		}
-		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, guard.DenialText(v)))
+		s.pipe.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, guard.DenialText(v)))
 	default:
-		go s.hold(msg, c, v, pc)
+		go s.holds.hold(msg, c, v, pc)
 	}
 }
 
 // refreshTools lists the server's tools itself, every page, and replaces
 // the catalog with what it lists. Concurrent callers share one refresh
 // and its error.
-func (s *Session) refreshTools() (err error) {
+func (pl *pipeline) refreshTools() (err error) {
+	s := pl.s
 	s.mu.Lock()
 	if ch := s.refresh; ch != nil {
 		s.mu.Unlock()
@@ -351,7 +359,7 @@ func (s *Session) refreshTools() (err error) {
 		if meta != nil {
 			params["_meta"] = meta
 		}
-		res, err := s.ownRequest("tools/list", params)
+		res, err := s.pipe.ownRequest("tools/list", params)
 		if err == nil {
 			err = wire.StrictListing(res)
 		}
@@ -370,13 +378,14 @@ func (s *Session) refreshTools() (err error) {
 		cursor = next
 	}
 	s.catalog.add(all, true)
-	s.persistTools(all)
+	s.lists.persistTools(all)
 	return nil
 }
 
 // ownRequest sends a request of guard's own to the server and waits for
 // its result. Its id is guard's and never collides with one in flight.
-func (s *Session) ownRequest(method string, params any) (json.RawMessage, error) {
+func (pl *pipeline) ownRequest(method string, params any) (json.RawMessage, error) {
+	s := pl.s
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
@@ -454,3 +463,7 @@ func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
 	}
 	return out
 }
+
+// pipeline is a session's tools/call pipeline: it decides each call (see
+// package intercept) and carries out what the decision asks for.
+type pipeline struct{ s *Session }
