@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -17,22 +17,22 @@ import (
 // approval is stored, the request recorded, and the decision awaited (from
 // the browser, from the person at the client, or the wait's limit); then
 // the call is settled: forwarded, decided again by the rules, or answered
-// (Session.conclude: record, then answer).
+// (record, then answer). What each step finds is an event of the call's
+// (intercept.Step decides what it means).
 type held struct {
 	s      *Session
 	c      *call
 	msg    wire.Message
 	v      guard.Verdict
-	pc     *guard.Call
 	digest string
 	a      *guard.Approval
 	free   func() // gives the pending slot back (once)
 }
 
 // hold keeps a call until a person decides, while the relay goes on.
-func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
+func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict) {
 	s := hs.s
-	h := &held{s: s, c: c, msg: msg, v: v, pc: pc}
+	h := &held{s: s, c: c, msg: msg, v: v}
 	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
 		return
 	}
@@ -41,22 +41,30 @@ func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call
 		return
 	}
 	defer c.decided() // a held call is being decided until its wait ends
-	if res, err, ok := h.await(); ok {
-		h.settle(res, err)
+	if e, ok := h.await(); ok {
+		h.settle(e)
 	}
+}
+
+// step moves the held call on from e, and carries out what follows. It
+// reports whether the call still waits in this hold.
+func (h *held) step(e intercept.Event) bool {
+	c := h.c
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, e)
+	if eff.Kind == intercept.None {
+		return c.st.State == intercept.Holding
+	}
+	h.s.pipe.carry(h.msg, c, eff)
+	return false
 }
 
 // digestArgs digests the arguments that an approval is given for.
 func (h *held) digestArgs() bool {
 	s, c := h.s, h.c
-	digest, err := guard.Digest(c.args)
+	digest, err := guard.Digest(c.st.Args)
 	if err != nil || s.opts.Holds == nil {
-		c.decision = guard.DecisionDenied
-		text := "Refused: this call needs a person's approval, and approvals are not available"
-		if err != nil {
-			text = "Refused: the arguments could not be digested: " + err.Error()
-		}
-		s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
+		h.step(intercept.Event{Kind: intercept.HoldRefused, Err: err})
 		return false
 	}
 	h.digest = digest
@@ -66,28 +74,11 @@ func (h *held) digestArgs() bool {
 // usePrior lets a repeated call that a person approved pass, once.
 func (h *held) usePrior() bool {
 	s, c := h.s, h.c
-	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.holds.holdScope())
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.st.Tool, h.digest, c.pin, h.v.PolicyVersion, s.holds.holdScope())
 	if err != nil || !ok {
 		return false
 	}
-	if h.v.Rule == guard.ToolReviewRule {
-		// A person let this call past the tool's review: the rules
-		// decide it now, on the definition a person accepted.
-		c.approval = a.ID
-		h.pc.Review, h.pc.Tool = nil, s.pipe.trusted(h.pc.Tool)
-		s.pipe.apply(h.msg, c, h.pc, c.recorded.Load())
-		return true
-	}
-	c.decision, c.decidedBy, c.approval = guard.DecisionAllowed, a.DecidedBy, a.ID
-	c.reason = "approved (approval " + a.ID + ")"
-	if a.Session != s.id {
-		// approval.scope: any, and the record says so.
-		c.reason = "approved (approval " + a.ID + ", given to a call of session " + a.Session + "; scope: any session)"
-	}
-	if a.Reason != "" {
-		c.reason += ": " + a.Reason
-	}
-	s.forward(h.msg, c, c.recorded.Load())
+	h.step(intercept.Event{Kind: intercept.PriorApproval, Approval: a, Session: s.id})
 	return true
 }
 
@@ -103,15 +94,14 @@ func (h *held) present() bool {
 	if left == "" {
 		return true
 	}
-	c.reason = left
-	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": left}})
+	h.step(intercept.Event{Kind: intercept.ClientGone, Why: left})
 	return false
 }
 
 // reserve takes a slot among the session's pending calls, or denies the
 // call when they are all taken.
 func (h *held) reserve() bool {
-	s, c := h.s, h.c
+	s := h.s
 	s.mu.Lock()
 	full := s.held >= s.opts.MaxPending
 	if !full {
@@ -119,10 +109,7 @@ func (h *held) reserve() bool {
 	}
 	s.mu.Unlock()
 	if full {
-		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
-		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
-		s.pipe.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
-			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
+		h.step(intercept.Event{Kind: intercept.PendingFull, Max: s.opts.MaxPending})
 		return false
 	}
 	var once sync.Once
@@ -140,27 +127,25 @@ func (h *held) reserve() bool {
 // one of an identical call the client retried).
 func (h *held) store() bool {
 	s, c := h.s, h.c
-	c.decision = guard.DecisionHeld
 	ci, _ := s.clientInfo()
-	args := c.args
+	args := c.st.Args
 	if s.opts.MaskOwnSecrets != nil {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.holds.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.holds.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.st.Tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
 	if err != nil {
-		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
-		s.pipe.conclude(c, true, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
+		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.st.Tool, "err", err)
+		h.step(intercept.Event{Kind: intercept.Stored, Err: err})
 		return false
 	}
 	h.a = a
-	c.approval = a.ID
+	h.step(intercept.Event{Kind: intercept.Stored, Approval: a})
 	if h.v.Rule == guard.ToolReviewRule {
-		s.holds.noteReviewHold(c.tool, h.digest, a.ID)
+		s.holds.noteReviewHold(c.st.Tool, h.digest, a.ID)
 	}
 	return true
 }
@@ -189,12 +174,12 @@ func (hs *holds) noteReviewHold(tool, digest, id string) {
 func (hs *holds) heldForReview(c *call) bool {
 	s := hs.s
 	s.mu.Lock()
-	byDigest := s.reviewHolds[c.tool]
+	byDigest := s.reviewHolds[c.st.Tool]
 	s.mu.Unlock()
 	if len(byDigest) == 0 || s.opts.Holds == nil {
 		return false
 	}
-	digest, err := guard.Digest(c.args)
+	digest, err := guard.Digest(c.st.Args)
 	if err != nil {
 		return false
 	}
@@ -261,27 +246,20 @@ func (hs *holds) withdraw(id, reason string) {
 func (h *held) record() bool {
 	s, c := h.s, h.c
 	if c.recorded.Swap(true) && (c.heldOn == "" || c.heldOn == h.a.ID) {
-		return true
+		return h.step(intercept.Event{Kind: intercept.Recorded})
 	}
 	c.heldOn = h.a.ID
-	err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
-	if err == nil {
-		return true
+	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
+		return h.step(intercept.Event{Kind: intercept.RecordFailed})
 	}
-	s.holds.withdraw(h.a.ID, "the call's request could not be recorded")
-	if c.end() {
-		s.forget(c)
-		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
-	}
-	c.decided()
-	return false
+	return h.step(intercept.Event{Kind: intercept.Recorded})
 }
 
 // await waits for the decision: from the browser, from the person at the
 // client when asked in band, or until the wait's limit. It reports false
 // when the call is settled already (withdrawn by the client, the session
 // ended, or asked in the client's next round on 2026-07-28).
-func (h *held) await() (guard.WaitResult, error, bool) {
+func (h *held) await() (intercept.Event, bool) {
 	s, c, a := h.s, h.c, h.a
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -302,8 +280,8 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	if inBand && modern {
 		// 2026-07-28: guard's own input request, answered in the
 		// client's next round of this call.
-		s.holds.askInRound(c, a)
-		return guard.WaitResult{}, nil, false
+		h.step(intercept.Event{Kind: intercept.AskedInRound, Approval: a, Answer: s.holds.askInRound(c, a)})
+		return intercept.Event{}, false
 	}
 	if inBand {
 		go s.holds.askClient(ctx, a)
@@ -321,19 +299,20 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	if c.isWithdrawn() {
 		if why := s.holds.goneReason(c); why != "" {
 			h.leave(why)
-			return res, err, false
+			return intercept.Event{}, false
 		}
 		s.holds.withdraw(a.ID, "the client cancelled the call")
-		s.pipe.withdrawn(c)
-		return res, err, false
+		h.step(intercept.Event{Kind: intercept.Withdrawn})
+		return intercept.Event{}, false
 	}
 	if errors.Is(err, context.Canceled) {
 		// The session ended (ServerGone answered): the call can no
 		// longer be forwarded, so its approval is withdrawn.
 		s.holds.withdraw(a.ID, "the session ended")
-		return res, err, false
+		h.step(intercept.Event{Kind: intercept.SessionEnded})
+		return intercept.Event{}, false
 	}
-	return res, err, true
+	return intercept.Event{Kind: intercept.Waited, Wait: res, Err: err, Approval: a, Timeout: s.opts.ApprovalTimeout}, true
 }
 
 // leave settles a held call whose client went away while it waited: its
@@ -341,14 +320,13 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 // any), and the call is recorded cancelled, without an answer: there is no
 // one to read it.
 func (h *held) leave(why string) {
-	s, c, a := h.s, h.c, h.a
+	s, a := h.s, h.a
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
 	defer cancel()
 	if err := s.opts.Holds.ClientGone(ctx, a.ID, why); err != nil {
 		s.opts.Logger.Error("the hold of a client that went away was not settled", "approval", a.ID, "err", err)
 	}
-	c.reason = why
-	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": why}})
+	h.step(intercept.Event{Kind: intercept.ClientGone, Why: why})
 }
 
 // decidableInBand reports whether the person at the client may decide on
@@ -360,47 +338,19 @@ func decidableInBand(a *guard.Approval) bool {
 	return a.Caller.IsZero() && !a.Approvers.NeedsVerified() && a.RequiredVia == ""
 }
 
-// settle acts on the decision.
-func (h *held) settle(res guard.WaitResult, err error) {
-	s, c, a := h.s, h.c, h.a
-	if err != nil {
-		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
-		s.pipe.conclude(c, false, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
-		return
+// settle acts on the decision (e, how the wait ended): a call let
+// through is told apart for its progress, which guard shifts from now on.
+func (h *held) settle(e intercept.Event) {
+	s, c := h.s, h.c
+	if e.Err != nil {
+		s.opts.Logger.Error("waiting for a decision failed", "approval", h.a.ID, "err", e.Err)
 	}
-	if res.Approval != nil {
-		a = res.Approval
+	if e.Err == nil && e.Wait.End == guard.WaitApproved && c.progress != nil {
+		s.mu.Lock()
+		s.progress[wire.IDKey(c.progress)] = c
+		s.mu.Unlock()
 	}
-	switch res.End {
-	case guard.WaitApproved:
-		if c.progress != nil {
-			s.mu.Lock()
-			s.progress[wire.IDKey(c.progress)] = c
-			s.mu.Unlock()
-		}
-		if h.v.Rule == guard.ToolReviewRule {
-			// Released from the tool's review (by a person, or by
-			// accepting the definition): the rules decide it now, on
-			// the definition a person accepted.
-			h.pc.Review, h.pc.Tool = nil, s.pipe.trusted(h.pc.Tool)
-			s.pipe.apply(h.msg, c, h.pc, true)
-			return
-		}
-		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
-		s.forward(h.msg, c, true)
-	case guard.WaitDenied:
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.pipe.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
-	case guard.WaitExpired:
-		c.reason = "no decision within the approval timeout"
-		s.pipe.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
-	case guard.WaitWithdrawn:
-		c.reason = "withdrawn"
-		s.pipe.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
-	default: // the wait limit
-		s.pipe.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a)))
-	}
+	h.step(e)
 }
 
 // sendProgress tells a client that set a progressToken that its call is

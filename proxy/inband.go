@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -143,77 +144,62 @@ func (hs *holds) stateFor(id, tool string, args []byte) string {
 	return guardStatePrefix + id + "." + hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
-// askInRound answers a held call (2026-07-28) with guard's own input
-// request; the approval stays pending, in the browser too, and the
-// client's next round carries the person's answer.
-func (hs *holds) askInRound(c *call, a *guard.Approval) {
-	s := hs.s
+// askInRound is the answer to a held call (2026-07-28) that asks the
+// person at the client with guard's own input request; the approval stays
+// pending, in the browser too, and the client's next round carries the
+// person's answer.
+func (hs *holds) askInRound(c *call, a *guard.Approval) []byte {
 	result := map[string]any{
 		"resultType":    "input_required",
 		"inputRequests": map[string]any{guardInput: map[string]any{"method": "elicitation/create", "params": approvalQuestion(a)}},
-		"requestState":  s.holds.stateFor(a.ID, c.tool, c.args),
+		"requestState":  hs.stateFor(a.ID, c.st.Tool, c.st.Args),
 	}
 	data, err := wire.Response(c.origID, result)
 	if err != nil {
 		data = wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the question could not be made", nil)
 	}
-	c.reason = "asked the person at the client (approval " + a.ID + ")"
-	s.pipe.conclude(c, false, guard.OutcomeInputRequired, data)
+	return data
 }
 
 // answeredInRound takes the client's next round of a call guard asked
 // about: the answer decides the approval (unless someone decided first),
-// then the call goes to the server without guard's members, or is denied.
+// then the call goes on, to the rules, as the round the server should see:
+// without guard's members.
 func (hs *holds) answeredInRound(msg wire.Message, c *call, state string) {
 	s := hs.s
 	rest := strings.TrimPrefix(state, guardStatePrefix)
 	id, _, _ := strings.Cut(rest, ".")
-	if !hmac.Equal([]byte(state), []byte(s.holds.stateFor(id, c.tool, c.args))) {
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, "guard", "a requestState of guard's that this call does not match"
-		s.pipe.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams,
-			"Invalid params: the requestState does not belong to this call", nil))
-		return
+	e := intercept.Event{Kind: intercept.InRound, Valid: hmac.Equal([]byte(state), []byte(hs.stateFor(id, c.st.Tool, c.st.Args))),
+		Approval: &guard.Approval{ID: id}, Timeout: s.opts.ApprovalTimeout}
+	if e.Valid {
+		c.id = id // the rounds of one call share its id
+		var responses map[string]json.RawMessage
+		_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
+		if r := responses[guardInput]; r != nil {
+			hs.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+		}
+		// The first decision wins: the answer above, or one made before it.
+		if a, err := s.opts.Holds.Get(s.ctx, id); err != nil {
+			e.Err = err
+		} else {
+			e.Approval = a
+		}
 	}
-	c.id = id // the rounds of one call share its id
-	c.approval = id
-	var responses map[string]json.RawMessage
-	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
-	if r := responses[guardInput]; r != nil {
-		s.holds.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, e)
+	if eff.Kind == intercept.Find {
+		// guard's members are its own.
+		fwd := wire.Message{Raw: withoutParams(msg, "inputResponses", "requestState")}
+		if m, err := wire.Parse(fwd.Raw); err == nil {
+			fwd = m
+		}
+		c.askedInBand = true
+		msg = fwd
 	}
-	// The first decision wins: the answer above, or one made before it.
-	a, err := s.opts.Holds.Get(s.ctx, id)
-	if err != nil {
-		c.decision, c.reason = guard.DecisionDenied, "approval "+id+" not readable: "+err.Error()
-		s.pipe.conclude(c, true, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
-		return
-	}
-	switch a.State {
-	case guard.ApprovalDenied:
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.pipe.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
-		return
-	case guard.ApprovalExpired, guard.ApprovalWithdrawn, guard.ApprovalUsed:
-		c.decision, c.reason = guard.DecisionDenied, "approval "+a.State
-		s.pipe.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
-		return
-	}
-	// The call goes on as the round the server should see: guard's
-	// members are its own.
-	fwd := wire.Message{Raw: withoutParams(msg, "inputResponses", "requestState")}
-	if m, err := wire.Parse(fwd.Raw); err == nil {
-		fwd = m
-	}
-	c.askedInBand = true
-	if tool := s.catalog.get(c.tool); tool != nil {
-		s.pipe.decide(fwd, c, tool)
-		return
-	}
-	// The round reached a session that has not read the server's tools
-	// yet (another replica than the first round's): it reads them, as
+	// A round that reached a session that has not read the server's
+	// tools yet (another replica than the first round's) reads them, as
 	// for any call of a tool it has not seen.
-	go s.pipe.unknownTool(fwd, c)
+	s.pipe.carry(msg, c, eff)
 }
 
 // withoutParams returns the message with members of its params removed.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/wire"
 )
 
 // reviewTimeout bounds reading a tool's review from the catalog store.
@@ -117,16 +116,4 @@ func (ls *lister) scanTools(tools []guard.Tool) {
 	for i := range tools {
 		tools[i].Flags = s.opts.ScanTool(s.opts.Server, tools[i].Def)
 	}
-}
-
-// invalidArguments is the answer to arguments that break the inputSchema:
-// a tool error the model can read from 2025-11-25 on, -32602 before.
-func (pl *pipeline) invalidArguments(c *call, violations string) []byte {
-	s := pl.s
-	text := "Invalid arguments for " + c.tool + ": " + violations
-	_, proto := s.clientInfo()
-	if proto >= guard.Rev20251125 {
-		return toolError(c.origID, text)
-	}
-	return wire.ErrorResponse(c.origID, wire.CodeInvalidParams, text, map[string]string{"tool": c.tool, "violations": violations})
 }

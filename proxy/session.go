@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -33,28 +34,24 @@ const (
 // call is one request in flight through guard, in either direction, or one
 // of guard's own requests.
 type call struct {
-	id          string // call id: links the audit records
-	dir         string
-	method      string
-	tool        string
+	id     string // call id: links the audit records
+	dir    string
+	method string
+	// st is where the rules' decision on it stands (a tools/call, or a
+	// request the rules decide): only intercept.Step changes it.
+	st          intercept.Call
 	pin         string
-	args        []byte      // complete arguments of a tools/call
 	def         *guard.Tool // the definition it was decided on
-	detail      map[string]any
-	holds       int    // approvals asked for it
-	heldOn      string // the approval its latest request record names
-	askedInBand bool   // guard's own input request was answered (2026-07-28)
-	origID      []byte // the id as its sender wrote it
+	pc          *guard.Call // what the rules read of a tools/call
+	holds       int         // approvals asked for it
+	heldOn      string      // the approval its latest request record names
+	askedInBand bool        // guard's own input request was answered (2026-07-28)
+	origID      []byte      // the id as its sender wrote it
 	origKey     string
 	sentID      []byte // the id as forwarded, when guard had to rewrite it
 	sentKey     string
 	start       time.Time
 	reqSize     int
-
-	decision  string
-	decidedBy string
-	reason    string
-	approval  string // the approval it waited on or was let through by
 
 	// held calls
 	progress  []byte // the client's progressToken, raw
@@ -264,21 +261,21 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 		Server:     s.opts.Server,
 		Direction:  c.dir,
 		Method:     c.method,
-		Tool:       c.tool,
+		Tool:       c.st.Tool,
 		Pin:        c.pin,
-		Decision:   c.decision,
-		DecidedBy:  c.decidedBy,
-		Approval:   c.approval,
-		Reason:     c.reason,
+		Decision:   c.st.Decision,
+		DecidedBy:  c.st.DecidedBy,
+		Approval:   c.st.Approval,
+		Reason:     c.st.Reason,
 	}
-	if c.detail != nil {
-		d, _ := json.Marshal(c.detail)
+	if c.st.Detail != nil {
+		d, _ := json.Marshal(c.st.Detail)
 		r.Detail = string(d)
 	}
 	if kind == guard.KindRequest {
 		r.RequestSize = int64(c.reqSize)
-		if c.args != nil {
-			r.Arguments = auditText(&s.opts, c.args)
+		if c.st.Args != nil {
+			r.Arguments = auditText(&s.opts, c.st.Args)
 		}
 	}
 	return r
@@ -308,18 +305,6 @@ func refusal(id []byte) func(error) wire.Message {
 	return func(error) wire.Message {
 		return built(wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil))
 	}
-}
-
-// toolError is a tools/call result that reports an error to the model.
-func toolError(id []byte, text string) []byte {
-	b, err := wire.Response(id, map[string]any{
-		"content": []map[string]any{{"type": "text", "text": text}},
-		"isError": true,
-	})
-	if err != nil { // cannot happen for this shape
-		return wire.ErrorResponse(id, wire.CodeInternalError, text, nil)
-	}
-	return b
 }
 
 // readClient relays the client's messages until its input ends.
@@ -616,9 +601,10 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	}
 	defer c.decided()
 	if c.withdrawn != nil && c.isWithdrawn() {
-		// The client cancelled it while it was being decided.
+		// The client cancelled it while it was being decided: per the
+		// specification, a cancelled request gets no answer.
 		s.mu.Unlock()
-		s.pipe.withdrawn(c)
+		s.settle(c, ending{outcome: guard.OutcomeCancelled})
 		return
 	}
 	if _, dup := s.byClient[c.origKey]; !dup {
@@ -670,13 +656,6 @@ func (s *Session) forget(c *call) {
 	}
 }
 
-// conclude ends a client request inside guard with guard's own answer:
-// see settle.
-func (pl *pipeline) conclude(c *call, withRequest bool, outcome string, data []byte) {
-	s := pl.s
-	s.settle(c, ending{outcome: outcome, answer: data, withRequest: withRequest})
-}
-
 // ending is how guard ends a client request itself.
 type ending struct {
 	outcome string
@@ -716,7 +695,7 @@ func (s *Session) settle(c *call, e ending) {
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
 	if e.detail != nil {
 		detail := maps.Clone(e.detail)
-		maps.Copy(detail, c.detail)
+		maps.Copy(detail, c.st.Detail)
 		d, _ := json.Marshal(detail)
 		out.Detail = string(d)
 	}
@@ -734,13 +713,6 @@ func (s *Session) settle(c *call, e ending) {
 	if c.batch != nil {
 		s.toClient.push(item{batch: c.batch}) // its batch no longer waits for it
 	}
-}
-
-// withdrawn records a call the client cancelled before it was forwarded;
-// per the specification, a cancelled request gets no answer.
-func (pl *pipeline) withdrawn(c *call) {
-	s := pl.s
-	s.settle(c, ending{outcome: guard.OutcomeCancelled})
 }
 
 func (s *Session) clientNotification(msg wire.Message) {
@@ -1235,7 +1207,7 @@ func (pl *pipeline) serverGoneAnswer(c *call) {
 		status = "status unknown"
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
-	s.pipe.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil)})
 }
 
 // refuseResult is what the client reads in place of a result guard
@@ -1249,10 +1221,10 @@ func (pl *pipeline) serverGoneAnswer(c *call) {
 // (nested too deep).
 func (pl *pipeline) refuseResult(c *call, text string) []byte {
 	s := pl.s
-	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "why", text)
+	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.st.Tool, "why", text)
 	text = "Refused: " + text
 	if c.method == "tools/call" {
-		return toolError(c.origID, text)
+		return intercept.ToolError(c.origID, text)
 	}
 	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
 }
@@ -1286,7 +1258,7 @@ func (pl *pipeline) checkOutput(c *call, msg wire.Message, data []byte, out *gua
 		return data
 	}
 	out.Outcome = guard.OutcomeToolError
-	return toolError(c.origID, "The tool's result does not match its output schema: "+v)
+	return intercept.ToolError(c.origID, "The tool's result does not match its output schema: "+v)
 }
 
 // formElicitation reports whether client capabilities declare form
