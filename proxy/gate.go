@@ -34,14 +34,13 @@ func (pl *pipeline) gate(msg wire.Message, c *call, toServer bool) bool {
 	if !toServer {
 		strict = wire.Strict(msg.Raw)
 	}
-	c.st = intercept.New(c.method)
 	var eff intercept.Effect
 	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: strict})
 	if eff.Kind == intercept.Decide {
 		ci, proto := s.clientInfo()
 		ci.Protocol = proto
-		pc := &guard.Call{Server: s.opts.Server, Method: c.method, Client: ci, User: s.opts.Caller}
-		switch c.method {
+		pc := &guard.Call{Server: s.opts.Server, Method: c.st.Method, Client: ci, User: s.opts.Caller}
+		switch c.st.Method {
 		case "resources/read":
 			pc.URI, _ = wire.String(wire.ParamsMember(msg.Params, "uri"))
 		case "prompts/get":

@@ -31,7 +31,7 @@ func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
 		return
 	}
 	id := s.down.own()
-	c := &call{method: "elicitation/create", sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
+	c := &call{st: intercept.New("elicitation/create"), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
 	s.down.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, "elicitation/create", params)

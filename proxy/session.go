@@ -34,11 +34,11 @@ const (
 // call is one request in flight through guard, in either direction, or one
 // of guard's own requests.
 type call struct {
-	id     string // call id: links the audit records
-	dir    string
-	method string
-	// st is where the rules' decision on it stands (a tools/call, or a
-	// request the rules decide): only intercept.Step changes it.
+	id  string // call id: links the audit records
+	dir string
+	// st is its method and where the rules' decision on it stands (a
+	// tools/call, or a request the rules decide): only intercept.Step
+	// changes it.
 	st          intercept.Call
 	pin         string
 	def         *guard.Tool // the definition it was decided on
@@ -260,7 +260,7 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 		Protocol:   proto,
 		Server:     s.opts.Server,
 		Direction:  c.dir,
-		Method:     c.method,
+		Method:     c.st.Method,
 		Tool:       c.st.Tool,
 		Pin:        c.pin,
 		Decision:   c.st.Decision,
@@ -565,7 +565,7 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ClientToServer,
-		method:  msg.Method,
+		st:      intercept.New(msg.Method),
 		origID:  append([]byte(nil), msg.ID...),
 		origKey: wire.IDKey(msg.ID),
 		start:   s.now(),
@@ -623,7 +623,7 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	}
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toServer.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
-		s.opts.Logger.Error("request refused: audit write failed", "method", c.method, "err", err)
+		s.opts.Logger.Error("request refused: audit write failed", "method", c.st.Method, "err", err)
 		s.forget(c)
 		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
 		return wire.Message{}
@@ -707,7 +707,7 @@ func (s *Session) settle(c *call, e ending) {
 	}
 	go func() {
 		if err := <-wait; err != nil {
-			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.method, "err", err)
+			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.st.Method, "err", err)
 		}
 	}()
 	if c.batch != nil {
@@ -1012,7 +1012,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	}
 	if cancelled {
 		// The client cancelled it: it must not get an answer.
-		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "an answer to a request the client cancelled", "call": c.id, "method": c.method})
+		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "an answer to a request the client cancelled", "call": c.id, "method": c.st.Method})
 		return
 	}
 	if c.own != nil {
@@ -1022,9 +1022,9 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	if !c.end() {
 		return
 	}
-	switch c.method {
+	switch c.st.Method {
 	case "initialize", "server/discover":
-		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.method == "initialize" {
+		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.st.Method == "initialize" {
 			if pv, ok := wire.String(v); ok {
 				s.mu.Lock()
 				s.protocol = pv
@@ -1053,22 +1053,22 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	case refused != "":
 		invalidOutcome(out, size, refused)
 		data = s.pipe.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
-	case msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get"):
-		if err := wire.StrictResult(msg.Result, c.method == "tools/call"); err != nil {
+	case msg.Result != nil && (c.st.Method == "tools/call" || c.st.Method == "resources/read" || c.st.Method == "prompts/get"):
+		if err := wire.StrictResult(msg.Result, c.st.Method == "tools/call"); err != nil {
 			// The record keeps the result, for what the server said.
 			invalidOutcome(out, size, err.Error())
 			data = s.pipe.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
 		}
 	}
-	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
+	if out.Outcome == guard.OutcomeOK && c.st.Method == "tools/call" {
 		data = s.pipe.checkOutput(c, msg, data, out)
 	}
-	if s.opts.MaskResults != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
+	if s.opts.MaskResults != nil && (c.st.Method == "tools/call" || c.st.Method == "resources/read" || c.st.Method == "prompts/get") {
 		if masked, n := s.opts.MaskResults(data); n > 0 {
 			data = masked
 		}
 	}
-	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
+	if out.Outcome == guard.OutcomeInputRequired && c.st.Method == "tools/call" {
 		s.pipe.noteRound(c, msg.Result)
 	}
 	if c.progBase > 0 {
@@ -1118,7 +1118,7 @@ func (s *Session) serverRequest(msg wire.Message) {
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ServerToClient,
-		method:  msg.Method,
+		st:      intercept.New(msg.Method),
 		origID:  append([]byte(nil), msg.ID...),
 		origKey: wire.IDKey(msg.ID),
 		start:   s.now(),
@@ -1221,9 +1221,9 @@ func (pl *pipeline) serverGoneAnswer(c *call) {
 // (nested too deep).
 func (pl *pipeline) refuseResult(c *call, text string) []byte {
 	s := pl.s
-	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.st.Tool, "why", text)
+	s.opts.Logger.Warn("server result refused", "method", c.st.Method, "tool", c.st.Tool, "why", text)
 	text = "Refused: " + text
-	if c.method == "tools/call" {
+	if c.st.Method == "tools/call" {
 		return intercept.ToolError(c.origID, text)
 	}
 	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)

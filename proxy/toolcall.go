@@ -42,7 +42,6 @@ func (pl *pipeline) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	s.deciding.Add(1)
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
-	c.st = intercept.New("tools/call")
 	var eff intercept.Effect
 	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.Strict(msg.Raw), Name: p.name, Args: p.args})
 	if eff.Kind != intercept.Continue {
@@ -410,7 +409,7 @@ func (pl *pipeline) ownRequest(method string, params any) (json.RawMessage, erro
 		return nil, errors.New("the server has exited")
 	}
 	id := s.up.own()
-	c := &call{method: method, sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
+	c := &call{st: intercept.New(method), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
 	s.up.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, method, params)

@@ -69,6 +69,10 @@ func (s State) String() string {
 // Only Step changes it.
 type Call struct {
 	State State
+	// Recorded: its request record is written (it was held).
+	Recorded bool
+	// ReviewHold: it is held for its tool's review (guard.ToolReviewRule).
+	ReviewHold bool
 	// Method is the request's method: tools/call, or another method the
 	// rules decide.
 	Method string
@@ -80,10 +84,6 @@ type Call struct {
 	Decision, DecidedBy, Reason, Approval string
 	// Detail is added to its records' detail (monitor mode's verdict).
 	Detail map[string]any
-	// HeldRule is the rule it is held under, while Holding.
-	HeldRule string
-	// Recorded: its request record is written (it was held).
-	Recorded bool
 }
 
 // New is a call just read from its sender.
@@ -467,7 +467,7 @@ func holding(c Call, e Event) (Call, Effect) {
 		return end(c, guard.OutcomeDenied, toolError(text), true)
 	case PriorApproval:
 		a := e.Approval
-		if c.HeldRule == guard.ToolReviewRule {
+		if c.ReviewHold {
 			// A person let this call past the tool's review: the rules
 			// decide it now, on the definition a person accepted.
 			c.Approval = a.ID
@@ -529,7 +529,7 @@ func waited(c Call, e Event) (Call, Effect) {
 	}
 	switch e.Wait.End {
 	case guard.WaitApproved:
-		if c.HeldRule == guard.ToolReviewRule {
+		if c.ReviewHold {
 			// Released from the tool's review (by a person, or by
 			// accepting the definition): the rules decide it now, on the
 			// definition a person accepted.
@@ -552,12 +552,12 @@ func waited(c Call, e Event) (Call, Effect) {
 }
 
 func hold(c Call, v guard.Verdict) (Call, Effect) {
-	c.State, c.HeldRule = Holding, v.Rule
+	c.State, c.ReviewHold = Holding, v.Rule == guard.ToolReviewRule
 	return c, Effect{Kind: Hold, Verdict: v}
 }
 
 func redecide(c Call) (Call, Effect) {
-	c.State, c.HeldRule = Deciding, ""
+	c.State, c.ReviewHold = Deciding, false
 	return c, Effect{Kind: Decide, Trusted: true}
 }
 

@@ -37,12 +37,11 @@ func TestStep(t *testing.T) {
 	errBad := errors.New("duplicate member \"name\"")
 	person := &guard.Approval{ID: "ap1", Session: "s1", DecidedBy: "alice", Reason: "fine"}
 	held := with(at(Holding), func(c *Call) {
-		c.HeldRule = "writes"
 		c.Decision = guard.DecisionHeld
 		c.Approval = "ap1"
 		c.Recorded = true
 	})
-	reviewHeld := with(held, func(c *Call) { c.HeldRule = guard.ToolReviewRule })
+	reviewHeld := with(held, func(c *Call) { c.ReviewHold = true })
 	recordedDeciding := with(at(Deciding), func(c *Call) { c.Recorded = true })
 	tests := []struct {
 		name string
@@ -127,7 +126,7 @@ func TestStep(t *testing.T) {
 				c.Detail = map[string]any{"monitor": map[string]string{"would": "deny", "rule": "no-writes"}}
 			}), Effect{Kind: Forward}},
 		{"deciding: the same call waits for its review", at(Deciding), Event{Kind: Decided, SameHeld: true, Verdict: guard.Verdict{Action: guard.ActionAllow, Rule: "reads", PolicyVersion: "v1"}},
-			with(at(Holding), func(c *Call) { c.DecidedBy, c.Reason, c.HeldRule = "reads", "", guard.ToolReviewRule }),
+			with(at(Holding), func(c *Call) { c.DecidedBy, c.Reason, c.ReviewHold = "reads", "", true }),
 			Effect{Kind: Hold, Verdict: guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, PolicyVersion: "v1",
 				Reason: "the same call is held for its tool's review and waits for a person's decision"}}},
 		{"deciding: denied", at(Deciding), Event{Kind: Decided, Verdict: guard.Verdict{Action: guard.ActionDeny, Rule: "no-writes", Reason: "writes"}},
@@ -144,7 +143,7 @@ func TestStep(t *testing.T) {
 			endWith(guard.OutcomeInvalid, Answer{Kind: ErrorAnswer, Code: wire.CodeInvalidParams, Text: "Invalid arguments for write: path: required",
 				Data: map[string]string{"tool": "write", "violations": "path: required"}}, true)},
 		{"deciding: held", at(Deciding), Event{Kind: Decided, Verdict: guard.Verdict{Action: guard.ActionApprove, Rule: "writes", Reason: "w"}},
-			with(at(Holding), func(c *Call) { c.DecidedBy, c.Reason, c.HeldRule = "writes", "w", "writes" }),
+			with(at(Holding), func(c *Call) { c.DecidedBy, c.Reason = "writes", "w" }),
 			Effect{Kind: Hold, Verdict: guard.Verdict{Action: guard.ActionApprove, Rule: "writes", Reason: "w"}}},
 		{"deciding: another method allowed", Call{State: Deciding, Method: "resources/read"}, Event{Kind: Decided, Verdict: guard.Verdict{Action: guard.ActionAllow, Rule: "default"}},
 			Call{State: Forwarded, Method: "resources/read", Decision: guard.DecisionAllowed, DecidedBy: "default"}, Effect{Kind: Forward}},
@@ -163,16 +162,16 @@ func TestStep(t *testing.T) {
 		{"holding: arguments not digested", at(Holding), Event{Kind: HoldRefused, Err: errors.New("too deep")},
 			with(at(Ended), func(c *Call) { c.Decision = guard.DecisionDenied }),
 			endWith(guard.OutcomeDenied, toolError("Refused: the arguments could not be digested: too deep"), true)},
-		{"holding: a prior approval", with(at(Holding), func(c *Call) { c.HeldRule = "writes" }), Event{Kind: PriorApproval, Approval: person, Session: "s1"},
+		{"holding: a prior approval", at(Holding), Event{Kind: PriorApproval, Approval: person, Session: "s1"},
 			with(at(Forwarded), func(c *Call) {
-				c.HeldRule, c.Decision, c.DecidedBy, c.Approval, c.Reason = "writes", guard.DecisionAllowed, "alice", "ap1", "approved (approval ap1): fine"
+				c.Decision, c.DecidedBy, c.Approval, c.Reason = guard.DecisionAllowed, "alice", "ap1", "approved (approval ap1): fine"
 			}), Effect{Kind: Forward}},
-		{"holding: a prior approval of another session", with(at(Holding), func(c *Call) { c.HeldRule = "writes" }), Event{Kind: PriorApproval, Approval: person, Session: "s2"},
+		{"holding: a prior approval of another session", at(Holding), Event{Kind: PriorApproval, Approval: person, Session: "s2"},
 			with(at(Forwarded), func(c *Call) {
-				c.HeldRule, c.Decision, c.DecidedBy, c.Approval = "writes", guard.DecisionAllowed, "alice", "ap1"
+				c.Decision, c.DecidedBy, c.Approval = guard.DecisionAllowed, "alice", "ap1"
 				c.Reason = "approved (approval ap1, given to a call of session s1; scope: any session): fine"
 			}), Effect{Kind: Forward}},
-		{"holding: a prior release from review", with(at(Holding), func(c *Call) { c.HeldRule = guard.ToolReviewRule }), Event{Kind: PriorApproval, Approval: person},
+		{"holding: a prior release from review", with(at(Holding), func(c *Call) { c.ReviewHold = true }), Event{Kind: PriorApproval, Approval: person},
 			with(at(Deciding), func(c *Call) { c.Approval = "ap1" }), Effect{Kind: Decide, Trusted: true}},
 		{"holding: client gone", at(Holding), Event{Kind: ClientGone, Why: "the call's client is gone: its input ended"},
 			with(at(Ended), func(c *Call) { c.Reason = "the call's client is gone: its input ended" }),
@@ -204,7 +203,7 @@ func TestStep(t *testing.T) {
 			}),
 			Effect{Kind: Forward, Recorded: true}},
 		{"holding: released from review", reviewHeld, Event{Kind: Waited, Wait: guard.WaitResult{End: guard.WaitApproved}, Approval: person},
-			with(reviewHeld, func(c *Call) { c.State, c.HeldRule = Deciding, "" }), Effect{Kind: Decide, Trusted: true}},
+			with(reviewHeld, func(c *Call) { c.State, c.ReviewHold = Deciding, false }), Effect{Kind: Decide, Trusted: true}},
 		{"holding: denied by a person", held, Event{Kind: Waited, Wait: guard.WaitResult{End: guard.WaitDenied}, Approval: person},
 			with(held, func(c *Call) {
 				c.State, c.Decision, c.DecidedBy, c.Reason = Ended, guard.DecisionDenied, "alice", "fine"
