@@ -113,6 +113,8 @@ func (pl *pipeline) carry(msg wire.Message, c *call, eff intercept.Effect) {
 // own.
 func (pl *pipeline) do(msg wire.Message, c *call, eff intercept.Effect) (intercept.Event, bool) {
 	s := pl.s
+	// (Continue follows Read alone, and toolCall carries it out: it
+	// needs the call's params.)
 	switch eff.Kind {
 	case intercept.Find:
 		return pl.find(c), true
