@@ -51,7 +51,7 @@ func (m *Main) Run(ctx context.Context, st *Settings, o RunOptions, argv []strin
 	}
 	server := o.Name
 	if server == "" && o.Upstream != "" {
-		u, _ := url.Parse(o.Upstream) // checked above
+		u, _ := url.Parse(o.Upstream) // checked by the command line
 		server = u.Hostname()
 	}
 	db, err := m.OpenStore(ctx, st)
