@@ -185,7 +185,7 @@ func uiOrigin(c *policy.Config, listen string) string {
 // sandbox whatever the working directory, and whatever a server later
 // does to a link on the way. The file's own name is kept as given (a
 // link stays a link, read afresh, and the rules directory and relative
-// includes beside it): see sandboxHide for how a link is hidden.
+// includes beside it): see SandboxHide for how a link is hidden.
 func PlacedPath(p string) (string, error) {
 	abs, err := filepath.Abs(p)
 	if err != nil {
