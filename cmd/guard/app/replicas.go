@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -132,11 +132,11 @@ type replicaWatch struct {
 	healthy bool
 }
 
-func newReplicaWatch(db *store.DB, process string, every time.Duration, compare bool, digest func() (string, string), logger *slog.Logger) *replicaWatch {
+func newReplicaWatch(db *store.DB, process, version string, every time.Duration, compare bool, digest func() (string, string), logger *slog.Logger) *replicaWatch {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	return &replicaWatch{db: db, every: every, compare: compare, digest: digest, logger: logger, healthy: true,
-		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: buildVersion(), Started: now,
+		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: version, Started: now,
 			Lapse: lapsesAfter * every}}
 }
 

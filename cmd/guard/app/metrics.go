@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -29,9 +29,9 @@ func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
 	return c.Recorder.AppendAsync(recs...)
 }
 
-// newMetrics returns the registry of a serving process: call counters fed
+// NewMetrics returns the registry of a serving process: call counters fed
 // by rec, pending approvals and the audit writer's latency from db.
-func newMetrics(db *store.DB) *metrics.Registry {
+func NewMetrics(db *store.DB) *metrics.Registry {
 	reg := metrics.New()
 	reg.Gauge("guard_pending_approvals", "Calls waiting for a person's decision, in every process on this database.", func() (float64, error) {
 		n, _, err := db.CountApprovals(context.Background(), guard.ApprovalPending)
@@ -126,4 +126,30 @@ func metricsHandler(reg *metrics.Registry) http.HandlerFunc {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		reg.Write(w)
 	}
+}
+
+// retentionMetrics adds the retention job's counters, read from the
+// database: every process on it shows the same, whichever ran the job.
+func retentionMetrics(reg *metrics.Registry, db *store.DB) {
+	total := func(failures bool) func() (float64, error) {
+		return func() (float64, error) {
+			pruned, failed, err := db.RetentionTotals(context.Background())
+			if failures {
+				return float64(failed), err
+			}
+			return float64(pruned), err
+		}
+	}
+	reg.CounterFunc("guard_audit_pruned_records_total", "Audit records whose bodies the retention job archived and removed from the database (audit.retention), by any process on this database.", total(false))
+	reg.CounterFunc("guard_audit_retention_failures_total", "Runs of the retention job that failed (an archive not written or not verified, bodies not removed), by any process on this database.", total(true))
+}
+
+// treeMetrics adds the tree's counters to a serving process's metrics.
+func treeMetrics(reg *metrics.Registry, db *store.DB) {
+	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
+		return float64(db.CheckpointRefusals()), nil
+	})
+	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
+		return float64(db.WitnessFailures()), nil
+	})
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 // catchSIGPIPE does nothing: Windows has no SIGPIPE, and a write to a
 // client that went away fails there by itself.

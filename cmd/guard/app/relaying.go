@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -47,6 +47,7 @@ type relaying struct {
 	// process is the command ("guard run"); running, once started has
 	// recorded its start, is recorded as stopped by stop.
 	process string
+	version string // guard's (Main.Version)
 	running *store.Lifecycle
 	logger  *slog.Logger
 	// stateKey signs guard's own requestState in every session: derived
@@ -67,7 +68,7 @@ type relaying struct {
 // started records, in the audit log, that the process started and what it
 // serves; stop records that it stopped.
 func (rt *relaying) started(server string, serves []string) {
-	l := store.Lifecycle{Event: store.LifecycleStarted, Process: rt.process, Version: buildVersion(), Server: server, Serves: serves,
+	l := store.Lifecycle{Event: store.LifecycleStarted, Process: rt.process, Version: rt.version, Server: server, Serves: serves,
 		Reason: rt.process + " started"}
 	recordLifecycle(rt.db, rt.logger, l)
 	rt.running = &l
@@ -94,34 +95,34 @@ func (rt *relaying) everyServerIsolated() bool { return rt.iso.everyServerIsolat
 // without a person, and guard should say so loudly.
 func (rt *relaying) configDirReplaced() bool { return configDirReplaced(rt.configDir, rt.configDirID) }
 
-// uiFlags say whether and where a relaying process serves the approval
+// UIFlags say whether and where a relaying process serves the approval
 // UI, and what a browser's request may take.
-type uiFlags struct {
-	addr   string // --ui: the address, instead of ui.listen
-	off    bool   // --no-ui
-	limits httplimit.Limits
+type UIFlags struct {
+	Addr   string // --ui: the address, instead of ui.listen
+	Off    bool   // --no-ui
+	Limits httplimit.Limits
 }
 
 // startRelaying starts it, or says why not and returns the status to exit
 // with (2 for a bad configuration or UI address).
-func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui uiFlags, cmd string) (*relaying, int, bool) {
+func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui UIFlags, cmd string) (*relaying, int, bool) {
 	cfg := st.Config
 	listen := cfg.UI.Listen
-	if ui.addr != "" {
-		listen = ui.addr
+	if ui.Addr != "" {
+		listen = ui.Addr
 		if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
-			fmt.Fprintf(a.stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
-			return nil, exitUsage, false
+			fmt.Fprintf(m.Stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
+			return nil, ExitUsage, false
 		}
 	}
-	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true), process: cmd, logger: logger}
+	rt := &relaying{cfg: cfg, db: db, iso: m.newIsolation(st, m.Logger, true), process: cmd, version: m.Version, logger: logger}
 	rt.iso.probeAtStart()
 	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != policy.PasskeyRequired {
 		for _, e := range need {
 			logger.Warn("approvals need verified identities, and neither ui.oidc nor ui.passkey is configured: the calls held there can only expire", "where", e.Error())
 		}
 	}
-	rt.configDir, _ = policy.Dirs(a.getenv)
+	rt.configDir, _ = policy.Dirs(m.Getenv)
 	if st.ConfigPath != "" {
 		rt.configDir = filepath.Dir(st.ConfigPath)
 	}
@@ -130,49 +131,49 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 		logger.Warn("cannot tell later whether the configuration's directory was replaced", "err", err)
 	}
 	eo := policy.EngineOptions{
-		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: a.getenv, Logger: logger, Limiter: db,
+		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: m.Getenv, Logger: logger, Limiter: db,
 		Gate: db, Isolated: rt.isolated, Record: recordConfig(db, cmd),
 	}
 	if st.Postgres {
-		eo.Learned = learnedRules{db: db, getenv: a.getenv}
+		eo.Learned = learnedRules{db: db, getenv: m.Getenv}
 	}
 	engine, err := policy.NewEngine(st.ConfigPath, cfg, eo)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
+		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 		if errors.Is(err, guard.ErrAuditWrite) {
-			return nil, exitFailure, false
+			return nil, ExitFailure, false
 		}
-		return nil, exitUsage, false
+		return nil, ExitUsage, false
 	}
-	if k, err := store.DerivedSecret(keyPath(st), "guard: the requestState of guard's own input requests"); err == nil {
+	if k, err := store.DerivedSecret(st.KeyPath(), "guard: the requestState of guard's own input requests"); err == nil {
 		rt.stateKey = []byte(k)
 	} else {
 		logger.Warn("each session signs guard's own requestState with a key of its own: a later round that reaches another replica is refused", "err", err)
 	}
 	own, err := ownSecrets(st, cfg, db)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "guard: %v\n", err)
-		return nil, exitFailure, false
+		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
+		return nil, ExitFailure, false
 	}
 	if len(cfg.Audit.Stream) > 0 {
 		rt.streamer, err = stream.New(stream.Options{Log: db, Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
 		if err != nil {
-			fmt.Fprintf(a.stderr, "guard: %v\n", err)
-			return nil, exitUsage, false
+			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
+			return nil, ExitUsage, false
 		}
 	}
 	if len(cfg.Notify) > 0 {
 		rt.notifier, err = notify.New(context.Background(), notify.Options{Store: db, Receivers: cfg.Notify,
 			BaseURL: uiBase(cfg.PublicURL, listen), Logger: logger.With("component", "notify")})
 		if err != nil {
-			fmt.Fprintf(a.stderr, "guard: %v\n", err)
-			return nil, exitUsage, false
+			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
+			return nil, ExitUsage, false
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { engine.Watch(ctx, reloadEvery) })
-	rt.replicas = newReplicaWatch(db, cmd, beatEvery(a.getenv, logger), st.Postgres, func() (string, string) {
+	rt.replicas = newReplicaWatch(db, cmd, m.Version, beatEvery(m.Getenv, logger), st.Postgres, func() (string, string) {
 		return policy.ContentDigest(st.ConfigPath, engine.Config()), engine.Policy().Version()
 	}, logger)
 	// The first beat comes before the first hold, which names this
@@ -197,7 +198,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	if rt.notifier != nil {
 		bg.Go(func() { rt.notifier.Run(ctx) })
 	}
-	rt.health = newHealth(db, cmd, logger)
+	rt.health = NewHealth(db, cmd, m.Version, logger)
 	bg.Go(func() { rt.health.Run(ctx) })
 	// A hold keeps how whoever decides must have been verified, as the
 	// configuration in force when the call is held says.
@@ -207,11 +208,11 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	// gone, at start and after each beat.
 	rt.replicas.holds = holds
 	bg.Go(func() { rt.replicas.run(ctx) })
-	if !ui.off {
+	if !ui.Off {
 		// The process goes on once its UI serves, or another's does:
 		// guard ui url then finds it as soon as the process answers.
 		tried := make(chan struct{})
-		bg.Go(func() { serveUI(ctx, st, db, holds, engine, rt.health, listen, ui.limits, tried, logger) })
+		bg.Go(func() { m.serveUI(ctx, st, db, holds, engine, rt.health, listen, ui.Limits, tried, logger) })
 		<-tried
 	}
 	rt.listings = &proxy.Beacon{}
@@ -221,7 +222,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
-	bg.Go(func() { db.RunRetention(ctx, retentionOptions(st), store.RetentionEvery, nil) })
+	bg.Go(func() { db.RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
@@ -239,13 +240,13 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	return rt, 0, true
 }
 
-// newHealth is the readiness of a process on db: ready while the audit
+// NewHealth is the readiness of a process on db (guard of version): ready while the audit
 // log can be written, each recovery recorded as a lifecycle record of
 // process's.
-func newHealth(db *store.DB, process string, logger *slog.Logger) *health.Checker {
+func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *health.Checker {
 	o := health.Options{Log: db, Logger: logger.With("component", "health"),
 		Recovered: func(_ context.Context, since time.Time, cause string) error {
-			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: buildVersion(),
+			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
 				Reason: fmt.Sprintf("the audit log can be written again; it could not since %s: %s", since.UTC().Format(time.RFC3339), cause)})
 		}}
 	// The integrity alerts the store keeps show in /readyz's body and
@@ -291,7 +292,7 @@ func (rt *relaying) isolated() bool {
 // (made now when it does not exist yet, so that it is known before the
 // first session), the checkpoint key in every form it may be written in,
 // and the values of the variables the configuration expanded.
-func ownSecrets(st *settings, cfg *policy.Config, db *store.DB) ([]string, error) {
+func ownSecrets(st *Settings, cfg *policy.Config, db *store.DB) ([]string, error) {
 	tok, err := st.uiToken()
 	if err != nil {
 		return nil, err
@@ -386,3 +387,6 @@ func watchListings(ctx context.Context, db *store.DB, engine *policy.Engine, bea
 		}
 	}
 }
+
+// reloadEvery is how often a running process looks for configuration changes.
+const reloadEvery = time.Second

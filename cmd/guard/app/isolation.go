@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -109,12 +109,12 @@ func (iso *isolation) othersExposed() bool {
 // newIsolation works out what servers must not see. With create, the
 // directories it hides that do not exist yet are created, so that a
 // server cannot create them first; without, they are left out.
-func (a *app) newIsolation(st *settings, logger *slog.Logger, create bool) *isolation {
+func (m *Main) newIsolation(st *Settings, logger *slog.Logger, create bool) *isolation {
 	self, err := os.Executable()
 	if err != nil {
 		logger.Error("servers cannot be isolated from guard's files: guard cannot find its own program", "err", err)
 	}
-	iso := &isolation{spec: sandbox.Spec{Self: self, Hide: st.sandboxHide(a.getenv, logger, create)}, logger: logger,
+	iso := &isolation{spec: sandbox.Spec{Self: self, Hide: st.SandboxHide(m.Getenv, logger, create)}, logger: logger,
 		marker: filepath.Join(st.DataDir, exposedMarker)}
 	if iso.markerID, err = identifyFile(iso.marker); err != nil && create {
 		logger.Warn("configuration changes will wait for a person: the marker of servers without isolation cannot be read", "err", err)
@@ -267,7 +267,7 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 	}
 }
 
-// sandboxHide lists what a server must not see: guard's default data and
+// SandboxHide lists what a server must not see: guard's default data and
 // configuration directories, the directories of included rule files (and
 // the files they match elsewhere, through links), and guard's files that
 // live elsewhere (a configured database or configuration): their
@@ -277,7 +277,7 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 // that is the home directory or above it. Every path is absolute, its
 // links resolved: the sandbox hides what the kernel reaches, from
 // wherever the server runs.
-func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
+func (st *Settings) SandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
 	cfgDir, dataDir := policy.Dirs(getenv)
 	dirs := []string{cfgDir, dataDir}
 	var files []string
@@ -325,7 +325,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		}
 		hide = append(hide, real)
 	}
-	files = append(files, keyPath(st), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
+	files = append(files, st.KeyPath(), filepath.Join(st.DataDir, uiTokenFile), filepath.Join(st.DataDir, exposedMarker),
 		st.RulesDir, st.ConfigPath)
 	if create {
 		// The marker of processes running a server without isolation
@@ -352,11 +352,11 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		// The archives retention writes hold the records' bodies: their
 		// directory is made now, so that it is hidden as itself.
 		if create {
-			if err := os.MkdirAll(archiveDir(st), 0o700); err != nil {
-				logger.Warn("cannot create the audit archives' directory", "dir", archiveDir(st), "err", err)
+			if err := os.MkdirAll(st.archiveDir(), 0o700); err != nil {
+				logger.Warn("cannot create the audit archives' directory", "dir", st.archiveDir(), "err", err)
 			}
 		}
-		files = append(files, archiveDir(st))
+		files = append(files, st.archiveDir())
 	}
 	elsewhere := map[string][]string{} // directory → guard's files in it
 	linked := map[string]bool{}        // guard's files that are symbolic links
@@ -365,7 +365,7 @@ func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger,
 		if f == "" {
 			continue
 		}
-		if real, err := placedPath(f); err == nil {
+		if real, err := PlacedPath(f); err == nil {
 			f = real
 		}
 		if fi, err := os.Lstat(f); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
@@ -513,7 +513,7 @@ func configDirReplaced(path string, was dirIdentity) bool {
 // sqliteFiles are an SQLite database's files, which the store makes beside
 // it; with create, the lock files and the journal's directory are made
 // now, so that they are hidden as themselves.
-func (st *settings) sqliteFiles(logger *slog.Logger, create bool) []string {
+func (st *Settings) sqliteFiles(logger *slog.Logger, create bool) []string {
 	db := st.DBPath
 	files := []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".checkpoint.lock", db + ".lock", db + ".journal",
 		db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock"}
@@ -536,4 +536,48 @@ func (st *settings) sqliteFiles(logger *slog.Logger, create bool) []string {
 		files = append(files, db+".journals")
 	}
 	return files
+}
+
+// CheckIsolation says, for each configured stdio server, whether it would
+// run isolated from guard's files, probing the sandbox once (it runs
+// nothing); it says so on stderr too when a server would not, or would
+// not be started.
+func (m *Main) CheckIsolation(st *Settings) {
+	if !sandbox.OSSupported {
+		// Whatever the configuration names: the servers of clients that
+		// guard wraps are not in it.
+		fmt.Fprintf(m.Stdout, "\nisolation of stdio servers from guard's files: NOT AVAILABLE: %s\n", notOnThisOS)
+		fmt.Fprintf(m.Stderr, "guard: WARNING: %s\n", notOnThisOS)
+	}
+	var names []string
+	for name, srv := range st.Config.Servers {
+		if len(srv.Command) > 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	r := m.newIsolation(st, slog.New(slog.DiscardHandler), false).probe()
+	fmt.Fprintln(m.Stdout, "\nisolation of stdio servers from guard's files:")
+	for _, name := range names {
+		srv := st.Config.Servers[name]
+		switch {
+		case srv.Sandbox == "off":
+			fmt.Fprintf(m.Stdout, "  %s: OFF (sandbox: off): the server can reach guard's files\n", name)
+			fmt.Fprintf(m.Stderr, "guard: WARNING: server %s is not isolated (sandbox: off): it can reach guard's files\n", name)
+		case r.none != nil && srv.MustIsolate():
+			fmt.Fprintf(m.Stdout, "  %s: REFUSED: sandbox: on, and this system cannot isolate servers: %v\n", name, r.none)
+			fmt.Fprintf(m.Stderr, "guard: WARNING: server %s would not be started (sandbox: on): %v\n", name, r.none)
+		case r.none != nil:
+			fmt.Fprintf(m.Stdout, "  %s: NOT AVAILABLE: %v\n", name, r.none)
+			fmt.Fprintf(m.Stderr, "guard: WARNING: server %s would run without isolation: %v\n", name, r.none)
+		case r.failed != nil:
+			fmt.Fprintf(m.Stdout, "  %s: REFUSED: guard's files cannot be hidden from it: %v\n", name, r.failed)
+			fmt.Fprintf(m.Stderr, "guard: WARNING: server %s would not be started: it cannot be isolated from guard's files: %v\n", name, r.failed)
+		default:
+			fmt.Fprintf(m.Stdout, "  %s: in force (setup %v)\n", name, r.took.Round(10*time.Microsecond))
+		}
+	}
 }

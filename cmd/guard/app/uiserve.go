@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -38,7 +38,7 @@ const takeoverEvery = 2 * time.Second
 // descriptors: a local program that opens connections without end, or
 // trickles its requests in, must not leave guard without descriptors to
 // start its servers with.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
+func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
 	if lim.Conns <= 0 {
 		lim.Conns = httplimit.Conns(16)
 	}
@@ -86,7 +86,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 				return
 			}
 			logger.Info("approval UI", "url", uiOrigin(st.Config, served)+" (guard ui url prints the login address)")
-			l := store.Lifecycle{Event: store.LifecycleStarted, Process: uiProcess, Version: buildVersion(),
+			l := store.Lifecycle{Event: store.LifecycleStarted, Process: uiProcess, Version: m.Version,
 				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
 			done()
@@ -263,4 +263,35 @@ func explainWord(action string) string {
 		return "held for approval"
 	}
 	return actionWord(action)
+}
+
+// actionWord is how guard says an action happened to a call: denied, held
+// or allowed.
+func actionWord(action string) string {
+	switch action {
+	case guard.ActionDeny:
+		return "denied"
+	case guard.ActionApprove:
+		return "held"
+	}
+	return "allowed"
+}
+
+// reviewOf is how a tool's definition stands when it is not accepted, and
+// why a call to it is held, as the relay says it; nil when accepted.
+func reviewOf(ctx context.Context, db *store.DB, t *guard.Tool) (*guard.Review, string) {
+	r, _ := db.Review(ctx, t.Server, t.Name, t.Pin)
+	return pendingReview(ctx, db, t, r)
+}
+
+// pendingReview is reviewOf with the review already read.
+func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Review) (*guard.Review, string) {
+	if r == nil || r.State == guard.ReviewAccepted {
+		return nil, ""
+	}
+	var old *guard.Tool
+	if r.Cause == guard.CauseChanged {
+		old, _ = db.AcceptedTool(ctx, t.Server, t.Name)
+	}
+	return r, guard.ReviewReason(r, t, old)
 }
