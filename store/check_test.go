@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -131,7 +132,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	forged := &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(d), Time: now}
 	forgeAppend(t, raw, forged)
 	if _, err := raw.Exec(`DROP TRIGGER records_mac_kept; UPDATE records SET mac = ? WHERE seq = ?`,
-		newMACer(db.auth.key).mac(forged.Seq, forged.Hash), forged.Seq); err != nil {
+		audit.NewMACer(db.auth.key).MAC(forged.Seq, forged.Hash), forged.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 9", 1)); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 )
 
@@ -248,8 +249,8 @@ func appendFrameFields(b []byte, r *guard.Record, extra int) (_ []byte, start in
 	// the frame of the release before and reads as before.
 	var ext []*string
 	switch {
-	case hasUser(r):
-		groups := groupsText(r.UserGroups)
+	case audit.HasUser(r):
+		groups := audit.GroupsText(r.UserGroups)
 		ext = frameExt(r, &groups)
 	case r.Approval != "":
 		ext = frameExt(r, nil)[:1]
@@ -357,7 +358,7 @@ func decodeFields(body []byte) (*guard.Record, error) {
 		*f = string(body[k : k+int(l)])
 		body = body[k+int(l):]
 	}
-	r.UserGroups = parseGroups(groups)
+	r.UserGroups = audit.ParseGroups(groups)
 	r.Time = time.UnixMilli(nums[0]).UTC()
 	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
 	return r, nil

@@ -3,13 +3,9 @@ package store
 import (
 	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -19,6 +15,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -62,59 +59,6 @@ const selectMACsFrom = `SELECT seq FROM records WHERE kind = 'lifecycle' AND dec
 
 // macMigration is the migration that adds the records' mac column.
 const macMigration = 21
-
-// macer makes and checks records' MACs under one key; it is not safe for
-// concurrent use (the writer, a checkpoint and a verification each have
-// their own).
-type macer struct {
-	h   hash.Hash
-	buf []byte
-}
-
-// newMACer returns a macer for key, or nil without one.
-func newMACer(key []byte) *macer {
-	if key == nil {
-		return nil
-	}
-	return &macer{h: hmac.New(sha256.New, key)}
-}
-
-// sum appends the MAC of record seq with chain hash h to dst.
-func (m *macer) sum(dst []byte, seq int64, h string) []byte {
-	m.buf = strconv.AppendInt(m.buf[:0], seq, 10)
-	m.buf = append(m.buf, ' ')
-	m.buf = append(m.buf, h...)
-	m.h.Reset()
-	m.h.Write(m.buf)
-	return m.h.Sum(dst)
-}
-
-// mac is a new record's MAC.
-func (m *macer) mac(seq int64, h string) []byte {
-	return m.sum(make([]byte, 0, sha256.Size), seq, h)
-}
-
-// valid reports whether mac is record seq's MAC for chain hash h.
-func (m *macer) valid(seq int64, h string, mac []byte) bool {
-	var b [sha256.Size]byte
-	return len(mac) == sha256.Size && hmac.Equal(m.sum(b[:0], seq, h), mac)
-}
-
-// check says what is wrong with a record read back from the table, whose
-// canonical form is canonical ("" when nothing is): its hash must be that
-// of its contents, and its MAC that of its seq and hash.
-func (m *macer) check(r *guard.Record, canonical []byte, mac []byte) string {
-	sum := sha256.Sum256(canonical)
-	switch {
-	case hex.EncodeToString(sum[:]) != r.Hash:
-		return "does not match its hash"
-	case len(mac) == 0:
-		return "carries no MAC"
-	case !m.valid(r.Seq, r.Hash, mac):
-		return "carries a MAC that does not verify"
-	}
-	return ""
-}
 
 // tailAuth is what a DB knows of its log's MACs, shared by its writer, its
 // checkpoints and its call index.
@@ -245,7 +189,7 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	var mac []byte
 	err = db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
 	switch {
-	case err == nil && newMACer(a.key).valid(seq, h, mac):
+	case err == nil && audit.NewMACer(a.key).Valid(seq, h, mac):
 		a.start(1)
 		return false, nil
 	case err == nil:
@@ -254,13 +198,6 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("records: %w", err)
-}
-
-// macsStartText is the reason and the detail of the LifecycleMACs record
-// at seq.
-func macsStartText(seq int64) (reason, detail string) {
-	return fmt.Sprintf("MACs from seq %d: this record and every one after it carry a MAC under a key derived from the checkpoint key", seq),
-		fmt.Sprintf(`{"macs_from":%d}`, seq)
 }
 
 // startMACs appends the LifecycleMACs record when the log has none yet
@@ -377,7 +314,7 @@ func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) 
 	if err != nil || from == 0 || a.key == nil {
 		return from, err
 	}
-	t := &tailCheck{db: db, conn: conn, m: newMACer(a.key)}
+	t := &tailCheck{db: db, conn: conn, m: audit.NewMACer(a.key)}
 	if db.wc != nil {
 		t.own = db.wc.own
 	}
@@ -413,7 +350,7 @@ func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) 
 type tailCheck struct {
 	db   *DB
 	conn *sql.Conn
-	m    *macer
+	m    *audit.MACer
 	own  []ownRun
 	buf  []byte
 }
@@ -446,9 +383,9 @@ func (t *tailCheck) others(ctx context.Context, first, last int64, leaves map[in
 		if err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		t.buf = appendCanonical(t.buf[:0], r)
-		why := t.m.check(r, t.buf, mac)
-		if l, ok := leaves[r.Seq]; why == "" && (!ok || l != leafHash(t.buf)) {
+		t.buf = audit.AppendCanonical(t.buf[:0], r)
+		why := t.m.Check(r, t.buf, mac)
+		if l, ok := leaves[r.Seq]; why == "" && (!ok || l != audit.LeafHash(t.buf)) {
 			why = "is not the record its leaf in the tree stands for"
 		}
 		if why == "" && r.Seq != want {
@@ -507,7 +444,7 @@ func (wc *writerConn) dropOwn(size int64) {
 // storedLeaves reads the stored leaf hashes of records first to last, by
 // seq.
 func storedLeaves(ctx context.Context, q sqlQueryer, first, last int64) (map[int64]tlog.Hash, error) {
-	rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes WHERE idx >= ? AND idx <= ?`, leafIndex(first), leafIndex(last))
+	rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes WHERE idx >= ? AND idx <= ?`, audit.LeafIndex(first), audit.LeafIndex(last))
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // dropMACColumns is the SQL that takes an SQLite database opened with
@@ -250,7 +251,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if err != nil || from != 1 {
 		t.Fatalf("MACs from %d (%v), want 1: a new log has them from its first record", from, err)
 	}
-	m := newMACer(db.signer.derive("guard: the audit records' MACs"))
+	m := audit.NewMACer(db.signer.derive("guard: the audit records' MACs"))
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 		if err := rows.Scan(&seq, &h, &mac); err != nil {
 			t.Fatal(err)
 		}
-		if !m.valid(seq, h, mac) {
+		if !m.Valid(seq, h, mac) {
 			t.Errorf("record %d: MAC %x does not verify", seq, mac)
 		}
 		n++

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // Filter selects invocations for Query; each field set must match.
@@ -282,10 +283,10 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 		from = "call_index c"
 	}
 	if !f.Since.IsZero() {
-		where, args = append(where, key+" >= ?"), append(args, keyMillis(f.Since))
+		where, args = append(where, key+" >= ?"), append(args, audit.KeyMillis(f.Since))
 	}
 	if !f.Until.IsZero() {
-		where, args = append(where, key+" < ?"), append(args, keyMillis(f.Until)+1<<keyRankBits)
+		where, args = append(where, key+" < ?"), append(args, audit.KeyMillis(f.Until)+1<<audit.KeyRankBits)
 	}
 	if f.Before != 0 {
 		where, args = append(where, key+" < ?"), append(args, f.Before)
@@ -415,7 +416,7 @@ func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) er
 			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash, &c.Key, &c.User, &c.UserEmail, &groups); err != nil {
 			return fmt.Errorf("query: %w", err)
 		}
-		c.UserGroups = parseGroups(groups)
+		c.UserGroups = audit.ParseGroups(groups)
 		if c.UserGroups == nil {
 			c.UserGroups = []string{} // an empty array, not null, in JSON
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // sampleCall is one call of queryLog, with what the query should show.
@@ -507,7 +508,7 @@ func TestAFullMillisecondDoesNotStopTheIngester(t *testing.T) {
 	}
 	db.Close()
 	raw := rawDB(t, path)
-	full := keyMillis(at) + 1<<keyRankBits - 1
+	full := audit.KeyMillis(at) + 1<<audit.KeyRankBits - 1
 	if _, err := raw.Exec(`INSERT INTO call_index (k, call_id, req_seq, dec_seq) VALUES (?, 'filler', 1, 1)`, full); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -631,7 +632,7 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 func keptLine(b []byte, r *guard.Record) []byte {
 	b = strconv.AppendInt(append(b, '['), r.Seq, 10)
 	for _, s := range []string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Hash} {
-		b = appendString(append(b, ','), s)
+		b = audit.AppendString(append(b, ','), s)
 	}
 	return append(b, ']', '\n')
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -676,7 +677,7 @@ func forgeRecord(t *testing.T, raw rawLog, r *guard.Record) {
 	if _, err := raw.Exec(insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
 		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail,
-		groupsText(r.UserGroups), nil); err != nil {
+		audit.GroupsText(r.UserGroups), nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -685,7 +686,7 @@ func forgeRecord(t *testing.T, raw rawLog, r *guard.Record) {
 // and the tree hashes it completes.
 func forgeLeaf(t *testing.T, raw rawLog, r *guard.Record) {
 	t.Helper()
-	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(context.Background(), raw))
+	hs, err := tlog.StoredHashes(r.Seq-1, audit.AppendCanonical(nil, r), sqlHashReader(context.Background(), raw))
 	if err != nil {
 		t.Fatal(err)
 	}

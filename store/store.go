@@ -30,6 +30,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/migrations"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -173,16 +174,8 @@ type DB struct {
 	lastSigned atomic.Pointer[Checkpoint]
 }
 
-// timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it
-// sorts as text.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(timeLayout)
-}
+// fmtTime is how times are stored (audit.FormatTime).
+func fmtTime(t time.Time) string { return audit.FormatTime(t) }
 
 func parseTime(s string) time.Time {
 	if s == "" {

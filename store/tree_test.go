@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -80,7 +81,7 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 	})
 	var n int64
 	_ = db.Records(ctx, func(r *guard.Record) error {
-		hs, err := tlog.StoredHashes(n, appendCanonical(nil, r), reader)
+		hs, err := tlog.StoredHashes(n, audit.AppendCanonical(nil, r), reader)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // Right after a guard process is killed, what it acknowledged may still be
@@ -306,7 +307,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 			for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 				r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
+				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups)} {
 				args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
 			}
 			if _, err := insert.ExecContext(ctx, args); err != nil {
@@ -318,7 +319,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 			return err
 		}
 		defer ix.close()
-		return ix.index(ctx, []*appendReq{{recs: all}})
+		return ix.index(ctx, all)
 	})
 }
 

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -14,9 +13,9 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/metrics"
-	"golang.org/x/mod/sumdb/tlog"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -865,14 +864,14 @@ type writerConn struct {
 	commit driverStmt
 	tail   driverStmt
 	ins    driverStmt
-	ix     *callIndexer      // keeps the call index in the same transaction
-	auth   *tailAuth         // the MAC key, and where MACs start (mac.go)
-	mac    *macer            // each record's MAC, under auth's key
-	macBuf [sha256.Size]byte // the MAC being inserted (the driver copies it)
-	macs   driverStmt        // selectMACsFrom
+	ix     *callIndexer // keeps the call index in the same transaction
+	auth   *tailAuth    // the MAC key, and where MACs start (mac.go)
+	mac    *audit.MACer // checks MACs of records read back, under auth's key
+	batch  *audit.Batch // the rows each batch becomes
+	macs   driverStmt   // selectMACsFrom
 	args   [insertArgs]driver.NamedValue
 	row    [2]driver.Value
-	buf    []byte // records' canonical forms, to hash
+	buf    []byte // the canonical forms of records read back
 
 	// The chain's tail as this connection last committed it, and the
 	// database's data version right after that commit. SQLite changes a
@@ -890,9 +889,10 @@ type writerConn struct {
 	tailReads int64 // times the tail was read from the table
 
 	// The Merkle tree's right edge as this connection last committed it
-	// (tree.go), valid under the same condition as the tail; nil when it
-	// must be read again.
-	edge     *treeEdge
+	// (tree.go), valid under the same condition as the tail (its Edge nil
+	// when it must be read again), with the hashes of the transaction's
+	// leaves not yet inserted.
+	tree     audit.Tree
 	insTree  driverStmt
 	getTree  driverStmt
 	treeMax  driverStmt
@@ -900,20 +900,12 @@ type writerConn struct {
 	insTrees driverStmt // treeRows at a time
 	treeArgs [2]driver.NamedValue
 	manyArgs [2 * treeRows]driver.NamedValue
-	// The hashes of the transaction's leaves not yet inserted, from
-	// stored index treeFirst on.
-	treeHashes []tlog.Hash
-	treeFirst  int64
 
 	// The runs of records this connection committed since the last
 	// checkpoint, with their leaves (checkTail), and how many leaves.
 	own       []ownRun
 	ownLeaves int
 }
-
-// maxHashBuf is the largest buffer for canonical forms the writer keeps
-// from one commit to the next.
-const maxHashBuf = 64 << 10
 
 // driverStmt is what the writer needs of a driver's prepared statement.
 type driverStmt interface {
@@ -932,7 +924,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 	if err != nil {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	wc := &writerConn{conn: conn, auth: auth, mac: newMACer(auth.key)}
+	wc := &writerConn{conn: conn, auth: auth, mac: audit.NewMACer(auth.key), batch: audit.NewBatch(audit.NewMACer(auth.key))}
 	for i := range wc.args {
 		wc.args[i].Ordinal = i + 1
 	}
@@ -977,61 +969,63 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 }
 
 // write appends the batch's records to the chain and commits them, in the
-// transaction begun on dc.
-func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) error {
+// transaction begun on dc: audit.Batch works out the rows, which are
+// inserted as they come.
+func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (err error) {
 	seq, prev, err := wc.chainTail(ctx, dc)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			wc.tree.Edge = nil // it holds leaves that were not committed
+		}
+	}()
 	// The edge is set again only once this transaction commits.
-	edge := wc.edge
-	wc.edge = nil
-	wc.treeHashes = wc.treeHashes[:0] // left by a transaction that failed
-	if edge == nil || edge.n != seq {
+	edge := wc.tree.Edge
+	wc.tree.Edge = nil
+	wc.tree.Written() // left by a transaction that failed
+	if edge == nil || edge.Size() != seq {
 		if edge, err = wc.loadTree(ctx, seq); err != nil {
 			return err
 		}
 	}
-	// A tree that stops before a record whose MAC fails (completeTree)
-	// stays so: the records go on in the chain, with their MACs, and
-	// outside the tree.
-	tree := edge.n == seq
-	run := ownRun{first: seq + 1}
+	wc.tree.Edge = edge
+	b := wc.batch
+	b.Begin(seq, prev, &wc.tree, wc.ix)
+	defer b.End()
 	for _, req := range batch {
 		for _, r := range req.recs {
-			seq++
-			wc.chain(r, req.macStart, seq, prev)
-			prev = r.Hash
-			if err := wc.insert(ctx, r, wc.mac.sum(wc.macBuf[:0], seq, r.Hash)); err != nil {
-				return err
-			}
-			if !tree {
-				continue
-			}
-			leaf, err := wc.addLeaf(ctx, edge, wc.buf)
+			mac, err := b.Add(ctx, r, req.macStart)
 			if err != nil {
 				return err
 			}
-			run.leaves = append(run.leaves, leaf)
+			if err := wc.insert(ctx, r, mac); err != nil {
+				return err
+			}
+			if len(wc.tree.Hashes) >= 4*treeRows {
+				if err := wc.flushTree(ctx); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if err := wc.flushTree(ctx); err != nil {
 		return err
 	}
-	if err := wc.ix.index(ctx, batch); err != nil {
+	if err := wc.ix.write(ctx, b.Calls.Changes); err != nil {
 		return err
-	}
-	if cap(wc.buf) > maxHashBuf {
-		wc.buf = nil // a large record's buffer is not kept
 	}
 	if _, err := wc.commit.ExecContext(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	last, hash := b.Tail()
+	wc.tree.Edge = nil
 	if v, err := dataVersion(dc); err == nil || wc.pg {
-		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
-		wc.edge = edge
+		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, last, hash, v
+		wc.tree.Edge = edge
 	}
-	wc.noteOwn(run)
+	wc.noteOwn(ownRun{first: seq + 1, leaves: b.Leaves})
 	return nil
 }
 
@@ -1047,8 +1041,8 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		}
 	}
 	wc.tailReads++
-	edge := wc.edge
-	wc.edge = nil
+	edge := wc.tree.Edge
+	wc.tree.Edge = nil
 	rows, err := wc.tail.QueryContext(ctx, nil)
 	if err != nil {
 		return 0, "", fmt.Errorf("chain tail: %w", err)
@@ -1080,7 +1074,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		// Without a data version (PostgreSQL), the tail this connection
 		// committed last, still the tail, says no one appended since:
 		// seq only grows.
-		wc.edge = edge
+		wc.tree.Edge = edge
 	}
 	return seq, hash, nil
 }
@@ -1100,25 +1094,13 @@ func dataVersion(dc any) (uint32, error) {
 	return v, nil
 }
 
-// chain makes r record seq of the chain, after the record whose hash is
-// prev: its seq, its links and its hash, its canonical form left in
-// wc.buf. The LifecycleMACs record (macStart) gets the text that names
-// its seq first.
-func (wc *writerConn) chain(r *guard.Record, macStart bool, seq int64, prev string) {
-	if macStart {
-		r.Reason, r.Detail = macsStartText(seq)
-	}
-	r.Seq, r.PrevHash = seq, prev
-	r.Hash, wc.buf = hashRecord(wc.buf, r)
-}
-
 // insert inserts a record with its MAC.
 func (wc *writerConn) insert(ctx context.Context, r *guard.Record, mac []byte) error {
 	a := &wc.args
 	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups), mac} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups), mac} {
 		if v == "" {
 			v = nil // bound without copying an empty string into SQLite's memory
 		}
