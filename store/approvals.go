@@ -30,16 +30,16 @@ const approvalColumns = `id, session, client, server, tool, arguments, digest, p
 // requires no way of verifying who decides (none was kept).
 func (db *DB) approvalSelect() string {
 	cols := approvalColumns
-	if db.noVia {
+	if db.schema.noVia {
 		cols = strings.Replace(cols, ", required_via", ", ''", 1)
 	}
-	if db.noProcess {
+	if db.schema.noProcess {
 		cols = strings.Replace(cols, ", process", ", ''", 1)
 	}
-	if db.noRules {
+	if db.schema.noRules {
 		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
-	if db.noScope {
+	if db.schema.noScope {
 		cols = strings.Replace(cols, "scope, session_ended", "'any', ''", 1)
 	}
 	return `SELECT ` + cols
@@ -134,7 +134,7 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 // clause over approval_reviews) and adds each to the approval of returns,
 // in order.
 func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
-	if db.noRules {
+	if db.schema.noRules {
 		return nil
 	}
 	rows, err := q.QueryContext(ctx, `SELECT approval, subject, email, user_groups, via, decision, reason, at
@@ -222,7 +222,7 @@ func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*g
 // it, or is reviewed, without reading any approval.
 func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
 	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
-	if db.noRules {
+	if db.schema.noRules {
 		reviews = ""
 	}
 	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END

@@ -24,10 +24,10 @@ const noUserColumns = `'' AS user_subject, '' AS user_email, '' AS user_groups`
 // columns, and no record of it names a user.
 func (db *DB) selectRecords() string {
 	q := selectRecord
-	if db.noPruned {
+	if db.schema.noPruned {
 		q = strings.Replace(q, "hash, pruned,", "hash, 0 AS pruned,", 1)
 	}
-	if db.noUser {
+	if db.schema.noUser {
 		q = strings.Replace(q, "user_subject, user_email, user_groups FROM", noUserColumns+" FROM", 1)
 	}
 	return q
@@ -95,7 +95,7 @@ type Decided struct {
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
 	db.caughtUp(ctx)
 	users := `r.user_subject, r.user_email, r.user_groups`
-	if db.noUser {
+	if db.schema.noUser {
 		users = noUserColumns
 	}
 	rows, err := db.r.QueryContext(ctx, `SELECT r.call_id, r.time, r.client, r.protocol, r.server, r.method, r.tool,

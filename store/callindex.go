@@ -319,18 +319,18 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 			return nil
 		}
 	}
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
+	if db.ing.wc == nil {
 		wc, err := newWriterConn(ctx, db.aw, db.auth)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		db.wc = wc
+		db.ing.wc = wc
 	}
 	start := time.Now()
 	n := 0
-	wc := db.wc
+	wc := db.ing.wc
 	err := wc.conn.Raw(func(dc any) error {
 		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
@@ -344,7 +344,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	})
 	if err != nil {
 		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
-			db.wc = nil
+			db.ing.wc = nil
 			_ = wc.discard()
 		}
 		return fmt.Errorf("call index: %w", err)
@@ -359,7 +359,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 // after the latest checkpoint, from MACs' start on, whose MAC fails
 // (mac.go), which are alerted.
 func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
-	wc := db.wc
+	wc := db.ing.wc
 	ec, ok := dc.(driver.ExecerContext)
 	if !ok {
 		return 0, errors.New("the driver cannot run a statement")

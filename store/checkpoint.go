@@ -255,10 +255,10 @@ func (db *DB) writeCheckpoint() (err error) {
 	// dirty is cleared before the head is read: a commit that lands
 	// meanwhile (a caller's own, in AppendAsync) sets it again, and is
 	// covered by the next checkpoint. A failure leaves it set.
-	if db.dirty.Swap(false) {
+	if db.ckpt.dirty.Swap(false) {
 		defer func() {
 			if err != nil {
-				db.dirty.Store(true)
+				db.ckpt.dirty.Store(true)
 			}
 		}()
 	}
@@ -281,10 +281,10 @@ func (db *DB) writeCheckpoint() (err error) {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	db.lastCheckpoint.Store(time.Now().UnixNano())
-	db.signedSize.Store(c.Size)
-	if fresh && db.witness != nil {
-		db.witness.send(c)
+	db.ckpt.lastCheckpoint.Store(time.Now().UnixNano())
+	db.ckpt.signedSize.Store(c.Size)
+	if fresh && db.ckpt.witness != nil {
+		db.ckpt.witness.send(c)
 	}
 	return nil
 }
@@ -294,7 +294,7 @@ func (db *DB) writeCheckpoint() (err error) {
 // and counted each time (CheckpointRefusals). A record without a valid
 // MAC stays too: it was alerted (IntegrityAlerts) when it was found.
 func (db *DB) logCheckpoint(err error) {
-	if (errors.Is(err, errRewritten) || errors.Is(err, errUnauthenticated)) && db.refusedLogged.Swap(true) {
+	if (errors.Is(err, errRewritten) || errors.Is(err, errUnauthenticated)) && db.ckpt.refusedLogged.Swap(true) {
 		db.opts.Logger.Debug("audit checkpoint refused", "err", err)
 		return
 	}
@@ -325,14 +325,14 @@ func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, f
 // chain's tail survives it (writerConn.chainTail): a checkpoint is not
 // another writer's commit.
 func (db *DB) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (err error) {
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
+	if db.ing.wc == nil {
+		if db.ing.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 			return err
 		}
 	}
-	wc := db.wc
+	wc := db.ing.wc
 	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -400,11 +400,11 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	case !errors.Is(err, os.ErrNotExist):
 		db.opts.Logger.Warn("the checkpoint file is not one of this log's checkpoints: it is replaced", "err", err)
 	}
-	if p := db.lastSigned.Load(); p != nil {
+	if p := db.ckpt.lastSigned.Load(); p != nil {
 		prev = append(prev, p)
 	}
-	if db.witness != nil {
-		prev = append(prev, db.witness.latestHeld(db.signer.verifier)...)
+	if db.ckpt.witness != nil {
+		prev = append(prev, db.ckpt.witness.latestHeld(db.signer.verifier)...)
 	}
 	var after int64
 	for _, p := range prev {
@@ -423,8 +423,8 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	if err != nil {
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
-	db.lastSigned.Store(c)
-	db.wc.dropOwn(size)
+	db.ckpt.lastSigned.Store(c)
+	db.ing.wc.dropOwn(size)
 	if size <= kept {
 		return c, false, nil
 	}

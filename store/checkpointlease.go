@@ -29,11 +29,11 @@ func (db *DB) checkpointLeaseTTL() time.Duration {
 // tick. The lease is written on the audit writer's connection, so that
 // the writer does not take it for another writer's commit (chainTail).
 func (db *DB) checkpointTurn(ctx context.Context) bool {
-	db.lastTurn.Store(time.Now().UnixNano())
+	db.ckpt.lastTurn.Store(time.Now().UnixNano())
 	var ok bool
 	err := db.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
 		var err error
-		ok, err = db.leaseWith(ctx, conn, checkpointLease, db.holder, db.checkpointLeaseTTL())
+		ok, err = db.leaseWith(ctx, conn, checkpointLease, db.ckpt.holder, db.checkpointLeaseTTL())
 		return err == nil, err
 	})
 	if err != nil {
@@ -50,12 +50,12 @@ func (db *DB) othersCommitted(ctx context.Context) bool {
 	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM records`).Scan(&n); err != nil {
 		return false
 	}
-	return n > db.signedSize.Load()
+	return n > db.ckpt.signedSize.Load()
 }
 
 // releaseCheckpointTurn gives the lease up, when this process holds it.
 func (db *DB) releaseCheckpointTurn() {
-	if err := db.ReleaseLease(context.Background(), checkpointLease, db.holder); err != nil {
+	if err := db.ReleaseLease(context.Background(), checkpointLease, db.ckpt.holder); err != nil {
 		db.opts.Logger.Debug("audit checkpoint lease", "err", err)
 	}
 }

@@ -162,13 +162,13 @@ func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, 
 	rec := &guard.Record{ID: guard.NewID(), Kind: guard.KindEvent, Method: method, Reason: reason, Detail: detail,
 		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
 	rec.CallID = rec.ID
-	db.commitMu.Lock()
+	db.ing.commitMu.Lock()
 	err := db.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
-	db.commitMu.Unlock()
+	db.ing.commitMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	db.dirty.Store(true)
+	db.ckpt.dirty.Store(true)
 	return rec, nil
 }
 
@@ -224,7 +224,7 @@ func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.au
 func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
 	db.caughtUp(ctx)
 	pruned := " AND l.pruned = 0"
-	if db.noPruned {
+	if db.schema.noPruned {
 		pruned = ""
 	}
 	// The terms on kind let SQLite read the index of the records that

@@ -511,7 +511,7 @@ func (db *DB) recoverJournals(ctx context.Context) error {
 		n, err := db.recoverJournal(ctx, path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
-			db.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
+			db.ing.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
 			continue
 		}
 		if n > 0 {
@@ -536,10 +536,10 @@ func (db *DB) recoverOrphans() {
 	}
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
-		last, failed := db.unmoved[p]
+		db.ing.jmu.Lock()
+		own := db.ing.own[p]
+		db.ing.jmu.Unlock()
+		last, failed := db.ing.unmoved[p]
 		if own || failed && time.Since(last) < orphanRetry {
 			continue
 		}
@@ -548,10 +548,10 @@ func (db *DB) recoverOrphans() {
 			if !failed {
 				db.opts.Logger.Error("records of a journal left by a process that stopped could not be moved into the database; tried again in a minute", "journal", p, "err", err)
 			}
-			db.unmoved[p] = time.Now()
+			db.ing.unmoved[p] = time.Now()
 			continue
 		}
-		delete(db.unmoved, p)
+		delete(db.ing.unmoved, p)
 		if n > 0 {
 			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", p, "records", n)
 		}
@@ -611,13 +611,13 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	for rest := fresh; len(rest) > 0; {
 		k := min(len(rest), maxBatch)
 		batch := []*appendReq{{recs: rest[:k]}}
-		db.commitMu.Lock()
+		db.ing.commitMu.Lock()
 		err := db.commitRetrying(batch)
-		db.commitMu.Unlock()
+		db.ing.commitMu.Unlock()
 		if err != nil {
 			return 0, err
 		}
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 		rest = rest[k:]
 	}
 	aside := ""
@@ -633,7 +633,7 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 			return 0, err
 		}
 	}
-	if db.fsync {
+	if db.ing.fsync {
 		// The records are durable in the database before the journal
 		// that held them goes (the ingester's commits are not synced).
 		if err := db.syncFiles(); err != nil {

@@ -36,7 +36,7 @@ func TestJournalFramesCarryTheirMACs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(db.seg.path)
+	b, err := os.ReadFile(db.ing.seg.path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 		return 0, err
 	}
 	if n > 0 {
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 	}
 	// With durability normal the commit is not yet on disk: a full WAL
 	// checkpoint (which syncs) comes before the journal goes. When it

@@ -176,8 +176,8 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	if c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier); err == nil {
 		a.learn(c)
 	}
-	if db.witness != nil {
-		for _, c := range db.witness.latestHeld(db.signer.verifier) {
+	if db.ckpt.witness != nil {
+		for _, c := range db.ckpt.witness.latestHeld(db.signer.verifier) {
 			a.learn(c)
 		}
 	}
@@ -232,15 +232,15 @@ func (db *DB) startMACs(ctx context.Context) {
 	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
 		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
-	db.commitMu.Lock()
+	db.ing.commitMu.Lock()
 	err = db.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
-	db.commitMu.Unlock()
+	db.ing.commitMu.Unlock()
 	if err != nil {
 		db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
 		return
 	}
 	a.from.CompareAndSwap(0, r.Seq)
-	db.dirty.Store(true)
+	db.ckpt.dirty.Store(true)
 	db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
 }
 
@@ -315,8 +315,8 @@ func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) 
 		return from, err
 	}
 	t := &tailCheck{db: db, conn: conn, m: audit.NewMACer(a.key)}
-	if db.wc != nil {
-		t.own = db.wc.own
+	if db.ing.wc != nil {
+		t.own = db.ing.wc.own
 	}
 	for lo := max(after, from-1); lo < size; lo += tailChunk {
 		hi := min(lo+tailChunk, size)
@@ -472,7 +472,7 @@ var selectRecordMAC = strings.Replace(selectRecord, " FROM records", ", mac FROM
 // column, and no record of it carries a MAC.
 func (db *DB) selectRecordsMAC() string {
 	mac := ", mac FROM records"
-	if db.noMAC {
+	if db.schema.noMAC {
 		mac = ", NULL AS mac FROM records"
 	}
 	return strings.Replace(db.selectRecords(), " FROM records", mac, 1)

@@ -35,7 +35,7 @@ type macWalk struct {
 // by v, the key verify trusts (the latest kept in the database, and the
 // others verify checks), say MACs start, and where the tail begins.
 func (db *DB) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) (*macWalk, error) {
-	w := &macWalk{m: db.verifyMACer(v), disabled: db.noMAC}
+	w := &macWalk{m: db.verifyMACer(v), disabled: db.schema.noMAC}
 	if v == nil {
 		return w, nil // nothing to trust: verify says so
 	}

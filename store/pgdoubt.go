@@ -70,7 +70,7 @@ type doubt struct {
 func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
 	err := fmt.Errorf("audit commit: %w", e.err)
 	db.noteWrite(err)
-	if db.failure.Swap(&err) == nil {
+	if db.ing.failure.Swap(&err) == nil {
 		db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
 	}
 	d := &doubt{seq: e.seq, id: e.id, err: err, until: time.Now().Add(doubtWait)}
@@ -83,20 +83,20 @@ func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
 	}
 	db.opts.Logger.Warn("audit commit in doubt: its callers wait until the database tells whether it was committed",
 		"seq", e.seq, "appends", len(batch), "err", e.err)
-	db.doubts = append(db.doubts, d)
+	db.ing.doubts = append(db.ing.doubts, d)
 }
 
 // settleDoubts asks the database about the batches in doubt, oldest
 // first, and answers or refuses their appends. With final (the store
 // closes) it asks once and refuses whatever is still unknown.
 func (db *DB) settleDoubts(final bool) {
-	if len(db.doubts) == 0 || (!final && time.Since(db.doubtAsked) < doubtRecheck) {
+	if len(db.ing.doubts) == 0 || (!final && time.Since(db.ing.doubtAsked) < doubtRecheck) {
 		return
 	}
-	db.doubtAsked = time.Now()
+	db.ing.doubtAsked = time.Now()
 	reachable := true
-	kept := db.doubts[:0]
-	for _, d := range db.doubts {
+	kept := db.ing.doubts[:0]
+	for _, d := range db.ing.doubts {
 		committed, known := false, false
 		if reachable {
 			var err error
@@ -133,10 +133,10 @@ func (db *DB) settleDoubts(final bool) {
 		}
 		kept = append(kept, d)
 	}
-	clear(db.doubts[len(kept):])
-	db.doubts = kept
-	if final && len(db.doubts) > 0 {
-		for _, d := range db.doubts {
+	clear(db.ing.doubts[len(kept):])
+	db.ing.doubts = kept
+	if final && len(db.ing.doubts) > 0 {
+		for _, d := range db.ing.doubts {
 			db.opts.Logger.Error("audit commit still in doubt at close: its callers were refused, and the log may hold its records",
 				"seq", d.seq, "records", len(d.refused))
 		}
@@ -181,7 +181,7 @@ func (db *DB) reply(batch []*appendReq, err error) {
 			r.done <- nil
 		}
 	}
-	db.settled.Add(int64(len(batch)))
+	db.ing.settled.Add(int64(len(batch)))
 	db.progressed()
 }
 
@@ -216,15 +216,15 @@ func (db *DB) retryFixes(fixes []*appendReq) {
 	if len(fixes) == 0 {
 		return
 	}
-	db.jmu.Lock()
+	db.ing.jmu.Lock()
 	for _, f := range fixes {
 		f.done = make(chan error, 1)
 		db.stats.add(len(f.recs))
-		db.appended++
+		db.ing.appended++
 	}
-	db.pend = append(append(make([]*appendReq, 0, len(fixes)+len(db.pend)), fixes...), db.pend...)
-	db.jmu.Unlock()
-	signal(db.urgent)
+	db.ing.pend = append(append(make([]*appendReq, 0, len(fixes)+len(db.ing.pend)), fixes...), db.ing.pend...)
+	db.ing.jmu.Unlock()
+	signal(db.ing.urgent)
 }
 
 // doubtful reports whether err leaves a commit in doubt.

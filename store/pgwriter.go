@@ -24,24 +24,24 @@ import (
 // appendCommitted hands an append to the ingester; req.done is answered
 // once its batch is committed or has failed.
 func (db *DB) appendCommitted(req *appendReq) {
-	db.jmu.Lock()
+	db.ing.jmu.Lock()
 	for waited := false; db.stats.backlog.Load() >= maxBacklog; {
 		if !waited {
 			waited = true
 			db.stats.waits.Add(1)
 		}
-		db.room.Wait()
+		db.ing.room.Wait()
 	}
-	db.pend = append(db.pend, req)
-	db.appended++
-	n := len(db.pend)
+	db.ing.pend = append(db.ing.pend, req)
+	db.ing.appended++
+	n := len(db.ing.pend)
 	db.stats.add(len(req.recs))
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	switch {
 	case n >= lingerAppends:
-		signal(db.urgent)
+		signal(db.ing.urgent)
 	case n == 1:
-		signal(db.work)
+		signal(db.ing.work)
 	}
 }
 
@@ -50,15 +50,15 @@ func (db *DB) appendCommitted(req *appendReq) {
 func (db *DB) answer(batch []*appendReq, n int, err error) error {
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
-		if db.failure.Swap(&err) == nil {
+		if db.ing.failure.Swap(&err) == nil {
 			db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "records", n, "err", err)
 		}
 	} else {
-		if db.failure.Swap(nil) != nil {
+		if db.ing.failure.Swap(nil) != nil {
 			db.opts.Logger.Info("audit records are committed to the database again")
 		}
 		if n > 0 {
-			db.dirty.Store(true)
+			db.ckpt.dirty.Store(true)
 			db.stats.batches.Observe(float64(n))
 		}
 	}

@@ -385,7 +385,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 // queryCalls is Query of the calls in the database alone, once it has
 // caught up.
 func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) error {
-	if db.noUser && f.User != "" {
+	if db.schema.noUser && f.User != "" {
 		return nil // a log of the release before names no user
 	}
 	users := userColumns
@@ -399,7 +399,7 @@ func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) er
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	if db.noUser {
+	if db.schema.noUser {
 		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
 	}
 	rows, err := db.r.QueryContext(ctx, q, args...)
@@ -519,7 +519,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 // it has caught up.
 func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
-	if !db.noPruned {
+	if !db.schema.noPruned {
 		where = append(where, "pruned = 0") // their bodies are in retention's archives
 	}
 	args := []any{kind}
@@ -543,7 +543,7 @@ func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		where, args = append(where, "approval IN ("+paramMarks(len(approvals))+")"), appendArgs(args, approvals)
 	}
 	if f.User != "" {
-		if db.noUser {
+		if db.schema.noUser {
 			return nil // a log of the release before names no user
 		}
 		where, args = append(where, "(user_subject = ? OR user_email = ?)"), append(args, f.User, f.User)

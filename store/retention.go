@@ -727,7 +727,7 @@ type retentionCheck struct {
 
 func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
 	c := &retentionCheck{db: db, v: v, runs: map[int64]*retentionRun{}}
-	if db.noPruned {
+	if db.schema.noPruned {
 		return c, nil
 	}
 	return c, c.load(ctx)

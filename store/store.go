@@ -109,25 +109,25 @@ type DB struct {
 	// lockWaiters counts the decisions waiting for their turn.
 	deciding    chan struct{}
 	lockWaiters atomic.Int32
-	// newerSchema is the database's schema version when a newer release
-	// migrated it (noteNewerSchema), else 0.
-	newerSchema int64
-	writable    bool          // false when read-only: appends are refused
-	noPruned    bool          // read-only, before the retention migration: records have no pruned column
-	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
-	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
-	noProcess   bool          // read-only, before the process migration: approvals name no process
-	noVia       bool          // read-only, before the required_via migration: approvals require no way of verifying
-	noUser      bool          // read-only, before the user migration: records and calls have no user columns
-	closeMu     sync.RWMutex  // held by AppendAsync while it appends
-	closing     bool          // set by Close: appends are refused
-	stop        chan struct{} // closed by Close: the ingester and syncer finish
-	closed      chan struct{} // the ingester has ended
-	synced      chan struct{} // the syncer has ended (durability full)
+	writable    bool // false when read-only: appends are refused
 	once        sync.Once
 	stats       *auditStats
 	auth        *tailAuth // the records' MACs (mac.go)
-	noMAC       bool      // read-only, before the MAC migration: records have no mac column
+
+	ing    ingestion       // the journal and the ingester (writer.go, journal.go)
+	ckpt   checkpointState // this process's checkpoints (checkpoint.go)
+	schema schemaGaps      // what a read-only open found missing
+}
+
+// ingestion is how appends reach the audit log: the journal in front of
+// SQLite, the pending appends, and the ingester that commits them in
+// batches.
+type ingestion struct {
+	closeMu sync.RWMutex  // held by AppendAsync while it appends
+	closing bool          // set by Close: appends are refused
+	stop    chan struct{} // closed by Close: the ingester and syncer finish
+	closed  chan struct{} // the ingester has ended
+	synced  chan struct{} // the syncer has ended (durability full)
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
@@ -160,7 +160,10 @@ type DB struct {
 	commitMu sync.Mutex
 	fsync    bool        // durability full: the journal is fsync'd, and the database's files before a journal goes
 	wc       *writerConn // the ingester's connection and statements; nil after a failure until the next batch
+}
 
+// checkpointState is what this process knows of the log's signed checkpoints.
+type checkpointState struct {
 	holder         string       // this process's name for the leases it takes
 	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
 	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
@@ -172,6 +175,21 @@ type DB struct {
 	// lastSigned is the last checkpoint this process signed: the next
 	// must extend it.
 	lastSigned atomic.Pointer[Checkpoint]
+}
+
+// schemaGaps are the columns and the migrations a database opened
+// read-only lacks, or the newer schema it has.
+type schemaGaps struct {
+	// newerSchema is the database's schema version when a newer release
+	// migrated it (noteNewerSchema), else 0.
+	newerSchema int64
+	noPruned    bool // read-only, before the retention migration: records have no pruned column
+	noRules     bool // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
+	noScope     bool // read-only, before the approval scope migration: approvals have no scope
+	noProcess   bool // read-only, before the process migration: approvals name no process
+	noVia       bool // read-only, before the required_via migration: approvals require no way of verifying
+	noUser      bool // read-only, before the user migration: records and calls have no user columns
+	noMAC       bool // read-only, before the MAC migration: records have no mac column
 }
 
 // fmtTime is how times are stored (audit.FormatTime).
@@ -267,23 +285,25 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		w:        w,
 		r:        r,
 		writable: true,
-		fsync:    opts.Durability == "full",
-		stop:     make(chan struct{}),
-		closed:   make(chan struct{}),
-		synced:   make(chan struct{}),
-		work:     make(chan struct{}, 1),
-		urgent:   make(chan struct{}, 1),
-		syncWork: make(chan struct{}, 1),
-		progress: make(chan struct{}),
 		stats:    newAuditStats(),
-		unmoved:  map[string]time.Time{},
 		auth:     newTailAuth(nil, opts.Logger),
+		ing: ingestion{
+			fsync:    opts.Durability == "full",
+			stop:     make(chan struct{}),
+			closed:   make(chan struct{}),
+			synced:   make(chan struct{}),
+			work:     make(chan struct{}, 1),
+			urgent:   make(chan struct{}, 1),
+			syncWork: make(chan struct{}, 1),
+			progress: make(chan struct{}),
+			unmoved:  map[string]time.Time{},
+		},
 	}
-	db.room = sync.NewCond(&db.jmu)
-	db.frames.New = func() any { return new(appendFrames) }
+	db.ing.room = sync.NewCond(&db.ing.jmu)
+	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
-		if db.witness != nil {
-			db.witness.close()
+		if db.ckpt.witness != nil {
+			db.ckpt.witness.close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
@@ -294,17 +314,17 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
-	db.jmac = newFrameMACer(db.auth.jkey)
+	db.ing.jmac = newFrameMACer(db.auth.jkey)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
 	db.noteNewerSchema(ctx, latestMigration())
 	if len(opts.Witnesses) > 0 {
-		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
-	if db.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
+	if db.ing.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
 		return fail(err)
 	}
 	if err := db.initMACs(ctx); err != nil {
@@ -334,15 +354,15 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.recoverJournals(ctx); err != nil {
 		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
 	}
-	if db.seg, err = newSegment(journalsDir(opts.Path), db.fsync); err != nil {
+	if db.ing.seg, err = newSegment(journalsDir(opts.Path), db.ing.fsync); err != nil {
 		return fail(err)
 	}
-	db.segs = []*segment{db.seg}
-	db.own = map[string]bool{db.seg.path: true}
+	db.ing.segs = []*segment{db.ing.seg}
+	db.ing.own = map[string]bool{db.ing.seg.path: true}
 	// A checkpoint of the log as it is (the file may be older, or of an
 	// earlier version's form), by the process whose turn it is; nothing
 	// is kept twice.
-	db.holder = guard.NewID()
+	db.ckpt.holder = guard.NewID()
 	if db.checkpointTurn(ctx) {
 		db.startMACs(ctx)
 		if err := db.writeCheckpoint(); err != nil {
@@ -350,10 +370,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	go db.ingester()
-	if db.fsync {
+	if db.ing.fsync {
 		go db.syncer()
 	} else {
-		close(db.synced)
+		close(db.ing.synced)
 	}
 	return db, nil
 }
@@ -479,13 +499,13 @@ func (db *DB) Close() error {
 	var err error
 	db.once.Do(func() {
 		if db.writable {
-			db.closeMu.Lock()
-			db.closing = true
-			db.closeMu.Unlock()
-			close(db.stop)
-			<-db.closed
-			if db.witness != nil {
-				db.witness.close()
+			db.ing.closeMu.Lock()
+			db.ing.closing = true
+			db.ing.closeMu.Unlock()
+			close(db.ing.stop)
+			<-db.ing.closed
+			if db.ckpt.witness != nil {
+				db.ckpt.witness.close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
@@ -511,8 +531,8 @@ func (db *DB) closeAll() error {
 	if db.w != nil {
 		errs = append(errs, db.w.Close())
 	}
-	if db.wc != nil {
-		errs = append(errs, db.wc.close())
+	if db.ing.wc != nil {
+		errs = append(errs, db.ing.wc.close())
 	}
 	if db.aw != nil {
 		errs = append(errs, db.aw.Close())
@@ -595,10 +615,10 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
-		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
-		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}, nil
+	return &DB{opts: opts, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
+		schema: schemaGaps{noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
+			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
+			noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,
@@ -619,7 +639,7 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}, nil
+	return &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}, nil
 }
 
 // latestMigration is the version of the last embedded migration.

@@ -335,7 +335,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.caughtUp(ctx)
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 		if err := db.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +415,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.caughtUp(ctx)
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 		if err := db.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}

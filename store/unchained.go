@@ -59,9 +59,9 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 	var from int64
 	keyRead := false
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
+		db.ing.jmu.Lock()
+		own := db.ing.own[p]
+		db.ing.jmu.Unlock()
 		if own {
 			continue
 		}
@@ -117,7 +117,7 @@ func (db *DB) readersKey(ctx context.Context) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if db.noMAC {
+	if db.schema.noMAC {
 		return key, 0, nil // a schema from before MACs: they have not begun
 	}
 	if err := db.initMACs(ctx); err != nil {
@@ -260,7 +260,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 	}
 	var all []*guard.Record
 	pruned := ""
-	if !db.noPruned {
+	if !db.schema.noPruned {
 		pruned = " AND pruned = 0"
 	}
 	for chunk := range slices.Chunk(ids, overlayBatch) {

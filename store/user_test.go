@@ -651,7 +651,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ro.noUser {
+	if !ro.schema.noUser {
 		t.Fatal("the fixture has the user migration: it is not the release before's")
 	}
 	rep, err := ro.Verify(ctx)

@@ -41,7 +41,7 @@ func TestWitnessLogHidesCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.caughtUp(ctx)
-	db.dirty.Store(true)
+	db.ckpt.dirty.Store(true)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type writability struct {
 // commit, or of a probe). It costs an atomic load or two while nothing
 // changes: it is called once for every append.
 func (db *DB) noteWrite(err error) {
-	w := &db.writes
+	w := &db.ing.writes
 	if err == nil {
 		w.ok.Add(1)
 		if w.failure.Load() == nil {
@@ -64,7 +64,7 @@ func (db *DB) noteWrite(err error) {
 // that failed until an append succeeds again; a nil error while it can
 // be written.
 func (db *DB) WriteFailure() (since time.Time, err error) {
-	if f := db.writes.failure.Load(); f != nil {
+	if f := db.ing.writes.failure.Load(); f != nil {
 		return f.since, f.err
 	}
 	return time.Time{}, nil
@@ -73,7 +73,7 @@ func (db *DB) WriteFailure() (since time.Time, err error) {
 // WritesChanged returns a channel that is closed when the audit log next
 // becomes unwritable, or writable again.
 func (db *DB) WritesChanged() <-chan struct{} {
-	w := &db.writes
+	w := &db.ing.writes
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.changed == nil {
@@ -85,7 +85,7 @@ func (db *DB) WritesChanged() <-chan struct{} {
 // Writes is a count that moves whenever appends succeed (on PostgreSQL,
 // once for each batch committed): one that has not moved since a moment
 // ago says nothing was written meanwhile.
-func (db *DB) Writes() int64 { return db.writes.ok.Load() }
+func (db *DB) Writes() int64 { return db.ing.writes.ok.Load() }
 
 // ProbeWrite tries the audit log's write path without writing a record:
 // a write transaction on the audit writer's connection that appends
@@ -113,9 +113,9 @@ func (db *DB) probeWrite(ctx context.Context) error {
 		if err := db.failed(); err != nil {
 			return err
 		}
-		db.jmu.Lock()
-		bad := db.seg != nil && db.seg.bad
-		db.jmu.Unlock()
+		db.ing.jmu.Lock()
+		bad := db.ing.seg != nil && db.ing.seg.bad
+		db.ing.jmu.Unlock()
 		if bad {
 			return errors.New("the journal could not be synced; a new one is being made")
 		}
@@ -123,8 +123,8 @@ func (db *DB) probeWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
 	// As long as a batch would wait: on SQLite up to BusyWait for other
 	// processes' locks, on PostgreSQL up to pgCommitWait.
 	if err := db.commitRetrying(nil); err != nil {

@@ -158,9 +158,9 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	// Close waits for appends under way (one that waits for room goes on
 	// once the ingester has made some).
-	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
-	if db.closing {
+	db.ing.closeMu.RLock()
+	defer db.ing.closeMu.RUnlock()
+	if db.ing.closing {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
 		return done
 	}
@@ -173,21 +173,21 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	fs := db.frames.Get().(*appendFrames)
+	fs := db.ing.frames.Get().(*appendFrames)
 	fs.reset()
 	for _, r := range recs {
 		fs.add(r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
-	db.jmu.Lock()
+	db.ing.jmu.Lock()
 	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.failed() == nil; {
 		if !waited {
 			waited = true
 			db.stats.waits.Add(1)
 		}
-		db.room.Wait()
+		db.ing.room.Wait()
 	}
-	seg := db.seg
+	seg := db.ing.seg
 	err := db.failed()
 	switch {
 	case err != nil:
@@ -197,15 +197,15 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		// One write, at the end the journal had: a frame cut short by
 		// a failure is written over by the next append. The frames'
 		// MACs bind them to that place.
-		fs.seal(db.jmac, seg.id[:], seg.end)
+		fs.seal(db.ing.jmac, seg.id[:], seg.end)
 		_, err = seg.f.WriteAt(fs.b, seg.end)
 	}
 	if err != nil {
 		bad := seg.bad
-		db.jmu.Unlock()
+		db.ing.jmu.Unlock()
 		db.putFrames(fs)
 		if bad {
-			signal(db.urgent) // the ingester makes a new segment
+			signal(db.ing.urgent) // the ingester makes a new segment
 		}
 		db.noteWrite(err)
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
@@ -213,24 +213,24 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	seg.end += int64(len(fs.b))
 	seg.appends++
-	db.appended++
+	db.ing.appended++
 	req.seg, req.end = seg, seg.end
 	db.stats.add(len(recs))
 	var n int
 	var sync []*appendReq
-	if db.fsync {
-		db.unsynced = append(db.unsynced, req)
-		if !db.syncing {
-			db.syncing = true
-			sync, db.unsynced = db.unsynced, nil
+	if db.ing.fsync {
+		db.ing.unsynced = append(db.ing.unsynced, req)
+		if !db.ing.syncing {
+			db.ing.syncing = true
+			sync, db.ing.unsynced = db.ing.unsynced, nil
 		}
 	} else {
-		db.pend = append(db.pend, req)
-		n = len(db.pend)
+		db.ing.pend = append(db.ing.pend, req)
+		n = len(db.ing.pend)
 	}
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	db.putFrames(fs)
-	if db.fsync {
+	if db.ing.fsync {
 		db.syncJournal(sync) // nil when a sync is under way
 		return done
 	}
@@ -239,9 +239,9 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	done <- nil
 	switch {
 	case n >= lingerAppends:
-		signal(db.urgent)
+		signal(db.ing.urgent)
 	case n == 1:
-		signal(db.work)
+		signal(db.ing.work)
 	}
 	return done
 }
@@ -252,7 +252,7 @@ func (db *DB) putFrames(fs *appendFrames) {
 	if cap(fs.b) > maxFrameBuf {
 		return
 	}
-	db.frames.Put(fs)
+	db.ing.frames.Put(fs)
 }
 
 // Append is AppendAsync that waits until the records are durable.
@@ -274,7 +274,7 @@ func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
 // failed is the ingester's last failure while it lasts: appends are
 // refused with it.
 func (db *DB) failed() error {
-	if p := db.failure.Load(); p != nil {
+	if p := db.ing.failure.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -292,11 +292,11 @@ func (db *DB) failed() error {
 // was under way (durability full); it ends once Close has stopped appends
 // and every append is answered.
 func (db *DB) syncer() {
-	defer close(db.synced)
+	defer close(db.ing.synced)
 	for {
 		select {
-		case <-db.syncWork:
-		case <-db.stop:
+		case <-db.ing.syncWork:
+		case <-db.ing.stop:
 			db.syncJournal(db.takeUnsynced())
 			return
 		}
@@ -307,14 +307,14 @@ func (db *DB) syncer() {
 // takeUnsynced takes the appends waiting for a sync and marks a sync
 // under way, unless one is already (its end wakes the syncer).
 func (db *DB) takeUnsynced() []*appendReq {
-	db.jmu.Lock()
-	defer db.jmu.Unlock()
-	if db.syncing || len(db.unsynced) == 0 {
+	db.ing.jmu.Lock()
+	defer db.ing.jmu.Unlock()
+	if db.ing.syncing || len(db.ing.unsynced) == 0 {
 		return nil
 	}
-	db.syncing = true
-	batch := db.unsynced
-	db.unsynced = nil
+	db.ing.syncing = true
+	batch := db.ing.unsynced
+	db.ing.unsynced = nil
 	return batch
 }
 
@@ -339,17 +339,17 @@ func (db *DB) syncJournal(batch []*appendReq) {
 	for _, r := range batch {
 		r.refused = errs[r.seg] != nil
 	}
-	db.jmu.Lock()
+	db.ing.jmu.Lock()
 	for s := range errs {
 		s.bad = true
 	}
-	db.pend = append(db.pend, batch...)
-	db.syncing = false
-	more := len(db.unsynced) > 0
-	db.jmu.Unlock()
-	signal(db.work)
+	db.ing.pend = append(db.ing.pend, batch...)
+	db.ing.syncing = false
+	more := len(db.ing.unsynced) > 0
+	db.ing.jmu.Unlock()
+	signal(db.ing.work)
 	if more {
-		signal(db.syncWork)
+		signal(db.ing.syncWork)
 	}
 	for _, r := range batch {
 		db.stats.latency.Observe(time.Since(r.start).Seconds())
@@ -368,7 +368,7 @@ func (db *DB) syncJournal(batch []*appendReq) {
 // stopped appends and everything appended is in the database (or, if the
 // database cannot take it, left in the journal for the next Open).
 func (db *DB) ingester() {
-	defer close(db.closed)
+	defer close(db.ing.closed)
 	t := time.NewTicker(db.opts.CheckpointEvery)
 	defer t.Stop()
 	wait := time.NewTimer(time.Hour)
@@ -377,12 +377,12 @@ func (db *DB) ingester() {
 	stopping, syncerDone := false, false
 	for !stopping {
 		var recheck <-chan time.Time
-		if len(db.doubts) > 0 {
+		if len(db.ing.doubts) > 0 {
 			recheck = time.After(doubtRecheck)
 		}
 		select {
 		case <-recheck:
-		case <-db.work:
+		case <-db.ing.work:
 			if db.pg {
 				// An append waits for its commit here: no lingering.
 				// The appends that come while one commits share the
@@ -394,14 +394,14 @@ func (db *DB) ingester() {
 			wait.Reset(linger)
 			select {
 			case <-wait.C:
-			case <-db.urgent:
+			case <-db.ing.urgent:
 				wait.Stop()
-			case <-db.stop:
+			case <-db.ing.stop:
 				wait.Stop()
 				stopping = true
 			}
-		case <-db.urgent:
-		case <-db.stop:
+		case <-db.ing.urgent:
+		case <-db.ing.stop:
 			stopping = true
 		case <-t.C:
 			db.rotate() // a segment that could not be made before
@@ -415,7 +415,7 @@ func (db *DB) ingester() {
 				// Every append is answered and pending once the
 				// syncer has ended (with durability normal it has
 				// none).
-				<-db.synced
+				<-db.ing.synced
 				syncerDone = true
 			}
 			batch = db.take(batch[:0])
@@ -428,13 +428,13 @@ func (db *DB) ingester() {
 				if stopping {
 					continue // everything, before the end
 				}
-				db.jmu.Lock()
-				n := len(db.pend)
-				db.jmu.Unlock()
+				db.ing.jmu.Lock()
+				n := len(db.ing.pend)
+				db.ing.jmu.Unlock()
 				if n >= lingerAppends {
-					signal(db.urgent)
+					signal(db.ing.urgent)
 				} else if n > 0 {
-					signal(db.work)
+					signal(db.ing.work)
 				}
 				break
 			}
@@ -445,7 +445,7 @@ func (db *DB) ingester() {
 			wait.Reset(retryAfter)
 			select {
 			case <-wait.C:
-			case <-db.stop:
+			case <-db.ing.stop:
 				wait.Stop()
 				stopping = true
 			}
@@ -458,16 +458,16 @@ func (db *DB) ingester() {
 
 // take moves the oldest pending appends, up to maxBatch records, to batch.
 func (db *DB) take(batch []*appendReq) []*appendReq {
-	db.jmu.Lock()
-	defer db.jmu.Unlock()
+	db.ing.jmu.Lock()
+	defer db.ing.jmu.Unlock()
 	n, i := 0, 0
-	for ; i < len(db.pend) && (i == 0 || n+len(db.pend[i].recs) <= maxBatch); i++ {
-		n += len(db.pend[i].recs)
+	for ; i < len(db.ing.pend) && (i == 0 || n+len(db.ing.pend[i].recs) <= maxBatch); i++ {
+		n += len(db.ing.pend[i].recs)
 	}
-	batch = append(batch, db.pend[:i]...)
-	rest := copy(db.pend, db.pend[i:])
-	clear(db.pend[rest:])
-	db.pend = db.pend[:rest]
+	batch = append(batch, db.ing.pend[:i]...)
+	rest := copy(db.ing.pend, db.ing.pend[i:])
+	clear(db.ing.pend[rest:])
+	db.ing.pend = db.ing.pend[:rest]
 	return batch
 }
 
@@ -482,9 +482,9 @@ func (db *DB) ingest(batch []*appendReq) error {
 	var err error
 	n := 0
 	if len(recs) > 0 {
-		db.commitMu.Lock()
+		db.ing.commitMu.Lock()
 		err = db.commitRetrying(recs)
-		db.commitMu.Unlock()
+		db.ing.commitMu.Unlock()
 		for _, r := range recs {
 			n += len(r.recs)
 		}
@@ -499,20 +499,20 @@ func (db *DB) ingest(batch []*appendReq) error {
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
 		db.noteWrite(err)
-		if db.failure.Swap(&err) == nil {
+		if db.ing.failure.Swap(&err) == nil {
 			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
 		}
-		db.jmu.Lock()
-		db.pend = append(slices.Clone(batch), db.pend...)
-		db.room.Broadcast() // appends waiting for room are refused
-		db.jmu.Unlock()
+		db.ing.jmu.Lock()
+		db.ing.pend = append(slices.Clone(batch), db.ing.pend...)
+		db.ing.room.Broadcast() // appends waiting for room are refused
+		db.ing.jmu.Unlock()
 		return err
 	}
-	if db.failure.Swap(nil) != nil {
+	if db.ing.failure.Swap(nil) != nil {
 		db.opts.Logger.Info("audit records go into the database again")
 	}
 	if n > 0 {
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 		db.stats.batches.Observe(float64(n))
 	}
 	var last *segment
@@ -528,7 +528,7 @@ func (db *DB) ingest(batch []*appendReq) error {
 	if err := last.noteIngested(last.doneTill); err != nil {
 		db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
 	}
-	db.settled.Add(int64(len(batch)))
+	db.ing.settled.Add(int64(len(batch)))
 	db.progressed()
 	return nil
 }
@@ -536,13 +536,13 @@ func (db *DB) ingest(batch []*appendReq) error {
 // progressed wakes appends waiting for room and readers waiting for the
 // ingester (caughtUp).
 func (db *DB) progressed() {
-	db.jmu.Lock()
-	db.room.Broadcast()
-	db.jmu.Unlock()
-	db.progMu.Lock()
-	close(db.progress)
-	db.progress = make(chan struct{})
-	db.progMu.Unlock()
+	db.ing.jmu.Lock()
+	db.ing.room.Broadcast()
+	db.ing.jmu.Unlock()
+	db.ing.progMu.Lock()
+	close(db.ing.progress)
+	db.ing.progress = make(chan struct{})
+	db.ing.progMu.Unlock()
 }
 
 // rotate replaces the journal segment appends go to once it is large (or
@@ -552,33 +552,33 @@ func (db *DB) rotate() {
 	if db.pg {
 		return // no journal
 	}
-	db.jmu.Lock()
-	cur := db.seg
+	db.ing.jmu.Lock()
+	cur := db.ing.seg
 	full := cur.end >= segmentSize || cur.bad
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	if full {
 		// Made without holding the journal: appends go on meanwhile.
-		s, err := newSegment(journalsDir(db.opts.Path), db.fsync)
+		s, err := newSegment(journalsDir(db.opts.Path), db.ing.fsync)
 		if err != nil {
 			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
 		} else {
-			db.jmu.Lock()
-			db.seg = s
-			db.own[s.path] = true
-			db.jmu.Unlock()
-			db.segs = append(db.segs, s)
+			db.ing.jmu.Lock()
+			db.ing.seg = s
+			db.ing.own[s.path] = true
+			db.ing.jmu.Unlock()
+			db.ing.segs = append(db.ing.segs, s)
 		}
 	}
 	synced := false
-	for len(db.segs) > 1 {
-		s := db.segs[0]
-		db.jmu.Lock()
+	for len(db.ing.segs) > 1 {
+		s := db.ing.segs[0]
+		db.ing.jmu.Lock()
 		all := s.done == s.appends // no append goes to it any more
-		db.jmu.Unlock()
+		db.ing.jmu.Unlock()
 		if !all {
 			return
 		}
-		if db.fsync && !synced {
+		if db.ing.fsync && !synced {
 			if err := db.syncFiles(); err != nil {
 				db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
 				return
@@ -588,10 +588,10 @@ func (db *DB) rotate() {
 		if err := s.close(true); err != nil {
 			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
-		db.jmu.Lock()
-		delete(db.own, s.path)
-		db.jmu.Unlock()
-		db.segs = db.segs[1:]
+		db.ing.jmu.Lock()
+		delete(db.ing.own, s.path)
+		db.ing.jmu.Unlock()
+		db.ing.segs = db.ing.segs[1:]
 	}
 }
 
@@ -618,7 +618,7 @@ func (db *DB) syncFiles() error {
 // closed, removed when every record in them is in the database (else kept
 // for the next Open).
 func (db *DB) finish() {
-	if len(db.doubts) > 0 {
+	if len(db.ing.doubts) > 0 {
 		db.settleDoubts(true)
 		if batch := db.take(nil); len(batch) > 0 {
 			_ = db.ingest(batch) // the corrections settling made
@@ -631,22 +631,22 @@ func (db *DB) finish() {
 		}
 		db.releaseCheckpointTurn()
 	}
-	db.jmu.Lock()
+	db.ing.jmu.Lock()
 	left := 0
-	for _, r := range db.pend {
+	for _, r := range db.ing.pend {
 		if !r.refused {
 			left += len(r.recs)
 		}
 	}
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	synced := true
-	if db.fsync {
+	if db.ing.fsync {
 		if err := db.syncFiles(); err != nil {
 			db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
 			synced = false
 		}
 	}
-	for _, s := range db.segs {
+	for _, s := range db.ing.segs {
 		keep := s.done != s.appends || !synced
 		if keep {
 			db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
@@ -655,7 +655,7 @@ func (db *DB) finish() {
 			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
 	}
-	db.segs = nil
+	db.ing.segs = nil
 }
 
 // caughtUp waits, up to a few seconds, until what this process and the
@@ -666,20 +666,20 @@ func (db *DB) caughtUp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, caughtUpWait)
 	defer cancel()
 	if db.writable {
-		db.jmu.Lock()
-		target := db.appended
-		db.jmu.Unlock()
-		for db.settled.Load() < target && db.failed() == nil {
-			db.progMu.Lock()
-			ch := db.progress
-			db.progMu.Unlock()
-			if db.settled.Load() >= target {
+		db.ing.jmu.Lock()
+		target := db.ing.appended
+		db.ing.jmu.Unlock()
+		for db.ing.settled.Load() < target && db.failed() == nil {
+			db.ing.progMu.Lock()
+			ch := db.ing.progress
+			db.ing.progMu.Unlock()
+			if db.ing.settled.Load() >= target {
 				break
 			}
-			signal(db.urgent)
+			signal(db.ing.urgent)
 			select {
 			case <-ch:
-			case <-db.closed:
+			case <-db.ing.closed:
 				return
 			case <-ctx.Done():
 				return
@@ -705,9 +705,9 @@ func (db *DB) awaitJournals(ctx context.Context) {
 	}
 	files, _ := segments(journalsDir(db.opts.Path))
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
+		db.ing.jmu.Lock()
+		own := db.ing.own[p]
+		db.ing.jmu.Unlock()
 		if own {
 			continue // caughtUp waited for this process's own
 		}
@@ -782,12 +782,12 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 		ctx, cancel = context.WithTimeout(ctx, pgCommitWait)
 		defer cancel()
 	}
-	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+	if db.ing.wc == nil {
+		if db.ing.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 			return err
 		}
 	}
-	wc := db.wc
+	wc := db.ing.wc
 	db.stats.attempts.Add(1)
 	begun := false
 	err = wc.conn.Raw(func(dc any) error {
@@ -806,7 +806,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			// The connection is no use any more: the next batch opens
 			// another. (A ROLLBACK that fails because SQLite already
 			// rolled back, as after a full disk, leaves it usable.)
-			db.wc = nil
+			db.ing.wc = nil
 			_ = wc.discard()
 		}
 	}
@@ -818,8 +818,8 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 // CheckpointEvery, and records were committed since, by this process or
 // another.
 func (db *DB) maybeCheckpoint() {
-	if time.Since(time.Unix(0, db.lastCheckpoint.Load())) < db.opts.CheckpointEvery ||
-		time.Since(time.Unix(0, db.lastTurn.Load())) < db.opts.CheckpointEvery {
+	if time.Since(time.Unix(0, db.ckpt.lastCheckpoint.Load())) < db.opts.CheckpointEvery ||
+		time.Since(time.Unix(0, db.ckpt.lastTurn.Load())) < db.opts.CheckpointEvery {
 		return
 	}
 	ctx := context.Background()
@@ -827,7 +827,7 @@ func (db *DB) maybeCheckpoint() {
 		return
 	}
 	db.startMACs(ctx) // once what they waited for is gone
-	if !db.dirty.Load() && !db.othersCommitted(ctx) {
+	if !db.ckpt.dirty.Load() && !db.othersCommitted(ctx) {
 		return
 	}
 	if err := db.writeCheckpoint(); err != nil {

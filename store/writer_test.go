@@ -415,12 +415,12 @@ func listDir(t *testing.T, dir string) string {
 // tailReads is how many times db's writer has read the chain's tail from
 // the table.
 func tailReads(db *DB) int64 {
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
+	if db.ing.wc == nil {
 		return 0
 	}
-	return db.wc.tailReads
+	return db.ing.wc.tailReads
 }
 
 // Two writers on one database (as two guard processes are) take turns: each
@@ -593,10 +593,10 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	if err := db.Append(before); err != nil {
 		t.Fatal(err)
 	}
-	db.jmu.Lock()
-	broken := db.seg
+	db.ing.jmu.Lock()
+	broken := db.ing.seg
 	broken.fd = ^uintptr(0)
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append whose journal could not be synced: %v", err)
 	}
@@ -613,9 +613,9 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	if b := db.Backlog(); b != 0 {
 		t.Fatalf("backlog %d after a refused append, want 0", b)
 	}
-	db.jmu.Lock()
-	replaced := db.seg != broken
-	db.jmu.Unlock()
+	db.ing.jmu.Lock()
+	replaced := db.ing.seg != broken
+	db.ing.jmu.Unlock()
 	if !replaced {
 		t.Fatal("the journal that could not be synced is still in use")
 	}
