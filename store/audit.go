@@ -49,7 +49,7 @@ func scanRecord(rows *sql.Rows, extra ...any) (*guard.Record, error) {
 
 // Records calls fn for every record in seq order (events included).
 func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	rows, err := db.r.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
@@ -93,7 +93,7 @@ type Decided struct {
 // by its seq and joined, in words both engines take (PostgreSQL has no
 // columns beside an aggregate taken from its row, as SQLite has).
 func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	users := `r.user_subject, r.user_email, r.user_groups`
 	if db.schema.noUser {
 		users = noUserColumns

@@ -295,7 +295,7 @@ func (db *DB) RebuildCallIndex(ctx context.Context) error {
 	if !db.writable {
 		return errReadOnly
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	return db.fillCallIndex(ctx, true)
 }
 

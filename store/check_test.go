@@ -138,7 +138,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 9", 1)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestCheckFilesProofIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

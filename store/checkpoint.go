@@ -311,7 +311,7 @@ func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, f
 		// the log after a power cut would read as a truncation for
 		// good. The write lock held here keeps new commits out until
 		// the size is read.
-		if err := db.syncFiles(); err != nil {
+		if err := db.ing.syncFiles(); err != nil {
 			return false, fmt.Errorf("checkpoint: %w", err)
 		}
 		c, fresh, err = db.signIn(ctx, conn, path)
@@ -489,7 +489,7 @@ func writeFileAtomic(path string, b []byte) error {
 // LatestCheckpoint is the latest checkpoint kept in the database (or, when
 // none is, the one in the file beside it), checked against the log's key.
 func (db *DB) LatestCheckpoint(ctx context.Context) (*Checkpoint, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if db.signer == nil {
 		return nil, fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
 	}

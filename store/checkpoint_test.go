@@ -39,7 +39,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 	}
 	t.Run("the same process", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "g.db")

@@ -318,7 +318,7 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Errorf("%s: %v", q, err)
 		}
 	}
-	dst.caughtUp(ctx)
+	dst.ing.caughtUp(ctx)
 	if err := dst.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

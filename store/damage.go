@@ -163,7 +163,7 @@ func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, 
 		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
 	rec.CallID = rec.ID
 	db.ing.commitMu.Lock()
-	err := db.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
+	err := db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
 	db.ing.commitMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -222,7 +222,7 @@ func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.au
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
 func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	pruned := " AND l.pruned = 0"
 	if db.schema.noPruned {
 		pruned = ""
@@ -272,7 +272,7 @@ var ErrAcknowledged = errors.New("acknowledged already")
 func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
 	var rec *guard.Record
 	check := func(ctx context.Context) (*guard.Record, error) {
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		var method string
 		err := db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged && method != MethodJournalRefused {

@@ -312,7 +312,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("calls alice approved: %v", ids)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

@@ -233,7 +233,7 @@ func (db *DB) startMACs(ctx context.Context) {
 		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
 	db.ing.commitMu.Lock()
-	err = db.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
+	err = db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
 	db.ing.commitMu.Unlock()
 	if err != nil {
 		db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)

@@ -200,7 +200,7 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		err = db.writeCheckpoint()
 		if tree && !errors.Is(err, errUnauthenticated) {
 			t.Fatalf("a checkpoint over the forged record and its leaf: %v, want it refused", err)
@@ -246,7 +246,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	from, err := db.auth.macsFrom(ctx, db.r)
 	if err != nil || from != 1 {
 		t.Fatalf("MACs from %d (%v), want 1: a new log has them from its first record", from, err)
@@ -312,7 +312,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 		t.Fatalf("MACs start at record %d (%q), want a record after the release before's 14 saying so", seq, reason)
 	}
 	heldCall(t, db, "held-2")
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 		t.Fatalf("MACs start at record %d while a process of the release before writes", seq)
 	}
 	old.exec(t, `DELETE FROM replicas WHERE id = 'old'`)
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	db.startMACs(ctx)
 	if seq, reason := macsStart(t, db); seq != 2 || !strings.HasPrefix(reason, "MACs from seq 2:") {
 		t.Fatalf("MACs start at record %d (%q) once it is gone, want 2", seq, reason)

@@ -23,46 +23,46 @@ import (
 
 // appendCommitted hands an append to the ingester; req.done is answered
 // once its batch is committed or has failed.
-func (db *DB) appendCommitted(req *appendReq) {
-	db.ing.jmu.Lock()
-	for waited := false; db.stats.backlog.Load() >= maxBacklog; {
+func (in *ingestion) appendCommitted(req *appendReq) {
+	in.jmu.Lock()
+	for waited := false; in.db.stats.backlog.Load() >= maxBacklog; {
 		if !waited {
 			waited = true
-			db.stats.waits.Add(1)
+			in.db.stats.waits.Add(1)
 		}
-		db.ing.room.Wait()
+		in.room.Wait()
 	}
-	db.ing.pend = append(db.ing.pend, req)
-	db.ing.appended++
-	n := len(db.ing.pend)
-	db.stats.add(len(req.recs))
-	db.ing.jmu.Unlock()
+	in.pend = append(in.pend, req)
+	in.appended++
+	n := len(in.pend)
+	in.db.stats.add(len(req.recs))
+	in.jmu.Unlock()
 	switch {
 	case n >= lingerAppends:
-		signal(db.ing.urgent)
+		signal(in.urgent)
 	case n == 1:
-		signal(db.ing.work)
+		signal(in.work)
 	}
 }
 
 // answer ends a batch on PostgreSQL: each append learns whether its
 // records were committed. n is the batch's records.
-func (db *DB) answer(batch []*appendReq, n int, err error) error {
+func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
-		if db.ing.failure.Swap(&err) == nil {
-			db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "records", n, "err", err)
+		if in.failure.Swap(&err) == nil {
+			in.db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "records", n, "err", err)
 		}
 	} else {
-		if db.ing.failure.Swap(nil) != nil {
-			db.opts.Logger.Info("audit records are committed to the database again")
+		if in.failure.Swap(nil) != nil {
+			in.db.opts.Logger.Info("audit records are committed to the database again")
 		}
 		if n > 0 {
-			db.ckpt.dirty.Store(true)
-			db.stats.batches.Observe(float64(n))
+			in.db.ckpt.dirty.Store(true)
+			in.db.stats.batches.Observe(float64(n))
 		}
 	}
-	db.reply(batch, err)
+	in.reply(batch, err)
 	if err != nil {
 		var fixes []*appendReq
 		for _, r := range batch {
@@ -70,7 +70,7 @@ func (db *DB) answer(batch []*appendReq, n int, err error) error {
 				fixes = append(fixes, r)
 			}
 		}
-		db.retryFixes(fixes)
+		in.retryFixes(fixes)
 	}
 	return err
 }

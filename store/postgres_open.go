@@ -69,6 +69,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			own:      map[string]bool{},
 		},
 	}
+	db.ing.db = db
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)
 	db.r.SetMaxOpenConns(8)
@@ -102,7 +103,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.initMACs(ctx); err != nil {
 		return fail(err)
 	}
-	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+	if err := db.ing.commitRetrying(nil); errors.Is(err, errTreeAhead) {
 		opts.Logger.Error("audit log", "err", err)
 	} else if err != nil {
 		return fail(err)
@@ -118,7 +119,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	db.listen = startListener(cfg, opts.Logger)
-	go db.ingester()
+	go db.ing.ingester()
 	return db, nil
 }
 
@@ -158,10 +159,12 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
+	db := &DB{opts: opts, pg: true, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
 		schema: schemaGaps{noRules: v.Int64 < approvalRulesMigration,
 			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
-			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}, nil
+			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
+	db.ing.db = db
+	return db, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its

@@ -370,7 +370,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	ov, err := db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
@@ -503,7 +503,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	ov, err := db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)

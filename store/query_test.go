@@ -362,7 +362,7 @@ func TestTheCallIndexIsMadeAgainFromTheRecords(t *testing.T) {
 	}
 	snapshot := func(db *DB) (rows []string, texts map[string][]string) {
 		t.Helper()
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		r, err := db.r.QueryContext(ctx, `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session,
 			decision, decided_by, outcome, approval FROM call_index ORDER BY k`)
 		if err != nil {

@@ -96,7 +96,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 	if o.Batch <= 0 {
 		o.Batch = 20000
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	var kept int
 	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
@@ -188,7 +188,7 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	// The record is in the database before any body leaves it: Verify
 	// never sees a pruned record that no retention record names.
 	bg := context.WithoutCancel(ctx)
-	db.caughtUp(bg)
+	db.ing.caughtUp(bg)
 	var n int
 	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+db.indexedBy("records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {

@@ -53,13 +53,13 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 			t.Fatal(err)
 		}
 		if i%2 == 1 { // a series of checkpoints, each of which must still verify
-			db.caughtUp(context.Background())
+			db.ing.caughtUp(context.Background())
 			if err := db.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		VALUES ('ap-3', 'files', 'write_file', '{}', 'd', 'pending', ?, ?, 'call-3')`, fmtTime(retentionStart), fmtTime(now)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	if err := db.Append(late); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

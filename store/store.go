@@ -123,6 +123,7 @@ type DB struct {
 // SQLite, the pending appends, and the ingester that commits them in
 // batches.
 type ingestion struct {
+	db      *DB           // the database the appends go to
 	closeMu sync.RWMutex  // held by AppendAsync while it appends
 	closing bool          // set by Close: appends are refused
 	stop    chan struct{} // closed by Close: the ingester and syncer finish
@@ -270,7 +271,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	// The ingester's commits are not fsync'd: the journal holds the
 	// durable copy of their records until the database's files are
 	// synced, before a segment is removed (DB.rotate).
-	aw, err := sql.Open("sqlite", dsn("NORMAL"))
+	awSync := "NORMAL"
+	if sqliteDirect {
+		awSync = syncMode // no journal: the commit is what is durable
+	}
+	aw, err := sql.Open("sqlite", dsn(awSync))
 	if err != nil {
 		w.Close()
 		r.Close()
@@ -299,6 +304,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 			unmoved:  map[string]time.Time{},
 		},
 	}
+	db.ing.db = db
 	db.ing.room = sync.NewCond(&db.ing.jmu)
 	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
@@ -332,7 +338,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	// The tree over records an earlier version appended is built now
 	// (a transaction that appends nothing), not in the first call's.
-	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+	if err := db.ing.commitRetrying(nil); errors.Is(err, errTreeAhead) {
 		// Records were removed from the log's end: appends are refused
 		// (the ingester fails the same way) and verify says why.
 		opts.Logger.Error("audit log", "err", err)
@@ -351,7 +357,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := os.MkdirAll(journalsDir(opts.Path), 0o700); err != nil {
 		return fail(fmt.Errorf("journal: %w", err))
 	}
-	if err := db.recoverJournals(ctx); err != nil {
+	if err := db.ing.recoverJournals(ctx); err != nil {
 		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
 	}
 	if db.ing.seg, err = newSegment(journalsDir(opts.Path), db.ing.fsync); err != nil {
@@ -369,9 +375,9 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 			db.logCheckpoint(err)
 		}
 	}
-	go db.ingester()
+	go db.ing.ingester()
 	if db.ing.fsync {
-		go db.syncer()
+		go db.ing.syncer()
 	} else {
 		close(db.ing.synced)
 	}
@@ -615,10 +621,12 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
+	db := &DB{opts: opts, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
 		schema: schemaGaps{noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
 			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-			noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}, nil
+			noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
+	db.ing.db = db
+	return db, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,
@@ -639,7 +647,9 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}, nil
+	db := &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}
+	db.ing.db = db
+	return db, nil
 }
 
 // latestMigration is the version of the last embedded migration.

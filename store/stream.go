@@ -225,4 +225,4 @@ func (db *DB) Committed() <-chan struct{} {
 // CaughtUp waits until what this process (and the others writing to the
 // database) appended before it was called is in the database, or ctx
 // ends, or a few seconds have passed.
-func (db *DB) CaughtUp(ctx context.Context) { db.caughtUp(ctx) }
+func (db *DB) CaughtUp(ctx context.Context) { db.ing.caughtUp(ctx) }

@@ -334,7 +334,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		if err := db.Append(rec(round, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		db.ckpt.dirty.Store(true)
 		if err := db.writeCheckpoint(); err != nil {
 			t.Fatal(err)
@@ -414,7 +414,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		db.ckpt.dirty.Store(true)
 		if err := db.writeCheckpoint(); err != nil {
 			t.Fatal(err)

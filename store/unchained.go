@@ -188,7 +188,7 @@ func (u Unchained) Outside() bool { return u.Records > 0 || u.DamagedBytes > 0 }
 // moving or marking anything) and says what in them is not yet in the
 // chain: a verification cannot vouch for the log while it is not.
 func (db *DB) Unchained(ctx context.Context) (Unchained, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	js, err := db.readUnchained(ctx)
 	if err != nil {
 		return Unchained{}, fmt.Errorf("unchained: %w", err)

@@ -392,7 +392,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 		t.Fatal("the migration changed records' hashes")
 	}
 	userLog(t, db)
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -683,7 +683,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 		t.Fatalf("the approval of the release before: %+v %v", a, err)
 	}
 	userLog(t, db)
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

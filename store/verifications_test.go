@@ -31,7 +31,7 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}

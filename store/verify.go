@@ -101,7 +101,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", db.opts.Path)
 		return rep, nil
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	var has int
 	if err := db.r.QueryRowContext(ctx, db.tableExists("tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)

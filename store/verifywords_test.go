@@ -64,7 +64,7 @@ func TestVerifyCatchesFalsifiedWords(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := wordsLog(t, 5)
-			db.caughtUp(ctx)
+			db.ing.caughtUp(ctx)
 			q := tc.sqlite
 			if db.pg {
 				q = tc.pg

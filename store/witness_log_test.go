@@ -40,7 +40,7 @@ func TestWitnessLogHidesCredentials(t *testing.T) {
 	if err := db.Append(rec(0, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	db.ckpt.dirty.Store(true)
 	if err := db.writeCheckpoint(); err != nil {
 		t.Fatal(err)

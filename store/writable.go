@@ -33,8 +33,8 @@ type writability struct {
 // noteWrite records the outcome of an append (or of the ingester's
 // commit, or of a probe). It costs an atomic load or two while nothing
 // changes: it is called once for every append.
-func (db *DB) noteWrite(err error) {
-	w := &db.ing.writes
+func (in *ingestion) noteWrite(err error) {
+	w := &in.writes
 	if err == nil {
 		w.ok.Add(1)
 		if w.failure.Load() == nil {
@@ -51,7 +51,7 @@ func (db *DB) noteWrite(err error) {
 		w.failure.Store(&writeFailure{err: err, since: was.since}) // the same failure goes on
 		return
 	default:
-		w.failure.Store(&writeFailure{err: err, since: db.opts.Now()})
+		w.failure.Store(&writeFailure{err: err, since: in.db.opts.Now()})
 	}
 	if w.changed != nil {
 		close(w.changed)
@@ -96,26 +96,26 @@ func (db *DB) Writes() int64 { return db.ing.writes.ok.Load() }
 // make the log writable again: only an append that succeeds does, so
 // that whoever probes can record the recovery.
 func (db *DB) ProbeWrite(ctx context.Context) error {
-	err := db.probeWrite(ctx)
+	err := db.ing.probeWrite(ctx)
 	if err != nil && ctx.Err() == nil {
-		db.noteWrite(err)
+		db.ing.noteWrite(err)
 	}
 	return err
 }
 
-func (db *DB) probeWrite(ctx context.Context) error {
-	if !db.writable {
+func (in *ingestion) probeWrite(ctx context.Context) error {
+	if !in.db.writable {
 		return errReadOnly
 	}
-	if !db.pg {
+	if !in.db.pg {
 		// The ingester tries its batch again by itself; a journal that
 		// could not be synced is replaced before the next append.
-		if err := db.failed(); err != nil {
+		if err := in.failed(); err != nil {
 			return err
 		}
-		db.ing.jmu.Lock()
-		bad := db.ing.seg != nil && db.ing.seg.bad
-		db.ing.jmu.Unlock()
+		in.jmu.Lock()
+		bad := in.seg != nil && in.seg.bad
+		in.jmu.Unlock()
 		if bad {
 			return errors.New("the journal could not be synced; a new one is being made")
 		}
@@ -123,11 +123,11 @@ func (db *DB) probeWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db.ing.commitMu.Lock()
-	defer db.ing.commitMu.Unlock()
+	in.commitMu.Lock()
+	defer in.commitMu.Unlock()
 	// As long as a batch would wait: on SQLite up to BusyWait for other
 	// processes' locks, on PostgreSQL up to pgCommitWait.
-	if err := db.commitRetrying(nil); err != nil {
+	if err := in.commitRetrying(nil); err != nil {
 		return fmt.Errorf("audit commit: %w", err)
 	}
 	return nil

@@ -164,12 +164,12 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
 		return done
 	}
-	if db.pg {
-		db.appendCommitted(&appendReq{recs: recs, done: done, start: time.Now()})
+	if db.pg || sqliteDirect {
+		db.ing.appendCommitted(&appendReq{recs: recs, done: done, start: time.Now()})
 		return done
 	}
-	if err := db.failed(); err != nil {
-		db.noteWrite(err)
+	if err := db.ing.failed(); err != nil {
+		db.ing.noteWrite(err)
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -180,7 +180,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.ing.jmu.Lock()
-	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.failed() == nil; {
+	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.ing.failed() == nil; {
 		if !waited {
 			waited = true
 			db.stats.waits.Add(1)
@@ -188,7 +188,7 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		db.ing.room.Wait()
 	}
 	seg := db.ing.seg
-	err := db.failed()
+	err := db.ing.failed()
 	switch {
 	case err != nil:
 	case seg.bad:
@@ -203,11 +203,11 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	if err != nil {
 		bad := seg.bad
 		db.ing.jmu.Unlock()
-		db.putFrames(fs)
+		db.ing.putFrames(fs)
 		if bad {
 			signal(db.ing.urgent) // the ingester makes a new segment
 		}
-		db.noteWrite(err)
+		db.ing.noteWrite(err)
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
@@ -229,13 +229,13 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		n = len(db.ing.pend)
 	}
 	db.ing.jmu.Unlock()
-	db.putFrames(fs)
+	db.ing.putFrames(fs)
 	if db.ing.fsync {
-		db.syncJournal(sync) // nil when a sync is under way
+		db.ing.syncJournal(sync) // nil when a sync is under way
 		return done
 	}
 	db.stats.latency.Observe(time.Since(req.start).Seconds())
-	db.noteWrite(nil)
+	db.ing.noteWrite(nil)
 	done <- nil
 	switch {
 	case n >= lingerAppends:
@@ -248,11 +248,11 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 
 // putFrames keeps a frame buffer for the next append, unless it grew
 // large.
-func (db *DB) putFrames(fs *appendFrames) {
+func (in *ingestion) putFrames(fs *appendFrames) {
 	if cap(fs.b) > maxFrameBuf {
 		return
 	}
-	db.ing.frames.Put(fs)
+	in.frames.Put(fs)
 }
 
 // Append is AppendAsync that waits until the records are durable.
@@ -273,8 +273,8 @@ func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
 
 // failed is the ingester's last failure while it lasts: appends are
 // refused with it.
-func (db *DB) failed() error {
-	if p := db.ing.failure.Load(); p != nil {
+func (in *ingestion) failed() error {
+	if p := in.failure.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -291,36 +291,36 @@ func (db *DB) failed() error {
 // syncer fsyncs the journal for the appends written while another sync
 // was under way (durability full); it ends once Close has stopped appends
 // and every append is answered.
-func (db *DB) syncer() {
-	defer close(db.ing.synced)
+func (in *ingestion) syncer() {
+	defer close(in.synced)
 	for {
 		select {
-		case <-db.ing.syncWork:
-		case <-db.ing.stop:
-			db.syncJournal(db.takeUnsynced())
+		case <-in.syncWork:
+		case <-in.stop:
+			in.syncJournal(in.takeUnsynced())
 			return
 		}
-		db.syncJournal(db.takeUnsynced())
+		in.syncJournal(in.takeUnsynced())
 	}
 }
 
 // takeUnsynced takes the appends waiting for a sync and marks a sync
 // under way, unless one is already (its end wakes the syncer).
-func (db *DB) takeUnsynced() []*appendReq {
-	db.ing.jmu.Lock()
-	defer db.ing.jmu.Unlock()
-	if db.ing.syncing || len(db.ing.unsynced) == 0 {
+func (in *ingestion) takeUnsynced() []*appendReq {
+	in.jmu.Lock()
+	defer in.jmu.Unlock()
+	if in.syncing || len(in.unsynced) == 0 {
 		return nil
 	}
-	db.ing.syncing = true
-	batch := db.ing.unsynced
-	db.ing.unsynced = nil
+	in.syncing = true
+	batch := in.unsynced
+	in.unsynced = nil
 	return batch
 }
 
 // syncJournal fsyncs the journal for a batch taken by takeUnsynced,
 // answers its callers and hands it to the ingester.
-func (db *DB) syncJournal(batch []*appendReq) {
+func (in *ingestion) syncJournal(batch []*appendReq) {
 	if len(batch) == 0 {
 		return
 	}
@@ -333,32 +333,32 @@ func (db *DB) syncJournal(batch []*appendReq) {
 		}
 		if err := datasync(r.seg.fd); err != nil {
 			errs[r.seg] = err
-			db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
+			in.db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
 		}
 	}
 	for _, r := range batch {
 		r.refused = errs[r.seg] != nil
 	}
-	db.ing.jmu.Lock()
+	in.jmu.Lock()
 	for s := range errs {
 		s.bad = true
 	}
-	db.ing.pend = append(db.ing.pend, batch...)
-	db.ing.syncing = false
-	more := len(db.ing.unsynced) > 0
-	db.ing.jmu.Unlock()
-	signal(db.ing.work)
+	in.pend = append(in.pend, batch...)
+	in.syncing = false
+	more := len(in.unsynced) > 0
+	in.jmu.Unlock()
+	signal(in.work)
 	if more {
-		signal(db.ing.syncWork)
+		signal(in.syncWork)
 	}
 	for _, r := range batch {
-		db.stats.latency.Observe(time.Since(r.start).Seconds())
+		in.db.stats.latency.Observe(time.Since(r.start).Seconds())
 		if r.refused {
-			db.noteWrite(errs[r.seg])
+			in.noteWrite(errs[r.seg])
 			r.done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, errs[r.seg])
 			continue
 		}
-		db.noteWrite(nil)
+		in.noteWrite(nil)
 		r.done <- nil
 	}
 }
@@ -367,9 +367,9 @@ func (db *DB) syncJournal(batch []*appendReq) {
 // checkpoints and replaces full journal segments; it ends when Close has
 // stopped appends and everything appended is in the database (or, if the
 // database cannot take it, left in the journal for the next Open).
-func (db *DB) ingester() {
-	defer close(db.ing.closed)
-	t := time.NewTicker(db.opts.CheckpointEvery)
+func (in *ingestion) ingester() {
+	defer close(in.closed)
+	t := time.NewTicker(in.db.opts.CheckpointEvery)
 	defer t.Stop()
 	wait := time.NewTimer(time.Hour)
 	wait.Stop()
@@ -377,13 +377,13 @@ func (db *DB) ingester() {
 	stopping, syncerDone := false, false
 	for !stopping {
 		var recheck <-chan time.Time
-		if len(db.ing.doubts) > 0 {
+		if len(in.doubts) > 0 {
 			recheck = time.After(doubtRecheck)
 		}
 		select {
 		case <-recheck:
-		case <-db.ing.work:
-			if db.pg {
+		case <-in.work:
+			if in.db.pg || sqliteDirect {
 				// An append waits for its commit here: no lingering.
 				// The appends that come while one commits share the
 				// next.
@@ -394,47 +394,47 @@ func (db *DB) ingester() {
 			wait.Reset(linger)
 			select {
 			case <-wait.C:
-			case <-db.ing.urgent:
+			case <-in.urgent:
 				wait.Stop()
-			case <-db.ing.stop:
+			case <-in.stop:
 				wait.Stop()
 				stopping = true
 			}
-		case <-db.ing.urgent:
-		case <-db.ing.stop:
+		case <-in.urgent:
+		case <-in.stop:
 			stopping = true
 		case <-t.C:
-			db.rotate() // a segment that could not be made before
-			db.recoverOrphans()
-			db.maybeCheckpoint()
+			in.rotate() // a segment that could not be made before
+			in.recoverOrphans()
+			in.db.maybeCheckpoint()
 			continue
 		}
 		for {
-			db.settleDoubts(false)
+			in.settleDoubts(false)
 			if stopping && !syncerDone {
 				// Every append is answered and pending once the
 				// syncer has ended (with durability normal it has
 				// none).
-				<-db.ing.synced
+				<-in.synced
 				syncerDone = true
 			}
-			batch = db.take(batch[:0])
+			batch = in.take(batch[:0])
 			if len(batch) == 0 {
 				break
 			}
-			err := db.ingest(batch)
+			err := in.ingest(batch)
 			clear(batch)
 			if err == nil {
 				if stopping {
 					continue // everything, before the end
 				}
-				db.ing.jmu.Lock()
-				n := len(db.ing.pend)
-				db.ing.jmu.Unlock()
+				in.jmu.Lock()
+				n := len(in.pend)
+				in.jmu.Unlock()
 				if n >= lingerAppends {
-					signal(db.ing.urgent)
+					signal(in.urgent)
 				} else if n > 0 {
-					signal(db.ing.work)
+					signal(in.work)
 				}
 				break
 			}
@@ -445,36 +445,36 @@ func (db *DB) ingester() {
 			wait.Reset(retryAfter)
 			select {
 			case <-wait.C:
-			case <-db.ing.stop:
+			case <-in.stop:
 				wait.Stop()
 				stopping = true
 			}
 		}
-		db.rotate()
-		db.maybeCheckpoint()
+		in.rotate()
+		in.db.maybeCheckpoint()
 	}
-	db.finish()
+	in.finish()
 }
 
 // take moves the oldest pending appends, up to maxBatch records, to batch.
-func (db *DB) take(batch []*appendReq) []*appendReq {
-	db.ing.jmu.Lock()
-	defer db.ing.jmu.Unlock()
+func (in *ingestion) take(batch []*appendReq) []*appendReq {
+	in.jmu.Lock()
+	defer in.jmu.Unlock()
 	n, i := 0, 0
-	for ; i < len(db.ing.pend) && (i == 0 || n+len(db.ing.pend[i].recs) <= maxBatch); i++ {
-		n += len(db.ing.pend[i].recs)
+	for ; i < len(in.pend) && (i == 0 || n+len(in.pend[i].recs) <= maxBatch); i++ {
+		n += len(in.pend[i].recs)
 	}
-	batch = append(batch, db.ing.pend[:i]...)
-	rest := copy(db.ing.pend, db.ing.pend[i:])
-	clear(db.ing.pend[rest:])
-	db.ing.pend = db.ing.pend[:rest]
+	batch = append(batch, in.pend[:i]...)
+	rest := copy(in.pend, in.pend[i:])
+	clear(in.pend[rest:])
+	in.pend = in.pend[:rest]
 	return batch
 }
 
 // ingest commits a batch to the database. On failure the batch goes back
 // to the front of what is pending and appends are refused until a batch
 // goes in.
-func (db *DB) ingest(batch []*appendReq) error {
+func (in *ingestion) ingest(batch []*appendReq) error {
 	recs := batch
 	if slices.ContainsFunc(batch, func(r *appendReq) bool { return r.refused }) {
 		recs = slices.DeleteFunc(slices.Clone(batch), func(r *appendReq) bool { return r.refused })
@@ -482,125 +482,125 @@ func (db *DB) ingest(batch []*appendReq) error {
 	var err error
 	n := 0
 	if len(recs) > 0 {
-		db.ing.commitMu.Lock()
-		err = db.commitRetrying(recs)
-		db.ing.commitMu.Unlock()
+		in.commitMu.Lock()
+		err = in.commitRetrying(recs)
+		in.commitMu.Unlock()
 		for _, r := range recs {
 			n += len(r.recs)
 		}
 	}
-	if db.pg {
+	if in.db.pg || sqliteDirect {
 		if e, ok := doubtful(err); ok {
-			db.holdInDoubt(batch, e)
+			in.holdInDoubt(batch, e)
 			return err
 		}
-		return db.answer(batch, n, err)
+		return in.answer(batch, n, err)
 	}
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
-		db.noteWrite(err)
-		if db.ing.failure.Swap(&err) == nil {
-			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
+		in.noteWrite(err)
+		if in.failure.Swap(&err) == nil {
+			in.db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
 		}
-		db.ing.jmu.Lock()
-		db.ing.pend = append(slices.Clone(batch), db.ing.pend...)
-		db.ing.room.Broadcast() // appends waiting for room are refused
-		db.ing.jmu.Unlock()
+		in.jmu.Lock()
+		in.pend = append(slices.Clone(batch), in.pend...)
+		in.room.Broadcast() // appends waiting for room are refused
+		in.jmu.Unlock()
 		return err
 	}
-	if db.ing.failure.Swap(nil) != nil {
-		db.opts.Logger.Info("audit records go into the database again")
+	if in.failure.Swap(nil) != nil {
+		in.db.opts.Logger.Info("audit records go into the database again")
 	}
 	if n > 0 {
-		db.ckpt.dirty.Store(true)
-		db.stats.batches.Observe(float64(n))
+		in.db.ckpt.dirty.Store(true)
+		in.db.stats.batches.Observe(float64(n))
 	}
 	var last *segment
 	for _, r := range batch {
 		r.seg.done++
 		r.seg.doneTill = r.end
-		db.stats.backlog.Add(-int64(len(r.recs)))
+		in.db.stats.backlog.Add(-int64(len(r.recs)))
 		if last != nil && last != r.seg {
 			_ = last.noteIngested(last.doneTill)
 		}
 		last = r.seg
 	}
 	if err := last.noteIngested(last.doneTill); err != nil {
-		db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
+		in.db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
 	}
-	db.ing.settled.Add(int64(len(batch)))
-	db.progressed()
+	in.settled.Add(int64(len(batch)))
+	in.progressed()
 	return nil
 }
 
 // progressed wakes appends waiting for room and readers waiting for the
 // ingester (caughtUp).
-func (db *DB) progressed() {
-	db.ing.jmu.Lock()
-	db.ing.room.Broadcast()
-	db.ing.jmu.Unlock()
-	db.ing.progMu.Lock()
-	close(db.ing.progress)
-	db.ing.progress = make(chan struct{})
-	db.ing.progMu.Unlock()
+func (in *ingestion) progressed() {
+	in.jmu.Lock()
+	in.room.Broadcast()
+	in.jmu.Unlock()
+	in.progMu.Lock()
+	close(in.progress)
+	in.progress = make(chan struct{})
+	in.progMu.Unlock()
 }
 
 // rotate replaces the journal segment appends go to once it is large (or
 // could not be synced), and removes the earlier segments whose records
 // are all in the database.
-func (db *DB) rotate() {
-	if db.pg {
+func (in *ingestion) rotate() {
+	if in.db.pg {
 		return // no journal
 	}
-	db.ing.jmu.Lock()
-	cur := db.ing.seg
+	in.jmu.Lock()
+	cur := in.seg
 	full := cur.end >= segmentSize || cur.bad
-	db.ing.jmu.Unlock()
+	in.jmu.Unlock()
 	if full {
 		// Made without holding the journal: appends go on meanwhile.
-		s, err := newSegment(journalsDir(db.opts.Path), db.ing.fsync)
+		s, err := newSegment(journalsDir(in.db.opts.Path), in.fsync)
 		if err != nil {
-			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
+			in.db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
 		} else {
-			db.ing.jmu.Lock()
-			db.ing.seg = s
-			db.ing.own[s.path] = true
-			db.ing.jmu.Unlock()
-			db.ing.segs = append(db.ing.segs, s)
+			in.jmu.Lock()
+			in.seg = s
+			in.own[s.path] = true
+			in.jmu.Unlock()
+			in.segs = append(in.segs, s)
 		}
 	}
 	synced := false
-	for len(db.ing.segs) > 1 {
-		s := db.ing.segs[0]
-		db.ing.jmu.Lock()
+	for len(in.segs) > 1 {
+		s := in.segs[0]
+		in.jmu.Lock()
 		all := s.done == s.appends // no append goes to it any more
-		db.ing.jmu.Unlock()
+		in.jmu.Unlock()
 		if !all {
 			return
 		}
-		if db.ing.fsync && !synced {
-			if err := db.syncFiles(); err != nil {
-				db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
+		if in.fsync && !synced {
+			if err := in.syncFiles(); err != nil {
+				in.db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
 				return
 			}
 			synced = true
 		}
 		if err := s.close(true); err != nil {
-			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
-		db.ing.jmu.Lock()
-		delete(db.ing.own, s.path)
-		db.ing.jmu.Unlock()
-		db.ing.segs = db.ing.segs[1:]
+		in.jmu.Lock()
+		delete(in.own, s.path)
+		in.jmu.Unlock()
+		in.segs = in.segs[1:]
 	}
 }
 
 // syncFiles makes what the ingester has committed durable: its commits
 // are not fsync'd, so with durability full the database's files are
 // synced before a journal segment with those records goes.
-func (db *DB) syncFiles() error {
+func (in *ingestion) syncFiles() error {
 	var errs []error
-	for _, p := range []string{db.opts.Path + "-wal", db.opts.Path} {
+	for _, p := range []string{in.db.opts.Path + "-wal", in.db.opts.Path} {
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -617,76 +617,76 @@ func (db *DB) syncFiles() error {
 // finish ends the ingester: a last checkpoint, and the journal segments
 // closed, removed when every record in them is in the database (else kept
 // for the next Open).
-func (db *DB) finish() {
-	if len(db.ing.doubts) > 0 {
-		db.settleDoubts(true)
-		if batch := db.take(nil); len(batch) > 0 {
-			_ = db.ingest(batch) // the corrections settling made
-			db.settleDoubts(true)
+func (in *ingestion) finish() {
+	if len(in.doubts) > 0 {
+		in.settleDoubts(true)
+		if batch := in.take(nil); len(batch) > 0 {
+			_ = in.ingest(batch) // the corrections settling made
+			in.settleDoubts(true)
 		}
 	}
-	if db.checkpointTurn(context.Background()) {
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	if in.db.checkpointTurn(context.Background()) {
+		if err := in.db.writeCheckpoint(); err != nil {
+			in.db.logCheckpoint(err)
 		}
-		db.releaseCheckpointTurn()
+		in.db.releaseCheckpointTurn()
 	}
-	db.ing.jmu.Lock()
+	in.jmu.Lock()
 	left := 0
-	for _, r := range db.ing.pend {
+	for _, r := range in.pend {
 		if !r.refused {
 			left += len(r.recs)
 		}
 	}
-	db.ing.jmu.Unlock()
+	in.jmu.Unlock()
 	synced := true
-	if db.ing.fsync {
-		if err := db.syncFiles(); err != nil {
-			db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
+	if in.fsync {
+		if err := in.syncFiles(); err != nil {
+			in.db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
 			synced = false
 		}
 	}
-	for _, s := range db.ing.segs {
+	for _, s := range in.segs {
 		keep := s.done != s.appends || !synced
 		if keep {
-			db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
+			in.db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
 		}
 		if err := s.close(!keep); err != nil {
-			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
 	}
-	db.ing.segs = nil
+	in.segs = nil
 }
 
 // caughtUp waits, up to a few seconds, until what this process and the
 // others writing to the database have appended is in the database, so
 // that a reader sees every record acknowledged before it began. It gives
 // up early when the ingester cannot commit, or a journal's owner is gone.
-func (db *DB) caughtUp(ctx context.Context) {
+func (in *ingestion) caughtUp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, caughtUpWait)
 	defer cancel()
-	if db.writable {
-		db.ing.jmu.Lock()
-		target := db.ing.appended
-		db.ing.jmu.Unlock()
-		for db.ing.settled.Load() < target && db.failed() == nil {
-			db.ing.progMu.Lock()
-			ch := db.ing.progress
-			db.ing.progMu.Unlock()
-			if db.ing.settled.Load() >= target {
+	if in.db.writable {
+		in.jmu.Lock()
+		target := in.appended
+		in.jmu.Unlock()
+		for in.settled.Load() < target && in.failed() == nil {
+			in.progMu.Lock()
+			ch := in.progress
+			in.progMu.Unlock()
+			if in.settled.Load() >= target {
 				break
 			}
-			signal(db.ing.urgent)
+			signal(in.urgent)
 			select {
 			case <-ch:
-			case <-db.ing.closed:
+			case <-in.closed:
 				return
 			case <-ctx.Done():
 				return
 			}
 		}
 	}
-	db.awaitJournals(ctx)
+	in.awaitJournals(ctx)
 }
 
 // caughtUpWait bounds how long a reader waits for the journals.
@@ -699,15 +699,15 @@ const journalPoll = 2 * time.Millisecond
 // awaitJournals waits until every live journal's header shows the
 // records it held when the wait began in the database (or ctx ends). A
 // journal whose owner is gone is left to the next writable Open.
-func (db *DB) awaitJournals(ctx context.Context) {
-	if db.pg || db.hold != nil {
+func (in *ingestion) awaitJournals(ctx context.Context) {
+	if in.db.pg || in.db.hold != nil {
 		return // no journals: what is acknowledged is committed, or nothing is
 	}
-	files, _ := segments(journalsDir(db.opts.Path))
+	files, _ := segments(journalsDir(in.db.opts.Path))
 	for _, p := range files {
-		db.ing.jmu.Lock()
-		own := db.ing.own[p]
-		db.ing.jmu.Unlock()
+		in.jmu.Lock()
+		own := in.own[p]
+		in.jmu.Unlock()
 		if own {
 			continue // caughtUp waited for this process's own
 		}
@@ -753,17 +753,17 @@ const retryPause = 5 * time.Millisecond
 
 // commitRetrying commits a batch, waiting up to BusyWait while other
 // processes hold the database's lock.
-func (db *DB) commitRetrying(batch []*appendReq) error {
-	deadline := time.Now().Add(db.opts.BusyWait)
+func (in *ingestion) commitRetrying(batch []*appendReq) error {
+	deadline := time.Now().Add(in.db.opts.BusyWait)
 	for {
-		err := db.commit(batch)
+		err := in.commit(batch)
 		if err == nil || !isBusy(err) {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the database stayed locked by another process for %v: %w", db.opts.BusyWait, err)
+			return fmt.Errorf("the database stayed locked by another process for %v: %w", in.db.opts.BusyWait, err)
 		}
-		db.opts.Logger.Debug("audit commit waits for another process", "err", err)
+		in.db.opts.Logger.Debug("audit commit waits for another process", "err", err)
 		time.Sleep(retryPause)
 	}
 }
@@ -775,20 +775,20 @@ func isBusy(err error) bool {
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
-func (db *DB) commit(batch []*appendReq) (err error) {
+func (in *ingestion) commit(batch []*appendReq) (err error) {
 	ctx := context.Background()
-	if db.pg {
+	if in.db.pg {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pgCommitWait)
 		defer cancel()
 	}
-	if db.ing.wc == nil {
-		if db.ing.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+	if in.wc == nil {
+		if in.wc, err = newWriterConn(ctx, in.db.aw, in.db.auth); err != nil {
 			return err
 		}
 	}
-	wc := db.ing.wc
-	db.stats.attempts.Add(1)
+	wc := in.wc
+	in.db.stats.attempts.Add(1)
 	begun := false
 	err = wc.conn.Raw(func(dc any) error {
 		if wc.pg {
@@ -806,7 +806,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			// The connection is no use any more: the next batch opens
 			// another. (A ROLLBACK that fails because SQLite already
 			// rolled back, as after a full disk, leaves it usable.)
-			db.ing.wc = nil
+			in.wc = nil
 			_ = wc.discard()
 		}
 	}
