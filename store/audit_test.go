@@ -97,7 +97,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 	if got == nil || got.Approval != r.Approval {
 		t.Fatalf("record came back as %+v", got)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK {

@@ -78,7 +78,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.writeCheckpoint(); err != nil { // over the retention record
+	if err := db.ckpt.writeCheckpoint(); err != nil { // over the retention record
 		t.Fatal(err)
 	}
 	var after strings.Builder
@@ -139,7 +139,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
@@ -166,7 +166,7 @@ func TestCheckFilesProofIDs(t *testing.T) {
 		}
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string

@@ -319,7 +319,7 @@ func TestCopyToPostgres(t *testing.T) {
 		}
 	}
 	dst.ing.caughtUp(ctx)
-	if err := dst.writeCheckpoint(); err != nil {
+	if err := dst.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	v, err = dst.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})

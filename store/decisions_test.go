@@ -52,7 +52,7 @@ func heldApproval(id string) *guard.Approval {
 func verifyOK(t *testing.T, db *DB) {
 	t.Helper()
 	db.ing.caughtUp(context.Background())
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.Verify(context.Background())

@@ -313,7 +313,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 		t.Errorf("calls alice approved: %v", ids)
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = db.Verify(ctx)

@@ -143,16 +143,16 @@ func (a *tailAuth) learn(c *Checkpoint) {
 // an earlier release writes to the database too): it has them from its
 // first record. Otherwise it was written by an earlier release: its MACs
 // start once startMACs appends their record. It only reads.
-func (db *DB) initMACs(ctx context.Context) error {
-	empty, err := db.learnMACs(ctx)
-	if err != nil || db.auth.from.Load() > 0 || !empty {
+func (cp *checkpointState) initMACs(ctx context.Context) error {
+	empty, err := cp.learnMACs(ctx)
+	if err != nil || cp.db.auth.from.Load() > 0 || !empty {
 		return err
 	}
-	why, err := db.macsWait(ctx)
+	why, err := cp.macsWait(ctx)
 	if err != nil || why != "" {
 		return err // startMACs says what they wait for
 	}
-	db.auth.start(1)
+	cp.db.auth.start(1)
 	return nil
 }
 
@@ -163,21 +163,21 @@ func (db *DB) initMACs(ctx context.Context) error {
 // process of this release wrote it, and has not yet signed a
 // checkpoint): then it has them from its first record. It reports whether
 // the log has no record. The caller holds the key (db.signer).
-func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
-	a := db.auth
-	if _, err := a.macsFrom(ctx, db.r); err != nil {
+func (cp *checkpointState) learnMACs(ctx context.Context) (empty bool, err error) {
+	a := cp.db.auth
+	if _, err := a.macsFrom(ctx, cp.db.r); err != nil {
 		return false, err
 	}
-	c, err := latestSigned(ctx, db.r, db.signer.verifier)
+	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.verifier)
 	if err != nil {
 		return false, err
 	}
 	a.learn(c)
-	if c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier); err == nil {
+	if c, err := readCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.verifier); err == nil {
 		a.learn(c)
 	}
-	if db.ckpt.witness != nil {
-		for _, c := range db.ckpt.witness.latestHeld(db.signer.verifier) {
+	if cp.witness != nil {
+		for _, c := range cp.witness.latestHeld(cp.db.signer.verifier) {
 			a.learn(c)
 		}
 	}
@@ -187,7 +187,7 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	var seq int64
 	var h string
 	var mac []byte
-	err = db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
+	err = cp.db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
 	switch {
 	case err == nil && audit.NewMACer(a.key).Valid(seq, h, mac):
 		a.start(1)
@@ -203,20 +203,20 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 // startMACs appends the LifecycleMACs record when the log has none yet
 // and nothing written by an earlier release is still to come; the caller
 // holds the checkpoint lease, so that replicas do not each append one.
-func (db *DB) startMACs(ctx context.Context) {
-	a := db.auth
+func (cp *checkpointState) startMACs(ctx context.Context) {
+	a := cp.db.auth
 	if a.key == nil || a.from.Load() > 0 {
 		return
 	}
-	if s, err := a.macsFrom(ctx, db.r); err != nil || s > 0 {
+	if s, err := a.macsFrom(ctx, cp.db.r); err != nil || s > 0 {
 		if err != nil {
-			db.opts.Logger.Warn("audit MACs", "err", err)
+			cp.db.opts.Logger.Warn("audit MACs", "err", err)
 		}
 		return
 	}
-	why, err := db.macsWait(ctx)
+	why, err := cp.macsWait(ctx)
 	if err != nil {
-		db.opts.Logger.Warn("audit MACs", "err", err)
+		cp.db.opts.Logger.Warn("audit MACs", "err", err)
 		return
 	}
 	a.mu.Lock()
@@ -225,35 +225,35 @@ func (db *DB) startMACs(ctx context.Context) {
 	a.mu.Unlock()
 	if why != "" {
 		if why != said {
-			db.opts.Logger.Warn("audit records carry MACs, but they are required only once every process writing to the database runs this release", "waiting_for", why)
+			cp.db.opts.Logger.Warn("audit records carry MACs, but they are required only once every process writing to the database runs this release", "waiting_for", why)
 		}
 		return
 	}
 	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
-		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+		Time: cp.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
-	db.ing.commitMu.Lock()
-	err = db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
-	db.ing.commitMu.Unlock()
+	cp.db.ing.commitMu.Lock()
+	err = cp.db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
+	cp.db.ing.commitMu.Unlock()
 	if err != nil {
-		db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
+		cp.db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
 		return
 	}
 	a.from.CompareAndSwap(0, r.Seq)
-	db.ckpt.dirty.Store(true)
-	db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
+	cp.dirty.Store(true)
+	cp.db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
 }
 
 // macsWait says what MACs wait for before they start, or "": processes
 // of an earlier release still beating on the database (their rows in
 // replicas do not say macs), which write records without MACs.
-func (db *DB) macsWait(ctx context.Context) (string, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT host, pid, process, seen, lapse_ms FROM replicas WHERE macs = 0`)
+func (cp *checkpointState) macsWait(ctx context.Context) (string, error) {
+	rows, err := cp.db.r.QueryContext(ctx, `SELECT host, pid, process, seen, lapse_ms FROM replicas WHERE macs = 0`)
 	if err != nil {
 		return "", fmt.Errorf("replicas: %w", err)
 	}
 	defer rows.Close()
-	now := db.opts.Now()
+	now := cp.db.opts.Now()
 	for rows.Next() {
 		var r Replica
 		var seen string
@@ -308,15 +308,15 @@ const tailChunk = 4096
 // signature over them.
 //
 // It returns where MACs start, for the checkpoint to say (0: not yet).
-func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) (int64, error) {
-	a := db.auth
+func (cp *checkpointState) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) (int64, error) {
+	a := cp.db.auth
 	from, err := a.macsFrom(ctx, conn)
 	if err != nil || from == 0 || a.key == nil {
 		return from, err
 	}
-	t := &tailCheck{db: db, conn: conn, m: audit.NewMACer(a.key)}
-	if db.ing.wc != nil {
-		t.own = db.ing.wc.own
+	t := &tailCheck{db: cp.db, conn: conn, m: audit.NewMACer(a.key)}
+	if cp.db.ing.wc != nil {
+		t.own = cp.db.ing.wc.own
 	}
 	for lo := max(after, from-1); lo < size; lo += tailChunk {
 		hi := min(lo+tailChunk, size)

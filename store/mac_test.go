@@ -201,7 +201,7 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.ing.caughtUp(ctx)
-		err = db.writeCheckpoint()
+		err = db.ckpt.writeCheckpoint()
 		if tree && !errors.Is(err, errUnauthenticated) {
 			t.Fatalf("a checkpoint over the forged record and its leaf: %v, want it refused", err)
 		}
@@ -276,7 +276,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if seq, _ := macsStart(t, db); seq != 0 {
 		t.Fatalf("a new log has a record MACs start at (%d): they start at its first record, as its checkpoints say", seq)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	c, err := db.LatestCheckpoint(ctx)
@@ -313,7 +313,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 	}
 	heldCall(t, db, "held-2")
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := db.LatestCheckpoint(ctx); err != nil || c.MACsFrom != 15 {
@@ -366,17 +366,17 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	db.startMACs(ctx)
+	db.ckpt.startMACs(ctx)
 	if seq, _ := macsStart(t, db); seq != 0 {
 		t.Fatalf("MACs start at record %d while a process of the release before writes", seq)
 	}
 	old.exec(t, `DELETE FROM replicas WHERE id = 'old'`)
 	db.ing.caughtUp(ctx)
-	db.startMACs(ctx)
+	db.ckpt.startMACs(ctx)
 	if seq, reason := macsStart(t, db); seq != 2 || !strings.HasPrefix(reason, "MACs from seq 2:") {
 		t.Fatalf("MACs start at record %d (%q) once it is gone, want 2", seq, reason)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK {

@@ -69,7 +69,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			own:      map[string]bool{},
 		},
 	}
-	db.ing.db = db
+	db.ing.db, db.ckpt.db = db, db
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)
 	db.r.SetMaxOpenConns(8)
@@ -100,7 +100,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	if db.ing.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 		return fail(err)
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return fail(err)
 	}
 	if err := db.ing.commitRetrying(nil); errors.Is(err, errTreeAhead) {
@@ -112,10 +112,10 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.ckpt.holder = guard.NewID()
-	if db.checkpointTurn(ctx) {
-		db.startMACs(ctx)
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	if db.ckpt.checkpointTurn(ctx) {
+		db.ckpt.startMACs(ctx)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
+			db.ckpt.logCheckpoint(err)
 		}
 	}
 	db.listen = startListener(cfg, opts.Logger)
@@ -163,7 +163,7 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		schema: schemaGaps{noRules: v.Int64 < approvalRulesMigration,
 			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
 			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
-	db.ing.db = db
+	db.ing.db, db.ckpt.db = db, db
 	return db, nil
 }
 

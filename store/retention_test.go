@@ -54,13 +54,13 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 		}
 		if i%2 == 1 { // a series of checkpoints, each of which must still verify
 			db.ing.caughtUp(context.Background())
-			if err := db.writeCheckpoint(); err != nil {
+			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	db.ing.caughtUp(context.Background())
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	*now = retentionStart.Add(501 * 24 * time.Hour)
@@ -184,7 +184,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	}
 	// A checkpoint signed after the pruning extends the old one, and a
 	// whole export with the pruned records still checks.
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
@@ -234,7 +234,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, Batch: 3})
@@ -262,7 +262,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 	if _, err := db.w.Exec(`UPDATE approvals SET state = 'denied' WHERE id = 'ap-3'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(500 * 24 * time.Hour)
@@ -457,7 +457,7 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(30 * time.Minute)

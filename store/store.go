@@ -165,6 +165,7 @@ type ingestion struct {
 
 // checkpointState is what this process knows of the log's signed checkpoints.
 type checkpointState struct {
+	db             *DB          // the database whose log they sign
 	holder         string       // this process's name for the leases it takes
 	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
 	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
@@ -304,7 +305,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 			unmoved:  map[string]time.Time{},
 		},
 	}
-	db.ing.db = db
+	db.ing.db, db.ckpt.db = db, db
 	db.ing.room = sync.NewCond(&db.ing.jmu)
 	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
@@ -333,7 +334,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if db.ing.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
 		return fail(err)
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return fail(err)
 	}
 	// The tree over records an earlier version appended is built now
@@ -369,10 +370,10 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	// earlier version's form), by the process whose turn it is; nothing
 	// is kept twice.
 	db.ckpt.holder = guard.NewID()
-	if db.checkpointTurn(ctx) {
-		db.startMACs(ctx)
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	if db.ckpt.checkpointTurn(ctx) {
+		db.ckpt.startMACs(ctx)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
+			db.ckpt.logCheckpoint(err)
 		}
 	}
 	go db.ing.ingester()
@@ -625,7 +626,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		schema: schemaGaps{noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
 			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
 			noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
-	db.ing.db = db
+	db.ing.db, db.ckpt.db = db, db
 	return db, nil
 }
 
@@ -648,7 +649,7 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	db := &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}
-	db.ing.db = db
+	db.ing.db, db.ckpt.db = db, db
 	return db, nil
 }
 

@@ -208,7 +208,7 @@ func TestNoCheckpointForALogThatDoesNotExtendTheLast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
+	if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
 		t.Fatalf("checkpoint of a rewritten log: %v", err)
 	}
 	if n := db.CheckpointRefusals(); n < 2 { // at Open, and now
@@ -336,7 +336,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		}
 		db.ing.caughtUp(ctx)
 		db.ckpt.dirty.Store(true)
-		if err := db.writeCheckpoint(); err != nil {
+		if err := db.ckpt.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -416,7 +416,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 		}
 		db.ing.caughtUp(ctx)
 		db.ckpt.dirty.Store(true)
-		if err := db.writeCheckpoint(); err != nil {
+		if err := db.ckpt.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
 	}

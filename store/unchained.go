@@ -120,7 +120,7 @@ func (db *DB) readersKey(ctx context.Context) ([]byte, int64, error) {
 	if db.schema.noMAC {
 		return key, 0, nil // a schema from before MACs: they have not begun
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return nil, 0, err
 	}
 	return key, db.auth.from.Load(), nil

@@ -32,7 +32,7 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 		}
 	}
 	db.ing.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := db.LastVerification(ctx); v != nil || err != nil {

@@ -77,7 +77,7 @@ func TestVerifyCatchesFalsifiedWords(t *testing.T) {
 					t.Fatalf("the change left the call found by its words: %v", got)
 				}
 			}
-			if err := db.writeCheckpoint(); err != nil {
+			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 			rep, err := db.Verify(ctx)

@@ -42,7 +42,7 @@ func TestWitnessLogHidesCredentials(t *testing.T) {
 	}
 	db.ing.caughtUp(ctx)
 	db.ckpt.dirty.Store(true)
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	db.Close() // delivers what is queued

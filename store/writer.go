@@ -406,7 +406,7 @@ func (in *ingestion) ingester() {
 		case <-t.C:
 			in.rotate() // a segment that could not be made before
 			in.recoverOrphans()
-			in.db.maybeCheckpoint()
+			in.db.ckpt.maybeCheckpoint()
 			continue
 		}
 		for {
@@ -451,7 +451,7 @@ func (in *ingestion) ingester() {
 			}
 		}
 		in.rotate()
-		in.db.maybeCheckpoint()
+		in.db.ckpt.maybeCheckpoint()
 	}
 	in.finish()
 }
@@ -625,11 +625,11 @@ func (in *ingestion) finish() {
 			in.settleDoubts(true)
 		}
 	}
-	if in.db.checkpointTurn(context.Background()) {
-		if err := in.db.writeCheckpoint(); err != nil {
-			in.db.logCheckpoint(err)
+	if in.db.ckpt.checkpointTurn(context.Background()) {
+		if err := in.db.ckpt.writeCheckpoint(); err != nil {
+			in.db.ckpt.logCheckpoint(err)
 		}
-		in.db.releaseCheckpointTurn()
+		in.db.ckpt.releaseCheckpointTurn()
 	}
 	in.jmu.Lock()
 	left := 0
@@ -817,21 +817,21 @@ func (in *ingestion) commit(batch []*appendReq) (err error) {
 // checkpoint lease (checkpointlease.go), the last one is older than
 // CheckpointEvery, and records were committed since, by this process or
 // another.
-func (db *DB) maybeCheckpoint() {
-	if time.Since(time.Unix(0, db.ckpt.lastCheckpoint.Load())) < db.opts.CheckpointEvery ||
-		time.Since(time.Unix(0, db.ckpt.lastTurn.Load())) < db.opts.CheckpointEvery {
+func (cp *checkpointState) maybeCheckpoint() {
+	if time.Since(time.Unix(0, cp.lastCheckpoint.Load())) < cp.db.opts.CheckpointEvery ||
+		time.Since(time.Unix(0, cp.lastTurn.Load())) < cp.db.opts.CheckpointEvery {
 		return
 	}
 	ctx := context.Background()
-	if !db.checkpointTurn(ctx) {
+	if !cp.checkpointTurn(ctx) {
 		return
 	}
-	db.startMACs(ctx) // once what they waited for is gone
-	if !db.ckpt.dirty.Load() && !db.othersCommitted(ctx) {
+	cp.startMACs(ctx) // once what they waited for is gone
+	if !cp.dirty.Load() && !cp.othersCommitted(ctx) {
 		return
 	}
-	if err := db.writeCheckpoint(); err != nil {
-		db.logCheckpoint(err)
+	if err := cp.writeCheckpoint(); err != nil {
+		cp.logCheckpoint(err)
 	}
 }
 
