@@ -13,6 +13,10 @@
 // held calls, tool reviews and configuration changes as they commit
 // (LISTEN/NOTIFY, notify.go), where processes sharing an SQLite file read
 // it again every few milliseconds.
+//
+// What a batch of records becomes (their chain hashes, MACs, Merkle tree
+// hashes and call index rows) is worked out by package audit, the same
+// for both engines; each engine only writes it (writer.go, pgwriter.go).
 package store
 
 import (
