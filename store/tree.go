@@ -16,16 +16,10 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// The records form the leaves of a Merkle tree in the shape of RFC 6962
-// and RFC 9162, as golang.org/x/mod/sumdb/tlog builds it: record seq N is
-// leaf N-1, and its leaf hash is tlog.RecordHash of the record's canonical
-// form (the bytes whose SHA-256 is its chain hash), so the tree commits to
-// every record's content. The tree's stored hashes (tlog.StoredHashes:
-// every leaf and every complete subtree) are kept in tree_hashes by their
+// The records form the leaves of a Merkle tree (package audit: Edge,
+// Tree); its stored hashes are kept in tree_hashes by their
 // tlog.StoredHashIndex, inserted in the transaction that inserts their
-// records. The writer keeps the tree's right edge (the roots of its
-// complete subtrees, at most one per level) in memory, so an append costs
-// only the hashes it adds: on average two per record.
+// records.
 
 // errTreeAhead is returned when the tree has more leaves than the log has
 // records: records were removed from the end of the log.
