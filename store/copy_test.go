@@ -68,10 +68,10 @@ func richLog(t *testing.T, dir string) string {
 	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:w2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c1", "policy.default: allow -> approve"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c1", "policy.default: allow -> approve"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteRulesWritten(ctx, "sha256:rules1"); err != nil {
+	if err := db.Configs().NoteRulesWritten(ctx, "sha256:rules1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.VerifyIfDue(ctx, time.Hour); err != nil {
@@ -156,9 +156,9 @@ func contentOf(t *testing.T, db *DB) content {
 	}
 	c.Reviews, err = db.Reviews(ctx, "")
 	check(err)
-	c.Config, err = db.ConfigChangeByDigest(ctx, "sha256:c1")
+	c.Config, err = db.Configs().ConfigChangeByDigest(ctx, "sha256:c1")
 	check(err)
-	c.Rules, err = db.RulesWritten(ctx, "sha256:rules1")
+	c.Rules, err = db.Configs().RulesWritten(ctx, "sha256:rules1")
 	check(err)
 	c.Cursor, err = db.StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
 	check(err)
@@ -303,7 +303,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err := dst.Append(rec(101, guard.KindRequest), rec(101, guard.KindOutcome)); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.NoteConfigChange(ctx, "sha256:c2", "another"); err != nil {
+	if err := dst.Configs().NoteConfigChange(ctx, "sha256:c2", "another"); err != nil {
 		t.Fatal(err)
 	}
 	// A row numbered by PostgreSQL takes the number after those moved
@@ -351,7 +351,7 @@ func TestCopyIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c9", "not UTF-8: \xff\xfe"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c9", "not UTF-8: \xff\xfe"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

@@ -342,7 +342,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t","x":1}`), Pin: "sha256:t2"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c", "rule added"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c", "rule added"); err != nil {
 		t.Fatal(err)
 	}
 	cure := poison(t, path)
@@ -362,7 +362,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if _, err := db.DecideTool(ctx, "files", "t", "sha256:t2", true, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("accept a tool with no audit log: %v", err)
 	}
-	if _, err := db.ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Configs().ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("apply a configuration with no audit log: %v", err)
 	}
 	if err := db.RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
@@ -377,7 +377,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if r, _ := db.Review(ctx, "files", "t", "sha256:t2"); r.State != guard.ReviewPending {
 		t.Fatalf("the review changed: %+v", r)
 	}
-	if c, _ := db.PendingConfigChange(ctx); c == nil || c.Digest != "sha256:c" {
+	if c, _ := db.Configs().PendingConfigChange(ctx); c == nil || c.Digest != "sha256:c" {
 		t.Fatalf("the configuration change is no longer pending: %+v", c)
 	}
 

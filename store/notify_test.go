@@ -171,9 +171,9 @@ func TestEveryChangeIsAnnounced(t *testing.T) {
 	must(err)
 	expect("review", "tool_reviews:2")
 
-	must(db.NoteConfigChange(ctx, "sha256:c1", "rule added"))
+	must(db.Configs().NoteConfigChange(ctx, "sha256:c1", "rule added"))
 	expect("configuration change", "config_changes:sha256:c1")
-	_, err = db.ApplyConfig(ctx, "sha256:c1", "alice")
+	_, err = db.Configs().ApplyConfig(ctx, "sha256:c1", "alice")
 	must(err)
 	expect("applied", "config_changes:sha256:c1")
 }
@@ -385,7 +385,7 @@ func TestChangesSignalAnotherReplica(t *testing.T) {
 	}{
 		{"a hold", func() error { return b.CreateApproval(ctx, newApproval("c1")) }},
 		{"a decision", func() error { _, err := b.DecideApproval(ctx, "c1", false, "bob", "no"); return err }},
-		{"a configuration change", func() error { return b.NoteConfigChange(ctx, "sha256:c", "rule added") }},
+		{"a configuration change", func() error { return b.Configs().NoteConfigChange(ctx, "sha256:c", "rule added") }},
 	} {
 		if err := step.do(); err != nil {
 			t.Fatal(err)

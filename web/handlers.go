@@ -398,11 +398,11 @@ func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	digest := r.PostForm.Get("digest")
-	decide, verb := s.opts.Store.ApplyConfig, "Applied"
+	decide, verb := s.opts.Store.Configs().ApplyConfig, "Applied"
 	switch r.PostForm.Get("decision") {
 	case "apply":
 	case "dismiss":
-		decide, verb = s.opts.Store.DismissConfig, "Dismissed"
+		decide, verb = s.opts.Store.Configs().DismissConfig, "Dismissed"
 	default:
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The decision is apply or dismiss."))
 		return

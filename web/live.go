@@ -234,7 +234,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 	}
 	h.Sum(sig.tools[:0])
 
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if err != nil {
 		return sig, fmt.Errorf("configuration change: %w", err)
 	}

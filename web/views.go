@@ -435,7 +435,7 @@ type configView struct {
 
 func (s *views) configView(ctx context.Context, sess session) (configView, error) {
 	v := configView{CSRF: sess.csrf, Named: sess.name != ""}
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if err != nil {
 		return v, fmt.Errorf("pending configuration change: %w", err)
 	}
@@ -794,7 +794,7 @@ func (s *views) counts(ctx context.Context, pending int) (navData, error) {
 	if n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending); err != nil {
 		return n, err
 	}
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if c != nil {
 		n.Config = 1
 	}

@@ -77,13 +77,10 @@ type Store interface {
 	// none is.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
 	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
-	// PendingConfigChange returns the configuration change that waits for
-	// a person, nil when none does.
-	PendingConfigChange(ctx context.Context) (*store.ConfigChange, error)
-	// ApplyConfig and DismissConfig decide the pending change with that
-	// digest; a change that is not pending is refused (*store.NotPendingError).
-	ApplyConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
-	DismissConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
+	// Configs keeps the configuration changes that wait for a person:
+	// the UI shows the pending one and applies or dismisses it (a change
+	// that is not pending is refused, *store.NotPendingError).
+	Configs() store.Configs
 	// LastVerification is the last scheduled verification of the audit
 	// log, nil when there was none: a failed one is shown on every page.
 	LastVerification(ctx context.Context) (*store.Verification, error)

@@ -416,7 +416,7 @@ func TestWebSocketTellsOfChangesWithin250ms(t *testing.T) {
 	if !readChanged(t, c, "config", time.Second) {
 		t.Fatal("no config message for a change noted")
 	}
-	if _, err := e.db.ApplyConfig(context.Background(), digestA, "cli"); err != nil {
+	if _, err := e.db.Configs().ApplyConfig(context.Background(), digestA, "cli"); err != nil {
 		t.Fatal(err)
 	}
 	if !readChanged(t, c, "config", time.Second) {

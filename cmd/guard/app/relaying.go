@@ -132,7 +132,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	}
 	eo := policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: m.Getenv, Logger: logger, Limiter: db,
-		Gate: db, Isolated: rt.isolated, Record: recordConfig(db, cmd),
+		Gate: db.Configs(), Isolated: rt.isolated, Record: recordConfig(db, cmd),
 	}
 	if st.Postgres {
 		eo.Learned = learnedRules{db: db, getenv: m.Getenv}

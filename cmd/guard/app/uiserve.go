@@ -201,7 +201,7 @@ func allowAlways(db *store.DB, rulesDir string, learned policy.Learned) func(a *
 				Method: r.Method, Action: r.Action, File: file}); err != nil {
 				return err
 			}
-			return db.NoteRulesWritten(context.Background(), digest)
+			return db.Configs().NoteRulesWritten(context.Background(), digest)
 		})
 		return err // not added: the same rule is there already
 	}
