@@ -24,7 +24,7 @@ func newManager(t *testing.T, path string, o Options) (*Manager, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return New(db, o), db
+	return New(db.Holds(), o), db
 }
 
 func held(id string) *guard.Approval {
@@ -64,7 +64,7 @@ func TestAwaitEndings(t *testing.T) {
 		if err != nil || r.End != guard.WaitApproved {
 			t.Fatalf("%+v %v", r, err)
 		}
-		a, _ := db.Approval(ctx, "a")
+		a, _ := db.Holds().Approval(ctx, "a")
 		if a.State != guard.ApprovalUsed {
 			t.Fatalf("an approval let through is not used up: %s", a.State)
 		}
@@ -237,7 +237,7 @@ func TestSettleReview(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pending, err := db.Approvals(ctx, guard.ApprovalPending)
+	pending, err := db.Holds().Approvals(ctx, guard.ApprovalPending)
 	if err != nil || len(pending) != 5 {
 		t.Fatalf("pending: %d %v", len(pending), err)
 	}
@@ -301,7 +301,7 @@ func TestAcceptingReleasesHeldCallsUnlessItWeakensOrWasFlagged(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			pending, _ := db.Approvals(ctx, guard.ApprovalPending)
+			pending, _ := db.Holds().Approvals(ctx, guard.ApprovalPending)
 			s, err := SettleReview(ctx, m, pending, r, tc.changes, Named("alice"), "the tool's definition was accepted")
 			if err != nil {
 				t.Fatal(err)
@@ -343,7 +343,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	if _, _, err := m.Hold(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	r, s, err := DecideDefinition(ctx, db, m, "files", "rm", v2.Pin, true, Named("alice"), "")
+	r, s, err := DecideDefinition(ctx, db, db.Holds(), m, "files", "rm", v2.Pin, true, Named("alice"), "")
 	if err != nil || r.State != guard.ReviewAccepted || r.DecidedBy != "alice" {
 		t.Fatalf("decide: %+v %v", r, err)
 	}
@@ -359,7 +359,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 			"Approving lets it go on to the rules, which judge it by the accepted definition." {
 		t.Fatalf("the held call's note: %q", text)
 	}
-	if _, _, err := DecideDefinition(ctx, db, m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
+	if _, _, err := DecideDefinition(ctx, db, db.Holds(), m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown tool: %v", err)
 	}
 }
@@ -381,7 +381,7 @@ func TestScope(t *testing.T) {
 			if want == "" {
 				want = guard.ScopeSession
 			}
-			if got, _ := db.Approval(ctx, "a"); got.Scope != want {
+			if got, _ := db.Holds().Approval(ctx, "a"); got.Scope != want {
 				t.Fatalf("scope %q, want %q", got.Scope, want)
 			}
 			other := held("b")
@@ -406,7 +406,7 @@ func TestScope(t *testing.T) {
 	}
 	t.Run("session ended", func(t *testing.T) {
 		mine, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
-		shared := New(db, Options{Scope: guard.ScopeAny})
+		shared := New(db.Holds(), Options{Scope: guard.ScopeAny})
 		for _, h := range []struct {
 			m  *Manager
 			id string
@@ -420,10 +420,10 @@ func TestScope(t *testing.T) {
 		if err := mine.SessionEnded(ctx, "s1", guard.ClientGoneReason); err != nil {
 			t.Fatal(err)
 		}
-		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
+		if a, _ := db.Holds().Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
 			t.Fatalf("a session-scoped hold of an ended session: %s", a.State)
 		}
-		if b, _ := db.Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
+		if b, _ := db.Holds().Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
 			t.Fatalf("a hold of any session, once its session ended: %s %v", b.State, b.SessionEnded)
 		}
 	})

@@ -240,7 +240,7 @@ servers:
 
 	db := e.open(ctx)
 	defer db.Close()
-	x, err := db.Approval(ctx, a.ID)
+	x, err := db.Holds().Approval(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

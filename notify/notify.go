@@ -36,6 +36,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/store"
 )
 
 // Store is what the notifier needs of the database (store.DB).
@@ -55,8 +56,8 @@ type Store interface {
 	SetStreamCursor(ctx context.Context, lease, holder, receiver string, seq int64) error
 	// WithLease runs fn while holder holds the lease.
 	WithLease(ctx context.Context, name, holder string, ttl time.Duration, fn func(context.Context))
-	// Approval returns a held call as it stands.
-	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// Holds returns the held calls as they stand.
+	Holds() store.Holds
 	// AppendAsync appends records to the audit log.
 	AppendAsync(recs ...*guard.Record) <-chan error
 	History
@@ -431,7 +432,7 @@ func (r *receiver) deliver(ctx context.Context, rec *guard.Record) bool {
 	giveUp := o.Now().Add(o.RetryFor)
 	backoff := o.BackoffMin
 	for attempt := 1; ; attempt++ {
-		a, err := o.Store.Approval(ctx, rec.Approval)
+		a, err := o.Store.Holds().Approval(ctx, rec.Approval)
 		switch {
 		case errors.Is(err, guard.ErrNotFound):
 			return true

@@ -38,7 +38,7 @@ func hold(t *testing.T, db *store.DB, tool string) *guard.Approval {
 	a := &guard.Approval{ID: id, CallID: id, Session: "s1", Client: "desk/1", Server: "notes", Tool: tool,
 		Arguments: `{"title":"a"}`, Digest: "sha256:" + id, Pin: "sha256:p", PolicyVersion: "v1", Rule: "default",
 		HeldReason: "destructive", State: guard.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(10 * time.Minute)}
-	if err := db.CreateApproval(context.Background(), a); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(&guard.Record{CallID: id, Kind: guard.KindRequest, Session: "s1", Client: "desk/1", Server: "notes",
@@ -225,7 +225,7 @@ func TestAnnouncementsResumeWhereTheyStopped(t *testing.T) {
 	stop()
 
 	decided, pending := hold(t, db, "write_note"), hold(t, db, "send_message")
-	if _, err := db.DecideApprovalWith(context.Background(), decided.ID, false, "carol", "no", nil); err != nil {
+	if _, err := db.Holds().DecideApprovalWith(context.Background(), decided.ID, false, "carol", "no", nil); err != nil {
 		t.Fatal(err)
 	}
 	start(t, db, "second", Options{}, r)

@@ -32,7 +32,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 		got <- err
 	}()
 	id := waitPending(t, h, "delete_note")
-	a, err := h.db.Approval(ctx, id)
+	a, err := h.db.Holds().Approval(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}

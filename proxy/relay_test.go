@@ -73,7 +73,7 @@ func testOptions(t testing.TB, ctx context.Context, config string, wait time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
 	return Options{
 		Server: "notes", Recorder: db, Catalog: db, Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
@@ -92,7 +92,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	}
 	opts, db, holds := testOptions(t, ctx, ho.config, ho.wait)
 	if ho.scope != "" {
-		holds = approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond, Scope: ho.scope})
+		holds = approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond, Scope: ho.scope})
 		opts.Holds = holds
 	}
 	if ho.quiet {
@@ -331,7 +331,7 @@ func TestRelayCapsPendingApprovalsPerSession(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
+			list, _ := h.db.Holds().Approvals(ctx, guard.ApprovalPending)
 			if len(list) == want {
 				return list
 			}
@@ -372,7 +372,7 @@ func waitPending(t *testing.T, h *harness, tool string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		list, err := h.db.Approvals(context.Background(), guard.ApprovalPending)
+		list, err := h.db.Holds().Approvals(context.Background(), guard.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
 		}

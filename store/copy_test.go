@@ -40,14 +40,14 @@ func richLog(t *testing.T, dir string) string {
 		if id != "a2" {
 			a.Caller = caller // the front authenticated the caller
 		}
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
 		t.Fatal(err)
 	}
 	def := func(name, pin string) guard.Tool {
@@ -147,7 +147,7 @@ func contentOf(t *testing.T, db *DB) content {
 	}
 	check(rows.Err())
 	rows.Close()
-	c.Approvals, err = db.Approvals(ctx, "")
+	c.Approvals, err = db.Holds().Approvals(ctx, "")
 	check(err)
 	for _, tool := range [][2]string{{"files", "read_file"}, {"files", "write_file"}, {"files", "move"}, {"db", "query"}} {
 		h, err := db.ToolHistory(ctx, tool[0], tool[1])

@@ -78,7 +78,7 @@ type released struct {
 func wait(db *DB, id string) <-chan released {
 	ch := make(chan released, 1)
 	go func() {
-		a, err := db.WaitApproval(context.Background(), id)
+		a, err := db.Holds().WaitApproval(context.Background(), id)
 		ch <- released{a, err, time.Now()}
 	}()
 	return ch
@@ -147,16 +147,16 @@ func TestEveryChangeIsAnnounced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(db.CreateApproval(ctx, newApproval("a1")))
+	must(db.Holds().CreateApproval(ctx, newApproval("a1")))
 	expect("hold", "approvals:a1")
-	_, err = db.DecideApproval(ctx, "a1", true, "alice", "")
+	_, err = db.Holds().DecideApproval(ctx, "a1", true, "alice", "")
 	must(err)
 	expect("decision", "approvals:a1")
-	_, err = db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now)
+	_, err = db.Holds().ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now)
 	must(err)
 	expect("use", "approvals:a1")
-	must(db.CreateApproval(ctx, newApproval("a2")))
-	_, err = db.EndApproval(ctx, "a2", guard.ApprovalWithdrawn, "cancelled")
+	must(db.Holds().CreateApproval(ctx, newApproval("a2")))
+	_, err = db.Holds().EndApproval(ctx, "a2", guard.ApprovalWithdrawn, "cancelled")
 	must(err)
 	expect("hold and withdrawal", "approvals:a2", "approvals:a2")
 
@@ -240,13 +240,13 @@ func decisionsReleased(t testing.TB, a, b *DB, n int) (release, decide, added []
 	pid := a.listen.backend()
 	for i := range n {
 		id := fmt.Sprintf("held-%d", i)
-		if err := a.CreateApproval(ctx, newApproval(id)); err != nil {
+		if err := a.Holds().CreateApproval(ctx, newApproval(id)); err != nil {
 			t.Fatal(err)
 		}
 		got := wait(a, id)
 		waitingFor(t, waiting, id)
 		start := time.Now()
-		if _, err := b.DecideApproval(ctx, id, true, "bob", ""); err != nil {
+		if _, err := b.Holds().DecideApproval(ctx, id, true, "bob", ""); err != nil {
 			t.Fatal(err)
 		}
 		decided := time.Since(start)
@@ -292,7 +292,7 @@ func TestAWaitOutlivesTheListenersConnection(t *testing.T) {
 	}
 	a.listen.mu.Unlock()
 
-	if err := a.CreateApproval(ctx, newApproval("x1")); err != nil {
+	if err := a.Holds().CreateApproval(ctx, newApproval("x1")); err != nil {
 		t.Fatal(err)
 	}
 	got := wait(a, "x1")
@@ -313,7 +313,7 @@ func TestAWaitOutlivesTheListenersConnection(t *testing.T) {
 		t.Fatal("the listener does not connect again")
 	}
 	start := time.Now()
-	if _, err := b.DecideApproval(ctx, "x1", true, "bob", ""); err != nil {
+	if _, err := b.Holds().DecideApproval(ctx, "x1", true, "bob", ""); err != nil {
 		t.Fatal(err)
 	}
 	r := result(t, got, "x1")
@@ -328,13 +328,13 @@ func TestAWaitOutlivesTheListenersConnection(t *testing.T) {
 		t.Fatal("the listener is up on the connection that was killed")
 	}
 	a.listen.pollEvery = time.Hour // now only a notification releases a wait
-	if err := a.CreateApproval(ctx, newApproval("x2")); err != nil {
+	if err := a.Holds().CreateApproval(ctx, newApproval("x2")); err != nil {
 		t.Fatal(err)
 	}
 	got = wait(a, "x2")
 	waitingFor(t, waiting, "x2")
 	start = time.Now()
-	if _, err := b.DecideApproval(ctx, "x2", true, "bob", ""); err != nil {
+	if _, err := b.Holds().DecideApproval(ctx, "x2", true, "bob", ""); err != nil {
 		t.Fatal(err)
 	}
 	r = result(t, got, "x2")
@@ -354,12 +354,12 @@ func TestAQuietListenerChecksItsConnection(t *testing.T) {
 	a.listen.idle = time.Millisecond
 	a.listen.mu.Unlock()
 	for _, id := range []string{"q1", "q2", "q3"} {
-		if err := a.CreateApproval(ctx, newApproval(id)); err != nil {
+		if err := a.Holds().CreateApproval(ctx, newApproval(id)); err != nil {
 			t.Fatal(err)
 		}
 		got := wait(a, id)
 		waitingFor(t, waiting, id)
-		if _, err := b.DecideApproval(ctx, id, true, "bob", ""); err != nil {
+		if _, err := b.Holds().DecideApproval(ctx, id, true, "bob", ""); err != nil {
 			t.Fatal(err)
 		}
 		result(t, got, id)
@@ -383,8 +383,8 @@ func TestChangesSignalAnotherReplica(t *testing.T) {
 		what string
 		do   func() error
 	}{
-		{"a hold", func() error { return b.CreateApproval(ctx, newApproval("c1")) }},
-		{"a decision", func() error { _, err := b.DecideApproval(ctx, "c1", false, "bob", "no"); return err }},
+		{"a hold", func() error { return b.Holds().CreateApproval(ctx, newApproval("c1")) }},
+		{"a decision", func() error { _, err := b.Holds().DecideApproval(ctx, "c1", false, "bob", "no"); return err }},
 		{"a configuration change", func() error { return b.Configs().NoteConfigChange(ctx, "sha256:c", "rule added") }},
 	} {
 		if err := step.do(); err != nil {

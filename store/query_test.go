@@ -127,7 +127,7 @@ func TestQueryRefusesTooManyIDs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
 		t.Fatalf("a query of %d approvals: %v", len(ids), err)
 	}
-	if _, err := db.ApprovalsByID(context.Background(), ids); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
+	if _, err := db.Holds().ApprovalsByID(context.Background(), ids); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
 		t.Fatalf("%d approvals by id: %v", len(ids), err)
 	}
 }

@@ -328,21 +328,21 @@ func TestApprovalsByID(t *testing.T) {
 	for _, id := range []string{"a1", "a2", "a3"} {
 		a := newApproval(id)
 		a.Digest = "sha256:" + id
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideApproval(ctx, "a3", false, "bob", "not now"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a3", false, "bob", "not now"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.ApprovalsByID(ctx, []string{"a3", "nope", "a1"})
+	got, err := db.Holds().ApprovalsByID(ctx, []string{"a3", "nope", "a1"})
 	if err != nil || len(got) != 2 || got[0].ID != "a1" || got[1].ID != "a3" {
 		t.Fatalf("approvals by id: %+v %v", got, err)
 	}
 	if a := got[1]; a.State != guard.ApprovalDenied || a.DecidedBy != "bob" || len(a.Reviews) != 1 || a.Reviews[0].Reason != "not now" {
 		t.Fatalf("a3: %+v", a)
 	}
-	if got, err := db.ApprovalsByID(ctx, nil); err != nil || len(got) != 0 {
+	if got, err := db.Holds().ApprovalsByID(ctx, nil); err != nil || len(got) != 0 {
 		t.Fatalf("no ids: %v %v", got, err)
 	}
 }
@@ -351,7 +351,7 @@ func TestFirstDecisionWins(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, newApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, newApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -361,7 +361,7 @@ func TestFirstDecisionWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := db.DecideApproval(ctx, "a1", i%2 == 0, fmt.Sprintf("person%d", i), "r")
+			_, err := db.Holds().DecideApproval(ctx, "a1", i%2 == 0, fmt.Sprintf("person%d", i), "r")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -378,7 +378,7 @@ func TestFirstDecisionWins(t *testing.T) {
 	if wins != 1 || refusals != 7 {
 		t.Fatalf("wins %d refusals %d", wins, refusals)
 	}
-	a, _ := db.Approval(ctx, "a1")
+	a, _ := db.Holds().Approval(ctx, "a1")
 	if a.Arguments != "" {
 		t.Fatal("complete arguments kept after the decision")
 	}
@@ -388,26 +388,26 @@ func TestConsumeIsSingleUseAndBound(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	_ = db.CreateApproval(ctx, newApproval("a1"))
+	_ = db.Holds().CreateApproval(ctx, newApproval("a1"))
 	now := time.Now()
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Holds().ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("a pending approval was consumed: %v", err)
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range [][3]string{{"sha256:other", "sha256:p", "v1"}, {"sha256:d", "sha256:newpin", "v1"}, {"sha256:d", "sha256:p", "v2"}} {
-		if _, err := db.ConsumeApproval(ctx, "files", "write_file", bad[0], bad[1], bad[2], "", now); !errors.Is(err, guard.ErrNotFound) {
+		if _, err := db.Holds().ConsumeApproval(ctx, "files", "write_file", bad[0], bad[1], bad[2], "", now); !errors.Is(err, guard.ErrNotFound) {
 			t.Fatalf("consumed for %v: %v", bad, err)
 		}
 	}
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now.Add(2*time.Minute)); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Holds().ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now.Add(2*time.Minute)); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatal("an expired approval was consumed")
 	}
-	if a, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); err != nil || a.DecidedBy != "alice" {
+	if a, err := db.Holds().ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); err != nil || a.DecidedBy != "alice" {
 		t.Fatalf("consume: %v %v", a, err)
 	}
-	if _, err := db.ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Holds().ConsumeApproval(ctx, "files", "write_file", "sha256:d", "sha256:p", "v1", "", now); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatal("an approval was used twice")
 	}
 }
@@ -419,16 +419,16 @@ func TestWaitSeesAnotherConnectionsDecision(t *testing.T) {
 	other := openDB(t, path)
 	defer other.Close()
 	ctx := context.Background()
-	_ = db.CreateApproval(ctx, newApproval("a1"))
+	_ = db.Holds().CreateApproval(ctx, newApproval("a1"))
 	decided := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		if _, err := other.DecideApproval(ctx, "a1", true, "bob", ""); err != nil {
+		if _, err := other.Holds().DecideApproval(ctx, "a1", true, "bob", ""); err != nil {
 			t.Error(err)
 		}
 		decided <- time.Now()
 	}()
-	a, err := db.WaitApproval(ctx, "a1")
+	a, err := db.Holds().WaitApproval(ctx, "a1")
 	seen := time.Now()
 	if err != nil || a.State != guard.ApprovalApproved {
 		t.Fatalf("wait: %v %v", a, err)
@@ -589,7 +589,7 @@ func TestCounts(t *testing.T) {
 	ctx := context.Background()
 	count := func() (int, string) {
 		t.Helper()
-		n, newest, err := db.CountApprovals(ctx, guard.ApprovalPending)
+		n, newest, err := db.Holds().CountApprovals(ctx, guard.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,7 +601,7 @@ func TestCounts(t *testing.T) {
 	for _, id := range []string{"a1", "a2"} {
 		a := newApproval(id)
 		a.Digest = "sha256:" + id
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -609,7 +609,7 @@ func TestCounts(t *testing.T) {
 	if n != 2 || !strings.HasSuffix(before, " a2") {
 		t.Fatalf("two pending: %d %q", n, before)
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	if n, newest := count(); n != 1 || newest != before {

@@ -167,14 +167,14 @@ func userLog(t *testing.T, db *DB) {
 	}
 	a := heldApproval("alice-held")
 	a.Caller = caller
-	if err := db.CreateApproval(ctx, a); err != nil {
+	if err := db.Holds().CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(as(&guard.Record{CallID: a.CallID, Kind: guard.KindRequest, Method: "tools/call", Tool: "write_file",
 		Server: "files", Decision: guard.DecisionHeld, Approval: a.ID}, caller)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -327,7 +327,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
 	queryLog(t, db, 12) // allowed, denied and held calls, some with an approval (version 2)
-	if err := db.CreateApproval(ctx, heldApproval("pending-1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, heldApproval("pending-1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -374,7 +374,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
 		t.Errorf("records by user: %v", err)
 	}
-	if as, err := ro.Approvals(ctx, ""); err != nil || len(as) != 1 {
+	if as, err := ro.Holds().Approvals(ctx, ""); err != nil || len(as) != 1 {
 		t.Errorf("approvals: %d %v", len(as), err)
 	}
 	var export bytes.Buffer
@@ -679,7 +679,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 			t.Fatalf("record %d after the migration: %+v", r.Seq, r)
 		}
 	}
-	if a, err := db.Approval(ctx, "held-1"); err != nil || a.DecidedBy != "bob" || !a.Caller.IsZero() {
+	if a, err := db.Holds().Approval(ctx, "held-1"); err != nil || a.DecidedBy != "bob" || !a.Caller.IsZero() {
 		t.Fatalf("the approval of the release before: %+v %v", a, err)
 	}
 	userLog(t, db)

@@ -366,7 +366,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.CreateApproval(context.Background(), newApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), newApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -385,7 +385,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 	if err := ro.Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
 		t.Fatalf("query read-only: %d %v", n, err)
 	}
-	if list, err := ro.Approvals(context.Background(), ""); err != nil || len(list) != 1 {
+	if list, err := ro.Holds().Approvals(context.Background(), ""); err != nil || len(list) != 1 {
 		t.Fatalf("approvals read-only: %v %v", list, err)
 	}
 	if err := ro.Append(rec(99, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
@@ -465,7 +465,7 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 		want := int64(0)
 		if i%3 == 0 { // and i == 30, after b's run
 			want = 1
-			if err := b.CreateApproval(ctx, newApproval(fmt.Sprintf("ap%d", i))); err != nil {
+			if err := b.Holds().CreateApproval(ctx, newApproval(fmt.Sprintf("ap%d", i))); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -276,7 +276,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				"A denial needs a reason: the client reads it. Go back and give one."))
 			return
 		}
-		a, err := s.opts.Store.Approval(ctx, id)
+		a, err := s.opts.Holds.Approval(ctx, id)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -368,7 +368,7 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
 		return
 	}
-	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
+	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Holds, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
 	if rev == nil {
 		s.fail(w, r, err)
 		return

@@ -204,7 +204,7 @@ const activityWindow = 20
 
 func (s *views) signature(ctx context.Context) (signature, error) {
 	var sig signature
-	n, newest, err := s.opts.Store.CountApprovals(ctx, guard.ApprovalPending)
+	n, newest, err := s.opts.Holds.CountApprovals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return sig, err
 	}

@@ -137,7 +137,7 @@ type pendingView struct {
 }
 
 func (s *views) pendingView(ctx context.Context, sess session) (pendingView, error) {
-	list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	list, err := s.opts.Holds.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return pendingView{}, fmt.Errorf("pending approvals: %w", err)
 	}
@@ -373,7 +373,7 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 			latest[[2]string{t.Server, t.Name}] = t.Pin
 		}
 	}
-	held, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	held, err := s.opts.Holds.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return v, fmt.Errorf("pending approvals: %w", err)
 	}
@@ -680,7 +680,7 @@ func (s *views) approvalsOf(ctx context.Context, v *activityView) error {
 		}
 	}
 	err := inChunks(ids, func(ids []string) error {
-		list, err := s.opts.Store.ApprovalsByID(ctx, ids)
+		list, err := s.opts.Holds.ApprovalsByID(ctx, ids)
 		if err != nil {
 			return err
 		}
@@ -746,7 +746,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 	if c.Approval != "" {
 		id = c.Approval
 	}
-	a, err := s.opts.Store.Approval(ctx, id)
+	a, err := s.opts.Holds.Approval(ctx, id)
 	if errors.Is(err, guard.ErrNotFound) {
 		return v, nil
 	}
@@ -786,7 +786,7 @@ func (s *views) counts(ctx context.Context, pending int) (navData, error) {
 	var n navData
 	var err error
 	if pending < 0 {
-		if pending, _, err = s.opts.Store.CountApprovals(ctx, guard.ApprovalPending); err != nil {
+		if pending, _, err = s.opts.Holds.CountApprovals(ctx, guard.ApprovalPending); err != nil {
 			return n, err
 		}
 	}

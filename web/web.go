@@ -55,14 +55,6 @@ import (
 // Store is what the UI reads and decides on tool reviews with; *store.DB
 // implements it.
 type Store interface {
-	// Approvals lists approvals in a state ("pending"), or all for "".
-	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
-	Approval(ctx context.Context, id string) (*guard.Approval, error)
-	// ApprovalsByID lists the approvals with these ids (at most 10,000),
-	// leaving out those none has.
-	ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error)
-	// CountApprovals counts the approvals in a state and names the newest.
-	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
 	CountReviews(ctx context.Context, state string) (int, error)
 	// Query calls fn for each recorded invocation matching f, newest first.
 	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
@@ -85,6 +77,20 @@ type Store interface {
 	// log, nil when there was none: a failed one is shown on every page.
 	LastVerification(ctx context.Context) (*store.Verification, error)
 }
+
+// Holds is what the UI reads of held calls; store.Holds implements it.
+type Holds interface {
+	// Approvals lists approvals in a state ("pending"), or all for "".
+	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
+	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// ApprovalsByID lists the approvals with these ids (at most 10,000),
+	// leaving out those none has.
+	ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error)
+	// CountApprovals counts the approvals in a state and names the newest.
+	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
+}
+
+var _ Holds = store.Holds{}
 
 // changeNotifier is a Store that tells of changes to held calls, tool
 // reviews and configuration changes as they commit, made by any process
@@ -110,6 +116,7 @@ var _ Decider = (*approvals.Manager)(nil)
 // Options configure a Server.
 type Options struct {
 	Store   Store
+	Holds   Holds // the held calls
 	Decider Decider
 	// Token is the login token (guard ui url). It is compared in constant
 	// time, and never logged or rendered.
@@ -185,8 +192,8 @@ const sessionCookie = "guard_session"
 
 // New returns the UI handler.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Decider == nil {
-		return nil, errors.New("web: a store and a decider are needed")
+	if o.Store == nil || o.Holds == nil || o.Decider == nil {
+		return nil, errors.New("web: a store, the held calls and a decider are needed")
 	}
 	if o.Token == "" {
 		return nil, errors.New("web: no login token")

@@ -30,8 +30,8 @@ import (
 func TestNewRefusesAnIncompleteSetup(t *testing.T) {
 	e := newEnv(t)
 	for name, o := range map[string]web.Options{
-		"no token": {Store: e.db, Decider: e.m, AllowedHosts: []string{"127.0.0.1:1"}},
-		"no hosts": {Store: e.db, Decider: e.m, Token: testToken},
+		"no token": {Store: e.db, Holds: e.db.Holds(), Decider: e.m, AllowedHosts: []string{"127.0.0.1:1"}},
+		"no hosts": {Store: e.db, Holds: e.db.Holds(), Decider: e.m, Token: testToken},
 		"no store": {Decider: e.m, Token: testToken, AllowedHosts: []string{"127.0.0.1:1"}},
 	} {
 		if _, err := web.New(o); err == nil {
@@ -548,7 +548,7 @@ func TestApproveAlways(t *testing.T) {
 func TestApproveAlwaysThatCannotWriteTheRuleDoesNotApprove(t *testing.T) {
 	e := newEnv(t)
 	var tried atomic.Int32
-	ui, err := web.New(web.Options{Store: e.db, Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
+	ui, err := web.New(web.Options{Store: e.db, Holds: e.db.Holds(), Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
 		AllowAlways: func(*guard.Approval, string) error { tried.Add(1); return errors.New("disk full") }})
 	if err != nil {
 		t.Fatal(err)
@@ -1059,8 +1059,8 @@ func TestActivityTellsWhatBecameOfHeldCalls(t *testing.T) {
 func TestActivityReadsApprovalsInOneQuery(t *testing.T) {
 	var counts countingStore
 	e := newEnvAt(t, filepath.Join(t.TempDir(), "g.db"), func(o *web.Options) {
-		counts.Store = o.Store
-		o.Store = &counts
+		counts.Store, counts.Holds = o.Store, o.Holds
+		o.Store, o.Holds = &counts, &counts
 	})
 	for i := range 30 {
 		a := e.hold("files", "delete_file", fmt.Sprintf(`{"path":"/%d"}`, i))
@@ -1083,6 +1083,7 @@ func TestActivityReadsApprovalsInOneQuery(t *testing.T) {
 // countingStore counts what the UI asks of the store.
 type countingStore struct {
 	web.Store
+	web.Holds
 	mu                 sync.Mutex
 	one, byID, queries int
 }
@@ -1099,14 +1100,14 @@ func (c *countingStore) Approval(ctx context.Context, id string) (*guard.Approva
 	c.mu.Lock()
 	c.one++
 	c.mu.Unlock()
-	return c.Store.Approval(ctx, id)
+	return c.Holds.Approval(ctx, id)
 }
 
 func (c *countingStore) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error) {
 	c.mu.Lock()
 	c.byID++
 	c.mu.Unlock()
-	return c.Store.ApprovalsByID(ctx, ids)
+	return c.Holds.ApprovalsByID(ctx, ids)
 }
 
 func (c *countingStore) Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error {
@@ -1158,7 +1159,7 @@ func TestPendingPageShowsTheScopeAndAClientGone(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	mine := e.holdWith(&guard.Approval{Server: "files", Tool: "delete_file", Arguments: `{"path":"/a"}`, Session: "s1"})
-	anyM := approvals.New(e.db, approvals.Options{Timeout: time.Minute, Scope: guard.ScopeAny})
+	anyM := approvals.New(e.db.Holds(), approvals.Options{Timeout: time.Minute, Scope: guard.ScopeAny})
 	shared, _, err := anyM.Hold(ctx, &guard.Approval{ID: newID(), Server: "files", Tool: "delete_file", Arguments: `{"path":"/b"}`,
 		Digest: "d-b", Session: "s2"})
 	if err != nil {

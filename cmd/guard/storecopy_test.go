@@ -43,7 +43,7 @@ func copySource(t *testing.T, path, key string) {
 		}
 	}
 	for _, id := range []string{"held-1", "held-2", "held-3"} {
-		if err := db.CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
+		if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
 			Tool: "delete_file", Arguments: `{"path":"/srv/` + id + `"}`, Digest: "sha256:" + id, State: guard.ApprovalPending,
 			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -83,7 +83,7 @@ func storedIn(t *testing.T, db *store.DB) stored {
 	var s stored
 	var err error
 	if err = db.Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
-		if s.Approvals, err = db.Approvals(ctx, ""); err == nil {
+		if s.Approvals, err = db.Holds().Approvals(ctx, ""); err == nil {
 			if s.Tools, err = db.Tools(ctx, ""); err == nil {
 				s.Reviews, err = db.Reviews(ctx, "")
 			}

@@ -34,7 +34,7 @@ func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
 func NewMetrics(db *store.DB) *metrics.Registry {
 	reg := metrics.New()
 	reg.Gauge("guard_pending_approvals", "Calls waiting for a person's decision, in every process on this database.", func() (float64, error) {
-		n, _, err := db.CountApprovals(context.Background(), guard.ApprovalPending)
+		n, _, err := db.Holds().CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
 	})
 	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.AppendLatency())

@@ -202,7 +202,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { rt.health.Run(ctx) })
 	// A hold keeps how whoever decides must have been verified, as the
 	// configuration in force when the call is held says.
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
 		Process: process, Logger: logger, RequiredVia: func() string { return engine.Config().RequiredVia() }})
 	// Every relaying process withdraws the holds of processes that are
 	// gone, at start and after each beat.

@@ -141,8 +141,8 @@ func (m *Main) ToolsDecide(ctx context.Context, db *store.DB, st *Settings, serv
 	// accepted, they go on to the rules, or wait for a decision each
 	// when the change weakens the tool's declared caution or the scanner
 	// flagged it (approvals.ReleasesHeld).
-	holds := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
-	r, settled, err := approvals.DecideDefinition(ctx, db, holds, server, tool, cur.Pin, accept, approvals.Named(who), reason)
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: st.Config.Approval.Timeout})
+	r, settled, err := approvals.DecideDefinition(ctx, db, db.Holds(), holds, server, tool, cur.Pin, accept, approvals.Named(who), reason)
 	if r == nil {
 		fmt.Fprintf(m.Stderr, "guard tools %s: %v\n", verb, err)
 		return ExitFailure

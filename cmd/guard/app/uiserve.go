@@ -59,6 +59,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 	newUI := func(served string) (*web.Server, error) {
 		return web.New(web.Options{
 			Store:        db,
+			Holds:        db.Holds(),
 			Decider:      holds,
 			Token:        token,
 			NoTokenLogin: !st.Config.UI.TokenLogin,
