@@ -332,10 +332,10 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	}
 	v1 := def(`{"name":"rm","annotations":{"destructiveHint":true}}`)
 	v2 := def(`{"name":"rm","annotations":{"destructiveHint":false}}  `)
-	if err := db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	a := held("h")
@@ -343,7 +343,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	if _, _, err := m.Hold(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	r, s, err := DecideDefinition(ctx, db, db.Holds(), m, "files", "rm", v2.Pin, true, Named("alice"), "")
+	r, s, err := DecideDefinition(ctx, db.Catalog(), db.Holds(), m, "files", "rm", v2.Pin, true, Named("alice"), "")
 	if err != nil || r.State != guard.ReviewAccepted || r.DecidedBy != "alice" {
 		t.Fatalf("decide: %+v %v", r, err)
 	}
@@ -359,7 +359,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 			"Approving lets it go on to the rules, which judge it by the accepted definition." {
 		t.Fatalf("the held call's note: %q", text)
 	}
-	if _, _, err := DecideDefinition(ctx, db, db.Holds(), m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
+	if _, _, err := DecideDefinition(ctx, db.Catalog(), db.Holds(), m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown tool: %v", err)
 	}
 }

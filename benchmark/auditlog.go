@@ -353,7 +353,7 @@ func findSample(ctx context.Context, db *store.DB) (AuditSample, error) {
 func timeActivity(ctx context.Context, db *store.DB, runs int, s AuditSample) ([]QueryTiming, error) {
 	const token = "bench-token"
 	ts := httptest.NewUnstartedServer(nil)
-	ui, err := web.New(web.Options{Store: db, Holds: db.Holds(), Decider: approvals.New(db.Holds(), approvals.Options{}), Token: token,
+	ui, err := web.New(web.Options{Store: db, Holds: db.Holds(), Tools: db.Catalog(), Decider: approvals.New(db.Holds(), approvals.Options{}), Token: token,
 		AllowedHosts: []string{ts.Listener.Addr().String()}})
 	if err != nil {
 		return nil, err

@@ -61,11 +61,11 @@ func richLog(t *testing.T, dir string) string {
 		{"db", []guard.Tool{def("query", "sha256:q1")}},
 		{"files", []guard.Tool{def("read_file", "sha256:r1"), def("write_file", "sha256:w2"), def("move", "sha256:m1")}},
 	} {
-		if err := db.RecordTools(ctx, l.server, l.tools, now.Add(time.Duration(i)*time.Second), false); err != nil {
+		if err := db.Catalog().RecordTools(ctx, l.server, l.tools, now.Add(time.Duration(i)*time.Second), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:w2", true, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:w2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Configs().NoteConfigChange(ctx, "sha256:c1", "policy.default: allow -> approve"); err != nil {
@@ -150,11 +150,11 @@ func contentOf(t *testing.T, db *DB) content {
 	c.Approvals, err = db.Holds().Approvals(ctx, "")
 	check(err)
 	for _, tool := range [][2]string{{"files", "read_file"}, {"files", "write_file"}, {"files", "move"}, {"db", "query"}} {
-		h, err := db.ToolHistory(ctx, tool[0], tool[1])
+		h, err := db.Catalog().ToolHistory(ctx, tool[0], tool[1])
 		check(err)
 		c.Tools = append(c.Tools, h...)
 	}
-	c.Reviews, err = db.Reviews(ctx, "")
+	c.Reviews, err = db.Catalog().Reviews(ctx, "")
 	check(err)
 	c.Config, err = db.Configs().ConfigChangeByDigest(ctx, "sha256:c1")
 	check(err)

@@ -238,26 +238,26 @@ func TestAToolReviewIsARecord(t *testing.T) {
 	def := func(desc string) guard.Tool {
 		return guard.Tool{Name: "write_file", Def: []byte(`{"name":"write_file","description":"` + desc + `"}`), Pin: "sha256:" + desc}
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("v1")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v1")}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("v2")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v2")}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:v2", false, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:v2", false, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "", true, "bob"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "", true, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:nope", true, "bob"); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:nope", true, "bob"); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown pin: %v", err)
 	}
 	// A tool that appears later is accepted by new_tools: allow, and a
 	// listing with nothing new records nothing.
 	other := guard.Tool{Name: "read_file", Def: []byte(`{"name":"read_file"}`), Pin: "sha256:r1"}
 	for range 2 {
-		if err := db.RecordTools(ctx, "files", []guard.Tool{def("v2"), other}, now, true); err != nil {
+		if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v2"), other}, now, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -336,10 +336,10 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if err := db.Holds().CreateApproval(ctx, heldApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t"}`), Pin: "sha256:t1"}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t"}`), Pin: "sha256:t1"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t","x":1}`), Pin: "sha256:t2"}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t","x":1}`), Pin: "sha256:t2"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Configs().NoteConfigChange(ctx, "sha256:c", "rule added"); err != nil {
@@ -359,22 +359,22 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if _, err := db.Holds().EndApproval(ctx, "a1", guard.ApprovalExpired, "timeout"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("expire with no audit log: %v", err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "t", "sha256:t2", true, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "t", "sha256:t2", true, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("accept a tool with no audit log: %v", err)
 	}
 	if _, err := db.Configs().ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("apply a configuration with no audit log: %v", err)
 	}
-	if err := db.RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
+	if err := db.Catalog().RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("a baseline accepted with no audit log: %v", err)
 	}
-	if r, _ := db.Review(ctx, "mail", "send", "sha256:s1"); r != nil {
+	if r, _ := db.Catalog().Review(ctx, "mail", "send", "sha256:s1"); r != nil {
 		t.Fatalf("a baseline was accepted without its record: %+v", r)
 	}
 	if a, _ := db.Holds().Approval(ctx, "a1"); a.State != guard.ApprovalPending || a.DecidedBy != "" || a.Arguments == "" {
 		t.Fatalf("the approval changed: %+v", a)
 	}
-	if r, _ := db.Review(ctx, "files", "t", "sha256:t2"); r.State != guard.ReviewPending {
+	if r, _ := db.Catalog().Review(ctx, "files", "t", "sha256:t2"); r.State != guard.ReviewPending {
 		t.Fatalf("the review changed: %+v", r)
 	}
 	if c, _ := db.Configs().PendingConfigChange(ctx); c == nil || c.Digest != "sha256:c" {

@@ -163,11 +163,11 @@ func TestEveryChangeIsAnnounced(t *testing.T) {
 	must(db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)))
 	v1 := guard.Tool{Name: "rm", Pin: "sha256:1", Def: []byte(`{"name":"rm"}`)}
 	v2 := guard.Tool{Name: "rm", Pin: "sha256:2", Def: []byte(`{"name":"rm","description":"now"}`)}
-	must(db.RecordTools(ctx, "files", []guard.Tool{v1}, now, false))
+	must(db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, now, false))
 	expect("baseline (and no audit record before it)", "tool_reviews:1")
-	must(db.RecordTools(ctx, "files", []guard.Tool{v2}, now, false))
+	must(db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, now, false))
 	expect("changed definition", "tool_reviews:2")
-	_, err = db.DecideTool(ctx, "files", "rm", "sha256:2", true, "alice")
+	_, err = db.Catalog().DecideTool(ctx, "files", "rm", "sha256:2", true, "alice")
 	must(err)
 	expect("review", "tool_reviews:2")
 

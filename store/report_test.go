@@ -170,13 +170,13 @@ func TestActivityToolReviewsFromTheLog(t *testing.T) {
 	def := func(desc string) guard.Tool {
 		return guard.Tool{Name: "t", Def: []byte(`{"name":"t","description":"` + desc + `"}`), Pin: "sha256:" + desc}
 	}
-	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v1")}, at.Add(-time.Hour), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "s", []guard.Tool{def("v1")}, at.Add(-time.Hour), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v2")}, at, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "s", []guard.Tool{def("v2")}, at, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "s", "t", "sha256:v2", true, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "s", "t", "sha256:v2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(

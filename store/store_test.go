@@ -445,14 +445,14 @@ func TestCatalogHistory(t *testing.T) {
 	v1 := guard.Tool{Name: "rm", Pin: "sha256:1", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":true}}`)}
 	v2 := guard.Tool{Name: "rm", Pin: "sha256:2", Def: []byte(`{"name":"rm","annotations":{"destructiveHint":false}}`)}
 	t0 := time.Now()
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v1}, t0, false)
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(time.Second), false)
-	_ = db.RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(2*time.Second), false)
-	h, err := db.ToolHistory(ctx, "files", "rm")
+	_ = db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, t0, false)
+	_ = db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(time.Second), false)
+	_ = db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, t0.Add(2*time.Second), false)
+	h, err := db.Catalog().ToolHistory(ctx, "files", "rm")
 	if err != nil || len(h) != 2 || h[0].Tool.Pin != "sha256:1" || !h[1].LastSeen.After(h[1].FirstSeen) {
 		t.Fatalf("history: %+v %v", h, err)
 	}
-	cur, _ := db.Tools(ctx, "files")
+	cur, _ := db.Catalog().Tools(ctx, "files")
 	if len(cur) != 1 || cur[0].Pin != "sha256:2" || *cur[0].Annotations.DestructiveHint {
 		t.Fatalf("current: %+v", cur)
 	}
@@ -615,14 +615,14 @@ func TestCounts(t *testing.T) {
 	if n, newest := count(); n != 1 || newest != before {
 		t.Fatalf("one decided: %d %q", n, newest)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p1", Def: []byte(`{"name":"a"}`)}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p1", Def: []byte(`{"name":"a"}`)}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p2", Def: []byte(`{"name":"a","description":"x"}`)}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "a", Pin: "p2", Def: []byte(`{"name":"a","description":"x"}`)}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	for state, want := range map[string]int{guard.ReviewAccepted: 1, guard.ReviewPending: 1, guard.ReviewRejected: 0} {
-		if n, err := db.CountReviews(ctx, state); err != nil || n != want {
+		if n, err := db.Catalog().CountReviews(ctx, state); err != nil || n != want {
 			t.Errorf("%s reviews: %d %v, want %d", state, n, err, want)
 		}
 	}

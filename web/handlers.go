@@ -368,7 +368,7 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
 		return
 	}
-	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Holds, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
+	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Tools, s.opts.Holds, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
 	if rev == nil {
 		s.fail(w, r, err)
 		return

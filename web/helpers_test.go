@@ -119,6 +119,7 @@ func newEnvAt(t testing.TB, path string, configure ...func(*web.Options)) *env {
 	o := web.Options{
 		Store:        db,
 		Holds:        db.Holds(),
+		Tools:        db.Catalog(),
 		Decider:      e.m,
 		Token:        testToken,
 		AllowedHosts: []string{e.host, "localhost:" + port},

@@ -224,7 +224,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 
 	// Every definition a server lists gets a review: the reviews tell of
 	// new definitions and of decisions on them.
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	reviews, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return sig, fmt.Errorf("tool reviews: %w", err)
 	}

@@ -156,7 +156,7 @@ func (s *views) pendingView(ctx context.Context, sess session) (pendingView, err
 	for _, a := range list {
 		byName, ok := tools[a.Server]
 		if !ok {
-			ts, err := s.opts.Store.Tools(ctx, a.Server)
+			ts, err := s.opts.Tools.Tools(ctx, a.Server)
 			if err != nil {
 				return pendingView{}, fmt.Errorf("tools of %s: %w", a.Server, err)
 			}
@@ -231,7 +231,7 @@ func (s *views) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]s
 // reviewsByPin reads every review of a tool definition, by server, name
 // and pin.
 func (s *views) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
-	rs, err := s.opts.Store.Reviews(ctx, "")
+	rs, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tool reviews: %w", err)
 	}
@@ -348,7 +348,7 @@ type changesView struct {
 
 func (s *views) changesView(ctx context.Context, sess session) (changesView, error) {
 	v := changesView{CSRF: sess.csrf, Named: sess.name != ""}
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	reviews, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return v, fmt.Errorf("tool reviews: %w", err)
 	}
@@ -365,7 +365,7 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 	}
 	latest := map[[2]string]string{} // server, name → pin of the latest definition
 	for srv := range servers {
-		ts, err := s.opts.Store.Tools(ctx, srv)
+		ts, err := s.opts.Tools.Tools(ctx, srv)
 		if err != nil {
 			return v, fmt.Errorf("tools of %s: %w", srv, err)
 		}
@@ -385,11 +385,11 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 				rv.HeldCalls++
 			}
 		}
-		cur, err := s.opts.Store.ToolByPin(ctx, r.Server, r.Name, r.Pin)
+		cur, err := s.opts.Tools.ToolByPin(ctx, r.Server, r.Name, r.Pin)
 		if err != nil {
 			return v, fmt.Errorf("definition of %s/%s: %w", r.Server, r.Name, err)
 		}
-		old, err := s.opts.Store.AcceptedTool(ctx, r.Server, r.Name)
+		old, err := s.opts.Tools.AcceptedTool(ctx, r.Server, r.Name)
 		if err != nil {
 			return v, fmt.Errorf("accepted definition of %s/%s: %w", r.Server, r.Name, err)
 		}
@@ -464,7 +464,7 @@ type serverView struct {
 }
 
 func (s *views) toolsView(ctx context.Context) ([]serverView, error) {
-	tools, err := s.opts.Store.Tools(ctx, "")
+	tools, err := s.opts.Tools.Tools(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
@@ -791,7 +791,7 @@ func (s *views) counts(ctx context.Context, pending int) (navData, error) {
 		}
 	}
 	n.Pending = pending
-	if n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending); err != nil {
+	if n.Changes, err = s.opts.Tools.CountReviews(ctx, guard.ReviewPending); err != nil {
 		return n, err
 	}
 	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)

@@ -52,12 +52,24 @@ import (
 // keeps one doc comment.
 //go:generate go tool templ generate -include-version=false
 
-// Store is what the UI reads and decides on tool reviews with; *store.DB
-// implements it.
+// Store is what the UI reads of the audit log and where it finds the
+// configuration changes; *store.DB implements it.
 type Store interface {
-	CountReviews(ctx context.Context, state string) (int, error)
 	// Query calls fn for each recorded invocation matching f, newest first.
 	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
+	// Configs keeps the configuration changes that wait for a person:
+	// the UI shows the pending one and applies or dismisses it (a change
+	// that is not pending is refused, *store.NotPendingError).
+	Configs() store.Configs
+	// LastVerification is the last scheduled verification of the audit
+	// log, nil when there was none: a failed one is shown on every page.
+	LastVerification(ctx context.Context) (*store.Verification, error)
+}
+
+// Tools is what the UI reads and decides on tool reviews with;
+// store.Catalog implements it.
+type Tools interface {
+	CountReviews(ctx context.Context, state string) (int, error)
 	// Tools returns the latest definition of each tool of a server ("" for
 	// every server).
 	Tools(ctx context.Context, server string) ([]guard.Tool, error)
@@ -69,14 +81,9 @@ type Store interface {
 	// none is.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
 	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
-	// Configs keeps the configuration changes that wait for a person:
-	// the UI shows the pending one and applies or dismisses it (a change
-	// that is not pending is refused, *store.NotPendingError).
-	Configs() store.Configs
-	// LastVerification is the last scheduled verification of the audit
-	// log, nil when there was none: a failed one is shown on every page.
-	LastVerification(ctx context.Context) (*store.Verification, error)
 }
+
+var _ Tools = store.Catalog{}
 
 // Holds is what the UI reads of held calls; store.Holds implements it.
 type Holds interface {
@@ -117,6 +124,7 @@ var _ Decider = (*approvals.Manager)(nil)
 type Options struct {
 	Store   Store
 	Holds   Holds // the held calls
+	Tools   Tools // the tools' definitions and their reviews
 	Decider Decider
 	// Token is the login token (guard ui url). It is compared in constant
 	// time, and never logged or rendered.
@@ -192,8 +200,8 @@ const sessionCookie = "guard_session"
 
 // New returns the UI handler.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Holds == nil || o.Decider == nil {
-		return nil, errors.New("web: a store, the held calls and a decider are needed")
+	if o.Store == nil || o.Holds == nil || o.Tools == nil || o.Decider == nil {
+		return nil, errors.New("web: a store, the held calls, the tools and a decider are needed")
 	}
 	if o.Token == "" {
 		return nil, errors.New("web: no login token")

@@ -56,11 +56,11 @@ func copySource(t *testing.T, path, key string) {
 		{tool("write_file", "writes"), tool("delete_file", "deletes")},
 		{tool("write_file", "writes, and more")},
 	} {
-		if err := db.RecordTools(ctx, "files", l, now.Add(time.Duration(i)*time.Second), false); err != nil {
+		if err := db.Catalog().RecordTools(ctx, "files", l, now.Add(time.Duration(i)*time.Second), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := db.RecordTools(ctx, "db", []guard.Tool{tool("query", "reads")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "db", []guard.Tool{tool("query", "reads")}, now, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -84,8 +84,8 @@ func storedIn(t *testing.T, db *store.DB) stored {
 	var err error
 	if err = db.Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
 		if s.Approvals, err = db.Holds().Approvals(ctx, ""); err == nil {
-			if s.Tools, err = db.Tools(ctx, ""); err == nil {
-				s.Reviews, err = db.Reviews(ctx, "")
+			if s.Tools, err = db.Catalog().Tools(ctx, ""); err == nil {
+				s.Reviews, err = db.Catalog().Reviews(ctx, "")
 			}
 		}
 	}

@@ -27,10 +27,10 @@ func TestToolsAcceptSaysWhatBecameOfTheHeldCalls(t *testing.T) {
 	list1 := def("list", `{"name":"list"}`)
 	list2 := def("list", `{"name":"list","title":"List"}`)
 	now := time.Now()
-	if err := db.RecordTools(ctx, "files", []guard.Tool{wipe1, list1}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{wipe1, list1}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{wipe2, list2}, now.Add(time.Second), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{wipe2, list2}, now.Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	hold := func(id string, tool guard.Tool) {

@@ -285,7 +285,7 @@ func (m *Main) ApprovalsShow(ctx context.Context, db *store.DB, id, format strin
 		row("client gone", gone)
 	}
 	if x.Rule == guard.ToolReviewRule && x.State == guard.ApprovalPending {
-		r, err := db.Review(ctx, x.Server, x.Tool, x.Pin)
+		r, err := db.Catalog().Review(ctx, x.Server, x.Tool, x.Pin)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard approvals show: %v\n", err)
 			return ExitFailure

@@ -96,7 +96,7 @@ func (m *Main) PolicyReplay(ctx context.Context, db *store.DB, st *Settings, sin
 		call := &guard.Call{Server: r.Server, Method: r.Method, ToolName: r.Tool, Arguments: json.RawMessage(r.Arguments),
 			Time: r.Time, Client: guard.ClientInfo{Name: name, Version: version, Protocol: r.Protocol}, User: r.Caller}
 		if r.Pin != "" {
-			t, err := db.ToolByPin(ctx, r.Server, r.Tool, r.Pin)
+			t, err := db.Catalog().ToolByPin(ctx, r.Server, r.Tool, r.Pin)
 			if err != nil {
 				return err
 			}

@@ -323,7 +323,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		MaxMessage:       int(cfg.MaxMessage),
 		MaxRequest:       int(cfg.MaxRequest),
 		Recorder:         rt.db,
-		Catalog:          rt.db,
+		Catalog:          rt.db.Catalog(),
 		Decider:          rt.engine,
 		Holds:            rt.holds,
 		Redactor:         redactor,
@@ -362,7 +362,7 @@ func watchListings(ctx context.Context, db *store.DB, engine *policy.Engine, bea
 	defer t.Stop()
 	last, failing := "", false
 	for {
-		stamp, err := db.ReviewsStamp(ctx)
+		stamp, err := db.Catalog().ReviewsStamp(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			logger.Warn("tool reviews not read: sessions are not told of changes to their listings until they are", "err", err)

@@ -254,7 +254,7 @@ func warnDuplicateTools(ctx context.Context, db *store.DB, logger *slog.Logger) 
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
-		if tools, err := db.Tools(ctx, ""); err == nil {
+		if tools, err := db.Catalog().Tools(ctx, ""); err == nil {
 			for name, servers := range duplicateTools(tools) {
 				if !warned[name] {
 					warned[name] = true

@@ -60,6 +60,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 		return web.New(web.Options{
 			Store:        db,
 			Holds:        db.Holds(),
+			Tools:        db.Catalog(),
 			Decider:      holds,
 			Token:        token,
 			NoTokenLogin: !st.Config.UI.TokenLogin,
@@ -281,7 +282,7 @@ func actionWord(action string) string {
 // reviewOf is how a tool's definition stands when it is not accepted, and
 // why a call to it is held, as the relay says it; nil when accepted.
 func reviewOf(ctx context.Context, db *store.DB, t *guard.Tool) (*guard.Review, string) {
-	r, _ := db.Review(ctx, t.Server, t.Name, t.Pin)
+	r, _ := db.Catalog().Review(ctx, t.Server, t.Name, t.Pin)
 	return pendingReview(ctx, db, t, r)
 }
 
@@ -292,7 +293,7 @@ func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Re
 	}
 	var old *guard.Tool
 	if r.Cause == guard.CauseChanged {
-		old, _ = db.AcceptedTool(ctx, t.Server, t.Name)
+		old, _ = db.Catalog().AcceptedTool(ctx, t.Server, t.Name)
 	}
 	return r, guard.ReviewReason(r, t, old)
 }
