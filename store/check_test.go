@@ -75,7 +75,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 		t.Fatalf("a changed record marked as pruned: %v %q", err, lines)
 	}
 
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.ckpt.writeCheckpoint(); err != nil { // over the retention record
@@ -120,7 +120,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 3)
 	raw := rawDB(t, path)
-	sum, err := db.keptSum(ctx, []int64{9})
+	sum, err := db.Pruning().keptSum(ctx, []int64{9})
 	if err != nil {
 		t.Fatal(err)
 	}

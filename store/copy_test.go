@@ -31,7 +31,7 @@ func richLog(t *testing.T, dir string) string {
 	path := filepath.Join(dir, "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 6, 3)
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a1", "a2", "a3"} {
@@ -164,7 +164,7 @@ func contentOf(t *testing.T, db *DB) content {
 	check(err)
 	c.Verified, err = db.LastVerification(ctx)
 	check(err)
-	c.Retention, err = db.LastRetention(ctx)
+	c.Retention, err = db.Pruning().LastRetention(ctx)
 	check(err)
 	c.Checkpoint, err = db.LatestCheckpoint(ctx)
 	check(err)

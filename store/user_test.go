@@ -500,7 +500,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 	ctx := context.Background()
 	var now time.Time
 	db := retentionLog(t, testPath(t), &now, 4, 2)
-	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()})
+	got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("prune: %+v %v", got, err)
 	}

@@ -144,7 +144,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
-	ret, err := db.newRetentionCheck(ctx, v)
+	ret, err := db.Pruning().newRetentionCheck(ctx, v)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}

@@ -133,7 +133,7 @@ func metricsHandler(reg *metrics.Registry) http.HandlerFunc {
 func retentionMetrics(reg *metrics.Registry, db *store.DB) {
 	total := func(failures bool) func() (float64, error) {
 		return func() (float64, error) {
-			pruned, failed, err := db.RetentionTotals(context.Background())
+			pruned, failed, err := db.Pruning().RetentionTotals(context.Background())
 			if failures {
 				return float64(failed), err
 			}

@@ -222,7 +222,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
-	bg.Go(func() { db.RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
+	bg.Go(func() { db.Pruning().RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
