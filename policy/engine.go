@@ -312,23 +312,29 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		e.learnedChanged(ctx)
-		d := e.digest()
-		if d == e.seen {
-			if e.pending != "" && e.applied(ctx, e.pending) {
-				e.consider(ctx)
-			}
-			continue
-		}
-		// A file being written (truncated, then filled) is read again
-		// once it has stopped changing.
-		time.Sleep(settle)
-		if d2 := e.digest(); d != d2 {
-			continue
-		}
-		e.seen = d
-		e.consider(ctx)
+		e.look(ctx)
 	}
+}
+
+// look is one of Watch's looks at the files: it applies what changed, or
+// leaves it to a person, before it returns.
+func (e *Engine) look(ctx context.Context) {
+	e.learnedChanged(ctx)
+	d := e.digest()
+	if d == e.seen {
+		if e.pending != "" && e.applied(ctx, e.pending) {
+			e.consider(ctx)
+		}
+		return
+	}
+	// A file being written (truncated, then filled) is read again once it
+	// has stopped changing.
+	time.Sleep(settle)
+	if d2 := e.digest(); d != d2 {
+		return
+	}
+	e.seen = d
+	e.consider(ctx)
 }
 
 // applied reports whether a person applied the files with digest d.

@@ -314,33 +314,27 @@ func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.Watch(ctx, 20*time.Millisecond)
+	// Each look at the files (what Watch does every so often) applies a
+	// valid change before it returns: the test looks, then checks.
+	ctx := context.Background()
 	call := &guard.Call{Method: "tools/call", ToolName: "x", Tool: tool(`{}`)}
-	waitFor := func(want string) {
+	lookFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for e.Decide(call).Action != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("policy did not become %s", want)
-			}
-			time.Sleep(10 * time.Millisecond)
+		e.look(ctx)
+		if got := e.Decide(call).Action; got != want {
+			t.Fatalf("policy is %s, want %s", got, want)
 		}
 	}
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
-	waitFor("deny")
+	lookFor("deny")
 	os.WriteFile(f, []byte("policy: {default: nonsense}\n"), 0o600)
-	time.Sleep(200 * time.Millisecond)
-	if got := e.Decide(call).Action; got != "deny" {
-		t.Fatalf("an invalid change was applied: %s", got)
-	}
+	lookFor("deny") // an invalid change is not applied
 	// A rule learned from an approval, written by another process.
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
 	if added, err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}, nil); err != nil || !added {
 		t.Fatal(added, err)
 	}
-	waitFor("allow")
+	lookFor("allow")
 }
 
 // Appending a learned rule keeps every field of the rules already there,
