@@ -46,11 +46,11 @@ func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
 	l := &loads{seen: make(chan ConfigLoad, 16), refuse: errors.New("disk full")}
 	isolated := true
 	var mu sync.Mutex
-	if _, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record}); err == nil {
+	if _, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record}); err == nil {
 		t.Fatal("an engine started on a configuration whose record was not written")
 	}
 	<-l.seen
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record,
+	e, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record,
 		Isolated: func() bool { mu.Lock(); defer mu.Unlock(); return isolated }})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestEngineAppliesLearnedRulesFromTheirStore(t *testing.T) {
 	}
 	learned := &learnedList{}
 	l := &loads{seen: make(chan ConfigLoad, 8)}
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record, Learned: learned})
+	e, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record, Learned: learned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -55,21 +56,21 @@ type harnessOpts struct {
 // testOptions are relay options over a new database in t's temporary
 // directory, with config's policy (default: annotations) and holds that
 // wait at most wait.
-func testOptions(t testing.TB, ctx context.Context, config string, wait time.Duration) (Options, *store.DB, *approvals.Manager) {
+func testOptions(t testing.TB, ctx context.Context, conf string, wait time.Duration) (Options, *store.DB, *approvals.Manager) {
 	t.Helper()
 	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "guard.db"), Durability: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if config == "" {
-		config = "policy:\n  default: annotations\n"
+	if conf == "" {
+		conf = "policy:\n  default: annotations\n"
 	}
-	cfg, err := policy.Parse([]byte(config), "test.yaml")
+	cfg, err := config.Parse([]byte(conf), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policy.NewEngine("", cfg, policy.EngineOptions{})
+	engine, err := config.NewEngine("", cfg, policy.EngineOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/web"
 	"os/user"
 	"text/tabwriter"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/spf13/cobra"
 )
 
@@ -241,7 +242,7 @@ func approvalsDecideCommand(a *app, approve bool) *cobra.Command {
 // nothing: where the UI needs a verified identity, anyone who can run
 // guard (a process that stole the UI token, say) could otherwise decide
 // as anyone.
-func refuseCLIDecision(a *app, c *policy.Config, cmd string) bool {
+func refuseCLIDecision(a *app, c *config.Config, cmd string) bool {
 	if c.CLIDecisions() {
 		return false
 	}
@@ -252,11 +253,11 @@ func refuseCLIDecision(a *app, c *policy.Config, cmd string) bool {
 
 // cliOffBecause says why the configuration turns command-line decisions
 // off.
-func cliOffBecause(c *policy.Config) string {
+func cliOffBecause(c *config.Config) string {
 	switch {
 	case c.Approval.CLISet:
 		return "approval.cli is false"
-	case c.UI.Passkey == policy.PasskeyRequired:
+	case c.UI.Passkey == web.PasskeyRequired:
 		return "ui.passkey is required"
 	}
 	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/csv"
 	"fmt"
+	"github.com/guard-mcp/guard/config/read"
 	"html/template"
 	"io"
 	"strconv"
@@ -15,7 +16,6 @@ import (
 	"unicode"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -45,14 +45,14 @@ func auditReportCommand(a *app) *cobra.Command {
 	oneOf(c, "format", "text", "html", "csv")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
 		now := time.Now().UTC()
-		from, err := policy.ParseSince(*since, now)
+		from, err := read.ParseSince(*since, now)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit report: --since: %v\n", err)
 			return exitUsage
 		}
 		to := now
 		if *until != "" {
-			if to, err = policy.ParseSince(*until, now); err != nil {
+			if to, err = read.ParseSince(*until, now); err != nil {
 				fmt.Fprintf(a.stderr, "guard audit report: --until: %v\n", err)
 				return exitUsage
 			}

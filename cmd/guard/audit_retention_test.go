@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -91,7 +91,7 @@ func TestAuditPrune(t *testing.T) {
 	wantOutput(t, "metrics", m.String(), "guard_audit_retention_failures_total 0\n")
 
 	// Off unless configured.
-	if r := policy.Default().Audit.Retention; r != 0 {
+	if r := config.Default().Audit.Retention; r != 0 {
 		t.Fatalf("retention is %s by default", r)
 	}
 	_, stderr, code := run(t, dir, "audit", "prune", "--db", path)
@@ -116,7 +116,7 @@ func TestSandboxHidesArchives(t *testing.T) {
 	for _, f := range []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token")} {
 		writeFile(t, f, "")
 	}
-	cfg := policy.Default()
+	cfg := config.Default()
 	cfg.Audit.Retention = 400 * 24 * time.Hour
 	st := &settings{Config: cfg, DBPath: db, DataDir: shared}
 	got := st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)

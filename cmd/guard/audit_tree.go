@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config/read"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/guard-mcp/guard/metrics"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -276,7 +276,7 @@ func auditExportCommand(a *app) *cobra.Command {
 			if t.v == "" {
 				continue
 			}
-			v, err := policy.ParseSince(t.v, now)
+			v, err := read.ParseSince(t.v, now)
 			if err != nil {
 				fmt.Fprintf(a.stderr, "guard audit export: --%s: %v\n", t.flag, err)
 				return exitUsage

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
@@ -15,7 +16,7 @@ import (
 // the condition holds, not as denying the tool because an empty call
 // fails its test.
 func TestToolsPageDescribesHeldToolsAsHeld(t *testing.T) {
-	c, err := policy.Parse(fmt.Appendf(nil, demoConfig, "50s", "10m"), "demo.yaml")
+	c, err := config.Parse(fmt.Appendf(nil, demoConfig, "50s", "10m"), "demo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -29,7 +30,7 @@ type frontAuth struct {
 	keepTokens bool
 }
 
-func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontAuth, error) {
+func newFrontAuth(cfg *config.Config, base string, logger *slog.Logger) (*frontAuth, error) {
 	f := &frontAuth{base: base, logger: logger}
 	if len(cfg.Clients) > 0 {
 		f.static = bearerAuth(cfg.Clients)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -278,7 +279,7 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 // links resolved: the sandbox hides what the kernel reaches, from
 // wherever the server runs.
 func (st *settings) sandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
-	cfgDir, dataDir := policy.Dirs(getenv)
+	cfgDir, dataDir := config.Dirs(getenv)
 	dirs := []string{cfgDir, dataDir}
 	var files []string
 	if st.ConfigPath != "" {

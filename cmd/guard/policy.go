@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/web"
 	"log/slog"
 	"sort"
 	"strings"
@@ -103,7 +105,7 @@ func policyCheckCommand(a *app) *cobra.Command {
 			for _, e := range need {
 				fmt.Fprintf(a.stdout, "  %s\n", e)
 			}
-			if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != policy.PasskeyRequired {
+			if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != web.PasskeyRequired {
 				fmt.Fprintln(a.stdout, "  warning: neither ui.oidc nor ui.passkey is configured: no one can approve these calls, which can only expire")
 			}
 		}
@@ -126,7 +128,7 @@ func policyCheckCommand(a *app) *cobra.Command {
 // listingNotes says where tools/list through guard shows more than by
 // default: definitions no one accepted (review.listing: as_served), tools
 // the rules deny (policy.hide_denied: false). Nothing when it does not.
-func listingNotes(c *policy.Config) []string {
+func listingNotes(c *config.Config) []string {
 	var notes, asServed, accepted []string
 	for name := range c.Servers {
 		if c.Listing(name) == policy.ListingAsServed {

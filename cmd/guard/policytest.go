@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/config/read"
 	"slices"
 	"strings"
 	"time"
@@ -154,7 +156,7 @@ func policyReplayCommand(a *app) *cobra.Command {
 	since := fs.String("since", "7d", "replay the calls of this long ago until now (`DUR`, like 24h, 7d)")
 	examples := fs.Int("examples", 3, "examples shown per kind of change")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
-		d, err := policy.ParseDuration(*since)
+		d, err := read.ParseDuration(*since)
 		if err != nil || d <= 0 {
 			fmt.Fprintf(a.stderr, "guard policy replay: --since %q: want a duration like 24h or 7d\n", *since)
 			return exitUsage
@@ -318,7 +320,7 @@ func (a *app) loadPolicy(st *settings) (*policy.Policy, int, bool) {
 			eo.Learned = learnedRules{db: db, getenv: a.getenv}
 		}
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, eo)
+	engine, err := config.NewEngine(st.ConfigPath, st.Config, eo)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		return nil, exitUsage, false

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/web"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -25,9 +27,9 @@ import (
 // runs beside them: the policy, reloaded when its files change; the holds;
 // and the approval UI, served or taken over.
 type relaying struct {
-	cfg       *policy.Config
+	cfg       *config.Config
 	db        *store.DB
-	engine    *policy.Engine
+	engine    *config.Engine
 	holds     *approvals.Manager
 	contracts *policy.Contracts                            // compiled schemas, shared by the sessions
 	scan      func(server string, def []byte) []guard.Flag // shared by the sessions
@@ -109,19 +111,19 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	listen := cfg.UI.Listen
 	if ui.addr != "" {
 		listen = ui.addr
-		if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
+		if !cfg.UI.AllowRemote && !config.LoopbackAddr(listen) {
 			fmt.Fprintf(a.stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
 			return nil, exitUsage, false
 		}
 	}
 	rt := &relaying{cfg: cfg, db: db, iso: a.newIsolation(st, a.logger, true), process: cmd, logger: logger}
 	rt.iso.probeAtStart()
-	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != policy.PasskeyRequired {
+	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != web.PasskeyRequired {
 		for _, e := range need {
 			logger.Warn("approvals need verified identities, and neither ui.oidc nor ui.passkey is configured: the calls held there can only expire", "where", e.Error())
 		}
 	}
-	rt.configDir, _ = policy.Dirs(a.getenv)
+	rt.configDir, _ = config.Dirs(a.getenv)
 	if st.ConfigPath != "" {
 		rt.configDir = filepath.Dir(st.ConfigPath)
 	}
@@ -136,7 +138,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	if st.Postgres {
 		eo.Learned = learnedRules{db: db, getenv: a.getenv}
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, cfg, eo)
+	engine, err := config.NewEngine(st.ConfigPath, cfg, eo)
 	if err != nil {
 		fmt.Fprintf(a.stderr, "guard: %v\n", err)
 		if errors.Is(err, guard.ErrAuditWrite) {
@@ -291,7 +293,7 @@ func (rt *relaying) isolated() bool {
 // (made now when it does not exist yet, so that it is known before the
 // first session), the checkpoint key in every form it may be written in,
 // and the values of the variables the configuration expanded.
-func ownSecrets(st *settings, cfg *policy.Config, db *store.DB) ([]string, error) {
+func ownSecrets(st *settings, cfg *config.Config, db *store.DB) ([]string, error) {
 	tok, err := st.uiToken()
 	if err != nil {
 		return nil, err
@@ -355,7 +357,7 @@ const listingsEvery = time.Second
 // the policy in force changed, until ctx ends: each session then tells its
 // client when its listing would show something else. On PostgreSQL a
 // review's notification wakes it at once.
-func watchListings(ctx context.Context, db *store.DB, engine *policy.Engine, beacon *proxy.Beacon, logger *slog.Logger) {
+func watchListings(ctx context.Context, db *store.DB, engine *config.Engine, beacon *proxy.Beacon, logger *slog.Logger) {
 	changes := db.Changes(ctx)
 	t := time.NewTicker(listingsEvery)
 	defer t.Stop()

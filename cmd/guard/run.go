@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"io"
 	"maps"
 	"net/http"
@@ -15,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
@@ -275,7 +275,7 @@ func (a *app) roomForBlockingReads() {
 // gives (proxy.CommandName) is one guard knows already, in the catalog or
 // among the configured servers: a server keeps its name, and so its
 // baseline, its reviews and its settings.
-func derivedName(ctx context.Context, db *store.DB, cfg *policy.Config, argv []string) (string, error) {
+func derivedName(ctx context.Context, db *store.DB, cfg *config.Config, argv []string) (string, error) {
 	name, old := proxy.ServerName(argv), proxy.CommandName(argv)
 	if name == old {
 		return name, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,7 +14,6 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/httplimit"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
@@ -37,7 +37,7 @@ func serveCommand(a *app) *cobra.Command {
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	c.RunE = a.runs(a.profiled(func(ctx context.Context, _ []string) int {
-		if !*allowRemote && !policy.LoopbackAddr(*listen) {
+		if !*allowRemote && !config.LoopbackAddr(*listen) {
 			fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
 			return exitUsage
 		}
@@ -73,7 +73,7 @@ func serveCommand(a *app) *cobra.Command {
 		// public host is one of them, and allowed_hosts adds more. /healthz
 		// and /readyz answer any Host: a balancer's check sends what it
 		// likes, and they tell nothing a page could use.
-		hosts := append(append(allowedHosts(*listen), policy.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
+		hosts := append(append(allowedHosts(*listen), config.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
 		base := "http://" + *listen // what clients use, as printed
 		if cfg.PublicURL != "" {
 			base = cfg.PublicURL
@@ -242,7 +242,7 @@ const sessionDescriptors = 4
 // need more descriptors than the process may open beside the
 // connections of its front (conns) and UI: sessions past that are then
 // refused for want of descriptors, not 503 at max_sessions.
-func warnDescriptors(cfg *policy.Config, conns int, logger *slog.Logger) {
+func warnDescriptors(cfg *config.Config, conns int, logger *slog.Logger) {
 	limit := httplimit.Conns(1)
 	need := cfg.MaxSessions.Total*sessionDescriptors + conns + httplimit.Conns(16)
 	if need > limit {

@@ -7,10 +7,10 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
 	"net/http"
 	"strings"
 
-	"github.com/guard-mcp/guard/policy"
 	"github.com/spf13/cobra"
 )
 
@@ -37,7 +37,7 @@ func tokenCommand(a *app) *cobra.Command {
 
 // bearerAuth names the client of a request by its bearer token, compared
 // by hash in constant time against every configured client.
-func bearerAuth(clients []policy.Client) func(r *http.Request) (string, bool) {
+func bearerAuth(clients []config.Client) func(r *http.Request) (string, bool) {
 	type entry struct {
 		name string
 		sum  []byte

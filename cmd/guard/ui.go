@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/web"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +16,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -83,8 +84,8 @@ func uiBase(publicURL, listen string) string {
 // uiOrigin is the UI's address as browsers reach it: with passkeys, the
 // origin of their relying party (http://localhost:PORT, as an IP address
 // cannot be one), else uiBase.
-func uiOrigin(c *policy.Config, listen string) string {
-	if c.UI.Passkey == policy.PasskeyRequired {
+func uiOrigin(c *config.Config, listen string) string {
+	if c.UI.Passkey == web.PasskeyRequired {
 		if o, err := c.PasskeyOrigin(listen); err == nil {
 			return o
 		}
@@ -152,7 +153,7 @@ func uiEnrollCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		if st.Config.UI.Passkey != policy.PasskeyRequired {
+		if st.Config.UI.Passkey != web.PasskeyRequired {
 			fmt.Fprintln(a.stderr, "guard ui enroll: ui.passkey is off in the configuration: set ui.passkey: required first")
 			return exitFailure
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ const takeoverEvery = 2 * time.Second
 // descriptors: a local program that opens connections without end, or
 // trickles its requests in, must not leave guard without descriptors to
 // start its servers with.
-func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
+func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.Manager, engine *config.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
 	if lim.Conns <= 0 {
 		lim.Conns = httplimit.Conns(16)
 	}
@@ -64,7 +65,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 			NoTokenLogin: !st.Config.UI.TokenLogin,
 			OIDC:         uiOIDC(st.Config, served),
 			Passkeys:     uiPasskeys(st.Config, db, served),
-			AllowedHosts: append(allowedHosts(served), policy.PublicHosts(st.Config.PublicURL)...),
+			AllowedHosts: append(allowedHosts(served), config.PublicHosts(st.Config.PublicURL)...),
 			PublicOrigin: st.Config.PublicURL,
 			AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
 			Explain:      explain(ctx, engine, db),
@@ -111,7 +112,7 @@ func serveUI(ctx context.Context, st *settings, db *store.DB, holds *approvals.M
 // uiOIDC is the UI's login through the identity provider, nil when
 // ui.oidc is not configured. The provider sends people back to the UI's
 // address as browsers reach it (uiBase).
-func uiOIDC(c *policy.Config, listen string) *web.OIDC {
+func uiOIDC(c *config.Config, listen string) *web.OIDC {
 	o := c.UI.OIDC
 	if o.Issuer == "" {
 		return nil
@@ -122,8 +123,8 @@ func uiOIDC(c *policy.Config, listen string) *web.OIDC {
 
 // uiPasskeys makes every decision in the UI need a passkey, nil unless
 // ui.passkey: required.
-func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
-	if c.UI.Passkey != policy.PasskeyRequired {
+func uiPasskeys(c *config.Config, db *store.DB, listen string) *web.Passkeys {
+	if c.UI.Passkey != web.PasskeyRequired {
 		return nil
 	}
 	origin, err := c.PasskeyOrigin(listen)
@@ -219,7 +220,7 @@ func escapeGlob(s string) string {
 
 // explain says what the policy in force does with a call to a tool, its
 // arguments aside (see policyText).
-func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
+func explain(ctx context.Context, engine *config.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
 	return func(t guard.Tool, r *guard.Review) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}
