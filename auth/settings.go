@@ -9,7 +9,8 @@ import (
 
 // Settings is the auth: section of the configuration file: the identity
 // provider whose access tokens guard serve accepts. Issuer is "" when it
-// is not configured.
+// is not configured. The tags name the keys of the file and how package
+// config/read reads them (read.Reader.Decode).
 type Settings struct {
 	// Issuer is the provider's issuer URL, as its tokens name it.
 	Issuer string `yaml:"issuer"`
@@ -17,7 +18,7 @@ type Settings struct {
 	// (or for the URL of the endpoint they are sent to).
 	Audience string `yaml:"audience"`
 	// Scopes must all be granted to a token.
-	Scopes []string `yaml:"scopes"`
+	Scopes []string `yaml:"scopes" nonempty:"scopes"`
 	// GroupsClaim is the token claim that lists the caller's groups.
 	GroupsClaim string `yaml:"groups_claim"`
 	// TrustEmail (trust_email) accepts a token's email that comes
@@ -33,9 +34,12 @@ type Settings struct {
 // Introspection is guard's client at the provider's introspection
 // endpoint (auth.introspection).
 type Introspection struct {
-	ClientID     string `yaml:"client_id"`
-	ClientSecret string `yaml:"client_secret"`
+	ClientID     string `yaml:"client_id" expand:"secret"`
+	ClientSecret string `yaml:"client_secret" expand:"secret"`
 }
+
+// Preset gives a written section its default claim of groups.
+func (s *Settings) Preset() { s.GroupsClaim = "groups" }
 
 // Validate checks a configured section: the issuer and the audience are
 // URLs, the groups claim is named, the scopes are scopes.

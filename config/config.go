@@ -92,18 +92,20 @@ type Config struct {
 
 // Approval is the approval: section: how long held calls wait, and who
 // may decide them how.
+// The tags name the keys and how they are read (read.Reader.Decode).
 type Approval struct {
-	Timeout    time.Duration
-	Wait       time.Duration
-	InBand     string
-	MaxPending int
+	Timeout    time.Duration `yaml:"timeout"`
+	Wait       time.Duration `yaml:"wait"`
+	InBand     string        `yaml:"in_band" enum:"off,auto"`
+	MaxPending int           `yaml:"max_pending"`
 	// CLI says whether guard approvals approve|deny may decide (with a
 	// typed name, --by); CLISet whether the file said so. Unset, it may
 	// unless the UI needs verified identities (see Config.CLIDecisions).
-	CLI, CLISet bool
+	CLI    bool `yaml:"cli"`
+	CLISet bool `yaml:"-"`
 	// Scope is which calls an approval lets through once it is given:
 	// guard.ScopeSession (the held call's session) or guard.ScopeAny.
-	Scope string
+	Scope string `yaml:"scope" enum:"session,any"`
 }
 
 // Audit holds the audit log's settings. A zero duration is off.
@@ -206,17 +208,8 @@ func (c *Config) keys(r *read.Reader) map[string]func(*yaml.Node) error {
 		"max_request": r.Size(&c.MaxRequest),
 		"ui":          func(n *yaml.Node) error { return readUI(r, n, &c.UI) },
 		"approval": func(n *yaml.Node) error {
-			return r.Mapping(n, map[string]func(*yaml.Node) error{
-				"timeout":     r.Duration(&c.Approval.Timeout),
-				"wait":        r.Duration(&c.Approval.Wait),
-				"in_band":     r.Enum(&c.Approval.InBand, "off", "auto"),
-				"max_pending": r.Count(&c.Approval.MaxPending),
-				"cli": func(n *yaml.Node) error {
-					c.Approval.CLISet = true
-					return r.Bool(&c.Approval.CLI)(n)
-				},
-				"scope": r.Enum(&c.Approval.Scope, guard.ScopeSession, guard.ScopeAny),
-			})
+			c.Approval.CLISet = c.Approval.CLISet || read.Has(n, "cli")
+			return r.Decode(n, &c.Approval)
 		},
 		"aggregate": func(n *yaml.Node) error {
 			err := r.Mapping(n, map[string]func(*yaml.Node) error{
@@ -305,15 +298,8 @@ func readStream(r *read.Reader, n *yaml.Node, dst *[]stream.Config) error {
 	seen := map[string]bool{}
 	for _, e := range n.Content {
 		var s stream.Config
-		if err := r.Mapping(e, map[string]func(*yaml.Node) error{
-			"syslog": r.Str(&s.Syslog),
-			"tls":    r.Bool(&s.TLS),
-			"otlp":   r.Str(&s.OTLP),
-		}); err != nil {
+		if err := r.Decode(e, &s); err != nil {
 			return err
-		}
-		if err := s.Validate(); err != nil {
-			return r.Errf(e, "%v", err)
 		}
 		if seen[s.Name()] {
 			return r.Errf(e, "receiver %s is listed twice", s.Name())

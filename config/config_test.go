@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	guard "github.com/guard-mcp/guard"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,5 +212,15 @@ func TestChangesOfOthersSections(t *testing.T) {
 	}
 	if got := policy.Changes(cur.PolicyConfig(), moved.PolicyConfig(), nil, nil, true); len(got) != 0 {
 		t.Errorf("a comment, ui and approval.wait: %q", got)
+	}
+}
+
+// approval.scope's values are guard's scopes.
+func TestApprovalScopes(t *testing.T) {
+	for _, scope := range []string{guard.ScopeSession, guard.ScopeAny} {
+		c, err := Parse([]byte("approval: {scope: "+scope+", cli: false}\n"), "c.yaml")
+		if err != nil || c.Approval.Scope != scope || !c.Approval.CLISet || c.Approval.CLI {
+			t.Fatalf("%s: %+v %v", scope, c, err)
+		}
 	}
 }

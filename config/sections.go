@@ -15,76 +15,31 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// readUI reads the ui: section (web.UIConfig).
+// readUI reads the ui: section (web.UIConfig); a provider's scopes leave
+// out openid, which is always asked for.
 func readUI(r *read.Reader, n *yaml.Node, u *web.UIConfig) error {
 	u.Line = n.Line
-	var oidc *yaml.Node
-	err := r.Mapping(n, map[string]func(*yaml.Node) error{
-		"listen":       r.Str(&u.Listen),
-		"allow_remote": r.Bool(&u.AllowRemote),
-		"token_login":  r.Bool(&u.TokenLogin),
-		"passkey":      r.Enum(&u.Passkey, web.PasskeyOff, web.PasskeyRequired),
-		"oidc": func(n *yaml.Node) error {
-			oidc = n
-			u.OIDC.GroupsClaim = "groups"
-			return r.Mapping(n, map[string]func(*yaml.Node) error{
-				"issuer":        r.Str(&u.OIDC.Issuer),
-				"client_id":     r.Secret(&u.OIDC.ClientID),
-				"client_secret": r.Secret(&u.OIDC.ClientSecret),
-				"scopes":        r.NonEmptyList(&u.OIDC.Scopes, "ui.oidc.scopes"),
-				"groups_claim":  r.Str(&u.OIDC.GroupsClaim),
-				"trust_email":   r.Bool(&u.OIDC.TrustEmail),
-			})
-		},
-	})
-	if err != nil {
+	if err := r.Decode(n, u); err != nil {
 		return err
 	}
-	if oidc != nil && oidc.Kind == yaml.MappingNode {
-		if err := u.OIDC.Validate(); err != nil {
-			return r.Errf(oidc, "%v", err)
-		}
-		u.OIDC.Scopes = slices.DeleteFunc(u.OIDC.Scopes, func(s string) bool { return s == "openid" }) // always asked for
-	}
-	if err := u.Validate(); err != nil {
-		return r.Errf(n, "%v", err)
-	}
+	u.OIDC.Scopes = slices.DeleteFunc(u.OIDC.Scopes, func(s string) bool { return s == "openid" })
 	return nil
 }
 
 // readAuth reads the auth: section (auth.Settings).
 func readAuth(r *read.Reader, n *yaml.Node, a *auth.Settings) error {
-	a.GroupsClaim = "groups"
 	a.Line = n.Line
-	var intro *yaml.Node
-	err := r.Mapping(n, map[string]func(*yaml.Node) error{
-		"issuer":       r.Str(&a.Issuer),
-		"audience":     r.Str(&a.Audience),
-		"scopes":       r.NonEmptyList(&a.Scopes, "scopes"),
-		"groups_claim": r.Str(&a.GroupsClaim),
-		"trust_email":  r.Bool(&a.TrustEmail),
-		"introspection": func(n *yaml.Node) error {
-			intro = n
-			return r.Mapping(n, map[string]func(*yaml.Node) error{
-				"client_id":     r.Secret(&a.Introspection.ClientID),
-				"client_secret": r.Secret(&a.Introspection.ClientSecret),
-			})
-		},
-	})
-	if err != nil {
-		return err
-	}
-	if n.Kind != yaml.MappingNode {
-		return nil // auth: with nothing: off
-	}
-	if err := a.Validate(); err != nil {
-		return r.Errf(n, "%v", err)
+	if err := r.Decode(n, a); err != nil || n.Kind != yaml.MappingNode {
+		return err // auth: with nothing: off
 	}
 	// As written: a ${NAME} whose variable is unset in this command's
 	// environment (guard audit query, run by an auditor) is not an error
 	// here; guard serve refuses to start without it.
-	if intro != nil && (!read.Written(intro, "client_id") || !read.Written(intro, "client_secret")) {
-		return r.Errf(intro, "auth.introspection needs client_id and client_secret (guard's credentials at the provider's introspection endpoint)")
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if intro := n.Content[i+1]; n.Content[i].Value == "introspection" &&
+			(!read.Written(intro, "client_id") || !read.Written(intro, "client_secret")) {
+			return r.Errf(intro, "auth.introspection needs client_id and client_secret (guard's credentials at the provider's introspection endpoint)")
+		}
 	}
 	return nil
 }
@@ -125,20 +80,13 @@ func readNotify(r *read.Reader, n *yaml.Node, dst *[]notify.Config) error {
 	seen := map[string]bool{}
 	for _, e := range n.Content {
 		c := notify.Config{Format: notify.FormatJSON}
+		if err := r.Decode(e, &c); err != nil {
+			return err
+		}
 		// The secret as written: a variable that is not set in the
 		// environment of a command that does not notify (guard approvals,
 		// guard audit) does not make the configuration invalid there.
-		var secret string
-		if err := r.Mapping(e, map[string]func(*yaml.Node) error{
-			"webhook": func(n *yaml.Node) error { err := r.Str(&c.Webhook)(n); c.Webhook = r.Expand(c.Webhook); return err },
-			"format":  r.Enum(&c.Format, notify.FormatJSON, notify.FormatSlack),
-			"secret":  func(n *yaml.Node) error { err := r.Str(&secret)(n); c.Secret = r.Expand(secret); return err },
-		}); err != nil {
-			return err
-		}
-		if err := c.Validate(); err != nil {
-			return r.Errf(e, "%v", err)
-		}
+		secret := read.Value(e, "secret")
 		shown := notify.Shown(c.Webhook)
 		switch {
 		case c.Format == notify.FormatJSON && strings.TrimSpace(secret) == "":

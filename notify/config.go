@@ -13,16 +13,17 @@ import (
 // Config is one receiver of the announcements of new holds, an entry of
 // the configuration file's notify: list: a webhook guard posts to, in
 // Slack's incoming-webhook format or in guard's own JSON signed with
-// Secret.
+// Secret. The tags name the keys of the file and how package config/read
+// reads them (read.Reader.Decode).
 type Config struct {
 	// Webhook is the URL posted to. It may be a credential itself (a
 	// Slack incoming webhook's path is): logs, metrics and the UI show
 	// Label instead.
-	Webhook string `yaml:"webhook"`
+	Webhook string `yaml:"webhook" expand:"secret"`
 	// Format is FormatSlack or FormatJSON (the default).
-	Format string `yaml:"format"`
+	Format string `yaml:"format" enum:"json,slack"`
 	// Secret is the key of the HMAC-SHA256 signature of a FormatJSON body.
-	Secret string `yaml:"secret"`
+	Secret string `yaml:"secret" expand:"secret"`
 }
 
 // The formats of a receiver.

@@ -11,7 +11,7 @@ import (
 // Config is one receiver of the audit log's stream, an entry of the
 // configuration file's audit.stream list: Syslog ("tcp://host:port",
 // RFC 5424, TLS when TLS is set) or OTLP (an OTLP/HTTP endpoint's base
-// URL).
+// URL). The tags name the keys of the file (read by package config/read).
 type Config struct {
 	Syslog string `yaml:"syslog"`
 	TLS    bool   `yaml:"tls"`

@@ -21,19 +21,22 @@ type UIConfig struct {
 	TokenLogin bool `yaml:"token_login"`
 	// Passkey is PasskeyOff, or PasskeyRequired: every decision on a held
 	// call needs the approver's passkey (a WebAuthn assertion).
-	Passkey string `yaml:"passkey"`
+	Passkey string `yaml:"passkey" enum:"off,required"`
 	// Line is where the section starts, for errors found after it.
 	Line int `yaml:"-"`
 }
 
 // OIDCConfig is the identity provider the UI logs people in with
 // (ui.oidc).
+//
+// The tags name the keys of the file and how package config/read reads
+// them (read.Reader.Decode).
 type OIDCConfig struct {
 	Issuer       string `yaml:"issuer"`
-	ClientID     string `yaml:"client_id"`
-	ClientSecret string `yaml:"client_secret"`
+	ClientID     string `yaml:"client_id" expand:"secret"`
+	ClientSecret string `yaml:"client_secret" expand:"secret"`
 	// Scopes are asked for besides openid (default email, profile).
-	Scopes []string `yaml:"scopes"`
+	Scopes []string `yaml:"scopes" nonempty:"ui.oidc.scopes"`
 	// GroupsClaim is the ID token's (or userinfo's) claim that lists the
 	// person's groups (default groups).
 	GroupsClaim string `yaml:"groups_claim"`
@@ -66,6 +69,9 @@ func (u UIConfig) Validate() error {
 	}
 	return nil
 }
+
+// Preset gives a configured provider its default claim of groups.
+func (o *OIDCConfig) Preset() { o.GroupsClaim = "groups" }
 
 // Validate checks a configured provider: its issuer, guard's client at it
 // and the claim of a person's groups.

@@ -274,14 +274,7 @@ func (r *Reader) Secret(dst *string) func(*yaml.Node) error {
 
 // Written reports whether a mapping gives key a value, as written (before
 // its variables are expanded).
-func Written(n *yaml.Node, key string) bool {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return strings.TrimSpace(n.Content[i+1].Value) != ""
-		}
-	}
-	return false
-}
+func Written(n *yaml.Node, key string) bool { return strings.TrimSpace(Value(n, key)) != "" }
 
 // CheckURL checks an identity provider's URL (an issuer, an audience, a
 // token endpoint): an absolute URL without a fragment, https but where it
