@@ -2,13 +2,13 @@ package config
 
 import (
 	"errors"
-	guard "github.com/guard-mcp/guard"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/policy"
 )

@@ -1,9 +1,10 @@
 package config
 
 import (
-	"github.com/guard-mcp/guard/policy"
 	"slices"
 	"strings"
+
+	"github.com/guard-mcp/guard/policy"
 )
 
 // ownVariables are guard's own environment variables: paths to its

@@ -158,6 +158,3 @@ func (c *Config) PasskeyOrigin(listen string) (string, error) {
 	}
 	return "http://" + net.JoinHostPort("localhost", port), nil
 }
-
-// LoopbackAddr reports whether a listen address binds loopback only.
-func LoopbackAddr(addr string) bool { return read.LoopbackAddr(addr) }

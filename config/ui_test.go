@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
-
 	"github.com/guard-mcp/guard/web"
 )
 

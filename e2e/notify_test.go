@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/guard-mcp/guard/notify"
 	"html"
 	"io"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/notify"
 )
 
 // hook is a webhook receiver of a test: a real HTTP server that answers

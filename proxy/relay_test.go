@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"

@@ -6,14 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
-	"github.com/guard-mcp/guard/web"
 	"os/user"
 	"text/tabwriter"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/web"
 	"github.com/spf13/cobra"
 )
 

@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"encoding/csv"
 	"fmt"
-	"github.com/guard-mcp/guard/config/read"
 	"html/template"
 	"io"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"unicode"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )

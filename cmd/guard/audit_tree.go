@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config/read"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/guard-mcp/guard/auth"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 )

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"github.com/guard-mcp/guard/config"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/sandbox"
 )

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/guard-mcp/guard/config"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )

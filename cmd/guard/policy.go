@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
-	"github.com/guard-mcp/guard/web"
 	"log/slog"
 	"sort"
 	"strings"
@@ -12,9 +10,11 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 	"github.com/spf13/cobra"
 )
 

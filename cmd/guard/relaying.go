@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
-	"github.com/guard-mcp/guard/web"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -14,6 +12,8 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/notify"
@@ -21,6 +21,7 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream"
+	"github.com/guard-mcp/guard/web"
 )
 
 // relaying is what a process that relays sessions (guard run, guard serve)
@@ -111,7 +112,7 @@ func (a *app) startRelaying(st *settings, db *store.DB, logger *slog.Logger, ui 
 	listen := cfg.UI.Listen
 	if ui.addr != "" {
 		listen = ui.addr
-		if !cfg.UI.AllowRemote && !config.LoopbackAddr(listen) {
+		if !cfg.UI.AllowRemote && !read.LoopbackAddr(listen) {
 			fmt.Fprintf(a.stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
 			return nil, exitUsage, false
 		}

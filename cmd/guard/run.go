@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"io"
 	"maps"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
@@ -37,7 +38,7 @@ func serveCommand(a *app) *cobra.Command {
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	c.RunE = a.runs(a.profiled(func(ctx context.Context, _ []string) int {
-		if !*allowRemote && !config.LoopbackAddr(*listen) {
+		if !*allowRemote && !read.LoopbackAddr(*listen) {
 			fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
 			return exitUsage
 		}

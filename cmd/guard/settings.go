@@ -3,11 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"io/fs"
 	"path/filepath"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/pflag"

@@ -7,10 +7,10 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
 	"net/http"
 	"strings"
 
+	"github.com/guard-mcp/guard/config"
 	"github.com/spf13/cobra"
 )
 

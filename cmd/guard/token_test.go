@@ -3,10 +3,11 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/guard-mcp/guard/config"
 	"net/http/httptest"
 	"slices"
 	"testing"
+
+	"github.com/guard-mcp/guard/config"
 )
 
 // A bearer token names its client; a wrong token, another scheme, an empty

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/guard-mcp/guard/config"
-	"github.com/guard-mcp/guard/web"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +14,9 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 	"github.com/spf13/cobra"
 )
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/guard-mcp/guard/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/policy"
