@@ -10,6 +10,7 @@ package config
 
 import (
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"regexp"
@@ -37,16 +38,11 @@ type Config struct {
 	// MaxMessage bounds every message guard reads, from either side;
 	// MaxRequest the client's messages to a server, which reads no longer
 	// ones (go-sdk servers stop at 16 MiB and end the session).
-	MaxMessage int64
-	MaxRequest int64
-	UI         web.UIConfig
-	Approval   Approval
-	// MaxSessions bounds guard serve's sessions (max_sessions): Total at
-	// once, PerClient of one client (on 2026-07-28, where there are no
-	// sessions, a client's requests in flight).
-	MaxSessions struct {
-		Total, PerClient int
-	}
+	MaxMessage  int64
+	MaxRequest  int64
+	UI          web.UIConfig
+	Approval    Approval
+	MaxSessions Sessions
 	// Clients are the bearer tokens guard serve accepts, by name: when
 	// any is configured, every HTTP request needs one.
 	Clients []Client
@@ -59,12 +55,7 @@ type Config struct {
 	// RedactResults masks secret patterns in results before they reach
 	// the client, not only in the audit log.
 	RedactResults bool
-	// Aggregate makes guard serve also answer at /mcp for all its
-	// servers at once, tools and prompts named SERVER+Separator+NAME.
-	Aggregate struct {
-		Enabled   bool
-		Separator string
-	}
+	Aggregate     Aggregate
 	// Audit holds the audit log's settings beyond the database.
 	Audit Audit
 	// Notify lists the receivers that new holds are announced to.
@@ -106,6 +97,31 @@ type Approval struct {
 	// Scope is which calls an approval lets through once it is given:
 	// guard.ScopeSession (the held call's session) or guard.ScopeAny.
 	Scope string `yaml:"scope" enum:"session,any"`
+}
+
+// Sessions bounds guard serve's sessions (max_sessions): Total at once,
+// PerClient of one client (on 2026-07-28, where there are no sessions, a
+// client's requests in flight). The tags name the keys (read.Reader.Decode).
+type Sessions struct {
+	Total     int `yaml:"total"`
+	PerClient int `yaml:"per_client"`
+}
+
+// Aggregate makes guard serve also answer at /mcp for all its servers at
+// once, tools and prompts named SERVER+Separator+NAME (aggregate:). The
+// tags name the keys (read.Reader.Decode).
+type Aggregate struct {
+	Enabled   bool   `yaml:"enabled"`
+	Separator string `yaml:"separator"`
+}
+
+// Validate checks the separator: hosts refuse other characters in tool
+// names.
+func (a Aggregate) Validate() error {
+	if !separatorRE.MatchString(a.Separator) {
+		return fmt.Errorf("aggregate.separator %q: use 1 to 8 of the characters A-Z a-z 0-9 _ - . (hosts refuse others in tool names)", a.Separator)
+	}
+	return nil
 }
 
 // Audit holds the audit log's settings. A zero duration is off.
@@ -211,16 +227,7 @@ func (c *Config) keys(r *read.Reader) map[string]func(*yaml.Node) error {
 			c.Approval.CLISet = c.Approval.CLISet || read.Has(n, "cli")
 			return r.Decode(n, &c.Approval)
 		},
-		"aggregate": func(n *yaml.Node) error {
-			err := r.Mapping(n, map[string]func(*yaml.Node) error{
-				"enabled":   r.Bool(&c.Aggregate.Enabled),
-				"separator": r.Str(&c.Aggregate.Separator),
-			})
-			if err == nil && !separatorRE.MatchString(c.Aggregate.Separator) {
-				return r.Errf(n, "aggregate.separator %q: use 1 to 8 of the characters A-Z a-z 0-9 _ - . (hosts refuse others in tool names)", c.Aggregate.Separator)
-			}
-			return err
-		},
+		"aggregate":      func(n *yaml.Node) error { return r.Decode(n, &c.Aggregate) },
 		"max_sessions":   func(n *yaml.Node) error { return c.readMaxSessions(r, n) },
 		"public_url":     readPublicURL(r, &c.PublicURL),
 		"allowed_hosts":  readAllowedHosts(r, &c.AllowedHosts),
@@ -240,19 +247,12 @@ func (c *Config) keys(r *read.Reader) map[string]func(*yaml.Node) error {
 // below the default per_client lowers it too, unless per_client is given.
 func (c *Config) readMaxSessions(r *read.Reader, n *yaml.Node) error {
 	m := &c.MaxSessions
-	perClient := false
-	if err := r.Mapping(n, map[string]func(*yaml.Node) error{
-		"total": r.Count(&m.Total),
-		"per_client": func(n *yaml.Node) error {
-			perClient = true
-			return r.Count(&m.PerClient)(n)
-		},
-	}); err != nil {
+	if err := r.Decode(n, m); err != nil {
 		return err
 	}
 	switch {
 	case m.PerClient <= m.Total:
-	case perClient:
+	case read.Has(n, "per_client"):
 		return r.Errf(n, "max_sessions: per_client (%d) is more than total (%d)", m.PerClient, m.Total)
 	default:
 		m.PerClient = m.Total
