@@ -298,7 +298,7 @@ func readStream(r *read.Reader, n *yaml.Node, dst *[]stream.Config) error {
 	seen := map[string]bool{}
 	for _, e := range n.Content {
 		var s stream.Config
-		if err := r.Decode(e, &s); err != nil {
+		if err := r.DecodeEntry(e, &s); err != nil {
 			return err
 		}
 		if seen[s.Name()] {

@@ -73,6 +73,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"audit:\n  stream:\n    - {syslog: udp://h:514}\n", 3, "use tcp://HOST:PORT"},
 		{"audit:\n  stream:\n    - {syslog: tcp://h:514, otlp: http://h:4318}\n", 3, "either syslog"},
 		{"audit:\n  stream:\n    - {otlp: h:4318}\n", 3, "use http(s)://HOST:PORT"},
+		{"audit:\n  stream:\n    -\n", 3, "either syslog"},
 		{"audit:\n  stream:\n    - {otlp: http://h:4318}\n    - {otlp: http://h:4318}\n", 4, "listed twice"},
 		{"review: {listing: latest}\n", 1, `"latest" is not one of accepted, as_served`},
 		{"review: {list: accepted}\n", 1, `unknown key "list"`},

@@ -49,6 +49,7 @@ func TestNotifyConfigErrors(t *testing.T) {
 	wantParseErrors(t, []parseError{
 		{"notify: {webhook: https://h/x}\n", 1, "expected a list"},
 		{"notify:\n  - {format: slack}\n", 2, "needs a webhook"},
+		{"notify:\n  -\n", 2, "needs a webhook"},
 		{"notify:\n  - {webhook: ftp://h/x, secret: s}\n", 2, "use an https:// URL"},
 		{"notify:\n  - {webhook: /hook, secret: s}\n", 2, "use an https:// URL"},
 		{"notify:\n  - {webhook: \"https://u:p@h/x\", secret: s}\n", 2, "use an https:// URL"},

@@ -80,7 +80,7 @@ func readNotify(r *read.Reader, n *yaml.Node, dst *[]notify.Config) error {
 	seen := map[string]bool{}
 	for _, e := range n.Content {
 		c := notify.Config{Format: notify.FormatJSON}
-		if err := r.Decode(e, &c); err != nil {
+		if err := r.DecodeEntry(e, &c); err != nil {
 			return err
 		}
 		// The secret as written: a variable that is not set in the

@@ -46,6 +46,21 @@ func (r *Reader) Decode(n *yaml.Node, dst any) error {
 	return r.decodeStruct(n, v.Elem())
 }
 
+// DecodeEntry reads an entry of a list like Decode, and validates it
+// even when it is null: a section may be left empty, an entry stands for
+// something (a receiver) and must say what.
+func (r *Reader) DecodeEntry(n *yaml.Node, dst any) error {
+	if err := r.Decode(n, dst); err != nil {
+		return err
+	}
+	if val, ok := dst.(Validator); ok && n.Kind != yaml.MappingNode {
+		if err := val.Validate(); err != nil {
+			return r.Errf(n, "%v", err)
+		}
+	}
+	return nil
+}
+
 func (r *Reader) decodeStruct(n *yaml.Node, v reflect.Value) error {
 	if p, ok := v.Addr().Interface().(Presetter); ok {
 		p.Preset()
