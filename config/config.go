@@ -124,28 +124,74 @@ func (a Aggregate) Validate() error {
 	return nil
 }
 
-// Audit holds the audit log's settings. A zero duration is off.
+// Audit holds the audit log's settings (audit:). A zero duration is off.
+// The tags name the keys (read.Reader.Decode).
 type Audit struct {
 	// KeyFile is the ed25519 key that signs checkpoints ("": audit.key
 	// beside the database).
-	KeyFile string
+	KeyFile string `yaml:"key_file"`
 	// VerifyEvery is how often the whole log is verified in the
 	// background.
-	VerifyEvery time.Duration
+	VerifyEvery time.Duration `yaml:"verify_every" off:"allowed"`
 	// Retention is how long records keep their bodies in the database.
-	Retention time.Duration
+	Retention time.Duration `yaml:"retention" off:"allowed"`
 	// ArchiveDir is where retention writes the archives of the records
 	// whose bodies it removes ("": archive/ beside the database).
-	ArchiveDir string
-	// Checkpoints: how often one is signed, and where each is also sent
-	// so that a witness outside the machine holds it ("file:///dir",
-	// "syslog", "https://...").
-	Checkpoints struct {
-		Every   time.Duration
-		Witness []string
-	}
+	ArchiveDir  string      `yaml:"archive_dir"`
+	Checkpoints Checkpoints `yaml:"checkpoints"`
 	// Stream lists the receivers the log is streamed to, in order.
-	Stream []stream.Config
+	Stream Receivers `yaml:"stream"`
+}
+
+// Checkpoints: how often one is signed, and where each is also sent so
+// that a witness outside the machine holds it (audit.checkpoints).
+type Checkpoints struct {
+	Every   time.Duration `yaml:"every"`
+	Witness Witnesses     `yaml:"witness"`
+}
+
+// Witnesses are where checkpoints are sent: "file:///dir", "syslog",
+// "https://...".
+type Witnesses []string
+
+// ReadNode reads the list, each witness checked at its line.
+func (w *Witnesses) ReadNode(r *read.Reader, n *yaml.Node) error {
+	if err := r.List((*[]string)(w))(n); err != nil {
+		return err
+	}
+	for i, s := range *w {
+		u, err := url.Parse(s)
+		ok := err == nil && (s == "syslog" || u.Scheme == "file" && u.Path != "" ||
+			(u.Scheme == "http" || u.Scheme == "https") && u.Host != "")
+		if !ok {
+			return r.Errf(n.Content[i], "witness %q: use file:///PATH, syslog, or an http(s) URL", s)
+		}
+	}
+	return nil
+}
+
+// Receivers are the receivers of the audit log's stream (audit.stream),
+// each once.
+type Receivers []stream.Config
+
+// ReadNode reads the list, each receiver checked at its line.
+func (rs *Receivers) ReadNode(r *read.Reader, n *yaml.Node) error {
+	if n.Kind != yaml.SequenceNode {
+		return r.Errf(n, "expected a list of receivers ({syslog: tcp://HOST:PORT} or {otlp: http://HOST:4318})")
+	}
+	seen := map[string]bool{}
+	for _, e := range n.Content {
+		var s stream.Config
+		if err := r.DecodeEntry(e, &s); err != nil {
+			return err
+		}
+		if seen[s.Name()] {
+			return r.Errf(e, "receiver %s is listed twice", s.Name())
+		}
+		seen[s.Name()] = true
+		*rs = append(*rs, s)
+	}
+	return nil
 }
 
 // Client is one bearer token of guard serve, kept as its SHA-256.
@@ -236,7 +282,7 @@ func (c *Config) keys(r *read.Reader) map[string]func(*yaml.Node) error {
 		"clients":        func(n *yaml.Node) error { return readClients(r, n, &c.Clients) },
 		"auth":           func(n *yaml.Node) error { return readAuth(r, n, &c.Auth) },
 		"notify":         func(n *yaml.Node) error { return readNotify(r, n, &c.Notify) },
-		"audit":          func(n *yaml.Node) error { return readAudit(r, n, &c.Audit) },
+		"audit":          func(n *yaml.Node) error { return r.Decode(n, &c.Audit) },
 	} {
 		keys[k] = f
 	}
@@ -256,56 +302,6 @@ func (c *Config) readMaxSessions(r *read.Reader, n *yaml.Node) error {
 		return r.Errf(n, "max_sessions: per_client (%d) is more than total (%d)", m.PerClient, m.Total)
 	default:
 		m.PerClient = m.Total
-	}
-	return nil
-}
-
-// readAudit reads the audit: section.
-func readAudit(r *read.Reader, n *yaml.Node, a *Audit) error {
-	return r.Mapping(n, map[string]func(*yaml.Node) error{
-		"key_file":     r.Str(&a.KeyFile),
-		"verify_every": r.OptDuration(&a.VerifyEvery),
-		"retention":    r.OptDuration(&a.Retention),
-		"archive_dir":  r.Str(&a.ArchiveDir),
-		"checkpoints": func(n *yaml.Node) error {
-			return r.Mapping(n, map[string]func(*yaml.Node) error{
-				"every": r.Duration(&a.Checkpoints.Every),
-				"witness": func(n *yaml.Node) error {
-					if err := r.List(&a.Checkpoints.Witness)(n); err != nil {
-						return err
-					}
-					for i, w := range a.Checkpoints.Witness {
-						u, err := url.Parse(w)
-						ok := err == nil && (w == "syslog" || u.Scheme == "file" && u.Path != "" ||
-							(u.Scheme == "http" || u.Scheme == "https") && u.Host != "")
-						if !ok {
-							return r.Errf(n.Content[i], "witness %q: use file:///PATH, syslog, or an http(s) URL", w)
-						}
-					}
-					return nil
-				},
-			})
-		},
-		"stream": func(n *yaml.Node) error { return readStream(r, n, &a.Stream) },
-	})
-}
-
-// readStream reads audit.stream: a list of receivers, each once.
-func readStream(r *read.Reader, n *yaml.Node, dst *[]stream.Config) error {
-	if n.Kind != yaml.SequenceNode {
-		return r.Errf(n, "expected a list of receivers ({syslog: tcp://HOST:PORT} or {otlp: http://HOST:4318})")
-	}
-	seen := map[string]bool{}
-	for _, e := range n.Content {
-		var s stream.Config
-		if err := r.DecodeEntry(e, &s); err != nil {
-			return err
-		}
-		if seen[s.Name()] {
-			return r.Errf(e, "receiver %s is listed twice", s.Name())
-		}
-		seen[s.Name()] = true
-		*dst = append(*dst, s)
 	}
 	return nil
 }

@@ -16,6 +16,12 @@ type Presetter interface {
 	Preset()
 }
 
+// NodeReader is a field's type that reads itself from its node: a list
+// whose entries are each checked at their own line.
+type NodeReader interface {
+	ReadNode(r *Reader, n *yaml.Node) error
+}
+
 // Validator is a section, or part of one, that checks itself once it is
 // read: its problems are placed at the mapping it was read from.
 type Validator interface {
@@ -33,7 +39,8 @@ type Validator interface {
 //   - time.Duration: Duration; OptDuration with `off:"allowed"`;
 //   - []string: List; NonEmptyList with `nonempty:"NAME"` (NAME names the
 //     list in errors);
-//   - a struct: Decode, in turn.
+//   - a struct: Decode, in turn;
+//   - a type that is a NodeReader (through its pointer): its ReadNode.
 //
 // A null node reads nothing. A struct that is a Presetter is preset before
 // it is read, and one read from a mapping that is a Validator is then
@@ -91,6 +98,9 @@ var durationType = reflect.TypeFor[time.Duration]()
 // field is the reader of one field of a struct, by its type and tags.
 func (r *Reader) field(f reflect.StructField, v reflect.Value) func(*yaml.Node) error {
 	p := v.Addr().Interface()
+	if nr, ok := p.(NodeReader); ok {
+		return func(n *yaml.Node) error { return nr.ReadNode(r, n) }
+	}
 	switch {
 	case f.Type == durationType:
 		if f.Tag.Get("off") == "allowed" {
