@@ -130,10 +130,10 @@ const (
 
 // Review holds the settings of the review of tool definitions: at the
 // top level, every server's default; in a server's settings, its own ("":
-// the default).
+// the default). The tags name its keys (read.Reader.Decode).
 type Review struct {
 	// Listing is ListingAccepted or ListingAsServed.
-	Listing string
+	Listing string `yaml:"listing" enum:"accepted,as_served"`
 }
 
 // Listing is what tools/list through guard shows of server's tools: its
@@ -273,11 +273,7 @@ type parser struct {
 
 // review reads a review section: the top level's, or a server's.
 func (p *parser) review(dst *Review) func(*yaml.Node) error {
-	return func(n *yaml.Node) error {
-		return p.Mapping(n, map[string]func(*yaml.Node) error{
-			"listing": p.Enum(&dst.Listing, ListingAccepted, ListingAsServed),
-		})
-	}
+	return func(n *yaml.Node) error { return p.Decode(n, dst) }
 }
 
 func (p *parser) patterns(dst *[]string) func(*yaml.Node) error {
