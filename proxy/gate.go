@@ -29,7 +29,7 @@ func (s *Session) gate(msg wire.Message, c *call, toServer bool) bool {
 	// JavaScript server, "URI" is uri to a case-insensitive Go one. (The
 	// rules read nothing of a server's request but its method.)
 	if !toServer {
-		if err := wire.Strict(msg.Raw); err != nil {
+		if err := wire.CheckStrict(msg); err != nil {
 			c.reason = err.Error()
 			s.refuseGated(c, false, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
 			return false

@@ -40,7 +40,7 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	s.deciding.Add(1)
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
-	if err := wire.Strict(msg.Raw); err != nil {
+	if err := wire.CheckStrict(msg); err != nil {
 		c.reason = err.Error()
 		s.conclude(c, true, guard.OutcomeInvalid,
 			wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
