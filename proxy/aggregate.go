@@ -255,9 +255,9 @@ func (a *aggregator) refuse(bad *BadMessage) {
 	case tooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
-		a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
 	default:
-		a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+bad.Err.Error(), nil))
+		a.write(wire.ParseError(bad.Err.Error()).Answer(nil))
 	}
 }
 
@@ -266,7 +266,7 @@ func (a *aggregator) fromClient(m wire.Message) {
 	if m.Kind == wire.KindBatch {
 		parts, err := wire.SplitBatch(m.Raw)
 		if err != nil {
-			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
+			a.write(wire.ParseError(err.Error()).Answer(nil))
 			return
 		}
 		for _, p := range parts {
@@ -314,15 +314,14 @@ func (a *aggregator) request(m wire.Message) {
 	case "resources/read", "resources/subscribe", "resources/unsubscribe":
 		a.byURI(m, m.Params)
 	default:
-		a.write(wire.ErrorResponse(m.ID, wire.CodeMethodNotFound,
-			fmt.Sprintf("Method not found: %s is not offered by the aggregate endpoint; use a server's own endpoint", m.Method), nil))
+		a.write(wire.MethodNotFound(fmt.Sprintf("Method not found: %s is not offered by the aggregate endpoint; use a server's own endpoint", m.Method)).Answer(m.ID))
 	}
 }
 
 func (a *aggregator) answer(id []byte, result any) {
 	b, err := wire.Response(id, result)
 	if err != nil {
-		b = wire.ErrorResponse(id, wire.CodeInternalError, "Internal error: "+err.Error(), nil)
+		b = wire.Internal("Internal error: " + err.Error()).Answer(id)
 	}
 	a.write(b)
 }
@@ -344,7 +343,7 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 	// Decide on exactly what the server will read; the member's session
 	// does not check it again.
 	if err := wire.Strict(m.Raw); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		a.write(wire.InvalidRequest(err.Error()).Answer(m.ID))
 		return
 	}
 	m.Checked = true
@@ -354,7 +353,7 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 	}
 	name, ok := wire.String(wire.ParamsMember(obj, key))
 	if !ok || name == "" {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, "Invalid params: "+m.Method+" needs a name", nil))
+		a.write(wire.InvalidParams(m.Method + " needs a name").Answer(m.ID))
 		return
 	}
 	mb, own := a.split(name)
@@ -363,8 +362,8 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 		if m.Method != "tools/call" {
 			what = "prompt"
 		}
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, fmt.Sprintf(
-			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator), nil))
+		a.write(wire.Refusal{Code: wire.CodeInvalidParams, Text: fmt.Sprintf(
+			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)}.Answer(m.ID))
 		return
 	}
 	q, _ := json.Marshal(own)
@@ -391,7 +390,7 @@ func (a *aggregator) complete(m wire.Message) {
 // that has resources.
 func (a *aggregator) byURI(m wire.Message, obj []byte) {
 	if err := wire.Strict(m.Raw); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		a.write(wire.InvalidRequest(err.Error()).Answer(m.ID))
 		return
 	}
 	m.Checked = true
@@ -401,8 +400,8 @@ func (a *aggregator) byURI(m wire.Message, obj []byte) {
 	}
 	mb := a.resourceMember(uri)
 	if mb == nil {
-		a.write(wire.ErrorResponse(m.ID, codeResourceNotFound, "Resource not found: no server behind the aggregate endpoint lists "+uri+
-			"; list resources first, or use the server's own endpoint", map[string]string{"uri": uri}))
+		a.write(wire.Refusal{Code: codeResourceNotFound, Text: "Resource not found: no server behind the aggregate endpoint lists " + uri +
+			"; list resources first, or use the server's own endpoint", Data: map[string]string{"uri": uri}}.Answer(m.ID))
 		return
 	}
 	a.pass(m, mb, nil)
@@ -444,7 +443,7 @@ func (a *aggregator) resourceMember(uri string) *member {
 func (a *aggregator) pass(m wire.Message, mb *member, params []byte) {
 	w := &waiter{m: mb, clientID: append([]byte(nil), m.ID...)}
 	if err := a.send(m, w, params); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: "+err.Error(), nil))
+		a.write(wire.Internal("The server " + mb.name + " is not available: " + err.Error()).Answer(m.ID))
 	}
 }
 
@@ -587,7 +586,7 @@ func (a *aggregator) initialize(m wire.Message) {
 		a.opts.Logger.Warn("aggregate: a server did not initialize; it is left out of this session", "member", mb.name, "error", string(r.Error))
 	}
 	if len(results) == 0 {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "No server behind the aggregate endpoint initialized: "+strings.Join(failed, ", "), nil))
+		a.write(wire.Internal("No server behind the aggregate endpoint initialized: " + strings.Join(failed, ", ")).Answer(m.ID))
 		return
 	}
 	out := map[string]any{}
@@ -996,6 +995,6 @@ func (a *aggregator) gone(mb *member) {
 			close(w.ch)
 			continue
 		}
-		a.write(wire.ErrorResponse(w.clientID, wire.CodeInternalError, "The server "+mb.name+"'s session ended before answering", nil))
+		a.write(wire.Internal("The server " + mb.name + "'s session ended before answering").Answer(w.clientID))
 	}
 }

@@ -311,16 +311,7 @@ func refusal(id []byte) func(error) wire.Message {
 }
 
 // toolError is a tools/call result that reports an error to the model.
-func toolError(id []byte, text string) []byte {
-	b, err := wire.Response(id, map[string]any{
-		"content": []map[string]any{{"type": "text", "text": text}},
-		"isError": true,
-	})
-	if err != nil { // cannot happen for this shape
-		return wire.ErrorResponse(id, wire.CodeInternalError, text, nil)
-	}
-	return b
-}
+func toolError(id []byte, text string) []byte { return wire.ToolError(text).Answer(id) }
 
 // OnClient takes one message of the client; err, when set, is about
 // that message alone (a *BadMessage or a *wire.TooLongError).

@@ -79,7 +79,7 @@ func RefuseStart(client Conn, err error) error {
 		}
 		for _, p := range parts {
 			if r, err := wire.Parse(p); err == nil && r.Kind == wire.KindRequest {
-				answers = append(answers, wire.ErrorResponse(r.ID, wire.CodeInternalError, text, nil))
+				answers = append(answers, wire.Internal(text).Answer(r.ID))
 			}
 		}
 		if len(answers) == 0 {

@@ -379,7 +379,7 @@ func (u *upstream) fail(m wire.Message, why string) {
 	if m.Kind != wire.KindRequest {
 		return
 	}
-	u.emit(wire.ErrorResponse(m.ID, wire.CodeInternalError, "Upstream failed: "+why, nil))
+	u.emit(wire.Internal("Upstream failed: " + why).Answer(m.ID))
 }
 
 // listen keeps the session's GET stream open for the server's messages
