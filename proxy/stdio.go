@@ -226,6 +226,15 @@ func (c *childConn) Read(ctx context.Context) (wire.Message, error) {
 	return m, err
 }
 
+// Flush flushes what is buffered for the server (the relay writes a run of
+// messages, then flushes).
+func (c *childConn) Flush() error {
+	if f, ok := c.Conn.(flusher); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
 func (c *childConn) Close() error {
 	err := c.Conn.Close()
 	close(c.written)
