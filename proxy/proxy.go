@@ -46,6 +46,8 @@ type Interceptor interface {
 	ServerEnded(code int, status string)
 }
 
+var _ Interceptor = (*Session)(nil)
+
 // ender is a server Conn that knows when its server ended: Run waits for
 // Ended rather than for the end of the server's output (a child process
 // that exits may leave its output open in a process it started).

@@ -95,8 +95,8 @@ func (c *call) decided() {
 func (c *call) end() bool { return c.ended.CompareAndSwap(false, true) }
 
 // Session relays one client session to one server. It is transport-free:
-// FromClient and FromServer take whole messages, and what it sends goes to
-// the two outboxes that the transport drains.
+// OnClient and OnServer take whole messages, and what it sends goes to
+// the two outboxes that Run drains (it is the Interceptor of Run).
 type Session struct {
 	opts     Options
 	id       string
