@@ -92,8 +92,8 @@ func (c *call) decided() {
 func (c *call) end() bool { return c.ended.CompareAndSwap(false, true) }
 
 // Session relays one client session to one server. It is transport-free:
-// FromClient and FromServer take whole messages, and what it sends goes to
-// the two outboxes that the transport drains.
+// OnClient and OnServer take whole messages, and what it sends goes to
+// the two outboxes that Run drains (it is the Interceptor of Run).
 type Session struct {
 	opts     Options
 	id       string
@@ -307,29 +307,28 @@ func refusal(id []byte) func(error) wire.Message {
 	}
 }
 
-// readClient relays the client's messages until its input ends.
-func (s *Session) readClient(client Conn) {
-	for {
-		msg, err := client.Read(context.Background())
+// toolError is a tools/call result that reports an error to the model.
+func toolError(id []byte, text string) []byte { return wire.ToolError(text).Answer(id) }
+
+// OnClient takes one message of the client; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnClient(msg wire.Message, err error) {
+	switch {
+	case err == nil && msg.Kind == wire.KindBatch:
+		s.clientBatch(msg.Raw)
+	case err == nil:
+		s.clientMessage(msg, nil)
+	default:
+		// Declared here, not for every message: errors.As's targets
+		// live on the heap.
+		var bad *BadMessage
+		var tl *wire.TooLongError
 		switch {
-		case err == nil && msg.Kind == wire.KindBatch:
-			s.clientBatch(msg.Raw)
-		case err == nil:
-			s.clientMessage(msg, nil)
-		default:
-			// Declared here, not for every message: errors.As's targets
-			// live on the heap.
-			var bad *BadMessage
-			var tl *wire.TooLongError
-			switch {
-			case errors.As(err, &bad):
-				msg.Raw = bad.Raw
-				s.badFromClient(msg, bad.Err, nil)
-			case errors.As(err, &tl):
-				s.Oversized(true, tl.Size)
-			default:
-				return
-			}
+		case errors.As(err, &bad):
+			msg.Raw = bad.Raw
+			s.badFromClient(msg, bad.Err, nil)
+		case errors.As(err, &tl):
+			s.Oversized(true, tl.Size)
 		}
 	}
 }
@@ -926,25 +925,21 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	return true
 }
 
-// readServer relays the server's messages until its output ends.
-func (s *Session) readServer(server Conn) {
-	for {
-		msg, err := server.Read(context.Background())
-		if err == nil {
-			s.fromServer(msg, nil)
-			continue
-		}
-		var bad *BadMessage // declared here, as in readClient
-		var tl *wire.TooLongError
-		switch {
-		case errors.As(err, &bad):
-			msg.Raw = bad.Raw
-			s.fromServer(msg, bad.Err)
-		case errors.As(err, &tl):
-			s.Oversized(false, tl.Size)
-		default:
-			return
-		}
+// OnServer takes one message of the server; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnServer(msg wire.Message, err error) {
+	if err == nil {
+		s.fromServer(msg, nil)
+		return
+	}
+	var bad *BadMessage // declared here, as in OnClient
+	var tl *wire.TooLongError
+	switch {
+	case errors.As(err, &bad):
+		msg.Raw = bad.Raw
+		s.fromServer(msg, bad.Err)
+	case errors.As(err, &tl):
+		s.Oversized(false, tl.Size)
 	}
 }
 

@@ -43,7 +43,7 @@ func (pl *pipeline) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
 	var eff intercept.Effect
-	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.Strict(msg.Raw), Name: p.name, Args: p.args})
+	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.CheckStrict(msg), Name: p.name, Args: p.args})
 	if eff.Kind != intercept.Continue {
 		pl.carry(msg, c, eff)
 		return
