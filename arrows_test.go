@@ -50,3 +50,16 @@ func TestThePolicysArrows(t *testing.T) {
 		}
 	}
 }
+
+// The guard binary carries the product alone: neither the benchmark, nor
+// the PostgreSQL test clusters, nor package testing.
+func TestTheBinaryLinksNoTests(t *testing.T) {
+	for _, d := range deps(t, "./cmd/guard") {
+		for _, banned := range []string{"testing", "github.com/guard-mcp/guard/benchmark",
+			"github.com/guard-mcp/guard/internal/pgtest", "github.com/guard-mcp/guard/e2e"} {
+			if d == banned || strings.HasPrefix(d, banned+"/") {
+				t.Errorf("guard links %s", d)
+			}
+		}
+	}
+}

@@ -461,7 +461,9 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 // server's status.
 func TestSignalsAreForwarded(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\n")
-	argv := e.wrap("trap", "sh", "-c", `trap 'exit 3' TERM; while true; do sleep 0.05; done`)
+	// The shell makes a file once its trap is set: the signal is sent then.
+	ready := filepath.Join(t.TempDir(), "trap-set")
+	argv := e.wrap("trap", "sh", "-c", `trap 'exit 3' TERM; : >"$1"; while true; do sleep 0.05; done`, "sh", ready)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stdin, _ := cmd.StdinPipe()
 	defer stdin.Close()
@@ -469,7 +471,14 @@ func TestSignalsAreForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	childOf(t, cmd.Process.Pid)
-	time.Sleep(200 * time.Millisecond) // let the shell set its trap
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server's shell never set its trap")
+		}
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {

@@ -37,9 +37,9 @@ func (s *Session) clientGone(reason string) {
 	}
 	s.left = reason
 	close(s.leftCh)
-	held := s.heldLocked()
+	held := s.holds.heldLocked()
 	s.mu.Unlock()
-	s.leaveHeld(held, reason)
+	s.holds.leaveHeld(held, reason)
 	if s.opts.Holds == nil {
 		return
 	}
@@ -55,7 +55,8 @@ func (s *Session) clientGone(reason string) {
 // clientGoneFor settles the holds of the calls whose id keys (wire.IDKey
 // of the ids the client sent) are given: their client went away while they
 // waited, the session otherwise going on.
-func (s *Session) clientGoneFor(keys []string, reason string) {
+func (hs *holds) clientGoneFor(keys []string, reason string) {
+	s := hs.s
 	s.mu.Lock()
 	var held []*call
 	for _, key := range keys {
@@ -64,12 +65,13 @@ func (s *Session) clientGoneFor(keys []string, reason string) {
 		}
 	}
 	s.mu.Unlock()
-	s.leaveHeld(held, reason)
+	s.holds.leaveHeld(held, reason)
 }
 
 // heldLocked returns the calls waiting for a decision now. The caller holds
 // s.mu.
-func (s *Session) heldLocked() []*call {
+func (hs *holds) heldLocked() []*call {
+	s := hs.s
 	var held []*call
 	for _, c := range s.byClient {
 		if c.holding && c.goneWhy == "" && !c.isWithdrawn() {
@@ -82,7 +84,8 @@ func (s *Session) heldLocked() []*call {
 // leaveHeld ends the waits of held calls whose client is gone: each wait
 // settles its approval (held.await) and records the call, which gets no
 // answer.
-func (s *Session) leaveHeld(held []*call, reason string) {
+func (hs *holds) leaveHeld(held []*call, reason string) {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range held {
@@ -96,21 +99,24 @@ func (s *Session) leaveHeld(held []*call, reason string) {
 
 // goneReason is why a held call's client is gone, or "" when the client
 // cancelled it instead.
-func (s *Session) goneReason(c *call) string {
+func (hs *holds) goneReason(c *call) string {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return c.goneWhy
 }
 
 // leftReason is why the session's client is gone, "" while it is there.
-func (s *Session) leftReason() string {
+func (hs *holds) leftReason() string {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.left
 }
 
 // endReason is why the session's holds end when the session does.
-func (s *Session) endReason() string {
+func (hs *holds) endReason() string {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -142,7 +148,7 @@ func (s *Session) watchDepartures(d departures) {
 	for {
 		select {
 		case dep := <-d.departed():
-			s.clientGoneFor(dep.keys, dep.reason)
+			s.holds.clientGoneFor(dep.keys, dep.reason)
 		case <-s.ctx.Done():
 			return
 		}

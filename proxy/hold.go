@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -17,21 +17,22 @@ import (
 // approval is stored, the request recorded, and the decision awaited (from
 // the browser, from the person at the client, or the wait's limit); then
 // the call is settled: forwarded, decided again by the rules, or answered
-// (Session.conclude: record, then answer).
+// (record, then answer). What each step finds is an event of the call's
+// (intercept.Step decides what it means).
 type held struct {
 	s      *Session
 	c      *call
 	msg    wire.Message
 	v      guard.Verdict
-	pc     *guard.Call
 	digest string
 	a      *guard.Approval
 	free   func() // gives the pending slot back (once)
 }
 
 // hold keeps a call until a person decides, while the relay goes on.
-func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Call) {
-	h := &held{s: s, c: c, msg: msg, v: v, pc: pc}
+func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict) {
+	s := hs.s
+	h := &held{s: s, c: c, msg: msg, v: v}
 	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
 		return
 	}
@@ -40,22 +41,30 @@ func (s *Session) hold(msg wire.Message, c *call, v guard.Verdict, pc *guard.Cal
 		return
 	}
 	defer c.decided() // a held call is being decided until its wait ends
-	if res, err, ok := h.await(); ok {
-		h.settle(res, err)
+	if e, ok := h.await(); ok {
+		h.settle(e)
 	}
+}
+
+// step moves the held call on from e, and carries out what follows. It
+// reports whether the call still waits in this hold.
+func (h *held) step(e intercept.Event) bool {
+	c := h.c
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, e)
+	if eff.Kind == intercept.None {
+		return c.st.State == intercept.Holding
+	}
+	h.s.pipe.carry(h.msg, c, eff)
+	return false
 }
 
 // digestArgs digests the arguments that an approval is given for.
 func (h *held) digestArgs() bool {
 	s, c := h.s, h.c
-	digest, err := guard.Digest(c.args)
+	digest, err := guard.Digest(c.st.Args)
 	if err != nil || s.opts.Holds == nil {
-		c.decision = guard.DecisionDenied
-		text := "Refused: this call needs a person's approval, and approvals are not available"
-		if err != nil {
-			text = "Refused: the arguments could not be digested: " + err.Error()
-		}
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, text))
+		h.step(intercept.Event{Kind: intercept.HoldRefused, Err: err})
 		return false
 	}
 	h.digest = digest
@@ -65,28 +74,11 @@ func (h *held) digestArgs() bool {
 // usePrior lets a repeated call that a person approved pass, once.
 func (h *held) usePrior() bool {
 	s, c := h.s, h.c
-	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.tool, h.digest, c.pin, h.v.PolicyVersion, s.holdScope())
+	a, ok, err := s.opts.Holds.Consume(s.ctx, s.opts.Server, c.st.Tool, h.digest, c.pin, h.v.PolicyVersion, s.holds.holdScope())
 	if err != nil || !ok {
 		return false
 	}
-	if h.v.Rule == guard.ToolReviewRule {
-		// A person let this call past the tool's review: the rules
-		// decide it now, on the definition a person accepted.
-		c.approval = a.ID
-		h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
-		s.apply(h.msg, c, h.pc, c.recorded.Load())
-		return true
-	}
-	c.decision, c.decidedBy, c.approval = guard.DecisionAllowed, a.DecidedBy, a.ID
-	c.reason = "approved (approval " + a.ID + ")"
-	if a.Session != s.id {
-		// approval.scope: any, and the record says so.
-		c.reason = "approved (approval " + a.ID + ", given to a call of session " + a.Session + "; scope: any session)"
-	}
-	if a.Reason != "" {
-		c.reason += ": " + a.Reason
-	}
-	s.forward(h.msg, c, c.recorded.Load())
+	h.step(intercept.Event{Kind: intercept.PriorApproval, Approval: a, Session: s.id})
 	return true
 }
 
@@ -102,15 +94,14 @@ func (h *held) present() bool {
 	if left == "" {
 		return true
 	}
-	c.reason = left
-	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": left}})
+	h.step(intercept.Event{Kind: intercept.ClientGone, Why: left})
 	return false
 }
 
 // reserve takes a slot among the session's pending calls, or denies the
 // call when they are all taken.
 func (h *held) reserve() bool {
-	s, c := h.s, h.c
+	s := h.s
 	s.mu.Lock()
 	full := s.held >= s.opts.MaxPending
 	if !full {
@@ -118,10 +109,7 @@ func (h *held) reserve() bool {
 	}
 	s.mu.Unlock()
 	if full {
-		c.decision, c.decidedBy = guard.DecisionDenied, guard.PendingLimitRule
-		c.reason = fmt.Sprintf("%d calls of this session are already waiting for approval", s.opts.MaxPending)
-		s.conclude(c, !c.recorded.Load(), guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
-			"Refused: %d calls of this session are already waiting for approval; wait for a decision before making more", s.opts.MaxPending)))
+		h.step(intercept.Event{Kind: intercept.PendingFull, Max: s.opts.MaxPending})
 		return false
 	}
 	var once sync.Once
@@ -139,27 +127,25 @@ func (h *held) reserve() bool {
 // one of an identical call the client retried).
 func (h *held) store() bool {
 	s, c := h.s, h.c
-	c.decision = guard.DecisionHeld
 	ci, _ := s.clientInfo()
-	args := c.args
+	args := c.st.Args
 	if s.opts.MaskOwnSecrets != nil {
 		args, _ = s.opts.MaskOwnSecrets(args)
 	}
 	a, _, err := s.opts.Holds.Hold(s.ctx, &guard.Approval{
-		ID: c.holdID(), CallID: c.id, Session: s.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.tool,
+		ID: c.holdID(), CallID: c.id, Session: s.holds.holdScope(), Client: ci.String(), Server: s.opts.Server, Tool: c.st.Tool,
 		Arguments: string(args), Digest: h.digest, Pin: c.pin, PolicyVersion: h.v.PolicyVersion,
 		Rule: h.v.Rule, HeldReason: h.v.Reason, Approvers: h.v.Approvers, Caller: s.opts.Caller,
 	})
 	if err != nil {
-		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.tool, "err", err)
-		s.conclude(c, true, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the approval could not be stored", nil))
+		s.opts.Logger.Error("held call refused: approval not stored", "tool", c.st.Tool, "err", err)
+		h.step(intercept.Event{Kind: intercept.Stored, Err: err})
 		return false
 	}
 	h.a = a
-	c.approval = a.ID
+	h.step(intercept.Event{Kind: intercept.Stored, Approval: a})
 	if h.v.Rule == guard.ToolReviewRule {
-		s.noteReviewHold(c.tool, h.digest, a.ID)
+		s.holds.noteReviewHold(c.st.Tool, h.digest, a.ID)
 	}
 	return true
 }
@@ -169,7 +155,8 @@ func (h *held) store() bool {
 // it waiting for a person's own decision (the change weakened a hint),
 // and the same call made again must then wait for that decision too,
 // rather than pass under the accepted definition (see heldForReview).
-func (s *Session) noteReviewHold(tool, digest, id string) {
+func (hs *holds) noteReviewHold(tool, digest, id string) {
+	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.reviewHolds == nil {
@@ -184,14 +171,15 @@ func (s *Session) noteReviewHold(tool, digest, id string) {
 // heldForReview reports whether a call the rules allow repeats one of this
 // session still held for its tool's review: it waits for that decision
 // too. Only a tool with such a hold costs a read of it.
-func (s *Session) heldForReview(c *call) bool {
+func (hs *holds) heldForReview(c *call) bool {
+	s := hs.s
 	s.mu.Lock()
-	byDigest := s.reviewHolds[c.tool]
+	byDigest := s.reviewHolds[c.st.Tool]
 	s.mu.Unlock()
 	if len(byDigest) == 0 || s.opts.Holds == nil {
 		return false
 	}
-	digest, err := guard.Digest(c.args)
+	digest, err := guard.Digest(c.st.Args)
 	if err != nil {
 		return false
 	}
@@ -216,21 +204,23 @@ func (s *Session) heldForReview(c *call) bool {
 // endHolds settles the session's open approvals once it has ended: those
 // of calls told to retry can no longer be used by this session (see
 // approvals.Manager.SessionEnded).
-func (s *Session) endHolds() {
+func (hs *holds) endHolds() {
+	s := hs.s
 	if s.opts.Holds == nil || s.opts.HoldScope != "" {
 		return // the client's holds outlive a session-less relay
 	}
-	if s.leftReason() != "" {
+	if s.holds.leftReason() != "" {
 		return // settled when the client went
 	}
-	if err := s.opts.Holds.SessionEnded(context.Background(), s.id, s.endReason()); err != nil {
+	if err := s.opts.Holds.SessionEnded(context.Background(), s.id, s.holds.endReason()); err != nil {
 		s.opts.Logger.Error("the approvals of an ended session were not settled", "session", s.id, "err", err)
 	}
 }
 
 // holdScope is what approvals scoped to a session see as this session
 // (Options.HoldScope).
-func (s *Session) holdScope() string {
+func (hs *holds) holdScope() string {
+	s := hs.s
 	if s.opts.HoldScope != "" {
 		return s.opts.HoldScope
 	}
@@ -240,7 +230,8 @@ func (s *Session) holdScope() string {
 // withdraw withdraws an approval whose call can no longer go on; the
 // withdrawal is recorded in the audit log (a failure is logged: the call
 // is answered either way, and the approval expires in time).
-func (s *Session) withdraw(id, reason string) {
+func (hs *holds) withdraw(id, reason string) {
+	s := hs.s
 	if err := s.opts.Holds.Withdraw(context.Background(), id, reason); err != nil {
 		s.opts.Logger.Error("approval not withdrawn", "approval", id, "err", err)
 	}
@@ -255,27 +246,20 @@ func (s *Session) withdraw(id, reason string) {
 func (h *held) record() bool {
 	s, c := h.s, h.c
 	if c.recorded.Swap(true) && (c.heldOn == "" || c.heldOn == h.a.ID) {
-		return true
+		return h.step(intercept.Event{Kind: intercept.Recorded})
 	}
 	c.heldOn = h.a.ID
-	err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
-	if err == nil {
-		return true
+	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
+		return h.step(intercept.Event{Kind: intercept.RecordFailed})
 	}
-	s.withdraw(h.a.ID, "the call's request could not be recorded")
-	if c.end() {
-		s.forget(c)
-		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
-	}
-	c.decided()
-	return false
+	return h.step(intercept.Event{Kind: intercept.Recorded})
 }
 
 // await waits for the decision: from the browser, from the person at the
 // client when asked in band, or until the wait's limit. It reports false
 // when the call is settled already (withdrawn by the client, the session
 // ended, or asked in the client's next round on 2026-07-28).
-func (h *held) await() (guard.WaitResult, error, bool) {
+func (h *held) await() (intercept.Event, bool) {
 	s, c, a := h.s, h.c, h.a
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -287,7 +271,7 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 		}
 	}()
 	if c.progress != nil {
-		s.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
+		s.holds.sendProgress(c, "waiting for approval at the guard UI; approval id "+a.ID)
 	}
 	s.mu.Lock()
 	inBand := s.opts.InBand && s.elicitForm && !c.askedInBand && decidableInBand(a)
@@ -296,15 +280,15 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	if inBand && modern {
 		// 2026-07-28: guard's own input request, answered in the
 		// client's next round of this call.
-		s.askInRound(c, a)
-		return guard.WaitResult{}, nil, false
+		h.step(intercept.Event{Kind: intercept.AskedInRound, Approval: a, Answer: s.holds.askInRound(c, a)})
+		return intercept.Event{}, false
 	}
 	if inBand {
-		go s.askClient(ctx, a)
+		go s.holds.askClient(ctx, a)
 	}
 	res, err := s.opts.Holds.Await(ctx, a.ID, func(m string) {
 		if c.progress != nil {
-			s.sendProgress(c, m)
+			s.holds.sendProgress(c, m)
 		}
 	})
 	cancel()
@@ -313,21 +297,22 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 	c.holding = false
 	s.mu.Unlock()
 	if c.isWithdrawn() {
-		if why := s.goneReason(c); why != "" {
+		if why := s.holds.goneReason(c); why != "" {
 			h.leave(why)
-			return res, err, false
+			return intercept.Event{}, false
 		}
-		s.withdraw(a.ID, "the client cancelled the call")
-		s.withdrawn(c)
-		return res, err, false
+		s.holds.withdraw(a.ID, "the client cancelled the call")
+		h.step(intercept.Event{Kind: intercept.Withdrawn})
+		return intercept.Event{}, false
 	}
 	if errors.Is(err, context.Canceled) {
 		// The session ended (ServerGone answered): the call can no
 		// longer be forwarded, so its approval is withdrawn.
-		s.withdraw(a.ID, "the session ended")
-		return res, err, false
+		s.holds.withdraw(a.ID, "the session ended")
+		h.step(intercept.Event{Kind: intercept.SessionEnded})
+		return intercept.Event{}, false
 	}
-	return res, err, true
+	return intercept.Event{Kind: intercept.Waited, Wait: res, Err: err, Approval: a, Timeout: s.opts.ApprovalTimeout}, true
 }
 
 // leave settles a held call whose client went away while it waited: its
@@ -335,14 +320,13 @@ func (h *held) await() (guard.WaitResult, error, bool) {
 // any), and the call is recorded cancelled, without an answer: there is no
 // one to read it.
 func (h *held) leave(why string) {
-	s, c, a := h.s, h.c, h.a
+	s, a := h.s, h.a
 	ctx, cancel := context.WithTimeout(context.Background(), holdTimeout)
 	defer cancel()
 	if err := s.opts.Holds.ClientGone(ctx, a.ID, why); err != nil {
 		s.opts.Logger.Error("the hold of a client that went away was not settled", "approval", a.ID, "err", err)
 	}
-	c.reason = why
-	s.settle(c, ending{outcome: guard.OutcomeCancelled, detail: map[string]any{"client_gone": why}})
+	h.step(intercept.Event{Kind: intercept.ClientGone, Why: why})
 }
 
 // decidableInBand reports whether the person at the client may decide on
@@ -354,53 +338,26 @@ func decidableInBand(a *guard.Approval) bool {
 	return a.Caller.IsZero() && !a.Approvers.NeedsVerified() && a.RequiredVia == ""
 }
 
-// settle acts on the decision.
-func (h *held) settle(res guard.WaitResult, err error) {
-	s, c, a := h.s, h.c, h.a
-	if err != nil {
-		s.opts.Logger.Error("waiting for a decision failed", "approval", a.ID, "err", err)
-		s.conclude(c, false, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
-		return
+// settle acts on the decision (e, how the wait ended): a call let
+// through is told apart for its progress, which guard shifts from now on.
+func (h *held) settle(e intercept.Event) {
+	s, c := h.s, h.c
+	if e.Err != nil {
+		s.opts.Logger.Error("waiting for a decision failed", "approval", h.a.ID, "err", e.Err)
 	}
-	if res.Approval != nil {
-		a = res.Approval
+	if e.Err == nil && e.Wait.End == guard.WaitApproved && c.progress != nil {
+		s.mu.Lock()
+		s.progress[wire.IDKey(c.progress)] = c
+		s.mu.Unlock()
 	}
-	switch res.End {
-	case guard.WaitApproved:
-		if c.progress != nil {
-			s.mu.Lock()
-			s.progress[wire.IDKey(c.progress)] = c
-			s.mu.Unlock()
-		}
-		if h.v.Rule == guard.ToolReviewRule {
-			// Released from the tool's review (by a person, or by
-			// accepting the definition): the rules decide it now, on
-			// the definition a person accepted.
-			h.pc.Review, h.pc.Tool = nil, s.trusted(h.pc.Tool)
-			s.apply(h.msg, c, h.pc, true)
-			return
-		}
-		c.decision, c.decidedBy, c.reason = guard.DecisionAllowed, a.DecidedBy, a.Reason
-		s.forward(h.msg, c, true)
-	case guard.WaitDenied:
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, false, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
-	case guard.WaitExpired:
-		c.reason = "no decision within the approval timeout"
-		s.conclude(c, false, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
-	case guard.WaitWithdrawn:
-		c.reason = "withdrawn"
-		s.conclude(c, false, guard.OutcomeCancelled, toolError(c.origID, "Withdrawn: this call was withdrawn before anyone decided on it"))
-	default: // the wait limit
-		s.conclude(c, false, guard.OutcomeAwaitingApproval, toolError(c.origID, guard.RetryText(a)))
-	}
+	h.step(e)
 }
 
 // sendProgress tells a client that set a progressToken that its call is
 // still waiting. The values guard sends count up from 1; the server's own
 // progress for the call is shifted past them once it is forwarded.
-func (s *Session) sendProgress(c *call, text string) {
+func (hs *holds) sendProgress(c *call, text string) {
+	s := hs.s
 	c.progBase++
 	data, err := wire.Notification("notifications/progress", map[string]any{
 		"progressToken": json.RawMessage(c.progress),
@@ -421,3 +378,7 @@ func (c *call) holdID() string {
 	}
 	return guard.NewID()
 }
+
+// holds are a session's calls waiting for a person: the wait, the
+// question asked in band, and the settling of holds whose client went away.
+type holds struct{ s *Session }

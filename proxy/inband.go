@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -20,7 +21,8 @@ import (
 // waits in the browser and on the command line. The first decision wins:
 // an answer here decides the approval; a decision made elsewhere first
 // cancels the question. It returns when either happens or ctx ends.
-func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
+func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
+	s := hs.s
 	params := approvalQuestion(a)
 	delete(params, "mode") // before modes existed, every elicitation was a form
 	s.mu.Lock()
@@ -29,7 +31,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 		return
 	}
 	id := s.down.own()
-	c := &call{method: "elicitation/create", sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
+	c := &call{st: intercept.New("elicitation/create"), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
 	s.down.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, "elicitation/create", params)
@@ -39,7 +41,7 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 	s.toClient.push(item{msg: unparsed(data)})
 	select {
 	case m := <-c.own:
-		s.inBandAnswer(a, m)
+		s.holds.inBandAnswer(a, m)
 	case <-ctx.Done():
 		// Decided elsewhere, withdrawn, or the session ended: the
 		// question is withdrawn from the client too.
@@ -55,7 +57,8 @@ func (s *Session) askClient(ctx context.Context, a *guard.Approval) {
 
 // inBandAnswer turns the client's answer into a decision. Declining is a
 // denial; cancelling leaves the call to the other ways of deciding.
-func (s *Session) inBandAnswer(a *guard.Approval, m wire.Message) {
+func (hs *holds) inBandAnswer(a *guard.Approval, m wire.Message) {
+	s := hs.s
 	var r struct {
 		Action  string `json:"action"`
 		Content struct {
@@ -133,82 +136,70 @@ func approvalQuestion(a *guard.Approval) map[string]any {
 // stateFor is guard's requestState for a held call: the approval's id,
 // signed with the session's key over the call's tool and arguments, so
 // that a round cannot claim another call's approval.
-func (s *Session) stateFor(id, tool string, args []byte) string {
+func (hs *holds) stateFor(id, tool string, args []byte) string {
+	s := hs.s
 	d, _ := guard.Digest(args)
 	mac := hmac.New(sha256.New, s.stateKey[:])
 	fmt.Fprintf(mac, "%s\x00%s\x00%s", id, tool, d)
 	return guardStatePrefix + id + "." + hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
-// askInRound answers a held call (2026-07-28) with guard's own input
-// request; the approval stays pending, in the browser too, and the
-// client's next round carries the person's answer.
-func (s *Session) askInRound(c *call, a *guard.Approval) {
+// askInRound is the answer to a held call (2026-07-28) that asks the
+// person at the client with guard's own input request; the approval stays
+// pending, in the browser too, and the client's next round carries the
+// person's answer.
+func (hs *holds) askInRound(c *call, a *guard.Approval) []byte {
 	result := map[string]any{
 		"resultType":    "input_required",
 		"inputRequests": map[string]any{guardInput: map[string]any{"method": "elicitation/create", "params": approvalQuestion(a)}},
-		"requestState":  s.stateFor(a.ID, c.tool, c.args),
+		"requestState":  hs.stateFor(a.ID, c.st.Tool, c.st.Args),
 	}
 	data, err := wire.Response(c.origID, result)
 	if err != nil {
 		data = wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the question could not be made", nil)
 	}
-	c.reason = "asked the person at the client (approval " + a.ID + ")"
-	s.conclude(c, false, guard.OutcomeInputRequired, data)
+	return data
 }
 
 // answeredInRound takes the client's next round of a call guard asked
 // about: the answer decides the approval (unless someone decided first),
-// then the call goes to the server without guard's members, or is denied.
-func (s *Session) answeredInRound(msg wire.Message, c *call, state string) {
+// then the call goes on, to the rules, as the round the server should see:
+// without guard's members.
+func (hs *holds) answeredInRound(msg wire.Message, c *call, state string) {
+	s := hs.s
 	rest := strings.TrimPrefix(state, guardStatePrefix)
 	id, _, _ := strings.Cut(rest, ".")
-	if !hmac.Equal([]byte(state), []byte(s.stateFor(id, c.tool, c.args))) {
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, "guard", "a requestState of guard's that this call does not match"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams,
-			"Invalid params: the requestState does not belong to this call", nil))
-		return
+	e := intercept.Event{Kind: intercept.InRound, Valid: hmac.Equal([]byte(state), []byte(hs.stateFor(id, c.st.Tool, c.st.Args))),
+		Approval: &guard.Approval{ID: id}, Timeout: s.opts.ApprovalTimeout}
+	if e.Valid {
+		c.id = id // the rounds of one call share its id
+		var responses map[string]json.RawMessage
+		_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
+		if r := responses[guardInput]; r != nil {
+			hs.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+		}
+		// The first decision wins: the answer above, or one made before it.
+		if a, err := s.opts.Holds.Get(s.ctx, id); err != nil {
+			e.Err = err
+		} else {
+			e.Approval = a
+		}
 	}
-	c.id = id // the rounds of one call share its id
-	c.approval = id
-	var responses map[string]json.RawMessage
-	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "inputResponses"), &responses)
-	if r := responses[guardInput]; r != nil {
-		s.inBandAnswer(&guard.Approval{ID: id}, wire.Message{Result: r})
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, e)
+	if eff.Kind == intercept.Find {
+		// guard's members are its own.
+		fwd := wire.Message{Raw: withoutParams(msg, "inputResponses", "requestState")}
+		if m, err := wire.Parse(fwd.Raw); err == nil {
+			fwd = m
+		}
+		c.askedInBand = true
+		msg = fwd
 	}
-	// The first decision wins: the answer above, or one made before it.
-	a, err := s.opts.Holds.Get(s.ctx, id)
-	if err != nil {
-		c.decision, c.reason = guard.DecisionDenied, "approval "+id+" not readable: "+err.Error()
-		s.conclude(c, true, guard.OutcomeProtocolError,
-			wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the decision on this call could not be read", nil))
-		return
-	}
-	switch a.State {
-	case guard.ApprovalDenied:
-		c.decision, c.decidedBy, c.reason = guard.DecisionDenied, a.DecidedBy, a.Reason
-		s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, guard.DeniedByPersonText(a)))
-		return
-	case guard.ApprovalExpired, guard.ApprovalWithdrawn, guard.ApprovalUsed:
-		c.decision, c.reason = guard.DecisionDenied, "approval "+a.State
-		s.conclude(c, true, guard.OutcomeExpired, toolError(c.origID, guard.ExpiredText(s.opts.ApprovalTimeout)))
-		return
-	}
-	// The call goes on as the round the server should see: guard's
-	// members are its own.
-	fwd := wire.Message{Raw: withoutParams(msg, "inputResponses", "requestState")}
-	if m, err := wire.Parse(fwd.Raw); err == nil {
-		fwd = m
-	}
-	c.askedInBand = true
-	if tool := s.catalog.get(c.tool); tool != nil {
-		s.decide(fwd, c, tool)
-		return
-	}
-	// The round reached a session that has not read the server's tools
-	// yet (another replica than the first round's): it reads them, as
+	// A round that reached a session that has not read the server's
+	// tools yet (another replica than the first round's) reads them, as
 	// for any call of a tool it has not seen.
-	go s.unknownTool(fwd, c)
+	s.pipe.carry(msg, c, eff)
 }
 
 // withoutParams returns the message with members of its params removed.

@@ -73,11 +73,12 @@ var errReviews = errors.New("the tools' reviews could not be read")
 // rewritesListing reports whether guard may change what tools/list
 // shows: with a catalog it answers a listing once it is recorded, and
 // declares that it tells of list changes.
-func (s *Session) rewritesListing() bool { return s.opts.Catalog != nil }
+func (ls *lister) rewritesListing() bool { return ls.s.opts.Catalog != nil }
 
 // listingMode is review.listing, and whether policy.hide_denied is on, as
 // the configuration in force has them.
-func (s *Session) listingMode() (string, bool) {
+func (ls *lister) listingMode() (string, bool) {
+	s := ls.s
 	mode, hide := ListAccepted, false
 	if s.opts.Listing != nil {
 		mode = s.opts.Listing()
@@ -110,11 +111,12 @@ type view struct {
 // viewOf decides what a listing of served shows to this session's client,
 // given how the server's definitions stand (states, by name and pin) and
 // each tool's last accepted definition.
-func (s *Session) viewOf(served []guard.Tool, states map[string]string, accepted map[string]*guard.Tool) view {
+func (ls *lister) viewOf(served []guard.Tool, states map[string]string, accepted map[string]*guard.Tool) view {
+	s := ls.s
 	v := view{tools: make(map[string]shown, len(served))}
 	ci, proto := s.clientInfo()
 	ci.Protocol = proto
-	mode, hide := s.listingMode()
+	mode, hide := s.lists.listingMode()
 	for i := range served {
 		t := &served[i]
 		def := t
@@ -131,7 +133,7 @@ func (s *Session) viewOf(served []guard.Tool, states map[string]string, accepted
 				v.changed = true
 			}
 		}
-		if hide && s.hides(&guard.Call{Server: s.opts.Server, Method: "tools/call",
+		if hide && s.lists.hides(&guard.Call{Server: s.opts.Server, Method: "tools/call",
 			ToolName: t.Name, Tool: def, Client: ci, User: s.opts.Caller}) {
 			v.tools[t.Name] = shown{out: "denied"}
 			v.hidden = append(v.hidden, t.Name)
@@ -144,14 +146,16 @@ func (s *Session) viewOf(served []guard.Tool, states map[string]string, accepted
 	return v
 }
 
-func (s *Session) hides(c *guard.Call) bool {
+func (ls *lister) hides(c *guard.Call) bool {
+	s := ls.s
 	hide, _ := s.opts.Decider.Hides(c)
 	return hide
 }
 
 // reviewed reads how the server's definitions stand.
-func (s *Session) reviewed(ctx context.Context) (map[string]string, map[string]*guard.Tool, error) {
-	if mode, _ := s.listingMode(); mode == ListAsServed {
+func (ls *lister) reviewed(ctx context.Context) (map[string]string, map[string]*guard.Tool, error) {
+	s := ls.s
+	if mode, _ := s.lists.listingMode(); mode == ListAsServed {
 		return nil, nil, nil
 	}
 	return s.opts.Catalog.ReviewedTools(ctx, s.opts.Server)
@@ -162,12 +166,13 @@ func (s *Session) reviewed(ctx context.Context) (map[string]string, map[string]*
 // page, which shows what viewOf decides. It is pushed in the answer's place
 // in line at once and written once ready, so that nothing the server sent
 // after it overtakes it.
-func (s *Session) listed(msg wire.Message, c *call) {
+func (ls *lister) listed(msg wire.Message, c *call) {
+	s := ls.s
 	done := make(chan error, 1)
 	it := item{wait: done, fail: refusal(c.origID), batch: c.batch, later: new(wire.Message)}
 	s.toClient.push(it)
 	go func() {
-		ans, out := s.listing(msg, c)
+		ans, out := s.lists.listing(msg, c)
 		*it.later = ans
 		done <- <-s.opts.Recorder.AppendAsync(out)
 	}()
@@ -175,7 +180,8 @@ func (s *Session) listed(msg wire.Message, c *call) {
 
 // listing records a page of the server's tools and returns the answer the
 // client reads and the call's outcome record.
-func (s *Session) listing(msg wire.Message, c *call) (wire.Message, *guard.Record) {
+func (ls *lister) listing(msg wire.Message, c *call) (wire.Message, *guard.Record) {
+	s := ls.s
 	ans, out := s.answered(msg, c)
 	if err := wire.StrictListing(msg.Result); err != nil {
 		// guard would pin and decide by one reading, a client show
@@ -195,21 +201,21 @@ func (s *Session) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 	defer cancel()
 	if s.opts.Catalog != nil {
 		// Recorded before the answer: its reviews are what it shows.
-		s.persistStart()
-		s.scanTools(tools)
+		s.lists.persistStart()
+		s.lists.scanTools(tools)
 		if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, s.now(), s.opts.AcceptNewTools); err != nil {
 			s.opts.Logger.Error("tool catalog not recorded: its new definitions are shown as their accepted ones", "server", s.opts.Server, "err", err)
 		}
-		s.persistEnd()
+		s.lists.persistEnd()
 	}
-	states, accepted, err := s.reviewed(ctx)
+	states, accepted, err := s.lists.reviewed(ctx)
 	if err != nil {
 		s.opts.Logger.Error("tools/list refused: "+errReviews.Error(), "server", s.opts.Server, "err", err)
 		out.Outcome, out.Result = guard.OutcomeProtocolError, ""
 		out.Detail = detailJSON(map[string]any{"listing": errReviews.Error()})
 		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: "+errReviews.Error(), nil)), out
 	}
-	v := s.viewOf(tools, states, accepted)
+	v := s.lists.viewOf(tools, states, accepted)
 	s.mu.Lock()
 	if s.seen == nil || !c.nextPage {
 		s.seen, s.seenServed = map[string]shown{}, nil
@@ -218,7 +224,7 @@ func (s *Session) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 	s.seenServed = append(s.seenServed, tools...)
 	modern := s.protocol >= guard.Rev20260728
 	s.mu.Unlock()
-	mode, hide := s.listingMode()
+	mode, hide := s.lists.listingMode()
 	private := modern && (mode != ListAsServed || hide)
 	if !v.changed && !private {
 		return ans, out
@@ -253,20 +259,22 @@ var listChanged = []byte(`{"jsonrpc":"2.0","method":"notifications/tools/list_ch
 
 // watchListing tells the client when what its listing would show changed
 // (a review decided anywhere, the policy reloaded), until the session ends.
-func (s *Session) watchListing() {
+func (ls *lister) watchListing() {
+	s := ls.s
 	for {
 		select {
 		case <-s.opts.Watch.Changed():
 		case <-s.ctx.Done():
 			return
 		}
-		s.relist()
+		s.lists.relist()
 	}
 }
 
 // relist compares what the client's listing would show now with what it
 // showed, and tells the client when they differ.
-func (s *Session) relist() {
+func (ls *lister) relist() {
+	s := ls.s
 	s.mu.Lock()
 	listed := s.seen != nil
 	served := s.seenServed
@@ -276,12 +284,12 @@ func (s *Session) relist() {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, listTimeout)
 	defer cancel()
-	states, accepted, err := s.reviewed(ctx)
+	states, accepted, err := s.lists.reviewed(ctx)
 	if err != nil {
 		s.opts.Logger.Warn("tool reviews not read: the client is not told whether its listing changed", "err", err)
 		return
 	}
-	v := s.viewOf(served, states, accepted)
+	v := s.lists.viewOf(served, states, accepted)
 	s.mu.Lock()
 	same := maps.Equal(v.tools, s.seen)
 	s.seen = v.tools
@@ -321,7 +329,8 @@ func declareListChanged(msg wire.Message) wire.Message {
 // noteListen keeps a client's subscriptions/listen that asks for tool list
 // changes (2026-07-28), by its id as the client sent it: guard's own
 // list_changed goes to its stream.
-func (s *Session) noteListen(msg wire.Message, c *call) {
+func (ls *lister) noteListen(msg wire.Message, c *call) {
+	s := ls.s
 	filter := wire.ParamsMember(wire.ParamsMember(msg.Params, "notifications"), "toolsListChanged")
 	if !bytes.Equal(filter, []byte("true")) {
 		return
@@ -337,7 +346,8 @@ func (s *Session) noteListen(msg wire.Message, c *call) {
 // acknowledged rewrites the server's acknowledgement of a subscription that
 // asked for tool list changes, so that it says they are honoured: guard
 // sends them itself.
-func (s *Session) acknowledged(msg wire.Message) wire.Message {
+func (ls *lister) acknowledged(msg wire.Message) wire.Message {
+	s := ls.s
 	sub := wire.MetaMember(msg.Params, metaSubscription)
 	if sub == nil {
 		return msg
@@ -355,3 +365,7 @@ func (s *Session) acknowledged(msg wire.Message) wire.Message {
 	}
 	return built(wire.SetMember(msg.Raw, "params", wire.SetMember(msg.Params, "notifications", wire.SetMember(n, "toolsListChanged", []byte("true")))))
 }
+
+// lister is a session's tool listings: what the client is shown, the
+// catalog's persistence, and the list changes guard announces.
+type lister struct{ s *Session }

@@ -156,7 +156,7 @@ func TestTheModelReadsOnlyDefinitionsAPersonAccepted(t *testing.T) {
 	// A change that leaves what the client sees as it is says nothing
 	// (relist, as the beacon runs it, but in turn: anything it sends
 	// comes before the listing's answer).
-	h.sess.relist()
+	h.sess.lists.relist()
 	h.send(`{"jsonrpc":"2.0","id":"l4","method":"tools/list"}`)
 	for m := h.next(); m["id"] != "l4"; m = h.next() {
 		if m["method"] == "notifications/tools/list_changed" {

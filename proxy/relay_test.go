@@ -120,13 +120,9 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	}
 	go ho.server(ctx, g2sR, s2gW)
 	server := NewStreamConn(s2gR, g2sW, opts.MaxMessage)
-	p := sess.pump(NewStreamConn(c2gR, g2cW, opts.MaxMessage), server)
 	h := &harness{t: t, db: db, holds: holds, sess: sess, toGuard: c2gW, fromG: g2cR, done: make(chan struct{})}
 	go func() {
-		sess.readServer(server)
-		sess.ServerGone(0, "status 0")
-		sess.toClient.close()
-		<-p.clientWritten
+		_ = Run(ctx, NewStreamConn(c2gR, g2cW, opts.MaxMessage), server, sess)
 		g2cW.Close()
 		close(h.done)
 	}()

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/wire"
 )
 
 // reviewTimeout bounds reading a tool's review from the catalog store.
@@ -13,20 +12,23 @@ const reviewTimeout = 10 * time.Second
 
 // persistStart and persistEnd bracket the recording of a listing, so that
 // a call to a tool just listed waits for its review to exist.
-func (s *Session) persistStart() {
+func (ls *lister) persistStart() {
+	s := ls.s
 	s.persistMu.Lock()
 	s.persisting++
 	s.persistMu.Unlock()
 }
 
-func (s *Session) persistEnd() {
+func (ls *lister) persistEnd() {
+	s := ls.s
 	s.persistMu.Lock()
 	s.persisting--
 	s.persistCond.Broadcast()
 	s.persistMu.Unlock()
 }
 
-func (s *Session) persisted() {
+func (ls *lister) persisted() {
+	s := ls.s
 	s.persistMu.Lock()
 	for s.persisting > 0 {
 		s.persistCond.Wait()
@@ -40,7 +42,8 @@ const acceptedFor = 5 * time.Second
 
 // acceptedPin reports whether this session found the definition accepted
 // within acceptedFor, so that most calls skip reading the store.
-func (s *Session) acceptedPin(pin string) bool {
+func (pl *pipeline) acceptedPin(pin string) bool {
+	s := pl.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at, ok := s.accepted[pin]
@@ -50,8 +53,9 @@ func (s *Session) acceptedPin(pin string) bool {
 // reviewOf reads how a tool's definition stands and, when it waits for a
 // person, why: what changed since the accepted definition, that the tool
 // is new, or what the description scan found.
-func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
-	s.persisted()
+func (pl *pipeline) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
+	s := pl.s
+	s.lists.persisted()
 	ctx, cancel := context.WithTimeout(s.ctx, reviewTimeout)
 	defer cancel()
 	r, err := s.opts.Catalog.Review(ctx, s.opts.Server, tool.Name, tool.Pin)
@@ -82,7 +86,8 @@ func (s *Session) reviewOf(tool *guard.Tool) (*guard.Review, string, error) {
 // accepted, or whose accepted definition cannot be read, keeps the
 // server's definition without its annotations: the default policy treats
 // it as the specification does a tool without hints, as destructive.
-func (s *Session) trusted(t *guard.Tool) *guard.Tool {
+func (pl *pipeline) trusted(t *guard.Tool) *guard.Tool {
+	s := pl.s
 	if s.opts.Catalog != nil && t != nil {
 		ctx, cancel := context.WithTimeout(s.ctx, reviewTimeout)
 		defer cancel()
@@ -103,22 +108,12 @@ func (s *Session) trusted(t *guard.Tool) *guard.Tool {
 }
 
 // scanTools sets the flags of each definition, when a scanner is set.
-func (s *Session) scanTools(tools []guard.Tool) {
+func (ls *lister) scanTools(tools []guard.Tool) {
+	s := ls.s
 	if s.opts.ScanTool == nil {
 		return
 	}
 	for i := range tools {
 		tools[i].Flags = s.opts.ScanTool(s.opts.Server, tools[i].Def)
 	}
-}
-
-// invalidArguments is the answer to arguments that break the inputSchema:
-// a tool error the model can read from 2025-11-25 on, -32602 before.
-func (s *Session) invalidArguments(c *call, violations string) []byte {
-	text := "Invalid arguments for " + c.tool + ": " + violations
-	_, proto := s.clientInfo()
-	if proto >= guard.Rev20251125 {
-		return toolError(c.origID, text)
-	}
-	return wire.ErrorResponse(c.origID, wire.CodeInvalidParams, text, map[string]string{"tool": c.tool, "violations": violations})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -33,28 +34,24 @@ const (
 // call is one request in flight through guard, in either direction, or one
 // of guard's own requests.
 type call struct {
-	id          string // call id: links the audit records
-	dir         string
-	method      string
-	tool        string
+	id  string // call id: links the audit records
+	dir string
+	// st is its method and where the rules' decision on it stands (a
+	// tools/call, or a request the rules decide): only intercept.Step
+	// changes it.
+	st          intercept.Call
 	pin         string
-	args        []byte      // complete arguments of a tools/call
 	def         *guard.Tool // the definition it was decided on
-	detail      map[string]any
-	holds       int    // approvals asked for it
-	heldOn      string // the approval its latest request record names
-	askedInBand bool   // guard's own input request was answered (2026-07-28)
-	origID      []byte // the id as its sender wrote it
+	pc          *guard.Call // what the rules read of a tools/call
+	holds       int         // approvals asked for it
+	heldOn      string      // the approval its latest request record names
+	askedInBand bool        // guard's own input request was answered (2026-07-28)
+	origID      []byte      // the id as its sender wrote it
 	origKey     string
 	sentID      []byte // the id as forwarded, when guard had to rewrite it
 	sentKey     string
 	start       time.Time
 	reqSize     int
-
-	decision  string
-	decidedBy string
-	reason    string
-	approval  string // the approval it waited on or was let through by
 
 	// held calls
 	progress  []byte // the client's progressToken, raw
@@ -95,8 +92,8 @@ func (c *call) decided() {
 func (c *call) end() bool { return c.ended.CompareAndSwap(false, true) }
 
 // Session relays one client session to one server. It is transport-free:
-// FromClient and FromServer take whole messages, and what it sends goes to
-// the two outboxes that the transport drains.
+// OnClient and OnServer take whole messages, and what it sends goes to
+// the two outboxes that Run drains (it is the Interceptor of Run).
 type Session struct {
 	opts     Options
 	id       string
@@ -155,6 +152,12 @@ type Session struct {
 	persistMu   sync.Mutex
 	persistCond *sync.Cond
 	persisting  int // listings being recorded
+
+	// The session's parts: the tools/call pipeline, the holds and the
+	// listings. Each reads the session's state through it.
+	pipe  *pipeline
+	holds *holds
+	lists *lister
 }
 
 // NewSession returns a session; the transport drains ToServer and ToClient.
@@ -182,10 +185,11 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	mint := func(n uint64) []byte {
 		return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(n, 10)))
 	}
+	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
 	s.persistCond = sync.NewCond(&s.persistMu)
 	if opts.Watch != nil {
-		go s.watchListing()
+		go s.lists.watchListing()
 	}
 	if len(opts.StateKey) > 0 {
 		s.stateKey = sha256.Sum256(opts.StateKey)
@@ -256,32 +260,25 @@ func (s *Session) record(kind string, c *call) *guard.Record {
 		Protocol:   proto,
 		Server:     s.opts.Server,
 		Direction:  c.dir,
-		Method:     c.method,
-		Tool:       c.tool,
+		Method:     c.st.Method,
+		Tool:       c.st.Tool,
 		Pin:        c.pin,
-		Decision:   c.decision,
-		DecidedBy:  c.decidedBy,
-		Approval:   c.approval,
-		Reason:     c.reason,
+		Decision:   c.st.Decision,
+		DecidedBy:  c.st.DecidedBy,
+		Approval:   c.st.Approval,
+		Reason:     c.st.Reason,
 	}
-	if c.detail != nil {
-		d, _ := json.Marshal(c.detail)
+	if c.st.Detail != nil {
+		d, _ := json.Marshal(c.st.Detail)
 		r.Detail = string(d)
 	}
 	if kind == guard.KindRequest {
 		r.RequestSize = int64(c.reqSize)
-		if c.args != nil {
-			r.Arguments = s.resultText(c.args)
+		if c.st.Args != nil {
+			r.Arguments = auditText(&s.opts, c.st.Args)
 		}
 	}
 	return r
-}
-
-func (s *Session) redact(raw []byte) string {
-	if s.opts.Redactor == nil {
-		return string(raw)
-	}
-	return s.opts.Redactor.Redact(raw)
 }
 
 // event records something guard noticed outside any invocation: a refused
@@ -311,40 +308,27 @@ func refusal(id []byte) func(error) wire.Message {
 }
 
 // toolError is a tools/call result that reports an error to the model.
-func toolError(id []byte, text string) []byte {
-	b, err := wire.Response(id, map[string]any{
-		"content": []map[string]any{{"type": "text", "text": text}},
-		"isError": true,
-	})
-	if err != nil { // cannot happen for this shape
-		return wire.ErrorResponse(id, wire.CodeInternalError, text, nil)
-	}
-	return b
-}
+func toolError(id []byte, text string) []byte { return wire.ToolError(text).Answer(id) }
 
-// readClient relays the client's messages until its input ends.
-func (s *Session) readClient(client Conn) {
-	for {
-		msg, err := client.Read(context.Background())
+// OnClient takes one message of the client; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnClient(msg wire.Message, err error) {
+	switch {
+	case err == nil && msg.Kind == wire.KindBatch:
+		s.clientBatch(msg.Raw)
+	case err == nil:
+		s.clientMessage(msg, nil)
+	default:
+		// Declared here, not for every message: errors.As's targets
+		// live on the heap.
+		var bad *BadMessage
+		var tl *wire.TooLongError
 		switch {
-		case err == nil && msg.Kind == wire.KindBatch:
-			s.clientBatch(msg.Raw)
-		case err == nil:
-			s.clientMessage(msg, nil)
-		default:
-			// Declared here, not for every message: errors.As's targets
-			// live on the heap.
-			var bad *BadMessage
-			var tl *wire.TooLongError
-			switch {
-			case errors.As(err, &bad):
-				msg.Raw = bad.Raw
-				s.badFromClient(msg, bad.Err, nil)
-			case errors.As(err, &tl):
-				s.Oversized(true, tl.Size)
-			default:
-				return
-			}
+		case errors.As(err, &bad):
+			msg.Raw = bad.Raw
+			s.badFromClient(msg, bad.Err, nil)
+		case errors.As(err, &tl):
+			s.Oversized(true, tl.Size)
 		}
 	}
 }
@@ -580,7 +564,7 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ClientToServer,
-		method:  msg.Method,
+		st:      intercept.New(msg.Method),
 		origID:  append([]byte(nil), msg.ID...),
 		origKey: wire.IDKey(msg.ID),
 		start:   s.now(),
@@ -589,14 +573,14 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	}
 	switch msg.Method {
 	case "tools/call":
-		s.toolCall(msg, c, p)
+		s.pipe.toolCall(msg, c, p)
 		return
 	case "tools/list":
 		c.nextPage = wire.ParamsMember(msg.Params, "cursor") != nil
 	case "subscriptions/listen":
-		s.noteListen(msg, c)
+		s.lists.noteListen(msg, c)
 	}
-	if gatedClient(msg.Method) && !s.gate(msg, c, false) {
+	if gatedClient(msg.Method) && !s.pipe.gate(msg, c, false) {
 		return
 	}
 	s.forward(msg, c, false)
@@ -611,20 +595,21 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
-		s.serverGoneAnswer(c)
+		s.pipe.serverGoneAnswer(c)
 		return
 	}
 	defer c.decided()
 	if c.withdrawn != nil && c.isWithdrawn() {
-		// The client cancelled it while it was being decided.
+		// The client cancelled it while it was being decided: per the
+		// specification, a cancelled request gets no answer.
 		s.mu.Unlock()
-		s.withdrawn(c)
+		s.settle(c, ending{outcome: guard.OutcomeCancelled})
 		return
 	}
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
-	fwd := s.mapID(msg, c, s.up)
+	fwd := mapID(msg, c, s.up)
 	if !recorded {
 		// Marked before the lock goes: a cancellation that finds the
 		// call forwarded must not record its request a second time.
@@ -637,7 +622,7 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	}
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toServer.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
-		s.opts.Logger.Error("request refused: audit write failed", "method", c.method, "err", err)
+		s.opts.Logger.Error("request refused: audit write failed", "method", c.st.Method, "err", err)
 		s.forget(c)
 		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
 		return wire.Message{}
@@ -647,8 +632,8 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 // mapID registers a request forwarded in one direction under the id it is
 // sent with: its own, unless a request with that id is already in flight
 // that way, in which case it gets one of guard's. It returns the message to
-// send. The caller holds s.mu.
-func (s *Session) mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
+// send. The caller holds the session's lock.
+func mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
 	sent, key, renamed := inFlight.add(c.origID, c)
 	c.sentKey = key
 	if renamed {
@@ -668,12 +653,6 @@ func (s *Session) forget(c *call) {
 	if x, _ := s.up.get(c.sentKey); c.sentKey != "" && x == c {
 		s.up.drop(c.sentKey)
 	}
-}
-
-// conclude ends a client request inside guard with guard's own answer:
-// see settle.
-func (s *Session) conclude(c *call, withRequest bool, outcome string, data []byte) {
-	s.settle(c, ending{outcome: outcome, answer: data, withRequest: withRequest})
 }
 
 // ending is how guard ends a client request itself.
@@ -715,7 +694,7 @@ func (s *Session) settle(c *call, e ending) {
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
 	if e.detail != nil {
 		detail := maps.Clone(e.detail)
-		maps.Copy(detail, c.detail)
+		maps.Copy(detail, c.st.Detail)
 		d, _ := json.Marshal(detail)
 		out.Detail = string(d)
 	}
@@ -727,18 +706,12 @@ func (s *Session) settle(c *call, e ending) {
 	}
 	go func() {
 		if err := <-wait; err != nil {
-			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.method, "err", err)
+			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.st.Method, "err", err)
 		}
 	}()
 	if c.batch != nil {
 		s.toClient.push(item{batch: c.batch}) // its batch no longer waits for it
 	}
-}
-
-// withdrawn records a call the client cancelled before it was forwarded;
-// per the specification, a cancelled request gets no answer.
-func (s *Session) withdrawn(c *call) {
-	s.settle(c, ending{outcome: guard.OutcomeCancelled})
 }
 
 func (s *Session) clientNotification(msg wire.Message) {
@@ -809,7 +782,7 @@ func (s *Session) clientCancelled(msg wire.Message) {
 		s.toServer.push(item{msg: msg})
 	}
 	if c != nil {
-		s.cancelled(c, why)
+		s.pipe.cancelled(c, why)
 	}
 }
 
@@ -844,7 +817,8 @@ func (s *Session) cancelInFlight(c *call) {
 // cancelled. Per the specification a cancelled request gets no answer: the
 // server's, should one still come, is dropped (serverResponse finds the
 // call ended).
-func (s *Session) cancelled(c *call, why string) {
+func (pl *pipeline) cancelled(c *call, why string) {
+	s := pl.s
 	detail := map[string]any{"cancelled_by": "client"}
 	if why != "" {
 		detail["cancel_reason"] = why
@@ -898,16 +872,16 @@ func (s *Session) answered(msg wire.Message, c *call) (wire.Message, *guard.Reco
 		ans = wire.WithID(msg, c.origID)
 	}
 	out := s.record(guard.KindOutcome, c)
-	out.Outcome, out.Result = s.outcomeOf(msg)
+	out.Outcome, out.Result = responseOutcome(&s.opts, msg)
 	out.ResponseSize = int64(len(msg.Raw))
 	out.DurationMS = s.now().Sub(c.start).Milliseconds()
 	return ans, out
 }
 
-// outcomeOf classifies a response and returns its recorded result.
-func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
+// responseOutcome classifies a response and returns its recorded result.
+func responseOutcome(o *Options, msg wire.Message) (outcome, result string) {
 	if msg.Error != nil {
-		return guard.OutcomeProtocolError, s.resultText(msg.Error)
+		return guard.OutcomeProtocolError, auditText(o, msg.Error)
 	}
 	outcome = guard.OutcomeOK
 	var m [2][]byte
@@ -918,18 +892,21 @@ func (s *Session) outcomeOf(msg wire.Message) (outcome, result string) {
 	if wire.StringIs(m[1], "input_required") {
 		outcome = guard.OutcomeInputRequired
 	}
-	return outcome, s.resultText(msg.Result)
+	return outcome, auditText(o, msg.Result)
 }
 
-// resultText is what the audit keeps of arguments or a result: redacted,
+// auditText is what the audit keeps of arguments or a result: redacted,
 // and for a text over MaxResult only its size and the SHA-256 of its bytes.
-func (s *Session) resultText(raw []byte) string {
-	if len(raw) > s.opts.MaxResult {
+func auditText(o *Options, raw []byte) string {
+	if len(raw) > o.MaxResult {
 		sum := sha256.Sum256(raw)
 		b, _ := json.Marshal(map[string]any{"truncated": true, "size": len(raw), "sha256": hex.EncodeToString(sum[:])})
 		return string(b)
 	}
-	return s.redact(raw)
+	if o.Redactor == nil {
+		return string(raw)
+	}
+	return o.Redactor.Redact(raw)
 }
 
 // refusedServerRequest answers, and reports, a server request whose id no
@@ -948,25 +925,21 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	return true
 }
 
-// readServer relays the server's messages until its output ends.
-func (s *Session) readServer(server Conn) {
-	for {
-		msg, err := server.Read(context.Background())
-		if err == nil {
-			s.fromServer(msg, nil)
-			continue
-		}
-		var bad *BadMessage // declared here, as in readClient
-		var tl *wire.TooLongError
-		switch {
-		case errors.As(err, &bad):
-			msg.Raw = bad.Raw
-			s.fromServer(msg, bad.Err)
-		case errors.As(err, &tl):
-			s.Oversized(false, tl.Size)
-		default:
-			return
-		}
+// OnServer takes one message of the server; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnServer(msg wire.Message, err error) {
+	if err == nil {
+		s.fromServer(msg, nil)
+		return
+	}
+	var bad *BadMessage // declared here, as in OnClient
+	var tl *wire.TooLongError
+	switch {
+	case errors.As(err, &bad):
+		msg.Raw = bad.Raw
+		s.fromServer(msg, bad.Err)
+	case errors.As(err, &tl):
+		s.Oversized(false, tl.Size)
 	}
 }
 
@@ -1034,7 +1007,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	}
 	if cancelled {
 		// The client cancelled it: it must not get an answer.
-		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "an answer to a request the client cancelled", "call": c.id, "method": c.method})
+		s.event("guard/dropped", guard.ServerToClient, map[string]any{"error": "an answer to a request the client cancelled", "call": c.id, "method": c.st.Method})
 		return
 	}
 	if c.own != nil {
@@ -1044,25 +1017,25 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	if !c.end() {
 		return
 	}
-	switch c.method {
+	switch c.st.Method {
 	case "initialize", "server/discover":
-		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.method == "initialize" {
+		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.st.Method == "initialize" {
 			if pv, ok := wire.String(v); ok {
 				s.mu.Lock()
 				s.protocol = pv
 				s.mu.Unlock()
 			}
 		}
-		if msg.Result != nil && s.rewritesListing() {
+		if msg.Result != nil && s.lists.rewritesListing() {
 			msg = declareListChanged(msg)
 		}
 	case "tools/list":
-		if msg.Result != nil && s.rewritesListing() {
-			s.listed(msg, c)
+		if msg.Result != nil && s.lists.rewritesListing() {
+			s.lists.listed(msg, c)
 			return
 		}
 		if msg.Result != nil {
-			s.learnTools(msg.Result, false)
+			s.lists.learnTools(msg.Result, false)
 		}
 	case "subscriptions/listen":
 		s.mu.Lock()
@@ -1074,24 +1047,24 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	switch {
 	case refused != "":
 		invalidOutcome(out, size, refused)
-		data = s.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
-	case msg.Result != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get"):
-		if err := wire.StrictResult(msg.Result, c.method == "tools/call"); err != nil {
+		data = s.pipe.refuseResult(c, "the server's result "+refused+" (clients cannot read it)")
+	case msg.Result != nil && (c.st.Method == "tools/call" || c.st.Method == "resources/read" || c.st.Method == "prompts/get"):
+		if err := wire.StrictResult(msg.Result, c.st.Method == "tools/call"); err != nil {
 			// The record keeps the result, for what the server said.
 			invalidOutcome(out, size, err.Error())
-			data = s.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
+			data = s.pipe.refuseResult(c, "the server's result is ambiguous (clients would read it differently): "+err.Error())
 		}
 	}
-	if out.Outcome == guard.OutcomeOK && c.method == "tools/call" {
-		data = s.checkOutput(c, msg, data, out)
+	if out.Outcome == guard.OutcomeOK && c.st.Method == "tools/call" {
+		data = s.pipe.checkOutput(c, msg, data, out)
 	}
-	if s.opts.MaskResults != nil && (c.method == "tools/call" || c.method == "resources/read" || c.method == "prompts/get") {
+	if s.opts.MaskResults != nil && (c.st.Method == "tools/call" || c.st.Method == "resources/read" || c.st.Method == "prompts/get") {
 		if masked, n := s.opts.MaskResults(data); n > 0 {
 			data = masked
 		}
 	}
-	if out.Outcome == guard.OutcomeInputRequired && c.method == "tools/call" {
-		s.noteRound(c, msg.Result)
+	if out.Outcome == guard.OutcomeInputRequired && c.st.Method == "tools/call" {
+		s.pipe.noteRound(c, msg.Result)
 	}
 	if c.progBase > 0 {
 		s.mu.Lock()
@@ -1106,25 +1079,27 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 }
 
 // learnTools updates the catalog from one tools/list page and persists it.
-func (s *Session) learnTools(result []byte, replace bool) (next string) {
+func (ls *lister) learnTools(result []byte, replace bool) (next string) {
+	s := ls.s
 	tools, next, err := parseTools(s.opts.Server, result)
 	if err != nil {
 		s.opts.Logger.Warn("tools/list", "server", s.opts.Server, "err", err)
 	}
 	s.catalog.add(tools, replace)
-	s.persistTools(tools)
+	s.lists.persistTools(tools)
 	return next
 }
 
 // persistTools records tool definitions in the catalog store, off the
 // relay's path.
-func (s *Session) persistTools(tools []guard.Tool) {
+func (ls *lister) persistTools(tools []guard.Tool) {
+	s := ls.s
 	if s.opts.Catalog != nil && len(tools) > 0 {
 		seen := s.now()
-		s.persistStart()
+		s.lists.persistStart()
 		go func() {
-			defer s.persistEnd()
-			s.scanTools(tools)
+			defer s.lists.persistEnd()
+			s.lists.scanTools(tools)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := s.opts.Catalog.RecordTools(ctx, s.opts.Server, tools, seen, s.opts.AcceptNewTools); err != nil {
@@ -1138,17 +1113,17 @@ func (s *Session) serverRequest(msg wire.Message) {
 	c := &call{
 		id:      guard.NewID(),
 		dir:     guard.ServerToClient,
-		method:  msg.Method,
+		st:      intercept.New(msg.Method),
 		origID:  append([]byte(nil), msg.ID...),
 		origKey: wire.IDKey(msg.ID),
 		start:   s.now(),
 		reqSize: len(msg.Raw),
 	}
-	if gatedServer(msg.Method) && !s.gate(msg, c, true) {
+	if gatedServer(msg.Method) && !s.pipe.gate(msg, c, true) {
 		return
 	}
 	s.mu.Lock()
-	fwd := s.mapID(msg, c, s.down)
+	fwd := mapID(msg, c, s.down)
 	s.mu.Unlock()
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
@@ -1166,11 +1141,11 @@ func (s *Session) serverNotification(msg wire.Message) {
 	}
 	switch msg.Method {
 	case "notifications/subscriptions/acknowledged":
-		s.toClient.push(item{msg: s.acknowledged(msg)})
+		s.toClient.push(item{msg: s.lists.acknowledged(msg)})
 		return
 	case "notifications/tools/list_changed":
 		s.toClient.push(item{msg: msg})
-		go s.refreshTools()
+		go s.pipe.refreshTools()
 		return
 	case "notifications/progress":
 		if tok := wire.ParamsMember(msg.Params, "progressToken"); tok != nil {
@@ -1212,13 +1187,14 @@ func (s *Session) ServerGone(code int, status string) {
 			close(c.own)
 			continue
 		}
-		s.serverGoneAnswer(c)
+		s.pipe.serverGoneAnswer(c)
 	}
 	s.cancel()
-	s.endHolds()
+	s.holds.endHolds()
 }
 
-func (s *Session) serverGoneAnswer(c *call) {
+func (pl *pipeline) serverGoneAnswer(c *call) {
+	s := pl.s
 	s.mu.Lock()
 	status := s.exit
 	s.mu.Unlock()
@@ -1226,7 +1202,7 @@ func (s *Session) serverGoneAnswer(c *call) {
 		status = "status unknown"
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
-	s.conclude(c, false, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil))
+	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil)})
 }
 
 // refuseResult is what the client reads in place of a result guard
@@ -1238,11 +1214,12 @@ func (s *Session) serverGoneAnswer(c *call) {
 // guard's checks the first; invalid UTF-8; in a tools/call result a case
 // variant of a member the protocol defines) or cannot read it at all
 // (nested too deep).
-func (s *Session) refuseResult(c *call, text string) []byte {
-	s.opts.Logger.Warn("server result refused", "method", c.method, "tool", c.tool, "why", text)
+func (pl *pipeline) refuseResult(c *call, text string) []byte {
+	s := pl.s
+	s.opts.Logger.Warn("server result refused", "method", c.st.Method, "tool", c.st.Tool, "why", text)
 	text = "Refused: " + text
-	if c.method == "tools/call" {
-		return toolError(c.origID, text)
+	if c.st.Method == "tools/call" {
+		return intercept.ToolError(c.origID, text)
 	}
 	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
 }
@@ -1251,7 +1228,8 @@ func (s *Session) refuseResult(c *call, text string) []byte {
 // outputSchema. With output: enforce a result that breaks it is replaced by
 // an error the model reads; with warn it passes. Either way the record
 // keeps the result and the violation.
-func (s *Session) checkOutput(c *call, msg wire.Message, data []byte, out *guard.Record) []byte {
+func (pl *pipeline) checkOutput(c *call, msg wire.Message, data []byte, out *guard.Record) []byte {
+	s := pl.s
 	if s.opts.Contracts == nil || c.def == nil {
 		return data
 	}
@@ -1275,7 +1253,7 @@ func (s *Session) checkOutput(c *call, msg wire.Message, data []byte, out *guard
 		return data
 	}
 	out.Outcome = guard.OutcomeToolError
-	return toolError(c.origID, "The tool's result does not match its output schema: "+v)
+	return intercept.ToolError(c.origID, "The tool's result does not match its output schema: "+v)
 }
 
 // formElicitation reports whether client capabilities declare form

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -35,34 +36,20 @@ func readToolCall(params []byte) toolCallParams {
 // toolCall decides a tools/call, whose params' members p holds. guard
 // decides on exactly what the server will read: a message with duplicate
 // keys, keys differing only in case or invalid UTF-8 is refused before
-// anything found in it is used.
-func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
+// anything found in it is used (intercept.Step, on Read).
+func (pl *pipeline) toolCall(msg wire.Message, c *call, p toolCallParams) {
+	s := pl.s
 	s.deciding.Add(1)
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
-	if err := wire.Strict(msg.Raw); err != nil {
-		c.reason = err.Error()
-		s.conclude(c, true, guard.OutcomeInvalid,
-			wire.ErrorResponse(c.origID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.CheckStrict(msg), Name: p.name, Args: p.args})
+	if eff.Kind != intercept.Continue {
+		pl.carry(msg, c, eff)
 		return
 	}
 	// Strict passed: no duplicate or case-variant keys, so the members
 	// found here are exactly the ones the server will read.
-	name, ok := wire.String(p.name)
-	if !ok || name == "" {
-		c.reason = "Invalid params: tools/call needs a tool name"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
-		return
-	}
-	c.tool = name
-	c.args = p.args
-	if len(c.args) == 0 || string(c.args) == "null" {
-		c.args = []byte("{}")
-	} else if c.args[0] != '{' {
-		c.reason = "Invalid params: arguments must be an object"
-		s.conclude(c, true, guard.OutcomeInvalid, wire.ErrorResponse(c.origID, wire.CodeInvalidParams, c.reason, nil))
-		return
-	}
 	if tok := p.meta.progressToken; len(tok) > 0 && string(tok) != "null" {
 		c.progress = tok
 	}
@@ -79,13 +66,13 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 				}
 				s.mu.Unlock()
 				c.withdrawn = make(chan struct{})
-				s.answeredInRound(msg, c, v)
+				s.holds.answeredInRound(msg, c, v)
 				return
 			}
 			round = "state\x00" + v
 		}
 	} else if p.inputResponses != nil {
-		round = roundKey(c.tool, c.args)
+		round = roundKey(c.st.Tool, c.st.Args)
 	}
 	// Until it is forwarded, a call can be withdrawn by the client.
 	c.withdrawn = make(chan struct{})
@@ -95,51 +82,192 @@ func (s *Session) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	}
 	s.mu.Unlock()
 
-	if round != "" && s.continueRound(msg, c, round) {
+	if round != "" && pl.continueRound(msg, c, round) {
 		return
 	}
-	if tool := s.catalog.get(c.tool); tool != nil {
-		s.decide(msg, c, tool)
+	pl.run(msg, c, pl.find(c))
+}
+
+// run moves a call on from event e: it steps the call's state and carries
+// out each effect in turn, what a lookup finds being the next event,
+// until the call waits (on another goroutine) or is forwarded or ended.
+func (pl *pipeline) run(msg wire.Message, c *call, e intercept.Event) {
+	var eff intercept.Effect
+	c.st, eff = intercept.Step(c.st, e)
+	pl.carry(msg, c, eff)
+}
+
+// carry carries out an effect of intercept.Step, and those that follow.
+func (pl *pipeline) carry(msg wire.Message, c *call, eff intercept.Effect) {
+	for {
+		e, ok := pl.do(msg, c, eff)
+		if !ok {
+			return
+		}
+		c.st, eff = intercept.Step(c.st, e)
+	}
+}
+
+// do carries out one effect. A lookup done here returns what it found,
+// the call's next event (ok); one that waits goes on in a goroutine of its
+// own.
+func (pl *pipeline) do(msg wire.Message, c *call, eff intercept.Effect) (intercept.Event, bool) {
+	s := pl.s
+	// (Continue follows Read alone, and toolCall carries it out: it
+	// needs the call's params.)
+	switch eff.Kind {
+	case intercept.Find:
+		return pl.find(c), true
+	case intercept.List:
+		go pl.list(msg, c)
+	case intercept.Review:
+		// The review is read from the store off the relay's path. (msg
+		// is passed, not captured: captured, it would be on the heap for
+		// every call.)
+		go func(msg wire.Message) {
+			r, why, err := pl.reviewOf(c.def)
+			if err != nil {
+				s.opts.Logger.Error("tool review not readable", "tool", c.st.Tool, "err", err)
+			} else {
+				c.pc.Review, c.pc.ReviewReason = r, why
+			}
+			pl.run(msg, c, intercept.Event{Kind: intercept.ReviewRead, Err: err})
+		}(msg)
+	case intercept.Decide:
+		return pl.decide(c, eff.Trusted), true
+	case intercept.Hold:
+		go s.holds.hold(msg, c, eff.Verdict)
+	case intercept.Forward:
+		s.forward(msg, c, eff.Recorded)
+	case intercept.End:
+		e := ending{outcome: eff.Outcome, answer: eff.Answer.Bytes(c.origID), withRequest: eff.WithRequest}
+		if eff.Gone != "" {
+			e.detail = map[string]any{"client_gone": eff.Gone}
+		}
+		s.settle(c, e)
+	case intercept.Refuse:
+		// Never forwarded: its approval is withdrawn, and the client
+		// reads guard's refusal.
+		s.holds.withdraw(c.st.Approval, "the call's request could not be recorded")
+		if c.end() {
+			s.forget(c)
+			s.toClient.push(item{msg: refusal(c.origID)(nil), batch: c.batch})
+		}
+		c.decided()
+	}
+	return intercept.Event{}, false
+}
+
+// find looks a call's tool up in the catalog.
+func (pl *pipeline) find(c *call) intercept.Event {
+	if tool := pl.s.catalog.get(c.st.Tool); tool != nil {
+		return pl.found(c, tool)
+	}
+	return intercept.Event{Kind: intercept.ToolMissing}
+}
+
+// list lists the server's tools for a call of a tool guard has not seen,
+// then looks it up again.
+func (pl *pipeline) list(msg wire.Message, c *call) {
+	s := pl.s
+	err := pl.refreshTools()
+	if c.isWithdrawn() {
+		pl.run(msg, c, intercept.Event{Kind: intercept.Withdrawn})
 		return
 	}
-	go s.unknownTool(msg, c)
+	e := pl.find(c)
+	if e.Kind == intercept.ToolMissing {
+		e.NoAnswer, e.Timeout = errors.Is(err, errNoAnswer), s.opts.RefreshTimeout
+	}
+	pl.run(msg, c, e)
+}
+
+// found is what the rules will read of a call whose tool the catalog has,
+// checked against the tool's inputSchema.
+func (pl *pipeline) found(c *call, tool *guard.Tool) intercept.Event {
+	s := pl.s
+	c.pin, c.def = tool.Pin, tool
+	ci, proto := s.clientInfo()
+	ci.Protocol = proto
+	c.pc = &guard.Call{
+		Server:    s.opts.Server,
+		Method:    "tools/call",
+		ToolName:  c.st.Tool,
+		Arguments: c.st.Args,
+		Tool:      tool,
+		Client:    ci,
+		User:      s.opts.Caller,
+	}
+	e := intercept.Event{Kind: intercept.ToolFound, Server: s.opts.Server}
+	if s.opts.Contracts != nil {
+		v, err := s.opts.Contracts.Arguments(tool, c.pc)
+		if err != nil && s.opts.IgnoreBadSchemas {
+			s.opts.Logger.Warn("inputSchema ignored: it does not compile (bad_schema: ignore)", "tool", c.st.Tool, "err", err)
+			err = nil
+		}
+		if err != nil {
+			e.Err = err // an unusable schema fails closed
+			return e
+		}
+		c.pc.Violations = v
+	}
+	e.NeedsReview = s.opts.Catalog != nil && !pl.acceptedPin(tool.Pin)
+	return e
+}
+
+// decide asks the rules about a call; trusted: on its tool's accepted
+// definition, the call being released from its tool's review.
+func (pl *pipeline) decide(c *call, trusted bool) intercept.Event {
+	s := pl.s
+	if trusted {
+		c.pc.Review, c.pc.Tool = nil, pl.trusted(c.pc.Tool)
+	}
+	v := s.opts.Decider.Decide(c.pc)
+	e := intercept.Event{Kind: intercept.Decided, Verdict: v}
+	switch {
+	case v.Action == guard.ActionAllow:
+		e.SameHeld = s.holds.heldForReview(c)
+	case v.Action == guard.ActionDeny && v.Rule == guard.InputSchemaRule:
+		_, e.Protocol = s.clientInfo()
+	}
+	return e
 }
 
 // continueRound passes a later round of a 2026-07-28 call that guard let
 // through before: it is the same call, recorded under the same id, and is
 // not held again.
-func (s *Session) continueRound(msg wire.Message, c *call, key string) bool {
+func (pl *pipeline) continueRound(msg wire.Message, c *call, key string) bool {
+	s := pl.s
 	s.mu.Lock()
 	prev := s.rounds[key]
 	delete(s.rounds, key)
 	s.mu.Unlock()
 	var r *guard.Round
 	if prev != nil {
-		r = &guard.Round{CallID: prev.id, Tool: prev.tool, Pin: prev.pin, Decision: prev.decision, DecidedBy: prev.decidedBy, Reason: prev.reason}
-		r.ArgsDigest, _ = guard.Digest(prev.args)
+		r = &guard.Round{CallID: prev.id, Tool: prev.st.Tool, Pin: prev.pin, Decision: prev.st.Decision, DecidedBy: prev.st.DecidedBy, Reason: prev.st.Reason}
+		r.ArgsDigest, _ = guard.Digest(prev.st.Args)
 	}
 	if s.opts.Rounds != nil {
 		// Kept for every replica too: taken there as well, so that
 		// the round is continued once.
 		ctx, cancel := context.WithTimeout(s.ctx, roundTimeout)
-		shared, err := s.opts.Rounds.TakeRound(ctx, s.sharedRoundKey(key))
+		shared, err := s.opts.Rounds.TakeRound(ctx, s.pipe.sharedRoundKey(key))
 		cancel()
 		if err != nil {
-			s.opts.Logger.Warn("a later round's call could not be looked up among the replicas': it is decided anew", "tool", c.tool, "err", err)
+			s.opts.Logger.Warn("a later round's call could not be looked up among the replicas': it is decided anew", "tool", c.st.Tool, "err", err)
 		}
 		if r == nil {
 			r = shared
 		}
 	}
-	if r == nil || r.Tool != c.tool {
+	if r == nil || r.Tool != c.st.Tool {
 		return false
 	}
-	if d, err := guard.Digest(c.args); err != nil || d != r.ArgsDigest {
+	if d, err := guard.Digest(c.st.Args); err != nil || d != r.ArgsDigest {
 		return false
 	}
 	c.id, c.pin = r.CallID, r.Pin
-	c.decision, c.decidedBy, c.reason = r.Decision, r.DecidedBy, r.Reason
-	s.forward(msg, c, false)
+	pl.run(msg, c, intercept.Event{Kind: intercept.RoundFound, Round: r})
 	return true
 }
 
@@ -148,7 +276,8 @@ const roundTimeout = 5 * time.Second
 
 // sharedRoundKey scopes a round's key to the server and the client, among
 // every session of every replica.
-func (s *Session) sharedRoundKey(key string) string {
+func (pl *pipeline) sharedRoundKey(key string) string {
+	s := pl.s
 	sum := sha256.Sum256([]byte(s.opts.Server + "\x00" + s.opts.ClientName + "\x00" + key))
 	return hex.EncodeToString(sum[:])
 }
@@ -157,11 +286,12 @@ func (s *Session) sharedRoundKey(key string) string {
 // round of the same call goes through without a second decision: in the
 // session, and, with Options.Rounds, for every replica, before the answer
 // reaches the client.
-func (s *Session) noteRound(c *call, result []byte) {
-	if c.decision != guard.DecisionAllowed {
+func (pl *pipeline) noteRound(c *call, result []byte) {
+	s := pl.s
+	if c.st.Decision != guard.DecisionAllowed {
 		return
 	}
-	key := roundKey(c.tool, c.args)
+	key := roundKey(c.st.Tool, c.st.Args)
 	if v := wire.ParamsMember(result, "requestState"); v != nil {
 		if state, ok := wire.String(v); ok && state != "" {
 			key = "state\x00" + state
@@ -173,15 +303,15 @@ func (s *Session) noteRound(c *call, result []byte) {
 	if s.opts.Rounds == nil {
 		return
 	}
-	d, err := guard.Digest(c.args)
+	d, err := guard.Digest(c.st.Args)
 	if err != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), roundTimeout)
 	defer cancel()
-	r := guard.Round{CallID: c.id, Tool: c.tool, ArgsDigest: d, Pin: c.pin, Decision: c.decision, DecidedBy: c.decidedBy, Reason: c.reason}
-	if err := s.opts.Rounds.NoteRound(ctx, s.sharedRoundKey(key), r, s.now().Add(s.opts.ApprovalTimeout)); err != nil {
-		s.opts.Logger.Warn("a round could not be kept for the other replicas: the client's next round is decided anew there", "tool", c.tool, "err", err)
+	r := guard.Round{CallID: c.id, Tool: c.st.Tool, ArgsDigest: d, Pin: c.pin, Decision: c.st.Decision, DecidedBy: c.st.DecidedBy, Reason: c.st.Reason}
+	if err := s.opts.Rounds.NoteRound(ctx, s.pipe.sharedRoundKey(key), r, s.now().Add(s.opts.ApprovalTimeout)); err != nil {
+		s.opts.Logger.Warn("a round could not be kept for the other replicas: the client's next round is decided anew there", "tool", c.st.Tool, "err", err)
 	}
 }
 
@@ -195,29 +325,6 @@ func roundKey(tool string, args []byte) string {
 	return "call\x00" + tool + "\x00" + d
 }
 
-func (s *Session) unknownTool(msg wire.Message, c *call) {
-	err := s.refreshTools()
-	if c.isWithdrawn() {
-		s.withdrawn(c)
-		return
-	}
-	tool := s.catalog.get(c.tool)
-	if tool == nil && errors.Is(err, errNoAnswer) {
-		// The tool may exist: guard could not see the list, and says so.
-		c.reason = fmt.Sprintf("the server did not answer tools/list within %v", s.opts.RefreshTimeout)
-		s.conclude(c, true, guard.OutcomeUpstreamFailed, wire.ErrorResponse(c.origID, wire.CodeInternalError,
-			fmt.Sprintf("Refused: the server did not answer tools/list within %v, so guard cannot judge a call of %q", s.opts.RefreshTimeout, c.tool), nil))
-		return
-	}
-	if tool == nil {
-		c.reason = "unknown tool"
-		s.conclude(c, true, guard.OutcomeInvalid,
-			wire.ErrorResponse(c.origID, wire.CodeInvalidParams, "Unknown tool: "+c.tool, nil))
-		return
-	}
-	s.decide(msg, c, tool)
-}
-
 func (c *call) isWithdrawn() bool {
 	select {
 	case <-c.withdrawn:
@@ -227,91 +334,11 @@ func (c *call) isWithdrawn() bool {
 	}
 }
 
-func (s *Session) decide(msg wire.Message, c *call, tool *guard.Tool) {
-	c.pin, c.def = tool.Pin, tool
-	ci, proto := s.clientInfo()
-	ci.Protocol = proto
-	pc := &guard.Call{
-		Server:    s.opts.Server,
-		Method:    "tools/call",
-		ToolName:  c.tool,
-		Arguments: c.args,
-		Tool:      tool,
-		Client:    ci,
-		User:      s.opts.Caller,
-	}
-	if s.opts.Contracts != nil {
-		v, err := s.opts.Contracts.Arguments(tool, pc)
-		if err != nil && s.opts.IgnoreBadSchemas {
-			s.opts.Logger.Warn("inputSchema ignored: it does not compile (bad_schema: ignore)", "tool", c.tool, "err", err)
-			err = nil
-		}
-		if err != nil {
-			// An unusable schema fails closed.
-			c.decision, c.decidedBy = guard.DecisionDenied, guard.InputSchemaRule
-			c.reason = err.Error()
-			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, fmt.Sprintf(
-				"Refused: the inputSchema of tool %q on server %q cannot be used: %v", c.tool, s.opts.Server, err)))
-			return
-		}
-		pc.Violations = v
-	}
-	if s.opts.Catalog == nil || s.acceptedPin(tool.Pin) {
-		s.apply(msg, c, pc, false)
-		return
-	}
-	// The review is read from the store off the relay's path. (msg is
-	// passed, not captured: captured, it would be on the heap for every
-	// call.)
-	go func(msg wire.Message) {
-		r, why, err := s.reviewOf(tool)
-		if err != nil {
-			s.opts.Logger.Error("tool review not readable", "tool", c.tool, "err", err)
-			c.decision, c.decidedBy, c.reason = guard.DecisionDenied, guard.ToolReviewRule, err.Error()
-			s.conclude(c, true, guard.OutcomeDenied, toolError(c.origID, "Refused: the tool's review could not be read"))
-			return
-		}
-		pc.Review, pc.ReviewReason = r, why
-		s.apply(msg, c, pc, false)
-	}(msg)
-}
-
-// apply decides a call by policy and acts on the verdict. recorded says
-// its request record was written already (it was held before).
-func (s *Session) apply(msg wire.Message, c *call, pc *guard.Call, recorded bool) {
-	v := s.opts.Decider.Decide(pc)
-	c.decidedBy, c.reason = v.Rule, v.Reason
-	if v.Would != "" {
-		c.reason = "monitor mode: enforcement would " + v.Would + " (" + v.Rule + "): " + v.Reason
-		c.detail = map[string]any{"monitor": map[string]string{"would": v.Would, "rule": v.Rule}}
-	}
-	switch v.Action {
-	case guard.ActionAllow:
-		if s.heldForReview(c) {
-			// The same call waits, held for its tool's review, for a
-			// person's own decision: this one waits for it too.
-			go s.hold(msg, c, guard.Verdict{Action: guard.ActionApprove, Rule: guard.ToolReviewRule, PolicyVersion: v.PolicyVersion,
-				Reason: "the same call is held for its tool's review and waits for a person's decision"}, pc)
-			return
-		}
-		c.decision = guard.DecisionAllowed
-		s.forward(msg, c, recorded)
-	case guard.ActionDeny:
-		c.decision = guard.DecisionDenied
-		if v.Rule == guard.InputSchemaRule {
-			s.conclude(c, !recorded, guard.OutcomeInvalid, s.invalidArguments(c, v.Reason))
-			return
-		}
-		s.conclude(c, !recorded, guard.OutcomeDenied, toolError(c.origID, guard.DenialText(v)))
-	default:
-		go s.hold(msg, c, v, pc)
-	}
-}
-
 // refreshTools lists the server's tools itself, every page, and replaces
 // the catalog with what it lists. Concurrent callers share one refresh
 // and its error.
-func (s *Session) refreshTools() (err error) {
+func (pl *pipeline) refreshTools() (err error) {
+	s := pl.s
 	s.mu.Lock()
 	if ch := s.refresh; ch != nil {
 		s.mu.Unlock()
@@ -351,7 +378,7 @@ func (s *Session) refreshTools() (err error) {
 		if meta != nil {
 			params["_meta"] = meta
 		}
-		res, err := s.ownRequest("tools/list", params)
+		res, err := s.pipe.ownRequest("tools/list", params)
 		if err == nil {
 			err = wire.StrictListing(res)
 		}
@@ -370,20 +397,21 @@ func (s *Session) refreshTools() (err error) {
 		cursor = next
 	}
 	s.catalog.add(all, true)
-	s.persistTools(all)
+	s.lists.persistTools(all)
 	return nil
 }
 
 // ownRequest sends a request of guard's own to the server and waits for
 // its result. Its id is guard's and never collides with one in flight.
-func (s *Session) ownRequest(method string, params any) (json.RawMessage, error) {
+func (pl *pipeline) ownRequest(method string, params any) (json.RawMessage, error) {
+	s := pl.s
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
 		return nil, errors.New("the server has exited")
 	}
 	id := s.up.own()
-	c := &call{method: method, sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
+	c := &call{st: intercept.New(method), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
 	s.up.put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, method, params)
@@ -454,3 +482,7 @@ func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
 	}
 	return out
 }
+
+// pipeline is a session's tools/call pipeline: it decides each call (see
+// package intercept) and carries out what the decision asks for.
+type pipeline struct{ s *Session }

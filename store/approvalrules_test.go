@@ -250,7 +250,7 @@ func TestConcurrentReviewsCountExactly(t *testing.T) {
 	}
 	var approved, partial int
 	for _, db := range dbs {
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 	}
 	for _, r := range recordsOf(t, dbs[0], guard.KindDecision) {
 		switch r.Decision {
@@ -328,7 +328,7 @@ func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if err := db.Append(bad); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	if _, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("a review with no audit log: %v", err)
 	}
@@ -336,7 +336,7 @@ func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 		t.Fatalf("the approval changed: %+v", a)
 	}
 	cure()
-	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
 	if a, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); err != nil || a.State != guard.ApprovalApproved {
 		t.Fatalf("after recovery: %+v %v", a, err)
 	}
@@ -366,7 +366,7 @@ func TestAReportNamesTheReviewThatDecided(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	act, err := db.Activity(ctx, start, time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)

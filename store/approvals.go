@@ -30,16 +30,16 @@ const approvalColumns = `id, session, client, server, tool, arguments, digest, p
 // requires no way of verifying who decides (none was kept).
 func (db *DB) approvalSelect() string {
 	cols := approvalColumns
-	if db.noVia {
+	if db.schema.noVia {
 		cols = strings.Replace(cols, ", required_via", ", ''", 1)
 	}
-	if db.noProcess {
+	if db.schema.noProcess {
 		cols = strings.Replace(cols, ", process", ", ''", 1)
 	}
-	if db.noRules {
+	if db.schema.noRules {
 		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
-	if db.noScope {
+	if db.schema.noScope {
 		cols = strings.Replace(cols, "scope, session_ended", "'any', ''", 1)
 	}
 	return `SELECT ` + cols
@@ -134,7 +134,7 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 // clause over approval_reviews) and adds each to the approval of returns,
 // in order.
 func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
-	if db.noRules {
+	if db.schema.noRules {
 		return nil
 	}
 	rows, err := q.QueryContext(ctx, `SELECT approval, subject, email, user_groups, via, decision, reason, at
@@ -222,7 +222,7 @@ func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*g
 // it, or is reviewed, without reading any approval.
 func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
 	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
-	if db.noRules {
+	if db.schema.noRules {
 		reviews = ""
 	}
 	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END
@@ -286,19 +286,9 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 		if a, err = db.approval(ctx, db.w, id); err != nil {
 			return nil, err
 		}
-		if a.State != guard.ApprovalPending {
-			return nil, alreadyDecided(a)
-		}
-		if err := a.MayReview(by, via); err != nil {
-			return nil, err
-		}
 		rv = guard.ApprovalReview{By: by, Via: via, Approve: approve, Reason: reason, Time: db.opts.Now().UTC()}
-		state = guard.ApprovalDenied
-		if approve {
-			state = guard.ApprovalPending
-			if guard.Approvals(a.Reviews)+1 >= a.Approvers.Needed() {
-				state = guard.ApprovalApproved
-			}
+		if state, err = a.Review(rv); err != nil {
+			return nil, err
 		}
 		if before != nil && state != guard.ApprovalPending {
 			if err := before(a); err != nil {
@@ -318,10 +308,7 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 	case err != nil:
 		return nil, fmt.Errorf("review %s: %w", id, err)
 	}
-	a.Reviews = append(a.Reviews, rv)
-	if state != guard.ApprovalPending {
-		a.State, a.DecidedBy, a.Reason, a.DecidedAt, a.Arguments = state, by.Name(), reason, rv.Time, ""
-	}
+	a.Reviewed(rv, state)
 	return a, nil
 }
 
@@ -369,8 +356,9 @@ func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.Appro
 // refused when the record cannot be written. It reports false when the
 // approval was no longer pending.
 func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
-	if to != guard.ApprovalExpired && to != guard.ApprovalWithdrawn {
-		return false, fmt.Errorf("approval %s: %q is not how a pending approval ends without a decision", id, to)
+	// Refused before the lock when no pending approval ends so.
+	if err := (&guard.Approval{ID: id, State: guard.ApprovalPending}).End(to); err != nil {
+		return false, err
 	}
 	var now time.Time
 	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
@@ -378,8 +366,8 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 		if err != nil {
 			return nil, err
 		}
-		if a.State != guard.ApprovalPending {
-			return nil, alreadyDecided(a)
+		if err := a.End(to); err != nil {
+			return nil, err
 		}
 		now = db.opts.Now().UTC()
 		return approvalRecord(a, to, ByGuard, reason, now), nil
@@ -395,26 +383,6 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 		return false, fmt.Errorf("approval %s %s: %w", id, to, err)
 	}
 	return true, nil
-}
-
-// alreadyDecided is the error of a decision on an approval no longer
-// pending: who decided and when, or how it ended and why.
-func alreadyDecided(a *guard.Approval) error {
-	when := a.DecidedAt.UTC().Format(time.RFC3339)
-	switch a.State {
-	case guard.ApprovalApproved, guard.ApprovalUsed:
-		return fmt.Errorf("%w: approved by %s at %s", guard.ErrAlreadyDecided, a.DecidedBy, when)
-	case guard.ApprovalDenied:
-		return fmt.Errorf("%w: denied by %s at %s", guard.ErrAlreadyDecided, a.DecidedBy, when)
-	case guard.ApprovalExpired:
-		return fmt.Errorf("%w: expired at %s with no decision", guard.ErrAlreadyDecided, when)
-	case guard.ApprovalWithdrawn:
-		if a.Reason == "" { // withdrawn before guard kept why: the client cancelled, or its session ended
-			return fmt.Errorf("%w: withdrawn by the client at %s", guard.ErrAlreadyDecided, when)
-		}
-		return fmt.Errorf("%w: withdrawn at %s: %s", guard.ErrAlreadyDecided, when, a.Reason)
-	}
-	return fmt.Errorf("%w: %s", guard.ErrAlreadyDecided, a.State)
 }
 
 // TransitionApproval moves an approval from one state to another if it is

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // The hash of a record's canonical form never changes: every chain
@@ -33,7 +34,7 @@ func TestHashRecordIsStable(t *testing.T) {
 		}
 		// The writer's form, which reuses its buffer, agrees.
 		buf := []byte("left over from a longer record")
-		if got, _ := hashRecord(buf, tc.r); got != tc.want {
+		if got, _ := audit.HashInto(buf, tc.r); got != tc.want {
 			t.Errorf("record %d: hash with a used buffer %s, want %s", i, got, tc.want)
 		}
 	}
@@ -96,7 +97,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 	if got == nil || got.Approval != r.Approval {
 		t.Fatalf("record came back as %+v", got)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
@@ -108,7 +109,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 		t.Fatal("the approval is not covered by the hash")
 	}
 	got.Approval = ""
-	if c := string(appendCanonical(nil, got)); !strings.HasPrefix(c, `{"arguments":`) || !strings.HasSuffix(c, `"v":1}`) {
+	if c := string(audit.AppendCanonical(nil, got)); !strings.HasPrefix(c, `{"arguments":`) || !strings.HasSuffix(c, `"v":1}`) {
 		t.Fatalf("a record without the later members is not in the first form: %s", c)
 	}
 }

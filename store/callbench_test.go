@@ -49,7 +49,7 @@ func BenchmarkAppendCall(b *testing.B) {
 						b.Fatal(err)
 					}
 					if n == 0 {
-						db.caughtUp(context.Background())
+						db.ing.caughtUp(context.Background())
 					}
 				}
 			})

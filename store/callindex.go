@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -10,36 +11,15 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // The calls of the audit log are queried through an index the ingester
 // keeps in the transaction that commits their records (call_index and its
-// words, call_text; migration 0009): one row per invocation with the
-// columns the filters select on and the records that make the call up,
-// so that a query reads the newest matching calls from an index's end
-// instead of joining every call's records. It is not part of the chain:
-// it is derived from the records alone, and RebuildCallIndex makes it
-// again from them.
-//
-// A call's row is made by its first request record. Its latest outcome
-// record gives its outcome and result; its decision (decision,
-// decided_by, reason) is that of the latest record among its outcome and
-// decision records that carries one, else its request's; its approval
-// is the latest one any of its records carries.
-
-// keyRankBits is how many of a call's key's low bits hold its rank among
-// the calls of the same millisecond.
-const keyRankBits = 20
-
-// maxKeyMillis bounds the milliseconds a key holds (the year 2109), so
-// that a key fits in 63 bits.
-const maxKeyMillis = 1<<42 - 1
-
-// keyMillis is the first key of the calls made in t's millisecond; times
-// before 1970 or after maxKeyMillis share the first or the last.
-func keyMillis(t time.Time) int64 {
-	return min(max(t.UnixMilli(), 0), maxKeyMillis) << keyRankBits
-}
+// words, call_text; migration 0009), as audit.CallIndex works it out: so
+// that a query reads the newest matching calls from an index's end
+// instead of joining every call's records. RebuildCallIndex makes it again
+// from the records.
 
 // The ingester's statements. A call's key is the first of its millisecond
 // not yet taken: the calls of one millisecond rank in the order they
@@ -49,22 +29,18 @@ func keyMillis(t time.Time) int64 {
 // transaction makes FTS5 flush what it holds in memory to a new segment,
 // which cost more than all the rest.
 const (
-	selectCallKey = `SELECT (SELECT k FROM call_index WHERE call_id = ?2),
- (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
-	insertCall = `INSERT INTO call_index (k, call_id, req_seq, dec_seq, server, tool, client, session, decision, decided_by, approval,
- user_subject, user_email) VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`
-	selectCall = `SELECT k, req_seq, out_seq, decision, decided_by FROM call_index WHERE call_id = ?1`
+	selectKeys = `SELECT (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
+	insertCall = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by,
+ outcome, approval, user_subject, user_email) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	selectCall = `SELECT k, req_seq, out_seq, dec_seq, decision, decided_by, outcome, approval FROM call_index WHERE call_id = ?1`
 	// The columns that are not indexed are set in one statement, and
 	// decision and decided_by only when they change: an UPDATE that sets
 	// an indexed column rewrites its index entry even to the same value.
-	updateOutcome = `UPDATE call_index SET out_seq = ?1, outcome = ?2,
- approval = CASE WHEN ?3 = '' THEN approval ELSE ?3 END, dec_seq = CASE WHEN ?5 THEN ?1 ELSE dec_seq END WHERE k = ?4`
-	updateDecision = `UPDATE call_index SET dec_seq = ?1, approval = CASE WHEN ?2 = '' THEN approval ELSE ?2 END WHERE k = ?3`
-	updateDecider  = `UPDATE call_index SET decision = ?1, decided_by = ?2 WHERE k = ?3`
-	updateApproval = `UPDATE call_index SET approval = ?1 WHERE k = ?2`
-	selectText     = `SELECT (SELECT arguments FROM records WHERE seq = ?1), coalesce((SELECT result FROM records WHERE seq = ?2), '')`
-	insertText     = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
-	deleteText     = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
+	updateCall    = `UPDATE call_index SET out_seq = ?1, outcome = ?2, approval = ?3, dec_seq = ?4 WHERE k = ?5`
+	updateDecider = `UPDATE call_index SET decision = ?1, decided_by = ?2 WHERE k = ?3`
+	selectText    = `SELECT (SELECT arguments FROM records WHERE seq = ?1), coalesce((SELECT result FROM records WHERE seq = ?2), '')`
+	insertText    = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
+	deleteText    = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
 
 // pgSeparators is what separates words for the text index on
@@ -93,17 +69,20 @@ const (
 )
 
 // callIndexer keeps the call index on the audit writer's connection, with
-// its statements prepared once (see writerConn).
+// its statements prepared once (see writerConn): it reads the index's
+// rows as a batch needs them (audit.CallReader) and writes the rows the
+// batch changed (write).
 type callIndexer struct {
-	key, ins, call, out, decided, decider, approval, args, text, untext driverStmt
-	vals                                                                [12]driver.NamedValue
-	row                                                                 [5]driver.Value
-	texts                                                               map[int64]textChange // the batch's changes to the text index
-	keys                                                                []int64
+	keys, ins, call, update, decider, args, text, untext driverStmt
+	vals                                                 [15]driver.NamedValue
+	row                                                  [8]driver.Value
+	changed                                              []*audit.CallChange // write's, sorted by key
 }
 
+var _ audit.CallReader = (*callIndexer)(nil)
+
 func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) (*callIndexer, error) {
-	ix := &callIndexer{texts: map[int64]textChange{}}
+	ix := &callIndexer{}
 	text, untext := insertText, deleteText
 	if pg {
 		text, untext = pgInsertText, pgDeleteText
@@ -114,8 +93,8 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 	for _, p := range []struct {
 		s *driverStmt
 		q string
-	}{{&ix.key, selectCallKey}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.out, updateOutcome}, {&ix.decided, updateDecision},
-		{&ix.decider, updateDecider}, {&ix.approval, updateApproval}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext}} {
+	}{{&ix.keys, selectKeys}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.update, updateCall},
+		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext}} {
 		st, err := pc.PrepareContext(ctx, p.q)
 		if err != nil {
 			_ = ix.close()
@@ -132,180 +111,135 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 	return ix, nil
 }
 
-// close closes the statements (inside the connection's Raw).
 func (ix *callIndexer) close() error {
 	var errs []error
-	for _, s := range []*driverStmt{&ix.key, &ix.ins, &ix.call, &ix.out, &ix.decided, &ix.decider, &ix.approval, &ix.args, &ix.text, &ix.untext} {
-		if *s != nil {
-			errs = append(errs, (*s).Close())
-			*s = nil
+	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext} {
+		if s != nil {
+			errs = append(errs, s.Close())
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// callText is a call's row of the text index: its arguments and its
-// latest result.
+// Call reads a call's row (the columns a batch changes).
+func (ix *callIndexer) Call(ctx context.Context, id string) (c audit.Call, ok bool, err error) {
+	_, ok, err = ix.query1(ctx, ix.call, id)
+	if !ok || err != nil {
+		return c, ok, err
+	}
+	c.ID = id
+	c.K, _ = ix.row[0].(int64)
+	c.ReqSeq, _ = ix.row[1].(int64)
+	c.OutSeq, _ = ix.row[2].(int64)
+	c.DecSeq, _ = ix.row[3].(int64)
+	c.Decision, _ = ix.row[4].(string)
+	c.DecidedBy, _ = ix.row[5].(string)
+	c.Outcome, _ = ix.row[6].(string)
+	c.Approval, _ = ix.row[7].(string)
+	return c, true, nil
+}
+
+// Keys reads the keys around a new call's millisecond.
+func (ix *callIndexer) Keys(ctx context.Context, base int64) (next, last int64, err error) {
+	if _, _, err := ix.query1(ctx, ix.keys, base); err != nil {
+		return 0, 0, err
+	}
+	next = base
+	if m, ok := ix.row[0].(int64); ok {
+		next = m + 1
+	}
+	last, _ = ix.row[1].(int64)
+	return next, last, nil
+}
+
+// index indexes records already chained and inserted, in seq order.
+func (ix *callIndexer) index(ctx context.Context, recs []*guard.Record) error {
+	var x audit.CallIndex
+	x.Reset(ix)
+	for _, r := range recs {
+		if err := x.Add(ctx, r); err != nil {
+			return err
+		}
+	}
+	return ix.write(ctx, x.Changes)
+}
+
+// callText is what the text index holds of a call: its request's
+// arguments and its latest outcome's result.
 type callText struct{ args, result string }
 
 func (t callText) empty() bool { return t.args == "" && t.result == "" }
 
-// textChange is what a batch does to one call's row of the text index:
-// the row as it was before the batch (none when was is empty) and as it
-// is after.
-type textChange struct{ was, now callText }
-
-// index brings the index up to date with a batch of records just
-// inserted, in the same transaction. The text index is written last, in
-// key order: FTS5 keeps what is written to it in memory until the
-// transaction ends only while each row written has a larger rowid than
-// the one before (and a row's deletion comes right before its new
-// version); a write out of that order makes it flush what it holds to a
-// new segment first, which cost more than everything else together.
-func (ix *callIndexer) index(ctx context.Context, batch []*appendReq) error {
-	clear(ix.texts)
-	for _, req := range batch {
-		for _, r := range req.recs {
-			var err error
-			switch r.Kind {
-			case guard.KindRequest:
-				err = ix.request(ctx, r)
-			case guard.KindOutcome:
-				err = ix.outcome(ctx, r)
-			case guard.KindDecision:
-				err = ix.decision(ctx, r)
-			}
-			if err != nil {
-				return fmt.Errorf("call index: record %d: %w", r.Seq, err)
-			}
+// write writes the rows a batch changed, then their words in key order:
+// FTS5 keeps what is written to it in memory until the transaction ends
+// only while each row written has a larger rowid than the one before (and
+// a row's deletion comes right before its new version); a write out of
+// that order makes it flush what it holds to a new segment first, which
+// cost more than everything else together.
+func (ix *callIndexer) write(ctx context.Context, changes []*audit.CallChange) error {
+	for _, c := range changes {
+		if err := ix.writeRow(ctx, c); err != nil {
+			return fmt.Errorf("call index: call %s: %w", c.ID, err)
 		}
 	}
-	keys := ix.keys[:0]
-	for k := range ix.texts {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	ix.keys = keys
-	for _, k := range keys {
-		c := ix.texts[k]
-		if c.was == c.now {
+	ix.changed = append(ix.changed[:0], changes...)
+	slices.SortFunc(ix.changed, func(a, b *audit.CallChange) int { return cmp.Compare(a.K, b.K) })
+	defer clear(ix.changed)
+	for _, c := range ix.changed {
+		if !c.Words {
 			continue
 		}
-		if !c.was.empty() {
-			if _, err := ix.exec(ctx, ix.untext, k, c.was.args, c.was.result); err != nil {
+		var was callText
+		if !c.New {
+			if _, _, err := ix.query1(ctx, ix.args, c.Was.ReqSeq, c.Was.OutSeq); err != nil {
+				return fmt.Errorf("call index: text: %w", err)
+			}
+			was.args, _ = ix.row[0].(string)
+			was.result, _ = ix.row[1].(string)
+		}
+		now := was
+		if c.New {
+			now.args = c.Args
+		}
+		if c.HasResult {
+			now.result = c.Result
+		}
+		if was == now {
+			continue
+		}
+		if !was.empty() {
+			if _, err := ix.exec(ctx, ix.untext, c.K, was.args, was.result); err != nil {
 				return fmt.Errorf("call index: text: %w", err)
 			}
 		}
-		if !c.now.empty() {
-			if _, err := ix.exec(ctx, ix.text, k, c.now.args, c.now.result); err != nil {
+		if !now.empty() {
+			if _, err := ix.exec(ctx, ix.text, c.K, now.args, now.result); err != nil {
 				return fmt.Errorf("call index: text: %w", err)
 			}
 		}
 	}
-	clear(ix.texts)
 	return nil
 }
 
-func (ix *callIndexer) request(ctx context.Context, r *guard.Record) error {
-	base := keyMillis(r.Time)
-	if _, _, err := ix.query1(ctx, ix.key, base, r.CallID); err != nil {
+// writeRow inserts a new call's row, or updates what changed of one.
+func (ix *callIndexer) writeRow(ctx context.Context, c *audit.CallChange) error {
+	if c.New {
+		_, err := ix.exec(ctx, ix.ins, c.K, c.ID, c.ReqSeq, c.OutSeq, c.DecSeq, c.Server, c.Tool, c.Client, c.Session,
+			c.Decision, c.DecidedBy, c.Outcome, c.Approval, c.User, c.UserEmail)
 		return err
 	}
-	if ix.row[0] != nil {
-		return nil // a later request of a call already indexed
-	}
-	k := base
-	if last, ok := ix.row[1].(int64); ok {
-		k = last + 1
-	}
-	if k >= base+1<<keyRankBits {
-		// A millisecond with more calls than a key can rank (a clock
-		// that stood still): the call goes after every other.
-		k = ix.row[2].(int64) + 1
-	}
-	if _, err := ix.exec(ctx, ix.ins, k, r.CallID, r.Seq, r.Server, r.Tool, r.Client, r.Session,
-		r.Decision, r.DecidedBy, r.Approval, r.User, r.UserEmail); err != nil {
-		return err
-	}
-	ix.texts[k] = textChange{now: callText{args: r.Arguments}}
-	return nil
-}
-
-// indexedCall is what the ingester reads of a call's row.
-type indexedCall struct {
-	k                   int64
-	reqSeq, outSeq      any
-	decision, decidedBy string
-}
-
-// lookup reads a call's row; ok is false for a call without a request
-// record.
-func (ix *callIndexer) lookup(ctx context.Context, callID string) (c indexedCall, ok bool, err error) {
-	_, ok, err = ix.query1(ctx, ix.call, callID)
-	if !ok || err != nil {
-		return c, ok, err
-	}
-	c.k, _ = ix.row[0].(int64)
-	c.reqSeq, c.outSeq = ix.row[1], ix.row[2]
-	c.decision, _ = ix.row[3].(string)
-	c.decidedBy, _ = ix.row[4].(string)
-	return c, true, nil
-}
-
-// decide makes r the record whose decision the call shows.
-func (ix *callIndexer) decide(ctx context.Context, c indexedCall, r *guard.Record) error {
-	if r.Decision == c.decision && r.DecidedBy == c.decidedBy {
-		return nil
-	}
-	_, err := ix.exec(ctx, ix.decider, r.Decision, r.DecidedBy, c.k)
-	return err
-}
-
-func (ix *callIndexer) outcome(ctx context.Context, r *guard.Record) error {
-	ic, ok, err := ix.lookup(ctx, r.CallID)
-	if err != nil || !ok {
-		return err
-	}
-	k := ic.k
-	if _, err := ix.exec(ctx, ix.out, r.Seq, r.Outcome, r.Approval, k, r.Decision != ""); err != nil {
-		return err
-	}
-	if r.Decision != "" {
-		if err := ix.decide(ctx, ic, r); err != nil {
+	w := &c.Was
+	if c.OutSeq != w.OutSeq || c.Outcome != w.Outcome || c.Approval != w.Approval || c.DecSeq != w.DecSeq {
+		if _, err := ix.exec(ctx, ix.update, c.OutSeq, c.Outcome, c.Approval, c.DecSeq, c.K); err != nil {
 			return err
 		}
 	}
-	// The call's words are its arguments and its latest outcome's result.
-	c, seen := ix.texts[k]
-	if !seen {
-		if _, _, err := ix.query1(ctx, ix.args, ic.reqSeq, ic.outSeq); err != nil {
+	if c.Decision != w.Decision || c.DecidedBy != w.DecidedBy {
+		if _, err := ix.exec(ctx, ix.decider, c.Decision, c.DecidedBy, c.K); err != nil {
 			return err
 		}
-		c.was.args, _ = ix.row[0].(string)
-		c.was.result, _ = ix.row[1].(string)
-		c.now.args = c.was.args
 	}
-	c.now.result = r.Result
-	ix.texts[k] = c
 	return nil
-}
-
-func (ix *callIndexer) decision(ctx context.Context, r *guard.Record) error {
-	if r.Decision == "" && r.Approval == "" {
-		return nil
-	}
-	ic, ok, err := ix.lookup(ctx, r.CallID)
-	if err != nil || !ok {
-		return err
-	}
-	if r.Decision == "" {
-		_, err = ix.exec(ctx, ix.approval, r.Approval, ic.k)
-		return err
-	}
-	if _, err := ix.exec(ctx, ix.decided, r.Seq, r.Approval, ic.k); err != nil {
-		return err
-	}
-	return ix.decide(ctx, ic, r)
 }
 
 func (ix *callIndexer) bind(args []any) []driver.NamedValue {
@@ -361,7 +295,7 @@ func (db *DB) RebuildCallIndex(ctx context.Context) error {
 	if !db.writable {
 		return errReadOnly
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	return db.fillCallIndex(ctx, true)
 }
 
@@ -385,18 +319,18 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 			return nil
 		}
 	}
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
+	if db.ing.wc == nil {
 		wc, err := newWriterConn(ctx, db.aw, db.auth)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		db.wc = wc
+		db.ing.wc = wc
 	}
 	start := time.Now()
 	n := 0
-	wc := db.wc
+	wc := db.ing.wc
 	err := wc.conn.Raw(func(dc any) error {
 		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
@@ -410,7 +344,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	})
 	if err != nil {
 		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
-			db.wc = nil
+			db.ing.wc = nil
 			_ = wc.discard()
 		}
 		return fmt.Errorf("call index: %w", err)
@@ -425,7 +359,7 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 // after the latest checkpoint, from MACs' start on, whose MAC fails
 // (mac.go), which are alerted.
 func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
-	wc := db.wc
+	wc := db.ing.wc
 	ec, ok := dc.(driver.ExecerContext)
 	if !ok {
 		return 0, errors.New("the driver cannot run a statement")
@@ -459,15 +393,15 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 		return 0, err
 	}
 	defer rows.Close()
-	batch := []*appendReq{{}}
+	var recs []*guard.Record
 	n := 0
 	flush := func() error {
-		if len(batch[0].recs) == 0 {
+		if len(recs) == 0 {
 			return nil
 		}
-		n += len(batch[0].recs)
-		err := wc.ix.index(ctx, batch)
-		batch[0].recs = batch[0].recs[:0]
+		n += len(recs)
+		err := wc.ix.index(ctx, recs)
+		recs = recs[:0]
 		return err
 	}
 	for rows.Next() {
@@ -478,13 +412,13 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 			&r.Decision, &r.DecidedBy, &r.Outcome, &r.Result, &r.Approval, &r.User, &r.UserEmail, &r.ID, &r.Hash, &mac); err != nil {
 			return n, err
 		}
-		if from > 0 && r.Seq >= from && r.Seq > tail && !wc.mac.valid(r.Seq, r.Hash, mac) {
+		if from > 0 && r.Seq >= from && r.Seq > tail && !wc.mac.Valid(r.Seq, r.Hash, mac) {
 			db.auth.alert(r.Seq, r.ID, "carries no valid MAC")
 			continue
 		}
 		r.Time = parseTime(at)
-		batch[0].recs = append(batch[0].recs, &r)
-		if len(batch[0].recs) == fillBatch {
+		recs = append(recs, &r)
+		if len(recs) == fillBatch {
 			if err := flush(); err != nil {
 				return n, err
 			}

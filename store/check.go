@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -205,7 +206,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	if signed {
 		v = key.v
 	}
-	edge := &treeEdge{}
+	edge := &audit.Edge{}
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
@@ -253,7 +254,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 			if HashRecord(r) != r.Hash {
 				return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
 			}
-			if leafHash(appendCanonical(nil, r)) != leaf {
+			if audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf {
 				return "", fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 			}
 		}
@@ -283,10 +284,10 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 			proved++
 			continue
 		}
-		if r.Seq != edge.n+1 {
+		if r.Seq != edge.Size()+1 {
 			return "", fmt.Errorf("record %d (id %s) has no proof, and the records before it are not all in the export", r.Seq, r.ID)
 		}
-		if _, err := edge.append(leaf); err != nil {
+		if _, err := edge.Append(leaf); err != nil {
 			return "", err
 		}
 	}
@@ -299,12 +300,12 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 		pruned = fmt.Sprintf(" (%d of them pruned by retention: only their leaves are proved, %d matched to the retention record that names them)",
 			len(ret.pruned), ret.matched)
 	}
-	if edge.n > 0 || proved == 0 {
-		if edge.n != c.Size {
-			return "", fmt.Errorf("records without proofs must be the whole log: %d records, the checkpoint has %d", edge.n, c.Size)
+	if edge.Size() > 0 || proved == 0 {
+		if edge.Size() != c.Size {
+			return "", fmt.Errorf("records without proofs must be the whole log: %d records, the checkpoint has %d", edge.Size(), c.Size)
 		}
 		if c.Size > 0 {
-			root, err := edge.root()
+			root, err := edge.Root()
 			if err != nil {
 				return "", err
 			}
@@ -337,7 +338,7 @@ func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, p
 		return fmt.Errorf("record %d (id %s) is marked as after the checkpoint of %d records, which covers it", r.Seq, r.ID, c.Size)
 	case HashRecord(r) != r.Hash:
 		return fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
-	case leafHash(appendCanonical(nil, r)) != leaf:
+	case audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf:
 		return fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 	case prevSeq > 0 && r.Seq != prevSeq+1:
 		return fmt.Errorf("records %d to %d are not in the export: record %d (id %s) follows record %d", prevSeq+1, r.Seq-1, r.Seq, r.ID, prevSeq)

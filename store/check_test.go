@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -77,7 +78,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.writeCheckpoint(); err != nil { // over the retention record
+	if err := db.ckpt.writeCheckpoint(); err != nil { // over the retention record
 		t.Fatal(err)
 	}
 	var after strings.Builder
@@ -131,14 +132,14 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	forged := &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(d), Time: now}
 	forgeAppend(t, raw, forged)
 	if _, err := raw.Exec(`DROP TRIGGER records_mac_kept; UPDATE records SET mac = ? WHERE seq = ?`,
-		newMACer(db.auth.key).mac(forged.Seq, forged.Hash), forged.Seq); err != nil {
+		audit.NewMACer(db.auth.key).MAC(forged.Seq, forged.Hash), forged.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", "WHERE seq = 9", 1)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
@@ -164,8 +165,8 @@ func TestCheckFilesProofIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	var recs []string

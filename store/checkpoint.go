@@ -251,40 +251,40 @@ var errRewritten = errors.New("the log does not extend the last checkpoint: it w
 // one in the file beside it, keeps it in the checkpoints table, writes it
 // to the file and hands it to the witnesses. A log that does not extend
 // the last checkpoint gets no new one: the refusal is logged and counted.
-func (db *DB) writeCheckpoint() (err error) {
+func (cp *checkpointState) writeCheckpoint() (err error) {
 	// dirty is cleared before the head is read: a commit that lands
 	// meanwhile (a caller's own, in AppendAsync) sets it again, and is
 	// covered by the next checkpoint. A failure leaves it set.
-	if db.dirty.Swap(false) {
+	if cp.dirty.Swap(false) {
 		defer func() {
 			if err != nil {
-				db.dirty.Store(true)
+				cp.dirty.Store(true)
 			}
 		}()
 	}
-	path := db.opts.CheckpointPath
+	path := cp.db.opts.CheckpointPath
 	unlock, err := lockFile(path + ".lock")
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer unlock()
-	c, fresh, err := db.signCheckpoint(context.Background(), path)
+	c, fresh, err := cp.signCheckpoint(context.Background(), path)
 	if errors.Is(err, errRewritten) {
-		db.stats.refused.Add(1)
+		cp.db.stats.refused.Add(1)
 		return err
 	}
 	if err != nil || c == nil {
 		return err
 	}
-	if old, err := readCheckpointFile(path, db.signer.verifier); err != nil || old.Size < c.Size {
+	if old, err := readCheckpointFile(path, cp.db.signer.verifier); err != nil || old.Size < c.Size {
 		if err := writeFileAtomic(path, c.Note); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	db.lastCheckpoint.Store(time.Now().UnixNano())
-	db.signedSize.Store(c.Size)
-	if fresh && db.witness != nil {
-		db.witness.send(c)
+	cp.lastCheckpoint.Store(time.Now().UnixNano())
+	cp.signedSize.Store(c.Size)
+	if fresh && cp.witness != nil {
+		cp.witness.send(c)
 	}
 	return nil
 }
@@ -293,28 +293,28 @@ func (db *DB) writeCheckpoint() (err error) {
 // extend the last checkpoint stays so: that is logged as an error once,
 // and counted each time (CheckpointRefusals). A record without a valid
 // MAC stays too: it was alerted (IntegrityAlerts) when it was found.
-func (db *DB) logCheckpoint(err error) {
-	if (errors.Is(err, errRewritten) || errors.Is(err, errUnauthenticated)) && db.refusedLogged.Swap(true) {
-		db.opts.Logger.Debug("audit checkpoint refused", "err", err)
+func (cp *checkpointState) logCheckpoint(err error) {
+	if (errors.Is(err, errRewritten) || errors.Is(err, errUnauthenticated)) && cp.refusedLogged.Swap(true) {
+		cp.db.opts.Logger.Debug("audit checkpoint refused", "err", err)
 		return
 	}
-	db.opts.Logger.Error("audit checkpoint", "err", err)
+	cp.db.opts.Logger.Error("audit checkpoint", "err", err)
 }
 
 // signCheckpoint signs and keeps the checkpoint of the tree as it is, in
 // one write transaction; fresh reports that it was not kept before. It
 // returns nil when the log is empty.
-func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, fresh bool, err error) {
-	err = db.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
+func (cp *checkpointState) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, fresh bool, err error) {
+	err = cp.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
 		// What it signs is on disk first, with either durability: the
 		// ingester's commits are not synced, and a checkpoint ahead of
 		// the log after a power cut would read as a truncation for
 		// good. The write lock held here keeps new commits out until
 		// the size is read.
-		if err := db.syncFiles(); err != nil {
+		if err := cp.db.ing.syncFiles(); err != nil {
 			return false, fmt.Errorf("checkpoint: %w", err)
 		}
-		c, fresh, err = db.signIn(ctx, conn, path)
+		c, fresh, err = cp.signIn(ctx, conn, path)
 		return fresh, err
 	})
 	return c, fresh, err
@@ -324,15 +324,15 @@ func (db *DB) signCheckpoint(ctx context.Context, path string) (c *Checkpoint, f
 // connection, committed when fn says so. The writer's knowledge of the
 // chain's tail survives it (writerConn.chainTail): a checkpoint is not
 // another writer's commit.
-func (db *DB) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (err error) {
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+func (cp *checkpointState) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (err error) {
+	cp.db.ing.commitMu.Lock()
+	defer cp.db.ing.commitMu.Unlock()
+	if cp.db.ing.wc == nil {
+		if cp.db.ing.wc, err = newWriterConn(ctx, cp.db.aw, cp.db.auth); err != nil {
 			return err
 		}
 	}
-	wc := db.wc
+	wc := cp.db.ing.wc
 	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -363,7 +363,7 @@ func (db *DB) writerTx(ctx context.Context, fn func(*sql.Conn) (bool, error)) (e
 }
 
 // signIn is signCheckpoint inside the transaction on conn.
-func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Checkpoint, fresh bool, err error) {
+func (cp *checkpointState) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Checkpoint, fresh bool, err error) {
 	size, err := treeSize(ctx, conn)
 	if err != nil || size == 0 {
 		return nil, false, err
@@ -388,23 +388,23 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 	case err != nil:
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	default:
-		p, err := OpenCheckpoint([]byte(text), db.signer.verifier)
+		p, err := OpenCheckpoint([]byte(text), cp.db.signer.verifier)
 		if err != nil {
 			return nil, false, fmt.Errorf("checkpoint: the last one kept (%d records): %w", kept, err)
 		}
 		prev = append(prev, p)
 	}
-	switch p, err := readCheckpointFile(path, db.signer.verifier); {
+	switch p, err := readCheckpointFile(path, cp.db.signer.verifier); {
 	case err == nil:
 		prev = append(prev, p)
 	case !errors.Is(err, os.ErrNotExist):
-		db.opts.Logger.Warn("the checkpoint file is not one of this log's checkpoints: it is replaced", "err", err)
+		cp.db.opts.Logger.Warn("the checkpoint file is not one of this log's checkpoints: it is replaced", "err", err)
 	}
-	if p := db.lastSigned.Load(); p != nil {
+	if p := cp.lastSigned.Load(); p != nil {
 		prev = append(prev, p)
 	}
-	if db.witness != nil {
-		prev = append(prev, db.witness.latestHeld(db.signer.verifier)...)
+	if cp.witness != nil {
+		prev = append(prev, cp.witness.latestHeld(cp.db.signer.verifier)...)
 	}
 	var after int64
 	for _, p := range prev {
@@ -412,24 +412,24 @@ func (db *DB) signIn(ctx context.Context, conn *sql.Conn, path string) (c *Check
 			return nil, false, err
 		}
 		after = max(after, p.Size)
-		db.auth.learn(p)
+		cp.db.auth.learn(p)
 	}
-	from, err := db.checkTail(ctx, conn, after, size)
+	from, err := cp.checkTail(ctx, conn, after, size)
 	if err != nil {
 		return nil, false, err
 	}
-	c = &Checkpoint{Origin: db.signer.verifier.Name(), Size: size, Root: root, MACsFrom: from}
-	c.Note, err = note.Sign(&note.Note{Text: checkpointText(c.Origin, size, root, from)}, db.signer.note)
+	c = &Checkpoint{Origin: cp.db.signer.verifier.Name(), Size: size, Root: root, MACsFrom: from}
+	c.Note, err = note.Sign(&note.Note{Text: checkpointText(c.Origin, size, root, from)}, cp.db.signer.note)
 	if err != nil {
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
-	db.lastSigned.Store(c)
-	db.wc.dropOwn(size)
+	cp.lastSigned.Store(c)
+	cp.db.ing.wc.dropOwn(size)
 	if size <= kept {
 		return c, false, nil
 	}
 	if _, err := conn.ExecContext(ctx, `INSERT INTO checkpoints (size, note, time) VALUES (?, ?, ?)`,
-		size, string(c.Note), fmtTime(db.opts.Now())); err != nil {
+		size, string(c.Note), fmtTime(cp.db.opts.Now())); err != nil {
 		return nil, false, fmt.Errorf("checkpoint: %w", err)
 	}
 	return c, true, nil
@@ -489,7 +489,7 @@ func writeFileAtomic(path string, b []byte) error {
 // LatestCheckpoint is the latest checkpoint kept in the database (or, when
 // none is, the one in the file beside it), checked against the log's key.
 func (db *DB) LatestCheckpoint(ctx context.Context) (*Checkpoint, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	if db.signer == nil {
 		return nil, fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
 	}

@@ -39,19 +39,19 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 	}
 	t.Run("the same process", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "g.db")
 		db := openDB(t, path)
 		defer db.Close()
 		appendN(db, 0, 4)
-		if err := db.writeCheckpoint(); err != nil {
+		if err := db.ckpt.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
 		truncateAll(t, path)
 		appendN(db, 100, 6)
-		if err := db.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "the tree of 6 records is not consistent with the checkpoint of 4") {
+		if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "the tree of 6 records is not consistent with the checkpoint of 4") {
 			t.Fatalf("checkpoint of a new history: %v", err)
 		}
 		if db.CheckpointRefusals() == 0 {
@@ -74,7 +74,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			appendN(db, 0, 3)
-			if err := db.writeCheckpoint(); err != nil {
+			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 			appendN(db, 3, 2)
@@ -93,7 +93,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			appendN(db, 100, 7)
-			if err := db.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "the tree of 7 records is not consistent with the checkpoint of 5") {
+			if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "the tree of 7 records is not consistent with the checkpoint of 5") {
 				t.Fatalf("checkpoint of a new history: %v", err)
 			}
 			_ = db.Close() // tries again, and logs the refusal

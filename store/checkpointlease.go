@@ -19,8 +19,8 @@ const checkpointLease = "checkpoint"
 
 // checkpointLeaseTTL is how long the lease outlives its holder's last
 // renewal: a few of its turns (CheckpointEvery) at least.
-func (db *DB) checkpointLeaseTTL() time.Duration {
-	return max(3*db.opts.CheckpointEvery, 5*time.Second)
+func (cp *checkpointState) checkpointLeaseTTL() time.Duration {
+	return max(3*cp.db.opts.CheckpointEvery, 5*time.Second)
 }
 
 // checkpointTurn takes or renews the lease, and reports whether this
@@ -28,16 +28,16 @@ func (db *DB) checkpointLeaseTTL() time.Duration {
 // (busy past its timeout, an older schema) leaves the turn to the next
 // tick. The lease is written on the audit writer's connection, so that
 // the writer does not take it for another writer's commit (chainTail).
-func (db *DB) checkpointTurn(ctx context.Context) bool {
-	db.lastTurn.Store(time.Now().UnixNano())
+func (cp *checkpointState) checkpointTurn(ctx context.Context) bool {
+	cp.lastTurn.Store(time.Now().UnixNano())
 	var ok bool
-	err := db.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
+	err := cp.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
 		var err error
-		ok, err = db.leaseWith(ctx, conn, checkpointLease, db.holder, db.checkpointLeaseTTL())
+		ok, err = cp.db.leaseWith(ctx, conn, checkpointLease, cp.holder, cp.checkpointLeaseTTL())
 		return err == nil, err
 	})
 	if err != nil {
-		db.opts.Logger.Debug("audit checkpoint lease", "err", err)
+		cp.db.opts.Logger.Debug("audit checkpoint lease", "err", err)
 		return false
 	}
 	return ok
@@ -45,17 +45,17 @@ func (db *DB) checkpointTurn(ctx context.Context) bool {
 
 // othersCommitted reports whether the log holds records the last
 // checkpoint this process signed does not cover.
-func (db *DB) othersCommitted(ctx context.Context) bool {
+func (cp *checkpointState) othersCommitted(ctx context.Context) bool {
 	var n int64
-	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM records`).Scan(&n); err != nil {
+	if err := cp.db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM records`).Scan(&n); err != nil {
 		return false
 	}
-	return n > db.signedSize.Load()
+	return n > cp.signedSize.Load()
 }
 
 // releaseCheckpointTurn gives the lease up, when this process holds it.
-func (db *DB) releaseCheckpointTurn() {
-	if err := db.ReleaseLease(context.Background(), checkpointLease, db.holder); err != nil {
-		db.opts.Logger.Debug("audit checkpoint lease", "err", err)
+func (cp *checkpointState) releaseCheckpointTurn() {
+	if err := cp.db.ReleaseLease(context.Background(), checkpointLease, cp.holder); err != nil {
+		cp.db.opts.Logger.Debug("audit checkpoint lease", "err", err)
 	}
 }

@@ -24,8 +24,8 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 	a := open()
 	b := open()
 	defer b.Close()
-	if h, err := a.LeaseHolder(ctx, checkpointLease); err != nil || h != a.holder {
-		t.Fatalf("the lease is held by %q (%v), want the first process's %q", h, err, a.holder)
+	if h, err := a.LeaseHolder(ctx, checkpointLease); err != nil || h != a.ckpt.holder {
+		t.Fatalf("the lease is held by %q (%v), want the first process's %q", h, err, a.ckpt.holder)
 	}
 	kept := func() (n, size int64) {
 		t.Helper()
@@ -41,8 +41,8 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 		}
 	}
 	waitFor(t, "the holder's checkpoint of the other's records", func() bool { _, size := kept(); return size == 5 })
-	if b.signedSize.Load() != 0 {
-		t.Fatalf("the process without the lease signed a checkpoint of %d records", b.signedSize.Load())
+	if b.ckpt.signedSize.Load() != 0 {
+		t.Fatalf("the process without the lease signed a checkpoint of %d records", b.ckpt.signedSize.Load())
 	}
 	// The holder goes: its last checkpoint, and the lease is free at
 	// once; the other takes it over and signs what comes next.
@@ -54,9 +54,9 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the other process's checkpoint once the holder has gone", func() bool { return b.signedSize.Load() == 8 })
-	if h, err := b.LeaseHolder(ctx, checkpointLease); err != nil || h != b.holder {
-		t.Fatalf("the lease is held by %q (%v), want the second process's %q", h, err, b.holder)
+	waitFor(t, "the other process's checkpoint once the holder has gone", func() bool { return b.ckpt.signedSize.Load() == 8 })
+	if h, err := b.LeaseHolder(ctx, checkpointLease); err != nil || h != b.ckpt.holder {
+		t.Fatalf("the lease is held by %q (%v), want the second process's %q", h, err, b.ckpt.holder)
 	}
 	if rep, err := b.Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)

@@ -318,8 +318,8 @@ func TestCopyToPostgres(t *testing.T) {
 			t.Errorf("%s: %v", q, err)
 		}
 	}
-	dst.caughtUp(ctx)
-	if err := dst.writeCheckpoint(); err != nil {
+	dst.ing.caughtUp(ctx)
+	if err := dst.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	v, err = dst.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})

@@ -162,13 +162,13 @@ func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, 
 	rec := &guard.Record{ID: guard.NewID(), Kind: guard.KindEvent, Method: method, Reason: reason, Detail: detail,
 		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
 	rec.CallID = rec.ID
-	db.commitMu.Lock()
-	err := db.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
-	db.commitMu.Unlock()
+	db.ing.commitMu.Lock()
+	err := db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
+	db.ing.commitMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	db.dirty.Store(true)
+	db.ckpt.dirty.Store(true)
 	return rec, nil
 }
 
@@ -222,9 +222,9 @@ func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.au
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
 func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	pruned := " AND l.pruned = 0"
-	if db.noPruned {
+	if db.schema.noPruned {
 		pruned = ""
 	}
 	// The terms on kind let SQLite read the index of the records that
@@ -272,7 +272,7 @@ var ErrAcknowledged = errors.New("acknowledged already")
 func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
 	var rec *guard.Record
 	check := func(ctx context.Context) (*guard.Record, error) {
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		var method string
 		err := db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged && method != MethodJournalRefused {

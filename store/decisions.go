@@ -105,7 +105,7 @@ func (db *DB) decide(ctx context.Context, check func(ctx context.Context) (*guar
 		return fmt.Errorf("not decided: %w", err)
 	}
 	bg := context.WithoutCancel(ctx)
-	db.caughtUp(bg)
+	db.ing.caughtUp(bg)
 	ok, err := apply(bg)
 	switch {
 	case err != nil:

@@ -51,8 +51,8 @@ func heldApproval(id string) *guard.Approval {
 // verifyOK checks the chain as it stands, with a checkpoint of it.
 func verifyOK(t *testing.T, db *DB) {
 	t.Helper()
-	db.caughtUp(context.Background())
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(context.Background())
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.Verify(context.Background())
@@ -351,7 +351,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	if err := db.Append(bad); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 
 	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("approve with no audit log: %v", err)
@@ -384,7 +384,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	// Once the log takes records again, the same decision goes through,
 	// recorded once.
 	cure()
-	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
 	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatal(err)
 	}

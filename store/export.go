@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -115,7 +116,7 @@ func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
 	cells := map[string]string{"seq": strconv.FormatInt(r.Seq, 10), "time": fmtTime(r.Time),
 		"request_size": strconv.FormatInt(r.RequestSize, 10), "response_size": strconv.FormatInt(r.ResponseSize, 10),
 		"duration_ms": strconv.FormatInt(r.DurationMS, 10), "leaf_hash": leaf.String()}
-	groups := groupsText(r.UserGroups)
+	groups := audit.GroupsText(r.UserGroups)
 	for _, f := range textFields(r, &groups) {
 		if f.v == nil {
 			continue
@@ -127,11 +128,11 @@ func toRow(r *guard.Record, leaf tlog.Hash, proof tlog.RecordProof) []string {
 			b64 = append(b64, f.name)
 			s = base64.StdEncoding.EncodeToString([]byte(s))
 			if isJSONField(f.name) {
-				s = string(appendString(nil, s))
+				s = string(audit.AppendString(nil, s))
 			}
 		case isJSONField(f.name) && !verbatimJSON(s):
 			text = append(text, f.name)
-			s = string(appendString(nil, s))
+			s = string(audit.AppendString(nil, s))
 		}
 		cells[f.name] = s
 	}
@@ -166,7 +167,7 @@ func appendJSONLine(b []byte, row []string) []byte {
 		if len(b) > start {
 			b = append(b, ',')
 		}
-		b = appendString(b, c)
+		b = audit.AppendString(b, c)
 		b = append(b, ':')
 		switch {
 		case c == "seq" || c == "request_size" || c == "response_size" || c == "duration_ms" || c == "pruned":
@@ -179,11 +180,11 @@ func appendJSONLine(b []byte, row []string) []byte {
 				if j > 0 {
 					b = append(b, ',')
 				}
-				b = appendString(b, s)
+				b = audit.AppendString(b, s)
 			}
 			b = append(b, ']')
 		default:
-			b = appendString(b, v)
+			b = audit.AppendString(b, v)
 		}
 	}
 	return append(b, '}', '\n')
@@ -260,8 +261,8 @@ func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q
 		}
 		// Retention prunes only records a checkpoint covers: these have
 		// their bodies.
-		buf = appendCanonical(buf[:0], r)
-		row := toRow(r, leafHash(buf), nil)
+		buf = audit.AppendCanonical(buf[:0], r)
+		row := toRow(r, audit.LeafHash(buf), nil)
 		row[pending] = pendingCheckpoint
 		if err := write(row); err != nil {
 			return err
@@ -316,7 +317,7 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 		}
 	} else {
 		line = append(line, `{"checkpoint":`...)
-		line = appendString(line, string(c.Note))
+		line = audit.AppendString(line, string(c.Note))
 		line = fmt.Appendf(line, `,"size":%d,"complete":%t}`+"\n", c.Size, complete)
 		if _, err := w.Write(line); err != nil {
 			return err
@@ -335,14 +336,14 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 		}
 		var leaf tlog.Hash
 		if r.Pruned {
-			hs, err := hr.ReadHashes([]int64{leafIndex(r.Seq)})
+			hs, err := hr.ReadHashes([]int64{audit.LeafIndex(r.Seq)})
 			if err != nil {
 				return fmt.Errorf("record %d: %w", r.Seq, err)
 			}
 			leaf = hs[0]
 		} else {
-			buf = appendCanonical(buf[:0], r)
-			leaf = leafHash(buf)
+			buf = audit.AppendCanonical(buf[:0], r)
+			leaf = audit.LeafHash(buf)
 		}
 		var proof tlog.RecordProof
 		if !complete {
@@ -446,7 +447,7 @@ func fromRow(cell func(string) string) (r *guard.Record, leaf tlog.Hash, proof t
 		}
 		*f.v = s
 	}
-	r.UserGroups = parseGroups(groups)
+	r.UserGroups = audit.ParseGroups(groups)
 	unchained := cell("pending") == pendingJournal
 	for _, n := range []struct {
 		name string
@@ -598,7 +599,7 @@ func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
 		if f.seq > c.Size {
 			return nil, fmt.Errorf("prove: record %d (id %s) is not yet in a checkpoint (the latest covers %d records): try again once one is written", f.seq, f.id, c.Size)
 		}
-		hs, err := hr.ReadHashes([]int64{leafIndex(f.seq)})
+		hs, err := hr.ReadHashes([]int64{audit.LeafIndex(f.seq)})
 		if err != nil {
 			return nil, fmt.Errorf("prove: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 )
 
@@ -248,8 +249,8 @@ func appendFrameFields(b []byte, r *guard.Record, extra int) (_ []byte, start in
 	// the frame of the release before and reads as before.
 	var ext []*string
 	switch {
-	case hasUser(r):
-		groups := groupsText(r.UserGroups)
+	case audit.HasUser(r):
+		groups := audit.GroupsText(r.UserGroups)
 		ext = frameExt(r, &groups)
 	case r.Approval != "":
 		ext = frameExt(r, nil)[:1]
@@ -357,7 +358,7 @@ func decodeFields(body []byte) (*guard.Record, error) {
 		*f = string(body[k : k+int(l)])
 		body = body[k+int(l):]
 	}
-	r.UserGroups = parseGroups(groups)
+	r.UserGroups = audit.ParseGroups(groups)
 	r.Time = time.UnixMilli(nums[0]).UTC()
 	r.RequestSize, r.ResponseSize, r.DurationMS = nums[1], nums[2], nums[3]
 	return r, nil
@@ -500,21 +501,21 @@ func segments(dir string) ([]string, error) {
 // could not take them), in order and chained, skipping those already
 // there, and removes the journals. A journal still locked belongs to a
 // live process.
-func (db *DB) recoverJournals(ctx context.Context) error {
-	files, err := segments(journalsDir(db.opts.Path))
+func (in *ingestion) recoverJournals(ctx context.Context) error {
+	files, err := segments(journalsDir(in.db.opts.Path))
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, path := range files {
-		n, err := db.recoverJournal(ctx, path)
+		n, err := in.recoverJournal(ctx, path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
-			db.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
+			in.unmoved[path] = time.Now() // said once: recoverOrphans waits before it tries again
 			continue
 		}
 		if n > 0 {
-			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", path, "records", n)
+			in.db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", path, "records", n)
 		}
 	}
 	return errors.Join(errs...)
@@ -529,35 +530,35 @@ const orphanRetry = time.Minute
 // CheckpointEvery), so that what they acknowledged reaches the chain
 // without waiting for the next writable open; a journal it could not move
 // in is tried again after orphanRetry, and said once in the log.
-func (db *DB) recoverOrphans() {
-	if db.pg {
+func (in *ingestion) recoverOrphans() {
+	if in.db.pg {
 		return
 	}
-	files, _ := segments(journalsDir(db.opts.Path))
+	files, _ := segments(journalsDir(in.db.opts.Path))
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
-		last, failed := db.unmoved[p]
+		in.jmu.Lock()
+		own := in.own[p]
+		in.jmu.Unlock()
+		last, failed := in.unmoved[p]
 		if own || failed && time.Since(last) < orphanRetry {
 			continue
 		}
-		n, err := db.recoverJournal(context.Background(), p)
+		n, err := in.recoverJournal(context.Background(), p)
 		if err != nil {
 			if !failed {
-				db.opts.Logger.Error("records of a journal left by a process that stopped could not be moved into the database; tried again in a minute", "journal", p, "err", err)
+				in.db.opts.Logger.Error("records of a journal left by a process that stopped could not be moved into the database; tried again in a minute", "journal", p, "err", err)
 			}
-			db.unmoved[p] = time.Now()
+			in.unmoved[p] = time.Now()
 			continue
 		}
-		delete(db.unmoved, p)
+		delete(in.unmoved, p)
 		if n > 0 {
-			db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", p, "records", n)
+			in.db.opts.Logger.Info("records of a journal left by a process that stopped moved into the database", "journal", p, "records", n)
 		}
 	}
 }
 
-func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
+func (in *ingestion) recoverJournal(ctx context.Context, path string) (int, error) {
 	f, err := filelock.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return 0, nil // removed meanwhile by its owner
@@ -573,7 +574,7 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	}
 	// A key of another log would refuse every frame of a genuine journal
 	// as forged: the journal waits for a process with this log's key.
-	key, err := db.journalKey(ctx)
+	key, err := in.db.journalKey(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -589,12 +590,12 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	from, err := db.auth.macsFrom(ctx, db.w)
+	from, err := in.db.auth.macsFrom(ctx, in.db.w)
 	if err != nil {
 		return 0, err
 	}
 	recs := sc.records()
-	held, err := heldAlready(ctx, db.w, recs)
+	held, err := heldAlready(ctx, in.db.w, recs)
 	if err != nil {
 		return 0, err
 	}
@@ -610,32 +611,32 @@ func (db *DB) recoverJournal(ctx context.Context, path string) (int, error) {
 	for rest := fresh; len(rest) > 0; {
 		k := min(len(rest), maxBatch)
 		batch := []*appendReq{{recs: rest[:k]}}
-		db.commitMu.Lock()
-		err := db.commitRetrying(batch)
-		db.commitMu.Unlock()
+		in.commitMu.Lock()
+		err := in.commitRetrying(batch)
+		in.commitMu.Unlock()
 		if err != nil {
 			return 0, err
 		}
-		db.dirty.Store(true)
+		in.db.ckpt.dirty.Store(true)
 		rest = rest[k:]
 	}
 	aside := ""
 	if refused.any() {
 		aside = path + damagedSuffix
-		if err := db.recordRefusal(ctx, path, aside, sc, refused, len(fresh)); err != nil {
+		if err := in.db.recordRefusal(ctx, path, aside, sc, refused, len(fresh)); err != nil {
 			return 0, err
 		}
 	}
 	if len(sc.damage) > 0 && !refused.whole() {
 		aside = path + damagedSuffix
-		if err := db.recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
+		if err := in.db.recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
 			return 0, err
 		}
 	}
-	if db.fsync {
+	if in.fsync {
 		// The records are durable in the database before the journal
 		// that held them goes (the ingester's commits are not synced).
-		if err := db.syncFiles(); err != nil {
+		if err := in.syncFiles(); err != nil {
 			return 0, err
 		}
 	}

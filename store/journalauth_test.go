@@ -36,7 +36,7 @@ func TestJournalFramesCarryTheirMACs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(db.seg.path)
+	b, err := os.ReadFile(db.ing.seg.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,8 +312,8 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("calls alice approved: %v", ids)
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = db.Verify(ctx)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/guard-mcp/guard/internal/filelock"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/guard-mcp/guard/audit"
 )
 
 // Earlier versions of guard made records durable in a per-process journal
@@ -103,30 +105,30 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		var edge *treeEdge
+		var edge *audit.Edge
 		if size == seq {
-			if edge, err = loadEdge(size, sqlHashReader(ctx, conn)); err != nil {
+			if edge, err = audit.LoadEdge(size, sqlHashReader(ctx, conn)); err != nil {
 				return 0, err
 			}
 		}
 		var buf []byte
-		m := newMACer(db.auth.key)
+		m := audit.NewMACer(db.auth.key)
 		for _, r := range recs {
 			seq++
 			r.Seq, r.PrevHash = seq, prev
-			r.Hash, buf = hashRecord(buf, r)
+			r.Hash, buf = audit.HashInto(buf, r)
 			prev = r.Hash
 			if _, err := conn.ExecContext(ctx, insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session,
 				r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups), m.mac(r.Seq, r.Hash)); err != nil {
+				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups), m.MAC(r.Seq, r.Hash)); err != nil {
 				return 0, fmt.Errorf("insert record: %w", err)
 			}
 			if edge == nil {
 				continue
 			}
-			first := tlog.StoredHashIndex(0, edge.n)
-			hs, err := edge.append(leafHash(buf))
+			first := tlog.StoredHashIndex(0, edge.Size())
+			hs, err := edge.Append(audit.LeafHash(buf))
 			if err != nil {
 				return 0, err
 			}
@@ -148,7 +150,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 		return 0, err
 	}
 	if n > 0 {
-		db.dirty.Store(true)
+		db.ckpt.dirty.Store(true)
 	}
 	// With durability normal the commit is not yet on disk: a full WAL
 	// checkpoint (which syncs) comes before the journal goes. When it

@@ -3,13 +3,9 @@ package store
 import (
 	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -19,6 +15,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -62,59 +59,6 @@ const selectMACsFrom = `SELECT seq FROM records WHERE kind = 'lifecycle' AND dec
 
 // macMigration is the migration that adds the records' mac column.
 const macMigration = 21
-
-// macer makes and checks records' MACs under one key; it is not safe for
-// concurrent use (the writer, a checkpoint and a verification each have
-// their own).
-type macer struct {
-	h   hash.Hash
-	buf []byte
-}
-
-// newMACer returns a macer for key, or nil without one.
-func newMACer(key []byte) *macer {
-	if key == nil {
-		return nil
-	}
-	return &macer{h: hmac.New(sha256.New, key)}
-}
-
-// sum appends the MAC of record seq with chain hash h to dst.
-func (m *macer) sum(dst []byte, seq int64, h string) []byte {
-	m.buf = strconv.AppendInt(m.buf[:0], seq, 10)
-	m.buf = append(m.buf, ' ')
-	m.buf = append(m.buf, h...)
-	m.h.Reset()
-	m.h.Write(m.buf)
-	return m.h.Sum(dst)
-}
-
-// mac is a new record's MAC.
-func (m *macer) mac(seq int64, h string) []byte {
-	return m.sum(make([]byte, 0, sha256.Size), seq, h)
-}
-
-// valid reports whether mac is record seq's MAC for chain hash h.
-func (m *macer) valid(seq int64, h string, mac []byte) bool {
-	var b [sha256.Size]byte
-	return len(mac) == sha256.Size && hmac.Equal(m.sum(b[:0], seq, h), mac)
-}
-
-// check says what is wrong with a record read back from the table, whose
-// canonical form is canonical ("" when nothing is): its hash must be that
-// of its contents, and its MAC that of its seq and hash.
-func (m *macer) check(r *guard.Record, canonical []byte, mac []byte) string {
-	sum := sha256.Sum256(canonical)
-	switch {
-	case hex.EncodeToString(sum[:]) != r.Hash:
-		return "does not match its hash"
-	case len(mac) == 0:
-		return "carries no MAC"
-	case !m.valid(r.Seq, r.Hash, mac):
-		return "carries a MAC that does not verify"
-	}
-	return ""
-}
 
 // tailAuth is what a DB knows of its log's MACs, shared by its writer, its
 // checkpoints and its call index.
@@ -199,16 +143,16 @@ func (a *tailAuth) learn(c *Checkpoint) {
 // an earlier release writes to the database too): it has them from its
 // first record. Otherwise it was written by an earlier release: its MACs
 // start once startMACs appends their record. It only reads.
-func (db *DB) initMACs(ctx context.Context) error {
-	empty, err := db.learnMACs(ctx)
-	if err != nil || db.auth.from.Load() > 0 || !empty {
+func (cp *checkpointState) initMACs(ctx context.Context) error {
+	empty, err := cp.learnMACs(ctx)
+	if err != nil || cp.db.auth.from.Load() > 0 || !empty {
 		return err
 	}
-	why, err := db.macsWait(ctx)
+	why, err := cp.macsWait(ctx)
 	if err != nil || why != "" {
 		return err // startMACs says what they wait for
 	}
-	db.auth.start(1)
+	cp.db.auth.start(1)
 	return nil
 }
 
@@ -219,21 +163,21 @@ func (db *DB) initMACs(ctx context.Context) error {
 // process of this release wrote it, and has not yet signed a
 // checkpoint): then it has them from its first record. It reports whether
 // the log has no record. The caller holds the key (db.signer).
-func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
-	a := db.auth
-	if _, err := a.macsFrom(ctx, db.r); err != nil {
+func (cp *checkpointState) learnMACs(ctx context.Context) (empty bool, err error) {
+	a := cp.db.auth
+	if _, err := a.macsFrom(ctx, cp.db.r); err != nil {
 		return false, err
 	}
-	c, err := latestSigned(ctx, db.r, db.signer.verifier)
+	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.verifier)
 	if err != nil {
 		return false, err
 	}
 	a.learn(c)
-	if c, err := readCheckpointFile(db.opts.CheckpointPath, db.signer.verifier); err == nil {
+	if c, err := readCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.verifier); err == nil {
 		a.learn(c)
 	}
-	if db.witness != nil {
-		for _, c := range db.witness.latestHeld(db.signer.verifier) {
+	if cp.witness != nil {
+		for _, c := range cp.witness.latestHeld(cp.db.signer.verifier) {
 			a.learn(c)
 		}
 	}
@@ -243,9 +187,9 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	var seq int64
 	var h string
 	var mac []byte
-	err = db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
+	err = cp.db.r.QueryRowContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq LIMIT 1`).Scan(&seq, &h, &mac)
 	switch {
-	case err == nil && newMACer(a.key).valid(seq, h, mac):
+	case err == nil && audit.NewMACer(a.key).Valid(seq, h, mac):
 		a.start(1)
 		return false, nil
 	case err == nil:
@@ -256,30 +200,23 @@ func (db *DB) learnMACs(ctx context.Context) (empty bool, err error) {
 	return false, fmt.Errorf("records: %w", err)
 }
 
-// macsStartText is the reason and the detail of the LifecycleMACs record
-// at seq.
-func macsStartText(seq int64) (reason, detail string) {
-	return fmt.Sprintf("MACs from seq %d: this record and every one after it carry a MAC under a key derived from the checkpoint key", seq),
-		fmt.Sprintf(`{"macs_from":%d}`, seq)
-}
-
 // startMACs appends the LifecycleMACs record when the log has none yet
 // and nothing written by an earlier release is still to come; the caller
 // holds the checkpoint lease, so that replicas do not each append one.
-func (db *DB) startMACs(ctx context.Context) {
-	a := db.auth
+func (cp *checkpointState) startMACs(ctx context.Context) {
+	a := cp.db.auth
 	if a.key == nil || a.from.Load() > 0 {
 		return
 	}
-	if s, err := a.macsFrom(ctx, db.r); err != nil || s > 0 {
+	if s, err := a.macsFrom(ctx, cp.db.r); err != nil || s > 0 {
 		if err != nil {
-			db.opts.Logger.Warn("audit MACs", "err", err)
+			cp.db.opts.Logger.Warn("audit MACs", "err", err)
 		}
 		return
 	}
-	why, err := db.macsWait(ctx)
+	why, err := cp.macsWait(ctx)
 	if err != nil {
-		db.opts.Logger.Warn("audit MACs", "err", err)
+		cp.db.opts.Logger.Warn("audit MACs", "err", err)
 		return
 	}
 	a.mu.Lock()
@@ -288,35 +225,35 @@ func (db *DB) startMACs(ctx context.Context) {
 	a.mu.Unlock()
 	if why != "" {
 		if why != said {
-			db.opts.Logger.Warn("audit records carry MACs, but they are required only once every process writing to the database runs this release", "waiting_for", why)
+			cp.db.opts.Logger.Warn("audit records carry MACs, but they are required only once every process writing to the database runs this release", "waiting_for", why)
 		}
 		return
 	}
 	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
-		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+		Time: cp.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
-	db.commitMu.Lock()
-	err = db.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
-	db.commitMu.Unlock()
+	cp.db.ing.commitMu.Lock()
+	err = cp.db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{r}, macStart: true}})
+	cp.db.ing.commitMu.Unlock()
 	if err != nil {
-		db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
+		cp.db.opts.Logger.Error("audit MACs: the record they start at could not be written; the next checkpoint tries again", "err", err)
 		return
 	}
 	a.from.CompareAndSwap(0, r.Seq)
-	db.dirty.Store(true)
-	db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
+	cp.dirty.Store(true)
+	cp.db.opts.Logger.Info("audit records carry MACs: every record from this one on must carry a valid MAC", "seq", r.Seq)
 }
 
 // macsWait says what MACs wait for before they start, or "": processes
 // of an earlier release still beating on the database (their rows in
 // replicas do not say macs), which write records without MACs.
-func (db *DB) macsWait(ctx context.Context) (string, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT host, pid, process, seen, lapse_ms FROM replicas WHERE macs = 0`)
+func (cp *checkpointState) macsWait(ctx context.Context) (string, error) {
+	rows, err := cp.db.r.QueryContext(ctx, `SELECT host, pid, process, seen, lapse_ms FROM replicas WHERE macs = 0`)
 	if err != nil {
 		return "", fmt.Errorf("replicas: %w", err)
 	}
 	defer rows.Close()
-	now := db.opts.Now()
+	now := cp.db.opts.Now()
 	for rows.Next() {
 		var r Replica
 		var seen string
@@ -371,15 +308,15 @@ const tailChunk = 4096
 // signature over them.
 //
 // It returns where MACs start, for the checkpoint to say (0: not yet).
-func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) (int64, error) {
-	a := db.auth
+func (cp *checkpointState) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) (int64, error) {
+	a := cp.db.auth
 	from, err := a.macsFrom(ctx, conn)
 	if err != nil || from == 0 || a.key == nil {
 		return from, err
 	}
-	t := &tailCheck{db: db, conn: conn, m: newMACer(a.key)}
-	if db.wc != nil {
-		t.own = db.wc.own
+	t := &tailCheck{db: cp.db, conn: conn, m: audit.NewMACer(a.key)}
+	if cp.db.ing.wc != nil {
+		t.own = cp.db.ing.wc.own
 	}
 	for lo := max(after, from-1); lo < size; lo += tailChunk {
 		hi := min(lo+tailChunk, size)
@@ -413,7 +350,7 @@ func (db *DB) checkTail(ctx context.Context, conn *sql.Conn, after, size int64) 
 type tailCheck struct {
 	db   *DB
 	conn *sql.Conn
-	m    *macer
+	m    *audit.MACer
 	own  []ownRun
 	buf  []byte
 }
@@ -446,9 +383,9 @@ func (t *tailCheck) others(ctx context.Context, first, last int64, leaves map[in
 		if err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		t.buf = appendCanonical(t.buf[:0], r)
-		why := t.m.check(r, t.buf, mac)
-		if l, ok := leaves[r.Seq]; why == "" && (!ok || l != leafHash(t.buf)) {
+		t.buf = audit.AppendCanonical(t.buf[:0], r)
+		why := t.m.Check(r, t.buf, mac)
+		if l, ok := leaves[r.Seq]; why == "" && (!ok || l != audit.LeafHash(t.buf)) {
 			why = "is not the record its leaf in the tree stands for"
 		}
 		if why == "" && r.Seq != want {
@@ -507,7 +444,7 @@ func (wc *writerConn) dropOwn(size int64) {
 // storedLeaves reads the stored leaf hashes of records first to last, by
 // seq.
 func storedLeaves(ctx context.Context, q sqlQueryer, first, last int64) (map[int64]tlog.Hash, error) {
-	rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes WHERE idx >= ? AND idx <= ?`, leafIndex(first), leafIndex(last))
+	rows, err := q.QueryContext(ctx, `SELECT idx, hash FROM tree_hashes WHERE idx >= ? AND idx <= ?`, audit.LeafIndex(first), audit.LeafIndex(last))
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
@@ -535,7 +472,7 @@ var selectRecordMAC = strings.Replace(selectRecord, " FROM records", ", mac FROM
 // column, and no record of it carries a MAC.
 func (db *DB) selectRecordsMAC() string {
 	mac := ", mac FROM records"
-	if db.noMAC {
+	if db.schema.noMAC {
 		mac = ", NULL AS mac FROM records"
 	}
 	return strings.Replace(db.selectRecords(), " FROM records", mac, 1)

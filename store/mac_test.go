@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // dropMACColumns is the SQL that takes an SQLite database opened with
@@ -199,8 +200,8 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
-		err = db.writeCheckpoint()
+		db.ing.caughtUp(ctx)
+		err = db.ckpt.writeCheckpoint()
 		if tree && !errors.Is(err, errUnauthenticated) {
 			t.Fatalf("a checkpoint over the forged record and its leaf: %v, want it refused", err)
 		}
@@ -245,12 +246,12 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	from, err := db.auth.macsFrom(ctx, db.r)
 	if err != nil || from != 1 {
 		t.Fatalf("MACs from %d (%v), want 1: a new log has them from its first record", from, err)
 	}
-	m := newMACer(db.signer.derive("guard: the audit records' MACs"))
+	m := audit.NewMACer(db.signer.derive("guard: the audit records' MACs"))
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 		if err := rows.Scan(&seq, &h, &mac); err != nil {
 			t.Fatal(err)
 		}
-		if !m.valid(seq, h, mac) {
+		if !m.Valid(seq, h, mac) {
 			t.Errorf("record %d: MAC %x does not verify", seq, mac)
 		}
 		n++
@@ -275,7 +276,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if seq, _ := macsStart(t, db); seq != 0 {
 		t.Fatalf("a new log has a record MACs start at (%d): they start at its first record, as its checkpoints say", seq)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	c, err := db.LatestCheckpoint(ctx)
@@ -311,8 +312,8 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 		t.Fatalf("MACs start at record %d (%q), want a record after the release before's 14 saying so", seq, reason)
 	}
 	heldCall(t, db, "held-2")
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := db.LatestCheckpoint(ctx); err != nil || c.MACsFrom != 15 {
@@ -365,17 +366,17 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	db.startMACs(ctx)
+	db.ckpt.startMACs(ctx)
 	if seq, _ := macsStart(t, db); seq != 0 {
 		t.Fatalf("MACs start at record %d while a process of the release before writes", seq)
 	}
 	old.exec(t, `DELETE FROM replicas WHERE id = 'old'`)
-	db.caughtUp(ctx)
-	db.startMACs(ctx)
+	db.ing.caughtUp(ctx)
+	db.ckpt.startMACs(ctx)
 	if seq, reason := macsStart(t, db); seq != 2 || !strings.HasPrefix(reason, "MACs from seq 2:") {
 		t.Fatalf("MACs start at record %d (%q) once it is gone, want 2", seq, reason)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx); err != nil || !rep.OK {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -21,20 +22,20 @@ import (
 // checkpoint the walk matched that it could not check are the
 // unauthenticated tail.
 type macWalk struct {
-	m        *macer // nil: the verifier holds only the public key
-	from     int64  // where MACs start (0: not known yet)
-	tail     int64  // the size of the latest checkpoint signed by the key verify trusts
-	covered  int64  // the size of the last checkpoint matched
-	unauth   int64  // records after covered whose MAC was not checked
-	disabled bool   // the database has no mac column: a schema before MACs
-	treeless bool   // the stored tree ended after the last checkpoint
+	m        *audit.MACer // nil: the verifier holds only the public key
+	from     int64        // where MACs start (0: not known yet)
+	tail     int64        // the size of the latest checkpoint signed by the key verify trusts
+	covered  int64        // the size of the last checkpoint matched
+	unauth   int64        // records after covered whose MAC was not checked
+	disabled bool         // the database has no mac column: a schema before MACs
+	treeless bool         // the stored tree ended after the last checkpoint
 }
 
 // newMACWalk prepares verify's MAC checks: where the checkpoints signed
 // by v, the key verify trusts (the latest kept in the database, and the
 // others verify checks), say MACs start, and where the tail begins.
 func (db *DB) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) (*macWalk, error) {
-	w := &macWalk{m: db.verifyMACer(v), disabled: db.noMAC}
+	w := &macWalk{m: db.verifyMACer(v), disabled: db.schema.noMAC}
 	if v == nil {
 		return w, nil // nothing to trust: verify says so
 	}
@@ -60,12 +61,12 @@ func (db *DB) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) 
 
 // verifyMACer is the macer verify checks MACs with: the MAC key of the
 // log's key file, when v, the key verify trusts, is that file's.
-func (db *DB) verifyMACer(v note.Verifier) *macer {
+func (db *DB) verifyMACer(v note.Verifier) *audit.MACer {
 	if v == nil || db.signer == nil || db.auth.key == nil ||
 		v.KeyHash() != db.signer.verifier.KeyHash() || v.Name() != db.signer.verifier.Name() {
 		return nil // none, or a pinned key that is not this key file's
 	}
-	return newMACer(db.auth.key)
+	return audit.NewMACer(db.auth.key)
 }
 
 // record checks one record, whose hash and link the walk checked; it
@@ -84,7 +85,7 @@ func (w *macWalk) record(r *guard.Record, mac []byte) string {
 	if w.disabled || len(mac) == 0 {
 		return fmt.Sprintf("record %d (id %s) carries no MAC: MACs start at record %d, so it was not written by guard (which holds the checkpoint key)", r.Seq, r.ID, w.from)
 	}
-	if !w.m.valid(r.Seq, r.Hash, mac) {
+	if !w.m.Valid(r.Seq, r.Hash, mac) {
 		return fmt.Sprintf("record %d (id %s) carries a MAC that does not verify: it was not written by guard (which holds the checkpoint key), or its MAC was changed", r.Seq, r.ID)
 	}
 	return ""

@@ -67,11 +67,11 @@ type doubt struct {
 
 // holdInDoubt keeps a batch whose commit is in doubt for settleDoubts. batch is
 // the ingester's (reused after ingest returns).
-func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
+func (in *ingestion) holdInDoubt(batch []*appendReq, e *inDoubt) {
 	err := fmt.Errorf("audit commit: %w", e.err)
-	db.noteWrite(err)
-	if db.failure.Swap(&err) == nil {
-		db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
+	in.noteWrite(err)
+	if in.failure.Swap(&err) == nil {
+		in.db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
 	}
 	d := &doubt{seq: e.seq, id: e.id, err: err, until: time.Now().Add(doubtWait)}
 	for _, r := range batch {
@@ -81,29 +81,29 @@ func (db *DB) holdInDoubt(batch []*appendReq, e *inDoubt) {
 			d.waiting = append(d.waiting, r)
 		}
 	}
-	db.opts.Logger.Warn("audit commit in doubt: its callers wait until the database tells whether it was committed",
+	in.db.opts.Logger.Warn("audit commit in doubt: its callers wait until the database tells whether it was committed",
 		"seq", e.seq, "appends", len(batch), "err", e.err)
-	db.doubts = append(db.doubts, d)
+	in.doubts = append(in.doubts, d)
 }
 
 // settleDoubts asks the database about the batches in doubt, oldest
 // first, and answers or refuses their appends. With final (the store
 // closes) it asks once and refuses whatever is still unknown.
-func (db *DB) settleDoubts(final bool) {
-	if len(db.doubts) == 0 || (!final && time.Since(db.doubtAsked) < doubtRecheck) {
+func (in *ingestion) settleDoubts(final bool) {
+	if len(in.doubts) == 0 || (!final && time.Since(in.doubtAsked) < doubtRecheck) {
 		return
 	}
-	db.doubtAsked = time.Now()
+	in.doubtAsked = time.Now()
 	reachable := true
-	kept := db.doubts[:0]
-	for _, d := range db.doubts {
+	kept := in.doubts[:0]
+	for _, d := range in.doubts {
 		committed, known := false, false
 		if reachable {
 			var err error
-			committed, err = db.committedAt(d.seq, d.id)
+			committed, err = in.committedAt(d.seq, d.id)
 			if err != nil {
 				reachable = false // the others wait for the next round
-				db.opts.Logger.Debug("audit commit still in doubt", "seq", d.seq, "err", err)
+				in.db.opts.Logger.Debug("audit commit still in doubt", "seq", d.seq, "err", err)
 			} else {
 				known = true
 			}
@@ -113,14 +113,14 @@ func (db *DB) settleDoubts(final bool) {
 			if !committed {
 				err = d.err
 			}
-			db.reply(d.waiting, err)
-			db.reply(d.fixes, err)
+			in.reply(d.waiting, err)
+			in.reply(d.fixes, err)
 			if committed {
-				db.opts.Logger.Info("audit commit that was in doubt is in the database", "seq", d.seq)
-				db.correct(d.refused)
+				in.db.opts.Logger.Info("audit commit that was in doubt is in the database", "seq", d.seq)
+				in.correct(d.refused)
 			} else {
-				db.opts.Logger.Info("audit commit that was in doubt is not in the database", "seq", d.seq)
-				db.retryFixes(d.fixes)
+				in.db.opts.Logger.Info("audit commit that was in doubt is not in the database", "seq", d.seq)
+				in.retryFixes(d.fixes)
 			}
 			continue
 		}
@@ -128,16 +128,16 @@ func (db *DB) settleDoubts(final bool) {
 			for _, r := range d.waiting {
 				d.refused = append(d.refused, r.recs...)
 			}
-			db.reply(d.waiting, fmt.Errorf("its commit could not be confirmed: %w", d.err))
+			in.reply(d.waiting, fmt.Errorf("its commit could not be confirmed: %w", d.err))
 			d.waiting = nil
 		}
 		kept = append(kept, d)
 	}
-	clear(db.doubts[len(kept):])
-	db.doubts = kept
-	if final && len(db.doubts) > 0 {
-		for _, d := range db.doubts {
-			db.opts.Logger.Error("audit commit still in doubt at close: its callers were refused, and the log may hold its records",
+	clear(in.doubts[len(kept):])
+	in.doubts = kept
+	if final && len(in.doubts) > 0 {
+		for _, d := range in.doubts {
+			in.db.opts.Logger.Error("audit commit still in doubt at close: its callers were refused, and the log may hold its records",
 				"seq", d.seq, "records", len(d.refused))
 		}
 	}
@@ -145,10 +145,10 @@ func (db *DB) settleDoubts(final bool) {
 
 // committedAt reports whether record id is at seq in the chain, asked
 // under the audit lock, once every transaction that held it has ended.
-func (db *DB) committedAt(seq int64, id string) (bool, error) {
+func (in *ingestion) committedAt(seq int64, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), doubtAsk)
 	defer cancel()
-	tx, err := db.aw.BeginTx(ctx, nil)
+	tx, err := in.db.aw.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("begin: %w", err)
 	}
@@ -167,31 +167,31 @@ func (db *DB) committedAt(seq int64, id string) (bool, error) {
 }
 
 // reply answers appends held in doubt.
-func (db *DB) reply(batch []*appendReq, err error) {
+func (in *ingestion) reply(batch []*appendReq, err error) {
 	if len(batch) == 0 {
 		return
 	}
-	db.noteWrite(err)
+	in.noteWrite(err)
 	for _, r := range batch {
-		db.stats.backlog.Add(-int64(len(r.recs)))
-		db.stats.latency.Observe(time.Since(r.start).Seconds())
+		in.db.stats.backlog.Add(-int64(len(r.recs)))
+		in.db.stats.latency.Observe(time.Since(r.start).Seconds())
 		if err != nil {
 			r.done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		} else {
 			r.done <- nil
 		}
 	}
-	db.settled.Add(int64(len(batch)))
-	db.progressed()
+	in.settled.Add(int64(len(batch)))
+	in.progressed()
 }
 
 // correct queues an unconfirmed event for each record whose caller was
 // refused although it is committed, ahead of what is pending.
-func (db *DB) correct(recs []*guard.Record) {
+func (in *ingestion) correct(recs []*guard.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	now := db.opts.Now().UTC().Truncate(time.Millisecond)
+	now := in.db.opts.Now().UTC().Truncate(time.Millisecond)
 	fixes := make([]*guard.Record, 0, len(recs))
 	for _, r := range recs {
 		detail, _ := json.Marshal(map[string]any{
@@ -207,24 +207,24 @@ func (db *DB) correct(recs []*guard.Record) {
 			Detail: string(detail),
 		})
 	}
-	db.opts.Logger.Warn("audit records were committed although their callers were refused; the log records that", "records", len(recs))
-	db.retryFixes([]*appendReq{{recs: fixes, done: make(chan error, 1), start: time.Now(), fix: true}})
+	in.db.opts.Logger.Warn("audit records were committed although their callers were refused; the log records that", "records", len(recs))
+	in.retryFixes([]*appendReq{{recs: fixes, done: make(chan error, 1), start: time.Now(), fix: true}})
 }
 
 // retryFixes puts corrections back ahead of what is pending.
-func (db *DB) retryFixes(fixes []*appendReq) {
+func (in *ingestion) retryFixes(fixes []*appendReq) {
 	if len(fixes) == 0 {
 		return
 	}
-	db.jmu.Lock()
+	in.jmu.Lock()
 	for _, f := range fixes {
 		f.done = make(chan error, 1)
-		db.stats.add(len(f.recs))
-		db.appended++
+		in.db.stats.add(len(f.recs))
+		in.appended++
 	}
-	db.pend = append(append(make([]*appendReq, 0, len(fixes)+len(db.pend)), fixes...), db.pend...)
-	db.jmu.Unlock()
-	signal(db.urgent)
+	in.pend = append(append(make([]*appendReq, 0, len(fixes)+len(in.pend)), fixes...), in.pend...)
+	in.jmu.Unlock()
+	signal(in.urgent)
 }
 
 // doubtful reports whether err leaves a commit in doubt.

@@ -244,9 +244,9 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 	timeout := time.After(30 * time.Second)
 	var u map[string]string
 	for {
-		db.progMu.Lock()
-		next := db.progress // closed after the next batch
-		db.progMu.Unlock()
+		db.ing.progMu.Lock()
+		next := db.ing.progress // closed after the next batch
+		db.ing.progMu.Unlock()
 		if u = unconfirmed(t, db); len(u) > 0 {
 			break
 		}

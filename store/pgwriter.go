@@ -1,13 +1,14 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/mod/sumdb/tlog"
 )
 
 // On PostgreSQL an append is acknowledged once its records are committed
@@ -22,46 +23,46 @@ import (
 
 // appendCommitted hands an append to the ingester; req.done is answered
 // once its batch is committed or has failed.
-func (db *DB) appendCommitted(req *appendReq) {
-	db.jmu.Lock()
-	for waited := false; db.stats.backlog.Load() >= maxBacklog; {
+func (in *ingestion) appendCommitted(req *appendReq) {
+	in.jmu.Lock()
+	for waited := false; in.db.stats.backlog.Load() >= maxBacklog; {
 		if !waited {
 			waited = true
-			db.stats.waits.Add(1)
+			in.db.stats.waits.Add(1)
 		}
-		db.room.Wait()
+		in.room.Wait()
 	}
-	db.pend = append(db.pend, req)
-	db.appended++
-	n := len(db.pend)
-	db.stats.add(len(req.recs))
-	db.jmu.Unlock()
+	in.pend = append(in.pend, req)
+	in.appended++
+	n := len(in.pend)
+	in.db.stats.add(len(req.recs))
+	in.jmu.Unlock()
 	switch {
 	case n >= lingerAppends:
-		signal(db.urgent)
+		signal(in.urgent)
 	case n == 1:
-		signal(db.work)
+		signal(in.work)
 	}
 }
 
 // answer ends a batch on PostgreSQL: each append learns whether its
 // records were committed. n is the batch's records.
-func (db *DB) answer(batch []*appendReq, n int, err error) error {
+func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
-		if db.failure.Swap(&err) == nil {
-			db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "records", n, "err", err)
+		if in.failure.Swap(&err) == nil {
+			in.db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "records", n, "err", err)
 		}
 	} else {
-		if db.failure.Swap(nil) != nil {
-			db.opts.Logger.Info("audit records are committed to the database again")
+		if in.failure.Swap(nil) != nil {
+			in.db.opts.Logger.Info("audit records are committed to the database again")
 		}
 		if n > 0 {
-			db.dirty.Store(true)
-			db.stats.batches.Observe(float64(n))
+			in.db.ckpt.dirty.Store(true)
+			in.db.stats.batches.Observe(float64(n))
 		}
 	}
-	db.reply(batch, err)
+	in.reply(batch, err)
 	if err != nil {
 		var fixes []*appendReq
 		for _, r := range batch {
@@ -69,7 +70,7 @@ func (db *DB) answer(batch []*appendReq, n int, err error) error {
 				fixes = append(fixes, r)
 			}
 		}
-		db.retryFixes(fixes)
+		in.retryFixes(fixes)
 	}
 	return err
 }
@@ -126,90 +127,35 @@ var pgInsertWords = `INSERT INTO call_text (k, words)
  FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
  WHERE (q.arguments <> '' OR coalesce(o.result, '') <> '')`
 
-// pgCall is a row of the call index as the batch leaves it.
-type pgCall struct {
-	k                                int64
-	callID                           string
-	reqSeq, outSeq, decSeq           int64
-	server, tool, client, session    string
-	decision, decidedBy, outcome, ap string
-	user, userEmail                  string
-	dirty, words                     bool // to be written; its words to be made again
+// pgCalls is what step 1 read of the call index for a batch: every row
+// of its calls and the keys around its new calls' milliseconds.
+type pgCalls struct {
+	rows map[string]audit.Call
+	next map[int64]int64 // key base → the key after the largest in its range
+	last int64
 }
 
-// pgBatchIndex works out the call index's rows for one batch.
-type pgBatchIndex struct {
-	calls    map[string]*pgCall
-	rangeMax map[int64]int64 // key base → the largest key in its range (0: none)
-	maxK     int64
-	order    []*pgCall // dirty rows, in the order they were first touched
+var _ audit.CallReader = (*pgCalls)(nil)
+
+// Call returns a row read in step 1.
+func (p *pgCalls) Call(_ context.Context, id string) (audit.Call, bool, error) {
+	c, ok := p.rows[id]
+	return c, ok, nil
 }
 
-func (x *pgBatchIndex) touch(c *pgCall) {
-	if !c.dirty {
-		c.dirty = true
-		x.order = append(x.order, c)
+// Keys returns the keys read in step 1.
+func (p *pgCalls) Keys(_ context.Context, base int64) (next, last int64, err error) {
+	next, ok := p.next[base]
+	if !ok {
+		return 0, 0, fmt.Errorf("the keys of %d were not read", base)
 	}
-}
-
-// add applies one record, as callIndexer's request, outcome and decision
-// do.
-func (x *pgBatchIndex) add(r *guard.Record) {
-	switch r.Kind {
-	case guard.KindRequest:
-		if x.calls[r.CallID] != nil {
-			return // a later request of a call already indexed
-		}
-		base := keyMillis(r.Time)
-		k := base
-		if last := x.rangeMax[base]; last != 0 {
-			k = last + 1
-		}
-		if k >= base+1<<keyRankBits {
-			k = x.maxK + 1 // a millisecond with more calls than a key can rank
-		}
-		c := &pgCall{k: k, callID: r.CallID, reqSeq: r.Seq, decSeq: r.Seq, server: r.Server, tool: r.Tool, client: r.Client,
-			session: r.Session, decision: r.Decision, decidedBy: r.DecidedBy, ap: r.Approval, user: r.User, userEmail: r.UserEmail,
-			words: true}
-		x.calls[r.CallID] = c
-		for b, m := range x.rangeMax {
-			if k >= b && k < b+1<<keyRankBits && k > m {
-				x.rangeMax[b] = k
-			}
-		}
-		x.maxK = max(x.maxK, k)
-		x.touch(c)
-	case guard.KindOutcome:
-		c := x.calls[r.CallID]
-		if c == nil {
-			return
-		}
-		c.outSeq, c.outcome, c.words = r.Seq, r.Outcome, true
-		if r.Approval != "" {
-			c.ap = r.Approval
-		}
-		if r.Decision != "" {
-			c.decSeq, c.decision, c.decidedBy = r.Seq, r.Decision, r.DecidedBy
-		}
-		x.touch(c)
-	case guard.KindDecision:
-		c := x.calls[r.CallID]
-		if c == nil || (r.Decision == "" && r.Approval == "") {
-			return
-		}
-		if r.Approval != "" {
-			c.ap = r.Approval
-		}
-		if r.Decision != "" {
-			c.decSeq, c.decision, c.decidedBy = r.Seq, r.Decision, r.DecidedBy
-		}
-		x.touch(c)
-	}
+	return next, p.last, nil
 }
 
 // writePG appends the batch's records to the chain and commits them with
-// their tree and call index (see above). dc is the driver's connection.
-func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) error {
+// their tree and call index (see above): audit.Batch works out the rows,
+// sent at once. dc is the driver's connection.
+func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (err error) {
 	conn := dc.(*pgConn).Conn.Conn()
 	var ids []string
 	var bases []int64
@@ -217,7 +163,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 	for _, req := range batch {
 		for _, r := range req.recs {
 			ids = append(ids, r.CallID)
-			if b := keyMillis(r.Time); r.Kind == guard.KindRequest && !seen[b] {
+			if b := audit.KeyMillis(r.Time); r.Kind == guard.KindRequest && !seen[b] {
 				seen[b] = true
 				bases = append(bases, b)
 			}
@@ -234,8 +180,8 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 	res := conn.SendBatch(ctx, b)
 	var seq int64
 	var prev string
-	x := &pgBatchIndex{calls: map[string]*pgCall{}, rangeMax: map[int64]int64{}}
-	err := func() error {
+	calls := &pgCalls{rows: map[string]audit.Call{}, next: map[int64]int64{}}
+	err = func() error {
 		for range 2 {
 			if _, err := res.Exec(); err != nil {
 				return fmt.Errorf("begin: %w", err)
@@ -249,13 +195,13 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 			return fmt.Errorf("call index: %w", err)
 		}
 		for rows.Next() {
-			c := &pgCall{}
-			if err := rows.Scan(&c.k, &c.callID, &c.reqSeq, &c.outSeq, &c.decSeq, &c.server, &c.tool, &c.client, &c.session,
-				&c.decision, &c.decidedBy, &c.outcome, &c.ap, &c.user, &c.userEmail); err != nil {
+			var c audit.Call
+			if err := rows.Scan(&c.K, &c.ID, &c.ReqSeq, &c.OutSeq, &c.DecSeq, &c.Server, &c.Tool, &c.Client, &c.Session,
+				&c.Decision, &c.DecidedBy, &c.Outcome, &c.Approval, &c.User, &c.UserEmail); err != nil {
 				rows.Close()
 				return fmt.Errorf("call index: %w", err)
 			}
-			x.calls[c.callID] = c
+			calls.rows[c.ID] = c
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -271,16 +217,16 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 				rows.Close()
 				return fmt.Errorf("call index: %w", err)
 			}
-			x.rangeMax[base] = 0
+			calls.next[base] = base
 			if m != nil {
-				x.rangeMax[base] = *m
+				calls.next[base] = *m + 1
 			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		return res.QueryRow().Scan(&x.maxK)
+		return res.QueryRow().Scan(&calls.last)
 	}()
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("begin: %w", cerr)
@@ -289,10 +235,15 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 		return err
 	}
 	// 2. The tree's edge, read again only when someone else appended.
-	edge := wc.edge
-	wc.edge = nil
-	wc.treeHashes = wc.treeHashes[:0] // left by a transaction that failed
-	if !wc.known || seq != wc.tailSeq || prev != wc.tailHash || edge == nil || edge.n != seq {
+	edge := wc.tree.Edge
+	wc.tree.Edge = nil
+	wc.tree.Written() // left by a transaction that failed
+	defer func() {
+		if err != nil {
+			wc.tree.Edge = nil // it holds leaves that were not committed
+		}
+	}()
+	if !wc.known || seq != wc.tailSeq || prev != wc.tailHash || edge == nil || edge.Size() != seq {
 		wc.tailReads++
 		if edge, err = wc.loadTree(ctx, seq); err != nil {
 			return err
@@ -304,55 +255,46 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 		}
 	}
 	wc.known = false // until this transaction commits
+	wc.tree.Edge = edge
 	// 3. Write and commit.
 	n := 0
 	for _, req := range batch {
 		n += len(req.recs)
 	}
 	cols := newRecordColumns(n)
-	var idx []int64
-	var hashes [][]byte
-	tree := edge.n == seq // else it stops before a record whose MAC fails (see write)
-	run := ownRun{first: seq + 1}
+	ab := wc.batch
+	ab.Begin(seq, prev, &wc.tree, calls)
+	defer ab.End()
 	for _, req := range batch {
 		for _, r := range req.recs {
-			seq++
-			wc.chain(r, req.macStart, seq, prev)
-			prev = r.Hash
-			cols.add(r, wc.mac.mac(seq, r.Hash))
-			x.add(r)
-			if !tree {
-				continue
-			}
-			first := tlog.StoredHashIndex(0, edge.n)
-			hs, err := edge.append(leafHash(wc.buf))
+			mac, err := ab.Add(ctx, r, req.macStart)
 			if err != nil {
 				return err
 			}
-			for i, h := range hs {
-				idx = append(idx, first+int64(i))
-				hashes = append(hashes, h[:])
-			}
-			run.leaves = append(run.leaves, hs[0])
+			cols.add(r, bytes.Clone(mac))
 		}
 	}
-	if cap(wc.buf) > maxHashBuf {
-		wc.buf = nil
+	idx := make([]int64, len(wc.tree.Hashes))
+	hashes := make([][]byte, len(wc.tree.Hashes))
+	for i := range wc.tree.Hashes {
+		idx[i], hashes[i] = wc.tree.First+int64(i), wc.tree.Hashes[i][:]
 	}
-	calls := newCallColumns(len(x.order))
+	changes := ab.Calls.Changes
+	rows := newCallColumns(len(changes))
 	var words []int64
-	for _, c := range x.order {
-		calls.add(c)
-		if c.words {
-			words = append(words, c.k)
+	for _, c := range changes {
+		rows.add(&c.Call)
+		if c.Words {
+			words = append(words, c.K)
 		}
 	}
 	b = &pgx.Batch{}
 	b.Queue(pgInsertRecs, cols.args()...)
 	b.Queue(pgInsertTree, idx, hashes)
-	b.Queue(pgUpsertCalls, calls.args()...)
+	b.Queue(pgUpsertCalls, rows.args()...)
 	b.Queue(pgUpsertWords, words)
 	b.Queue("COMMIT")
+	wc.tree.Edge = nil
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if len(cols.seq) == 0 {
 			return fmt.Errorf("commit: %w", err)
@@ -361,9 +303,11 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) e
 		first := cols.text[0][0]
 		return &inDoubt{seq: cols.seq[0], id: first, err: fmt.Errorf("commit: %w", err)}
 	}
-	wc.known, wc.tailSeq, wc.tailHash = true, seq, prev
-	wc.edge = edge
-	wc.noteOwn(run)
+	wc.tree.Written()
+	last, hash := ab.Tail()
+	wc.known, wc.tailSeq, wc.tailHash = true, last, hash
+	wc.tree.Edge = edge
+	wc.noteOwn(ownRun{first: seq + 1, leaves: ab.Leaves})
 	return nil
 }
 
@@ -391,7 +335,7 @@ func (c *recordColumns) add(r *guard.Record, mac []byte) {
 	c.dur = append(c.dur, r.DurationMS)
 	for i, s := range [25]string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
-		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups)} {
 		c.text[i] = append(c.text[i], s)
 	}
 }
@@ -417,13 +361,13 @@ func newCallColumns(n int) *callColumns {
 	return c
 }
 
-func (c *callColumns) add(r *pgCall) {
-	c.k = append(c.k, r.k)
-	c.req = append(c.req, r.reqSeq)
-	c.out = append(c.out, r.outSeq)
-	c.dec = append(c.dec, r.decSeq)
-	for i, s := range [11]string{r.callID, r.server, r.tool, r.client, r.session, r.decision, r.decidedBy, r.outcome, r.ap,
-		r.user, r.userEmail} {
+func (c *callColumns) add(r *audit.Call) {
+	c.k = append(c.k, r.K)
+	c.req = append(c.req, r.ReqSeq)
+	c.out = append(c.out, r.OutSeq)
+	c.dec = append(c.dec, r.DecSeq)
+	for i, s := range [11]string{r.ID, r.Server, r.Tool, r.Client, r.Session, r.Decision, r.DecidedBy, r.Outcome, r.Approval,
+		r.User, r.UserEmail} {
 		c.text[i] = append(c.text[i], s)
 	}
 }

@@ -101,7 +101,7 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	appended := callIndexRows(t, db)
 	if len(appended) != 32 { // every call but the 8 with no request
 		t.Fatalf("%d rows in the call index, want 32:\n%v", len(appended), appended)
@@ -200,7 +200,7 @@ func TestPostgresDownFailsClosedAndRecovers(t *testing.T) {
 	until("appends after the outage", func() bool { return len(acked) >= before+50 })
 	close(stop)
 	wg.Wait()
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	var n int
 	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE id = ANY(?)`, acked).Scan(&n); err != nil {
 		t.Fatal(err)

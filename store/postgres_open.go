@@ -55,26 +55,29 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		w:        openPool(cfg, lockState, sqls),
 		r:        openReaders(cfg, sqls),
 		writable: true,
-		stop:     make(chan struct{}),
-		closed:   make(chan struct{}),
-		synced:   make(chan struct{}),
-		work:     make(chan struct{}, 1),
-		urgent:   make(chan struct{}, 1),
-		syncWork: make(chan struct{}, 1),
-		progress: make(chan struct{}),
 		stats:    newAuditStats(),
-		own:      map[string]bool{},
 		deciding: make(chan struct{}, 1),
 		auth:     newTailAuth(nil, opts.Logger),
+		ing: ingestion{
+			stop:     make(chan struct{}),
+			closed:   make(chan struct{}),
+			synced:   make(chan struct{}),
+			work:     make(chan struct{}, 1),
+			urgent:   make(chan struct{}, 1),
+			syncWork: make(chan struct{}, 1),
+			progress: make(chan struct{}),
+			own:      map[string]bool{},
+		},
 	}
+	db.ing.db, db.ckpt.db = db, db
 	db.aw.SetMaxOpenConns(2)
 	db.w.SetMaxOpenConns(8)
 	db.r.SetMaxOpenConns(8)
-	db.room = sync.NewCond(&db.jmu)
-	close(db.synced) // no journal to sync
+	db.ing.room = sync.NewCond(&db.ing.jmu)
+	close(db.ing.synced) // no journal to sync
 	fail := func(err error) (*DB, error) {
-		if db.witness != nil {
-			db.witness.close()
+		if db.ckpt.witness != nil {
+			db.ckpt.witness.close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
@@ -90,17 +93,17 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
 	if len(opts.Witnesses) > 0 {
-		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
-	if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+	if db.ing.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
 		return fail(err)
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return fail(err)
 	}
-	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+	if err := db.ing.commitRetrying(nil); errors.Is(err, errTreeAhead) {
 		opts.Logger.Error("audit log", "err", err)
 	} else if err != nil {
 		return fail(err)
@@ -108,15 +111,15 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
-	db.holder = guard.NewID()
-	if db.checkpointTurn(ctx) {
-		db.startMACs(ctx)
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	db.ckpt.holder = guard.NewID()
+	if db.ckpt.checkpointTurn(ctx) {
+		db.ckpt.startMACs(ctx)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
+			db.ckpt.logCheckpoint(err)
 		}
 	}
 	db.listen = startListener(cfg, opts.Logger)
-	go db.ingester()
+	go db.ing.ingester()
 	return db, nil
 }
 
@@ -156,10 +159,12 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
-	return &DB{opts: opts, pg: true, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
-		noRules: v.Int64 < approvalRulesMigration,
-		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
-		noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}, nil
+	db := &DB{opts: opts, pg: true, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
+		schema: schemaGaps{noRules: v.Int64 < approvalRulesMigration,
+			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
+			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
+	db.ing.db, db.ckpt.db = db, db
+	return db, nil
 }
 
 // pgFiles checks that a PostgreSQL database's options name its
@@ -374,11 +379,11 @@ func (db *DB) noteNewerSchema(ctx context.Context, latest int64) {
 	if err := db.r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil || v.Int64 <= latest {
 		return
 	}
-	db.newerSchema = v.Int64
+	db.schema.newerSchema = v.Int64
 	db.opts.Logger.Warn("the database's schema is newer than this guard's: another replica runs a newer release; this one goes on with the schema of the release before, and should be upgraded too",
 		"schema", v.Int64, "this_release", latest)
 }
 
 // NewerSchema is the database's schema version when it is newer than this
 // guard's (a replica not yet upgraded), else 0.
-func (db *DB) NewerSchema() int64 { return db.newerSchema }
+func (db *DB) NewerSchema() int64 { return db.schema.newerSchema }

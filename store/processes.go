@@ -54,7 +54,7 @@ func (r Replica) String() string {
 // unbroken for DefaultLapse. The name says which process it was, as its
 // row last did.
 func (db *DB) GoneProcesses(ctx context.Context) (map[string]string, error) {
-	if db.noProcess {
+	if db.schema.noProcess {
 		return nil, nil // no approval names a process
 	}
 	rows, err := db.r.QueryContext(ctx, `SELECT DISTINCT process FROM approvals WHERE state = 'pending' AND process <> ''`)

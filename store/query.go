@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // Filter selects invocations for Query; each field set must match.
@@ -282,10 +283,10 @@ func queryTextFor(f Filter, pg bool, users []string) (string, []any, error) {
 		from = "call_index c"
 	}
 	if !f.Since.IsZero() {
-		where, args = append(where, key+" >= ?"), append(args, keyMillis(f.Since))
+		where, args = append(where, key+" >= ?"), append(args, audit.KeyMillis(f.Since))
 	}
 	if !f.Until.IsZero() {
-		where, args = append(where, key+" < ?"), append(args, keyMillis(f.Until)+1<<keyRankBits)
+		where, args = append(where, key+" < ?"), append(args, audit.KeyMillis(f.Until)+1<<audit.KeyRankBits)
 	}
 	if f.Before != 0 {
 		where, args = append(where, key+" < ?"), append(args, f.Before)
@@ -369,7 +370,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	ov, err := db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
@@ -384,7 +385,7 @@ func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 // queryCalls is Query of the calls in the database alone, once it has
 // caught up.
 func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) error {
-	if db.noUser && f.User != "" {
+	if db.schema.noUser && f.User != "" {
 		return nil // a log of the release before names no user
 	}
 	users := userColumns
@@ -398,7 +399,7 @@ func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) er
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	if db.noUser {
+	if db.schema.noUser {
 		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
 	}
 	rows, err := db.r.QueryContext(ctx, q, args...)
@@ -415,7 +416,7 @@ func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) er
 			&c.RequestSize, &c.ResponseSize, &c.DurationMS, &c.Detail, &c.Hash, &c.Key, &c.User, &c.UserEmail, &groups); err != nil {
 			return fmt.Errorf("query: %w", err)
 		}
-		c.UserGroups = parseGroups(groups)
+		c.UserGroups = audit.ParseGroups(groups)
 		if c.UserGroups == nil {
 			c.UserGroups = []string{} // an empty array, not null, in JSON
 		}
@@ -502,7 +503,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if err := db.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	ov, err := db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
@@ -518,7 +519,7 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 // it has caught up.
 func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
-	if !db.noPruned {
+	if !db.schema.noPruned {
 		where = append(where, "pruned = 0") // their bodies are in retention's archives
 	}
 	args := []any{kind}
@@ -542,7 +543,7 @@ func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		where, args = append(where, "approval IN ("+paramMarks(len(approvals))+")"), appendArgs(args, approvals)
 	}
 	if f.User != "" {
-		if db.noUser {
+		if db.schema.noUser {
 			return nil // a log of the release before names no user
 		}
 		where, args = append(where, "(user_subject = ? OR user_email = ?)"), append(args, f.User, f.User)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // sampleCall is one call of queryLog, with what the query should show.
@@ -361,7 +362,7 @@ func TestTheCallIndexIsMadeAgainFromTheRecords(t *testing.T) {
 	}
 	snapshot := func(db *DB) (rows []string, texts map[string][]string) {
 		t.Helper()
-		db.caughtUp(ctx)
+		db.ing.caughtUp(ctx)
 		r, err := db.r.QueryContext(ctx, `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session,
 			decision, decided_by, outcome, approval FROM call_index ORDER BY k`)
 		if err != nil {
@@ -507,7 +508,7 @@ func TestAFullMillisecondDoesNotStopTheIngester(t *testing.T) {
 	}
 	db.Close()
 	raw := rawDB(t, path)
-	full := keyMillis(at) + 1<<keyRankBits - 1
+	full := audit.KeyMillis(at) + 1<<audit.KeyRankBits - 1
 	if _, err := raw.Exec(`INSERT INTO call_index (k, call_id, req_seq, dec_seq) VALUES (?, 'filler', 1, 1)`, full); err != nil {
 		t.Fatal(err)
 	}

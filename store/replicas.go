@@ -137,7 +137,7 @@ func (db *DB) Replicas(ctx context.Context, since time.Time) ([]Replica, error) 
 // they started.
 func (db *DB) replicas(ctx context.Context, where string, args ...any) ([]Replica, error) {
 	cols := "awake_since, lapse_ms"
-	if db.noProcess {
+	if db.schema.noProcess {
 		cols = "'', 0"
 	}
 	rows, err := db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen, `+cols+`

@@ -141,7 +141,7 @@ type ToolChange struct {
 // Activity reads what the audit log says about the period [since, until]
 // (a zero since: from the start; a zero until: to the end).
 func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	a := &Activity{Since: since, Until: until}
 	lo, hi := fmtTime(since), fmtTime(until)
 	if until.IsZero() {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -95,7 +96,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 	if o.Batch <= 0 {
 		o.Batch = 20000
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	var kept int
 	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
@@ -187,7 +188,7 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	// The record is in the database before any body leaves it: Verify
 	// never sees a pruned record that no retention record names.
 	bg := context.WithoutCancel(ctx)
-	db.caughtUp(bg)
+	db.ing.caughtUp(bg)
 	var n int
 	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+db.indexedBy("records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
@@ -631,7 +632,7 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 func keptLine(b []byte, r *guard.Record) []byte {
 	b = strconv.AppendInt(append(b, '['), r.Seq, 10)
 	for _, s := range []string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Hash} {
-		b = appendString(append(b, ','), s)
+		b = audit.AppendString(append(b, ','), s)
 	}
 	return append(b, ']', '\n')
 }
@@ -726,7 +727,7 @@ type retentionCheck struct {
 
 func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
 	c := &retentionCheck{db: db, v: v, runs: map[int64]*retentionRun{}}
-	if db.noPruned {
+	if db.schema.noPruned {
 		return c, nil
 	}
 	return c, c.load(ctx)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -52,14 +53,14 @@ func retentionLog(t *testing.T, path string, now *time.Time, old, young int) *DB
 			t.Fatal(err)
 		}
 		if i%2 == 1 { // a series of checkpoints, each of which must still verify
-			db.caughtUp(context.Background())
-			if err := db.writeCheckpoint(); err != nil {
+			db.ing.caughtUp(context.Background())
+			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	db.caughtUp(context.Background())
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(context.Background())
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	*now = retentionStart.Add(501 * 24 * time.Hour)
@@ -183,7 +184,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	}
 	// A checkpoint signed after the pruning extends the old one, and a
 	// whole export with the pruned records still checks.
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
@@ -232,8 +233,8 @@ func TestPruneByWholeCalls(t *testing.T) {
 		VALUES ('ap-3', 'files', 'write_file', '{}', 'd', 'pending', ?, ?, 'call-3')`, fmtTime(retentionStart), fmtTime(now)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, Batch: 3})
@@ -261,7 +262,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 	if _, err := db.w.Exec(`UPDATE approvals SET state = 'denied' WHERE id = 'ap-3'`); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.writeCheckpoint(); err != nil {
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(500 * 24 * time.Hour)
@@ -455,8 +456,8 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	if err := db.Append(late); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(30 * time.Minute)
@@ -676,7 +677,7 @@ func forgeRecord(t *testing.T, raw rawLog, r *guard.Record) {
 	if _, err := raw.Exec(insertRecord, r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
 		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
 		r.RequestSize, r.ResponseSize, r.DurationMS, r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail,
-		groupsText(r.UserGroups), nil); err != nil {
+		audit.GroupsText(r.UserGroups), nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -685,7 +686,7 @@ func forgeRecord(t *testing.T, raw rawLog, r *guard.Record) {
 // and the tree hashes it completes.
 func forgeLeaf(t *testing.T, raw rawLog, r *guard.Record) {
 	t.Helper()
-	hs, err := tlog.StoredHashes(r.Seq-1, appendCanonical(nil, r), sqlHashReader(context.Background(), raw))
+	hs, err := tlog.StoredHashes(r.Seq-1, audit.AppendCanonical(nil, r), sqlHashReader(context.Background(), raw))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,10 @@
 // held calls, tool reviews and configuration changes as they commit
 // (LISTEN/NOTIFY, notify.go), where processes sharing an SQLite file read
 // it again every few milliseconds.
+//
+// What a batch of records becomes (their chain hashes, MACs, Merkle tree
+// hashes and call index rows) is worked out by package audit, the same
+// for both engines; each engine only writes it (writer.go, pgwriter.go).
 package store
 
 import (
@@ -30,6 +34,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/migrations"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -108,25 +113,26 @@ type DB struct {
 	// lockWaiters counts the decisions waiting for their turn.
 	deciding    chan struct{}
 	lockWaiters atomic.Int32
-	// newerSchema is the database's schema version when a newer release
-	// migrated it (noteNewerSchema), else 0.
-	newerSchema int64
-	writable    bool          // false when read-only: appends are refused
-	noPruned    bool          // read-only, before the retention migration: records have no pruned column
-	noRules     bool          // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
-	noScope     bool          // read-only, before the approval scope migration: approvals have no scope
-	noProcess   bool          // read-only, before the process migration: approvals name no process
-	noVia       bool          // read-only, before the required_via migration: approvals require no way of verifying
-	noUser      bool          // read-only, before the user migration: records and calls have no user columns
-	closeMu     sync.RWMutex  // held by AppendAsync while it appends
-	closing     bool          // set by Close: appends are refused
-	stop        chan struct{} // closed by Close: the ingester and syncer finish
-	closed      chan struct{} // the ingester has ended
-	synced      chan struct{} // the syncer has ended (durability full)
+	writable    bool // false when read-only: appends are refused
 	once        sync.Once
 	stats       *auditStats
 	auth        *tailAuth // the records' MACs (mac.go)
-	noMAC       bool      // read-only, before the MAC migration: records have no mac column
+
+	ing    ingestion       // the journal and the ingester (writer.go, journal.go)
+	ckpt   checkpointState // this process's checkpoints (checkpoint.go)
+	schema schemaGaps      // what a read-only open found missing
+}
+
+// ingestion is how appends reach the audit log: the journal in front of
+// SQLite, the pending appends, and the ingester that commits them in
+// batches.
+type ingestion struct {
+	db      *DB           // the database the appends go to
+	closeMu sync.RWMutex  // held by AppendAsync while it appends
+	closing bool          // set by Close: appends are refused
+	stop    chan struct{} // closed by Close: the ingester and syncer finish
+	closed  chan struct{} // the ingester has ended
+	synced  chan struct{} // the syncer has ended (durability full)
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
@@ -159,7 +165,11 @@ type DB struct {
 	commitMu sync.Mutex
 	fsync    bool        // durability full: the journal is fsync'd, and the database's files before a journal goes
 	wc       *writerConn // the ingester's connection and statements; nil after a failure until the next batch
+}
 
+// checkpointState is what this process knows of the log's signed checkpoints.
+type checkpointState struct {
+	db             *DB          // the database whose log they sign
 	holder         string       // this process's name for the leases it takes
 	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
 	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
@@ -173,16 +183,23 @@ type DB struct {
 	lastSigned atomic.Pointer[Checkpoint]
 }
 
-// timeLayout is how times are stored: RFC 3339, UTC, milliseconds; it
-// sorts as text.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(timeLayout)
+// schemaGaps are the columns and the migrations a database opened
+// read-only lacks, or the newer schema it has.
+type schemaGaps struct {
+	// newerSchema is the database's schema version when a newer release
+	// migrated it (noteNewerSchema), else 0.
+	newerSchema int64
+	noPruned    bool // read-only, before the retention migration: records have no pruned column
+	noRules     bool // read-only, before the approval rules migration: approvals have no caller, approvers nor reviews
+	noScope     bool // read-only, before the approval scope migration: approvals have no scope
+	noProcess   bool // read-only, before the process migration: approvals name no process
+	noVia       bool // read-only, before the required_via migration: approvals require no way of verifying
+	noUser      bool // read-only, before the user migration: records and calls have no user columns
+	noMAC       bool // read-only, before the MAC migration: records have no mac column
 }
+
+// fmtTime is how times are stored (audit.FormatTime).
+func fmtTime(t time.Time) string { return audit.FormatTime(t) }
 
 func parseTime(s string) time.Time {
 	if s == "" {
@@ -259,7 +276,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	// The ingester's commits are not fsync'd: the journal holds the
 	// durable copy of their records until the database's files are
 	// synced, before a segment is removed (DB.rotate).
-	aw, err := sql.Open("sqlite", dsn("NORMAL"))
+	awSync := "NORMAL"
+	if sqliteDirect {
+		awSync = syncMode // no journal: the commit is what is durable
+	}
+	aw, err := sql.Open("sqlite", dsn(awSync))
 	if err != nil {
 		w.Close()
 		r.Close()
@@ -274,23 +295,26 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		w:        w,
 		r:        r,
 		writable: true,
-		fsync:    opts.Durability == "full",
-		stop:     make(chan struct{}),
-		closed:   make(chan struct{}),
-		synced:   make(chan struct{}),
-		work:     make(chan struct{}, 1),
-		urgent:   make(chan struct{}, 1),
-		syncWork: make(chan struct{}, 1),
-		progress: make(chan struct{}),
 		stats:    newAuditStats(),
-		unmoved:  map[string]time.Time{},
 		auth:     newTailAuth(nil, opts.Logger),
+		ing: ingestion{
+			fsync:    opts.Durability == "full",
+			stop:     make(chan struct{}),
+			closed:   make(chan struct{}),
+			synced:   make(chan struct{}),
+			work:     make(chan struct{}, 1),
+			urgent:   make(chan struct{}, 1),
+			syncWork: make(chan struct{}, 1),
+			progress: make(chan struct{}),
+			unmoved:  map[string]time.Time{},
+		},
 	}
-	db.room = sync.NewCond(&db.jmu)
-	db.frames.New = func() any { return new(appendFrames) }
+	db.ing.db, db.ckpt.db = db, db
+	db.ing.room = sync.NewCond(&db.ing.jmu)
+	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
-		if db.witness != nil {
-			db.witness.close()
+		if db.ckpt.witness != nil {
+			db.ckpt.witness.close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
@@ -301,25 +325,25 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
-	db.jmac = newFrameMACer(db.auth.jkey)
+	db.ing.jmac = newFrameMACer(db.auth.jkey)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
 	db.noteNewerSchema(ctx, latestMigration())
 	if len(opts.Witnesses) > 0 {
-		if db.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
-	if db.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
+	if db.ing.wc, err = newWriterConn(ctx, aw, db.auth); err != nil {
 		return fail(err)
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return fail(err)
 	}
 	// The tree over records an earlier version appended is built now
 	// (a transaction that appends nothing), not in the first call's.
-	if err := db.commitRetrying(nil); errors.Is(err, errTreeAhead) {
+	if err := db.ing.commitRetrying(nil); errors.Is(err, errTreeAhead) {
 		// Records were removed from the log's end: appends are refused
 		// (the ingester fails the same way) and verify says why.
 		opts.Logger.Error("audit log", "err", err)
@@ -338,29 +362,29 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := os.MkdirAll(journalsDir(opts.Path), 0o700); err != nil {
 		return fail(fmt.Errorf("journal: %w", err))
 	}
-	if err := db.recoverJournals(ctx); err != nil {
+	if err := db.ing.recoverJournals(ctx); err != nil {
 		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
 	}
-	if db.seg, err = newSegment(journalsDir(opts.Path), db.fsync); err != nil {
+	if db.ing.seg, err = newSegment(journalsDir(opts.Path), db.ing.fsync); err != nil {
 		return fail(err)
 	}
-	db.segs = []*segment{db.seg}
-	db.own = map[string]bool{db.seg.path: true}
+	db.ing.segs = []*segment{db.ing.seg}
+	db.ing.own = map[string]bool{db.ing.seg.path: true}
 	// A checkpoint of the log as it is (the file may be older, or of an
 	// earlier version's form), by the process whose turn it is; nothing
 	// is kept twice.
-	db.holder = guard.NewID()
-	if db.checkpointTurn(ctx) {
-		db.startMACs(ctx)
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	db.ckpt.holder = guard.NewID()
+	if db.ckpt.checkpointTurn(ctx) {
+		db.ckpt.startMACs(ctx)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
+			db.ckpt.logCheckpoint(err)
 		}
 	}
-	go db.ingester()
-	if db.fsync {
-		go db.syncer()
+	go db.ing.ingester()
+	if db.ing.fsync {
+		go db.ing.syncer()
 	} else {
-		close(db.synced)
+		close(db.ing.synced)
 	}
 	return db, nil
 }
@@ -486,13 +510,13 @@ func (db *DB) Close() error {
 	var err error
 	db.once.Do(func() {
 		if db.writable {
-			db.closeMu.Lock()
-			db.closing = true
-			db.closeMu.Unlock()
-			close(db.stop)
-			<-db.closed
-			if db.witness != nil {
-				db.witness.close()
+			db.ing.closeMu.Lock()
+			db.ing.closing = true
+			db.ing.closeMu.Unlock()
+			close(db.ing.stop)
+			<-db.ing.closed
+			if db.ckpt.witness != nil {
+				db.ckpt.witness.close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
@@ -518,8 +542,8 @@ func (db *DB) closeAll() error {
 	if db.w != nil {
 		errs = append(errs, db.w.Close())
 	}
-	if db.wc != nil {
-		errs = append(errs, db.wc.close())
+	if db.ing.wc != nil {
+		errs = append(errs, db.ing.wc.close())
 	}
 	if db.aw != nil {
 		errs = append(errs, db.aw.Close())
@@ -602,10 +626,12 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, signer: sg, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
-		noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
-		noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
-		noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}, nil
+	db := &DB{opts: opts, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
+		schema: schemaGaps{noPruned: v.Int64 < retentionMigration, noRules: v.Int64 < approvalRulesMigration,
+			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration,
+			noUser: v.Int64 < userMigration, noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
+	db.ing.db, db.ckpt.db = db, db
+	return db, nil
 }
 
 // openEmpty stands for a database that does not exist yet: one in memory,
@@ -626,7 +652,9 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &DB{opts: opts, w: r, r: r, hold: hold, closed: make(chan struct{}), stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}, nil
+	db := &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}
+	db.ing.db, db.ckpt.db = db, db
+	return db, nil
 }
 
 // latestMigration is the version of the last embedded migration.

@@ -96,7 +96,7 @@ func TestRecordsAreAppendOnly(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	r, _ := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)") // the ingester may be writing a checkpoint
 	defer r.Close()
 	if _, err := r.Exec(`UPDATE records SET tool = 'x' WHERE seq = 1`); err == nil || !strings.Contains(err.Error(), "append-only") {
@@ -302,7 +302,7 @@ func TestHelperCrasher(t *testing.T) {
 	if os.Getenv("GUARD_STORE_CRASH_MORE") != "" {
 		// The records so far in the database, past the checkpoint, and
 		// five more in the journal alone.
-		db.caughtUp(context.Background())
+		db.ing.caughtUp(context.Background())
 		for i := 50; i < 55; i++ {
 			if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 				t.Fatal(err)
@@ -554,7 +554,7 @@ func reportCPU(b *testing.B, db *DB) func() {
 	b.Helper()
 	start := cpuTime(b)
 	return func() {
-		db.caughtUp(context.Background())
+		db.ing.caughtUp(context.Background())
 		b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -217,12 +217,12 @@ func (db *DB) StreamLag(ctx context.Context, receiver string) (records int64, ol
 // records into the database. Records other processes commit are not
 // signalled: a reader that follows the log looks again now and then.
 func (db *DB) Committed() <-chan struct{} {
-	db.progMu.Lock()
-	defer db.progMu.Unlock()
-	return db.progress
+	db.ing.progMu.Lock()
+	defer db.ing.progMu.Unlock()
+	return db.ing.progress
 }
 
 // CaughtUp waits until what this process (and the others writing to the
 // database) appended before it was called is in the database, or ctx
 // ends, or a few seconds have passed.
-func (db *DB) CaughtUp(ctx context.Context) { db.caughtUp(ctx) }
+func (db *DB) CaughtUp(ctx context.Context) { db.ing.caughtUp(ctx) }

@@ -11,115 +11,15 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// The records form the leaves of a Merkle tree in the shape of RFC 6962
-// and RFC 9162, as golang.org/x/mod/sumdb/tlog builds it: record seq N is
-// leaf N-1, and its leaf hash is tlog.RecordHash of the record's canonical
-// form (the bytes whose SHA-256 is its chain hash), so the tree commits to
-// every record's content. The tree's stored hashes (tlog.StoredHashes:
-// every leaf and every complete subtree) are kept in tree_hashes by their
+// The records form the leaves of a Merkle tree (package audit: Edge,
+// Tree); its stored hashes are kept in tree_hashes by their
 // tlog.StoredHashIndex, inserted in the transaction that inserts their
-// records. The writer keeps the tree's right edge (the roots of its
-// complete subtrees, at most one per level) in memory, so an append costs
-// only the hashes it adds: on average two per record.
-
-// edgeNode is the root of one complete subtree on the tree's right edge.
-type edgeNode struct {
-	idx  int64 // its stored hash index
-	hash tlog.Hash
-}
-
-// treeEdge is the right edge of a tree of n leaves: the roots of its
-// complete subtrees, largest (leftmost) first, one per bit set in n.
-type treeEdge struct {
-	n     int64
-	nodes []edgeNode
-}
-
-// edgeIndexes are the stored hash indexes of the right edge of a tree of
-// n leaves, largest subtree first.
-func edgeIndexes(n int64) []int64 {
-	var out []int64
-	var start int64
-	for l := 62; l >= 0; l-- {
-		if n&(1<<l) != 0 {
-			out = append(out, tlog.StoredHashIndex(l, start>>l))
-			start += 1 << l
-		}
-	}
-	return out
-}
-
-// loadEdge reads the right edge of a tree of n leaves with read.
-func loadEdge(n int64, read func([]int64) ([]tlog.Hash, error)) (*treeEdge, error) {
-	idx := edgeIndexes(n)
-	e := &treeEdge{n: n, nodes: make([]edgeNode, len(idx), len(idx)+1)}
-	if len(idx) == 0 {
-		return e, nil
-	}
-	hs, err := read(idx)
-	if err != nil {
-		return nil, fmt.Errorf("tree edge: %w", err)
-	}
-	if len(hs) != len(idx) {
-		return nil, fmt.Errorf("tree edge: %d hashes for %d indexes", len(hs), len(idx))
-	}
-	for i := range idx {
-		e.nodes[i] = edgeNode{idx[i], hs[i]}
-	}
-	return e, nil
-}
-
-// ReadHashes serves the edge's hashes to tlog, which asks for no other
-// when it appends a leaf or computes the root.
-func (e *treeEdge) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(indexes))
-next:
-	for i, x := range indexes {
-		for _, nd := range e.nodes {
-			if nd.idx == x {
-				out[i] = nd.hash
-				continue next
-			}
-		}
-		return nil, fmt.Errorf("tree hash %d is not on the right edge of a tree of %d leaves", x, e.n)
-	}
-	return out, nil
-}
-
-// append adds leaf e.n and returns the hashes to store from
-// tlog.StoredHashIndex(0, n) on: the leaf, then each subtree it completes.
-func (e *treeEdge) append(leaf tlog.Hash) ([]tlog.Hash, error) {
-	hs, err := tlog.StoredHashesForRecordHash(e.n, leaf, e)
-	if err != nil {
-		return nil, fmt.Errorf("tree: %w", err)
-	}
-	// The leaf completed len(hs)-1 subtrees: the edge's last nodes merge
-	// into one of the level above.
-	k := len(hs) - 1
-	e.nodes = e.nodes[:len(e.nodes)-k]
-	e.nodes = append(e.nodes, edgeNode{tlog.StoredHashIndex(k, e.n>>k), hs[k]})
-	e.n++
-	return hs, nil
-}
-
-// root is the tree's root hash.
-func (e *treeEdge) root() (tlog.Hash, error) {
-	return tlog.TreeHash(e.n, e)
-}
-
-// treeSizeOf is the number of leaves of a tree whose last stored hash has
-// index maxIdx: that hash is the root of the subtree its last leaf completed.
-func treeSizeOf(maxIdx int64) int64 {
-	level, n := tlog.SplitStoredHashIndex(maxIdx)
-	return (n + 1) << level
-}
-
-// leafIndex is the stored hash index of record seq's leaf.
-func leafIndex(seq int64) int64 { return tlog.StoredHashIndex(0, seq-1) }
+// records.
 
 // errTreeAhead is returned when the tree has more leaves than the log has
 // records: records were removed from the end of the log.
@@ -141,7 +41,7 @@ func treeSize(ctx context.Context, q sqlQueryer) (int64, error) {
 	if !m.Valid {
 		return 0, nil
 	}
-	return treeSizeOf(m.Int64), nil
+	return audit.TreeSize(m.Int64), nil
 }
 
 // sqlHashReader reads stored hashes through database/sql.
@@ -165,9 +65,6 @@ func sqlHashReader(ctx context.Context, q sqlQueryer) tlog.HashReaderFunc {
 	}
 }
 
-// leafHash is the tree's leaf hash of a record's canonical form.
-func leafHash(canonical []byte) tlog.Hash { return tlog.RecordHash(canonical) }
-
 // insertTreeHash stores one of the tree's hashes.
 const insertTreeHash = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)`
 
@@ -179,35 +76,15 @@ const treeRows = 32
 // insertTreeHashes inserts treeRows tree hashes.
 var insertTreeHashes = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)` + strings.Repeat(`, (?, ?)`, treeRows-1)
 
-// addLeaf appends a record's leaf to the tree inside the writer's
-// transaction, and returns it; the hashes it adds are inserted by
-// flushTree.
-func (wc *writerConn) addLeaf(ctx context.Context, edge *treeEdge, canonical []byte) (tlog.Hash, error) {
-	if len(wc.treeHashes) == 0 {
-		wc.treeFirst = tlog.StoredHashIndex(0, edge.n)
-	}
-	leaf := leafHash(canonical)
-	hs, err := edge.append(leaf)
-	if err != nil {
-		return leaf, err
-	}
-	wc.treeHashes = append(wc.treeHashes, hs...)
-	if len(wc.treeHashes) >= 4*treeRows {
-		return leaf, wc.flushTree(ctx)
-	}
-	return leaf, nil
-}
-
-// flushTree inserts the tree hashes addLeaf added (their indexes follow
-// one another).
+// flushTree inserts the tree hashes the transaction's leaves added.
 func (wc *writerConn) flushTree(ctx context.Context) error {
-	hs := wc.treeHashes
-	idx := wc.treeFirst
+	hs := wc.tree.Hashes
+	idx := wc.tree.First
 	defer func() {
 		for i := range wc.manyArgs {
 			wc.manyArgs[i].Value = nil // the hashes are not kept
 		}
-		wc.treeHashes = wc.treeHashes[:0]
+		wc.tree.Written()
 	}()
 	for len(hs) > 0 {
 		st, args, n := wc.insTree, wc.treeArgs[:], 1
@@ -246,19 +123,19 @@ func queryRow(ctx context.Context, st driverStmt, args []driver.NamedValue, dest
 // for a log of seq records. A tree behind the records (records that a
 // version of guard without the tree appended) is completed from them
 // first.
-func (wc *writerConn) loadTree(ctx context.Context, seq int64) (*treeEdge, error) {
+func (wc *writerConn) loadTree(ctx context.Context, seq int64) (*audit.Edge, error) {
 	row := make([]driver.Value, 1)
 	if _, err := queryRow(ctx, wc.treeMax, nil, row); err != nil {
 		return nil, fmt.Errorf("tree size: %w", err)
 	}
 	var size int64
 	if m, ok := row[0].(int64); ok {
-		size = treeSizeOf(m)
+		size = audit.TreeSize(m)
 	}
 	if size > seq {
 		return nil, fmt.Errorf("%w (%d leaves, %d records)", errTreeAhead, size, seq)
 	}
-	edge, err := loadEdge(size, func(idx []int64) ([]tlog.Hash, error) {
+	edge, err := audit.LoadEdge(size, func(idx []int64) ([]tlog.Hash, error) {
 		out := make([]tlog.Hash, len(idx))
 		for i, x := range idx {
 			ok, err := queryRow(ctx, wc.getTree, []driver.NamedValue{{Ordinal: 1, Value: x}}, row)
@@ -279,38 +156,45 @@ func (wc *writerConn) loadTree(ctx context.Context, seq int64) (*treeEdge, error
 	return edge, wc.completeTree(ctx, edge, seq)
 }
 
-// completeTree adds the leaves of records edge.n+1 to seq, reading them
+// completeTree adds the leaves of records edge.Size()+1 to seq, reading them
 // from the table a chunk at a time. It stops before a record from MACs'
 // start on that does not carry a valid MAC (or does not match its hash),
 // which it alerts: the tree is then left shorter than the log, and no
 // checkpoint covers that record.
-func (wc *writerConn) completeTree(ctx context.Context, edge *treeEdge, seq int64) error {
+func (wc *writerConn) completeTree(ctx context.Context, edge *audit.Edge, seq int64) error {
+	t := &wc.tree
+	t.Edge = edge
 	from, err := wc.macsFrom(ctx)
 	if err != nil {
 		return fmt.Errorf("tree: %w", err)
 	}
-	for edge.n < seq {
-		recs, macs, err := wc.recordsAfter(ctx, edge.n, min(seq-edge.n, treeChunk))
+	for edge.Size() < seq {
+		recs, macs, err := wc.recordsAfter(ctx, edge.Size(), min(seq-edge.Size(), treeChunk))
 		if err != nil {
 			return fmt.Errorf("tree: %w", err)
 		}
 		for i, r := range recs {
-			if r.Seq != edge.n+1 {
-				return fmt.Errorf("tree: record %d is missing", edge.n+1)
+			if r.Seq != edge.Size()+1 {
+				return fmt.Errorf("tree: record %d is missing", edge.Size()+1)
 			}
-			wc.buf = appendCanonical(wc.buf[:0], r)
+			wc.buf = audit.AppendCanonical(wc.buf[:0], r)
 			if from > 0 && r.Seq >= from {
-				if why := wc.mac.check(r, wc.buf, macs[i]); why != "" {
+				if why := wc.mac.Check(r, wc.buf, macs[i]); why != "" {
 					wc.auth.alert(r.Seq, r.ID, why)
 					return nil
 				}
 			}
-			if _, err := wc.addLeaf(ctx, edge, wc.buf); err != nil {
+			if _, err := t.Add(wc.buf); err != nil {
 				return err
+			}
+			if len(t.Hashes) >= 4*treeRows {
+				if err := wc.flushTree(ctx); err != nil {
+					return err
+				}
 			}
 		}
 		if len(recs) == 0 {
-			return fmt.Errorf("tree: record %d is missing", edge.n+1)
+			return fmt.Errorf("tree: record %d is missing", edge.Size()+1)
 		}
 	}
 	return nil
@@ -392,6 +276,6 @@ func recordFromValues(v []driver.Value) (*guard.Record, error) {
 		Tool: str(11), Arguments: str(12), Pin: str(13), Decision: str(14), DecidedBy: str(15), Reason: str(16),
 		Outcome: str(17), Result: str(18), RequestSize: num(19), ResponseSize: num(20), DurationMS: num(21),
 		Detail: str(22), Approval: str(23), PrevHash: str(24), Hash: str(25), Pruned: num(26) != 0,
-		User: str(27), UserEmail: str(28), UserGroups: parseGroups(str(29))}
+		User: str(27), UserEmail: str(28), UserGroups: audit.ParseGroups(str(29))}
 	return r, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -80,7 +81,7 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 	})
 	var n int64
 	_ = db.Records(ctx, func(r *guard.Record) error {
-		hs, err := tlog.StoredHashes(n, appendCanonical(nil, r), reader)
+		hs, err := tlog.StoredHashes(n, audit.AppendCanonical(nil, r), reader)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ func TestNoCheckpointForALogThatDoesNotExtendTheLast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
+	if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
 		t.Fatalf("checkpoint of a rewritten log: %v", err)
 	}
 	if n := db.CheckpointRefusals(); n < 2 { // at Open, and now
@@ -333,9 +334,9 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		if err := db.Append(rec(round, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
-		db.dirty.Store(true)
-		if err := db.writeCheckpoint(); err != nil {
+		db.ing.caughtUp(ctx)
+		db.ckpt.dirty.Store(true)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -413,9 +414,9 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
-		db.caughtUp(ctx)
-		db.dirty.Store(true)
-		if err := db.writeCheckpoint(); err != nil {
+		db.ing.caughtUp(ctx)
+		db.ckpt.dirty.Store(true)
+		if err := db.ckpt.writeCheckpoint(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // Right after a guard process is killed, what it acknowledged may still be
@@ -58,9 +59,9 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 	var from int64
 	keyRead := false
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
+		db.ing.jmu.Lock()
+		own := db.ing.own[p]
+		db.ing.jmu.Unlock()
 		if own {
 			continue
 		}
@@ -116,10 +117,10 @@ func (db *DB) readersKey(ctx context.Context) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if db.noMAC {
+	if db.schema.noMAC {
 		return key, 0, nil // a schema from before MACs: they have not begun
 	}
-	if err := db.initMACs(ctx); err != nil {
+	if err := db.ckpt.initMACs(ctx); err != nil {
 		return nil, 0, err
 	}
 	return key, db.auth.from.Load(), nil
@@ -187,7 +188,7 @@ func (u Unchained) Outside() bool { return u.Records > 0 || u.DamagedBytes > 0 }
 // moving or marking anything) and says what in them is not yet in the
 // chain: a verification cannot vouch for the log while it is not.
 func (db *DB) Unchained(ctx context.Context) (Unchained, error) {
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	js, err := db.readUnchained(ctx)
 	if err != nil {
 		return Unchained{}, fmt.Errorf("unchained: %w", err)
@@ -259,7 +260,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 	}
 	var all []*guard.Record
 	pruned := ""
-	if !db.noPruned {
+	if !db.schema.noPruned {
 		pruned = " AND pruned = 0"
 	}
 	for chunk := range slices.Chunk(ids, overlayBatch) {
@@ -306,7 +307,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 			for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 				r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 				r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups)} {
+				r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups)} {
 				args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
 			}
 			if _, err := insert.ExecContext(ctx, args); err != nil {
@@ -318,7 +319,7 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 			return err
 		}
 		defer ix.close()
-		return ix.index(ctx, []*appendReq{{recs: all}})
+		return ix.index(ctx, all)
 	})
 }
 

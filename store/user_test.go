@@ -19,6 +19,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/migrations"
 )
 
@@ -65,7 +66,7 @@ func TestUserCanonicalForm(t *testing.T) {
 		`"prev_hash":"","protocol":"","reason":"","request_size":42,"response_size":0,"result":"","server":"files",` +
 		`"session":"s1","time":"2026-11-27T09:30:00.000Z","tool":"read_file","user":"user-7f3a",` +
 		`"user_email":"alice@example.com","user_groups":["sre","on-call \"eu\""],"v":3}`
-	if got := string(appendCanonical(nil, r)); got != want {
+	if got := string(audit.AppendCanonical(nil, r)); got != want {
 		t.Fatalf("canonical form\n%s\nwant\n%s", got, want)
 	}
 	if sum := sha256.Sum256([]byte(want)); HashRecord(r) != hex.EncodeToString(sum[:]) {
@@ -95,7 +96,7 @@ func TestUserCanonicalForm(t *testing.T) {
 		{Kind: guard.KindEvent, UserGroups: []string{"ops"}},
 		{Kind: guard.KindDecision, User: "bob", Approval: "ap-1"},
 	} {
-		form := string(appendCanonical(nil, c))
+		form := string(audit.AppendCanonical(nil, c))
 		if !strings.HasSuffix(form, `"v":3}`) || !strings.Contains(form, `,"user":`) ||
 			!strings.Contains(form, `,"user_email":`) || !strings.Contains(form, `,"user_groups":[`) {
 			t.Errorf("%+v: form %s", c, form)
@@ -108,7 +109,7 @@ func TestUserCanonicalForm(t *testing.T) {
 
 	// Without a user, the form (and so the hash) is the one before.
 	r.User, r.UserEmail, r.UserGroups = "", "", []string{}
-	if form := string(appendCanonical(nil, r)); strings.Contains(form, "user") || !strings.HasSuffix(form, `"tool":"read_file","v":1}`) {
+	if form := string(audit.AppendCanonical(nil, r)); strings.Contains(form, "user") || !strings.HasSuffix(form, `"tool":"read_file","v":1}`) {
 		t.Fatalf("a record without a user: %s", form)
 	}
 }
@@ -119,7 +120,7 @@ func TestUserCanonicalForm(t *testing.T) {
 // does.
 func canonicalAsJCS(t *testing.T, r *guard.Record) {
 	t.Helper()
-	form := appendCanonical(nil, r)
+	form := audit.AppendCanonical(nil, r)
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(form))
 	d.UseNumber()
@@ -391,8 +392,8 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 		t.Fatal("the migration changed records' hashes")
 	}
 	userLog(t, db)
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
@@ -468,7 +469,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != LifecycleMACs {
 		t.Fatalf("the old journal's records came in as %+v", got[14:])
 	}
-	if v := string(appendCanonical(nil, got[15])); !strings.HasSuffix(v, `"v":2}`) {
+	if v := string(audit.AppendCanonical(nil, got[15])); !strings.HasSuffix(v, `"v":2}`) {
 		t.Errorf("an old frame's record with an approval is hashed as %s", v)
 	}
 	db.Close()
@@ -650,7 +651,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ro.noUser {
+	if !ro.schema.noUser {
 		t.Fatal("the fixture has the user migration: it is not the release before's")
 	}
 	rep, err := ro.Verify(ctx)
@@ -682,8 +683,8 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 		t.Fatalf("the approval of the release before: %+v %v", a, err)
 	}
 	userLog(t, db)
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
@@ -734,8 +735,8 @@ func TestGroupsRoundTrip(t *testing.T) {
 		{"sre"},
 		{"", "a,b", `q"uote`, `back\slash`, "\x00\x01\x1f\b\f\n\r\t", "é 日本", "\xff\xfe", "]", "[", `\u0041`},
 	} {
-		text := groupsText(gs)
-		if got := parseGroups(text); !slices.Equal(got, gs) {
+		text := audit.GroupsText(gs)
+		if got := audit.ParseGroups(text); !slices.Equal(got, gs) {
 			t.Errorf("%q came back as %q (column %q)", gs, got, text)
 		}
 		r := &guard.Record{Kind: guard.KindEvent, UserGroups: gs}
@@ -745,7 +746,7 @@ func TestGroupsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, text := range []string{"sre", "[]", `["a"`, `["a",]`, `["a"]x`, `["a" "b"]`, `["\x"]`, `["\u00"]`} {
-		if got := parseGroups(text); !slices.Equal(got, []string{text}) {
+		if got := audit.ParseGroups(text); !slices.Equal(got, []string{text}) {
 			t.Errorf("%q read as %q, want it as one group", text, got)
 		}
 	}

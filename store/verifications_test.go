@@ -31,8 +31,8 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.caughtUp(ctx)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := db.LastVerification(ctx); v != nil || err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -100,7 +101,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", db.opts.Path)
 		return rep, nil
 	}
-	db.caughtUp(ctx)
+	db.ing.caughtUp(ctx)
 	var has int
 	if err := db.r.QueryRowContext(ctx, db.tableExists("tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
@@ -157,7 +158,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	edge := &treeEdge{}
+	edge := &audit.Edge{}
 	var buf []byte
 	var prev *guard.Record
 	checked := 0
@@ -186,7 +187,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		// archive): its link is checked, and its leaf is the tree's.
 		var h string
 		if !r.Pruned {
-			h, buf = hashRecord(buf, r)
+			h, buf = audit.HashInto(buf, r)
 		}
 		switch {
 		case r.Pruned && hasBody(r):
@@ -216,7 +217,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		}
 		var leaf *tlog.Hash
 		if !r.Pruned {
-			l := leafHash(buf)
+			l := audit.LeafHash(buf)
 			leaf = &l
 		}
 		if macs.treeless {
@@ -233,8 +234,8 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 			rep.fail("%s", p)
 			continue
 		}
-		for a := cps.peek(rep.fail); a != nil && a.c.Size == edge.n && rep.Problem == ""; a = cps.peek(rep.fail) {
-			root, err := edge.root()
+		for a := cps.peek(rep.fail); a != nil && a.c.Size == edge.Size() && rep.Problem == ""; a = cps.peek(rep.fail) {
+			root, err := edge.Root()
 			if err != nil {
 				return rep, fmt.Errorf("verify: %w", err)
 			}
@@ -378,8 +379,8 @@ func (w *walk) close() {
 // and compares the hashes it adds with the stored ones; it returns a
 // problem, or "". A nil leaf is a pruned record's: the stored one is
 // taken, and only the hashes it completes are compared.
-func (w *walk) checkLeaf(edge *treeEdge, seq int64, leaf *tlog.Hash) string {
-	first := tlog.StoredHashIndex(0, edge.n)
+func (w *walk) checkLeaf(edge *audit.Edge, seq int64, leaf *tlog.Hash) string {
+	first := tlog.StoredHashIndex(0, edge.Size())
 	next := func(j int) ([]byte, string) {
 		if !w.tree.Next() {
 			if j == 0 {
@@ -410,7 +411,7 @@ func (w *walk) checkLeaf(edge *treeEdge, seq int64, leaf *tlog.Hash) string {
 		copy(leaf[:], got)
 		from = 1
 	}
-	hs, err := edge.append(*leaf)
+	hs, err := edge.Append(*leaf)
 	if err != nil {
 		return err.Error()
 	}

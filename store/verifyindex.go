@@ -58,7 +58,7 @@ func (db *DB) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
 		return "", err
 	}
 	for _, c := range indexChecks {
-		if c.user && db.noUser {
+		if c.user && db.schema.noUser {
 			continue
 		}
 		var id string
@@ -77,7 +77,7 @@ func (db *DB) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
 	}
 	// One row for every call with a request record that has its body.
 	body := `pruned = 0`
-	if db.noPruned {
+	if db.schema.noPruned {
 		body = `1` // a schema before retention: nothing was pruned
 	}
 	var calls, rows int64

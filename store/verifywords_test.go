@@ -64,7 +64,7 @@ func TestVerifyCatchesFalsifiedWords(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := wordsLog(t, 5)
-			db.caughtUp(ctx)
+			db.ing.caughtUp(ctx)
 			q := tc.sqlite
 			if db.pg {
 				q = tc.pg
@@ -77,7 +77,7 @@ func TestVerifyCatchesFalsifiedWords(t *testing.T) {
 					t.Fatalf("the change left the call found by its words: %v", got)
 				}
 			}
-			if err := db.writeCheckpoint(); err != nil {
+			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
 			rep, err := db.Verify(ctx)

@@ -40,9 +40,9 @@ func TestWitnessLogHidesCredentials(t *testing.T) {
 	if err := db.Append(rec(0, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(ctx)
-	db.dirty.Store(true)
-	if err := db.writeCheckpoint(); err != nil {
+	db.ing.caughtUp(ctx)
+	db.ckpt.dirty.Store(true)
+	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
 	db.Close() // delivers what is queued

@@ -33,8 +33,8 @@ type writability struct {
 // noteWrite records the outcome of an append (or of the ingester's
 // commit, or of a probe). It costs an atomic load or two while nothing
 // changes: it is called once for every append.
-func (db *DB) noteWrite(err error) {
-	w := &db.writes
+func (in *ingestion) noteWrite(err error) {
+	w := &in.writes
 	if err == nil {
 		w.ok.Add(1)
 		if w.failure.Load() == nil {
@@ -51,7 +51,7 @@ func (db *DB) noteWrite(err error) {
 		w.failure.Store(&writeFailure{err: err, since: was.since}) // the same failure goes on
 		return
 	default:
-		w.failure.Store(&writeFailure{err: err, since: db.opts.Now()})
+		w.failure.Store(&writeFailure{err: err, since: in.db.opts.Now()})
 	}
 	if w.changed != nil {
 		close(w.changed)
@@ -64,7 +64,7 @@ func (db *DB) noteWrite(err error) {
 // that failed until an append succeeds again; a nil error while it can
 // be written.
 func (db *DB) WriteFailure() (since time.Time, err error) {
-	if f := db.writes.failure.Load(); f != nil {
+	if f := db.ing.writes.failure.Load(); f != nil {
 		return f.since, f.err
 	}
 	return time.Time{}, nil
@@ -73,7 +73,7 @@ func (db *DB) WriteFailure() (since time.Time, err error) {
 // WritesChanged returns a channel that is closed when the audit log next
 // becomes unwritable, or writable again.
 func (db *DB) WritesChanged() <-chan struct{} {
-	w := &db.writes
+	w := &db.ing.writes
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.changed == nil {
@@ -85,7 +85,7 @@ func (db *DB) WritesChanged() <-chan struct{} {
 // Writes is a count that moves whenever appends succeed (on PostgreSQL,
 // once for each batch committed): one that has not moved since a moment
 // ago says nothing was written meanwhile.
-func (db *DB) Writes() int64 { return db.writes.ok.Load() }
+func (db *DB) Writes() int64 { return db.ing.writes.ok.Load() }
 
 // ProbeWrite tries the audit log's write path without writing a record:
 // a write transaction on the audit writer's connection that appends
@@ -96,26 +96,26 @@ func (db *DB) Writes() int64 { return db.writes.ok.Load() }
 // make the log writable again: only an append that succeeds does, so
 // that whoever probes can record the recovery.
 func (db *DB) ProbeWrite(ctx context.Context) error {
-	err := db.probeWrite(ctx)
+	err := db.ing.probeWrite(ctx)
 	if err != nil && ctx.Err() == nil {
-		db.noteWrite(err)
+		db.ing.noteWrite(err)
 	}
 	return err
 }
 
-func (db *DB) probeWrite(ctx context.Context) error {
-	if !db.writable {
+func (in *ingestion) probeWrite(ctx context.Context) error {
+	if !in.db.writable {
 		return errReadOnly
 	}
-	if !db.pg {
+	if !in.db.pg {
 		// The ingester tries its batch again by itself; a journal that
 		// could not be synced is replaced before the next append.
-		if err := db.failed(); err != nil {
+		if err := in.failed(); err != nil {
 			return err
 		}
-		db.jmu.Lock()
-		bad := db.seg != nil && db.seg.bad
-		db.jmu.Unlock()
+		in.jmu.Lock()
+		bad := in.seg != nil && in.seg.bad
+		in.jmu.Unlock()
 		if bad {
 			return errors.New("the journal could not be synced; a new one is being made")
 		}
@@ -123,11 +123,11 @@ func (db *DB) probeWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
+	in.commitMu.Lock()
+	defer in.commitMu.Unlock()
 	// As long as a batch would wait: on SQLite up to BusyWait for other
 	// processes' locks, on PostgreSQL up to pgCommitWait.
-	if err := db.commitRetrying(nil); err != nil {
+	if err := in.commitRetrying(nil); err != nil {
 		return fmt.Errorf("audit commit: %w", err)
 	}
 	return nil

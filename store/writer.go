@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -14,9 +13,9 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/metrics"
-	"golang.org/x/mod/sumdb/tlog"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -159,37 +158,37 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	}
 	// Close waits for appends under way (one that waits for room goes on
 	// once the ingester has made some).
-	db.closeMu.RLock()
-	defer db.closeMu.RUnlock()
-	if db.closing {
+	db.ing.closeMu.RLock()
+	defer db.ing.closeMu.RUnlock()
+	if db.ing.closing {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, errClosed)
 		return done
 	}
-	if db.pg {
-		db.appendCommitted(&appendReq{recs: recs, done: done, start: time.Now()})
+	if db.pg || sqliteDirect {
+		db.ing.appendCommitted(&appendReq{recs: recs, done: done, start: time.Now()})
 		return done
 	}
-	if err := db.failed(); err != nil {
-		db.noteWrite(err)
+	if err := db.ing.failed(); err != nil {
+		db.ing.noteWrite(err)
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	fs := db.frames.Get().(*appendFrames)
+	fs := db.ing.frames.Get().(*appendFrames)
 	fs.reset()
 	for _, r := range recs {
 		fs.add(r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
-	db.jmu.Lock()
-	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.failed() == nil; {
+	db.ing.jmu.Lock()
+	for waited := false; db.stats.backlog.Load() >= maxBacklog && db.ing.failed() == nil; {
 		if !waited {
 			waited = true
 			db.stats.waits.Add(1)
 		}
-		db.room.Wait()
+		db.ing.room.Wait()
 	}
-	seg := db.seg
-	err := db.failed()
+	seg := db.ing.seg
+	err := db.ing.failed()
 	switch {
 	case err != nil:
 	case seg.bad:
@@ -198,62 +197,62 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		// One write, at the end the journal had: a frame cut short by
 		// a failure is written over by the next append. The frames'
 		// MACs bind them to that place.
-		fs.seal(db.jmac, seg.id[:], seg.end)
+		fs.seal(db.ing.jmac, seg.id[:], seg.end)
 		_, err = seg.f.WriteAt(fs.b, seg.end)
 	}
 	if err != nil {
 		bad := seg.bad
-		db.jmu.Unlock()
-		db.putFrames(fs)
+		db.ing.jmu.Unlock()
+		db.ing.putFrames(fs)
 		if bad {
-			signal(db.urgent) // the ingester makes a new segment
+			signal(db.ing.urgent) // the ingester makes a new segment
 		}
-		db.noteWrite(err)
+		db.ing.noteWrite(err)
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
 	seg.end += int64(len(fs.b))
 	seg.appends++
-	db.appended++
+	db.ing.appended++
 	req.seg, req.end = seg, seg.end
 	db.stats.add(len(recs))
 	var n int
 	var sync []*appendReq
-	if db.fsync {
-		db.unsynced = append(db.unsynced, req)
-		if !db.syncing {
-			db.syncing = true
-			sync, db.unsynced = db.unsynced, nil
+	if db.ing.fsync {
+		db.ing.unsynced = append(db.ing.unsynced, req)
+		if !db.ing.syncing {
+			db.ing.syncing = true
+			sync, db.ing.unsynced = db.ing.unsynced, nil
 		}
 	} else {
-		db.pend = append(db.pend, req)
-		n = len(db.pend)
+		db.ing.pend = append(db.ing.pend, req)
+		n = len(db.ing.pend)
 	}
-	db.jmu.Unlock()
-	db.putFrames(fs)
-	if db.fsync {
-		db.syncJournal(sync) // nil when a sync is under way
+	db.ing.jmu.Unlock()
+	db.ing.putFrames(fs)
+	if db.ing.fsync {
+		db.ing.syncJournal(sync) // nil when a sync is under way
 		return done
 	}
 	db.stats.latency.Observe(time.Since(req.start).Seconds())
-	db.noteWrite(nil)
+	db.ing.noteWrite(nil)
 	done <- nil
 	switch {
 	case n >= lingerAppends:
-		signal(db.urgent)
+		signal(db.ing.urgent)
 	case n == 1:
-		signal(db.work)
+		signal(db.ing.work)
 	}
 	return done
 }
 
 // putFrames keeps a frame buffer for the next append, unless it grew
 // large.
-func (db *DB) putFrames(fs *appendFrames) {
+func (in *ingestion) putFrames(fs *appendFrames) {
 	if cap(fs.b) > maxFrameBuf {
 		return
 	}
-	db.frames.Put(fs)
+	in.frames.Put(fs)
 }
 
 // Append is AppendAsync that waits until the records are durable.
@@ -274,8 +273,8 @@ func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
 
 // failed is the ingester's last failure while it lasts: appends are
 // refused with it.
-func (db *DB) failed() error {
-	if p := db.failure.Load(); p != nil {
+func (in *ingestion) failed() error {
+	if p := in.failure.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -292,36 +291,36 @@ func (db *DB) failed() error {
 // syncer fsyncs the journal for the appends written while another sync
 // was under way (durability full); it ends once Close has stopped appends
 // and every append is answered.
-func (db *DB) syncer() {
-	defer close(db.synced)
+func (in *ingestion) syncer() {
+	defer close(in.synced)
 	for {
 		select {
-		case <-db.syncWork:
-		case <-db.stop:
-			db.syncJournal(db.takeUnsynced())
+		case <-in.syncWork:
+		case <-in.stop:
+			in.syncJournal(in.takeUnsynced())
 			return
 		}
-		db.syncJournal(db.takeUnsynced())
+		in.syncJournal(in.takeUnsynced())
 	}
 }
 
 // takeUnsynced takes the appends waiting for a sync and marks a sync
 // under way, unless one is already (its end wakes the syncer).
-func (db *DB) takeUnsynced() []*appendReq {
-	db.jmu.Lock()
-	defer db.jmu.Unlock()
-	if db.syncing || len(db.unsynced) == 0 {
+func (in *ingestion) takeUnsynced() []*appendReq {
+	in.jmu.Lock()
+	defer in.jmu.Unlock()
+	if in.syncing || len(in.unsynced) == 0 {
 		return nil
 	}
-	db.syncing = true
-	batch := db.unsynced
-	db.unsynced = nil
+	in.syncing = true
+	batch := in.unsynced
+	in.unsynced = nil
 	return batch
 }
 
 // syncJournal fsyncs the journal for a batch taken by takeUnsynced,
 // answers its callers and hands it to the ingester.
-func (db *DB) syncJournal(batch []*appendReq) {
+func (in *ingestion) syncJournal(batch []*appendReq) {
 	if len(batch) == 0 {
 		return
 	}
@@ -334,32 +333,32 @@ func (db *DB) syncJournal(batch []*appendReq) {
 		}
 		if err := datasync(r.seg.fd); err != nil {
 			errs[r.seg] = err
-			db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
+			in.db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
 		}
 	}
 	for _, r := range batch {
 		r.refused = errs[r.seg] != nil
 	}
-	db.jmu.Lock()
+	in.jmu.Lock()
 	for s := range errs {
 		s.bad = true
 	}
-	db.pend = append(db.pend, batch...)
-	db.syncing = false
-	more := len(db.unsynced) > 0
-	db.jmu.Unlock()
-	signal(db.work)
+	in.pend = append(in.pend, batch...)
+	in.syncing = false
+	more := len(in.unsynced) > 0
+	in.jmu.Unlock()
+	signal(in.work)
 	if more {
-		signal(db.syncWork)
+		signal(in.syncWork)
 	}
 	for _, r := range batch {
-		db.stats.latency.Observe(time.Since(r.start).Seconds())
+		in.db.stats.latency.Observe(time.Since(r.start).Seconds())
 		if r.refused {
-			db.noteWrite(errs[r.seg])
+			in.noteWrite(errs[r.seg])
 			r.done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, errs[r.seg])
 			continue
 		}
-		db.noteWrite(nil)
+		in.noteWrite(nil)
 		r.done <- nil
 	}
 }
@@ -368,9 +367,9 @@ func (db *DB) syncJournal(batch []*appendReq) {
 // checkpoints and replaces full journal segments; it ends when Close has
 // stopped appends and everything appended is in the database (or, if the
 // database cannot take it, left in the journal for the next Open).
-func (db *DB) ingester() {
-	defer close(db.closed)
-	t := time.NewTicker(db.opts.CheckpointEvery)
+func (in *ingestion) ingester() {
+	defer close(in.closed)
+	t := time.NewTicker(in.db.opts.CheckpointEvery)
 	defer t.Stop()
 	wait := time.NewTimer(time.Hour)
 	wait.Stop()
@@ -378,13 +377,13 @@ func (db *DB) ingester() {
 	stopping, syncerDone := false, false
 	for !stopping {
 		var recheck <-chan time.Time
-		if len(db.doubts) > 0 {
+		if len(in.doubts) > 0 {
 			recheck = time.After(doubtRecheck)
 		}
 		select {
 		case <-recheck:
-		case <-db.work:
-			if db.pg {
+		case <-in.work:
+			if in.db.pg || sqliteDirect {
 				// An append waits for its commit here: no lingering.
 				// The appends that come while one commits share the
 				// next.
@@ -395,47 +394,47 @@ func (db *DB) ingester() {
 			wait.Reset(linger)
 			select {
 			case <-wait.C:
-			case <-db.urgent:
+			case <-in.urgent:
 				wait.Stop()
-			case <-db.stop:
+			case <-in.stop:
 				wait.Stop()
 				stopping = true
 			}
-		case <-db.urgent:
-		case <-db.stop:
+		case <-in.urgent:
+		case <-in.stop:
 			stopping = true
 		case <-t.C:
-			db.rotate() // a segment that could not be made before
-			db.recoverOrphans()
-			db.maybeCheckpoint()
+			in.rotate() // a segment that could not be made before
+			in.recoverOrphans()
+			in.db.ckpt.maybeCheckpoint()
 			continue
 		}
 		for {
-			db.settleDoubts(false)
+			in.settleDoubts(false)
 			if stopping && !syncerDone {
 				// Every append is answered and pending once the
 				// syncer has ended (with durability normal it has
 				// none).
-				<-db.synced
+				<-in.synced
 				syncerDone = true
 			}
-			batch = db.take(batch[:0])
+			batch = in.take(batch[:0])
 			if len(batch) == 0 {
 				break
 			}
-			err := db.ingest(batch)
+			err := in.ingest(batch)
 			clear(batch)
 			if err == nil {
 				if stopping {
 					continue // everything, before the end
 				}
-				db.jmu.Lock()
-				n := len(db.pend)
-				db.jmu.Unlock()
+				in.jmu.Lock()
+				n := len(in.pend)
+				in.jmu.Unlock()
 				if n >= lingerAppends {
-					signal(db.urgent)
+					signal(in.urgent)
 				} else if n > 0 {
-					signal(db.work)
+					signal(in.work)
 				}
 				break
 			}
@@ -446,36 +445,36 @@ func (db *DB) ingester() {
 			wait.Reset(retryAfter)
 			select {
 			case <-wait.C:
-			case <-db.stop:
+			case <-in.stop:
 				wait.Stop()
 				stopping = true
 			}
 		}
-		db.rotate()
-		db.maybeCheckpoint()
+		in.rotate()
+		in.db.ckpt.maybeCheckpoint()
 	}
-	db.finish()
+	in.finish()
 }
 
 // take moves the oldest pending appends, up to maxBatch records, to batch.
-func (db *DB) take(batch []*appendReq) []*appendReq {
-	db.jmu.Lock()
-	defer db.jmu.Unlock()
+func (in *ingestion) take(batch []*appendReq) []*appendReq {
+	in.jmu.Lock()
+	defer in.jmu.Unlock()
 	n, i := 0, 0
-	for ; i < len(db.pend) && (i == 0 || n+len(db.pend[i].recs) <= maxBatch); i++ {
-		n += len(db.pend[i].recs)
+	for ; i < len(in.pend) && (i == 0 || n+len(in.pend[i].recs) <= maxBatch); i++ {
+		n += len(in.pend[i].recs)
 	}
-	batch = append(batch, db.pend[:i]...)
-	rest := copy(db.pend, db.pend[i:])
-	clear(db.pend[rest:])
-	db.pend = db.pend[:rest]
+	batch = append(batch, in.pend[:i]...)
+	rest := copy(in.pend, in.pend[i:])
+	clear(in.pend[rest:])
+	in.pend = in.pend[:rest]
 	return batch
 }
 
 // ingest commits a batch to the database. On failure the batch goes back
 // to the front of what is pending and appends are refused until a batch
 // goes in.
-func (db *DB) ingest(batch []*appendReq) error {
+func (in *ingestion) ingest(batch []*appendReq) error {
 	recs := batch
 	if slices.ContainsFunc(batch, func(r *appendReq) bool { return r.refused }) {
 		recs = slices.DeleteFunc(slices.Clone(batch), func(r *appendReq) bool { return r.refused })
@@ -483,125 +482,125 @@ func (db *DB) ingest(batch []*appendReq) error {
 	var err error
 	n := 0
 	if len(recs) > 0 {
-		db.commitMu.Lock()
-		err = db.commitRetrying(recs)
-		db.commitMu.Unlock()
+		in.commitMu.Lock()
+		err = in.commitRetrying(recs)
+		in.commitMu.Unlock()
 		for _, r := range recs {
 			n += len(r.recs)
 		}
 	}
-	if db.pg {
+	if in.db.pg || sqliteDirect {
 		if e, ok := doubtful(err); ok {
-			db.holdInDoubt(batch, e)
+			in.holdInDoubt(batch, e)
 			return err
 		}
-		return db.answer(batch, n, err)
+		return in.answer(batch, n, err)
 	}
 	if err != nil {
 		err = fmt.Errorf("audit commit: %w", err)
-		db.noteWrite(err)
-		if db.failure.Swap(&err) == nil {
-			db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
+		in.noteWrite(err)
+		if in.failure.Swap(&err) == nil {
+			in.db.opts.Logger.Error("audit records cannot be moved into the database; new calls are refused until they can", "records", n, "err", err)
 		}
-		db.jmu.Lock()
-		db.pend = append(slices.Clone(batch), db.pend...)
-		db.room.Broadcast() // appends waiting for room are refused
-		db.jmu.Unlock()
+		in.jmu.Lock()
+		in.pend = append(slices.Clone(batch), in.pend...)
+		in.room.Broadcast() // appends waiting for room are refused
+		in.jmu.Unlock()
 		return err
 	}
-	if db.failure.Swap(nil) != nil {
-		db.opts.Logger.Info("audit records go into the database again")
+	if in.failure.Swap(nil) != nil {
+		in.db.opts.Logger.Info("audit records go into the database again")
 	}
 	if n > 0 {
-		db.dirty.Store(true)
-		db.stats.batches.Observe(float64(n))
+		in.db.ckpt.dirty.Store(true)
+		in.db.stats.batches.Observe(float64(n))
 	}
 	var last *segment
 	for _, r := range batch {
 		r.seg.done++
 		r.seg.doneTill = r.end
-		db.stats.backlog.Add(-int64(len(r.recs)))
+		in.db.stats.backlog.Add(-int64(len(r.recs)))
 		if last != nil && last != r.seg {
 			_ = last.noteIngested(last.doneTill)
 		}
 		last = r.seg
 	}
 	if err := last.noteIngested(last.doneTill); err != nil {
-		db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
+		in.db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
 	}
-	db.settled.Add(int64(len(batch)))
-	db.progressed()
+	in.settled.Add(int64(len(batch)))
+	in.progressed()
 	return nil
 }
 
 // progressed wakes appends waiting for room and readers waiting for the
 // ingester (caughtUp).
-func (db *DB) progressed() {
-	db.jmu.Lock()
-	db.room.Broadcast()
-	db.jmu.Unlock()
-	db.progMu.Lock()
-	close(db.progress)
-	db.progress = make(chan struct{})
-	db.progMu.Unlock()
+func (in *ingestion) progressed() {
+	in.jmu.Lock()
+	in.room.Broadcast()
+	in.jmu.Unlock()
+	in.progMu.Lock()
+	close(in.progress)
+	in.progress = make(chan struct{})
+	in.progMu.Unlock()
 }
 
 // rotate replaces the journal segment appends go to once it is large (or
 // could not be synced), and removes the earlier segments whose records
 // are all in the database.
-func (db *DB) rotate() {
-	if db.pg {
+func (in *ingestion) rotate() {
+	if in.db.pg {
 		return // no journal
 	}
-	db.jmu.Lock()
-	cur := db.seg
+	in.jmu.Lock()
+	cur := in.seg
 	full := cur.end >= segmentSize || cur.bad
-	db.jmu.Unlock()
+	in.jmu.Unlock()
 	if full {
 		// Made without holding the journal: appends go on meanwhile.
-		s, err := newSegment(journalsDir(db.opts.Path), db.fsync)
+		s, err := newSegment(journalsDir(in.db.opts.Path), in.fsync)
 		if err != nil {
-			db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
+			in.db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
 		} else {
-			db.jmu.Lock()
-			db.seg = s
-			db.own[s.path] = true
-			db.jmu.Unlock()
-			db.segs = append(db.segs, s)
+			in.jmu.Lock()
+			in.seg = s
+			in.own[s.path] = true
+			in.jmu.Unlock()
+			in.segs = append(in.segs, s)
 		}
 	}
 	synced := false
-	for len(db.segs) > 1 {
-		s := db.segs[0]
-		db.jmu.Lock()
+	for len(in.segs) > 1 {
+		s := in.segs[0]
+		in.jmu.Lock()
 		all := s.done == s.appends // no append goes to it any more
-		db.jmu.Unlock()
+		in.jmu.Unlock()
 		if !all {
 			return
 		}
-		if db.fsync && !synced {
-			if err := db.syncFiles(); err != nil {
-				db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
+		if in.fsync && !synced {
+			if err := in.syncFiles(); err != nil {
+				in.db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays until they are", "err", err)
 				return
 			}
 			synced = true
 		}
 		if err := s.close(true); err != nil {
-			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
-		db.jmu.Lock()
-		delete(db.own, s.path)
-		db.jmu.Unlock()
-		db.segs = db.segs[1:]
+		in.jmu.Lock()
+		delete(in.own, s.path)
+		in.jmu.Unlock()
+		in.segs = in.segs[1:]
 	}
 }
 
 // syncFiles makes what the ingester has committed durable: its commits
 // are not fsync'd, so with durability full the database's files are
 // synced before a journal segment with those records goes.
-func (db *DB) syncFiles() error {
+func (in *ingestion) syncFiles() error {
 	var errs []error
-	for _, p := range []string{db.opts.Path + "-wal", db.opts.Path} {
+	for _, p := range []string{in.db.opts.Path + "-wal", in.db.opts.Path} {
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -618,76 +617,76 @@ func (db *DB) syncFiles() error {
 // finish ends the ingester: a last checkpoint, and the journal segments
 // closed, removed when every record in them is in the database (else kept
 // for the next Open).
-func (db *DB) finish() {
-	if len(db.doubts) > 0 {
-		db.settleDoubts(true)
-		if batch := db.take(nil); len(batch) > 0 {
-			_ = db.ingest(batch) // the corrections settling made
-			db.settleDoubts(true)
+func (in *ingestion) finish() {
+	if len(in.doubts) > 0 {
+		in.settleDoubts(true)
+		if batch := in.take(nil); len(batch) > 0 {
+			_ = in.ingest(batch) // the corrections settling made
+			in.settleDoubts(true)
 		}
 	}
-	if db.checkpointTurn(context.Background()) {
-		if err := db.writeCheckpoint(); err != nil {
-			db.logCheckpoint(err)
+	if in.db.ckpt.checkpointTurn(context.Background()) {
+		if err := in.db.ckpt.writeCheckpoint(); err != nil {
+			in.db.ckpt.logCheckpoint(err)
 		}
-		db.releaseCheckpointTurn()
+		in.db.ckpt.releaseCheckpointTurn()
 	}
-	db.jmu.Lock()
+	in.jmu.Lock()
 	left := 0
-	for _, r := range db.pend {
+	for _, r := range in.pend {
 		if !r.refused {
 			left += len(r.recs)
 		}
 	}
-	db.jmu.Unlock()
+	in.jmu.Unlock()
 	synced := true
-	if db.fsync {
-		if err := db.syncFiles(); err != nil {
-			db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
+	if in.fsync {
+		if err := in.syncFiles(); err != nil {
+			in.db.opts.Logger.Error("audit: the database's files could not be synced; the journal stays for the next start", "err", err)
 			synced = false
 		}
 	}
-	for _, s := range db.segs {
+	for _, s := range in.segs {
 		keep := s.done != s.appends || !synced
 		if keep {
-			db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
+			in.db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
 		}
 		if err := s.close(!keep); err != nil {
-			db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
 		}
 	}
-	db.segs = nil
+	in.segs = nil
 }
 
 // caughtUp waits, up to a few seconds, until what this process and the
 // others writing to the database have appended is in the database, so
 // that a reader sees every record acknowledged before it began. It gives
 // up early when the ingester cannot commit, or a journal's owner is gone.
-func (db *DB) caughtUp(ctx context.Context) {
+func (in *ingestion) caughtUp(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, caughtUpWait)
 	defer cancel()
-	if db.writable {
-		db.jmu.Lock()
-		target := db.appended
-		db.jmu.Unlock()
-		for db.settled.Load() < target && db.failed() == nil {
-			db.progMu.Lock()
-			ch := db.progress
-			db.progMu.Unlock()
-			if db.settled.Load() >= target {
+	if in.db.writable {
+		in.jmu.Lock()
+		target := in.appended
+		in.jmu.Unlock()
+		for in.settled.Load() < target && in.failed() == nil {
+			in.progMu.Lock()
+			ch := in.progress
+			in.progMu.Unlock()
+			if in.settled.Load() >= target {
 				break
 			}
-			signal(db.urgent)
+			signal(in.urgent)
 			select {
 			case <-ch:
-			case <-db.closed:
+			case <-in.closed:
 				return
 			case <-ctx.Done():
 				return
 			}
 		}
 	}
-	db.awaitJournals(ctx)
+	in.awaitJournals(ctx)
 }
 
 // caughtUpWait bounds how long a reader waits for the journals.
@@ -700,15 +699,15 @@ const journalPoll = 2 * time.Millisecond
 // awaitJournals waits until every live journal's header shows the
 // records it held when the wait began in the database (or ctx ends). A
 // journal whose owner is gone is left to the next writable Open.
-func (db *DB) awaitJournals(ctx context.Context) {
-	if db.pg || db.hold != nil {
+func (in *ingestion) awaitJournals(ctx context.Context) {
+	if in.db.pg || in.db.hold != nil {
 		return // no journals: what is acknowledged is committed, or nothing is
 	}
-	files, _ := segments(journalsDir(db.opts.Path))
+	files, _ := segments(journalsDir(in.db.opts.Path))
 	for _, p := range files {
-		db.jmu.Lock()
-		own := db.own[p]
-		db.jmu.Unlock()
+		in.jmu.Lock()
+		own := in.own[p]
+		in.jmu.Unlock()
 		if own {
 			continue // caughtUp waited for this process's own
 		}
@@ -754,17 +753,17 @@ const retryPause = 5 * time.Millisecond
 
 // commitRetrying commits a batch, waiting up to BusyWait while other
 // processes hold the database's lock.
-func (db *DB) commitRetrying(batch []*appendReq) error {
-	deadline := time.Now().Add(db.opts.BusyWait)
+func (in *ingestion) commitRetrying(batch []*appendReq) error {
+	deadline := time.Now().Add(in.db.opts.BusyWait)
 	for {
-		err := db.commit(batch)
+		err := in.commit(batch)
 		if err == nil || !isBusy(err) {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the database stayed locked by another process for %v: %w", db.opts.BusyWait, err)
+			return fmt.Errorf("the database stayed locked by another process for %v: %w", in.db.opts.BusyWait, err)
 		}
-		db.opts.Logger.Debug("audit commit waits for another process", "err", err)
+		in.db.opts.Logger.Debug("audit commit waits for another process", "err", err)
 		time.Sleep(retryPause)
 	}
 }
@@ -776,20 +775,20 @@ func isBusy(err error) bool {
 	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
-func (db *DB) commit(batch []*appendReq) (err error) {
+func (in *ingestion) commit(batch []*appendReq) (err error) {
 	ctx := context.Background()
-	if db.pg {
+	if in.db.pg {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pgCommitWait)
 		defer cancel()
 	}
-	if db.wc == nil {
-		if db.wc, err = newWriterConn(ctx, db.aw, db.auth); err != nil {
+	if in.wc == nil {
+		if in.wc, err = newWriterConn(ctx, in.db.aw, in.db.auth); err != nil {
 			return err
 		}
 	}
-	wc := db.wc
-	db.stats.attempts.Add(1)
+	wc := in.wc
+	in.db.stats.attempts.Add(1)
 	begun := false
 	err = wc.conn.Raw(func(dc any) error {
 		if wc.pg {
@@ -807,7 +806,7 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 			// The connection is no use any more: the next batch opens
 			// another. (A ROLLBACK that fails because SQLite already
 			// rolled back, as after a full disk, leaves it usable.)
-			db.wc = nil
+			in.wc = nil
 			_ = wc.discard()
 		}
 	}
@@ -818,21 +817,21 @@ func (db *DB) commit(batch []*appendReq) (err error) {
 // checkpoint lease (checkpointlease.go), the last one is older than
 // CheckpointEvery, and records were committed since, by this process or
 // another.
-func (db *DB) maybeCheckpoint() {
-	if time.Since(time.Unix(0, db.lastCheckpoint.Load())) < db.opts.CheckpointEvery ||
-		time.Since(time.Unix(0, db.lastTurn.Load())) < db.opts.CheckpointEvery {
+func (cp *checkpointState) maybeCheckpoint() {
+	if time.Since(time.Unix(0, cp.lastCheckpoint.Load())) < cp.db.opts.CheckpointEvery ||
+		time.Since(time.Unix(0, cp.lastTurn.Load())) < cp.db.opts.CheckpointEvery {
 		return
 	}
 	ctx := context.Background()
-	if !db.checkpointTurn(ctx) {
+	if !cp.checkpointTurn(ctx) {
 		return
 	}
-	db.startMACs(ctx) // once what they waited for is gone
-	if !db.dirty.Load() && !db.othersCommitted(ctx) {
+	cp.startMACs(ctx) // once what they waited for is gone
+	if !cp.dirty.Load() && !cp.othersCommitted(ctx) {
 		return
 	}
-	if err := db.writeCheckpoint(); err != nil {
-		db.logCheckpoint(err)
+	if err := cp.writeCheckpoint(); err != nil {
+		cp.logCheckpoint(err)
 	}
 }
 
@@ -865,14 +864,14 @@ type writerConn struct {
 	commit driverStmt
 	tail   driverStmt
 	ins    driverStmt
-	ix     *callIndexer      // keeps the call index in the same transaction
-	auth   *tailAuth         // the MAC key, and where MACs start (mac.go)
-	mac    *macer            // each record's MAC, under auth's key
-	macBuf [sha256.Size]byte // the MAC being inserted (the driver copies it)
-	macs   driverStmt        // selectMACsFrom
+	ix     *callIndexer // keeps the call index in the same transaction
+	auth   *tailAuth    // the MAC key, and where MACs start (mac.go)
+	mac    *audit.MACer // checks MACs of records read back, under auth's key
+	batch  *audit.Batch // the rows each batch becomes
+	macs   driverStmt   // selectMACsFrom
 	args   [insertArgs]driver.NamedValue
 	row    [2]driver.Value
-	buf    []byte // records' canonical forms, to hash
+	buf    []byte // the canonical forms of records read back
 
 	// The chain's tail as this connection last committed it, and the
 	// database's data version right after that commit. SQLite changes a
@@ -890,9 +889,10 @@ type writerConn struct {
 	tailReads int64 // times the tail was read from the table
 
 	// The Merkle tree's right edge as this connection last committed it
-	// (tree.go), valid under the same condition as the tail; nil when it
-	// must be read again.
-	edge     *treeEdge
+	// (tree.go), valid under the same condition as the tail (its Edge nil
+	// when it must be read again), with the hashes of the transaction's
+	// leaves not yet inserted.
+	tree     audit.Tree
 	insTree  driverStmt
 	getTree  driverStmt
 	treeMax  driverStmt
@@ -900,20 +900,12 @@ type writerConn struct {
 	insTrees driverStmt // treeRows at a time
 	treeArgs [2]driver.NamedValue
 	manyArgs [2 * treeRows]driver.NamedValue
-	// The hashes of the transaction's leaves not yet inserted, from
-	// stored index treeFirst on.
-	treeHashes []tlog.Hash
-	treeFirst  int64
 
 	// The runs of records this connection committed since the last
 	// checkpoint, with their leaves (checkTail), and how many leaves.
 	own       []ownRun
 	ownLeaves int
 }
-
-// maxHashBuf is the largest buffer for canonical forms the writer keeps
-// from one commit to the next.
-const maxHashBuf = 64 << 10
 
 // driverStmt is what the writer needs of a driver's prepared statement.
 type driverStmt interface {
@@ -932,7 +924,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 	if err != nil {
 		return nil, fmt.Errorf("audit writer: %w", err)
 	}
-	wc := &writerConn{conn: conn, auth: auth, mac: newMACer(auth.key)}
+	wc := &writerConn{conn: conn, auth: auth, mac: audit.NewMACer(auth.key), batch: audit.NewBatch(audit.NewMACer(auth.key))}
 	for i := range wc.args {
 		wc.args[i].Ordinal = i + 1
 	}
@@ -977,61 +969,63 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 }
 
 // write appends the batch's records to the chain and commits them, in the
-// transaction begun on dc.
-func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) error {
+// transaction begun on dc: audit.Batch works out the rows, which are
+// inserted as they come.
+func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (err error) {
 	seq, prev, err := wc.chainTail(ctx, dc)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			wc.tree.Edge = nil // it holds leaves that were not committed
+		}
+	}()
 	// The edge is set again only once this transaction commits.
-	edge := wc.edge
-	wc.edge = nil
-	wc.treeHashes = wc.treeHashes[:0] // left by a transaction that failed
-	if edge == nil || edge.n != seq {
+	edge := wc.tree.Edge
+	wc.tree.Edge = nil
+	wc.tree.Written() // left by a transaction that failed
+	if edge == nil || edge.Size() != seq {
 		if edge, err = wc.loadTree(ctx, seq); err != nil {
 			return err
 		}
 	}
-	// A tree that stops before a record whose MAC fails (completeTree)
-	// stays so: the records go on in the chain, with their MACs, and
-	// outside the tree.
-	tree := edge.n == seq
-	run := ownRun{first: seq + 1}
+	wc.tree.Edge = edge
+	b := wc.batch
+	b.Begin(seq, prev, &wc.tree, wc.ix)
+	defer b.End()
 	for _, req := range batch {
 		for _, r := range req.recs {
-			seq++
-			wc.chain(r, req.macStart, seq, prev)
-			prev = r.Hash
-			if err := wc.insert(ctx, r, wc.mac.sum(wc.macBuf[:0], seq, r.Hash)); err != nil {
-				return err
-			}
-			if !tree {
-				continue
-			}
-			leaf, err := wc.addLeaf(ctx, edge, wc.buf)
+			mac, err := b.Add(ctx, r, req.macStart)
 			if err != nil {
 				return err
 			}
-			run.leaves = append(run.leaves, leaf)
+			if err := wc.insert(ctx, r, mac); err != nil {
+				return err
+			}
+			if len(wc.tree.Hashes) >= 4*treeRows {
+				if err := wc.flushTree(ctx); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if err := wc.flushTree(ctx); err != nil {
 		return err
 	}
-	if err := wc.ix.index(ctx, batch); err != nil {
+	if err := wc.ix.write(ctx, b.Calls.Changes); err != nil {
 		return err
-	}
-	if cap(wc.buf) > maxHashBuf {
-		wc.buf = nil // a large record's buffer is not kept
 	}
 	if _, err := wc.commit.ExecContext(ctx, nil); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	last, hash := b.Tail()
+	wc.tree.Edge = nil
 	if v, err := dataVersion(dc); err == nil || wc.pg {
-		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, seq, prev, v
-		wc.edge = edge
+		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, last, hash, v
+		wc.tree.Edge = edge
 	}
-	wc.noteOwn(run)
+	wc.noteOwn(ownRun{first: seq + 1, leaves: b.Leaves})
 	return nil
 }
 
@@ -1047,8 +1041,8 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		}
 	}
 	wc.tailReads++
-	edge := wc.edge
-	wc.edge = nil
+	edge := wc.tree.Edge
+	wc.tree.Edge = nil
 	rows, err := wc.tail.QueryContext(ctx, nil)
 	if err != nil {
 		return 0, "", fmt.Errorf("chain tail: %w", err)
@@ -1080,7 +1074,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		// Without a data version (PostgreSQL), the tail this connection
 		// committed last, still the tail, says no one appended since:
 		// seq only grows.
-		wc.edge = edge
+		wc.tree.Edge = edge
 	}
 	return seq, hash, nil
 }
@@ -1100,25 +1094,13 @@ func dataVersion(dc any) (uint32, error) {
 	return v, nil
 }
 
-// chain makes r record seq of the chain, after the record whose hash is
-// prev: its seq, its links and its hash, its canonical form left in
-// wc.buf. The LifecycleMACs record (macStart) gets the text that names
-// its seq first.
-func (wc *writerConn) chain(r *guard.Record, macStart bool, seq int64, prev string) {
-	if macStart {
-		r.Reason, r.Detail = macsStartText(seq)
-	}
-	r.Seq, r.PrevHash = seq, prev
-	r.Hash, wc.buf = hashRecord(wc.buf, r)
-}
-
 // insert inserts a record with its MAC.
 func (wc *writerConn) insert(ctx context.Context, r *guard.Record, mac []byte) error {
 	a := &wc.args
 	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
 		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
 		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, groupsText(r.UserGroups), mac} {
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups), mac} {
 		if v == "" {
 			v = nil // bound without copying an empty string into SQLite's memory
 		}

@@ -128,7 +128,7 @@ func concurrentAppenders(t *testing.T, durability string) {
 	if len(acked) != goroutines*each {
 		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
 	}
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
 		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
 	}
@@ -169,24 +169,24 @@ func TestARecordTheDatabaseRefusesIsKept(t *testing.T) {
 	if err := db.Append(before); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	bad := rec(2, guard.KindRequest)
 	bad.Tool = "poison"
 	if err := db.Append(bad); err != nil {
 		t.Fatalf("an append is durable in the journal before the database takes it: %v", err)
 	}
-	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	if err := db.Append(rec(3, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append while the database refuses records: %v", err)
 	}
 	cure()
-	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
 	after := rec(4, guard.KindRequest)
 	if err := db.Append(after); err != nil {
 		t.Fatalf("an append once the database takes records again: %v", err)
 	}
 	var n int
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	if err := db.r.QueryRow(`SELECT count(*) FROM records`).Scan(&n); err != nil || n != 3 {
 		t.Fatalf("%d records, want 3 (%v)", n, err)
 	}
@@ -209,12 +209,12 @@ func TestAnotherProcessesLockIsWaitedFor(t *testing.T) {
 	if err := db.Append(first); err != nil {
 		t.Fatalf("append while the database is locked: %v", err)
 	}
-	waitFor(t, "the ingester to give up on the lock", func() bool { return db.failed() != nil })
+	waitFor(t, "the ingester to give up on the lock", func() bool { return db.ing.failed() != nil })
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("append while locked past BusyWait: %v", err)
 	}
 	release()
-	waitFor(t, "the ingester to commit again", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to commit again", func() bool { return db.ing.failed() == nil })
 	r := rec(3, guard.KindRequest)
 	if err := db.Append(r); err != nil {
 		t.Fatalf("append once the lock is gone: %v", err)
@@ -343,7 +343,7 @@ func TestADiskThatFillsAndEmpties(t *testing.T) {
 	}
 	// The ingester tries again by itself: appends are taken again once
 	// it has committed what waited.
-	waitFor(t, "the ingester to commit again", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to commit again", func() bool { return db.ing.failed() == nil })
 	for i := range 20 {
 		r := rec(30000+i, guard.KindRequest)
 		if err := db.Append(r); err != nil {
@@ -415,12 +415,12 @@ func listDir(t *testing.T, dir string) string {
 // tailReads is how many times db's writer has read the chain's tail from
 // the table.
 func tailReads(db *DB) int64 {
-	db.commitMu.Lock()
-	defer db.commitMu.Unlock()
-	if db.wc == nil {
+	db.ing.commitMu.Lock()
+	defer db.ing.commitMu.Unlock()
+	if db.ing.wc == nil {
 		return 0
 	}
-	return db.wc.tailReads
+	return db.ing.wc.tailReads
 }
 
 // Two writers on one database (as two guard processes are) take turns: each
@@ -440,7 +440,7 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 		if err := db.Append(r); err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
-		db.caughtUp(ctx) // in the database before the next append
+		db.ing.caughtUp(ctx) // in the database before the next append
 		acked = append(acked, r)
 	}
 	appendTo(a, 0)
@@ -493,7 +493,7 @@ func TestEmptyTextIsStoredAsText(t *testing.T) {
 	if err := db.Append(empty, full); err != nil {
 		t.Fatal(err)
 	}
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	cols := []string{"id", "call_id", "kind", "time", "session", "client", "protocol", "server", "direction",
 		"method", "tool", "arguments", "pin", "decision", "decided_by", "reason", "outcome", "result", "detail",
 		"prev_hash", "hash"}
@@ -565,7 +565,7 @@ func TestJournalSegmentsAreReplacedAndRemoved(t *testing.T) {
 				}
 				acked = append(acked, r)
 			}
-			db.caughtUp(context.Background())
+			db.ing.caughtUp(context.Background())
 			waitFor(t, "the full segments to go", func() bool {
 				now, _ := segments(journalsDir(path))
 				return len(now) == 1 && now[0] != first[0]
@@ -593,10 +593,10 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	if err := db.Append(before); err != nil {
 		t.Fatal(err)
 	}
-	db.jmu.Lock()
-	broken := db.seg
+	db.ing.jmu.Lock()
+	broken := db.ing.seg
 	broken.fd = ^uintptr(0)
-	db.jmu.Unlock()
+	db.ing.jmu.Unlock()
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append whose journal could not be synced: %v", err)
 	}
@@ -609,13 +609,13 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 		after = r
 		return true
 	})
-	db.caughtUp(context.Background())
+	db.ing.caughtUp(context.Background())
 	if b := db.Backlog(); b != 0 {
 		t.Fatalf("backlog %d after a refused append, want 0", b)
 	}
-	db.jmu.Lock()
-	replaced := db.seg != broken
-	db.jmu.Unlock()
+	db.ing.jmu.Lock()
+	replaced := db.ing.seg != broken
+	db.ing.jmu.Unlock()
 	if !replaced {
 		t.Fatal("the journal that could not be synced is still in use")
 	}
@@ -634,7 +634,7 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 	if err := db.Append(bad); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ingester to fail", func() bool { return db.failed() != nil })
+	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	start := time.Now()
 	if err := db.Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
 		t.Fatal(err)
@@ -643,7 +643,7 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 		t.Fatalf("a query waited %v for a journal its own ingester cannot move in", d)
 	}
 	cure()
-	waitFor(t, "the ingester to recover", func() bool { return db.failed() == nil })
+	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
 	verifyAll(t, db, []*guard.Record{bad})
 }
 

@@ -32,7 +32,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, p pageData, pendin
 // pageStatus is page with another status than 200.
 func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p pageData, pending int, body templ.Component) {
 	sess := sessionOf(r.Context())
-	nav, err := s.counts(r.Context(), pending)
+	nav, err := s.views.counts(r.Context(), pending)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -73,7 +73,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.pendingView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.pendingView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -87,7 +87,7 @@ func (s *Server) pendingPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pendingFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.pendingView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.pendingView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -96,7 +96,7 @@ func (s *Server) pendingFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) navFragment(w http.ResponseWriter, r *http.Request) {
-	nav, err := s.counts(r.Context(), -1)
+	nav, err := s.views.counts(r.Context(), -1)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -106,7 +106,7 @@ func (s *Server) navFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) changesPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.changesView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.changesView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -115,7 +115,7 @@ func (s *Server) changesPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) changesFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.changesView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.changesView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -124,7 +124,7 @@ func (s *Server) changesFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) configPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.configView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.configView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -133,7 +133,7 @@ func (s *Server) configPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) configFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.configView(r.Context(), sessionOf(r.Context()))
+	v, err := s.views.configView(r.Context(), sessionOf(r.Context()))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -142,7 +142,7 @@ func (s *Server) configFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) toolsPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.toolsView(r.Context())
+	v, err := s.views.toolsView(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -151,7 +151,7 @@ func (s *Server) toolsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) toolsFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.toolsView(r.Context())
+	v, err := s.views.toolsView(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -160,7 +160,7 @@ func (s *Server) toolsFragment(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) activityPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.activityView(r.Context(), r.URL.Query())
+	v, err := s.views.activityView(r.Context(), r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -169,7 +169,7 @@ func (s *Server) activityPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) activityFragment(w http.ResponseWriter, r *http.Request) {
-	v, err := s.activityView(r.Context(), r.URL.Query())
+	v, err := s.views.activityView(r.Context(), r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -180,12 +180,12 @@ func (s *Server) activityFragment(w http.ResponseWriter, r *http.Request) {
 func (s *Server) callPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	c, err := s.findCall(ctx, id)
+	c, err := s.views.findCall(ctx, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	v, err := s.callView(ctx, c)
+	v, err := s.views.callView(ctx, c)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -416,7 +416,7 @@ func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &np):
 		s.log.Info("ui: configuration decision refused", "digest", digest, "by", sess.name, "why", err)
-		v, verr := s.configView(ctx, sess)
+		v, verr := s.views.configView(ctx, sess)
 		if verr != nil {
 			s.fail(w, r, verr)
 			return

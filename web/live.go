@@ -161,7 +161,7 @@ func (s *Server) Run(ctx context.Context) {
 			continue
 		}
 		joined := s.hub.takeFresh()
-		sig, err := s.signature(ctx)
+		sig, err := s.views.signature(ctx)
 		if err != nil {
 			if !failing && ctx.Err() == nil {
 				s.log.Error("ui: reading the store for changes", "err", err)
@@ -202,7 +202,7 @@ type signature struct {
 // outcome recorded for one of them changes its row.
 const activityWindow = 20
 
-func (s *Server) signature(ctx context.Context) (signature, error) {
+func (s *views) signature(ctx context.Context) (signature, error) {
 	var sig signature
 	n, newest, err := s.opts.Store.CountApprovals(ctx, guard.ApprovalPending)
 	if err != nil {
@@ -253,7 +253,7 @@ const (
 // session and Host were checked by ServeHTTP; the Origin is checked here
 // (and again by the upgrader).
 func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !s.originOK(r) {
+	if !s.origins.originOK(r) {
 		s.log.Warn("ui: WebSocket from a foreign origin", "origin", r.Header.Get("Origin"))
 		plainError(w, "Forbidden: the WebSocket did not come from the guard UI's own page.", http.StatusForbidden)
 		return

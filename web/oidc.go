@@ -204,7 +204,7 @@ func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: binding, Path: oidcLoginPath, MaxAge: int(oidcLoginTTL / time.Second),
-		HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteLaxMode})
+		HttpOnly: true, Secure: s.origins.secure(r), SameSite: http.SameSiteLaxMode})
 	http.Redirect(w, r, o.oauth(p).AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oidc.Nonce(nonce)), http.StatusSeeOther)
 }
 
@@ -238,7 +238,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: oidcLoginPath, MaxAge: -1, HttpOnly: true,
-		Secure: s.secure(r), SameSite: http.SameSiteLaxMode})
+		Secure: s.origins.secure(r), SameSite: http.SameSiteLaxMode})
 	user, unverified, err := o.complete(r.Context(), q.Get("code"), pend)
 	if err != nil {
 		refuse(err.Error())

@@ -212,7 +212,7 @@ func bindingOf(path string, form url.Values) string {
 // enroll alone. Without a code they need a session that used a passkey.
 func (s *Server) passkeyEnrolmentRoute(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
-		if !s.formOriginOK(r) || s.cop.Check(r) != nil {
+		if !s.origins.formOriginOK(r) || s.cop.Check(r) != nil {
 			s.log.Warn("ui: passkey enrolment from a foreign origin", "origin", r.Header.Get("Origin"))
 			plainError(w, "Forbidden: the request did not come from the guard UI's own page.", http.StatusForbidden)
 			return

@@ -118,6 +118,13 @@ const (
 	CallerGone    = "gone"
 )
 
+// views reads from the store what the pages and fragments show, apart
+// from serving them (the Server's handlers) and from the live updates.
+type views struct {
+	opts     *Options  // the Server's
+	passkeys *passkeys // nil without passkeys: decisions then need none
+}
+
 // pendingView is the pending page's list.
 type pendingView struct {
 	Cards       []cardView
@@ -129,7 +136,7 @@ type pendingView struct {
 	Undelivered []string
 }
 
-func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, error) {
+func (s *views) pendingView(ctx context.Context, sess session) (pendingView, error) {
 	list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return pendingView{}, fmt.Errorf("pending approvals: %w", err)
@@ -179,7 +186,7 @@ func (s *Server) pendingView(ctx context.Context, sess session) (pendingView, er
 
 // heldCalls reads the calls of pending approvals whose client did not go,
 // by id, in one query (a query per card made a page of many slow).
-func (s *Server) heldCalls(ctx context.Context, list []*guard.Approval) (map[string]*store.Call, error) {
+func (s *views) heldCalls(ctx context.Context, list []*guard.Approval) (map[string]*store.Call, error) {
 	calls := map[string]*store.Call{}
 	var ids []string
 	for _, a := range list {
@@ -214,7 +221,7 @@ func inChunks(ids []string, fn func([]string) error) error {
 
 // reviewsOf reads the reviews of tool definitions by server, name and pin,
 // in one query, when a call among list is held for one.
-func (s *Server) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]string]*guard.Review, error) {
+func (s *views) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]string]*guard.Review, error) {
 	if !slices.ContainsFunc(list, func(a *guard.Approval) bool { return a.Rule == guard.ToolReviewRule }) {
 		return nil, nil
 	}
@@ -223,7 +230,7 @@ func (s *Server) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]
 
 // reviewsByPin reads every review of a tool definition, by server, name
 // and pin.
-func (s *Server) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
+func (s *views) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
 	rs, err := s.opts.Store.Reviews(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tool reviews: %w", err)
@@ -339,7 +346,7 @@ type changesView struct {
 	Named   bool
 }
 
-func (s *Server) changesView(ctx context.Context, sess session) (changesView, error) {
+func (s *views) changesView(ctx context.Context, sess session) (changesView, error) {
 	v := changesView{CSRF: sess.csrf, Named: sess.name != ""}
 	reviews, err := s.opts.Store.Reviews(ctx, "")
 	if err != nil {
@@ -426,7 +433,7 @@ type configView struct {
 	Problem string // why a decision was refused
 }
 
-func (s *Server) configView(ctx context.Context, sess session) (configView, error) {
+func (s *views) configView(ctx context.Context, sess session) (configView, error) {
 	v := configView{CSRF: sess.csrf, Named: sess.name != ""}
 	c, err := s.opts.Store.PendingConfigChange(ctx)
 	if err != nil {
@@ -456,7 +463,7 @@ type serverView struct {
 	Tools []toolView
 }
 
-func (s *Server) toolsView(ctx context.Context) ([]serverView, error) {
+func (s *views) toolsView(ctx context.Context) ([]serverView, error) {
 	tools, err := s.opts.Store.Tools(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
@@ -512,7 +519,7 @@ var activityParams = []string{"server", "tool", "client", "user", "session", "de
 	"approval", "text", "since", "until", "limit"}
 
 // readFilter reads the activity filter from a query, into a store.Filter.
-func (s *Server) readFilter(q url.Values) (activityFilter, store.Filter) {
+func (s *views) readFilter(q url.Values) (activityFilter, store.Filter) {
 	get := func(k string) string { return strings.TrimSpace(q.Get(k)) }
 	af := activityFilter{Server: get("server"), Tool: get("tool"), Decision: get("decision"), Outcome: get("outcome"),
 		Since: get("since"), Until: get("until"), Limit: get("limit"), Client: get("client"), User: get("user"), Session: get("session"),
@@ -610,7 +617,7 @@ type activityView struct {
 	Newer, Older string
 }
 
-func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, error) {
+func (s *views) activityView(ctx context.Context, q url.Values) (activityView, error) {
 	af, f := s.readFilter(q)
 	v := activityView{Filter: af, Limit: f.Limit, Now: s.opts.Now()}
 	if af.Bad {
@@ -662,7 +669,7 @@ func (s *Server) activityView(ctx context.Context, q url.Values) (activityView, 
 // approvalsOf reads the approvals that the calls shown name, and every
 // call that names them (the held call, the one an approval let through),
 // in one query each whatever the number of rows.
-func (s *Server) approvalsOf(ctx context.Context, v *activityView) error {
+func (s *views) approvalsOf(ctx context.Context, v *activityView) error {
 	v.Approvals = map[string]approvalCalls{}
 	var ids []string
 	seen := map[string]bool{}
@@ -733,7 +740,7 @@ type callView struct {
 // it, the call it let through, or one made again while it was open; a
 // call held before approvals were named in its records has its own id),
 // and the calls that name it, to tell what became of the call.
-func (s *Server) callView(ctx context.Context, c *store.Call) (callView, error) {
+func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 	v := callView{Call: c}
 	id := c.ID
 	if c.Approval != "" {
@@ -759,7 +766,7 @@ func (s *Server) callView(ctx context.Context, c *store.Call) (callView, error) 
 }
 
 // findCall looks up one invocation by its id.
-func (s *Server) findCall(ctx context.Context, id string) (*store.Call, error) {
+func (s *views) findCall(ctx context.Context, id string) (*store.Call, error) {
 	var found *store.Call
 	err := s.opts.Store.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
 		found = c
@@ -775,7 +782,7 @@ func (s *Server) findCall(ctx context.Context, id string) (*store.Call, error) {
 }
 
 // counts are the navigation bar's numbers.
-func (s *Server) counts(ctx context.Context, pending int) (navData, error) {
+func (s *views) counts(ctx context.Context, pending int) (navData, error) {
 	var n navData
 	var err error
 	if pending < 0 {

@@ -164,7 +164,7 @@ type Options struct {
 type Server struct {
 	opts     Options
 	log      *slog.Logger
-	hosts    map[string]bool
+	origins  origins // the Host names and the origin the UI answers to
 	tokenSum [sha256.Size]byte
 	sessions *sessions
 	oidc     *oidcLogin // nil without OIDC
@@ -174,6 +174,7 @@ type Server struct {
 	cop      *http.CrossOriginProtection
 	upgrader websocket.Upgrader
 	static   http.Handler
+	views    *views
 }
 
 //go:embed static
@@ -214,14 +215,14 @@ func New(o Options) (*Server, error) {
 	s := &Server{
 		opts:     o,
 		log:      o.Logger,
-		hosts:    make(map[string]bool, len(o.AllowedHosts)),
+		origins:  origins{hosts: make(map[string]bool, len(o.AllowedHosts)), public: o.PublicOrigin},
 		tokenSum: sha256.Sum256([]byte(o.Token)),
 		sessions: newSessions(o.SessionIdle, o.Now),
 		hub:      newHub(),
 		cop:      http.NewCrossOriginProtection(),
 	}
 	for _, h := range o.AllowedHosts {
-		s.hosts[strings.ToLower(h)] = true
+		s.origins.hosts[strings.ToLower(h)] = true
 	}
 	if o.NoTokenLogin && o.OIDC == nil {
 		return nil, errors.New("web: with the token link off, OIDC is the way in: none is configured")
@@ -231,7 +232,7 @@ func New(o Options) (*Server, error) {
 		if s.oidc, err = newOIDCLogin(*o.OIDC, o.Now); err != nil {
 			return nil, err
 		}
-		if u, _ := url.Parse(o.OIDC.RedirectURL); !s.hosts[strings.ToLower(u.Host)] {
+		if u, _ := url.Parse(o.OIDC.RedirectURL); !s.origins.hosts[strings.ToLower(u.Host)] {
 			return nil, fmt.Errorf("web: the OIDC redirect URL's host %s is not among the allowed hosts", u.Host)
 		}
 	}
@@ -240,14 +241,15 @@ func New(o Options) (*Server, error) {
 		if s.passkeys, err = newPasskeys(*o.Passkeys, o.Now); err != nil {
 			return nil, err
 		}
-		if u, _ := url.Parse(o.Passkeys.Origin); !s.hosts[strings.ToLower(u.Host)] {
+		if u, _ := url.Parse(o.Passkeys.Origin); !s.origins.hosts[strings.ToLower(u.Host)] {
 			return nil, fmt.Errorf("web: the passkeys' origin %s is not among the allowed hosts", o.Passkeys.Origin)
 		}
 	}
+	s.views = &views{opts: &s.opts, passkeys: s.passkeys}
 	s.upgrader = websocket.Upgrader{
 		ReadBufferSize:  512,
 		WriteBufferSize: 1024,
-		CheckOrigin:     s.originOK,
+		CheckOrigin:     s.origins.originOK,
 	}
 	sub, err := fs.Sub(staticFS, "static")
 	if err != nil {
@@ -297,7 +299,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Frame-Options", "DENY")
-	if !s.hosts[strings.ToLower(r.Host)] {
+	if !s.origins.hosts[strings.ToLower(r.Host)] {
 		s.log.Warn("ui: request for a host not allowed", "host", r.Host, "path", r.URL.Path)
 		plainError(w, "Forbidden: this host name is not one the guard UI answers to.", http.StatusForbidden)
 		return
@@ -327,7 +329,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		if !s.formOriginOK(r) {
+		if !s.origins.formOriginOK(r) {
 			s.log.Warn("ui: state-changing request from a foreign origin", "origin", r.Header.Get("Origin"), "path", r.URL.Path)
 			plainError(w, "Forbidden: the request did not come from the guard UI's own page.", http.StatusForbidden)
 			return
@@ -358,14 +360,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, sess)))
 }
 
+// origins are the Host names the UI answers to and its public origin
+// (Options.PublicOrigin): what a request's Host and Origin are checked
+// against.
+type origins struct {
+	hosts  map[string]bool // lower case
+	public string
+}
+
 // originOK says whether the request's Origin is the UI's own: the scheme
 // of this connection and an allowed Host, exactly, or the public origin.
-func (s *Server) originOK(r *http.Request) bool {
+func (o origins) originOK(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
-	if origin == "" || !s.hosts[strings.ToLower(r.Host)] {
+	if origin == "" || !o.hosts[strings.ToLower(r.Host)] {
 		return false
 	}
-	if s.opts.PublicOrigin != "" && strings.EqualFold(origin, s.opts.PublicOrigin) {
+	if o.public != "" && strings.EqualFold(origin, o.public) {
 		return true
 	}
 	scheme := "http://"
@@ -377,17 +387,17 @@ func (s *Server) originOK(r *http.Request) bool {
 
 // secure says whether the browser reached the UI over HTTPS: this
 // connection, or the public origin's terminator in front of it.
-func (s *Server) secure(r *http.Request) bool {
+func (o origins) secure(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	host, ok := strings.CutPrefix(strings.ToLower(s.opts.PublicOrigin), "https://")
+	host, ok := strings.CutPrefix(strings.ToLower(o.public), "https://")
 	return ok && strings.TrimSuffix(strings.ToLower(r.Host), ":443") == host
 }
 
 // formOriginOK is originOK for a form the UI's page sent: its Origin must
 // be exactly the UI's own ("null" never passes).
-func (s *Server) formOriginOK(r *http.Request) bool { return s.originOK(r) }
+func (o origins) formOriginOK(r *http.Request) bool { return o.originOK(r) }
 
 // login exchanges the token for a session cookie and sends the browser to
 // the pending page, so that the token leaves the address bar. With the
@@ -433,7 +443,7 @@ func (s *Server) newSession(w http.ResponseWriter, r *http.Request, sameSite htt
 		Value:    id,
 		Path:     "/",
 		HttpOnly: true,
-		Secure:   s.secure(r),
+		Secure:   s.origins.secure(r),
 		SameSite: sameSite,
 	})
 	return id, nil
@@ -444,7 +454,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		s.sessions.remove(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
+		Secure: s.origins.secure(r), SameSite: http.SameSiteStrictMode})
 	s.unauthorized(w, r)
 }
 

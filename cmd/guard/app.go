@@ -8,19 +8,17 @@ import (
 	"log/slog"
 	"os"
 
+	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/spf13/cobra"
 )
 
-// Exit statuses of every subcommand but a `guard run` whose server has run.
+// Exit statuses of every subcommand but a `guard run` whose server has run
+// (app.ExitOK...).
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
-	// exitUnverifiable is guard audit verify's and check's "cannot
-	// verify here": no key of this log, a key of another log, no
-	// database at that path. Everything they could check held; a
-	// failure exits 1 whatever else.
-	exitUnverifiable = 3
+	exitOK           = guardapp.ExitOK
+	exitFailure      = guardapp.ExitFailure
+	exitUsage        = guardapp.ExitUsage
+	exitUnverifiable = guardapp.ExitUnverifiable
 )
 
 // app carries what a subcommand may touch of the outside world, so that
@@ -51,6 +49,13 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) strin
 		environ: os.Environ,
 		logger:  slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
+}
+
+// wiring is the app's view of a: what its subcommands' bodies may touch,
+// with the logger the command line set.
+func (a *app) wiring() *guardapp.Main {
+	return &guardapp.Main{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr, Getenv: a.getenv, Environ: a.environ,
+		Logger: a.logger, Version: buildVersion()}
 }
 
 // main runs the command line args (without the program's name) and

@@ -139,7 +139,7 @@ func TestApprovalsShowSaysApprovingAGoneClientsCallDoesNotRunIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := run(t, dir, "approvals", "show", "gone-1")
-	want := "client gone  Its client is gone (at " + recordTime(ended) + "). Approving does not run this call: it lets the same call " +
+	want := "client gone  Its client is gone (at " + ended.UTC().Format("2006-01-02T15:04:05.000Z07:00") + "). Approving does not run this call: it lets the same call " +
 		"through once when a client makes it again (same server, tool and arguments, any session; approval.scope: any).\n"
 	if code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("show: %d %s %s", code, out, errOut)

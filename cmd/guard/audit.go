@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -27,27 +23,17 @@ func auditCommand(a *app) *cobra.Command {
 		auditExportCommand(a), auditCheckCommand(a), auditReportCommand(a), auditPruneCommand(a), auditAcknowledgeLossCommand(a))
 }
 
-// openStore opens the database of the resolved settings.
-func (a *app) openStore(ctx context.Context, st *settings) (*store.DB, error) {
-	return store.Open(ctx, a.storeOptions(st))
-}
-
 // open resolves the settings and opens their database, or says why not and
 // returns the status to exit with.
 func (a *app) open(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
-	return a.openWith(ctx, cf, a.openStore)
+	return a.openWith(ctx, cf, a.wiring().OpenStore)
 }
 
 // openReadOnly is open for commands that only read: the database is opened
 // read-only (no migration, no file created, nothing written), so that they
 // work on a full disk.
 func (a *app) openReadOnly(ctx context.Context, cf *commonFlags) (*store.DB, *settings, int, bool) {
-	return a.openWith(ctx, cf, a.openReadOnlyWith)
-}
-
-// openReadOnlyWith opens the database of the resolved settings read-only.
-func (a *app) openReadOnlyWith(ctx context.Context, st *settings) (*store.DB, error) {
-	return store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+	return a.openWith(ctx, cf, a.wiring().OpenReadOnly)
 }
 
 func (a *app) openWith(ctx context.Context, cf *commonFlags, openDB func(context.Context, *settings) (*store.DB, error)) (*store.DB, *settings, int, bool) {
@@ -148,82 +134,7 @@ func auditQueryCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		if *kind != "call" {
-			return auditRecords(ctx, a, db, *kind, f, *format)
-		}
-		switch *format {
-		case "jsonl":
-			enc := json.NewEncoder(a.stdout)
-			enc.SetEscapeHTML(false)
-			err = db.Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
-		case "csv":
-			w := csv.NewWriter(a.stdout)
-			_ = w.Write(store.CallColumns)
-			err = db.Query(ctx, f, func(c *store.Call) error {
-				// The log's text is written inert; the figures as they are.
-				row := inertCells(c.ID, c.Time, c.Session, c.Client, c.User, c.UserEmail, groupsCell(c.UserGroups), c.Protocol, c.Server, c.Direction, c.Method,
-					c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
-				row = append(row, strconv.FormatInt(c.RequestSize, 10), strconv.FormatInt(c.ResponseSize, 10),
-					strconv.FormatInt(c.DurationMS, 10), inert(c.Detail), inert(c.Hash))
-				return w.Write(row)
-			})
-			w.Flush()
-			if err == nil {
-				err = w.Error()
-			}
-		default:
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tUSER\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
-			err = db.Query(ctx, f, func(c *store.Call) error {
-				what := c.Method
-				if c.Tool != "" {
-					what = c.Tool
-				}
-				_, werr := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", c.Time, dash(clip(userOf(c.User, c.UserEmail), 30)), c.Server, clip(what, 40),
-					dash(c.Decision), dash(c.DecidedBy), dash(c.Outcome), c.DurationMS)
-				return werr
-			})
-			tw.Flush()
-		}
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard audit query: %v\n", err)
-			return exitFailure
-		}
-		return exitOK
+		return a.wiring().AuditQuery(ctx, db, f, *kind, *format)
 	})
 	return c
-}
-
-// userOf is how a table names the caller the front authenticated: the
-// email where the token had one, else the subject ("" for no one).
-func userOf(subject, email string) string {
-	if email != "" {
-		return email
-	}
-	return subject
-}
-
-// groupsCell is a caller's groups in a CSV cell: a JSON array of strings
-// ("" for none), as the export writes them.
-func groupsCell(groups []string) string {
-	if len(groups) == 0 {
-		return ""
-	}
-	b, _ := json.Marshal(groups) // strings: cannot fail
-	return string(b)
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func clip(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len([]rune(s)) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -123,8 +124,8 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	var metrics bytes.Buffer
-	newMetrics(db).Write(&metrics)
-	status, body := newHealth(db, "test", slog.New(slog.DiscardHandler)).Readiness(context.Background())
+	guardapp.NewMetrics(db).Write(&metrics)
+	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(context.Background())
 	db.Close()
 	if status != 200 || !strings.Contains(body, "integrity alerts: 1 not acknowledged") {
 		t.Errorf("/readyz with a loss no one acknowledged: %d %q", status, body)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -99,7 +100,7 @@ func TestAForgedRecordAfterTheCheckpointAtTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m strings.Builder
-	newMetrics(db).Write(&m)
+	guardapp.NewMetrics(db).Write(&m)
 	db.Close()
 	wantOutput(t, "metrics", m.String(), "guard_audit_integrity_alerts 1\n")
 	cp := guardIn(t, dir, path, 0, "audit", "checkpoint", "--config", cfg)
@@ -213,8 +214,8 @@ func TestAForgedJournalAtTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	var metrics bytes.Buffer
-	newMetrics(db).Write(&metrics)
-	status, body := newHealth(db, "test", slog.New(slog.DiscardHandler)).Readiness(ctx)
+	guardapp.NewMetrics(db).Write(&metrics)
+	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(ctx)
 	db.Close()
 	if status != 200 || !strings.Contains(body, "integrity alerts: 2 not acknowledged") {
 		t.Errorf("/readyz with journals refused: %d %q", status, body)

@@ -228,6 +228,8 @@ func TestAuditReportText(t *testing.T) {
 }
 
 func TestAuditReportCSV(t *testing.T) {
+	csvColumns := []string{"section", "item", "server", "tool", "decided_by", "reason", "count",
+		"allowed", "denied", "held", "errors", "time", "verdict", "decided_at", "wait_ms", "approval", "pin", "state"}
 	out, records := reportOf(t, "csv")
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if err != nil {

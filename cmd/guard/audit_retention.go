@@ -6,26 +6,9 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
-
-// retentionMetrics adds the retention job's counters, read from the
-// database: every process on it shows the same, whichever ran the job.
-func retentionMetrics(reg *metrics.Registry, db *store.DB) {
-	total := func(failures bool) func() (float64, error) {
-		return func() (float64, error) {
-			pruned, failed, err := db.RetentionTotals(context.Background())
-			if failures {
-				return float64(failed), err
-			}
-			return float64(pruned), err
-		}
-	}
-	reg.CounterFunc("guard_audit_pruned_records_total", "Audit records whose bodies the retention job archived and removed from the database (audit.retention), by any process on this database.", total(false))
-	reg.CounterFunc("guard_audit_retention_failures_total", "Runs of the retention job that failed (an archive not written or not verified, bodies not removed), by any process on this database.", total(true))
-}
 
 // auditPruneCommand runs the retention job now (guard run and guard serve
 // run it at start and hourly): the records past audit.retention are
@@ -41,7 +24,7 @@ func auditPruneCommand(a *app) *cobra.Command {
 		if !ok {
 			return status
 		}
-		o := retentionOptions(st)
+		o := st.RetentionOptions()
 		if o.Retention <= 0 {
 			fmt.Fprintln(a.stderr, "guard audit prune: audit.retention is off: records keep their bodies (set it, e.g. audit.retention: 400d)")
 			return exitUsage
@@ -50,9 +33,9 @@ func auditPruneCommand(a *app) *cobra.Command {
 		var db *store.DB
 		var err error
 		if o.DryRun {
-			db, err = store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: keyPath(st)})
+			db, err = store.OpenReadOnly(ctx, store.Options{Path: st.DBPath, Logger: a.logger, KeyPath: st.KeyPath()})
 		} else {
-			db, err = a.openStore(ctx, st)
+			db, err = a.wiring().OpenStore(ctx, st)
 		}
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard: %v\n", err)

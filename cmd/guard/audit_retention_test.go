@@ -3,15 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
 )
@@ -85,7 +84,7 @@ func TestAuditPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m strings.Builder
-	newMetrics(mdb).Write(&m)
+	guardapp.NewMetrics(mdb).Write(&m)
 	mdb.Close()
 	wantOutput(t, "metrics", m.String(), "guard_audit_pruned_records_total 8\n")
 	wantOutput(t, "metrics", m.String(), "guard_audit_retention_failures_total 0\n")
@@ -97,35 +96,5 @@ func TestAuditPrune(t *testing.T) {
 	_, stderr, code := run(t, dir, "audit", "prune", "--db", path)
 	if code != exitUsage || !strings.Contains(stderr, "audit.retention is off") {
 		t.Fatalf("prune without retention: exit %d, %s", code, stderr)
-	}
-}
-
-// With retention on, the archives' directory is hidden from servers, as
-// guard's other files are.
-func TestSandboxHidesArchives(t *testing.T) {
-	home := t.TempDir()
-	env := map[string]string{"HOME": home}
-	getenv := func(k string) string { return env[k] }
-	// The database shares a directory with other files.
-	shared := filepath.Join(home, "work")
-	if err := os.Mkdir(shared, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(shared, "README"), "")
-	db := filepath.Join(shared, "guard.db")
-	for _, f := range []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token")} {
-		writeFile(t, f, "")
-	}
-	cfg := config.Default()
-	cfg.Audit.Retention = 400 * 24 * time.Hour
-	st := &settings{Config: cfg, DBPath: db, DataDir: shared}
-	got := st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
-	if !slices.Contains(got, filepath.Join(shared, "archive")) || slices.Contains(got, shared) {
-		t.Fatalf("hidden %q: want the archive directory", got)
-	}
-	cfg.Audit.ArchiveDir = filepath.Join(home, "archives")
-	got = st.sandboxHide(getenv, slog.New(slog.DiscardHandler), true)
-	if !slices.Contains(got, cfg.Audit.ArchiveDir) {
-		t.Fatalf("hidden %q: want %s", got, cfg.Audit.ArchiveDir)
 	}
 }

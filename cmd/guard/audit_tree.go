@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/guard-mcp/guard/config/read"
-	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -21,59 +18,6 @@ import (
 // proofs, exports, and the offline check of proofs and exports
 // (docs/tree.md).
 
-// storeOptions are the database options of the resolved settings.
-func (a *app) storeOptions(st *settings) store.Options {
-	return store.Options{Path: st.DBPath, Durability: st.Config.Durability, Logger: a.logger,
-		KeyPath: keyPath(st), CheckpointEvery: st.Config.Audit.Checkpoints.Every,
-		Witnesses: st.Config.Audit.Checkpoints.Witness}
-}
-
-// keyPath is the checkpoint key file: audit.key_file (relative to the
-// configuration's directory), else audit.key beside the database.
-func keyPath(st *settings) string {
-	p := st.Config.Audit.KeyFile
-	if p == "" {
-		return filepath.Join(st.DataDir, "audit.key")
-	}
-	if !filepath.IsAbs(p) && st.ConfigPath != "" {
-		p = filepath.Join(filepath.Dir(st.ConfigPath), p)
-	}
-	return p
-}
-
-// retentionOptions are the retention job's options of the resolved
-// settings: audit.retention, and audit.archive_dir (relative to the
-// configuration's directory), else archive/ beside the database (on
-// PostgreSQL, beside the checkpoint key).
-func retentionOptions(st *settings) store.RetentionOptions {
-	return store.RetentionOptions{Retention: st.Config.Audit.Retention, ArchiveDir: archiveDir(st)}
-}
-
-// archiveDir is where retention writes its archives.
-func archiveDir(st *settings) string {
-	p := st.Config.Audit.ArchiveDir
-	if p == "" && st.Postgres {
-		return filepath.Join(filepath.Dir(keyPath(st)), "archive")
-	}
-	if p == "" {
-		return store.ArchiveDir(st.DBPath)
-	}
-	if !filepath.IsAbs(p) && st.ConfigPath != "" {
-		p = filepath.Join(filepath.Dir(st.ConfigPath), p)
-	}
-	return p
-}
-
-// treeMetrics adds the tree's counters to a serving process's metrics.
-func treeMetrics(reg *metrics.Registry, db *store.DB) {
-	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
-		return float64(db.CheckpointRefusals()), nil
-	})
-	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
-		return float64(db.WitnessFailures()), nil
-	})
-}
-
 // auditKeyCommand prints the verifier key of the log's checkpoint key.
 func auditKeyCommand(a *app) *cobra.Command {
 	c := leaf("key", "print the verifier key to pin (C2SP note verifier form)", exactly())
@@ -83,7 +27,7 @@ func auditKeyCommand(a *app) *cobra.Command {
 		if !ok {
 			return status
 		}
-		k, err := store.VerifierKeyOf(keyPath(st))
+		k, err := store.VerifierKeyOf(st.KeyPath())
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit key: %v\n", err)
 			return exitFailure
@@ -145,90 +89,13 @@ func auditVerifyCommand(a *app) *cobra.Command {
 		// be reached, a file that is not a guard database) is not one that
 		// failed: exit 1 says the log is not intact, and only the log's
 		// contents say that.
-		cannot := func(err error) int {
-			fmt.Fprintf(a.stdout, "CANNOT VERIFY: %v\n", err)
-			return exitUnverifiable
-		}
 		st, status, ok := a.settingsOrExit(cf)
 		if !ok {
 			return status
 		}
-		db, err := a.openReadOnlyWith(ctx, st)
-		if err != nil {
-			return cannot(err)
-		}
-		defer db.Close()
-		// Every checkpoint a file witness holds, not only its latest: a
-		// history signed after a truncation gets witnessed too.
-		held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
-		if err != nil {
-			return cannot(err)
-		}
-		o.Kept = append(o.Kept, held...)
-		rep, err := db.VerifyWith(ctx, o)
-		if err != nil {
-			return cannot(err)
-		}
-		fmt.Fprintln(a.stdout, verifiedLine(rep))
-		return verdictStatus(rep.Verdict())
+		return a.wiring().AuditVerify(ctx, st, o)
 	})
 	return c
-}
-
-// verdictStatus is the exit status of a verification's verdict.
-func verdictStatus(v store.Verdict) int {
-	switch v {
-	case store.VerdictFailed:
-		return exitFailure
-	case store.VerdictUnverifiable:
-		return exitUnverifiable
-	}
-	return exitOK
-}
-
-// verifiedLine is what guard audit verify says of a verification: its
-// verdict first (ok, FAILED, CANNOT VERIFY), then one line for each
-// reason it could not verify and each note.
-func verifiedLine(rep store.Report) string {
-	var lines []string
-	switch rep.Verdict() {
-	case store.VerdictFailed:
-		lines = append(lines, fmt.Sprintf("FAILED after %d records: %s", rep.Records, rep.Problem))
-	case store.VerdictUnverifiable:
-	case store.VerdictVerified:
-		if rep.Witnessed {
-			lines = append(lines, fmt.Sprintf("ok: %d records%s, extends checkpoint %d", rep.Records, prunedNote(rep), rep.Extends))
-		} else {
-			lines = append(lines, fmt.Sprintf("ok, unwitnessed: %d records%s", rep.Records, prunedNote(rep)))
-		}
-	}
-	lines = append(lines, unverifiedLines(rep.Findings)...)
-	if rep.Verdict() == store.VerdictUnverifiable && rep.Records > 0 {
-		lines = append(lines, fmt.Sprintf("all else holds: %d records%s, each record's hash, link and leaf, the tree, and the size and root of each checkpoint",
-			rep.Records, prunedNote(rep)))
-	}
-	return strings.Join(lines, "\n")
-}
-
-// unverifiedLines are the lines of what could not be verified, and of
-// the notes.
-func unverifiedLines(f store.Findings) []string {
-	var lines []string
-	for _, r := range f.Unverifiable {
-		lines = append(lines, "CANNOT VERIFY: "+r)
-	}
-	for _, n := range f.Notes {
-		lines = append(lines, "note: "+n)
-	}
-	return lines
-}
-
-// prunedNote says how many of the records verified retention pruned.
-func prunedNote(rep store.Report) string {
-	if rep.Pruned == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" (%d pruned by retention)", rep.Pruned)
 }
 
 // auditProveCommand prints the inclusion proof of a record, or of a
@@ -321,37 +188,15 @@ func auditCheckCommand(a *app) *cobra.Command {
 			if !ok {
 				return status
 			}
-			if k, err := store.VerifierKeyOf(keyPath(st)); err == nil {
+			if k, err := store.VerifierKeyOf(st.KeyPath()); err == nil {
 				v, _ = note.NewVerifier(k) // guard's own form: it parses
-				local = keyPath(st)
+				local = st.KeyPath()
 			} else if !errors.Is(err, os.ErrNotExist) {
 				fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
 				return exitUsage
 			}
 		}
-		var files []store.File
-		for _, name := range args {
-			b, err := os.ReadFile(name)
-			if err != nil {
-				fmt.Fprintf(a.stderr, "guard audit check: %v\n", err)
-				return exitUsage
-			}
-			files = append(files, store.File{Name: name, Data: b})
-		}
-		lines, f := store.CheckFiles(v, files)
-		for _, l := range lines {
-			fmt.Fprintln(a.stdout, l)
-		}
-		if f.Problem != "" {
-			fmt.Fprintf(a.stdout, "FAILED: %s\n", f.Problem)
-		}
-		for _, l := range unverifiedLines(f) {
-			fmt.Fprintln(a.stdout, l)
-		}
-		if local != "" && len(f.Unverifiable) > 0 {
-			fmt.Fprintf(a.stdout, "note: the key was this machine's checkpoint key, at %s: no --key was given\n", local)
-		}
-		return verdictStatus(f.Verdict())
+		return a.wiring().AuditCheck(v, local, args)
 	})
 	return c
 }

@@ -254,7 +254,7 @@ func TestAuditVerifyChecksTheWitnessedCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := a.openStore(ctx, st)
+		db, err := a.wiring().OpenStore(ctx, st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestAuditVerifyChecksEveryWitnessedCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := a.openStore(ctx, st)
+		db, err := a.wiring().OpenStore(ctx, st)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,7 +50,7 @@ func TestApprovingTheHoldOfAGoneProcessSaysSo(t *testing.T) {
 		t.Fatalf("approve: %d %q %q", code, out, errOut)
 	}
 	out, errOut, code = run(t, dir, "approvals", "list", "--state", "all", "--format", "jsonl")
-	var a approvalLine
+	var a struct{ State, Reason string }
 	if code != exitOK || json.Unmarshal([]byte(out), &a) != nil || a.State != guard.ApprovalWithdrawn ||
 		!strings.HasPrefix(a.Reason, "the guard process that held the call is gone: guard run (pid 4242 on laptop)") {
 		t.Fatalf("list: %d %q %q", code, out, errOut)

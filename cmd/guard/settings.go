@@ -1,14 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 
-	guard "github.com/guard-mcp/guard"
+	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/config"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/pflag"
 )
@@ -25,14 +22,7 @@ func addCommonFlags(fs *pflag.FlagSet) *commonFlags {
 }
 
 // settings are the resolved configuration and paths of a subcommand.
-type settings struct {
-	Config     *config.Config
-	ConfigPath string // "" when running on built-in defaults
-	DBPath     string // an SQLite file's absolute path, or a PostgreSQL URL
-	Postgres   bool   // DBPath is a PostgreSQL URL
-	DataDir    string // the database's directory (on PostgreSQL, guard's data directory): keys, checkpoint, UI token
-	RulesDir   string // where approved.yaml lives ("" on PostgreSQL: the learned rules are the database's)
-}
+type settings = guardapp.Settings
 
 // settings resolves the configuration and database: flag, then
 // environment, then the config file's value, then the default. A config
@@ -104,47 +94,9 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 	return st, nil
 }
 
-// placedPath is p made absolute, with the symbolic links of its directory
-// resolved: where guard's file is, the same for guard and for the
-// sandbox whatever the working directory, and whatever a server later
-// does to a link on the way. The file's own name is kept as given (a
-// link stays a link, read afresh, and the rules directory and relative
-// includes beside it): see sandboxHide for how a link is hidden.
-func placedPath(p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	dir, err := realPath(filepath.Dir(abs))
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, filepath.Base(abs)), nil
-}
-
-// realPath is p made absolute with every symbolic link resolved: the path
-// the kernel reaches p by. Of a path that does not exist (yet), the
-// nearest ancestor that does is resolved and the rest kept.
-func realPath(p string) (string, error) {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", err
-	}
-	var rest []string
-	for d := abs; ; d = filepath.Dir(d) {
-		r, err := filepath.EvalSymlinks(d)
-		if err == nil {
-			return filepath.Join(append([]string{r}, rest...)...), nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("resolving %s: %w", p, err)
-		}
-		if d == filepath.Dir(d) {
-			return abs, nil
-		}
-		rest = append([]string{filepath.Base(d)}, rest...)
-	}
-}
+// placedPath is p made absolute, its directory's links resolved
+// (app.PlacedPath).
+func placedPath(p string) (string, error) { return guardapp.PlacedPath(p) }
 
 // settingsOrExit resolves settings or prints why not; a bad configuration
 // is a usage error (exit 2).
@@ -155,43 +107,4 @@ func (a *app) settingsOrExit(cf *commonFlags) (*settings, int, bool) {
 		return nil, exitUsage, false
 	}
 	return st, 0, true
-}
-
-// protected lists guard's own files for the self-protection rule. On
-// PostgreSQL they include what the store keeps beside the checkpoint key,
-// which may be outside the data directory: the checkpoint, its lock and
-// the audit archives.
-func (st *settings) protected() *policy.Protected {
-	if st.Postgres {
-		checkpoint, lock := st.checkpointFiles()
-		return policy.NewProtected(st.DataDir, keyPath(st), checkpoint, lock, archiveDir(st), st.ConfigPath, st.RulesDir)
-	}
-	return policy.NewProtected(st.DBPath, st.DBPath+"-wal", st.DBPath+"-shm", st.DataDir, st.ConfigPath, st.RulesDir)
-}
-
-// checkpointFiles are, on PostgreSQL, the signed checkpoint the store
-// keeps beside the checkpoint key (store.Options.CheckpointPath's
-// default) and its lock.
-func (st *settings) checkpointFiles() (checkpoint, lock string) {
-	checkpoint = filepath.Join(filepath.Dir(keyPath(st)), "audit.checkpoint")
-	return checkpoint, checkpoint + ".lock"
-}
-
-// dbName is the database as it may be shown: an SQLite file's path, or a
-// PostgreSQL URL without its password and parameters.
-func (st *settings) dbName() string { return guard.DisplayURL(st.DBPath) }
-
-// uiToken is the UI's login token: the data directory's (made on first
-// use) on SQLite; on PostgreSQL, derived from the log's checkpoint key,
-// so that every replica, which holds that one key, takes the same login
-// link behind a balancer.
-func (st *settings) uiToken() (string, error) {
-	if !st.Postgres {
-		return uiToken(st.DataDir)
-	}
-	tok, err := store.DerivedSecret(keyPath(st), "guard: the UI's login token")
-	if err != nil {
-		return "", fmt.Errorf("ui token: %w", err)
-	}
-	return tok, nil
 }

@@ -38,7 +38,7 @@ func TestAPasswordInTheDatabaseFlagIsRefused(t *testing.T) {
 	writeFile(t, cfg, "db: postgres://guard:${PGPASS_TEST}@127.0.0.1:1/guard\n")
 	env := map[string]string{"PGPASS_TEST": "S3cret", "HOME": dir}
 	st, err = newApp(strings.NewReader(""), nil, nil, func(k string) string { return env[k] }).settings(&commonFlags{config: cfg})
-	if err != nil || st.DBPath != "postgres://guard:S3cret@127.0.0.1:1/guard" || st.dbName() != "postgres://guard@127.0.0.1:1/guard" {
+	if err != nil || st.DBPath != "postgres://guard:S3cret@127.0.0.1:1/guard" || st.DBName() != "postgres://guard@127.0.0.1:1/guard" {
 		t.Fatalf("a password from the environment in the configuration: %+v %v", st, err)
 	}
 }

@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
-	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -60,64 +57,7 @@ func storeCopyCommand(a *app) *cobra.Command {
 			fmt.Fprintln(a.stderr, "guard store copy: --to: want the PostgreSQL database to move it into, a postgres:// URL")
 			return exitUsage
 		}
-		src, err := filepath.Abs(*from)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard store copy: --from: %v\n", err)
-			return exitUsage
-		}
-		key := filepath.Join(filepath.Dir(src), "audit.key")
-		if st.Config.Audit.KeyFile != "" {
-			key = keyPath(st)
-		}
-		// Rules learned from approvals: on SQLite in approved.yaml, in the
-		// rules.d that settings name for an SQLite database (the
-		// configuration's, else the one beside the database); on
-		// PostgreSQL in the database.
-		rulesDir := filepath.Join(filepath.Dir(src), "rules.d")
-		if st.ConfigPath != "" {
-			rulesDir = filepath.Join(filepath.Dir(st.ConfigPath), "rules.d")
-		}
-		approved := filepath.Join(rulesDir, policy.ApprovedRulesFile)
-		rules, err := policy.LoadRules(approved, a.getenv)
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard store copy: the rules learned from approvals: %v\n", err)
-			return exitUsage // a configuration file that does not parse
-		}
-		var o store.CopyOptions
-		for _, r := range rules {
-			o.Learned = append(o.Learned, store.LearnedRule{Name: r.Name, Server: r.Server, Tool: r.Tool, Method: r.Method,
-				URI: r.URI, When: r.When, Action: r.Action, Reason: r.Reason})
-		}
-		fromOpts := a.storeOptions(st)
-		fromOpts.Path, fromOpts.KeyPath = src, key
-		toOpts := a.storeOptions(st)
-		toOpts.Path, toOpts.KeyPath = *to, key
-
-		rep, err := store.Copy(ctx, fromOpts, toOpts, o)
-		if rep == nil {
-			fmt.Fprintf(a.stderr, "guard store copy: %v\nnothing was moved\n", err)
-			return exitFailure
-		}
-		fmt.Fprintf(a.stdout, "moved %s to %s:\n", src, guard.DisplayURL(*to))
-		for _, t := range rep.Rows {
-			fmt.Fprintf(a.stdout, "  %-20s %10d\n", t.Table, t.Rows)
-		}
-		if rep.Learned > 0 {
-			fmt.Fprintf(a.stdout, "  %d rules learned from approvals, from %s (guard on PostgreSQL reads them from the database, not from the file)\n", rep.Learned, approved)
-		}
-		if c := rep.Checkpoint; c != nil {
-			fmt.Fprintf(a.stdout, "checkpoint: %d records, root %s\n", c.Size, c.Root)
-		}
-		if err != nil {
-			fmt.Fprintf(a.stderr, "guard store copy: %v\n", err)
-			return exitFailure
-		}
-		fmt.Fprintf(a.stdout, "verify: %s\n", verifiedLine(rep.Verified))
-		fmt.Fprintf(a.stdout, "checkpoint key: %s\ncheckpoint file: %s\n", rep.KeyPath, rep.CheckpointPath)
-		if st.Config.Audit.KeyFile == "" {
-			fmt.Fprintf(a.stdout, "guard on PostgreSQL reads the log's key from audit.key_file: set it to %s in the configuration\n", rep.KeyPath)
-		}
-		return exitOK
+		return a.wiring().StoreCopy(ctx, st, *from, *to)
 	})
 	return c
 }

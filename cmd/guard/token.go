@@ -4,13 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
-	"net/http"
-	"strings"
 
-	"github.com/guard-mcp/guard/config"
 	"github.com/spf13/cobra"
 )
 
@@ -33,32 +29,4 @@ func tokenCommand(a *app) *cobra.Command {
 		return exitOK
 	})
 	return c
-}
-
-// bearerAuth names the client of a request by its bearer token, compared
-// by hash in constant time against every configured client.
-func bearerAuth(clients []config.Client) func(r *http.Request) (string, bool) {
-	type entry struct {
-		name string
-		sum  []byte
-	}
-	entries := make([]entry, 0, len(clients))
-	for _, c := range clients {
-		b, _ := hex.DecodeString(c.TokenSHA256)
-		entries = append(entries, entry{c.Name, b})
-	}
-	return func(r *http.Request) (string, bool) {
-		h := r.Header.Get("Authorization")
-		if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") {
-			return "", false
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(h[7:])))
-		name, ok := "", false
-		for _, e := range entries {
-			if subtle.ConstantTimeCompare(sum[:], e.sum) == 1 {
-				name, ok = e.name, true
-			}
-		}
-		return name, ok
-	}
 }
