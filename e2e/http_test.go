@@ -76,15 +76,40 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 		t.Fatal("no Mcp-Session-Id")
 	}
 	post(ctx, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
-	// The held call, then the client goes away.
-	cctx, hangUp := context.WithCancel(ctx)
-	resp = post(cctx, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`)
+	// The held call, on a connection of its own; then the client goes
+	// away: it stops sending, which guard's server takes for the client
+	// gone, as it takes a close. The call's stream ends once guard has
+	// done what a client's going does, and a ping answered after it has
+	// been through the session after all that: a cancellation would have
+	// ended the hold's wait by then, and the hold must still be there
+	// (approved below, the call must run).
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	conn, err := net.Dial("tcp", req.URL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
 	a := e.pendingFor(ctx, "delete_note")
-	hangUp()
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if resp, err = http.ReadResponse(bufio.NewReader(conn), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("the held call's stream did not end once its client went: %v", err)
+	}
 	resp.Body.Close()
-	// guard sees the connection close within milliseconds; a second later
-	// the hold must still be there (a cancellation would withdraw it).
-	time.Sleep(time.Second)
+	if _, m := rawPost(t, url, session, `{"jsonrpc":"2.0","id":"after","method":"ping"}`); m["id"] != "after" {
+		t.Fatalf("a ping after the client went: %v", m)
+	}
 	if p := e.pendingApproval("delete_note"); p == nil || p.ID != a.ID {
 		t.Fatalf("the hold did not outlive its client's connection: %+v", p)
 	}
