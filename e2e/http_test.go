@@ -24,8 +24,14 @@ import (
 // serveExample runs guard serve with the example server as "notes".
 func serveExample(t *testing.T, config string, flags ...string) (*env, string) {
 	t.Helper()
+	return serveExampleLogging(t, os.Stderr, config, flags...)
+}
+
+// serveExampleLogging is serveExample with guard serve's log written to log.
+func serveExampleLogging(t *testing.T, log io.Writer, config string, flags ...string) (*env, string) {
+	t.Helper()
 	e := newEnv(t, config+"servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
-	return e, e.serve(flags...) + "/mcp/notes"
+	return e, e.serveLogging(log, flags...) + "/mcp/notes"
 }
 
 // A call held over HTTP is approved from the command line and the client
@@ -395,7 +401,8 @@ func sameTranscript(t *testing.T, how string, direct, got transcript) {
 // A session no request uses for --session-idle ends, and its server
 // process with it; a request naming it then gets 404.
 func TestHTTPIdleSessionsEnd(t *testing.T) {
-	_, url := serveExample(t, "", "--session-idle", "1s")
+	var log lockedLog
+	_, url := serveExampleLogging(t, &log, "", "--session-idle", "1s")
 	post := func(session, body string) *http.Response {
 		resp, _ := rawPost(t, url, session, body)
 		return resp
@@ -405,7 +412,13 @@ func TestHTTPIdleSessionsEnd(t *testing.T) {
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusAccepted {
 		t.Fatalf("initialized: %d", r.StatusCode)
 	}
-	time.Sleep(2500 * time.Millisecond) // idle
+	// Idle for the second, the session ends, and its server with it:
+	// guard says so, and then a request naming it gets 404.
+	ended := `msg="session ended: idle" server=notes session=` + id
+	exited := `msg="session's server exited" server=notes session=` + id
+	if l := log.waitFor(20*time.Second, ended, exited); !strings.Contains(l, ended) || !strings.Contains(l, exited) {
+		t.Fatalf("the idle session or its server did not end; guard's log:\n%s", l)
+	}
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusNotFound {
 		t.Fatalf("an idle session was kept: %d", r.StatusCode)
 	}
