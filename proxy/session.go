@@ -117,47 +117,65 @@ type Session struct {
 	deciding   sync.WaitGroup
 	gone       bool
 	exit       string // how the server ended, once it has
-	// On 2026-07-28 every request carries the client's identity in _meta;
-	// guard's own requests carry the client's last one.
-	metaInfo, metaCaps json.RawMessage
-	// metaClient is what metaInfo names (no name: nothing), metaCapsForm
-	// whether metaCaps declare form elicitation.
-	metaClient   guard.ClientInfo
-	metaCapsForm bool
-	// shownText is how the records show the client shown.
-	shown      guard.ClientInfo
-	shownText  string
+	meta       clientMeta
 	accepted   map[string]time.Time // pins found accepted, and when
 	stateKey   [32]byte             // signs guard's own requestState
 	elicitForm bool                 // the client answers form elicitations
 	held       int                  // calls waiting for approval now
-	// seen is what the client's last listing of tools showed, by
-	// name (nil until it lists); listens are its subscriptions/listen
-	// requests that ask for tool list changes (2026-07-28), by id key.
-	seen map[string]shown
-	// seenServed are the definitions the server served in that listing.
-	seenServed []guard.Tool
-	listens    map[string]*call
-	// reviewHolds are this session's calls held for their tool's review,
-	// by tool, then argument digest, to their approval's id.
-	reviewHolds map[string]map[string]string
-	// left is why the client is gone ("" while it is there); leftCh is
-	// closed then.
-	left   string
-	leftCh chan struct{}
+	view       listingView
+	left       leftState
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
-
-	persistMu   sync.Mutex
-	persistCond *sync.Cond
-	persisting  int // listings being recorded
+	persist       persistence
 
 	// The session's parts: the tools/call pipeline, the holds and the
 	// listings. Each reads the session's state through it.
 	pipe  *pipeline
 	holds *holds
 	lists *lister
+}
+
+// clientMeta is who the client is as the session shows it.
+type clientMeta struct {
+	// On 2026-07-28 every request carries the client's identity in _meta;
+	// guard's own requests carry the client's last one.
+	info, caps json.RawMessage
+	// client is what info names (no name: nothing), capsForm whether
+	// caps declare form elicitation.
+	client   guard.ClientInfo
+	capsForm bool
+	// shownText is how the records show the client shown.
+	shown     guard.ClientInfo
+	shownText string
+}
+
+// listingView is what the client was shown of the server's tools.
+type listingView struct {
+	// seen is what the client's last listing of tools showed, by
+	// name (nil until it lists); listens are its subscriptions/listen
+	// requests that ask for tool list changes (2026-07-28), by id key.
+	seen map[string]shown
+	// served are the definitions the server served in that listing.
+	served  []guard.Tool
+	listens map[string]*call
+	// reviewHolds are this session's calls held for their tool's review,
+	// by tool, then argument digest, to their approval's id.
+	reviewHolds map[string]map[string]string
+}
+
+// leftState is why the client left ("" while it is there); ch is
+// closed then.
+type leftState struct {
+	why string
+	ch  chan struct{}
+}
+
+// persistence counts the listings being recorded.
+type persistence struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int
 }
 
 // NewSession returns a session; the transport drains ToServer and ToClient.
@@ -178,7 +196,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
 		accepted: map[string]time.Time{},
-		leftCh:   make(chan struct{}),
+		left:     leftState{ch: make(chan struct{})},
 	}
 	// guard's own ids name the session: a client that also talks to
 	// the server directly does not pick them.
@@ -187,7 +205,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	}
 	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
-	s.persistCond = sync.NewCond(&s.persistMu)
+	s.persist.cond = sync.NewCond(&s.persist.mu)
 	if opts.Watch != nil {
 		go s.lists.watchListing()
 	}
@@ -237,10 +255,10 @@ func (s *Session) clientLocked() guard.ClientInfo {
 func (s *Session) recordedClient() (string, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ci := s.clientLocked(); ci != s.shown {
-		s.shown, s.shownText = ci, ci.String()
+	if ci := s.clientLocked(); ci != s.meta.shown {
+		s.meta.shown, s.meta.shownText = ci, ci.String()
 	}
-	return s.shownText, s.protocol
+	return s.meta.shownText, s.protocol
 }
 
 func (s *Session) record(kind string, c *call) *guard.Record {
@@ -529,26 +547,26 @@ func (s *Session) noteClient(msg wire.Message, meta requestMeta) {
 	// A client repeats the same capabilities and clientInfo in every
 	// request: they are decoded when they change.
 	if caps != nil {
-		if !bytes.Equal(caps, s.metaCaps) {
-			s.metaCaps = append(json.RawMessage(nil), caps...)
-			s.metaCapsForm = formElicitation(caps)
+		if !bytes.Equal(caps, s.meta.caps) {
+			s.meta.caps = append(json.RawMessage(nil), caps...)
+			s.meta.capsForm = formElicitation(caps)
 		}
-		s.elicitForm = s.metaCapsForm
+		s.elicitForm = s.meta.capsForm
 	}
 	if ci != nil {
-		if !bytes.Equal(ci, s.metaInfo) {
-			s.metaInfo = append(json.RawMessage(nil), ci...)
+		if !bytes.Equal(ci, s.meta.info) {
+			s.meta.info = append(json.RawMessage(nil), ci...)
 			var info struct {
 				Name    string `json:"name"`
 				Version string `json:"version"`
 			}
-			s.metaClient = guard.ClientInfo{}
+			s.meta.client = guard.ClientInfo{}
 			if json.Unmarshal(ci, &info) == nil && info.Name != "" {
-				s.metaClient = guard.ClientInfo{Name: info.Name, Version: info.Version}
+				s.meta.client = guard.ClientInfo{Name: info.Name, Version: info.Version}
 			}
 		}
-		if s.metaClient.Name != "" {
-			s.client = s.metaClient
+		if s.meta.client.Name != "" {
+			s.client = s.meta.client
 		}
 	}
 }
@@ -1039,7 +1057,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 		}
 	case "subscriptions/listen":
 		s.mu.Lock()
-		delete(s.listens, c.origKey)
+		delete(s.view.listens, c.origKey)
 		s.mu.Unlock()
 	}
 	ans, out := s.answered(msg, c)
