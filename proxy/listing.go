@@ -189,8 +189,7 @@ func (ls *lister) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 		s.opts.Logger.Warn("tools/list refused: the listing is ambiguous", "server", s.opts.Server, "err", err)
 		out.Outcome = guard.OutcomeInvalid
 		out.Detail = detailJSON(map[string]string{"invalid_result": err.Error()})
-		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError,
-			"Refused: the server's tool listing is ambiguous (clients would read it differently): "+err.Error(), nil)), out
+		return built(wire.Internal("Refused: the server's tool listing is ambiguous (clients would read it differently): " + err.Error()).Answer(c.origID)), out
 	}
 	tools, _, err := parseTools(s.opts.Server, msg.Result)
 	if err != nil {
@@ -213,7 +212,7 @@ func (ls *lister) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 		s.opts.Logger.Error("tools/list refused: "+errReviews.Error(), "server", s.opts.Server, "err", err)
 		out.Outcome, out.Result = guard.OutcomeProtocolError, ""
 		out.Detail = detailJSON(map[string]any{"listing": errReviews.Error()})
-		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: "+errReviews.Error(), nil)), out
+		return built(wire.Internal("Refused: " + errReviews.Error()).Answer(c.origID)), out
 	}
 	v := s.lists.viewOf(tools, states, accepted)
 	s.mu.Lock()

@@ -321,7 +321,7 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 // refusal is the answer for a request whose audit record failed.
 func refusal(id []byte) func(error) wire.Message {
 	return func(error) wire.Message {
-		return built(wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil))
+		return built(wire.Internal(guard.AuditFailedText).Answer(id))
 	}
 }
 
@@ -378,9 +378,9 @@ func (s *Session) badFromClient(msg wire.Message, err error, b *batch) {
 		return
 	case errors.As(err, &inv):
 		id = inv.ID
-		answer = wire.ErrorResponse(id, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
+		answer = wire.InvalidRequest(inv.Reason).Answer(id)
 	default:
-		answer = wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: the message is not valid JSON", nil)
+		answer = wire.ParseError("the message is not valid JSON").Answer(nil)
 	}
 	s.event("guard/refused", guard.ClientToServer, detail)
 	s.toClient.push(item{msg: built(answer), batch: b})
@@ -415,8 +415,8 @@ func unanswered(err error) bool {
 func (s *Session) Oversized(fromClient bool, size int64) {
 	if fromClient {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"size": size, "error": fmt.Sprintf("line over max_message (%d bytes)", s.opts.MaxMessage)})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			fmt.Sprintf("Invalid request: the message is larger than max_message (%d bytes)", s.opts.MaxMessage), nil))})
+		s.toClient.push(item{msg: built(wire.InvalidRequest(
+			fmt.Sprintf("the message is larger than max_message (%d bytes)", s.opts.MaxMessage)).Answer(nil))})
 		return
 	}
 	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
@@ -435,13 +435,15 @@ func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
 		s.event("guard/dropped", guard.ClientToServer, detail)
 	default:
 		s.event("guard/refused", guard.ClientToServer, detail)
-		s.toClient.push(item{msg: built(wire.ErrorResponse(msg.ID, wire.CodeInvalidRequest, "Invalid request: the message is "+limit, nil)), batch: b})
+		s.toClient.push(item{msg: built(wire.InvalidRequest("the message is " + limit).Answer(msg.ID)), batch: b})
 	}
 }
 
-// errBatchText answers a JSON-RPC batch of a session whose revision does
-// not allow batches.
-const errBatchText = "Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26"
+// batchRefused answers a JSON-RPC batch of a session whose revision does
+// not take batches.
+func batchRefused() wire.Refusal {
+	return wire.InvalidRequest("JSON-RPC batches are allowed only under protocol revision 2025-03-26")
+}
 
 func (s *Session) clientBatch(raw []byte) {
 	s.mu.Lock()
@@ -449,7 +451,7 @@ func (s *Session) clientBatch(raw []byte) {
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, errBatchText, nil))})
+		s.toClient.push(item{msg: built(batchRefused().Answer(nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
@@ -851,7 +853,7 @@ func (pl *pipeline) cancelled(c *call, why string) {
 func (s *Session) clientResponse(msg wire.Message, refused string) {
 	size := len(msg.Raw)
 	if refused != "" {
-		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the client's answer "+refused, nil))
+		msg = built(wire.Internal("Refused: the client's answer " + refused).Answer(msg.ID))
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
@@ -939,7 +941,7 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	}
 	s.opts.Logger.Warn("server request refused", "err", err)
 	s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
-	s.toServer.push(item{msg: built(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))})
+	s.toServer.push(item{msg: built(wire.InvalidRequest(inv.Reason).Answer(inv.ID))})
 	return true
 }
 
@@ -1006,7 +1008,7 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 func (s *Session) serverResponse(msg wire.Message, refused string) {
 	size := len(msg.Raw)
 	if refused != "" {
-		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the server's answer "+refused, nil))
+		msg = built(wire.Internal("Refused: the server's answer " + refused).Answer(msg.ID))
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
@@ -1220,7 +1222,7 @@ func (pl *pipeline) serverGoneAnswer(c *call) {
 		status = "status unknown"
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
-	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil)})
+	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.Internal(msg).Answer(c.origID)})
 }
 
 // refuseResult is what the client reads in place of a result guard
@@ -1239,7 +1241,7 @@ func (pl *pipeline) refuseResult(c *call, text string) []byte {
 	if c.st.Method == "tools/call" {
 		return intercept.ToolError(c.origID, text)
 	}
-	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
+	return wire.Internal(text).Answer(c.origID)
 }
 
 // checkOutput validates a final tools/call result against the tool's
