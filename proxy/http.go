@@ -585,7 +585,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case batch && (s == nil || !s.router.batches()):
 		// As on stdio. Without a session the revision is not known
 		// yet, and 2025-03-26 does not allow initialize in a batch.
-		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, errBatchText)
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, batchRefused().Text)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")

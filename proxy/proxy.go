@@ -145,7 +145,7 @@ func (s *Session) ServeServer(server Conn) error {
 }
 
 // Left is Interceptor's.
-func (s *Session) Left() <-chan struct{} { return s.leftCh }
+func (s *Session) Left() <-chan struct{} { return s.left.ch }
 
 // ClientEnded is Interceptor's: a client whose input ended is gone (its
 // holds settled at once) unless its Conn says otherwise, and the server's
@@ -153,7 +153,7 @@ func (s *Session) Left() <-chan struct{} { return s.leftCh }
 // queued for the server is written.
 func (s *Session) ClientEnded(client Conn) {
 	select {
-	case <-s.leftCh:
+	case <-s.left.ch:
 	default:
 		if why, gone := inputEnded(client); gone {
 			s.clientGone(why)

@@ -353,11 +353,11 @@ func (pl *pipeline) refreshTools() (err error) {
 	var meta map[string]any
 	if proto >= guard.Rev20260728 {
 		meta = map[string]any{metaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
-		if s.metaCaps != nil {
-			meta[metaCapabilities] = s.metaCaps
+		if s.meta.caps != nil {
+			meta[metaCapabilities] = s.meta.caps
 		}
-		if s.metaInfo != nil {
-			meta[metaClientInfo] = s.metaInfo
+		if s.meta.info != nil {
+			meta[metaClientInfo] = s.meta.info
 		}
 	}
 	s.mu.Unlock()
