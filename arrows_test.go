@@ -31,6 +31,26 @@ func TestTheRelaysArrows(t *testing.T) {
 	}
 }
 
+// policy holds no one else's configuration: it links neither the package
+// that reads the file (config, whose reader config/read is a leaf) nor the
+// packages whose sections the file also holds.
+func TestThePolicysArrows(t *testing.T) {
+	for _, d := range deps(t, "./policy/...") {
+		for _, banned := range []string{"github.com/guard-mcp/guard/config", "github.com/guard-mcp/guard/web",
+			"github.com/guard-mcp/guard/auth", "github.com/guard-mcp/guard/notify", "github.com/guard-mcp/guard/stream",
+			"github.com/guard-mcp/guard/store"} {
+			if d == banned {
+				t.Errorf("policy links %s", d)
+			}
+		}
+	}
+	for _, d := range deps(t, "./config/read") {
+		if strings.HasPrefix(d, "github.com/guard-mcp/guard") && d != "github.com/guard-mcp/guard/config/read" {
+			t.Errorf("config/read links %s: it is a leaf, which policy and web import", d)
+		}
+	}
+}
+
 // The guard binary carries the product alone: neither the benchmark, nor
 // the PostgreSQL test clusters, nor package testing.
 func TestTheBinaryLinksNoTests(t *testing.T) {

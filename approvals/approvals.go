@@ -65,7 +65,7 @@ type Options struct {
 
 	// RequiredVia says, when a call is held, how whoever decides on it
 	// must have been verified, as the configuration in force has it
-	// (policy.Config.RequiredVia): the hold keeps it, and every process
+	// (config.Config.RequiredVia): the hold keeps it, and every process
 	// on the database enforces it. nil: a typed name may decide.
 	RequiredVia func() string
 }

@@ -27,6 +27,28 @@ func newManager(t *testing.T, path string, o Options) (*Manager, *store.DB) {
 	return New(db.Holds(), o), db
 }
 
+// waitingStore is a store that says, by closing waiting, when a wait for a
+// decision (WaitApproval) has begun.
+type waitingStore struct {
+	*store.DB
+	once    *sync.Once
+	waiting chan struct{}
+}
+
+func (s waitingStore) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
+	s.once.Do(func() { close(s.waiting) })
+	return s.DB.WaitApproval(ctx, id)
+}
+
+// newWaitingManager is newManager over a waitingStore: what it returns
+// is closed once Await waits for the decision, for a test to decide then.
+func newWaitingManager(t *testing.T, o Options) (*Manager, *store.DB, <-chan struct{}) {
+	t.Helper()
+	_, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), o)
+	waiting := make(chan struct{})
+	return New(waitingStore{DB: db, once: new(sync.Once), waiting: waiting}, o), db, waiting
+}
+
 func held(id string) *guard.Approval {
 	return &guard.Approval{ID: id, Server: "files", Tool: "delete_file", Arguments: `{"path":"/tmp/x"}`,
 		Digest: "sha256:d", Pin: "sha256:p", PolicyVersion: "v1", Rule: "default", HeldReason: "destructive"}
@@ -48,18 +70,18 @@ func TestHoldReusesThePendingApprovalOfAnIdenticalCall(t *testing.T) {
 func TestAwaitEndings(t *testing.T) {
 	ctx := context.Background()
 	t.Run("denied", func(t *testing.T) {
-		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m, _, waiting := newWaitingManager(t, Options{Wait: 5 * time.Second})
 		m.Hold(ctx, held("a"))
-		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", false, "alice", "not on production") }()
+		go func() { <-waiting; m.Decide(ctx, "a", false, "alice", "not on production") }()
 		r, err := m.Await(ctx, "a", nil)
 		if err != nil || r.End != guard.WaitDenied || guard.DeniedByPersonText(r.Approval) != "Denied by alice: not on production" {
 			t.Fatalf("%+v %v", r, err)
 		}
 	})
 	t.Run("approved once", func(t *testing.T) {
-		m, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m, db, waiting := newWaitingManager(t, Options{Wait: 5 * time.Second})
 		m.Hold(ctx, held("a"))
-		go func() { time.Sleep(50 * time.Millisecond); m.Decide(ctx, "a", true, "alice", "") }()
+		go func() { <-waiting; m.Decide(ctx, "a", true, "alice", "") }()
 		r, err := m.Await(ctx, "a", nil)
 		if err != nil || r.End != guard.WaitApproved {
 			t.Fatalf("%+v %v", r, err)
@@ -108,9 +130,9 @@ func TestAwaitEndings(t *testing.T) {
 		}
 	})
 	t.Run("withdrawn", func(t *testing.T) {
-		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: 5 * time.Second})
+		m, _, waiting := newWaitingManager(t, Options{Wait: 5 * time.Second})
 		m.Hold(ctx, held("a"))
-		go func() { time.Sleep(50 * time.Millisecond); m.Withdraw(ctx, "a", "the client cancelled the call") }()
+		go func() { <-waiting; m.Withdraw(ctx, "a", "the client cancelled the call") }()
 		r, err := m.Await(ctx, "a", nil)
 		if err != nil || r.End != guard.WaitWithdrawn {
 			t.Fatalf("%+v %v", r, err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"reflect"
@@ -22,7 +23,13 @@ func serveThroughGuard(t *testing.T, e *env) string {
 // returns its base URL once it answers.
 func (e *env) serve(flags ...string) string {
 	e.t.Helper()
-	s := guardtest.StartServe(e.t, "", guardBin, e.environ, os.Stderr, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--no-ui"}, flags...)...)
+	return e.serveLogging(os.Stderr, flags...)
+}
+
+// serveLogging is serve with guard serve's log written to log.
+func (e *env) serveLogging(log io.Writer, flags ...string) string {
+	e.t.Helper()
+	s := guardtest.StartServe(e.t, "", guardBin, e.environ, log, append([]string{"serve", "--config", e.cfg, "--db", e.db, "--no-ui"}, flags...)...)
 	return "http://" + s.Addr
 }
 

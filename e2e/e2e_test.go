@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -139,6 +140,20 @@ func (lc *lineClient) send(s string) {
 // next returns the next message that is not a notification.
 func (lc *lineClient) next(timeout time.Duration) map[string]any {
 	lc.t.Helper()
+	return lc.await(timeout, "answer", func(m map[string]any) bool { return !isNotification(m) })
+}
+
+// progress returns the next progress notification; an answer before it
+// fails the test.
+func (lc *lineClient) progress(timeout time.Duration) map[string]any {
+	lc.t.Helper()
+	return lc.await(timeout, "progress", func(m map[string]any) bool { return m["method"] == "notifications/progress" })
+}
+
+// await returns the next message that match takes, passing over the
+// notifications it does not take; any other message fails the test.
+func (lc *lineClient) await(timeout time.Duration, what string, match func(map[string]any) bool) map[string]any {
+	lc.t.Helper()
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -146,14 +161,22 @@ func (lc *lineClient) next(timeout time.Duration) map[string]any {
 			if !ok {
 				lc.t.Fatal("guard closed its output")
 			}
-			if _, isNote := m["method"]; isNote && m["id"] == nil {
-				continue
+			if match(m) {
+				return m
 			}
-			return m
+			if !isNotification(m) {
+				lc.t.Fatalf("waiting for %s: %v", what, m)
+			}
 		case <-deadline:
-			lc.t.Fatalf("no answer within %v", timeout)
+			lc.t.Fatalf("no %s within %v", what, timeout)
 		}
 	}
+}
+
+// isNotification reports whether m is a notification: a method, no id.
+func isNotification(m map[string]any) bool {
+	_, hasMethod := m["method"]
+	return hasMethod && m["id"] == nil
 }
 
 func (lc *lineClient) init() {
@@ -260,19 +283,38 @@ func TestExpiryAndCancellation(t *testing.T) {
 	if text, isErr := resultText(lc.next(10 * time.Second)); !isErr || text != "Expired: no one decided on this call within 400ms" {
 		t.Fatalf("expiry: %q", text)
 	}
-	lc.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"b"}}}`)
-	time.Sleep(200 * time.Millisecond)
+	if out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl"); !strings.Contains(out, `"state":"expired"`) {
+		t.Fatalf("approvals after expiry: %s", out)
+	}
+
+	// A cancellation, under a timeout no run of the test reaches first.
+	e = newEnv(t, "approval: {timeout: 10m, wait: 10s}\n")
+	lc = startLines(t, e.wrap("notes", guardBin, "example-server"))
+	lc.init()
+	// guard tells a client that set a progressToken once its call is held:
+	// it is cancelled then.
+	lc.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"b"},"_meta":{"progressToken":"p2"}}}`)
+	params, _ := lc.progress(10 * time.Second)["params"].(map[string]any)
+	held, _ := params["message"].(string)
+	const waiting = "waiting for approval at the guard UI; approval id "
+	if !strings.HasPrefix(held, waiting) {
+		t.Fatalf("progress of the held call: %q", held)
+	}
 	lc.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user gave up"}}`)
 	lc.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	if m := lc.next(10 * time.Second); m["id"] != 3.0 {
 		t.Fatalf("a cancelled call was answered: %v", m)
 	}
-	time.Sleep(100 * time.Millisecond)
-	out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl")
-	if !strings.Contains(out, `"state":"withdrawn"`) || !strings.Contains(out, `"state":"expired"`) {
-		t.Fatalf("approvals after expiry and cancellation: %s", out)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if a := e.approvalState(ctx, strings.TrimPrefix(held, waiting)); a["state"] != guard.ApprovalWithdrawn {
+		t.Fatalf("the cancelled held call: %v", a)
 	}
-	out, code := e.guard("approvals", "approve", strings.SplitN(strings.SplitN(out, `"id":"`, 3)[2], `"`, 2)[0], "--by", "late")
+	out, _ := e.guard("approvals", "list", "--state", "all", "--format", "jsonl")
+	if !strings.Contains(out, `"state":"withdrawn"`) {
+		t.Fatalf("approvals after cancellation: %s", out)
+	}
+	out, code := e.guard("approvals", "approve", strings.TrimPrefix(held, waiting), "--by", "late")
 	if code != 1 {
 		t.Fatalf("deciding a withdrawn call: %d %s", code, out)
 	}
@@ -284,8 +326,9 @@ func TestServerCrashMidCall(t *testing.T) {
 	e := newEnv(t, "policy: {default: allow}\n")
 	lc := startLines(t, e.wrap("notes", guardBin, "example-server"))
 	lc.init()
-	lc.send(`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"run_task","arguments":{"task":"long","seconds":30}}}`)
-	time.Sleep(500 * time.Millisecond)
+	// The server reports progress once it runs the call: it is killed then.
+	lc.send(`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"run_task","arguments":{"task":"long","seconds":30},"_meta":{"progressToken":"p"}}}`)
+	lc.progress(10 * time.Second)
 	child := childOf(t, lc.cmd.Process.Pid)
 	if p, err := os.FindProcess(child); err != nil || p.Kill() != nil {
 		t.Fatalf("killing the server %d: %v", child, err)

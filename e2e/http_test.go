@@ -24,8 +24,14 @@ import (
 // serveExample runs guard serve with the example server as "notes".
 func serveExample(t *testing.T, config string, flags ...string) (*env, string) {
 	t.Helper()
+	return serveExampleLogging(t, os.Stderr, config, flags...)
+}
+
+// serveExampleLogging is serveExample with guard serve's log written to log.
+func serveExampleLogging(t *testing.T, log io.Writer, config string, flags ...string) (*env, string) {
+	t.Helper()
 	e := newEnv(t, config+"servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
-	return e, e.serve(flags...) + "/mcp/notes"
+	return e, e.serveLogging(log, flags...) + "/mcp/notes"
 }
 
 // A call held over HTTP is approved from the command line and the client
@@ -76,15 +82,40 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 		t.Fatal("no Mcp-Session-Id")
 	}
 	post(ctx, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
-	// The held call, then the client goes away.
-	cctx, hangUp := context.WithCancel(ctx)
-	resp = post(cctx, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`)
+	// The held call, on a connection of its own; then the client goes
+	// away: it stops sending, which guard's server takes for the client
+	// gone, as it takes a close. The call's stream ends once guard has
+	// done what a client's going does, and a ping answered after it has
+	// been through the session after all that: a cancellation would have
+	// ended the hold's wait by then, and the hold must still be there
+	// (approved below, the call must run).
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", session)
+	conn, err := net.Dial("tcp", req.URL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
 	a := e.pendingFor(ctx, "delete_note")
-	hangUp()
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if resp, err = http.ReadResponse(bufio.NewReader(conn), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("the held call's stream did not end once its client went: %v", err)
+	}
 	resp.Body.Close()
-	// guard sees the connection close within milliseconds; a second later
-	// the hold must still be there (a cancellation would withdraw it).
-	time.Sleep(time.Second)
+	if _, m := rawPost(t, url, session, `{"jsonrpc":"2.0","id":"after","method":"ping"}`); m["id"] != "after" {
+		t.Fatalf("a ping after the client went: %v", m)
+	}
 	if p := e.pendingApproval("delete_note"); p == nil || p.ID != a.ID {
 		t.Fatalf("the hold did not outlive its client's connection: %+v", p)
 	}
@@ -370,7 +401,8 @@ func sameTranscript(t *testing.T, how string, direct, got transcript) {
 // A session no request uses for --session-idle ends, and its server
 // process with it; a request naming it then gets 404.
 func TestHTTPIdleSessionsEnd(t *testing.T) {
-	_, url := serveExample(t, "", "--session-idle", "1s")
+	var log lockedLog
+	_, url := serveExampleLogging(t, &log, "", "--session-idle", "1s")
 	post := func(session, body string) *http.Response {
 		resp, _ := rawPost(t, url, session, body)
 		return resp
@@ -380,7 +412,13 @@ func TestHTTPIdleSessionsEnd(t *testing.T) {
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusAccepted {
 		t.Fatalf("initialized: %d", r.StatusCode)
 	}
-	time.Sleep(2500 * time.Millisecond) // idle
+	// Idle for the second, the session ends, and its server with it:
+	// guard says so, and then a request naming it gets 404.
+	ended := `msg="session ended: idle" server=notes session=` + id
+	exited := `msg="session's server exited" server=notes session=` + id
+	if l := log.waitFor(20*time.Second, ended, exited); !strings.Contains(l, ended) || !strings.Contains(l, exited) {
+		t.Fatalf("the idle session or its server did not end; guard's log:\n%s", l)
+	}
 	if r := post(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); r.StatusCode != http.StatusNotFound {
 		t.Fatalf("an idle session was kept: %d", r.StatusCode)
 	}

@@ -23,7 +23,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/notify"
 )
 
 // hook is a webhook receiver of a test: a real HTTP server that answers
@@ -219,8 +219,8 @@ func TestAHoldIsAnnouncedToWebhooks(t *testing.T) {
 	}
 
 	// The dead receiver: in the metrics, and on the Pending page.
-	deadLabel := policy.Notify{Webhook: dead, Format: policy.NotifyJSON}.Label()
-	signedLabel := policy.Notify{Webhook: signed.srv.URL + "/guard", Format: policy.NotifyJSON}.Label()
+	deadLabel := notify.Config{Webhook: dead, Format: notify.FormatJSON}.Label()
+	signedLabel := notify.Config{Webhook: signed.srv.URL + "/guard", Format: notify.FormatJSON}.Label()
 	metrics := ""
 	for !strings.Contains(metrics, `guard_notify_failures_total{receiver="`+deadLabel+`"}`) {
 		select {

@@ -183,10 +183,11 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "! destructiveHint true → false") || !strings.Contains(out, `+   "description": "Returns the weather for a city. Safe to call at any time.",`) {
 		t.Fatalf("tools diff (%d):\n%s", code, out)
 	}
+	// Held (its approval pending, above), the call has no answer.
 	select {
 	case g := <-got:
 		t.Fatalf("the call to the changed tool was not held: %+v", g)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	// The change claims less caution: accepting it does not run the call
 	// made while it was in doubt, which needs a decision of its own.
@@ -194,10 +195,15 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 		!strings.Contains(out, "1 held call(s) still wait: the change weakens readOnlyHint and destructiveHint; each needs its own decision") {
 		t.Fatalf("tools accept: %d %s", code, out)
 	}
+	// Its approval still pending, the call is still held: only a
+	// decision on it releases it.
+	if p := e.pendingApproval("fetch_weather"); p == nil || p.ID != a.ID {
+		t.Fatalf("accepting a change that weakens the hints settled the held call: pending %+v", p)
+	}
 	select {
 	case g := <-got:
 		t.Fatalf("accepting a change that weakens the hints released the held call: %+v", g)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if out, code := e.guard("approvals", "approve", a.ID, "--by", "bob"); code != 0 {
 		t.Fatalf("approvals approve: %d %s", code, out)

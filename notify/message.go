@@ -17,7 +17,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -99,7 +98,7 @@ func (r *receiver) post(ctx context.Context, h *Hold) error {
 	o := &r.n.opts
 	var body []byte
 	var err error
-	if r.cfg.Format == policy.NotifySlack {
+	if r.cfg.Format == FormatSlack {
 		body, err = json.Marshal(SlackMessage(h))
 	} else {
 		body, err = json.Marshal(h)
@@ -115,7 +114,7 @@ func (r *receiver) post(ctx context.Context, h *Hold) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "guard")
-	if r.cfg.Format == policy.NotifyJSON {
+	if r.cfg.Format == FormatJSON {
 		// Signed at each attempt: a retry carries a fresh timestamp.
 		ts := o.Now().Unix()
 		req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
@@ -197,7 +196,7 @@ type History interface {
 
 // Undelivered returns the receivers among those given whose latest
 // delivery event since a time, recorded by any process, is a failure.
-func Undelivered(ctx context.Context, h History, since time.Time, receivers []policy.Notify) ([]Problem, error) {
+func Undelivered(ctx context.Context, h History, since time.Time, receivers []Config) ([]Problem, error) {
 	var events []*guard.Record
 	err := h.QueryRecords(ctx, guard.KindEvent, store.Filter{Since: since}, func(r *guard.Record) error {
 		if r.Method == Method {

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -69,7 +68,7 @@ const LeaseName = "notify"
 // Options configure a Notifier.
 type Options struct {
 	Store     Store
-	Receivers []policy.Notify
+	Receivers []Config
 	// BaseURL is the UI's address that announcements link to: public_url
 	// when configured, else the address the UI listens on.
 	BaseURL string
@@ -159,9 +158,9 @@ func New(ctx context.Context, opts Options) (*Notifier, error) {
 	n := &Notifier{opts: opts}
 	for _, r := range opts.Receivers {
 		switch {
-		case r.Format != policy.NotifySlack && r.Format != policy.NotifyJSON:
+		case r.Format != FormatSlack && r.Format != FormatJSON:
 			return nil, fmt.Errorf("notify: %s: unknown format %q", r.Label(), r.Format)
-		case r.Format == policy.NotifyJSON && r.Secret == "":
+		case r.Format == FormatJSON && r.Secret == "":
 			// Its variable is not set here: nothing unsigned is sent.
 			return nil, fmt.Errorf("notify: %s: the secret is empty (is its variable set in guard's environment?)", r.Label())
 		}
@@ -199,7 +198,7 @@ func (n *Notifier) Run(ctx context.Context) {
 
 // Stat is what this process delivered to one receiver.
 type Stat struct {
-	// Receiver is policy.Notify.Label: no credential.
+	// Receiver is Config.Label: no credential.
 	Receiver string
 	// Sent counts announcements delivered; Failures, attempts that
 	// failed; GivenUp, announcements not delivered.
@@ -257,7 +256,7 @@ func (r *recent) add(id string) bool {
 // receiver delivers to one webhook.
 type receiver struct {
 	n   *Notifier
-	cfg policy.Notify
+	cfg Config
 	log *slog.Logger
 
 	sent, failures, givenUp atomic.Uint64
@@ -376,7 +375,7 @@ func (r *receiver) follow(ctx context.Context) {
 // receiver another process (or this one before a restart) recorded as
 // failing is said to have recovered at its next delivery.
 func (r *receiver) resume(ctx context.Context) {
-	ps, err := Undelivered(ctx, r.n.opts.Store, r.n.opts.Now().Add(-ProblemsFor), []policy.Notify{r.cfg})
+	ps, err := Undelivered(ctx, r.n.opts.Store, r.n.opts.Now().Add(-ProblemsFor), []Config{r.cfg})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("notify: cannot read the receiver's last deliveries", "err", err)

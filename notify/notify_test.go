@@ -15,7 +15,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -68,7 +67,7 @@ func receiverServer(t *testing.T, handle func(w http.ResponseWriter, body []byte
 func ok(w http.ResponseWriter, _ []byte) { w.WriteHeader(http.StatusOK) }
 
 // start runs a notifier on db until the test ends (or stop is called).
-func start(t *testing.T, db *store.DB, holder string, o Options, recv ...policy.Notify) (n *Notifier, stop func()) {
+func start(t *testing.T, db *store.DB, holder string, o Options, recv ...Config) (n *Notifier, stop func()) {
 	t.Helper()
 	o.Store, o.Receivers, o.Holder, o.BaseURL = db, recv, holder, "https://guard.example.com"
 	if testing.Verbose() {
@@ -145,8 +144,8 @@ func TestASlowReceiverDelaysOnlyItself(t *testing.T) {
 	})
 	t.Cleanup(func() { slow.Do(func() { close(release) }) })
 	fastURL, fastGot := receiverServer(t, ok)
-	slowR := policy.Notify{Webhook: slowURL, Format: policy.NotifyJSON, Secret: "k"}
-	fastR := policy.Notify{Webhook: fastURL, Format: policy.NotifyJSON, Secret: "k"}
+	slowR := Config{Webhook: slowURL, Format: FormatJSON, Secret: "k"}
+	fastR := Config{Webhook: fastURL, Format: FormatJSON, Secret: "k"}
 	n, stop := start(t, db, "one", Options{Timeout: 100 * time.Millisecond, RetryFor: 400 * time.Millisecond}, slowR, fastR)
 	a := hold(t, db, "delete_note")
 	if id := receive(t, fastGot, "the announcement to the fast receiver"); id != a.ID {
@@ -215,7 +214,7 @@ func TestAnnouncementsResumeWhereTheyStopped(t *testing.T) {
 	db := openDB(t)
 	before := hold(t, db, "delete_note") // before any notifier: not announced
 	url, got := receiverServer(t, ok)
-	r := policy.Notify{Webhook: url, Format: policy.NotifyJSON, Secret: "k"}
+	r := Config{Webhook: url, Format: FormatJSON, Secret: "k"}
 	_, stop := start(t, db, "first", Options{}, r)
 	a := hold(t, db, "delete_note")
 	settled(t, db, r)
@@ -347,7 +346,7 @@ func TestSlackMessageShape(t *testing.T) {
 
 // settled waits until the receiver's cursor is past every record in the
 // log: each hold in it has been dealt with (delivered, or skipped).
-func settled(t *testing.T, db *store.DB, r policy.Notify) {
+func settled(t *testing.T, db *store.DB, r Config) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
@@ -387,7 +386,7 @@ func drained(got <-chan string) []string {
 func TestARetryOfAHeldCallIsNotAnnouncedAgain(t *testing.T) {
 	db := openDB(t)
 	url, got := receiverServer(t, ok)
-	r := policy.Notify{Webhook: url, Format: policy.NotifyJSON, Secret: "k"}
+	r := Config{Webhook: url, Format: FormatJSON, Secret: "k"}
 	retry := func(a *guard.Approval) {
 		t.Helper()
 		if err := db.Append(&guard.Record{CallID: guard.NewID(), Kind: guard.KindRequest, Session: "s2", Client: "desk/1", Server: "notes",
@@ -424,11 +423,11 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 		defer mu.Unlock()
 		w.WriteHeader(status)
 	})
-	r := policy.Notify{Webhook: url, Format: policy.NotifyJSON, Secret: "k"}
+	r := Config{Webhook: url, Format: FormatJSON, Secret: "k"}
 	undelivered := func() []Problem {
 		t.Helper()
 		db.CaughtUp(context.Background())
-		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []policy.Notify{r})
+		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []Config{r})
 		if err != nil {
 			t.Fatal(err)
 		}

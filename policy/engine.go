@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,15 +20,20 @@ const ApprovedRulesFile = "approved.yaml"
 
 // Engine holds the policy in force and replaces it when the configuration
 // changes on disk. Every process sharing a database watches on its own.
-type Engine struct {
+//
+// S is the configuration as its file is read (Source): the engine keeps it
+// in force beside the policy compiled from it, so that what else the file
+// holds is reloaded with the policy.
+type Engine[S Source] struct {
 	file     string // the configuration file; "" for built-in defaults
+	load     func(file string, getenv func(string) string) (S, error)
 	rulesDir string
 	prot     *Protected
 	limiter  Limiter
 	getenv   func(string) string
 	logger   *slog.Logger
 	cur      atomic.Pointer[Policy]
-	cfg      atomic.Pointer[Config]
+	cfg      atomic.Pointer[S]
 	isolated func() bool
 	gate     Gate
 	record   func(ConfigLoad) error
@@ -112,15 +115,16 @@ type ConfigLoad struct {
 	Changes string // what changed, one line each (a change)
 }
 
-// NewEngine compiles cfg (read from file) with the approved rules.
-func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
+// NewEngine compiles cfg (read from file) with the approved rules. load
+// reads the file again when it changes (file "": the built-in defaults).
+func NewEngine[S Source](file string, cfg S, load func(file string, getenv func(string) string) (S, error), o EngineOptions) (*Engine[S], error) {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{file: file, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
+	e := &Engine[S]{file: file, load: load, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
 		isolated: o.Isolated, gate: o.Gate, record: o.Record, learned: o.Learned}
 	if e.learned != nil {
 		e.rulesDir = "" // the rules are not a file
@@ -130,7 +134,7 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 		return nil, err
 	}
 	e.learnedVersion = version
-	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
+	if err := checkRules(append(append([]Rule(nil), cfg.PolicyConfig().Policy.Rules...), approved...)); err != nil {
 		return nil, err
 	}
 	p := Compile(cfg, approved, e.prot)
@@ -138,14 +142,14 @@ func NewEngine(file string, cfg *Config, o EngineOptions) (*Engine, error) {
 	if err := e.recordLoad(ConfigLoad{How: Loaded, Digest: d, Policy: p.Version(), Reason: "configuration loaded"}); err != nil {
 		return nil, err
 	}
-	e.cfg.Store(cfg)
+	e.cfg.Store(&cfg)
 	e.cur.Store(p)
 	e.seen, e.approved = d, approved
 	return e, nil
 }
 
 // recordLoad records a load, when the engine records them.
-func (e *Engine) recordLoad(l ConfigLoad) error {
+func (e *Engine[S]) recordLoad(l ConfigLoad) error {
 	if e.record == nil {
 		return nil
 	}
@@ -156,7 +160,7 @@ func (e *Engine) recordLoad(l ConfigLoad) error {
 }
 
 // loadApproved reads the learned rules and, from Learned, their version.
-func (e *Engine) loadApproved(ctx context.Context) ([]Rule, int64, error) {
+func (e *Engine[S]) loadApproved(ctx context.Context) ([]Rule, int64, error) {
 	if e.learned == nil {
 		r, err := LoadRules(e.approvedPath(), e.getenv)
 		return r, 0, err
@@ -168,7 +172,7 @@ func (e *Engine) loadApproved(ctx context.Context) ([]Rule, int64, error) {
 	return r, v, nil
 }
 
-func (e *Engine) approvedPath() string {
+func (e *Engine[S]) approvedPath() string {
 	if e.rulesDir == "" {
 		return ""
 	}
@@ -176,14 +180,14 @@ func (e *Engine) approvedPath() string {
 }
 
 // Policy is the policy in force.
-func (e *Engine) Policy() *Policy { return e.cur.Load() }
+func (e *Engine[S]) Policy() *Policy { return e.cur.Load() }
 
 // Learned is where the engine reads the learned rules from, when they are
 // not a file (EngineOptions.Learned); else nil.
-func (e *Engine) Learned() Learned { return e.learned }
+func (e *Engine[S]) Learned() Learned { return e.learned }
 
 // Config is the configuration in force.
-func (e *Engine) Config() *Config { return e.cfg.Load() }
+func (e *Engine[S]) Config() S { return *e.cfg.Load() }
 
 // Decide decides a call with the policy in force, then, unless it is
 // denied, checks the rate limits (before any approval, so that a flood of
@@ -195,7 +199,7 @@ func (e *Engine) Config() *Config { return e.cfg.Load() }
 // Decide writes to the store then (and waits for it, at most 5s; an error
 // denies). Policy.Decide is the pure part; a call no limit counts writes
 // nothing.
-func (e *Engine) Decide(call *guard.Call) guard.Verdict {
+func (e *Engine[S]) Decide(call *guard.Call) guard.Verdict {
 	p := e.cur.Load()
 	v := p.Decide(call)
 	// A call enforcement denies takes no token, in monitor mode too
@@ -214,12 +218,12 @@ func (e *Engine) Decide(call *guard.Call) guard.Verdict {
 }
 
 // digest covers the configuration, its includes and the approved rules.
-func (e *Engine) digest() string { return FilesDigest(e.file, e.rulesDir, e.cfg.Load()) }
+func (e *Engine[S]) digest() string { return FilesDigest(e.file, e.rulesDir, e.Config()) }
 
 // Reload reads the files again and applies them; an invalid change leaves
 // the policy in force and is returned.
-func (e *Engine) Reload() error {
-	cfg, approved, version, err := e.load()
+func (e *Engine[S]) Reload() error {
+	cfg, approved, version, err := e.read()
 	if err != nil {
 		return err
 	}
@@ -233,26 +237,23 @@ func (e *Engine) Reload() error {
 }
 
 // load reads and checks the files.
-func (e *Engine) load() (*Config, []Rule, int64, error) {
-	cfg := Default()
-	var err error
-	if e.file != "" {
-		if cfg, err = Load(e.file, e.getenv); err != nil {
-			return nil, nil, 0, err
-		}
+func (e *Engine[S]) read() (cfg S, _ []Rule, _ int64, _ error) {
+	cfg, err := e.load(e.file, e.getenv)
+	if err != nil {
+		return cfg, nil, 0, err
 	}
 	approved, version, err := e.loadApproved(context.Background())
 	if err != nil {
-		return nil, nil, 0, err
+		return cfg, nil, 0, err
 	}
-	if err := checkRules(append(append([]Rule(nil), cfg.Policy.Rules...), approved...)); err != nil {
-		return nil, nil, 0, err
+	if err := checkRules(append(append([]Rule(nil), cfg.PolicyConfig().Policy.Rules...), approved...)); err != nil {
+		return cfg, nil, 0, err
 	}
 	return cfg, approved, version, nil
 }
 
-func (e *Engine) apply(cfg *Config, p *Policy, approved []Rule, learnedVersion int64) {
-	e.cfg.Store(cfg)
+func (e *Engine[S]) apply(cfg S, p *Policy, approved []Rule, learnedVersion int64) {
+	e.cfg.Store(&cfg)
 	e.cur.Store(p)
 	e.approved = approved
 	e.learnedVersion = learnedVersion
@@ -261,7 +262,7 @@ func (e *Engine) apply(cfg *Config, p *Policy, approved []Rule, learnedVersion i
 // learnedChanged applies the learned rules (Learned) when they changed
 // since the policy in force was compiled: with the configuration in
 // force, recorded like a reload.
-func (e *Engine) learnedChanged(ctx context.Context) {
+func (e *Engine[S]) learnedChanged(ctx context.Context) {
 	if e.learned == nil {
 		return
 	}
@@ -274,13 +275,13 @@ func (e *Engine) learnedChanged(ctx context.Context) {
 	}
 	approved, v, err := e.learned.LearnedRules(ctx)
 	if err == nil {
-		err = checkRules(append(append([]Rule(nil), e.cfg.Load().Policy.Rules...), approved...))
+		err = checkRules(append(append([]Rule(nil), e.Config().PolicyConfig().Policy.Rules...), approved...))
 	}
 	if err != nil {
 		e.logger.Error("rules learned from approvals not applied; the policy in force stays", "err", err)
 		return
 	}
-	cfg := e.cfg.Load()
+	cfg := e.Config()
 	p := Compile(cfg, approved, e.prot)
 	changes := strings.Join(ruleChanges("learned rule", e.approved, approved), "\n")
 	if err := e.recordLoad(ConfigLoad{How: Reloaded, Digest: e.seen, Policy: p.Version(),
@@ -303,7 +304,7 @@ const settle = 50 * time.Millisecond
 // server could have written it: guard logs what changed, keeps the policy
 // in force, and notes the change for a person (the UI, or guard policy
 // reload), applying it once a person has, in any process on the database.
-func (e *Engine) Watch(ctx context.Context, every time.Duration) {
+func (e *Engine[S]) Watch(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -312,27 +313,33 @@ func (e *Engine) Watch(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		e.learnedChanged(ctx)
-		d := e.digest()
-		if d == e.seen {
-			if e.pending != "" && e.applied(ctx, e.pending) {
-				e.consider(ctx)
-			}
-			continue
-		}
-		// A file being written (truncated, then filled) is read again
-		// once it has stopped changing.
-		time.Sleep(settle)
-		if d2 := e.digest(); d != d2 {
-			continue
-		}
-		e.seen = d
-		e.consider(ctx)
+		e.look(ctx)
 	}
 }
 
+// look is one of Watch's looks at the files: it applies what changed, or
+// leaves it to a person, before it returns.
+func (e *Engine[S]) look(ctx context.Context) {
+	e.learnedChanged(ctx)
+	d := e.digest()
+	if d == e.seen {
+		if e.pending != "" && e.applied(ctx, e.pending) {
+			e.consider(ctx)
+		}
+		return
+	}
+	// A file being written (truncated, then filled) is read again once it
+	// has stopped changing.
+	time.Sleep(settle)
+	if d2 := e.digest(); d != d2 {
+		return
+	}
+	e.seen = d
+	e.consider(ctx)
+}
+
 // applied reports whether a person applied the files with digest d.
-func (e *Engine) applied(ctx context.Context, d string) bool {
+func (e *Engine[S]) applied(ctx context.Context, d string) bool {
 	if e.gate == nil {
 		return false
 	}
@@ -344,9 +351,9 @@ func (e *Engine) applied(ctx context.Context, d string) bool {
 }
 
 // consider loads the files and applies them, or leaves them to a person.
-func (e *Engine) consider(ctx context.Context) {
+func (e *Engine[S]) consider(ctx context.Context) {
 	e.pending = ""
-	cfg, approved, version, err := e.load()
+	cfg, approved, version, err := e.read()
 	if err != nil {
 		e.logger.Error("config change not applied; the previous policy stays in force", "err", err)
 		return
@@ -364,7 +371,7 @@ func (e *Engine) consider(ctx context.Context) {
 			learned = false
 		}
 	}
-	changes := Changes(e.cfg.Load(), cfg, e.approved, approved, learned)
+	changes := Changes(e.Config().PolicyConfig(), cfg.PolicyConfig(), e.approved, approved, learned)
 	summary := strings.Join(changes, "\n")
 	reason := ""
 	switch {
@@ -501,85 +508,4 @@ func MarshalRules(rules []Rule) ([]byte, error) {
 		out.Rules = append(out.Rules, yrule{x.Name, x.Server, x.Tool, method, x.URI, x.When, x.Users, x.Groups, x.Action, x.Reason})
 	}
 	return yaml.Marshal(out)
-}
-
-// Paths returns the default configuration file (when it exists) and
-// database path: guard.yaml and guard.db in the directories of Dirs.
-func Paths(getenv func(string) string) (configPath, dbPath string) {
-	cfgDir, dataDir := Dirs(getenv)
-	if f := filepath.Join(cfgDir, "guard.yaml"); fileExists(f) {
-		configPath = f
-	}
-	return configPath, filepath.Join(dataDir, "guard.db")
-}
-
-// Dirs returns guard's default configuration and data directories on
-// this OS (DirsFor), the home directory being $HOME when set.
-func Dirs(getenv func(string) string) (configDir, dataDir string) {
-	home, _ := os.UserHomeDir()
-	if h := getenv("HOME"); h != "" {
-		home = h
-	}
-	return DirsFor(runtime.GOOS, getenv, home)
-}
-
-// DirsFor returns guard's default configuration and data directories on
-// goos, from its environment and the home directory, each where that OS
-// keeps a program's files:
-//
-//   - Linux and other Unix: $XDG_CONFIG_HOME/guard (~/.config/guard) and
-//     $XDG_DATA_HOME/guard (~/.local/share/guard);
-//   - macOS: ~/Library/Application Support/guard for both, unless
-//     XDG_CONFIG_HOME or XDG_DATA_HOME is set (each for its own);
-//   - Windows: %APPDATA%\guard and %LOCALAPPDATA%\guard (the home
-//     directory's AppData\Roaming and AppData\Local when unset).
-//
-// It reads nothing but its arguments, so that every OS's layout can be
-// tested anywhere.
-func DirsFor(goos string, getenv func(string) string, home string) (configDir, dataDir string) {
-	if goos == "windows" {
-		cfg, data := getenv("APPDATA"), getenv("LOCALAPPDATA")
-		if cfg == "" {
-			cfg = windowsJoin(home, `AppData\Roaming`)
-		}
-		if data == "" {
-			data = windowsJoin(home, `AppData\Local`)
-		}
-		return windowsJoin(cfg, "guard"), windowsJoin(data, "guard")
-	}
-	cfg, data := path.Join(home, ".config"), path.Join(home, ".local", "share")
-	if goos == "darwin" {
-		cfg = path.Join(home, "Library", "Application Support")
-		data = cfg
-	}
-	if x := getenv("XDG_CONFIG_HOME"); x != "" {
-		cfg = x
-	}
-	if x := getenv("XDG_DATA_HOME"); x != "" {
-		data = x
-	}
-	return path.Join(cfg, "guard"), path.Join(data, "guard")
-}
-
-// windowsJoin joins a Windows path and a name with a backslash, on any OS.
-func windowsJoin(dir, name string) string {
-	return strings.TrimRight(dir, `\/`) + `\` + name
-}
-
-func fileExists(f string) bool {
-	st, err := os.Stat(f)
-	return err == nil && !st.IsDir()
-}
-
-// ExpandHome replaces a leading "~/" (or `~\` on Windows) with the home
-// directory.
-func ExpandHome(p string, getenv func(string) string) string {
-	if len(p) >= 2 && p[0] == '~' && (p[1] == '/' || p[1] == filepath.Separator) {
-		home := getenv("HOME")
-		if home == "" {
-			home, _ = os.UserHomeDir()
-		}
-		return filepath.Join(home, p[2:])
-	}
-	return p
 }

@@ -7,13 +7,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
-
-// reloadEveryInTests is how often engines under test look at their files.
-const reloadEveryInTests = 20 * time.Millisecond
 
 // loads records what an engine says it loads, and can refuse the next.
 type loads struct {
@@ -50,11 +46,11 @@ func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
 	l := &loads{seen: make(chan ConfigLoad, 16), refuse: errors.New("disk full")}
 	isolated := true
 	var mu sync.Mutex
-	if _, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record}); err == nil {
+	if _, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record}); err == nil {
 		t.Fatal("an engine started on a configuration whose record was not written")
 	}
 	<-l.seen
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record,
+	e, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record,
 		Isolated: func() bool { mu.Lock(); defer mu.Unlock(); return isolated }})
 	if err != nil {
 		t.Fatal(err)
@@ -62,37 +58,36 @@ func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
 	if got := <-l.seen; got.How != Loaded || got.Digest != FilesDigest(f, filepath.Join(dir, "rules.d"), c) || got.Policy != e.Policy().Version() {
 		t.Fatalf("the start: %+v", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.Watch(ctx, reloadEveryInTests)
+	// Each look at the files (what Watch does every so often) is done
+	// here, and has done its work when it returns.
+	ctx := context.Background()
 	call := &guard.Call{Method: "tools/call", ToolName: "x", Tool: tool(`{}`)}
 
 	l.mu.Lock()
 	l.refuse = errors.New("disk full")
 	l.mu.Unlock()
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
+	e.look(ctx)
 	if got := <-l.seen; got.How != Reloaded {
 		t.Fatalf("the refused reload: %+v", got)
 	}
 	if a := e.Decide(call).Action; a != guard.ActionAllow {
 		t.Fatalf("a change whose record was not written is in force: %s", a)
 	}
+	e.look(ctx)
 	got := <-l.seen // tried again at the next look
 	if got.How != Reloaded || got.Changes == "" {
 		t.Fatalf("the reload: %+v", got)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Decide(call).Action != guard.ActionDeny { // applied right after its record
-		if time.Now().After(deadline) {
-			t.Fatal("the recorded change was not applied")
-		}
-		time.Sleep(time.Millisecond)
+	if a := e.Decide(call).Action; a != guard.ActionDeny { // applied right after its record
+		t.Fatalf("the recorded change was not applied: %s", a)
 	}
 
 	mu.Lock()
 	isolated = false
 	mu.Unlock()
 	os.WriteFile(f, []byte("policy: {default: approve}\n"), 0o600)
+	e.look(ctx)
 	if got := <-l.seen; got.How != Held || got.Changes == "" || got.Policy != "" {
 		t.Fatalf("a change left to a person: %+v", got)
 	}
@@ -152,7 +147,7 @@ func TestEngineAppliesLearnedRulesFromTheirStore(t *testing.T) {
 	}
 	learned := &learnedList{}
 	l := &loads{seen: make(chan ConfigLoad, 8)}
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record, Learned: learned})
+	e, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Record: l.record, Learned: learned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // its include globs match now, and rulesDir's approved.yaml. A person
 // applies a change by this digest ("sha256:..."), which every process on
 // the database computes alike.
-func FilesDigest(file, rulesDir string, cfg *Config) string {
+func FilesDigest(file, rulesDir string, cfg Source) string {
 	h := sha256.New()
 	files := []string{file}
 	if rulesDir != "" {
@@ -211,7 +211,7 @@ func describeRule(r Rule) string {
 // so that replicas whose configuration is the same wherever it lives have
 // the same digest (FilesDigest names files by their paths, and covers
 // approved.yaml). Built-in defaults ("" for file) have their own.
-func ContentDigest(file string, cfg *Config) string {
+func ContentDigest(file string, cfg Source) string {
 	h := sha256.New()
 	if file == "" {
 		io.WriteString(h, "built-in defaults")
@@ -232,7 +232,11 @@ func ContentDigest(file string, cfg *Config) string {
 
 // includedFiles are the files the include globs of cfg, read from file,
 // match now.
-func includedFiles(file string, cfg *Config) []string {
+func includedFiles(file string, src Source) []string {
+	if src == nil {
+		return nil
+	}
+	cfg := src.PolicyConfig()
 	if cfg == nil {
 		return nil
 	}

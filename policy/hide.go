@@ -68,6 +68,6 @@ func (p *Policy) Hides(call *guard.Call) (bool, guard.Verdict) {
 // Hides is Policy.Hides with the policy in force. A listing that asks it
 // of many tools may take Policy once instead, so that a reload midway
 // does not split it between two policies.
-func (e *Engine) Hides(call *guard.Call) (bool, guard.Verdict) {
+func (e *Engine[S]) Hides(call *guard.Call) (bool, guard.Verdict) {
 	return e.cur.Load().Hides(call)
 }

@@ -229,7 +229,7 @@ func TestEngineHides(t *testing.T) {
 		t.Fatal(err)
 	}
 	learned := &learnedList{}
-	e, err := NewEngine("", c, EngineOptions{Learned: learned})
+	e, err := NewEngine("", c, reload, EngineOptions{Learned: learned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,25 +113,25 @@ func parseRate(s string) (int, time.Duration, error) {
 
 func (p *parser) limits(n *yaml.Node, dst *[]Limit) error {
 	if n.Kind != yaml.SequenceNode {
-		return p.errf(n, "expected a list of limits")
+		return p.Errf(n, "expected a list of limits")
 	}
 	for _, e := range n.Content {
-		l := Limit{Server: "*", File: p.file, Line: e.Line}
+		l := Limit{Server: "*", File: p.File, Line: e.Line}
 		var rate string
-		err := p.mapping(e, map[string]func(*yaml.Node) error{
+		err := p.Mapping(e, map[string]func(*yaml.Node) error{
 			"server": p.glob(&l.Server),
 			"tool":   p.glob(&l.Tool),
-			"rate":   p.str(&rate),
-			"burst":  p.count(&l.Burst),
+			"rate":   p.Str(&rate),
+			"burst":  p.Count(&l.Burst),
 		})
 		if err != nil {
 			return err
 		}
 		if rate == "" {
-			return p.errf(e, "a limit needs a rate, like rate: 30/min")
+			return p.Errf(e, "a limit needs a rate, like rate: 30/min")
 		}
 		if l.Count, l.Per, err = parseRate(rate); err != nil {
-			return p.errf(e, "rate %q: %v", rate, err)
+			return p.Errf(e, "rate %q: %v", rate, err)
 		}
 		if l.Burst == 0 {
 			l.Burst = l.Count

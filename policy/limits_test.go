@@ -14,13 +14,13 @@ import (
 	"github.com/guard-mcp/guard/store"
 )
 
-func limitEngine(t *testing.T, conf string, lim Limiter) *Engine {
+func limitEngine(t *testing.T, conf string, lim Limiter) *Engine[*Config] {
 	t.Helper()
 	c, err := Parse([]byte(conf), "c.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEngine("", c, EngineOptions{Limiter: lim})
+	e, err := NewEngine("", c, reload, EngineOptions{Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ policy:
 `
 	ea, eb := limitEngine(t, conf, a), limitEngine(t, conf, b)
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	call := func(e *Engine, tool string, at time.Time) guard.Verdict {
+	call := func(e *Engine[*Config], tool string, at time.Time) guard.Verdict {
 		return e.Decide(&guard.Call{Server: "files", Method: "tools/call", ToolName: tool, Tool: tool_(), Time: at})
 	}
 	var held, limited atomic.Int32

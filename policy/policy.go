@@ -26,9 +26,10 @@ type Policy struct {
 	hideDenied bool
 }
 
-// Compile prepares a configuration for deciding. approved are the rules
+// Compile prepares a configuration (its policy's part) for deciding. approved are the rules
 // learned from approvals: after the configured rules, before the default.
-func Compile(c *Config, approved []Rule, prot *Protected) *Policy {
+func Compile(src Source, approved []Rule, prot *Protected) *Policy {
+	c := src.PolicyConfig()
 	p := &Policy{
 		rules:      append(append([]Rule(nil), c.Policy.Rules...), approved...),
 		def:        c.Policy.Default,

@@ -3,108 +3,13 @@ package policy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
-
-// parseError is a configuration that Parse must refuse at line, with a
-// problem that says want.
-type parseError struct {
-	yaml string
-	line int
-	want string
-}
-
-// wantParseErrors checks that each configuration is refused as it says.
-func wantParseErrors(t *testing.T, cases []parseError) {
-	t.Helper()
-	for _, tc := range cases {
-		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
-			continue
-		}
-		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
-			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
-		}
-	}
-}
-
-func TestParseErrorsNameFileAndLine(t *testing.T) {
-	wantParseErrors(t, []parseError{
-		{"durability: fast\n", 1, `"fast" is not one of full, normal`},
-		{"policy:\n  defualt: allow\n", 2, `unknown key "defualt"`},
-		{"approval:\n  timeout: soon\n", 2, "not a duration"},
-		{"max_message: lots\n", 1, "not a size"},
-		{"max_request: 0\n", 1, "not a size"},
-		{"policy:\n  rules:\n    - {name: a, tool: \"[\", action: allow}\n", 3, "not a valid glob"},
-		{"policy:\n  rules:\n    - {name: a, tool: x}\n", 3, "needs an action"},
-		{"policy:\n  rules:\n    - {name: a, action: allow}\n    - {name: a, action: deny}\n", 4, "already used at cfg.yaml:3"},
-		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'args.x +'}\n", 3, "does not compile"},
-		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'size(args)'}\n", 3, "not a boolean"},
-		{"policy:\n  rules:\n    - {name: a, action: deny, when: 'nosuch == 1'}\n", 3, "undeclared reference"},
-		{"policy:\n  rules:\n    - {name: a, action: deny, uri: 'file:///*'}\n", 3, "resources/read only"},
-		{"servers:\n  files:\n    trust_annotations: maybe\n", 3, "expected true or false"},
-		{"policy: [\n", 1, "did not find expected node content"},
-		{"ui: {listen: \"0.0.0.0:8931\"}\n", 1, "reachable from other machines"},
-		{"approval: {max_pending: 0}\n", 1, "not a positive whole number"},
-		{"clients:\n  - {name: ci, token_sha256: abc}\n", 2, "must be 64 hex digits"},
-		{"clients:\n  - {token_sha256: abc}\n", 2, "a client needs a name"},
-		{"clients:\n  - {name: ci, token_sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n  - {name: ci, token_sha256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", 3, `client name "ci" is already used`},
-		{"servers:\n  files: {bad_schema: maybe}\n", 2, `"maybe" is not one of deny, ignore`},
-		{"ui:\n  listen: \"[::]:8931\"\n", 2, "reachable from other machines"},
-		{"aggregate: {enabled: true, separator: \"/\"}\n", 1, "aggregate.separator"},
-		{"redact:\n  patterns: ['corp-[0-9]{6}', 'x*']\n", 2, `pattern "x*"`},
-		{"redact:\n  patterns: ['(']\n", 2, `pattern "("`},
-		{"aggregate: {separator: \"\"}\n", 1, "aggregate.separator"},
-		{"aggregate: {enable: true}\n", 1, `unknown key "enable"`},
-		{"audit: {retention: forever}\n", 1, "not a duration"},
-		{"audit:\n  checkpoints: {witness: [ftp://x]}\n", 2, `witness "ftp://x"`},
-		{"audit:\n  stream:\n    - {syslog: udp://h:514}\n", 3, "use tcp://HOST:PORT"},
-		{"audit:\n  stream:\n    - {syslog: tcp://h:514, otlp: http://h:4318}\n", 3, "either syslog"},
-		{"audit:\n  stream:\n    - {otlp: h:4318}\n", 3, "use http(s)://HOST:PORT"},
-		{"audit:\n  stream:\n    - {otlp: http://h:4318}\n    - {otlp: http://h:4318}\n", 4, "listed twice"},
-		{"review: {listing: latest}\n", 1, `"latest" is not one of accepted, as_served`},
-		{"review: {list: accepted}\n", 1, `unknown key "list"`},
-		{"servers:\n  files:\n    review:\n      listing: all\n", 4, `"all" is not one of accepted, as_served`},
-		{"policy:\n  hide_denied: sometimes\n", 2, "expected true or false"},
-		{"max_sessions: {total: 0}\n", 1, "not a positive whole number"},
-		{"max_sessions:\n  total: 10\n  per_client: many\n", 3, `"many" is not a positive whole number`},
-		{"max_sessions:\n  per-client: 5\n", 2, `unknown key "per-client"`},
-		{"max_sessions:\n  total: 10\n  per_client: 20\n", 2, "per_client (20) is more than total (10)"},
-		{"max_sessions: 1000\n", 1, "expected a mapping"},
-		{"servers:\n  files: {sandbox: always}\n", 2, `"always" is not one of on, off`},
-	})
-}
-
-// max_sessions: its defaults, and each bound read on its own.
-func TestMaxSessions(t *testing.T) {
-	for _, tc := range []struct {
-		yaml             string
-		total, perClient int
-	}{
-		{"", 1000, 100},
-		{"max_sessions: {total: 500}\n", 500, 100},
-		{"max_sessions: {total: 50}\n", 50, 50},
-		{"max_sessions: {per_client: 3}\n", 1000, 3},
-		{"max_sessions: {total: 8, per_client: 8}\n", 8, 8},
-	} {
-		c, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		if err != nil {
-			t.Fatalf("%q: %v", tc.yaml, err)
-		}
-		if c.MaxSessions.Total != tc.total || c.MaxSessions.PerClient != tc.perClient {
-			t.Errorf("%q: %+v, want total %d per_client %d", tc.yaml, c.MaxSessions, tc.total, tc.perClient)
-		}
-	}
-}
 
 // Only sandbox: on in so many words makes a server one that never runs
 // without isolation; the default (on) falls back where the system has none.
@@ -118,58 +23,6 @@ func TestMustIsolate(t *testing.T) {
 	}
 	if c.Servers["plain"].Sandbox != "on" {
 		t.Fatalf("the default is sandbox: on, got %q", c.Servers["plain"].Sandbox)
-	}
-}
-
-func TestParseReadsEverything(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "rules.d"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "rules.d", "b.yaml"), []byte("rules:\n  - {name: inc, tool: x, action: deny}\n"), 0o600)
-	cfg := `
-db: /tmp/g.db
-durability: normal
-max_message: 10MiB
-max_request: 2MiB
-approval: {timeout: 1d2h, wait: 30s}
-include: [rules.d/*.yaml]
-audit:
-  key_file: /etc/guard/audit.key
-  verify_every: 1h
-  retention: off
-  archive_dir: /srv/guard-archive
-  checkpoints: {every: 1m, witness: ["file:///var/log/guard-checkpoints", syslog, "https://w.example/cp"]}
-  stream:
-    - {syslog: "tcp://127.0.0.1:6514", tls: true}
-    - {otlp: "http://127.0.0.1:4318"}
-servers:
-  remote: {url: "https://h/${TOKEN_HOST}", headers: {Authorization: "Bearer ${TOK}"}, trust_annotations: false}
-policy:
-  default: deny
-  rules:
-    - {name: own, server: "fi*", tool: "read_*", action: allow}
-`
-	f := filepath.Join(dir, "guard.yaml")
-	os.WriteFile(f, []byte(cfg), 0o600)
-	env := map[string]string{"TOK": "s3cret", "TOKEN_HOST": "example"}
-	c, err := Load(f, func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.MaxMessage != 10<<20 || c.MaxRequest != 2<<20 || c.Approval.Timeout != 26*time.Hour || c.Durability != "normal" {
-		t.Fatalf("%+v", c)
-	}
-	if a := c.Audit; a.KeyFile != "/etc/guard/audit.key" || a.VerifyEvery != time.Hour || a.Retention != 0 || a.ArchiveDir != "/srv/guard-archive" ||
-		a.Checkpoints.Every != time.Minute || len(a.Checkpoints.Witness) != 3 || len(a.Stream) != 2 ||
-		!a.Stream[0].TLS || a.Stream[0].Syslog != "tcp://127.0.0.1:6514" || a.Stream[1].Name() != "otlp http://127.0.0.1:4318" {
-		t.Fatalf("audit: %+v", a)
-	}
-	if s := c.Servers["remote"]; s.Headers["Authorization"] != "Bearer s3cret" || s.URL != "https://h/example" || s.TrustAnnotations {
-		t.Fatalf("server: %+v", s)
-	}
-	if len(c.Policy.Rules) != 2 || c.Policy.Rules[1].Name != "inc" || c.Policy.Rules[1].Line != 2 {
-		t.Fatalf("rules: %+v", c.Policy.Rules)
 	}
 }
 
@@ -310,37 +163,31 @@ func TestEngineReloadsValidChangesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEngine(f, c, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Isolated: func() bool { return true }})
+	e, err := NewEngine(f, c, reload, EngineOptions{RulesDir: filepath.Join(dir, "rules.d"), Isolated: func() bool { return true }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.Watch(ctx, 20*time.Millisecond)
+	// Each look at the files (what Watch does every so often) applies a
+	// valid change before it returns: the test looks, then checks.
+	ctx := context.Background()
 	call := &guard.Call{Method: "tools/call", ToolName: "x", Tool: tool(`{}`)}
-	waitFor := func(want string) {
+	lookFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(3 * time.Second)
-		for e.Decide(call).Action != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("policy did not become %s", want)
-			}
-			time.Sleep(10 * time.Millisecond)
+		e.look(ctx)
+		if got := e.Decide(call).Action; got != want {
+			t.Fatalf("policy is %s, want %s", got, want)
 		}
 	}
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
-	waitFor("deny")
+	lookFor("deny")
 	os.WriteFile(f, []byte("policy: {default: nonsense}\n"), 0o600)
-	time.Sleep(200 * time.Millisecond)
-	if got := e.Decide(call).Action; got != "deny" {
-		t.Fatalf("an invalid change was applied: %s", got)
-	}
+	lookFor("deny") // an invalid change is not applied
 	// A rule learned from an approval, written by another process.
 	os.WriteFile(f, []byte("policy: {default: deny}\n"), 0o600)
 	if added, err := AppendApprovedRule(filepath.Join(dir, "rules.d"), Rule{Name: "allow-x", Server: "*", Tool: "x", Action: "allow"}, nil); err != nil || !added {
 		t.Fatal(added, err)
 	}
-	waitFor("allow")
+	lookFor("allow")
 }
 
 // Appending a learned rule keeps every field of the rules already there,
@@ -397,36 +244,6 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-func TestDurationsAndSizes(t *testing.T) {
-	for s, want := range map[string]time.Duration{"7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "90s": 90 * time.Second} {
-		if d, err := ParseDuration(s); err != nil || d != want {
-			t.Errorf("%s: %v %v", s, d, err)
-		}
-	}
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	for s, want := range map[string]time.Time{"1d12h": now.Add(-36 * time.Hour), " 90m": now.Add(-90 * time.Minute),
-		"2026-11-01T00:00:00Z": time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)} {
-		if got, err := ParseSince(s, now); err != nil || !got.Equal(want) {
-			t.Errorf("since %q: %v %v", s, got, err)
-		}
-	}
-	for _, bad := range []string{"yesterday", "-5m", "", "1.5d"} {
-		if _, err := ParseSince(bad, now); err == nil || !strings.Contains(err.Error(), "neither an RFC 3339 time nor a duration") {
-			t.Errorf("since %q: %v", bad, err)
-		}
-	}
-	for s, want := range map[string]int64{"64MiB": 64 << 20, "10MB": 10e6, "1024": 1024, "1 KiB": 1024} {
-		if n, err := ParseSize(s); err != nil || n != want {
-			t.Errorf("%s: %v %v", s, n, err)
-		}
-	}
-	for _, bad := range []string{"x", "10XB", ""} {
-		if _, err := ParseSize(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}
-
 func FuzzDecide(f *testing.F) {
 	f.Add([]byte(`{"path":"/x","cmd":"guard approvals approve 1"}`), "write_file")
 	f.Add([]byte(`{"path":"/etc/x","n":3}`), "edit")
@@ -467,14 +284,6 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// A client's token hash may be written in upper case; it is kept in lower.
-func TestClientTokenHashCase(t *testing.T) {
-	c, err := Parse([]byte("clients:\n  - {name: ci, token_sha256: "+strings.Repeat("AB", 32)+"}\n"), "c.yaml")
-	if err != nil || len(c.Clients) != 1 || c.Clients[0].TokenSHA256 != strings.Repeat("ab", 32) {
-		t.Fatalf("%+v %v", c, err)
-	}
-}
-
 // review.listing is each server's own, else the top level's, else
 // accepted; policy.hide_denied is true unless the file says false.
 func TestListingAndHideDenied(t *testing.T) {
@@ -502,5 +311,69 @@ servers:
 	}
 	if c.Policy.HideDenied {
 		t.Error("hide_denied: false read as true")
+	}
+}
+
+func TestRulesSeeTheUser(t *testing.T) {
+	const rules = `
+policy:
+  default: allow
+  rules:
+    - {name: contractors-approve, tool: "write_*", when: "'contractors' in user.groups", action: approve}
+    - {name: alice-only, tool: deploy, users: [alice@example.com], action: allow}
+    - {name: no-deploy, tool: deploy, action: deny}
+    - {name: sre-drop, tool: drop_table, groups: [sre, dba], action: allow}
+    - {name: no-drop, tool: drop_table, action: deny}
+    - {name: anonymous, tool: whoami, when: 'user.sub == "" && size(user.groups) == 0 && user.email == ""', action: deny, reason: nobody}
+    - {name: by-subject, tool: whoami, users: [u-123], action: approve}
+`
+	c, err := Parse([]byte(rules), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Compile(c, nil, nil)
+	alice := guard.Identity{Subject: "u-123", Email: "alice@example.com", Groups: []string{"sre"}}
+	bob := guard.Identity{Subject: "u-456", Email: "bob@example.com", Groups: []string{"contractors"}}
+	ro := tool(`{"readOnlyHint":true}`)
+	for _, tc := range []struct {
+		name string
+		tool string
+		user guard.Identity
+		rule string
+		act  string
+	}{
+		{"a group in a condition", "write_file", bob, "contractors-approve", "approve"},
+		{"not in the group", "write_file", alice, "default", "allow"},
+		{"no one authenticated: an empty user, no error", "write_file", guard.Identity{}, "default", "allow"},
+		{"users by email", "deploy", alice, "alice-only", "allow"},
+		{"another user", "deploy", bob, "no-deploy", "deny"},
+		{"no user matches no users:", "deploy", guard.Identity{}, "no-deploy", "deny"},
+		{"groups", "drop_table", alice, "sre-drop", "allow"},
+		{"not in the groups", "drop_table", bob, "no-drop", "deny"},
+		{"no one in no group", "drop_table", guard.Identity{}, "no-drop", "deny"},
+		{"the empty user's fields", "whoami", guard.Identity{}, "anonymous", "deny"},
+		{"users by subject", "whoami", alice, "by-subject", "approve"},
+	} {
+		v := p.Decide(&guard.Call{Method: "tools/call", ToolName: tc.tool, Arguments: []byte(`{}`), Tool: ro, User: tc.user})
+		if v.Rule != tc.rule || v.Action != tc.act {
+			t.Errorf("%s: got %s by %s (%s), want %s by %s", tc.name, v.Action, v.Rule, v.Reason, tc.act, tc.rule)
+		}
+	}
+	// users: and groups: are part of what a change shows, and of the
+	// policy's version.
+	c2, err := Parse([]byte(strings.Replace(rules, "users: [alice@example.com]", "users: [bob@example.com]", 1)), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := Changes(c, c2, nil, nil, false)
+	if len(ch) != 1 || !strings.Contains(ch[0], `rule "alice-only" changed`) || !strings.Contains(ch[0], "users=bob@example.com, was allow tools/call server=* tool=deploy users=alice@example.com") {
+		t.Fatalf("changes: %q", ch)
+	}
+	if Compile(c2, nil, nil).Version() == p.Version() {
+		t.Fatal("the same version for other users")
+	}
+	b, err := MarshalRules(c.Policy.Rules[1:2])
+	if err != nil || !strings.Contains(string(b), "users: [alice@example.com]") {
+		t.Fatalf("marshalled: %s %v", b, err)
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,48 +62,30 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: newIDMap[*waiter](negativeID, true),
+		pending: newIDMap[*waiter](negativeID, false),
 		byCall:  map[string]*waiter{},
 		asked:   newIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
-	runs := make([]func(context.Context, Conn) error, len(ag.Members))
-	theirs := make([]*pipeConn, len(ag.Members))
+	ports := make([]*port, len(ag.Members))
 	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
-		ours, their := newPipe()
-		a.members = append(a.members, &member{name: m.Name, conn: ours, done: make(chan struct{}), up: true})
-		runs[i], theirs[i] = m.Run, their
+		mb := &member{name: m.Name, in: newInbox(), done: make(chan struct{}), up: true}
+		a.members = append(a.members, mb)
+		ports[i] = &port{a: a, mb: mb, ended: &ended}
 	}
 	// split tries the longest names first: with servers "a" and "a__b",
 	// "a__b__t" is b's.
 	a.byLength = append([]*member(nil), a.members...)
 	sort.SliceStable(a.byLength, func(i, j int) bool { return len(a.byLength[i].name) > len(a.byLength[j].name) })
 	for i, mb := range a.members {
-		read := make(chan struct{})
-		go func() {
-			defer close(read)
-			for {
-				m, err := mb.conn.Read(ctx)
-				var bad *BadMessage
-				switch {
-				case errors.As(err, &bad):
-					ag.Logger.Warn("aggregate: an unreadable message from a server was dropped", "member", mb.name, "err", err)
-				case err != nil:
-					return
-				default:
-					a.fromMember(mb, m)
-				}
-			}
-		}()
 		go func() {
 			defer close(mb.done)
-			if err := runs[i](ctx, memberClient{theirs[i], &ended}); err != nil {
+			if err := ag.Members[i].Run(ctx, ports[i]); err != nil {
 				ag.Logger.Info("aggregate member ended", "member", mb.name, "err", err)
 			}
-			theirs[i].end()
-			<-read
+			ports[i].end()
 			a.gone(mb)
 		}()
 	}
@@ -133,7 +116,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	why, gone := inputEnded(client)
 	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
-		mb.conn.Close()
+		mb.in.close()
 	}
 	for _, mb := range a.members {
 		<-mb.done
@@ -147,15 +130,58 @@ type inputEnd struct {
 	gone bool
 }
 
-// memberClient is a member server's session's client: the aggregate, whose
-// input ends when the aggregate's client's does, for the same reason.
-type memberClient struct {
-	*pipeConn
+// port is a member server's session's client Conn: the aggregate. Read
+// returns what the aggregate sends the member, parsed and checked as the
+// aggregate did; what the session writes is taken by the aggregate on the
+// writer's goroutine, with no hand-off. Its input ends when the
+// aggregate's client's does, for the same reason.
+type port struct {
+	a     *aggregator
+	mb    *member
 	ended *atomic.Pointer[inputEnd]
+
+	mu     sync.RWMutex
+	closed bool // the session's writes fail: it ended, or closed its side
 }
 
-func (m memberClient) inputEnded() (string, bool) {
-	if e := m.ended.Load(); e != nil {
+func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.take(ctx) }
+
+func (p *port) Write(_ context.Context, m wire.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return errClosed
+	}
+	if m.Kind == 0 {
+		pm, err := wire.Parse(m.Raw)
+		if err != nil {
+			p.a.opts.Logger.Warn("aggregate: an unreadable message from a server was dropped", "member", p.mb.name, "err", err)
+			return nil
+		}
+		m = pm
+	}
+	p.a.fromMember(p.mb, m)
+	return nil
+}
+
+// Close ends what the member's session sends the aggregate.
+func (p *port) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	return nil
+}
+
+// end closes both directions once the member's session ended: what the
+// aggregate sends it fails rather than waits, and a write of the session
+// under way is done.
+func (p *port) end() {
+	p.Close()
+	p.mb.in.close()
+}
+
+func (p *port) inputEnded() (string, bool) {
+	if e := p.ended.Load(); e != nil {
 		return e.why, e.gone
 	}
 	return goneInputEnded, true
@@ -164,7 +190,7 @@ func (m memberClient) inputEnded() (string, bool) {
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	conn Conn // the aggregate's side of the member's client connection
+	in   *inbox // what the aggregate sends the member's session
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -173,9 +199,10 @@ type member struct {
 	templates []string
 }
 
-// send writes one message to the member's relay session.
-func (mb *member) send(line []byte) error {
-	return mb.conn.Write(context.Background(), unparsed(line))
+// send writes one message to the member's relay session: a parsed one
+// goes on without a second parse.
+func (mb *member) send(m wire.Message) error {
+	return mb.in.put(context.Background(), m)
 }
 
 // waiter is a request the aggregate sent to a member: a client's request
@@ -228,9 +255,9 @@ func (a *aggregator) refuse(bad *BadMessage) {
 	case tooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
-		a.write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
 	default:
-		a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+bad.Err.Error(), nil))
+		a.write(wire.ParseError(bad.Err.Error()).Answer(nil))
 	}
 }
 
@@ -239,7 +266,7 @@ func (a *aggregator) fromClient(m wire.Message) {
 	if m.Kind == wire.KindBatch {
 		parts, err := wire.SplitBatch(m.Raw)
 		if err != nil {
-			a.write(wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: "+err.Error(), nil))
+			a.write(wire.ParseError(err.Error()).Answer(nil))
 			return
 		}
 		for _, p := range parts {
@@ -287,15 +314,14 @@ func (a *aggregator) request(m wire.Message) {
 	case "resources/read", "resources/subscribe", "resources/unsubscribe":
 		a.byURI(m, m.Params)
 	default:
-		a.write(wire.ErrorResponse(m.ID, wire.CodeMethodNotFound,
-			fmt.Sprintf("Method not found: %s is not offered by the aggregate endpoint; use a server's own endpoint", m.Method), nil))
+		a.write(wire.MethodNotFound(fmt.Sprintf("Method not found: %s is not offered by the aggregate endpoint; use a server's own endpoint", m.Method)).Answer(m.ID))
 	}
 }
 
 func (a *aggregator) answer(id []byte, result any) {
 	b, err := wire.Response(id, result)
 	if err != nil {
-		b = wire.ErrorResponse(id, wire.CodeInternalError, "Internal error: "+err.Error(), nil)
+		b = wire.Internal("Internal error: " + err.Error()).Answer(id)
 	}
 	a.write(b)
 }
@@ -314,18 +340,20 @@ func (a *aggregator) split(name string) (*member, string) {
 // completion whose params.ref names a prompt) to the member its
 // namespaced name belongs to, under the server's own name.
 func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
-	// Decide on exactly what the server will read.
+	// Decide on exactly what the server will read; the member's session
+	// does not check it again.
 	if err := wire.Strict(m.Raw); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		a.write(wire.InvalidRequest(err.Error()).Answer(m.ID))
 		return
 	}
+	m.Checked = true
 	obj := m.Params
 	if inner != "" {
 		obj = wire.ParamsMember(m.Params, inner)
 	}
 	name, ok := wire.String(wire.ParamsMember(obj, key))
 	if !ok || name == "" {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, "Invalid params: "+m.Method+" needs a name", nil))
+		a.write(wire.InvalidParams(m.Method + " needs a name").Answer(m.ID))
 		return
 	}
 	mb, own := a.split(name)
@@ -334,8 +362,8 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 		if m.Method != "tools/call" {
 			what = "prompt"
 		}
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidParams, fmt.Sprintf(
-			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator), nil))
+		a.write(wire.Refusal{Code: wire.CodeInvalidParams, Text: fmt.Sprintf(
+			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)}.Answer(m.ID))
 		return
 	}
 	q, _ := json.Marshal(own)
@@ -362,17 +390,18 @@ func (a *aggregator) complete(m wire.Message) {
 // that has resources.
 func (a *aggregator) byURI(m wire.Message, obj []byte) {
 	if err := wire.Strict(m.Raw); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInvalidRequest, "Invalid request: "+err.Error(), nil))
+		a.write(wire.InvalidRequest(err.Error()).Answer(m.ID))
 		return
 	}
+	m.Checked = true
 	uri, _ := wire.String(wire.ParamsMember(obj, "uri"))
 	if uri == "" {
 		uri, _ = wire.String(wire.ParamsMember(obj, "uriTemplate"))
 	}
 	mb := a.resourceMember(uri)
 	if mb == nil {
-		a.write(wire.ErrorResponse(m.ID, codeResourceNotFound, "Resource not found: no server behind the aggregate endpoint lists "+uri+
-			"; list resources first, or use the server's own endpoint", map[string]string{"uri": uri}))
+		a.write(wire.Refusal{Code: codeResourceNotFound, Text: "Resource not found: no server behind the aggregate endpoint lists " + uri +
+			"; list resources first, or use the server's own endpoint", Data: map[string]string{"uri": uri}}.Answer(m.ID))
 		return
 	}
 	a.pass(m, mb, nil)
@@ -414,7 +443,7 @@ func (a *aggregator) resourceMember(uri string) *member {
 func (a *aggregator) pass(m wire.Message, mb *member, params []byte) {
 	w := &waiter{m: mb, clientID: append([]byte(nil), m.ID...)}
 	if err := a.send(m, w, params); err != nil {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "The server "+mb.name+" is not available: "+err.Error(), nil))
+		a.write(wire.Internal("The server " + mb.name + " is not available: " + err.Error()).Answer(m.ID))
 	}
 }
 
@@ -438,9 +467,13 @@ func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 		a.mu.Unlock()
 		return errors.New("its session ended or it did not initialize")
 	}
-	w.ownID, _, _ = a.pending.add(w.clientID, w)
 	if w.clientID != nil {
+		// The client's id goes on unless a request in flight has it.
+		w.ownID, _, _ = a.pending.add(w.clientID, w)
 		a.byCall[wire.IDKey(w.clientID)] = w
+	} else {
+		w.ownID = a.pending.own()
+		a.pending.put(wire.IDKey(w.ownID), w)
 	}
 	a.mu.Unlock()
 	err := mb.send(rebuild(m, w.ownID, params))
@@ -553,7 +586,7 @@ func (a *aggregator) initialize(m wire.Message) {
 		a.opts.Logger.Warn("aggregate: a server did not initialize; it is left out of this session", "member", mb.name, "error", string(r.Error))
 	}
 	if len(results) == 0 {
-		a.write(wire.ErrorResponse(m.ID, wire.CodeInternalError, "No server behind the aggregate endpoint initialized: "+strings.Join(failed, ", "), nil))
+		a.write(wire.Internal("No server behind the aggregate endpoint initialized: " + strings.Join(failed, ", ")).Answer(m.ID))
 		return
 	}
 	out := map[string]any{}
@@ -797,16 +830,21 @@ func rawError(id, errObj []byte) []byte {
 	return append(out, '}')
 }
 
-// rebuild is the client's message m under the aggregate's id, with params
-// replaced when given (added when m had none).
-func rebuild(m wire.Message, id, params []byte) []byte {
+// rebuild is the client's message m under the id sent, with params
+// replaced when given (added when m had none), as Parse reads it.
+func rebuild(m wire.Message, id, params []byte) wire.Message {
 	if params != nil && m.Params == nil {
-		b, err := wire.Request(id, m.Method, json.RawMessage(params))
-		if err == nil {
-			return b
+		if b, err := wire.Request(id, m.Method, json.RawMessage(params)); err == nil {
+			return unparsed(b)
 		}
 	}
-	return wire.Rebuild(m, id, params)
+	if params != nil && m.Params != nil {
+		m = wire.WithParams(m, params)
+	}
+	if !bytes.Equal(id, m.ID) {
+		m = wire.WithID(m, id)
+	}
+	return m
 }
 
 // broadcast sends a request to every server with the capability and
@@ -844,11 +882,11 @@ func (a *aggregator) notification(m wire.Message) {
 		if w == nil || req == nil {
 			return // not ours, or already answered
 		}
-		_ = w.m.send(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID)))
+		_ = w.m.send(unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
 		return
 	}
 	for _, mb := range a.live() {
-		_ = mb.send(m.Raw)
+		_ = mb.send(m)
 	}
 }
 
@@ -865,7 +903,7 @@ func (a *aggregator) response(m wire.Message) {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = mb.send(wire.ReplaceID(m, orig))
+	_ = mb.send(unparsed(wire.ReplaceID(m, orig)))
 }
 
 // fromMember handles one message of a member's relay session.
@@ -902,6 +940,8 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 			a.opts.Logger.Debug("aggregate: a server's response to no request", "member", mb.name)
 		case w.ch != nil:
 			w.ch <- m
+		case bytes.Equal(m.ID, w.clientID):
+			a.toClient(m)
 		default:
 			a.toClient(wire.WithID(m, w.clientID))
 		}
@@ -955,6 +995,6 @@ func (a *aggregator) gone(mb *member) {
 			close(w.ch)
 			continue
 		}
-		a.write(wire.ErrorResponse(w.clientID, wire.CodeInternalError, "The server "+mb.name+"'s session ended before answering", nil))
+		a.write(wire.Internal("The server " + mb.name + "'s session ended before answering").Answer(w.clientID))
 	}
 }

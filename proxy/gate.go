@@ -32,7 +32,7 @@ func (pl *pipeline) gate(msg wire.Message, c *call, toServer bool) bool {
 	// rules read nothing of a server's request but its method.)
 	var strict error
 	if !toServer {
-		strict = wire.Strict(msg.Raw)
+		strict = wire.CheckStrict(msg)
 	}
 	var eff intercept.Effect
 	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: strict})

@@ -31,12 +31,12 @@ const holdTimeout = 30 * time.Second
 // knows it, not to this relay: nothing is settled here.
 func (s *Session) clientGone(reason string) {
 	s.mu.Lock()
-	if s.left != "" || s.opts.HoldScope != "" {
+	if s.left.why != "" || s.opts.HoldScope != "" {
 		s.mu.Unlock()
 		return
 	}
-	s.left = reason
-	close(s.leftCh)
+	s.left.why = reason
+	close(s.left.ch)
 	held := s.holds.heldLocked()
 	s.mu.Unlock()
 	s.holds.leaveHeld(held, reason)
@@ -111,7 +111,7 @@ func (hs *holds) leftReason() string {
 	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.left
+	return s.left.why
 }
 
 // endReason is why the session's holds end when the session does.
@@ -120,8 +120,8 @@ func (hs *holds) endReason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.left != "":
-		return s.left
+	case s.left.why != "":
+		return s.left.why
 	case s.exit != "":
 		return "the call's session ended: its server exited (" + s.exit + ")"
 	}

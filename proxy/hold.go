@@ -88,7 +88,7 @@ func (h *held) usePrior() bool {
 func (h *held) present() bool {
 	s, c := h.s, h.c
 	s.mu.Lock()
-	left := s.left
+	left := s.left.why
 	c.holding = left == ""
 	s.mu.Unlock()
 	if left == "" {
@@ -159,13 +159,13 @@ func (hs *holds) noteReviewHold(tool, digest, id string) {
 	s := hs.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reviewHolds == nil {
-		s.reviewHolds = map[string]map[string]string{}
+	if s.view.reviewHolds == nil {
+		s.view.reviewHolds = map[string]map[string]string{}
 	}
-	if s.reviewHolds[tool] == nil {
-		s.reviewHolds[tool] = map[string]string{}
+	if s.view.reviewHolds[tool] == nil {
+		s.view.reviewHolds[tool] = map[string]string{}
 	}
-	s.reviewHolds[tool][digest] = id
+	s.view.reviewHolds[tool][digest] = id
 }
 
 // heldForReview reports whether a call the rules allow repeats one of this
@@ -174,7 +174,7 @@ func (hs *holds) noteReviewHold(tool, digest, id string) {
 func (hs *holds) heldForReview(c *call) bool {
 	s := hs.s
 	s.mu.Lock()
-	byDigest := s.reviewHolds[c.st.Tool]
+	byDigest := s.view.reviewHolds[c.st.Tool]
 	s.mu.Unlock()
 	if len(byDigest) == 0 || s.opts.Holds == nil {
 		return false

@@ -326,13 +326,13 @@ func refuseStart(w http.ResponseWriter, requests []wire.Message, err error) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(wire.ErrorResponse(id, code, msg, nil))
+	_, _ = w.Write(wire.Refusal{Code: code, Text: msg}.Answer(id))
 }
 
 func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(wire.ErrorResponse(nil, code, msg, nil))
+	_, _ = w.Write(wire.Refusal{Code: code, Text: msg}.Answer(nil))
 }
 
 // session returns the request's session; a session belongs to the caller
@@ -500,7 +500,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	batch := len(body) > 0 && body[0] == '['
 	if batch {
 		if parts, err = wire.SplitBatch(body); err != nil {
-			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
+			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, wire.ParseError(err.Error()).Text)
 			return
 		}
 	} else {
@@ -527,10 +527,10 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 				// (inv.ID is nil then): the answer carries id null.
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				_, _ = w.Write(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))
+				_, _ = w.Write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
 				return
 			}
-			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, "Parse error: "+err.Error())
+			jsonRPCError(w, http.StatusBadRequest, wire.CodeParseError, wire.ParseError(err.Error()).Text)
 			return
 		}
 		if m.Kind == wire.KindRequest {
@@ -555,7 +555,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 			if msg := missingMeta(requests[0]); msg != "" {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				_, _ = w.Write(wire.ErrorResponse(requests[0].ID, wire.CodeInvalidParams, "Invalid params: "+msg, nil))
+				_, _ = w.Write(wire.InvalidParams(msg).Answer(requests[0].ID))
 				return
 			}
 			if msg := h.checkHeaders(r, requests[0]); msg != "" {
@@ -585,7 +585,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case batch && (s == nil || !s.router.batches()):
 		// As on stdio. Without a session the revision is not known
 		// yet, and 2025-03-26 does not allow initialize in a batch.
-		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, errBatchText)
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, batchRefused().Text)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")

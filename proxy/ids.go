@@ -27,10 +27,16 @@ func newIDMap[T any](mint func(n uint64) []byte, renameAll bool) *idMap[T] {
 	return &idMap[T]{mint: mint, rename: renameAll, sent: map[string]sentAs[T]{}}
 }
 
-// own returns a new id of guard's.
+// own returns a new id of guard's, one no request in flight has (a
+// sender may have picked one of the same form).
 func (m *idMap[T]) own() []byte {
-	m.n++
-	return m.mint(m.n)
+	for {
+		m.n++
+		id := m.mint(m.n)
+		if _, taken := m.sent[wire.IDKey(id)]; !taken {
+			return id
+		}
+	}
 }
 
 // add registers v, a request whose sender gave it the id orig, and returns

@@ -156,7 +156,7 @@ func (hs *holds) askInRound(c *call, a *guard.Approval) []byte {
 	}
 	data, err := wire.Response(c.origID, result)
 	if err != nil {
-		data = wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: the question could not be made", nil)
+		data = wire.Internal("Refused: the question could not be made").Answer(c.origID)
 	}
 	return data
 }

@@ -189,8 +189,7 @@ func (ls *lister) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 		s.opts.Logger.Warn("tools/list refused: the listing is ambiguous", "server", s.opts.Server, "err", err)
 		out.Outcome = guard.OutcomeInvalid
 		out.Detail = detailJSON(map[string]string{"invalid_result": err.Error()})
-		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError,
-			"Refused: the server's tool listing is ambiguous (clients would read it differently): "+err.Error(), nil)), out
+		return built(wire.Internal("Refused: the server's tool listing is ambiguous (clients would read it differently): " + err.Error()).Answer(c.origID)), out
 	}
 	tools, _, err := parseTools(s.opts.Server, msg.Result)
 	if err != nil {
@@ -213,15 +212,15 @@ func (ls *lister) listing(msg wire.Message, c *call) (wire.Message, *guard.Recor
 		s.opts.Logger.Error("tools/list refused: "+errReviews.Error(), "server", s.opts.Server, "err", err)
 		out.Outcome, out.Result = guard.OutcomeProtocolError, ""
 		out.Detail = detailJSON(map[string]any{"listing": errReviews.Error()})
-		return built(wire.ErrorResponse(c.origID, wire.CodeInternalError, "Refused: "+errReviews.Error(), nil)), out
+		return built(wire.Internal("Refused: " + errReviews.Error()).Answer(c.origID)), out
 	}
 	v := s.lists.viewOf(tools, states, accepted)
 	s.mu.Lock()
-	if s.seen == nil || !c.nextPage {
-		s.seen, s.seenServed = map[string]shown{}, nil
+	if s.view.seen == nil || !c.nextPage {
+		s.view.seen, s.view.served = map[string]shown{}, nil
 	}
-	maps.Copy(s.seen, v.tools)
-	s.seenServed = append(s.seenServed, tools...)
+	maps.Copy(s.view.seen, v.tools)
+	s.view.served = append(s.view.served, tools...)
 	modern := s.protocol >= guard.Rev20260728
 	s.mu.Unlock()
 	mode, hide := s.lists.listingMode()
@@ -276,8 +275,8 @@ func (ls *lister) watchListing() {
 func (ls *lister) relist() {
 	s := ls.s
 	s.mu.Lock()
-	listed := s.seen != nil
-	served := s.seenServed
+	listed := s.view.seen != nil
+	served := s.view.served
 	s.mu.Unlock()
 	if !listed {
 		return // the client never listed: nothing it read is stale
@@ -291,11 +290,11 @@ func (ls *lister) relist() {
 	}
 	v := s.lists.viewOf(served, states, accepted)
 	s.mu.Lock()
-	same := maps.Equal(v.tools, s.seen)
-	s.seen = v.tools
+	same := maps.Equal(v.tools, s.view.seen)
+	s.view.seen = v.tools
 	modern := s.protocol >= guard.Rev20260728
-	listens := make([][]byte, 0, len(s.listens))
-	for _, c := range s.listens {
+	listens := make([][]byte, 0, len(s.view.listens))
+	for _, c := range s.view.listens {
 		listens = append(listens, c.origID)
 	}
 	s.mu.Unlock()
@@ -336,10 +335,10 @@ func (ls *lister) noteListen(msg wire.Message, c *call) {
 		return
 	}
 	s.mu.Lock()
-	if s.listens == nil {
-		s.listens = map[string]*call{}
+	if s.view.listens == nil {
+		s.view.listens = map[string]*call{}
 	}
-	s.listens[c.origKey] = c
+	s.view.listens[c.origKey] = c
 	s.mu.Unlock()
 }
 
@@ -354,7 +353,7 @@ func (ls *lister) acknowledged(msg wire.Message) wire.Message {
 	}
 	key, ours := wire.IDKey(sub), false
 	s.mu.Lock()
-	for _, c := range s.listens {
+	for _, c := range s.view.listens {
 		// The server names the subscription by the id it was sent.
 		ours = ours || c.sentKey == key || c.sentKey == "" && c.origKey == key
 	}

@@ -208,7 +208,7 @@ func TestHTTPBatchesOnlyUnder20250326(t *testing.T) {
 		if session == "" {
 			body = `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}]`
 		}
-		if status, b := read(f.post(t, ctx, session, body)); status != http.StatusBadRequest || !strings.Contains(b, "-32600") || !strings.Contains(b, errBatchText) {
+		if status, b := read(f.post(t, ctx, session, body)); status != http.StatusBadRequest || !strings.Contains(b, "-32600") || !strings.Contains(b, batchRefused().Text) {
 			t.Fatalf("session %q: %d %s", session, status, b)
 		}
 	}

@@ -233,7 +233,7 @@ const codeHeaderMismatch = -32020
 func writeHeaderMismatch(w http.ResponseWriter, id []byte, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(wire.ErrorResponse(id, codeHeaderMismatch, "Header mismatch: "+msg, nil))
+	_, _ = w.Write(wire.Refusal{Code: codeHeaderMismatch, Text: "Header mismatch: " + msg}.Answer(id))
 }
 
 // checkHeaders checks a 2026-07-28 request's Mcp-Method, Mcp-Name and

@@ -10,11 +10,164 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/wire"
 )
+
+// Interceptor stands between the two peers Run relays: it takes every
+// message either one sends, and decides what each receives, through two
+// outboxes of its own that Run drains. *Session is guard's.
+type Interceptor interface {
+	// OnClient takes the client's next message; err, when set, is about
+	// that message alone (a *BadMessage or a *wire.TooLongError).
+	OnClient(msg wire.Message, err error)
+	// OnServer takes the server's next message, as OnClient.
+	OnServer(msg wire.Message, err error)
+	// ServeClient writes the client's outbox to client until ServerEnded
+	// closed it, and returns the first write error.
+	ServeClient(client Conn) error
+	// ServeServer writes the server's outbox to server until ClientEnded
+	// closed it, and returns the first write error.
+	ServeServer(server Conn) error
+	// Left is closed when the interceptor finds the client gone while its
+	// input is still open (a write to it failed).
+	Left() <-chan struct{}
+	// ClientEnded tells that the client is done: its input ended, or Left
+	// was closed. It returns once what the client sent before is decided
+	// and the server's outbox is closed.
+	ClientEnded(client Conn)
+	// ServerEnded tells that the server's output ended and how the server
+	// ended (code, and words for people); it answers what still waited on
+	// the server and closes the client's outbox.
+	ServerEnded(code int, status string)
+}
+
+var _ Interceptor = (*Session)(nil)
+
+// ender is a server Conn that knows when its server ended: Run waits for
+// Ended rather than for the end of the server's output (a child process
+// that exits may leave its output open in a process it started).
+type ender interface {
+	Ended() <-chan struct{}
+}
+
+// statusTeller is a server Conn that says how its server ended, for
+// ServerEnded (default: 0, "status 0").
+type statusTeller interface {
+	Status() (code int, status string)
+}
+
+// Run relays between client and server through ic until the server's
+// output ends (or, for a server Conn that knows, the server ends), and
+// everything for the client is written; it returns the first error
+// writing to the client. The server's Conn is closed once ic has nothing
+// more for it; the client's stays open for its owner. The peers are read
+// with ctx's values but not its cancellation: a session ends when its
+// peers do.
+func Run(ctx context.Context, client, server Conn, ic Interceptor) error {
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		_ = ic.ServeServer(server)
+		server.Close()
+	}()
+	clientWritten := make(chan error, 1)
+	go func() { clientWritten <- ic.ServeClient(client) }()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		relay(ctx, client, ic.OnClient)
+	}()
+	go func() {
+		select {
+		case <-read:
+		case <-ic.Left():
+		}
+		ic.ClientEnded(client)
+	}()
+	readServer := make(chan struct{})
+	go func() {
+		defer close(readServer)
+		relay(ctx, server, ic.OnServer)
+	}()
+	if e, ok := server.(ender); ok {
+		<-e.Ended()
+	} else {
+		<-readServer
+	}
+	code, status := 0, "status 0"
+	if e, ok := server.(statusTeller); ok {
+		code, status = e.Status()
+	}
+	ic.ServerEnded(code, status)
+	return <-clientWritten
+}
+
+// relay hands each message c reads to on, until c's input ends.
+func relay(ctx context.Context, c Conn, on func(wire.Message, error)) {
+	for {
+		msg, err := c.Read(ctx)
+		if err != nil && !aboutOne(err) {
+			return
+		}
+		on(msg, err)
+	}
+}
+
+// aboutOne reports whether a Read error is about one message, the next
+// Read going on.
+func aboutOne(err error) bool {
+	var bad *BadMessage
+	var tl *wire.TooLongError
+	return errors.As(err, &bad) || errors.As(err, &tl)
+}
+
+// ServeClient is Interceptor's: it also settles the holds of requests
+// whose client went away, for a client Conn that tells.
+func (s *Session) ServeClient(client Conn) error {
+	s.toClient.failed = func(error) { s.clientGone(goneWriteFailed) }
+	if d, ok := client.(departures); ok {
+		go s.watchDepartures(d)
+	}
+	return s.toClient.run(client)
+}
+
+// ServeServer is Interceptor's.
+func (s *Session) ServeServer(server Conn) error {
+	err := s.toServer.run(server)
+	if err != nil {
+		s.opts.Logger.Debug("writing to the server", "err", err)
+	}
+	return err
+}
+
+// Left is Interceptor's.
+func (s *Session) Left() <-chan struct{} { return s.left.ch }
+
+// ClientEnded is Interceptor's: a client whose input ended is gone (its
+// holds settled at once) unless its Conn says otherwise, and the server's
+// input is closed once the calls it sent before are decided and everything
+// queued for the server is written.
+func (s *Session) ClientEnded(client Conn) {
+	select {
+	case <-s.left.ch:
+	default:
+		if why, gone := inputEnded(client); gone {
+			s.clientGone(why)
+		}
+	}
+	s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
+	s.toServer.close()
+}
+
+// ServerEnded is Interceptor's.
+func (s *Session) ServerEnded(code int, status string) {
+	s.ServerGone(code, status)
+	s.toClient.close()
+}
 
 // Recorder makes audit records durable. AppendAsync must send exactly one
 // value on the returned channel once the records are committed (nil) or

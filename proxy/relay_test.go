@@ -15,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
@@ -55,21 +56,21 @@ type harnessOpts struct {
 // testOptions are relay options over a new database in t's temporary
 // directory, with config's policy (default: annotations) and holds that
 // wait at most wait.
-func testOptions(t testing.TB, ctx context.Context, config string, wait time.Duration) (Options, *store.DB, *approvals.Manager) {
+func testOptions(t testing.TB, ctx context.Context, conf string, wait time.Duration) (Options, *store.DB, *approvals.Manager) {
 	t.Helper()
 	db, err := store.Open(ctx, store.Options{Path: filepath.Join(t.TempDir(), "guard.db"), Durability: "normal"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if config == "" {
-		config = "policy:\n  default: annotations\n"
+	if conf == "" {
+		conf = "policy:\n  default: annotations\n"
 	}
-	cfg, err := policy.Parse([]byte(config), "test.yaml")
+	cfg, err := config.Parse([]byte(conf), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := policy.NewEngine("", cfg, policy.EngineOptions{})
+	engine, err := config.NewEngine("", cfg, policy.EngineOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +120,9 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	}
 	go ho.server(ctx, g2sR, s2gW)
 	server := NewStreamConn(s2gR, g2sW, opts.MaxMessage)
-	p := sess.pump(NewStreamConn(c2gR, g2cW, opts.MaxMessage), server)
 	h := &harness{t: t, db: db, holds: holds, sess: sess, toGuard: c2gW, fromG: g2cR, done: make(chan struct{})}
 	go func() {
-		sess.readServer(server)
-		sess.ServerGone(0, "status 0")
-		sess.toClient.close()
-		<-p.clientWritten
+		_ = Run(ctx, NewStreamConn(c2gR, g2cW, opts.MaxMessage), server, sess)
 		g2cW.Close()
 		close(h.done)
 	}()

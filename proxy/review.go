@@ -14,26 +14,26 @@ const reviewTimeout = 10 * time.Second
 // a call to a tool just listed waits for its review to exist.
 func (ls *lister) persistStart() {
 	s := ls.s
-	s.persistMu.Lock()
-	s.persisting++
-	s.persistMu.Unlock()
+	s.persist.mu.Lock()
+	s.persist.n++
+	s.persist.mu.Unlock()
 }
 
 func (ls *lister) persistEnd() {
 	s := ls.s
-	s.persistMu.Lock()
-	s.persisting--
-	s.persistCond.Broadcast()
-	s.persistMu.Unlock()
+	s.persist.mu.Lock()
+	s.persist.n--
+	s.persist.cond.Broadcast()
+	s.persist.mu.Unlock()
 }
 
 func (ls *lister) persisted() {
 	s := ls.s
-	s.persistMu.Lock()
-	for s.persisting > 0 {
-		s.persistCond.Wait()
+	s.persist.mu.Lock()
+	for s.persist.n > 0 {
+		s.persist.cond.Wait()
 	}
-	s.persistMu.Unlock()
+	s.persist.mu.Unlock()
 }
 
 // acceptedFor is how long a session trusts that a definition it found

@@ -92,8 +92,8 @@ func (c *call) decided() {
 func (c *call) end() bool { return c.ended.CompareAndSwap(false, true) }
 
 // Session relays one client session to one server. It is transport-free:
-// FromClient and FromServer take whole messages, and what it sends goes to
-// the two outboxes that the transport drains.
+// OnClient and OnServer take whole messages, and what it sends goes to
+// the two outboxes that Run drains (it is the Interceptor of Run).
 type Session struct {
 	opts     Options
 	id       string
@@ -117,47 +117,65 @@ type Session struct {
 	deciding   sync.WaitGroup
 	gone       bool
 	exit       string // how the server ended, once it has
-	// On 2026-07-28 every request carries the client's identity in _meta;
-	// guard's own requests carry the client's last one.
-	metaInfo, metaCaps json.RawMessage
-	// metaClient is what metaInfo names (no name: nothing), metaCapsForm
-	// whether metaCaps declare form elicitation.
-	metaClient   guard.ClientInfo
-	metaCapsForm bool
-	// shownText is how the records show the client shown.
-	shown      guard.ClientInfo
-	shownText  string
+	meta       clientMeta
 	accepted   map[string]time.Time // pins found accepted, and when
 	stateKey   [32]byte             // signs guard's own requestState
 	elicitForm bool                 // the client answers form elicitations
 	held       int                  // calls waiting for approval now
-	// seen is what the client's last listing of tools showed, by
-	// name (nil until it lists); listens are its subscriptions/listen
-	// requests that ask for tool list changes (2026-07-28), by id key.
-	seen map[string]shown
-	// seenServed are the definitions the server served in that listing.
-	seenServed []guard.Tool
-	listens    map[string]*call
-	// reviewHolds are this session's calls held for their tool's review,
-	// by tool, then argument digest, to their approval's id.
-	reviewHolds map[string]map[string]string
-	// left is why the client is gone ("" while it is there); leftCh is
-	// closed then.
-	left   string
-	leftCh chan struct{}
+	view       listingView
+	left       leftState
 	// cancelledKeys are the ids toward the server of forwarded requests
 	// the client cancelled, oldest first (see cancelInFlight).
 	cancelledKeys []string
-
-	persistMu   sync.Mutex
-	persistCond *sync.Cond
-	persisting  int // listings being recorded
+	persist       persistence
 
 	// The session's parts: the tools/call pipeline, the holds and the
 	// listings. Each reads the session's state through it.
 	pipe  *pipeline
 	holds *holds
 	lists *lister
+}
+
+// clientMeta is who the client is as the session shows it.
+type clientMeta struct {
+	// On 2026-07-28 every request carries the client's identity in _meta;
+	// guard's own requests carry the client's last one.
+	info, caps json.RawMessage
+	// client is what info names (no name: nothing), capsForm whether
+	// caps declare form elicitation.
+	client   guard.ClientInfo
+	capsForm bool
+	// shownText is how the records show the client shown.
+	shown     guard.ClientInfo
+	shownText string
+}
+
+// listingView is what the client was shown of the server's tools.
+type listingView struct {
+	// seen is what the client's last listing of tools showed, by
+	// name (nil until it lists); listens are its subscriptions/listen
+	// requests that ask for tool list changes (2026-07-28), by id key.
+	seen map[string]shown
+	// served are the definitions the server served in that listing.
+	served  []guard.Tool
+	listens map[string]*call
+	// reviewHolds are this session's calls held for their tool's review,
+	// by tool, then argument digest, to their approval's id.
+	reviewHolds map[string]map[string]string
+}
+
+// leftState is why the client left ("" while it is there); ch is
+// closed then.
+type leftState struct {
+	why string
+	ch  chan struct{}
+}
+
+// persistence counts the listings being recorded.
+type persistence struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int
 }
 
 // NewSession returns a session; the transport drains ToServer and ToClient.
@@ -178,7 +196,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		progress: map[string]*call{},
 		rounds:   map[string]*call{},
 		accepted: map[string]time.Time{},
-		leftCh:   make(chan struct{}),
+		left:     leftState{ch: make(chan struct{})},
 	}
 	// guard's own ids name the session: a client that also talks to
 	// the server directly does not pick them.
@@ -187,7 +205,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	}
 	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
 	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
-	s.persistCond = sync.NewCond(&s.persistMu)
+	s.persist.cond = sync.NewCond(&s.persist.mu)
 	if opts.Watch != nil {
 		go s.lists.watchListing()
 	}
@@ -237,10 +255,10 @@ func (s *Session) clientLocked() guard.ClientInfo {
 func (s *Session) recordedClient() (string, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ci := s.clientLocked(); ci != s.shown {
-		s.shown, s.shownText = ci, ci.String()
+	if ci := s.clientLocked(); ci != s.meta.shown {
+		s.meta.shown, s.meta.shownText = ci, ci.String()
 	}
-	return s.shownText, s.protocol
+	return s.meta.shownText, s.protocol
 }
 
 func (s *Session) record(kind string, c *call) *guard.Record {
@@ -303,33 +321,32 @@ func (s *Session) event(method, dir string, detail map[string]any) {
 // refusal is the answer for a request whose audit record failed.
 func refusal(id []byte) func(error) wire.Message {
 	return func(error) wire.Message {
-		return built(wire.ErrorResponse(id, wire.CodeInternalError, guard.AuditFailedText, nil))
+		return built(wire.Internal(guard.AuditFailedText).Answer(id))
 	}
 }
 
-// readClient relays the client's messages until its input ends.
-func (s *Session) readClient(client Conn) {
-	for {
-		msg, err := client.Read(context.Background())
+// toolError is a tools/call result that reports an error to the model.
+func toolError(id []byte, text string) []byte { return wire.ToolError(text).Answer(id) }
+
+// OnClient takes one message of the client; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnClient(msg wire.Message, err error) {
+	switch {
+	case err == nil && msg.Kind == wire.KindBatch:
+		s.clientBatch(msg.Raw)
+	case err == nil:
+		s.clientMessage(msg, nil)
+	default:
+		// Declared here, not for every message: errors.As's targets
+		// live on the heap.
+		var bad *BadMessage
+		var tl *wire.TooLongError
 		switch {
-		case err == nil && msg.Kind == wire.KindBatch:
-			s.clientBatch(msg.Raw)
-		case err == nil:
-			s.clientMessage(msg, nil)
-		default:
-			// Declared here, not for every message: errors.As's targets
-			// live on the heap.
-			var bad *BadMessage
-			var tl *wire.TooLongError
-			switch {
-			case errors.As(err, &bad):
-				msg.Raw = bad.Raw
-				s.badFromClient(msg, bad.Err, nil)
-			case errors.As(err, &tl):
-				s.Oversized(true, tl.Size)
-			default:
-				return
-			}
+		case errors.As(err, &bad):
+			msg.Raw = bad.Raw
+			s.badFromClient(msg, bad.Err, nil)
+		case errors.As(err, &tl):
+			s.Oversized(true, tl.Size)
 		}
 	}
 }
@@ -361,9 +378,9 @@ func (s *Session) badFromClient(msg wire.Message, err error, b *batch) {
 		return
 	case errors.As(err, &inv):
 		id = inv.ID
-		answer = wire.ErrorResponse(id, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil)
+		answer = wire.InvalidRequest(inv.Reason).Answer(id)
 	default:
-		answer = wire.ErrorResponse(nil, wire.CodeParseError, "Parse error: the message is not valid JSON", nil)
+		answer = wire.ParseError("the message is not valid JSON").Answer(nil)
 	}
 	s.event("guard/refused", guard.ClientToServer, detail)
 	s.toClient.push(item{msg: built(answer), batch: b})
@@ -398,8 +415,8 @@ func unanswered(err error) bool {
 func (s *Session) Oversized(fromClient bool, size int64) {
 	if fromClient {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"size": size, "error": fmt.Sprintf("line over max_message (%d bytes)", s.opts.MaxMessage)})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest,
-			fmt.Sprintf("Invalid request: the message is larger than max_message (%d bytes)", s.opts.MaxMessage), nil))})
+		s.toClient.push(item{msg: built(wire.InvalidRequest(
+			fmt.Sprintf("the message is larger than max_message (%d bytes)", s.opts.MaxMessage)).Answer(nil))})
 		return
 	}
 	s.event("guard/dropped", guard.ServerToClient, map[string]any{"size": size, "error": "server line over max_message"})
@@ -418,13 +435,15 @@ func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
 		s.event("guard/dropped", guard.ClientToServer, detail)
 	default:
 		s.event("guard/refused", guard.ClientToServer, detail)
-		s.toClient.push(item{msg: built(wire.ErrorResponse(msg.ID, wire.CodeInvalidRequest, "Invalid request: the message is "+limit, nil)), batch: b})
+		s.toClient.push(item{msg: built(wire.InvalidRequest("the message is " + limit).Answer(msg.ID)), batch: b})
 	}
 }
 
-// errBatchText answers a JSON-RPC batch of a session whose revision does
-// not allow batches.
-const errBatchText = "Invalid request: JSON-RPC batches are allowed only under protocol revision 2025-03-26"
+// batchRefused answers a JSON-RPC batch of a session whose revision does
+// not take batches.
+func batchRefused() wire.Refusal {
+	return wire.InvalidRequest("JSON-RPC batches are allowed only under protocol revision 2025-03-26")
+}
 
 func (s *Session) clientBatch(raw []byte) {
 	s.mu.Lock()
@@ -432,7 +451,7 @@ func (s *Session) clientBatch(raw []byte) {
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(wire.ErrorResponse(nil, wire.CodeInvalidRequest, errBatchText, nil))})
+		s.toClient.push(item{msg: built(batchRefused().Answer(nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
@@ -530,26 +549,26 @@ func (s *Session) noteClient(msg wire.Message, meta requestMeta) {
 	// A client repeats the same capabilities and clientInfo in every
 	// request: they are decoded when they change.
 	if caps != nil {
-		if !bytes.Equal(caps, s.metaCaps) {
-			s.metaCaps = append(json.RawMessage(nil), caps...)
-			s.metaCapsForm = formElicitation(caps)
+		if !bytes.Equal(caps, s.meta.caps) {
+			s.meta.caps = append(json.RawMessage(nil), caps...)
+			s.meta.capsForm = formElicitation(caps)
 		}
-		s.elicitForm = s.metaCapsForm
+		s.elicitForm = s.meta.capsForm
 	}
 	if ci != nil {
-		if !bytes.Equal(ci, s.metaInfo) {
-			s.metaInfo = append(json.RawMessage(nil), ci...)
+		if !bytes.Equal(ci, s.meta.info) {
+			s.meta.info = append(json.RawMessage(nil), ci...)
 			var info struct {
 				Name    string `json:"name"`
 				Version string `json:"version"`
 			}
-			s.metaClient = guard.ClientInfo{}
+			s.meta.client = guard.ClientInfo{}
 			if json.Unmarshal(ci, &info) == nil && info.Name != "" {
-				s.metaClient = guard.ClientInfo{Name: info.Name, Version: info.Version}
+				s.meta.client = guard.ClientInfo{Name: info.Name, Version: info.Version}
 			}
 		}
-		if s.metaClient.Name != "" {
-			s.client = s.metaClient
+		if s.meta.client.Name != "" {
+			s.client = s.meta.client
 		}
 	}
 }
@@ -834,7 +853,7 @@ func (pl *pipeline) cancelled(c *call, why string) {
 func (s *Session) clientResponse(msg wire.Message, refused string) {
 	size := len(msg.Raw)
 	if refused != "" {
-		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the client's answer "+refused, nil))
+		msg = built(wire.Internal("Refused: the client's answer " + refused).Answer(msg.ID))
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
@@ -922,29 +941,25 @@ func (s *Session) refusedServerRequest(raw []byte, err error) bool {
 	}
 	s.opts.Logger.Warn("server request refused", "err", err)
 	s.event("guard/refused", guard.ServerToClient, map[string]any{"error": err.Error(), "size": len(raw)})
-	s.toServer.push(item{msg: built(wire.ErrorResponse(inv.ID, wire.CodeInvalidRequest, "Invalid request: "+inv.Reason, nil))})
+	s.toServer.push(item{msg: built(wire.InvalidRequest(inv.Reason).Answer(inv.ID))})
 	return true
 }
 
-// readServer relays the server's messages until its output ends.
-func (s *Session) readServer(server Conn) {
-	for {
-		msg, err := server.Read(context.Background())
-		if err == nil {
-			s.fromServer(msg, nil)
-			continue
-		}
-		var bad *BadMessage // declared here, as in readClient
-		var tl *wire.TooLongError
-		switch {
-		case errors.As(err, &bad):
-			msg.Raw = bad.Raw
-			s.fromServer(msg, bad.Err)
-		case errors.As(err, &tl):
-			s.Oversized(false, tl.Size)
-		default:
-			return
-		}
+// OnServer takes one message of the server; err, when set, is about
+// that message alone (a *BadMessage or a *wire.TooLongError).
+func (s *Session) OnServer(msg wire.Message, err error) {
+	if err == nil {
+		s.fromServer(msg, nil)
+		return
+	}
+	var bad *BadMessage // declared here, as in OnClient
+	var tl *wire.TooLongError
+	switch {
+	case errors.As(err, &bad):
+		msg.Raw = bad.Raw
+		s.fromServer(msg, bad.Err)
+	case errors.As(err, &tl):
+		s.Oversized(false, tl.Size)
 	}
 }
 
@@ -993,7 +1008,7 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 func (s *Session) serverResponse(msg wire.Message, refused string) {
 	size := len(msg.Raw)
 	if refused != "" {
-		msg = built(wire.ErrorResponse(msg.ID, wire.CodeInternalError, "Refused: the server's answer "+refused, nil))
+		msg = built(wire.Internal("Refused: the server's answer " + refused).Answer(msg.ID))
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
@@ -1044,7 +1059,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 		}
 	case "subscriptions/listen":
 		s.mu.Lock()
-		delete(s.listens, c.origKey)
+		delete(s.view.listens, c.origKey)
 		s.mu.Unlock()
 	}
 	ans, out := s.answered(msg, c)
@@ -1207,7 +1222,7 @@ func (pl *pipeline) serverGoneAnswer(c *call) {
 		status = "status unknown"
 	}
 	msg := fmt.Sprintf("The server exited (%s) before answering", status)
-	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.ErrorResponse(c.origID, wire.CodeInternalError, msg, nil)})
+	s.settle(c, ending{outcome: guard.OutcomeUpstreamFailed, answer: wire.Internal(msg).Answer(c.origID)})
 }
 
 // refuseResult is what the client reads in place of a result guard
@@ -1226,7 +1241,7 @@ func (pl *pipeline) refuseResult(c *call, text string) []byte {
 	if c.st.Method == "tools/call" {
 		return intercept.ToolError(c.origID, text)
 	}
-	return wire.ErrorResponse(c.origID, wire.CodeInternalError, text, nil)
+	return wire.Internal(text).Answer(c.origID)
 }
 
 // checkOutput validates a final tools/call result against the tool's

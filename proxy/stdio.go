@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,7 +79,7 @@ func RefuseStart(client Conn, err error) error {
 		}
 		for _, p := range parts {
 			if r, err := wire.Parse(p); err == nil && r.Kind == wire.KindRequest {
-				answers = append(answers, wire.ErrorResponse(r.ID, wire.CodeInternalError, text, nil))
+				answers = append(answers, wire.Internal(text).Answer(r.ID))
 			}
 		}
 		if len(answers) == 0 {
@@ -149,18 +150,18 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		opts.Logger.Warn("the processes the server starts may outlive it", "err", err)
 	}
 	defer procs.close()
-	server := NewStreamConn(serverOut, serverIn, opts.MaxMessage)
-	s := NewSession(ctx, opts)
-	p := s.pump(client, server)
+	server := &childConn{Conn: NewStreamConn(serverOut, serverIn, opts.MaxMessage),
+		eof: make(chan struct{}), written: make(chan struct{}), ended: make(chan struct{})}
+	ic := &stdioInterceptor{Interceptor: NewSession(ctx, opts), clientDone: make(chan struct{})}
 
 	exited := make(chan struct{})
 	go func() {
 		select {
-		case <-p.clientDone:
+		case <-ic.clientDone:
 		case <-exited:
 			return
 		}
-		<-p.serverWritten
+		<-server.written
 		t := time.NewTimer(sc.Grace)
 		defer t.Stop()
 		select {
@@ -186,76 +187,73 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 			}
 		}
 	}()
-
-	readDone := make(chan struct{})
 	go func() {
-		s.readServer(server)
-		close(readDone)
-	}()
-	werr := cmd.Wait()
-	close(exited)
-	// The server's output ends when it exits, unless a process it started
-	// still holds it open: then guard stops reading after a moment rather
-	// than wait for that process.
-	select {
-	case <-readDone:
-	case <-time.After(time.Second):
-		opts.Logger.Warn("the server exited but its output is still open (held by a process it started); no longer reading it")
-	}
-	code, status := exitStatus(cmd, werr)
-	s.ServerGone(code, status)
-	s.toClient.close()
-	<-p.clientWritten
-	return code, nil
-}
-
-// pumps are the goroutines that move a session's messages.
-type pumps struct {
-	clientDone    chan struct{} // the client's input ended
-	serverWritten chan struct{} // everything for the server is written and its input closed
-	clientWritten chan error    // everything for the client is written
-}
-
-// pump starts relaying the client's messages to the session and the
-// session's outboxes to the client and the server. The caller reads the
-// server's messages with readServer. When the server's outbox is done, the
-// server's Conn is closed; the client's stays open for its owner.
-func (s *Session) pump(client, server Conn) *pumps {
-	p := &pumps{clientDone: make(chan struct{}), serverWritten: make(chan struct{}), clientWritten: make(chan error, 1)}
-	go func() {
-		defer close(p.serverWritten)
-		if err := s.toServer.run(server); err != nil {
-			s.opts.Logger.Debug("writing to the server", "err", err)
-		}
-		server.Close()
-	}()
-	s.toClient.failed = func(error) { s.clientGone(goneWriteFailed) }
-	go func() { p.clientWritten <- s.toClient.run(client) }()
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		s.readClient(client)
-	}()
-	if d, ok := client.(departures); ok {
-		go s.watchDepartures(d)
-	}
-	// When the client is gone (its input ended, or a write to it failed),
-	// its holds are settled at once, and the server's input is closed
-	// once the calls it sent before are decided and everything queued
-	// for the server is written.
-	go func() {
-		defer close(p.clientDone)
+		werr := cmd.Wait()
+		close(exited)
+		// The server's output ends when it exits, unless a process it
+		// started still holds it open: then guard stops reading after a
+		// moment rather than wait for that process.
 		select {
-		case <-read:
-			if why, gone := inputEnded(client); gone {
-				s.clientGone(why)
-			}
-		case <-s.leftCh:
+		case <-server.eof:
+		case <-time.After(time.Second):
+			opts.Logger.Warn("the server exited but its output is still open (held by a process it started); no longer reading it")
 		}
-		s.waitDecisions(s.opts.RefreshTimeout + s.opts.ApprovalWait)
-		s.toServer.close()
+		server.code, server.status = exitStatus(cmd, werr)
+		close(server.ended)
 	}()
-	return p
+	_ = Run(ctx, client, server, ic)
+	return server.code, nil
+}
+
+// childConn is the Conn of a server run as a child process: it ends when
+// the process does (Run waits for that, not for its output, which a
+// process it started may hold open).
+type childConn struct {
+	Conn
+	eofOnce sync.Once
+	eof     chan struct{} // its output ended
+	written chan struct{} // everything for it is written and its input closed
+	ended   chan struct{} // it exited, and its output ended or was given up on
+	code    int           // set before ended is closed
+	status  string
+}
+
+func (c *childConn) Read(ctx context.Context) (wire.Message, error) {
+	m, err := c.Conn.Read(ctx)
+	if err != nil && !aboutOne(err) {
+		c.eofOnce.Do(func() { close(c.eof) })
+	}
+	return m, err
+}
+
+// Flush flushes what is buffered for the server (the relay writes a run of
+// messages, then flushes).
+func (c *childConn) Flush() error {
+	if f, ok := c.Conn.(flusher); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
+func (c *childConn) Close() error {
+	err := c.Conn.Close()
+	close(c.written)
+	return err
+}
+
+func (c *childConn) Ended() <-chan struct{} { return c.ended }
+func (c *childConn) Status() (int, string)  { return c.code, c.status }
+
+// stdioInterceptor tells RunStdio when the client is done, which starts
+// the grace the server has to exit once its input is closed.
+type stdioInterceptor struct {
+	Interceptor
+	clientDone chan struct{}
+}
+
+func (i *stdioInterceptor) ClientEnded(client Conn) {
+	i.Interceptor.ClientEnded(client)
+	close(i.clientDone)
 }
 
 // exitStatus turns how a process ended into guard's exit status and words

@@ -43,7 +43,7 @@ func (pl *pipeline) toolCall(msg wire.Message, c *call, p toolCallParams) {
 	c.deciding = &s.deciding
 	c.undecided.Store(true)
 	var eff intercept.Effect
-	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.Strict(msg.Raw), Name: p.name, Args: p.args})
+	c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Read, Err: wire.CheckStrict(msg), Name: p.name, Args: p.args})
 	if eff.Kind != intercept.Continue {
 		pl.carry(msg, c, eff)
 		return
@@ -353,11 +353,11 @@ func (pl *pipeline) refreshTools() (err error) {
 	var meta map[string]any
 	if proto >= guard.Rev20260728 {
 		meta = map[string]any{metaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
-		if s.metaCaps != nil {
-			meta[metaCapabilities] = s.metaCaps
+		if s.meta.caps != nil {
+			meta[metaCapabilities] = s.meta.caps
 		}
-		if s.metaInfo != nil {
-			meta[metaClientInfo] = s.metaInfo
+		if s.meta.info != nil {
+			meta[metaClientInfo] = s.meta.info
 		}
 	}
 	s.mu.Unlock()

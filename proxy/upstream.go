@@ -64,30 +64,8 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error 
 	defer cancel()
 	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), max: opts.MaxMessage, logger: opts.Logger,
 		work: workers{jobs: make(chan func([]byte)), done: ctx.Done()}}
-	s := NewSession(ctx, opts)
-	p := s.pump(client, up)
-	readDone := make(chan struct{})
-	go func() {
-		s.readServer(up)
-		close(readDone)
-	}()
-	<-p.serverWritten // the client ended and everything was sent
-	// Requests still open get a moment to finish; a stream that never
-	// ends (subscriptions/listen) is then cut.
-	waited := make(chan struct{})
-	go func() { up.wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-time.After(remoteGrace):
-		cancel()
-		<-waited
-	}
-	up.end()
-	up.in.close()
-	<-readDone
-	s.ServerGone(0, "the remote session ended")
-	s.toClient.close()
-	return <-p.clientWritten
+	up.cancel = cancel
+	return Run(ctx, client, up, NewSession(ctx, opts))
 }
 
 // upstream is the Conn of a server reached over HTTP: each message the
@@ -95,6 +73,7 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error 
 // what the relay reads, each message parsed once.
 type upstream struct {
 	ctx    context.Context
+	cancel context.CancelFunc // cuts the requests still open
 	rm     Remote
 	logger interface {
 		Warn(string, ...any)
@@ -140,9 +119,26 @@ func (u *upstream) Read(ctx context.Context) (wire.Message, error) {
 	return u.in.take(ctx)
 }
 
-// Close is the end of the relay's output for the server: the upstream
-// session ends once its open requests are done (RunRemote).
-func (u *upstream) Close() error { return nil }
+// Close is the end of the relay's output for the server: requests still
+// open get a moment to finish (a stream that never ends,
+// subscriptions/listen, is then cut), the upstream session ends, and so
+// does what Read returns.
+func (u *upstream) Close() error {
+	waited := make(chan struct{})
+	go func() { u.wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(remoteGrace):
+		u.cancel()
+		<-waited
+	}
+	u.end()
+	u.in.close()
+	return nil
+}
+
+// Status is how the server ended, for ServerEnded: its session did.
+func (u *upstream) Status() (int, string) { return 0, "the remote session ended" }
 
 func (u *upstream) wait() { u.inflight.Wait() }
 
@@ -383,7 +379,7 @@ func (u *upstream) fail(m wire.Message, why string) {
 	if m.Kind != wire.KindRequest {
 		return
 	}
-	u.emit(wire.ErrorResponse(m.ID, wire.CodeInternalError, "Upstream failed: "+why, nil))
+	u.emit(wire.Internal("Upstream failed: " + why).Answer(m.ID))
 }
 
 // listen keeps the session's GET stream open for the server's messages

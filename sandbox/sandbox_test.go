@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
@@ -168,12 +169,22 @@ func TestStatusAndSignals(t *testing.T) {
 	if _, code := sh(t, spec, "", "exit 7"); code != 7 {
 		t.Fatalf("status %d, want 7", code)
 	}
-	cmd := exec.Command("/bin/sh", "-c", "trap 'exit 42' TERM; while :; do sleep 0.01; done")
-	started, err := Start(cmd, spec)
+	// The program says once its trap is set: the signal is sent then.
+	cmd := exec.Command("/bin/sh", "-c", "trap 'exit 42' TERM; echo trap set; while :; do sleep 0.01; done")
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	defer r.Close()
+	cmd.Stdout = w
+	started, err := Start(cmd, spec)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(r).ReadString('\n'); line != "trap set\n" {
+		t.Fatalf("the program did not say its trap is set: %q %v", line, err)
+	}
 	started.Process.Signal(syscall.SIGTERM)
 	started.Wait()
 	if c := started.ProcessState.ExitCode(); c != 42 {

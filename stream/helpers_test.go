@@ -14,7 +14,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream/streamtest"
 )
@@ -87,7 +86,7 @@ type running struct {
 	done   chan struct{}
 }
 
-func startStreamer(t *testing.T, db *store.DB, holder string, recv ...policy.Stream) *running {
+func startStreamer(t *testing.T, db *store.DB, holder string, recv ...Config) *running {
 	t.Helper()
 	r, _ := startWith(t, Options{Log: db, Receivers: recv, Holder: holder, LeaseTTL: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(streamtest.LogWriter{T: t}, nil)), Hostname: "test-host"})
@@ -191,9 +190,12 @@ func (a *appender) end() int {
 	return a.n
 }
 
+// entry is a receiver's entry in audit.stream.
+func entry(r interface{ Receiver() streamtest.Entry }) Config { return Config(r.Receiver()) }
+
 // receiver is a real receiver a test streams to.
 type receiver interface {
-	Receiver() policy.Stream
+	Receiver() streamtest.Entry
 	Start()
 	Stop()
 	WaitRecords(n int)
@@ -205,7 +207,7 @@ type receiver interface {
 func testOutage(t *testing.T, rc receiver) {
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 50)
-	startStreamer(t, db, "A", rc.Receiver())
+	startStreamer(t, db, "A", entry(rc))
 	rc.WaitRecords(100)
 	app := startAppender(t, db, 50)
 	rc.WaitRecords(200) // records flowing
@@ -222,7 +224,7 @@ func testOutage(t *testing.T, rc receiver) {
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), false)
 	streamtest.WaitFor(t, "the cursor to reach the end", func() bool {
-		n, _, err := db.StreamLag(t.Context(), rc.Receiver().Name())
+		n, _, err := db.StreamLag(t.Context(), entry(rc).Name())
 		return err == nil && n == 0
 	})
 }
@@ -234,10 +236,10 @@ func testRestart(t *testing.T, rc receiver) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
 	mustAppend(t, db, 0, 100)
-	r := startStreamer(t, db, "first", rc.Receiver())
+	r := startStreamer(t, db, "first", entry(rc))
 	rc.WaitRecords(200)
 	r.stop()
-	if n, err := db.StreamCursor(t.Context(), rc.Receiver().Name()); err != nil || n != 200 {
+	if n, err := db.StreamCursor(t.Context(), entry(rc).Name()); err != nil || n != 200 {
 		t.Fatalf("cursor %d after a clean stop (%v), want 200", n, err)
 	}
 	mustAppend(t, db, 100, 100)
@@ -247,7 +249,7 @@ func testRestart(t *testing.T, rc receiver) {
 	db = openDB(t, path)
 	mustAppend(t, db, 200, 50)
 	recs := committed(t, db)
-	startStreamer(t, db, "second", rc.Receiver())
+	startStreamer(t, db, "second", entry(rc))
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
 }
@@ -260,7 +262,7 @@ func testDelivery(t *testing.T, rc receiver, roots *x509.CertPool, calls int) []
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, calls)
 	recs := committed(t, db)
-	startWith(t, Options{Log: db, Receivers: []policy.Stream{rc.Receiver()}, RootCAs: roots, Hostname: "test-host"})
+	startWith(t, Options{Log: db, Receivers: []Config{entry(rc)}, RootCAs: roots, Hostname: "test-host"})
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
 	return recs

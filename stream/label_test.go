@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
@@ -41,11 +40,11 @@ func TestReceiverLabelHidesCredentials(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: the receiver fails
-	recv := policy.Stream{OTLP: "http://ingest:S3cretPw@" + addr + "/v1/logs?api_key=K3yValue"}
+	recv := Config{OTLP: "http://ingest:S3cretPw@" + addr + "/v1/logs?api_key=K3yValue"}
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 5)
 	var logs syncBuffer
-	_, s := startWith(t, Options{Log: db, Receivers: []policy.Stream{recv}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, s := startWith(t, Options{Log: db, Receivers: []Config{recv}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	streamtest.WaitFor(t, "the receiver to be said failing", func() bool { return strings.Contains(logs.String(), "stream receiver failing") })
 	out := logs.String()
 	for _, secret := range []string{"S3cretPw", "K3yValue"} {

@@ -18,7 +18,7 @@ func TestOTLPRecordsArriveInOrder(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 400)
 	recs := committed(t, db)
-	startStreamer(t, db, "A", oc.Receiver())
+	startStreamer(t, db, "A", entry(oc))
 	oc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, oc.Seqs(), int64(len(recs)), true)
 	for i, lr := range oc.Received() {

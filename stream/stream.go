@@ -31,7 +31,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 )
 
 // Log is what the streamer needs of the database (store.DB).
@@ -57,7 +56,7 @@ const LeaseName = "stream"
 // Options configure a Streamer.
 type Options struct {
 	Log       Log
-	Receivers []policy.Stream
+	Receivers []Config
 	Logger    *slog.Logger
 	// Holder names this process in the lease (default: host, pid and a
 	// random suffix).
@@ -152,7 +151,7 @@ type sender interface {
 	close()
 }
 
-func (o *Options) sender(r policy.Stream) (sender, error) {
+func (o *Options) sender(r Config) (sender, error) {
 	if r.Syslog != "" {
 		return newSyslog(r.Syslog, r.TLS, o.RootCAs, o.Hostname)
 	}
@@ -185,7 +184,7 @@ func (s *Streamer) Run(ctx context.Context) {
 
 // Lag is how far one receiver's stream is behind the log.
 type Lag struct {
-	// Receiver names the receiver (policy.Stream.Label: without a
+	// Receiver names the receiver (Config.Label: without a
 	// credential its address may hold).
 	Receiver string
 	Records  int64
@@ -253,7 +252,7 @@ type follower struct {
 
 // run follows the log until lctx ends (the lease lost, or ctx ended);
 // when ctx itself ended, it delivers what it can for a short while.
-func (f *follower) run(ctx, lctx context.Context, r policy.Stream) {
+func (f *follower) run(ctx, lctx context.Context, r Config) {
 	o := &f.s.opts
 	snd, err := o.sender(r)
 	if err != nil {

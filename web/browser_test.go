@@ -78,11 +78,11 @@ func (p *page) do(d time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-func evaluate[T any](p *page, expr string) T {
+func evaluate[T any](p *page, expr string, opts ...chromedp.EvaluateOption) T {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
 	if err != nil {
 		p.t.Fatalf("evaluate %s: %v", expr, err)
 	}
@@ -204,9 +204,20 @@ func TestBrowser(t *testing.T) {
 		p.t = t
 		a := &guard.Approval{Server: "db", Tool: "drop_table", Arguments: `{"table":"users"}`, Rule: "default", HeldReason: "destructive tool"}
 		p.appearsLive(a)
-		// An empty reason: the browser refuses to send the form.
-		p.do(5*time.Second, chromedp.Click(chromedp.CSS(card(a.ID)+` [data-action="deny"]`)))
-		time.Sleep(300 * time.Millisecond)
+		// An empty reason: the browser refuses to send the form. Its
+		// constraint validation says so by an invalid event on the
+		// reason, which ends the submission before any submit event.
+		p.do(5*time.Second,
+			chromedp.Evaluate[chromedp.Void](`window.__sent = false;
+				document.addEventListener("submit", () => { window.__sent = true }, {capture: true});
+				window.__refused = new Promise(done => document.addEventListener("invalid", e => done(e.target.dataset.role || e.target.name), {capture: true, once: true}))`),
+			chromedp.Click(chromedp.CSS(card(a.ID)+` [data-action="deny"]`)))
+		if got := evaluate[string](p, `window.__refused`, chromedp.EvalAwaitPromise); got != "reason" {
+			t.Fatalf("the browser refused the form for %q, want the reason", got)
+		}
+		if evaluate[bool](p, `window.__sent`) {
+			t.Fatal("the form was sent without a reason")
+		}
 		if got := e.approval(a.ID); got.State != guard.ApprovalPending {
 			t.Fatalf("denied without a reason: %+v", got)
 		}
@@ -296,7 +307,20 @@ func TestBrowser(t *testing.T) {
 		p.appearsLive(a) // inserted by the script
 		check := func(how string) {
 			t.Helper()
-			time.Sleep(200 * time.Millisecond) // an image error would have fired by now
+			// Once the page has loaded and each of its images has loaded or
+			// failed, an image's error handler has run: none may have
+			// failed, so that none was made from the arguments.
+			broken := evaluate[[]string](p, `(async () => {
+				if (document.readyState !== "complete") await new Promise(done => addEventListener("load", done, {once: true}));
+				await Promise.all(Array.from(document.images, img => img.complete || new Promise(done => {
+					img.addEventListener("load", done, {once: true});
+					img.addEventListener("error", done, {once: true});
+				})));
+				return Array.from(document.images).filter(img => !(img.complete && img.naturalWidth > 0)).map(img => img.outerHTML);
+			})()`, chromedp.EvalAwaitPromise)
+			if len(broken) != 0 {
+				t.Fatalf("%s: images that did not load: %q", how, broken)
+			}
 			if xss := evaluate[string](p, `String(window.__xss)`); xss != "undefined" {
 				t.Fatalf("%s: script ran: window.__xss = %s", how, xss)
 			}

@@ -40,7 +40,7 @@ import (
 type Passkeys struct {
 	Store PasskeyStore
 	// Origin is the UI's origin as browsers reach it, such as
-	// http://localhost:8931 (see policy.Config.PasskeyOrigin): its host
+	// http://localhost:8931 (see config.Config.PasskeyOrigin): its host
 	// is the relying party, and must be among AllowedHosts.
 	Origin string
 }

@@ -15,7 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -549,7 +549,7 @@ func (s *views) readFilter(q url.Values) (activityFilter, store.Filter) {
 		if t.v == "" {
 			continue
 		}
-		v, err := policy.ParseSince(t.v, s.opts.Now())
+		v, err := read.ParseSince(t.v, s.opts.Now())
 		if err != nil {
 			// Without the bound the page would show calls outside the
 			// period asked for: nothing is shown.

@@ -181,6 +181,10 @@ type Message struct {
 	ParamsEnd   int
 	Result      []byte
 	Error       []byte
+	// Checked says that Raw passed Strict: whoever checked it set it, and
+	// a message rewritten with WithID or WithParams keeps it (a new id or
+	// params of the same kind add no member name and no string).
+	Checked bool
 }
 
 // ErrParse is returned for text that is not JSON.
@@ -576,6 +580,33 @@ func WithID(m Message, id []byte) Message {
 		n.ParamsStart, n.ParamsEnd = m.ParamsStart+shift, m.ParamsEnd+shift
 	}
 	return n
+}
+
+// WithParams is Rebuild of params alone for a message that goes on being
+// read: the result is the message Parse would return for the new bytes,
+// without parsing them again. m must have params, and no result or error.
+func WithParams(m Message, params []byte) Message {
+	raw := Rebuild(m, nil, params)
+	shift := len(params) - (m.ParamsEnd - m.ParamsStart)
+	n := m
+	n.Raw = raw
+	n.ParamsEnd = m.ParamsStart + len(params)
+	n.Params = raw[m.ParamsStart:n.ParamsEnd]
+	if m.ID != nil {
+		if m.IDStart > m.ParamsStart {
+			n.IDStart, n.IDEnd = m.IDStart+shift, m.IDEnd+shift
+		}
+		n.ID = raw[n.IDStart:n.IDEnd]
+	}
+	return n
+}
+
+// CheckStrict is Strict for a message, unless it was Checked already.
+func CheckStrict(m Message) error {
+	if m.Checked {
+		return nil
+	}
+	return Strict(m.Raw)
 }
 
 // Rebuild returns the message with its id and its params replaced (a nil

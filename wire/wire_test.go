@@ -680,3 +680,33 @@ func TestStrictListing(t *testing.T) {
 		}
 	}
 }
+
+func TestWithParamsIsWhatParseReads(t *testing.T) {
+	msgs := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__b","arguments":{}}}`,
+		`{"params":{"x":[1,2]},"method":"m","id":"abc","jsonrpc":"2.0"}`,
+		`{ "jsonrpc" : "2.0" , "method" : "n" , "params" : { } }`,
+	}
+	for _, raw := range msgs {
+		for _, params := range []string{`{}`, `{"name":"b","arguments":{"a much longer":"value than before"}}`} {
+			m, err := Parse([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := WithParams(m, []byte(params))
+			want, err := Parse(Rebuild(m, nil, []byte(params)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("WithParams(%s, %s):\n got %+v\nwant %+v", raw, params, got, want)
+			}
+			if want.ID != nil {
+				again := WithID(got, []byte(`"x"`))
+				if want, _ = Parse(ReplaceID(want, []byte(`"x"`))); !reflect.DeepEqual(again, want) {
+					t.Errorf("WithID after WithParams (%s, %s):\n got %+v\nwant %+v", raw, params, again, want)
+				}
+			}
+		}
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -107,13 +107,13 @@ func auditQueryCommand(a *app) *cobra.Command {
 		now := time.Now()
 		var err error
 		if *since != "" {
-			if f.Since, err = policy.ParseSince(*since, now); err != nil {
+			if f.Since, err = read.ParseSince(*since, now); err != nil {
 				fmt.Fprintf(a.stderr, "guard audit query: --since: %v\n", err)
 				return exitUsage
 			}
 		}
 		if *until != "" {
-			if f.Until, err = policy.ParseSince(*until, now); err != nil {
+			if f.Until, err = read.ParseSince(*until, now); err != nil {
 				fmt.Fprintf(a.stderr, "guard audit query: --until: %v\n", err)
 				return exitUsage
 			}

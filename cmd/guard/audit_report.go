@@ -7,7 +7,7 @@ import (
 	"time"
 
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/spf13/cobra"
 )
 
@@ -23,14 +23,14 @@ func auditReportCommand(a *app) *cobra.Command {
 	oneOf(c, "format", "text", "html", "csv")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
 		now := time.Now().UTC()
-		from, err := policy.ParseSince(*since, now)
+		from, err := read.ParseSince(*since, now)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit report: --since: %v\n", err)
 			return exitUsage
 		}
 		to := now
 		if *until != "" {
-			if to, err = policy.ParseSince(*until, now); err != nil {
+			if to, err = read.ParseSince(*until, now); err != nil {
 				fmt.Fprintf(a.stderr, "guard audit report: --until: %v\n", err)
 				return exitUsage
 			}

@@ -11,7 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -90,7 +90,7 @@ func TestAuditPrune(t *testing.T) {
 	wantOutput(t, "metrics", m.String(), "guard_audit_retention_failures_total 0\n")
 
 	// Off unless configured.
-	if r := policy.Default().Audit.Retention; r != 0 {
+	if r := config.Default().Audit.Retention; r != 0 {
 		t.Fatalf("retention is %s by default", r)
 	}
 	_, stderr, code := run(t, dir, "audit", "prune", "--db", path)

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -143,7 +143,7 @@ func auditExportCommand(a *app) *cobra.Command {
 			if t.v == "" {
 				continue
 			}
-			v, err := policy.ParseSince(t.v, now)
+			v, err := read.ParseSince(t.v, now)
 			if err != nil {
 				fmt.Fprintf(a.stderr, "guard audit export: --%s: %v\n", t.flag, err)
 				return exitUsage

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
 )
@@ -63,7 +63,7 @@ func policyReplayCommand(a *app) *cobra.Command {
 	since := fs.String("since", "7d", "replay the calls of this long ago until now (`DUR`, like 24h, 7d)")
 	examples := fs.Int("examples", 3, "examples shown per kind of change")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
-		d, err := policy.ParseDuration(*since)
+		d, err := read.ParseDuration(*since)
 		if err != nil || d <= 0 {
 			fmt.Fprintf(a.stderr, "guard policy replay: --since %q: want a duration like 24h or 7d\n", *since)
 			return exitUsage

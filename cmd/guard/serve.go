@@ -6,8 +6,8 @@ import (
 	"time"
 
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/httplimit"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +29,7 @@ func serveCommand(a *app) *cobra.Command {
 	sessionIdle := fs.Duration("session-idle", 30*time.Minute, "end a client session (and its server process) unused for this long")
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	c.RunE = a.runs(a.profiled(func(ctx context.Context, _ []string) int {
-		if !*allowRemote && !policy.LoopbackAddr(*listen) {
+		if !*allowRemote && !read.LoopbackAddr(*listen) {
 			fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
 			return exitUsage
 		}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/pflag"
 )
@@ -28,7 +28,7 @@ type settings = guardapp.Settings
 // environment, then the config file's value, then the default. A config
 // that is named but missing is an error.
 func (a *app) settings(cf *commonFlags) (*settings, error) {
-	defCfg, defDB := policy.Paths(a.getenv)
+	defCfg, defDB := config.Paths(a.getenv)
 	cfgPath := cf.config
 	if cfgPath == "" {
 		cfgPath = a.getenv("GUARD_CONFIG")
@@ -36,16 +36,16 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 	if cfgPath == "" {
 		cfgPath = defCfg
 	}
-	cfg := policy.Default()
+	cfg := config.Default()
 	if cfgPath != "" {
 		// Absolute, as every path guard hides from its servers must be:
 		// "g.yaml" means nothing to a server that runs elsewhere, and
 		// the sandbox refuses it.
 		var err error
-		if cfgPath, err = placedPath(policy.ExpandHome(cfgPath, a.getenv)); err != nil {
+		if cfgPath, err = placedPath(config.ExpandHome(cfgPath, a.getenv)); err != nil {
 			return nil, fmt.Errorf("configuration path: %w", err)
 		}
-		c, err := policy.Load(cfgPath, a.getenv)
+		c, err := config.Load(cfgPath, a.getenv)
 		if err != nil {
 			return nil, err
 		}
@@ -60,7 +60,7 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 	}
 	if db == "" && cfg.DB != "" {
 		db = cfg.DB
-		if !store.IsPostgres(db) && !filepath.IsAbs(policy.ExpandHome(db, a.getenv)) && cfgPath != "" {
+		if !store.IsPostgres(db) && !filepath.IsAbs(config.ExpandHome(db, a.getenv)) && cfgPath != "" {
 			db = filepath.Join(filepath.Dir(cfgPath), db)
 		}
 	}
@@ -71,12 +71,12 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 	if store.IsPostgres(db) {
 		// Keys, the checkpoint, the UI token and the rules directory are
 		// files of each machine: guard's data directory.
-		_, dataDir := policy.Dirs(a.getenv)
+		_, dataDir := config.Dirs(a.getenv)
 		st = &settings{Config: cfg, ConfigPath: cfgPath, DBPath: db, Postgres: true, DataDir: dataDir}
 		// The database's credentials are guard's, not its servers'.
 		cfg.OwnVariables = append(cfg.OwnVariables, "PGPASSWORD", "PGPASSFILE")
 	} else {
-		db, err := placedPath(policy.ExpandHome(db, a.getenv))
+		db, err := placedPath(config.ExpandHome(db, a.getenv))
 		if err != nil {
 			return nil, fmt.Errorf("database path: %w", err)
 		}

@@ -244,7 +244,7 @@ type Answer struct {
 func (a Answer) Bytes(id []byte) []byte {
 	switch a.Kind {
 	case ErrorAnswer:
-		return wire.ErrorResponse(id, a.Code, a.Text, a.Data)
+		return wire.Refusal{Code: a.Code, Text: a.Text, Data: a.Data}.Answer(id)
 	case ToolErrorAnswer:
 		return ToolError(id, a.Text)
 	case RawAnswer:
@@ -254,18 +254,18 @@ func (a Answer) Bytes(id []byte) []byte {
 }
 
 // ToolError is a tools/call result that reports an error to the model.
-func ToolError(id []byte, text string) []byte {
-	b, err := wire.Response(id, map[string]any{
-		"content": []map[string]any{{"type": "text", "text": text}},
-		"isError": true,
-	})
-	if err != nil { // cannot happen for this shape
-		return wire.ErrorResponse(id, wire.CodeInternalError, text, nil)
-	}
-	return b
-}
+func ToolError(id []byte, text string) []byte { return wire.ToolError(text).Answer(id) }
 
 func rpcError(code int, text string) Answer { return Answer{Kind: ErrorAnswer, Code: code, Text: text} }
+
+// refused is the answer that refuses a call as r says (wire's refusals
+// are DESIGN.md's "What the client reads").
+func refused(r wire.Refusal) Answer {
+	if r.Tool {
+		return toolError(r.Text)
+	}
+	return Answer{Kind: ErrorAnswer, Code: r.Code, Text: r.Text, Data: r.Data}
+}
 
 func toolError(text string) Answer { return Answer{Kind: ToolErrorAnswer, Text: text} }
 
@@ -323,7 +323,7 @@ func Step(c Call, e Event) (Call, Effect) {
 func read(c Call, e Event) (Call, Effect) {
 	if e.Err != nil {
 		c.Reason = e.Err.Error()
-		return end(c, guard.OutcomeInvalid, rpcError(wire.CodeInvalidRequest, "Invalid request: "+e.Err.Error()), true)
+		return end(c, guard.OutcomeInvalid, refused(wire.InvalidRequest(e.Err.Error())), true)
 	}
 	if c.Method != "tools/call" {
 		c.State = Deciding
@@ -350,13 +350,13 @@ func read(c Call, e Event) (Call, Effect) {
 func inRound(c Call, e Event) (Call, Effect) {
 	if !e.Valid {
 		c.Decision, c.DecidedBy, c.Reason = guard.DecisionDenied, "guard", "a requestState of guard's that this call does not match"
-		return end(c, guard.OutcomeInvalid, rpcError(wire.CodeInvalidParams, "Invalid params: the requestState does not belong to this call"), true)
+		return end(c, guard.OutcomeInvalid, refused(wire.InvalidParams("the requestState does not belong to this call")), true)
 	}
 	a := e.Approval
 	c.Approval = a.ID
 	if e.Err != nil {
 		c.Decision, c.Reason = guard.DecisionDenied, "approval "+a.ID+" not readable: "+e.Err.Error()
-		return end(c, guard.OutcomeProtocolError, rpcError(wire.CodeInternalError, "Refused: the decision on this call could not be read"), true)
+		return end(c, guard.OutcomeProtocolError, refused(wire.Internal("Refused: the decision on this call could not be read")), true)
 	}
 	switch a.State {
 	case guard.ApprovalDenied:
@@ -521,7 +521,7 @@ func holding(c Call, e Event) (Call, Effect) {
 // waited acts on the person's decision, or on how the wait ended.
 func waited(c Call, e Event) (Call, Effect) {
 	if e.Err != nil {
-		return end(c, guard.OutcomeProtocolError, rpcError(wire.CodeInternalError, "Refused: the decision on this call could not be read"), false)
+		return end(c, guard.OutcomeProtocolError, refused(wire.Internal("Refused: the decision on this call could not be read")), false)
 	}
 	a := e.Wait.Approval
 	if a == nil {

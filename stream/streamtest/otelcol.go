@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-
-	"github.com/guard-mcp/guard/policy"
 )
 
 // OtelcolEnv names the collector binary the OTLP tests run
@@ -75,11 +73,11 @@ service:
 }
 
 // Receiver is the receiver's entry in audit.stream.
-func (c *Otelcol) Receiver() policy.Stream {
+func (c *Otelcol) Receiver() Entry {
 	if c.certs != nil {
-		return policy.Stream{OTLP: "https://" + c.Addr}
+		return Entry{OTLP: "https://" + c.Addr}
 	}
-	return policy.Stream{OTLP: "http://" + c.Addr}
+	return Entry{OTLP: "http://" + c.Addr}
 }
 
 // LogRecord is one log record as the file exporter writes it.

@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/guard-mcp/guard/policy"
 )
 
 // Rsyslog is a real rsyslogd (Debian's package rsyslog, and
@@ -114,7 +112,16 @@ func (r *Rsyslog) WaitRecords(n int) {
 	WaitFor(r.T, fmt.Sprintf("rsyslog to receive %d records", n), func() bool { return unique(r.Seqs()) >= n })
 }
 
+// Entry is a receiver's entry in audit.stream, with stream.Config's
+// fields (a stream.Config converts from it): streamtest does not import
+// stream, whose own tests use it.
+type Entry struct {
+	Syslog string
+	TLS    bool
+	OTLP   string
+}
+
 // Receiver is the receiver's entry in audit.stream.
-func (r *Rsyslog) Receiver() policy.Stream {
-	return policy.Stream{Syslog: "tcp://" + r.Addr, TLS: r.certs != nil}
+func (r *Rsyslog) Receiver() Entry {
+	return Entry{Syslog: "tcp://" + r.Addr, TLS: r.certs != nil}
 }

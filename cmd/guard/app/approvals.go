@@ -12,8 +12,9 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 )
 
 // ApprovalsList is guard approvals list: the held calls of db (with state
@@ -189,7 +190,7 @@ func (m *Main) ApprovalsDecide(ctx context.Context, db *store.DB, st *Settings, 
 // nothing: where the UI needs a verified identity, anyone who can run
 // guard (a process that stole the UI token, say) could otherwise decide
 // as anyone.
-func (m *Main) refuseCLIDecision(c *policy.Config, cmd string) bool {
+func (m *Main) refuseCLIDecision(c *config.Config, cmd string) bool {
 	if c.CLIDecisions() {
 		return false
 	}
@@ -200,11 +201,11 @@ func (m *Main) refuseCLIDecision(c *policy.Config, cmd string) bool {
 
 // cliOffBecause says why the configuration turns command-line decisions
 // off.
-func cliOffBecause(c *policy.Config) string {
+func cliOffBecause(c *config.Config) string {
 	switch {
 	case c.Approval.CLISet:
 		return "approval.cli is false"
-	case c.UI.Passkey == policy.PasskeyRequired:
+	case c.UI.Passkey == web.PasskeyRequired:
 		return "ui.passkey is required"
 	}
 	return "the UI logs in only through the identity provider (ui.oidc, ui.token_login: false)"

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 )
 
@@ -15,7 +16,7 @@ import (
 // the condition holds, not as denying the tool because an empty call
 // fails its test.
 func TestToolsPageDescribesHeldToolsAsHeld(t *testing.T) {
-	c, err := policy.Parse(fmt.Appendf(nil, demoConfig, "50s", "10m"), "demo.yaml")
+	c, err := config.Parse(fmt.Appendf(nil, demoConfig, "50s", "10m"), "demo.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/guard-mcp/guard/auth"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 )
@@ -32,7 +33,7 @@ type frontAuth struct {
 	keepTokens bool
 }
 
-func newFrontAuth(cfg *policy.Config, base string, logger *slog.Logger) (*frontAuth, error) {
+func newFrontAuth(cfg *config.Config, base string, logger *slog.Logger) (*frontAuth, error) {
 	f := &frontAuth{base: base, logger: logger}
 	if len(cfg.Clients) > 0 {
 		f.static = bearerAuth(cfg.Clients)
@@ -165,7 +166,7 @@ func (f *frontAuth) upstreamAuth(x *policy.TokenExchange) func(ctx context.Conte
 
 // bearerAuth names the client of a request by its bearer token, compared
 // by hash in constant time against every configured client.
-func bearerAuth(clients []policy.Client) func(r *http.Request) (string, bool) {
+func bearerAuth(clients []config.Client) func(r *http.Request) (string, bool) {
 	type entry struct {
 		name string
 		sum  []byte

@@ -7,14 +7,14 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config"
 )
 
 // A bearer token names its client; a wrong token, another scheme, an empty
 // or missing header do not.
 func TestBearerAuth(t *testing.T) {
 	sum := func(s string) string { b := sha256.Sum256([]byte(s)); return hex.EncodeToString(b[:]) }
-	auth := bearerAuth([]policy.Client{{Name: "alice", TokenSHA256: sum("a-token")}, {Name: "bob", TokenSHA256: sum("b-token")}})
+	auth := bearerAuth([]config.Client{{Name: "alice", TokenSHA256: sum("a-token")}, {Name: "bob", TokenSHA256: sum("b-token")}})
 	for header, want := range map[string]string{
 		"Bearer a-token":   "alice",
 		"bearer  b-token ": "bob",

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
@@ -278,7 +279,7 @@ func (iso *isolation) start(name string, srv *policy.Server) func(*exec.Cmd) (*e
 // links resolved: the sandbox hides what the kernel reaches, from
 // wherever the server runs.
 func (st *Settings) SandboxHide(getenv func(string) string, logger *slog.Logger, create bool) []string {
-	cfgDir, dataDir := policy.Dirs(getenv)
+	cfgDir, dataDir := config.Dirs(getenv)
 	dirs := []string{cfgDir, dataDir}
 	var files []string
 	if st.ConfigPath != "" {

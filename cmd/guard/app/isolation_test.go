@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/internal/pgtest"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/sandbox"
 )
 
@@ -54,7 +54,7 @@ func TestSandboxHide(t *testing.T) {
 	}
 	os.MkdirAll(db+".journals", 0o700)
 	os.MkdirAll(filepath.Join(own, "rules.d"), 0o700)
-	st := &Settings{Config: policy.Default(), ConfigPath: filepath.Join(own, "guard.yaml"), DBPath: db, DataDir: shared, RulesDir: filepath.Join(own, "rules.d")}
+	st := &Settings{Config: config.Default(), ConfigPath: filepath.Join(own, "guard.yaml"), DBPath: db, DataDir: shared, RulesDir: filepath.Join(own, "rules.d")}
 	got := st.SandboxHide(getenv, slog.New(slog.DiscardHandler), true)
 	want := []string{
 		filepath.Join(home, ".config/guard"), filepath.Join(home, ".local/share/guard"), own,
@@ -127,7 +127,7 @@ func TestPostgresFilesBesideTheKey(t *testing.T) {
 	for _, f := range []string{"audit.key", "audit.checkpoint", "notes.txt"} {
 		os.WriteFile(filepath.Join(keys, f), nil, 0o600)
 	}
-	cfg := policy.Default()
+	cfg := config.Default()
 	cfg.Audit.KeyFile = filepath.Join(keys, "audit.key")
 	st := &Settings{Config: cfg, DBPath: "postgres://guard@db.internal/guard", Postgres: true,
 		DataDir: filepath.Join(home, ".local/share/guard"), RulesDir: filepath.Join(home, ".local/share/guard/rules.d")}
@@ -199,7 +199,7 @@ func TestIsolationFailsClosedOnceProbed(t *testing.T) {
 // that has none: macOS, Windows) and counted as exposed, unless its
 // settings say sandbox: on: then it is refused.
 func TestNoIsolationHereFallsBackUnlessRequired(t *testing.T) {
-	cfg, err := policy.Parse([]byte("servers:\n  strict: {command: [x], sandbox: on}\n  plain: {command: [x]}\n"), "g.yaml")
+	cfg, err := config.Parse([]byte("servers:\n  strict: {command: [x], sandbox: on}\n  plain: {command: [x]}\n"), "g.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestSandboxHidesArchives(t *testing.T) {
 	for _, f := range []string{db, db + "-wal", db + "-shm", db + ".checkpoint", db + ".lock", filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token")} {
 		writeFile(t, f, "")
 	}
-	cfg := policy.Default()
+	cfg := config.Default()
 	cfg.Audit.Retention = 400 * 24 * time.Hour
 	st := &Settings{Config: cfg, DBPath: db, DataDir: shared}
 	got := st.SandboxHide(getenv, slog.New(slog.DiscardHandler), true)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
@@ -39,16 +40,16 @@ func TestAScriptsServerKeepsAKnownName(t *testing.T) {
 		Def: json.RawMessage(`{"name":"add_note"}`), Pin: "sha256:1"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	configured := policy.Default()
+	configured := config.Default()
 	configured.Servers = map[string]*policy.Server{"index.js": {TrustAnnotations: true}}
 	for _, tc := range []struct {
 		what string
 		db   *store.DB
-		cfg  *policy.Config
+		cfg  *config.Config
 		want string
 	}{
-		{"a new server", fresh, policy.Default(), "mcp-notes"},
-		{"a server in the catalog", known, policy.Default(), "index.js"},
+		{"a new server", fresh, config.Default(), "mcp-notes"},
+		{"a server in the catalog", known, config.Default(), "index.js"},
 		{"a configured server", fresh, configured, "index.js"},
 	} {
 		if got, err := derivedName(ctx, tc.db, tc.cfg, argv); err != nil || got != tc.want {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/notify"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -37,7 +36,7 @@ func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
 // deliveryProblems lists, for the UI's Pending page, the configured
 // receivers whose latest delivery event in the audit log (from any
 // process) is a failure.
-func deliveryProblems(db *store.DB, receivers []policy.Notify) func(ctx context.Context) ([]string, error) {
+func deliveryProblems(db *store.DB, receivers []notify.Config) func(ctx context.Context) ([]string, error) {
 	return func(ctx context.Context) ([]string, error) {
 		ps, err := notify.Undelivered(ctx, db, time.Now().Add(-notify.ProblemsFor), receivers)
 		lines := make([]string, len(ps))

@@ -8,8 +8,10 @@ import (
 	"text/tabwriter"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 )
 
 // PolicyCheck is guard policy check: it validates st's configuration and
@@ -83,7 +85,7 @@ func (m *Main) PolicyCheck(st *Settings) int {
 		for _, e := range need {
 			fmt.Fprintf(m.Stdout, "  %s\n", e)
 		}
-		if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != policy.PasskeyRequired {
+		if st.Config.UI.OIDC.Issuer == "" && st.Config.UI.Passkey != web.PasskeyRequired {
 			fmt.Fprintln(m.Stdout, "  warning: neither ui.oidc nor ui.passkey is configured: no one can approve these calls, which can only expire")
 		}
 	}
@@ -154,7 +156,7 @@ func (m *Main) PolicyReload(ctx context.Context, st *Settings, by string) int {
 // listingNotes says where tools/list through guard shows more than by
 // default: definitions no one accepted (review.listing: as_served), tools
 // the rules deny (policy.hide_denied: false). Nothing when it does not.
-func listingNotes(c *policy.Config) []string {
+func listingNotes(c *config.Config) []string {
 	var notes, asServed, accepted []string
 	for name := range c.Servers {
 		if c.Listing(name) == policy.ListingAsServed {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 )
@@ -232,7 +233,7 @@ func (m *Main) loadPolicy(st *Settings) (*policy.Policy, int, bool) {
 			eo.Learned = learnedRules{db: db, getenv: m.Getenv}
 		}
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, st.Config, eo)
+	engine, err := config.NewEngine(st.ConfigPath, st.Config, eo)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 		return nil, ExitUsage, false

@@ -12,6 +12,8 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/notify"
@@ -19,15 +21,16 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream"
+	"github.com/guard-mcp/guard/web"
 )
 
 // relaying is what a process that relays sessions (guard run, guard serve)
 // runs beside them: the policy, reloaded when its files change; the holds;
 // and the approval UI, served or taken over.
 type relaying struct {
-	cfg       *policy.Config
+	cfg       *config.Config
 	db        *store.DB
-	engine    *policy.Engine
+	engine    *config.Engine
 	holds     *approvals.Manager
 	contracts *policy.Contracts                            // compiled schemas, shared by the sessions
 	scan      func(server string, def []byte) []guard.Flag // shared by the sessions
@@ -110,19 +113,19 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	listen := cfg.UI.Listen
 	if ui.Addr != "" {
 		listen = ui.Addr
-		if !cfg.UI.AllowRemote && !policy.LoopbackAddr(listen) {
+		if !cfg.UI.AllowRemote && !read.LoopbackAddr(listen) {
 			fmt.Fprintf(m.Stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
 			return nil, ExitUsage, false
 		}
 	}
 	rt := &relaying{cfg: cfg, db: db, iso: m.newIsolation(st, m.Logger, true), process: cmd, version: m.Version, logger: logger}
 	rt.iso.probeAtStart()
-	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != policy.PasskeyRequired {
+	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != web.PasskeyRequired {
 		for _, e := range need {
 			logger.Warn("approvals need verified identities, and neither ui.oidc nor ui.passkey is configured: the calls held there can only expire", "where", e.Error())
 		}
 	}
-	rt.configDir, _ = policy.Dirs(m.Getenv)
+	rt.configDir, _ = config.Dirs(m.Getenv)
 	if st.ConfigPath != "" {
 		rt.configDir = filepath.Dir(st.ConfigPath)
 	}
@@ -137,7 +140,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	if st.Postgres {
 		eo.Learned = learnedRules{db: db, getenv: m.Getenv}
 	}
-	engine, err := policy.NewEngine(st.ConfigPath, cfg, eo)
+	engine, err := config.NewEngine(st.ConfigPath, cfg, eo)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 		if errors.Is(err, guard.ErrAuditWrite) {
@@ -292,7 +295,7 @@ func (rt *relaying) isolated() bool {
 // (made now when it does not exist yet, so that it is known before the
 // first session), the checkpoint key in every form it may be written in,
 // and the values of the variables the configuration expanded.
-func ownSecrets(st *Settings, cfg *policy.Config, db *store.DB) ([]string, error) {
+func ownSecrets(st *Settings, cfg *config.Config, db *store.DB) ([]string, error) {
 	tok, err := st.uiToken()
 	if err != nil {
 		return nil, err
@@ -356,7 +359,7 @@ const listingsEvery = time.Second
 // the policy in force changed, until ctx ends: each session then tells its
 // client when its listing would show something else. On PostgreSQL a
 // review's notification wakes it at once.
-func watchListings(ctx context.Context, db *store.DB, engine *policy.Engine, beacon *proxy.Beacon, logger *slog.Logger) {
+func watchListings(ctx context.Context, db *store.DB, engine *config.Engine, beacon *proxy.Beacon, logger *slog.Logger) {
 	changes := db.Changes(ctx)
 	t := time.NewTicker(listingsEvery)
 	defer t.Stop()

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"golang.org/x/net/http/httpguts"
@@ -212,7 +212,7 @@ func (m *Main) roomForBlockingReads() {
 // gives (proxy.CommandName) is one guard knows already, in the catalog or
 // among the configured servers: a server keeps its name, and so its
 // baseline, its reviews and its settings.
-func derivedName(ctx context.Context, db *store.DB, cfg *policy.Config, argv []string) (string, error) {
+func derivedName(ctx context.Context, db *store.DB, cfg *config.Config, argv []string) (string, error) {
 	name, old := proxy.ServerName(argv), proxy.CommandName(argv)
 	if name == old {
 		return name, nil

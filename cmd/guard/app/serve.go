@@ -12,8 +12,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/httplimit"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 )
@@ -58,7 +58,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	// public host is one of them, and allowed_hosts adds more. /healthz
 	// and /readyz answer any Host: a balancer's check sends what it
 	// likes, and they tell nothing a page could use.
-	hosts := append(append(allowedHosts(o.Listen), policy.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
+	hosts := append(append(allowedHosts(o.Listen), config.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
 	base := "http://" + o.Listen // what clients use, as printed
 	if cfg.PublicURL != "" {
 		base = cfg.PublicURL
@@ -225,7 +225,7 @@ const sessionDescriptors = 4
 // need more descriptors than the process may open beside the
 // connections of its front (conns) and UI: sessions past that are then
 // refused for want of descriptors, not 503 at max_sessions.
-func warnDescriptors(cfg *policy.Config, conns int, logger *slog.Logger) {
+func warnDescriptors(cfg *config.Config, conns int, logger *slog.Logger) {
 	limit := httplimit.Conns(1)
 	need := cfg.MaxSessions.Total*sessionDescriptors + conns + httplimit.Conns(16)
 	if need > limit {

@@ -13,13 +13,15 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 )
 
 // Settings are the resolved configuration and paths of a subcommand.
 type Settings struct {
-	Config     *policy.Config
+	Config     *config.Config
 	ConfigPath string // "" when running on built-in defaults
 	DBPath     string // an SQLite file's absolute path, or a PostgreSQL URL
 	Postgres   bool   // DBPath is a PostgreSQL URL
@@ -171,8 +173,8 @@ func uiBase(publicURL, listen string) string {
 // uiOrigin is the UI's address as browsers reach it: with passkeys, the
 // origin of their relying party (http://localhost:PORT, as an IP address
 // cannot be one), else uiBase.
-func uiOrigin(c *policy.Config, listen string) string {
-	if c.UI.Passkey == policy.PasskeyRequired {
+func uiOrigin(c *config.Config, listen string) string {
+	if c.UI.Passkey == web.PasskeyRequired {
 		if o, err := c.PasskeyOrigin(listen); err == nil {
 			return o
 		}

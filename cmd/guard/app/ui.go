@@ -13,8 +13,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/web"
 )
 
 // errNoUI says that no guard serves the approval UI for a database.
@@ -119,7 +119,7 @@ func (m *Main) UIURL(ctx context.Context, st *Settings) int {
 // UIEnroll is guard ui enroll: it prints a one-time link that enrols a
 // passkey for who, valid for valid.
 func (m *Main) UIEnroll(ctx context.Context, db *store.DB, st *Settings, who string, valid time.Duration) int {
-	if st.Config.UI.Passkey != policy.PasskeyRequired {
+	if st.Config.UI.Passkey != web.PasskeyRequired {
 		fmt.Fprintln(m.Stderr, "guard ui enroll: ui.passkey is off in the configuration: set ui.passkey: required first")
 		return ExitFailure
 	}

@@ -13,6 +13,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/policy"
@@ -38,7 +39,7 @@ const takeoverEvery = 2 * time.Second
 // descriptors: a local program that opens connections without end, or
 // trickles its requests in, must not leave guard without descriptors to
 // start its servers with.
-func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *approvals.Manager, engine *policy.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
+func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *approvals.Manager, engine *config.Engine, probes *health.Checker, listen string, lim httplimit.Limits, tried chan<- struct{}, logger *slog.Logger) {
 	if lim.Conns <= 0 {
 		lim.Conns = httplimit.Conns(16)
 	}
@@ -66,7 +67,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 			NoTokenLogin: !st.Config.UI.TokenLogin,
 			OIDC:         uiOIDC(st.Config, served),
 			Passkeys:     uiPasskeys(st.Config, db, served),
-			AllowedHosts: append(allowedHosts(served), policy.PublicHosts(st.Config.PublicURL)...),
+			AllowedHosts: append(allowedHosts(served), config.PublicHosts(st.Config.PublicURL)...),
 			PublicOrigin: st.Config.PublicURL,
 			AllowAlways:  allowAlways(db, st.RulesDir, engine.Learned()),
 			Explain:      explain(ctx, engine, db),
@@ -113,7 +114,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 // uiOIDC is the UI's login through the identity provider, nil when
 // ui.oidc is not configured. The provider sends people back to the UI's
 // address as browsers reach it (uiBase).
-func uiOIDC(c *policy.Config, listen string) *web.OIDC {
+func uiOIDC(c *config.Config, listen string) *web.OIDC {
 	o := c.UI.OIDC
 	if o.Issuer == "" {
 		return nil
@@ -124,8 +125,8 @@ func uiOIDC(c *policy.Config, listen string) *web.OIDC {
 
 // uiPasskeys makes every decision in the UI need a passkey, nil unless
 // ui.passkey: required.
-func uiPasskeys(c *policy.Config, db *store.DB, listen string) *web.Passkeys {
-	if c.UI.Passkey != policy.PasskeyRequired {
+func uiPasskeys(c *config.Config, db *store.DB, listen string) *web.Passkeys {
+	if c.UI.Passkey != web.PasskeyRequired {
 		return nil
 	}
 	origin, err := c.PasskeyOrigin(listen)
@@ -221,7 +222,7 @@ func escapeGlob(s string) string {
 
 // explain says what the policy in force does with a call to a tool, its
 // arguments aside (see policyText).
-func explain(ctx context.Context, engine *policy.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
+func explain(ctx context.Context, engine *config.Engine, db *store.DB) func(t guard.Tool, r *guard.Review) string {
 	return func(t guard.Tool, r *guard.Review) string {
 		call := &guard.Call{Server: t.Server, Method: "tools/call", ToolName: t.Name,
 			Arguments: []byte("{}"), Args: map[string]any{}, Tool: &t}

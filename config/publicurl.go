@@ -1,4 +1,4 @@
-package policy
+package config
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/hosts"
 	"go.yaml.in/yaml/v3"
 )
@@ -81,19 +82,19 @@ func PublicHosts(publicURL string) []string {
 	return []string{host, net.JoinHostPort(strings.Trim(host, "[]"), defaultPort(scheme))}
 }
 
-// allowedHosts reads allowed_hosts: a list of host names, each checked
+// readAllowedHosts reads allowed_hosts: a list of host names, each checked
 // (hosts.Parse) where it is written.
-func (p *parser) allowedHosts(dst *[]string) func(*yaml.Node) error {
+func readAllowedHosts(r *read.Reader, dst *[]string) func(*yaml.Node) error {
 	return func(n *yaml.Node) error {
 		if n.Kind != yaml.SequenceNode {
-			return p.errf(n, "allowed_hosts: expected a list of host names, like [guard.internal, \"*.guard.example.com\", 10.0.0.5:8930]")
+			return r.Errf(n, "allowed_hosts: expected a list of host names, like [guard.internal, \"*.guard.example.com\", 10.0.0.5:8930]")
 		}
 		for _, e := range n.Content {
 			if e.Kind != yaml.ScalarNode {
-				return p.errf(e, "allowed_hosts: expected a host name")
+				return r.Errf(e, "allowed_hosts: expected a host name")
 			}
 			if _, err := hosts.Parse(e.Value); err != nil {
-				return p.errf(e, "allowed_hosts: %v", err)
+				return r.Errf(e, "allowed_hosts: %v", err)
 			}
 			*dst = append(*dst, e.Value)
 		}
@@ -101,15 +102,15 @@ func (p *parser) allowedHosts(dst *[]string) func(*yaml.Node) error {
 	}
 }
 
-// publicURL reads public_url (see ParsePublicURL).
-func (p *parser) publicURL(dst *string) func(*yaml.Node) error {
+// readPublicURL reads public_url (see ParsePublicURL).
+func readPublicURL(r *read.Reader, dst *string) func(*yaml.Node) error {
 	return func(n *yaml.Node) error {
 		if n.Kind != yaml.ScalarNode {
-			return p.errf(n, "public_url: expected a string, like https://guard.example.com")
+			return r.Errf(n, "public_url: expected a string, like https://guard.example.com")
 		}
 		u, err := ParsePublicURL(n.Value)
 		if err != nil {
-			return p.errf(n, "%v", err)
+			return r.Errf(n, "%v", err)
 		}
 		*dst = u
 		return nil

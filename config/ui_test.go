@@ -1,12 +1,11 @@
-package policy
+package config
 
 import (
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/web"
 )
 
 func TestUISectionParses(t *testing.T) {
@@ -23,13 +22,13 @@ ui:
     trust_email: true
   token_login: false
   passkey: required
-`), "cfg.yaml", func(k string) string { return env[k] }, false)
+`), "cfg.yaml", func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := c.UI.OIDC
 	if o.Issuer != "https://login.example.com" || o.ClientID != "guard-ui" || o.ClientSecret != "ui-s3cret" ||
-		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || !o.TrustEmail || c.UI.TokenLogin || c.UI.Passkey != PasskeyRequired {
+		!slices.Equal(o.Scopes, []string{"email", "groups"}) || o.GroupsClaim != "roles" || !o.TrustEmail || c.UI.TokenLogin || c.UI.Passkey != web.PasskeyRequired {
 		t.Fatalf("%+v", c.UI)
 	}
 	// The client secret is guard's own: kept from servers, masked.
@@ -50,7 +49,7 @@ ui:
 		t.Fatalf("approval.cli: true: %+v %v", c, err)
 	}
 	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}}\n"), "cfg.yaml")
-	if err != nil || !c.CLIDecisions() || c.RequiredVia() != "" || c.UI.OIDC.GroupsClaim != "groups" || c.UI.OIDC.TrustEmail || c.UI.Passkey != PasskeyOff {
+	if err != nil || !c.CLIDecisions() || c.RequiredVia() != "" || c.UI.OIDC.GroupsClaim != "groups" || c.UI.OIDC.TrustEmail || c.UI.Passkey != web.PasskeyOff {
 		t.Fatalf("OIDC beside the token link leaves the command line on: %+v %v", c, err)
 	}
 	c, err = Parse([]byte("ui: {oidc: {issuer: 'http://127.0.0.1:9000', client_id: x}, token_login: false}\n"), "cfg.yaml")
@@ -67,11 +66,7 @@ ui:
 }
 
 func TestUIErrorsNameFileAndLine(t *testing.T) {
-	for _, tc := range []struct {
-		yaml string
-		line int
-		want string
-	}{
+	wantParseErrors(t, []parseError{
 		{"ui:\n  token_login: false\n", 2, "needs ui.oidc"},
 		{"ui:\n  oidc:\n    client_id: x\n", 3, "ui.oidc.issuer is needed"},
 		{"ui:\n  oidc:\n    issuer: http://login.example.com\n    client_id: x\n", 3, "use https"},
@@ -82,15 +77,5 @@ func TestUIErrorsNameFileAndLine(t *testing.T) {
 		{"ui:\n  passkey: required\npublic_url: http://guard.example.com\n", 2, "over https"},
 		{"ui:\n  listen: 0.0.0.0:8931\n  allow_remote: true\n  passkey: required\n", 2, "need the UI at localhost"},
 		{"approval:\n  cli: maybe\n", 2, "expected true or false"},
-	} {
-		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
-			continue
-		}
-		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
-			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
-		}
-	}
+	})
 }

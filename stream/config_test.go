@@ -1,9 +1,9 @@
-package policy_test
+package stream_test
 
 import (
 	"testing"
 
-	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/stream"
 )
 
 // A receiver's Label, what logs and metrics show, holds neither the
@@ -11,14 +11,14 @@ import (
 // cursor in the database, stays the address as configured.
 func TestStreamLabel(t *testing.T) {
 	for _, c := range []struct {
-		s           policy.Stream
+		s           stream.Config
 		name, label string
 	}{
-		{policy.Stream{OTLP: "https://otel:4318"}, "otlp https://otel:4318", "otlp https://otel:4318"},
-		{policy.Stream{OTLP: "https://ingest:S3cret@otel:4318/v1/logs?api_key=K3y"},
+		{stream.Config{OTLP: "https://otel:4318"}, "otlp https://otel:4318", "otlp https://otel:4318"},
+		{stream.Config{OTLP: "https://ingest:S3cret@otel:4318/v1/logs?api_key=K3y"},
 			"otlp https://ingest:S3cret@otel:4318/v1/logs?api_key=K3y", "otlp https://ingest@otel:4318/v1/logs"},
-		{policy.Stream{Syslog: "tcp://logs:6514", TLS: true}, "syslog tcp://logs:6514", "syslog tcp://logs:6514"},
-		{policy.Stream{Syslog: "tcp://u:pw@logs:6514?token=T"}, "syslog tcp://u:pw@logs:6514?token=T", "syslog tcp://u@logs:6514"},
+		{stream.Config{Syslog: "tcp://logs:6514", TLS: true}, "syslog tcp://logs:6514", "syslog tcp://logs:6514"},
+		{stream.Config{Syslog: "tcp://u:pw@logs:6514?token=T"}, "syslog tcp://u:pw@logs:6514?token=T", "syslog tcp://u@logs:6514"},
 	} {
 		if got := c.s.Name(); got != c.name {
 			t.Errorf("%+v: Name() = %q, want %q", c.s, got, c.name)

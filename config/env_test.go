@@ -1,4 +1,4 @@
-package policy
+package config
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ servers:
   files:
     command: [server, "${ROOT}"]
     env: [OTHER]
-`), "guard.yaml", func(k string) string { return vars[k] }, false)
+`), "guard.yaml", func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ servers:
 // env takes names only: a value, or a mapping, is an error with its line.
 func TestServerEnvTakesNamesOnly(t *testing.T) {
 	for _, bad := range []string{"env: [TOKEN=x]", "env: [\"${TOKEN}\"]", "env: {TOKEN: x}", "env: [1A]"} {
-		_, err := parse([]byte("servers:\n  s:\n    "+bad+"\n"), "guard.yaml", func(string) string { return "" }, false)
+		_, err := parse([]byte("servers:\n  s:\n    "+bad+"\n"), "guard.yaml", func(string) string { return "" })
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.File != "guard.yaml" || ce.Line != 3 {
 			t.Errorf("%s: err = %v, want a config error at guard.yaml:3", bad, err)

@@ -1,9 +1,10 @@
-package policy
+package config
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/guard-mcp/guard/notify"
 )
 
 func TestNotifyConfig(t *testing.T) {
@@ -12,14 +13,14 @@ func TestNotifyConfig(t *testing.T) {
 		"  - {webhook: \"${SLACK_HOOK}\", format: slack}\n" +
 		"  - {webhook: https://ops.example.com/guard, secret: \"${HOOK_SECRET}\"}\n" +
 		"  - {webhook: \"http://127.0.0.1:9000/hook\", secret: x}\n"
-	c, err := parse([]byte(cfg), "cfg.yaml", func(k string) string { return env[k] }, false)
+	c, err := parse([]byte(cfg), "cfg.yaml", func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Notify{
-		{Webhook: env["SLACK_HOOK"], Format: NotifySlack},
-		{Webhook: "https://ops.example.com/guard", Format: NotifyJSON, Secret: "s3cret-hmac-key"},
-		{Webhook: "http://127.0.0.1:9000/hook", Format: NotifyJSON, Secret: "x"},
+	want := []notify.Config{
+		{Webhook: env["SLACK_HOOK"], Format: notify.FormatSlack},
+		{Webhook: "https://ops.example.com/guard", Format: notify.FormatJSON, Secret: "s3cret-hmac-key"},
+		{Webhook: "http://127.0.0.1:9000/hook", Format: notify.FormatJSON, Secret: "x"},
 	}
 	if len(c.Notify) != len(want) {
 		t.Fatalf("got %+v", c.Notify)
@@ -39,19 +40,16 @@ func TestNotifyConfig(t *testing.T) {
 			t.Errorf("label %q shows the webhook's path", l)
 		}
 	}
-	if a, b := c.Notify[1].Label(), (Notify{Webhook: "https://ops.example.com/other", Format: NotifyJSON}).Label(); a == b {
+	if a, b := c.Notify[1].Label(), (notify.Config{Webhook: "https://ops.example.com/other", Format: notify.FormatJSON}).Label(); a == b {
 		t.Errorf("two webhooks of one host share the label %q", a)
 	}
 }
 
 func TestNotifyConfigErrors(t *testing.T) {
-	for _, tc := range []struct {
-		yaml string
-		line int
-		want string
-	}{
+	wantParseErrors(t, []parseError{
 		{"notify: {webhook: https://h/x}\n", 1, "expected a list"},
 		{"notify:\n  - {format: slack}\n", 2, "needs a webhook"},
+		{"notify:\n  -\n", 2, "needs a webhook"},
 		{"notify:\n  - {webhook: ftp://h/x, secret: s}\n", 2, "use an https:// URL"},
 		{"notify:\n  - {webhook: /hook, secret: s}\n", 2, "use an https:// URL"},
 		{"notify:\n  - {webhook: \"https://u:p@h/x\", secret: s}\n", 2, "use an https:// URL"},
@@ -61,17 +59,7 @@ func TestNotifyConfigErrors(t *testing.T) {
 		{"notify:\n  - {webhook: https://h/x, format: teams}\n", 2, `"teams" is not one of json, slack`},
 		{"notify:\n  - {webhook: https://h/x, secret: s, retries: 3}\n", 2, `unknown key "retries"`},
 		{"notify:\n  - {webhook: https://h/x, secret: s}\n  - {webhook: https://h/x, secret: t}\n", 3, "listed twice"},
-	} {
-		_, err := Parse([]byte(tc.yaml), "cfg.yaml")
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%q: got %v, want a ConfigError", tc.yaml, err)
-			continue
-		}
-		if ce.File != "cfg.yaml" || ce.Line != tc.line || !strings.Contains(ce.Problem, tc.want) {
-			t.Errorf("%q: got %v, want line %d containing %q", tc.yaml, err, tc.line, tc.want)
-		}
-	}
+	})
 	// An error shows the webhook's scheme and host, never its path (a
 	// Slack webhook's path is its credential).
 	_, err := Parse([]byte("notify:\n  - {webhook: http://hooks.example.com/services/T/B/K3yK3y, format: slack}\n"), "cfg.yaml")

@@ -1,8 +1,10 @@
-package policy
+package config
 
 import (
 	"slices"
 	"strings"
+
+	"github.com/guard-mcp/guard/policy"
 )
 
 // ownVariables are guard's own environment variables: paths to its
@@ -15,7 +17,7 @@ var ownVariables = []string{"GUARD_DB", "GUARD_CONFIG"}
 // own variables (GUARD_DB, GUARD_CONFIG, and OwnVariables), except those the server's env
 // list names. Every other variable (PATH, HOME, ...) passes. srv may be
 // nil: a server the configuration does not name.
-func (c *Config) ServerEnv(environ []string, srv *Server) []string {
+func (c *Config) ServerEnv(environ []string, srv *policy.Server) []string {
 	var allowed []string
 	if srv != nil {
 		allowed = srv.Env
