@@ -30,14 +30,14 @@ func newManager(t *testing.T, path string, o Options) (*Manager, *store.DB) {
 // waitingStore is a store that says, by closing waiting, when a wait for a
 // decision (WaitApproval) has begun.
 type waitingStore struct {
-	*store.DB
+	store.Holds
 	once    *sync.Once
 	waiting chan struct{}
 }
 
 func (s waitingStore) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
 	s.once.Do(func() { close(s.waiting) })
-	return s.DB.WaitApproval(ctx, id)
+	return s.Holds.WaitApproval(ctx, id)
 }
 
 // newWaitingManager is newManager over a waitingStore: what it returns
@@ -46,7 +46,7 @@ func newWaitingManager(t *testing.T, o Options) (*Manager, *store.DB, <-chan str
 	t.Helper()
 	_, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), o)
 	waiting := make(chan struct{})
-	return New(waitingStore{DB: db, once: new(sync.Once), waiting: waiting}, o), db, waiting
+	return New(waitingStore{Holds: db.Holds(), once: new(sync.Once), waiting: waiting}, o), db, waiting
 }
 
 func held(id string) *guard.Approval {
