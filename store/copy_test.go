@@ -278,7 +278,7 @@ func TestCopyToPostgres(t *testing.T) {
 		}
 	}
 
-	rules, _, err := dst.LearnedRules(ctx)
+	rules, _, err := dst.Learned().LearnedRules(ctx)
 	if err != nil || !reflect.DeepEqual(rules, learned) {
 		t.Errorf("learned rules read back: %+v %v\nwant %+v", rules, err, learned)
 	}
