@@ -58,7 +58,7 @@ type Options struct {
 	Scope string
 
 	// Process is the id this guard process beats under in the database
-	// (store.DB.Heartbeat), which every hold names: once the process is
+	// (store.Replicas.Heartbeat), which every hold names: once the process is
 	// gone, the holds scoped to its sessions are withdrawn (SettleGone).
 	// "" holds calls that name no process, which nothing withdraws so.
 	Process string

@@ -44,7 +44,7 @@ func TestTheHoldsOfAGoneProcess(t *testing.T) {
 	beat := func(id string, at time.Time) {
 		t.Helper()
 		r := store.Replica{ID: id, Host: "laptop", PID: 4242, Process: "guard run", Started: at, Seen: at, Lapse: time.Second}
-		if err := db.Heartbeat(ctx, r); err != nil {
+		if err := db.Replicas().Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -51,7 +51,7 @@ audit:
 		t.Helper()
 		db := e.openReadOnly(context.Background())
 		defer db.Close()
-		h, err := db.LeaseHolder(context.Background(), stream.LeaseName)
+		h, err := db.Streams().LeaseHolder(context.Background(), stream.LeaseName)
 		if err != nil {
 			t.Fatal(err)
 		}

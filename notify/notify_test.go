@@ -117,7 +117,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // events returns the delivery events of the log, newest first.
 func events(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
-	db.CaughtUp(context.Background())
+	db.Streams().CaughtUp(context.Background())
 	var out []*guard.Record
 	if err := db.QueryRecords(context.Background(), guard.KindEvent, store.Filter{}, func(r *guard.Record) error {
 		if r.Method == Method {
@@ -351,12 +351,12 @@ func settled(t *testing.T, db *store.DB, r Config) {
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		db.CaughtUp(ctx)
-		last, err := db.LastSeq(ctx)
+		db.Streams().CaughtUp(ctx)
+		last, err := db.Streams().LastSeq(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, err := db.StreamCursor(ctx, r.Name()); err == nil && c >= last {
+		if c, err := db.Streams().StreamCursor(ctx, r.Name()); err == nil && c >= last {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -426,7 +426,7 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 	r := Config{Webhook: url, Format: FormatJSON, Secret: "k"}
 	undelivered := func() []Problem {
 		t.Helper()
-		db.CaughtUp(context.Background())
+		db.Streams().CaughtUp(context.Background())
 		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []Config{r})
 		if err != nil {
 			t.Fatal(err)

@@ -77,10 +77,10 @@ func richLog(t *testing.T, dir string) string {
 	if _, err := db.VerifyIfDue(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.Lease(ctx, "stream", "me", time.Minute); !ok || err != nil {
+	if ok, err := db.Streams().Lease(ctx, "stream", "me", time.Minute); !ok || err != nil {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
-	if err := db.SetStreamCursor(ctx, "stream", "me", "syslog tcp://127.0.0.1:6514", 7); err != nil {
+	if err := db.Streams().SetStreamCursor(ctx, "stream", "me", "syslog tcp://127.0.0.1:6514", 7); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _, err := db.TakeToken(ctx, limitKey, 0.5, 30, now); !ok || err != nil {
@@ -160,7 +160,7 @@ func contentOf(t *testing.T, db *DB) content {
 	check(err)
 	c.Rules, err = db.Configs().RulesWritten(ctx, "sha256:rules1")
 	check(err)
-	c.Cursor, err = db.StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
+	c.Cursor, err = db.Streams().StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
 	check(err)
 	c.Verified, err = db.LastVerification(ctx)
 	check(err)
@@ -278,7 +278,7 @@ func TestCopyToPostgres(t *testing.T) {
 		}
 	}
 
-	rules, _, err := dst.LearnedRules(ctx)
+	rules, _, err := dst.Learned().LearnedRules(ctx)
 	if err != nil || !reflect.DeepEqual(rules, learned) {
 		t.Errorf("learned rules read back: %+v %v\nwant %+v", rules, err, learned)
 	}

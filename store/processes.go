@@ -77,7 +77,7 @@ func (hs Holds) GoneProcesses(ctx context.Context) (map[string]string, error) {
 	if len(named) == 0 {
 		return nil, nil
 	}
-	all, err := hs.db.replicas(ctx, "")
+	all, err := hs.db.Replicas().replicas(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("gone processes: %w", err)
 	}

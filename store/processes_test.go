@@ -35,7 +35,7 @@ func (b *beats) beat(ids ...string) {
 	b.t.Helper()
 	for _, id := range ids {
 		r := Replica{ID: id, Host: "laptop", PID: 42, Process: "guard run", Version: "test", Started: b.now, Seen: b.now, Lapse: time.Second}
-		if err := b.db.Heartbeat(context.Background(), r); err != nil {
+		if err := b.db.Replicas().Heartbeat(context.Background(), r); err != nil {
 			b.t.Fatal(err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestAProcessThatJustWokeJudgesNoOne(t *testing.T) {
 	if g := b.gone(); len(g) != 0 {
 		t.Fatalf("gone at the first beat after a sleep: %v", g)
 	}
-	list, err := db.Replicas(ctx, b.now.Add(-time.Second))
+	list, err := db.Replicas().Replicas(ctx, b.now.Add(-time.Second))
 	if err != nil || len(list) != 1 || !list[0].AwakeSince.Equal(b.now) || list[0].Lapse != time.Second {
 		t.Fatalf("the waker's row: %+v %v, want a run begun now", list, err)
 	}

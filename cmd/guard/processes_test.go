@@ -38,7 +38,7 @@ func TestApprovingTheHoldOfAGoneProcessSaysSo(t *testing.T) {
 		{ID: "witness", Host: "laptop", PID: 4243, Process: "guard run", Seen: now},
 	} {
 		r.Lapse = time.Minute
-		if err := db.Heartbeat(ctx, r); err != nil {
+		if err := db.Replicas().Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

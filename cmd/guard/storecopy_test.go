@@ -175,7 +175,7 @@ func TestStoreCopy(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("read back from PostgreSQL:\n%+v\nwant\n%+v", got, want)
 	}
-	rules, _, err := dst.LearnedRules(ctx)
+	rules, _, err := dst.Learned().LearnedRules(ctx)
 	if err != nil || len(rules) != 1 || rules[0].Name != learned.Name || rules[0].Tool != learned.Tool || rules[0].Method != "tools/call" {
 		t.Errorf("learned rules on PostgreSQL: %+v %v", rules, err)
 	}

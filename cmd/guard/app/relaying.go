@@ -159,7 +159,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 		return nil, ExitFailure, false
 	}
 	if len(cfg.Audit.Stream) > 0 {
-		rt.streamer, err = stream.New(stream.Options{Log: db, Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
+		rt.streamer, err = stream.New(stream.Options{Log: db.Streams(), Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 			return nil, ExitUsage, false

@@ -100,7 +100,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			o.Caller = c.User
 			o.Recorder = countingRecorder{Recorder: db, reg: reg}
 			// A 2026-07-28 client's next round may reach another replica.
-			o.Rounds = db
+			o.Rounds = db.Replicas()
 			return o
 		}
 	}

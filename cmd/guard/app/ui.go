@@ -137,7 +137,7 @@ func (m *Main) UIEnroll(ctx context.Context, db *store.DB, st *Settings, who str
 			listen = served
 		}
 	}
-	if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(valid)); err != nil {
+	if err := db.Passkeys().AddPasskeyEnrolment(ctx, code, who, time.Now().Add(valid)); err != nil {
 		fmt.Fprintf(m.Stderr, "guard ui enroll: %v\n", err)
 		return ExitFailure
 	}

@@ -135,7 +135,7 @@ func uiPasskeys(c *config.Config, db *store.DB, listen string) *web.Passkeys {
 		// rather than one that decides without them.
 		origin = ""
 	}
-	return &web.Passkeys{Store: db, Origin: origin}
+	return &web.Passkeys{Store: db.Passkeys(), Origin: origin}
 }
 
 // runUI serves the UI on l, and beside it /healthz and /readyz, so that a
