@@ -226,11 +226,11 @@ func ParseVerifier(key string) (note.Verifier, error) {
 }
 
 // VerifierKey is the verifier key of the log's checkpoint key, to pin.
-func (db *DB) VerifierKey() (string, error) {
-	if db.signer == nil {
-		return "", fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
+func (vr Verifier) VerifierKey() (string, error) {
+	if vr.db.signer == nil {
+		return "", fmt.Errorf("there is no checkpoint key at %s", vr.db.opts.KeyPath)
 	}
-	return db.signer.vkey, nil
+	return vr.db.signer.vkey, nil
 }
 
 // VerifierKeyOf is the verifier key of the checkpoint key in a key file.

@@ -226,7 +226,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := ro.Unchained(ctx)
+	u, err := ro.Verifier().Unchained(ctx)
 	if err != nil || u.Records != 4 || u.Refused != 3+3+2 || u.Unauthenticated != 0 {
 		t.Errorf("unchained with the key: %+v %v, want the killed process's 4 records and 8 frames refused", u, err)
 	}
@@ -236,7 +236,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if n := ro.IntegrityAlerts(); n != 3+3+1 {
 		t.Errorf("a reader counted %d integrity alerts, want 7", n)
 	}
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool {
 		return strings.HasPrefix(n, "8 frames of journals of stopped processes were left out")
 	}) {
@@ -248,11 +248,11 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err = ro.Unchained(ctx)
+	u, err = ro.Verifier().Unchained(ctx)
 	if err != nil || u.Records != 5+2+3+2 || u.Unauthenticated != u.Records || u.Refused != 0 {
 		t.Errorf("unchained without the key: %+v %v, want every frame, unauthenticated", u, err)
 	}
-	rep, err = ro.Verify(ctx)
+	rep, err = ro.Verifier().Verify(ctx)
 	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "journals of stopped processes are unauthenticated") }) {
 		t.Errorf("verify without the key: %+v %v", rep, err)
 	}
@@ -316,7 +316,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.Verify(ctx)
+	rep, err = db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || len(rep.Notes) != 3 || !strings.HasPrefix(rep.Notes[0], "unacknowledged refused journal "+alerts[0].ID) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -385,7 +385,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != 2 || u.Refused != 0 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != 2 || u.Refused != 0 {
 		t.Errorf("unchained before MACs: %+v %v", u, err)
 	}
 	ro.Close()
@@ -406,7 +406,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != 0 || u.Refused != 2 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != 0 || u.Refused != 2 {
 		t.Errorf("unchained after MACs began: %+v %v", u, err)
 	}
 	ro.Close()

@@ -163,7 +163,7 @@ func forgedLog(t *testing.T, tree bool) (Options, *guard.Record, string) {
 		t.Fatal(err)
 	}
 	heldCall(t, db, "held-1")
-	vkey, _ := db.VerifierKey()
+	vkey, _ := db.Verifier().VerifierKey()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 	if c, err := db.LatestCheckpoint(ctx); err != nil || c.MACsFrom != 15 {
 		t.Fatalf("checkpoint %+v (%v), want it to say that MACs start at record 15", c, err)
 	}
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 16 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -379,7 +379,7 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := db.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

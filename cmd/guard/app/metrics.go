@@ -73,12 +73,12 @@ var errNoVerification = errors.New("no verification yet")
 // the database: every process on it shows the same, whichever verified.
 func addVerifyMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.CounterFunc("guard_audit_verify_failures_total", "Scheduled verifications of the audit log that failed (audit.verify_every), by any process on this database.", func() (float64, error) {
-		n, err := db.VerificationFailures(context.Background())
+		n, err := db.Verifier().VerificationFailures(context.Background())
 		return float64(n), err
 	})
 	last := func(f func(v *store.Verification) float64) func() (float64, error) {
 		return func() (float64, error) {
-			v, err := db.LastVerification(context.Background())
+			v, err := db.Verifier().LastVerification(context.Background())
 			if err == nil && v == nil {
 				err = errNoVerification
 			}

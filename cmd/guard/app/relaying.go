@@ -222,7 +222,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { watchListings(ctx, db, engine, rt.listings, logger) })
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).
-	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
+	bg.Go(func() { db.Verifier().RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
 	bg.Go(func() { db.Pruning().RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
