@@ -214,7 +214,7 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if c, err := db.LatestCheckpoint(ctx); err != nil || c.Size >= forged.Seq {
 			t.Fatalf("latest checkpoint %+v (%v): it covers the forged record %d", c, err, forged.Seq)
 		}
-		if n := db.IntegrityAlerts(); n != 1 {
+		if n := db.Integrity().IntegrityAlerts(); n != 1 {
 			t.Fatalf("integrity alerts %d, want 1", n)
 		}
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 1 {
@@ -226,7 +226,7 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 			t.Fatalf("calls alice approved, once guard made the index: %v, want none", ids)
 		}
-		if n := db.IntegrityAlerts(); n != 1 {
+		if n := db.Integrity().IntegrityAlerts(); n != 1 {
 			t.Fatalf("integrity alerts %d after the index was made again, want the record counted once", n)
 		}
 	})
@@ -331,7 +331,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 	if seq, _ := macsStart(t, db); seq != 15 {
 		t.Fatalf("MACs start at %d after another open, want 15 still", seq)
 	}
-	if n := db.IntegrityAlerts(); n != 1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 1 {
 		t.Fatalf("integrity alerts %d, want the forged record counted", n)
 	}
 }

@@ -211,7 +211,7 @@ func TestNoCheckpointForALogThatDoesNotExtendTheLast(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
 		t.Fatalf("checkpoint of a rewritten log: %v", err)
 	}
-	if n := db.CheckpointRefusals(); n < 2 { // at Open, and now
+	if n := db.Integrity().CheckpointRefusals(); n < 2 { // at Open, and now
 		t.Fatalf("refusals counted: %d", n)
 	}
 	db.Close()
@@ -385,7 +385,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 	if c, err := OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
 		t.Fatalf("checkpoint from syslog %q: %+v %v", text, c, err)
 	}
-	if n := db.WitnessFailures(); n != 2 {
+	if n := db.Integrity().WitnessFailures(); n != 2 {
 		t.Fatalf("witness failures: %d, want 2 (the failing endpoint, twice)", n)
 	}
 	if !strings.Contains(logs.String(), "503 Service Unavailable") {
@@ -422,7 +422,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 	}
 	// The queue filled up behind the hanging one: the rest were dropped
 	// and counted.
-	if n := db.WitnessFailures(); n < 9 {
+	if n := db.Integrity().WitnessFailures(); n < 9 {
 		t.Fatalf("witness failures: %d", n)
 	}
 	c, err := db.LatestCheckpoint(ctx)

@@ -448,7 +448,7 @@ func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
 	if u.Unauthenticated > 0 {
 		f.note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
 	}
-	alerts, err := vr.db.Alerts(ctx)
+	alerts, err := vr.db.Integrity().Alerts(ctx)
 	if err != nil {
 		return err
 	}

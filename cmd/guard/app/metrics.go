@@ -46,7 +46,7 @@ func NewMetrics(db *store.DB) *metrics.Registry {
 		return float64(db.PeakBacklog()), nil
 	})
 	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged); a record without a valid MAC, written to the database without the checkpoint key, which guard neither builds the tree over nor signs (verify names it).", func() (float64, error) {
-		return float64(db.IntegrityAlerts()), nil
+		return float64(db.Integrity().IntegrityAlerts()), nil
 	})
 	addVerifyMetrics(reg, db)
 	treeMetrics(reg, db)
@@ -147,9 +147,9 @@ func retentionMetrics(reg *metrics.Registry, db *store.DB) {
 // treeMetrics adds the tree's counters to a serving process's metrics.
 func treeMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
-		return float64(db.CheckpointRefusals()), nil
+		return float64(db.Integrity().CheckpointRefusals()), nil
 	})
 	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
-		return float64(db.WitnessFailures()), nil
+		return float64(db.Integrity().WitnessFailures()), nil
 	})
 }

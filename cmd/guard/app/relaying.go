@@ -254,16 +254,16 @@ func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *heal
 		}}
 	// The integrity alerts the store keeps show in /readyz's body and
 	// never make it 503.
-	o.Alerts = alertTexts{db}
+	o.Alerts = alertTexts{db.Integrity()}
 	return health.New(o)
 }
 
 // alertTexts are the store's integrity alerts as /readyz counts them.
-type alertTexts struct{ db *store.DB }
+type alertTexts struct{ integrity store.Integrity }
 
 // Alerts lists the alerts no one has acknowledged, in words.
 func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
-	alerts, err := a.db.Alerts(ctx)
+	alerts, err := a.integrity.Alerts(ctx)
 	texts := make([]string, len(alerts))
 	for i, al := range alerts {
 		texts[i] = al.Text
