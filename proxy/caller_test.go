@@ -98,7 +98,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

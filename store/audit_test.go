@@ -100,7 +100,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := db.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	h := HashRecord(got)

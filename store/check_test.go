@@ -182,7 +182,7 @@ func TestCheckFilesProofIDs(t *testing.T) {
 		recs = append(recs, id)
 	}
 	rows.Close()
-	proof, err := db.Prove(ctx, recs[2])
+	proof, err := db.Verifier().Prove(ctx, recs[2])
 	if err != nil {
 		t.Fatal(err)
 	}

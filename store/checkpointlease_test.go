@@ -58,7 +58,7 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 	if h, err := b.Streams().LeaseHolder(ctx, checkpointLease); err != nil || h != b.ckpt.holder {
 		t.Fatalf("the lease is held by %q (%v), want the second process's %q", h, err, b.ckpt.holder)
 	}
-	if rep, err := b.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := b.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

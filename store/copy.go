@@ -231,7 +231,7 @@ func (db *DB) verifyForCopy(ctx context.Context, checkpointPath string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("the destination's checkpoint file: %w", err)
 	}
-	rep, err := db.VerifyWith(ctx, o)
+	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil {
 		return fmt.Errorf("verifying the source: %w", err)
 	}
@@ -480,7 +480,7 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 	if rep.Checkpoint != nil {
 		o.Kept = []KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
 	}
-	rep.Verified, err = dst.VerifyWith(ctx, o)
+	rep.Verified, err = dst.Verifier().VerifyWith(ctx, o)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

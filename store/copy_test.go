@@ -74,7 +74,7 @@ func richLog(t *testing.T, dir string) string {
 	if err := db.Configs().NoteRulesWritten(ctx, "sha256:rules1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.VerifyIfDue(ctx, time.Hour); err != nil {
+	if _, err := db.Verifier().VerifyIfDue(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := db.Streams().Lease(ctx, "stream", "me", time.Minute); !ok || err != nil {
@@ -162,7 +162,7 @@ func contentOf(t *testing.T, db *DB) content {
 	check(err)
 	c.Cursor, err = db.Streams().StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
 	check(err)
-	c.Verified, err = db.LastVerification(ctx)
+	c.Verified, err = db.Verifier().LastVerification(ctx)
 	check(err)
 	c.Retention, err = db.Pruning().LastRetention(ctx)
 	check(err)
@@ -254,7 +254,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ro.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err := ro.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || !v.Witnessed || v.Records != int64(len(want.Records)) || v.Extends != want.Checkpoint.Size {
 		t.Errorf("read-only verify: %+v %v", v, err)
 	}
@@ -322,7 +322,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err := dst.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	v, err = dst.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err = dst.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || v.Records != int64(len(want.Records))+2 || v.Extends != want.Checkpoint.Size {
 		t.Fatalf("verify after appending on PostgreSQL: %+v %v", v, err)
 	}

@@ -210,6 +210,15 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
+// Integrity keeps the integrity alerts: the losses and refused journals
+// recorded in the log until a person acknowledges them, and the counts of
+// the alerts this process raised, of the checkpoints it refused to sign
+// and of those a witness did not get. DB.Integrity returns it.
+type Integrity struct{ db *DB }
+
+// Integrity returns the audit log's integrity alerts.
+func (db *DB) Integrity() Integrity { return Integrity{db} }
+
 // integrityAlert counts an integrity alert this process raised.
 func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 
@@ -217,19 +226,21 @@ func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 // journal whose recovery may have lost acknowledged records, a record
 // found without a valid MAC (mac.go), and a journal's frame refused
 // (journalauth.go), each counted once.
-func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.auth.alerts.Load() }
+func (ig Integrity) IntegrityAlerts() int64 {
+	return ig.db.stats.integrity.Load() + ig.db.auth.alerts.Load()
+}
 
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
-func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
-	db.ing.caughtUp(ctx)
+func (ig Integrity) Alerts(ctx context.Context) ([]Alert, error) {
+	ig.db.ing.caughtUp(ctx)
 	pruned := " AND l.pruned = 0"
-	if db.schema.noPruned {
+	if ig.db.schema.noPruned {
 		pruned = ""
 	}
 	// The terms on kind let SQLite read the index of the records that
 	// are not a call's (records_kind) where the schema has it.
-	rows, err := db.r.QueryContext(ctx, `SELECT l.id, l.time, l.method, l.reason, l.detail FROM records l
+	rows, err := ig.db.r.QueryContext(ctx, `SELECT l.id, l.time, l.method, l.reason, l.detail FROM records l
 		WHERE l.kind = 'event' AND l.kind NOT IN ('request', 'outcome') AND l.method IN (?, ?)`+pruned+`
 		AND NOT EXISTS (SELECT 1 FROM records a WHERE a.call_id = l.id AND a.kind = 'event' AND a.method = ?)
 		ORDER BY l.time, l.seq`, MethodJournalDamaged, MethodJournalRefused, MethodLossAcknowledged)
@@ -269,12 +280,12 @@ var ErrAcknowledged = errors.New("acknowledged already")
 // an event record in the chain; it is no longer an alert. It fails with
 // guard.ErrNotFound when no such loss or refusal is recorded, and with
 // ErrAcknowledged when someone has acknowledged it.
-func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
+func (ig Integrity) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
 	var rec *guard.Record
 	check := func(ctx context.Context) (*guard.Record, error) {
-		db.ing.caughtUp(ctx)
+		ig.db.ing.caughtUp(ctx)
 		var method string
-		err := db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
+		err := ig.db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged && method != MethodJournalRefused {
 			return nil, fmt.Errorf("acknowledge: %w: no loss is recorded with the id %q", guard.ErrNotFound, id)
 		}
@@ -282,7 +293,7 @@ func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guar
 			return nil, fmt.Errorf("acknowledge: %w", err)
 		}
 		var who, at string
-		err = db.r.QueryRowContext(ctx, `SELECT decided_by, time FROM records WHERE call_id = ? AND kind = 'event' AND method = ? ORDER BY seq LIMIT 1`,
+		err = ig.db.r.QueryRowContext(ctx, `SELECT decided_by, time FROM records WHERE call_id = ? AND kind = 'event' AND method = ? ORDER BY seq LIMIT 1`,
 			id, MethodLossAcknowledged).Scan(&who, &at)
 		if err == nil {
 			return nil, fmt.Errorf("acknowledge: the loss %s was %w by %s at %s", id, ErrAcknowledged, who, at)
@@ -294,7 +305,7 @@ func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guar
 			DecidedBy: by, Reason: reason, Detail: mustJSON(map[string]string{"loss": id})}
 		return rec, nil
 	}
-	if err := db.decide(ctx, check, func(context.Context) (bool, error) { return true, nil }); err != nil {
+	if err := ig.db.decide(ctx, check, func(context.Context) (bool, error) { return true, nil }); err != nil {
 		return nil, err
 	}
 	return rec, nil

@@ -55,7 +55,7 @@ func verifyOK(t *testing.T, db *DB) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}

@@ -564,12 +564,12 @@ func newExportReader(b []byte) (*exportReader, error) {
 
 // Prove returns the proof text (docs/tree.md) of the records with
 // the given id or call id against the latest checkpoint.
-func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
-	c, err := db.LatestCheckpoint(ctx)
+func (vr Verifier) Prove(ctx context.Context, id string) ([]byte, error) {
+	c, err := vr.db.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, id FROM records WHERE id = ? OR call_id = ? ORDER BY seq`, id, id)
+	rows, err := vr.db.r.QueryContext(ctx, `SELECT seq, id FROM records WHERE id = ? OR call_id = ? ORDER BY seq`, id, id)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
@@ -593,7 +593,7 @@ func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("prove: %w: no record or call has the id %q", guard.ErrNotFound, id)
 	}
-	hr := sqlHashReader(ctx, db.r)
+	hr := sqlHashReader(ctx, vr.db.r)
 	out := []byte(proofHeader)
 	for _, f := range recs {
 		if f.seq > c.Size {

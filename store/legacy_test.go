@@ -63,7 +63,7 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 
 	db = openDB(t, path)
 	defer db.Close()
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 3+6 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}

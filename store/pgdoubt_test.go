@@ -214,7 +214,7 @@ func TestACommitWhoseAnswerIsLostIsSettledByAskingTheDatabase(t *testing.T) {
 	if err := <-db.AppendAsync(rec(2, guard.KindRequest)); err != nil {
 		t.Fatalf("the next append: %v", err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || rep.Records != 3 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -274,7 +274,7 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}

@@ -655,7 +655,7 @@ func TestVerifyCatchesAFalsifiedCallIndex(t *testing.T) {
 			raw.Close()
 			db = openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(ctx)
+			rep, err := db.Verifier().Verify(ctx)
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "the call index does not match the records: "+tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

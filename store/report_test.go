@@ -88,7 +88,7 @@ func TestActivityAtScale(t *testing.T) {
 	}
 	t.Logf("activity of the last 30th, %d calls: %v", a.Calls, time.Since(t0))
 	t0 = time.Now()
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK {
 		t.Fatal(rep, err)
 	}

@@ -80,7 +80,7 @@ func rawConn(t *testing.T, path string) *sql.DB {
 
 func verifyPruned(t *testing.T, db *DB) Report {
 	t.Helper()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -97,7 +97,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	path := filepath.Join(dir, "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 6, 3)
-	before, err := db.Prove(ctx, "call-2")
+	before, err := db.Verifier().Prove(ctx, "call-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
+	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
@@ -353,7 +353,7 @@ func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
 			if _, err := raw.Exec(`DROP TRIGGER IF EXISTS tree_hashes_no_update; ` + tc.sql); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v, want it to name %q", rep, err, tc.want)
 			}
@@ -602,7 +602,7 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != 6 {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != 6 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	var export strings.Builder
@@ -715,7 +715,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}}
-	rep, err := db.VerifyWith(ctx, o)
+	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
 		t.Fatalf("verify after pruning: %+v %v", rep, err)
 	}
@@ -784,7 +784,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

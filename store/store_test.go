@@ -69,7 +69,7 @@ func TestGroupCommitKeepsTheChain(t *testing.T) {
 	}
 	db = openDB(t, path)
 	defer db.Close()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 1600 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -130,7 +130,7 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			}
 			db = openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +161,7 @@ func TestVerifyCatchesAForgedCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rep, _ := db.Verify(context.Background())
+	rep, _ := db.Verifier().Verify(context.Background())
 	if rep.OK || !strings.Contains(rep.Problem, "signature does not verify") {
 		t.Fatalf("verify with a forged checkpoint: %+v", rep)
 	}
@@ -240,7 +240,7 @@ func TestSeveralProcessesShareOneLog(t *testing.T) {
 	}
 	db := openDB(t, path)
 	defer db.Close()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 1200 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -264,7 +264,7 @@ func TestAcknowledgedRecordsSurviveACrash(t *testing.T) {
 			}
 			db := openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil || !rep.OK || rep.Records != 50 {
 				t.Fatalf("after a crash: %+v %v", rep, err)
 			}

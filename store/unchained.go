@@ -187,9 +187,9 @@ func (u Unchained) Outside() bool { return u.Records > 0 || u.DamagedBytes > 0 }
 // Unchained reads the journals of guard processes that stopped (without
 // moving or marking anything) and says what in them is not yet in the
 // chain: a verification cannot vouch for the log while it is not.
-func (db *DB) Unchained(ctx context.Context) (Unchained, error) {
-	db.ing.caughtUp(ctx)
-	js, err := db.readUnchained(ctx)
+func (vr Verifier) Unchained(ctx context.Context) (Unchained, error) {
+	vr.db.ing.caughtUp(ctx)
+	js, err := vr.db.readUnchained(ctx)
 	if err != nil {
 		return Unchained{}, fmt.Errorf("unchained: %w", err)
 	}
@@ -430,8 +430,8 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 // guard processes that stopped hold outside the chain (the log cannot be
 // verified here until a writable guard has moved them in), and the losses
 // no one has acknowledged (a note: the log that records them holds).
-func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
-	u, err := db.Unchained(ctx)
+func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
+	u, err := vr.Unchained(ctx)
 	if err != nil {
 		return err
 	}
@@ -448,7 +448,7 @@ func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
 	if u.Unauthenticated > 0 {
 		f.note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
 	}
-	alerts, err := db.Alerts(ctx)
+	alerts, err := vr.db.Integrity().Alerts(ctx)
 	if err != nil {
 		return err
 	}

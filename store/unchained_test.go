@@ -112,7 +112,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 		}
 	}
 	check(ro, false)
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != len(journal) || u.Journals != 1 || u.DamagedBytes != 0 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != len(journal) || u.Journals != 1 || u.DamagedBytes != 0 {
 		t.Errorf("unchained %+v %v, want the journal's %d records", u, err, len(journal))
 	}
 	var exp bytes.Buffer
@@ -147,7 +147,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	check(db, true)
-	if u, err := db.Unchained(ctx); err != nil || u.Records != 0 {
+	if u, err := db.Verifier().Unchained(ctx); err != nil || u.Records != 0 {
 		t.Errorf("unchained after a writable open: %+v %v", u, err)
 	}
 	verifyOK(t, db)

@@ -306,7 +306,7 @@ func TestVerifyCatchesAnAlteredUser(t *testing.T) {
 			}
 			db = openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -362,7 +362,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != int64(len(before)) {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != int64(len(before)) {
 		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
 	}
 	if ids := queryIDs(t, ro, Filter{}); len(ids) != 12 {
@@ -396,7 +396,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends == 0 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
@@ -654,7 +654,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if !ro.schema.noUser {
 		t.Fatal("the fixture has the user migration: it is not the release before's")
 	}
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 14 {
 		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
 	}
@@ -666,7 +666,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 
 	db := openDB(t, path)
 	defer db.Close()
-	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 {
 		t.Fatalf("verify after the migration: %+v %v", rep, err)
 	}
@@ -687,7 +687,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}

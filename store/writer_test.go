@@ -71,7 +71,7 @@ func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -377,7 +377,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := ro.Verify(context.Background())
+	rep, err := ro.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 20 {
 		t.Fatalf("verify read-only: %+v %v", rep, err)
 	}
@@ -673,7 +673,7 @@ func TestAFileThatIsNotAJournalIsLeftAlone(t *testing.T) {
 	if _, err := os.Stat(stray); err != nil {
 		t.Fatalf("the file that is not a journal went: %v", err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 50 {
 		t.Fatalf("the dead process's records: %+v %v", rep, err)
 	}

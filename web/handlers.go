@@ -40,7 +40,7 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 	nav.Page = p.Page
 	p.Nav, p.Name, p.Via, p.CSRF = nav, sess.name, sess.via, sess.csrf
 	p.Passkey = s.passkeys != nil
-	if v, err := s.opts.Store.LastVerification(r.Context()); err != nil {
+	if v, err := s.opts.Store.Verifier().LastVerification(r.Context()); err != nil {
 		s.log.Error("ui: the last verification of the audit log could not be read", "err", err)
 	} else if v != nil && !v.OK {
 		p.Verify = v

@@ -61,9 +61,10 @@ type Store interface {
 	// the UI shows the pending one and applies or dismisses it (a change
 	// that is not pending is refused, *store.NotPendingError).
 	Configs() store.Configs
-	// LastVerification is the last scheduled verification of the audit
-	// log, nil when there was none: a failed one is shown on every page.
-	LastVerification(ctx context.Context) (*store.Verification, error)
+	// Verifier verifies the audit log: its LastVerification, the last
+	// scheduled one (nil when there was none), is shown on every page
+	// when it failed.
+	Verifier() store.Verifier
 }
 
 // Tools is what the UI reads and decides on tool reviews with;

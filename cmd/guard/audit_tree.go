@@ -109,7 +109,7 @@ func auditProveCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		p, err := db.Prove(ctx, args[0])
+		p, err := db.Verifier().Prove(ctx, args[0])
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit prove: %v\n", err)
 			return exitFailure

@@ -49,7 +49,7 @@ func (m *Main) AuditReport(ctx context.Context, db *store.DB, st *Settings, o Re
 	verified := make(chan error, 1)
 	go func() {
 		var err error
-		r.Verified, err = db.Verify(ctx)
+		r.Verified, err = db.Verifier().Verify(ctx)
 		verified <- err
 	}()
 	var err error

@@ -222,7 +222,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { watchListings(ctx, db, engine, rt.listings, logger) })
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).
-	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
+	bg.Go(func() { db.Verifier().RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
 	bg.Go(func() { db.Pruning().RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
@@ -254,16 +254,16 @@ func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *heal
 		}}
 	// The integrity alerts the store keeps show in /readyz's body and
 	// never make it 503.
-	o.Alerts = alertTexts{db}
+	o.Alerts = alertTexts{db.Integrity()}
 	return health.New(o)
 }
 
 // alertTexts are the store's integrity alerts as /readyz counts them.
-type alertTexts struct{ db *store.DB }
+type alertTexts struct{ integrity store.Integrity }
 
 // Alerts lists the alerts no one has acknowledged, in words.
 func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
-	alerts, err := a.db.Alerts(ctx)
+	alerts, err := a.integrity.Alerts(ctx)
 	texts := make([]string, len(alerts))
 	for i, al := range alerts {
 		texts[i] = al.Text
