@@ -95,7 +95,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 	}
 	defer db.Close()
 	var recoveries atomic.Int32
-	c := New(Options{Log: db, Alerts: alertList{"record 3 was altered"}, ProbeEvery: 20 * time.Millisecond, IdleEvery: 50 * time.Millisecond,
+	c := New(Options{Log: db.Writing(), Alerts: alertList{"record 3 was altered"}, ProbeEvery: 20 * time.Millisecond, IdleEvery: 50 * time.Millisecond,
 		Recovered: func(ctx context.Context, since time.Time, cause string) error {
 			err := db.RecordLifecycle(store.Lifecycle{Event: "recovered", Process: "test", Reason: "the audit log can be written again: " + cause})
 			if err == nil {
@@ -131,7 +131,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 				t.Fatalf("timed out waiting for %s", what)
 			}
 			select {
-			case <-db.WritesChanged():
+			case <-db.Writing().WritesChanged():
 			case <-time.After(10 * time.Millisecond):
 			}
 		}

@@ -129,8 +129,8 @@ func concurrentAppenders(t *testing.T, durability string) {
 		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
 	}
 	db.ing.caughtUp(context.Background())
-	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
-		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
+	if db.Writing().Backlog() != 0 || db.Writing().PeakBacklog() < 1 {
+		t.Fatalf("backlog %d, peak %d", db.Writing().Backlog(), db.Writing().PeakBacklog())
 	}
 	verifyAll(t, db, acked)
 }
@@ -265,8 +265,8 @@ func TestAFullBacklogBlocksAndDoesNotRefuse(t *testing.T) {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if db.PeakBacklog() != maxBacklog {
-		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), maxBacklog)
+	if db.Writing().PeakBacklog() != maxBacklog {
+		t.Fatalf("peak backlog %d, want %d", db.Writing().PeakBacklog(), maxBacklog)
 	}
 	verifyAll(t, db, acked)
 }
@@ -610,7 +610,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 		return true
 	})
 	db.ing.caughtUp(context.Background())
-	if b := db.Backlog(); b != 0 {
+	if b := db.Writing().Backlog(); b != 0 {
 		t.Fatalf("backlog %d after a refused append, want 0", b)
 	}
 	db.ing.jmu.Lock()

@@ -247,7 +247,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 // log can be written, each recovery recorded as a lifecycle record of
 // process's.
 func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *health.Checker {
-	o := health.Options{Log: db, Logger: logger.With("component", "health"),
+	o := health.Options{Log: db.Writing(), Logger: logger.With("component", "health"),
 		Recovered: func(_ context.Context, since time.Time, cause string) error {
 			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
 				Reason: fmt.Sprintf("the audit log can be written again; it could not since %s: %s", since.UTC().Format(time.RFC3339), cause)})
