@@ -155,7 +155,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 	release()
 	waitFor("/readyz to turn 200 again with no traffic", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
 	var got []string
-	if err := db.QueryRecords(context.Background(), guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(context.Background(), guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
 		got = append(got, r.Decision+": "+r.Reason)
 		return nil
 	}); err != nil {

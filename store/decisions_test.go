@@ -19,7 +19,7 @@ import (
 func recordsOf(t *testing.T, db *DB, kind string) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == kind {
 			out = append(out, r)
 		}

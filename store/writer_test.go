@@ -76,7 +76,7 @@ func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	have := map[string]bool{}
-	_ = db.Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
+	_ = db.Reader().Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
 	for _, r := range acked {
 		if !have[r.ID] {
 			t.Fatalf("acknowledged record %s is not in the log", r.ID)
@@ -382,7 +382,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 		t.Fatalf("verify read-only: %+v %v", rep, err)
 	}
 	n := 0
-	if err := ro.Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
+	if err := ro.Reader().Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
 		t.Fatalf("query read-only: %d %v", n, err)
 	}
 	if list, err := ro.Holds().Approvals(context.Background(), ""); err != nil || len(list) != 1 {
@@ -535,7 +535,7 @@ func TestAReaderWaitsForAnotherProcessesJournal(t *testing.T) {
 	found := make(chan bool, 1)
 	go func() {
 		seen := false
-		_ = reader.Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
+		_ = reader.Reader().Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
 		found <- seen
 	}()
 	release()
@@ -636,7 +636,7 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 	}
 	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	start := time.Now()
-	if err := db.Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > caughtUpWait/2 {

@@ -60,6 +60,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 	newUI := func(served string) (*web.Server, error) {
 		return web.New(web.Options{
 			Store:        db,
+			Calls:        db.Reader(),
 			Holds:        db.Holds(),
 			Tools:        db.Catalog(),
 			Decider:      holds,
