@@ -97,7 +97,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 	var recoveries atomic.Int32
 	c := New(Options{Log: db.Writing(), Alerts: alertList{"record 3 was altered"}, ProbeEvery: 20 * time.Millisecond, IdleEvery: 50 * time.Millisecond,
 		Recovered: func(ctx context.Context, since time.Time, cause string) error {
-			err := db.RecordLifecycle(store.Lifecycle{Event: "recovered", Process: "test", Reason: "the audit log can be written again: " + cause})
+			err := db.Operations().RecordLifecycle(store.Lifecycle{Event: "recovered", Process: "test", Reason: "the audit log can be written again: " + cause})
 			if err == nil {
 				recoveries.Add(1)
 			}
