@@ -85,7 +85,7 @@ func TestTheHoldsOfAGoneProcess(t *testing.T) {
 		}
 	}
 	var withdrawals []*guard.Record
-	err = db.Records(ctx, func(r *guard.Record) error {
+	err = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Decision == guard.ApprovalWithdrawn {
 			withdrawals = append(withdrawals, r)
 		}

@@ -52,7 +52,7 @@ func TestConfigChangeWaitsForAPerson(t *testing.T) {
 	}
 	echoDenied(ctx, t, cs)
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		found = found || (r.Kind == guard.KindConfig && r.Decision == store.ConfigApplied && r.DecidedBy == "erin" && strings.Contains(r.Detail, pending.Digest))
 		return nil
 	})

@@ -42,7 +42,7 @@ audit:
 		db := e.openReadOnly(context.Background())
 		defer db.Close()
 		n := 0
-		if err := db.Records(context.Background(), func(*guard.Record) error { n++; return nil }); err != nil {
+		if err := db.Reader().Records(context.Background(), func(*guard.Record) error { n++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -116,7 +116,7 @@ ui:
 	db := e.open(ctx)
 	defer db.Close()
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == a.ID {
 			var d struct {
 				Via      string         `json:"via"`

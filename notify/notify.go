@@ -47,7 +47,8 @@ type Store interface {
 	Holds() store.Holds
 	// AppendAsync appends records to the audit log.
 	AppendAsync(recs ...*guard.Record) <-chan error
-	History
+	// Reader reads the audit log back: the delivery events (History).
+	Reader() store.Reader
 }
 
 // LeaseName is the lease the announcing process holds.
@@ -363,7 +364,7 @@ func (r *receiver) follow(ctx context.Context) {
 // receiver another process (or this one before a restart) recorded as
 // failing is said to have recovered at its next delivery.
 func (r *receiver) resume(ctx context.Context) {
-	ps, err := Undelivered(ctx, r.n.opts.Store, r.n.opts.Now().Add(-ProblemsFor), []Config{r.cfg})
+	ps, err := Undelivered(ctx, r.n.opts.Store.Reader(), r.n.opts.Now().Add(-ProblemsFor), []Config{r.cfg})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("notify: cannot read the receiver's last deliveries", "err", err)

@@ -119,7 +119,7 @@ func events(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
 	db.Streams().CaughtUp(context.Background())
 	var out []*guard.Record
-	if err := db.QueryRecords(context.Background(), guard.KindEvent, store.Filter{}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(context.Background(), guard.KindEvent, store.Filter{}, func(r *guard.Record) error {
 		if r.Method == Method {
 			out = append(out, r)
 		}
@@ -427,7 +427,7 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 	undelivered := func() []Problem {
 		t.Helper()
 		db.Streams().CaughtUp(context.Background())
-		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []Config{r})
+		ps, err := Undelivered(context.Background(), db.Reader(), time.Now().Add(-time.Hour), []Config{r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 	}
 	stop()
 	// Only the receivers configured now are named.
-	if ps, _ := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), nil); len(ps) != 0 {
+	if ps, _ := Undelivered(context.Background(), db.Reader(), time.Now().Add(-time.Hour), nil); len(ps) != 0 {
 		t.Fatalf("undelivered, of no receiver: %+v", ps)
 	}
 

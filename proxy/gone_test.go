@@ -70,7 +70,7 @@ func settledWithin(t testing.TB, db *store.DB, id string, d time.Duration) *guar
 func withdrawalReason(t testing.TB, db *store.DB, id string) string {
 	t.Helper()
 	reason := ""
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == id && r.Decision == guard.ApprovalWithdrawn {
 			reason = r.Reason
 		}

@@ -204,7 +204,7 @@ func (h *harness) initialize(version string) {
 func (h *harness) calls() []*store.Call {
 	h.t.Helper()
 	var out []*store.Call
-	err := h.db.Query(context.Background(), store.Filter{}, func(c *store.Call) error {
+	err := h.db.Reader().Query(context.Background(), store.Filter{}, func(c *store.Call) error {
 		out = append(out, c)
 		return nil
 	})
@@ -601,7 +601,7 @@ func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
 		t.Fatalf("got %v", m)
 	}
 	var events []string
-	err := h.db.Records(context.Background(), func(r *guard.Record) error {
+	err := h.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent {
 			events = append(events, r.Method+" "+r.Detail)
 		}

@@ -367,7 +367,7 @@ func TestAReportNamesTheReviewThatDecided(t *testing.T) {
 		}
 	}
 	db.ing.caughtUp(ctx)
-	act, err := db.Activity(ctx, start, time.Now().Add(time.Minute))
+	act, err := db.Reader().Activity(ctx, start, time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 3)
 	var before strings.Builder
-	if err := db.Export(ctx, &before, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &before, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(before.String())}}); err != nil {
@@ -82,7 +82,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after strings.Builder
-	if err := db.Export(ctx, &after, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &after, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(after.String())}})
@@ -143,7 +143,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	if err := db.Export(ctx, &b, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &b, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(b.String())}}); err == nil ||
@@ -187,7 +187,7 @@ func TestCheckFilesProofIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var export strings.Builder
-	if err := db.Export(ctx, &export, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	v := db.signer.verifier

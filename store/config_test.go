@@ -15,7 +15,7 @@ import (
 func configEvents(t *testing.T, db *DB) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	err := db.Records(context.Background(), func(r *guard.Record) error {
+	err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindConfig && (r.Decision == ConfigApplied || r.Decision == ConfigDismissed) {
 			out = append(out, r)
 		}

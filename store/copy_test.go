@@ -130,7 +130,7 @@ func contentOf(t *testing.T, db *DB) content {
 			t.Fatal(err)
 		}
 	}
-	check(db.Records(ctx, func(r *guard.Record) error { c.Records = append(c.Records, r); return nil }))
+	check(db.Reader().Records(ctx, func(r *guard.Record) error { c.Records = append(c.Records, r); return nil }))
 	c.Calls = callIndexRows(t, db)
 	// Each engine's text index, as its own query reads it (Query
 	// reads SQLite's only, so far).

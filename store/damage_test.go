@@ -144,7 +144,7 @@ func lossRecords(t *testing.T, db *DB) []*guard.Record {
 func eventRecords(t *testing.T, db *DB, method string) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent && r.Method == method {
 			out = append(out, r)
 		}
@@ -175,7 +175,7 @@ func TestADamagedJournalLosesNothingSilently(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	have := map[string]int64{}
-	if err := db.Records(ctx, func(r *guard.Record) error { have[r.ID] = r.Seq; return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { have[r.ID] = r.Seq; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range recs {
@@ -296,7 +296,7 @@ func TestARunningProcessMovesInAStoppedProcessesJournal(t *testing.T) {
 	j2 := damagedJournal(t, path, damaged, 3)
 	count := func() int {
 		n := 0
-		_ = db.Records(ctx, func(*guard.Record) error { n++; return nil })
+		_ = db.Reader().Records(ctx, func(*guard.Record) error { n++; return nil })
 		return n
 	}
 	waitFor(t, "the stopped process's records", func() bool { return count() == 1+10+19+1 })

@@ -19,7 +19,7 @@ import (
 func recordsOf(t *testing.T, db *DB, kind string) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == kind {
 			out = append(out, r)
 		}
@@ -288,15 +288,15 @@ func TestAToolReviewIsARecord(t *testing.T) {
 func TestConfigLifecycleAndRuleRecords(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
-	if err := db.RecordConfig(ConfigLoad{Digest: "sha256:cfg", Policy: "pv1", How: "loaded", Reason: "configuration loaded", Process: "guard run"}); err != nil {
+	if err := db.Operations().RecordConfig(ConfigLoad{Digest: "sha256:cfg", Policy: "pv1", How: "loaded", Reason: "configuration loaded", Process: "guard run"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordLifecycle(Lifecycle{Event: LifecycleStarted, Process: "guard serve", Version: "v1.2.3",
+	if err := db.Operations().RecordLifecycle(Lifecycle{Event: LifecycleStarted, Process: "guard serve", Version: "v1.2.3",
 		Serves: []string{"http://127.0.0.1:8930/mcp/files"}, Reason: "guard serve started"}); err != nil {
 		t.Fatal(err)
 	}
 	a := heldApproval("a1")
-	if err := db.RecordRuleAdded(RuleAdded{Approval: a, By: "alice", Rule: "approved-files-write_file", Server: "files",
+	if err := db.Operations().RecordRuleAdded(RuleAdded{Approval: a, By: "alice", Rule: "approved-files-write_file", Server: "files",
 		Tool: "write_file", Method: "tools/call", Action: guard.ActionAllow, File: "/etc/guard/rules.d/approved.yaml"}); err != nil {
 		t.Fatal(err)
 	}

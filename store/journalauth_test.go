@@ -141,7 +141,7 @@ func crashedProcess(t *testing.T, o Options) string {
 func recordIDs(t *testing.T, db *DB) map[string]int {
 	t.Helper()
 	ids := map[string]int{}
-	if err := db.Records(context.Background(), func(r *guard.Record) error { ids[r.ID]++; return nil }); err != nil {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error { ids[r.ID]++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return ids

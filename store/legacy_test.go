@@ -68,7 +68,7 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	var ids []string
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Seq > 3 {
 			ids = append(ids, r.ID)
 			if r.Result != "\x00\n\"ü" || r.Time.UnixMilli() != base.UnixMilli()+r.DurationMS {

@@ -37,7 +37,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 		}
 		tail := rep.Records - c.Size
 		var export strings.Builder
-		if err := db.Export(ctx, &export, ExportOptions{}); err != nil {
+		if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()

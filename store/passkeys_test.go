@@ -75,7 +75,7 @@ func TestPasskeyEnrolmentCodes(t *testing.T) {
 	}
 	// Each passkey stored is in the audit log, whom it is for first.
 	var enrolled []string
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent && r.Method == MethodPasskeyEnrolled {
 			enrolled = append(enrolled, r.DecidedBy+" "+r.Detail)
 		}

@@ -251,7 +251,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	if err := db.Query(ctx, Filter{}, func(*Call) error { n++; return nil }); err != nil {
+	if err := db.Reader().Query(ctx, Filter{}, func(*Call) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {

@@ -360,26 +360,34 @@ func appendArgs(args []any, vs []string) []any {
 // to newer ones), and turns them around before handing them on.
 func ascending(f Filter) bool { return f.After != 0 && f.Before == 0 }
 
+// Reader keeps the readers of the audit log: the calls and the records a
+// filter selects, every record in order, the policy's decisions, a
+// period's activity and the export; DB.Reader returns it.
+type Reader struct{ db *DB }
+
+// Reader returns the readers of the audit log.
+func (db *DB) Reader() Reader { return Reader{db} }
+
 // Query calls fn for each invocation that matches f, newest first.
-func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+func (rd Reader) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if f.Text != "" {
 		if _, err := matchTerms(f.Text); err != nil {
 			return fmt.Errorf("query: %w", err)
 		}
 	}
-	if err := db.needCallIndex(ctx); err != nil {
+	if err := rd.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	db.ing.caughtUp(ctx)
-	ov, err := db.unchainedOverlay(ctx)
+	rd.db.ing.caughtUp(ctx)
+	ov, err := rd.db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
 	if ov == nil {
-		return db.queryCalls(ctx, f, fn)
+		return rd.db.queryCalls(ctx, f, fn)
 	}
 	defer ov.close()
-	return ov.mergeCalls(ctx, f, func(f Filter, fn func(*Call) error) error { return db.queryCalls(ctx, f, fn) }, fn)
+	return ov.mergeCalls(ctx, f, func(f Filter, fn func(*Call) error) error { return rd.db.queryCalls(ctx, f, fn) }, fn)
 }
 
 // queryCalls is Query of the calls in the database alone, once it has
@@ -461,12 +469,12 @@ func (db *DB) userMatches(ctx context.Context, who string) ([]string, error) {
 
 // needCallIndex checks that the database has the call index: a database
 // opened read-only may have been written last by an earlier version.
-func (db *DB) needCallIndex(ctx context.Context) error {
-	if db.writable || db.hold != nil || db.pg { // PostgreSQL's first schema has it
+func (rd Reader) needCallIndex(ctx context.Context) error {
+	if rd.db.writable || rd.db.hold != nil || rd.db.pg { // PostgreSQL's first schema has it
 		return nil
 	}
 	var n int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, callIndexMigration).Scan(&n); err != nil {
+	if err := rd.db.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, callIndexMigration).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -490,7 +498,7 @@ var ErrCallsOnly = errors.New("this filter applies to calls only")
 // QueryRecords calls fn for each record of a kind in RecordKinds that
 // matches f, newest first (by time, then seq). Outcome, Text, ID, Before
 // and After do not apply to them.
-func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
+func (rd Reader) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	if !slices.Contains(RecordKinds, kind) {
 		return fmt.Errorf("records: kind %q: want one of %s", kind, strings.Join(RecordKinds, ", "))
 	}
@@ -500,19 +508,19 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if _, err := f.approvals(); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	if err := db.needCallIndex(ctx); err != nil {
+	if err := rd.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	db.ing.caughtUp(ctx)
-	ov, err := db.unchainedOverlay(ctx)
+	rd.db.ing.caughtUp(ctx)
+	ov, err := rd.db.unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
 	if ov == nil {
-		return db.queryRecords(ctx, kind, f, fn)
+		return rd.db.queryRecords(ctx, kind, f, fn)
 	}
 	defer ov.close()
-	return ov.mergeRecords(ctx, kind, f, func(f Filter, fn func(*guard.Record) error) error { return db.queryRecords(ctx, kind, f, fn) }, fn)
+	return ov.mergeRecords(ctx, kind, f, func(f Filter, fn func(*guard.Record) error) error { return rd.db.queryRecords(ctx, kind, f, fn) }, fn)
 }
 
 // queryRecords is QueryRecords of the records in the database alone, once

@@ -76,13 +76,13 @@ func TestActivityAtScale(t *testing.T) {
 		_ = os.WriteFile(path+".built", nil, 0o600)
 	}
 	t0 := time.Now()
-	a, err := db.Activity(ctx, start, time.Time{})
+	a, err := db.Reader().Activity(ctx, start, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("activity of %d calls: %v (%d held)", a.Calls, time.Since(t0), len(a.Approvals))
 	t0 = time.Now()
-	a, err = db.Activity(ctx, start.Add(time.Duration(n)*10*time.Millisecond*29/30), time.Time{})
+	a, err = db.Reader().Activity(ctx, start.Add(time.Duration(n)*10*time.Millisecond*29/30), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestActivityHeldCalls(t *testing.T) {
 	if err := db.Append(recs...); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	a, err := db.Reader().Activity(ctx, at, at.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestActivityToolReviewsFromTheLog(t *testing.T) {
 			Decision: guard.ReviewAccepted, DecidedBy: "bob", Detail: `{"cause":"new"}`}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	a, err := db.Reader().Activity(ctx, at, at.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

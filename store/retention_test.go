@@ -151,7 +151,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 
 	// The bodies are gone, the rows and leaves stay.
 	var recs []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != 19 {
@@ -197,7 +197,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		}
 	}
 	var whole strings.Builder
-	if err := db.Export(ctx, &whole, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &whole, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
@@ -246,7 +246,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatalf("pruned: %+v", got)
 	}
 	pruned := map[string]int{}
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Pruned {
 			pruned[r.CallID]++
 		}
@@ -274,7 +274,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatalf("second round: %+v", got)
 	}
 	var left []string
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if !r.Pruned {
 			left = append(left, r.Kind)
 		}
@@ -391,7 +391,7 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 		}
 	}
 	n := 0
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Pruned || r.Kind == guard.KindRetention || !hasBody(r) {
 			t.Fatalf("record %d after a failed round: %+v", r.Seq, r)
 		}
@@ -606,10 +606,10 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	var export strings.Builder
-	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Count(export.String(), "\n") != 7 {
+	if err := ro.Reader().Export(ctx, &export, ExportOptions{}); err != nil || strings.Count(export.String(), "\n") != 7 {
 		t.Fatalf("export: %v\n%s", err, export.String())
 	}
-	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{}, func(*guard.Record) error { return nil }); err != nil {
+	if err := ro.Reader().QueryRecords(ctx, guard.KindDecision, Filter{}, func(*guard.Record) error { return nil }); err != nil {
 		t.Fatalf("records of a kind: %v", err)
 	}
 	ro.Close()
@@ -631,7 +631,7 @@ func TestReportCountsPrunedCallsAsArchived(t *testing.T) {
 	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, retentionStart.Add(-time.Hour), time.Time{})
+	a, err := db.Reader().Activity(ctx, retentionStart.Add(-time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

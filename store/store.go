@@ -519,7 +519,7 @@ func (db *DB) Close() error {
 				db.ckpt.witness.close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
-				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
+				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.Writing().PeakBacklog())
 		}
 		err = db.closeAll()
 	})

@@ -75,7 +75,7 @@ func TestGroupCommitKeepsTheChain(t *testing.T) {
 	}
 	// The two records of one call are adjacent: committed together, in order.
 	var prev *guard.Record
-	_ = db.Records(context.Background(), func(r *guard.Record) error {
+	_ = db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindOutcome && (prev == nil || prev.CallID != r.CallID) {
 			t.Fatalf("outcome %d is not right after its request", r.Seq)
 		}
@@ -83,7 +83,7 @@ func TestGroupCommitKeepsTheChain(t *testing.T) {
 		return nil
 	})
 	n := 0
-	_ = db.Query(context.Background(), Filter{}, func(c *Call) error { n++; return nil })
+	_ = db.Reader().Query(context.Background(), Filter{}, func(c *Call) error { n++; return nil })
 	if n != 800 {
 		t.Fatalf("calls view has %d rows, want 800", n)
 	}
@@ -494,7 +494,7 @@ func FuzzChain(f *testing.F) {
 			t.Fatal(err)
 		}
 		var got *guard.Record
-		_ = db.Records(context.Background(), func(x *guard.Record) error {
+		_ = db.Reader().Records(context.Background(), func(x *guard.Record) error {
 			if x.ID == r.ID {
 				got = x
 			}

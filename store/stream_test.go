@@ -122,7 +122,7 @@ func TestRecordsAfterAndLag(t *testing.T) {
 		}
 	}
 	// Records waits for the ingester; RecordsAfter reads what is there.
-	if err := db.Records(ctx, func(*guard.Record) error { return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(*guard.Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := db.Streams().RecordsAfter(ctx, 2, 2)

@@ -80,7 +80,7 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 		return out, nil
 	})
 	var n int64
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		hs, err := tlog.StoredHashes(n, audit.AppendCanonical(nil, r), reader)
 		if err != nil {
 			t.Fatal(err)

@@ -188,7 +188,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 	defer db.Close()
 	userLog(t, db)
 	named := map[string]int{}
-	err := db.Records(ctx, func(r *guard.Record) error {
+	err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		switch {
 		case r.User == "" && r.UserEmail == "" && r.UserGroups == nil:
 			named[""]++
@@ -217,7 +217,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		{Filter{User: "bob@example.com"}, nil},
 	} {
 		var got []string
-		err := db.Query(ctx, tc.f, func(c *Call) error {
+		err := db.Reader().Query(ctx, tc.f, func(c *Call) error {
 			got = append(got, c.ID)
 			if c.User != caller.Subject || c.UserEmail != caller.Email || !slices.Equal(c.UserGroups, caller.Groups) {
 				t.Errorf("call %s shows %q %q %q", c.ID, c.User, c.UserEmail, c.UserGroups)
@@ -234,14 +234,14 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		}
 	}
 	var anon *Call
-	if err := db.Query(ctx, Filter{ID: "ucall-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
+	if err := db.Reader().Query(ctx, Filter{ID: "ucall-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
 		t.Fatalf("the call no one authenticated: %v", err)
 	}
 	if anon.User != "" || anon.UserEmail != "" || anon.UserGroups == nil || len(anon.UserGroups) != 0 {
 		t.Errorf("the call no one authenticated shows %q %q %#v", anon.User, anon.UserEmail, anon.UserGroups)
 	}
 	var kinds []string
-	if err := db.QueryRecords(ctx, guard.KindEvent, Filter{User: caller.Email}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(ctx, guard.KindEvent, Filter{User: caller.Email}, func(r *guard.Record) error {
 		kinds = append(kinds, r.Kind+" "+r.User)
 		return nil
 	}); err != nil || !slices.Equal(kinds, []string{"event " + caller.Subject}) {
@@ -250,7 +250,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 
 	for _, format := range []string{"jsonl", "csv"} {
 		var b bytes.Buffer
-		if err := db.Export(ctx, &b, ExportOptions{Format: format}); err != nil {
+		if err := db.Reader().Export(ctx, &b, ExportOptions{Format: format}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := checkFiles(db.signer.verifier, []File{{format, b.Bytes()}}); err != nil {
@@ -371,14 +371,14 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if ids := queryIDs(t, ro, Filter{User: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("a query by user of a log that names none: %v", ids)
 	}
-	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
+	if err := ro.Reader().QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
 		t.Errorf("records by user: %v", err)
 	}
 	if as, err := ro.Holds().Approvals(ctx, ""); err != nil || len(as) != 1 {
 		t.Errorf("approvals: %d %v", len(as), err)
 	}
 	var export bytes.Buffer
-	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Contains(export.String(), `"user`) {
+	if err := ro.Reader().Export(ctx, &export, ExportOptions{}); err != nil || strings.Contains(export.String(), `"user`) {
 		t.Fatalf("export: %v\n%s", err, export.String())
 	}
 	ro.Close()
@@ -462,7 +462,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 
 	db := openDB(t, path)
 	var got []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 17 || got[14].ID != old1.ID || got[15].ID != old2.ID || got[15].Approval != "ap-1" || got[15].Result != old2.Result ||
@@ -482,7 +482,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	got = got[:0]
-	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 19 || got[17].ID != old3.ID || got[17].User != "" || got[18].ID != mine.ID ||
@@ -515,7 +515,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 		t.Fatalf("the archive does not check: %v", err)
 	}
 	kept := 0
-	if err := db.Records(ctx, func(r *guard.Record) error {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		switch {
 		case r.Pruned && (r.User != "" || r.UserEmail != "" || r.UserGroups != nil):
 			t.Errorf("pruned record %d still names %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
@@ -659,7 +659,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
 	}
 	var before []string
-	if err := ro.Records(ctx, func(r *guard.Record) error { before = append(before, r.Hash); return nil }); err != nil {
+	if err := ro.Reader().Records(ctx, func(r *guard.Record) error { before = append(before, r.Hash); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	ro.Close()
@@ -671,7 +671,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 		t.Fatalf("verify after the migration: %+v %v", rep, err)
 	}
 	var after []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { after = append(after, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { after = append(after, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range after[:len(before)] {

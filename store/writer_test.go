@@ -76,7 +76,7 @@ func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	have := map[string]bool{}
-	_ = db.Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
+	_ = db.Reader().Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
 	for _, r := range acked {
 		if !have[r.ID] {
 			t.Fatalf("acknowledged record %s is not in the log", r.ID)
@@ -129,8 +129,8 @@ func concurrentAppenders(t *testing.T, durability string) {
 		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
 	}
 	db.ing.caughtUp(context.Background())
-	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
-		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
+	if db.Writing().Backlog() != 0 || db.Writing().PeakBacklog() < 1 {
+		t.Fatalf("backlog %d, peak %d", db.Writing().Backlog(), db.Writing().PeakBacklog())
 	}
 	verifyAll(t, db, acked)
 }
@@ -265,8 +265,8 @@ func TestAFullBacklogBlocksAndDoesNotRefuse(t *testing.T) {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if db.PeakBacklog() != maxBacklog {
-		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), maxBacklog)
+	if db.Writing().PeakBacklog() != maxBacklog {
+		t.Fatalf("peak backlog %d, want %d", db.Writing().PeakBacklog(), maxBacklog)
 	}
 	verifyAll(t, db, acked)
 }
@@ -382,7 +382,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 		t.Fatalf("verify read-only: %+v %v", rep, err)
 	}
 	n := 0
-	if err := ro.Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
+	if err := ro.Reader().Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
 		t.Fatalf("query read-only: %d %v", n, err)
 	}
 	if list, err := ro.Holds().Approvals(context.Background(), ""); err != nil || len(list) != 1 {
@@ -535,7 +535,7 @@ func TestAReaderWaitsForAnotherProcessesJournal(t *testing.T) {
 	found := make(chan bool, 1)
 	go func() {
 		seen := false
-		_ = reader.Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
+		_ = reader.Reader().Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
 		found <- seen
 	}()
 	release()
@@ -610,7 +610,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 		return true
 	})
 	db.ing.caughtUp(context.Background())
-	if b := db.Backlog(); b != 0 {
+	if b := db.Writing().Backlog(); b != 0 {
 		t.Fatalf("backlog %d after a refused append, want 0", b)
 	}
 	db.ing.jmu.Lock()
@@ -636,7 +636,7 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 	}
 	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	start := time.Now()
-	if err := db.Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > caughtUpWait/2 {

@@ -74,7 +74,7 @@ func mustAppend(t *testing.T, db *store.DB, from, n int) {
 func committed(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
 	var recs []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return recs

@@ -38,7 +38,7 @@ func (e *env) configChange(digest string) *store.ConfigChange {
 func (e *env) configEvents() []string {
 	e.t.Helper()
 	var out []string
-	err := e.db.Records(context.Background(), func(r *guard.Record) error {
+	err := e.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindConfig && (r.Decision == store.ConfigApplied || r.Decision == store.ConfigDismissed) {
 			d := digestA
 			if strings.Contains(r.Detail, digestB) {

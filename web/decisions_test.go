@@ -18,7 +18,7 @@ import (
 func (e *env) decisionRecords() []*guard.Record {
 	e.t.Helper()
 	var out []*guard.Record
-	if err := e.db.Records(context.Background(), func(r *guard.Record) error {
+	if err := e.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision {
 			out = append(out, r)
 		}

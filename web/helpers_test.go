@@ -118,6 +118,7 @@ func newEnvAt(t testing.TB, path string, configure ...func(*web.Options)) *env {
 	_, port, _ := strings.Cut(e.host, ":")
 	o := web.Options{
 		Store:        db,
+		Calls:        db.Reader(),
 		Holds:        db.Holds(),
 		Tools:        db.Catalog(),
 		Decider:      e.m,

@@ -213,7 +213,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 	h.Sum(sig.pending[:0])
 
 	h = sha256.New()
-	err = s.opts.Store.Query(ctx, store.Filter{Limit: activityWindow}, func(c *store.Call) error {
+	err = s.opts.Calls.Query(ctx, store.Filter{Limit: activityWindow}, func(c *store.Call) error {
 		io.WriteString(h, c.ID+"\x00"+c.Time+"\x00"+c.Outcome+"\x00"+c.Decision+"\x00"+c.Hash+"\x00")
 		return nil
 	})

@@ -189,7 +189,7 @@ func TestPasskeyApproval(t *testing.T) {
 	}
 	// Both enrolments are in the audit log.
 	enrolled := 0
-	_ = e.db.Records(ctx, func(r *guard.Record) error {
+	_ = e.db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Method == store.MethodPasskeyEnrolled && r.DecidedBy == "alice" {
 			enrolled++
 		}

@@ -55,7 +55,7 @@ func TestVerifiedSessionsReviewThroughTheUI(t *testing.T) {
 	}
 	defer db.Close()
 	m := approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute})
-	s, err := New(Options{Store: db, Holds: db.Holds(), Tools: db.Catalog(), Decider: m, Token: "t", AllowedHosts: []string{"h:1"}})
+	s, err := New(Options{Store: db, Calls: db.Reader(), Holds: db.Holds(), Tools: db.Catalog(), Decider: m, Token: "t", AllowedHosts: []string{"h:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,7 +195,7 @@ func (s *views) heldCalls(ctx context.Context, list []*guard.Approval) (map[stri
 		}
 	}
 	err := inChunks(ids, func(ids []string) error {
-		return s.opts.Store.Query(ctx, store.Filter{IDs: ids}, func(c *store.Call) error {
+		return s.opts.Calls.Query(ctx, store.Filter{IDs: ids}, func(c *store.Call) error {
 			calls[c.ID] = c
 			return nil
 		})
@@ -626,7 +626,7 @@ func (s *views) activityView(ctx context.Context, q url.Values) (activityView, e
 	// One call more than shown says whether there is another page.
 	limit := f.Limit
 	f.Limit++
-	err := s.opts.Store.Query(ctx, f, func(c *store.Call) error {
+	err := s.opts.Calls.Query(ctx, f, func(c *store.Call) error {
 		v.Calls = append(v.Calls, c)
 		return nil
 	})
@@ -687,7 +687,7 @@ func (s *views) approvalsOf(ctx context.Context, v *activityView) error {
 		for _, a := range list {
 			v.Approvals[a.ID] = approvalCalls{a: a}
 		}
-		return s.opts.Store.Query(ctx, store.Filter{Approvals: ids}, func(c *store.Call) error {
+		return s.opts.Calls.Query(ctx, store.Filter{Approvals: ids}, func(c *store.Call) error {
 			if ac, ok := v.Approvals[c.Approval]; ok {
 				ac.calls = append(ac.calls, c)
 				v.Approvals[c.Approval] = ac
@@ -754,7 +754,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 		return v, err
 	}
 	ac := approvalCalls{a: a}
-	err = s.opts.Store.Query(ctx, store.Filter{Approval: a.ID}, func(c *store.Call) error {
+	err = s.opts.Calls.Query(ctx, store.Filter{Approval: a.ID}, func(c *store.Call) error {
 		ac.calls = append(ac.calls, c)
 		return nil
 	})
@@ -768,7 +768,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 // findCall looks up one invocation by its id.
 func (s *views) findCall(ctx context.Context, id string) (*store.Call, error) {
 	var found *store.Call
-	err := s.opts.Store.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
+	err := s.opts.Calls.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
 		found = c
 		return nil
 	})

@@ -52,11 +52,9 @@ import (
 // keeps one doc comment.
 //go:generate go tool templ generate -include-version=false
 
-// Store is what the UI reads of the audit log and where it finds the
-// configuration changes; *store.DB implements it.
+// Store is where the UI finds the configuration changes and the audit
+// log's verification; *store.DB implements it.
 type Store interface {
-	// Query calls fn for each recorded invocation matching f, newest first.
-	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
 	// Configs keeps the configuration changes that wait for a person:
 	// the UI shows the pending one and applies or dismisses it (a change
 	// that is not pending is refused, *store.NotPendingError).
@@ -66,6 +64,15 @@ type Store interface {
 	// when it failed.
 	Verifier() store.Verifier
 }
+
+// Calls is what the UI reads of the audit log; store.Reader implements
+// it.
+type Calls interface {
+	// Query calls fn for each recorded invocation matching f, newest first.
+	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
+}
+
+var _ Calls = store.Reader{}
 
 // Tools is what the UI reads and decides on tool reviews with;
 // store.Catalog implements it.
@@ -124,6 +131,7 @@ var _ Decider = (*approvals.Manager)(nil)
 // Options configure a Server.
 type Options struct {
 	Store   Store
+	Calls   Calls // the calls in the audit log
 	Holds   Holds // the held calls
 	Tools   Tools // the tools' definitions and their reviews
 	Decider Decider
@@ -201,8 +209,8 @@ const sessionCookie = "guard_session"
 
 // New returns the UI handler.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Holds == nil || o.Tools == nil || o.Decider == nil {
-		return nil, errors.New("web: a store, the held calls, the tools and a decider are needed")
+	if o.Store == nil || o.Calls == nil || o.Holds == nil || o.Tools == nil || o.Decider == nil {
+		return nil, errors.New("web: a store, the calls, the held calls, the tools and a decider are needed")
 	}
 	if o.Token == "" {
 		return nil, errors.New("web: no login token")

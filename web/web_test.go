@@ -30,8 +30,8 @@ import (
 func TestNewRefusesAnIncompleteSetup(t *testing.T) {
 	e := newEnv(t)
 	for name, o := range map[string]web.Options{
-		"no token": {Store: e.db, Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, AllowedHosts: []string{"127.0.0.1:1"}},
-		"no hosts": {Store: e.db, Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, Token: testToken},
+		"no token": {Store: e.db, Calls: e.db.Reader(), Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, AllowedHosts: []string{"127.0.0.1:1"}},
+		"no hosts": {Store: e.db, Calls: e.db.Reader(), Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, Token: testToken},
 		"no store": {Decider: e.m, Token: testToken, AllowedHosts: []string{"127.0.0.1:1"}},
 	} {
 		if _, err := web.New(o); err == nil {
@@ -548,7 +548,7 @@ func TestApproveAlways(t *testing.T) {
 func TestApproveAlwaysThatCannotWriteTheRuleDoesNotApprove(t *testing.T) {
 	e := newEnv(t)
 	var tried atomic.Int32
-	ui, err := web.New(web.Options{Store: e.db, Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
+	ui, err := web.New(web.Options{Store: e.db, Calls: e.db.Reader(), Holds: e.db.Holds(), Tools: e.db.Catalog(), Decider: e.m, Token: testToken, AllowedHosts: []string{"h:1"},
 		AllowAlways: func(*guard.Approval, string) error { tried.Add(1); return errors.New("disk full") }})
 	if err != nil {
 		t.Fatal(err)
@@ -797,7 +797,7 @@ func TestActivity(t *testing.T) {
 		t.Fatalf("detail: %d", res.StatusCode)
 	}
 	var hash string
-	_ = e.db.Query(context.Background(), store.Filter{}, func(c *store.Call) error {
+	_ = e.db.Reader().Query(context.Background(), store.Filter{}, func(c *store.Call) error {
 		if c.ID == id3 {
 			hash = c.Hash
 		}
@@ -996,7 +996,7 @@ func TestActivityTellsWhatBecameOfHeldCalls(t *testing.T) {
 	e.clock.advance(2 * time.Minute)
 	rowTime := func(id string) time.Time {
 		var c *store.Call
-		_ = e.db.Query(ctx, store.Filter{ID: id}, func(x *store.Call) error { c = x; return nil })
+		_ = e.db.Reader().Query(ctx, store.Filter{ID: id}, func(x *store.Call) error { c = x; return nil })
 		at, _ := time.Parse(time.RFC3339Nano, c.Time)
 		return at
 	}
@@ -1059,8 +1059,8 @@ func TestActivityTellsWhatBecameOfHeldCalls(t *testing.T) {
 func TestActivityReadsApprovalsInOneQuery(t *testing.T) {
 	var counts countingStore
 	e := newEnvAt(t, filepath.Join(t.TempDir(), "g.db"), func(o *web.Options) {
-		counts.Store, counts.Holds = o.Store, o.Holds
-		o.Store, o.Holds = &counts, &counts
+		counts.Calls, counts.Holds = o.Calls, o.Holds
+		o.Calls, o.Holds = &counts, &counts
 	})
 	for i := range 30 {
 		a := e.hold("files", "delete_file", fmt.Sprintf(`{"path":"/%d"}`, i))
@@ -1082,7 +1082,7 @@ func TestActivityReadsApprovalsInOneQuery(t *testing.T) {
 
 // countingStore counts what the UI asks of the store.
 type countingStore struct {
-	web.Store
+	web.Calls
 	web.Holds
 	mu                 sync.Mutex
 	one, byID, queries int
@@ -1114,7 +1114,7 @@ func (c *countingStore) Query(ctx context.Context, f store.Filter, fn func(*stor
 	c.mu.Lock()
 	c.queries++
 	c.mu.Unlock()
-	return c.Store.Query(ctx, f, fn)
+	return c.Calls.Query(ctx, f, fn)
 }
 
 // fmtUI is a time as the pages show it.
@@ -1145,7 +1145,7 @@ func TestPendingPageTellsTheClientsWaitFromTheHolds(t *testing.T) {
 		t.Errorf("a waiting call's card: %q", g)
 	}
 	var c *store.Call
-	_ = e.db.Query(context.Background(), store.Filter{ID: told.ID}, func(x *store.Call) error { c = x; return nil })
+	_ = e.db.Reader().Query(context.Background(), store.Filter{ID: told.ID}, func(x *store.Call) error { c = x; return nil })
 	at, _ := time.Parse(time.RFC3339Nano, c.Time)
 	if g := got[told.ID]; len(g) == 0 || g[0] != web.CallerRetry || !strings.Contains(g[1], "told to retry at "+fmtUI(at.Add(50*time.Second))) || !strings.HasSuffix(g[2], "left") {
 		t.Errorf("a call told to retry: card %q", g)

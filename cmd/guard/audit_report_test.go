@@ -143,7 +143,7 @@ func reportLog(t *testing.T, dir string) (string, string) {
 	}
 	defer ro.Close()
 	records := 0
-	if err := ro.Records(ctx, func(*guard.Record) error { records++; return nil }); err != nil {
+	if err := ro.Reader().Records(ctx, func(*guard.Record) error { records++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return path, strconv.Itoa(records)

@@ -155,7 +155,7 @@ func auditExportCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		if err := db.Export(ctx, a.stdout, o); err != nil {
+		if err := db.Reader().Export(ctx, a.stdout, o); err != nil {
 			fmt.Fprintf(a.stderr, "guard audit export: %v\n", err)
 			return exitFailure
 		}

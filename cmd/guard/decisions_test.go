@@ -56,7 +56,7 @@ func recordsIn(t *testing.T, path, kind string) []*guard.Record {
 	}
 	defer db.Close()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == kind {
 			out = append(out, r)
 		}

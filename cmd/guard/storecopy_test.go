@@ -82,7 +82,7 @@ func storedIn(t *testing.T, db *store.DB) stored {
 	ctx := context.Background()
 	var s stored
 	var err error
-	if err = db.Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
+	if err = db.Reader().Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
 		if s.Approvals, err = db.Holds().Approvals(ctx, ""); err == nil {
 			if s.Tools, err = db.Catalog().Tools(ctx, ""); err == nil {
 				s.Reviews, err = db.Catalog().Reviews(ctx, "")

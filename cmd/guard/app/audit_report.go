@@ -53,7 +53,7 @@ func (m *Main) AuditReport(ctx context.Context, db *store.DB, st *Settings, o Re
 		verified <- err
 	}()
 	var err error
-	r.Activity, err = db.Activity(ctx, o.From.UTC(), o.To.UTC())
+	r.Activity, err = db.Reader().Activity(ctx, o.From.UTC(), o.To.UTC())
 	if verr := <-verified; verr != nil {
 		fmt.Fprintf(m.Stderr, "guard audit report: verify: %v\n", verr)
 		return ExitFailure

@@ -37,13 +37,13 @@ func NewMetrics(db *store.DB) *metrics.Registry {
 		n, _, err := db.Holds().CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
 	})
-	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.AppendLatency())
-	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.BatchSizes())
+	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.Writing().AppendLatency())
+	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.Writing().BatchSizes())
 	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet in the database.", func() (float64, error) {
-		return float64(db.Backlog()), nil
+		return float64(db.Writing().Backlog()), nil
 	})
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
-		return float64(db.PeakBacklog()), nil
+		return float64(db.Writing().PeakBacklog()), nil
 	})
 	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged); a record without a valid MAC, written to the database without the checkpoint key, which guard neither builds the tree over nor signs (verify names it).", func() (float64, error) {
 		return float64(db.Integrity().IntegrityAlerts()), nil

@@ -82,7 +82,7 @@ func (m *Main) PolicyReplay(ctx context.Context, db *store.DB, st *Settings, sin
 	var total, same int
 	skipped := map[string]int{}
 	changed := map[string][]replayed{}
-	err := db.Decisions(ctx, from, func(r *store.Decided) error {
+	err := db.Reader().Decisions(ctx, from, func(r *store.Decided) error {
 		was := recordedAction(r)
 		switch r.DecidedBy {
 		case guard.ToolReviewRule, guard.RateLimitRule, guard.PendingLimitRule:

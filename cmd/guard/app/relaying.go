@@ -81,7 +81,7 @@ func (rt *relaying) started(server string, serves []string) {
 // record that cannot be written is logged: the calls that follow are
 // refused on their own when the log cannot take them.
 func recordLifecycle(db *store.DB, logger *slog.Logger, l store.Lifecycle) {
-	if err := db.RecordLifecycle(l); err != nil {
+	if err := db.Operations().RecordLifecycle(l); err != nil {
 		logger.Error("audit: the record of guard "+l.Event+" could not be written", "process", l.Process, "err", err)
 	}
 }
@@ -247,9 +247,9 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 // log can be written, each recovery recorded as a lifecycle record of
 // process's.
 func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *health.Checker {
-	o := health.Options{Log: db, Logger: logger.With("component", "health"),
+	o := health.Options{Log: db.Writing(), Logger: logger.With("component", "health"),
 		Recovered: func(_ context.Context, since time.Time, cause string) error {
-			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
+			return db.Operations().RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
 				Reason: fmt.Sprintf("the audit log can be written again; it could not since %s: %s", since.UTC().Format(time.RFC3339), cause)})
 		}}
 	// The integrity alerts the store keeps show in /readyz's body and
@@ -275,7 +275,7 @@ func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
 // audit log (a config record with the files' digest).
 func recordConfig(db *store.DB, process string) func(policy.ConfigLoad) error {
 	return func(l policy.ConfigLoad) error {
-		return db.RecordConfig(store.ConfigLoad{Digest: l.Digest, Policy: l.Policy, How: l.How, Reason: l.Reason,
+		return db.Operations().RecordConfig(store.ConfigLoad{Digest: l.Digest, Policy: l.Policy, How: l.How, Reason: l.Reason,
 			Changes: l.Changes, Process: process})
 	}
 }

@@ -77,7 +77,7 @@ func (l learnedRules) add(ctx context.Context, a *guard.Approval, by string, r p
 	if !add {
 		return nil // the same rule is there already
 	}
-	if err := l.db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
+	if err := l.db.Operations().RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
 		Method: r.Method, Action: r.Action, File: learnedSource}); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func (m *Main) servedUI(ctx context.Context, dbPath, keyPath string) (string, er
 	defer db.Close()
 	stopped, tried := map[string]bool{}, map[string]bool{}
 	var found string
-	err = db.QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+	err = db.Reader().QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
 		var d struct {
 			Process string   `json:"process"`
 			PID     int      `json:"pid"`

@@ -60,6 +60,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 	newUI := func(served string) (*web.Server, error) {
 		return web.New(web.Options{
 			Store:        db,
+			Calls:        db.Reader(),
 			Holds:        db.Holds(),
 			Tools:        db.Catalog(),
 			Decider:      holds,
@@ -200,7 +201,7 @@ func allowAlways(db *store.DB, rulesDir string, learned policy.Learned) func(a *
 		}
 		file := filepath.Join(rulesDir, policy.ApprovedRulesFile)
 		_, err := policy.AppendApprovedRule(rulesDir, r, func(digest string, r policy.Rule) error {
-			if err := db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
+			if err := db.Operations().RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
 				Method: r.Method, Action: r.Action, File: file}); err != nil {
 				return err
 			}
