@@ -219,6 +219,13 @@ func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 // (journalauth.go), each counted once.
 func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.auth.alerts.Load() }
 
+// UnauthenticatedRecords lists, in words, the records this process found
+// in the log without a valid MAC (written by someone without the
+// checkpoint key), oldest first. Each stays an alert while the process
+// runs: guard signs no checkpoint over it, and only a person can tell
+// what happened.
+func (db *DB) UnauthenticatedRecords() []string { return db.auth.unauthenticated() }
+
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
 func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
