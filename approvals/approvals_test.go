@@ -102,7 +102,7 @@ func TestAwaitEndings(t *testing.T) {
 		if err != nil || r.End != guard.WaitLimit || r.Approval.State != guard.ApprovalPending {
 			t.Fatalf("%+v %v", r, err)
 		}
-		if len(progress) < 2 || progress[0] != "waiting for approval at the guard UI; approval id a" {
+		if len(progress) < 1 || progress[0] != "waiting for approval at the guard UI; approval id a" {
 			t.Fatalf("progress while waiting: %q", progress)
 		}
 		if _, err := m.Decide(ctx, "a", true, "bob", ""); err != nil {
@@ -116,6 +116,21 @@ func TestAwaitEndings(t *testing.T) {
 		}
 		if _, ok, _ := m.Consume(ctx, "files", "delete_file", "sha256:d", "sha256:p", "v1", ""); ok {
 			t.Fatal("consumed twice")
+		}
+	})
+	t.Run("progress repeats while waiting", func(t *testing.T) {
+		// The decision is made once the progress said so twice: whatever
+		// the machine's load, not after a while.
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Wait: time.Minute, ProgressEvery: 10 * time.Millisecond})
+		m.Hold(ctx, held("a"))
+		var progress []string
+		r, err := m.Await(ctx, "a", func(s string) {
+			if progress = append(progress, s); len(progress) == 2 {
+				go m.Decide(ctx, "a", false, "alice", "seen twice")
+			}
+		})
+		if err != nil || r.End != guard.WaitDenied || len(progress) < 2 || progress[1] != progress[0] {
+			t.Fatalf("%+v %v, progress %q", r, err, progress)
 		}
 	})
 	t.Run("expired", func(t *testing.T) {

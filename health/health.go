@@ -122,13 +122,13 @@ func (c *Checker) Readiness(ctx context.Context) (status int, body string) {
 	}
 	if c.o.Alerts != nil {
 		// Counted, not listed: the body is for anyone who can reach the
-		// port; the alerts themselves are for the approval UI and the
-		// metrics' readers.
+		// port; the alerts themselves are for guard audit verify's and
+		// the log's readers.
 		switch alerts, err := c.o.Alerts.Alerts(ctx); {
 		case err != nil:
 			b.WriteString("integrity alerts: could not be read\n")
 		case len(alerts) > 0:
-			fmt.Fprintf(&b, "integrity alerts: %d not acknowledged (the approval UI shows them)\n", len(alerts))
+			fmt.Fprintf(&b, "integrity alerts: %d not acknowledged (guard audit verify names them)\n", len(alerts))
 		}
 	}
 	return status, b.String()

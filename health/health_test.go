@@ -136,7 +136,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 			}
 		}
 	}
-	if code, body := get("/readyz"); code != http.StatusOK || body != "ready: the audit log can be written\nintegrity alerts: 1 not acknowledged (the approval UI shows them)\n" {
+	if code, body := get("/readyz"); code != http.StatusOK || body != "ready: the audit log can be written\nintegrity alerts: 1 not acknowledged (guard audit verify names them)\n" {
 		t.Fatalf("/readyz of a writable log: %d %q", code, body)
 	}
 	release := lockDB(t, path)

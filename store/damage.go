@@ -230,6 +230,13 @@ func (ig Integrity) IntegrityAlerts() int64 {
 	return ig.db.stats.integrity.Load() + ig.db.auth.alerts.Load()
 }
 
+// UnauthenticatedRecords lists, in words, the records this process found
+// in the log without a valid MAC (written by someone without the
+// checkpoint key), oldest first. Each stays an alert while the process
+// runs: guard signs no checkpoint over it, and only a person can tell
+// what happened.
+func (ig Integrity) UnauthenticatedRecords() []string { return ig.db.auth.unauthenticated() }
+
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
 func (ig Integrity) Alerts(ctx context.Context) ([]Alert, error) {

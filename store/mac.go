@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ type tailAuth struct {
 	logger *slog.Logger
 
 	mu            sync.Mutex
-	alerted       map[int64]bool        // the records counted in alerts
+	alerted       map[int64]string      // the records counted in alerts, and what was wrong with each
 	framesAlerted map[journalFrame]bool // the journal frames counted in alerts
 	waitSaid      string                // why MACs wait, as last logged
 }
@@ -78,7 +79,7 @@ type tailAuth struct {
 // newTailAuth is the MAC state of a database whose checkpoint key is s
 // (nil: none, or only its public key).
 func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
-	a := &tailAuth{logger: logger, alerted: map[int64]bool{}, framesAlerted: map[journalFrame]bool{}}
+	a := &tailAuth{logger: logger, alerted: map[int64]string{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
 		a.key = s.derive(macPurpose)
 		a.jkey = s.derive(journalPurpose)
@@ -90,8 +91,10 @@ func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
 // record.
 func (a *tailAuth) alert(seq int64, id, why string) {
 	a.mu.Lock()
-	seen := a.alerted[seq]
-	a.alerted[seq] = true
+	_, seen := a.alerted[seq]
+	if !seen {
+		a.alerted[seq] = why
+	}
 	a.mu.Unlock()
 	if seen {
 		return
@@ -99,6 +102,21 @@ func (a *tailAuth) alert(seq int64, id, why string) {
 	a.alerts.Add(1)
 	a.logger.Error("audit integrity alert: a record does not carry a valid MAC: it was written to the database by someone who does not hold the checkpoint key; guard does not build the tree over it, index it or sign a checkpoint over it",
 		"seq", seq, "id", id, "problem", why)
+}
+
+// Unauthenticated lists, in words and by seq, the records this process
+// found without a valid MAC (alert): an alert that lasts as long as the
+// process, since the records stay in the database and guard signs no
+// checkpoint over them.
+func (a *tailAuth) unauthenticated() []string {
+	a.mu.Lock()
+	seqs := slices.Sorted(maps.Keys(a.alerted))
+	out := make([]string, len(seqs))
+	for i, seq := range seqs {
+		out[i] = fmt.Sprintf("the record at seq %d %s: no checkpoint is signed over it", seq, a.alerted[seq])
+	}
+	a.mu.Unlock()
+	return out
 }
 
 // macsFrom is where the log's MACs start, once known; until then, the

@@ -101,8 +101,14 @@ func TestAForgedRecordAfterTheCheckpointAtTheCommandLine(t *testing.T) {
 	}
 	var m strings.Builder
 	guardapp.NewMetrics(db).Write(&m)
+	// /readyz's body counts it, and stays 200: one forged row must not
+	// take a replica out of the balancer.
+	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(ctx)
 	db.Close()
 	wantOutput(t, "metrics", m.String(), "guard_audit_integrity_alerts 1\n")
+	if status != 200 || !strings.Contains(body, "integrity alerts: 1 not acknowledged") {
+		t.Errorf("/readyz with a forged record: %d %q", status, body)
+	}
 	cp := guardIn(t, dir, path, 0, "audit", "checkpoint", "--config", cfg)
 	if lines := strings.Split(cp, "\n"); len(lines) < 2 || lines[1] != fmt.Sprint(forged.Seq-1) {
 		t.Fatalf("the latest checkpoint %q: want it of the %d records before the forged one", cp, forged.Seq-1)

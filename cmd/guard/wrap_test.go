@@ -39,12 +39,20 @@ func TestWrapAndUnwrap(t *testing.T) {
 	cursor := writeUnder(t, dir, ".cursor/mcp.json", cursorJSON)
 	codexTOML := "# mine\n[mcp_servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\"]\n"
 	codex := writeUnder(t, dir, ".codex/config.toml", codexTOML)
+	desktop := writeUnder(t, dir, "config/Claude/claude_desktop_config.json", "{\"mcpServers\": {}}\n")
 	db := filepath.Join(dir, "data", "guard", "guard.db")
 
 	out, stderr, code := run(t, dir, "wrap", "--list", "--guard", bin)
 	if code != 0 || !strings.Contains(out, "Cursor (cursor): "+cursor+"\n  notes: not wrapped: runs notes-server\n") ||
 		!strings.Contains(out, "Codex (codex): "+codex+"\n  files: not wrapped: runs npx\n") {
 		t.Fatalf("--list (%d): %s%s", code, out, stderr)
+	}
+	// Claude Desktop's extensions are not in its file: --list says so
+	// beside the file, and only there.
+	if i := strings.Index(out, "Claude Desktop (claude-desktop): "+desktop+"\n"); i < 0 ||
+		!strings.Contains(out[i:], "Desktop Extensions are not in this file") ||
+		strings.Count(out, "Desktop Extensions") != 1 {
+		t.Fatalf("--list does not say where Claude Desktop's extensions are: %s", out)
 	}
 	out, _, code = run(t, dir, "wrap", "cursor", "--dry-run", "--guard", bin)
 	if code != 0 || !strings.Contains(out, "--- "+cursor+"\n+++ "+cursor+" (guard)\n") || strings.Contains(out, "Codex") || fileString(t, cursor) != cursorJSON {

@@ -1,4 +1,4 @@
--- Each record's MAC, beside it (see SQLite's 0020).
+-- Each record's MAC, beside it (see SQLite's 0021).
 ALTER TABLE records ADD COLUMN mac BYTEA;
 
 CREATE TRIGGER records_mac_kept BEFORE UPDATE OF mac ON records

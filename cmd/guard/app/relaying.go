@@ -261,14 +261,15 @@ func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *heal
 // alertTexts are the store's integrity alerts as /readyz counts them.
 type alertTexts struct{ integrity store.Integrity }
 
-// Alerts lists the alerts no one has acknowledged, in words.
+// Alerts lists, in words, the alerts no one has acknowledged and the
+// records this process found without a valid MAC.
 func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
 	alerts, err := a.integrity.Alerts(ctx)
-	texts := make([]string, len(alerts))
+	texts := make([]string, len(alerts), len(alerts)+1)
 	for i, al := range alerts {
 		texts[i] = al.Text
 	}
-	return texts, err
+	return append(texts, a.integrity.UnauthenticatedRecords()...), err
 }
 
 // recordConfig records each configuration a process's engine loads, in the
