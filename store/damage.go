@@ -104,8 +104,8 @@ func heldAlready(ctx context.Context, q *sql.DB, recs []*guard.Record) ([]bool, 
 // beside the damage have their seqs); aside is where the file will be
 // kept. A record of the same file from an earlier attempt (one that could
 // not rename it) is not written again.
-func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
-	done, err := db.journalRecorded(ctx, MethodJournalDamaged, aside)
+func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
+	done, err := jn.journalRecorded(ctx, MethodJournalDamaged, aside)
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
@@ -119,7 +119,7 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 		}
 		r := sc.frames[i].rec
 		e := &damageEdge{ID: r.ID, Time: fmtTime(r.Time)}
-		_ = db.w.QueryRowContext(ctx, `SELECT seq FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&e.Seq)
+		_ = jn.db.w.QueryRowContext(ctx, `SELECT seq FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&e.Seq)
 		return e
 	}
 	for _, s := range sc.damage {
@@ -130,16 +130,16 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 		d.Lost = d.Lost || run.Lost
 		d.Runs = append(d.Runs, run)
 	}
-	rec, err := db.appendJournalEvent(MethodJournalDamaged, damageText(filepath.Base(path), d), mustJSON(d))
+	rec, err := jn.appendJournalEvent(MethodJournalDamaged, damageText(filepath.Base(path), d), mustJSON(d))
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
 	if d.Lost {
-		db.integrityAlert()
-		db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
+		jn.db.integrityAlert()
+		jn.db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
 			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes(), "records_read", len(sc.frames))
 	} else {
-		db.opts.Logger.Warn("a journal left by a process that stopped is damaged where the database already held its records; it is kept aside",
+		jn.db.opts.Logger.Warn("a journal left by a process that stopped is damaged where the database already held its records; it is kept aside",
 			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes())
 	}
 	return nil
@@ -148,9 +148,9 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 // journalRecorded reports whether the log holds the event record of method
 // about the journal kept at aside: one from an earlier attempt at its
 // recovery (which could not rename it), not to be written again.
-func (db *DB) journalRecorded(ctx context.Context, method, aside string) (bool, error) {
+func (jn journals) journalRecorded(ctx context.Context, method, aside string) (bool, error) {
 	var n int
-	err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
+	err := jn.db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
 		WHERE kind = 'event' AND kind NOT IN ('request', 'outcome') AND method = ? AND instr(detail, ?) > 0`,
 		method, mustJSON(aside)).Scan(&n)
 	return n > 0, err
@@ -158,17 +158,17 @@ func (db *DB) journalRecorded(ctx context.Context, method, aside string) (bool, 
 
 // appendJournalEvent commits an event record of method about a journal,
 // with its reason and detail, and returns it.
-func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, error) {
+func (jn journals) appendJournalEvent(method, reason, detail string) (*guard.Record, error) {
 	rec := &guard.Record{ID: guard.NewID(), Kind: guard.KindEvent, Method: method, Reason: reason, Detail: detail,
-		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+		Time: jn.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	rec.CallID = rec.ID
-	db.ing.commitMu.Lock()
-	err := db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
-	db.ing.commitMu.Unlock()
+	jn.db.ing.commitMu.Lock()
+	err := jn.db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
+	jn.db.ing.commitMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	db.ckpt.dirty.Store(true)
+	jn.db.ckpt.dirty.Store(true)
 	return rec, nil
 }
 

@@ -271,7 +271,7 @@ func (rd Reader) exportPending(ctx context.Context, w io.Writer, o ExportOptions
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	recs, err := rd.db.unchainedRecords(ctx)
+	recs, err := rd.db.journals().unchainedRecords(ctx)
 	if err != nil {
 		return err
 	}

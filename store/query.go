@@ -379,7 +379,7 @@ func (rd Reader) Query(ctx context.Context, f Filter, fn func(*Call) error) erro
 		return fmt.Errorf("query: %w", err)
 	}
 	rd.db.ing.caughtUp(ctx)
-	ov, err := rd.db.unchainedOverlay(ctx)
+	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
@@ -512,7 +512,7 @@ func (rd Reader) QueryRecords(ctx context.Context, kind string, f Filter, fn fun
 		return fmt.Errorf("records: %w", err)
 	}
 	rd.db.ing.caughtUp(ctx)
-	ov, err := rd.db.unchainedOverlay(ctx)
+	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}

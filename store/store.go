@@ -425,7 +425,7 @@ func (db *DB) upgrade(ctx context.Context) error {
 	if err := migrate(ctx, db.w, journalsDropped); err != nil {
 		return err
 	}
-	done, err := db.importJournals(ctx)
+	done, err := db.journals().importJournals(ctx)
 	if err != nil {
 		db.opts.Logger.Error("records of earlier versions' journals not moved into the database; they stay for the next start", "err", err)
 	}
