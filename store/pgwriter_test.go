@@ -241,7 +241,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got := db.NewerSchema(); got != latest+1 {
+	if got := db.Replicas().NewerSchema(); got != latest+1 {
 		t.Errorf("NewerSchema() = %d, want %d", got, latest+1)
 	}
 	if !strings.Contains(logs.String(), "schema is newer than this guard") {

@@ -556,7 +556,7 @@ func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		}
 		where, args = append(where, "(user_subject = ? OR user_email = ?)"), append(args, f.User, f.User)
 	}
-	q := db.selectRecords() + db.indexedBy("records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
+	q := db.selectRecords() + indexedBy(db.pg, "records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
 	if f.Limit > 0 {
 		q += " LIMIT " + strconv.Itoa(f.Limit)
 	}

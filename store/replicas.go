@@ -222,9 +222,14 @@ type Learned struct{ db *DB }
 func (db *DB) Learned() Learned { return Learned{db} }
 
 // Replicas keeps the guard processes on the database, as each last said
-// it runs, and the rounds of calls that any of them may continue;
-// DB.Replicas returns it.
+// it runs, and the rounds of calls that any of them may continue, and
+// says whether a newer release's replica migrated the database past this
+// one's schema; DB.Replicas returns it.
 type Replicas struct{ db *DB }
 
 // Replicas returns the store of processes and their shared rounds.
 func (db *DB) Replicas() Replicas { return Replicas{db} }
+
+// NewerSchema is the database's schema version when it is newer than this
+// guard's (a replica not yet upgraded), else 0.
+func (rs Replicas) NewerSchema() int64 { return rs.db.schema.newerSchema }

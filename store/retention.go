@@ -91,7 +91,7 @@ func (rn Pruning) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, erro
 		return nil, fmt.Errorf("retention: %w", errReadOnly)
 	}
 	if o.ArchiveDir == "" {
-		o.ArchiveDir = rn.db.archiveDirDefault()
+		o.ArchiveDir = rn.archiveDirDefault()
 	}
 	if o.Batch <= 0 {
 		o.Batch = 20000
@@ -190,7 +190,7 @@ func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpo
 	bg := context.WithoutCancel(ctx)
 	rn.db.ing.caughtUp(bg)
 	var n int
-	if err := rn.db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+rn.db.indexedBy("records_retention")+`
+	if err := rn.db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+indexedBy(rn.db.pg, "records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
 		return fmt.Errorf("retention: records %d to %d keep their bodies: their record %s is not in the database yet (%v)", p.First, p.Last, rec.ID, err)
 	}
@@ -735,7 +735,7 @@ func (rn Pruning) newRetentionCheck(ctx context.Context, v note.Verifier) (*rete
 
 // load reads the retention records after those read before.
 func (c *retentionCheck) load(ctx context.Context) error {
-	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+c.db.indexedBy("records_retention")+`
+	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+indexedBy(c.db.pg, "records_retention")+`
 		WHERE kind = 'retention' AND seq > ? ORDER BY seq`, c.read)
 	if err != nil {
 		return fmt.Errorf("retention records: %w", err)
@@ -839,3 +839,12 @@ type Pruning struct{ db *DB }
 
 // Pruning returns the audit log's retention.
 func (db *DB) Pruning() Pruning { return Pruning{db} }
+
+// archiveDirDefault is where retention archives go by default: beside an
+// SQLite database; on PostgreSQL, beside the checkpoint key.
+func (rn Pruning) archiveDirDefault() string {
+	if rn.db.pg {
+		return filepath.Join(filepath.Dir(rn.db.opts.KeyPath), "archive")
+	}
+	return ArchiveDir(rn.db.opts.Path)
+}

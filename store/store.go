@@ -329,7 +329,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
-	db.noteNewerSchema(ctx, latestMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
 	if len(opts.Witnesses) > 0 {
 		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)

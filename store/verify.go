@@ -113,7 +113,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 	}
 	vr.db.ing.caughtUp(ctx)
 	var has int
-	if err := vr.db.r.QueryRowContext(ctx, vr.db.tableExists("tree_hashes")).Scan(&has); err != nil {
+	if err := vr.db.r.QueryRowContext(ctx, tableExists(vr.db.pg, "tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {

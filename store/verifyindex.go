@@ -54,7 +54,7 @@ func (vr Verifier) checkCallIndex(ctx context.Context, upTo int64) (string, erro
 	}
 	defer tx.Rollback() //nolint:errcheck // it only read
 	var has int
-	if err := tx.QueryRowContext(ctx, vr.db.tableExists("call_index")).Scan(&has); err != nil || has == 0 {
+	if err := tx.QueryRowContext(ctx, tableExists(vr.db.pg, "call_index")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
 	for _, c := range indexChecks {

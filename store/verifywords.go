@@ -56,7 +56,7 @@ func (vr Verifier) checkCallWords(ctx context.Context) (string, error) {
 		return "", nil // nothing recorded
 	}
 	var has int
-	if err := vr.db.r.QueryRowContext(ctx, vr.db.tableExists("call_text")).Scan(&has); err != nil || has == 0 {
+	if err := vr.db.r.QueryRowContext(ctx, tableExists(vr.db.pg, "call_text")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
 	if vr.db.pg {
