@@ -22,12 +22,12 @@ const noUserColumns = `'' AS user_subject, '' AS user_email, '' AS user_groups`
 // found without the retention migration has no pruned column, and no
 // record of it is pruned; one without the user migration has no user
 // columns, and no record of it names a user.
-func (db *DB) selectRecords() string {
+func (g *schemaGaps) selectRecords() string {
 	q := selectRecord
-	if db.schema.noPruned {
+	if g.noPruned {
 		q = strings.Replace(q, "hash, pruned,", "hash, 0 AS pruned,", 1)
 	}
-	if db.schema.noUser {
+	if g.noUser {
 		q = strings.Replace(q, "user_subject, user_email, user_groups FROM", noUserColumns+" FROM", 1)
 	}
 	return q
@@ -50,7 +50,7 @@ func scanRecord(rows *sql.Rows, extra ...any) (*guard.Record, error) {
 // Records calls fn for every record in seq order (events included).
 func (rd Reader) Records(ctx context.Context, fn func(*guard.Record) error) error {
 	rd.db.ing.caughtUp(ctx)
-	rows, err := rd.db.r.QueryContext(ctx, rd.db.selectRecords()+` ORDER BY seq`)
+	rows, err := rd.db.r.QueryContext(ctx, rd.db.schema.selectRecords()+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}

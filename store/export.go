@@ -219,11 +219,11 @@ func (rd Reader) Export(ctx context.Context, w io.Writer, o ExportOptions) error
 		args = append(args, wargs...)
 		args = append(args, wargs...)
 	}
-	q := rd.db.selectRecords() + ` WHERE seq <= ?` + run + ` ORDER BY seq`
-	if err := rd.db.exportRecords(ctx, w, o.Format, c, complete, q, args, nil); err != nil {
+	q := rd.db.schema.selectRecords() + ` WHERE seq <= ?` + run + ` ORDER BY seq`
+	if err := rd.exportRecords(ctx, w, o.Format, c, complete, q, args, nil); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	q = rd.db.selectRecords() + ` WHERE seq > ?` + run + ` ORDER BY seq`
+	q = rd.db.schema.selectRecords() + ` WHERE seq > ?` + run + ` ORDER BY seq`
 	if err := rd.exportPending(ctx, w, o, q, args); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
@@ -301,9 +301,9 @@ func (rd Reader) exportPending(ctx context.Context, w io.Writer, o ExportOptions
 // keep accepts, when it is set) in an export of the format against the
 // checkpoint c, with each record's proof unless complete. A pruned
 // record's leaf hash is the tree's: its body is no longer there to hash.
-func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
+func (rd Reader) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
 	q string, args []any, keep func(seq int64) bool) error {
-	rows, err := db.r.QueryContext(ctx, q, args...)
+	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 			return err
 		}
 	}
-	hr := cachedHashes(sqlHashReader(ctx, db.r))
+	hr := cachedHashes(sqlHashReader(ctx, rd.db.r))
 	first := true
 	var buf []byte
 	for rows.Next() {

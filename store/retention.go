@@ -355,7 +355,7 @@ func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, s
 		want[s] = true
 	}
 	h := sha256.New()
-	err = rn.db.exportRecords(ctx, io.MultiWriter(tmp, h), "jsonl", c, false,
+	err = rn.db.Reader().exportRecords(ctx, io.MultiWriter(tmp, h), "jsonl", c, false,
 		selectRecord+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, []any{first, last}, func(seq int64) bool { return want[seq] })
 	serr := tmp.Sync()
 	cerr := tmp.Close()

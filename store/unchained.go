@@ -274,7 +274,7 @@ func (jn journals) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Re
 		pruned = " AND pruned = 0"
 	}
 	for chunk := range slices.Chunk(ids, overlayBatch) {
-		rows, err := jn.db.r.QueryContext(ctx, jn.db.selectRecords()+` WHERE call_id IN (`+paramMarks(len(chunk))+`)`+pruned, appendArgs(nil, chunk)...)
+		rows, err := jn.db.r.QueryContext(ctx, jn.db.schema.selectRecords()+` WHERE call_id IN (`+paramMarks(len(chunk))+`)`+pruned, appendArgs(nil, chunk)...)
 		if err != nil {
 			return err
 		}
@@ -342,7 +342,7 @@ func (o *overlay) pendingCall(id string) bool { return o.calls[id] }
 // first, at most f.Limit of them.
 func (o *overlay) mergeCalls(ctx context.Context, f Filter, queryLog func(Filter, func(*Call) error) error, fn func(*Call) error) error {
 	var extra []*Call
-	if err := o.db.queryCalls(ctx, f, func(c *Call) error { extra = append(extra, c); return nil }); err != nil {
+	if err := o.db.Reader().queryCalls(ctx, f, func(c *Call) error { extra = append(extra, c); return nil }); err != nil {
 		return err
 	}
 	lf := f
@@ -421,7 +421,7 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 	var extra []*guard.Record
 	of := f
 	of.Limit = 0
-	if err := o.db.queryRecords(ctx, kind, of, func(r *guard.Record) error {
+	if err := o.db.Reader().queryRecords(ctx, kind, of, func(r *guard.Record) error {
 		if r.Seq > o.tail {
 			r.Seq = 0
 			extra = append(extra, r)

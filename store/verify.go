@@ -329,7 +329,7 @@ func (vr Verifier) openWalk(ctx context.Context) (*walk, error) {
 		rows **sql.Rows
 		q    string
 	}{
-		{&w.recs, vr.db.selectRecordsMAC() + ` ORDER BY seq`},
+		{&w.recs, vr.db.schema.selectRecordsMAC() + ` ORDER BY seq`},
 		{&w.tree, `SELECT idx, hash FROM tree_hashes ORDER BY idx`},
 		{&w.cps, `SELECT size, note FROM checkpoints ORDER BY size`},
 	}
