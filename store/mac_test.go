@@ -220,7 +220,7 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 1 {
 			t.Fatalf("calls alice approved, as the forged index says: %v", ids)
 		}
-		if err := db.RebuildCallIndex(ctx); err != nil {
+		if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {

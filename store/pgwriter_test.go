@@ -106,7 +106,7 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 	if len(appended) != 32 { // every call but the 8 with no request
 		t.Fatalf("%d rows in the call index, want 32:\n%v", len(appended), appended)
 	}
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rebuilt := callIndexRows(t, db); !slices.Equal(appended, rebuilt) {

@@ -109,7 +109,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	} else if err != nil {
 		return fail(err)
 	}
-	if err := db.fillCallIndex(ctx, false); err != nil {
+	if err := db.CallIndex().fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
 	db.ckpt.holder = guard.NewID()

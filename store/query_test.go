@@ -390,7 +390,7 @@ func TestTheCallIndexIsMadeAgainFromTheRecords(t *testing.T) {
 	if len(rows) != 90 {
 		t.Fatalf("%d calls indexed, want 90", len(rows))
 	}
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rebuilt, rtexts := snapshot(db)

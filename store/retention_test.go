@@ -569,7 +569,7 @@ func TestPruneClearsTheCallIndex(t *testing.T) {
 		}
 	}
 	kept := snapshot()
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rebuilt := snapshot(); rebuilt != kept {

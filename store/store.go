@@ -352,7 +352,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	// Before journals left by processes that stopped are moved in: the
 	// index is filled only while it is empty.
-	if err := db.fillCallIndex(ctx, false); err != nil {
+	if err := db.CallIndex().fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
