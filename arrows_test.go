@@ -31,6 +31,31 @@ func TestTheRelaysArrows(t *testing.T) {
 	}
 }
 
+// The relay's transports are packages beside it that import it, never
+// the reverse: proxy links none of them (proxy/stdio, the child process:
+// its pipes, process groups and job objects). Each links no more of guard
+// than the relay may: neither the store, the UI nor the policy, nor CEL.
+func TestTheTransportsArrows(t *testing.T) {
+	transports := []string{"github.com/guard-mcp/guard/proxy/stdio"}
+	for _, d := range deps(t, "./proxy") {
+		for _, tr := range transports {
+			if d == tr {
+				t.Errorf("proxy links %s: the transports import the relay, not the reverse", d)
+			}
+		}
+	}
+	for _, tr := range transports {
+		for _, d := range deps(t, tr) {
+			for _, banned := range []string{"github.com/guard-mcp/guard/store", "github.com/guard-mcp/guard/web",
+				"github.com/guard-mcp/guard/policy", "cel.dev/cel-go", "github.com/google/cel-go"} {
+				if d == banned || strings.HasPrefix(d, banned+"/") {
+					t.Errorf("%s links %s", tr, d)
+				}
+			}
+		}
+	}
+}
+
 // policy holds no one else's configuration: it links neither the package
 // that reads the file (config, whose reader config/read is a leaf) nor the
 // packages whose sections the file also holds.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,19 +25,18 @@ import (
 type HTTPOptions struct {
 	// Name is the server's name; its endpoint is /mcp/Name.
 	Name string
-	// Argv is the server's command line.
-	Argv []string
-	// Start, when set, starts each session's server process: see
-	// Stdio.Start.
-	Start func(cmd *exec.Cmd) (*exec.Cmd, error)
-	// Env is the environment of its processes (KEY=VALUE); nil inherits
-	// guard's.
-	Env []string
+	// Child runs each client session's server as a child process
+	// (package proxy/stdio: Stdio.Serve), relaying between it and conn,
+	// the session's client, through a relay session with options opts,
+	// until it exits. It sends on started, once, nil when the server runs
+	// or the error that kept it from starting, and returns the server's
+	// exit status, or an error when it did not run.
+	Child func(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error)
 	// Remote, when its URL is set, is a server reached over Streamable
 	// HTTP instead: each client session gets its own upstream session.
 	Remote Remote
 	// Run, when set, serves a new client session itself (the aggregate
-	// endpoint) instead of Argv or Remote, relaying with conn until its
+	// endpoint) instead of Child or Remote, relaying with conn until its
 	// input ends.
 	Run func(ctx context.Context, c Caller, conn Conn) error
 	// Session returns the relay options of a new client session, which
@@ -68,9 +66,6 @@ type HTTPOptions struct {
 	// requests in flight) of every endpoint that shares it: past it, a
 	// request is answered 503.
 	Sessions *SessionLimit
-	// Grace is how long a session's server has to exit once its session
-	// ends (default 5s), as for guard run.
-	Grace time.Duration
 	// SessionIdle ends a session no request has used for that long
 	// (default 30m), so that a client that never says DELETE does not keep
 	// a server process forever.
@@ -81,7 +76,6 @@ type HTTPOptions struct {
 	// then withdrawn, or marked as its client gone under approval.scope:
 	// any.
 	ResumeWithin time.Duration
-	Stderr       io.Writer
 	Logger       *slog.Logger
 }
 
@@ -153,9 +147,6 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Stderr == nil {
-		o.Stderr = io.Discard
 	}
 	if o.SessionIdle <= 0 {
 		o.SessionIdle = 30 * time.Minute
@@ -439,8 +430,11 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 			}
 			return
 		}
-		code, err := RunStdio(context.WithoutCancel(ctx), opts, Stdio{Argv: h.opts.Argv, Start: h.opts.Start, Env: h.opts.Env, Stderr: h.opts.Stderr, Grace: h.opts.Grace,
-			started: started}, conn)
+		if h.opts.Child == nil {
+			h.opts.Logger.Error("session's server", "session", s.id, "err", errors.New("the server could not be started: no command"))
+			return
+		}
+		code, err := h.opts.Child(context.WithoutCancel(ctx), opts, conn, started)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)
 			return

@@ -351,6 +351,15 @@ const (
 	defaultMaxRequest = 16 << 20
 )
 
+// WithDefaults returns o with the defaults a session takes for what o
+// leaves unset (bounds, Logger, Now, intervals, timeouts): what
+// NewSession runs with. A package that runs a session's transport (a
+// child process, an upstream) reads the same Logger and MaxMessage.
+func (o Options) WithDefaults() Options {
+	o.fill()
+	return o
+}
+
 func (o *Options) fill() {
 	if o.MaxMessage <= 0 {
 		o.MaxMessage = defaultMaxMessage

@@ -224,7 +224,7 @@ func (iso *isolation) settle(names []string, servers map[string]*policy.Server) 
 // reach guard's files.
 func (iso *isolation) everyServerIsolated() bool { return iso.exposed.Load() == 0 }
 
-// start returns the hook (proxy.Stdio.Start) that starts the server
+// start returns the hook (stdio.Stdio.Start) that starts the server
 // name's processes, isolated unless its configuration says sandbox: off.
 // Where the probe at start found no isolation on this system, the server
 // runs without it, said at error level each time (unless its settings

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -22,8 +23,18 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitCommand {
 		os.Exit(sandbox.Init(os.Args[2:]))
 	}
+	if p := os.Getenv(touchEnv); p != "" { // a server that creates the file p
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	pgtest.Main(m) // runs the tests, then stops the PostgreSQL cluster they shared
 }
+
+// touchEnv names the file this test binary, started as a server, creates
+// and exits.
+const touchEnv = "GUARD_TEST_TOUCH"
 
 // homeOnly is an environment that holds only HOME.
 func homeOnly(home string) func(string) string {
@@ -56,8 +67,9 @@ func TestSandboxHide(t *testing.T) {
 	os.MkdirAll(filepath.Join(own, "rules.d"), 0o700)
 	st := &Settings{Config: config.Default(), ConfigPath: filepath.Join(own, "guard.yaml"), DBPath: db, DataDir: shared, RulesDir: filepath.Join(own, "rules.d")}
 	got := st.SandboxHide(getenv, slog.New(slog.DiscardHandler), true)
+	cfgDir, dataDir := config.Dirs(getenv) // each OS's own
 	want := []string{
-		filepath.Join(home, ".config/guard"), filepath.Join(home, ".local/share/guard"), own,
+		cfgDir, dataDir, own,
 		db, db + "-shm", db + "-wal", db + ".checkpoint", db + ".journal", db + ".journals", db + ".lock",
 		db + ".checkpoint.lock", db + ".decisions.lock", db + ".verify.lock", db + ".retention.lock",
 		filepath.Join(shared, "audit.key"), filepath.Join(shared, "ui.token"), filepath.Join(shared, exposedMarker),
@@ -66,7 +78,7 @@ func TestSandboxHide(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("hidden:\n%q\nwant:\n%q", got, want)
 	}
-	if fi, err := os.Stat(filepath.Join(home, ".config/guard")); err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(cfgDir); err != nil || !fi.IsDir() {
 		t.Fatalf("the default config directory was not created: %v", err)
 	}
 	// One of guard's files missing: the shared directory is hidden whole.
@@ -131,7 +143,13 @@ func TestPostgresFilesBesideTheKey(t *testing.T) {
 	cfg.Audit.KeyFile = filepath.Join(keys, "audit.key")
 	st := &Settings{Config: cfg, DBPath: "postgres://guard@db.internal/guard", Postgres: true,
 		DataDir: filepath.Join(home, ".local/share/guard"), RulesDir: filepath.Join(home, ".local/share/guard/rules.d")}
-	names := func(p string) bool { return st.protected().Check([]byte(`{"path":"`+p+`"}`)) != "" }
+	names := func(p string) bool {
+		args, err := json.Marshal(map[string]string{"path": p}) // a Windows path's backslashes escaped
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.protected().Check(args) != ""
+	}
 	for _, f := range []string{"audit.key", "audit.checkpoint", "audit.checkpoint.lock", "archive/2026-03-01.jsonl.gz"} {
 		if !names(filepath.Join(keys, f)) {
 			t.Errorf("the path rule lets a call name %s", f)
@@ -214,7 +232,15 @@ func TestNoIsolationHereFallsBackUnlessRequired(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"plain", "strict"} {
 		ran := filepath.Join(dir, name)
-		started, err := iso.start(name, cfg.Servers[name])(exec.Command("/bin/sh", "-c", `: > "$0"`, ran))
+		// The server is this test binary, told to create ran (TestMain):
+		// a program every OS can run.
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), touchEnv+"="+ran)
+		started, err := iso.start(name, cfg.Servers[name])(cmd)
 		if err == nil {
 			started.Wait()
 		}

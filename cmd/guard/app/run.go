@@ -15,6 +15,7 @@ import (
 
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/store"
 	"golang.org/x/net/http/httpguts"
 )
@@ -113,15 +114,15 @@ func (m *Main) Run(ctx context.Context, st *Settings, o RunOptions, argv []strin
 	opts := rt.options(server, logger)
 	m.roomForBlockingReads()
 	client := proxy.NewStreamConn(m.clientIn(), m.clientOut(), opts.MaxMessage)
-	code, err := proxy.RunStdio(context.WithoutCancel(ctx), opts,
-		proxy.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(m.Environ(), cfg.Servers[server]),
+	code, err := stdio.Run(context.WithoutCancel(ctx), opts,
+		stdio.Stdio{Argv: argv, Start: rt.iso.start(server, cfg.Servers[server]), Env: cfg.ServerEnv(m.Environ(), cfg.Servers[server]),
 			Stderr: m.Stderr, Signals: sigs}, client)
 	if err != nil {
-		// The server did not run (proxy.ErrStart): guard's own failure,
+		// The server did not run (stdio.ErrStart): guard's own failure,
 		// which the client reads as the answer to each of its requests
 		// (it would otherwise see guard's output end, and guess).
 		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
-		if err := proxy.RefuseStart(client, err); err != nil {
+		if err := stdio.RefuseStart(client, err); err != nil {
 			logger.Debug("writing to the client", "err", err)
 		}
 		return ExitFailure
@@ -177,21 +178,21 @@ func (m *Main) upstreamHeaders(headerEnv []string, bearerEnv string) (upstreamHe
 // with blocking system calls when they are pipes or sockets.
 func (m *Main) clientIn() io.Reader {
 	if f, ok := m.Stdin.(*os.File); ok {
-		return proxy.Blocking(f)
+		return stdio.Blocking(f)
 	}
 	return m.Stdin
 }
 
 func (m *Main) clientOut() io.Writer {
 	if f, ok := m.Stdout.(*os.File); ok {
-		return proxy.Blocking(f)
+		return stdio.Blocking(f)
 	}
 	return m.Stdout
 }
 
 // roomForBlockingReads gives the runtime two processors more than it
 // would take (unless GOMAXPROCS is set). The relay waits for the client
-// and for the server in blocking reads (proxy.Blocking), two goroutines
+// and for the server in blocking reads (stdio.Blocking), two goroutines
 // that hold a processor each while they wait: with no processor left
 // idle, the runtime's monitor takes theirs back after 20 µs, every time,
 // and so keeps waking every 20 µs itself, which cost more CPU than the

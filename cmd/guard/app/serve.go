@@ -15,6 +15,7 @@ import (
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -117,7 +118,6 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			BodyTimeout:  o.UI.Limits.Body,
 			Sessions:     sessions,
 			SessionIdle:  o.SessionIdle,
-			Stderr:       m.Stderr,
 			Logger:       log,
 		}
 	}
@@ -126,7 +126,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
 	}
 	var members []served
-	var stdio []string // servers with a command
+	var children []string // servers with a command
 	for _, name := range names {
 		srv := cfg.Servers[name]
 		if len(srv.Command) == 0 && srv.URL == "" {
@@ -135,12 +135,10 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		}
 		log := logger.With("server", name)
 		o := endpoint(name, log)
-		o.Argv = srv.Command
 		if len(srv.Command) > 0 {
-			o.Start = rt.iso.start(name, srv)
-			stdio = append(stdio, name)
+			o.Child = stdio.Stdio{Argv: srv.Command, Start: rt.iso.start(name, srv), Env: cfg.ServerEnv(m.Environ(), srv), Stderr: m.Stderr}.Serve
+			children = append(children, name)
 		}
-		o.Env = cfg.ServerEnv(m.Environ(), srv)
 		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
 		o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
 		o.Session = sessionOptions(name, log)
@@ -151,7 +149,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		logger.Info("serving", "server", name, "url", base+"/mcp/"+name)
 		members = append(members, served{name, memberRun(o)})
 	}
-	rt.iso.settle(stdio, cfg.Servers)
+	rt.iso.settle(children, cfg.Servers)
 	if (o.Aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
 		for _, mb := range members {
 			if strings.Contains(mb.name, cfg.Aggregate.Separator) {
@@ -242,7 +240,10 @@ func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, co
 		if o.Remote.URL != "" {
 			return proxy.RunRemote(ctx, opts, o.RemoteFor(c), conn)
 		}
-		_, err := proxy.RunStdio(ctx, opts, proxy.Stdio{Argv: o.Argv, Start: o.Start, Env: o.Env, Stderr: o.Stderr}, conn)
+		if o.Child == nil {
+			return fmt.Errorf("%w: no command", stdio.ErrStart)
+		}
+		_, err := o.Child(ctx, opts, conn, nil)
 		return err
 	}
 }

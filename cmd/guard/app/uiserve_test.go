@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
 		return nil
 	})
 	if len(got) != 1 || got[0].Approval != "ap-1" || got[0].CallID != "call-1" || got[0].DecidedBy != "alice" ||
-		!strings.Contains(got[0].Detail, `"rule":"approved-files-write_file"`) || !strings.Contains(got[0].Detail, filepath.Join(rules, "approved.yaml")) {
+		!strings.Contains(got[0].Detail, `"rule":"approved-files-write_file"`) || !strings.Contains(got[0].Detail, jsonText(t, filepath.Join(rules, "approved.yaml"))) {
 		t.Fatalf("rule_added records: %+v", got)
 	}
 
@@ -70,4 +71,15 @@ func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
 	if _, err := raw.Exec(`DROP TRIGGER poison`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// jsonText is s as it reads inside a JSON string (a Windows path's
+// backslashes doubled).
+func jsonText(t *testing.T, s string) string {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[1 : len(b)-1])
 }

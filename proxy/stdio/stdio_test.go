@@ -1,4 +1,4 @@
-package proxy
+package stdio
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/guard-mcp/guard/proxy"
 )
 
 // What guard writes to a child server reaches it at once (the relay
-// flushes the child's Conn), and the child's exit status is RunStdio's.
-func TestRunStdioRelaysToAChildAndReturnsItsStatus(t *testing.T) {
+// flushes the child's Conn), and the child's exit status is Run's.
+func TestRunRelaysToAChildAndReturnsItsStatus(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil || runtime.GOOS == "windows" {
 		t.Skip("no POSIX shell")
@@ -24,7 +26,7 @@ func TestRunStdioRelaysToAChildAndReturnsItsStatus(t *testing.T) {
 	g2cR, g2cW := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		code, err := RunStdio(ctx, opts, Stdio{Argv: argv}, NewStreamConn(c2gR, g2cW, 1<<20))
+		code, err := Run(ctx, opts, Stdio{Argv: argv}, proxy.NewStreamConn(c2gR, g2cW, 1<<20))
 		if err != nil {
 			t.Error(err)
 		}
@@ -50,6 +52,6 @@ func TestRunStdioRelaysToAChildAndReturnsItsStatus(t *testing.T) {
 			t.Fatalf("exit status %d, want 3", code)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("RunStdio did not return once the server exited")
+		t.Fatal("Run did not return once the server exited")
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package stdio
 
 import (
 	"context"
@@ -8,9 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guard-mcp/guard/proxy"
 )
 
-// serverWithChild runs argv (with env) as a server under RunStdio, with a
+// serverWithChild runs argv (with env) as a server under Run, with a
 // grace of 200ms, and waits until the server has written the pid of a
 // child it started into the file it is given as GUARD_TEST_TREE_PID. It
 // returns that pid, and end, which ends the client's input and returns
@@ -32,8 +34,8 @@ func serverWithChild(t *testing.T, argv, env []string) (child int, end func() in
 	opts, _, _ := testOptions(t, ctx, "", time.Second)
 	done := make(chan int, 1)
 	go func() {
-		code, err := RunStdio(ctx, opts, Stdio{Argv: argv, Env: append(env, "GUARD_TEST_TREE_PID="+pidFile), Grace: 200 * time.Millisecond},
-			NewStreamConn(in, out, 1<<20))
+		code, err := Run(ctx, opts, Stdio{Argv: argv, Env: append(env, "GUARD_TEST_TREE_PID="+pidFile), Grace: 200 * time.Millisecond},
+			proxy.NewStreamConn(in, out, 1<<20))
 		if err != nil {
 			t.Error(err)
 		}

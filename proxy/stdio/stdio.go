@@ -1,4 +1,10 @@
-package proxy
+// Package stdio runs an MCP server as a child process of guard and relays
+// between it and a client through proxy.Run: the child's pipes, the
+// processes it starts (a process group on Unix, a job object on Windows),
+// the signals forwarded to them, the grace before they are ended, and the
+// server's exit status, which is guard run's. It also reads and writes
+// guard's own standard streams with blocking system calls (Blocking).
+package stdio
 
 import (
 	"context"
@@ -12,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -37,11 +44,12 @@ type Stdio struct {
 	// Start, when set, starts the server's process in place of
 	// cmd.Start: it is given the command made of Argv (Stdin, Stdout and
 	// Stderr set) and returns the started command whose process is the
-	// server for RunStdio: signals go to it, and its exit status is the
+	// server for Run: signals go to it, and its exit status is the
 	// server's. That may be cmd itself, or another command on cmd's
 	// standard streams (one that runs Argv in a sandbox). nil: cmd.Start().
 	Start func(cmd *exec.Cmd) (*exec.Cmd, error)
-	// started, when set, receives whether the server could be started.
+	// started, when set, receives whether the server could be started
+	// (Serve's).
 	started chan<- error
 }
 
@@ -56,18 +64,16 @@ func startRefusal(err error) string {
 
 // RefuseStart answers each request the client sends with a JSON-RPC error
 // (-32603) saying that its server could not be started, and why (err, as
-// RunStdio returned it), until the client's input ends: guard has nothing
+// Run returned it), until the client's input ends: guard has nothing
 // to relay, and a client that saw guard's output end instead would be
 // left to guess.
-func RefuseStart(client Conn, err error) error {
+func RefuseStart(client proxy.Conn, err error) error {
 	text := startRefusal(err)
 	ctx := context.Background()
 	for {
 		m, rerr := client.Read(ctx)
-		var bad *BadMessage
-		var tl *wire.TooLongError
 		switch {
-		case errors.As(rerr, &bad), errors.As(rerr, &tl):
+		case aboutOne(rerr):
 			continue // not a request guard can answer by its id
 		case rerr != nil:
 			return nil
@@ -89,7 +95,7 @@ func RefuseStart(client Conn, err error) error {
 		if m.Kind == wire.KindBatch {
 			answer = joinBatch(answers)
 		}
-		if err := client.Write(ctx, unparsed(answer)); err != nil {
+		if err := client.Write(ctx, wire.Message{Raw: answer}); err != nil {
 			return err
 		}
 		if f, ok := client.(flusher); ok {
@@ -100,11 +106,12 @@ func RefuseStart(client Conn, err error) error {
 	}
 }
 
-// RunStdio relays between the client and the server it starts, until the
-// server exits. It returns the server's exit status (128+N when signal N
-// ended it).
-func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, error) {
-	opts.fill()
+// Run relays between the client and the server it starts, through a relay
+// session (proxy.NewSession) with options opts, until the server exits.
+// It returns the server's exit status (128+N when signal N ended it), or
+// an error that wraps ErrStart when the server could not be started.
+func Run(ctx context.Context, opts proxy.Options, sc Stdio, client proxy.Conn) (int, error) {
+	opts = opts.WithDefaults()
 	if len(sc.Argv) == 0 {
 		return 0, fmt.Errorf("%w: no command", ErrStart)
 	}
@@ -150,9 +157,9 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		opts.Logger.Warn("the processes the server starts may outlive it", "err", err)
 	}
 	defer procs.close()
-	server := &childConn{Conn: NewStreamConn(serverOut, serverIn, opts.MaxMessage),
+	server := &childConn{Conn: proxy.NewStreamConn(serverOut, serverIn, opts.MaxMessage),
 		eof: make(chan struct{}), written: make(chan struct{}), ended: make(chan struct{})}
-	ic := &stdioInterceptor{Interceptor: NewSession(ctx, opts), clientDone: make(chan struct{})}
+	ic := &stdioInterceptor{Interceptor: proxy.NewSession(ctx, opts), clientDone: make(chan struct{})}
 
 	exited := make(chan struct{})
 	go func() {
@@ -201,15 +208,48 @@ func RunStdio(ctx context.Context, opts Options, sc Stdio, client Conn) (int, er
 		server.code, server.status = exitStatus(cmd, werr)
 		close(server.ended)
 	}()
-	_ = Run(ctx, client, server, ic)
+	_ = proxy.Run(ctx, client, server, ic)
 	return server.code, nil
+}
+
+// Serve runs sc's server for one session of the HTTP front
+// (proxy.HTTPOptions.Child), as Run does, and sends on started, once,
+// nil when the server runs or the error that kept it from starting.
+func (sc Stdio) Serve(ctx context.Context, opts proxy.Options, client proxy.Conn, started chan<- error) (int, error) {
+	sc.started = started
+	return Run(ctx, opts, sc, client)
+}
+
+// flusher is a Conn that buffers what is written to it until flushed.
+type flusher interface {
+	Flush() error
+}
+
+// aboutOne says whether a Conn's read error is about one message alone
+// (one that did not parse, or was too long): the Conn reads on.
+func aboutOne(err error) bool {
+	var bad *proxy.BadMessage
+	var tl *wire.TooLongError
+	return errors.As(err, &bad) || errors.As(err, &tl)
+}
+
+// joinBatch makes one batch of the answers to a batch's requests.
+func joinBatch(parts [][]byte) []byte {
+	out := []byte{'['}
+	for i, p := range parts {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, p...)
+	}
+	return append(out, ']')
 }
 
 // childConn is the Conn of a server run as a child process: it ends when
 // the process does (Run waits for that, not for its output, which a
 // process it started may hold open).
 type childConn struct {
-	Conn
+	proxy.Conn
 	eofOnce sync.Once
 	eof     chan struct{} // its output ended
 	written chan struct{} // everything for it is written and its input closed
@@ -244,14 +284,14 @@ func (c *childConn) Close() error {
 func (c *childConn) Ended() <-chan struct{} { return c.ended }
 func (c *childConn) Status() (int, string)  { return c.code, c.status }
 
-// stdioInterceptor tells RunStdio when the client is done, which starts
+// stdioInterceptor tells Run when the client is done, which starts
 // the grace the server has to exit once its input is closed.
 type stdioInterceptor struct {
-	Interceptor
+	proxy.Interceptor
 	clientDone chan struct{}
 }
 
-func (i *stdioInterceptor) ClientEnded(client Conn) {
+func (i *stdioInterceptor) ClientEnded(client proxy.Conn) {
 	i.Interceptor.ClientEnded(client)
 	close(i.clientDone)
 }
