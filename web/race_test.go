@@ -1,6 +1,0 @@
-//go:build race
-
-package web_test
-
-// raceEnabled: timing figures mean nothing under the race detector.
-const raceEnabled = true
