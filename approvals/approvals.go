@@ -17,7 +17,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// Store keeps approvals; store.DB implements it. Waiting is the store's,
+// Store keeps approvals; store.Holds implements it. Waiting is the store's,
 // so that a decision made by another process or replica is seen too:
 // polling on SQLite, LISTEN/NOTIFY on PostgreSQL (a decision made on one
 // replica releases a call held on another within milliseconds).
@@ -58,7 +58,7 @@ type Options struct {
 	Scope string
 
 	// Process is the id this guard process beats under in the database
-	// (store.DB.Heartbeat), which every hold names: once the process is
+	// (store.Replicas.Heartbeat), which every hold names: once the process is
 	// gone, the holds scoped to its sessions are withdrawn (SettleGone).
 	// "" holds calls that name no process, which nothing withdraws so.
 	Process string
@@ -403,7 +403,7 @@ func (m *Manager) Decide(ctx context.Context, id string, approve bool, by, reaso
 
 // DecideWith is Decide with before run first, once the approval is known
 // to be pending and under the same lock as the decision: the decision is
-// recorded only if before succeeds (see store.DB.ReviewApproval).
+// recorded only if before succeeds (see store.Holds.ReviewApproval).
 func (m *Manager) DecideWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
 	return m.Review(ctx, id, Named(by), approve, reason, before)
 }
@@ -608,14 +608,19 @@ func SettleReview(ctx context.Context, d ReviewDecider, pending []*guard.Approva
 	return s, errors.Join(errs...)
 }
 
-// Definitions are the tool definitions and held calls DecideDefinition
-// reads and decides on; store.DB implements it.
+// Definitions are the tool definitions DecideDefinition reads and
+// decides on; store.DB implements it.
 type Definitions interface {
 	// AcceptedTool returns the definition accepted most recently, nil
 	// when none is; ToolByPin one definition, nil when unknown.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
 	ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error)
 	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
+}
+
+// Held lists the held calls in a state, which DecideDefinition settles;
+// store.Holds implements it.
+type Held interface {
 	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
 }
 
@@ -626,7 +631,7 @@ type Definitions interface {
 // first: once this one is accepted, it is the accepted one. It returns
 // the review as decided; an error with a nil review means nothing was
 // decided, one with a review that held calls could not all be settled.
-func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, server, name, pin string, accept bool, by Reviewer, reason string) (*guard.Review, Settled, error) {
+func DecideDefinition(ctx context.Context, st Definitions, held Held, d ReviewDecider, server, name, pin string, accept bool, by Reviewer, reason string) (*guard.Review, Settled, error) {
 	if pin == "" {
 		// What changed is read from the definition decided: without
 		// its pin, a weakening change would release its calls.
@@ -640,7 +645,7 @@ func DecideDefinition(ctx context.Context, st Definitions, d ReviewDecider, serv
 	if err != nil {
 		return nil, Settled{}, err
 	}
-	pending, err := st.Approvals(ctx, guard.ApprovalPending)
+	pending, err := held.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return r, Settled{Accepted: accept}, fmt.Errorf("held calls: %w", err)
 	}

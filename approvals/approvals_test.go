@@ -24,20 +24,20 @@ func newManager(t *testing.T, path string, o Options) (*Manager, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return New(db, o), db
+	return New(db.Holds(), o), db
 }
 
 // waitingStore is a store that says, by closing waiting, when a wait for a
 // decision (WaitApproval) has begun.
 type waitingStore struct {
-	*store.DB
+	store.Holds
 	once    *sync.Once
 	waiting chan struct{}
 }
 
 func (s waitingStore) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
 	s.once.Do(func() { close(s.waiting) })
-	return s.DB.WaitApproval(ctx, id)
+	return s.Holds.WaitApproval(ctx, id)
 }
 
 // newWaitingManager is newManager over a waitingStore: what it returns
@@ -46,7 +46,7 @@ func newWaitingManager(t *testing.T, o Options) (*Manager, *store.DB, <-chan str
 	t.Helper()
 	_, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), o)
 	waiting := make(chan struct{})
-	return New(waitingStore{DB: db, once: new(sync.Once), waiting: waiting}, o), db, waiting
+	return New(waitingStore{Holds: db.Holds(), once: new(sync.Once), waiting: waiting}, o), db, waiting
 }
 
 func held(id string) *guard.Approval {
@@ -86,7 +86,7 @@ func TestAwaitEndings(t *testing.T) {
 		if err != nil || r.End != guard.WaitApproved {
 			t.Fatalf("%+v %v", r, err)
 		}
-		a, _ := db.Approval(ctx, "a")
+		a, _ := db.Holds().Approval(ctx, "a")
 		if a.State != guard.ApprovalUsed {
 			t.Fatalf("an approval let through is not used up: %s", a.State)
 		}
@@ -275,7 +275,7 @@ func TestSettleReview(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pending, err := db.Approvals(ctx, guard.ApprovalPending)
+	pending, err := db.Holds().Approvals(ctx, guard.ApprovalPending)
 	if err != nil || len(pending) != 5 {
 		t.Fatalf("pending: %d %v", len(pending), err)
 	}
@@ -339,7 +339,7 @@ func TestAcceptingReleasesHeldCallsUnlessItWeakensOrWasFlagged(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			pending, _ := db.Approvals(ctx, guard.ApprovalPending)
+			pending, _ := db.Holds().Approvals(ctx, guard.ApprovalPending)
 			s, err := SettleReview(ctx, m, pending, r, tc.changes, Named("alice"), "the tool's definition was accepted")
 			if err != nil {
 				t.Fatal(err)
@@ -370,10 +370,10 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	}
 	v1 := def(`{"name":"rm","annotations":{"destructiveHint":true}}`)
 	v2 := def(`{"name":"rm","annotations":{"destructiveHint":false}}  `)
-	if err := db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	a := held("h")
@@ -381,7 +381,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 	if _, _, err := m.Hold(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	r, s, err := DecideDefinition(ctx, db, m, "files", "rm", v2.Pin, true, Named("alice"), "")
+	r, s, err := DecideDefinition(ctx, db.Catalog(), db.Holds(), m, "files", "rm", v2.Pin, true, Named("alice"), "")
 	if err != nil || r.State != guard.ReviewAccepted || r.DecidedBy != "alice" {
 		t.Fatalf("decide: %+v %v", r, err)
 	}
@@ -397,7 +397,7 @@ func TestDecideDefinitionMeasuresTheChangeFromTheDefinitionAcceptedBefore(t *tes
 			"Approving lets it go on to the rules, which judge it by the accepted definition." {
 		t.Fatalf("the held call's note: %q", text)
 	}
-	if _, _, err := DecideDefinition(ctx, db, m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
+	if _, _, err := DecideDefinition(ctx, db.Catalog(), db.Holds(), m, "files", "nope", "sha256:x", true, Named("alice"), ""); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown tool: %v", err)
 	}
 }
@@ -419,7 +419,7 @@ func TestScope(t *testing.T) {
 			if want == "" {
 				want = guard.ScopeSession
 			}
-			if got, _ := db.Approval(ctx, "a"); got.Scope != want {
+			if got, _ := db.Holds().Approval(ctx, "a"); got.Scope != want {
 				t.Fatalf("scope %q, want %q", got.Scope, want)
 			}
 			other := held("b")
@@ -444,7 +444,7 @@ func TestScope(t *testing.T) {
 	}
 	t.Run("session ended", func(t *testing.T) {
 		mine, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{})
-		shared := New(db, Options{Scope: guard.ScopeAny})
+		shared := New(db.Holds(), Options{Scope: guard.ScopeAny})
 		for _, h := range []struct {
 			m  *Manager
 			id string
@@ -458,10 +458,10 @@ func TestScope(t *testing.T) {
 		if err := mine.SessionEnded(ctx, "s1", guard.ClientGoneReason); err != nil {
 			t.Fatal(err)
 		}
-		if a, _ := db.Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
+		if a, _ := db.Holds().Approval(ctx, "a"); a.State != guard.ApprovalWithdrawn {
 			t.Fatalf("a session-scoped hold of an ended session: %s", a.State)
 		}
-		if b, _ := db.Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
+		if b, _ := db.Holds().Approval(ctx, "b"); b.State != guard.ApprovalPending || b.SessionEnded.IsZero() {
 			t.Fatalf("a hold of any session, once its session ended: %s %v", b.State, b.SessionEnded)
 		}
 	})

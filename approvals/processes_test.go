@@ -22,9 +22,9 @@ import (
 func TestTheHoldsOfAGoneProcess(t *testing.T) {
 	ctx := context.Background()
 	killed, db := newManager(t, filepath.Join(t.TempDir(), "g.db"), Options{Process: "killed"})
-	killedAny := New(db, Options{Process: "killed", Scope: guard.ScopeAny})
-	alive := New(db, Options{Process: "alive"})
-	unnamed := New(db, Options{})
+	killedAny := New(db.Holds(), Options{Process: "killed", Scope: guard.ScopeAny})
+	alive := New(db.Holds(), Options{Process: "alive"})
+	unnamed := New(db.Holds(), Options{})
 	for _, h := range []struct {
 		m           *Manager
 		id, session string
@@ -38,13 +38,13 @@ func TestTheHoldsOfAGoneProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a, _ := db.Approval(ctx, "session"); a.Process != "killed" {
+	if a, _ := db.Holds().Approval(ctx, "session"); a.Process != "killed" {
 		t.Fatalf("the hold's process: %q, want killed", a.Process)
 	}
 	beat := func(id string, at time.Time) {
 		t.Helper()
 		r := store.Replica{ID: id, Host: "laptop", PID: 4242, Process: "guard run", Started: at, Seen: at, Lapse: time.Second}
-		if err := db.Heartbeat(ctx, r); err != nil {
+		if err := db.Replicas().Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestTheHoldsOfAGoneProcess(t *testing.T) {
 	want := map[string]string{"session": guard.ApprovalWithdrawn, "reviewed": guard.ApprovalWithdrawn, "any": guard.ApprovalPending,
 		"client": guard.ApprovalPending, "alive": guard.ApprovalPending, "unnamed": guard.ApprovalPending}
 	for id, state := range want {
-		a, err := db.Approval(ctx, id)
+		a, err := db.Holds().Approval(ctx, id)
 		if err != nil || a.State != state {
 			t.Fatalf("%s: %+v %v, want %s", id, a, err, state)
 		}
@@ -85,7 +85,7 @@ func TestTheHoldsOfAGoneProcess(t *testing.T) {
 		}
 	}
 	var withdrawals []*guard.Record
-	err = db.Records(ctx, func(r *guard.Record) error {
+	err = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Decision == guard.ApprovalWithdrawn {
 			withdrawals = append(withdrawals, r)
 		}

@@ -41,7 +41,7 @@ func TestAHoldKeepsHowItsDecidersMustBeVerified(t *testing.T) {
 	}
 	// Another process, with a configuration of its own: a Manager
 	// without RequiredVia on the same database.
-	other := New(db, Options{})
+	other := New(db.Holds(), Options{})
 	if _, err := other.Decide(ctx, "strict", true, "alice", ""); !errors.Is(err, guard.ErrNotApprover) {
 		t.Fatalf("a typed name on the strict hold: %v", err)
 	}
@@ -55,7 +55,7 @@ func TestAHoldKeepsHowItsDecidersMustBeVerified(t *testing.T) {
 
 	// Calls held for the review of a tool's definition.
 	v1 := guard.Tool{Server: "files", Name: "rm", Def: json.RawMessage(`{"name":"rm"}`), Pin: "sha256:v1"}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	via.Store(guard.ViaPasskey)
@@ -66,11 +66,11 @@ func TestAHoldKeepsHowItsDecidersMustBeVerified(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, s, err := DecideDefinition(ctx, db, other, "files", "rm", v1.Pin, true, Named("alice"), "")
+	_, s, err := DecideDefinition(ctx, db.Catalog(), db.Holds(), other, "files", "rm", v1.Pin, true, Named("alice"), "")
 	if !errors.Is(err, guard.ErrNotApprover) || s.Decided != 0 {
 		t.Fatalf("accepted by a typed name: %+v %v", s, err)
 	}
-	_, s, err = DecideDefinition(ctx, db, other, "files", "rm", v1.Pin, true, alice, "")
+	_, s, err = DecideDefinition(ctx, db.Catalog(), db.Holds(), other, "files", "rm", v1.Pin, true, alice, "")
 	if err != nil || s.Decided != 2 {
 		t.Fatalf("accepted with a passkey: %+v %v", s, err)
 	}

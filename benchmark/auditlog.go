@@ -255,7 +255,7 @@ func RunAudit(ctx context.Context, cfg AuditConfig, out io.Writer) (*AuditFigure
 		}
 	}
 	var calls int64
-	_ = db.Query(ctx, store.Filter{Limit: 1}, func(*store.Call) error { calls++; return nil })
+	_ = db.Reader().Query(ctx, store.Filter{Limit: 1}, func(*store.Call) error { calls++; return nil })
 	since := now.Add(-time.Hour)
 	filters := []struct {
 		name string
@@ -287,7 +287,7 @@ func RunAudit(ctx context.Context, cfg AuditConfig, out io.Writer) (*AuditFigure
 		f.Limit = 100
 		t, err := timeRuns(cfg.Runs, func() (int, error) {
 			n := 0
-			err := db.Query(ctx, f, func(*store.Call) error { n++; return nil })
+			err := db.Reader().Query(ctx, f, func(*store.Call) error { n++; return nil })
 			return n, err
 		})
 		if err != nil {
@@ -338,7 +338,7 @@ func timeRuns(n int, fn func() (int, error)) (QueryTiming, error) {
 // findSample reads values to query for from a log built before.
 func findSample(ctx context.Context, db *store.DB) (AuditSample, error) {
 	s := AuditSample{CommonWord: auditWords[0], RareWord: auditWords[len(auditWords)-7]}
-	err := db.Query(ctx, store.Filter{DecidedBy: auditPeople[0], Limit: 1}, func(c *store.Call) error {
+	err := db.Reader().Query(ctx, store.Filter{DecidedBy: auditPeople[0], Limit: 1}, func(c *store.Call) error {
 		s.Approval, s.Person, s.Session = c.Approval, c.DecidedBy, c.Session
 		return nil
 	})
@@ -353,7 +353,7 @@ func findSample(ctx context.Context, db *store.DB) (AuditSample, error) {
 func timeActivity(ctx context.Context, db *store.DB, runs int, s AuditSample) ([]QueryTiming, error) {
 	const token = "bench-token"
 	ts := httptest.NewUnstartedServer(nil)
-	ui, err := web.New(web.Options{Store: db, Decider: approvals.New(db, approvals.Options{}), Token: token,
+	ui, err := web.New(web.Options{Store: db, Calls: db.Reader(), Holds: db.Holds(), Tools: db.Catalog(), Decider: approvals.New(db.Holds(), approvals.Options{}), Token: token,
 		AllowedHosts: []string{ts.Listener.Addr().String()}})
 	if err != nil {
 		return nil, err

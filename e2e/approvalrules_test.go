@@ -51,7 +51,7 @@ policy:
 
 	db := e.open(ctx)
 	defer db.Close()
-	m := approvals.New(db, approvals.Options{})
+	m := approvals.New(db.Holds(), approvals.Options{})
 	alice := approvals.Reviewer{Identity: guard.Identity{Subject: "u-alice", Email: "alice@example.com", Groups: []string{"sre"}}, Via: guard.ViaOIDC}
 	bob := approvals.Reviewer{Identity: guard.Identity{Subject: "u-bob", Email: "bob@example.com"}, Via: guard.ViaPasskey}
 	first, err := m.Review(ctx, a.ID, alice, true, "one of two", nil)

@@ -153,7 +153,7 @@ policy:
 	db := e.open(ctx)
 	defer db.Close()
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		found = found || (r.Kind == guard.KindRuleAdded && r.Tool == "delete_note" && r.DecidedBy == "alice" && r.Approval != "")
 		return nil
 	})

@@ -45,7 +45,7 @@ func (e *env) waitRecords(ctx context.Context, what string, found func([]*guard.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var recs []*guard.Record
-		if err := db.Records(ctx, func(r *guard.Record) error {
+		if err := db.Reader().Records(ctx, func(r *guard.Record) error {
 			recs = append(recs, r)
 			return nil
 		}); err != nil {

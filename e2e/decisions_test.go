@@ -29,7 +29,7 @@ func (e *env) chain() []*guard.Record {
 	db := e.openReadOnly(context.Background())
 	defer db.Close()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error { out = append(out, r); return nil }); err != nil {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error { out = append(out, r); return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 	return out

@@ -477,7 +477,7 @@ func TestToolListChangedRefreshesTheCatalog(t *testing.T) {
 	db := e.open(ctx)
 	defer db.Close()
 	for {
-		tools, err := db.Tools(ctx, "conformance")
+		tools, err := db.Catalog().Tools(ctx, "conformance")
 		if err != nil {
 			t.Fatal(err)
 		}

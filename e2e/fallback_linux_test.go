@@ -157,7 +157,7 @@ func TestSandboxUnavailableFallsBackLoudly(t *testing.T) {
 	}
 	defer db.Close()
 	for {
-		pending, err := db.PendingConfigChange(ctx)
+		pending, err := db.Configs().PendingConfigChange(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

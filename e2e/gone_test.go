@@ -84,7 +84,7 @@ func (e *env) withdrawal(ctx context.Context, id string) (string, time.Time) {
 	db := e.openReadOnly(ctx)
 	defer db.Close()
 	reason, at := "", time.Time{}
-	if err := db.Records(ctx, func(r *guard.Record) error {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == id && r.Decision == guard.ApprovalWithdrawn {
 			reason, at = r.Reason, r.Time
 		}

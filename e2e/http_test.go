@@ -143,7 +143,7 @@ func TestHTTPDisconnectDuringAHoldIsNotACancellation(t *testing.T) {
 	db := e.openReadOnly(ctx)
 	defer db.Close()
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		found = found || r.Kind == guard.KindDecision && r.Approval == a.ID && r.CallID == a.ID && r.DecidedBy == "erin" && r.Decision == guard.ApprovalApproved
 		return nil
 	})

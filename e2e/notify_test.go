@@ -140,7 +140,7 @@ func TestAHoldIsAnnouncedToWebhooks(t *testing.T) {
 	}
 	db := e.openReadOnly(ctx)
 	defer db.Close()
-	a, err := db.Approval(ctx, h.Approval)
+	a, err := db.Holds().Approval(ctx, h.Approval)
 	if err != nil || a.State != guard.ApprovalPending || a.CreatedAt.After(first.at) {
 		t.Fatalf("the hold when it was first announced: %+v %v", a, err)
 	}

@@ -51,7 +51,7 @@ func TestOAuthUnverifiedEmailMatchesNoRule(t *testing.T) {
 	db := e.open(ctx)
 	defer db.Close()
 	seen := map[string]string{}
-	err := db.Query(ctx, store.Filter{Tool: "read_note"}, func(c *store.Call) error {
+	err := db.Reader().Query(ctx, store.Filter{Tool: "read_note"}, func(c *store.Call) error {
 		seen[c.User] = c.UserEmail + " " + c.DecidedBy
 		return nil
 	})

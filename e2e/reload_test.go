@@ -31,7 +31,7 @@ func TestConfigChangeWaitsForAPerson(t *testing.T) {
 	var pending *store.ConfigChange
 	for pending == nil {
 		var err error
-		if pending, err = db.PendingConfigChange(ctx); err != nil {
+		if pending, err = db.Configs().PendingConfigChange(ctx); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -52,7 +52,7 @@ func TestConfigChangeWaitsForAPerson(t *testing.T) {
 	}
 	echoDenied(ctx, t, cs)
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		found = found || (r.Kind == guard.KindConfig && r.Decision == store.ConfigApplied && r.DecidedBy == "erin" && strings.Contains(r.Detail, pending.Digest))
 		return nil
 	})
@@ -99,7 +99,7 @@ func TestConfigChangeAppliesByItselfUnderIsolation(t *testing.T) {
 	db := e.open(ctx)
 	defer db.Close()
 	for {
-		c, err := db.PendingConfigChange(ctx)
+		c, err := db.Configs().PendingConfigChange(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -159,7 +159,7 @@ func TestRugPullAndPoisonedDescription(t *testing.T) {
 	db := e.open(ctx)
 	defer db.Close()
 	for {
-		h, _ := db.ToolHistory(ctx, "weather", "fetch_weather")
+		h, _ := db.Catalog().ToolHistory(ctx, "weather", "fetch_weather")
 		if len(h) == 2 {
 			break
 		}

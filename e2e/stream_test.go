@@ -42,7 +42,7 @@ audit:
 		db := e.openReadOnly(context.Background())
 		defer db.Close()
 		n := 0
-		if err := db.Records(context.Background(), func(*guard.Record) error { n++; return nil }); err != nil {
+		if err := db.Reader().Records(context.Background(), func(*guard.Record) error { n++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -51,7 +51,7 @@ audit:
 		t.Helper()
 		db := e.openReadOnly(context.Background())
 		defer db.Close()
-		h, err := db.LeaseHolder(context.Background(), stream.LeaseName)
+		h, err := db.Streams().LeaseHolder(context.Background(), stream.LeaseName)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -116,7 +116,7 @@ ui:
 	db := e.open(ctx)
 	defer db.Close()
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == a.ID {
 			var d struct {
 				Via      string         `json:"via"`
@@ -240,7 +240,7 @@ servers:
 
 	db := e.open(ctx)
 	defer db.Close()
-	x, err := db.Approval(ctx, a.ID)
+	x, err := db.Holds().Approval(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

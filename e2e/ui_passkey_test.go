@@ -133,7 +133,7 @@ func TestPasskeyApprovalInTheBrowser(t *testing.T) {
 	db := e.open(ctx)
 	defer db.Close()
 	found := false
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == a.ID {
 			var d struct {
 				Via string `json:"via"`

@@ -157,7 +157,7 @@ func TestUIMemoryWith10000Pending(t *testing.T) {
 	now := time.Now().UTC()
 	for i := range 10000 {
 		args := fmt.Sprintf(`{"path":"/srv/data/file-%05d.txt","content":"%s"}`, i, strings.Repeat("x", 200))
-		if err := db.CreateApproval(ctx, &guard.Approval{ID: fmt.Sprintf("approval-%05d", i), Server: "files", Tool: "write_file",
+		if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: fmt.Sprintf("approval-%05d", i), Server: "files", Tool: "write_file",
 			Arguments: args, Digest: fmt.Sprint(i), Rule: "default", HeldReason: "destructive tool", State: guard.ApprovalPending,
 			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)

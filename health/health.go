@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// Log is the audit log as readiness sees it (store.DB).
+// Log is the audit log as readiness sees it (store.Writing).
 type Log interface {
 	// WriteFailure says why the audit log cannot be written and since
 	// when, from the first write that failed until one succeeds again;

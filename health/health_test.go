@@ -95,9 +95,9 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 	}
 	defer db.Close()
 	var recoveries atomic.Int32
-	c := New(Options{Log: db, Alerts: alertList{"record 3 was altered"}, ProbeEvery: 20 * time.Millisecond, IdleEvery: 50 * time.Millisecond,
+	c := New(Options{Log: db.Writing(), Alerts: alertList{"record 3 was altered"}, ProbeEvery: 20 * time.Millisecond, IdleEvery: 50 * time.Millisecond,
 		Recovered: func(ctx context.Context, since time.Time, cause string) error {
-			err := db.RecordLifecycle(store.Lifecycle{Event: "recovered", Process: "test", Reason: "the audit log can be written again: " + cause})
+			err := db.Operations().RecordLifecycle(store.Lifecycle{Event: "recovered", Process: "test", Reason: "the audit log can be written again: " + cause})
 			if err == nil {
 				recoveries.Add(1)
 			}
@@ -131,7 +131,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 				t.Fatalf("timed out waiting for %s", what)
 			}
 			select {
-			case <-db.WritesChanged():
+			case <-db.Writing().WritesChanged():
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
@@ -155,7 +155,7 @@ func TestReadyzFollowsTheAuditLog(t *testing.T) {
 	release()
 	waitFor("/readyz to turn 200 again with no traffic", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
 	var got []string
-	if err := db.QueryRecords(context.Background(), guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(context.Background(), guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
 		got = append(got, r.Decision+": "+r.Reason)
 		return nil
 	}); err != nil {

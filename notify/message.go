@@ -187,7 +187,7 @@ type Problem struct {
 	Approval string
 }
 
-// History reads delivery events back from the audit log (store.DB).
+// History reads delivery events back from the audit log (store.Reader).
 type History interface {
 	// QueryRecords calls fn for each record of a kind matching f,
 	// newest first.

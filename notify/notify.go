@@ -35,30 +35,20 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store"
 )
 
 // Store is what the notifier needs of the database (store.DB).
 type Store interface {
-	// RecordsAfter returns up to limit committed records after seq, in order.
-	RecordsAfter(ctx context.Context, seq int64, limit int) ([]*guard.Record, error)
-	// LastSeq returns the seq of the last record in the database (0:
-	// none).
-	LastSeq(ctx context.Context) (int64, error)
-	// CaughtUp waits until what was appended is in the database.
-	CaughtUp(ctx context.Context)
-	// Committed returns a channel closed when this process next commits
-	// records.
-	Committed() <-chan struct{}
-	StreamCursor(ctx context.Context, receiver string) (int64, error)
-	// SetStreamCursor moves the cursor forward, for the lease's holder only.
-	SetStreamCursor(ctx context.Context, lease, holder, receiver string, seq int64) error
-	// WithLease runs fn while holder holds the lease.
-	WithLease(ctx context.Context, name, holder string, ttl time.Duration, fn func(context.Context))
-	// Approval returns a held call as it stands.
-	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// Streams returns the leases, the receivers' cursors and the log as
+	// one that follows it reads it.
+	Streams() store.Streams
+	// Holds returns the held calls as they stand.
+	Holds() store.Holds
 	// AppendAsync appends records to the audit log.
 	AppendAsync(recs ...*guard.Record) <-chan error
-	History
+	// Reader reads the audit log back: the delivery events (History).
+	Reader() store.Reader
 }
 
 // LeaseName is the lease the announcing process holds.
@@ -166,8 +156,8 @@ func New(ctx context.Context, opts Options) (*Notifier, error) {
 		n.receivers = append(n.receivers, &receiver{n: n, cfg: r, log: opts.Logger.With("receiver", r.Label())})
 	}
 	if len(n.receivers) > 0 {
-		opts.Store.CaughtUp(ctx)
-		seq, err := opts.Store.LastSeq(ctx)
+		opts.Store.Streams().CaughtUp(ctx)
+		seq, err := opts.Store.Streams().LastSeq(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("notify: %w", err)
 		}
@@ -185,7 +175,7 @@ func (n *Notifier) Run(ctx context.Context) {
 	if len(n.receivers) == 0 {
 		return
 	}
-	n.opts.Store.WithLease(ctx, LeaseName, n.opts.Holder, n.opts.LeaseTTL, func(lctx context.Context) {
+	n.opts.Store.Streams().WithLease(ctx, LeaseName, n.opts.Holder, n.opts.LeaseTTL, func(lctx context.Context) {
 		n.opts.Logger.Info("announcing new holds", "receivers", len(n.receivers), "holder", n.opts.Holder)
 		var wg sync.WaitGroup
 		for _, r := range n.receivers {
@@ -295,7 +285,7 @@ func (r *receiver) follow(ctx context.Context) {
 		return l
 	}
 	move := func(ctx context.Context, to int64) {
-		if err := o.Store.SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), to); err == nil {
+		if err := o.Store.Streams().SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), to); err == nil {
 			cursor, wrote = to, time.Now()
 		} else if ctx.Err() == nil {
 			r.log.Warn("notify: cannot move the cursor", "err", err)
@@ -315,13 +305,13 @@ func (r *receiver) follow(ctx context.Context) {
 	poll := time.NewTicker(o.Poll)
 	defer poll.Stop()
 	for ctx.Err() == nil {
-		wake := o.Store.Committed()
+		wake := o.Store.Streams().Committed()
 		mu.Lock()
 		room := maxInFlight - len(inFlight)
 		mu.Unlock()
 		full := false
 		if room > 0 {
-			recs, err := o.Store.RecordsAfter(ctx, read, batchRecords)
+			recs, err := o.Store.Streams().RecordsAfter(ctx, read, batchRecords)
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("notify: cannot read the log; trying again", "err", err)
 			}
@@ -374,7 +364,7 @@ func (r *receiver) follow(ctx context.Context) {
 // receiver another process (or this one before a restart) recorded as
 // failing is said to have recovered at its next delivery.
 func (r *receiver) resume(ctx context.Context) {
-	ps, err := Undelivered(ctx, r.n.opts.Store, r.n.opts.Now().Add(-ProblemsFor), []Config{r.cfg})
+	ps, err := Undelivered(ctx, r.n.opts.Store.Reader(), r.n.opts.Now().Add(-ProblemsFor), []Config{r.cfg})
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("notify: cannot read the receiver's last deliveries", "err", err)
@@ -397,11 +387,11 @@ func (r *receiver) cursor(ctx context.Context) (int64, error) {
 	o := &r.n.opts
 	backoff := o.BackoffMin
 	for {
-		c, err := o.Store.StreamCursor(ctx, r.cfg.Name())
+		c, err := o.Store.Streams().StreamCursor(ctx, r.cfg.Name())
 		if err == nil && c == 0 && r.n.start > 0 {
 			// Kept at once: the next holder starts there too.
 			c = r.n.start
-			err = o.Store.SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), c)
+			err = o.Store.Streams().SetStreamCursor(ctx, LeaseName, o.Holder, r.cfg.Name(), c)
 		}
 		if err == nil {
 			return c, nil
@@ -430,7 +420,7 @@ func (r *receiver) deliver(ctx context.Context, rec *guard.Record) bool {
 	giveUp := o.Now().Add(o.RetryFor)
 	backoff := o.BackoffMin
 	for attempt := 1; ; attempt++ {
-		a, err := o.Store.Approval(ctx, rec.Approval)
+		a, err := o.Store.Holds().Approval(ctx, rec.Approval)
 		switch {
 		case errors.Is(err, guard.ErrNotFound):
 			return true

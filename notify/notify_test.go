@@ -37,7 +37,7 @@ func hold(t *testing.T, db *store.DB, tool string) *guard.Approval {
 	a := &guard.Approval{ID: id, CallID: id, Session: "s1", Client: "desk/1", Server: "notes", Tool: tool,
 		Arguments: `{"title":"a"}`, Digest: "sha256:" + id, Pin: "sha256:p", PolicyVersion: "v1", Rule: "default",
 		HeldReason: "destructive", State: guard.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(10 * time.Minute)}
-	if err := db.CreateApproval(context.Background(), a); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(&guard.Record{CallID: id, Kind: guard.KindRequest, Session: "s1", Client: "desk/1", Server: "notes",
@@ -117,9 +117,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // events returns the delivery events of the log, newest first.
 func events(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
-	db.CaughtUp(context.Background())
+	db.Streams().CaughtUp(context.Background())
 	var out []*guard.Record
-	if err := db.QueryRecords(context.Background(), guard.KindEvent, store.Filter{}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(context.Background(), guard.KindEvent, store.Filter{}, func(r *guard.Record) error {
 		if r.Method == Method {
 			out = append(out, r)
 		}
@@ -224,7 +224,7 @@ func TestAnnouncementsResumeWhereTheyStopped(t *testing.T) {
 	stop()
 
 	decided, pending := hold(t, db, "write_note"), hold(t, db, "send_message")
-	if _, err := db.DecideApprovalWith(context.Background(), decided.ID, false, "carol", "no", nil); err != nil {
+	if _, err := db.Holds().DecideApprovalWith(context.Background(), decided.ID, false, "carol", "no", nil); err != nil {
 		t.Fatal(err)
 	}
 	start(t, db, "second", Options{}, r)
@@ -351,12 +351,12 @@ func settled(t *testing.T, db *store.DB, r Config) {
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		db.CaughtUp(ctx)
-		last, err := db.LastSeq(ctx)
+		db.Streams().CaughtUp(ctx)
+		last, err := db.Streams().LastSeq(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, err := db.StreamCursor(ctx, r.Name()); err == nil && c >= last {
+		if c, err := db.Streams().StreamCursor(ctx, r.Name()); err == nil && c >= last {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -426,8 +426,8 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 	r := Config{Webhook: url, Format: FormatJSON, Secret: "k"}
 	undelivered := func() []Problem {
 		t.Helper()
-		db.CaughtUp(context.Background())
-		ps, err := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), []Config{r})
+		db.Streams().CaughtUp(context.Background())
+		ps, err := Undelivered(context.Background(), db.Reader(), time.Now().Add(-time.Hour), []Config{r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestARecordedFailureIsClearedAfterARestart(t *testing.T) {
 	}
 	stop()
 	// Only the receivers configured now are named.
-	if ps, _ := Undelivered(context.Background(), db, time.Now().Add(-time.Hour), nil); len(ps) != 0 {
+	if ps, _ := Undelivered(context.Background(), db.Reader(), time.Now().Add(-time.Hour), nil); len(ps) != 0 {
 		t.Fatalf("undelivered, of no receiver: %+v", ps)
 	}
 

@@ -97,7 +97,7 @@ func TestEngineRecordsEachLoadBeforeItTakesEffect(t *testing.T) {
 }
 
 // learnedList is learned rules kept in memory, as the database keeps them
-// for replicas (store.DB through cmd/guard's learnedRules).
+// for replicas (store.Learned through cmd/guard's learnedRules).
 type learnedList struct {
 	mu      sync.Mutex
 	rules   []Rule

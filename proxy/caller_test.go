@@ -32,7 +32,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 		got <- err
 	}()
 	id := waitPending(t, h, "delete_note")
-	a, err := h.db.Approval(ctx, id)
+	a, err := h.db.Holds().Approval(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 	<-h.done // the session's last records (the server's exit) are written
 
 	kinds := map[string]int{}
-	err = h.db.Records(ctx, func(r *guard.Record) error {
+	err = h.db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindToolReview {
 			return nil // the server's tools, as the catalog first saw them: no one's
 		}
@@ -70,7 +70,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 	}
 	for _, who := range []string{alice.Subject, alice.Email} {
 		var tools []string
-		err := h.db.Query(ctx, store.Filter{User: who}, func(c *store.Call) error {
+		err := h.db.Reader().Query(ctx, store.Filter{User: who}, func(c *store.Call) error {
 			if c.User != alice.Subject || c.UserEmail != alice.Email || !slices.Equal(c.UserGroups, alice.Groups) {
 				t.Errorf("call %s shows user %q %q %q", c.ID, c.User, c.UserEmail, c.UserGroups)
 			}
@@ -98,7 +98,7 @@ func TestRecordsNameTheAuthenticatedCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
@@ -113,7 +113,7 @@ func TestRecordsOfAnUnauthenticatedSessionNameNoUser(t *testing.T) {
 	cs.Close()
 	<-h.done
 	n := 0
-	err := h.db.Records(context.Background(), func(r *guard.Record) error {
+	err := h.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		n++
 		if r.User != "" || r.UserEmail != "" || r.UserGroups != nil {
 			t.Errorf("record %d names a user: %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
@@ -128,7 +128,7 @@ func TestRecordsOfAnUnauthenticatedSessionNameNoUser(t *testing.T) {
 func queryUser(t *testing.T, db *store.DB, who string) []*store.Call {
 	t.Helper()
 	var out []*store.Call
-	if err := db.Query(context.Background(), store.Filter{User: who}, func(c *store.Call) error {
+	if err := db.Reader().Query(context.Background(), store.Filter{User: who}, func(c *store.Call) error {
 		out = append(out, c)
 		return nil
 	}); err != nil {

@@ -106,7 +106,7 @@ func TestRelayCancelledCallIsRecordedAndItsLateAnswerDropped(t *testing.T) {
 			}
 		}
 		dropped := 0
-		if err := h.db.Records(context.Background(), func(r *guard.Record) error {
+		if err := h.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 			if r.Kind == guard.KindEvent && r.Method == "guard/dropped" && strings.Contains(r.Detail, "the client cancelled") {
 				dropped++
 			}

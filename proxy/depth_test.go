@@ -41,7 +41,7 @@ func TestRelayRefusesClientMessagesNestedTooDeep(t *testing.T) {
 	if m := h.next(); m["id"] != "after" || !strings.Contains(mustJSON(m["result"]), "still here") {
 		t.Fatalf("the server did not go on: %v", m)
 	}
-	waitRecord(t, h.db, func(r *guard.Record) bool {
+	waitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, "notifications/roots/list_changed")
 	})
 }
@@ -153,7 +153,7 @@ func TestHTTPRefusesMessagesNestedTooDeep(t *testing.T) {
 	if resp.StatusCode != 202 {
 		t.Fatalf("deep answer: %d, want 202", resp.StatusCode)
 	}
-	waitRecord(t, f.db, func(r *guard.Record) bool {
+	waitRecord(t, f.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, `"nobody"`)
 	})
 }

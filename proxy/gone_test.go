@@ -30,7 +30,7 @@ func pendingIn(t testing.TB, db *store.DB) *guard.Approval {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, err := db.Approvals(context.Background(), guard.ApprovalPending)
+		list, err := db.Holds().Approvals(context.Background(), guard.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func settledWithin(t testing.TB, db *store.DB, id string, d time.Duration) *guar
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		a, err := db.Approval(context.Background(), id)
+		a, err := db.Holds().Approval(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func settledWithin(t testing.TB, db *store.DB, id string, d time.Duration) *guar
 func withdrawalReason(t testing.TB, db *store.DB, id string) string {
 	t.Helper()
 	reason := ""
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision && r.Approval == id && r.Decision == guard.ApprovalWithdrawn {
 			reason = r.Reason
 		}
@@ -137,7 +137,7 @@ func TestACallToldToRetryIsWithdrawnWhenItsClientsInputEnds(t *testing.T) {
 	if m := h.next(); !strings.Contains(resultText(m), "Waiting for approval") {
 		t.Fatalf("the call was not told to retry: %v", m)
 	}
-	if got, _ := h.db.Approval(context.Background(), a.ID); got.State != guard.ApprovalPending {
+	if got, _ := h.db.Holds().Approval(context.Background(), a.ID); got.State != guard.ApprovalPending {
 		t.Fatalf("the approval of a call told to retry, its client still there: %s", got.State)
 	}
 	h.toGuard.Close()
@@ -336,7 +336,7 @@ func TestHTTPAStreamNotResumedInTimeWithdrawsItsHold(t *testing.T) {
 			events++
 		}
 	}
-	if got, _ := f.db.Approval(context.Background(), a.ID); got.State != guard.ApprovalPending {
+	if got, _ := f.db.Holds().Approval(context.Background(), a.ID); got.State != guard.ApprovalPending {
 		t.Fatalf("the hold of a stream resumed in time: %s", got.State)
 	}
 	// Dropped again, and not resumed: the client is gone.

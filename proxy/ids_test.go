@@ -102,7 +102,7 @@ func TestRelayRefusesServerIDsNoPeerReadsAlike(t *testing.T) {
 		t.Fatalf("the client read %v, want the second ping's answer", m)
 	}
 	var events []string
-	if err := h.db.Records(context.Background(), func(r *guard.Record) error {
+	if err := h.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent {
 			events = append(events, r.Method+" "+r.Detail)
 		}

@@ -115,7 +115,7 @@ func TestTheModelReadsOnlyDefinitionsAPersonAccepted(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, err := h.db.Approvals(context.Background(), guard.ApprovalPending)
+		list, err := h.db.Holds().Approvals(context.Background(), guard.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestTheModelReadsOnlyDefinitionsAPersonAccepted(t *testing.T) {
 	}
 
 	// A person accepts the new tool: the client is told, and sees it.
-	if _, err := h.db.DecideTool(context.Background(), "notes", "wipe_notes", "", true, "erin"); err != nil {
+	if _, err := h.db.Catalog().DecideTool(context.Background(), "notes", "wipe_notes", "", true, "erin"); err != nil {
 		t.Fatal(err)
 	}
 	beacon.Fire()
@@ -240,7 +240,7 @@ func TestARetryWaitsForTheDecisionAcceptingLeftToAPerson(t *testing.T) {
 		t.Fatalf("the call of a changed tool: %q", text)
 	}
 	a := pendingIn(t, h.db)
-	_, settled, err := approvals.DecideDefinition(context.Background(), h.db, h.holds, "notes", "wipe_notes", a.Pin, true, approvals.Named("erin"), "")
+	_, settled, err := approvals.DecideDefinition(context.Background(), h.db.Catalog(), h.db.Holds(), h.holds, "notes", "wipe_notes", a.Pin, true, approvals.Named("erin"), "")
 	if err != nil || settled.Kept != 1 {
 		t.Fatalf("accepting the weakening change: %+v %v", settled, err)
 	}

@@ -26,7 +26,7 @@ func TestRelayRefusesRequestsOverMaxRequest(t *testing.T) {
 	if m := h.next(); m["id"] != "after" || !strings.Contains(mustJSON(m["result"]), "still here") {
 		t.Fatalf("the server did not go on: %v", m)
 	}
-	waitRecord(t, h.db, func(r *guard.Record) bool {
+	waitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, "notifications/progress")
 	})
 }

@@ -134,7 +134,7 @@ func TestRelayDropsNotificationsWithRequestMethods(t *testing.T) {
 	want := map[string]string{"tools/call": guard.ClientToServer, "resources/read": guard.ClientToServer,
 		"sampling/createMessage": guard.ServerToClient, "roots/list": guard.ServerToClient}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		dropped := droppedMethods(t, h.db)
+		dropped := droppedMethods(t, h.db.Reader())
 		if maps.Equal(dropped, want) {
 			break
 		}
@@ -173,7 +173,7 @@ func TestHTTPDropsNotificationsWithRequestMethods(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("status %d, want 202", resp.StatusCode)
 	}
-	waitRecord(t, f.db, func(r *guard.Record) bool {
+	waitRecord(t, f.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, `"method":"tools/call"`)
 	})
 	resp = f.post(t, context.Background(), session, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)

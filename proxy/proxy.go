@@ -337,7 +337,7 @@ type Options struct {
 
 // RoundStore keeps the 2026-07-28 calls that a server answered
 // input_required, so that the client's next round continues the call as
-// the same call, under the same decision, on any replica; store.DB
+// the same call, under the same decision, on any replica; store.Replicas
 // implements it. A round is continued once.
 type RoundStore interface {
 	NoteRound(ctx context.Context, key string, r guard.Round, expires time.Time) error

@@ -74,9 +74,9 @@ func testOptions(t testing.TB, ctx context.Context, conf string, wait time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
 	return Options{
-		Server: "notes", Recorder: db, Catalog: db, Decider: engine, Holds: holds,
+		Server: "notes", Recorder: db, Catalog: db.Catalog(), Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Contracts: policy.NewContracts(false),
 		Listing:    func() string { return engine.Config().Listing("notes") },
@@ -93,7 +93,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	}
 	opts, db, holds := testOptions(t, ctx, ho.config, ho.wait)
 	if ho.scope != "" {
-		holds = approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond, Scope: ho.scope})
+		holds = approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, Wait: ho.wait, ProgressEvery: 50 * time.Millisecond, Scope: ho.scope})
 		opts.Holds = holds
 	}
 	if ho.quiet {
@@ -204,7 +204,7 @@ func (h *harness) initialize(version string) {
 func (h *harness) calls() []*store.Call {
 	h.t.Helper()
 	var out []*store.Call
-	err := h.db.Query(context.Background(), store.Filter{}, func(c *store.Call) error {
+	err := h.db.Reader().Query(context.Background(), store.Filter{}, func(c *store.Call) error {
 		out = append(out, c)
 		return nil
 	})
@@ -328,7 +328,7 @@ func TestRelayCapsPendingApprovalsPerSession(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			list, _ := h.db.Approvals(ctx, guard.ApprovalPending)
+			list, _ := h.db.Holds().Approvals(ctx, guard.ApprovalPending)
 			if len(list) == want {
 				return list
 			}
@@ -369,7 +369,7 @@ func waitPending(t *testing.T, h *harness, tool string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		list, err := h.db.Approvals(context.Background(), guard.ApprovalPending)
+		list, err := h.db.Holds().Approvals(context.Background(), guard.ApprovalPending)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,7 +601,7 @@ func TestRelayDropsWhatTheServerShouldNotSay(t *testing.T) {
 		t.Fatalf("got %v", m)
 	}
 	var events []string
-	err := h.db.Records(context.Background(), func(r *guard.Record) error {
+	err := h.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent {
 			events = append(events, r.Method+" "+r.Detail)
 		}

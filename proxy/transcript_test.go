@@ -78,7 +78,7 @@ func replay(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	now := func() time.Time { return transcriptClock }
-	holds := approvals.New(db, approvals.Options{Timeout: 10 * time.Minute, Wait: time.Minute, ProgressEvery: time.Hour, Now: now})
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: 10 * time.Minute, Wait: time.Minute, ProgressEvery: time.Hour, Now: now})
 	opts.Holds, opts.Now, opts.ProgressEvery = holds, now, time.Hour
 	opts.InBand = cfg.Approval.InBand == "auto"
 	opts.StateKey = []byte("transcripts")

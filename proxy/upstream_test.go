@@ -134,7 +134,7 @@ func TestRemoteMessageOverMaxMessageIsDropped(t *testing.T) {
 	// answers would otherwise race.
 	for _, id := range []string{"2", "3"} {
 		io.WriteString(cw, `{"jsonrpc":"2.0","id":`+id+`,"method":"ping"}`+"\n")
-		waitDropped(t, db, id)
+		waitDropped(t, db.Reader(), id)
 	}
 	io.WriteString(cw, `{"jsonrpc":"2.0","id":4,"method":"ping"}`+"\n")
 	if got := next(); !strings.Contains(got, `"id":4`) {

@@ -219,7 +219,7 @@ func (c *cluster) records() []*guard.Record {
 	}
 	defer db.Close()
 	var recs []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		recs = append(recs, r)
 		return nil
 	}); err != nil {

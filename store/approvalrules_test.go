@@ -37,7 +37,7 @@ func TestTwoApproversRequired(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, ruledApproval("a1", 2)); err != nil {
+	if err := db.Holds().CreateApproval(ctx, ruledApproval("a1", 2)); err != nil {
 		t.Fatal(err)
 	}
 	refused := []struct {
@@ -54,7 +54,7 @@ func TestTwoApproversRequired(t *testing.T) {
 		{"a typed name", guard.Identity{Subject: "alice"}, "", guard.ErrNotApprover, "a typed name, not a verified identity"},
 	}
 	for _, tc := range refused {
-		_, err := db.ReviewApproval(ctx, "a1", tc.by, tc.via, true, "", nil)
+		_, err := db.Holds().ReviewApproval(ctx, "a1", tc.by, tc.via, true, "", nil)
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: got %v, want %v saying %q", tc.name, err, tc.want, tc.text)
 		}
@@ -63,44 +63,44 @@ func TestTwoApproversRequired(t *testing.T) {
 		t.Fatalf("a refused review was recorded: %+v", got[0])
 	}
 
-	_, before, err := db.CountApprovals(ctx, guard.ApprovalPending)
+	_, before, err := db.Holds().CountApprovals(ctx, guard.ApprovalPending)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "looks right", nil)
+	a, err := db.Holds().ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "looks right", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Pages that watch the pending calls see a review that leaves one
 	// pending.
-	if n, after, err := db.CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 || after == before {
+	if n, after, err := db.Holds().CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 || after == before {
 		t.Fatalf("pending after a review: %d %q (before %q) %v", n, after, before, err)
 	}
 	if a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.DecidedBy != "" {
 		t.Fatalf("after one approval of two: %+v", a)
 	}
-	if _, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaPasskey, true, "", nil); !errors.Is(err, guard.ErrAlreadyReviewed) ||
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", alice, guard.ViaPasskey, true, "", nil); !errors.Is(err, guard.ErrAlreadyReviewed) ||
 		!strings.Contains(err.Error(), "counts once; it needs 1 more approval(s) from someone else") {
 		t.Fatalf("the same person twice: %v", err)
 	}
-	a, err = db.Approval(ctx, "a1")
+	a, err = db.Holds().Approval(ctx, "a1")
 	if err != nil || a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.Arguments == "" {
 		t.Fatalf("pending after one approval: %+v %v", a, err)
 	}
-	a, err = db.ReviewApproval(ctx, "a1", bob, guard.ViaPasskey, true, "", nil)
+	a, err = db.Holds().ReviewApproval(ctx, "a1", bob, guard.ViaPasskey, true, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.State != guard.ApprovalApproved || a.DecidedBy != "bob@example.com" || len(a.Reviews) != 2 {
 		t.Fatalf("after the second approval: %+v", a)
 	}
-	if _, err := db.ReviewApproval(ctx, "a1", carol, guard.ViaOIDC, false, "late", nil); !errors.Is(err, guard.ErrAlreadyDecided) ||
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", carol, guard.ViaOIDC, false, "late", nil); !errors.Is(err, guard.ErrAlreadyDecided) ||
 		!strings.Contains(err.Error(), "approved by bob@example.com") {
 		t.Fatalf("a review after the decision: %v", err)
 	}
 
 	// As stored: the reviews in order, with who and how verified.
-	a, err = db.Approval(ctx, "a1")
+	a, err = db.Holds().Approval(ctx, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestTwoApproversRequired(t *testing.T) {
 		second.By.Email != bob.Email || !slices.Equal(second.By.Groups, bob.Groups) || second.Via != guard.ViaPasskey || first.Time.IsZero() {
 		t.Fatalf("reviews: %+v", a.Reviews)
 	}
-	list, err := db.Approvals(ctx, "")
+	list, err := db.Holds().Approvals(ctx, "")
 	if err != nil || len(list) != 1 || len(list[0].Reviews) != 2 {
 		t.Fatalf("listed: %+v %v", list, err)
 	}
@@ -146,17 +146,17 @@ func TestFirstDenialEndsAnApprovalWithRules(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, ruledApproval("a1", 3)); err != nil {
+	if err := db.Holds().CreateApproval(ctx, ruledApproval("a1", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "", nil); err != nil {
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	// Someone outside the groups cannot end it by denying either.
-	if _, err := db.ReviewApproval(ctx, "a1", mallory, guard.ViaOIDC, false, "no", nil); !errors.Is(err, guard.ErrNotApprover) {
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", mallory, guard.ViaOIDC, false, "no", nil); !errors.Is(err, guard.ErrNotApprover) {
 		t.Fatalf("a denial by someone not allowed: %v", err)
 	}
-	a, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, false, "not during the freeze", nil)
+	a, err := db.Holds().ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, false, "not during the freeze", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestFirstDenialEndsAnApprovalWithRules(t *testing.T) {
 	if got := guard.DeniedByPersonText(a); got != "Denied by bob@example.com: not during the freeze" {
 		t.Fatal(got)
 	}
-	if _, err := db.ReviewApproval(ctx, "a1", carol, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAlreadyDecided) {
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", carol, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAlreadyDecided) {
 		t.Fatalf("an approval after the denial: %v", err)
 	}
 	recs := recordsOf(t, db, guard.KindDecision)
@@ -184,13 +184,13 @@ func TestPlainApprovalStaysOneTypedName(t *testing.T) {
 	ctx := context.Background()
 	a := heldApproval("a1")
 	a.Caller = guard.Identity{Subject: "alice"}
-	if err := db.CreateApproval(ctx, a); err != nil {
+	if err := db.Holds().CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); !errors.Is(err, guard.ErrNotApprover) {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); !errors.Is(err, guard.ErrNotApprover) {
 		t.Fatalf("the requester's own approval: %v", err)
 	}
-	got, err := db.DecideApproval(ctx, "a1", true, "bob", "fine")
+	got, err := db.Holds().DecideApproval(ctx, "a1", true, "bob", "fine")
 	if err != nil || got.State != guard.ApprovalApproved || got.DecidedBy != "bob" {
 		t.Fatalf("%+v %v", got, err)
 	}
@@ -213,7 +213,7 @@ func TestConcurrentReviewsCountExactly(t *testing.T) {
 	const rounds = 8
 	for i := range rounds {
 		id := fmt.Sprint("c", i)
-		if err := dbs[0].CreateApproval(ctx, ruledApproval(id, 2)); err != nil {
+		if err := dbs[0].Holds().CreateApproval(ctx, ruledApproval(id, 2)); err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
@@ -224,7 +224,7 @@ func TestConcurrentReviewsCountExactly(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, errs[j] = dbs[(i+j)%2].ReviewApproval(ctx, id, p, guard.ViaOIDC, true, "", nil)
+				_, errs[j] = dbs[(i+j)%2].Holds().ReviewApproval(ctx, id, p, guard.ViaOIDC, true, "", nil)
 			}()
 		}
 		close(start)
@@ -243,7 +243,7 @@ func TestConcurrentReviewsCountExactly(t *testing.T) {
 		if ok != 2 || late != 1 {
 			t.Fatalf("%s: %d reviews counted, %d refused as late; want 2 and 1", id, ok, late)
 		}
-		a, err := dbs[1].Approval(ctx, id)
+		a, err := dbs[1].Holds().Approval(ctx, id)
 		if err != nil || a.State != guard.ApprovalApproved || len(a.Reviews) != 2 || a.Reviews[0].By.Same(a.Reviews[1].By) {
 			t.Fatalf("%s: %+v %v", id, a, err)
 		}
@@ -274,7 +274,7 @@ func TestReadOnlyBeforeApprovalRules(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "guard.db")
 	db := openDB(t, path)
-	if err := db.CreateApproval(ctx, heldApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, heldApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -290,20 +290,20 @@ func TestReadOnlyBeforeApprovalRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := ro.Approvals(ctx, "")
+	list, err := ro.Holds().Approvals(ctx, "")
 	if err != nil || len(list) != 1 || list[0].ID != "a1" || !list[0].Approvers.IsZero() || !list[0].Caller.IsZero() {
 		t.Fatalf("listed: %+v %v", list, err)
 	}
-	if a, err := ro.Approval(ctx, "a1"); err != nil || a.State != guard.ApprovalPending {
+	if a, err := ro.Holds().Approval(ctx, "a1"); err != nil || a.State != guard.ApprovalPending {
 		t.Fatalf("one: %+v %v", a, err)
 	}
-	if n, _, err := ro.CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 {
+	if n, _, err := ro.Holds().CountApprovals(ctx, guard.ApprovalPending); err != nil || n != 1 {
 		t.Fatalf("count: %d %v", n, err)
 	}
 	ro.Close()
 	db = openDB(t, path)
 	defer db.Close()
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatalf("after the upgrade: %v", err)
 	}
 }
@@ -316,10 +316,10 @@ func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	db := openDB(t, path)
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, ruledApproval("a1", 2)); err != nil {
+	if err := db.Holds().CreateApproval(ctx, ruledApproval("a1", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "", nil); err != nil {
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", alice, guard.ViaOIDC, true, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	cure := poison(t, path)
@@ -329,15 +329,15 @@ func TestAReviewWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
-	if _, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Holds().ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("a review with no audit log: %v", err)
 	}
-	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 {
+	if a, _ := db.Holds().Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 {
 		t.Fatalf("the approval changed: %+v", a)
 	}
 	cure()
 	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
-	if a, err := db.ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); err != nil || a.State != guard.ApprovalApproved {
+	if a, err := db.Holds().ReviewApproval(ctx, "a1", bob, guard.ViaOIDC, true, "", nil); err != nil || a.State != guard.ApprovalApproved {
 		t.Fatalf("after recovery: %+v %v", a, err)
 	}
 	if got := recordsOf(t, db, guard.KindDecision); len(got) != 2 || got[1].DecidedBy != "bob@example.com" {
@@ -358,16 +358,16 @@ func TestAReportNamesTheReviewThatDecided(t *testing.T) {
 		Tool: a.Tool, Decision: guard.DecisionHeld, DecidedBy: a.Rule, Approval: a.ID, Direction: guard.ClientToServer}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.CreateApproval(ctx, a); err != nil {
+	if err := db.Holds().CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	for _, who := range []guard.Identity{alice, bob} {
-		if _, err := db.ReviewApproval(ctx, "a1", who, guard.ViaOIDC, true, "", nil); err != nil {
+		if _, err := db.Holds().ReviewApproval(ctx, "a1", who, guard.ViaOIDC, true, "", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	db.ing.caughtUp(ctx)
-	act, err := db.Activity(ctx, start, time.Now().Add(time.Minute))
+	act, err := db.Reader().Activity(ctx, start, time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

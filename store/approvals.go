@@ -28,18 +28,18 @@ const approvalColumns = `id, session, client, server, tool, arguments, digest, p
 // through, as they did then) nor session_ended; one before the process
 // migration names no process; one before the required_via migration
 // requires no way of verifying who decides (none was kept).
-func (db *DB) approvalSelect() string {
+func (hs Holds) approvalSelect() string {
 	cols := approvalColumns
-	if db.schema.noVia {
+	if hs.db.schema.noVia {
 		cols = strings.Replace(cols, ", required_via", ", ''", 1)
 	}
-	if db.schema.noProcess {
+	if hs.db.schema.noProcess {
 		cols = strings.Replace(cols, ", process", ", ''", 1)
 	}
-	if db.schema.noRules {
+	if hs.db.schema.noRules {
 		cols = strings.Replace(cols, "user_subject, user_email, user_groups, approvers, reviews", "'', '', '', '', 0", 1)
 	}
-	if db.schema.noScope {
+	if hs.db.schema.noScope {
 		cols = strings.Replace(cols, "scope, session_ended", "'any', ''", 1)
 	}
 	return `SELECT ` + cols
@@ -87,11 +87,11 @@ func marshalIf(v any, zero bool) string {
 // CreateApproval stores a held call, with who made it and who may approve
 // it. An approval without a scope is given the narrower,
 // guard.ScopeSession.
-func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
+func (hs Holds) CreateApproval(ctx context.Context, a *guard.Approval) error {
 	if a.Scope == "" {
 		a.Scope = guard.ScopeSession
 	}
-	_, err := db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
+	_, err := hs.db.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
 		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?,?,?,?)`,
 		a.ID, a.Session, a.Client, a.Server, a.Tool, a.Arguments, a.Digest, a.Pin, a.PolicyVersion,
 		a.Rule, a.HeldReason, a.State, a.DecidedBy, a.Reason, fmtTime(a.CreatedAt), fmtTime(a.ExpiresAt),
@@ -106,8 +106,8 @@ func (db *DB) CreateApproval(ctx context.Context, a *guard.Approval) error {
 
 // Approval returns one approval with its reviews; the error wraps
 // guard.ErrNotFound when there is none with that id.
-func (db *DB) Approval(ctx context.Context, id string) (*guard.Approval, error) {
-	return db.approval(ctx, db.r, id)
+func (hs Holds) Approval(ctx context.Context, id string) (*guard.Approval, error) {
+	return hs.approval(ctx, hs.db.r, id)
 }
 
 type queryer interface {
@@ -115,15 +115,15 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
-	a, err := scanApproval(q.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals WHERE id = ?`, id).Scan)
+func (hs Holds) approval(ctx context.Context, q queryer, id string) (*guard.Approval, error) {
+	a, err := scanApproval(q.QueryRowContext(ctx, hs.approvalSelect()+` FROM approvals WHERE id = ?`, id).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("approval %s: %w", id, guard.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("approval %s: %w", id, err)
 	}
-	err = db.reviews(ctx, q, `WHERE approval = ?`, []any{id}, func(string) *guard.Approval { return a })
+	err = hs.reviews(ctx, q, `WHERE approval = ?`, []any{id}, func(string) *guard.Approval { return a })
 	if err != nil {
 		return nil, fmt.Errorf("approval %s: %w", id, err)
 	}
@@ -133,8 +133,8 @@ func (db *DB) approval(ctx context.Context, q queryer, id string) (*guard.Approv
 // reviews reads the reviews of the approvals where selects (a WHERE
 // clause over approval_reviews) and adds each to the approval of returns,
 // in order.
-func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
-	if db.schema.noRules {
+func (hs Holds) reviews(ctx context.Context, q queryer, where string, args []any, of func(id string) *guard.Approval) error {
+	if hs.db.schema.noRules {
 		return nil
 	}
 	rows, err := q.QueryContext(ctx, `SELECT approval, subject, email, user_groups, via, decision, reason, at
@@ -161,8 +161,8 @@ func (db *DB) reviews(ctx context.Context, q queryer, where string, args []any, 
 }
 
 // Approvals lists approvals in a state ("" for all), oldest first.
-func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
-	list, err := db.approvalsWhere(ctx, `? = '' OR state = ?`, []any{state, state})
+func (hs Holds) Approvals(ctx context.Context, state string) ([]*guard.Approval, error) {
+	list, err := hs.approvalsWhere(ctx, `? = '' OR state = ?`, []any{state, state})
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
 	}
@@ -172,14 +172,14 @@ func (db *DB) Approvals(ctx context.Context, state string) ([]*guard.Approval, e
 // ApprovalsByID lists the approvals with these ids (at most maxIDs), oldest
 // first; an id none has is left out. A page that names many approvals
 // reads them in one query.
-func (db *DB) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error) {
+func (hs Holds) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	if len(ids) > maxIDs {
 		return nil, fmt.Errorf("approvals: %d ids, at most %d at once", len(ids), maxIDs)
 	}
-	list, err := db.approvalsWhere(ctx, `id IN (`+paramMarks(len(ids))+`)`, appendArgs(nil, ids))
+	list, err := hs.approvalsWhere(ctx, `id IN (`+paramMarks(len(ids))+`)`, appendArgs(nil, ids))
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
 	}
@@ -188,8 +188,8 @@ func (db *DB) ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approva
 
 // approvalsWhere reads the approvals a condition selects, with their
 // reviews, oldest first.
-func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*guard.Approval, error) {
-	rows, err := db.r.QueryContext(ctx, db.approvalSelect()+` FROM approvals WHERE `+cond+` ORDER BY created_at, id`, args...)
+func (hs Holds) approvalsWhere(ctx context.Context, cond string, args []any) ([]*guard.Approval, error) {
+	rows, err := hs.db.r.QueryContext(ctx, hs.approvalSelect()+` FROM approvals WHERE `+cond+` ORDER BY created_at, id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*g
 		return nil, err
 	}
 	rows.Close()
-	err = db.reviews(ctx, db.r, `WHERE approval IN (SELECT id FROM approvals WHERE `+cond+`)`, args,
+	err = hs.reviews(ctx, hs.db.r, `WHERE approval IN (SELECT id FROM approvals WHERE `+cond+`)`, args,
 		func(id string) *guard.Approval { return byID[id] })
 	if err != nil {
 		return nil, err
@@ -220,12 +220,12 @@ func (db *DB) approvalsWhere(ctx context.Context, cond string, args []any) ([]*g
 // (how many reviews they all had, then its creation time and id; "" for
 // none): together they change whenever one is added to the state, leaves
 // it, or is reviewed, without reading any approval.
-func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
+func (hs Holds) CountApprovals(ctx context.Context, state string) (n int, newest string, err error) {
 	reviews := "CAST(SUM(reviews) AS TEXT) || ' ' || "
-	if db.schema.noRules {
+	if hs.db.schema.noRules {
 		reviews = ""
 	}
-	err = db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END
+	err = hs.db.r.QueryRowContext(ctx, `SELECT COUNT(*), CASE WHEN COUNT(*) = 0 THEN '' ELSE `+reviews+`MAX(created_at || ' ' || id) END
 		FROM approvals WHERE state = ?`, state).Scan(&n, &newest)
 	if err != nil {
 		return 0, "", fmt.Errorf("count approvals: %w", err)
@@ -242,8 +242,8 @@ func (db *DB) CountApprovals(ctx context.Context, state string) (n int, newest s
 // guard.ErrAuditWrite) and changes nothing.
 //
 // by is a name, as typed: an unverified identity (see ReviewApproval).
-func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
-	return db.DecideApprovalWith(ctx, id, approve, by, reason, nil)
+func (hs Holds) DecideApproval(ctx context.Context, id string, approve bool, by, reason string) (*guard.Approval, error) {
+	return hs.DecideApprovalWith(ctx, id, approve, by, reason, nil)
 }
 
 // DecideApprovalWith is DecideApproval with before, when it is set, run
@@ -252,8 +252,8 @@ func (db *DB) DecideApproval(ctx context.Context, id string, approve bool, by, r
 // returned), and before runs only for an approval no one else decides
 // meanwhile. "Approve, and allow from now on" writes its rule there, so
 // that no rule is left behind by an approval someone else denied first.
-func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
-	return db.ReviewApproval(ctx, id, guard.Identity{Subject: by}, "", approve, reason, before)
+func (hs Holds) DecideApprovalWith(ctx context.Context, id string, approve bool, by, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
+	return hs.ReviewApproval(ctx, id, guard.Identity{Subject: by}, "", approve, reason, before)
 }
 
 // ReviewApproval records one person's review of a pending approval: who
@@ -273,7 +273,7 @@ func (db *DB) DecideApprovalWith(ctx context.Context, id string, approve bool, b
 // approval approves it once Approvers.Needed distinct people have, and
 // leaves it pending before. before, when set, runs under the lock once
 // the review is known to decide the approval, and only then.
-func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, via string, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
+func (hs Holds) ReviewApproval(ctx context.Context, id string, by guard.Identity, via string, approve bool, reason string, before func(*guard.Approval) error) (*guard.Approval, error) {
 	if by.Subject == "" {
 		return nil, fmt.Errorf("review %s: %w: no one is named", id, guard.ErrNotApprover)
 	}
@@ -281,12 +281,12 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 	var rv guard.ApprovalReview
 	var state string
 	var rec *guard.Record
-	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+	err := hs.db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
 		var err error
-		if a, err = db.approval(ctx, db.w, id); err != nil {
+		if a, err = hs.approval(ctx, hs.db.w, id); err != nil {
 			return nil, err
 		}
-		rv = guard.ApprovalReview{By: by, Via: via, Approve: approve, Reason: reason, Time: db.opts.Now().UTC()}
+		rv = guard.ApprovalReview{By: by, Via: via, Approve: approve, Reason: reason, Time: hs.db.opts.Now().UTC()}
 		if state, err = a.Review(rv); err != nil {
 			return nil, err
 		}
@@ -298,7 +298,7 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 		rec = reviewRecord(a, rv, state)
 		return rec, nil
 	}, func(ctx context.Context) (bool, error) {
-		return db.applyReview(ctx, a, rv, state, rec.ID)
+		return hs.applyReview(ctx, a, rv, state, rec.ID)
 	})
 	switch {
 	case errors.Is(err, guard.ErrAlreadyDecided):
@@ -316,8 +316,8 @@ func (db *DB) ReviewApproval(ctx context.Context, id string, by guard.Identity, 
 // state after it (pending while more approvals are needed), in one
 // transaction. The approval's count of reviews is compared and set with
 // its state: a review that another slipped past would change nothing.
-func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.ApprovalReview, state, record string) (bool, error) {
-	tx, err := db.w.BeginTx(ctx, nil)
+func (hs Holds) applyReview(ctx context.Context, a *guard.Approval, rv guard.ApprovalReview, state, record string) (bool, error) {
+	tx, err := hs.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
@@ -355,24 +355,24 @@ func (db *DB) applyReview(ctx context.Context, a *guard.Approval, rv guard.Appro
 // recorded in the audit log before the approval's state changes, and
 // refused when the record cannot be written. It reports false when the
 // approval was no longer pending.
-func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
+func (hs Holds) EndApproval(ctx context.Context, id, to, reason string) (bool, error) {
 	// Refused before the lock when no pending approval ends so.
 	if err := (&guard.Approval{ID: id, State: guard.ApprovalPending}).End(to); err != nil {
 		return false, err
 	}
 	var now time.Time
-	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
-		a, err := db.approval(ctx, db.w, id)
+	err := hs.db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		a, err := hs.approval(ctx, hs.db.w, id)
 		if err != nil {
 			return nil, err
 		}
 		if err := a.End(to); err != nil {
 			return nil, err
 		}
-		now = db.opts.Now().UTC()
+		now = hs.db.opts.Now().UTC()
 		return approvalRecord(a, to, ByGuard, reason, now), nil
 	}, func(ctx context.Context) (bool, error) {
-		res, err := db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, reason = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
+		res, err := hs.db.w.ExecContext(ctx, `UPDATE approvals SET state = ?, reason = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = 'pending'`,
 			to, reason, fmtTime(now), id)
 		return affected(res, err)
 	})
@@ -390,20 +390,20 @@ func (db *DB) EndApproval(ctx context.Context, id, to, reason string) (bool, err
 //
 // A pending approval that expires or is withdrawn this way is recorded as
 // EndApproval records it (with a reason that says only what happened).
-func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool, error) {
+func (hs Holds) TransitionApproval(ctx context.Context, id, from, to string) (bool, error) {
 	if from == guard.ApprovalPending {
 		reason := "no decision within the approval timeout"
 		if to == guard.ApprovalWithdrawn {
 			reason = "withdrawn before anyone decided"
 		}
-		return db.EndApproval(ctx, id, to, reason)
+		return hs.EndApproval(ctx, id, to, reason)
 	}
-	now := fmtTime(db.opts.Now())
+	now := fmtTime(hs.db.opts.Now())
 	q := `UPDATE approvals SET state = ?, decided_at = ?, arguments = '' WHERE id = ? AND state = ?`
 	if to == guard.ApprovalUsed {
 		q = `UPDATE approvals SET state = ?, used_at = ? WHERE id = ? AND state = ?`
 	}
-	res, err := db.w.ExecContext(ctx, q, to, now, id, from)
+	res, err := hs.db.w.ExecContext(ctx, q, to, now, id, from)
 	if err != nil {
 		return false, fmt.Errorf("approval %s %s→%s: %w", id, from, to, err)
 	}
@@ -419,13 +419,13 @@ func (db *DB) TransitionApproval(ctx context.Context, id, from, to string) (bool
 // approved, that has not expired or been used, and whose scope takes in
 // the session the call comes from: its own for guard.ScopeSession, any for
 // guard.ScopeAny. The error wraps guard.ErrNotFound when there is none.
-func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error) {
-	tx, err := db.w.BeginTx(ctx, nil)
+func (hs Holds) ConsumeApproval(ctx context.Context, server, tool, digest, pin, policyVersion, session string, now time.Time) (*guard.Approval, error) {
+	tx, err := hs.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("consume approval: %w", err)
 	}
 	defer tx.Rollback()
-	a, err := scanApproval(tx.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
+	a, err := scanApproval(tx.QueryRowContext(ctx, hs.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'approved' AND pin = ? AND policy_version = ?
 		AND expires_at > ? AND (scope = 'any' OR session = ?) ORDER BY created_at LIMIT 1`,
 		server, tool, digest, pin, policyVersion, fmtTime(now), session).Scan)
@@ -449,8 +449,8 @@ func (db *DB) ConsumeApproval(ctx context.Context, server, tool, digest, pin, po
 // PendingApproval returns the newest pending approval of a call of this
 // shape whose scope takes in the session (see ConsumeApproval), or an
 // error wrapping guard.ErrNotFound.
-func (db *DB) PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error) {
-	a, err := scanApproval(db.r.QueryRowContext(ctx, db.approvalSelect()+` FROM approvals
+func (hs Holds) PendingApproval(ctx context.Context, server, tool, digest, session string) (*guard.Approval, error) {
+	a, err := scanApproval(hs.db.r.QueryRowContext(ctx, hs.approvalSelect()+` FROM approvals
 		WHERE server = ? AND tool = ? AND digest = ? AND state = 'pending' AND (scope = 'any' OR session = ?)
 		ORDER BY created_at DESC LIMIT 1`, server, tool, digest, session).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -464,8 +464,8 @@ func (db *DB) PendingApproval(ctx context.Context, server, tool, digest, session
 
 // MarkSessionEnded notes on a pending approval when its held call's
 // session ended; it reports false when the approval was no longer pending.
-func (db *DB) MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error) {
-	res, err := db.w.ExecContext(ctx, `UPDATE approvals SET session_ended = ? WHERE id = ? AND state = 'pending'`, fmtTime(at), id)
+func (hs Holds) MarkSessionEnded(ctx context.Context, id string, at time.Time) (bool, error) {
+	res, err := hs.db.w.ExecContext(ctx, `UPDATE approvals SET session_ended = ? WHERE id = ? AND state = 'pending'`, fmtTime(at), id)
 	ok, err := affected(res, err)
 	if err != nil {
 		return false, fmt.Errorf("approval %s: session ended: %w", id, err)
@@ -480,14 +480,14 @@ func (db *DB) MarkSessionEnded(ctx context.Context, id string, at time.Time) (bo
 // change (notify.go), which comes within milliseconds of the commit; it
 // reads it again every second in case a notification was lost, and every
 // pollEvery while the connection that listens is down.
-func (db *DB) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
-	if db.listen != nil {
-		return db.awaitNotified(ctx, id)
+func (hs Holds) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
+	if hs.db.listen != nil {
+		return hs.db.awaitNotified(ctx, id)
 	}
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	for {
-		a, err := db.Approval(ctx, id)
+		a, err := hs.Approval(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -501,3 +501,10 @@ func (db *DB) WaitApproval(ctx context.Context, id string) (*guard.Approval, err
 		}
 	}
 }
+
+// Holds keeps the held calls (approvals) and their reviews; DB.Holds
+// returns it.
+type Holds struct{ db *DB }
+
+// Holds returns the store of held calls.
+func (db *DB) Holds() Holds { return Holds{db} }

@@ -22,12 +22,12 @@ const noUserColumns = `'' AS user_subject, '' AS user_email, '' AS user_groups`
 // found without the retention migration has no pruned column, and no
 // record of it is pruned; one without the user migration has no user
 // columns, and no record of it names a user.
-func (db *DB) selectRecords() string {
+func (g *schemaGaps) selectRecords() string {
 	q := selectRecord
-	if db.schema.noPruned {
+	if g.noPruned {
 		q = strings.Replace(q, "hash, pruned,", "hash, 0 AS pruned,", 1)
 	}
-	if db.schema.noUser {
+	if g.noUser {
 		q = strings.Replace(q, "user_subject, user_email, user_groups FROM", noUserColumns+" FROM", 1)
 	}
 	return q
@@ -48,9 +48,9 @@ func scanRecord(rows *sql.Rows, extra ...any) (*guard.Record, error) {
 }
 
 // Records calls fn for every record in seq order (events included).
-func (db *DB) Records(ctx context.Context, fn func(*guard.Record) error) error {
-	db.ing.caughtUp(ctx)
-	rows, err := db.r.QueryContext(ctx, db.selectRecords()+` ORDER BY seq`)
+func (rd Reader) Records(ctx context.Context, fn func(*guard.Record) error) error {
+	rd.db.ing.caughtUp(ctx)
+	rows, err := rd.db.r.QueryContext(ctx, rd.db.schema.selectRecords()+` ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
@@ -92,13 +92,13 @@ type Decided struct {
 // call's is "held", whoever decided it later). The first record is found
 // by its seq and joined, in words both engines take (PostgreSQL has no
 // columns beside an aggregate taken from its row, as SQLite has).
-func (db *DB) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
-	db.ing.caughtUp(ctx)
+func (rd Reader) Decisions(ctx context.Context, since time.Time, fn func(*Decided) error) error {
+	rd.db.ing.caughtUp(ctx)
 	users := `r.user_subject, r.user_email, r.user_groups`
-	if db.schema.noUser {
+	if rd.db.schema.noUser {
 		users = noUserColumns
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT r.call_id, r.time, r.client, r.protocol, r.server, r.method, r.tool,
+	rows, err := rd.db.r.QueryContext(ctx, `SELECT r.call_id, r.time, r.client, r.protocol, r.server, r.method, r.tool,
 		r.arguments, r.pin, r.decision, r.decided_by, r.reason, r.detail, r.seq, `+users+`
 		FROM (SELECT MIN(seq) AS seq FROM records WHERE kind = 'request' AND decision != '' AND time >= ? GROUP BY call_id) f
 		JOIN records r ON r.seq = f.seq

@@ -67,7 +67,7 @@ func TestQueryFiltersByClientSessionAndDecider(t *testing.T) {
 		{Filter{Client: "carol"}, nil},
 	} {
 		var got []string
-		if err := db.Query(context.Background(), tc.f, func(c *Call) error { got = append(got, c.ID); return nil }); err != nil {
+		if err := db.Reader().Query(context.Background(), tc.f, func(c *Call) error { got = append(got, c.ID); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		slices.Sort(got)
@@ -91,7 +91,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got *guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { got = r; return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { got = r; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.Approval != r.Approval {
@@ -100,7 +100,7 @@ func TestApprovalIsKeptAndHashed(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := db.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	h := HashRecord(got)
@@ -146,7 +146,7 @@ func TestDecisionsAreEachCallsFirstRequest(t *testing.T) {
 		}
 	}
 	var got []string
-	if err := db.Decisions(ctx, since, func(d *Decided) error {
+	if err := db.Reader().Decisions(ctx, since, func(d *Decided) error {
 		got = append(got, d.CallID+" "+d.Decision+" "+d.DecidedBy+" "+d.Time.Format(time.TimeOnly)+" "+
 			d.Caller.Subject+" "+d.Caller.Email+" "+strings.Join(d.Caller.Groups, ","))
 		return nil

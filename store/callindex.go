@@ -18,8 +18,8 @@ import (
 // keeps in the transaction that commits their records (call_index and its
 // words, call_text; migration 0009), as audit.CallIndex works it out: so
 // that a query reads the newest matching calls from an index's end
-// instead of joining every call's records. RebuildCallIndex makes it again
-// from the records.
+// instead of joining every call's records. CallIndex.RebuildCallIndex makes
+// it again from the records.
 
 // The ingester's statements. A call's key is the first of its millisecond
 // not yet taken: the calls of one millisecond rank in the order they
@@ -288,15 +288,23 @@ const clearCallIndex = `DELETE FROM call_index; INSERT INTO call_text (call_text
 // fillBatch is how many records the fill hands the indexer at a time.
 const fillBatch = 4096
 
+// CallIndex keeps the call index the readers query: the ingester keeps it
+// as it commits, and it is made from the records when an open finds it
+// behind or when asked to; DB.CallIndex returns it.
+type CallIndex struct{ db *DB }
+
+// CallIndex returns the audit log's call index.
+func (db *DB) CallIndex() CallIndex { return CallIndex{db} }
+
 // RebuildCallIndex makes the call index again from the records, in one
 // transaction: for a database whose index was damaged or written by a
 // version of guard that did not keep it.
-func (db *DB) RebuildCallIndex(ctx context.Context) error {
-	if !db.writable {
+func (ci CallIndex) RebuildCallIndex(ctx context.Context) error {
+	if !ci.db.writable {
 		return errReadOnly
 	}
-	db.ing.caughtUp(ctx)
-	return db.fillCallIndex(ctx, true)
+	ci.db.ing.caughtUp(ctx)
+	return ci.fillCallIndex(ctx, true)
 }
 
 // fillCallIndex makes the call index from the records with the
@@ -306,10 +314,10 @@ func (db *DB) RebuildCallIndex(ctx context.Context) error {
 // migrated, or one that an earlier version wrote to since (records it
 // moved in from its journals, another process of that version). The
 // index is cleared first.
-func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
+func (ci CallIndex) fillCallIndex(ctx context.Context, rebuild bool) error {
 	if !rebuild {
 		var missing bool
-		err := db.w.QueryRowContext(ctx, `SELECT NOT EXISTS (SELECT 1 FROM call_index WHERE call_id =
+		err := ci.db.w.QueryRowContext(ctx, `SELECT NOT EXISTS (SELECT 1 FROM call_index WHERE call_id =
 			(SELECT call_id FROM records WHERE kind = 'request' ORDER BY seq DESC LIMIT 1))
 			AND EXISTS (SELECT 1 FROM records WHERE kind = 'request')`).Scan(&missing)
 		if err != nil {
@@ -319,23 +327,23 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 			return nil
 		}
 	}
-	db.ing.commitMu.Lock()
-	defer db.ing.commitMu.Unlock()
-	if db.ing.wc == nil {
-		wc, err := newWriterConn(ctx, db.aw, db.auth)
+	ci.db.ing.commitMu.Lock()
+	defer ci.db.ing.commitMu.Unlock()
+	if ci.db.ing.wc == nil {
+		wc, err := newWriterConn(ctx, ci.db.aw, ci.db.auth)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		db.ing.wc = wc
+		ci.db.ing.wc = wc
 	}
 	start := time.Now()
 	n := 0
-	wc := db.ing.wc
+	wc := ci.db.ing.wc
 	err := wc.conn.Raw(func(dc any) error {
 		if _, err := wc.begin.ExecContext(ctx, nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
-		n0, err := db.fillFrom(ctx, dc)
+		n0, err := ci.fillFrom(ctx, dc)
 		if err == nil {
 			_, err = wc.commit.ExecContext(ctx, nil)
 		}
@@ -344,12 +352,12 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 	})
 	if err != nil {
 		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
-			db.ing.wc = nil
+			ci.db.ing.wc = nil
 			_ = wc.discard()
 		}
 		return fmt.Errorf("call index: %w", err)
 	}
-	db.opts.Logger.Info("call index made from the audit records", "records", n, "took", time.Since(start).Round(time.Millisecond))
+	ci.db.opts.Logger.Info("call index made from the audit records", "records", n, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -358,8 +366,8 @@ func (db *DB) fillCallIndex(ctx context.Context, rebuild bool) error {
 // retention removed are not in the index (clearDerived), nor are records
 // after the latest checkpoint, from MACs' start on, whose MAC fails
 // (mac.go), which are alerted.
-func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
-	wc := db.ing.wc
+func (ci CallIndex) fillFrom(ctx context.Context, dc any) (int, error) {
+	wc := ci.db.ing.wc
 	ec, ok := dc.(driver.ExecerContext)
 	if !ok {
 		return 0, errors.New("the driver cannot run a statement")
@@ -371,11 +379,11 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	if _, err := ec.ExecContext(ctx, clear, nil); err != nil {
 		return 0, fmt.Errorf("clear: %w", err)
 	}
-	from, err := db.auth.macsFrom(ctx, db.r)
+	from, err := ci.db.auth.macsFrom(ctx, ci.db.r)
 	if err != nil {
 		return 0, err
 	}
-	latest, err := latestSigned(ctx, db.r, db.signer.verifier)
+	latest, err := latestSigned(ctx, ci.db.r, ci.db.signer.verifier)
 	if err != nil {
 		return 0, err
 	}
@@ -386,7 +394,7 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 	// Only what the index reads of them: a call's records, with their
 	// text, in seq order (through records_call's rows would be no
 	// faster: every record is read), and what their MACs cover.
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, kind, time, session, client, server, tool, arguments,
+	rows, err := ci.db.r.QueryContext(ctx, `SELECT seq, call_id, kind, time, session, client, server, tool, arguments,
 		decision, decided_by, outcome, result, approval, user_subject, user_email, id, hash, mac FROM records
 		WHERE kind IN ('request', 'outcome', 'decision') AND pruned = 0 ORDER BY seq`)
 	if err != nil {
@@ -413,7 +421,7 @@ func (db *DB) fillFrom(ctx context.Context, dc any) (int, error) {
 			return n, err
 		}
 		if from > 0 && r.Seq >= from && r.Seq > tail && !wc.mac.Valid(r.Seq, r.Hash, mac) {
-			db.auth.alert(r.Seq, r.ID, "carries no valid MAC")
+			ci.db.auth.alert(r.Seq, r.ID, "carries no valid MAC")
 			continue
 		}
 		r.Time = parseTime(at)

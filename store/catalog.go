@@ -29,21 +29,21 @@ type ToolVersion struct {
 // tool_review record is written before the review is stored, under the
 // decisions lock (see decide), and the listing is not recorded when the
 // record cannot be.
-func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time, acceptNew bool) error {
+func (ct Catalog) RecordTools(ctx context.Context, server string, tools []guard.Tool, seen time.Time, acceptNew bool) error {
 	at := fmtTime(seen)
-	plan, err := planReviews(ctx, db.w, server, tools, at, acceptNew)
+	plan, err := planReviews(ctx, ct.db.w, server, tools, at, acceptNew)
 	if err != nil {
 		return fmt.Errorf("record tool reviews: %w", err)
 	}
 	if len(plan) > 0 {
 		// New definitions: planned again under the lock, with the
 		// decisions of other processes settled.
-		unlock, err := db.lockDecisions(ctx)
+		unlock, err := ct.db.lockDecisions(ctx)
 		if err != nil {
 			return fmt.Errorf("record tools: %w", err)
 		}
 		defer unlock()
-		if plan, err = planReviews(ctx, db.w, server, tools, at, acceptNew); err != nil {
+		if plan, err = planReviews(ctx, ct.db.w, server, tools, at, acceptNew); err != nil {
 			return fmt.Errorf("record tool reviews: %w", err)
 		}
 		var recs []*guard.Record
@@ -57,12 +57,12 @@ func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool
 			}
 		}
 		if len(recs) > 0 {
-			if err := db.Append(recs...); err != nil {
+			if err := ct.db.Append(recs...); err != nil {
 				return fmt.Errorf("record tools: %w", err)
 			}
 		}
 	}
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := ct.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record tools: %w", err)
 	}
@@ -86,8 +86,8 @@ func (db *DB) RecordTools(ctx context.Context, server string, tools []guard.Tool
 
 // Tools returns the most recently listed definition of each tool of a
 // server, or of every server when server is "".
-func (db *DB) Tools(ctx context.Context, server string) ([]guard.Tool, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT server, name, pin, def FROM tools t
+func (ct Catalog) Tools(ctx context.Context, server string) ([]guard.Tool, error) {
+	rows, err := ct.db.r.QueryContext(ctx, `SELECT server, name, pin, def FROM tools t
 		WHERE (? = '' OR server = ?) AND rowid = (
 			SELECT rowid FROM tools u WHERE u.server = t.server AND u.name = t.name
 			ORDER BY last_seen DESC, rowid DESC LIMIT 1)
@@ -109,8 +109,8 @@ func (db *DB) Tools(ctx context.Context, server string) ([]guard.Tool, error) {
 
 // ToolHistory returns every definition a server has shown for a tool,
 // oldest first.
-func (db *DB) ToolHistory(ctx context.Context, server, name string) ([]ToolVersion, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT server, name, pin, def, first_seen, last_seen FROM tools
+func (ct Catalog) ToolHistory(ctx context.Context, server, name string) ([]ToolVersion, error) {
+	rows, err := ct.db.r.QueryContext(ctx, `SELECT server, name, pin, def, first_seen, last_seen FROM tools
 		WHERE server = ? AND name = ? ORDER BY first_seen, rowid`, server, name)
 	if err != nil {
 		return nil, fmt.Errorf("tool history: %w", err)
@@ -225,8 +225,8 @@ func scanReview(scan func(dest ...any) error) (*guard.Review, error) {
 
 // Review returns how a tool definition stands, or nil when it was never
 // recorded.
-func (db *DB) Review(ctx context.Context, server, name, pin string) (*guard.Review, error) {
-	r, err := scanReview(db.r.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+func (ct Catalog) Review(ctx context.Context, server, name, pin string) (*guard.Review, error) {
+	r, err := scanReview(ct.db.r.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
 		WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -240,16 +240,16 @@ func (db *DB) Review(ctx context.Context, server, name, pin string) (*guard.Revi
 // Reviews returns the reviews of every definition of a server's tools (of
 // every server when server is ""), by server, name and creation.
 // CountReviews counts the tool definitions in a review state.
-func (db *DB) CountReviews(ctx context.Context, state string) (int, error) {
+func (ct Catalog) CountReviews(ctx context.Context, state string) (int, error) {
 	var n int
-	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE state = ?`, state).Scan(&n); err != nil {
+	if err := ct.db.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM tool_reviews WHERE state = ?`, state).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count tool reviews: %w", err)
 	}
 	return n, nil
 }
 
-func (db *DB) Reviews(ctx context.Context, server string) ([]*guard.Review, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+func (ct Catalog) Reviews(ctx context.Context, server string) ([]*guard.Review, error) {
+	rows, err := ct.db.r.QueryContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
 		WHERE (? = '' OR server = ?) ORDER BY server, name, created_at, rowid`, server, server)
 	if err != nil {
 		return nil, fmt.Errorf("tool reviews: %w", err)
@@ -269,9 +269,9 @@ func (db *DB) Reviews(ctx context.Context, server string) ([]*guard.Review, erro
 // DecideTool accepts or rejects the definition of a tool with the given
 // pin, or its most recently listed one when pin is "". It returns the
 // review as decided.
-func (db *DB) DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error) {
+func (ct Catalog) DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error) {
 	if pin == "" {
-		tools, err := db.Tools(ctx, server)
+		tools, err := ct.Tools(ctx, server)
 		if err != nil {
 			return nil, err
 		}
@@ -290,8 +290,8 @@ func (db *DB) DecideTool(ctx context.Context, server, name, pin string, accept b
 	}
 	// Recorded in the audit log before it takes effect (see decide).
 	var now string
-	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
-		r, err := scanReview(db.w.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
+	err := ct.db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		r, err := scanReview(ct.db.w.QueryRowContext(ctx, `SELECT `+reviewColumns+` FROM tool_reviews
 			WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("%w: no definition %s of %s/%s", guard.ErrNotFound, pin, server, name)
@@ -299,24 +299,24 @@ func (db *DB) DecideTool(ctx context.Context, server, name, pin string, accept b
 		if err != nil {
 			return nil, err
 		}
-		t := db.opts.Now().UTC()
+		t := ct.db.opts.Now().UTC()
 		now = fmtTime(t)
 		return toolReviewRecord(r, state, by, t), nil
 	}, func(ctx context.Context) (bool, error) {
-		res, err := db.w.ExecContext(ctx, `UPDATE tool_reviews SET state = ?, decided_by = ?, decided_at = ?
+		res, err := ct.db.w.ExecContext(ctx, `UPDATE tool_reviews SET state = ?, decided_by = ?, decided_at = ?
 			WHERE server = ? AND name = ? AND pin = ?`, state, by, now, server, name, pin)
 		return affected(res, err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("decide tool: %w", err)
 	}
-	return db.Review(ctx, server, name, pin)
+	return ct.Review(ctx, server, name, pin)
 }
 
 // AcceptedTool returns the definition of a tool accepted most recently
 // (the baseline included), or nil when none is.
-func (db *DB) AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error) {
-	t, err := scanTool(db.r.QueryRowContext(ctx, `SELECT t.server, t.name, t.pin, t.def
+func (ct Catalog) AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error) {
+	t, err := scanTool(ct.db.r.QueryRowContext(ctx, `SELECT t.server, t.name, t.pin, t.def
 		FROM tool_reviews r JOIN tools t ON t.server = r.server AND t.name = r.name AND t.pin = r.pin
 		WHERE r.server = ? AND r.name = ? AND r.state = 'accepted'
 		ORDER BY r.decided_at DESC, r.rowid DESC LIMIT 1`, server, name).Scan)
@@ -335,8 +335,8 @@ func (db *DB) AcceptedTool(ctx context.Context, server, name string) (*guard.Too
 // where one was. It reads both in two queries, whatever the number of
 // tools: tools/list through guard shows each tool as its last accepted
 // definition.
-func (db *DB) ReviewedTools(ctx context.Context, server string) (states map[string]string, accepted map[string]*guard.Tool, err error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT name, pin, state FROM tool_reviews WHERE server = ?`, server)
+func (ct Catalog) ReviewedTools(ctx context.Context, server string) (states map[string]string, accepted map[string]*guard.Tool, err error) {
+	rows, err := ct.db.r.QueryContext(ctx, `SELECT name, pin, state FROM tool_reviews WHERE server = ?`, server)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reviewed tools: %w", err)
 	}
@@ -353,7 +353,7 @@ func (db *DB) ReviewedTools(ctx context.Context, server string) (states map[stri
 		return nil, nil, fmt.Errorf("reviewed tools: %w", err)
 	}
 	rows.Close()
-	rows, err = db.r.QueryContext(ctx, `SELECT t.server, t.name, t.pin, t.def
+	rows, err = ct.db.r.QueryContext(ctx, `SELECT t.server, t.name, t.pin, t.def
 		FROM tool_reviews r JOIN tools t ON t.server = r.server AND t.name = r.name AND t.pin = r.pin
 		WHERE r.server = ? AND r.state = 'accepted'
 		ORDER BY r.name, r.decided_at DESC, r.rowid DESC`, server)
@@ -377,10 +377,10 @@ func (db *DB) ReviewedTools(ctx context.Context, server string) (states map[stri
 // ReviewsStamp changes whenever a tool definition is reviewed or recorded
 // for review, by any process on the database: a relaying process compares
 // it to find when what its sessions' listings show may have changed.
-func (db *DB) ReviewsStamp(ctx context.Context) (string, error) {
+func (ct Catalog) ReviewsStamp(ctx context.Context) (string, error) {
 	var n int64
 	var decided, created string
-	if err := db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(decided_at), ''), COALESCE(MAX(created_at), '')
+	if err := ct.db.r.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(MAX(decided_at), ''), COALESCE(MAX(created_at), '')
 		FROM tool_reviews`).Scan(&n, &decided, &created); err != nil {
 		return "", fmt.Errorf("reviews stamp: %w", err)
 	}
@@ -388,8 +388,8 @@ func (db *DB) ReviewsStamp(ctx context.Context) (string, error) {
 }
 
 // ToolByPin returns one definition of a tool, or nil when it is unknown.
-func (db *DB) ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error) {
-	t, err := scanTool(db.r.QueryRowContext(ctx, `SELECT server, name, pin, def FROM tools
+func (ct Catalog) ToolByPin(ctx context.Context, server, name, pin string) (*guard.Tool, error) {
+	t, err := scanTool(ct.db.r.QueryRowContext(ctx, `SELECT server, name, pin, def FROM tools
 		WHERE server = ? AND name = ? AND pin = ?`, server, name, pin).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -399,3 +399,10 @@ func (db *DB) ToolByPin(ctx context.Context, server, name, pin string) (*guard.T
 	}
 	return &t, nil
 }
+
+// Catalog keeps the tools' definitions as servers listed them (pinned by
+// digest) and people's reviews of them; DB.Catalog returns it.
+type Catalog struct{ db *DB }
+
+// Catalog returns the store of tool definitions and their reviews.
+func (db *DB) Catalog() Catalog { return Catalog{db} }

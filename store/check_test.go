@@ -60,7 +60,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 3)
 	var before strings.Builder
-	if err := db.Export(ctx, &before, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &before, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(before.String())}}); err != nil {
@@ -75,14 +75,14 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 		t.Fatalf("a changed record marked as pruned: %v %q", err, lines)
 	}
 
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.ckpt.writeCheckpoint(); err != nil { // over the retention record
 		t.Fatal(err)
 	}
 	var after strings.Builder
-	if err := db.Export(ctx, &after, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &after, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(after.String())}})
@@ -120,7 +120,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 3)
 	raw := rawDB(t, path)
-	sum, err := db.keptSum(ctx, []int64{9})
+	sum, err := db.Pruning().keptSum(ctx, []int64{9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	if err := db.Export(ctx, &b, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &b, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(b.String())}}); err == nil ||
@@ -182,12 +182,12 @@ func TestCheckFilesProofIDs(t *testing.T) {
 		recs = append(recs, id)
 	}
 	rows.Close()
-	proof, err := db.Prove(ctx, recs[2])
+	proof, err := db.Verifier().Prove(ctx, recs[2])
 	if err != nil {
 		t.Fatal(err)
 	}
 	var export strings.Builder
-	if err := db.Export(ctx, &export, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	v := db.signer.verifier

@@ -226,11 +226,11 @@ func ParseVerifier(key string) (note.Verifier, error) {
 }
 
 // VerifierKey is the verifier key of the log's checkpoint key, to pin.
-func (db *DB) VerifierKey() (string, error) {
-	if db.signer == nil {
-		return "", fmt.Errorf("there is no checkpoint key at %s", db.opts.KeyPath)
+func (vr Verifier) VerifierKey() (string, error) {
+	if vr.db.signer == nil {
+		return "", fmt.Errorf("there is no checkpoint key at %s", vr.db.opts.KeyPath)
 	}
-	return db.signer.vkey, nil
+	return vr.db.signer.vkey, nil
 }
 
 // VerifierKeyOf is the verifier key of the checkpoint key in a key file.
@@ -514,7 +514,7 @@ func (db *DB) LatestCheckpoint(ctx context.Context) (*Checkpoint, error) {
 
 // CheckpointRefusals is how many times a checkpoint was not signed because
 // the log did not extend the last one (it was truncated or rewritten).
-func (db *DB) CheckpointRefusals() int64 { return db.stats.refused.Load() }
+func (ig Integrity) CheckpointRefusals() int64 { return ig.db.stats.refused.Load() }
 
 // DerivedSecret is a secret for purpose derived from the checkpoint key in
 // the file at keyPath (HMAC-SHA256 of the purpose under the key's seed, in

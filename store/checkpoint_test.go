@@ -54,7 +54,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 		if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "the tree of 6 records is not consistent with the checkpoint of 4") {
 			t.Fatalf("checkpoint of a new history: %v", err)
 		}
-		if db.CheckpointRefusals() == 0 {
+		if db.Integrity().CheckpointRefusals() == 0 {
 			t.Fatal("the refusal was not counted")
 		}
 	})
@@ -97,8 +97,8 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 				t.Fatalf("checkpoint of a new history: %v", err)
 			}
 			_ = db.Close() // tries again, and logs the refusal
-			if db.CheckpointRefusals() < 2 || !strings.Contains(logs.String(), "does not extend the last checkpoint") {
-				t.Fatalf("the refusal was not counted and logged: %d %s", db.CheckpointRefusals(), logs.String())
+			if db.Integrity().CheckpointRefusals() < 2 || !strings.Contains(logs.String(), "does not extend the last checkpoint") {
+				t.Fatalf("the refusal was not counted and logged: %d %s", db.Integrity().CheckpointRefusals(), logs.String())
 			}
 			if c, _ := fileWitness(witness).latest(db.signer.verifier); c == nil || c.Size != 5 {
 				t.Fatalf("the witness got %+v", c)

@@ -33,7 +33,7 @@ func (cp *checkpointState) checkpointTurn(ctx context.Context) bool {
 	var ok bool
 	err := cp.writerTx(ctx, func(conn *sql.Conn) (bool, error) {
 		var err error
-		ok, err = cp.db.leaseWith(ctx, conn, checkpointLease, cp.holder, cp.checkpointLeaseTTL())
+		ok, err = cp.db.Streams().leaseWith(ctx, conn, checkpointLease, cp.holder, cp.checkpointLeaseTTL())
 		return err == nil, err
 	})
 	if err != nil {
@@ -55,7 +55,7 @@ func (cp *checkpointState) othersCommitted(ctx context.Context) bool {
 
 // releaseCheckpointTurn gives the lease up, when this process holds it.
 func (cp *checkpointState) releaseCheckpointTurn() {
-	if err := cp.db.ReleaseLease(context.Background(), checkpointLease, cp.holder); err != nil {
+	if err := cp.db.Streams().ReleaseLease(context.Background(), checkpointLease, cp.holder); err != nil {
 		cp.db.opts.Logger.Debug("audit checkpoint lease", "err", err)
 	}
 }

@@ -24,7 +24,7 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 	a := open()
 	b := open()
 	defer b.Close()
-	if h, err := a.LeaseHolder(ctx, checkpointLease); err != nil || h != a.ckpt.holder {
+	if h, err := a.Streams().LeaseHolder(ctx, checkpointLease); err != nil || h != a.ckpt.holder {
 		t.Fatalf("the lease is held by %q (%v), want the first process's %q", h, err, a.ckpt.holder)
 	}
 	kept := func() (n, size int64) {
@@ -55,10 +55,10 @@ func TestOneProcessSignsCheckpointsForAll(t *testing.T) {
 		}
 	}
 	waitFor(t, "the other process's checkpoint once the holder has gone", func() bool { return b.ckpt.signedSize.Load() == 8 })
-	if h, err := b.LeaseHolder(ctx, checkpointLease); err != nil || h != b.ckpt.holder {
+	if h, err := b.Streams().LeaseHolder(ctx, checkpointLease); err != nil || h != b.ckpt.holder {
 		t.Fatalf("the lease is held by %q (%v), want the second process's %q", h, err, b.ckpt.holder)
 	}
-	if rep, err := b.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := b.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

@@ -59,8 +59,8 @@ func (e *NotPendingError) Unwrap() error { return ErrNoConfigChange }
 // superseded (its files are no longer on disk); a superseded change whose
 // files are back on disk is pending again, with the summary given (what
 // it changes against the policy in force now), when there is one.
-func (db *DB) NoteConfigChange(ctx context.Context, digest, summary string) error {
-	tx, err := db.w.BeginTx(ctx, nil)
+func (cs Configs) NoteConfigChange(ctx context.Context, digest, summary string) error {
+	tx, err := cs.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("config change: %w", err)
 	}
@@ -71,7 +71,7 @@ func (db *DB) NoteConfigChange(ctx context.Context, digest, summary string) erro
 	if _, err := tx.ExecContext(ctx, `INSERT INTO config_changes (digest, summary, state, created_at) VALUES (?, ?, 'pending', ?)
 		ON CONFLICT (digest) DO UPDATE SET state = 'pending', created_at = excluded.created_at,
 			summary = CASE WHEN excluded.summary <> '' THEN excluded.summary ELSE config_changes.summary END
-		WHERE config_changes.state = 'superseded'`, digest, summary, fmtTime(db.opts.Now())); err != nil {
+		WHERE config_changes.state = 'superseded'`, digest, summary, fmtTime(cs.db.opts.Now())); err != nil {
 		return fmt.Errorf("config change: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -91,8 +91,8 @@ func scanConfigChange(row interface{ Scan(...any) error }) (*ConfigChange, error
 }
 
 // PendingConfigChange returns the change that waits for a person, or nil.
-func (db *DB) PendingConfigChange(ctx context.Context) (*ConfigChange, error) {
-	c, err := scanConfigChange(db.r.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes
+func (cs Configs) PendingConfigChange(ctx context.Context) (*ConfigChange, error) {
+	c, err := scanConfigChange(cs.db.r.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes
 		WHERE state = 'pending' ORDER BY created_at DESC, rowid DESC LIMIT 1`))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -104,8 +104,8 @@ func (db *DB) PendingConfigChange(ctx context.Context) (*ConfigChange, error) {
 }
 
 // ConfigChangeByDigest returns the change with that digest, or nil.
-func (db *DB) ConfigChangeByDigest(ctx context.Context, digest string) (*ConfigChange, error) {
-	c, err := scanConfigChange(db.r.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes WHERE digest = ?`, digest))
+func (cs Configs) ConfigChangeByDigest(ctx context.Context, digest string) (*ConfigChange, error) {
+	c, err := scanConfigChange(cs.db.r.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes WHERE digest = ?`, digest))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -117,8 +117,8 @@ func (db *DB) ConfigChangeByDigest(ctx context.Context, digest string) (*ConfigC
 
 // ConfigApplied reports whether a person applied the configuration with
 // that digest: every process on the database then applies it.
-func (db *DB) ConfigApplied(ctx context.Context, digest string) (bool, error) {
-	c, err := db.ConfigChangeByDigest(ctx, digest)
+func (cs Configs) ConfigApplied(ctx context.Context, digest string) (bool, error) {
+	c, err := cs.ConfigChangeByDigest(ctx, digest)
 	return c != nil && c.State == ConfigApplied, err
 }
 
@@ -130,28 +130,28 @@ func (db *DB) ConfigApplied(ctx context.Context, digest string) (bool, error) {
 // change that is not pending (decided already, superseded by a newer edit,
 // never noted) is refused with a *NotPendingError. A decision whose record
 // cannot be written is refused (the error wraps guard.ErrAuditWrite).
-func (db *DB) ApplyConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
-	return db.decideConfig(ctx, digest, ConfigApplied, by, "configuration change applied")
+func (cs Configs) ApplyConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
+	return cs.decideConfig(ctx, digest, ConfigApplied, by, "configuration change applied")
 }
 
 // DismissConfig records that a person (by) dismissed the pending change
 // with that digest: it is not applied and the policy in force stays
 // (a config record, decision "dismissed"). Refused like ApplyConfig when
 // the change is not pending or its record cannot be written.
-func (db *DB) DismissConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
-	return db.decideConfig(ctx, digest, ConfigDismissed, by, "configuration change dismissed; the policy in force stays")
+func (cs Configs) DismissConfig(ctx context.Context, digest, by string) (*ConfigChange, error) {
+	return cs.decideConfig(ctx, digest, ConfigDismissed, by, "configuration change dismissed; the policy in force stays")
 }
 
 // decideConfig moves the pending change with that digest to state: the
 // record first, then the change (see decide), so that of two people
 // deciding at once only the first counts.
-func (db *DB) decideConfig(ctx context.Context, digest, state, by, reason string) (*ConfigChange, error) {
+func (cs Configs) decideConfig(ctx context.Context, digest, state, by, reason string) (*ConfigChange, error) {
 	if by == "" {
 		return nil, errors.New("config change: a decision needs the name of who made it")
 	}
 	var now string
-	err := db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
-		c, err := scanConfigChange(db.w.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes WHERE digest = ?`, digest))
+	err := cs.db.decide(ctx, func(ctx context.Context) (*guard.Record, error) {
+		c, err := scanConfigChange(cs.db.w.QueryRowContext(ctx, `SELECT `+configColumns+` FROM config_changes WHERE digest = ?`, digest))
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, &NotPendingError{Digest: digest}
 		}
@@ -161,12 +161,12 @@ func (db *DB) decideConfig(ctx context.Context, digest, state, by, reason string
 		if c.State != ConfigPending {
 			return nil, &NotPendingError{Digest: digest, Change: c}
 		}
-		t := db.opts.Now().UTC()
+		t := cs.db.opts.Now().UTC()
 		now = fmtTime(t)
 		return &guard.Record{Kind: guard.KindConfig, Time: t, Decision: state, DecidedBy: by, Reason: reason,
 			Detail: detail(map[string]any{"digest": digest, "changes": c.Summary})}, nil
 	}, func(ctx context.Context) (bool, error) {
-		res, err := db.w.ExecContext(ctx, `UPDATE config_changes SET state = ?, decided_by = ?, decided_at = ?
+		res, err := cs.db.w.ExecContext(ctx, `UPDATE config_changes SET state = ?, decided_by = ?, decided_at = ?
 			WHERE digest = ? AND state = 'pending'`, state, by, now, digest)
 		return affected(res, err)
 	})
@@ -177,14 +177,14 @@ func (db *DB) decideConfig(ctx context.Context, digest, state, by, reason string
 	if err != nil {
 		return nil, fmt.Errorf("config change %s: %w", state, err)
 	}
-	return db.ConfigChangeByDigest(ctx, digest)
+	return cs.ConfigChangeByDigest(ctx, digest)
 }
 
 // NoteRulesWritten records the digest of an approved-rules file guard
 // itself is about to write: a file with that digest is applied at once.
-func (db *DB) NoteRulesWritten(ctx context.Context, digest string) error {
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO rules_written (digest, created_at) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING`,
-		digest, fmtTime(db.opts.Now())); err != nil {
+func (cs Configs) NoteRulesWritten(ctx context.Context, digest string) error {
+	if _, err := cs.db.w.ExecContext(ctx, `INSERT INTO rules_written (digest, created_at) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING`,
+		digest, fmtTime(cs.db.opts.Now())); err != nil {
 		return fmt.Errorf("rules written: %w", err)
 	}
 	return nil
@@ -192,10 +192,17 @@ func (db *DB) NoteRulesWritten(ctx context.Context, digest string) error {
 
 // RulesWritten reports whether guard wrote an approved-rules file with
 // that digest.
-func (db *DB) RulesWritten(ctx context.Context, digest string) (bool, error) {
+func (cs Configs) RulesWritten(ctx context.Context, digest string) (bool, error) {
 	var n int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM rules_written WHERE digest = ?`, digest).Scan(&n); err != nil {
+	if err := cs.db.r.QueryRowContext(ctx, `SELECT count(*) FROM rules_written WHERE digest = ?`, digest).Scan(&n); err != nil {
 		return false, fmt.Errorf("rules written: %w", err)
 	}
 	return n > 0, nil
 }
+
+// Configs keeps the configuration changes that wait for a person and the
+// approved-rules files guard wrote; DB.Configs returns it.
+type Configs struct{ db *DB }
+
+// Configs returns the store of configuration changes.
+func (db *DB) Configs() Configs { return Configs{db} }

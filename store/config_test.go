@@ -15,7 +15,7 @@ import (
 func configEvents(t *testing.T, db *DB) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	err := db.Records(context.Background(), func(r *guard.Record) error {
+	err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindConfig && (r.Decision == ConfigApplied || r.Decision == ConfigDismissed) {
 			out = append(out, r)
 		}
@@ -29,7 +29,7 @@ func configEvents(t *testing.T, db *DB) []*guard.Record {
 
 func configState(t *testing.T, db *DB, digest string) string {
 	t.Helper()
-	c, err := db.ConfigChangeByDigest(context.Background(), digest)
+	c, err := db.Configs().ConfigChangeByDigest(context.Background(), digest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func configState(t *testing.T, db *DB, digest string) string {
 
 func pendingDigest(t *testing.T, db *DB) string {
 	t.Helper()
-	c, err := db.PendingConfigChange(context.Background())
+	c, err := db.Configs().PendingConfigChange(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +58,10 @@ func TestConfigChangePendingAndSuperseded(t *testing.T) {
 	if d := pendingDigest(t, db); d != "" {
 		t.Fatalf("pending in a new database: %s", d)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:a", `rule "no-echo" added`); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", `rule "no-echo" added`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := db.PendingConfigChange(ctx)
+	c, err := db.Configs().PendingConfigChange(ctx)
 	if err != nil || c == nil {
 		t.Fatalf("pending: %v %v", c, err)
 	}
@@ -69,14 +69,14 @@ func TestConfigChangePendingAndSuperseded(t *testing.T) {
 		t.Errorf("pending change: %+v", c)
 	}
 	// Noting it again changes nothing.
-	if err := db.NoteConfigChange(ctx, "sha256:a", "other"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "other"); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := db.ConfigChangeByDigest(ctx, "sha256:a"); c.Summary != `rule "no-echo" added` || c.State != ConfigPending {
+	if c, _ := db.Configs().ConfigChangeByDigest(ctx, "sha256:a"); c.Summary != `rule "no-echo" added` || c.State != ConfigPending {
 		t.Errorf("noted twice: %+v", c)
 	}
 	// A newer edit supersedes it: only the newest waits.
-	if err := db.NoteConfigChange(ctx, "sha256:b", "policy.default: allow → deny"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:b", "policy.default: allow → deny"); err != nil {
 		t.Fatal(err)
 	}
 	if got := pendingDigest(t, db); got != "sha256:b" {
@@ -87,17 +87,17 @@ func TestConfigChangePendingAndSuperseded(t *testing.T) {
 	}
 	// The files back as they were: that change waits again, with what it
 	// changes now.
-	if err := db.NoteConfigChange(ctx, "sha256:a", `rule "no-echo" added again`); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", `rule "no-echo" added again`); err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := db.PendingConfigChange(ctx); c == nil || c.Digest != "sha256:a" || c.Summary != `rule "no-echo" added again` {
+	if c, _ := db.Configs().PendingConfigChange(ctx); c == nil || c.Digest != "sha256:a" || c.Summary != `rule "no-echo" added again` {
 		t.Errorf("files back as they were: pending %+v", c)
 	}
 	if got := configState(t, db, "sha256:b"); got != ConfigSuperseded {
 		t.Errorf("the edit in between: %s", got)
 	}
 	for _, d := range []string{"sha256:a", "sha256:b", "sha256:none"} {
-		if ok, err := db.ConfigApplied(ctx, d); ok || err != nil {
+		if ok, err := db.Configs().ConfigApplied(ctx, d); ok || err != nil {
 			t.Errorf("ConfigApplied(%s) before any decision: %v %v", d, ok, err)
 		}
 	}
@@ -110,17 +110,17 @@ func TestConfigChangeApplied(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.NoteConfigChange(ctx, "sha256:a", "line one\nline two"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "line one\nline two"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := db.ApplyConfig(ctx, "sha256:a", "alice")
+	c, err := db.Configs().ApplyConfig(ctx, "sha256:a", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.State != ConfigApplied || c.DecidedBy != "alice" || c.DecidedAt == "" {
 		t.Errorf("applied: %+v", c)
 	}
-	if ok, err := db.ConfigApplied(ctx, "sha256:a"); !ok || err != nil {
+	if ok, err := db.Configs().ConfigApplied(ctx, "sha256:a"); !ok || err != nil {
 		t.Errorf("ConfigApplied after applying: %v %v", ok, err)
 	}
 	if d := pendingDigest(t, db); d != "" {
@@ -135,13 +135,13 @@ func TestConfigChangeApplied(t *testing.T) {
 		t.Errorf("event detail: %s (%v)", ev[0].Detail, err)
 	}
 	// An applied change is not noted again, nor superseded by a newer one.
-	if err := db.NoteConfigChange(ctx, "sha256:a", "again"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "again"); err != nil {
 		t.Fatal(err)
 	}
 	if d := pendingDigest(t, db); d != "" {
 		t.Errorf("an applied change noted again is pending: %s", d)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:b", "newer"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:b", "newer"); err != nil {
 		t.Fatal(err)
 	}
 	if got := configState(t, db, "sha256:a"); got != ConfigApplied {
@@ -153,17 +153,17 @@ func TestConfigChangeDismissed(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := db.DismissConfig(ctx, "sha256:a", "bob")
+	c, err := db.Configs().DismissConfig(ctx, "sha256:a", "bob")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.State != ConfigDismissed || c.DecidedBy != "bob" {
 		t.Errorf("dismissed: %+v", c)
 	}
-	if ok, _ := db.ConfigApplied(ctx, "sha256:a"); ok {
+	if ok, _ := db.Configs().ConfigApplied(ctx, "sha256:a"); ok {
 		t.Error("a dismissed change counts as applied")
 	}
 	if d := pendingDigest(t, db); d != "" {
@@ -174,13 +174,13 @@ func TestConfigChangeDismissed(t *testing.T) {
 		t.Fatalf("audit events: %+v", ev)
 	}
 	// The same files noted again stay dismissed; a different change waits.
-	if err := db.NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
 		t.Fatal(err)
 	}
 	if d := pendingDigest(t, db); d != "" {
 		t.Errorf("a dismissed change noted again is pending: %s", d)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:b", "rule added, and a comment"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:b", "rule added, and a comment"); err != nil {
 		t.Fatal(err)
 	}
 	if d := pendingDigest(t, db); d != "sha256:b" {
@@ -192,14 +192,14 @@ func TestConfigChangeFirstDecisionWins(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:a", "rule added"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DismissConfig(ctx, "sha256:a", "bob"); err != nil {
+	if _, err := db.Configs().DismissConfig(ctx, "sha256:a", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	// A later decision, either way, is refused and says who decided.
-	_, err := db.ApplyConfig(ctx, "sha256:a", "alice")
+	_, err := db.Configs().ApplyConfig(ctx, "sha256:a", "alice")
 	var np *NotPendingError
 	if !errors.As(err, &np) || !errors.Is(err, ErrNoConfigChange) {
 		t.Fatalf("apply after dismiss: %v", err)
@@ -207,31 +207,31 @@ func TestConfigChangeFirstDecisionWins(t *testing.T) {
 	if !strings.Contains(err.Error(), "already dismissed by bob") {
 		t.Errorf("refusal: %v", err)
 	}
-	if _, err := db.DismissConfig(ctx, "sha256:a", "carol"); !errors.Is(err, ErrNoConfigChange) {
+	if _, err := db.Configs().DismissConfig(ctx, "sha256:a", "carol"); !errors.Is(err, ErrNoConfigChange) {
 		t.Errorf("dismiss twice: %v", err)
 	}
-	if c, _ := db.ConfigChangeByDigest(ctx, "sha256:a"); c.State != ConfigDismissed || c.DecidedBy != "bob" {
+	if c, _ := db.Configs().ConfigChangeByDigest(ctx, "sha256:a"); c.State != ConfigDismissed || c.DecidedBy != "bob" {
 		t.Errorf("after later decisions: %+v", c)
 	}
 	// Superseded, or never noted: refused, and nothing is applied.
-	if err := db.NoteConfigChange(ctx, "sha256:b", "b"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:b", "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c", "c"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c", "c"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ApplyConfig(ctx, "sha256:b", "alice"); err == nil || !strings.Contains(err.Error(), "superseded") {
+	if _, err := db.Configs().ApplyConfig(ctx, "sha256:b", "alice"); err == nil || !strings.Contains(err.Error(), "superseded") {
 		t.Errorf("apply a superseded change: %v", err)
 	}
-	if _, err := db.ApplyConfig(ctx, "sha256:zzz", "alice"); !errors.Is(err, ErrNoConfigChange) {
+	if _, err := db.Configs().ApplyConfig(ctx, "sha256:zzz", "alice"); !errors.Is(err, ErrNoConfigChange) {
 		t.Errorf("apply a change never noted: %v", err)
 	}
 	for _, d := range []string{"sha256:a", "sha256:b", "sha256:zzz"} {
-		if ok, _ := db.ConfigApplied(ctx, d); ok {
+		if ok, _ := db.Configs().ConfigApplied(ctx, d); ok {
 			t.Errorf("%s counts as applied", d)
 		}
 	}
-	if _, err := db.ApplyConfig(ctx, "sha256:c", ""); err == nil {
+	if _, err := db.Configs().ApplyConfig(ctx, "sha256:c", ""); err == nil {
 		t.Error("applied without a name")
 	}
 	// Two people at once: exactly one decision counts.
@@ -242,9 +242,9 @@ func TestConfigChangeFirstDecisionWins(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i == 0 {
-				_, errs[i] = db.ApplyConfig(ctx, "sha256:c", by)
+				_, errs[i] = db.Configs().ApplyConfig(ctx, "sha256:c", by)
 			} else {
-				_, errs[i] = db.DismissConfig(ctx, "sha256:c", by)
+				_, errs[i] = db.Configs().DismissConfig(ctx, "sha256:c", by)
 			}
 		}()
 	}

@@ -182,14 +182,14 @@ func Copy(ctx context.Context, from, to Options, o CopyOptions) (*CopyReport, er
 		return nil, fmt.Errorf("store: copy: the source: %w", err)
 	}
 	defer src.Close()
-	if err := src.verifyForCopy(ctx, to.CheckpointPath); err != nil {
+	if err := verifyForCopy(ctx, src.Verifier(), to.CheckpointPath); err != nil {
 		return nil, fmt.Errorf("store: copy: %w", err)
 	}
 	if err := migratePostgres(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("store: copy: %s: %w", name, err)
 	}
 	rep := &CopyReport{KeyPath: to.KeyPath, CheckpointPath: to.CheckpointPath}
-	if err := src.copyTo(ctx, conn, o, rep); err != nil {
+	if err := copyTo(ctx, src, conn, o, rep); err != nil {
 		return nil, fmt.Errorf("store: copy to %s: %w", name, err)
 	}
 	if err := checkCopy(ctx, to, rep); err != nil {
@@ -221,17 +221,17 @@ func sameKey(from, to Options) error {
 	return nil
 }
 
-// verifyForCopy verifies the source, and against the checkpoint in the
-// destination's checkpoint file when there is one: guard on the
-// destination will hold the log to it.
-func (db *DB) verifyForCopy(ctx context.Context, checkpointPath string) error {
+// verifyForCopy verifies the source with its Verifier v, and against the
+// checkpoint in the destination's checkpoint file when there is one:
+// guard on the destination will hold the log to it.
+func verifyForCopy(ctx context.Context, v Verifier, checkpointPath string) error {
 	var o VerifyOptions
 	if b, err := os.ReadFile(checkpointPath); err == nil {
 		o.Kept = append(o.Kept, KeptCheckpoint{Name: "in " + checkpointPath + " (the destination's checkpoint file)", Note: b})
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("the destination's checkpoint file: %w", err)
 	}
-	rep, err := db.VerifyWith(ctx, o)
+	rep, err := v.VerifyWith(ctx, o)
 	if err != nil {
 		return fmt.Errorf("verifying the source: %w", err)
 	}
@@ -268,9 +268,9 @@ func refuseFull(ctx context.Context, q pgQuerier) error {
 }
 
 // copyTo moves the tables, reading them from one read transaction of the
-// source and writing them in one transaction on conn.
-func (db *DB) copyTo(ctx context.Context, conn *pgx.Conn, o CopyOptions, rep *CopyReport) error {
-	stx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+// source src and writing them in one transaction on conn.
+func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *CopyReport) error {
+	stx, err := src.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("the source: %w", err)
 	}
@@ -305,7 +305,7 @@ func (db *DB) copyTo(ctx context.Context, conn *pgx.Conn, o CopyOptions, rep *Co
 		}
 		for _, r := range o.Learned {
 			if r.Added.IsZero() {
-				r.Added = db.opts.Now()
+				r.Added = src.opts.Now()
 			}
 			if _, err := tx.Exec(ctx, rebind(insertLearnedRule), r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(r.Added)); err != nil {
 				return fmt.Errorf("learned rule %s: %w", r.Name, err)
@@ -318,7 +318,7 @@ func (db *DB) copyTo(ctx context.Context, conn *pgx.Conn, o CopyOptions, rep *Co
 		case err != nil:
 			return fmt.Errorf("checkpoints: %w", err)
 		default:
-			if rep.Checkpoint, err = OpenCheckpoint([]byte(note), db.signer.verifier); err != nil {
+			if rep.Checkpoint, err = OpenCheckpoint([]byte(note), src.signer.verifier); err != nil {
 				return fmt.Errorf("the latest checkpoint: %w", err)
 			}
 		}
@@ -480,7 +480,7 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 	if rep.Checkpoint != nil {
 		o.Kept = []KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
 	}
-	rep.Verified, err = dst.VerifyWith(ctx, o)
+	rep.Verified, err = dst.Verifier().VerifyWith(ctx, o)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

@@ -31,7 +31,7 @@ func richLog(t *testing.T, dir string) string {
 	path := filepath.Join(dir, "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 6, 3)
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a1", "a2", "a3"} {
@@ -40,14 +40,14 @@ func richLog(t *testing.T, dir string) string {
 		if id != "a2" {
 			a.Caller = caller // the front authenticated the caller
 		}
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
 		t.Fatal(err)
 	}
 	def := func(name, pin string) guard.Tool {
@@ -61,26 +61,26 @@ func richLog(t *testing.T, dir string) string {
 		{"db", []guard.Tool{def("query", "sha256:q1")}},
 		{"files", []guard.Tool{def("read_file", "sha256:r1"), def("write_file", "sha256:w2"), def("move", "sha256:m1")}},
 	} {
-		if err := db.RecordTools(ctx, l.server, l.tools, now.Add(time.Duration(i)*time.Second), false); err != nil {
+		if err := db.Catalog().RecordTools(ctx, l.server, l.tools, now.Add(time.Duration(i)*time.Second), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:w2", true, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:w2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c1", "policy.default: allow -> approve"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c1", "policy.default: allow -> approve"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteRulesWritten(ctx, "sha256:rules1"); err != nil {
+	if err := db.Configs().NoteRulesWritten(ctx, "sha256:rules1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.VerifyIfDue(ctx, time.Hour); err != nil {
+	if _, err := db.Verifier().VerifyIfDue(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := db.Lease(ctx, "stream", "me", time.Minute); !ok || err != nil {
+	if ok, err := db.Streams().Lease(ctx, "stream", "me", time.Minute); !ok || err != nil {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
-	if err := db.SetStreamCursor(ctx, "stream", "me", "syslog tcp://127.0.0.1:6514", 7); err != nil {
+	if err := db.Streams().SetStreamCursor(ctx, "stream", "me", "syslog tcp://127.0.0.1:6514", 7); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _, err := db.TakeToken(ctx, limitKey, 0.5, 30, now); !ok || err != nil {
@@ -130,7 +130,7 @@ func contentOf(t *testing.T, db *DB) content {
 			t.Fatal(err)
 		}
 	}
-	check(db.Records(ctx, func(r *guard.Record) error { c.Records = append(c.Records, r); return nil }))
+	check(db.Reader().Records(ctx, func(r *guard.Record) error { c.Records = append(c.Records, r); return nil }))
 	c.Calls = callIndexRows(t, db)
 	// Each engine's text index, as its own query reads it (Query
 	// reads SQLite's only, so far).
@@ -147,24 +147,24 @@ func contentOf(t *testing.T, db *DB) content {
 	}
 	check(rows.Err())
 	rows.Close()
-	c.Approvals, err = db.Approvals(ctx, "")
+	c.Approvals, err = db.Holds().Approvals(ctx, "")
 	check(err)
 	for _, tool := range [][2]string{{"files", "read_file"}, {"files", "write_file"}, {"files", "move"}, {"db", "query"}} {
-		h, err := db.ToolHistory(ctx, tool[0], tool[1])
+		h, err := db.Catalog().ToolHistory(ctx, tool[0], tool[1])
 		check(err)
 		c.Tools = append(c.Tools, h...)
 	}
-	c.Reviews, err = db.Reviews(ctx, "")
+	c.Reviews, err = db.Catalog().Reviews(ctx, "")
 	check(err)
-	c.Config, err = db.ConfigChangeByDigest(ctx, "sha256:c1")
+	c.Config, err = db.Configs().ConfigChangeByDigest(ctx, "sha256:c1")
 	check(err)
-	c.Rules, err = db.RulesWritten(ctx, "sha256:rules1")
+	c.Rules, err = db.Configs().RulesWritten(ctx, "sha256:rules1")
 	check(err)
-	c.Cursor, err = db.StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
+	c.Cursor, err = db.Streams().StreamCursor(ctx, "syslog tcp://127.0.0.1:6514")
 	check(err)
-	c.Verified, err = db.LastVerification(ctx)
+	c.Verified, err = db.Verifier().LastVerification(ctx)
 	check(err)
-	c.Retention, err = db.LastRetention(ctx)
+	c.Retention, err = db.Pruning().LastRetention(ctx)
 	check(err)
 	c.Checkpoint, err = db.LatestCheckpoint(ctx)
 	check(err)
@@ -254,7 +254,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ro.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err := ro.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || !v.Witnessed || v.Records != int64(len(want.Records)) || v.Extends != want.Checkpoint.Size {
 		t.Errorf("read-only verify: %+v %v", v, err)
 	}
@@ -278,7 +278,7 @@ func TestCopyToPostgres(t *testing.T) {
 		}
 	}
 
-	rules, _, err := dst.LearnedRules(ctx)
+	rules, _, err := dst.Learned().LearnedRules(ctx)
 	if err != nil || !reflect.DeepEqual(rules, learned) {
 		t.Errorf("learned rules read back: %+v %v\nwant %+v", rules, err, learned)
 	}
@@ -303,7 +303,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err := dst.Append(rec(101, guard.KindRequest), rec(101, guard.KindOutcome)); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.NoteConfigChange(ctx, "sha256:c2", "another"); err != nil {
+	if err := dst.Configs().NoteConfigChange(ctx, "sha256:c2", "another"); err != nil {
 		t.Fatal(err)
 	}
 	// A row numbered by PostgreSQL takes the number after those moved
@@ -322,7 +322,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err := dst.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	v, err = dst.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err = dst.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || v.Records != int64(len(want.Records))+2 || v.Extends != want.Checkpoint.Size {
 		t.Fatalf("verify after appending on PostgreSQL: %+v %v", v, err)
 	}
@@ -351,7 +351,7 @@ func TestCopyIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c9", "not UTF-8: \xff\xfe"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c9", "not UTF-8: \xff\xfe"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

@@ -104,8 +104,8 @@ func heldAlready(ctx context.Context, q *sql.DB, recs []*guard.Record) ([]bool, 
 // beside the damage have their seqs); aside is where the file will be
 // kept. A record of the same file from an earlier attempt (one that could
 // not rename it) is not written again.
-func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
-	done, err := db.journalRecorded(ctx, MethodJournalDamaged, aside)
+func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
+	done, err := jn.journalRecorded(ctx, MethodJournalDamaged, aside)
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
@@ -119,7 +119,7 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 		}
 		r := sc.frames[i].rec
 		e := &damageEdge{ID: r.ID, Time: fmtTime(r.Time)}
-		_ = db.w.QueryRowContext(ctx, `SELECT seq FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&e.Seq)
+		_ = jn.db.w.QueryRowContext(ctx, `SELECT seq FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&e.Seq)
 		return e
 	}
 	for _, s := range sc.damage {
@@ -130,16 +130,16 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 		d.Lost = d.Lost || run.Lost
 		d.Runs = append(d.Runs, run)
 	}
-	rec, err := db.appendJournalEvent(MethodJournalDamaged, damageText(filepath.Base(path), d), mustJSON(d))
+	rec, err := jn.appendJournalEvent(MethodJournalDamaged, damageText(filepath.Base(path), d), mustJSON(d))
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
 	}
 	if d.Lost {
-		db.integrityAlert()
-		db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
+		jn.db.integrityAlert()
+		jn.db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
 			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes(), "records_read", len(sc.frames))
 	} else {
-		db.opts.Logger.Warn("a journal left by a process that stopped is damaged where the database already held its records; it is kept aside",
+		jn.db.opts.Logger.Warn("a journal left by a process that stopped is damaged where the database already held its records; it is kept aside",
 			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes())
 	}
 	return nil
@@ -148,9 +148,9 @@ func (db *DB) recordDamage(ctx context.Context, path, aside string, sc *journalS
 // journalRecorded reports whether the log holds the event record of method
 // about the journal kept at aside: one from an earlier attempt at its
 // recovery (which could not rename it), not to be written again.
-func (db *DB) journalRecorded(ctx context.Context, method, aside string) (bool, error) {
+func (jn journals) journalRecorded(ctx context.Context, method, aside string) (bool, error) {
 	var n int
-	err := db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
+	err := jn.db.w.QueryRowContext(ctx, `SELECT count(*) FROM records
 		WHERE kind = 'event' AND kind NOT IN ('request', 'outcome') AND method = ? AND instr(detail, ?) > 0`,
 		method, mustJSON(aside)).Scan(&n)
 	return n > 0, err
@@ -158,17 +158,17 @@ func (db *DB) journalRecorded(ctx context.Context, method, aside string) (bool, 
 
 // appendJournalEvent commits an event record of method about a journal,
 // with its reason and detail, and returns it.
-func (db *DB) appendJournalEvent(method, reason, detail string) (*guard.Record, error) {
+func (jn journals) appendJournalEvent(method, reason, detail string) (*guard.Record, error) {
 	rec := &guard.Record{ID: guard.NewID(), Kind: guard.KindEvent, Method: method, Reason: reason, Detail: detail,
-		Time: db.opts.Now().UTC().Truncate(time.Millisecond)}
+		Time: jn.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	rec.CallID = rec.ID
-	db.ing.commitMu.Lock()
-	err := db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
-	db.ing.commitMu.Unlock()
+	jn.db.ing.commitMu.Lock()
+	err := jn.db.ing.commitRetrying([]*appendReq{{recs: []*guard.Record{rec}}})
+	jn.db.ing.commitMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	db.ckpt.dirty.Store(true)
+	jn.db.ckpt.dirty.Store(true)
 	return rec, nil
 }
 
@@ -210,6 +210,15 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
+// Integrity keeps the integrity alerts: the losses and refused journals
+// recorded in the log until a person acknowledges them, and the counts of
+// the alerts this process raised, of the checkpoints it refused to sign
+// and of those a witness did not get. DB.Integrity returns it.
+type Integrity struct{ db *DB }
+
+// Integrity returns the audit log's integrity alerts.
+func (db *DB) Integrity() Integrity { return Integrity{db} }
+
 // integrityAlert counts an integrity alert this process raised.
 func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 
@@ -217,26 +226,28 @@ func (db *DB) integrityAlert() { db.stats.integrity.Add(1) }
 // journal whose recovery may have lost acknowledged records, a record
 // found without a valid MAC (mac.go), and a journal's frame refused
 // (journalauth.go), each counted once.
-func (db *DB) IntegrityAlerts() int64 { return db.stats.integrity.Load() + db.auth.alerts.Load() }
+func (ig Integrity) IntegrityAlerts() int64 {
+	return ig.db.stats.integrity.Load() + ig.db.auth.alerts.Load()
+}
 
 // UnauthenticatedRecords lists, in words, the records this process found
 // in the log without a valid MAC (written by someone without the
 // checkpoint key), oldest first. Each stays an alert while the process
 // runs: guard signs no checkpoint over it, and only a person can tell
 // what happened.
-func (db *DB) UnauthenticatedRecords() []string { return db.auth.unauthenticated() }
+func (ig Integrity) UnauthenticatedRecords() []string { return ig.db.auth.unauthenticated() }
 
 // Alerts lists the integrity problems recorded in the log that no one has
 // acknowledged (AcknowledgeLoss), oldest first.
-func (db *DB) Alerts(ctx context.Context) ([]Alert, error) {
-	db.ing.caughtUp(ctx)
+func (ig Integrity) Alerts(ctx context.Context) ([]Alert, error) {
+	ig.db.ing.caughtUp(ctx)
 	pruned := " AND l.pruned = 0"
-	if db.schema.noPruned {
+	if ig.db.schema.noPruned {
 		pruned = ""
 	}
 	// The terms on kind let SQLite read the index of the records that
 	// are not a call's (records_kind) where the schema has it.
-	rows, err := db.r.QueryContext(ctx, `SELECT l.id, l.time, l.method, l.reason, l.detail FROM records l
+	rows, err := ig.db.r.QueryContext(ctx, `SELECT l.id, l.time, l.method, l.reason, l.detail FROM records l
 		WHERE l.kind = 'event' AND l.kind NOT IN ('request', 'outcome') AND l.method IN (?, ?)`+pruned+`
 		AND NOT EXISTS (SELECT 1 FROM records a WHERE a.call_id = l.id AND a.kind = 'event' AND a.method = ?)
 		ORDER BY l.time, l.seq`, MethodJournalDamaged, MethodJournalRefused, MethodLossAcknowledged)
@@ -276,12 +287,12 @@ var ErrAcknowledged = errors.New("acknowledged already")
 // an event record in the chain; it is no longer an alert. It fails with
 // guard.ErrNotFound when no such loss or refusal is recorded, and with
 // ErrAcknowledged when someone has acknowledged it.
-func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
+func (ig Integrity) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guard.Record, error) {
 	var rec *guard.Record
 	check := func(ctx context.Context) (*guard.Record, error) {
-		db.ing.caughtUp(ctx)
+		ig.db.ing.caughtUp(ctx)
 		var method string
-		err := db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
+		err := ig.db.r.QueryRowContext(ctx, `SELECT method FROM records WHERE call_id = ? AND id = ? AND kind = 'event'`, id, id).Scan(&method)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && method != MethodJournalDamaged && method != MethodJournalRefused {
 			return nil, fmt.Errorf("acknowledge: %w: no loss is recorded with the id %q", guard.ErrNotFound, id)
 		}
@@ -289,7 +300,7 @@ func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guar
 			return nil, fmt.Errorf("acknowledge: %w", err)
 		}
 		var who, at string
-		err = db.r.QueryRowContext(ctx, `SELECT decided_by, time FROM records WHERE call_id = ? AND kind = 'event' AND method = ? ORDER BY seq LIMIT 1`,
+		err = ig.db.r.QueryRowContext(ctx, `SELECT decided_by, time FROM records WHERE call_id = ? AND kind = 'event' AND method = ? ORDER BY seq LIMIT 1`,
 			id, MethodLossAcknowledged).Scan(&who, &at)
 		if err == nil {
 			return nil, fmt.Errorf("acknowledge: the loss %s was %w by %s at %s", id, ErrAcknowledged, who, at)
@@ -301,7 +312,7 @@ func (db *DB) AcknowledgeLoss(ctx context.Context, id, by, reason string) (*guar
 			DecidedBy: by, Reason: reason, Detail: mustJSON(map[string]string{"loss": id})}
 		return rec, nil
 	}
-	if err := db.decide(ctx, check, func(context.Context) (bool, error) { return true, nil }); err != nil {
+	if err := ig.db.decide(ctx, check, func(context.Context) (bool, error) { return true, nil }); err != nil {
 		return nil, err
 	}
 	return rec, nil

@@ -144,7 +144,7 @@ func lossRecords(t *testing.T, db *DB) []*guard.Record {
 func eventRecords(t *testing.T, db *DB, method string) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent && r.Method == method {
 			out = append(out, r)
 		}
@@ -175,7 +175,7 @@ func TestADamagedJournalLosesNothingSilently(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	have := map[string]int64{}
-	if err := db.Records(ctx, func(r *guard.Record) error { have[r.ID] = r.Seq; return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { have[r.ID] = r.Seq; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range recs {
@@ -208,29 +208,29 @@ func TestADamagedJournalLosesNothingSilently(t *testing.T) {
 	if !strings.Contains(losses[0].Reason, "records acknowledged there may be lost") || !strings.Contains(losses[0].Reason, recs[6].ID) {
 		t.Errorf("the damage's reason: %s", losses[0].Reason)
 	}
-	if n := db.IntegrityAlerts(); n != 1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 1 {
 		t.Errorf("%d integrity alerts counted, want 1", n)
 	}
-	alerts, err := db.Alerts(ctx)
+	alerts, err := db.Integrity().Alerts(ctx)
 	if err != nil || len(alerts) != 1 || alerts[0].ID != losses[0].ID || alerts[0].Kind != AlertJournalDamaged {
 		t.Fatalf("alerts: %+v %v", alerts, err)
 	}
 	verifyOK(t, db)
 
-	if _, err := db.AcknowledgeLoss(ctx, recs[3].ID, "alice", ""); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Integrity().AcknowledgeLoss(ctx, recs[3].ID, "alice", ""); !errors.Is(err, guard.ErrNotFound) {
 		t.Errorf("acknowledging a record that is no loss: %v", err)
 	}
-	ack, err := db.AcknowledgeLoss(ctx, losses[0].ID, "alice", "the disk was replaced")
+	ack, err := db.Integrity().AcknowledgeLoss(ctx, losses[0].ID, "alice", "the disk was replaced")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ack.CallID != losses[0].ID || ack.DecidedBy != "alice" || ack.Method != MethodLossAcknowledged {
 		t.Errorf("the acknowledgement: %+v", ack)
 	}
-	if _, err := db.AcknowledgeLoss(ctx, losses[0].ID, "bob", ""); !errors.Is(err, ErrAcknowledged) || !strings.Contains(err.Error(), "alice") {
+	if _, err := db.Integrity().AcknowledgeLoss(ctx, losses[0].ID, "bob", ""); !errors.Is(err, ErrAcknowledged) || !strings.Contains(err.Error(), "alice") {
 		t.Errorf("a second acknowledgement: %v", err)
 	}
-	if alerts, err := db.Alerts(ctx); err != nil || len(alerts) != 0 {
+	if alerts, err := db.Integrity().Alerts(ctx); err != nil || len(alerts) != 0 {
 		t.Errorf("alerts after the acknowledgement: %+v %v", alerts, err)
 	}
 	verifyOK(t, db)
@@ -266,8 +266,8 @@ func TestDamageTheDatabaseHeldIsNoLoss(t *testing.T) {
 	if len(losses) != 1 || !strings.Contains(losses[0].Reason, "which the database already held") {
 		t.Fatalf("the damage's records: %+v", losses)
 	}
-	if alerts, err := db.Alerts(ctx); err != nil || len(alerts) != 0 || db.IntegrityAlerts() != 0 {
-		t.Errorf("alerts %+v (%d counted) %v, want none", alerts, db.IntegrityAlerts(), err)
+	if alerts, err := db.Integrity().Alerts(ctx); err != nil || len(alerts) != 0 || db.Integrity().IntegrityAlerts() != 0 {
+		t.Errorf("alerts %+v (%d counted) %v, want none", alerts, db.Integrity().IntegrityAlerts(), err)
 	}
 	verifyOK(t, db)
 }
@@ -296,11 +296,11 @@ func TestARunningProcessMovesInAStoppedProcessesJournal(t *testing.T) {
 	j2 := damagedJournal(t, path, damaged, 3)
 	count := func() int {
 		n := 0
-		_ = db.Records(ctx, func(*guard.Record) error { n++; return nil })
+		_ = db.Reader().Records(ctx, func(*guard.Record) error { n++; return nil })
 		return n
 	}
 	waitFor(t, "the stopped process's records", func() bool { return count() == 1+10+19+1 })
-	if n := db.IntegrityAlerts(); n != 1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 1 {
 		t.Errorf("%d integrity alerts counted, want 1", n)
 	}
 	for _, p := range []string{j1, j2} {
@@ -329,14 +329,14 @@ func TestAlertsAreTheLossesNoOneAcknowledged(t *testing.T) {
 	if err := db.Append(lost, held); err != nil {
 		t.Fatal(err)
 	}
-	alerts, err := db.Alerts(ctx)
+	alerts, err := db.Integrity().Alerts(ctx)
 	if err != nil || len(alerts) != 1 || alerts[0].ID != lost.ID || alerts[0].Text != lost.Reason {
 		t.Fatalf("alerts: %+v %v", alerts, err)
 	}
-	if _, err := db.AcknowledgeLoss(ctx, lost.ID, "alice", "seen"); err != nil {
+	if _, err := db.Integrity().AcknowledgeLoss(ctx, lost.ID, "alice", "seen"); err != nil {
 		t.Fatal(err)
 	}
-	if alerts, err := db.Alerts(ctx); err != nil || len(alerts) != 0 {
+	if alerts, err := db.Integrity().Alerts(ctx); err != nil || len(alerts) != 0 {
 		t.Errorf("alerts after the acknowledgement: %+v %v", alerts, err)
 	}
 }

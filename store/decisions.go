@@ -216,6 +216,15 @@ func toolReviewRecord(r *guard.Review, state, by string, now time.Time) *guard.R
 	}
 }
 
+// Operations keeps the records guard writes of its own operation: the
+// configurations it loads, its processes starting, stopping and
+// recovering, and the rules it learns from approvals; DB.Operations
+// returns it.
+type Operations struct{ db *DB }
+
+// Operations returns the records of guard's own operation.
+func (db *DB) Operations() Operations { return Operations{db} }
+
 // ConfigLoad describes one configuration load for the audit log.
 type ConfigLoad struct {
 	Digest  string // of the files, as guard policy reload prints it
@@ -230,7 +239,7 @@ type ConfigLoad struct {
 // RecordConfig appends the record of a configuration load and waits until
 // it is durable: a process puts a configuration in force only once its
 // record is (an error wraps guard.ErrAuditWrite).
-func (db *DB) RecordConfig(l ConfigLoad) error {
+func (op Operations) RecordConfig(l ConfigLoad) error {
 	d := map[string]any{"digest": l.Digest, "pid": os.Getpid()}
 	if l.Policy != "" {
 		d["policy"] = l.Policy
@@ -241,7 +250,7 @@ func (db *DB) RecordConfig(l ConfigLoad) error {
 	if l.Process != "" {
 		d["process"] = l.Process
 	}
-	return db.Append(&guard.Record{Kind: guard.KindConfig, Decision: l.How, DecidedBy: l.By, Reason: l.Reason, Detail: detail(d)})
+	return op.db.Append(&guard.Record{Kind: guard.KindConfig, Decision: l.How, DecidedBy: l.By, Reason: l.Reason, Detail: detail(d)})
 }
 
 // Lifecycle events.
@@ -266,12 +275,12 @@ type Lifecycle struct {
 
 // RecordLifecycle appends the record of a process starting or stopping and
 // waits until it is durable.
-func (db *DB) RecordLifecycle(l Lifecycle) error {
+func (op Operations) RecordLifecycle(l Lifecycle) error {
 	d := map[string]any{"process": l.Process, "version": l.Version, "pid": os.Getpid()}
 	if len(l.Serves) > 0 {
 		d["serves"] = l.Serves
 	}
-	return db.Append(&guard.Record{Kind: guard.KindLifecycle, Server: l.Server, Decision: l.Event,
+	return op.db.Append(&guard.Record{Kind: guard.KindLifecycle, Server: l.Server, Decision: l.Event,
 		Reason: l.Reason, Detail: detail(d)})
 }
 
@@ -290,13 +299,13 @@ type RuleAdded struct {
 // RecordRuleAdded appends the record of a rule learned from an approval and
 // waits until it is durable: the rule is written only once its record is
 // (an error wraps guard.ErrAuditWrite).
-func (db *DB) RecordRuleAdded(r RuleAdded) error {
+func (op Operations) RecordRuleAdded(r RuleAdded) error {
 	a := r.Approval
 	callID := a.CallID
 	if callID == "" {
 		callID = a.ID
 	}
-	return db.Append(&guard.Record{
+	return op.db.Append(&guard.Record{
 		Kind: guard.KindRuleAdded, CallID: callID, Session: a.Session, Client: a.Client, Server: a.Server,
 		Tool: a.Tool, Decision: r.Action, DecidedBy: r.By, Approval: a.ID,
 		Reason: "approved, and " + a.Tool + " on " + a.Server + " is allowed from now on (rule " + r.Rule + ")",

@@ -19,7 +19,7 @@ import (
 func recordsOf(t *testing.T, db *DB, kind string) []*guard.Record {
 	t.Helper()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == kind {
 			out = append(out, r)
 		}
@@ -55,7 +55,7 @@ func verifyOK(t *testing.T, db *DB) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -66,14 +66,14 @@ func TestAPersonsDecisionIsARecordInTheChain(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	for _, a := range []*guard.Approval{heldApproval("a1"), heldApproval("a2")} {
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", "checked the path"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a2", false, "bob", "not on production"); err != nil {
 		t.Fatal(err)
 	}
 	got := recordsOf(t, db, guard.KindDecision)
@@ -95,7 +95,7 @@ func TestAPersonsDecisionIsARecordInTheChain(t *testing.T) {
 		}
 	}
 	// The second decision on one approval is refused and not recorded.
-	if _, err := db.DecideApproval(ctx, "a1", false, "carol", "late"); !errors.Is(err, guard.ErrAlreadyDecided) {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", false, "carol", "late"); !errors.Is(err, guard.ErrAlreadyDecided) {
 		t.Fatalf("a second decision: %v", err)
 	}
 	if n := len(recordsOf(t, db, guard.KindDecision)); n != 2 {
@@ -110,24 +110,24 @@ func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
 	ctx := context.Background()
 	a := newApproval("a1") // stored before approvals kept the call's id
 	for _, x := range []*guard.Approval{a, heldApproval("a2"), heldApproval("a3")} {
-		if err := db.CreateApproval(ctx, x); err != nil {
+		if err := db.Holds().CreateApproval(ctx, x); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := db.EndApproval(ctx, "a1", guard.ApprovalExpired, "no decision within the approval timeout"); !ok || err != nil {
+	if ok, err := db.Holds().EndApproval(ctx, "a1", guard.ApprovalExpired, "no decision within the approval timeout"); !ok || err != nil {
 		t.Fatalf("expire: %v %v", ok, err)
 	}
-	if ok, err := db.EndApproval(ctx, "a2", guard.ApprovalWithdrawn, "the client cancelled the call"); !ok || err != nil {
+	if ok, err := db.Holds().EndApproval(ctx, "a2", guard.ApprovalWithdrawn, "the client cancelled the call"); !ok || err != nil {
 		t.Fatalf("withdraw: %v %v", ok, err)
 	}
 	// A pending approval moved by TransitionApproval is recorded too.
-	if ok, err := db.TransitionApproval(ctx, "a3", guard.ApprovalPending, guard.ApprovalExpired); !ok || err != nil {
+	if ok, err := db.Holds().TransitionApproval(ctx, "a3", guard.ApprovalPending, guard.ApprovalExpired); !ok || err != nil {
 		t.Fatalf("transition: %v %v", ok, err)
 	}
-	if ok, err := db.EndApproval(ctx, "a1", guard.ApprovalWithdrawn, "again"); ok || err != nil {
+	if ok, err := db.Holds().EndApproval(ctx, "a1", guard.ApprovalWithdrawn, "again"); ok || err != nil {
 		t.Fatalf("ending an approval no longer pending: %v %v", ok, err)
 	}
-	if _, err := db.EndApproval(ctx, "a3", guard.ApprovalApproved, "x"); err == nil {
+	if _, err := db.Holds().EndApproval(ctx, "a3", guard.ApprovalApproved, "x"); err == nil {
 		t.Fatal("EndApproval approved an approval")
 	}
 	got := recordsOf(t, db, guard.KindDecision)
@@ -143,13 +143,13 @@ func TestAnExpiryAndAWithdrawalAreRecords(t *testing.T) {
 		if r.Approval != want.approval || r.CallID != want.call || r.Decision != want.decision || r.DecidedBy != ByGuard || r.Reason != want.reason {
 			t.Errorf("record %d: %+v", i, r)
 		}
-		x, err := db.Approval(ctx, want.approval)
+		x, err := db.Holds().Approval(ctx, want.approval)
 		if err != nil || x.State != want.decision || x.Arguments != "" || x.Reason != want.reason {
 			t.Errorf("approval %s: %+v %v", want.approval, x, err)
 		}
 	}
 	// A decision that comes after a withdrawal is told why.
-	_, err := db.DecideApproval(ctx, "a2", true, "alice", "")
+	_, err := db.Holds().DecideApproval(ctx, "a2", true, "alice", "")
 	if !errors.Is(err, guard.ErrAlreadyDecided) || !strings.Contains(err.Error(), "withdrawn at ") ||
 		!strings.HasSuffix(err.Error(), ": the client cancelled the call") {
 		t.Errorf("a decision after the withdrawal: %v", err)
@@ -163,7 +163,7 @@ func TestOfDecisionsAtOnceOnlyTheOneTakenIsRecorded(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, heldApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, heldApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -171,17 +171,17 @@ func TestOfDecisionsAtOnceOnlyTheOneTakenIsRecorded(t *testing.T) {
 		wg.Go(func() {
 			switch i % 3 {
 			case 0:
-				_, _ = db.DecideApproval(ctx, "a1", true, fmt.Sprint("person", i), "")
+				_, _ = db.Holds().DecideApproval(ctx, "a1", true, fmt.Sprint("person", i), "")
 			case 1:
-				_, _ = db.DecideApproval(ctx, "a1", false, fmt.Sprint("person", i), "no")
+				_, _ = db.Holds().DecideApproval(ctx, "a1", false, fmt.Sprint("person", i), "no")
 			default:
-				_, _ = db.EndApproval(ctx, "a1", guard.ApprovalWithdrawn, "the client cancelled the call")
+				_, _ = db.Holds().EndApproval(ctx, "a1", guard.ApprovalWithdrawn, "the client cancelled the call")
 			}
 		})
 	}
 	wg.Wait()
 	got := recordsOf(t, db, guard.KindDecision)
-	a, _ := db.Approval(ctx, "a1")
+	a, _ := db.Holds().Approval(ctx, "a1")
 	if len(got) != 1 || got[0].Decision != a.State || (a.DecidedBy != "" && got[0].DecidedBy != a.DecidedBy) {
 		t.Fatalf("records %+v for approval %+v", got, a)
 	}
@@ -196,7 +196,7 @@ func TestReplicasDecidingAtOnceRecordOneDecisionEach(t *testing.T) {
 	ctx := context.Background()
 	const calls = 12
 	for i := range calls {
-		if err := dbs[0].CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
+		if err := dbs[0].Holds().CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -205,7 +205,7 @@ func TestReplicasDecidingAtOnceRecordOneDecisionEach(t *testing.T) {
 		for j := range 3 {
 			db := dbs[(i+j)%2]
 			wg.Go(func() {
-				_, err := db.DecideApproval(ctx, fmt.Sprint("a", i), j%2 == 0, fmt.Sprint("person", j), "because")
+				_, err := db.Holds().DecideApproval(ctx, fmt.Sprint("a", i), j%2 == 0, fmt.Sprint("person", j), "because")
 				if err != nil && !errors.Is(err, guard.ErrAlreadyDecided) {
 					t.Error(err)
 				}
@@ -219,7 +219,7 @@ func TestReplicasDecidingAtOnceRecordOneDecisionEach(t *testing.T) {
 	}
 	for i := range calls {
 		id := fmt.Sprint("a", i)
-		a, err := dbs[1].Approval(ctx, id)
+		a, err := dbs[1].Holds().Approval(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,26 +238,26 @@ func TestAToolReviewIsARecord(t *testing.T) {
 	def := func(desc string) guard.Tool {
 		return guard.Tool{Name: "write_file", Def: []byte(`{"name":"write_file","description":"` + desc + `"}`), Pin: "sha256:" + desc}
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("v1")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v1")}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("v2")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v2")}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:v2", false, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:v2", false, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "", true, "bob"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "", true, "bob"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "write_file", "sha256:nope", true, "bob"); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "write_file", "sha256:nope", true, "bob"); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("an unknown pin: %v", err)
 	}
 	// A tool that appears later is accepted by new_tools: allow, and a
 	// listing with nothing new records nothing.
 	other := guard.Tool{Name: "read_file", Def: []byte(`{"name":"read_file"}`), Pin: "sha256:r1"}
 	for range 2 {
-		if err := db.RecordTools(ctx, "files", []guard.Tool{def("v2"), other}, now, true); err != nil {
+		if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("v2"), other}, now, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,15 +288,15 @@ func TestAToolReviewIsARecord(t *testing.T) {
 func TestConfigLifecycleAndRuleRecords(t *testing.T) {
 	db := openDB(t, testPath(t))
 	defer db.Close()
-	if err := db.RecordConfig(ConfigLoad{Digest: "sha256:cfg", Policy: "pv1", How: "loaded", Reason: "configuration loaded", Process: "guard run"}); err != nil {
+	if err := db.Operations().RecordConfig(ConfigLoad{Digest: "sha256:cfg", Policy: "pv1", How: "loaded", Reason: "configuration loaded", Process: "guard run"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordLifecycle(Lifecycle{Event: LifecycleStarted, Process: "guard serve", Version: "v1.2.3",
+	if err := db.Operations().RecordLifecycle(Lifecycle{Event: LifecycleStarted, Process: "guard serve", Version: "v1.2.3",
 		Serves: []string{"http://127.0.0.1:8930/mcp/files"}, Reason: "guard serve started"}); err != nil {
 		t.Fatal(err)
 	}
 	a := heldApproval("a1")
-	if err := db.RecordRuleAdded(RuleAdded{Approval: a, By: "alice", Rule: "approved-files-write_file", Server: "files",
+	if err := db.Operations().RecordRuleAdded(RuleAdded{Approval: a, By: "alice", Rule: "approved-files-write_file", Server: "files",
 		Tool: "write_file", Method: "tools/call", Action: guard.ActionAllow, File: "/etc/guard/rules.d/approved.yaml"}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,16 +333,16 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	db := openDB(t, path)
 	defer db.Close()
 	ctx := context.Background()
-	if err := db.CreateApproval(ctx, heldApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, heldApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t"}`), Pin: "sha256:t1"}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t"}`), Pin: "sha256:t1"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t","x":1}`), Pin: "sha256:t2"}}, time.Now(), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{{Name: "t", Def: []byte(`{"name":"t","x":1}`), Pin: "sha256:t2"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.NoteConfigChange(ctx, "sha256:c", "rule added"); err != nil {
+	if err := db.Configs().NoteConfigChange(ctx, "sha256:c", "rule added"); err != nil {
 		t.Fatal(err)
 	}
 	cure := poison(t, path)
@@ -353,31 +353,31 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	}
 	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("approve with no audit log: %v", err)
 	}
-	if _, err := db.EndApproval(ctx, "a1", guard.ApprovalExpired, "timeout"); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Holds().EndApproval(ctx, "a1", guard.ApprovalExpired, "timeout"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("expire with no audit log: %v", err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "t", "sha256:t2", true, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "t", "sha256:t2", true, "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("accept a tool with no audit log: %v", err)
 	}
-	if _, err := db.ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
+	if _, err := db.Configs().ApplyConfig(ctx, "sha256:c", "alice"); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("apply a configuration with no audit log: %v", err)
 	}
-	if err := db.RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
+	if err := db.Catalog().RecordTools(ctx, "mail", []guard.Tool{{Name: "send", Def: []byte(`{"name":"send"}`), Pin: "sha256:s1"}}, time.Now(), false); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("a baseline accepted with no audit log: %v", err)
 	}
-	if r, _ := db.Review(ctx, "mail", "send", "sha256:s1"); r != nil {
+	if r, _ := db.Catalog().Review(ctx, "mail", "send", "sha256:s1"); r != nil {
 		t.Fatalf("a baseline was accepted without its record: %+v", r)
 	}
-	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || a.DecidedBy != "" || a.Arguments == "" {
+	if a, _ := db.Holds().Approval(ctx, "a1"); a.State != guard.ApprovalPending || a.DecidedBy != "" || a.Arguments == "" {
 		t.Fatalf("the approval changed: %+v", a)
 	}
-	if r, _ := db.Review(ctx, "files", "t", "sha256:t2"); r.State != guard.ReviewPending {
+	if r, _ := db.Catalog().Review(ctx, "files", "t", "sha256:t2"); r.State != guard.ReviewPending {
 		t.Fatalf("the review changed: %+v", r)
 	}
-	if c, _ := db.PendingConfigChange(ctx); c == nil || c.Digest != "sha256:c" {
+	if c, _ := db.Configs().PendingConfigChange(ctx); c == nil || c.Digest != "sha256:c" {
 		t.Fatalf("the configuration change is no longer pending: %+v", c)
 	}
 
@@ -385,7 +385,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 	// recorded once.
 	cure()
 	waitFor(t, "the ingester to recover", func() bool { return db.ing.failed() == nil })
-	if _, err := db.DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", true, "alice", ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := recordsOf(t, db, guard.KindDecision); len(got) != 1 || got[0].DecidedBy != "alice" {
@@ -397,7 +397,7 @@ func TestADecisionWhoseRecordCannotBeWrittenIsRefused(t *testing.T) {
 func TestAReadOnlyDatabaseTakesNoDecision(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
-	if err := db.CreateApproval(context.Background(), heldApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), heldApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -406,7 +406,7 @@ func TestAReadOnlyDatabaseTakesNoDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if _, err := ro.DecideApproval(context.Background(), "a1", true, "alice", ""); !errors.Is(err, guard.ErrAuditWrite) ||
+	if _, err := ro.Holds().DecideApproval(context.Background(), "a1", true, "alice", ""); !errors.Is(err, guard.ErrAuditWrite) ||
 		!strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("decide on a read-only database: %v", err)
 	}
@@ -420,27 +420,27 @@ func TestAStepWithAnApprovalRunsOnlyWhileItIsPending(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 	for _, a := range []*guard.Approval{heldApproval("a1"), heldApproval("a2")} {
-		if err := db.CreateApproval(ctx, a); err != nil {
+		if err := db.Holds().CreateApproval(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Denied by someone else first: the step does not run.
-	if _, err := db.DecideApproval(ctx, "a1", false, "bob", "no"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, "a1", false, "bob", "no"); err != nil {
 		t.Fatal(err)
 	}
 	ran := 0
 	step := func(*guard.Approval) error { ran++; return nil }
-	if _, err := db.DecideApprovalWith(ctx, "a1", true, "alice", "yes", step); !errors.Is(err, guard.ErrAlreadyDecided) || ran != 0 {
+	if _, err := db.Holds().DecideApprovalWith(ctx, "a1", true, "alice", "yes", step); !errors.Is(err, guard.ErrAlreadyDecided) || ran != 0 {
 		t.Fatalf("approving a denied approval: %v, the step ran %d times", err, ran)
 	}
 	// A step that fails: nothing recorded, the approval still pending.
-	if _, err := db.DecideApprovalWith(ctx, "a2", true, "alice", "yes", func(*guard.Approval) error { return errors.New("disk full") }); err == nil {
+	if _, err := db.Holds().DecideApprovalWith(ctx, "a2", true, "alice", "yes", func(*guard.Approval) error { return errors.New("disk full") }); err == nil {
 		t.Fatal("an approval whose step failed was recorded")
 	}
-	if a, err := db.Approval(ctx, "a2"); err != nil || a.State != guard.ApprovalPending {
+	if a, err := db.Holds().Approval(ctx, "a2"); err != nil || a.State != guard.ApprovalPending {
 		t.Fatalf("after a failed step: %+v %v", a, err)
 	}
-	if _, err := db.DecideApprovalWith(ctx, "a2", true, "alice", "yes", step); err != nil || ran != 1 {
+	if _, err := db.Holds().DecideApprovalWith(ctx, "a2", true, "alice", "yes", step); err != nil || ran != 1 {
 		t.Fatalf("approving with a step: %v, the step ran %d times", err, ran)
 	}
 	if got := recordsOf(t, db, guard.KindDecision); len(got) != 2 {
@@ -458,19 +458,19 @@ func TestADecisionsStepReadsWhileOthersWaitForTheLock(t *testing.T) {
 	ctx := context.Background()
 	const others = 12
 	for i := range others + 1 {
-		if err := db.CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
+		if err := db.Holds().CreateApproval(ctx, heldApproval(fmt.Sprint("a", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	inStep, goOn := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := db.DecideApprovalWith(ctx, "a0", true, "alice", "", func(*guard.Approval) error {
+		_, err := db.Holds().DecideApprovalWith(ctx, "a0", true, "alice", "", func(*guard.Approval) error {
 			close(inStep)
 			<-goOn
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a failure bound
 			defer cancel()
-			_, err := db.Approvals(rctx, guard.ApprovalPending)
+			_, err := db.Holds().Approvals(rctx, guard.ApprovalPending)
 			return err
 		})
 		done <- err
@@ -479,7 +479,7 @@ func TestADecisionsStepReadsWhileOthersWaitForTheLock(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 1; i <= others; i++ {
 		wg.Go(func() {
-			if _, err := db.DecideApproval(ctx, fmt.Sprint("a", i), false, "bob", "no"); err != nil {
+			if _, err := db.Holds().DecideApproval(ctx, fmt.Sprint("a", i), false, "bob", "no"); err != nil {
 				t.Error(err)
 			}
 		})

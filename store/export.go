@@ -193,14 +193,14 @@ func appendJSONLine(b []byte, row []string) []byte {
 // Export writes the records covered by the latest checkpoint (those of
 // o's time range) with that checkpoint, and, unless it is the whole log,
 // each record's inclusion proof.
-func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
+func (rd Reader) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 	if o.Format == "" {
 		o.Format = "jsonl"
 	}
 	if o.Format != "jsonl" && o.Format != "csv" {
 		return fmt.Errorf("export: format %q: want jsonl or csv", o.Format)
 	}
-	c, err := db.LatestCheckpoint(ctx)
+	c, err := rd.db.LatestCheckpoint(ctx)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
@@ -219,12 +219,12 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 		args = append(args, wargs...)
 		args = append(args, wargs...)
 	}
-	q := db.selectRecords() + ` WHERE seq <= ?` + run + ` ORDER BY seq`
-	if err := db.exportRecords(ctx, w, o.Format, c, complete, q, args, nil); err != nil {
+	q := rd.db.schema.selectRecords() + ` WHERE seq <= ?` + run + ` ORDER BY seq`
+	if err := rd.exportRecords(ctx, w, o.Format, c, complete, q, args, nil); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	q = db.selectRecords() + ` WHERE seq > ?` + run + ` ORDER BY seq`
-	if err := db.exportPending(ctx, w, o, q, args); err != nil {
+	q = rd.db.schema.selectRecords() + ` WHERE seq > ?` + run + ` ORDER BY seq`
+	if err := rd.exportPending(ctx, w, o, q, args); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	return nil
@@ -234,7 +234,7 @@ func (db *DB) Export(ctx context.Context, w io.Writer, o ExportOptions) error {
 // the records of the chain after it that query q selects, and the
 // acknowledged records of o's period still in journals of guard processes
 // that stopped, each marked in its pending field.
-func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q string, args []any) error {
+func (rd Reader) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q string, args []any) error {
 	var cw *csv.Writer
 	if o.Format == "csv" {
 		cw = csv.NewWriter(w)
@@ -249,7 +249,7 @@ func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q
 		return err
 	}
 	pending := slices.Index(ExportColumns, "pending")
-	rows, err := db.r.QueryContext(ctx, q, args...)
+	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	recs, err := db.unchainedRecords(ctx)
+	recs, err := rd.db.journals().unchainedRecords(ctx)
 	if err != nil {
 		return err
 	}
@@ -301,9 +301,9 @@ func (db *DB) exportPending(ctx context.Context, w io.Writer, o ExportOptions, q
 // keep accepts, when it is set) in an export of the format against the
 // checkpoint c, with each record's proof unless complete. A pruned
 // record's leaf hash is the tree's: its body is no longer there to hash.
-func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
+func (rd Reader) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
 	q string, args []any, keep func(seq int64) bool) error {
-	rows, err := db.r.QueryContext(ctx, q, args...)
+	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func (db *DB) exportRecords(ctx context.Context, w io.Writer, format string, c *
 			return err
 		}
 	}
-	hr := cachedHashes(sqlHashReader(ctx, db.r))
+	hr := cachedHashes(sqlHashReader(ctx, rd.db.r))
 	first := true
 	var buf []byte
 	for rows.Next() {
@@ -564,12 +564,12 @@ func newExportReader(b []byte) (*exportReader, error) {
 
 // Prove returns the proof text (docs/tree.md) of the records with
 // the given id or call id against the latest checkpoint.
-func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
-	c, err := db.LatestCheckpoint(ctx)
+func (vr Verifier) Prove(ctx context.Context, id string) ([]byte, error) {
+	c, err := vr.db.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, id FROM records WHERE id = ? OR call_id = ? ORDER BY seq`, id, id)
+	rows, err := vr.db.r.QueryContext(ctx, `SELECT seq, id FROM records WHERE id = ? OR call_id = ? ORDER BY seq`, id, id)
 	if err != nil {
 		return nil, fmt.Errorf("prove: %w", err)
 	}
@@ -593,7 +593,7 @@ func (db *DB) Prove(ctx context.Context, id string) ([]byte, error) {
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("prove: %w: no record or call has the id %q", guard.ErrNotFound, id)
 	}
-	hr := sqlHashReader(ctx, db.r)
+	hr := sqlHashReader(ctx, vr.db.r)
 	out := []byte(proofHeader)
 	for _, f := range recs {
 		if f.seq > c.Size {

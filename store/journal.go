@@ -574,7 +574,7 @@ func (in *ingestion) recoverJournal(ctx context.Context, path string) (int, erro
 	}
 	// A key of another log would refuse every frame of a genuine journal
 	// as forged: the journal waits for a process with this log's key.
-	key, err := in.db.journalKey(ctx)
+	key, err := in.db.journals().journalKey(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -623,13 +623,13 @@ func (in *ingestion) recoverJournal(ctx context.Context, path string) (int, erro
 	aside := ""
 	if refused.any() {
 		aside = path + damagedSuffix
-		if err := in.db.recordRefusal(ctx, path, aside, sc, refused, len(fresh)); err != nil {
+		if err := in.db.journals().recordRefusal(ctx, path, aside, sc, refused, len(fresh)); err != nil {
 			return 0, err
 		}
 	}
 	if len(sc.damage) > 0 && !refused.whole() {
 		aside = path + damagedSuffix
-		if err := in.db.recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
+		if err := in.db.journals().recordDamage(ctx, path, aside, sc, held, len(fresh)); err != nil {
 			return 0, err
 		}
 	}

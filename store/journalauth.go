@@ -149,19 +149,19 @@ var errForeignKey = errors.New("the checkpoint key is another log's")
 // file's, when it is this log's. It is nil without the key's secret, and,
 // with err wrapping errForeignKey, when the key is another log's (the
 // log's checkpoints name another origin), which is used for nothing.
-func (db *DB) journalKey(ctx context.Context) ([]byte, error) {
-	if db.auth.jkey == nil || db.signer == nil {
+func (jn journals) journalKey(ctx context.Context) ([]byte, error) {
+	if jn.db.auth.jkey == nil || jn.db.signer == nil {
 		return nil, nil
 	}
-	origin, where, err := db.logOrigin(ctx)
+	origin, where, err := jn.db.logOrigin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if mine := db.signer.verifier.Name(); origin != "" && origin != mine {
+	if mine := jn.db.signer.verifier.Name(); origin != "" && origin != mine {
 		return nil, fmt.Errorf("%w: %s signs as %s, and this log's checkpoints as %s (%s): journals are checked, and moved in, only with this log's key",
-			errForeignKey, db.opts.KeyPath, mine, origin, where)
+			errForeignKey, jn.db.opts.KeyPath, mine, origin, where)
 	}
-	return db.auth.jkey, nil
+	return jn.db.auth.jkey, nil
 }
 
 // refusedFrame names a frame the recovery did not move in.
@@ -242,8 +242,8 @@ func (r refusal) offsets() []int64 {
 // log; aside is where the file will be kept. A record of the same file
 // from an earlier attempt (one that could not rename it) is not written
 // again.
-func (db *DB) recordRefusal(ctx context.Context, path, aside string, sc *journalScan, r refusal, moved int) error {
-	done, err := db.journalRecorded(ctx, MethodJournalRefused, aside)
+func (jn journals) recordRefusal(ctx context.Context, path, aside string, sc *journalScan, r refusal, moved int) error {
+	done, err := jn.journalRecorded(ctx, MethodJournalRefused, aside)
 	if err != nil {
 		return fmt.Errorf("refused journal: %w", err)
 	}
@@ -259,20 +259,20 @@ func (db *DB) recordRefusal(ctx context.Context, path, aside string, sc *journal
 		}
 		d.Frames = append(d.Frames, rf)
 	}
-	rec, err := db.appendJournalEvent(MethodJournalRefused, refusalText(filepath.Base(path), d), mustJSON(d))
+	rec, err := jn.appendJournalEvent(MethodJournalRefused, refusalText(filepath.Base(path), d), mustJSON(d))
 	if err != nil {
 		return fmt.Errorf("refused journal: %w", err)
 	}
-	db.auth.alertJournal(path, r.offsets()...)
+	jn.db.auth.alertJournal(path, r.offsets()...)
 	ack := "once seen to, record it: guard audit acknowledge-loss " + rec.ID + " --reason TEXT"
 	if r.whole() {
-		db.opts.Logger.Error("a journal of an earlier format, whose frames carry no MAC, was left after this log's MACs began: its records were not moved into the log. "+
+		jn.db.opts.Logger.Error("a journal of an earlier format, whose frames carry no MAC, was left after this log's MACs began: its records were not moved into the log. "+
 			"Only a guard of an earlier release running on this database, which must not, or someone who can write the database's directory without the checkpoint key, could have written it; "+
 			"it is kept aside. Find out which: stop any guard of an earlier release on this database and check the file against what its clients saw; "+ack,
 			"journal", aside, "record", rec.ID, "format", d.Format, "macs_from", r.macsFrom, "records_refused", d.Refused)
 		return nil
 	}
-	db.opts.Logger.Error("a journal holds frames whose MAC does not verify: guard, which holds the checkpoint key, did not write them, someone who can write the database's directory did; "+
+	jn.db.opts.Logger.Error("a journal holds frames whose MAC does not verify: guard, which holds the checkpoint key, did not write them, someone who can write the database's directory did; "+
 		"they were not moved into the log, the journal's other records were, and it is kept aside. Treat it as an incident: keep the file, find who can write the database's directory, "+
 		"and keep the key file out of their reach; "+ack,
 		"journal", aside, "record", rec.ID, "records_refused", d.Refused, "records_moved", moved)

@@ -141,7 +141,7 @@ func crashedProcess(t *testing.T, o Options) string {
 func recordIDs(t *testing.T, db *DB) map[string]int {
 	t.Helper()
 	ids := map[string]int{}
-	if err := db.Records(context.Background(), func(r *guard.Record) error { ids[r.ID]++; return nil }); err != nil {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error { ids[r.ID]++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -226,17 +226,17 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := ro.Unchained(ctx)
+	u, err := ro.Verifier().Unchained(ctx)
 	if err != nil || u.Records != 4 || u.Refused != 3+3+2 || u.Unauthenticated != 0 {
 		t.Errorf("unchained with the key: %+v %v, want the killed process's 4 records and 8 frames refused", u, err)
 	}
 	if ids := queryIDs(t, ro, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("calls alice approved, read with the key: %v", ids)
 	}
-	if n := ro.IntegrityAlerts(); n != 3+3+1 {
+	if n := ro.Integrity().IntegrityAlerts(); n != 3+3+1 {
 		t.Errorf("a reader counted %d integrity alerts, want 7", n)
 	}
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool {
 		return strings.HasPrefix(n, "8 frames of journals of stopped processes were left out")
 	}) {
@@ -248,11 +248,11 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err = ro.Unchained(ctx)
+	u, err = ro.Verifier().Unchained(ctx)
 	if err != nil || u.Records != 5+2+3+2 || u.Unauthenticated != u.Records || u.Refused != 0 {
 		t.Errorf("unchained without the key: %+v %v, want every frame, unauthenticated", u, err)
 	}
-	rep, err = ro.Verify(ctx)
+	rep, err = ro.Verifier().Verify(ctx)
 	if err != nil || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "journals of stopped processes are unauthenticated") }) {
 		t.Errorf("verify without the key: %+v %v", rep, err)
 	}
@@ -277,7 +277,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 			t.Errorf("the forged record %s is in the log", id)
 		}
 	}
-	if n := db.IntegrityAlerts(); n != 3+3+1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 3+3+1 {
 		t.Errorf("%d integrity alerts counted, want 7", n)
 	}
 	recs, ds := refusals(t, db)
@@ -305,7 +305,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 			t.Errorf("%s was not kept aside: %v", p, err)
 		}
 	}
-	alerts, err := db.Alerts(ctx)
+	alerts, err := db.Integrity().Alerts(ctx)
 	if err != nil || len(alerts) != 3 || alerts[0].Kind != AlertJournalRefused {
 		t.Fatalf("alerts: %+v %v", alerts, err)
 	}
@@ -316,14 +316,14 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.Verify(ctx)
+	rep, err = db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || len(rep.Notes) != 3 || !strings.HasPrefix(rep.Notes[0], "unacknowledged refused journal "+alerts[0].ID) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
-	if _, err := db.AcknowledgeLoss(ctx, alerts[0].ID, "alice", "the directory's permissions are fixed"); err != nil {
+	if _, err := db.Integrity().AcknowledgeLoss(ctx, alerts[0].ID, "alice", "the directory's permissions are fixed"); err != nil {
 		t.Fatal(err)
 	}
-	if alerts, err := db.Alerts(ctx); err != nil || len(alerts) != 2 {
+	if alerts, err := db.Integrity().Alerts(ctx); err != nil || len(alerts) != 2 {
 		t.Errorf("alerts after an acknowledgement: %+v %v", alerts, err)
 	}
 }
@@ -355,8 +355,8 @@ func TestARunningProcessRefusesAForgedJournal(t *testing.T) {
 	marked, _ := segmentBytes([]*guard.Record{forgedDecision("held-1"), forgedDecision("held-1")}, formatMarked, nil)
 	plantJournal(t, path, sealed)
 	plantJournal(t, path, marked)
-	waitFor(t, "the refusals", func() bool { a, _ := db.Alerts(ctx); return len(a) == 2 })
-	if n := db.IntegrityAlerts(); n != 2 {
+	waitFor(t, "the refusals", func() bool { a, _ := db.Integrity().Alerts(ctx); return len(a) == 2 })
+	if n := db.Integrity().IntegrityAlerts(); n != 2 {
 		t.Errorf("%d integrity alerts counted, want 2", n)
 	}
 	if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
@@ -385,7 +385,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != 2 || u.Refused != 0 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != 2 || u.Refused != 0 {
 		t.Errorf("unchained before MACs: %+v %v", u, err)
 	}
 	ro.Close()
@@ -406,7 +406,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != 0 || u.Refused != 2 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != 0 || u.Refused != 2 {
 		t.Errorf("unchained after MACs began: %+v %v", u, err)
 	}
 	ro.Close()
@@ -425,7 +425,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 		!strings.Contains(recsR[0].Reason, "earlier format (guard-journal-1)") || !strings.Contains(recsR[0].Reason, "MACs began (seq 17)") {
 		t.Fatalf("the refusal: %+v", recsR)
 	}
-	if n := db.IntegrityAlerts(); n != 1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 1 {
 		t.Errorf("%d integrity alerts, want 1", n)
 	}
 	if !strings.Contains(logs.String(), "guard audit acknowledge-loss "+recsR[0].ID) || !strings.Contains(logs.String(), "level=ERROR") {
@@ -468,8 +468,8 @@ func TestAJournalWaitsForTheLogsKey(t *testing.T) {
 	if ids := recordIDs(t, db); ids[recs[0].ID] != 0 {
 		t.Error("a journal was moved in with another log's key")
 	}
-	if _, err := os.Stat(j); err != nil || db.IntegrityAlerts() != 0 {
-		t.Errorf("the journal is not left as it was for this log's key (%v), or alerts were raised (%d)", err, db.IntegrityAlerts())
+	if _, err := os.Stat(j); err != nil || db.Integrity().IntegrityAlerts() != 0 {
+		t.Errorf("the journal is not left as it was for this log's key (%v), or alerts were raised (%d)", err, db.Integrity().IntegrityAlerts())
 	}
 	db.Close()
 	if err := os.Remove(filepath.Join(filepath.Dir(path), "audit.key")); err != nil {

@@ -35,8 +35,8 @@ func legacyJournals(dbPath string) ([]string, error) {
 // database and removes the journals. A journal still locked belongs to a
 // process of an earlier version that is still running: it is left to that
 // process, and done reports false (the journals table must stay for it).
-func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
-	files, err := legacyJournals(db.opts.Path)
+func (jn journals) importJournals(ctx context.Context) (done bool, err error) {
+	files, err := legacyJournals(jn.db.opts.Path)
 	if err != nil {
 		return false, err
 	}
@@ -52,7 +52,7 @@ func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
 			done = false
 			continue
 		}
-		n, err := db.importJournal(ctx, path)
+		n, err := jn.importJournal(ctx, path)
 		f.Close()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("journal %s: %w", path, err))
@@ -60,11 +60,11 @@ func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
 			continue
 		}
 		if n > 0 {
-			db.opts.Logger.Info("records of an earlier version's journal moved into the database", "journal", path, "records", n)
+			jn.db.opts.Logger.Info("records of an earlier version's journal moved into the database", "journal", path, "records", n)
 		}
 	}
 	if done {
-		_ = os.Remove(legacyJournalDir(db.opts.Path)) // only when empty
+		_ = os.Remove(legacyJournalDir(jn.db.opts.Path)) // only when empty
 	}
 	return done, errors.Join(errs...)
 }
@@ -72,9 +72,9 @@ func (db *DB) importJournals(ctx context.Context) (done bool, err error) {
 // importJournal moves one journal's records past its ingested offset into
 // the database, with the chain, advancing the offset in the same
 // transaction; once that is on disk for good, the journal is removed.
-func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
+func (jn journals) importJournal(ctx context.Context, path string) (int, error) {
 	name := filepath.Base(path)
-	conn, err := db.w.Conn(ctx)
+	conn, err := jn.db.w.Conn(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -112,7 +112,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 			}
 		}
 		var buf []byte
-		m := audit.NewMACer(db.auth.key)
+		m := audit.NewMACer(jn.db.auth.key)
 		for _, r := range recs {
 			seq++
 			r.Seq, r.PrevHash = seq, prev
@@ -150,7 +150,7 @@ func (db *DB) importJournal(ctx context.Context, path string) (int, error) {
 		return 0, err
 	}
 	if n > 0 {
-		db.ckpt.dirty.Store(true)
+		jn.db.ckpt.dirty.Store(true)
 	}
 	// With durability normal the commit is not yet on disk: a full WAL
 	// checkpoint (which syncs) comes before the journal goes. When it

@@ -63,12 +63,12 @@ func TestJournalsOfAnEarlierVersionAreMovedIn(t *testing.T) {
 
 	db = openDB(t, path)
 	defer db.Close()
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 3+6 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	var ids []string
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Seq > 3 {
 			ids = append(ids, r.ID)
 			if r.Result != "\x00\n\"ü" || r.Time.UnixMilli() != base.UnixMilli()+r.DurationMS {

@@ -389,7 +389,7 @@ func (t *tailCheck) others(ctx context.Context, first, last int64, leaves map[in
 	if first > last {
 		return nil
 	}
-	rows, err := t.conn.QueryContext(ctx, t.db.selectRecordsMAC()+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, first, last)
+	rows, err := t.conn.QueryContext(ctx, t.db.schema.selectRecordsMAC()+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, first, last)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -488,10 +488,10 @@ var selectRecordMAC = strings.Replace(selectRecord, " FROM records", ", mac FROM
 // selectRecordsMAC is selectRecordMAC for this database (selectRecords):
 // one a read-only open found without the MAC migration has no mac
 // column, and no record of it carries a MAC.
-func (db *DB) selectRecordsMAC() string {
+func (g *schemaGaps) selectRecordsMAC() string {
 	mac := ", mac FROM records"
-	if db.schema.noMAC {
+	if g.noMAC {
 		mac = ", NULL AS mac FROM records"
 	}
-	return strings.Replace(db.selectRecords(), " FROM records", mac, 1)
+	return strings.Replace(g.selectRecords(), " FROM records", mac, 1)
 }

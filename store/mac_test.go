@@ -163,7 +163,7 @@ func forgedLog(t *testing.T, tree bool) (Options, *guard.Record, string) {
 		t.Fatal(err)
 	}
 	heldCall(t, db, "held-1")
-	vkey, _ := db.VerifierKey()
+	vkey, _ := db.Verifier().VerifierKey()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -214,19 +214,19 @@ func TestAForgedRecordAfterTheCheckpointIsNotTakenIn(t *testing.T) {
 		if c, err := db.LatestCheckpoint(ctx); err != nil || c.Size >= forged.Seq {
 			t.Fatalf("latest checkpoint %+v (%v): it covers the forged record %d", c, err, forged.Seq)
 		}
-		if n := db.IntegrityAlerts(); n != 1 {
+		if n := db.Integrity().IntegrityAlerts(); n != 1 {
 			t.Fatalf("integrity alerts %d, want 1", n)
 		}
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 1 {
 			t.Fatalf("calls alice approved, as the forged index says: %v", ids)
 		}
-		if err := db.RebuildCallIndex(ctx); err != nil {
+		if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 			t.Fatalf("calls alice approved, once guard made the index: %v, want none", ids)
 		}
-		if n := db.IntegrityAlerts(); n != 1 {
+		if n := db.Integrity().IntegrityAlerts(); n != 1 {
 			t.Fatalf("integrity alerts %d after the index was made again, want the record counted once", n)
 		}
 	})
@@ -319,7 +319,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 	if c, err := db.LatestCheckpoint(ctx); err != nil || c.MACsFrom != 15 {
 		t.Fatalf("checkpoint %+v (%v), want it to say that MACs start at record 15", c, err)
 	}
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 16 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -331,7 +331,7 @@ func TestALogFromBeforeMACsStartsThemOnItsFirstOpen(t *testing.T) {
 	if seq, _ := macsStart(t, db); seq != 15 {
 		t.Fatalf("MACs start at %d after another open, want 15 still", seq)
 	}
-	if n := db.IntegrityAlerts(); n != 1 {
+	if n := db.Integrity().IntegrityAlerts(); n != 1 {
 		t.Fatalf("integrity alerts %d, want the forged record counted", n)
 	}
 }
@@ -379,7 +379,7 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK {
+	if rep, err := db.Verifier().Verify(ctx); err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

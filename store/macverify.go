@@ -34,12 +34,12 @@ type macWalk struct {
 // newMACWalk prepares verify's MAC checks: where the checkpoints signed
 // by v, the key verify trusts (the latest kept in the database, and the
 // others verify checks), say MACs start, and where the tail begins.
-func (db *DB) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) (*macWalk, error) {
-	w := &macWalk{m: db.verifyMACer(v), disabled: db.schema.noMAC}
+func (vr Verifier) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) (*macWalk, error) {
+	w := &macWalk{m: vr.verifyMACer(v), disabled: vr.db.schema.noMAC}
 	if v == nil {
 		return w, nil // nothing to trust: verify says so
 	}
-	c, err := latestSigned(ctx, db.r, v)
+	c, err := latestSigned(ctx, vr.db.r, v)
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +61,12 @@ func (db *DB) newMACWalk(ctx context.Context, v note.Verifier, others []anchor) 
 
 // verifyMACer is the macer verify checks MACs with: the MAC key of the
 // log's key file, when v, the key verify trusts, is that file's.
-func (db *DB) verifyMACer(v note.Verifier) *audit.MACer {
-	if v == nil || db.signer == nil || db.auth.key == nil ||
-		v.KeyHash() != db.signer.verifier.KeyHash() || v.Name() != db.signer.verifier.Name() {
+func (vr Verifier) verifyMACer(v note.Verifier) *audit.MACer {
+	if v == nil || vr.db.signer == nil || vr.db.auth.key == nil ||
+		v.KeyHash() != vr.db.signer.verifier.KeyHash() || v.Name() != vr.db.signer.verifier.Name() {
 		return nil // none, or a pinned key that is not this key file's
 	}
-	return audit.NewMACer(db.auth.key)
+	return audit.NewMACer(vr.db.auth.key)
 }
 
 // record checks one record, whose hash and link the walk checked; it

@@ -27,7 +27,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 		if err := db.Append(rec(1, guard.KindRequest), rec(1, guard.KindOutcome)); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := db.Verify(ctx)
+		rep, err := db.Verifier().Verify(ctx)
 		if err != nil || rep.OK || !strings.Contains(rep.Problem, "record "+strconv.FormatInt(forged.Seq, 10)+" (id "+forged.ID+") carries no MAC") {
 			t.Fatalf("verify with the key: %+v %v, want it to name the forged record", rep, err)
 		}
@@ -37,7 +37,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 		}
 		tail := rep.Records - c.Size
 		var export strings.Builder
-		if err := db.Export(ctx, &export, ExportOptions{}); err != nil {
+		if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()
@@ -52,7 +52,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ro.Close()
-		rep, err = ro.VerifyWith(ctx, VerifyOptions{Key: v})
+		rep, err = ro.Verifier().VerifyWith(ctx, VerifyOptions{Key: v})
 		if err != nil || !rep.OK || rep.TailAfter != c.Size || rep.Unauthenticated != tail {
 			t.Fatalf("verify with the public key: %+v %v, want ok with a tail of %d records after checkpoint %d", rep, err, tail, c.Size)
 		}
@@ -86,7 +86,7 @@ func TestVerifyOfALogFromBeforeMACs(t *testing.T) {
 	forged := forge(t, path, "held-2", false)
 	db = openDB(t, path)
 	defer db.Close()
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || rep.OK || !strings.Contains(rep.Problem, "record "+strconv.FormatInt(forged.Seq, 10)+" (id "+forged.ID+") carries no MAC: MACs start at record 15") {
 		t.Fatalf("verify: %+v %v, want it to name the forged record", rep, err)
 	}

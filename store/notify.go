@@ -318,7 +318,7 @@ func (db *DB) awaitNotified(ctx context.Context, id string) (*guard.Approval, er
 		// committed after is notified, and should the listener turn
 		// meanwhile, turned is closed and the approval read again.
 		up, turned := l.state()
-		a, err := db.Approval(ctx, id)
+		a, err := db.Holds().Approval(ctx, id)
 		if err != nil {
 			return nil, err
 		}

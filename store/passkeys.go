@@ -36,8 +36,8 @@ func enrolmentKey(code string) string {
 
 // AddPasskeyEnrolment keeps a one-time code that lets a browser enrol a
 // passkey for user until expires (guard ui enroll).
-func (db *DB) AddPasskeyEnrolment(ctx context.Context, code, user string, expires time.Time) error {
-	_, err := db.w.ExecContext(ctx, `INSERT INTO passkey_enrolments (code, user_name, expires) VALUES (?,?,?)`,
+func (ps Passkeys) AddPasskeyEnrolment(ctx context.Context, code, user string, expires time.Time) error {
+	_, err := ps.db.w.ExecContext(ctx, `INSERT INTO passkey_enrolments (code, user_name, expires) VALUES (?,?,?)`,
 		enrolmentKey(code), user, fmtTime(expires))
 	if err != nil {
 		return fmt.Errorf("passkey enrolment: %w", err)
@@ -47,11 +47,11 @@ func (db *DB) AddPasskeyEnrolment(ctx context.Context, code, user string, expire
 
 // PasskeyEnrolment returns the user an enrolment code is for, without
 // using it up; guard.ErrNotFound when there is no such code, or it expired.
-func (db *DB) PasskeyEnrolment(ctx context.Context, code string) (string, error) {
+func (ps Passkeys) PasskeyEnrolment(ctx context.Context, code string) (string, error) {
 	var user, expires string
-	err := db.w.QueryRowContext(ctx, `SELECT user_name, expires FROM passkey_enrolments WHERE code = ?`, enrolmentKey(code)).
+	err := ps.db.w.QueryRowContext(ctx, `SELECT user_name, expires FROM passkey_enrolments WHERE code = ?`, enrolmentKey(code)).
 		Scan(&user, &expires)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && !db.opts.Now().Before(parseTime(expires)) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !ps.db.opts.Now().Before(parseTime(expires)) {
 		return "", fmt.Errorf("passkey enrolment code: %w (or expired)", guard.ErrNotFound)
 	}
 	if err != nil {
@@ -72,11 +72,11 @@ const MethodPasskeyEnrolled = "guard/passkey_enrolled"
 // Like a decision, the enrolment is in the audit log (an event,
 // MethodPasskeyEnrolled) before the passkey is stored, and a passkey whose
 // record cannot be written is not (its code is used up all the same).
-func (db *DB) AddPasskey(ctx context.Context, code string, p Passkey) error {
-	now := db.opts.Now()
+func (ps Passkeys) AddPasskey(ctx context.Context, code string, p Passkey) error {
+	now := ps.db.opts.Now()
 	if code != "" {
 		var user, expires string
-		err := db.w.QueryRowContext(ctx, `DELETE FROM passkey_enrolments WHERE code = ? RETURNING user_name, expires`, enrolmentKey(code)).
+		err := ps.db.w.QueryRowContext(ctx, `DELETE FROM passkey_enrolments WHERE code = ? RETURNING user_name, expires`, enrolmentKey(code)).
 			Scan(&user, &expires)
 		switch {
 		case errors.Is(err, sql.ErrNoRows), err == nil && !now.Before(parseTime(expires)):
@@ -88,11 +88,11 @@ func (db *DB) AddPasskey(ctx context.Context, code string, p Passkey) error {
 		}
 	}
 	detail, _ := json.Marshal(map[string]any{"credential": p.ID, "with_code": code != ""})
-	if err := db.Append(&guard.Record{ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: now.UTC(),
+	if err := ps.db.Append(&guard.Record{ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindEvent, Time: now.UTC(),
 		Method: MethodPasskeyEnrolled, DecidedBy: p.User, Detail: string(detail)}); err != nil {
 		return fmt.Errorf("passkey: %w", err)
 	}
-	tx, err := db.w.BeginTx(ctx, nil)
+	tx, err := ps.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("passkey: %w", err)
 	}
@@ -111,8 +111,8 @@ func (db *DB) AddPasskey(ctx context.Context, code string, p Passkey) error {
 }
 
 // Passkeys returns every passkey, oldest first.
-func (db *DB) Passkeys(ctx context.Context) ([]Passkey, error) {
-	rows, err := db.w.QueryContext(ctx, `SELECT id, user_name, credential, created, last_used FROM passkeys ORDER BY created, id`)
+func (ps Passkeys) Passkeys(ctx context.Context) ([]Passkey, error) {
+	rows, err := ps.db.w.QueryContext(ctx, `SELECT id, user_name, credential, created, last_used FROM passkeys ORDER BY created, id`)
 	if err != nil {
 		return nil, fmt.Errorf("passkeys: %w", err)
 	}
@@ -136,9 +136,9 @@ func (db *DB) Passkeys(ctx context.Context) ([]Passkey, error) {
 // UsePasskey records a passkey's use: its credential as it is now (the
 // authenticator's sign count goes up with each use, and a count that does
 // not is a sign of a cloned key).
-func (db *DB) UsePasskey(ctx context.Context, id string, credential []byte) error {
-	res, err := db.w.ExecContext(ctx, `UPDATE passkeys SET credential = ?, last_used = ? WHERE id = ?`,
-		string(credential), fmtTime(db.opts.Now()), id)
+func (ps Passkeys) UsePasskey(ctx context.Context, id string, credential []byte) error {
+	res, err := ps.db.w.ExecContext(ctx, `UPDATE passkeys SET credential = ?, last_used = ? WHERE id = ?`,
+		string(credential), fmtTime(ps.db.opts.Now()), id)
 	ok, err := affected(res, err)
 	switch {
 	case err != nil:
@@ -148,3 +148,10 @@ func (db *DB) UsePasskey(ctx context.Context, id string, credential []byte) erro
 	}
 	return nil
 }
+
+// Passkeys keeps the passkeys of the people who decide in the UI and the
+// one-time codes that enrol them; DB.Passkeys returns it.
+type Passkeys struct{ db *DB }
+
+// Passkeys returns the store of passkeys.
+func (db *DB) Passkeys() Passkeys { return Passkeys{db} }

@@ -47,7 +47,7 @@ func TestThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != 5 {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != 5 {
 		t.Fatalf("verify through PgBouncer: %+v %v", rep, err)
 	}
 }

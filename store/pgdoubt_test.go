@@ -159,7 +159,7 @@ func openThrough(t *testing.T) (*DB, *cutLink, string) {
 func unconfirmed(t *testing.T, db *DB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := db.Records(context.Background(), func(r *guard.Record) error {
+	err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindEvent && r.Method == MethodUnconfirmed {
 			out[r.CallID] += r.Detail + "\n"
 		}
@@ -175,7 +175,7 @@ func unconfirmed(t *testing.T, db *DB) map[string]string {
 func callRecords(t *testing.T, db *DB, callID string) int {
 	t.Helper()
 	n := 0
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.CallID == callID && r.Kind != guard.KindEvent {
 			n++
 		}
@@ -214,7 +214,7 @@ func TestACommitWhoseAnswerIsLostIsSettledByAskingTheDatabase(t *testing.T) {
 	if err := <-db.AppendAsync(rec(2, guard.KindRequest)); err != nil {
 		t.Fatalf("the next append: %v", err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || rep.Records != 3 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -266,7 +266,7 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 		}
 	}
 	// A correction is an event of the call's session: it names its user.
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Method == MethodUnconfirmed && (r.User != caller.Subject || r.UserEmail != caller.Email || !slices.Equal(r.UserGroups, caller.Groups)) {
 			t.Errorf("the correction %s names the user %q %q %q", r.ID, r.User, r.UserEmail, r.UserGroups)
 		}
@@ -274,7 +274,7 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}

@@ -106,7 +106,7 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 	if len(appended) != 32 { // every call but the 8 with no request
 		t.Fatalf("%d rows in the call index, want 32:\n%v", len(appended), appended)
 	}
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rebuilt := callIndexRows(t, db); !slices.Equal(appended, rebuilt) {
@@ -241,7 +241,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if got := db.NewerSchema(); got != latest+1 {
+	if got := db.Replicas().NewerSchema(); got != latest+1 {
 		t.Errorf("NewerSchema() = %d, want %d", got, latest+1)
 	}
 	if !strings.Contains(logs.String(), "schema is newer than this guard") {
@@ -251,7 +251,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	if err := db.Query(ctx, Filter{}, func(*Call) error { n++; return nil }); err != nil {
+	if err := db.Reader().Query(ctx, Filter{}, func(*Call) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,11 +83,11 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
-	db.noteNewerSchema(ctx, latestPostgresMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestPostgresMigration())
 	if opts.Key != "" {
 		db.signer, err = signerFromHex("audit key", opts.Key)
 	} else {
-		db.signer, err = db.pgSigner(ctx)
+		db.signer, err = pgSigner(ctx, db.r, db.opts.KeyPath)
 	}
 	if err != nil {
 		return fail(err)
@@ -108,7 +109,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	} else if err != nil {
 		return fail(err)
 	}
-	if err := db.fillCallIndex(ctx, false); err != nil {
+	if err := db.CallIndex().fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
 	db.ckpt.holder = guard.NewID()
@@ -187,27 +188,27 @@ func (o *Options) pgFiles() error {
 // created only for a log that has no checkpoint yet (the first replica of
 // a new database): a replica that made a key of its own for a log others
 // sign would fork it. A key that is not the one the log's checkpoints are
-// signed with is refused.
-func (db *DB) pgSigner(ctx context.Context) (*signer, error) {
+// signed with is refused. keyPath is the key's file; r reads the log.
+func pgSigner(ctx context.Context, r *sql.DB, keyPath string) (*signer, error) {
 	var origin sql.NullString
-	err := db.r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&origin)
+	err := r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&origin)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
 	var s *signer
 	if origin.Valid {
-		s, err = readSigner(db.opts.KeyPath)
+		s, err = readSigner(keyPath)
 		if err != nil {
 			return nil, fmt.Errorf("%w: every replica needs the key the log's checkpoints are signed with", err)
 		}
-	} else if s, err = loadSigner(db.opts.KeyPath); err != nil {
+	} else if s, err = loadSigner(keyPath); err != nil {
 		return nil, err
 	}
 	if origin.Valid {
 		logOrigin, _, _ := strings.Cut(origin.String, "\n")
 		if mine := originOf(s.key.Public().(ed25519.PublicKey)); logOrigin != mine {
 			return nil, fmt.Errorf("checkpoint key %s is not the log's: its checkpoints are signed as %s, this key signs as %s (every replica needs the same key)",
-				db.opts.KeyPath, logOrigin, mine)
+				keyPath, logOrigin, mine)
 		}
 	}
 	return s, nil
@@ -331,28 +332,19 @@ func migrationNames(mfs fs.FS) ([]migration, error) {
 	return out, nil
 }
 
-// archiveDirDefault is where retention archives go by default: beside an
-// SQLite database; on PostgreSQL, beside the checkpoint key.
-func (db *DB) archiveDirDefault() string {
-	if db.pg {
-		return filepath.Join(filepath.Dir(db.opts.KeyPath), "archive")
-	}
-	return ArchiveDir(db.opts.Path)
-}
-
-// tableExists is a statement that counts the tables (or views) named name:
-// 1 or 0.
-func (db *DB) tableExists(name string) string {
-	if db.pg {
+// tableExists is a statement that counts the tables (or views) named name,
+// on PostgreSQL when pg, else on SQLite: 1 or 0.
+func tableExists(pg bool, name string) string {
+	if pg {
 		return "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = '" + name + "'"
 	}
 	return "SELECT count(*) FROM sqlite_master WHERE name = '" + name + "'"
 }
 
 // indexedBy is SQLite's INDEXED BY clause, which makes a statement use an
-// index (or fail); PostgreSQL's planner has no such clause.
-func (db *DB) indexedBy(index string) string {
-	if db.pg {
+// index (or fail); PostgreSQL's planner (pg) has no such clause.
+func indexedBy(pg bool, index string) string {
+	if pg {
 		return ""
 	}
 	return " INDEXED BY " + index
@@ -372,18 +364,14 @@ func latestPostgresMigration() int64 {
 // its migrations, and the others, of the release before, go on with a
 // schema newer than theirs. Every migration keeps what the release before
 // reads and writes (it adds; what it replaces goes a release later), so
-// that works; noteNewerSchema says so in the log, so that a replica left
-// behind is seen.
-func (db *DB) noteNewerSchema(ctx context.Context, latest int64) {
+// that works; noteNewerSchema, reading the database with r, says so in
+// log, so that a replica left behind is seen, and keeps the newer version.
+func (g *schemaGaps) noteNewerSchema(ctx context.Context, r *sql.DB, log *slog.Logger, latest int64) {
 	var v sql.NullInt64
-	if err := db.r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil || v.Int64 <= latest {
+	if err := r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil || v.Int64 <= latest {
 		return
 	}
-	db.schema.newerSchema = v.Int64
-	db.opts.Logger.Warn("the database's schema is newer than this guard's: another replica runs a newer release; this one goes on with the schema of the release before, and should be upgraded too",
+	g.newerSchema = v.Int64
+	log.Warn("the database's schema is newer than this guard's: another replica runs a newer release; this one goes on with the schema of the release before, and should be upgraded too",
 		"schema", v.Int64, "this_release", latest)
 }
-
-// NewerSchema is the database's schema version when it is newer than this
-// guard's (a replica not yet upgraded), else 0.
-func (db *DB) NewerSchema() int64 { return db.schema.newerSchema }

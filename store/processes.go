@@ -53,11 +53,11 @@ func (r Replica) String() string {
 // day after its last beat) is gone once another process has beaten
 // unbroken for DefaultLapse. The name says which process it was, as its
 // row last did.
-func (db *DB) GoneProcesses(ctx context.Context) (map[string]string, error) {
-	if db.schema.noProcess {
+func (hs Holds) GoneProcesses(ctx context.Context) (map[string]string, error) {
+	if hs.db.schema.noProcess {
 		return nil, nil // no approval names a process
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT DISTINCT process FROM approvals WHERE state = 'pending' AND process <> ''`)
+	rows, err := hs.db.r.QueryContext(ctx, `SELECT DISTINCT process FROM approvals WHERE state = 'pending' AND process <> ''`)
 	if err != nil {
 		return nil, fmt.Errorf("gone processes: %w", err)
 	}
@@ -77,7 +77,7 @@ func (db *DB) GoneProcesses(ctx context.Context) (map[string]string, error) {
 	if len(named) == 0 {
 		return nil, nil
 	}
-	all, err := db.replicas(ctx, "")
+	all, err := hs.db.Replicas().replicas(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("gone processes: %w", err)
 	}

@@ -35,7 +35,7 @@ func (b *beats) beat(ids ...string) {
 	b.t.Helper()
 	for _, id := range ids {
 		r := Replica{ID: id, Host: "laptop", PID: 42, Process: "guard run", Version: "test", Started: b.now, Seen: b.now, Lapse: time.Second}
-		if err := b.db.Heartbeat(context.Background(), r); err != nil {
+		if err := b.db.Replicas().Heartbeat(context.Background(), r); err != nil {
 			b.t.Fatal(err)
 		}
 	}
@@ -55,7 +55,7 @@ func (b *beats) pass(d time.Duration, ids ...string) {
 // gone is what GoneProcesses says.
 func (b *beats) gone() map[string]string {
 	b.t.Helper()
-	g, err := b.db.GoneProcesses(context.Background())
+	g, err := b.db.Holds().GoneProcesses(context.Background())
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func holdOf(t *testing.T, db *DB, id, process string) {
 	t.Helper()
 	a := newApproval(id)
 	a.Process = process
-	if err := db.CreateApproval(context.Background(), a); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -85,7 +85,7 @@ func TestAProcessThatStopsBeatingIsFoundGone(t *testing.T) {
 	holdOf(t, db, "h-alive", "alive")
 	holdOf(t, db, "h-left", "left")
 	holdOf(t, db, "h-none", "")
-	if a, err := db.Approval(ctx, "h-killed"); err != nil || a.Process != "killed" {
+	if a, err := db.Holds().Approval(ctx, "h-killed"); err != nil || a.Process != "killed" {
 		t.Fatalf("the approval's process: %+v %v", a, err)
 	}
 	b := &beats{t: t, db: db, now: time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)}
@@ -106,7 +106,7 @@ func TestAProcessThatStopsBeatingIsFoundGone(t *testing.T) {
 	if g := b.gone(); len(g) != 2 || g["left"] == "" || g["alive"] != "" || g["unnamed"] != "" {
 		t.Fatalf("gone after the default lapse: %v, want killed and left", g)
 	}
-	if _, err := db.EndApproval(ctx, "h-killed", guard.ApprovalWithdrawn, "gone"); err != nil {
+	if _, err := db.Holds().EndApproval(ctx, "h-killed", guard.ApprovalWithdrawn, "gone"); err != nil {
 		t.Fatal(err)
 	}
 	if g := b.gone(); len(g) != 1 || g["left"] == "" {
@@ -133,7 +133,7 @@ func TestAProcessThatJustWokeJudgesNoOne(t *testing.T) {
 	if g := b.gone(); len(g) != 0 {
 		t.Fatalf("gone at the first beat after a sleep: %v", g)
 	}
-	list, err := db.Replicas(ctx, b.now.Add(-time.Second))
+	list, err := db.Replicas().Replicas(ctx, b.now.Add(-time.Second))
 	if err != nil || len(list) != 1 || !list[0].AwakeSince.Equal(b.now) || list[0].Lapse != time.Second {
 		t.Fatalf("the waker's row: %+v %v, want a run begun now", list, err)
 	}

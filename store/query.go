@@ -360,49 +360,57 @@ func appendArgs(args []any, vs []string) []any {
 // to newer ones), and turns them around before handing them on.
 func ascending(f Filter) bool { return f.After != 0 && f.Before == 0 }
 
+// Reader keeps the readers of the audit log: the calls and the records a
+// filter selects, every record in order, the policy's decisions, a
+// period's activity and the export; DB.Reader returns it.
+type Reader struct{ db *DB }
+
+// Reader returns the readers of the audit log.
+func (db *DB) Reader() Reader { return Reader{db} }
+
 // Query calls fn for each invocation that matches f, newest first.
-func (db *DB) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
+func (rd Reader) Query(ctx context.Context, f Filter, fn func(*Call) error) error {
 	if f.Text != "" {
 		if _, err := matchTerms(f.Text); err != nil {
 			return fmt.Errorf("query: %w", err)
 		}
 	}
-	if err := db.needCallIndex(ctx); err != nil {
+	if err := rd.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	db.ing.caughtUp(ctx)
-	ov, err := db.unchainedOverlay(ctx)
+	rd.db.ing.caughtUp(ctx)
+	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
 	if ov == nil {
-		return db.queryCalls(ctx, f, fn)
+		return rd.queryCalls(ctx, f, fn)
 	}
 	defer ov.close()
-	return ov.mergeCalls(ctx, f, func(f Filter, fn func(*Call) error) error { return db.queryCalls(ctx, f, fn) }, fn)
+	return ov.mergeCalls(ctx, f, func(f Filter, fn func(*Call) error) error { return rd.queryCalls(ctx, f, fn) }, fn)
 }
 
 // queryCalls is Query of the calls in the database alone, once it has
 // caught up.
-func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) error {
-	if db.schema.noUser && f.User != "" {
+func (rd Reader) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) error {
+	if rd.db.schema.noUser && f.User != "" {
 		return nil // a log of the release before names no user
 	}
 	users := userColumns
 	if f.User != "" {
 		var err error
-		if users, err = db.userMatches(ctx, f.User); err != nil || len(users) == 0 {
+		if users, err = rd.userMatches(ctx, f.User); err != nil || len(users) == 0 {
 			return err
 		}
 	}
-	q, args, err := queryTextFor(f, db.pg, users)
+	q, args, err := queryTextFor(f, rd.db.pg, users)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
-	if db.schema.noUser {
+	if rd.db.schema.noUser {
 		q = strings.Replace(q, "q.user_subject, q.user_email, q.user_groups FROM", noUserColumns+" FROM", 1)
 	}
-	rows, err := db.r.QueryContext(ctx, q, args...)
+	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
 	}
@@ -444,11 +452,11 @@ func (db *DB) queryCalls(ctx context.Context, f Filter, fn func(*Call) error) er
 // value who: a subject, an email, rarely both. Filtering on one column
 // reads its index in key order, newest first, where an OR of both would
 // sort every call of the user.
-func (db *DB) userMatches(ctx context.Context, who string) ([]string, error) {
+func (rd Reader) userMatches(ctx context.Context, who string) ([]string, error) {
 	var cols []string
 	for _, col := range userColumns {
 		var found bool
-		err := db.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index WHERE `+col+` = ? AND `+col+` != '')`, who).Scan(&found)
+		err := rd.db.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM call_index WHERE `+col+` = ? AND `+col+` != '')`, who).Scan(&found)
 		if err != nil {
 			return nil, fmt.Errorf("query: %w", err)
 		}
@@ -461,12 +469,12 @@ func (db *DB) userMatches(ctx context.Context, who string) ([]string, error) {
 
 // needCallIndex checks that the database has the call index: a database
 // opened read-only may have been written last by an earlier version.
-func (db *DB) needCallIndex(ctx context.Context) error {
-	if db.writable || db.hold != nil || db.pg { // PostgreSQL's first schema has it
+func (rd Reader) needCallIndex(ctx context.Context) error {
+	if rd.db.writable || rd.db.hold != nil || rd.db.pg { // PostgreSQL's first schema has it
 		return nil
 	}
 	var n int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, callIndexMigration).Scan(&n); err != nil {
+	if err := rd.db.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, callIndexMigration).Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -490,7 +498,7 @@ var ErrCallsOnly = errors.New("this filter applies to calls only")
 // QueryRecords calls fn for each record of a kind in RecordKinds that
 // matches f, newest first (by time, then seq). Outcome, Text, ID, Before
 // and After do not apply to them.
-func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
+func (rd Reader) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	if !slices.Contains(RecordKinds, kind) {
 		return fmt.Errorf("records: kind %q: want one of %s", kind, strings.Join(RecordKinds, ", "))
 	}
@@ -500,26 +508,26 @@ func (db *DB) QueryRecords(ctx context.Context, kind string, f Filter, fn func(*
 	if _, err := f.approvals(); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	if err := db.needCallIndex(ctx); err != nil {
+	if err := rd.needCallIndex(ctx); err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
-	db.ing.caughtUp(ctx)
-	ov, err := db.unchainedOverlay(ctx)
+	rd.db.ing.caughtUp(ctx)
+	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}
 	if ov == nil {
-		return db.queryRecords(ctx, kind, f, fn)
+		return rd.queryRecords(ctx, kind, f, fn)
 	}
 	defer ov.close()
-	return ov.mergeRecords(ctx, kind, f, func(f Filter, fn func(*guard.Record) error) error { return db.queryRecords(ctx, kind, f, fn) }, fn)
+	return ov.mergeRecords(ctx, kind, f, func(f Filter, fn func(*guard.Record) error) error { return rd.queryRecords(ctx, kind, f, fn) }, fn)
 }
 
 // queryRecords is QueryRecords of the records in the database alone, once
 // it has caught up.
-func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
+func (rd Reader) queryRecords(ctx context.Context, kind string, f Filter, fn func(*guard.Record) error) error {
 	where := []string{"kind = ?", "kind NOT IN ('request', 'outcome')"}
-	if !db.schema.noPruned {
+	if !rd.db.schema.noPruned {
 		where = append(where, "pruned = 0") // their bodies are in retention's archives
 	}
 	args := []any{kind}
@@ -543,16 +551,16 @@ func (db *DB) queryRecords(ctx context.Context, kind string, f Filter, fn func(*
 		where, args = append(where, "approval IN ("+paramMarks(len(approvals))+")"), appendArgs(args, approvals)
 	}
 	if f.User != "" {
-		if db.schema.noUser {
+		if rd.db.schema.noUser {
 			return nil // a log of the release before names no user
 		}
 		where, args = append(where, "(user_subject = ? OR user_email = ?)"), append(args, f.User, f.User)
 	}
-	q := db.selectRecords() + db.indexedBy("records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
+	q := rd.db.schema.selectRecords() + indexedBy(rd.db.pg, "records_kind") + " WHERE " + strings.Join(where, " AND ") + " ORDER BY time DESC, seq DESC"
 	if f.Limit > 0 {
 		q += " LIMIT " + strconv.Itoa(f.Limit)
 	}
-	rows, err := db.r.QueryContext(ctx, q, args...)
+	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)
 	}

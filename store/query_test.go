@@ -99,7 +99,7 @@ func newestFirst(calls []sampleCall) []string {
 func queryIDs(t *testing.T, db *DB, f Filter) []string {
 	t.Helper()
 	var ids []string
-	if err := db.Query(context.Background(), f, func(c *Call) error { ids = append(ids, c.ID); return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), f, func(c *Call) error { ids = append(ids, c.ID); return nil }); err != nil {
 		t.Fatalf("%+v: %v", f, err)
 	}
 	return ids
@@ -116,18 +116,18 @@ func TestQueryRefusesTooManyIDs(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("call-%d", i)
 	}
-	err := db.Query(context.Background(), Filter{IDs: ids}, func(*Call) error { return nil })
+	err := db.Reader().Query(context.Background(), Filter{IDs: ids}, func(*Call) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
 		t.Fatalf("a query of %d ids: %v", len(ids), err)
 	}
-	if err := db.Query(context.Background(), Filter{IDs: ids[:maxIDs]}, func(*Call) error { return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), Filter{IDs: ids[:maxIDs]}, func(*Call) error { return nil }); err != nil {
 		t.Fatalf("a query of %d ids: %v", maxIDs, err)
 	}
-	err = db.Query(context.Background(), Filter{Approvals: ids}, func(*Call) error { return nil })
+	err = db.Reader().Query(context.Background(), Filter{Approvals: ids}, func(*Call) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
 		t.Fatalf("a query of %d approvals: %v", len(ids), err)
 	}
-	if _, err := db.ApprovalsByID(context.Background(), ids); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
+	if _, err := db.Holds().ApprovalsByID(context.Background(), ids); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at most %d at once", maxIDs)) {
 		t.Fatalf("%d approvals by id: %v", len(ids), err)
 	}
 }
@@ -210,7 +210,7 @@ func TestQueryFiltersSelectExactlyTheirCalls(t *testing.T) {
 			}
 		})
 	}
-	if err := db.Query(context.Background(), Filter{Text: `" - * "`}, func(*Call) error { return nil }); !errors.Is(err, ErrNoWords) {
+	if err := db.Reader().Query(context.Background(), Filter{Text: `" - * "`}, func(*Call) error { return nil }); !errors.Is(err, ErrNoWords) {
 		t.Errorf("text without words: %v, want ErrNoWords", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestPagesHaveNoGapsOrRepeats(t *testing.T) {
 		f.Limit = 7
 		for {
 			var page []*Call
-			if err := db.Query(context.Background(), f, func(c *Call) error { page = append(page, c); return nil }); err != nil {
+			if err := db.Reader().Query(context.Background(), f, func(c *Call) error { page = append(page, c); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			if len(page) == 0 {
@@ -252,7 +252,7 @@ func TestPagesHaveNoGapsOrRepeats(t *testing.T) {
 		for i := len(pages) - 1; i > 0; i-- {
 			f.After = pages[i][0].Key
 			var page []string
-			if err := db.Query(context.Background(), f, func(c *Call) error { page = append(page, c.ID); return nil }); err != nil {
+			if err := db.Reader().Query(context.Background(), f, func(c *Call) error { page = append(page, c.ID); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			var w []string
@@ -297,7 +297,7 @@ func TestADecisionRecordChangesTheCall(t *testing.T) {
 	show := func() Call {
 		t.Helper()
 		var got []Call
-		if err := db.Query(context.Background(), Filter{}, func(c *Call) error { got = append(got, *c); return nil }); err != nil || len(got) != 1 {
+		if err := db.Reader().Query(context.Background(), Filter{}, func(c *Call) error { got = append(got, *c); return nil }); err != nil || len(got) != 1 {
 			t.Fatalf("query: %v %+v", err, got)
 		}
 		return got[0]
@@ -390,7 +390,7 @@ func TestTheCallIndexIsMadeAgainFromTheRecords(t *testing.T) {
 	if len(rows) != 90 {
 		t.Fatalf("%d calls indexed, want 90", len(rows))
 	}
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rebuilt, rtexts := snapshot(db)
@@ -462,7 +462,7 @@ func TestQueryRecordsOfAKind(t *testing.T) {
 	ids := func(kind string, f Filter) []string {
 		t.Helper()
 		var got []string
-		if err := db.QueryRecords(context.Background(), kind, f, func(r *guard.Record) error { got = append(got, r.ID); return nil }); err != nil {
+		if err := db.Reader().QueryRecords(context.Background(), kind, f, func(r *guard.Record) error { got = append(got, r.ID); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return got
@@ -487,10 +487,10 @@ func TestQueryRecordsOfAKind(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	if err := db.QueryRecords(ctx, guard.KindRequest, Filter{}, func(*guard.Record) error { return nil }); err == nil {
+	if err := db.Reader().QueryRecords(ctx, guard.KindRequest, Filter{}, func(*guard.Record) error { return nil }); err == nil {
 		t.Error("request records listed as records of a kind")
 	}
-	if err := db.QueryRecords(ctx, guard.KindDecision, Filter{Text: "x"}, func(*guard.Record) error { return nil }); !errors.Is(err, ErrCallsOnly) {
+	if err := db.Reader().QueryRecords(ctx, guard.KindDecision, Filter{Text: "x"}, func(*guard.Record) error { return nil }); !errors.Is(err, ErrCallsOnly) {
 		t.Errorf("text on decisions: %v", err)
 	}
 }
@@ -655,7 +655,7 @@ func TestVerifyCatchesAFalsifiedCallIndex(t *testing.T) {
 			raw.Close()
 			db = openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(ctx)
+			rep, err := db.Verifier().Verify(ctx)
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "the call index does not match the records: "+tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

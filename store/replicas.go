@@ -19,8 +19,8 @@ type LearnedRule struct {
 
 // LearnedRules returns the rules learned from approvals, oldest first,
 // and their version: it changes whenever a rule is added.
-func (db *DB) LearnedRules(ctx context.Context) ([]LearnedRule, int64, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, name, server, tool, method, uri, when_expr, action, reason, added
+func (ls Learned) LearnedRules(ctx context.Context) ([]LearnedRule, int64, error) {
+	rows, err := ls.db.r.QueryContext(ctx, `SELECT seq, name, server, tool, method, uri, when_expr, action, reason, added
 		FROM learned_rules ORDER BY seq`)
 	if err != nil {
 		return nil, 0, fmt.Errorf("learned rules: %w", err)
@@ -45,9 +45,9 @@ func (db *DB) LearnedRules(ctx context.Context) ([]LearnedRule, int64, error) {
 
 // LearnedRulesVersion is the version LearnedRules returns, read alone:
 // one indexed row, so that a replica can ask every second.
-func (db *DB) LearnedRulesVersion(ctx context.Context) (int64, error) {
+func (ls Learned) LearnedRulesVersion(ctx context.Context) (int64, error) {
 	var v int64
-	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM learned_rules`).Scan(&v); err != nil {
+	if err := ls.db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM learned_rules`).Scan(&v); err != nil {
 		return 0, fmt.Errorf("learned rules: %w", err)
 	}
 	return v, nil
@@ -57,11 +57,11 @@ func (db *DB) LearnedRulesVersion(ctx context.Context) (int64, error) {
 // rule is written with the approval that teaches it, DecideApprovalWith)
 // and has recorded the rule in the audit log, and chose its name among
 // LearnedRules' so that it is unique.
-func (db *DB) AddLearnedRule(ctx context.Context, r LearnedRule) error {
-	if !db.writable {
+func (ls Learned) AddLearnedRule(ctx context.Context, r LearnedRule) error {
+	if !ls.db.writable {
 		return errReadOnly
 	}
-	_, err := db.w.ExecContext(ctx, insertLearnedRule, r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(db.opts.Now()))
+	_, err := ls.db.w.ExecContext(ctx, insertLearnedRule, r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(ls.db.opts.Now()))
 	if err != nil {
 		return fmt.Errorf("learned rule %s: %w", r.Name, err)
 	}
@@ -97,15 +97,15 @@ type Replica struct {
 // clock): its row keeps the run of beats that r.Seen continues, or starts
 // a new one (see Replica.AwakeSince). A process beats well within its
 // Lapse: GoneProcesses judges it by it.
-func (db *DB) Heartbeat(ctx context.Context, r Replica) error {
-	if !db.writable {
+func (rs Replicas) Heartbeat(ctx context.Context, r Replica) error {
+	if !rs.db.writable {
 		return errReadOnly
 	}
 	lapse := r.lapse()
 	// One statement: the run goes on when the previous beat is recent
 	// (times are text that sorts as time), without a read before.
 	// macs: this release writes every record with its MAC (mac.go).
-	_, err := db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen, awake_since, lapse_ms, macs)
+	_, err := rs.db.w.ExecContext(ctx, `INSERT INTO replicas (id, host, pid, process, version, config_digest, policy_version, started, seen, awake_since, lapse_ms, macs)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
 		ON CONFLICT (id) DO UPDATE SET config_digest = excluded.config_digest, policy_version = excluded.policy_version,
 			awake_since = CASE WHEN replicas.seen >= ? AND replicas.awake_since <> '' THEN replicas.awake_since ELSE excluded.awake_since END,
@@ -120,13 +120,13 @@ func (db *DB) Heartbeat(ctx context.Context, r Replica) error {
 
 // Replicas returns the processes seen at since or later, and removes
 // those not seen for a day.
-func (db *DB) Replicas(ctx context.Context, since time.Time) ([]Replica, error) {
-	if db.writable {
-		if _, err := db.w.ExecContext(ctx, `DELETE FROM replicas WHERE seen < ?`, fmtTime(since.Add(-24*time.Hour))); err != nil {
+func (rs Replicas) Replicas(ctx context.Context, since time.Time) ([]Replica, error) {
+	if rs.db.writable {
+		if _, err := rs.db.w.ExecContext(ctx, `DELETE FROM replicas WHERE seen < ?`, fmtTime(since.Add(-24*time.Hour))); err != nil {
 			return nil, fmt.Errorf("replicas: %w", err)
 		}
 	}
-	out, err := db.replicas(ctx, `WHERE seen >= ?`, fmtTime(since))
+	out, err := rs.replicas(ctx, `WHERE seen >= ?`, fmtTime(since))
 	if err != nil {
 		return nil, fmt.Errorf("replicas: %w", err)
 	}
@@ -135,12 +135,12 @@ func (db *DB) Replicas(ctx context.Context, since time.Time) ([]Replica, error) 
 
 // replicas reads the rows of the replicas where selects, in the order
 // they started.
-func (db *DB) replicas(ctx context.Context, where string, args ...any) ([]Replica, error) {
+func (rs Replicas) replicas(ctx context.Context, where string, args ...any) ([]Replica, error) {
 	cols := "awake_since, lapse_ms"
-	if db.schema.noProcess {
+	if rs.db.schema.noProcess {
 		cols = "'', 0"
 	}
-	rows, err := db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen, `+cols+`
+	rows, err := rs.db.r.QueryContext(ctx, `SELECT id, host, pid, process, version, config_digest, policy_version, started, seen, `+cols+`
 		FROM replicas `+where+` ORDER BY started, id`, args...)
 	if err != nil {
 		return nil, err
@@ -163,11 +163,11 @@ func (db *DB) replicas(ctx context.Context, where string, args ...any) ([]Replic
 }
 
 // LeaveReplicas removes a process that stops from the replicas.
-func (db *DB) LeaveReplicas(ctx context.Context, id string) error {
-	if !db.writable {
+func (rs Replicas) LeaveReplicas(ctx context.Context, id string) error {
+	if !rs.db.writable {
 		return errReadOnly
 	}
-	if _, err := db.w.ExecContext(ctx, `DELETE FROM replicas WHERE id = ?`, id); err != nil {
+	if _, err := rs.db.w.ExecContext(ctx, `DELETE FROM replicas WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("replica %s: %w", id, err)
 	}
 	return nil
@@ -176,15 +176,15 @@ func (db *DB) LeaveReplicas(ctx context.Context, id string) error {
 // NoteRound keeps a round of a 2026-07-28 call until expires, by key (the
 // server's, the client's and the round's), for the client's next round
 // wherever it lands; a round kept under the same key is replaced.
-func (db *DB) NoteRound(ctx context.Context, key string, r guard.Round, expires time.Time) error {
-	if !db.writable {
+func (rs Replicas) NoteRound(ctx context.Context, key string, r guard.Round, expires time.Time) error {
+	if !rs.db.writable {
 		return errReadOnly
 	}
-	now := db.opts.Now().UnixMilli()
-	if _, err := db.w.ExecContext(ctx, `DELETE FROM rounds WHERE expires < ?`, now); err != nil {
+	now := rs.db.opts.Now().UnixMilli()
+	if _, err := rs.db.w.ExecContext(ctx, `DELETE FROM rounds WHERE expires < ?`, now); err != nil {
 		return fmt.Errorf("rounds: %w", err)
 	}
-	_, err := db.w.ExecContext(ctx, `INSERT INTO rounds (key, call_id, tool, digest, pin, decision, decided_by, reason, expires)
+	_, err := rs.db.w.ExecContext(ctx, `INSERT INTO rounds (key, call_id, tool, digest, pin, decision, decided_by, reason, expires)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET call_id = excluded.call_id, tool = excluded.tool, digest = excluded.digest, pin = excluded.pin,
 			decision = excluded.decision, decided_by = excluded.decided_by, reason = excluded.reason, expires = excluded.expires`,
@@ -197,13 +197,13 @@ func (db *DB) NoteRound(ctx context.Context, key string, r guard.Round, expires 
 
 // TakeRound returns the round kept under key and removes it (a round is
 // continued once), or nil when there is none or it expired.
-func (db *DB) TakeRound(ctx context.Context, key string) (*guard.Round, error) {
-	if !db.writable {
+func (rs Replicas) TakeRound(ctx context.Context, key string) (*guard.Round, error) {
+	if !rs.db.writable {
 		return nil, errReadOnly
 	}
 	var r guard.Round
-	err := db.w.QueryRowContext(ctx, `DELETE FROM rounds WHERE key = ? AND expires >= ?
-		RETURNING call_id, tool, digest, pin, decision, decided_by, reason`, key, db.opts.Now().UnixMilli()).
+	err := rs.db.w.QueryRowContext(ctx, `DELETE FROM rounds WHERE key = ? AND expires >= ?
+		RETURNING call_id, tool, digest, pin, decision, decided_by, reason`, key, rs.db.opts.Now().UnixMilli()).
 		Scan(&r.CallID, &r.Tool, &r.ArgsDigest, &r.Pin, &r.Decision, &r.DecidedBy, &r.Reason)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -213,3 +213,23 @@ func (db *DB) TakeRound(ctx context.Context, key string) (*guard.Round, error) {
 	}
 	return &r, nil
 }
+
+// Learned keeps the rules learned from approvals, which every process on
+// the database puts in force alike; DB.Learned returns it.
+type Learned struct{ db *DB }
+
+// Learned returns the store of learned rules.
+func (db *DB) Learned() Learned { return Learned{db} }
+
+// Replicas keeps the guard processes on the database, as each last said
+// it runs, and the rounds of calls that any of them may continue, and
+// says whether a newer release's replica migrated the database past this
+// one's schema; DB.Replicas returns it.
+type Replicas struct{ db *DB }
+
+// Replicas returns the store of processes and their shared rounds.
+func (db *DB) Replicas() Replicas { return Replicas{db} }
+
+// NewerSchema is the database's schema version when it is newer than this
+// guard's (a replica not yet upgraded), else 0.
+func (rs Replicas) NewerSchema() int64 { return rs.db.schema.newerSchema }

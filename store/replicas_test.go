@@ -26,32 +26,32 @@ func TestRoundsAreTakenOnce(t *testing.T) {
 	}
 	defer b.Close()
 	r := guard.Round{CallID: "c1", Tool: "t", ArgsDigest: "sha256:x", Pin: "sha256:p", Decision: guard.DecisionAllowed, DecidedBy: "carol", Reason: "approved"}
-	if err := a.NoteRound(ctx, "k", r, now.Add(time.Minute)); err != nil {
+	if err := a.Replicas().NoteRound(ctx, "k", r, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := b.TakeRound(ctx, "k")
+	got, err := b.Replicas().TakeRound(ctx, "k")
 	if err != nil || got == nil || *got != r {
 		t.Fatalf("the round taken by another process: %+v %v, want %+v", got, err, r)
 	}
-	if again, err := a.TakeRound(ctx, "k"); err != nil || again != nil {
+	if again, err := a.Replicas().TakeRound(ctx, "k"); err != nil || again != nil {
 		t.Fatalf("a round taken twice: %+v %v", again, err)
 	}
 	r2 := r
 	r2.CallID = "c2"
-	if err := a.NoteRound(ctx, "k", r, now.Add(time.Minute)); err != nil {
+	if err := a.Replicas().NoteRound(ctx, "k", r, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.NoteRound(ctx, "k", r2, now.Add(time.Minute)); err != nil {
+	if err := a.Replicas().NoteRound(ctx, "k", r2, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.TakeRound(ctx, "k"); err != nil || got == nil || got.CallID != "c2" {
+	if got, err := b.Replicas().TakeRound(ctx, "k"); err != nil || got == nil || got.CallID != "c2" {
 		t.Fatalf("a round kept again: %+v %v, want call c2", got, err)
 	}
-	if err := a.NoteRound(ctx, "old", r, now.Add(time.Minute)); err != nil {
+	if err := a.Replicas().NoteRound(ctx, "old", r, now.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Minute)
-	if got, err := b.TakeRound(ctx, "old"); err != nil || got != nil {
+	if got, err := b.Replicas().TakeRound(ctx, "old"); err != nil || got != nil {
 		t.Fatalf("an expired round taken: %+v %v", got, err)
 	}
 }

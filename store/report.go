@@ -140,8 +140,8 @@ type ToolChange struct {
 
 // Activity reads what the audit log says about the period [since, until]
 // (a zero since: from the start; a zero until: to the end).
-func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, error) {
-	db.ing.caughtUp(ctx)
+func (rd Reader) Activity(ctx context.Context, since, until time.Time) (*Activity, error) {
+	rd.db.ing.caughtUp(ctx)
 	a := &Activity{Since: since, Until: until}
 	lo, hi := fmtTime(since), fmtTime(until)
 	if until.IsZero() {
@@ -150,8 +150,8 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 	// Each reads the log on a connection of its own, into parts of a of
 	// its own; the outcomes are added to the tools' figures after.
 	steps := []func(context.Context, string, string) error{
-		a.readCalls(db.r), a.readOutcomes(db.r), a.readHeld(db.r), a.readToolChanges(db.r), a.readChain(db.r),
-		a.readArchived(db.r),
+		a.readCalls(rd.db.r), a.readOutcomes(rd.db.r), a.readHeld(rd.db.r), a.readToolChanges(rd.db.r), a.readChain(rd.db.r),
+		a.readArchived(rd.db.r),
 	}
 	errs := make([]error, len(steps))
 	var wg sync.WaitGroup
@@ -164,7 +164,7 @@ func (db *DB) Activity(ctx context.Context, since, until time.Time) (*Activity, 
 	}
 	a.addOutcomes()
 	a.addReviews()
-	if err := a.readRounds(db.r)(ctx, lo, hi); err != nil {
+	if err := a.readRounds(rd.db.r)(ctx, lo, hi); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	return a, nil

@@ -76,19 +76,19 @@ func TestActivityAtScale(t *testing.T) {
 		_ = os.WriteFile(path+".built", nil, 0o600)
 	}
 	t0 := time.Now()
-	a, err := db.Activity(ctx, start, time.Time{})
+	a, err := db.Reader().Activity(ctx, start, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("activity of %d calls: %v (%d held)", a.Calls, time.Since(t0), len(a.Approvals))
 	t0 = time.Now()
-	a, err = db.Activity(ctx, start.Add(time.Duration(n)*10*time.Millisecond*29/30), time.Time{})
+	a, err = db.Reader().Activity(ctx, start.Add(time.Duration(n)*10*time.Millisecond*29/30), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("activity of the last 30th, %d calls: %v", a.Calls, time.Since(t0))
 	t0 = time.Now()
-	rep, err := db.Verify(ctx)
+	rep, err := db.Verifier().Verify(ctx)
 	if err != nil || !rep.OK {
 		t.Fatal(rep, err)
 	}
@@ -130,7 +130,7 @@ func TestActivityHeldCalls(t *testing.T) {
 	if err := db.Append(recs...); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	a, err := db.Reader().Activity(ctx, at, at.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,13 +170,13 @@ func TestActivityToolReviewsFromTheLog(t *testing.T) {
 	def := func(desc string) guard.Tool {
 		return guard.Tool{Name: "t", Def: []byte(`{"name":"t","description":"` + desc + `"}`), Pin: "sha256:" + desc}
 	}
-	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v1")}, at.Add(-time.Hour), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "s", []guard.Tool{def("v1")}, at.Add(-time.Hour), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "s", []guard.Tool{def("v2")}, at, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "s", []guard.Tool{def("v2")}, at, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "s", "t", "sha256:v2", true, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "s", "t", "sha256:v2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(
@@ -186,7 +186,7 @@ func TestActivityToolReviewsFromTheLog(t *testing.T) {
 			Decision: guard.ReviewAccepted, DecidedBy: "bob", Detail: `{"cause":"new"}`}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, at, at.Add(time.Hour))
+	a, err := db.Reader().Activity(ctx, at, at.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

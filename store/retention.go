@@ -83,33 +83,33 @@ type Pruned struct {
 // past the retention (see above), an archive per o.Batch records, and
 // returns what each archive holds. It stops at the first failure, with
 // what it did until then.
-func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
+func (rn Pruning) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 	if o.Retention <= 0 {
 		return nil, nil
 	}
-	if !db.writable && !o.DryRun {
+	if !rn.db.writable && !o.DryRun {
 		return nil, fmt.Errorf("retention: %w", errReadOnly)
 	}
 	if o.ArchiveDir == "" {
-		o.ArchiveDir = db.archiveDirDefault()
+		o.ArchiveDir = rn.archiveDirDefault()
 	}
 	if o.Batch <= 0 {
 		o.Batch = 20000
 	}
-	db.ing.caughtUp(ctx)
+	rn.db.ing.caughtUp(ctx)
 	var kept int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
+	if err := rn.db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}
 	if kept == 0 {
 		return nil, nil // no record is in a checkpoint yet
 	}
-	c, err := db.LatestCheckpoint(ctx)
+	c, err := rn.db.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}
-	cutoff := db.opts.Now().Add(-o.Retention)
-	from, err := db.retentionResume(ctx)
+	cutoff := rn.db.opts.Now().Add(-o.Retention)
+	from, err := rn.retentionResume(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 		return next
 	}
 	for {
-		sel, err := db.choosePrunable(ctx, from, c.Size, cutoff, o.Batch)
+		sel, err := rn.choosePrunable(ctx, from, c.Size, cutoff, o.Batch)
 		if err != nil {
 			return out, err
 		}
@@ -131,7 +131,7 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 		}
 		if len(sel.seqs) == 0 {
 			if !o.DryRun {
-				err = db.keepRun(ctx, nil, resume(sel.next), "")
+				err = rn.keepRun(ctx, nil, resume(sel.next), "")
 			}
 			return out, err
 		}
@@ -141,12 +141,12 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 			from = sel.next
 			continue
 		}
-		if err := db.pruneBatch(ctx, o, c, cutoff, sel.seqs, &p); err != nil {
-			_ = db.keepRun(ctx, nil, resume(from), err.Error())
+		if err := rn.pruneBatch(ctx, o, c, cutoff, sel.seqs, &p); err != nil {
+			_ = rn.keepRun(ctx, nil, resume(from), err.Error())
 			return out, err
 		}
 		out = append(out, p)
-		if err := db.keepRun(ctx, &p, resume(sel.next), ""); err != nil {
+		if err := rn.keepRun(ctx, &p, resume(sel.next), ""); err != nil {
 			return out, err
 		}
 		from = sel.next
@@ -154,13 +154,13 @@ func (db *DB) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, error) {
 }
 
 // pruneBatch archives, records and blanks the records seqs (steps 2 to 4).
-func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
-	path, sum, err := db.writeArchive(ctx, o.ArchiveDir, c, seqs)
+func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
+	path, sum, err := rn.writeArchive(ctx, o.ArchiveDir, c, seqs)
 	if err != nil {
 		return fmt.Errorf("retention: archive of records %d to %d: %w", p.First, p.Last, err)
 	}
 	p.Archive, p.SHA256 = path, sum
-	kept, err := db.keptSum(ctx, seqs)
+	kept, err := rn.keptSum(ctx, seqs)
 	if err != nil {
 		return fmt.Errorf("retention: records %d to %d: %w", p.First, p.Last, err)
 	}
@@ -169,7 +169,7 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	// The checkpoint key signs what the record says: whoever can append
 	// to the log without the key cannot name records retention did not
 	// prune.
-	sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+	sig, err := note.Sign(&note.Note{Text: d.statement(rn.db.signer.verifier.Name())}, rn.db.signer.note)
 	if err != nil {
 		return fmt.Errorf("retention: sign the record of records %d to %d: %w", p.First, p.Last, err)
 	}
@@ -181,23 +181,23 @@ func (db *DB) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint,
 	rec := &guard.Record{Kind: guard.KindRetention, Decision: "pruned", Detail: string(text),
 		Reason: fmt.Sprintf("the bodies of %d records from %d to %d, past retention (%s), were archived in %s and removed from the database",
 			p.Count, p.First, p.Last, days(o.Retention), filepath.Base(path))}
-	if err := db.Append(rec); err != nil {
+	if err := rn.db.Append(rec); err != nil {
 		return fmt.Errorf("retention: the record of records %d to %d: %w", p.First, p.Last, err)
 	}
 	p.Record = rec.ID
 	// The record is in the database before any body leaves it: Verify
 	// never sees a pruned record that no retention record names.
 	bg := context.WithoutCancel(ctx)
-	db.ing.caughtUp(bg)
+	rn.db.ing.caughtUp(bg)
 	var n int
-	if err := db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+db.indexedBy("records_retention")+`
+	if err := rn.db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+indexedBy(rn.db.pg, "records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
 		return fmt.Errorf("retention: records %d to %d keep their bodies: their record %s is not in the database yet (%v)", p.First, p.Last, rec.ID, err)
 	}
-	if err := db.blank(bg, seqs); err != nil {
+	if err := rn.blank(bg, seqs); err != nil {
 		return fmt.Errorf("retention: records %d to %d keep their bodies (recorded in %s): %w", p.First, p.Last, rec.ID, err)
 	}
-	db.opts.Logger.Info("audit records past retention archived and removed from the database",
+	rn.db.opts.Logger.Info("audit records past retention archived and removed from the database",
 		"first", p.First, "last", p.Last, "records", p.Count, "archive", path, "sha256", sum)
 	return nil
 }
@@ -211,8 +211,8 @@ func days(d time.Duration) string {
 }
 
 // keptSum is the kept_sha256 of the records seqs (keptLine).
-func (db *DB) keptSum(ctx context.Context, seqs []int64) (string, error) {
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, id, call_id, kind, time, hash FROM records
+func (rn Pruning) keptSum(ctx context.Context, seqs []int64) (string, error) {
+	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, id, call_id, kind, time, hash FROM records
 		WHERE seq >= ? AND seq <= ? ORDER BY seq`, seqs[0], seqs[len(seqs)-1])
 	if err != nil {
 		return "", err
@@ -252,7 +252,7 @@ type selection struct {
 }
 
 // choosePrunable chooses up to batch records from seq from on (step 1).
-func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.Time, batch int) (selection, error) {
+func (rn Pruning) choosePrunable(ctx context.Context, from, size int64, cutoff time.Time, batch int) (selection, error) {
 	sel := selection{next: from}
 	before := fmtTime(cutoff)
 	// The newest record before the cutoff, by the time index: nothing
@@ -260,7 +260,7 @@ func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.
 	// processes; a record behind that one in time but after it in seq
 	// waits for a round when a later one is past the cutoff.
 	var upto int64
-	err := db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE time < ? ORDER BY time DESC LIMIT 1`, before).Scan(&upto)
+	err := rn.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE time < ? ORDER BY time DESC LIMIT 1`, before).Scan(&upto)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sel, nil
 	}
@@ -274,7 +274,7 @@ func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.
 	sel.next = last + 1
 	// Retention records stay, and so does the record MACs start at
 	// (mac.go): verify reads both to know what the rest must be.
-	rows, err := db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
+	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
 		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? AND NOT (kind = ? AND decision = ?) ORDER BY seq`,
 		from, last, guard.KindRetention, guard.KindLifecycle, LifecycleMACs)
 	if err != nil {
@@ -292,7 +292,7 @@ func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.
 		if ok {
 			w, seen := whole[call]
 			if !seen {
-				if w, err = db.callPrunable(ctx, call, size, before); err != nil {
+				if w, err = rn.callPrunable(ctx, call, size, before); err != nil {
 					return sel, err
 				}
 				whole[call] = w
@@ -319,16 +319,16 @@ func (db *DB) choosePrunable(ctx context.Context, from, size int64, cutoff time.
 
 // callPrunable reports whether every record of a call is past the cutoff
 // and in the checkpoint of size records, and no approval of it is pending.
-func (db *DB) callPrunable(ctx context.Context, callID string, size int64, before string) (bool, error) {
+func (rn Pruning) callPrunable(ctx context.Context, callID string, size int64, before string) (bool, error) {
 	var n int64
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE call_id = ? AND (time >= ? OR seq > ?)`,
+	if err := rn.db.r.QueryRowContext(ctx, `SELECT count(*) FROM records WHERE call_id = ? AND (time >= ? OR seq > ?)`,
 		callID, before, size).Scan(&n); err != nil {
 		return false, fmt.Errorf("retention: %w", err)
 	}
 	if n > 0 {
 		return false, nil
 	}
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE state = ? AND (call_id = ? OR id = ?)`,
+	if err := rn.db.r.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE state = ? AND (call_id = ? OR id = ?)`,
 		guard.ApprovalPending, callID, callID).Scan(&n); err != nil {
 		return false, fmt.Errorf("retention: %w", err)
 	}
@@ -338,12 +338,12 @@ func (db *DB) callPrunable(ctx context.Context, callID string, size int64, befor
 // writeArchive writes the records seqs, with the checkpoint c and their
 // proofs, to a new file in dir, synced with the directory, checks the
 // file as guard audit check would, and returns its path and SHA-256.
-func (db *DB) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs []int64) (string, string, error) {
+func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs []int64) (string, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
 	first, last := seqs[0], seqs[len(seqs)-1]
-	name := fmt.Sprintf("audit-%012d-%012d-%s.jsonl", first, last, db.opts.Now().UTC().Format("20060102T150405Z"))
+	name := fmt.Sprintf("audit-%012d-%012d-%s.jsonl", first, last, rn.db.opts.Now().UTC().Format("20060102T150405Z"))
 	path := filepath.Join(dir, name)
 	tmp, err := os.CreateTemp(dir, "."+name+".*")
 	if err != nil {
@@ -355,7 +355,7 @@ func (db *DB) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs 
 		want[s] = true
 	}
 	h := sha256.New()
-	err = db.exportRecords(ctx, io.MultiWriter(tmp, h), "jsonl", c, false,
+	err = rn.db.Reader().exportRecords(ctx, io.MultiWriter(tmp, h), "jsonl", c, false,
 		selectRecord+` WHERE seq >= ? AND seq <= ? ORDER BY seq`, []any{first, last}, func(seq int64) bool { return want[seq] })
 	serr := tmp.Sync()
 	cerr := tmp.Close()
@@ -369,7 +369,7 @@ func (db *DB) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs 
 		return "", "", err
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	if err := db.checkArchive(path, sum, c, seqs); err != nil {
+	if err := rn.checkArchive(path, sum, c, seqs); err != nil {
 		return "", "", fmt.Errorf("the archive %s does not verify: %w", path, err)
 	}
 	return path, sum, nil
@@ -378,7 +378,7 @@ func (db *DB) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs 
 // checkArchive reads an archive back and checks it offline against the
 // log's key: every record's hashes, its proof in the checkpoint c, and
 // that it holds exactly the records seqs.
-func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error {
+func (rn Pruning) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -391,7 +391,7 @@ func (db *DB) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error 
 	}
 	n := 0
 	var fs Findings
-	if _, err := checkExport(offlineKey{v: db.signer.verifier, f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
+	if _, err := checkExport(offlineKey{v: rn.db.signer.verifier, f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}
 	if len(fs.Unverifiable) > 0 {
@@ -412,8 +412,8 @@ const blankBody = `UPDATE records SET session = '', client = '', protocol = '', 
 
 // blank removes the bodies of the records seqs, and what the database
 // derived from them, in one transaction that holds the grant (step 4).
-func (db *DB) blank(ctx context.Context, seqs []int64) error {
-	tx, err := db.w.BeginTx(ctx, nil)
+func (rn Pruning) blank(ctx context.Context, seqs []int64) error {
+	tx, err := rn.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func (db *DB) blank(ctx context.Context, seqs []int64) error {
 		seqs[0], seqs[len(seqs)-1]); err != nil {
 		return fmt.Errorf("grant: %w", err)
 	}
-	if err := clearDerived(ctx, tx, seqs, db.pg); err != nil {
+	if err := clearDerived(ctx, tx, seqs, rn.db.pg); err != nil {
 		return err
 	}
 	st, err := tx.PrepareContext(ctx, blankBody)
@@ -514,10 +514,10 @@ type Retention struct {
 
 // LastRetention returns the latest run of the retention job by any
 // process on the database, or nil when there was none.
-func (db *DB) LastRetention(ctx context.Context) (*Retention, error) {
+func (rn Pruning) LastRetention(ctx context.Context) (*Retention, error) {
 	var r Retention
 	var at string
-	err := db.r.QueryRowContext(ctx, `SELECT time, first, last, pruned, archive, sha256, record, problem
+	err := rn.db.r.QueryRowContext(ctx, `SELECT time, first, last, pruned, archive, sha256, record, problem
 		FROM retention_runs ORDER BY id DESC LIMIT 1`).Scan(&at, &r.Pruned.First, &r.Pruned.Last, &r.Pruned.Count,
 		&r.Pruned.Archive, &r.Pruned.SHA256, &r.Pruned.Record, &r.Problem)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -533,8 +533,8 @@ func (db *DB) LastRetention(ctx context.Context) (*Retention, error) {
 // RetentionTotals are, over every run of the retention job by any process
 // on the database, how many records lost their bodies and how many runs
 // failed: counters an alert can watch.
-func (db *DB) RetentionTotals(ctx context.Context) (pruned, failures int64, err error) {
-	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(sum(pruned), 0), count(*) FILTER (WHERE problem != '')
+func (rn Pruning) RetentionTotals(ctx context.Context) (pruned, failures int64, err error) {
+	if err := rn.db.r.QueryRowContext(ctx, `SELECT coalesce(sum(pruned), 0), count(*) FILTER (WHERE problem != '')
 		FROM retention_runs`).Scan(&pruned, &failures); err != nil {
 		return 0, 0, fmt.Errorf("retention totals: %w", err)
 	}
@@ -542,9 +542,9 @@ func (db *DB) RetentionTotals(ctx context.Context) (pruned, failures int64, err 
 }
 
 // retentionResume is where the next round starts.
-func (db *DB) retentionResume(ctx context.Context) (int64, error) {
+func (rn Pruning) retentionResume(ctx context.Context) (int64, error) {
 	var from int64 = 1
-	err := db.r.QueryRowContext(ctx, `SELECT resume FROM retention_runs ORDER BY id DESC LIMIT 1`).Scan(&from)
+	err := rn.db.r.QueryRowContext(ctx, `SELECT resume FROM retention_runs ORDER BY id DESC LIMIT 1`).Scan(&from)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("retention: %w", err)
 	}
@@ -553,13 +553,13 @@ func (db *DB) retentionResume(ctx context.Context) (int64, error) {
 
 // keepRun keeps a run (an archive it wrote, or nil) for LastRetention and
 // the next round.
-func (db *DB) keepRun(ctx context.Context, p *Pruned, resume int64, problem string) error {
+func (rn Pruning) keepRun(ctx context.Context, p *Pruned, resume int64, problem string) error {
 	if p == nil {
 		p = &Pruned{}
 	}
-	if _, err := db.w.ExecContext(context.WithoutCancel(ctx), `INSERT INTO retention_runs
+	if _, err := rn.db.w.ExecContext(context.WithoutCancel(ctx), `INSERT INTO retention_runs
 		(time, first, last, pruned, archive, sha256, record, resume, problem) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		fmtTime(db.opts.Now()), p.First, p.Last, p.Count, p.Archive, p.SHA256, p.Record, resume, problem); err != nil {
+		fmtTime(rn.db.opts.Now()), p.First, p.Last, p.Count, p.Archive, p.SHA256, p.Record, resume, problem); err != nil {
 		return fmt.Errorf("retention: keep the run: %w", err)
 	}
 	return nil
@@ -573,11 +573,11 @@ var ErrRetentionRunning = errors.New("retention: another guard process is runnin
 // database did within every (0: it is always due); processes sharing the
 // database take turns: one that finds another running the job skips
 // (ErrRetentionRunning). It returns what the round archived.
-func (db *DB) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Duration) ([]Pruned, error) {
+func (rn Pruning) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Duration) ([]Pruned, error) {
 	if o.Retention <= 0 {
 		return nil, nil
 	}
-	unlock, ok, err := db.tryLock(ctx, retentionLock)
+	unlock, ok, err := rn.db.tryLock(ctx, retentionLock)
 	if err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
 	}
@@ -585,14 +585,14 @@ func (db *DB) PruneIfDue(ctx context.Context, o RetentionOptions, every time.Dur
 		return nil, ErrRetentionRunning
 	}
 	defer unlock()
-	last, err := db.LastRetention(ctx)
+	last, err := rn.LastRetention(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if last != nil && every > 0 && db.opts.Now().Sub(last.Time) < every {
+	if last != nil && every > 0 && rn.db.opts.Now().Sub(last.Time) < every {
 		return nil, nil
 	}
-	return db.Prune(ctx, o)
+	return rn.Prune(ctx, o)
 }
 
 // RetentionEvery is how often the long-running processes run the
@@ -603,7 +603,7 @@ const RetentionEvery = time.Hour
 // until ctx ends, in turn with the other processes on the database (see
 // PruneIfDue). Nothing runs when o.Retention is 0. done, when set, is
 // given what each round of this process archived, and its error.
-func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.Duration, done func([]Pruned, error)) {
+func (rn Pruning) RunRetention(ctx context.Context, o RetentionOptions, every time.Duration, done func([]Pruned, error)) {
 	if o.Retention <= 0 || every <= 0 {
 		return
 	}
@@ -615,9 +615,9 @@ func (db *DB) RunRetention(ctx context.Context, o RetentionOptions, every time.D
 			return
 		case <-t.C:
 		}
-		got, err := db.PruneIfDue(ctx, o, every)
+		got, err := rn.PruneIfDue(ctx, o, every)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrRetentionRunning) {
-			db.opts.Logger.Error("audit retention", "err", err)
+			rn.db.opts.Logger.Error("audit retention", "err", err)
 		}
 		if done != nil {
 			done(got, err)
@@ -725,9 +725,9 @@ type retentionCheck struct {
 	buf    []byte
 }
 
-func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
-	c := &retentionCheck{db: db, v: v, runs: map[int64]*retentionRun{}}
-	if db.schema.noPruned {
+func (rn Pruning) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
+	c := &retentionCheck{db: rn.db, v: v, runs: map[int64]*retentionRun{}}
+	if rn.db.schema.noPruned {
 		return c, nil
 	}
 	return c, c.load(ctx)
@@ -735,7 +735,7 @@ func (db *DB) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentio
 
 // load reads the retention records after those read before.
 func (c *retentionCheck) load(ctx context.Context) error {
-	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+c.db.indexedBy("records_retention")+`
+	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+indexedBy(c.db.pg, "records_retention")+`
 		WHERE kind = 'retention' AND seq > ? ORDER BY seq`, c.read)
 	if err != nil {
 		return fmt.Errorf("retention records: %w", err)
@@ -831,4 +831,20 @@ func (c *retentionCheck) keyName() string {
 		return "none: there is no key"
 	}
 	return c.v.Name()
+}
+
+// Pruning prunes the audit log's old records, archiving them first, and
+// tells how the last run went; DB.Pruning returns it.
+type Pruning struct{ db *DB }
+
+// Pruning returns the audit log's retention.
+func (db *DB) Pruning() Pruning { return Pruning{db} }
+
+// archiveDirDefault is where retention archives go by default: beside an
+// SQLite database; on PostgreSQL, beside the checkpoint key.
+func (rn Pruning) archiveDirDefault() string {
+	if rn.db.pg {
+		return filepath.Join(filepath.Dir(rn.db.opts.KeyPath), "archive")
+	}
+	return ArchiveDir(rn.db.opts.Path)
 }

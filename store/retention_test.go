@@ -80,7 +80,7 @@ func rawConn(t *testing.T, path string) *sql.DB {
 
 func verifyPruned(t *testing.T, db *DB) Report {
 	t.Helper()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -97,7 +97,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	path := filepath.Join(dir, "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 6, 3)
-	before, err := db.Prove(ctx, "call-2")
+	before, err := db.Verifier().Prove(ctx, "call-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		t.Fatalf("%d checkpoints before pruning, want 5", len(kept))
 	}
 
-	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
+	got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 
 	// The bodies are gone, the rows and leaves stay.
 	var recs []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != 19 {
@@ -187,7 +187,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
+	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
@@ -197,7 +197,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		}
 	}
 	var whole strings.Builder
-	if err := db.Export(ctx, &whole, ExportOptions{}); err != nil {
+	if err := db.Reader().Export(ctx, &whole, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
@@ -206,11 +206,11 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
 	}
-	if pruned, failures, err := db.RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {
+	if pruned, failures, err := db.Pruning().RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {
 		t.Fatalf("totals: %d pruned, %d failures, %v", pruned, failures, err)
 	}
 	// Nothing is left to prune: the next round archives nothing.
-	if again, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil || len(again) != 0 {
+	if again, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil || len(again) != 0 {
 		t.Fatalf("second round: %+v %v", again, err)
 	}
 }
@@ -237,7 +237,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, Batch: 3})
+	got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, Batch: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatalf("pruned: %+v", got)
 	}
 	pruned := map[string]int{}
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Pruned {
 			pruned[r.CallID]++
 		}
@@ -266,7 +266,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(500 * 24 * time.Hour)
-	got, err = db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
+	got, err = db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestPruneByWholeCalls(t *testing.T) {
 		t.Fatalf("second round: %+v", got)
 	}
 	var left []string
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if !r.Pruned {
 			left = append(left, r.Kind)
 		}
@@ -345,7 +345,7 @@ func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "guard.db")
 			var now time.Time
 			db := retentionLog(t, path, &now, 3, 3)
-			if _, err := db.Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+			if _, err := db.Pruning().Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			verifyPruned(t, db)
@@ -353,7 +353,7 @@ func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
 			if _, err := raw.Exec(`DROP TRIGGER IF EXISTS tree_hashes_no_update; ` + tc.sql); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v, want it to name %q", rep, err, tc.want)
 			}
@@ -381,17 +381,17 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 		if (os.Geteuid() == 0 || runtime.GOOS == "windows") && archive == ro {
 			continue // root writes into a read-only directory, as anyone does on Windows
 		}
-		got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: archive})
+		got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: archive})
 		if err == nil || len(got) != 0 {
 			t.Fatalf("archive in %s: %+v %v", archive, got, err)
 		}
-		last, lerr := db.LastRetention(ctx)
+		last, lerr := db.Pruning().LastRetention(ctx)
 		if lerr != nil || last == nil || !strings.Contains(last.Problem, "archive") {
 			t.Fatalf("last run: %+v %v", last, lerr)
 		}
 	}
 	n := 0
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Pruned || r.Kind == guard.KindRetention || !hasBody(r) {
 			t.Fatalf("record %d after a failed round: %+v", r.Seq, r)
 		}
@@ -401,7 +401,7 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 	if n != 6 {
 		t.Fatalf("%d records", n)
 	}
-	if pruned, failures, err := db.RetentionTotals(ctx); err != nil || pruned != 0 || failures < 2 {
+	if pruned, failures, err := db.Pruning().RetentionTotals(ctx); err != nil || pruned != 0 || failures < 2 {
 		t.Fatalf("totals: %d pruned, %d failures, %v", pruned, failures, err)
 	}
 	verifyPruned(t, db)
@@ -413,32 +413,32 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 	ctx := context.Background()
 	empty := openDB(t, filepath.Join(t.TempDir(), "empty.db"))
 	defer empty.Close()
-	if got, err := empty.Prune(ctx, RetentionOptions{Retention: time.Hour}); err != nil || got != nil {
+	if got, err := empty.Pruning().Prune(ctx, RetentionOptions{Retention: time.Hour}); err != nil || got != nil {
 		t.Fatalf("an empty log: %+v %v", got, err)
 	}
 	path := filepath.Join(t.TempDir(), "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 0)
-	if got, err := db.Prune(ctx, RetentionOptions{}); err != nil || got != nil {
+	if got, err := db.Pruning().Prune(ctx, RetentionOptions{}); err != nil || got != nil {
 		t.Fatalf("retention 0: %+v %v", got, err)
 	}
-	if got, err := db.PruneIfDue(ctx, RetentionOptions{}, time.Hour); err != nil || got != nil {
+	if got, err := db.Pruning().PruneIfDue(ctx, RetentionOptions{}, time.Hour); err != nil || got != nil {
 		t.Fatalf("retention 0, if due: %+v %v", got, err)
 	}
-	if last, err := db.LastRetention(ctx); err != nil || last != nil {
+	if last, err := db.Pruning().LastRetention(ctx); err != nil || last != nil {
 		t.Fatalf("a run with retention off: %+v %v", last, err)
 	}
 	o := RetentionOptions{Retention: 400 * 24 * time.Hour}
-	if got, err := db.Prune(ctx, RetentionOptions{Retention: o.Retention, DryRun: true}); err != nil || len(got) != 1 || got[0].Count != 6 || got[0].Archive != "" {
+	if got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: o.Retention, DryRun: true}); err != nil || len(got) != 1 || got[0].Count != 6 || got[0].Archive != "" {
 		t.Fatalf("dry run: %+v %v", got, err)
 	}
-	if last, err := db.LastRetention(ctx); err != nil || last != nil {
+	if last, err := db.Pruning().LastRetention(ctx); err != nil || last != nil {
 		t.Fatalf("a dry run was kept: %+v %v", last, err)
 	}
 	// The long-running processes' job runs a round at once.
 	rounds := make(chan []Pruned, 1)
 	run, stop := context.WithCancel(ctx)
-	go db.RunRetention(run, o, time.Hour, func(got []Pruned, err error) {
+	go db.Pruning().RunRetention(run, o, time.Hour, func(got []Pruned, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -461,22 +461,22 @@ func TestRetentionOffByDefaultAndOncePerPeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 	now = now.Add(30 * time.Minute)
-	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || got != nil {
+	if got, err := db.Pruning().PruneIfDue(ctx, o, time.Hour); err != nil || got != nil {
 		t.Fatalf("again within the period: %+v %v", got, err)
 	}
 	unlock, ok, err := db.tryLock(ctx, retentionLock) // as another process would
 	if err != nil || !ok {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
-	if _, err := db.PruneIfDue(ctx, o, 0); !errors.Is(err, ErrRetentionRunning) {
+	if _, err := db.Pruning().PruneIfDue(ctx, o, 0); !errors.Is(err, ErrRetentionRunning) {
 		t.Fatalf("while another process runs the job: %v", err)
 	}
 	unlock()
 	now = now.Add(31 * time.Minute)
-	if got, err := db.PruneIfDue(ctx, o, time.Hour); err != nil || len(got) != 1 || got[0].Count != 1 || got[0].First != 8 {
+	if got, err := db.Pruning().PruneIfDue(ctx, o, time.Hour); err != nil || len(got) != 1 || got[0].Count != 1 || got[0].First != 8 {
 		t.Fatalf("a period later: %+v %v", got, err)
 	}
-	last, err := db.LastRetention(ctx)
+	last, err := db.Pruning().LastRetention(ctx)
 	if err != nil || last == nil || last.Problem != "" || !last.Time.Equal(now) {
 		t.Fatalf("last run: %+v %v", last, err)
 	}
@@ -488,7 +488,7 @@ func TestPruneArchivesBesideTheDatabaseOrTheKey(t *testing.T) {
 	p := testPath(t)
 	var now time.Time
 	db := retentionLog(t, p, &now, 3, 1)
-	got, err := db.Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour})
+	got, err := db.Pruning().Prune(context.Background(), RetentionOptions{Retention: 400 * 24 * time.Hour})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("prune: %+v %v", got, err)
 	}
@@ -515,7 +515,7 @@ func TestPruneClearsTheCallIndex(t *testing.T) {
 	if ids := queryIDs(t, db, Filter{Text: "secret"}); len(ids) != 9 {
 		t.Fatalf("before: the text index finds %v", ids)
 	}
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() string {
@@ -569,7 +569,7 @@ func TestPruneClearsTheCallIndex(t *testing.T) {
 		}
 	}
 	kept := snapshot()
-	if err := db.RebuildCallIndex(ctx); err != nil {
+	if err := db.CallIndex().RebuildCallIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rebuilt := snapshot(); rebuilt != kept {
@@ -602,14 +602,14 @@ func TestReadOnlyBeforeRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != 6 {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != 6 {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	var export strings.Builder
-	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Count(export.String(), "\n") != 7 {
+	if err := ro.Reader().Export(ctx, &export, ExportOptions{}); err != nil || strings.Count(export.String(), "\n") != 7 {
 		t.Fatalf("export: %v\n%s", err, export.String())
 	}
-	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{}, func(*guard.Record) error { return nil }); err != nil {
+	if err := ro.Reader().QueryRecords(ctx, guard.KindDecision, Filter{}, func(*guard.Record) error { return nil }); err != nil {
 		t.Fatalf("records of a kind: %v", err)
 	}
 	ro.Close()
@@ -628,10 +628,10 @@ func TestReportCountsPrunedCallsAsArchived(t *testing.T) {
 	ctx := context.Background()
 	var now time.Time
 	db := retentionLog(t, filepath.Join(t.TempDir(), "guard.db"), &now, 6, 3)
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := db.Activity(ctx, retentionStart.Add(-time.Hour), time.Time{})
+	a, err := db.Reader().Activity(ctx, retentionStart.Add(-time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -707,7 +707,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "guard.db")
 	var now time.Time
 	db := retentionLog(t, path, &now, 3, 3)
-	if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+	if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	kept, err := db.LatestCheckpoint(ctx)
@@ -715,7 +715,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}}
-	rep, err := db.VerifyWith(ctx, o)
+	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
 		t.Fatalf("verify after pruning: %+v %v", rep, err)
 	}
@@ -750,7 +750,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "guard.db")
 			var now time.Time
 			db := retentionLog(t, p, &now, 3, 3)
-			if _, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
+			if _, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			kept, err := db.LatestCheckpoint(ctx)
@@ -760,7 +760,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			raw := rawDB(t, p)
 			// A record of the young call 4, whose body is to go.
 			const victim = 9
-			sum, err := db.keptSum(ctx, []int64{victim})
+			sum, err := db.Pruning().keptSum(ctx, []int64{victim})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -784,7 +784,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

@@ -329,7 +329,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
-	db.noteNewerSchema(ctx, latestMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
 	if len(opts.Witnesses) > 0 {
 		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
@@ -352,7 +352,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	// Before journals left by processes that stopped are moved in: the
 	// index is filled only while it is empty.
-	if err := db.fillCallIndex(ctx, false); err != nil {
+	if err := db.CallIndex().fillCallIndex(ctx, false); err != nil {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
@@ -425,7 +425,7 @@ func (db *DB) upgrade(ctx context.Context) error {
 	if err := migrate(ctx, db.w, journalsDropped); err != nil {
 		return err
 	}
-	done, err := db.importJournals(ctx)
+	done, err := db.journals().importJournals(ctx)
 	if err != nil {
 		db.opts.Logger.Error("records of earlier versions' journals not moved into the database; they stay for the next start", "err", err)
 	}
@@ -519,7 +519,7 @@ func (db *DB) Close() error {
 				db.ckpt.witness.close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
-				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.PeakBacklog())
+				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.Writing().PeakBacklog())
 		}
 		err = db.closeAll()
 	})

@@ -35,7 +35,7 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	const ttl = 10 * time.Second
 	take := func(db *DB, holder string) bool {
 		t.Helper()
-		ok, err := db.Lease(ctx, "stream", holder, ttl)
+		ok, err := db.Streams().Lease(ctx, "stream", holder, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,11 +55,11 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	if take(b, "B") {
 		t.Fatal("B took the lease A renewed")
 	}
-	if h, _ := b.LeaseHolder(ctx, "stream"); h != "A" {
+	if h, _ := b.Streams().LeaseHolder(ctx, "stream"); h != "A" {
 		t.Fatalf("holder %q, want A", h)
 	}
 	// Another lease by another name is another matter.
-	if ok, err := b.Lease(ctx, "checkpoint", "B", ttl); err != nil || !ok {
+	if ok, err := b.Streams().Lease(ctx, "checkpoint", "B", ttl); err != nil || !ok {
 		t.Fatalf("B could not take the checkpoint lease: %v", err)
 	}
 	// A stops renewing: B takes over once it expired, and A has lost it.
@@ -71,17 +71,17 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 		t.Fatal("A took back the lease B holds")
 	}
 	// B releases it: A takes it at once.
-	if err := b.ReleaseLease(ctx, "stream", "B"); err != nil {
+	if err := b.Streams().ReleaseLease(ctx, "stream", "B"); err != nil {
 		t.Fatal(err)
 	}
 	if !take(a, "A") {
 		t.Fatal("A did not take the released lease")
 	}
 	// Releasing what one does not hold changes nothing.
-	if err := b.ReleaseLease(ctx, "stream", "B"); err != nil {
+	if err := b.Streams().ReleaseLease(ctx, "stream", "B"); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := a.LeaseHolder(ctx, "stream"); h != "A" {
+	if h, _ := a.Streams().LeaseHolder(ctx, "stream"); h != "A" {
 		t.Fatalf("holder %q, want A", h)
 	}
 }
@@ -91,22 +91,22 @@ func TestStreamCursorOnlyForTheHolderAndForward(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.db")
 	c := newClock()
 	a, b := openAt(t, path, c), openAt(t, path, c)
-	if _, err := a.Lease(ctx, "stream", "A", time.Minute); err != nil {
+	if _, err := a.Streams().Lease(ctx, "stream", "A", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SetStreamCursor(ctx, "stream", "A", "syslog tcp://x:1", 7); err != nil {
+	if err := a.Streams().SetStreamCursor(ctx, "stream", "A", "syslog tcp://x:1", 7); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetStreamCursor(ctx, "stream", "B", "syslog tcp://x:1", 9); !errors.Is(err, ErrLeaseLost) {
+	if err := b.Streams().SetStreamCursor(ctx, "stream", "B", "syslog tcp://x:1", 9); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a process without the lease moved the cursor: %v", err)
 	}
-	if err := a.SetStreamCursor(ctx, "stream", "A", "syslog tcp://x:1", 3); err != nil {
+	if err := a.Streams().SetStreamCursor(ctx, "stream", "A", "syslog tcp://x:1", 3); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.StreamCursor(ctx, "syslog tcp://x:1"); err != nil || n != 7 {
+	if n, err := b.Streams().StreamCursor(ctx, "syslog tcp://x:1"); err != nil || n != 7 {
 		t.Fatalf("cursor %d (%v), want 7: it moved back or to the other process's", n, err)
 	}
-	if n, _ := b.StreamCursor(ctx, "otlp http://y:2"); n != 0 {
+	if n, _ := b.Streams().StreamCursor(ctx, "otlp http://y:2"); n != 0 {
 		t.Fatalf("a receiver never streamed to has cursor %d", n)
 	}
 }
@@ -122,27 +122,27 @@ func TestRecordsAfterAndLag(t *testing.T) {
 		}
 	}
 	// Records waits for the ingester; RecordsAfter reads what is there.
-	if err := db.Records(ctx, func(*guard.Record) error { return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(*guard.Record) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := db.RecordsAfter(ctx, 2, 2)
+	recs, err := db.Streams().RecordsAfter(ctx, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(recs) != 2 || recs[0].Seq != 3 || recs[1].Seq != 4 || recs[0].CallID != "call-2" {
 		t.Fatalf("records after 2: %+v", recs)
 	}
-	if _, err := db.Lease(ctx, "stream", "A", time.Minute); err != nil {
+	if _, err := db.Streams().Lease(ctx, "stream", "A", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SetStreamCursor(ctx, "stream", "A", "r", 2); err != nil {
+	if err := db.Streams().SetStreamCursor(ctx, "stream", "A", "r", 2); err != nil {
 		t.Fatal(err)
 	}
-	n, oldest, err := db.StreamLag(ctx, "r")
+	n, oldest, err := db.Streams().StreamLag(ctx, "r")
 	if err != nil || n != 3 || !oldest.Equal(recs[0].Time) {
 		t.Fatalf("lag %d records, oldest %v (%v): want 3, %v", n, oldest, err, recs[0].Time)
 	}
-	if n, oldest, _ := db.StreamLag(ctx, "never"); n != 5 || oldest.IsZero() {
+	if n, oldest, _ := db.Streams().StreamLag(ctx, "never"); n != 5 || oldest.IsZero() {
 		t.Fatalf("lag of a new receiver: %d, %v", n, oldest)
 	}
 }
@@ -169,13 +169,13 @@ func TestWithLeaseTakeover(t *testing.T) {
 		}
 	}
 	doneA := make(chan struct{})
-	go func() { a.WithLease(ctxA, "stream", "A", ttl, run("A")); close(doneA) }()
+	go func() { a.Streams().WithLease(ctxA, "stream", "A", ttl, run("A")); close(doneA) }()
 	if got := <-running; got != "A" {
 		t.Fatalf("first to run: %s", got)
 	}
 	doneB := make(chan struct{})
-	go func() { b.WithLease(ctxB, "stream", "B", ttl, run("B")); close(doneB) }()
-	if h, _ := b.LeaseHolder(context.Background(), "stream"); h != "A" {
+	go func() { b.Streams().WithLease(ctxB, "stream", "B", ttl, run("B")); close(doneB) }()
+	if h, _ := b.Streams().LeaseHolder(context.Background(), "stream"); h != "A" {
 		t.Fatalf("holder %q while A runs", h)
 	}
 	stopA()
@@ -191,21 +191,21 @@ func TestWithLeaseTakeover(t *testing.T) {
 		t.Fatalf("got %s, want B stopped", got)
 	}
 	<-doneB
-	if h, _ := a.LeaseHolder(context.Background(), "stream"); h != "" {
+	if h, _ := a.Streams().LeaseHolder(context.Background(), "stream"); h != "" {
 		t.Fatalf("holder %q after both stopped", h)
 	}
 
 	// A crashed holder: C takes the lease and never renews nor releases it.
-	if ok, err := a.Lease(context.Background(), "stream", "C", ttl); !ok || err != nil {
+	if ok, err := a.Streams().Lease(context.Background(), "stream", "C", ttl); !ok || err != nil {
 		t.Fatalf("C could not take the free lease: %v", err)
 	}
 	ctxB, stopB = context.WithCancel(context.Background())
 	defer stopB()
-	go b.WithLease(ctxB, "stream", "B", ttl, run("B"))
+	go b.Streams().WithLease(ctxB, "stream", "B", ttl, run("B"))
 	if got := <-running; got != "B" {
 		t.Fatalf("got %s, want B to take over", got)
 	}
-	if h, _ := a.LeaseHolder(context.Background(), "stream"); h != "B" {
+	if h, _ := a.Streams().LeaseHolder(context.Background(), "stream"); h != "B" {
 		t.Fatalf("holder %q, want B", h)
 	}
 }

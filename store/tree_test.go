@@ -80,7 +80,7 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 		return out, nil
 	})
 	var n int64
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		hs, err := tlog.StoredHashes(n, audit.AppendCanonical(nil, r), reader)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 		}
 		prev = c
 	}
-	if rep, err := db.Verify(ctx); err != nil || !rep.OK || rep.Records != 200 || rep.Witnessed {
+	if rep, err := db.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != 200 || rep.Witnessed {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
@@ -211,7 +211,7 @@ func TestNoCheckpointForALogThatDoesNotExtendTheLast(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err == nil || !strings.Contains(err.Error(), "truncated or rewritten") {
 		t.Fatalf("checkpoint of a rewritten log: %v", err)
 	}
-	if n := db.CheckpointRefusals(); n < 2 { // at Open, and now
+	if n := db.Integrity().CheckpointRefusals(); n < 2 { // at Open, and now
 		t.Fatalf("refusals counted: %d", n)
 	}
 	db.Close()
@@ -232,7 +232,7 @@ func TestNoCheckpointForALogThatDoesNotExtendTheLast(t *testing.T) {
 	if max != 10 {
 		t.Fatalf("the latest checkpoint kept is of %d records, want 10", max)
 	}
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || rep.OK || !strings.Contains(rep.Problem, "the checkpoint of 10 records kept in the database does not match the log") {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -268,7 +268,7 @@ func TestTheTreeIsCompletedAndItsHashesVerified(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ro.Close()
-		rep, err := ro.Verify(ctx)
+		rep, err := ro.Verifier().Verify(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,7 +385,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 	if c, err := OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
 		t.Fatalf("checkpoint from syslog %q: %+v %v", text, c, err)
 	}
-	if n := db.WitnessFailures(); n != 2 {
+	if n := db.Integrity().WitnessFailures(); n != 2 {
 		t.Fatalf("witness failures: %d, want 2 (the failing endpoint, twice)", n)
 	}
 	if !strings.Contains(logs.String(), "503 Service Unavailable") {
@@ -422,7 +422,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 	}
 	// The queue filled up behind the hanging one: the rest were dropped
 	// and counted.
-	if n := db.WitnessFailures(); n < 9 {
+	if n := db.Integrity().WitnessFailures(); n < 9 {
 		t.Fatalf("witness failures: %d", n)
 	}
 	c, err := db.LatestCheckpoint(ctx)
@@ -478,7 +478,7 @@ func TestVerifyTime(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start = time.Now()
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	took := time.Since(start)
 	runtime.ReadMemStats(&after)
 	if err != nil || !rep.OK || rep.Records != int64(n) {
@@ -506,7 +506,7 @@ func TestVerifyOfALogWithoutATree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	rep, err := ro.Verify(context.Background())
+	rep, err := ro.Verifier().Verify(context.Background())
 	if err != nil || rep.Verdict() != VerdictUnverifiable || !strings.Contains(rep.Why(), "no Merkle tree yet") {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
@@ -518,7 +518,7 @@ func TestVerifyOfALogWithoutATree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro2.Close()
-	if rep, err := ro2.Verify(context.Background()); err != nil || !rep.OK || rep.Records != 1 {
+	if rep, err := ro2.Verifier().Verify(context.Background()); err != nil || !rep.OK || rep.Records != 1 {
 		t.Fatalf("verify once the tree is built: %+v %v", rep, err)
 	}
 }

@@ -27,6 +27,16 @@ import (
 // Unchained counts them, and journalFindings tells verify, which cannot
 // vouch for the log while they are outside it.
 
+// journals keeps the journals that processes left: those of guard
+// processes that stopped, which a reader reads (what follows) and whose
+// recovery records what it refused (journalauth.go) or found damaged
+// (damage.go), and those of earlier versions, which the upgrade imports
+// (legacy.go). DB.journals returns it.
+type journals struct{ db *DB }
+
+// journals returns the journals processes left beside the database.
+func (db *DB) journals() journals { return journals{db} }
+
 // unchainedJournal is a journal of a process that stopped, as a reader
 // finds it.
 type unchainedJournal struct {
@@ -46,11 +56,11 @@ type unchainedJournal struct {
 // gone, in the order recovery moves them in. Holding this log's key, it
 // leaves out what recovery will refuse, and counts it as integrity
 // alerts; without it, it reads every frame, unauthenticated.
-func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
-	if db.pg || db.hold != nil {
+func (jn journals) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
+	if jn.db.pg || jn.db.hold != nil {
 		return nil, nil // no journals: what is acknowledged is committed, or nothing is
 	}
-	files, err := segments(journalsDir(db.opts.Path))
+	files, err := segments(journalsDir(jn.db.opts.Path))
 	if err != nil {
 		return nil, fmt.Errorf("journals: %w", err)
 	}
@@ -59,9 +69,9 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 	var from int64
 	keyRead := false
 	for _, p := range files {
-		db.ing.jmu.Lock()
-		own := db.ing.own[p]
-		db.ing.jmu.Unlock()
+		jn.db.ing.jmu.Lock()
+		own := jn.db.ing.own[p]
+		jn.db.ing.jmu.Unlock()
 		if own {
 			continue
 		}
@@ -71,7 +81,7 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 		}
 		if !keyRead {
 			// Once, when there is a journal to read.
-			if key, from, err = db.readersKey(ctx); err != nil {
+			if key, from, err = jn.readersKey(ctx); err != nil {
 				return nil, fmt.Errorf("journals: %w", err)
 			}
 			keyRead = true
@@ -81,7 +91,7 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 			continue // not a journal: left alone, as recovery leaves it
 		}
 		recs := sc.records()
-		held, err := heldAlready(ctx, db.r, recs)
+		held, err := heldAlready(ctx, jn.db.r, recs)
 		if err != nil {
 			return nil, fmt.Errorf("journal %s: %w", p, err)
 		}
@@ -96,8 +106,8 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 			}
 		}
 		j.refused = len(refused.frames)
-		if refused.any() && db.auth.alertJournal(p, refused.offsets()...) > 0 {
-			db.opts.Logger.Error("a journal of a guard process that stopped holds frames that were not written by guard (their MAC does not verify, or it is of an earlier format left after the log's MACs began): they are left out of what is read, and the next writable guard keeps the journal aside and records it",
+		if refused.any() && jn.db.auth.alertJournal(p, refused.offsets()...) > 0 {
+			jn.db.opts.Logger.Error("a journal of a guard process that stopped holds frames that were not written by guard (their MAC does not verify, or it is of an earlier format left after the log's MACs began): they are left out of what is read, and the next writable guard keeps the journal aside and records it",
 				"journal", p, "frames", j.refused, "format", sc.format.String())
 		}
 		out = append(out, j)
@@ -109,21 +119,21 @@ func (db *DB) readUnchained(ctx context.Context) ([]unchainedJournal, error) {
 // where the log's MACs start, as a writable open would find it
 // (initMACs): nil and 0 without this log's key's secret (none at hand, or
 // another log's key, used for nothing).
-func (db *DB) readersKey(ctx context.Context) ([]byte, int64, error) {
-	key, err := db.journalKey(ctx)
+func (jn journals) readersKey(ctx context.Context) ([]byte, int64, error) {
+	key, err := jn.journalKey(ctx)
 	if errors.Is(err, errForeignKey) || key == nil {
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, err
 	}
-	if db.schema.noMAC {
+	if jn.db.schema.noMAC {
 		return key, 0, nil // a schema from before MACs: they have not begun
 	}
-	if err := db.ckpt.initMACs(ctx); err != nil {
+	if err := jn.db.ckpt.initMACs(ctx); err != nil {
 		return nil, 0, err
 	}
-	return key, db.auth.from.Load(), nil
+	return key, jn.db.auth.from.Load(), nil
 }
 
 // readOrphan reads the journal at path when its owner is gone.
@@ -150,8 +160,8 @@ func readOrphan(path string) (b []byte, gone bool, err error) {
 
 // unchainedRecords are the records of journals whose owner is gone that
 // the database does not hold yet.
-func (db *DB) unchainedRecords(ctx context.Context) ([]*guard.Record, error) {
-	js, err := db.readUnchained(ctx)
+func (jn journals) unchainedRecords(ctx context.Context) ([]*guard.Record, error) {
+	js, err := jn.readUnchained(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +197,9 @@ func (u Unchained) Outside() bool { return u.Records > 0 || u.DamagedBytes > 0 }
 // Unchained reads the journals of guard processes that stopped (without
 // moving or marking anything) and says what in them is not yet in the
 // chain: a verification cannot vouch for the log while it is not.
-func (db *DB) Unchained(ctx context.Context) (Unchained, error) {
-	db.ing.caughtUp(ctx)
-	js, err := db.readUnchained(ctx)
+func (vr Verifier) Unchained(ctx context.Context) (Unchained, error) {
+	vr.db.ing.caughtUp(ctx)
+	js, err := vr.db.journals().readUnchained(ctx)
 	if err != nil {
 		return Unchained{}, fmt.Errorf("unchained: %w", err)
 	}
@@ -228,17 +238,17 @@ const overlayBatch = 500
 
 // unchainedOverlay makes the overlay, or returns nil when every record
 // acknowledged is in the log.
-func (db *DB) unchainedOverlay(ctx context.Context) (*overlay, error) {
-	recs, err := db.unchainedRecords(ctx)
+func (jn journals) unchainedOverlay(ctx context.Context) (*overlay, error) {
+	recs, err := jn.unchainedRecords(ctx)
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	ov, err := openEmpty(ctx, db.opts)
+	ov, err := openEmpty(ctx, jn.db.opts)
 	if err != nil {
 		return nil, err
 	}
 	o := &overlay{db: ov, calls: map[string]bool{}}
-	if err := db.fillOverlay(ctx, o, recs); err != nil {
+	if err := jn.fillOverlay(ctx, o, recs); err != nil {
 		o.close()
 		return nil, fmt.Errorf("journals of processes that stopped: %w", err)
 	}
@@ -247,8 +257,8 @@ func (db *DB) unchainedOverlay(ctx context.Context) (*overlay, error) {
 
 // fillOverlay puts recs into the overlay's database after the log's
 // records of their calls, and makes its call index.
-func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record) error {
-	if err := db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM records`).Scan(&o.tail); err != nil {
+func (jn journals) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record) error {
+	if err := jn.db.r.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM records`).Scan(&o.tail); err != nil {
 		return err
 	}
 	var ids []string
@@ -260,11 +270,11 @@ func (db *DB) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Record)
 	}
 	var all []*guard.Record
 	pruned := ""
-	if !db.schema.noPruned {
+	if !jn.db.schema.noPruned {
 		pruned = " AND pruned = 0"
 	}
 	for chunk := range slices.Chunk(ids, overlayBatch) {
-		rows, err := db.r.QueryContext(ctx, db.selectRecords()+` WHERE call_id IN (`+paramMarks(len(chunk))+`)`+pruned, appendArgs(nil, chunk)...)
+		rows, err := jn.db.r.QueryContext(ctx, jn.db.schema.selectRecords()+` WHERE call_id IN (`+paramMarks(len(chunk))+`)`+pruned, appendArgs(nil, chunk)...)
 		if err != nil {
 			return err
 		}
@@ -332,7 +342,7 @@ func (o *overlay) pendingCall(id string) bool { return o.calls[id] }
 // first, at most f.Limit of them.
 func (o *overlay) mergeCalls(ctx context.Context, f Filter, queryLog func(Filter, func(*Call) error) error, fn func(*Call) error) error {
 	var extra []*Call
-	if err := o.db.queryCalls(ctx, f, func(c *Call) error { extra = append(extra, c); return nil }); err != nil {
+	if err := o.db.Reader().queryCalls(ctx, f, func(c *Call) error { extra = append(extra, c); return nil }); err != nil {
 		return err
 	}
 	lf := f
@@ -411,7 +421,7 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 	var extra []*guard.Record
 	of := f
 	of.Limit = 0
-	if err := o.db.queryRecords(ctx, kind, of, func(r *guard.Record) error {
+	if err := o.db.Reader().queryRecords(ctx, kind, of, func(r *guard.Record) error {
 		if r.Seq > o.tail {
 			r.Seq = 0
 			extra = append(extra, r)
@@ -430,8 +440,8 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 // guard processes that stopped hold outside the chain (the log cannot be
 // verified here until a writable guard has moved them in), and the losses
 // no one has acknowledged (a note: the log that records them holds).
-func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
-	u, err := db.Unchained(ctx)
+func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
+	u, err := vr.Unchained(ctx)
 	if err != nil {
 		return err
 	}
@@ -448,7 +458,7 @@ func (db *DB) journalFindings(ctx context.Context, f *Findings) error {
 	if u.Unauthenticated > 0 {
 		f.note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
 	}
-	alerts, err := db.Alerts(ctx)
+	alerts, err := vr.db.Integrity().Alerts(ctx)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func call(i int, at time.Time) (req, out *guard.Record) {
 func callIDs(t *testing.T, db *DB, f Filter) []string {
 	t.Helper()
 	var out []string
-	if err := db.Query(context.Background(), f, func(c *Call) error { out = append(out, c.ID); return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), f, func(c *Call) error { out = append(out, c.ID); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -99,12 +99,12 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 			}
 		}
 		var five *Call
-		_ = db.Query(ctx, Filter{ID: "call-05"}, func(c *Call) error { five = c; return nil })
+		_ = db.Reader().Query(ctx, Filter{ID: "call-05"}, func(c *Call) error { five = c; return nil })
 		if five == nil || five.Outcome != guard.OutcomeOK || five.Result != out5.Result || (five.Hash != "") != chained {
 			t.Errorf("the call whose outcome was in the journal: %+v", five)
 		}
 		var evs []*guard.Record
-		if err := db.QueryRecords(ctx, guard.KindEvent, Filter{}, func(r *guard.Record) error { evs = append(evs, r); return nil }); err != nil {
+		if err := db.Reader().QueryRecords(ctx, guard.KindEvent, Filter{}, func(r *guard.Record) error { evs = append(evs, r); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if len(evs) != 1 || evs[0].ID != ev.ID || (evs[0].Seq != 0) != chained {
@@ -112,11 +112,11 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 		}
 	}
 	check(ro, false)
-	if u, err := ro.Unchained(ctx); err != nil || u.Records != len(journal) || u.Journals != 1 || u.DamagedBytes != 0 {
+	if u, err := ro.Verifier().Unchained(ctx); err != nil || u.Records != len(journal) || u.Journals != 1 || u.DamagedBytes != 0 {
 		t.Errorf("unchained %+v %v, want the journal's %d records", u, err, len(journal))
 	}
 	var exp bytes.Buffer
-	if err := ro.Export(ctx, &exp, ExportOptions{}); err != nil {
+	if err := ro.Reader().Export(ctx, &exp, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(exp.String()), "\n")[1:]
@@ -147,7 +147,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	check(db, true)
-	if u, err := db.Unchained(ctx); err != nil || u.Records != 0 {
+	if u, err := db.Verifier().Unchained(ctx); err != nil || u.Records != 0 {
 		t.Errorf("unchained after a writable open: %+v %v", u, err)
 	}
 	verifyOK(t, db)
@@ -173,7 +173,7 @@ func TestAnExportRightAfterACrashHoldsEveryRecord(t *testing.T) {
 	defer ro.Close()
 	for _, format := range []string{"jsonl", "csv"} {
 		var exp bytes.Buffer
-		if err := ro.Export(ctx, &exp, ExportOptions{Format: format}); err != nil {
+		if err := ro.Reader().Export(ctx, &exp, ExportOptions{Format: format}); err != nil {
 			t.Fatal(err)
 		}
 		ids := map[string]bool{}

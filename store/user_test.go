@@ -167,14 +167,14 @@ func userLog(t *testing.T, db *DB) {
 	}
 	a := heldApproval("alice-held")
 	a.Caller = caller
-	if err := db.CreateApproval(ctx, a); err != nil {
+	if err := db.Holds().CreateApproval(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Append(as(&guard.Record{CallID: a.CallID, Kind: guard.KindRequest, Method: "tools/call", Tool: "write_file",
 		Server: "files", Decision: guard.DecisionHeld, Approval: a.ID}, caller)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
+	if _, err := db.Holds().DecideApproval(ctx, a.ID, false, "bob", "not today"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,7 +188,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 	defer db.Close()
 	userLog(t, db)
 	named := map[string]int{}
-	err := db.Records(ctx, func(r *guard.Record) error {
+	err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		switch {
 		case r.User == "" && r.UserEmail == "" && r.UserGroups == nil:
 			named[""]++
@@ -217,7 +217,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		{Filter{User: "bob@example.com"}, nil},
 	} {
 		var got []string
-		err := db.Query(ctx, tc.f, func(c *Call) error {
+		err := db.Reader().Query(ctx, tc.f, func(c *Call) error {
 			got = append(got, c.ID)
 			if c.User != caller.Subject || c.UserEmail != caller.Email || !slices.Equal(c.UserGroups, caller.Groups) {
 				t.Errorf("call %s shows %q %q %q", c.ID, c.User, c.UserEmail, c.UserGroups)
@@ -234,14 +234,14 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		}
 	}
 	var anon *Call
-	if err := db.Query(ctx, Filter{ID: "ucall-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
+	if err := db.Reader().Query(ctx, Filter{ID: "ucall-3"}, func(c *Call) error { anon = c; return nil }); err != nil || anon == nil {
 		t.Fatalf("the call no one authenticated: %v", err)
 	}
 	if anon.User != "" || anon.UserEmail != "" || anon.UserGroups == nil || len(anon.UserGroups) != 0 {
 		t.Errorf("the call no one authenticated shows %q %q %#v", anon.User, anon.UserEmail, anon.UserGroups)
 	}
 	var kinds []string
-	if err := db.QueryRecords(ctx, guard.KindEvent, Filter{User: caller.Email}, func(r *guard.Record) error {
+	if err := db.Reader().QueryRecords(ctx, guard.KindEvent, Filter{User: caller.Email}, func(r *guard.Record) error {
 		kinds = append(kinds, r.Kind+" "+r.User)
 		return nil
 	}); err != nil || !slices.Equal(kinds, []string{"event " + caller.Subject}) {
@@ -250,7 +250,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 
 	for _, format := range []string{"jsonl", "csv"} {
 		var b bytes.Buffer
-		if err := db.Export(ctx, &b, ExportOptions{Format: format}); err != nil {
+		if err := db.Reader().Export(ctx, &b, ExportOptions{Format: format}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := checkFiles(db.signer.verifier, []File{{format, b.Bytes()}}); err != nil {
@@ -306,7 +306,7 @@ func TestVerifyCatchesAnAlteredUser(t *testing.T) {
 			}
 			db = openDB(t, path)
 			defer db.Close()
-			rep, err := db.Verify(context.Background())
+			rep, err := db.Verifier().Verify(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +327,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "g.db")
 	db := openDB(t, path)
 	queryLog(t, db, 12) // allowed, denied and held calls, some with an approval (version 2)
-	if err := db.CreateApproval(ctx, heldApproval("pending-1")); err != nil {
+	if err := db.Holds().CreateApproval(ctx, heldApproval("pending-1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -362,7 +362,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := ro.Verify(ctx); err != nil || !rep.OK || rep.Records != int64(len(before)) {
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != int64(len(before)) {
 		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
 	}
 	if ids := queryIDs(t, ro, Filter{}); len(ids) != 12 {
@@ -371,14 +371,14 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if ids := queryIDs(t, ro, Filter{User: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("a query by user of a log that names none: %v", ids)
 	}
-	if err := ro.QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
+	if err := ro.Reader().QueryRecords(ctx, guard.KindDecision, Filter{User: "x"}, func(*guard.Record) error { return nil }); err != nil {
 		t.Errorf("records by user: %v", err)
 	}
-	if as, err := ro.Approvals(ctx, ""); err != nil || len(as) != 1 {
+	if as, err := ro.Holds().Approvals(ctx, ""); err != nil || len(as) != 1 {
 		t.Errorf("approvals: %d %v", len(as), err)
 	}
 	var export bytes.Buffer
-	if err := ro.Export(ctx, &export, ExportOptions{}); err != nil || strings.Contains(export.String(), `"user`) {
+	if err := ro.Reader().Export(ctx, &export, ExportOptions{}); err != nil || strings.Contains(export.String(), `"user`) {
 		t.Fatalf("export: %v\n%s", err, export.String())
 	}
 	ro.Close()
@@ -396,7 +396,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends == 0 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
@@ -462,7 +462,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 
 	db := openDB(t, path)
 	var got []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 17 || got[14].ID != old1.ID || got[15].ID != old2.ID || got[15].Approval != "ap-1" || got[15].Result != old2.Result ||
@@ -482,7 +482,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	db = openDB(t, path)
 	defer db.Close()
 	got = got[:0]
-	if err := db.Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 19 || got[17].ID != old3.ID || got[17].User != "" || got[18].ID != mine.ID ||
@@ -500,7 +500,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 	ctx := context.Background()
 	var now time.Time
 	db := retentionLog(t, testPath(t), &now, 4, 2)
-	got, err := db.Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()})
+	got, err := db.Pruning().Prune(ctx, RetentionOptions{Retention: 400 * 24 * time.Hour, ArchiveDir: t.TempDir()})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("prune: %+v %v", got, err)
 	}
@@ -515,7 +515,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 		t.Fatalf("the archive does not check: %v", err)
 	}
 	kept := 0
-	if err := db.Records(ctx, func(r *guard.Record) error {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error {
 		switch {
 		case r.Pruned && (r.User != "" || r.UserEmail != "" || r.UserGroups != nil):
 			t.Errorf("pruned record %d still names %q %q %q", r.Seq, r.User, r.UserEmail, r.UserGroups)
@@ -654,24 +654,24 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if !ro.schema.noUser {
 		t.Fatal("the fixture has the user migration: it is not the release before's")
 	}
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || !rep.OK || rep.Records != 14 {
 		t.Fatalf("read-only verify of the release before's log: %+v %v", rep, err)
 	}
 	var before []string
-	if err := ro.Records(ctx, func(r *guard.Record) error { before = append(before, r.Hash); return nil }); err != nil {
+	if err := ro.Reader().Records(ctx, func(r *guard.Record) error { before = append(before, r.Hash); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	ro.Close()
 
 	db := openDB(t, path)
 	defer db.Close()
-	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 {
 		t.Fatalf("verify after the migration: %+v %v", rep, err)
 	}
 	var after []*guard.Record
-	if err := db.Records(ctx, func(r *guard.Record) error { after = append(after, r); return nil }); err != nil {
+	if err := db.Reader().Records(ctx, func(r *guard.Record) error { after = append(after, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range after[:len(before)] {
@@ -679,7 +679,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 			t.Fatalf("record %d after the migration: %+v", r.Seq, r)
 		}
 	}
-	if a, err := db.Approval(ctx, "held-1"); err != nil || a.DecidedBy != "bob" || !a.Caller.IsZero() {
+	if a, err := db.Holds().Approval(ctx, "held-1"); err != nil || a.DecidedBy != "bob" || !a.Caller.IsZero() {
 		t.Fatalf("the approval of the release before: %+v %v", a, err)
 	}
 	userLog(t, db)
@@ -687,7 +687,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}

@@ -169,10 +169,10 @@ func (db *DB) logOrigin(ctx context.Context) (origin, where string, err error) {
 // so, naming both logs and how to pass the right key. A missing key is
 // reported by the caller, which knows whether there was anything to check
 // with it.
-func (db *DB) verifyKey(pinned note.Verifier, origin, where string, f *Findings) (v note.Verifier, had bool) {
+func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *Findings) (v note.Verifier, had bool) {
 	v, which := pinned, "the key given"
-	if v == nil && db.signer != nil {
-		v, which = db.signer.verifier, "the checkpoint key at "+db.opts.KeyPath
+	if v == nil && vr.db.signer != nil {
+		v, which = vr.db.signer.verifier, "the checkpoint key at "+vr.db.opts.KeyPath
 	}
 	if v == nil || origin == "" || v.Name() == origin {
 		return v, v != nil
@@ -207,6 +207,6 @@ func sqliteCode(err error) int {
 
 // noKey is why a log's signatures could not be checked when there is no
 // key at all.
-func (db *DB) noKey(f *Findings) {
-	f.cannot("there is no key for this log (none at %s, and none given): the checkpoints' signatures were not checked: %s", db.opts.KeyPath, passKey)
+func (vr Verifier) noKey(f *Findings) {
+	f.cannot("there is no key for this log (none at %s, and none given): the checkpoints' signatures were not checked: %s", vr.db.opts.KeyPath, passKey)
 }

@@ -92,7 +92,7 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ro.Close()
-		rep, err := ro.VerifyWith(ctx, o)
+		rep, err := ro.Verifier().VerifyWith(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestVerifyWithoutAKeyCatchesATruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil || rep.Verdict() != VerdictFailed ||
 		!strings.Contains(rep.Problem, "the log was truncated: the checkpoint of 8 records kept in the database is ahead of the log's 6") {
 		t.Fatalf("verify without a key of a truncated log: %+v %v", rep, err)
@@ -161,7 +161,7 @@ func TestVerifyOfNoDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	rep, err := ro.Verify(context.Background())
+	rep, err := ro.Verifier().Verify(context.Background())
 	if err != nil || rep.Verdict() != VerdictUnverifiable || !strings.Contains(rep.Why(), "there is no database at "+path) {
 		t.Fatalf("verify of no database: %+v %v", rep, err)
 	}

@@ -27,11 +27,11 @@ const verifyLock = ".verify.lock"
 
 // LastVerification returns the latest scheduled verification by any
 // process on the database, or nil when there was none.
-func (db *DB) LastVerification(ctx context.Context) (*Verification, error) {
+func (vr Verifier) LastVerification(ctx context.Context) (*Verification, error) {
 	var v Verification
 	var at string
 	var took int64
-	err := db.r.QueryRowContext(ctx, `SELECT time, ok, records, problem, took_ms FROM audit_verifications
+	err := vr.db.r.QueryRowContext(ctx, `SELECT time, ok, records, problem, took_ms FROM audit_verifications
 		ORDER BY id DESC LIMIT 1`).Scan(&at, &v.OK, &v.Records, &v.Problem, &took)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -45,9 +45,9 @@ func (db *DB) LastVerification(ctx context.Context) (*Verification, error) {
 
 // VerificationFailures counts the scheduled verifications that failed, by
 // every process on the database, ever: a counter an alert can watch.
-func (db *DB) VerificationFailures(ctx context.Context) (int64, error) {
+func (vr Verifier) VerificationFailures(ctx context.Context) (int64, error) {
 	var n int64
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM audit_verifications WHERE ok = 0`).Scan(&n); err != nil {
+	if err := vr.db.r.QueryRowContext(ctx, `SELECT count(*) FROM audit_verifications WHERE ok = 0`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("verification failures: %w", err)
 	}
 	return n, nil
@@ -58,17 +58,17 @@ func (db *DB) VerificationFailures(ctx context.Context) (int64, error) {
 // Processes sharing the database take turns: one that finds another
 // verifying skips. It returns the verification it made, or nil. A failure
 // is logged at error level, naming the problem.
-func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verification, error) {
-	unlock, ok, err := db.tryLock(ctx, verifyLock)
+func (vr Verifier) VerifyIfDue(ctx context.Context, every time.Duration) (*Verification, error) {
+	unlock, ok, err := vr.db.tryLock(ctx, verifyLock)
 	if err != nil || !ok {
 		return nil, err // another process verifies now
 	}
 	defer unlock()
-	last, err := db.LastVerification(ctx)
+	last, err := vr.LastVerification(ctx)
 	if err != nil {
 		return nil, err
 	}
-	now := db.opts.Now()
+	now := vr.db.opts.Now()
 	if last != nil && !last.Time.After(now.Add(clockSkew)) && now.Sub(last.Time) < every {
 		return nil, nil
 	}
@@ -76,10 +76,10 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 		// A time to come cannot put the next round off: the table is
 		// not part of the chain, and whoever could write it would
 		// otherwise switch verification off.
-		db.opts.Logger.Warn("the last audit log verification is dated in the future; verifying now", "dated", last.Time)
+		vr.db.opts.Logger.Warn("the last audit log verification is dated in the future; verifying now", "dated", last.Time)
 	}
 	start := time.Now()
-	rep, err := db.Verify(ctx)
+	rep, err := vr.Verify(ctx)
 	if ctx.Err() != nil {
 		return nil, ctx.Err() // stopped, not failed
 	}
@@ -88,11 +88,11 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 		v.Problem = "the log could not be verified: " + err.Error()
 	}
 	if !v.OK {
-		db.opts.Logger.Error("audit log verification failed", "problem", v.Problem, "records", v.Records)
+		vr.db.opts.Logger.Error("audit log verification failed", "problem", v.Problem, "records", v.Records)
 	} else {
-		db.opts.Logger.Info("audit log verified", "records", v.Records, "took", v.Took.Round(time.Millisecond))
+		vr.db.opts.Logger.Info("audit log verified", "records", v.Records, "took", v.Took.Round(time.Millisecond))
 	}
-	if _, err := db.w.ExecContext(ctx, `INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES (?, ?, ?, ?, ?)`,
+	if _, err := vr.db.w.ExecContext(ctx, `INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES (?, ?, ?, ?, ?)`,
 		fmtTime(v.Time), boolInt(v.OK), v.Records, v.Problem, v.Took.Milliseconds()); err != nil {
 		return v, fmt.Errorf("verification: keep its result: %w", err)
 	}
@@ -105,12 +105,12 @@ func (db *DB) VerifyIfDue(ctx context.Context, every time.Duration) (*Verificati
 // is a period old, or a period after the start when there was none (the
 // records a new log starts with have a checkpoint by then). done, when
 // set, is given each verification this process made.
-func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Verification)) {
+func (vr Verifier) RunVerifier(ctx context.Context, every time.Duration, done func(Verification)) {
 	if every <= 0 {
 		return
 	}
 	first := every
-	if last, err := db.LastVerification(ctx); err == nil && last != nil {
+	if last, err := vr.LastVerification(ctx); err == nil && last != nil {
 		first = min(max(time.Until(last.Time.Add(every)), 0), every)
 	}
 	t := time.NewTimer(first)
@@ -121,15 +121,15 @@ func (db *DB) RunVerifier(ctx context.Context, every time.Duration, done func(Ve
 			return
 		case <-t.C:
 		}
-		v, err := db.VerifyIfDue(ctx, every)
+		v, err := vr.VerifyIfDue(ctx, every)
 		if err != nil && ctx.Err() == nil {
-			db.opts.Logger.Error("audit log verification", "err", err)
+			vr.db.opts.Logger.Error("audit log verification", "err", err)
 		}
 		if v != nil && done != nil {
 			done(*v)
 		}
 		next := every
-		if last, err := db.LastVerification(ctx); err == nil && last != nil {
+		if last, err := vr.LastVerification(ctx); err == nil && last != nil {
 			next = min(max(time.Until(last.Time.Add(every)), time.Second), every)
 		}
 		t.Reset(next)

@@ -35,14 +35,14 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := db.LastVerification(ctx); v != nil || err != nil {
+	if v, err := db.Verifier().LastVerification(ctx); v != nil || err != nil {
 		t.Fatalf("a verification before any: %+v %v", v, err)
 	}
-	v, err := db.VerifyIfDue(ctx, time.Hour)
+	v, err := db.Verifier().VerifyIfDue(ctx, time.Hour)
 	if err != nil || v == nil || !v.OK || v.Records != 5 {
 		t.Fatalf("first verification: %+v %v", v, err)
 	}
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
 		t.Fatalf("verified again within the period: %+v %v", v, err)
 	}
 
@@ -50,15 +50,15 @@ func TestAScheduledVerificationCatchesATamperedFile(t *testing.T) {
 	if _, err := raw.Exec(`UPDATE records SET arguments = '{"path":"/tmp/elsewhere"}' WHERE seq = 3`); err != nil {
 		t.Fatal(err)
 	}
-	v, err = db.VerifyIfDue(ctx, 0)
+	v, err = db.Verifier().VerifyIfDue(ctx, 0)
 	if err != nil || v == nil || v.OK || !strings.Contains(v.Problem, "3") {
 		t.Fatalf("verification of the tampered file: %+v %v", v, err)
 	}
-	last, err := db.LastVerification(ctx)
+	last, err := db.Verifier().LastVerification(ctx)
 	if err != nil || last == nil || last.OK || last.Problem != v.Problem {
 		t.Fatalf("last verification: %+v %v", last, err)
 	}
-	if n, err := db.VerificationFailures(ctx); n != 1 || err != nil {
+	if n, err := db.Verifier().VerificationFailures(ctx); n != 1 || err != nil {
 		t.Fatalf("failures: %d %v", n, err)
 	}
 	if !strings.Contains(logs.String(), "level=ERROR msg=\"audit log verification failed\"") || !strings.Contains(logs.String(), v.Problem) {
@@ -86,11 +86,11 @@ func TestAProcessVerifyingMakesTheOthersSkip(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
 		t.Fatalf("verified while another process does: %+v %v", v, err)
 	}
 	unlock()
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
 		t.Fatalf("no verification once the other is done: %+v %v", v, err)
 	}
 }
@@ -105,7 +105,7 @@ func TestRunVerifierVerifiesAPeriodAfterTheStart(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		db.RunVerifier(ctx, 20*time.Millisecond, func(v Verification) { got <- v })
+		db.Verifier().RunVerifier(ctx, 20*time.Millisecond, func(v Verification) { got <- v })
 	}()
 	v := <-got
 	cancel()
@@ -140,10 +140,10 @@ func TestAVerificationDatedInTheFutureIsNoReasonToSkip(t *testing.T) {
 	db := openDB(t, path)
 	defer db.Close()
 	ctx := context.Background()
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
 		t.Fatalf("first verification: %+v %v", v, err)
 	}
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v != nil || err != nil {
 		t.Fatalf("verified again within the period: %+v %v", v, err)
 	}
 	raw := rawDB(t, path)
@@ -151,7 +151,7 @@ func TestAVerificationDatedInTheFutureIsNoReasonToSkip(t *testing.T) {
 	if _, err := raw.Exec(`INSERT INTO audit_verifications (time, ok, records, problem, took_ms) VALUES ('2099-01-01T00:00:00.000Z', 1, 0, '', 0)`); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := db.VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
+	if v, err := db.Verifier().VerifyIfDue(ctx, time.Hour); v == nil || err != nil {
 		t.Fatalf("a verification dated 2099 put the next one off: %+v %v", v, err)
 	}
 }
@@ -180,7 +180,7 @@ func TestAReadOnlyOpenVerifiesTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	rep, err := ro.Verify(ctx)
+	rep, err := ro.Verifier().Verify(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

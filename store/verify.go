@@ -64,9 +64,19 @@ type VerifyOptions struct {
 	Kept []KeptCheckpoint
 }
 
+// Verifier verifies the audit log (its chain, its tree, its checkpoints,
+// its MACs and the indexes made from it), on a schedule too, keeping the
+// results; it says what the journals of processes that stopped hold
+// outside the chain, and proves records against the latest checkpoint.
+// DB.Verifier returns it.
+type Verifier struct{ db *DB }
+
+// Verifier returns the audit log's verification.
+func (db *DB) Verifier() Verifier { return Verifier{db} }
+
 // Verify is VerifyWith against the log's own files only.
-func (db *DB) Verify(ctx context.Context) (Report, error) {
-	return db.VerifyWith(ctx, VerifyOptions{})
+func (vr Verifier) Verify(ctx context.Context) (Report, error) {
+	return vr.VerifyWith(ctx, VerifyOptions{})
 }
 
 // anchor is a checkpoint the log is checked against while it is walked.
@@ -89,7 +99,7 @@ type anchor struct {
 // the checkpoints' sizes and roots are still compared with the log, and
 // the report fails on whatever fails, and is unverifiable only when all
 // it could check holds.
-func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err error) {
+func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err error) {
 	defer func() {
 		if err != nil && damaged(err) {
 			rep.fail("the database is damaged: %v", err)
@@ -97,40 +107,40 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		}
 		rep.OK = rep.Verdict() == VerdictVerified
 	}()
-	if db.hold != nil {
-		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", db.opts.Path)
+	if vr.db.hold != nil {
+		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", vr.db.opts.Path)
 		return rep, nil
 	}
-	db.ing.caughtUp(ctx)
+	vr.db.ing.caughtUp(ctx)
 	var has int
-	if err := db.r.QueryRowContext(ctx, db.tableExists("tree_hashes")).Scan(&has); err != nil {
+	if err := vr.db.r.QueryRowContext(ctx, tableExists(vr.db.pg, "tree_hashes")).Scan(&has); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {
 		rep.cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
 		return rep, nil
 	}
-	origin, originAt, err := db.logOrigin(ctx)
+	origin, originAt, err := vr.db.logOrigin(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	v, hadKey := db.verifyKey(o.Key, origin, originAt, &rep.Findings)
+	v, hadKey := vr.verifyKey(o.Key, origin, originAt, &rep.Findings)
 	cs := checkpoints{v: v, origin: origin}
 	var extra []anchor
 	// The file beside the database is guard's own copy of the latest
 	// checkpoint; one that names another log is not this log's (on
 	// PostgreSQL it lies beside whichever key was read) and tells
 	// nothing about it.
-	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil {
+	if b, err := os.ReadFile(vr.db.opts.CheckpointPath); err == nil {
 		if other := originOfNote(b); origin != "" && other != "" && other != origin {
-			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", db.opts.CheckpointPath, other, origin)
+			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
 		} else if c, err := cs.open(b); err != nil {
-			rep.fail("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+			rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 		} else {
-			extra = append(extra, anchor{c, "in " + db.opts.CheckpointPath, false})
+			extra = append(extra, anchor{c, "in " + vr.db.opts.CheckpointPath, false})
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		rep.fail("the checkpoint at %s: %v", db.opts.CheckpointPath, err)
+		rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 	}
 	for _, k := range o.Kept {
 		c, err := cs.open(k.Note)
@@ -144,17 +154,17 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
-	ret, err := db.newRetentionCheck(ctx, v)
+	ret, err := vr.db.Pruning().newRetentionCheck(ctx, v)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	w, err := db.openWalk(ctx)
+	w, err := vr.openWalk(ctx)
 	if err != nil {
 		return rep, err
 	}
 	defer w.close()
 	cps := &checkpointStream{rows: w.cps, cs: cs, extra: extra}
-	macs, err := db.newMACWalk(ctx, v, extra)
+	macs, err := vr.newMACWalk(ctx, v, extra)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
@@ -197,7 +207,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		case r.Seq != wantSeq:
 			rep.fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
 		case r.PrevHash != prevHash:
-			if s := db.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
+			if s := vr.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
 				rep.fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
 			} else {
 				rep.fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
@@ -269,13 +279,13 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if !hadKey && (rep.Records > 0 || cps.seen || len(o.Kept) > 0) {
-		db.noKey(&rep.Findings)
+		vr.noKey(&rep.Findings)
 	}
 	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
 		rep.fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
-		p, err := db.checkCallIndex(ctx, macs.authenticated(rep.Records))
+		p, err := vr.checkCallIndex(ctx, macs.authenticated(rep.Records))
 		if err != nil {
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
@@ -284,7 +294,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 		}
 	}
 	if rep.Problem == "" {
-		p, err := db.checkCallWords(ctx)
+		p, err := vr.checkCallWords(ctx)
 		if err != nil {
 			return rep, fmt.Errorf("verify: text index: %w", err)
 		}
@@ -292,7 +302,7 @@ func (db *DB) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err 
 			rep.fail("%s", p)
 		}
 	}
-	if err := db.journalFindings(ctx, &rep.Findings); err != nil {
+	if err := vr.journalFindings(ctx, &rep.Findings); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if rep.Problem == "" && macs.unauth > 0 {
@@ -313,13 +323,13 @@ type walk struct {
 	endedAt         int64 // the record before whose leaf the stored tree ended
 }
 
-func (db *DB) openWalk(ctx context.Context) (*walk, error) {
+func (vr Verifier) openWalk(ctx context.Context) (*walk, error) {
 	w := &walk{}
 	queries := []struct {
 		rows **sql.Rows
 		q    string
 	}{
-		{&w.recs, db.selectRecordsMAC() + ` ORDER BY seq`},
+		{&w.recs, vr.db.schema.selectRecordsMAC() + ` ORDER BY seq`},
 		{&w.tree, `SELECT idx, hash FROM tree_hashes ORDER BY idx`},
 		{&w.cps, `SELECT size, note FROM checkpoints ORDER BY size`},
 	}
@@ -328,7 +338,7 @@ func (db *DB) openWalk(ctx context.Context) (*walk, error) {
 	// own, in transactions that share one snapshot.
 	snapshot := ""
 	for i, q := range queries {
-		if i > 0 && !db.pg && len(w.txs) > 0 {
+		if i > 0 && !vr.db.pg && len(w.txs) > 0 {
 			rows, err := w.txs[0].QueryContext(ctx, q.q)
 			if err != nil {
 				w.close()
@@ -338,18 +348,18 @@ func (db *DB) openWalk(ctx context.Context) (*walk, error) {
 			continue
 		}
 		opts := &sql.TxOptions{}
-		if db.pg {
+		if vr.db.pg {
 			opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
 		}
-		tx, err := db.r.BeginTx(ctx, opts)
+		tx, err := vr.db.r.BeginTx(ctx, opts)
 		if err != nil {
 			w.close()
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		w.txs = append(w.txs, tx)
-		if db.pg && i == 0 {
+		if vr.db.pg && i == 0 {
 			err = tx.QueryRowContext(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot)
-		} else if db.pg {
+		} else if vr.db.pg {
 			_, err = tx.ExecContext(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshot, "'", "''")+`'`)
 		}
 		if err != nil {
@@ -501,8 +511,8 @@ func (s *checkpointStream) err() error { return s.rerr }
 
 // seqOf is the seq of the record with chain hash h, or 0 (a full scan:
 // it is asked only once a link is broken).
-func (db *DB) seqOf(ctx context.Context, h string) int64 {
+func (vr Verifier) seqOf(ctx context.Context, h string) int64 {
 	var s int64
-	_ = db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
+	_ = vr.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
 	return s
 }

@@ -47,18 +47,18 @@ var indexChecks = []struct {
 // unauthenticated tail (mac.go): guard does not index one whose MAC
 // fails, which a verifier without the MAC key cannot tell, so the index
 // need not hold them.
-func (db *DB) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
-	tx, err := db.r.BeginTx(ctx, nil)
+func (vr Verifier) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
+	tx, err := vr.db.r.BeginTx(ctx, nil)
 	if err != nil {
 		return "", err
 	}
 	defer tx.Rollback() //nolint:errcheck // it only read
 	var has int
-	if err := tx.QueryRowContext(ctx, db.tableExists("call_index")).Scan(&has); err != nil || has == 0 {
+	if err := tx.QueryRowContext(ctx, tableExists(vr.db.pg, "call_index")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
 	for _, c := range indexChecks {
-		if c.user && db.schema.noUser {
+		if c.user && vr.db.schema.noUser {
 			continue
 		}
 		var id string
@@ -77,7 +77,7 @@ func (db *DB) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
 	}
 	// One row for every call with a request record that has its body.
 	body := `pruned = 0`
-	if db.schema.noPruned {
+	if vr.db.schema.noPruned {
 		body = `1` // a schema before retention: nothing was pruned
 	}
 	var calls, rows int64

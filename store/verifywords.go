@@ -51,18 +51,18 @@ const indexRebuild = "; the index is derived from the records: a writable guard 
 
 // checkCallWords returns a problem with the text index's words, or ""
 // (also when the database has no call index: a schema before it).
-func (db *DB) checkCallWords(ctx context.Context) (string, error) {
-	if db.hold != nil {
+func (vr Verifier) checkCallWords(ctx context.Context) (string, error) {
+	if vr.db.hold != nil {
 		return "", nil // nothing recorded
 	}
 	var has int
-	if err := db.r.QueryRowContext(ctx, db.tableExists("call_text")).Scan(&has); err != nil || has == 0 {
+	if err := vr.db.r.QueryRowContext(ctx, tableExists(vr.db.pg, "call_text")).Scan(&has); err != nil || has == 0 {
 		return "", err
 	}
-	if db.pg {
-		return db.checkCallWordsPG(ctx)
+	if vr.db.pg {
+		return vr.checkCallWordsPG(ctx)
 	}
-	return db.checkCallWordsSQLite(ctx)
+	return vr.checkCallWordsSQLite(ctx)
 }
 
 // pgWordsDiffer finds the first call of a batch (keys after ?1, up to
@@ -74,8 +74,8 @@ var pgWordsDiffer = `SELECT c.call_id FROM call_index c
   CASE WHEN q.arguments <> '' OR coalesce(o.result, '') <> '' THEN ` + pgWords(`q.arguments || ' ' || coalesce(o.result, '')`) + ` ELSE ''::tsvector END
  ORDER BY c.k LIMIT 1`
 
-func (db *DB) checkCallWordsPG(ctx context.Context) (string, error) {
-	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+func (vr Verifier) checkCallWordsPG(ctx context.Context) (string, error) {
+	tx, err := vr.db.r.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return "", err
 	}
@@ -229,10 +229,10 @@ type wordReader struct {
 	mem driverConn // the index in memory (words, and its vocabulary words_vocab)
 }
 
-func (db *DB) checkCallWordsSQLite(ctx context.Context) (problem string, err error) {
+func (vr Verifier) checkCallWordsSQLite(ctx context.Context) (problem string, err error) {
 	// A connection of its own: its temporary schema takes the index's
 	// vocabulary table, which the readers' (query_only) could not.
-	f, err := sql.Open("sqlite", "file:"+db.opts.Path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=temp_store(2)")
+	f, err := sql.Open("sqlite", "file:"+vr.db.opts.Path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=temp_store(2)")
 	if err != nil {
 		return "", err
 	}

@@ -80,7 +80,7 @@ func TestVerifyCatchesFalsifiedWords(t *testing.T) {
 			if err := db.ckpt.writeCheckpoint(); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verify(ctx)
+			rep, err := db.Verifier().Verify(ctx)
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "the text index does not match the records: "+tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

@@ -29,7 +29,7 @@ import (
 // characters \n), or an HTTP endpoint (http:// or https://: a POST of the
 // note, text/plain). Witnesses are written by a goroutine of their own:
 // the writer never waits for them. A checkpoint a witness did not get is
-// logged and counted (DB.WitnessFailures); the next one supersedes it.
+// logged and counted (Integrity.WitnessFailures); the next one supersedes it.
 
 // witnessQueue bounds the checkpoints waiting for the witnesses; past it
 // a checkpoint is not sent (and counted as failed).
@@ -128,7 +128,7 @@ func (w *witnesses) close() {
 }
 
 // WitnessFailures is how many checkpoints a witness did not get.
-func (db *DB) WitnessFailures() int64 { return db.stats.witness.Load() }
+func (ig Integrity) WitnessFailures() int64 { return ig.db.stats.witness.Load() }
 
 // fileWitness writes a file per checkpoint into a directory, or appends
 // each to one file.

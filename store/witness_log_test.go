@@ -46,7 +46,7 @@ func TestWitnessLogHidesCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close() // delivers what is queued
-	if n := db.WitnessFailures(); n != 2 {
+	if n := db.Integrity().WitnessFailures(); n != 2 {
 		t.Fatalf("witness failures: %d, want 2", n)
 	}
 	out := logs.String()

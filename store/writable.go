@@ -59,12 +59,21 @@ func (in *ingestion) noteWrite(err error) {
 	}
 }
 
+// Writing keeps what the write path reports of itself: whether the audit
+// log can be written (the health of the appends, and the probe of their
+// path) and the figures of the appends (latency, batches, backlog);
+// DB.Writing returns it. The appends themselves are DB's.
+type Writing struct{ db *DB }
+
+// Writing returns the write path's health and figures.
+func (db *DB) Writing() Writing { return Writing{db} }
+
 // WriteFailure says why the audit log cannot be written, and since when:
 // the error of the latest failed append (or probe) from the first one
 // that failed until an append succeeds again; a nil error while it can
 // be written.
-func (db *DB) WriteFailure() (since time.Time, err error) {
-	if f := db.ing.writes.failure.Load(); f != nil {
+func (w Writing) WriteFailure() (since time.Time, err error) {
+	if f := w.db.ing.writes.failure.Load(); f != nil {
 		return f.since, f.err
 	}
 	return time.Time{}, nil
@@ -72,20 +81,20 @@ func (db *DB) WriteFailure() (since time.Time, err error) {
 
 // WritesChanged returns a channel that is closed when the audit log next
 // becomes unwritable, or writable again.
-func (db *DB) WritesChanged() <-chan struct{} {
-	w := &db.ing.writes
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.changed == nil {
-		w.changed = make(chan struct{})
+func (w Writing) WritesChanged() <-chan struct{} {
+	ws := &w.db.ing.writes
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.changed == nil {
+		ws.changed = make(chan struct{})
 	}
-	return w.changed
+	return ws.changed
 }
 
 // Writes is a count that moves whenever appends succeed (on PostgreSQL,
 // once for each batch committed): one that has not moved since a moment
 // ago says nothing was written meanwhile.
-func (db *DB) Writes() int64 { return db.ing.writes.ok.Load() }
+func (w Writing) Writes() int64 { return w.db.ing.writes.ok.Load() }
 
 // ProbeWrite tries the audit log's write path without writing a record:
 // a write transaction on the audit writer's connection that appends
@@ -95,10 +104,10 @@ func (db *DB) Writes() int64 { return db.ing.writes.ok.Load() }
 // A failure counts as a failed write (WriteFailure); a success does not
 // make the log writable again: only an append that succeeds does, so
 // that whoever probes can record the recovery.
-func (db *DB) ProbeWrite(ctx context.Context) error {
-	err := db.ing.probeWrite(ctx)
+func (w Writing) ProbeWrite(ctx context.Context) error {
+	err := w.db.ing.probeWrite(ctx)
 	if err != nil && ctx.Err() == nil {
-		db.ing.noteWrite(err)
+		w.db.ing.noteWrite(err)
 	}
 	return err
 }

@@ -53,47 +53,47 @@ func TestWriteFailureLastsUntilAnAppendSucceeds(t *testing.T) {
 	if err := db.Append(rec(1, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.WriteFailure(); err != nil || db.ProbeWrite(ctx) != nil {
+	if _, err := db.Writing().WriteFailure(); err != nil || db.Writing().ProbeWrite(ctx) != nil {
 		t.Fatalf("a writable log: %v", err)
 	}
-	writes := db.Writes()
-	changed := db.WritesChanged()
+	writes := db.Writing().Writes()
+	changed := db.Writing().WritesChanged()
 	breakIt()
-	if err := db.ProbeWrite(ctx); err == nil {
+	if err := db.Writing().ProbeWrite(ctx); err == nil {
 		t.Fatal("a probe passed while the log cannot be written")
 	}
 	<-changed
-	if _, err := db.WriteFailure(); err == nil {
+	if _, err := db.Writing().WriteFailure(); err == nil {
 		t.Fatal("a failed probe left the log writable")
 	}
-	if db.Writes() != writes {
+	if db.Writing().Writes() != writes {
 		t.Fatal("a failed probe counts as a write")
 	}
 	// Appends fail too (on SQLite, once the ingester gives up on the
 	// lock: the journal takes them until then), and a failure that goes
 	// on keeps its start.
 	waitFor(t, "an append to fail", func() bool { return db.Append(rec(2, guard.KindRequest)) != nil })
-	since, err := db.WriteFailure()
+	since, err := db.Writing().WriteFailure()
 	if err == nil || !strings.Contains(err.Error(), cause) || since.IsZero() {
 		t.Fatalf("after a failed append: %v since %v, want %q", err, since, cause)
 	}
-	if err := db.ProbeWrite(ctx); err == nil {
+	if err := db.Writing().ProbeWrite(ctx); err == nil {
 		t.Fatal("a probe passed while the log cannot be written")
 	}
-	if s, err := db.WriteFailure(); err == nil || !s.Equal(since) {
+	if s, err := db.Writing().WriteFailure(); err == nil || !s.Equal(since) {
 		t.Fatalf("after another failure: %v since %v, want since %v", err, s, since)
 	}
 	mendIt()
-	waitFor(t, "a probe to pass", func() bool { return db.ProbeWrite(ctx) == nil })
-	if _, err := db.WriteFailure(); err == nil {
+	waitFor(t, "a probe to pass", func() bool { return db.Writing().ProbeWrite(ctx) == nil })
+	if _, err := db.Writing().WriteFailure(); err == nil {
 		t.Fatal("a probe that passed made the log writable: nothing was written")
 	}
-	changed = db.WritesChanged()
+	changed = db.Writing().WritesChanged()
 	// The ingester may still be retrying its batch on SQLite: an append
 	// goes in once it has.
 	waitFor(t, "an append to succeed", func() bool { return db.Append(rec(3, guard.KindRequest)) == nil })
 	<-changed
-	if _, err := db.WriteFailure(); err != nil || db.Writes() == writes {
+	if _, err := db.Writing().WriteFailure(); err != nil || db.Writing().Writes() == writes {
 		t.Fatalf("after an append succeeded: %v", err)
 	}
 }

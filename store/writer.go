@@ -260,16 +260,16 @@ func (db *DB) Append(recs ...*guard.Record) error { return <-db.AppendAsync(recs
 
 // AppendLatency is how long appends take until durable (waiting for room
 // included).
-func (db *DB) AppendLatency() *metrics.Histogram { return db.stats.latency }
+func (w Writing) AppendLatency() *metrics.Histogram { return w.db.stats.latency }
 
 // BatchSizes is how many records each audit transaction committed.
-func (db *DB) BatchSizes() *metrics.Histogram { return db.stats.batches }
+func (w Writing) BatchSizes() *metrics.Histogram { return w.db.stats.batches }
 
 // Backlog is the number of records appended and not yet in the database.
-func (db *DB) Backlog() int64 { return db.stats.backlog.Load() }
+func (w Writing) Backlog() int64 { return w.db.stats.backlog.Load() }
 
 // PeakBacklog is the most Backlog has been since Open.
-func (db *DB) PeakBacklog() int64 { return db.stats.peak.Load() }
+func (w Writing) PeakBacklog() int64 { return w.db.stats.peak.Load() }
 
 // failed is the ingester's last failure while it lasts: appends are
 // refused with it.

@@ -71,12 +71,12 @@ func verifyAll(t *testing.T, db *DB, acked []*guard.Record) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	have := map[string]bool{}
-	_ = db.Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
+	_ = db.Reader().Records(context.Background(), func(r *guard.Record) error { have[r.ID] = true; return nil })
 	for _, r := range acked {
 		if !have[r.ID] {
 			t.Fatalf("acknowledged record %s is not in the log", r.ID)
@@ -129,8 +129,8 @@ func concurrentAppenders(t *testing.T, durability string) {
 		t.Fatalf("%d of %d appends acknowledged", len(acked), goroutines*each)
 	}
 	db.ing.caughtUp(context.Background())
-	if db.Backlog() != 0 || db.PeakBacklog() < 1 {
-		t.Fatalf("backlog %d, peak %d", db.Backlog(), db.PeakBacklog())
+	if db.Writing().Backlog() != 0 || db.Writing().PeakBacklog() < 1 {
+		t.Fatalf("backlog %d, peak %d", db.Writing().Backlog(), db.Writing().PeakBacklog())
 	}
 	verifyAll(t, db, acked)
 }
@@ -265,8 +265,8 @@ func TestAFullBacklogBlocksAndDoesNotRefuse(t *testing.T) {
 			t.Fatalf("append %d: %v", i, err)
 		}
 	}
-	if db.PeakBacklog() != maxBacklog {
-		t.Fatalf("peak backlog %d, want %d", db.PeakBacklog(), maxBacklog)
+	if db.Writing().PeakBacklog() != maxBacklog {
+		t.Fatalf("peak backlog %d, want %d", db.Writing().PeakBacklog(), maxBacklog)
 	}
 	verifyAll(t, db, acked)
 }
@@ -366,7 +366,7 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.CreateApproval(context.Background(), newApproval("a1")); err != nil {
+	if err := db.Holds().CreateApproval(context.Background(), newApproval("a1")); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -377,15 +377,15 @@ func TestReadOnlyOnAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := ro.Verify(context.Background())
+	rep, err := ro.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 20 {
 		t.Fatalf("verify read-only: %+v %v", rep, err)
 	}
 	n := 0
-	if err := ro.Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
+	if err := ro.Reader().Query(context.Background(), Filter{}, func(*Call) error { n++; return nil }); err != nil || n != 10 {
 		t.Fatalf("query read-only: %d %v", n, err)
 	}
-	if list, err := ro.Approvals(context.Background(), ""); err != nil || len(list) != 1 {
+	if list, err := ro.Holds().Approvals(context.Background(), ""); err != nil || len(list) != 1 {
 		t.Fatalf("approvals read-only: %v %v", list, err)
 	}
 	if err := ro.Append(rec(99, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
@@ -465,7 +465,7 @@ func TestTheTailFollowsAnotherWriter(t *testing.T) {
 		want := int64(0)
 		if i%3 == 0 { // and i == 30, after b's run
 			want = 1
-			if err := b.CreateApproval(ctx, newApproval(fmt.Sprintf("ap%d", i))); err != nil {
+			if err := b.Holds().CreateApproval(ctx, newApproval(fmt.Sprintf("ap%d", i))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -535,7 +535,7 @@ func TestAReaderWaitsForAnotherProcessesJournal(t *testing.T) {
 	found := make(chan bool, 1)
 	go func() {
 		seen := false
-		_ = reader.Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
+		_ = reader.Reader().Query(context.Background(), Filter{}, func(c *Call) error { seen = seen || c.ID == r.CallID; return nil })
 		found <- seen
 	}()
 	release()
@@ -610,7 +610,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 		return true
 	})
 	db.ing.caughtUp(context.Background())
-	if b := db.Backlog(); b != 0 {
+	if b := db.Writing().Backlog(); b != 0 {
 		t.Fatalf("backlog %d after a refused append, want 0", b)
 	}
 	db.ing.jmu.Lock()
@@ -636,7 +636,7 @@ func TestReadersDoNotWaitWhileTheIngesterFails(t *testing.T) {
 	}
 	waitFor(t, "the ingester to fail", func() bool { return db.ing.failed() != nil })
 	start := time.Now()
-	if err := db.Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), Filter{}, func(*Call) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > caughtUpWait/2 {
@@ -673,7 +673,7 @@ func TestAFileThatIsNotAJournalIsLeftAlone(t *testing.T) {
 	if _, err := os.Stat(stray); err != nil {
 		t.Fatalf("the file that is not a journal went: %v", err)
 	}
-	rep, err := db.Verify(context.Background())
+	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK || rep.Records != 50 {
 		t.Fatalf("the dead process's records: %+v %v", rep, err)
 	}

@@ -74,7 +74,7 @@ func mustAppend(t *testing.T, db *store.DB, from, n int) {
 func committed(t *testing.T, db *store.DB) []*guard.Record {
 	t.Helper()
 	var recs []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error { recs = append(recs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return recs
@@ -88,7 +88,7 @@ type running struct {
 
 func startStreamer(t *testing.T, db *store.DB, holder string, recv ...Config) *running {
 	t.Helper()
-	r, _ := startWith(t, Options{Log: db, Receivers: recv, Holder: holder, LeaseTTL: 3 * time.Second,
+	r, _ := startWith(t, Options{Log: db.Streams(), Receivers: recv, Holder: holder, LeaseTTL: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(streamtest.LogWriter{T: t}, nil)), Hostname: "test-host"})
 	return r
 }
@@ -224,7 +224,7 @@ func testOutage(t *testing.T, rc receiver) {
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), false)
 	streamtest.WaitFor(t, "the cursor to reach the end", func() bool {
-		n, _, err := db.StreamLag(t.Context(), entry(rc).Name())
+		n, _, err := db.Streams().StreamLag(t.Context(), entry(rc).Name())
 		return err == nil && n == 0
 	})
 }
@@ -239,7 +239,7 @@ func testRestart(t *testing.T, rc receiver) {
 	r := startStreamer(t, db, "first", entry(rc))
 	rc.WaitRecords(200)
 	r.stop()
-	if n, err := db.StreamCursor(t.Context(), entry(rc).Name()); err != nil || n != 200 {
+	if n, err := db.Streams().StreamCursor(t.Context(), entry(rc).Name()); err != nil || n != 200 {
 		t.Fatalf("cursor %d after a clean stop (%v), want 200", n, err)
 	}
 	mustAppend(t, db, 100, 100)
@@ -262,7 +262,7 @@ func testDelivery(t *testing.T, rc receiver, roots *x509.CertPool, calls int) []
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, calls)
 	recs := committed(t, db)
-	startWith(t, Options{Log: db, Receivers: []Config{entry(rc)}, RootCAs: roots, Hostname: "test-host"})
+	startWith(t, Options{Log: db.Streams(), Receivers: []Config{entry(rc)}, RootCAs: roots, Hostname: "test-host"})
 	rc.WaitRecords(len(recs))
 	streamtest.CheckDelivery(t, rc.Seqs(), int64(len(recs)), true)
 	return recs

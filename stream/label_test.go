@@ -44,7 +44,7 @@ func TestReceiverLabelHidesCredentials(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 5)
 	var logs syncBuffer
-	_, s := startWith(t, Options{Log: db, Receivers: []Config{recv}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	_, s := startWith(t, Options{Log: db.Streams(), Receivers: []Config{recv}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	streamtest.WaitFor(t, "the receiver to be said failing", func() bool { return strings.Contains(logs.String(), "stream receiver failing") })
 	out := logs.String()
 	for _, secret := range []string{"S3cretPw", "K3yValue"} {
@@ -60,7 +60,7 @@ func TestReceiverLabelHidesCredentials(t *testing.T) {
 	if err != nil || len(lags) != 1 || lags[0].Receiver != label || lags[0].Records != 10 {
 		t.Fatalf("Lag: %+v %v; want %q behind by 10", lags, err, label)
 	}
-	if n, _, err := db.StreamLag(t.Context(), recv.Name()); err != nil || n != 10 {
+	if n, _, err := db.Streams().StreamLag(t.Context(), recv.Name()); err != nil || n != 10 {
 		t.Fatalf("lag under the receiver's name: %d %v", n, err)
 	}
 }

@@ -33,7 +33,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 )
 
-// Log is what the streamer needs of the database (store.DB).
+// Log is what the streamer needs of the database (store.Streams).
 type Log interface {
 	// RecordsAfter returns up to limit committed records after seq, in order.
 	RecordsAfter(ctx context.Context, seq int64, limit int) ([]*guard.Record, error)

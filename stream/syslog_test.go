@@ -41,7 +41,7 @@ func TestSyslogRecordsArriveInOrder(t *testing.T) {
 	}
 	// The cursor says the receiver has them all.
 	streamtest.WaitFor(t, "the cursor to reach the end", func() bool {
-		n, _, err := db.StreamLag(t.Context(), entry(rs).Name())
+		n, _, err := db.Streams().StreamLag(t.Context(), entry(rs).Name())
 		return err == nil && n == 0
 	})
 }
@@ -107,7 +107,7 @@ func TestSyslogLagIsLogged(t *testing.T) {
 	rs.Stop()
 	mustAppend(t, db, 0, 20)
 	logs := &logLines{}
-	_, s := startWith(t, Options{Log: db, Receivers: []Config{entry(rs)}, Behind: 100 * time.Millisecond, Logger: slog.New(logs)})
+	_, s := startWith(t, Options{Log: db.Streams(), Receivers: []Config{entry(rs)}, Behind: 100 * time.Millisecond, Logger: slog.New(logs)})
 	streamtest.WaitFor(t, "the stream to be said behind", func() bool { return logs.count("the audit stream is behind") > 0 })
 	mustAppend(t, db, 20, 20)
 	rs.Start()
@@ -132,12 +132,12 @@ func TestSyslogTLSUntrusted(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "g.db"))
 	mustAppend(t, db, 0, 5)
 	logs := &logLines{}
-	startWith(t, Options{Log: db, Receivers: []Config{entry(rs)}, Logger: slog.New(logs)})
+	startWith(t, Options{Log: db.Streams(), Receivers: []Config{entry(rs)}, Logger: slog.New(logs)})
 	streamtest.WaitFor(t, "the receiver to be said failing", func() bool { return logs.count("stream receiver failing") > 0 })
 	if got := rs.Seqs(); len(got) != 0 {
 		t.Fatalf("an unverified receiver got records %v", got)
 	}
-	if n, _, err := db.StreamLag(t.Context(), entry(rs).Name()); err != nil || n != 10 {
+	if n, _, err := db.Streams().StreamLag(t.Context(), entry(rs).Name()); err != nil || n != 10 {
 		t.Fatalf("lag %d (%v), want all 10 records", n, err)
 	}
 }
@@ -149,7 +149,7 @@ func TestCatchUpIsPaced(t *testing.T) {
 	mustAppend(t, db, 0, 1000)
 	recs := committed(t, db)
 	began := time.Now()
-	startWith(t, Options{Log: db, Receivers: []Config{entry(rs)}, MaxRate: 4000})
+	startWith(t, Options{Log: db.Streams(), Receivers: []Config{entry(rs)}, MaxRate: 4000})
 	rs.WaitRecords(len(recs))
 	// Three full batches of 500 at 4000 a second before the last one.
 	if took, least := time.Since(began), 3*batchRecords*time.Second/4000; took < least {

@@ -59,7 +59,7 @@ func shownCalls(body string) []string {
 func storeIDs(t *testing.T, db *store.DB, f store.Filter) []string {
 	t.Helper()
 	var ids []string
-	if err := db.Query(context.Background(), f, func(c *store.Call) error { ids = append(ids, c.ID); return nil }); err != nil {
+	if err := db.Reader().Query(context.Background(), f, func(c *store.Call) error { ids = append(ids, c.ID); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return ids

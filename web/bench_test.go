@@ -23,7 +23,7 @@ func withPending(tb testing.TB, e *env, n int) {
 			name := fmt.Sprintf("tool_%d", k)
 			tools = append(tools, tool(server, name, `{"name":"`+name+`","annotations":{"destructiveHint":true}}`))
 		}
-		if err := e.db.RecordTools(ctx, server, tools, time.Now(), false); err != nil {
+		if err := e.db.Catalog().RecordTools(ctx, server, tools, time.Now(), false); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -363,11 +363,11 @@ func TestBrowser(t *testing.T) {
 		ctx := context.Background()
 		v1 := tool("files", "rm", `{"name":"rm","annotations":{"destructiveHint":true}}`)
 		v2 := tool("files", "rm", `{"name":"rm","annotations":{"destructiveHint":false}}`)
-		if err := e.db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+		if err := e.db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
 			t.Fatal(err)
 		}
 		p.open("/tools/changes")
-		if err := e.db.RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
+		if err := e.db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, time.Now().Add(time.Second), false); err != nil {
 			t.Fatal(err)
 		}
 		sel := `[data-review-pin="` + v2.Pin + `"]`
@@ -376,7 +376,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("changes: %q", got)
 		}
 		p.submit(sel + ` [data-action="accept-tool"]`)
-		r, _ := e.db.Review(ctx, "files", "rm", v2.Pin)
+		r, _ := e.db.Catalog().Review(ctx, "files", "rm", v2.Pin)
 		if r.State != guard.ReviewAccepted || r.DecidedBy != name {
 			t.Fatalf("review: %+v", r)
 		}
@@ -434,7 +434,7 @@ func TestScreenshots(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	rec := func(server string, tools ...guard.Tool) {
-		if err := e.db.RecordTools(ctx, server, tools, time.Now(), false); err != nil {
+		if err := e.db.Catalog().RecordTools(ctx, server, tools, time.Now(), false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -558,10 +558,10 @@ func TestBrowserAcceptingAToolChangeSaysWhatBecomesOfItsHeldCalls(t *testing.T) 
 	rm2 := tool("files", "rm", `{"name":"rm","annotations":{"destructiveHint":false}}`)
 	ls1 := tool("files", "ls", `{"name":"ls","annotations":{"readOnlyHint":true}}`)
 	ls2 := tool("files", "ls", `{"name":"ls","title":"List","annotations":{"readOnlyHint":true}}`)
-	if err := e.db.RecordTools(ctx, "files", []guard.Tool{rm1, ls1}, time.Now(), false); err != nil {
+	if err := e.db.Catalog().RecordTools(ctx, "files", []guard.Tool{rm1, ls1}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.RecordTools(ctx, "files", []guard.Tool{rm2, ls2}, time.Now().Add(time.Second), false); err != nil {
+	if err := e.db.Catalog().RecordTools(ctx, "files", []guard.Tool{rm2, ls2}, time.Now().Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	held := func(tl guard.Tool) *guard.Approval {
@@ -585,7 +585,7 @@ func TestBrowserAcceptingAToolChangeSaysWhatBecomesOfItsHeldCalls(t *testing.T) 
 	if got := text(".flash"); !strings.Contains(got, "accepted. 1 held call(s) still wait: the change weakens destructiveHint; each needs its own decision.") {
 		t.Errorf("after accepting a weakening change: %q", got)
 	}
-	if r, _ := e.db.Review(ctx, "files", "rm", rm2.Pin); r.State != guard.ReviewAccepted {
+	if r, _ := e.db.Catalog().Review(ctx, "files", "rm", rm2.Pin); r.State != guard.ReviewAccepted {
 		t.Fatalf("the weakening change: %+v", r)
 	}
 	if got := e.approval(rmCall.ID); got.State != guard.ApprovalPending {

@@ -19,14 +19,14 @@ const (
 // note records a configuration change as a running guard does.
 func (e *env) note(digest, summary string) {
 	e.t.Helper()
-	if err := e.db.NoteConfigChange(context.Background(), digest, summary); err != nil {
+	if err := e.db.Configs().NoteConfigChange(context.Background(), digest, summary); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *env) configChange(digest string) *store.ConfigChange {
 	e.t.Helper()
-	c, err := e.db.ConfigChangeByDigest(context.Background(), digest)
+	c, err := e.db.Configs().ConfigChangeByDigest(context.Background(), digest)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func (e *env) configChange(digest string) *store.ConfigChange {
 func (e *env) configEvents() []string {
 	e.t.Helper()
 	var out []string
-	err := e.db.Records(context.Background(), func(r *guard.Record) error {
+	err := e.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindConfig && (r.Decision == store.ConfigApplied || r.Decision == store.ConfigDismissed) {
 			d := digestA
 			if strings.Contains(r.Detail, digestB) {
@@ -121,7 +121,7 @@ func TestConfigChangeApplyAndDismiss(t *testing.T) {
 			if c := e.configChange(digestA); c.State != tc.state || c.DecidedBy != "alice" {
 				t.Fatalf("after %s: %+v", tc.decision, c)
 			}
-			if ok, _ := e.db.ConfigApplied(context.Background(), digestA); ok != tc.applied {
+			if ok, _ := e.db.Configs().ConfigApplied(context.Background(), digestA); ok != tc.applied {
 				t.Fatalf("running guards would apply it: %v, want %v", ok, tc.applied)
 			}
 			if got := e.configEvents(); len(got) != 1 || got[0] != tc.event+" alice "+digestA {
@@ -187,7 +187,7 @@ func TestConfigChangeStaleFormIsRefused(t *testing.T) {
 			t.Errorf("superseded form: the answer lacks %q", want)
 		}
 	}
-	if ok, _ := e.db.ConfigApplied(context.Background(), digestA); ok {
+	if ok, _ := e.db.Configs().ConfigApplied(context.Background(), digestA); ok {
 		t.Fatal("the superseded change was applied")
 	}
 
@@ -210,7 +210,7 @@ func TestConfigChangeStaleFormIsRefused(t *testing.T) {
 	if res.StatusCode != http.StatusConflict {
 		t.Errorf("made-up digest: %d", res.StatusCode)
 	}
-	if ok, _ := e.db.ConfigApplied(context.Background(), "sha256:made-up"); ok {
+	if ok, _ := e.db.Configs().ConfigApplied(context.Background(), "sha256:made-up"); ok {
 		t.Error("a made-up digest was applied")
 	}
 }

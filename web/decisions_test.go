@@ -18,7 +18,7 @@ import (
 func (e *env) decisionRecords() []*guard.Record {
 	e.t.Helper()
 	var out []*guard.Record
-	if err := e.db.Records(context.Background(), func(r *guard.Record) error {
+	if err := e.db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == guard.KindDecision {
 			out = append(out, r)
 		}
@@ -128,7 +128,7 @@ func TestAFailedVerificationIsShownOnEveryPage(t *testing.T) {
 	if _, body := b.get("/"); strings.Contains(body, `id="verify-failed"`) {
 		t.Fatal("a banner before any verification")
 	}
-	v, err := e.db.VerifyIfDue(ctx, time.Hour)
+	v, err := e.db.Verifier().VerifyIfDue(ctx, time.Hour)
 	if err != nil || v == nil || v.OK {
 		t.Fatalf("verification of the tampered file: %+v %v", v, err)
 	}
@@ -144,7 +144,7 @@ func TestAFailedVerificationIsShownOnEveryPage(t *testing.T) {
 // A passing verification shows no banner.
 func TestAPassingVerificationShowsNoBanner(t *testing.T) {
 	e := newEnv(t)
-	v, err := e.db.VerifyIfDue(context.Background(), time.Hour)
+	v, err := e.db.Verifier().VerifyIfDue(context.Background(), time.Hour)
 	if err != nil || v == nil || !v.OK {
 		t.Fatalf("%+v %v", v, err)
 	}

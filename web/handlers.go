@@ -40,7 +40,7 @@ func (s *Server) pageStatus(w http.ResponseWriter, r *http.Request, code int, p 
 	nav.Page = p.Page
 	p.Nav, p.Name, p.Via, p.CSRF = nav, sess.name, sess.via, sess.csrf
 	p.Passkey = s.passkeys != nil
-	if v, err := s.opts.Store.LastVerification(r.Context()); err != nil {
+	if v, err := s.opts.Store.Verifier().LastVerification(r.Context()); err != nil {
 		s.log.Error("ui: the last verification of the audit log could not be read", "err", err)
 	} else if v != nil && !v.OK {
 		p.Verify = v
@@ -276,7 +276,7 @@ func (s *Server) decide(act action) http.HandlerFunc {
 				"A denial needs a reason: the client reads it. Go back and give one."))
 			return
 		}
-		a, err := s.opts.Store.Approval(ctx, id)
+		a, err := s.opts.Holds.Approval(ctx, id)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -368,7 +368,7 @@ func (s *Server) decideTool(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The server, the tool and the definition's pin are needed."))
 		return
 	}
-	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Store, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
+	rev, settled, err := approvals.DecideDefinition(ctx, s.opts.Tools, s.opts.Holds, s.opts.Decider, server, name, pin, accept, sess.reviewer(), "")
 	if rev == nil {
 		s.fail(w, r, err)
 		return
@@ -398,11 +398,11 @@ func (s *Server) decideConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	digest := r.PostForm.Get("digest")
-	decide, verb := s.opts.Store.ApplyConfig, "Applied"
+	decide, verb := s.opts.Store.Configs().ApplyConfig, "Applied"
 	switch r.PostForm.Get("decision") {
 	case "apply":
 	case "dismiss":
-		decide, verb = s.opts.Store.DismissConfig, "Dismissed"
+		decide, verb = s.opts.Store.Configs().DismissConfig, "Dismissed"
 	default:
 		s.render(w, r, http.StatusBadRequest, messagePage("Bad request", "The decision is apply or dismiss."))
 		return

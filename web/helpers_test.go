@@ -112,12 +112,15 @@ func newEnvAt(t testing.TB, path string, configure ...func(*web.Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	e := &env{t: t, db: db, m: approvals.New(db, approvals.Options{Timeout: time.Minute}), logs: &syncBuffer{}, clock: &clock{}}
+	e := &env{t: t, db: db, m: approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute}), logs: &syncBuffer{}, clock: &clock{}}
 	e.ts = httptest.NewUnstartedServer(nil)
 	e.host = e.ts.Listener.Addr().String()
 	_, port, _ := strings.Cut(e.host, ":")
 	o := web.Options{
 		Store:        db,
+		Calls:        db.Reader(),
+		Holds:        db.Holds(),
+		Tools:        db.Catalog(),
 		Decider:      e.m,
 		Token:        testToken,
 		AllowedHosts: []string{e.host, "localhost:" + port},
@@ -182,7 +185,7 @@ func (e *env) holdWith(a *guard.Approval) *guard.Approval {
 
 func (e *env) approval(id string) *guard.Approval {
 	e.t.Helper()
-	a, err := e.db.Approval(context.Background(), id)
+	a, err := e.db.Holds().Approval(context.Background(), id)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ const activityWindow = 20
 
 func (s *views) signature(ctx context.Context) (signature, error) {
 	var sig signature
-	n, newest, err := s.opts.Store.CountApprovals(ctx, guard.ApprovalPending)
+	n, newest, err := s.opts.Holds.CountApprovals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return sig, err
 	}
@@ -213,7 +213,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 	h.Sum(sig.pending[:0])
 
 	h = sha256.New()
-	err = s.opts.Store.Query(ctx, store.Filter{Limit: activityWindow}, func(c *store.Call) error {
+	err = s.opts.Calls.Query(ctx, store.Filter{Limit: activityWindow}, func(c *store.Call) error {
 		io.WriteString(h, c.ID+"\x00"+c.Time+"\x00"+c.Outcome+"\x00"+c.Decision+"\x00"+c.Hash+"\x00")
 		return nil
 	})
@@ -224,7 +224,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 
 	// Every definition a server lists gets a review: the reviews tell of
 	// new definitions and of decisions on them.
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	reviews, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return sig, fmt.Errorf("tool reviews: %w", err)
 	}
@@ -234,7 +234,7 @@ func (s *views) signature(ctx context.Context) (signature, error) {
 	}
 	h.Sum(sig.tools[:0])
 
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if err != nil {
 		return sig, fmt.Errorf("configuration change: %w", err)
 	}

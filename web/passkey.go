@@ -45,8 +45,8 @@ type Passkeys struct {
 	Origin string
 }
 
-// PasskeyStore keeps passkeys and enrolment codes; *store.DB implements
-// it.
+// PasskeyStore keeps passkeys and enrolment codes; store.Passkeys
+// implements it.
 type PasskeyStore interface {
 	// PasskeyEnrolment returns the user an enrolment code is for.
 	PasskeyEnrolment(ctx context.Context, code string) (string, error)
@@ -57,7 +57,7 @@ type PasskeyStore interface {
 	UsePasskey(ctx context.Context, id string, credential []byte) error
 }
 
-var _ PasskeyStore = (*store.DB)(nil)
+var _ PasskeyStore = store.Passkeys{}
 
 // Routes of passkeys.
 const (

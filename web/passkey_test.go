@@ -24,7 +24,7 @@ func newPasskeyEnv(t *testing.T) (*env, string) {
 	e := newEnvAt(t, t.TempDir()+"/g.db", func(o *web.Options) {
 		_, port, _ := strings.Cut(o.AllowedHosts[0], ":")
 		origin = "http://localhost:" + port
-		o.Passkeys = &web.Passkeys{Store: o.Store.(web.PasskeyStore), Origin: origin}
+		o.Passkeys = &web.Passkeys{Store: o.Store.(*store.DB).Passkeys(), Origin: origin}
 	})
 	return e, origin
 }
@@ -88,7 +88,7 @@ func TestPasskeyApproval(t *testing.T) {
 	}
 
 	const code = "9c4e0b7a1d2f3e4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a"
-	if err := e.db.AddPasskeyEnrolment(ctx, code, "alice", time.Now().Add(5*time.Minute)); err != nil {
+	if err := e.db.Passkeys().AddPasskeyEnrolment(ctx, code, "alice", time.Now().Add(5*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	p := newPage(t, e)
@@ -99,7 +99,7 @@ func TestPasskeyApproval(t *testing.T) {
 	if who := evaluate[string](p, `document.querySelector("#approver").textContent`); who != "alice" {
 		t.Fatalf("deciding as %q after the enrolment", who)
 	}
-	keys, err := e.db.Passkeys(ctx)
+	keys, err := e.db.Passkeys().Passkeys(ctx)
 	if err != nil || len(keys) != 1 || keys[0].User != "alice" {
 		t.Fatalf("passkeys: %+v %v", keys, err)
 	}
@@ -115,7 +115,7 @@ func TestPasskeyApproval(t *testing.T) {
 	if got.State != guard.ApprovalApproved || got.DecidedBy != "alice" || len(got.Reviews) != 1 || got.Reviews[0].Via != guard.ViaPasskey {
 		t.Fatalf("the approval: %+v %+v", got, got.Reviews)
 	}
-	keys, _ = e.db.Passkeys(ctx)
+	keys, _ = e.db.Passkeys().Passkeys(ctx)
 	if keys[0].LastUsed.IsZero() {
 		t.Fatal("the passkey's use was not recorded")
 	}
@@ -178,7 +178,7 @@ func TestPasskeyApproval(t *testing.T) {
 	p.authenticator()
 	p.do(10*time.Second, chromedp.Navigate(origin+"/passkey/enroll"), chromedp.WaitVisible(chromedp.CSS(`#passkey-enroll`)),
 		chromedp.Click(chromedp.CSS(`#passkey-enroll`)), chromedp.WaitVisible(chromedp.CSS(`body[data-live="open"]`)))
-	if keys, _ := e.db.Passkeys(ctx); len(keys) != 2 || keys[1].User != "alice" {
+	if keys, _ := e.db.Passkeys().Passkeys(ctx); len(keys) != 2 || keys[1].User != "alice" {
 		t.Fatalf("the second passkey: %+v", keys)
 	}
 	c := e.hold("files", "delete_file", `{"path":"/srv/z"}`)
@@ -189,7 +189,7 @@ func TestPasskeyApproval(t *testing.T) {
 	}
 	// Both enrolments are in the audit log.
 	enrolled := 0
-	_ = e.db.Records(ctx, func(r *guard.Record) error {
+	_ = e.db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Method == store.MethodPasskeyEnrolled && r.DecidedBy == "alice" {
 			enrolled++
 		}

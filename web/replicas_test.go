@@ -55,17 +55,17 @@ func TestAnotherReplicasChangesShowLive(t *testing.T) {
 	v1 := tool("files", "write_file", `{"name":"write_file"}`)
 	v2 := tool("files", "write_file", `{"name":"write_file","description":"changed"}`)
 	step("a server's first listing", "tools", func() {
-		if err := a.db.RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
+		if err := a.db.Catalog().RecordTools(ctx, "files", []guard.Tool{v1}, time.Now(), false); err != nil {
 			t.Fatal(err)
 		}
 	})
 	step("a changed definition", "tools", func() {
-		if err := a.db.RecordTools(ctx, "files", []guard.Tool{v2}, time.Now(), false); err != nil {
+		if err := a.db.Catalog().RecordTools(ctx, "files", []guard.Tool{v2}, time.Now(), false); err != nil {
 			t.Fatal(err)
 		}
 	})
 	step("a review", "tools", func() {
-		if _, err := a.db.DecideTool(ctx, "files", "write_file", v2.Pin, true, "bob"); err != nil {
+		if _, err := a.db.Catalog().DecideTool(ctx, "files", "write_file", v2.Pin, true, "bob"); err != nil {
 			t.Fatal(err)
 		}
 	})

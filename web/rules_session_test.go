@@ -54,8 +54,8 @@ func TestVerifiedSessionsReviewThroughTheUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	m := approvals.New(db, approvals.Options{Timeout: time.Minute})
-	s, err := New(Options{Store: db, Decider: m, Token: "t", AllowedHosts: []string{"h:1"}})
+	m := approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute})
+	s, err := New(Options{Store: db, Calls: db.Reader(), Holds: db.Holds(), Tools: db.Catalog(), Decider: m, Token: "t", AllowedHosts: []string{"h:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +80,13 @@ func TestVerifiedSessionsReviewThroughTheUI(t *testing.T) {
 		flash(alice) != "Your approval of db/write_rows (a1) is recorded: the call waits for 1 more approval from members of sre, each a verified identity." {
 		t.Fatalf("the first approval: %d %q", w.Code, flash(alice))
 	}
-	if a, _ := db.Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.Reviews[0].Via != guard.ViaOIDC {
+	if a, _ := db.Holds().Approval(ctx, "a1"); a.State != guard.ApprovalPending || len(a.Reviews) != 1 || a.Reviews[0].Via != guard.ViaOIDC {
 		t.Fatalf("after the first approval: %+v", a)
 	}
 	if w := post(t, s, bob, "/approvals/a1/approve"); w.Code != http.StatusSeeOther || flash(bob) != "Approved db/write_rows (a1)." {
 		t.Fatalf("the second approval: %d %q", w.Code, flash(bob))
 	}
-	a, err := db.Approval(ctx, "a1")
+	a, err := db.Holds().Approval(ctx, "a1")
 	if err != nil || a.State != guard.ApprovalApproved || a.DecidedBy != "bob@example.com" || len(a.Reviews) != 2 || a.Reviews[1].Via != guard.ViaPasskey {
 		t.Fatalf("after the second approval: %+v %v", a, err)
 	}

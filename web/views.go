@@ -137,7 +137,7 @@ type pendingView struct {
 }
 
 func (s *views) pendingView(ctx context.Context, sess session) (pendingView, error) {
-	list, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	list, err := s.opts.Holds.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return pendingView{}, fmt.Errorf("pending approvals: %w", err)
 	}
@@ -156,7 +156,7 @@ func (s *views) pendingView(ctx context.Context, sess session) (pendingView, err
 	for _, a := range list {
 		byName, ok := tools[a.Server]
 		if !ok {
-			ts, err := s.opts.Store.Tools(ctx, a.Server)
+			ts, err := s.opts.Tools.Tools(ctx, a.Server)
 			if err != nil {
 				return pendingView{}, fmt.Errorf("tools of %s: %w", a.Server, err)
 			}
@@ -195,7 +195,7 @@ func (s *views) heldCalls(ctx context.Context, list []*guard.Approval) (map[stri
 		}
 	}
 	err := inChunks(ids, func(ids []string) error {
-		return s.opts.Store.Query(ctx, store.Filter{IDs: ids}, func(c *store.Call) error {
+		return s.opts.Calls.Query(ctx, store.Filter{IDs: ids}, func(c *store.Call) error {
 			calls[c.ID] = c
 			return nil
 		})
@@ -231,7 +231,7 @@ func (s *views) reviewsOf(ctx context.Context, list []*guard.Approval) (map[[3]s
 // reviewsByPin reads every review of a tool definition, by server, name
 // and pin.
 func (s *views) reviewsByPin(ctx context.Context) (map[[3]string]*guard.Review, error) {
-	rs, err := s.opts.Store.Reviews(ctx, "")
+	rs, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tool reviews: %w", err)
 	}
@@ -348,7 +348,7 @@ type changesView struct {
 
 func (s *views) changesView(ctx context.Context, sess session) (changesView, error) {
 	v := changesView{CSRF: sess.csrf, Named: sess.name != ""}
-	reviews, err := s.opts.Store.Reviews(ctx, "")
+	reviews, err := s.opts.Tools.Reviews(ctx, "")
 	if err != nil {
 		return v, fmt.Errorf("tool reviews: %w", err)
 	}
@@ -365,7 +365,7 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 	}
 	latest := map[[2]string]string{} // server, name → pin of the latest definition
 	for srv := range servers {
-		ts, err := s.opts.Store.Tools(ctx, srv)
+		ts, err := s.opts.Tools.Tools(ctx, srv)
 		if err != nil {
 			return v, fmt.Errorf("tools of %s: %w", srv, err)
 		}
@@ -373,7 +373,7 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 			latest[[2]string{t.Server, t.Name}] = t.Pin
 		}
 	}
-	held, err := s.opts.Store.Approvals(ctx, guard.ApprovalPending)
+	held, err := s.opts.Holds.Approvals(ctx, guard.ApprovalPending)
 	if err != nil {
 		return v, fmt.Errorf("pending approvals: %w", err)
 	}
@@ -385,11 +385,11 @@ func (s *views) changesView(ctx context.Context, sess session) (changesView, err
 				rv.HeldCalls++
 			}
 		}
-		cur, err := s.opts.Store.ToolByPin(ctx, r.Server, r.Name, r.Pin)
+		cur, err := s.opts.Tools.ToolByPin(ctx, r.Server, r.Name, r.Pin)
 		if err != nil {
 			return v, fmt.Errorf("definition of %s/%s: %w", r.Server, r.Name, err)
 		}
-		old, err := s.opts.Store.AcceptedTool(ctx, r.Server, r.Name)
+		old, err := s.opts.Tools.AcceptedTool(ctx, r.Server, r.Name)
 		if err != nil {
 			return v, fmt.Errorf("accepted definition of %s/%s: %w", r.Server, r.Name, err)
 		}
@@ -435,7 +435,7 @@ type configView struct {
 
 func (s *views) configView(ctx context.Context, sess session) (configView, error) {
 	v := configView{CSRF: sess.csrf, Named: sess.name != ""}
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if err != nil {
 		return v, fmt.Errorf("pending configuration change: %w", err)
 	}
@@ -464,7 +464,7 @@ type serverView struct {
 }
 
 func (s *views) toolsView(ctx context.Context) ([]serverView, error) {
-	tools, err := s.opts.Store.Tools(ctx, "")
+	tools, err := s.opts.Tools.Tools(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
@@ -626,7 +626,7 @@ func (s *views) activityView(ctx context.Context, q url.Values) (activityView, e
 	// One call more than shown says whether there is another page.
 	limit := f.Limit
 	f.Limit++
-	err := s.opts.Store.Query(ctx, f, func(c *store.Call) error {
+	err := s.opts.Calls.Query(ctx, f, func(c *store.Call) error {
 		v.Calls = append(v.Calls, c)
 		return nil
 	})
@@ -680,14 +680,14 @@ func (s *views) approvalsOf(ctx context.Context, v *activityView) error {
 		}
 	}
 	err := inChunks(ids, func(ids []string) error {
-		list, err := s.opts.Store.ApprovalsByID(ctx, ids)
+		list, err := s.opts.Holds.ApprovalsByID(ctx, ids)
 		if err != nil {
 			return err
 		}
 		for _, a := range list {
 			v.Approvals[a.ID] = approvalCalls{a: a}
 		}
-		return s.opts.Store.Query(ctx, store.Filter{Approvals: ids}, func(c *store.Call) error {
+		return s.opts.Calls.Query(ctx, store.Filter{Approvals: ids}, func(c *store.Call) error {
 			if ac, ok := v.Approvals[c.Approval]; ok {
 				ac.calls = append(ac.calls, c)
 				v.Approvals[c.Approval] = ac
@@ -746,7 +746,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 	if c.Approval != "" {
 		id = c.Approval
 	}
-	a, err := s.opts.Store.Approval(ctx, id)
+	a, err := s.opts.Holds.Approval(ctx, id)
 	if errors.Is(err, guard.ErrNotFound) {
 		return v, nil
 	}
@@ -754,7 +754,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 		return v, err
 	}
 	ac := approvalCalls{a: a}
-	err = s.opts.Store.Query(ctx, store.Filter{Approval: a.ID}, func(c *store.Call) error {
+	err = s.opts.Calls.Query(ctx, store.Filter{Approval: a.ID}, func(c *store.Call) error {
 		ac.calls = append(ac.calls, c)
 		return nil
 	})
@@ -768,7 +768,7 @@ func (s *views) callView(ctx context.Context, c *store.Call) (callView, error) {
 // findCall looks up one invocation by its id.
 func (s *views) findCall(ctx context.Context, id string) (*store.Call, error) {
 	var found *store.Call
-	err := s.opts.Store.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
+	err := s.opts.Calls.Query(ctx, store.Filter{ID: id, Limit: 1}, func(c *store.Call) error {
 		found = c
 		return nil
 	})
@@ -786,15 +786,15 @@ func (s *views) counts(ctx context.Context, pending int) (navData, error) {
 	var n navData
 	var err error
 	if pending < 0 {
-		if pending, _, err = s.opts.Store.CountApprovals(ctx, guard.ApprovalPending); err != nil {
+		if pending, _, err = s.opts.Holds.CountApprovals(ctx, guard.ApprovalPending); err != nil {
 			return n, err
 		}
 	}
 	n.Pending = pending
-	if n.Changes, err = s.opts.Store.CountReviews(ctx, guard.ReviewPending); err != nil {
+	if n.Changes, err = s.opts.Tools.CountReviews(ctx, guard.ReviewPending); err != nil {
 		return n, err
 	}
-	c, err := s.opts.Store.PendingConfigChange(ctx)
+	c, err := s.opts.Store.Configs().PendingConfigChange(ctx)
 	if c != nil {
 		n.Config = 1
 	}

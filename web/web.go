@@ -52,20 +52,32 @@ import (
 // keeps one doc comment.
 //go:generate go tool templ generate -include-version=false
 
-// Store is what the UI reads and decides on tool reviews with; *store.DB
-// implements it.
+// Store is where the UI finds the configuration changes and the audit
+// log's verification; *store.DB implements it.
 type Store interface {
-	// Approvals lists approvals in a state ("pending"), or all for "".
-	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
-	Approval(ctx context.Context, id string) (*guard.Approval, error)
-	// ApprovalsByID lists the approvals with these ids (at most 10,000),
-	// leaving out those none has.
-	ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error)
-	// CountApprovals counts the approvals in a state and names the newest.
-	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
-	CountReviews(ctx context.Context, state string) (int, error)
+	// Configs keeps the configuration changes that wait for a person:
+	// the UI shows the pending one and applies or dismisses it (a change
+	// that is not pending is refused, *store.NotPendingError).
+	Configs() store.Configs
+	// Verifier verifies the audit log: its LastVerification, the last
+	// scheduled one (nil when there was none), is shown on every page
+	// when it failed.
+	Verifier() store.Verifier
+}
+
+// Calls is what the UI reads of the audit log; store.Reader implements
+// it.
+type Calls interface {
 	// Query calls fn for each recorded invocation matching f, newest first.
 	Query(ctx context.Context, f store.Filter, fn func(*store.Call) error) error
+}
+
+var _ Calls = store.Reader{}
+
+// Tools is what the UI reads and decides on tool reviews with;
+// store.Catalog implements it.
+type Tools interface {
+	CountReviews(ctx context.Context, state string) (int, error)
 	// Tools returns the latest definition of each tool of a server ("" for
 	// every server).
 	Tools(ctx context.Context, server string) ([]guard.Tool, error)
@@ -77,17 +89,23 @@ type Store interface {
 	// none is.
 	AcceptedTool(ctx context.Context, server, name string) (*guard.Tool, error)
 	DecideTool(ctx context.Context, server, name, pin string, accept bool, by string) (*guard.Review, error)
-	// PendingConfigChange returns the configuration change that waits for
-	// a person, nil when none does.
-	PendingConfigChange(ctx context.Context) (*store.ConfigChange, error)
-	// ApplyConfig and DismissConfig decide the pending change with that
-	// digest; a change that is not pending is refused (*store.NotPendingError).
-	ApplyConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
-	DismissConfig(ctx context.Context, digest, by string) (*store.ConfigChange, error)
-	// LastVerification is the last scheduled verification of the audit
-	// log, nil when there was none: a failed one is shown on every page.
-	LastVerification(ctx context.Context) (*store.Verification, error)
 }
+
+var _ Tools = store.Catalog{}
+
+// Holds is what the UI reads of held calls; store.Holds implements it.
+type Holds interface {
+	// Approvals lists approvals in a state ("pending"), or all for "".
+	Approvals(ctx context.Context, state string) ([]*guard.Approval, error)
+	Approval(ctx context.Context, id string) (*guard.Approval, error)
+	// ApprovalsByID lists the approvals with these ids (at most 10,000),
+	// leaving out those none has.
+	ApprovalsByID(ctx context.Context, ids []string) ([]*guard.Approval, error)
+	// CountApprovals counts the approvals in a state and names the newest.
+	CountApprovals(ctx context.Context, state string) (n int, newest string, err error)
+}
+
+var _ Holds = store.Holds{}
 
 // changeNotifier is a Store that tells of changes to held calls, tool
 // reviews and configuration changes as they commit, made by any process
@@ -113,6 +131,9 @@ var _ Decider = (*approvals.Manager)(nil)
 // Options configure a Server.
 type Options struct {
 	Store   Store
+	Calls   Calls // the calls in the audit log
+	Holds   Holds // the held calls
+	Tools   Tools // the tools' definitions and their reviews
 	Decider Decider
 	// Token is the login token (guard ui url). It is compared in constant
 	// time, and never logged or rendered.
@@ -188,8 +209,8 @@ const sessionCookie = "guard_session"
 
 // New returns the UI handler.
 func New(o Options) (*Server, error) {
-	if o.Store == nil || o.Decider == nil {
-		return nil, errors.New("web: a store and a decider are needed")
+	if o.Store == nil || o.Calls == nil || o.Holds == nil || o.Tools == nil || o.Decider == nil {
+		return nil, errors.New("web: a store, the calls, the held calls, the tools and a decider are needed")
 	}
 	if o.Token == "" {
 		return nil, errors.New("web: no login token")

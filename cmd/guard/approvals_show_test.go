@@ -25,14 +25,14 @@ func TestApprovalsWithRulesFromTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if err := db.CreateApproval(context.Background(), &guard.Approval{ID: "held-1", CallID: "held-1", Session: "s1", Server: "db",
+	if err := db.Holds().CreateApproval(context.Background(), &guard.Approval{ID: "held-1", CallID: "held-1", Session: "s1", Server: "db",
 		Tool: "write_rows", Arguments: `{"table":"orders"}`, Digest: "sha256:1", State: guard.ApprovalPending, Rule: "prod-writes",
 		HeldReason: "writes to production", CreatedAt: now, ExpiresAt: now.Add(time.Hour),
 		Approvers: guard.Approvers{Groups: []string{"sre"}, Count: 2}, Caller: guard.Identity{Subject: "agent-7", Email: "dev@example.com"}}); err != nil {
 		t.Fatal(err)
 	}
 	alice := guard.Identity{Subject: "u-alice", Email: "alice@example.com", Groups: []string{"sre"}}
-	if _, err := db.ReviewApproval(context.Background(), "held-1", alice, guard.ViaOIDC, true, "checked", nil); err != nil {
+	if _, err := db.Holds().ReviewApproval(context.Background(), "held-1", alice, guard.ViaOIDC, true, "checked", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -126,13 +126,13 @@ func TestApprovalsShowSaysApprovingAGoneClientsCallDoesNotRunIt(t *testing.T) {
 	ctx := context.Background()
 	db, _ := openData(t, dir)
 	now := time.Now()
-	if err := db.CreateApproval(ctx, &guard.Approval{ID: "gone-1", CallID: "gone-1", Session: "s1", Server: "files", Tool: "rm",
+	if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: "gone-1", CallID: "gone-1", Session: "s1", Server: "files", Tool: "rm",
 		Arguments: `{}`, Digest: "sha256:1", State: guard.ApprovalPending, Rule: "default", HeldReason: "destructive",
 		CreatedAt: now, ExpiresAt: now.Add(time.Hour), Scope: guard.ScopeAny}); err != nil {
 		t.Fatal(err)
 	}
 	ended := now.Add(time.Minute)
-	if ok, err := db.MarkSessionEnded(ctx, "gone-1", ended); !ok || err != nil {
+	if ok, err := db.Holds().MarkSessionEnded(ctx, "gone-1", ended); !ok || err != nil {
 		t.Fatalf("session ended: %v %v", ok, err)
 	}
 	if err := db.Close(); err != nil {

@@ -24,7 +24,7 @@ func auditAcknowledgeLossCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		rec, err := db.AcknowledgeLoss(ctx, id, who, *reason)
+		rec, err := db.Integrity().AcknowledgeLoss(ctx, id, who, *reason)
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit acknowledge-loss: %v\n", err)
 			return exitFailure

@@ -122,16 +122,16 @@ func reportLog(t *testing.T, dir string) (string, string) {
 		d := `{"name":"` + name + `","description":"` + desc + `"}`
 		return guard.Tool{Name: name, Def: []byte(d), Pin: "sha256:" + name + desc}
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("read_file", "v1")}, day.AddDate(0, -1, 0), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("read_file", "v1")}, day.AddDate(0, -1, 0), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{def("read_file", "v2"), def(hostileTool, "new")}, day, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{def("read_file", "v2"), def(hostileTool, "new")}, day, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", "read_file", "sha256:read_filev2", true, "alice"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", "read_file", "sha256:read_filev2", true, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.DecideTool(ctx, "files", hostileTool, "", false, "bob"); err != nil {
+	if _, err := db.Catalog().DecideTool(ctx, "files", hostileTool, "", false, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -143,7 +143,7 @@ func reportLog(t *testing.T, dir string) (string, string) {
 	}
 	defer ro.Close()
 	records := 0
-	if err := ro.Records(ctx, func(*guard.Record) error { records++; return nil }); err != nil {
+	if err := ro.Reader().Records(ctx, func(*guard.Record) error { records++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return path, strconv.Itoa(records)

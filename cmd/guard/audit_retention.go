@@ -44,9 +44,9 @@ func auditPruneCommand(a *app) *cobra.Command {
 		defer db.Close()
 		var got []store.Pruned
 		if o.DryRun {
-			got, err = db.Prune(ctx, o)
+			got, err = db.Pruning().Prune(ctx, o)
 		} else {
-			got, err = db.PruneIfDue(ctx, o, 0)
+			got, err = db.Pruning().PruneIfDue(ctx, o, 0)
 		}
 		var n int64
 		for _, p := range got {

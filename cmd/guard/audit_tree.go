@@ -109,7 +109,7 @@ func auditProveCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		p, err := db.Prove(ctx, args[0])
+		p, err := db.Verifier().Prove(ctx, args[0])
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit prove: %v\n", err)
 			return exitFailure
@@ -155,7 +155,7 @@ func auditExportCommand(a *app) *cobra.Command {
 			return status
 		}
 		defer db.Close()
-		if err := db.Export(ctx, a.stdout, o); err != nil {
+		if err := db.Reader().Export(ctx, a.stdout, o); err != nil {
 			fmt.Fprintf(a.stderr, "guard audit export: %v\n", err)
 			return exitFailure
 		}

@@ -36,7 +36,7 @@ func holdIn(t *testing.T, path string, ids ...string) {
 	}
 	now := time.Now()
 	for _, id := range ids {
-		if err := db.CreateApproval(context.Background(), &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
+		if err := db.Holds().CreateApproval(context.Background(), &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
 			Tool: "delete_file", Arguments: `{"path":"/tmp/x"}`, Digest: "sha256:" + id, State: guard.ApprovalPending,
 			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func recordsIn(t *testing.T, path, kind string) []*guard.Record {
 	}
 	defer db.Close()
 	var out []*guard.Record
-	if err := db.Records(context.Background(), func(r *guard.Record) error {
+	if err := db.Reader().Records(context.Background(), func(r *guard.Record) error {
 		if r.Kind == kind {
 			out = append(out, r)
 		}
@@ -120,7 +120,7 @@ func TestADecisionTheLogCannotRecordIsRefusedByTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if a, err := ro.Approval(context.Background(), "held-1"); err != nil || a.State != guard.ApprovalPending || a.DecidedBy != "" {
+	if a, err := ro.Holds().Approval(context.Background(), "held-1"); err != nil || a.State != guard.ApprovalPending || a.DecidedBy != "" {
 		t.Fatalf("the held call changed: %+v %v", a, err)
 	}
 	if got := recordsIn(t, path, guard.KindDecision); len(got) != 0 {

@@ -176,10 +176,10 @@ func TestPolicyTestGivesTheReviewReason(t *testing.T) {
 		return guard.Tool{Server: "files", Name: "wipe", Def: []byte(d), Pin: "sha256:" + hex.EncodeToString(sum[:])}
 	}
 	now := time.Now()
-	if err := db.RecordTools(context.Background(), "files", []guard.Tool{def("Reads.")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(context.Background(), "files", []guard.Tool{def("Reads.")}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(context.Background(), "files", []guard.Tool{def("Deletes everything.")}, now.Add(time.Second), false); err != nil {
+	if err := db.Catalog().RecordTools(context.Background(), "files", []guard.Tool{def("Deletes everything.")}, now.Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

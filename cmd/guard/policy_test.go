@@ -42,7 +42,7 @@ func TestPolicyReloadDecidesAsTheUIDoes(t *testing.T) {
 		t.Fatalf("reload (%d): %s %s", code, stdout, stderr)
 	}
 	digest := m[1]
-	if c, _ := db1.ConfigChangeByDigest(ctx, digest); c == nil || c.State != store.ConfigApplied || c.DecidedBy != "erin" {
+	if c, _ := db1.Configs().ConfigChangeByDigest(ctx, digest); c == nil || c.State != store.ConfigApplied || c.DecidedBy != "erin" {
 		t.Fatalf("after reload: %+v", c)
 	}
 	if stdout, _, code := run(t, dir, "policy", "reload", "--config", cfg, "--db", path1); code != 0 || !strings.Contains(stdout, "Already applied by erin") {
@@ -51,36 +51,36 @@ func TestPolicyReloadDecidesAsTheUIDoes(t *testing.T) {
 
 	// Dismissed (in the UI): the first decision wins.
 	db2, path2 := open("2.db")
-	if err := db2.NoteConfigChange(ctx, digest, `rule "no-echo" added`); err != nil {
+	if err := db2.Configs().NoteConfigChange(ctx, digest, `rule "no-echo" added`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db2.DismissConfig(ctx, digest, "bob"); err != nil {
+	if _, err := db2.Configs().DismissConfig(ctx, digest, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code = run(t, dir, "policy", "reload", "--config", cfg, "--db", path2, "--by", "erin")
 	if code != 1 || !strings.Contains(stderr, "dismissed by bob") || strings.Contains(stdout, "Applied") {
 		t.Fatalf("reload of a dismissed change (%d): %s %s", code, stdout, stderr)
 	}
-	if ok, _ := db2.ConfigApplied(ctx, digest); ok {
+	if ok, _ := db2.Configs().ConfigApplied(ctx, digest); ok {
 		t.Fatal("a dismissed change was applied")
 	}
 
 	// Superseded by an edit since undone: the files on disk are applied.
 	db3, path3 := open("3.db")
-	if err := db3.NoteConfigChange(ctx, digest, `rule "no-echo" added`); err != nil {
+	if err := db3.Configs().NoteConfigChange(ctx, digest, `rule "no-echo" added`); err != nil {
 		t.Fatal(err)
 	}
-	if err := db3.NoteConfigChange(ctx, "sha256:other", "an edit since undone"); err != nil {
+	if err := db3.Configs().NoteConfigChange(ctx, "sha256:other", "an edit since undone"); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code = run(t, dir, "policy", "reload", "--config", cfg, "--db", path3, "--by", "erin")
 	if code != 0 || !strings.Contains(stdout, `rule "no-echo" added`) || !strings.Contains(stdout, "Applied "+digest) {
 		t.Fatalf("reload of a superseded change (%d): %s %s", code, stdout, stderr)
 	}
-	if ok, _ := db3.ConfigApplied(ctx, digest); !ok {
+	if ok, _ := db3.Configs().ConfigApplied(ctx, digest); !ok {
 		t.Fatal("not applied")
 	}
-	if c, _ := db3.PendingConfigChange(ctx); c != nil {
+	if c, _ := db3.Configs().PendingConfigChange(ctx); c != nil {
 		t.Errorf("still pending: %+v", c)
 	}
 }

@@ -25,7 +25,7 @@ func TestApprovingTheHoldOfAGoneProcessSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	if err := db.CreateApproval(ctx, &guard.Approval{ID: "held-1", CallID: "held-1", Session: "s1", Server: "files",
+	if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: "held-1", CallID: "held-1", Session: "s1", Server: "files",
 		Tool: "delete_file", Arguments: `{"path":"/tmp/x"}`, Digest: "sha256:x", State: guard.ApprovalPending,
 		Scope: guard.ScopeSession, Process: "killed", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
@@ -38,7 +38,7 @@ func TestApprovingTheHoldOfAGoneProcessSaysSo(t *testing.T) {
 		{ID: "witness", Host: "laptop", PID: 4243, Process: "guard run", Seen: now},
 	} {
 		r.Lapse = time.Minute
-		if err := db.Heartbeat(ctx, r); err != nil {
+		if err := db.Replicas().Heartbeat(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

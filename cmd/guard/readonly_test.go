@@ -55,7 +55,7 @@ func TestReadOnlyCommandsOnAFullDisk(t *testing.T) {
 		}
 	}
 	now := time.Now()
-	if err := db.CreateApproval(ctx, &guard.Approval{ID: "held-1", Server: "files", Tool: "delete_file", Arguments: `{}`,
+	if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: "held-1", Server: "files", Tool: "delete_file", Arguments: `{}`,
 		Digest: "sha256:x", State: guard.ApprovalPending, CreatedAt: now.Add(-time.Hour), ExpiresAt: now.Add(-time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestReadOnlyCommandsOnAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if a, err := ro.Approval(ctx, "held-1"); err != nil || a.State != guard.ApprovalPending {
+	if a, err := ro.Holds().Approval(ctx, "held-1"); err != nil || a.State != guard.ApprovalPending {
 		t.Fatalf("the listing wrote the hold's expiry: %+v %v", a, err)
 	}
 }

@@ -43,7 +43,7 @@ func copySource(t *testing.T, path, key string) {
 		}
 	}
 	for _, id := range []string{"held-1", "held-2", "held-3"} {
-		if err := db.CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
+		if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files",
 			Tool: "delete_file", Arguments: `{"path":"/srv/` + id + `"}`, Digest: "sha256:" + id, State: guard.ApprovalPending,
 			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -56,11 +56,11 @@ func copySource(t *testing.T, path, key string) {
 		{tool("write_file", "writes"), tool("delete_file", "deletes")},
 		{tool("write_file", "writes, and more")},
 	} {
-		if err := db.RecordTools(ctx, "files", l, now.Add(time.Duration(i)*time.Second), false); err != nil {
+		if err := db.Catalog().RecordTools(ctx, "files", l, now.Add(time.Duration(i)*time.Second), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := db.RecordTools(ctx, "db", []guard.Tool{tool("query", "reads")}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "db", []guard.Tool{tool("query", "reads")}, now, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -82,10 +82,10 @@ func storedIn(t *testing.T, db *store.DB) stored {
 	ctx := context.Background()
 	var s stored
 	var err error
-	if err = db.Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
-		if s.Approvals, err = db.Approvals(ctx, ""); err == nil {
-			if s.Tools, err = db.Tools(ctx, ""); err == nil {
-				s.Reviews, err = db.Reviews(ctx, "")
+	if err = db.Reader().Records(ctx, func(r *guard.Record) error { s.Records = append(s.Records, r); return nil }); err == nil {
+		if s.Approvals, err = db.Holds().Approvals(ctx, ""); err == nil {
+			if s.Tools, err = db.Catalog().Tools(ctx, ""); err == nil {
+				s.Reviews, err = db.Catalog().Reviews(ctx, "")
 			}
 		}
 	}
@@ -175,7 +175,7 @@ func TestStoreCopy(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("read back from PostgreSQL:\n%+v\nwant\n%+v", got, want)
 	}
-	rules, _, err := dst.LearnedRules(ctx)
+	rules, _, err := dst.Learned().LearnedRules(ctx)
 	if err != nil || len(rules) != 1 || rules[0].Name != learned.Name || rules[0].Tool != learned.Tool || rules[0].Method != "tools/call" {
 		t.Errorf("learned rules on PostgreSQL: %+v %v", rules, err)
 	}

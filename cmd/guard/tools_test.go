@@ -27,14 +27,14 @@ func TestToolsAcceptSaysWhatBecameOfTheHeldCalls(t *testing.T) {
 	list1 := def("list", `{"name":"list"}`)
 	list2 := def("list", `{"name":"list","title":"List"}`)
 	now := time.Now()
-	if err := db.RecordTools(ctx, "files", []guard.Tool{wipe1, list1}, now, false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{wipe1, list1}, now, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RecordTools(ctx, "files", []guard.Tool{wipe2, list2}, now.Add(time.Second), false); err != nil {
+	if err := db.Catalog().RecordTools(ctx, "files", []guard.Tool{wipe2, list2}, now.Add(time.Second), false); err != nil {
 		t.Fatal(err)
 	}
 	hold := func(id string, tool guard.Tool) {
-		if err := db.CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files", Tool: tool.Name,
+		if err := db.Holds().CreateApproval(ctx, &guard.Approval{ID: id, CallID: id, Session: "s1", Server: "files", Tool: tool.Name,
 			Arguments: `{}`, Digest: "sha256:" + id, Pin: tool.Pin, State: guard.ApprovalPending, Rule: guard.ToolReviewRule,
 			HeldReason: "the tool's definition changed", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
@@ -60,7 +60,7 @@ func TestToolsAcceptSaysWhatBecameOfTheHeldCalls(t *testing.T) {
 	defer db.Close()
 	for id, want := range map[string]string{"w1": guard.ApprovalPending, "w2": guard.ApprovalPending, "w3": guard.ApprovalPending,
 		"l1": guard.ApprovalApproved} {
-		if a, err := db.Approval(ctx, id); err != nil || a.State != want {
+		if a, err := db.Holds().Approval(ctx, id); err != nil || a.State != want {
 			t.Errorf("%s: %+v %v, want %s", id, a, err, want)
 		}
 	}

@@ -38,9 +38,9 @@ func testOptions(t testing.TB, ctx context.Context, conf string, wait time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, Wait: wait, ProgressEvery: 50 * time.Millisecond})
 	return proxy.Options{
-		Server: "notes", Recorder: db, Catalog: db, Decider: engine, Holds: holds,
+		Server: "notes", Recorder: db, Catalog: db.Catalog(), Decider: engine, Holds: holds,
 		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Contracts: policy.NewContracts(false),
 		Listing:    func() string { return engine.Config().Listing("notes") },

@@ -24,7 +24,7 @@ func (m *Main) ApprovalsList(ctx context.Context, db *store.DB, state, format st
 	if state == "all" {
 		s = ""
 	}
-	all, err := db.Approvals(ctx, s)
+	all, err := db.Holds().Approvals(ctx, s)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard approvals list: %v\n", err)
 		return ExitFailure
@@ -167,7 +167,7 @@ func (m *Main) ApprovalsDecide(ctx context.Context, db *store.DB, st *Settings, 
 	if m.refuseCLIDecision(st.Config, "approvals "+verb) {
 		return ExitFailure
 	}
-	holds := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: st.Config.Approval.Timeout})
 	x, err := holds.Decide(ctx, id, approve, who, reason)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
@@ -215,7 +215,7 @@ func cliOffBecause(c *config.Config) string {
 // jsonl: the held call, who made it, its rules, each review, and what it
 // still needs.
 func (m *Main) ApprovalsShow(ctx context.Context, db *store.DB, id, format string) int {
-	x, err := db.Approval(ctx, id)
+	x, err := db.Holds().Approval(ctx, id)
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
 		fmt.Fprintf(m.Stderr, "guard approvals show: no held call with id %s\n", id)
@@ -286,7 +286,7 @@ func (m *Main) ApprovalsShow(ctx context.Context, db *store.DB, id, format strin
 		row("client gone", gone)
 	}
 	if x.Rule == guard.ToolReviewRule && x.State == guard.ApprovalPending {
-		r, err := db.Review(ctx, x.Server, x.Tool, x.Pin)
+		r, err := db.Catalog().Review(ctx, x.Server, x.Tool, x.Pin)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard approvals show: %v\n", err)
 			return ExitFailure

@@ -49,11 +49,11 @@ func (m *Main) AuditReport(ctx context.Context, db *store.DB, st *Settings, o Re
 	verified := make(chan error, 1)
 	go func() {
 		var err error
-		r.Verified, err = db.Verify(ctx)
+		r.Verified, err = db.Verifier().Verify(ctx)
 		verified <- err
 	}()
 	var err error
-	r.Activity, err = db.Activity(ctx, o.From.UTC(), o.To.UTC())
+	r.Activity, err = db.Reader().Activity(ctx, o.From.UTC(), o.To.UTC())
 	if verr := <-verified; verr != nil {
 		fmt.Fprintf(m.Stderr, "guard audit report: verify: %v\n", verr)
 		return ExitFailure

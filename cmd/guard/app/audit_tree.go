@@ -30,7 +30,7 @@ func (m *Main) AuditVerify(ctx context.Context, st *Settings, o store.VerifyOpti
 		return cannot(err)
 	}
 	o.Kept = append(o.Kept, held...)
-	rep, err := db.VerifyWith(ctx, o)
+	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil {
 		return cannot(err)
 	}

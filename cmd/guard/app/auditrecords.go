@@ -27,11 +27,11 @@ func (m *Main) auditRecords(ctx context.Context, db *store.DB, kind string, f st
 	case "jsonl":
 		enc := json.NewEncoder(m.Stdout)
 		enc.SetEscapeHTML(false)
-		err = db.QueryRecords(ctx, kind, f, func(r *guard.Record) error { return enc.Encode(r) })
+		err = db.Reader().QueryRecords(ctx, kind, f, func(r *guard.Record) error { return enc.Encode(r) })
 	case "csv":
 		w := csv.NewWriter(m.Stdout)
 		_ = w.Write(recordColumns)
-		err = db.QueryRecords(ctx, kind, f, func(r *guard.Record) error {
+		err = db.Reader().QueryRecords(ctx, kind, f, func(r *guard.Record) error {
 			// The log's text is written inert (inertCells); the sequence
 			// number as it is.
 			return w.Write(append([]string{strconv.FormatInt(r.Seq, 10)}, inertCells(r.ID, r.CallID, r.Kind,
@@ -46,7 +46,7 @@ func (m *Main) auditRecords(ctx context.Context, db *store.DB, kind string, f st
 	default:
 		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TIME\tKIND\tSERVER\tWHAT\tDECISION\tDECIDED BY\tREASON")
-		err = db.QueryRecords(ctx, kind, f, func(r *guard.Record) error {
+		err = db.Reader().QueryRecords(ctx, kind, f, func(r *guard.Record) error {
 			what := r.Tool
 			if what == "" {
 				what = r.Method
@@ -89,11 +89,11 @@ func (m *Main) AuditQuery(ctx context.Context, db *store.DB, f store.Filter, kin
 	case "jsonl":
 		enc := json.NewEncoder(m.Stdout)
 		enc.SetEscapeHTML(false)
-		err = db.Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
+		err = db.Reader().Query(ctx, f, func(c *store.Call) error { return enc.Encode(c) })
 	case "csv":
 		w := csv.NewWriter(m.Stdout)
 		_ = w.Write(store.CallColumns)
-		err = db.Query(ctx, f, func(c *store.Call) error {
+		err = db.Reader().Query(ctx, f, func(c *store.Call) error {
 			// The log's text is written inert; the figures as they are.
 			row := inertCells(c.ID, c.Time, c.Session, c.Client, c.User, c.UserEmail, groupsCell(c.UserGroups), c.Protocol, c.Server, c.Direction, c.Method,
 				c.Tool, c.Arguments, c.Pin, c.Decision, c.DecidedBy, c.Reason, c.Approval, c.Outcome, c.Result)
@@ -108,7 +108,7 @@ func (m *Main) AuditQuery(ctx context.Context, db *store.DB, f store.Filter, kin
 	default:
 		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TIME\tUSER\tSERVER\tCALL\tDECISION\tDECIDED BY\tOUTCOME\tMS")
-		err = db.Query(ctx, f, func(c *store.Call) error {
+		err = db.Reader().Query(ctx, f, func(c *store.Call) error {
 			what := c.Method
 			if c.Tool != "" {
 				what = c.Tool

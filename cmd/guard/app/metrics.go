@@ -34,19 +34,19 @@ func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
 func NewMetrics(db *store.DB) *metrics.Registry {
 	reg := metrics.New()
 	reg.Gauge("guard_pending_approvals", "Calls waiting for a person's decision, in every process on this database.", func() (float64, error) {
-		n, _, err := db.CountApprovals(context.Background(), guard.ApprovalPending)
+		n, _, err := db.Holds().CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
 	})
-	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.AppendLatency())
-	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.BatchSizes())
+	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.Writing().AppendLatency())
+	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.Writing().BatchSizes())
 	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet in the database.", func() (float64, error) {
-		return float64(db.Backlog()), nil
+		return float64(db.Writing().Backlog()), nil
 	})
 	reg.Gauge("guard_audit_backlog_peak_records", "The most audit records this process has had waiting to go into the database.", func() (float64, error) {
-		return float64(db.PeakBacklog()), nil
+		return float64(db.Writing().PeakBacklog()), nil
 	})
 	reg.CounterFunc("guard_audit_integrity_alerts", "Integrity alerts this process raised: a damaged journal of a process that stopped, whose acknowledged records may be lost (guard audit verify names each until it is acknowledged); a record without a valid MAC, written to the database without the checkpoint key, which guard neither builds the tree over nor signs (verify names it).", func() (float64, error) {
-		return float64(db.IntegrityAlerts()), nil
+		return float64(db.Integrity().IntegrityAlerts()), nil
 	})
 	addVerifyMetrics(reg, db)
 	treeMetrics(reg, db)
@@ -73,12 +73,12 @@ var errNoVerification = errors.New("no verification yet")
 // the database: every process on it shows the same, whichever verified.
 func addVerifyMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.CounterFunc("guard_audit_verify_failures_total", "Scheduled verifications of the audit log that failed (audit.verify_every), by any process on this database.", func() (float64, error) {
-		n, err := db.VerificationFailures(context.Background())
+		n, err := db.Verifier().VerificationFailures(context.Background())
 		return float64(n), err
 	})
 	last := func(f func(v *store.Verification) float64) func() (float64, error) {
 		return func() (float64, error) {
-			v, err := db.LastVerification(context.Background())
+			v, err := db.Verifier().LastVerification(context.Background())
 			if err == nil && v == nil {
 				err = errNoVerification
 			}
@@ -133,7 +133,7 @@ func metricsHandler(reg *metrics.Registry) http.HandlerFunc {
 func retentionMetrics(reg *metrics.Registry, db *store.DB) {
 	total := func(failures bool) func() (float64, error) {
 		return func() (float64, error) {
-			pruned, failed, err := db.RetentionTotals(context.Background())
+			pruned, failed, err := db.Pruning().RetentionTotals(context.Background())
 			if failures {
 				return float64(failed), err
 			}
@@ -147,9 +147,9 @@ func retentionMetrics(reg *metrics.Registry, db *store.DB) {
 // treeMetrics adds the tree's counters to a serving process's metrics.
 func treeMetrics(reg *metrics.Registry, db *store.DB) {
 	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
-		return float64(db.CheckpointRefusals()), nil
+		return float64(db.Integrity().CheckpointRefusals()), nil
 	})
 	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
-		return float64(db.WitnessFailures()), nil
+		return float64(db.Integrity().WitnessFailures()), nil
 	})
 }

@@ -36,7 +36,7 @@ func TestAScriptsServerKeepsAKnownName(t *testing.T) {
 		return db
 	}
 	fresh, known := open("fresh.db"), open("known.db")
-	if err := known.RecordTools(ctx, "index.js", []guard.Tool{{Server: "index.js", Name: "add_note",
+	if err := known.Catalog().RecordTools(ctx, "index.js", []guard.Tool{{Server: "index.js", Name: "add_note",
 		Def: json.RawMessage(`{"name":"add_note"}`), Pin: "sha256:1"}}, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}

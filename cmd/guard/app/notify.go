@@ -38,7 +38,7 @@ func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
 // process) is a failure.
 func deliveryProblems(db *store.DB, receivers []notify.Config) func(ctx context.Context) ([]string, error) {
 	return func(ctx context.Context) ([]string, error) {
-		ps, err := notify.Undelivered(ctx, db, time.Now().Add(-notify.ProblemsFor), receivers)
+		ps, err := notify.Undelivered(ctx, db.Reader(), time.Now().Add(-notify.ProblemsFor), receivers)
 		lines := make([]string, len(ps))
 		for i, p := range ps {
 			lines[i] = p.String()

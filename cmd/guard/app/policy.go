@@ -116,7 +116,7 @@ func (m *Main) PolicyReload(ctx context.Context, st *Settings, by string) int {
 	}
 	defer db.Close()
 	digest := policy.FilesDigest(st.ConfigPath, st.RulesDir, st.Config)
-	c, err := db.ConfigChangeByDigest(ctx, digest)
+	c, err := db.Configs().ConfigChangeByDigest(ctx, digest)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 		return ExitFailure
@@ -130,7 +130,7 @@ func (m *Main) PolicyReload(ctx context.Context, st *Settings, by string) int {
 		} else {
 			m.printChanges(c.Summary)
 		}
-		if err := db.NoteConfigChange(ctx, digest, ""); err != nil {
+		if err := db.Configs().NoteConfigChange(ctx, digest, ""); err != nil {
 			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 			return ExitFailure
 		}
@@ -145,7 +145,7 @@ func (m *Main) PolicyReload(ctx context.Context, st *Settings, by string) int {
 		m.printChanges(c.Summary)
 	}
 	who := by
-	if _, err := db.ApplyConfig(ctx, digest, who); err != nil {
+	if _, err := db.Configs().ApplyConfig(ctx, digest, who); err != nil {
 		fmt.Fprintf(m.Stderr, "guard: not applied: %v\n", err)
 		return ExitFailure
 	}

@@ -82,7 +82,7 @@ func (m *Main) PolicyReplay(ctx context.Context, db *store.DB, st *Settings, sin
 	var total, same int
 	skipped := map[string]int{}
 	changed := map[string][]replayed{}
-	err := db.Decisions(ctx, from, func(r *store.Decided) error {
+	err := db.Reader().Decisions(ctx, from, func(r *store.Decided) error {
 		was := recordedAction(r)
 		switch r.DecidedBy {
 		case guard.ToolReviewRule, guard.RateLimitRule, guard.PendingLimitRule:
@@ -97,7 +97,7 @@ func (m *Main) PolicyReplay(ctx context.Context, db *store.DB, st *Settings, sin
 		call := &guard.Call{Server: r.Server, Method: r.Method, ToolName: r.Tool, Arguments: json.RawMessage(r.Arguments),
 			Time: r.Time, Client: guard.ClientInfo{Name: name, Version: version, Protocol: r.Protocol}, User: r.Caller}
 		if r.Pin != "" {
-			t, err := db.ToolByPin(ctx, r.Server, r.Tool, r.Pin)
+			t, err := db.Catalog().ToolByPin(ctx, r.Server, r.Tool, r.Pin)
 			if err != nil {
 				return err
 			}

@@ -81,7 +81,7 @@ func (rt *relaying) started(server string, serves []string) {
 // record that cannot be written is logged: the calls that follow are
 // refused on their own when the log cannot take them.
 func recordLifecycle(db *store.DB, logger *slog.Logger, l store.Lifecycle) {
-	if err := db.RecordLifecycle(l); err != nil {
+	if err := db.Operations().RecordLifecycle(l); err != nil {
 		logger.Error("audit: the record of guard "+l.Event+" could not be written", "process", l.Process, "err", err)
 	}
 }
@@ -135,7 +135,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	}
 	eo := policy.EngineOptions{
 		RulesDir: st.RulesDir, Protected: st.protected(), Getenv: m.Getenv, Logger: logger, Limiter: db,
-		Gate: db, Isolated: rt.isolated, Record: recordConfig(db, cmd),
+		Gate: db.Configs(), Isolated: rt.isolated, Record: recordConfig(db, cmd),
 	}
 	if st.Postgres {
 		eo.Learned = learnedRules{db: db, getenv: m.Getenv}
@@ -159,7 +159,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 		return nil, ExitFailure, false
 	}
 	if len(cfg.Audit.Stream) > 0 {
-		rt.streamer, err = stream.New(stream.Options{Log: db, Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
+		rt.streamer, err = stream.New(stream.Options{Log: db.Streams(), Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 			return nil, ExitUsage, false
@@ -205,7 +205,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { rt.health.Run(ctx) })
 	// A hold keeps how whoever decides must have been verified, as the
 	// configuration in force when the call is held says.
-	holds := approvals.New(db, approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: cfg.Approval.Timeout, Wait: cfg.Approval.Wait, Scope: cfg.Approval.Scope,
 		Process: process, Logger: logger, RequiredVia: func() string { return engine.Config().RequiredVia() }})
 	// Every relaying process withdraws the holds of processes that are
 	// gone, at start and after each beat.
@@ -222,10 +222,10 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	bg.Go(func() { watchListings(ctx, db, engine, rt.listings, logger) })
 	// Every relaying process takes part in verifying the log on schedule;
 	// the database has one of them verify per period (store.VerifyIfDue).
-	bg.Go(func() { db.RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
+	bg.Go(func() { db.Verifier().RunVerifier(ctx, cfg.Audit.VerifyEvery, nil) })
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
-	bg.Go(func() { db.RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
+	bg.Go(func() { db.Pruning().RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
@@ -247,36 +247,36 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 // log can be written, each recovery recorded as a lifecycle record of
 // process's.
 func NewHealth(db *store.DB, process, version string, logger *slog.Logger) *health.Checker {
-	o := health.Options{Log: db, Logger: logger.With("component", "health"),
+	o := health.Options{Log: db.Writing(), Logger: logger.With("component", "health"),
 		Recovered: func(_ context.Context, since time.Time, cause string) error {
-			return db.RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
+			return db.Operations().RecordLifecycle(store.Lifecycle{Event: store.LifecycleRecovered, Process: process, Version: version,
 				Reason: fmt.Sprintf("the audit log can be written again; it could not since %s: %s", since.UTC().Format(time.RFC3339), cause)})
 		}}
 	// The integrity alerts the store keeps show in /readyz's body and
 	// never make it 503.
-	o.Alerts = alertTexts{db}
+	o.Alerts = alertTexts{db.Integrity()}
 	return health.New(o)
 }
 
 // alertTexts are the store's integrity alerts as /readyz counts them.
-type alertTexts struct{ db *store.DB }
+type alertTexts struct{ integrity store.Integrity }
 
 // Alerts lists, in words, the alerts no one has acknowledged and the
 // records this process found without a valid MAC.
 func (a alertTexts) Alerts(ctx context.Context) ([]string, error) {
-	alerts, err := a.db.Alerts(ctx)
+	alerts, err := a.integrity.Alerts(ctx)
 	texts := make([]string, len(alerts), len(alerts)+1)
 	for i, al := range alerts {
 		texts[i] = al.Text
 	}
-	return append(texts, a.db.UnauthenticatedRecords()...), err
+	return append(texts, a.integrity.UnauthenticatedRecords()...), err
 }
 
 // recordConfig records each configuration a process's engine loads, in the
 // audit log (a config record with the files' digest).
 func recordConfig(db *store.DB, process string) func(policy.ConfigLoad) error {
 	return func(l policy.ConfigLoad) error {
-		return db.RecordConfig(store.ConfigLoad{Digest: l.Digest, Policy: l.Policy, How: l.How, Reason: l.Reason,
+		return db.Operations().RecordConfig(store.ConfigLoad{Digest: l.Digest, Policy: l.Policy, How: l.How, Reason: l.Reason,
 			Changes: l.Changes, Process: process})
 	}
 }
@@ -327,7 +327,7 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		MaxMessage:       int(cfg.MaxMessage),
 		MaxRequest:       int(cfg.MaxRequest),
 		Recorder:         rt.db,
-		Catalog:          rt.db,
+		Catalog:          rt.db.Catalog(),
 		Decider:          rt.engine,
 		Holds:            rt.holds,
 		Redactor:         redactor,
@@ -366,7 +366,7 @@ func watchListings(ctx context.Context, db *store.DB, engine *config.Engine, bea
 	defer t.Stop()
 	last, failing := "", false
 	for {
-		stamp, err := db.ReviewsStamp(ctx)
+		stamp, err := db.Catalog().ReviewsStamp(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			logger.Warn("tool reviews not read: sessions are not told of changes to their listings until they are", "err", err)

@@ -44,7 +44,7 @@ var _ policy.Learned = learnedRules{}
 const learnedSource = "the database's learned rules"
 
 func (l learnedRules) LearnedRules(ctx context.Context) ([]policy.Rule, int64, error) {
-	rows, v, err := l.db.LearnedRules(ctx)
+	rows, v, err := l.db.Learned().LearnedRules(ctx)
 	if err != nil || len(rows) == 0 {
 		return nil, v, err
 	}
@@ -62,7 +62,7 @@ func (l learnedRules) LearnedRules(ctx context.Context) ([]policy.Rule, int64, e
 }
 
 func (l learnedRules) LearnedRulesVersion(ctx context.Context) (int64, error) {
-	return l.db.LearnedRulesVersion(ctx)
+	return l.db.Learned().LearnedRulesVersion(ctx)
 }
 
 // add adds a rule learned from approval a, recorded first in the audit
@@ -77,11 +77,11 @@ func (l learnedRules) add(ctx context.Context, a *guard.Approval, by string, r p
 	if !add {
 		return nil // the same rule is there already
 	}
-	if err := l.db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
+	if err := l.db.Operations().RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
 		Method: r.Method, Action: r.Action, File: learnedSource}); err != nil {
 		return err
 	}
-	return l.db.AddLearnedRule(ctx, store.LearnedRule{Name: r.Name, Server: r.Server, Tool: r.Tool, Method: r.Method,
+	return l.db.Learned().AddLearnedRule(ctx, store.LearnedRule{Name: r.Name, Server: r.Server, Tool: r.Tool, Method: r.Method,
 		URI: r.URI, When: r.When, Action: r.Action, Reason: r.Reason})
 }
 
@@ -151,7 +151,7 @@ func (w *replicaWatch) run(ctx context.Context) {
 		w.settleGone(ctx)
 		select {
 		case <-ctx.Done():
-			if err := w.db.LeaveReplicas(context.WithoutCancel(ctx), w.me.ID); err != nil {
+			if err := w.db.Replicas().LeaveReplicas(context.WithoutCancel(ctx), w.me.ID); err != nil {
 				w.logger.Warn("replicas: cannot take this one out", "err", err)
 			}
 			return
@@ -178,10 +178,10 @@ func (w *replicaWatch) settleGone(ctx context.Context) {
 func (w *replicaWatch) beat(ctx context.Context) {
 	w.me.ConfigDigest, w.me.PolicyVersion = w.digest()
 	w.me.Seen = time.Now().UTC()
-	err := w.db.Heartbeat(ctx, w.me)
+	err := w.db.Replicas().Heartbeat(ctx, w.me)
 	var all []store.Replica
 	if err == nil {
-		all, err = w.db.Replicas(ctx, w.me.Seen.Add(-w.me.Lapse))
+		all, err = w.db.Replicas().Replicas(ctx, w.me.Seen.Add(-w.me.Lapse))
 	}
 	if err != nil {
 		if w.healthy && ctx.Err() == nil {

@@ -224,7 +224,7 @@ func derivedName(ctx context.Context, db *store.DB, cfg *config.Config, argv []s
 	if _, ok := cfg.Servers[name]; ok {
 		return name, nil
 	}
-	tools, err := db.Tools(ctx, old)
+	tools, err := db.Catalog().Tools(ctx, old)
 	if err != nil {
 		return "", fmt.Errorf("server name: %w", err)
 	}

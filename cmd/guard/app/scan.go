@@ -23,7 +23,7 @@ func toolScanner(ctx context.Context, db *store.DB, logger *slog.Logger) func(se
 	otherTools := func(server string) []string {
 		mu.Lock()
 		if time.Since(read) >= 5*time.Second {
-			if tools, err := db.Tools(ctx, ""); err == nil {
+			if tools, err := db.Catalog().Tools(ctx, ""); err == nil {
 				known, read = tools, time.Now()
 			}
 		}

@@ -24,7 +24,7 @@ func TestToolScannerKnowsWhichToolsAreOthers(t *testing.T) {
 	now := time.Now()
 	for server, name := range map[string]string{"mail": "send_email", "files": "read_file"} {
 		def := `{"name":"` + name + `","description":"Does its job.","inputSchema":{"type":"object"}}`
-		if err := db.RecordTools(ctx, server, []guard.Tool{{Server: server, Name: name, Def: []byte(def), Pin: "sha256:" + name}}, now, false); err != nil {
+		if err := db.Catalog().RecordTools(ctx, server, []guard.Tool{{Server: server, Name: name, Def: []byte(def), Pin: "sha256:" + name}}, now, false); err != nil {
 			t.Fatal(err)
 		}
 	}

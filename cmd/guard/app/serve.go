@@ -101,7 +101,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			o.Caller = c.User
 			o.Recorder = countingRecorder{Recorder: db, reg: reg}
 			// A 2026-07-28 client's next round may reach another replica.
-			o.Rounds = db
+			o.Rounds = db.Replicas()
 			return o
 		}
 	}
@@ -255,7 +255,7 @@ func warnDuplicateTools(ctx context.Context, db *store.DB, logger *slog.Logger) 
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {
-		if tools, err := db.Tools(ctx, ""); err == nil {
+		if tools, err := db.Catalog().Tools(ctx, ""); err == nil {
 			for name, servers := range duplicateTools(tools) {
 				if !warned[name] {
 					warned[name] = true

@@ -14,7 +14,7 @@ import (
 // ToolsList is guard tools list: every tool of the catalog (of server
 // only, when not ""), its review state, annotations and flags.
 func (m *Main) ToolsList(ctx context.Context, db *store.DB, server string) int {
-	tools, err := db.Tools(ctx, server)
+	tools, err := db.Catalog().Tools(ctx, server)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard tools list: %v\n", err)
 		return ExitFailure
@@ -22,7 +22,7 @@ func (m *Main) ToolsList(ctx context.Context, db *store.DB, server string) int {
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tTOOL\tSTATE\tCAUSE\tPIN\tANNOTATIONS\tFLAGS")
 	for _, t := range tools {
-		r, err := db.Review(ctx, t.Server, t.Name, t.Pin)
+		r, err := db.Catalog().Review(ctx, t.Server, t.Name, t.Pin)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard tools list: %v\n", err)
 			return ExitFailure
@@ -74,12 +74,12 @@ func (m *Main) ToolsDiff(ctx context.Context, db *store.DB, server, tool string)
 		fmt.Fprintf(m.Stderr, "guard tools diff: %v\n", err)
 		return ExitFailure
 	}
-	old, err := db.AcceptedTool(ctx, server, tool)
+	old, err := db.Catalog().AcceptedTool(ctx, server, tool)
 	if err != nil {
 		fmt.Fprintf(m.Stderr, "guard tools diff: %v\n", err)
 		return ExitFailure
 	}
-	r, _ := db.Review(ctx, server, tool, cur.Pin)
+	r, _ := db.Catalog().Review(ctx, server, tool, cur.Pin)
 	if r != nil {
 		fmt.Fprintf(m.Stdout, "%s/%s %s: %s (%s)\n", server, tool, cur.Pin, r.State, r.Cause)
 		if len(r.Flags) > 0 {
@@ -109,7 +109,7 @@ func (m *Main) ToolsDiff(ctx context.Context, db *store.DB, server, tool string)
 }
 
 func currentTool(ctx context.Context, db *store.DB, server, name string) (*guard.Tool, error) {
-	tools, err := db.Tools(ctx, server)
+	tools, err := db.Catalog().Tools(ctx, server)
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +141,8 @@ func (m *Main) ToolsDecide(ctx context.Context, db *store.DB, st *Settings, serv
 	// accepted, they go on to the rules, or wait for a decision each
 	// when the change weakens the tool's declared caution or the scanner
 	// flagged it (approvals.ReleasesHeld).
-	holds := approvals.New(db, approvals.Options{Timeout: st.Config.Approval.Timeout})
-	r, settled, err := approvals.DecideDefinition(ctx, db, holds, server, tool, cur.Pin, accept, approvals.Named(who), reason)
+	holds := approvals.New(db.Holds(), approvals.Options{Timeout: st.Config.Approval.Timeout})
+	r, settled, err := approvals.DecideDefinition(ctx, db.Catalog(), db.Holds(), holds, server, tool, cur.Pin, accept, approvals.Named(who), reason)
 	if r == nil {
 		fmt.Fprintf(m.Stderr, "guard tools %s: %v\n", verb, err)
 		return ExitFailure

@@ -37,7 +37,7 @@ func (m *Main) servedUI(ctx context.Context, dbPath, keyPath string) (string, er
 	defer db.Close()
 	stopped, tried := map[string]bool{}, map[string]bool{}
 	var found string
-	err = db.QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
+	err = db.Reader().QueryRecords(ctx, guard.KindLifecycle, store.Filter{}, func(r *guard.Record) error {
 		var d struct {
 			Process string   `json:"process"`
 			PID     int      `json:"pid"`
@@ -137,7 +137,7 @@ func (m *Main) UIEnroll(ctx context.Context, db *store.DB, st *Settings, who str
 			listen = served
 		}
 	}
-	if err := db.AddPasskeyEnrolment(ctx, code, who, time.Now().Add(valid)); err != nil {
+	if err := db.Passkeys().AddPasskeyEnrolment(ctx, code, who, time.Now().Add(valid)); err != nil {
 		fmt.Fprintf(m.Stderr, "guard ui enroll: %v\n", err)
 		return ExitFailure
 	}

@@ -60,6 +60,9 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 	newUI := func(served string) (*web.Server, error) {
 		return web.New(web.Options{
 			Store:        db,
+			Calls:        db.Reader(),
+			Holds:        db.Holds(),
+			Tools:        db.Catalog(),
 			Decider:      holds,
 			Token:        token,
 			NoTokenLogin: !st.Config.UI.TokenLogin,
@@ -133,7 +136,7 @@ func uiPasskeys(c *config.Config, db *store.DB, listen string) *web.Passkeys {
 		// rather than one that decides without them.
 		origin = ""
 	}
-	return &web.Passkeys{Store: db, Origin: origin}
+	return &web.Passkeys{Store: db.Passkeys(), Origin: origin}
 }
 
 // runUI serves the UI on l, and beside it /healthz and /readyz, so that a
@@ -198,11 +201,11 @@ func allowAlways(db *store.DB, rulesDir string, learned policy.Learned) func(a *
 		}
 		file := filepath.Join(rulesDir, policy.ApprovedRulesFile)
 		_, err := policy.AppendApprovedRule(rulesDir, r, func(digest string, r policy.Rule) error {
-			if err := db.RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
+			if err := db.Operations().RecordRuleAdded(store.RuleAdded{Approval: a, By: by, Rule: r.Name, Server: r.Server, Tool: r.Tool,
 				Method: r.Method, Action: r.Action, File: file}); err != nil {
 				return err
 			}
-			return db.NoteRulesWritten(context.Background(), digest)
+			return db.Configs().NoteRulesWritten(context.Background(), digest)
 		})
 		return err // not added: the same rule is there already
 	}
@@ -281,7 +284,7 @@ func actionWord(action string) string {
 // reviewOf is how a tool's definition stands when it is not accepted, and
 // why a call to it is held, as the relay says it; nil when accepted.
 func reviewOf(ctx context.Context, db *store.DB, t *guard.Tool) (*guard.Review, string) {
-	r, _ := db.Review(ctx, t.Server, t.Name, t.Pin)
+	r, _ := db.Catalog().Review(ctx, t.Server, t.Name, t.Pin)
 	return pendingReview(ctx, db, t, r)
 }
 
@@ -292,7 +295,7 @@ func pendingReview(ctx context.Context, db *store.DB, t *guard.Tool, r *guard.Re
 	}
 	var old *guard.Tool
 	if r.Cause == guard.CauseChanged {
-		old, _ = db.AcceptedTool(ctx, t.Server, t.Name)
+		old, _ = db.Catalog().AcceptedTool(ctx, t.Server, t.Name)
 	}
 	return r, guard.ReviewReason(r, t, old)
 }

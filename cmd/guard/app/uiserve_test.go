@@ -36,7 +36,7 @@ func TestARuleLearnedFromAnApprovalIsRecordedFirst(t *testing.T) {
 		t.Fatalf("the rule file: %s %v", file, err)
 	}
 	var got []*guard.Record
-	_ = db.Records(ctx, func(r *guard.Record) error {
+	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
 		if r.Kind == guard.KindRuleAdded {
 			got = append(got, r)
 		}
