@@ -62,16 +62,16 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: newIDMap[*waiter](negativeID, false),
+		pending: NewIDMap[*waiter](negativeID, false),
 		byCall:  map[string]*waiter{},
-		asked:   newIDMap[*member](negativeID, true),
+		asked:   NewIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
 	ports := make([]*port, len(ag.Members))
 	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
-		mb := &member{name: m.Name, in: newInbox(), done: make(chan struct{}), up: true}
+		mb := &member{name: m.Name, in: NewInbox(), done: make(chan struct{}), up: true}
 		a.members = append(a.members, mb)
 		ports[i] = &port{a: a, mb: mb, ended: &ended}
 	}
@@ -98,7 +98,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 			continue
 		}
 		if errors.As(err, &bad) {
-			if tooDeep(bad.Err) == wire.KindResponse {
+			if TooDeep(bad.Err) == wire.KindResponse {
 				// Its server's session answers the server's
 				// request with guard's error.
 				a.response(m)
@@ -113,10 +113,10 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		a.fromClient(m)
 	}
 	// The members' input ends for the reason the aggregate's did.
-	why, gone := inputEnded(client)
+	why, gone := InputEnded(client)
 	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
-		mb.in.close()
+		mb.in.Close()
 	}
 	for _, mb := range a.members {
 		<-mb.done
@@ -144,13 +144,13 @@ type port struct {
 	closed bool // the session's writes fail: it ended, or closed its side
 }
 
-func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.take(ctx) }
+func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.Take(ctx) }
 
 func (p *port) Write(_ context.Context, m wire.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return errClosed
+		return ErrClosed
 	}
 	if m.Kind == 0 {
 		pm, err := wire.Parse(m.Raw)
@@ -177,20 +177,20 @@ func (p *port) Close() error {
 // under way is done.
 func (p *port) end() {
 	p.Close()
-	p.mb.in.close()
+	p.mb.in.Close()
 }
 
-func (p *port) inputEnded() (string, bool) {
+func (p *port) InputEnded() (string, bool) {
 	if e := p.ended.Load(); e != nil {
 		return e.why, e.gone
 	}
-	return goneInputEnded, true
+	return GoneInputEnded, true
 }
 
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	in   *inbox // what the aggregate sends the member's session
+	in   *Inbox // what the aggregate sends the member's session
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -202,7 +202,7 @@ type member struct {
 // send writes one message to the member's relay session: a parsed one
 // goes on without a second parse.
 func (mb *member) send(m wire.Message) error {
-	return mb.in.put(context.Background(), m)
+	return mb.in.Put(context.Background(), m)
 }
 
 // waiter is a request the aggregate sent to a member: a client's request
@@ -221,20 +221,20 @@ type aggregator struct {
 	byLength []*member // longest name first
 
 	mu      sync.Mutex
-	pending *idMap[*waiter]    // requests sent to members, under the aggregate's ids
+	pending *IDMap[*waiter]    // requests sent to members, under the aggregate's ids
 	byCall  map[string]*waiter // client's id key → its passed-on request
-	asked   *idMap[*member]    // members' requests passed on to the client, under the aggregate's ids
+	asked   *IDMap[*member]    // members' requests passed on to the client, under the aggregate's ids
 	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
 	uris    map[string]*member // resource URI → the member that listed it
 }
 
-func (a *aggregator) write(line []byte) { a.toClient(unparsed(line)) }
+func (a *aggregator) write(line []byte) { a.toClient(Unparsed(line)) }
 
 // toClient writes one message to the client (a member's, parsed, goes on
 // without a second parse).
 func (a *aggregator) toClient(m wire.Message) {
 	if a.out.Write(context.Background(), m) == nil {
-		if f, ok := a.out.(flusher); ok {
+		if f, ok := a.out.(Flusher); ok {
 			_ = f.Flush()
 		}
 	}
@@ -252,7 +252,7 @@ func (a *aggregator) refuse(bad *BadMessage) {
 	switch {
 	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
 		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
-	case tooDeep(bad.Err) == wire.KindNotification:
+	case TooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
 		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
@@ -270,7 +270,7 @@ func (a *aggregator) fromClient(m wire.Message) {
 			return
 		}
 		for _, p := range parts {
-			pm, err := readMessage(p)
+			pm, err := ReadMessage(p)
 			var bad *BadMessage
 			if errors.As(err, &bad) {
 				a.refuse(bad)
@@ -469,17 +469,17 @@ func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 	}
 	if w.clientID != nil {
 		// The client's id goes on unless a request in flight has it.
-		w.ownID, _, _ = a.pending.add(w.clientID, w)
+		w.ownID, _, _ = a.pending.Add(w.clientID, w)
 		a.byCall[wire.IDKey(w.clientID)] = w
 	} else {
-		w.ownID = a.pending.own()
-		a.pending.put(wire.IDKey(w.ownID), w)
+		w.ownID = a.pending.Own()
+		a.pending.Put(wire.IDKey(w.ownID), w)
 	}
 	a.mu.Unlock()
 	err := mb.send(rebuild(m, w.ownID, params))
 	if err != nil {
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		if w.clientID != nil {
 			delete(a.byCall, wire.IDKey(w.clientID))
 		}
@@ -504,7 +504,7 @@ func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) 
 		return r, ok
 	case <-done:
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		a.mu.Unlock()
 		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", w.m.name)
 		return wire.Message{}, false
@@ -835,7 +835,7 @@ func rawError(id, errObj []byte) []byte {
 func rebuild(m wire.Message, id, params []byte) wire.Message {
 	if params != nil && m.Params == nil {
 		if b, err := wire.Request(id, m.Method, json.RawMessage(params)); err == nil {
-			return unparsed(b)
+			return Unparsed(b)
 		}
 	}
 	if params != nil && m.Params != nil {
@@ -876,13 +876,13 @@ func (a *aggregator) notification(m wire.Message) {
 			// The server's session records it cancelled and drops a
 			// late answer; nothing is left to wait for here.
 			delete(a.byCall, wire.IDKey(req))
-			a.pending.drop(wire.IDKey(w.ownID))
+			a.pending.Drop(wire.IDKey(w.ownID))
 		}
 		a.mu.Unlock()
 		if w == nil || req == nil {
 			return // not ours, or already answered
 		}
-		_ = w.m.send(unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
+		_ = w.m.send(Unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
 		return
 	}
 	for _, mb := range a.live() {
@@ -894,7 +894,7 @@ func (a *aggregator) notification(m wire.Message) {
 func (a *aggregator) response(m wire.Message) {
 	k := wire.IDKey(m.ID)
 	a.mu.Lock()
-	mb, orig, ok := a.asked.take(k)
+	mb, orig, ok := a.asked.Take(k)
 	if ok {
 		delete(a.askedBy, pendingKey(mb, orig))
 	}
@@ -903,7 +903,7 @@ func (a *aggregator) response(m wire.Message) {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = mb.send(unparsed(wire.ReplaceID(m, orig)))
+	_ = mb.send(Unparsed(wire.ReplaceID(m, orig)))
 }
 
 // fromMember handles one message of a member's relay session.
@@ -914,7 +914,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		parts, err := wire.SplitBatch(line)
 		if err == nil {
 			for _, p := range parts {
-				if pm, err := readMessage(p); err == nil {
+				if pm, err := ReadMessage(p); err == nil {
 					a.fromMember(mb, pm)
 				}
 			}
@@ -924,12 +924,12 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		// must come from the member asked.
 		k := wire.IDKey(m.ID)
 		a.mu.Lock()
-		w, _ := a.pending.get(k)
+		w, _ := a.pending.Get(k)
 		if w != nil && w.m != mb {
 			w = nil
 		}
 		if w != nil {
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
@@ -947,7 +947,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		}
 	case wire.KindRequest:
 		a.mu.Lock()
-		id, _, _ := a.asked.add(m.ID, mb)
+		id, _, _ := a.asked.Add(m.ID, mb)
 		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
 		a.toClient(wire.WithID(m, id))
@@ -974,18 +974,18 @@ func (a *aggregator) gone(mb *member) {
 	a.mu.Lock()
 	mb.up = false
 	var lost []*waiter
-	a.pending.each(func(k string, w *waiter, _ []byte) {
+	a.pending.Each(func(k string, w *waiter, _ []byte) {
 		if w.m == mb {
 			lost = append(lost, w)
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
 		}
 	})
-	a.asked.each(func(k string, q *member, orig []byte) {
+	a.asked.Each(func(k string, q *member, orig []byte) {
 		if q == mb { // its requests to the client: an answer has nowhere to go
-			a.asked.drop(k)
+			a.asked.Drop(k)
 			delete(a.askedBy, pendingKey(mb, orig))
 		}
 	})

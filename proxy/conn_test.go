@@ -25,7 +25,7 @@ func overStreams(ctx context.Context, conn Conn, run func(in io.Reader, out io.W
 				return
 			}
 			if err == nil && peer.Write(ctx, m) == nil {
-				_ = peer.(flusher).Flush()
+				_ = peer.(Flusher).Flush()
 			}
 		}
 	}()
@@ -59,9 +59,9 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	a, b := Pipe()
 	ctx := context.Background()
 	go func() {
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
-		_ = a.Write(ctx, unparsed([]byte(`{not json`)))
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{not json`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
 		a.Close()
 	}()
 	m, err := b.Read(ctx)
@@ -79,7 +79,7 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	if _, err = b.Read(ctx); err != io.EOF {
 		t.Fatalf("after close: %v", err)
 	}
-	if err := a.Write(ctx, unparsed([]byte(`{}`))); err == nil {
+	if err := a.Write(ctx, Unparsed([]byte(`{}`))); err == nil {
 		t.Fatal("a write after close succeeded")
 	}
 }
