@@ -1,4 +1,11 @@
-package proxy
+// Package mux is guard's aggregate endpoint: one client session for
+// several servers at once, their tools and prompts offered under
+// SERVER__NAME and their resources under their own URIs. The aggregate is
+// the client of each server's own relay session (a member, reached
+// through a Conn), so policy, holds and the audit stay the server's; it
+// parses, checks and maps the ids of a client's message once, and the
+// member's session takes it as checked.
+package mux
 
 import (
 	"bytes"
@@ -15,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -26,11 +34,11 @@ type Member struct {
 	// Run relays between conn, the aggregate as the server's client, and
 	// the server, through the server's own relay session (policy, holds
 	// and the audit are the server's), until conn's input ends.
-	Run func(ctx context.Context, conn Conn) error
+	Run func(ctx context.Context, conn proxy.Conn) error
 }
 
-// Aggregate configures RunAggregate.
-type Aggregate struct {
+// Options configures Run.
+type Options struct {
 	Members []Member
 	// Separator joins a server's name and a tool's or prompt's name
 	// (default "__": several hosts refuse "." or "/" in tool names).
@@ -44,12 +52,12 @@ type Aggregate struct {
 	Logger  *slog.Logger
 }
 
-// RunAggregate serves one client session for several servers at once:
+// Run serves one client session for several servers at once:
 // their tools and prompts are listed under namespaced names (SERVER__tool)
 // and each call goes to its server's relay session, named back. Resources
 // keep their URIs and go to the server that listed them. It returns when
 // the client's input ends and every server's session has ended.
-func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
+func Run(ctx context.Context, ag Options, client proxy.Conn) error {
 	if ag.Separator == "" {
 		ag.Separator = "__"
 	}
@@ -62,16 +70,16 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: NewIDMap[*waiter](negativeID, false),
+		pending: proxy.NewIDMap[*waiter](negativeID, false),
 		byCall:  map[string]*waiter{},
-		asked:   NewIDMap[*member](negativeID, true),
+		asked:   proxy.NewIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
 	ports := make([]*port, len(ag.Members))
 	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
-		mb := &member{name: m.Name, in: NewInbox(), done: make(chan struct{}), up: true}
+		mb := &member{name: m.Name, in: proxy.NewInbox(), done: make(chan struct{}), up: true}
 		a.members = append(a.members, mb)
 		ports[i] = &port{a: a, mb: mb, ended: &ended}
 	}
@@ -91,14 +99,14 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	}
 	for {
 		m, err := client.Read(ctx)
-		var bad *BadMessage
+		var bad *proxy.BadMessage
 		var tl *wire.TooLongError
 		if errors.As(err, &tl) {
 			ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", tl.Size)
 			continue
 		}
 		if errors.As(err, &bad) {
-			if TooDeep(bad.Err) == wire.KindResponse {
+			if proxy.TooDeep(bad.Err) == wire.KindResponse {
 				// Its server's session answers the server's
 				// request with guard's error.
 				a.response(m)
@@ -113,7 +121,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		a.fromClient(m)
 	}
 	// The members' input ends for the reason the aggregate's did.
-	why, gone := InputEnded(client)
+	why, gone := proxy.InputEnded(client)
 	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
 		mb.in.Close()
@@ -144,13 +152,18 @@ type port struct {
 	closed bool // the session's writes fail: it ended, or closed its side
 }
 
+var (
+	_ proxy.Conn       = (*port)(nil)
+	_ proxy.InputEnder = (*port)(nil) // the member's relay asks it why its input ended
+)
+
 func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.Take(ctx) }
 
 func (p *port) Write(_ context.Context, m wire.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return ErrClosed
+		return proxy.ErrClosed
 	}
 	if m.Kind == 0 {
 		pm, err := wire.Parse(m.Raw)
@@ -184,13 +197,13 @@ func (p *port) InputEnded() (string, bool) {
 	if e := p.ended.Load(); e != nil {
 		return e.why, e.gone
 	}
-	return GoneInputEnded, true
+	return proxy.GoneInputEnded, true
 }
 
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	in   *Inbox // what the aggregate sends the member's session
+	in   *proxy.Inbox // what the aggregate sends the member's session
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -215,26 +228,26 @@ type waiter struct {
 }
 
 type aggregator struct {
-	opts     Aggregate
-	out      Conn
+	opts     Options
+	out      proxy.Conn
 	members  []*member // in the order given
 	byLength []*member // longest name first
 
 	mu      sync.Mutex
-	pending *IDMap[*waiter]    // requests sent to members, under the aggregate's ids
-	byCall  map[string]*waiter // client's id key → its passed-on request
-	asked   *IDMap[*member]    // members' requests passed on to the client, under the aggregate's ids
-	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
-	uris    map[string]*member // resource URI → the member that listed it
+	pending *proxy.IDMap[*waiter] // requests sent to members, under the aggregate's ids
+	byCall  map[string]*waiter    // client's id key → its passed-on request
+	asked   *proxy.IDMap[*member] // members' requests passed on to the client, under the aggregate's ids
+	askedBy map[string][]byte     // pendingKey of the member's id → id toward the client
+	uris    map[string]*member    // resource URI → the member that listed it
 }
 
-func (a *aggregator) write(line []byte) { a.toClient(Unparsed(line)) }
+func (a *aggregator) write(line []byte) { a.toClient(proxy.Unparsed(line)) }
 
 // toClient writes one message to the client (a member's, parsed, goes on
 // without a second parse).
 func (a *aggregator) toClient(m wire.Message) {
 	if a.out.Write(context.Background(), m) == nil {
-		if f, ok := a.out.(Flusher); ok {
+		if f, ok := a.out.(proxy.Flusher); ok {
 			_ = f.Flush()
 		}
 	}
@@ -247,12 +260,12 @@ func negativeID(n uint64) []byte { return strconv.AppendUint([]byte("-"), n, 10)
 func pendingKey(m *member, id []byte) string { return m.name + "\x00" + wire.IDKey(id) }
 
 // refuse answers a client message that did not parse.
-func (a *aggregator) refuse(bad *BadMessage) {
+func (a *aggregator) refuse(bad *proxy.BadMessage) {
 	var inv *wire.InvalidError
 	switch {
 	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
 		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
-	case TooDeep(bad.Err) == wire.KindNotification:
+	case proxy.TooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
 		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
@@ -270,8 +283,8 @@ func (a *aggregator) fromClient(m wire.Message) {
 			return
 		}
 		for _, p := range parts {
-			pm, err := ReadMessage(p)
-			var bad *BadMessage
+			pm, err := proxy.ReadMessage(p)
+			var bad *proxy.BadMessage
 			if errors.As(err, &bad) {
 				a.refuse(bad)
 				continue
@@ -835,7 +848,7 @@ func rawError(id, errObj []byte) []byte {
 func rebuild(m wire.Message, id, params []byte) wire.Message {
 	if params != nil && m.Params == nil {
 		if b, err := wire.Request(id, m.Method, json.RawMessage(params)); err == nil {
-			return Unparsed(b)
+			return proxy.Unparsed(b)
 		}
 	}
 	if params != nil && m.Params != nil {
@@ -882,7 +895,7 @@ func (a *aggregator) notification(m wire.Message) {
 		if w == nil || req == nil {
 			return // not ours, or already answered
 		}
-		_ = w.m.send(Unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
+		_ = w.m.send(proxy.Unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
 		return
 	}
 	for _, mb := range a.live() {
@@ -903,7 +916,7 @@ func (a *aggregator) response(m wire.Message) {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = mb.send(Unparsed(wire.ReplaceID(m, orig)))
+	_ = mb.send(proxy.Unparsed(wire.ReplaceID(m, orig)))
 }
 
 // fromMember handles one message of a member's relay session.
@@ -914,7 +927,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		parts, err := wire.SplitBatch(line)
 		if err == nil {
 			for _, p := range parts {
-				if pm, err := ReadMessage(p); err == nil {
+				if pm, err := proxy.ReadMessage(p); err == nil {
 					a.fromMember(mb, pm)
 				}
 			}
