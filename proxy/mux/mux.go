@@ -375,8 +375,8 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 		if m.Method != "tools/call" {
 			what = "prompt"
 		}
-		a.write(wire.Refusal{Code: wire.CodeInvalidParams, Text: fmt.Sprintf(
-			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)}.Answer(m.ID))
+		a.write(wire.Unknown(fmt.Sprintf(
+			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)).Answer(m.ID))
 		return
 	}
 	q, _ := json.Marshal(own)
@@ -413,14 +413,12 @@ func (a *aggregator) byURI(m wire.Message, obj []byte) {
 	}
 	mb := a.resourceMember(uri)
 	if mb == nil {
-		a.write(wire.Refusal{Code: codeResourceNotFound, Text: "Resource not found: no server behind the aggregate endpoint lists " + uri +
-			"; list resources first, or use the server's own endpoint", Data: map[string]string{"uri": uri}}.Answer(m.ID))
+		a.write(wire.ResourceNotFound(uri, "Resource not found: no server behind the aggregate endpoint lists "+uri+
+			"; list resources first, or use the server's own endpoint").Answer(m.ID))
 		return
 	}
 	a.pass(m, mb, nil)
 }
-
-const codeResourceNotFound = -32002
 
 func (a *aggregator) resourceMember(uri string) *member {
 	a.mu.Lock()
@@ -835,14 +833,6 @@ func withCursor(params []byte, cursor string) []byte {
 	return b
 }
 
-// rawError is an error response carrying a server's error object as is.
-func rawError(id, errObj []byte) []byte {
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
-	out = append(out, `,"error":`...)
-	out = append(out, errObj...)
-	return append(out, '}')
-}
-
 // rebuild is the client's message m under the id sent, with params
 // replaced when given (added when m had none), as Parse reads it.
 func rebuild(m wire.Message, id, params []byte) wire.Message {
@@ -872,7 +862,7 @@ func (a *aggregator) broadcast(m wire.Message, capability string) {
 		}
 	}
 	if firstErr != nil {
-		a.write(rawError(m.ID, firstErr))
+		a.write(wire.ErrorFrom(m.ID, firstErr))
 		return
 	}
 	a.answer(m.ID, map[string]any{})
