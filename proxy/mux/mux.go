@@ -39,6 +39,8 @@ type Member struct {
 
 // Options configures Run.
 type Options struct {
+	// Members are the servers behind the endpoint, in the order their
+	// items are listed.
 	Members []Member
 	// Separator joins a server's name and a tool's or prompt's name
 	// (default "__": several hosts refuse "." or "/" in tool names).
@@ -49,7 +51,8 @@ type Options struct {
 	Timeout time.Duration
 	// Version is guard's version, for serverInfo.
 	Version string
-	Logger  *slog.Logger
+	// Logger receives what the aggregate logs (default: nothing is).
+	Logger *slog.Logger
 }
 
 // Run serves one client session for several servers at once:
