@@ -189,13 +189,13 @@ type delivery struct {
 	err error
 }
 
-// NewInbox returns an open Inbox with nothing in it.
+// NewInbox returns an empty, open Inbox.
 func NewInbox() *Inbox {
 	return &Inbox{ch: make(chan delivery), closed: make(chan struct{})}
 }
 
-// Put hands m to the reader, waiting until it takes it, the Inbox is
-// closed (ErrClosed) or ctx ends.
+// Put hands m to the reader, waiting until it takes it, the inbox is
+// closed (an error), or ctx ends.
 func (b *Inbox) Put(ctx context.Context, m wire.Message) error {
 	return b.send(ctx, delivery{m: m})
 }
@@ -232,7 +232,7 @@ func (b *Inbox) Take(ctx context.Context) (wire.Message, error) {
 	}
 }
 
-// Close ends the Inbox: writes fail and reads end, now and later.
+// Close ends the inbox: writes fail, and reads end (io.EOF).
 func (b *Inbox) Close() { b.once.Do(func() { close(b.closed) }) }
 
 // oneLine returns a message as one line, as the relay reads them: a

@@ -220,6 +220,9 @@ func (c frontConn) InputEnded() (string, bool) {
 	return "", false
 }
 
+// The relay asks a front's Conn why its input ended.
+var _ InputEnder = frontConn{}
+
 // end ends the session's input; reason says why its client is gone, ""
 // when it is not (guard serve stops).
 func (s *httpSession) end(reason string) {
