@@ -32,9 +32,9 @@ type Conn interface {
 	Close() error
 }
 
-// flusher is a Conn that buffers writes: the relay flushes after each run
+// Flusher is a Conn that buffers writes: the relay flushes after each run
 // of messages it writes together.
-type flusher interface {
+type Flusher interface {
 	Flush() error
 }
 
@@ -48,11 +48,11 @@ type BadMessage struct {
 func (e *BadMessage) Error() string { return e.Err.Error() }
 func (e *BadMessage) Unwrap() error { return e.Err }
 
-// readMessage parses one message's bytes as Conn.Read returns them. A
+// ReadMessage parses one message's bytes as Conn.Read returns them. A
 // message refused keeps what Parse found in it: one nested too deep is
 // classified, so that the relay can still answer the request its response
 // was for.
-func readMessage(raw []byte) (wire.Message, error) {
+func ReadMessage(raw []byte) (wire.Message, error) {
 	m, err := wire.Parse(raw)
 	if err != nil {
 		return m, &BadMessage{Raw: raw, Err: err}
@@ -73,14 +73,14 @@ func parsed(m wire.Message) wire.Message {
 	return p
 }
 
-// unparsed is a message guard built, as a Conn writes it.
-func unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
+// Unparsed is a message guard built, as a Conn writes it.
+func Unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
 
 // built is a message guard built (an answer of its own, a result it
 // masked), parsed: a Conn may route it by its id or rewrite it, and a
 // message is either parsed in full or not at all.
 func built(raw []byte) wire.Message {
-	return parsed(unparsed(raw))
+	return parsed(Unparsed(raw))
 }
 
 // NewStreamConn returns a Conn over a newline-delimited byte stream: the
@@ -106,7 +106,7 @@ func (c *streamConn) Read(context.Context) (wire.Message, error) {
 	if err != nil {
 		return wire.Message{}, err
 	}
-	return readMessage(line)
+	return ReadMessage(line)
 }
 
 func (c *streamConn) Write(_ context.Context, m wire.Message) error {
@@ -132,8 +132,8 @@ func (c *streamConn) Close() error {
 	return err
 }
 
-// errClosed is a write to a Conn whose peer has ended.
-var errClosed = errors.New("the connection is closed")
+// ErrClosed is a write to a Conn whose peer has ended.
+var ErrClosed = errors.New("the connection is closed")
 
 // Pipe returns two Conns joined in memory: what is written to one is read
 // from the other, parsed once, in order. A write waits until the other side
@@ -145,38 +145,38 @@ func Pipe() (Conn, Conn) {
 }
 
 func newPipe() (*pipeConn, *pipeConn) {
-	ab := newInbox()
-	ba := newInbox()
+	ab := NewInbox()
+	ba := NewInbox()
 	return &pipeConn{in: ba, out: ab}, &pipeConn{in: ab, out: ba}
 }
 
 type pipeConn struct {
-	in, out *inbox
+	in, out *Inbox
 }
 
 // end closes both directions: its side reads no more either, so what the
 // other side writes fails rather than waits.
 func (p *pipeConn) end() {
-	p.out.close()
-	p.in.close()
+	p.out.Close()
+	p.in.Close()
 }
 
 func (p *pipeConn) Read(ctx context.Context) (wire.Message, error) {
-	return p.in.take(ctx)
+	return p.in.Take(ctx)
 }
 
 func (p *pipeConn) Write(ctx context.Context, m wire.Message) error {
-	return p.out.put(ctx, m)
+	return p.out.Put(ctx, m)
 }
 
 func (p *pipeConn) Close() error {
-	p.out.close()
+	p.out.Close()
 	return nil
 }
 
-// inbox hands messages from writers to one reader, each write waiting for
+// Inbox hands messages from writers to one reader, each write waiting for
 // the read that takes it. Once closed, writes fail and reads end.
-type inbox struct {
+type Inbox struct {
 	ch     chan delivery
 	closed chan struct{}
 	once   sync.Once
@@ -189,37 +189,40 @@ type delivery struct {
 	err error
 }
 
-func newInbox() *inbox {
-	return &inbox{ch: make(chan delivery), closed: make(chan struct{})}
+// NewInbox returns an empty, open Inbox.
+func NewInbox() *Inbox {
+	return &Inbox{ch: make(chan delivery), closed: make(chan struct{})}
 }
 
-func (b *inbox) put(ctx context.Context, m wire.Message) error {
+// Put hands m to the reader, waiting until it takes it, the inbox is
+// closed (an error), or ctx ends.
+func (b *Inbox) Put(ctx context.Context, m wire.Message) error {
 	return b.send(ctx, delivery{m: m})
 }
 
-func (b *inbox) send(ctx context.Context, d delivery) error {
+func (b *Inbox) send(ctx context.Context, d delivery) error {
 	select {
 	case <-b.closed:
-		return errClosed
+		return ErrClosed
 	default:
 	}
 	select {
 	case b.ch <- d:
 		return nil
 	case <-b.closed:
-		return errClosed
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// take returns the next message, parsed (one put unparsed is parsed here,
+// Take returns the next message, parsed (one put unparsed is parsed here,
 // as Conn.Read returns it), or the error delivered in its place.
-func (b *inbox) take(ctx context.Context) (wire.Message, error) {
+func (b *Inbox) Take(ctx context.Context) (wire.Message, error) {
 	select {
 	case d := <-b.ch:
 		if d.err == nil && d.m.Kind == 0 {
-			return readMessage(d.m.Raw)
+			return ReadMessage(d.m.Raw)
 		}
 		return d.m, d.err
 	case <-b.closed:
@@ -229,7 +232,8 @@ func (b *inbox) take(ctx context.Context) (wire.Message, error) {
 	}
 }
 
-func (b *inbox) close() { b.once.Do(func() { close(b.closed) }) }
+// Close ends the inbox: writes fail, and reads end (io.EOF).
+func (b *Inbox) Close() { b.once.Do(func() { close(b.closed) }) }
 
 // oneLine returns a message as one line, as the relay reads them: a
 // pretty-printed body (or an SSE event whose data spans several lines)

@@ -10,48 +10,6 @@ import (
 	"github.com/guard-mcp/guard/wire"
 )
 
-// overStreams serves conn with a peer that speaks newline-delimited
-// JSON-RPC on in and out (a go-sdk server on an IOTransport), until run
-// returns; run's out is closed then.
-func overStreams(ctx context.Context, conn Conn, run func(in io.Reader, out io.WriteCloser) error) error {
-	toPeerR, toPeerW := io.Pipe()
-	fromPeerR, fromPeerW := io.Pipe()
-	peer := NewStreamConn(fromPeerR, toPeerW, 0)
-	go func() {
-		for {
-			m, err := conn.Read(ctx)
-			if err != nil && !isMessageError(err) {
-				toPeerW.Close()
-				return
-			}
-			if err == nil && peer.Write(ctx, m) == nil {
-				_ = peer.(flusher).Flush()
-			}
-		}
-	}()
-	go func() {
-		for {
-			m, err := peer.Read(ctx)
-			if err != nil && !isMessageError(err) {
-				return
-			}
-			if err == nil {
-				_ = conn.Write(ctx, m)
-			}
-		}
-	}()
-	err := run(toPeerR, fromPeerW)
-	fromPeerW.Close()
-	toPeerR.Close()
-	return err
-}
-
-func isMessageError(err error) bool {
-	var bad *BadMessage
-	var tl *wire.TooLongError
-	return errors.As(err, &bad) || errors.As(err, &tl)
-}
-
 // A Pipe passes messages whole and in order, parsed once, reports one that
 // does not parse without ending, and ends the reader's input when the
 // writer closes.
@@ -59,9 +17,9 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	a, b := Pipe()
 	ctx := context.Background()
 	go func() {
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
-		_ = a.Write(ctx, unparsed([]byte(`{not json`)))
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{not json`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
 		a.Close()
 	}()
 	m, err := b.Read(ctx)
@@ -79,7 +37,7 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	if _, err = b.Read(ctx); err != io.EOF {
 		t.Fatalf("after close: %v", err)
 	}
-	if err := a.Write(ctx, unparsed([]byte(`{}`))); err == nil {
+	if err := a.Write(ctx, Unparsed([]byte(`{}`))); err == nil {
 		t.Fatal("a write after close succeeded")
 	}
 }

@@ -18,7 +18,7 @@ import (
 // Reasons a client is gone, as withdrawals record them and as whoever tries
 // to approve such a call later reads them.
 const (
-	goneInputEnded  = guard.ClientGoneReason + ": its input ended"
+	GoneInputEnded  = guard.ClientGoneReason + ": its input ended"
 	goneWriteFailed = guard.ClientGoneReason + ": a write to it failed"
 )
 
@@ -155,18 +155,18 @@ func (s *Session) watchDepartures(d departures) {
 	}
 }
 
-// inputEnder is a client Conn that says why its input ended, and whether
+// InputEnder is a client Conn that says why its input ended, and whether
 // that means its client is gone (an HTTP session deleted or expired) or not
 // (guard serve stopping: its clients are still there).
-type inputEnder interface {
-	inputEnded() (reason string, gone bool)
+type InputEnder interface {
+	InputEnded() (reason string, gone bool)
 }
 
-// inputEnded says why a client's input ended: on stdio, the client closed
+// InputEnded says why a client's input ended: on stdio, the client closed
 // it, and is gone.
-func inputEnded(c Conn) (string, bool) {
-	if e, ok := c.(inputEnder); ok {
-		return e.inputEnded()
+func InputEnded(c Conn) (string, bool) {
+	if e, ok := c.(InputEnder); ok {
+		return e.InputEnded()
 	}
-	return goneInputEnded, true
+	return GoneInputEnded, true
 }

@@ -185,7 +185,7 @@ type httpSession struct {
 	caller Caller // who started it; its Token reads token
 	token  atomic.Pointer[string]
 	writeM sync.Mutex
-	in     *inbox // the client's messages, in the order POSTed
+	in     *Inbox // the client's messages, in the order POSTed
 	router *router
 	done   chan struct{} // the session's relay ended
 	// ended is why its input was ended (see end).
@@ -196,7 +196,7 @@ type httpSession struct {
 type frontConn struct{ s *httpSession }
 
 func (c frontConn) Read(ctx context.Context) (wire.Message, error) {
-	return c.s.in.take(ctx)
+	return c.s.in.Take(ctx)
 }
 
 func (c frontConn) Write(_ context.Context, m wire.Message) error {
@@ -211,20 +211,23 @@ func (c frontConn) Close() error { return nil }
 // resumed in time: their client is gone.
 func (c frontConn) departed() <-chan departure { return c.s.router.gone }
 
-// inputEnded says why the session's input ended: its client went (DELETE,
+// InputEnded says why the session's input ended: its client went (DELETE,
 // expiry), or guard serve is stopping, which is not the client's going.
-func (c frontConn) inputEnded() (string, bool) {
+func (c frontConn) InputEnded() (string, bool) {
 	if r := c.s.ended.Load(); r != nil && *r != "" {
 		return *r, true
 	}
 	return "", false
 }
 
+// The relay asks a front's Conn why its input ended.
+var _ InputEnder = frontConn{}
+
 // end ends the session's input; reason says why its client is gone, ""
 // when it is not (guard serve stops).
 func (s *httpSession) end(reason string) {
 	s.ended.CompareAndSwap(nil, &reason)
-	s.in.close()
+	s.in.Close()
 }
 
 // Close ends every session: their servers get their stdin closed.
@@ -377,7 +380,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 		h.opts.Logger.Warn("session refused", "err", err, "client", caller.Client)
 		return nil, err
 	}
-	s := &httpSession{id: uuid.NewString(), in: newInbox(), router: newRouter(), done: make(chan struct{})}
+	s := &httpSession{id: uuid.NewString(), in: NewInbox(), router: newRouter(), done: make(chan struct{})}
 	if caller.Token != nil {
 		s.noteToken(caller)
 		caller.Token = s.latestToken
@@ -410,7 +413,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 			}
 			h.mu.Unlock()
 			s.router.end()
-			s.in.close()
+			s.in.Close()
 		}()
 		if h.opts.Run != nil {
 			started <- nil
@@ -458,7 +461,7 @@ func (s *httpSession) send(msgs []wire.Message) error {
 	s.writeM.Lock()
 	defer s.writeM.Unlock()
 	for _, m := range msgs {
-		if err := s.in.put(context.Background(), m); err != nil {
+		if err := s.in.Put(context.Background(), m); err != nil {
 			return err
 		}
 	}
@@ -509,11 +512,11 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		m, err := wire.Parse(oneLine(p))
 		msgs[i] = m
 		if err != nil {
-			if tooDeep(err) == wire.KindResponse {
+			if TooDeep(err) == wire.KindResponse {
 				// An answer to a server's request: the relay answers
 				// that request with guard's error in its place (it
 				// parses the message again, and refuses it).
-				msgs[i] = unparsed(m.Raw)
+				msgs[i] = Unparsed(m.Raw)
 				continue
 			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {

@@ -119,7 +119,7 @@ func (rt *router) abandon(st *stream) [][]byte {
 	st.mu.Unlock()
 	var ids [][]byte
 	for _, k := range keys {
-		if _, _, ok := rt.renamed.take(k); !ok {
+		if _, _, ok := rt.renamed.Take(k); !ok {
 			continue
 		}
 		rt.answered(st, k)
@@ -142,7 +142,7 @@ func (h *HTTPServer) cancelUnanswered(s *httpSession, st *stream) {
 	}
 	msgs := make([]wire.Message, len(ids))
 	for i, id := range ids {
-		msgs[i] = unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
+		msgs[i] = Unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
 			`,"reason":"the client closed the request's stream"}}`))
 	}
 	if err := s.send(msgs); err != nil {
@@ -162,7 +162,7 @@ func (rt *router) uniqueIDs(st *stream, parts []wire.Message) []wire.Message {
 			out[i] = m
 			continue
 		}
-		id, k, _ := rt.renamed.add(m.ID, st)
+		id, k, _ := rt.renamed.Add(m.ID, st)
 		old := wire.IDKey(m.ID)
 		delete(rt.byID, old)
 		rt.byID[k] = st
@@ -197,7 +197,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, c Caller) (*httpSession,
 	if prev := h.shared[key]; prev != nil {
 		prev.noteToken(c)
 		h.mu.Unlock()
-		s.in.close()
+		s.in.Close()
 		return prev, nil
 	}
 	s.router.mu.Lock()

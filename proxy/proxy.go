@@ -155,7 +155,7 @@ func (s *Session) ClientEnded(client Conn) {
 	select {
 	case <-s.left.ch:
 	default:
-		if why, gone := inputEnded(client); gone {
+		if why, gone := InputEnded(client); gone {
 			s.clientGone(why)
 		}
 	}

@@ -174,7 +174,7 @@ func (q *queue) deliver(it item) {
 		if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
 			return
 		}
-		msg = unparsed(joinBatch(it.batch.parts))
+		msg = Unparsed(joinBatch(it.batch.parts))
 	}
 	if msg.Raw == nil || q.werr != nil {
 		return
@@ -183,7 +183,7 @@ func (q *queue) deliver(it item) {
 }
 
 func (q *queue) flush() {
-	if f, ok := q.w.(flusher); ok && q.werr == nil {
+	if f, ok := q.w.(Flusher); ok && q.werr == nil {
 		q.fail(f.Flush())
 	}
 }

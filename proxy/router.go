@@ -32,7 +32,7 @@ type router struct {
 	ended    bool
 	// renamed are the requests of the session-less revision (2026-07-28),
 	// each sent under an id of guard's; their answers get the client's.
-	renamed *idMap[*stream]
+	renamed *IDMap[*stream]
 	// initKey is the id of the session's initialize while it waits for
 	// its answer; protocol is the revision that answer negotiated.
 	initKey  string
@@ -57,7 +57,7 @@ const defaultResumeWithin = 10 * time.Second
 
 func newRouter() *router {
 	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{},
-		renamed:      newIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
+		renamed:      NewIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
 		resumeWithin: defaultResumeWithin, gone: make(chan departure, 16), idleSince: time.Now()}
 }
 
@@ -271,7 +271,7 @@ func (rt *router) route(m wire.Message) {
 			rt.headers.learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
-			if _, o, ok := rt.renamed.take(k); ok {
+			if _, o, ok := rt.renamed.Take(k); ok {
 				m = wire.WithID(m, o)
 			}
 			st.push(m)
@@ -284,8 +284,8 @@ func (rt *router) route(m wire.Message) {
 		// naming the subscription by the client's id.
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
-			if o, ok := rt.renamed.sender(k); ok {
-				m = unparsed(withMeta(m, metaSubscription, o))
+			if o, ok := rt.renamed.Sender(k); ok {
+				m = Unparsed(withMeta(m, metaSubscription, o))
 			}
 			st.push(m)
 		}
@@ -295,8 +295,8 @@ func (rt *router) route(m wire.Message) {
 		if rid := wire.ParamsMember(m.Params, "requestId"); rid != nil {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
-				if _, o, ok := rt.renamed.take(k); ok {
-					m = unparsed(rewriteParamsMember(m, "requestId", o))
+				if _, o, ok := rt.renamed.Take(k); ok {
+					m = Unparsed(rewriteParamsMember(m, "requestId", o))
 				}
 				st.push(m)
 				rt.answered(st, k)
@@ -385,7 +385,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			continue
 		}
 		u, found := "", 0
-		rt.renamed.each(func(uk string, _ *stream, o []byte) {
+		rt.renamed.Each(func(uk string, _ *stream, o []byte) {
 			if wire.IDKey(o) == k && rt.byID[uk] != nil {
 				u, found = uk, found+1
 			}
@@ -397,7 +397,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			drop[i] = true
 			continue
 		}
-		parts[i] = unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
+		parts[i] = Unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
 		keys = append(keys, u)
 	}
 	if len(drop) == 0 {
@@ -422,7 +422,7 @@ func (rt *router) cancelled(keys []string) {
 	defer rt.mu.Unlock()
 	for _, k := range keys {
 		if st := rt.byID[k]; st != nil {
-			rt.renamed.drop(k)
+			rt.renamed.Drop(k)
 			rt.answered(st, k)
 		}
 	}

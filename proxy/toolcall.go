@@ -410,16 +410,16 @@ func (pl *pipeline) ownRequest(method string, params any) (json.RawMessage, erro
 		s.mu.Unlock()
 		return nil, errors.New("the server has exited")
 	}
-	id := s.up.own()
+	id := s.up.Own()
 	c := &call{st: intercept.New(method), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
-	s.up.put(c.sentKey, c)
+	s.up.Put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, method, params)
 	if err != nil {
 		s.forget(c)
 		return nil, err
 	}
-	s.toServer.push(item{msg: unparsed(data)})
+	s.toServer.push(item{msg: Unparsed(data)})
 	t := time.NewTimer(s.opts.RefreshTimeout)
 	defer t.Stop()
 	select {

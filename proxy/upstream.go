@@ -62,7 +62,7 @@ func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up := &upstream{ctx: ctx, rm: rm, in: newInbox(), max: opts.MaxMessage, logger: opts.Logger,
+	up := &upstream{ctx: ctx, rm: rm, in: NewInbox(), max: opts.MaxMessage, logger: opts.Logger,
 		work: workers{jobs: make(chan func([]byte)), done: ctx.Done()}}
 	up.cancel = cancel
 	return Run(ctx, client, up, NewSession(ctx, opts))
@@ -78,7 +78,7 @@ type upstream struct {
 	logger interface {
 		Warn(string, ...any)
 	}
-	in  *inbox // the server's messages, for Read
+	in  *Inbox // the server's messages, for Read
 	max int    // the largest message relayed (Options.MaxMessage)
 
 	mu       sync.Mutex
@@ -116,7 +116,7 @@ func (u *upstream) Write(_ context.Context, msg wire.Message) error {
 
 // Read returns the server's next message.
 func (u *upstream) Read(ctx context.Context) (wire.Message, error) {
-	return u.in.take(ctx)
+	return u.in.Take(ctx)
 }
 
 // Close is the end of the relay's output for the server: requests still
@@ -133,7 +133,7 @@ func (u *upstream) Close() error {
 		<-waited
 	}
 	u.end()
-	u.in.close()
+	u.in.Close()
 	return nil
 }
 
@@ -161,7 +161,7 @@ func (u *upstream) emit(line []byte) {
 	m, err := wire.Parse(line)
 	if err != nil {
 		// Delivered unparsed: Read reports why it does not parse.
-		_ = u.in.put(context.Background(), unparsed(line))
+		_ = u.in.Put(context.Background(), Unparsed(line))
 		return
 	}
 	u.headers.learn(line, m)
@@ -173,7 +173,7 @@ func (u *upstream) emit(line []byte) {
 		}
 	}
 	u.mu.Unlock()
-	_ = u.in.put(context.Background(), m)
+	_ = u.in.Put(context.Background(), m)
 }
 
 // newRequest is a request to url with the configured headers (the

@@ -66,3 +66,16 @@ func MethodNotFound(text string) Refusal {
 // Internal refuses a request guard cannot get answered (-32603): the audit
 // log not written, the server gone or unreachable.
 func Internal(text string) Refusal { return Refusal{Code: CodeInternalError, Text: text} }
+
+// CodeResourceNotFound is MCP's error code for a resource no server has.
+const CodeResourceNotFound = -32002
+
+// Unknown refuses a tools/call or prompts/get whose name no server offers
+// (-32602); text names it ("Unknown tool: NAME") and may say more.
+func Unknown(text string) Refusal { return Refusal{Code: CodeInvalidParams, Text: text} }
+
+// ResourceNotFound refuses a request about a resource no server lists
+// (-32002): text says so, and the error's data names uri.
+func ResourceNotFound(uri, text string) Refusal {
+	return Refusal{Code: CodeResourceNotFound, Text: text, Data: map[string]string{"uri": uri}}
+}

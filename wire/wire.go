@@ -713,6 +713,18 @@ func ErrorResponse(id []byte, code int, message string, data any) []byte {
 	return b
 }
 
+// ErrorFrom builds an error response carrying errObj, the error object of
+// another peer's response, as is; a nil id is written as null.
+func ErrorFrom(id, errObj []byte) []byte {
+	if id == nil {
+		id = []byte("null")
+	}
+	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
+	out = append(out, `,"error":`...)
+	out = append(out, errObj...)
+	return append(out, '}')
+}
+
 // Response builds a result response.
 func Response(id []byte, result any) ([]byte, error) {
 	return json.Marshal(struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/proxy"
+	aggregate "github.com/guard-mcp/guard/proxy/mux"
 	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/store"
 )
@@ -159,12 +160,12 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		log := logger.With("server", "(aggregate)")
 		o := endpoint("", log)
 		o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
-			ms := make([]proxy.Member, len(members))
+			ms := make([]aggregate.Member, len(members))
 			for i, mb := range members {
 				run := mb.run
-				ms[i] = proxy.Member{Name: mb.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, c, conn) }}
+				ms[i] = aggregate.Member{Name: mb.name, Run: func(ctx context.Context, conn proxy.Conn) error { return run(ctx, c, conn) }}
 			}
-			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
+			return aggregate.Run(ctx, aggregate.Options{Members: ms, Separator: cfg.Aggregate.Separator,
 				Version: m.Version, Logger: log}, conn)
 		}
 		h := proxy.NewHTTPServer(o)

@@ -1,4 +1,4 @@
-package proxy
+package mux
 
 import (
 	"bufio"
@@ -10,8 +10,52 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
+
+// overStreams serves conn with a peer that speaks newline-delimited
+// JSON-RPC on in and out (a go-sdk server on an IOTransport), until run
+// returns; run's out is closed then.
+func overStreams(ctx context.Context, conn proxy.Conn, run func(in io.Reader, out io.WriteCloser) error) error {
+	toPeerR, toPeerW := io.Pipe()
+	fromPeerR, fromPeerW := io.Pipe()
+	peer := proxy.NewStreamConn(fromPeerR, toPeerW, 0)
+	go func() {
+		for {
+			m, err := conn.Read(ctx)
+			if err != nil && !isMessageError(err) {
+				toPeerW.Close()
+				return
+			}
+			if err == nil && peer.Write(ctx, m) == nil {
+				_ = peer.(proxy.Flusher).Flush()
+			}
+		}
+	}()
+	go func() {
+		for {
+			m, err := peer.Read(ctx)
+			if err != nil && !isMessageError(err) {
+				return
+			}
+			if err == nil {
+				_ = conn.Write(ctx, m)
+			}
+		}
+	}()
+	err := run(toPeerR, fromPeerW)
+	fromPeerW.Close()
+	toPeerR.Close()
+	return err
+}
+
+func isMessageError(err error) bool {
+	var bad *proxy.BadMessage
+	var tl *wire.TooLongError
+	return errors.As(err, &bad) || errors.As(err, &tl)
+}
 
 // nopWriteCloser lets a member's output writer be an IOTransport's Writer.
 type nopWriteCloser struct{ io.Writer }
@@ -22,7 +66,7 @@ func (nopWriteCloser) Close() error { return nil }
 // answers the server's name, "wait" says "started NAME" on cancelled,
 // blocks until cancelled and then says NAME, "die" ends the server's session mid-call.
 func goServer(name string, cancelled chan<- string) Member {
-	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
+	return Member{Name: name, Run: func(ctx context.Context, conn proxy.Conn) error {
 		return overStreams(ctx, conn, func(in io.Reader, out io.WriteCloser) error { return runGoServer(ctx, name, cancelled, in, out) })
 	}}
 }
@@ -59,16 +103,16 @@ func runGoServer(ctx context.Context, name string, cancelled chan<- string, in i
 	}
 }
 
-// connectAggregate runs RunAggregate over pipes and connects a go-sdk
+// connectAggregate runs Run over pipes and connects a go-sdk
 // client to it.
-func connectAggregate(t *testing.T, ag Aggregate) *mcp.ClientSession {
+func connectAggregate(t *testing.T, ag Options) *mcp.ClientSession {
 	t.Helper()
 	cr, cw := io.Pipe() // client → aggregate
 	ar, aw := io.Pipe() // aggregate → client
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = RunAggregate(context.Background(), ag, NewStreamConn(cr, aw, 0))
+		_ = Run(context.Background(), ag, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
@@ -82,7 +126,7 @@ func connectAggregate(t *testing.T, ag Aggregate) *mcp.ClientSession {
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Error("RunAggregate did not return after the client went")
+			t.Error("Run did not return after the client went")
 		}
 	})
 	return cs
@@ -94,7 +138,7 @@ func connectAggregate(t *testing.T, ag Aggregate) *mcp.ClientSession {
 // caller with an error, and the other servers go on.
 func TestAggregateRoutesCancelsAndSurvivesAServer(t *testing.T) {
 	cancelled := make(chan string, 4)
-	cs := connectAggregate(t, Aggregate{Members: []Member{goServer("a", cancelled), goServer("a__b", cancelled)}})
+	cs := connectAggregate(t, Options{Members: []Member{goServer("a", cancelled), goServer("a__b", cancelled)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tools, err := cs.ListTools(ctx, nil)
@@ -166,7 +210,7 @@ func TestMergeCapsAndVersions(t *testing.T) {
 
 // silent is a member that reads what it is sent and never answers.
 func silent(name string) Member {
-	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
+	return Member{Name: name, Run: func(ctx context.Context, conn proxy.Conn) error {
 		for {
 			if _, err := conn.Read(ctx); err != nil && !isMessageError(err) {
 				return err
@@ -175,13 +219,13 @@ func silent(name string) Member {
 	}}
 }
 
-// rawAggregate runs RunAggregate over pipes; ask writes a line and
+// rawAggregate runs Run over pipes; ask writes a line and
 // returns the next line of the answer.
-func rawAggregate(t *testing.T, ag Aggregate) (ask func(string) string, send func(string)) {
+func rawAggregate(t *testing.T, ag Options) (ask func(string) string, send func(string)) {
 	cr, cw := io.Pipe()
 	ar, aw := io.Pipe()
 	go func() {
-		_ = RunAggregate(context.Background(), ag, NewStreamConn(cr, aw, 0))
+		_ = Run(context.Background(), ag, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	t.Cleanup(func() { cw.Close() })
@@ -204,7 +248,7 @@ const rawInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"
 // of them (the time is up for every wait at once), and named.
 func TestAggregateTimeoutLeavesOutEveryServerThatIsSilent(t *testing.T) {
 	start := time.Now()
-	ask, send := rawAggregate(t, Aggregate{Timeout: 300 * time.Millisecond,
+	ask, send := rawAggregate(t, Options{Timeout: 300 * time.Millisecond,
 		Members: []Member{silent("s1"), goServer("a", make(chan string, 1)), silent("s2")}})
 	if got := ask(rawInitialize); !strings.Contains(got, `"guard/unavailable":["s1","s2"]`) || !strings.Contains(got, `"protocolVersion":"2025-06-18"`) {
 		t.Fatalf("initialize: %s", got)
@@ -222,7 +266,7 @@ func TestAggregateTimeoutLeavesOutEveryServerThatIsSilent(t *testing.T) {
 // message, a name no server's prefix matches, a method it does not offer,
 // a resource nobody listed.
 func TestAggregateRefusals(t *testing.T) {
-	ask, send := rawAggregate(t, Aggregate{Members: []Member{goServer("a", make(chan string, 1)), goServer("b", make(chan string, 1))}})
+	ask, send := rawAggregate(t, Options{Members: []Member{goServer("a", make(chan string, 1)), goServer("b", make(chan string, 1))}})
 	if got := ask(rawInitialize); !strings.Contains(got, `"protocolVersion":"2025-06-18"`) {
 		t.Fatalf("initialize: %s", got)
 	}

@@ -1,4 +1,11 @@
-package proxy
+// Package mux is guard's aggregate endpoint: one client session for
+// several servers at once, their tools and prompts offered under
+// SERVER__NAME and their resources under their own URIs. The aggregate is
+// the client of each server's own relay session (a member, reached
+// through a Conn), so policy, holds and the audit stay the server's; it
+// parses, checks and maps the ids of a client's message once, and the
+// member's session takes it as checked.
+package mux
 
 import (
 	"bytes"
@@ -15,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -26,11 +34,13 @@ type Member struct {
 	// Run relays between conn, the aggregate as the server's client, and
 	// the server, through the server's own relay session (policy, holds
 	// and the audit are the server's), until conn's input ends.
-	Run func(ctx context.Context, conn Conn) error
+	Run func(ctx context.Context, conn proxy.Conn) error
 }
 
-// Aggregate configures RunAggregate.
-type Aggregate struct {
+// Options configures Run.
+type Options struct {
+	// Members are the servers behind the endpoint, in the order their
+	// items are listed.
 	Members []Member
 	// Separator joins a server's name and a tool's or prompt's name
 	// (default "__": several hosts refuse "." or "/" in tool names).
@@ -41,15 +51,16 @@ type Aggregate struct {
 	Timeout time.Duration
 	// Version is guard's version, for serverInfo.
 	Version string
-	Logger  *slog.Logger
+	// Logger receives what the aggregate logs (default: nothing is).
+	Logger *slog.Logger
 }
 
-// RunAggregate serves one client session for several servers at once:
+// Run serves one client session for several servers at once:
 // their tools and prompts are listed under namespaced names (SERVER__tool)
 // and each call goes to its server's relay session, named back. Resources
 // keep their URIs and go to the server that listed them. It returns when
 // the client's input ends and every server's session has ended.
-func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
+func Run(ctx context.Context, ag Options, client proxy.Conn) error {
 	if ag.Separator == "" {
 		ag.Separator = "__"
 	}
@@ -62,16 +73,16 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: newIDMap[*waiter](negativeID, false),
+		pending: proxy.NewIDMap[*waiter](negativeID, false),
 		byCall:  map[string]*waiter{},
-		asked:   newIDMap[*member](negativeID, true),
+		asked:   proxy.NewIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
 	ports := make([]*port, len(ag.Members))
 	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
-		mb := &member{name: m.Name, in: newInbox(), done: make(chan struct{}), up: true}
+		mb := &member{name: m.Name, in: proxy.NewInbox(), done: make(chan struct{}), up: true}
 		a.members = append(a.members, mb)
 		ports[i] = &port{a: a, mb: mb, ended: &ended}
 	}
@@ -91,14 +102,14 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	}
 	for {
 		m, err := client.Read(ctx)
-		var bad *BadMessage
+		var bad *proxy.BadMessage
 		var tl *wire.TooLongError
 		if errors.As(err, &tl) {
 			ag.Logger.Warn("aggregate: a client message over the size limit was dropped", "bytes", tl.Size)
 			continue
 		}
 		if errors.As(err, &bad) {
-			if tooDeep(bad.Err) == wire.KindResponse {
+			if proxy.TooDeep(bad.Err) == wire.KindResponse {
 				// Its server's session answers the server's
 				// request with guard's error.
 				a.response(m)
@@ -113,10 +124,10 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 		a.fromClient(m)
 	}
 	// The members' input ends for the reason the aggregate's did.
-	why, gone := inputEnded(client)
+	why, gone := proxy.InputEnded(client)
 	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
-		mb.in.close()
+		mb.in.Close()
 	}
 	for _, mb := range a.members {
 		<-mb.done
@@ -144,13 +155,18 @@ type port struct {
 	closed bool // the session's writes fail: it ended, or closed its side
 }
 
-func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.take(ctx) }
+var (
+	_ proxy.Conn       = (*port)(nil)
+	_ proxy.InputEnder = (*port)(nil) // the member's relay asks it why its input ended
+)
+
+func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.Take(ctx) }
 
 func (p *port) Write(_ context.Context, m wire.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return errClosed
+		return proxy.ErrClosed
 	}
 	if m.Kind == 0 {
 		pm, err := wire.Parse(m.Raw)
@@ -177,20 +193,20 @@ func (p *port) Close() error {
 // under way is done.
 func (p *port) end() {
 	p.Close()
-	p.mb.in.close()
+	p.mb.in.Close()
 }
 
-func (p *port) inputEnded() (string, bool) {
+func (p *port) InputEnded() (string, bool) {
 	if e := p.ended.Load(); e != nil {
 		return e.why, e.gone
 	}
-	return goneInputEnded, true
+	return proxy.GoneInputEnded, true
 }
 
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	in   *inbox // what the aggregate sends the member's session
+	in   *proxy.Inbox // what the aggregate sends the member's session
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -202,7 +218,7 @@ type member struct {
 // send writes one message to the member's relay session: a parsed one
 // goes on without a second parse.
 func (mb *member) send(m wire.Message) error {
-	return mb.in.put(context.Background(), m)
+	return mb.in.Put(context.Background(), m)
 }
 
 // waiter is a request the aggregate sent to a member: a client's request
@@ -215,26 +231,26 @@ type waiter struct {
 }
 
 type aggregator struct {
-	opts     Aggregate
-	out      Conn
+	opts     Options
+	out      proxy.Conn
 	members  []*member // in the order given
 	byLength []*member // longest name first
 
 	mu      sync.Mutex
-	pending *idMap[*waiter]    // requests sent to members, under the aggregate's ids
-	byCall  map[string]*waiter // client's id key → its passed-on request
-	asked   *idMap[*member]    // members' requests passed on to the client, under the aggregate's ids
-	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
-	uris    map[string]*member // resource URI → the member that listed it
+	pending *proxy.IDMap[*waiter] // requests sent to members, under the aggregate's ids
+	byCall  map[string]*waiter    // client's id key → its passed-on request
+	asked   *proxy.IDMap[*member] // members' requests passed on to the client, under the aggregate's ids
+	askedBy map[string][]byte     // pendingKey of the member's id → id toward the client
+	uris    map[string]*member    // resource URI → the member that listed it
 }
 
-func (a *aggregator) write(line []byte) { a.toClient(unparsed(line)) }
+func (a *aggregator) write(line []byte) { a.toClient(proxy.Unparsed(line)) }
 
 // toClient writes one message to the client (a member's, parsed, goes on
 // without a second parse).
 func (a *aggregator) toClient(m wire.Message) {
 	if a.out.Write(context.Background(), m) == nil {
-		if f, ok := a.out.(flusher); ok {
+		if f, ok := a.out.(proxy.Flusher); ok {
 			_ = f.Flush()
 		}
 	}
@@ -247,12 +263,12 @@ func negativeID(n uint64) []byte { return strconv.AppendUint([]byte("-"), n, 10)
 func pendingKey(m *member, id []byte) string { return m.name + "\x00" + wire.IDKey(id) }
 
 // refuse answers a client message that did not parse.
-func (a *aggregator) refuse(bad *BadMessage) {
+func (a *aggregator) refuse(bad *proxy.BadMessage) {
 	var inv *wire.InvalidError
 	switch {
 	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
 		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
-	case tooDeep(bad.Err) == wire.KindNotification:
+	case proxy.TooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
 		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
@@ -270,8 +286,8 @@ func (a *aggregator) fromClient(m wire.Message) {
 			return
 		}
 		for _, p := range parts {
-			pm, err := readMessage(p)
-			var bad *BadMessage
+			pm, err := proxy.ReadMessage(p)
+			var bad *proxy.BadMessage
 			if errors.As(err, &bad) {
 				a.refuse(bad)
 				continue
@@ -362,8 +378,8 @@ func (a *aggregator) byPrefix(m wire.Message, key, inner string) {
 		if m.Method != "tools/call" {
 			what = "prompt"
 		}
-		a.write(wire.Refusal{Code: wire.CodeInvalidParams, Text: fmt.Sprintf(
-			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)}.Answer(m.ID))
+		a.write(wire.Unknown(fmt.Sprintf(
+			"Unknown %s: %s (the aggregate endpoint names them SERVER%sNAME; no server here is named by its prefix)", what, name, a.opts.Separator)).Answer(m.ID))
 		return
 	}
 	q, _ := json.Marshal(own)
@@ -400,14 +416,12 @@ func (a *aggregator) byURI(m wire.Message, obj []byte) {
 	}
 	mb := a.resourceMember(uri)
 	if mb == nil {
-		a.write(wire.Refusal{Code: codeResourceNotFound, Text: "Resource not found: no server behind the aggregate endpoint lists " + uri +
-			"; list resources first, or use the server's own endpoint", Data: map[string]string{"uri": uri}}.Answer(m.ID))
+		a.write(wire.ResourceNotFound(uri, "Resource not found: no server behind the aggregate endpoint lists "+uri+
+			"; list resources first, or use the server's own endpoint").Answer(m.ID))
 		return
 	}
 	a.pass(m, mb, nil)
 }
-
-const codeResourceNotFound = -32002
 
 func (a *aggregator) resourceMember(uri string) *member {
 	a.mu.Lock()
@@ -469,17 +483,17 @@ func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 	}
 	if w.clientID != nil {
 		// The client's id goes on unless a request in flight has it.
-		w.ownID, _, _ = a.pending.add(w.clientID, w)
+		w.ownID, _, _ = a.pending.Add(w.clientID, w)
 		a.byCall[wire.IDKey(w.clientID)] = w
 	} else {
-		w.ownID = a.pending.own()
-		a.pending.put(wire.IDKey(w.ownID), w)
+		w.ownID = a.pending.Own()
+		a.pending.Put(wire.IDKey(w.ownID), w)
 	}
 	a.mu.Unlock()
 	err := mb.send(rebuild(m, w.ownID, params))
 	if err != nil {
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		if w.clientID != nil {
 			delete(a.byCall, wire.IDKey(w.clientID))
 		}
@@ -504,7 +518,7 @@ func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) 
 		return r, ok
 	case <-done:
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		a.mu.Unlock()
 		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", w.m.name)
 		return wire.Message{}, false
@@ -822,20 +836,12 @@ func withCursor(params []byte, cursor string) []byte {
 	return b
 }
 
-// rawError is an error response carrying a server's error object as is.
-func rawError(id, errObj []byte) []byte {
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
-	out = append(out, `,"error":`...)
-	out = append(out, errObj...)
-	return append(out, '}')
-}
-
 // rebuild is the client's message m under the id sent, with params
 // replaced when given (added when m had none), as Parse reads it.
 func rebuild(m wire.Message, id, params []byte) wire.Message {
 	if params != nil && m.Params == nil {
 		if b, err := wire.Request(id, m.Method, json.RawMessage(params)); err == nil {
-			return unparsed(b)
+			return proxy.Unparsed(b)
 		}
 	}
 	if params != nil && m.Params != nil {
@@ -859,7 +865,7 @@ func (a *aggregator) broadcast(m wire.Message, capability string) {
 		}
 	}
 	if firstErr != nil {
-		a.write(rawError(m.ID, firstErr))
+		a.write(wire.ErrorFrom(m.ID, firstErr))
 		return
 	}
 	a.answer(m.ID, map[string]any{})
@@ -876,13 +882,13 @@ func (a *aggregator) notification(m wire.Message) {
 			// The server's session records it cancelled and drops a
 			// late answer; nothing is left to wait for here.
 			delete(a.byCall, wire.IDKey(req))
-			a.pending.drop(wire.IDKey(w.ownID))
+			a.pending.Drop(wire.IDKey(w.ownID))
 		}
 		a.mu.Unlock()
 		if w == nil || req == nil {
 			return // not ours, or already answered
 		}
-		_ = w.m.send(unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
+		_ = w.m.send(proxy.Unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
 		return
 	}
 	for _, mb := range a.live() {
@@ -894,7 +900,7 @@ func (a *aggregator) notification(m wire.Message) {
 func (a *aggregator) response(m wire.Message) {
 	k := wire.IDKey(m.ID)
 	a.mu.Lock()
-	mb, orig, ok := a.asked.take(k)
+	mb, orig, ok := a.asked.Take(k)
 	if ok {
 		delete(a.askedBy, pendingKey(mb, orig))
 	}
@@ -903,7 +909,7 @@ func (a *aggregator) response(m wire.Message) {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = mb.send(unparsed(wire.ReplaceID(m, orig)))
+	_ = mb.send(proxy.Unparsed(wire.ReplaceID(m, orig)))
 }
 
 // fromMember handles one message of a member's relay session.
@@ -914,7 +920,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		parts, err := wire.SplitBatch(line)
 		if err == nil {
 			for _, p := range parts {
-				if pm, err := readMessage(p); err == nil {
+				if pm, err := proxy.ReadMessage(p); err == nil {
 					a.fromMember(mb, pm)
 				}
 			}
@@ -924,12 +930,12 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		// must come from the member asked.
 		k := wire.IDKey(m.ID)
 		a.mu.Lock()
-		w, _ := a.pending.get(k)
+		w, _ := a.pending.Get(k)
 		if w != nil && w.m != mb {
 			w = nil
 		}
 		if w != nil {
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
@@ -947,7 +953,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		}
 	case wire.KindRequest:
 		a.mu.Lock()
-		id, _, _ := a.asked.add(m.ID, mb)
+		id, _, _ := a.asked.Add(m.ID, mb)
 		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
 		a.toClient(wire.WithID(m, id))
@@ -974,18 +980,18 @@ func (a *aggregator) gone(mb *member) {
 	a.mu.Lock()
 	mb.up = false
 	var lost []*waiter
-	a.pending.each(func(k string, w *waiter, _ []byte) {
+	a.pending.Each(func(k string, w *waiter, _ []byte) {
 		if w.m == mb {
 			lost = append(lost, w)
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
 		}
 	})
-	a.asked.each(func(k string, q *member, orig []byte) {
+	a.asked.Each(func(k string, q *member, orig []byte) {
 		if q == mb { // its requests to the client: an answer has nowhere to go
-			a.asked.drop(k)
+			a.asked.Drop(k)
 			delete(a.askedBy, pendingKey(mb, orig))
 		}
 	})

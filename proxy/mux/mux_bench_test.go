@@ -1,4 +1,4 @@
-package proxy
+package mux
 
 import (
 	"bufio"
@@ -6,21 +6,64 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/exampleserver"
+	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/wire"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// memberOptions are the options of a member's relay session in these
+// benchmarks: server name, policy "default: allow" over a database of its
+// own in b's temporary directory, nothing logged.
+func memberOptions(b *testing.B, ctx context.Context, name string) proxy.Options {
+	db, err := store.Open(ctx, store.Options{Path: filepath.Join(b.TempDir(), "guard.db"), Durability: "normal"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	cfg, err := config.Parse([]byte("policy:\n  default: allow\n"), "test.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine, err := config.NewEngine("", cfg, policy.EngineOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return proxy.Options{
+		Server: name, Recorder: db, Catalog: db.Catalog(), Decider: engine,
+		Holds:    approvals.New(db.Holds(), approvals.Options{Timeout: time.Minute, ProgressEvery: 50 * time.Millisecond}),
+		Redactor: cfg.Redactor(), MaxMessage: 1 << 20, ProgressEvery: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler), Contracts: policy.NewContracts(false),
+		Listing:    func() string { return engine.Config().Listing(name) },
+		HideDenied: func() bool { return engine.Config().Policy.HideDenied },
+	}
+}
+
+// nopRecorder commits nothing: the aggregate's cost without the audit log.
+type nopRecorder struct{}
+
+func (nopRecorder) AppendAsync(...*guard.Record) <-chan error {
+	ch := make(chan error, 1)
+	ch <- nil
+	return ch
+}
+
 // sessionMember is a member server reached through a relay session of its
 // own (policy, a real store), as guard serve's aggregate has them: the
 // example server, in-process, over pipes.
-func sessionMember(b *testing.B, name string, rec Recorder) Member {
-	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
-		opts, _, _ := testOptions(b, ctx, "policy:\n  default: allow\n", 0)
-		opts.Server, opts.Logger = name, slog.New(slog.DiscardHandler)
+func sessionMember(b *testing.B, name string, rec proxy.Recorder) Member {
+	return Member{Name: name, Run: func(ctx context.Context, conn proxy.Conn) error {
+		opts := memberOptions(b, ctx, name)
 		if rec != nil {
 			opts.Recorder = rec
 		}
@@ -30,7 +73,7 @@ func sessionMember(b *testing.B, name string, rec Recorder) Member {
 			_ = exampleserver.Run(ctx, g2sR, s2gW)
 			s2gW.Close()
 		}()
-		return Run(ctx, conn, NewStreamConn(s2gR, g2sW, opts.MaxMessage), NewSession(ctx, opts))
+		return proxy.Run(ctx, conn, proxy.NewStreamConn(s2gR, g2sW, opts.MaxMessage), proxy.NewSession(ctx, opts))
 	}}
 }
 
@@ -44,13 +87,13 @@ func BenchmarkAggregateCall(b *testing.B) { benchAggregate(b, nil) }
 // audit log's: BenchmarkRelayCallWithoutAudit plus the aggregate.
 func BenchmarkAggregateCallWithoutAudit(b *testing.B) { benchAggregate(b, nopRecorder{}) }
 
-func benchAggregate(b *testing.B, rec Recorder) {
+func benchAggregate(b *testing.B, rec proxy.Recorder) {
 	cr, cw := io.Pipe()
 	ar, aw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = RunAggregate(context.Background(), Aggregate{Members: []Member{sessionMember(b, "notes", rec), sessionMember(b, "more", rec)}}, NewStreamConn(cr, aw, 0))
+		_ = Run(context.Background(), Options{Members: []Member{sessionMember(b, "notes", rec), sessionMember(b, "more", rec)}}, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).
@@ -79,14 +122,13 @@ func benchAggregate(b *testing.B, rec Recorder) {
 // audit log) to a server that answers at once, without go-sdk: what
 // remains is guard's work and its hand-offs.
 func rawMember(b *testing.B, name string) Member {
-	return Member{Name: name, Run: func(ctx context.Context, conn Conn) error {
-		opts, _, _ := testOptions(b, ctx, "policy:\n  default: allow\n", 0)
-		opts.Server, opts.Logger = name, slog.New(slog.DiscardHandler)
+	return Member{Name: name, Run: func(ctx context.Context, conn proxy.Conn) error {
+		opts := memberOptions(b, ctx, name)
 		opts.Recorder, opts.Catalog = nopRecorder{}, nil
 		g2sR, g2sW := io.Pipe()
 		s2gR, s2gW := io.Pipe()
 		go answerAtOnce(g2sR, s2gW)
-		return Run(ctx, conn, NewStreamConn(s2gR, g2sW, opts.MaxMessage), NewSession(ctx, opts))
+		return proxy.Run(ctx, conn, proxy.NewStreamConn(s2gR, g2sW, opts.MaxMessage), proxy.NewSession(ctx, opts))
 	}}
 }
 
@@ -129,7 +171,7 @@ func BenchmarkAggregateRawCall(b *testing.B) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = RunAggregate(context.Background(), Aggregate{Members: []Member{rawMember(b, "notes"), rawMember(b, "more")}}, NewStreamConn(cr, aw, 0))
+		_ = Run(context.Background(), Options{Members: []Member{rawMember(b, "notes"), rawMember(b, "more")}}, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	answers := bufio.NewScanner(ar)
