@@ -71,7 +71,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	ports := make([]*port, len(ag.Members))
 	var ended atomic.Pointer[inputEnd]
 	for i, m := range ag.Members {
-		mb := &member{name: m.Name, in: newInbox(), done: make(chan struct{}), up: true}
+		mb := &member{name: m.Name, in: NewInbox(), done: make(chan struct{}), up: true}
 		a.members = append(a.members, mb)
 		ports[i] = &port{a: a, mb: mb, ended: &ended}
 	}
@@ -116,7 +116,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	why, gone := inputEnded(client)
 	ended.Store(&inputEnd{why, gone})
 	for _, mb := range a.members {
-		mb.in.close()
+		mb.in.Close()
 	}
 	for _, mb := range a.members {
 		<-mb.done
@@ -144,7 +144,7 @@ type port struct {
 	closed bool // the session's writes fail: it ended, or closed its side
 }
 
-func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.take(ctx) }
+func (p *port) Read(ctx context.Context) (wire.Message, error) { return p.mb.in.Take(ctx) }
 
 func (p *port) Write(_ context.Context, m wire.Message) error {
 	p.mu.RLock()
@@ -177,7 +177,7 @@ func (p *port) Close() error {
 // under way is done.
 func (p *port) end() {
 	p.Close()
-	p.mb.in.close()
+	p.mb.in.Close()
 }
 
 func (p *port) inputEnded() (string, bool) {
@@ -190,7 +190,7 @@ func (p *port) inputEnded() (string, bool) {
 // member is one server's relay session, as the aggregate sees it.
 type member struct {
 	name string
-	in   *inbox // what the aggregate sends the member's session
+	in   *Inbox // what the aggregate sends the member's session
 	done chan struct{}
 	up   bool // initialized (or not yet asked), and not gone; under aggregator.mu
 	caps json.RawMessage
@@ -202,7 +202,7 @@ type member struct {
 // send writes one message to the member's relay session: a parsed one
 // goes on without a second parse.
 func (mb *member) send(m wire.Message) error {
-	return mb.in.put(context.Background(), m)
+	return mb.in.Put(context.Background(), m)
 }
 
 // waiter is a request the aggregate sent to a member: a client's request
@@ -228,7 +228,7 @@ type aggregator struct {
 	uris    map[string]*member // resource URI → the member that listed it
 }
 
-func (a *aggregator) write(line []byte) { a.toClient(unparsed(line)) }
+func (a *aggregator) write(line []byte) { a.toClient(Unparsed(line)) }
 
 // toClient writes one message to the client (a member's, parsed, goes on
 // without a second parse).
@@ -835,7 +835,7 @@ func rawError(id, errObj []byte) []byte {
 func rebuild(m wire.Message, id, params []byte) wire.Message {
 	if params != nil && m.Params == nil {
 		if b, err := wire.Request(id, m.Method, json.RawMessage(params)); err == nil {
-			return unparsed(b)
+			return Unparsed(b)
 		}
 	}
 	if params != nil && m.Params != nil {
@@ -882,7 +882,7 @@ func (a *aggregator) notification(m wire.Message) {
 		if w == nil || req == nil {
 			return // not ours, or already answered
 		}
-		_ = w.m.send(unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
+		_ = w.m.send(Unparsed(wire.Rebuild(m, nil, wire.SetMember(m.Params, "requestId", w.ownID))))
 		return
 	}
 	for _, mb := range a.live() {
@@ -903,7 +903,7 @@ func (a *aggregator) response(m wire.Message) {
 		a.opts.Logger.Debug("aggregate: a response to no request", "id", string(m.ID))
 		return
 	}
-	_ = mb.send(unparsed(wire.ReplaceID(m, orig)))
+	_ = mb.send(Unparsed(wire.ReplaceID(m, orig)))
 }
 
 // fromMember handles one message of a member's relay session.

@@ -60,9 +60,9 @@ func readMessage(raw []byte) (wire.Message, error) {
 	return m, nil
 }
 
-// parsed returns a message with its parsed fields, parsing one guard
+// Parsed returns a message with its parsed fields, parsing one guard
 // wrote unparsed (Kind 0). A message that does not parse keeps Kind 0.
-func parsed(m wire.Message) wire.Message {
+func Parsed(m wire.Message) wire.Message {
 	if m.Kind != 0 {
 		return m
 	}
@@ -73,14 +73,14 @@ func parsed(m wire.Message) wire.Message {
 	return p
 }
 
-// unparsed is a message guard built, as a Conn writes it.
-func unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
+// Unparsed is a message guard built, as a Conn writes it.
+func Unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
 
 // built is a message guard built (an answer of its own, a result it
 // masked), parsed: a Conn may route it by its id or rewrite it, and a
 // message is either parsed in full or not at all.
 func built(raw []byte) wire.Message {
-	return parsed(unparsed(raw))
+	return Parsed(Unparsed(raw))
 }
 
 // NewStreamConn returns a Conn over a newline-delimited byte stream: the
@@ -145,38 +145,38 @@ func Pipe() (Conn, Conn) {
 }
 
 func newPipe() (*pipeConn, *pipeConn) {
-	ab := newInbox()
-	ba := newInbox()
+	ab := NewInbox()
+	ba := NewInbox()
 	return &pipeConn{in: ba, out: ab}, &pipeConn{in: ab, out: ba}
 }
 
 type pipeConn struct {
-	in, out *inbox
+	in, out *Inbox
 }
 
 // end closes both directions: its side reads no more either, so what the
 // other side writes fails rather than waits.
 func (p *pipeConn) end() {
-	p.out.close()
-	p.in.close()
+	p.out.Close()
+	p.in.Close()
 }
 
 func (p *pipeConn) Read(ctx context.Context) (wire.Message, error) {
-	return p.in.take(ctx)
+	return p.in.Take(ctx)
 }
 
 func (p *pipeConn) Write(ctx context.Context, m wire.Message) error {
-	return p.out.put(ctx, m)
+	return p.out.Put(ctx, m)
 }
 
 func (p *pipeConn) Close() error {
-	p.out.close()
+	p.out.Close()
 	return nil
 }
 
-// inbox hands messages from writers to one reader, each write waiting for
+// Inbox hands messages from writers to one reader, each write waiting for
 // the read that takes it. Once closed, writes fail and reads end.
-type inbox struct {
+type Inbox struct {
 	ch     chan delivery
 	closed chan struct{}
 	once   sync.Once
@@ -189,15 +189,18 @@ type delivery struct {
 	err error
 }
 
-func newInbox() *inbox {
-	return &inbox{ch: make(chan delivery), closed: make(chan struct{})}
+// NewInbox returns an empty, open Inbox.
+func NewInbox() *Inbox {
+	return &Inbox{ch: make(chan delivery), closed: make(chan struct{})}
 }
 
-func (b *inbox) put(ctx context.Context, m wire.Message) error {
+// Put hands m to the reader, waiting until it takes it, the inbox is
+// closed (an error), or ctx ends.
+func (b *Inbox) Put(ctx context.Context, m wire.Message) error {
 	return b.send(ctx, delivery{m: m})
 }
 
-func (b *inbox) send(ctx context.Context, d delivery) error {
+func (b *Inbox) send(ctx context.Context, d delivery) error {
 	select {
 	case <-b.closed:
 		return errClosed
@@ -213,9 +216,9 @@ func (b *inbox) send(ctx context.Context, d delivery) error {
 	}
 }
 
-// take returns the next message, parsed (one put unparsed is parsed here,
+// Take returns the next message, parsed (one put unparsed is parsed here,
 // as Conn.Read returns it), or the error delivered in its place.
-func (b *inbox) take(ctx context.Context) (wire.Message, error) {
+func (b *Inbox) Take(ctx context.Context) (wire.Message, error) {
 	select {
 	case d := <-b.ch:
 		if d.err == nil && d.m.Kind == 0 {
@@ -229,14 +232,15 @@ func (b *inbox) take(ctx context.Context) (wire.Message, error) {
 	}
 }
 
-func (b *inbox) close() { b.once.Do(func() { close(b.closed) }) }
+// Close ends the inbox: writes fail, and reads end (io.EOF).
+func (b *Inbox) Close() { b.once.Do(func() { close(b.closed) }) }
 
-// oneLine returns a message as one line, as the relay reads them: a
+// OneLine returns a message as one line, as the relay reads them: a
 // pretty-printed body (or an SSE event whose data spans several lines)
 // loses the whitespace between its tokens, nothing else, since a JSON
 // string cannot hold a raw newline. Text that is not JSON is returned as
 // is, for the relay to refuse.
-func oneLine(b []byte) []byte {
+func OneLine(b []byte) []byte {
 	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
 		return b
 	}
@@ -245,4 +249,11 @@ func oneLine(b []byte) []byte {
 		return b
 	}
 	return out.Bytes()
+}
+
+// PutError hands the reader an error about one message in place of that
+// message (a *wire.TooLongError): its Take returns the error, and the next
+// Take goes on.
+func (b *Inbox) PutError(ctx context.Context, err error) error {
+	return b.send(ctx, delivery{err: err})
 }

@@ -59,9 +59,9 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	a, b := Pipe()
 	ctx := context.Background()
 	go func() {
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
-		_ = a.Write(ctx, unparsed([]byte(`{not json`)))
-		_ = a.Write(ctx, unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{not json`)))
+		_ = a.Write(ctx, Unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)))
 		a.Close()
 	}()
 	m, err := b.Read(ctx)
@@ -79,7 +79,7 @@ func TestPipeCarriesParsedMessagesInOrder(t *testing.T) {
 	if _, err = b.Read(ctx); err != io.EOF {
 		t.Fatalf("after close: %v", err)
 	}
-	if err := a.Write(ctx, unparsed([]byte(`{}`))); err == nil {
+	if err := a.Write(ctx, Unparsed([]byte(`{}`))); err == nil {
 		t.Fatal("a write after close succeeded")
 	}
 }
@@ -113,24 +113,5 @@ func TestStreamConnFramesLines(t *testing.T) {
 	}
 	if want := string(m.Raw) + "\n" + string(m.Raw) + "\n"; out.String() != want {
 		t.Fatalf("wrote %q, want %q", out.String(), want)
-	}
-}
-
-// An event stream's event over the limit is reported by its size and the
-// next one is read; a line too long to be any event's ends the stream,
-// reported too.
-func TestReadEventsBoundsEvents(t *testing.T) {
-	var got []string
-	var over []int
-	in := "data: " + strings.Repeat("a", 30) + "\ndata: " + strings.Repeat("b", 30) + "\n\n" +
-		"event: message\ndata: small\n\n" +
-		"data: " + strings.Repeat("c", 200) + "\n\ndata: never\n\n"
-	readEvents(strings.NewReader(in), 50, func(_ string, data []byte) { got = append(got, string(data)) },
-		func(size int) { over = append(over, size) })
-	if len(got) != 1 || got[0] != "small" {
-		t.Fatalf("events read: %q", got)
-	}
-	if len(over) != 2 || over[0] != 61 || over[1] != 51 {
-		t.Fatalf("events over the limit: %v", over)
 	}
 }

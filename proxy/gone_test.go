@@ -14,7 +14,6 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/store"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // holdDelete makes the example server's delete_note call, which the
@@ -195,23 +194,42 @@ func resultText(m map[string]any) string {
 	return b.String()
 }
 
-// httpFront serves the example server (over Streamable HTTP, in process)
-// through guard's HTTP front, with holds that wait a minute.
+// httpFront serves the example server (in process, over pipes, one per
+// session) through guard's HTTP front, with holds that wait a minute.
 type httpFront struct {
 	url string
 	db  *store.DB
 }
 
+// exampleChild runs a session's example server in process, over pipes, as
+// a child's stdin and stdout.
+func exampleChild(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error) {
+	return watchedChild(io.Discard)(ctx, opts, conn, started)
+}
+
+// watchedChild is exampleChild whose server's input is copied to seen.
+func watchedChild(seen io.Writer) func(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error) {
+	return func(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error) {
+		if started != nil {
+			started <- nil
+		}
+		toR, toW := io.Pipe()
+		fromR, fromW := io.Pipe()
+		go func() {
+			_ = exampleserver.Run(ctx, io.NopCloser(io.TeeReader(toR, seen)), fromW)
+			fromW.Close()
+		}()
+		return 0, Run(ctx, conn, NewStreamConn(fromR, toW, opts.MaxMessage), NewSession(ctx, opts))
+	}
+}
+
 func newHTTPFront(t *testing.T, set func(*HTTPOptions)) *httpFront {
 	t.Helper()
 	ctx := context.Background()
-	srv := exampleserver.New(nil)
-	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
-	t.Cleanup(up.Close)
 	opts, db, _ := testOptions(t, ctx, "", time.Minute)
 	front := httptest.NewUnstartedServer(nil)
 	ho := HTTPOptions{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
-		Remote: Remote{URL: up.URL}, Session: func(Caller) Options { return opts }}
+		Child: exampleChild, Session: func(Caller) Options { return opts }}
 	if set != nil {
 		set(&ho)
 	}

@@ -365,7 +365,7 @@ func (hs *holds) sendProgress(c *call, text string) {
 		"message":       text,
 	})
 	if err == nil {
-		s.toClient.push(item{msg: unparsed(data)})
+		s.toClient.push(item{msg: Unparsed(data)})
 	}
 }
 

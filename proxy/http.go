@@ -17,6 +17,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/hosts"
 	"github.com/guard-mcp/guard/httplimit"
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -32,9 +33,13 @@ type HTTPOptions struct {
 	// or the error that kept it from starting, and returns the server's
 	// exit status, or an error when it did not run.
 	Child func(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error)
-	// Remote, when its URL is set, is a server reached over Streamable
-	// HTTP instead: each client session gets its own upstream session.
-	Remote Remote
+	// Remote, when set, serves each client session with a server reached
+	// over HTTP instead (package proxy/remote: remote.Run), relaying
+	// between it and conn, the session's client, through a relay session
+	// with options opts, until conn's input ends: each client session
+	// gets its own upstream session, with the credentials of c, the
+	// caller that started it, where the upstream takes a caller's.
+	Remote func(ctx context.Context, opts Options, c Caller, conn Conn) error
 	// Run, when set, serves a new client session itself (the aggregate
 	// endpoint) instead of Child or Remote, relaying with conn until its
 	// input ends.
@@ -45,11 +50,6 @@ type HTTPOptions struct {
 	// Authenticate, when set, finds who sent a request from its
 	// Authorization header, or refuses it.
 	Authenticate func(r *http.Request) (Caller, *AuthError)
-	// UpstreamAuth, when set, gives the Authorization header of each
-	// request to Remote made for a session of caller c (an exchange of
-	// c's access token at the identity provider), in place of the one
-	// Remote's Headers configure. An error fails that request.
-	UpstreamAuth func(ctx context.Context, c Caller) (string, error)
 	// AllowedHosts are the Host headers answered (entries of package
 	// hosts: names, name:port, *.suffix); any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
@@ -109,17 +109,6 @@ type AuthError struct {
 
 func (e *AuthError) Error() string { return e.Message }
 
-// RemoteFor is the Remote of a session of caller c: with UpstreamAuth,
-// its credentials are c's.
-func (o *HTTPOptions) RemoteFor(c Caller) Remote {
-	rm := o.Remote
-	if o.UpstreamAuth != nil {
-		auth := o.UpstreamAuth
-		rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }
-	}
-	return rm
-}
-
 // HTTPServer serves one wrapped server over Streamable HTTP: POST carries
 // the client's messages (answered as JSON or as an SSE stream), GET opens
 // the stream of the server's messages that belong to no request, DELETE
@@ -137,7 +126,7 @@ type HTTPServer struct {
 	closed   bool
 
 	reapOnce sync.Once
-	headers  toolHeaders // x-mcp-header arguments, for 2026-07-28 requests
+	headers  mcpheader.Tools // x-mcp-header arguments, for 2026-07-28 requests
 }
 
 // NewHTTPServer returns the handler of one server's endpoint.
@@ -185,7 +174,7 @@ type httpSession struct {
 	caller Caller // who started it; its Token reads token
 	token  atomic.Pointer[string]
 	writeM sync.Mutex
-	in     *inbox // the client's messages, in the order POSTed
+	in     *Inbox // the client's messages, in the order POSTed
 	router *router
 	done   chan struct{} // the session's relay ended
 	// ended is why its input was ended (see end).
@@ -196,7 +185,7 @@ type httpSession struct {
 type frontConn struct{ s *httpSession }
 
 func (c frontConn) Read(ctx context.Context) (wire.Message, error) {
-	return c.s.in.take(ctx)
+	return c.s.in.Take(ctx)
 }
 
 func (c frontConn) Write(_ context.Context, m wire.Message) error {
@@ -224,7 +213,7 @@ func (c frontConn) inputEnded() (string, bool) {
 // when it is not (guard serve stops).
 func (s *httpSession) end(reason string) {
 	s.ended.CompareAndSwap(nil, &reason)
-	s.in.close()
+	s.in.Close()
 }
 
 // Close ends every session: their servers get their stdin closed.
@@ -377,7 +366,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 		h.opts.Logger.Warn("session refused", "err", err, "client", caller.Client)
 		return nil, err
 	}
-	s := &httpSession{id: uuid.NewString(), in: newInbox(), router: newRouter(), done: make(chan struct{})}
+	s := &httpSession{id: uuid.NewString(), in: NewInbox(), router: newRouter(), done: make(chan struct{})}
 	if caller.Token != nil {
 		s.noteToken(caller)
 		caller.Token = s.latestToken
@@ -410,7 +399,7 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 			}
 			h.mu.Unlock()
 			s.router.end()
-			s.in.close()
+			s.in.Close()
 		}()
 		if h.opts.Run != nil {
 			started <- nil
@@ -423,9 +412,9 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 		if stateless {
 			opts.HoldScope = guard.ClientHold + strings.ReplaceAll(caller.key(), "\x00", "/")
 		}
-		if h.opts.Remote.URL != "" {
+		if h.opts.Remote != nil {
 			started <- nil
-			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.RemoteFor(caller), conn); err != nil {
+			if err := h.opts.Remote(context.WithoutCancel(ctx), opts, caller, conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
@@ -458,7 +447,7 @@ func (s *httpSession) send(msgs []wire.Message) error {
 	s.writeM.Lock()
 	defer s.writeM.Unlock()
 	for _, m := range msgs {
-		if err := s.in.put(context.Background(), m); err != nil {
+		if err := s.in.Put(context.Background(), m); err != nil {
 			return err
 		}
 	}
@@ -506,14 +495,14 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	msgs := make([]wire.Message, len(parts))
 	for i, p := range parts {
 		// One line: the relay may pass it to a server on stdio.
-		m, err := wire.Parse(oneLine(p))
+		m, err := wire.Parse(OneLine(p))
 		msgs[i] = m
 		if err != nil {
 			if tooDeep(err) == wire.KindResponse {
 				// An answer to a server's request: the relay answers
 				// that request with guard's error in its place (it
 				// parses the message again, and refuses it).
-				msgs[i] = unparsed(m.Raw)
+				msgs[i] = Unparsed(m.Raw)
 				continue
 			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {

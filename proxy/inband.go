@@ -38,7 +38,7 @@ func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
 	if err != nil {
 		return
 	}
-	s.toClient.push(item{msg: unparsed(data)})
+	s.toClient.push(item{msg: Unparsed(data)})
 	select {
 	case m := <-c.own:
 		s.holds.inBandAnswer(a, m)
@@ -50,7 +50,7 @@ func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
 		s.mu.Unlock()
 		if note, err := wire.Notification("notifications/cancelled", map[string]any{
 			"requestId": json.RawMessage(id), "reason": "decided elsewhere"}); err == nil {
-			s.toClient.push(item{msg: unparsed(note)})
+			s.toClient.push(item{msg: Unparsed(note)})
 		}
 	}
 }

@@ -6,9 +6,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -145,27 +142,16 @@ func TestRelayDropsNotificationsWithRequestMethods(t *testing.T) {
 }
 
 // Over HTTP a tools/call without an id is answered 202, as any
-// notification, and never reaches the server (a go-sdk server over
-// Streamable HTTP, whose requests are watched on their way).
+// notification, and never reaches the server (whose input is watched).
 func TestHTTPDropsNotificationsWithRequestMethods(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []string
 	f := newHTTPFront(t, func(o *HTTPOptions) {
-		target, err := url.Parse(o.Remote.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rp := httputil.NewSingleHostReverseProxy(target)
-		watch := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
+		o.Child = watchedChild(writerFunc(func(b []byte) {
 			mu.Lock()
 			bodies = append(bodies, string(b))
 			mu.Unlock()
-			r.Body = io.NopCloser(strings.NewReader(string(b)))
-			rp.ServeHTTP(w, r)
 		}))
-		t.Cleanup(watch.Close)
-		o.Remote.URL = watch.URL
 	})
 	session := f.start(t)
 	resp := f.post(t, context.Background(), session, `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"delete_note","arguments":{"title":"welcome"}}}`)
@@ -189,6 +175,14 @@ func TestHTTPDropsNotificationsWithRequestMethods(t *testing.T) {
 	if !strings.Contains(strings.Join(bodies, "\n"), `"ping"`) {
 		t.Fatalf("the watch saw nothing: %q", bodies)
 	}
+}
+
+// writerFunc is a Writer that hands each write to a function.
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	f(append([]byte(nil), p...))
+	return len(p), nil
 }
 
 // JSON-RPC batches are refused over HTTP as on stdio, except in sessions

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,8 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -19,83 +18,6 @@ import (
 // headers that mirror the body (Mcp-Method, Mcp-Name, Mcp-Param-*), the
 // HTTP status of an answer, and cancellation by closing a request's
 // stream.
-
-// modernCall is a 2026-07-28 request in flight to the upstream, whose
-// stream closing is its cancellation.
-type modernCall struct{ cancel context.CancelFunc }
-
-// cancelModern passes on the relay's cancellation of a 2026-07-28 request
-// as that revision's server expects it: its request's stream is closed,
-// and no notifications/cancelled is sent. It reports whether the
-// cancellation named such a request in flight.
-func (u *upstream) cancelModern(m wire.Message) bool {
-	rid := wire.ParamsMember(m.Params, "requestId")
-	if rid == nil {
-		return false
-	}
-	key := wire.IDKey(rid)
-	u.mu.Lock()
-	c := u.modern[key]
-	delete(u.modern, key)
-	u.mu.Unlock()
-	if c == nil {
-		return false
-	}
-	c.cancel()
-	return true
-}
-
-// modernHeaders sets the headers a 2026-07-28 request carries over HTTP:
-// its revision, method, name, and the arguments its tool mirrors. It
-// reports whether the message is of that revision.
-func (u *upstream) modernHeaders(req *http.Request, m wire.Message) bool {
-	v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol))
-	if !ok || v < "2026-07-28" {
-		return false
-	}
-	req.Header.Set("Mcp-Protocol-Version", v)
-	if m.Method != "" {
-		req.Header.Set("Mcp-Method", m.Method)
-	}
-	name := requestName(m)
-	if name != "" {
-		req.Header.Set("Mcp-Name", name)
-	}
-	if m.Method != "tools/call" {
-		return true
-	}
-	params := u.headers.of(name)
-	if len(params) == 0 {
-		return true
-	}
-	var args map[string]json.RawMessage
-	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
-	for arg, header := range params {
-		raw, ok := args[arg]
-		if !ok {
-			continue
-		}
-		val, isStr := wire.String(raw)
-		if !isStr {
-			val = string(raw)
-		}
-		// Values that are not plain ASCII travel Base64-encoded.
-		if !printableASCII(val) {
-			val = "=?base64?" + base64.StdEncoding.EncodeToString([]byte(val)) + "?="
-		}
-		req.Header.Set("Mcp-Param-"+header, val)
-	}
-	return true
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return s == strings.TrimSpace(s)
-}
 
 // uniqueID is the id, as sent, of a unique id's key (see uniqueIDs).
 func uniqueID(key string) []byte {
@@ -142,7 +64,7 @@ func (h *HTTPServer) cancelUnanswered(s *httpSession, st *stream) {
 	}
 	msgs := make([]wire.Message, len(ids))
 	for i, id := range ids {
-		msgs[i] = unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
+		msgs[i] = Unparsed([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":` + string(id) +
 			`,"reason":"the client closed the request's stream"}}`))
 	}
 	if err := s.send(msgs); err != nil {
@@ -197,7 +119,7 @@ func (h *HTTPServer) sharedSession(ctx context.Context, c Caller) (*httpSession,
 	if prev := h.shared[key]; prev != nil {
 		prev.noteToken(c)
 		h.mu.Unlock()
-		s.in.close()
+		s.in.Close()
 		return prev, nil
 	}
 	s.router.mu.Lock()
@@ -219,7 +141,7 @@ func isModern(r *http.Request, reqs []wire.Message, initialize bool) bool {
 		return false
 	}
 	for _, m := range reqs {
-		if v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol)); ok && v >= "2026-07-28" {
+		if v, ok := wire.String(wire.MetaMember(m.Params, MetaProtocol)); ok && v >= "2026-07-28" {
 			return true
 		}
 	}
@@ -240,7 +162,7 @@ func writeHeaderMismatch(w http.ResponseWriter, id []byte, msg string) {
 // Mcp-Param-* headers against its body, as the server behind guard would:
 // guard is the HTTP server its clients see. It returns what is wrong.
 func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
-	if v, ok := wire.String(wire.MetaMember(m.Params, metaProtocol)); ok {
+	if v, ok := wire.String(wire.MetaMember(m.Params, MetaProtocol)); ok {
 		if hv := strings.TrimSpace(r.Header.Get("Mcp-Protocol-Version")); hv != "" && hv != v {
 			return fmt.Sprintf("MCP-Protocol-Version %q does not match the request's _meta %q", hv, v)
 		}
@@ -252,7 +174,7 @@ func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 	if method != m.Method {
 		return fmt.Sprintf("Mcp-Method %q does not match the body's method %q", method, m.Method)
 	}
-	name := requestName(m)
+	name := mcpheader.Name(m)
 	if name != "" {
 		got := strings.TrimSpace(r.Header.Get("Mcp-Name"))
 		if got == "" {
@@ -265,7 +187,7 @@ func (h *HTTPServer) checkHeaders(r *http.Request, m wire.Message) string {
 	if m.Method != "tools/call" {
 		return ""
 	}
-	params := h.headers.of(name)
+	params := h.headers.Of(name)
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(wire.ParamsMember(m.Params, "arguments"), &args)
 	for arg, header := range params {
@@ -322,8 +244,8 @@ func missingMeta(m wire.Message) string {
 	if wire.ParamsMember(m.Params, "_meta") == nil {
 		return "the request has no _meta (io.modelcontextprotocol/protocolVersion, clientCapabilities)"
 	}
-	if wire.MetaMember(m.Params, metaProtocol) == nil {
-		return "_meta lacks " + metaProtocol
+	if wire.MetaMember(m.Params, MetaProtocol) == nil {
+		return "_meta lacks " + MetaProtocol
 	}
 	if wire.MetaMember(m.Params, metaCapabilities) == nil {
 		return "_meta lacks " + metaCapabilities
@@ -348,67 +270,4 @@ func withMeta(m wire.Message, key string, value []byte) []byte {
 	}
 	p["_meta"] = b
 	return replaceParams(m, p)
-}
-
-// requestName is the name a 2026-07-28 request carries in its Mcp-Name
-// header: the tool's or prompt's name, or the resource's URI ("" for other
-// methods).
-func requestName(m wire.Message) string {
-	var name string
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "name"))
-	case "resources/read":
-		name, _ = wire.String(wire.ParamsMember(m.Params, "uri"))
-	}
-	return name
-}
-
-// toolHeaders keeps which arguments of each tool a 2026-07-28 request
-// mirrors in Mcp-Param-* headers (x-mcp-header in the inputSchema), as
-// learned from the tools lists that pass. Safe for concurrent use.
-type toolHeaders struct {
-	mu sync.Mutex
-	m  map[string]map[string]string // tool → argument → header name
-}
-
-// learn reads a response that may be a tools/list result.
-func (t *toolHeaders) learn(line []byte, m wire.Message) {
-	if m.Kind != wire.KindResponse || m.Result == nil || !bytes.Contains(line, []byte(`"x-mcp-header"`)) {
-		return
-	}
-	var page struct {
-		Tools []struct {
-			Name        string `json:"name"`
-			InputSchema struct {
-				Properties map[string]struct {
-					Header string `json:"x-mcp-header"`
-				} `json:"properties"`
-			} `json:"inputSchema"`
-		} `json:"tools"`
-	}
-	if json.Unmarshal(m.Result, &page) != nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.m == nil {
-		t.m = map[string]map[string]string{}
-	}
-	for _, tool := range page.Tools {
-		args := map[string]string{}
-		for arg, p := range tool.InputSchema.Properties {
-			if p.Header != "" {
-				args[arg] = p.Header
-			}
-		}
-		t.m[tool.Name] = args
-	}
-}
-
-// of returns a tool's mirrored arguments.
-func (t *toolHeaders) of(tool string) map[string]string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.m[tool]
 }

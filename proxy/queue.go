@@ -174,7 +174,7 @@ func (q *queue) deliver(it item) {
 		if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
 			return
 		}
-		msg = unparsed(joinBatch(it.batch.parts))
+		msg = Unparsed(joinBatch(it.batch.parts))
 	}
 	if msg.Raw == nil || q.werr != nil {
 		return

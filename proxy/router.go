@@ -8,6 +8,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -37,8 +38,8 @@ type router struct {
 	// its answer; protocol is the revision that answer negotiated.
 	initKey  string
 	protocol string
-	modern   bool         // the session-less revision: nothing unsolicited
-	headers  *toolHeaders // what tools lists teach, when set
+	modern   bool             // the session-less revision: nothing unsolicited
+	headers  *mcpheader.Tools // what tools lists teach, when set
 	// reading counts the streams a client reads now (a POST's, the GET
 	// stream, a resumed one); idleSince is when the last one let go.
 	reading   int
@@ -234,7 +235,7 @@ func (rt *router) end() {
 
 // deliver takes one message the relay writes to the client.
 func (rt *router) deliver(m wire.Message) {
-	m = parsed(m)
+	m = Parsed(m)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.route(m)
@@ -268,7 +269,7 @@ func (rt *router) route(m wire.Message) {
 			rt.protocol, _ = wire.String(wire.ParamsMember(m.Result, "protocolVersion"))
 		}
 		if rt.headers != nil {
-			rt.headers.learn(line, m)
+			rt.headers.Learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
 			if _, o, ok := rt.renamed.take(k); ok {
@@ -285,7 +286,7 @@ func (rt *router) route(m wire.Message) {
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
 			if o, ok := rt.renamed.sender(k); ok {
-				m = unparsed(withMeta(m, metaSubscription, o))
+				m = Unparsed(withMeta(m, metaSubscription, o))
 			}
 			st.push(m)
 		}
@@ -296,7 +297,7 @@ func (rt *router) route(m wire.Message) {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
 				if _, o, ok := rt.renamed.take(k); ok {
-					m = unparsed(rewriteParamsMember(m, "requestId", o))
+					m = Unparsed(rewriteParamsMember(m, "requestId", o))
 				}
 				st.push(m)
 				rt.answered(st, k)
@@ -397,7 +398,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			drop[i] = true
 			continue
 		}
-		parts[i] = unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
+		parts[i] = Unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
 		keys = append(keys, u)
 	}
 	if len(drop) == 0 {

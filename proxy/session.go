@@ -22,11 +22,11 @@ import (
 	"github.com/guard-mcp/guard/wire"
 )
 
-// metaProtocol and metaClientInfo are the per-request _meta members that
+// MetaProtocol and metaClientInfo are the per-request _meta members that
 // carry the revision and the client on 2026-07-28, where there is no
 // initialize.
 const (
-	metaProtocol     = "io.modelcontextprotocol/protocolVersion"
+	MetaProtocol     = "io.modelcontextprotocol/protocolVersion"
 	metaClientInfo   = "io.modelcontextprotocol/clientInfo"
 	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
@@ -506,7 +506,7 @@ type requestMeta struct {
 // readMeta finds the members of a _meta object guard reads, in one pass.
 func readMeta(meta []byte) requestMeta {
 	var m [4][]byte
-	wire.Members(meta, []string{metaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
+	wire.Members(meta, []string{MetaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
 	return requestMeta{protocol: m[0], caps: m[1], info: m[2], progressToken: m[3]}
 }
 
@@ -797,7 +797,7 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	case c == nil:
 		s.toServer.push(item{msg: msg})
 	case c.sentID != nil:
-		s.toServer.push(item{msg: unparsed(rewriteParamsMember(msg, "requestId", c.sentID))})
+		s.toServer.push(item{msg: Unparsed(rewriteParamsMember(msg, "requestId", c.sentID))})
 	default:
 		s.toServer.push(item{msg: msg})
 	}
@@ -1173,7 +1173,7 @@ func (s *Session) serverNotification(msg wire.Message) {
 			c := s.progress[wire.IDKey(tok)]
 			s.mu.Unlock()
 			if c != nil {
-				s.toClient.push(item{msg: unparsed(shiftProgress(msg, c.progBase))})
+				s.toClient.push(item{msg: Unparsed(shiftProgress(msg, c.progBase))})
 				return
 			}
 		}

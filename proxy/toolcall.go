@@ -352,7 +352,7 @@ func (pl *pipeline) refreshTools() (err error) {
 	proto := s.protocol
 	var meta map[string]any
 	if proto >= guard.Rev20260728 {
-		meta = map[string]any{metaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
+		meta = map[string]any{MetaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
 		if s.meta.caps != nil {
 			meta[metaCapabilities] = s.meta.caps
 		}
@@ -419,7 +419,7 @@ func (pl *pipeline) ownRequest(method string, params any) (json.RawMessage, erro
 		s.forget(c)
 		return nil, err
 	}
-	s.toServer.push(item{msg: unparsed(data)})
+	s.toServer.push(item{msg: Unparsed(data)})
 	t := time.NewTimer(s.opts.RefreshTimeout)
 	defer t.Stop()
 	select {

@@ -142,8 +142,8 @@ func (f *frontAuth) protect(next http.Handler) http.Handler {
 	})
 }
 
-// upstreamAuth is the UpstreamAuth of a remote server with a token
-// exchange: its credentials for a caller are an exchange of the caller's
+// upstreamAuth gives the credentials of a remote server with a token
+// exchange for a caller (see remoteRun): an exchange of the caller's
 // access token.
 func (f *frontAuth) upstreamAuth(x *policy.TokenExchange) func(ctx context.Context, c proxy.Caller) (string, error) {
 	if x == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/remote"
 	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/store"
 )
@@ -139,8 +140,10 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			o.Child = stdio.Stdio{Argv: srv.Command, Start: rt.iso.start(name, srv), Env: cfg.ServerEnv(m.Environ(), srv), Stderr: m.Stderr}.Serve
 			children = append(children, name)
 		}
-		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
-		o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
+		if srv.URL != "" {
+			o.Remote = remoteRun(remote.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: remote.NewClient()},
+				front.upstreamAuth(srv.TokenExchange))
+		}
 		o.Session = sessionOptions(name, log)
 		h := proxy.NewHTTPServer(o)
 		fronts = append(fronts, h)
@@ -237,14 +240,28 @@ func warnDescriptors(cfg *config.Config, conns int, logger *slog.Logger) {
 func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
 	return func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
 		opts := o.Session(c)
-		if o.Remote.URL != "" {
-			return proxy.RunRemote(ctx, opts, o.RemoteFor(c), conn)
+		if o.Remote != nil {
+			return o.Remote(ctx, opts, c, conn)
 		}
 		if o.Child == nil {
 			return fmt.Errorf("%w: no command", stdio.ErrStart)
 		}
 		_, err := o.Child(ctx, opts, conn, nil)
 		return err
+	}
+}
+
+// remoteRun is the HTTPOptions.Remote of a server reached over HTTP: each
+// client session gets an upstream session of its own, whose requests carry
+// rm's headers or, with a token exchange (auth), credentials obtained for
+// the session's caller c in place of the Authorization they configure.
+func remoteRun(rm remote.Remote, auth func(ctx context.Context, c proxy.Caller) (string, error)) func(ctx context.Context, opts proxy.Options, c proxy.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, opts proxy.Options, c proxy.Caller, conn proxy.Conn) error {
+		rm := rm
+		if auth != nil {
+			rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }
+		}
+		return remote.Run(ctx, opts, rm, conn)
 	}
 }
 
