@@ -62,9 +62,9 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 	a := &aggregator{
 		opts:    ag,
 		out:     client,
-		pending: newIDMap[*waiter](negativeID, false),
+		pending: NewIDMap[*waiter](negativeID, false),
 		byCall:  map[string]*waiter{},
-		asked:   newIDMap[*member](negativeID, true),
+		asked:   NewIDMap[*member](negativeID, true),
 		askedBy: map[string][]byte{},
 		uris:    map[string]*member{},
 	}
@@ -98,7 +98,7 @@ func RunAggregate(ctx context.Context, ag Aggregate, client Conn) error {
 			continue
 		}
 		if errors.As(err, &bad) {
-			if tooDeep(bad.Err) == wire.KindResponse {
+			if TooDeep(bad.Err) == wire.KindResponse {
 				// Its server's session answers the server's
 				// request with guard's error.
 				a.response(m)
@@ -180,7 +180,7 @@ func (p *port) end() {
 	p.mb.in.Close()
 }
 
-func (p *port) inputEnded() (string, bool) {
+func (p *port) InputEnded() (string, bool) {
 	if e := p.ended.Load(); e != nil {
 		return e.why, e.gone
 	}
@@ -221,9 +221,9 @@ type aggregator struct {
 	byLength []*member // longest name first
 
 	mu      sync.Mutex
-	pending *idMap[*waiter]    // requests sent to members, under the aggregate's ids
+	pending *IDMap[*waiter]    // requests sent to members, under the aggregate's ids
 	byCall  map[string]*waiter // client's id key → its passed-on request
-	asked   *idMap[*member]    // members' requests passed on to the client, under the aggregate's ids
+	asked   *IDMap[*member]    // members' requests passed on to the client, under the aggregate's ids
 	askedBy map[string][]byte  // pendingKey of the member's id → id toward the client
 	uris    map[string]*member // resource URI → the member that listed it
 }
@@ -252,7 +252,7 @@ func (a *aggregator) refuse(bad *BadMessage) {
 	switch {
 	case errors.As(bad.Err, &inv) && inv.Kind == wire.KindResponse:
 		a.opts.Logger.Warn("aggregate: a client response with an unusable id was dropped", "err", bad.Err)
-	case tooDeep(bad.Err) == wire.KindNotification:
+	case TooDeep(bad.Err) == wire.KindNotification:
 		a.opts.Logger.Warn("aggregate: a client notification nested too deep was dropped", "err", bad.Err)
 	case errors.As(bad.Err, &inv):
 		a.write(wire.InvalidRequest(inv.Reason).Answer(inv.ID))
@@ -469,17 +469,17 @@ func (a *aggregator) send(m wire.Message, w *waiter, params []byte) error {
 	}
 	if w.clientID != nil {
 		// The client's id goes on unless a request in flight has it.
-		w.ownID, _, _ = a.pending.add(w.clientID, w)
+		w.ownID, _, _ = a.pending.Add(w.clientID, w)
 		a.byCall[wire.IDKey(w.clientID)] = w
 	} else {
-		w.ownID = a.pending.own()
-		a.pending.put(wire.IDKey(w.ownID), w)
+		w.ownID = a.pending.Own()
+		a.pending.Put(wire.IDKey(w.ownID), w)
 	}
 	a.mu.Unlock()
 	err := mb.send(rebuild(m, w.ownID, params))
 	if err != nil {
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		if w.clientID != nil {
 			delete(a.byCall, wire.IDKey(w.clientID))
 		}
@@ -504,7 +504,7 @@ func (a *aggregator) wait(w *waiter, done <-chan struct{}) (wire.Message, bool) 
 		return r, ok
 	case <-done:
 		a.mu.Lock()
-		a.pending.drop(wire.IDKey(w.ownID))
+		a.pending.Drop(wire.IDKey(w.ownID))
 		a.mu.Unlock()
 		a.opts.Logger.Warn("aggregate: a server did not answer in time", "member", w.m.name)
 		return wire.Message{}, false
@@ -876,7 +876,7 @@ func (a *aggregator) notification(m wire.Message) {
 			// The server's session records it cancelled and drops a
 			// late answer; nothing is left to wait for here.
 			delete(a.byCall, wire.IDKey(req))
-			a.pending.drop(wire.IDKey(w.ownID))
+			a.pending.Drop(wire.IDKey(w.ownID))
 		}
 		a.mu.Unlock()
 		if w == nil || req == nil {
@@ -894,7 +894,7 @@ func (a *aggregator) notification(m wire.Message) {
 func (a *aggregator) response(m wire.Message) {
 	k := wire.IDKey(m.ID)
 	a.mu.Lock()
-	mb, orig, ok := a.asked.take(k)
+	mb, orig, ok := a.asked.Take(k)
 	if ok {
 		delete(a.askedBy, pendingKey(mb, orig))
 	}
@@ -924,12 +924,12 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		// must come from the member asked.
 		k := wire.IDKey(m.ID)
 		a.mu.Lock()
-		w, _ := a.pending.get(k)
+		w, _ := a.pending.Get(k)
 		if w != nil && w.m != mb {
 			w = nil
 		}
 		if w != nil {
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
@@ -947,7 +947,7 @@ func (a *aggregator) fromMember(mb *member, m wire.Message) {
 		}
 	case wire.KindRequest:
 		a.mu.Lock()
-		id, _, _ := a.asked.add(m.ID, mb)
+		id, _, _ := a.asked.Add(m.ID, mb)
 		a.askedBy[pendingKey(mb, m.ID)] = id
 		a.mu.Unlock()
 		a.toClient(wire.WithID(m, id))
@@ -974,18 +974,18 @@ func (a *aggregator) gone(mb *member) {
 	a.mu.Lock()
 	mb.up = false
 	var lost []*waiter
-	a.pending.each(func(k string, w *waiter, _ []byte) {
+	a.pending.Each(func(k string, w *waiter, _ []byte) {
 		if w.m == mb {
 			lost = append(lost, w)
-			a.pending.drop(k)
+			a.pending.Drop(k)
 			if w.clientID != nil {
 				delete(a.byCall, wire.IDKey(w.clientID))
 			}
 		}
 	})
-	a.asked.each(func(k string, q *member, orig []byte) {
+	a.asked.Each(func(k string, q *member, orig []byte) {
 		if q == mb { // its requests to the client: an answer has nowhere to go
-			a.asked.drop(k)
+			a.asked.Drop(k)
 			delete(a.askedBy, pendingKey(mb, orig))
 		}
 	})

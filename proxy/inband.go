@@ -30,9 +30,9 @@ func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
 		s.mu.Unlock()
 		return
 	}
-	id := s.down.own()
+	id := s.down.Own()
 	c := &call{st: intercept.New("elicitation/create"), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
-	s.down.put(c.sentKey, c)
+	s.down.Put(c.sentKey, c)
 	s.mu.Unlock()
 	data, err := wire.Request(id, "elicitation/create", params)
 	if err != nil {
@@ -46,7 +46,7 @@ func (hs *holds) askClient(ctx context.Context, a *guard.Approval) {
 		// Decided elsewhere, withdrawn, or the session ended: the
 		// question is withdrawn from the client too.
 		s.mu.Lock()
-		s.down.drop(c.sentKey)
+		s.down.Drop(c.sentKey)
 		s.mu.Unlock()
 		if note, err := wire.Notification("notifications/cancelled", map[string]any{
 			"requestId": json.RawMessage(id), "reason": "decided elsewhere"}); err == nil {
@@ -211,5 +211,5 @@ func withoutParams(msg wire.Message, keys ...string) []byte {
 	for _, k := range keys {
 		delete(p, k)
 	}
-	return replaceParams(msg, p)
+	return ReplaceParams(msg, p)
 }

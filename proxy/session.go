@@ -28,7 +28,7 @@ import (
 const (
 	MetaProtocol     = "io.modelcontextprotocol/protocolVersion"
 	metaClientInfo   = "io.modelcontextprotocol/clientInfo"
-	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	MetaCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
 
 // call is one request in flight through guard, in either direction, or one
@@ -107,8 +107,8 @@ type Session struct {
 	protocol string
 	client   guard.ClientInfo
 	byClient map[string]*call // client requests in flight, by the client's id
-	up       *idMap[*call]    // requests sent to the server, by the id sent
-	down     *idMap[*call]    // server requests sent to the client, by the id sent
+	up       *IDMap[*call]    // requests sent to the server, by the id sent
+	down     *IDMap[*call]    // server requests sent to the client, by the id sent
 	progress map[string]*call // held-then-forwarded calls whose progress guard rewrites
 	rounds   map[string]*call // 2026-07-28 requestState → the call it continues
 	refresh  chan struct{}    // closed when the running tools/list refresh ends
@@ -204,7 +204,7 @@ func NewSession(ctx context.Context, opts Options) *Session {
 		return []byte(strconv.Quote("guard-" + s.id + "-" + strconv.FormatUint(n, 10)))
 	}
 	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
-	s.up, s.down = newIDMap[*call](mint, false), newIDMap[*call](mint, false)
+	s.up, s.down = NewIDMap[*call](mint, false), NewIDMap[*call](mint, false)
 	s.persist.cond = sync.NewCond(&s.persist.mu)
 	if opts.Watch != nil {
 		go s.lists.watchListing()
@@ -357,7 +357,7 @@ func (s *Session) badFromClient(msg wire.Message, err error, b *batch) {
 	var inv *wire.InvalidError
 	var answer, id []byte
 	detail := map[string]any{"size": len(msg.Raw), "error": err.Error()}
-	switch tooDeep(err) {
+	switch TooDeep(err) {
 	case wire.KindResponse:
 		// The server could not read it either: its request is answered
 		// with guard's error instead.
@@ -393,9 +393,9 @@ func droppedResponse(err error) bool {
 	return errors.As(err, &inv) && inv.Kind == wire.KindResponse && inv.Err == nil
 }
 
-// tooDeep is the kind of a message refused for its depth alone (see
+// TooDeep is the kind of a message refused for its depth alone (see
 // wire.ErrTooDeep), or zero.
-func tooDeep(err error) wire.Kind {
+func TooDeep(err error) wire.Kind {
 	var inv *wire.InvalidError
 	if errors.As(err, &inv) && errors.Is(inv.Err, wire.ErrTooDeep) {
 		return inv.Kind
@@ -407,7 +407,7 @@ func tooDeep(err error) wire.Kind {
 // answer from guard: a response (it answers the server, or nothing), or a
 // notification nested too deep.
 func unanswered(err error) bool {
-	k := tooDeep(err)
+	k := TooDeep(err)
 	return droppedResponse(err) || k == wire.KindResponse || k == wire.KindNotification
 }
 
@@ -439,9 +439,9 @@ func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
 	}
 }
 
-// batchRefused answers a JSON-RPC batch of a session whose revision does
+// BatchRefused answers a JSON-RPC batch of a session whose revision does
 // not take batches.
-func batchRefused() wire.Refusal {
+func BatchRefused() wire.Refusal {
 	return wire.InvalidRequest("JSON-RPC batches are allowed only under protocol revision 2025-03-26")
 }
 
@@ -451,7 +451,7 @@ func (s *Session) clientBatch(raw []byte) {
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(batchRefused().Answer(nil))})
+		s.toClient.push(item{msg: built(BatchRefused().Answer(nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
@@ -506,7 +506,7 @@ type requestMeta struct {
 // readMeta finds the members of a _meta object guard reads, in one pass.
 func readMeta(meta []byte) requestMeta {
 	var m [4][]byte
-	wire.Members(meta, []string{MetaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
+	wire.Members(meta, []string{MetaProtocol, MetaCapabilities, metaClientInfo, "progressToken"}, m[:])
 	return requestMeta{protocol: m[0], caps: m[1], info: m[2], progressToken: m[3]}
 }
 
@@ -653,8 +653,8 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 // sent with: its own, unless a request with that id is already in flight
 // that way, in which case it gets one of guard's. It returns the message to
 // send. The caller holds the session's lock.
-func mapID(msg wire.Message, c *call, inFlight *idMap[*call]) wire.Message {
-	sent, key, renamed := inFlight.add(c.origID, c)
+func mapID(msg wire.Message, c *call, inFlight *IDMap[*call]) wire.Message {
+	sent, key, renamed := inFlight.Add(c.origID, c)
 	c.sentKey = key
 	if renamed {
 		c.sentID = sent
@@ -670,8 +670,8 @@ func (s *Session) forget(c *call) {
 	if s.byClient[c.origKey] == c {
 		delete(s.byClient, c.origKey)
 	}
-	if x, _ := s.up.get(c.sentKey); c.sentKey != "" && x == c {
-		s.up.drop(c.sentKey)
+	if x, _ := s.up.Get(c.sentKey); c.sentKey != "" && x == c {
+		s.up.Drop(c.sentKey)
 	}
 }
 
@@ -797,7 +797,7 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	case c == nil:
 		s.toServer.push(item{msg: msg})
 	case c.sentID != nil:
-		s.toServer.push(item{msg: Unparsed(rewriteParamsMember(msg, "requestId", c.sentID))})
+		s.toServer.push(item{msg: Unparsed(RewriteParamsMember(msg, "requestId", c.sentID))})
 	default:
 		s.toServer.push(item{msg: msg})
 	}
@@ -827,8 +827,8 @@ func (s *Session) cancelInFlight(c *call) {
 	if len(s.cancelledKeys) > maxCancelled {
 		old := s.cancelledKeys[0]
 		s.cancelledKeys = s.cancelledKeys[1:]
-		if x, _ := s.up.get(old); x != nil && x.ended.Load() {
-			s.up.drop(old)
+		if x, _ := s.up.Get(old); x != nil && x.ended.Load() {
+			s.up.Drop(old)
 		}
 	}
 }
@@ -857,7 +857,7 @@ func (s *Session) clientResponse(msg wire.Message, refused string) {
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
-	c, _, _ := s.down.take(key)
+	c, _, _ := s.down.Take(key)
 	s.mu.Unlock()
 	if c == nil {
 		s.event("guard/dropped", guard.ClientToServer, map[string]any{"error": "response with an unknown id", "id": json.RawMessage(msg.ID)})
@@ -970,7 +970,7 @@ func (s *Session) fromServer(msg wire.Message, err error) {
 	if err != nil && s.refusedServerRequest(raw, err) {
 		return
 	}
-	if err != nil && tooDeep(err) == wire.KindResponse {
+	if err != nil && TooDeep(err) == wire.KindResponse {
 		// Its request still gets an answer: guard's error.
 		s.serverResponse(msg, "is "+wire.ErrTooDeep.Error())
 		return
@@ -1012,7 +1012,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	}
 	key := wire.IDKey(msg.ID)
 	s.mu.Lock()
-	c, _, _ := s.up.take(key)
+	c, _, _ := s.up.Take(key)
 	cancelled := false
 	if c != nil {
 		if s.byClient[c.origKey] == c {
@@ -1148,7 +1148,7 @@ func (s *Session) serverRequest(msg wire.Message) {
 	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
 	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.mu.Lock()
-		s.down.drop(c.sentKey)
+		s.down.Drop(c.sentKey)
 		s.mu.Unlock()
 		s.toServer.push(item{msg: refusal(c.origID)(err)})
 		return wire.Message{}
@@ -1187,19 +1187,19 @@ func (s *Session) ServerGone(code int, status string) {
 	s.mu.Lock()
 	s.gone = true
 	s.exit = status
-	pending := make([]*call, 0, s.up.size())
-	s.up.each(func(k string, c *call, _ []byte) {
+	pending := make([]*call, 0, s.up.Size())
+	s.up.Each(func(k string, c *call, _ []byte) {
 		if !c.cancelled { // a cancelled one is recorded already
 			pending = append(pending, c)
 		}
-		s.up.drop(k)
+		s.up.Drop(k)
 	})
 	for _, c := range s.byClient {
 		if c.sentKey == "" { // held, or being decided: never forwarded
 			pending = append(pending, c)
 		}
 	}
-	s.down.each(func(k string, _ *call, _ []byte) { s.down.drop(k) })
+	s.down.Each(func(k string, _ *call, _ []byte) { s.down.Drop(k) })
 	s.mu.Unlock()
 	s.event("guard/server-exit", guard.ServerToClient, map[string]any{"status": status, "code": code, "pending": len(pending)})
 	for _, c := range pending {

@@ -14,6 +14,7 @@ import (
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/internal/relaytest"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/streamable"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -48,11 +49,11 @@ func benchHTTPCalls(b *testing.B, clients int) {
 	opts.Recorder = nopRecorder{}
 	front := httptest.NewUnstartedServer(nil)
 	rm := Remote{URL: up.URL, Client: NewClient()}
-	h := proxy.NewHTTPServer(proxy.HTTPOptions{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
-		Remote: func(ctx context.Context, opts proxy.Options, _ proxy.Caller, conn proxy.Conn) error {
+	h := streamable.NewServer(streamable.Options{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
+		Remote: func(ctx context.Context, opts proxy.Options, _ streamable.Caller, conn proxy.Conn) error {
 			return Run(ctx, opts, rm, conn)
 		},
-		Session: func(proxy.Caller) proxy.Options { return opts }})
+		Session: func(streamable.Caller) proxy.Options { return opts }})
 	front.Config.Handler = h
 	front.Start()
 	defer front.Close()

@@ -213,7 +213,7 @@ func Run(ctx context.Context, opts proxy.Options, sc Stdio, client proxy.Conn) (
 }
 
 // Serve runs sc's server for one session of the HTTP front
-// (proxy.HTTPOptions.Child), as Run does, and sends on started, once,
+// (streamable.Options.Child), as Run does, and sends on started, once,
 // nil when the server runs or the error that kept it from starting.
 func (sc Stdio) Serve(ctx context.Context, opts proxy.Options, client proxy.Conn, started chan<- error) (int, error) {
 	sc.started = started

@@ -17,6 +17,7 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/proxy/remote"
 	"github.com/guard-mcp/guard/proxy/stdio"
+	"github.com/guard-mcp/guard/proxy/streamable"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -88,15 +89,15 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}
-	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
-	var fronts []*proxy.HTTPServer
+	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(metricsHandler(reg))))
+	var fronts []*streamable.Server
 	// Every endpoint's sessions count against one bound: each runs a
 	// server process.
-	sessions := proxy.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
+	sessions := streamable.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
 	bounds := httplimit.Limits{Header: o.UI.Limits.Header, Body: o.UI.Limits.Body, Conns: httplimit.Conns(4)}
 	warnDescriptors(cfg, bounds.Conns, logger)
-	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
-		return func(c proxy.Caller) proxy.Options {
+	sessionOptions := func(name string, log *slog.Logger) func(c streamable.Caller) proxy.Options {
+		return func(c streamable.Caller) proxy.Options {
 			o := rt.options(name, log)
 			o.ClientName = c.Client
 			o.Caller = c.User
@@ -106,12 +107,12 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			return o
 		}
 	}
-	endpoint := func(name string, log *slog.Logger) proxy.HTTPOptions {
+	endpoint := func(name string, log *slog.Logger) streamable.Options {
 		path := "/mcp"
 		if name != "" {
 			path += "/" + name
 		}
-		return proxy.HTTPOptions{
+		return streamable.Options{
 			Name:         name,
 			AllowedHosts: hosts,
 			Authenticate: front.endpoint(path),
@@ -124,7 +125,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	}
 	type served struct {
 		name string
-		run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
+		run  func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error
 	}
 	var members []served
 	var children []string // servers with a command
@@ -145,7 +146,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 				front.upstreamAuth(srv.TokenExchange))
 		}
 		o.Session = sessionOptions(name, log)
-		h := proxy.NewHTTPServer(o)
+		h := streamable.NewServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp/"+name, h)
 		front.metadata(mux, hosts, "/mcp/"+name, "guard: "+name)
@@ -161,7 +162,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		}
 		log := logger.With("server", "(aggregate)")
 		o := endpoint("", log)
-		o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+		o.Run = func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
 			ms := make([]proxy.Member, len(members))
 			for i, mb := range members {
 				run := mb.run
@@ -170,7 +171,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			return proxy.RunAggregate(ctx, proxy.Aggregate{Members: ms, Separator: cfg.Aggregate.Separator,
 				Version: m.Version, Logger: log}, conn)
 		}
-		h := proxy.NewHTTPServer(o)
+		h := streamable.NewServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp", h)
 		front.metadata(mux, hosts, "/mcp", "guard: every server")
@@ -237,8 +238,8 @@ func warnDescriptors(cfg *config.Config, conns int, logger *slog.Logger) {
 
 // memberRun runs one client session of a server as a member of the
 // aggregate endpoint: the same relay session as at /mcp/NAME.
-func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
-	return func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+func memberRun(o streamable.Options) func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
 		opts := o.Session(c)
 		if o.Remote != nil {
 			return o.Remote(ctx, opts, c, conn)
@@ -251,12 +252,12 @@ func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, co
 	}
 }
 
-// remoteRun is the HTTPOptions.Remote of a server reached over HTTP: each
+// remoteRun is the streamable.Options.Remote of a server reached over HTTP: each
 // client session gets an upstream session of its own, whose requests carry
 // rm's headers or, with a token exchange (auth), credentials obtained for
 // the session's caller c in place of the Authorization they configure.
-func remoteRun(rm remote.Remote, auth func(ctx context.Context, c proxy.Caller) (string, error)) func(ctx context.Context, opts proxy.Options, c proxy.Caller, conn proxy.Conn) error {
-	return func(ctx context.Context, opts proxy.Options, c proxy.Caller, conn proxy.Conn) error {
+func remoteRun(rm remote.Remote, auth func(ctx context.Context, c streamable.Caller) (string, error)) func(ctx context.Context, opts proxy.Options, c streamable.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, opts proxy.Options, c streamable.Caller, conn proxy.Conn) error {
 		rm := rm
 		if auth != nil {
 			rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }

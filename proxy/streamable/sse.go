@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const headerDelay = 50 * time.Millisecond
 // caller cancels them (cancelUnanswered). Events that are ready together
 // are written together, and a flush is left to net/http when the stream
 // ends after them.
-func (h *HTTPServer) streamSSE(w http.ResponseWriter, r *http.Request, st *stream, first *event) {
+func (h *Server) streamSSE(w http.ResponseWriter, r *http.Request, st *stream, first *event) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)

@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
@@ -33,7 +34,7 @@ type router struct {
 	ended    bool
 	// renamed are the requests of the session-less revision (2026-07-28),
 	// each sent under an id of guard's; their answers get the client's.
-	renamed *idMap[*stream]
+	renamed *proxy.IDMap[*stream]
 	// initKey is the id of the session's initialize while it waits for
 	// its answer; protocol is the revision that answer negotiated.
 	initKey  string
@@ -48,7 +49,7 @@ type router struct {
 	// unanswered waits to be resumed before their client counts as gone,
 	// reported on gone.
 	resumeWithin time.Duration
-	gone         chan departure
+	gone         chan proxy.Departure
 }
 
 // defaultResumeWithin is how long a dropped response stream of a request
@@ -58,8 +59,8 @@ const defaultResumeWithin = 10 * time.Second
 
 func newRouter() *router {
 	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{},
-		renamed:      newIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
-		resumeWithin: defaultResumeWithin, gone: make(chan departure, 16), idleSince: time.Now()}
+		renamed:      proxy.NewIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
+		resumeWithin: defaultResumeWithin, gone: make(chan proxy.Departure, 16), idleSince: time.Now()}
 }
 
 // attach counts a reader of a stream. The caller holds rt.mu.
@@ -109,7 +110,7 @@ func (rt *router) lapsed(st *stream, n int) {
 	if len(keys) == 0 {
 		return
 	}
-	d := departure{keys: keys, reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", guard.ClientGoneReason, rt.resumeWithin)}
+	d := proxy.Departure{Keys: keys, Reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", guard.ClientGoneReason, rt.resumeWithin)}
 	go func() { rt.gone <- d }()
 }
 
@@ -235,7 +236,7 @@ func (rt *router) end() {
 
 // deliver takes one message the relay writes to the client.
 func (rt *router) deliver(m wire.Message) {
-	m = Parsed(m)
+	m = proxy.Parsed(m)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.route(m)
@@ -272,7 +273,7 @@ func (rt *router) route(m wire.Message) {
 			rt.headers.Learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
-			if _, o, ok := rt.renamed.take(k); ok {
+			if _, o, ok := rt.renamed.Take(k); ok {
 				m = wire.WithID(m, o)
 			}
 			st.push(m)
@@ -280,13 +281,13 @@ func (rt *router) route(m wire.Message) {
 		}
 		return
 	}
-	if sub := wire.MetaMember(m.Params, metaSubscription); sub != nil {
+	if sub := wire.MetaMember(m.Params, proxy.MetaSubscription); sub != nil {
 		// A subscriptions/listen stream's notification: to that stream,
 		// naming the subscription by the client's id.
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
-			if o, ok := rt.renamed.sender(k); ok {
-				m = Unparsed(withMeta(m, metaSubscription, o))
+			if o, ok := rt.renamed.Sender(k); ok {
+				m = proxy.Unparsed(withMeta(m, proxy.MetaSubscription, o))
 			}
 			st.push(m)
 		}
@@ -296,8 +297,8 @@ func (rt *router) route(m wire.Message) {
 		if rid := wire.ParamsMember(m.Params, "requestId"); rid != nil {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
-				if _, o, ok := rt.renamed.take(k); ok {
-					m = Unparsed(rewriteParamsMember(m, "requestId", o))
+				if _, o, ok := rt.renamed.Take(k); ok {
+					m = proxy.Unparsed(proxy.RewriteParamsMember(m, "requestId", o))
 				}
 				st.push(m)
 				rt.answered(st, k)
@@ -386,7 +387,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			continue
 		}
 		u, found := "", 0
-		rt.renamed.each(func(uk string, _ *stream, o []byte) {
+		rt.renamed.Each(func(uk string, _ *stream, o []byte) {
 			if wire.IDKey(o) == k && rt.byID[uk] != nil {
 				u, found = uk, found+1
 			}
@@ -398,7 +399,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			drop[i] = true
 			continue
 		}
-		parts[i] = Unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
+		parts[i] = proxy.Unparsed(proxy.RewriteParamsMember(m, "requestId", uniqueID(u)))
 		keys = append(keys, u)
 	}
 	if len(drop) == 0 {
@@ -423,7 +424,7 @@ func (rt *router) cancelled(keys []string) {
 	defer rt.mu.Unlock()
 	for _, k := range keys {
 		if st := rt.byID[k]; st != nil {
-			rt.renamed.drop(k)
+			rt.renamed.Drop(k)
 			rt.answered(st, k)
 		}
 	}
