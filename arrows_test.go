@@ -33,10 +33,13 @@ func TestTheRelaysArrows(t *testing.T) {
 
 // The relay's transports are packages beside it that import it, never
 // the reverse: proxy links none of them (proxy/stdio, the child process:
-// its pipes, process groups and job objects). Each links no more of guard
-// than the relay may: neither the store, the UI nor the policy, nor CEL.
+// its pipes, process groups and job objects; proxy/remote, the HTTP and
+// SSE upstreams; proxy/streamable, the HTTP front). Each links no more of
+// guard than the relay may: neither the store, the UI nor the policy, nor
+// CEL.
 func TestTheTransportsArrows(t *testing.T) {
-	transports := []string{"github.com/guard-mcp/guard/proxy/stdio"}
+	transports := []string{"github.com/guard-mcp/guard/proxy/stdio", "github.com/guard-mcp/guard/proxy/remote",
+		"github.com/guard-mcp/guard/proxy/streamable"}
 	for _, d := range deps(t, "./proxy") {
 		for _, tr := range transports {
 			if d == tr {

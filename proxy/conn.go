@@ -60,9 +60,9 @@ func ReadMessage(raw []byte) (wire.Message, error) {
 	return m, nil
 }
 
-// parsed returns a message with its parsed fields, parsing one guard
+// Parsed returns a message with its parsed fields, parsing one guard
 // wrote unparsed (Kind 0). A message that does not parse keeps Kind 0.
-func parsed(m wire.Message) wire.Message {
+func Parsed(m wire.Message) wire.Message {
 	if m.Kind != 0 {
 		return m
 	}
@@ -80,7 +80,7 @@ func Unparsed(raw []byte) wire.Message { return wire.Message{Raw: raw} }
 // masked), parsed: a Conn may route it by its id or rewrite it, and a
 // message is either parsed in full or not at all.
 func built(raw []byte) wire.Message {
-	return parsed(Unparsed(raw))
+	return Parsed(Unparsed(raw))
 }
 
 // NewStreamConn returns a Conn over a newline-delimited byte stream: the
@@ -235,12 +235,12 @@ func (b *Inbox) Take(ctx context.Context) (wire.Message, error) {
 // Close ends the inbox: writes fail, and reads end (io.EOF).
 func (b *Inbox) Close() { b.once.Do(func() { close(b.closed) }) }
 
-// oneLine returns a message as one line, as the relay reads them: a
+// OneLine returns a message as one line, as the relay reads them: a
 // pretty-printed body (or an SSE event whose data spans several lines)
 // loses the whitespace between its tokens, nothing else, since a JSON
 // string cannot hold a raw newline. Text that is not JSON is returned as
 // is, for the relay to refuse.
-func oneLine(b []byte) []byte {
+func OneLine(b []byte) []byte {
 	if bytes.IndexByte(b, '\n') < 0 && bytes.IndexByte(b, '\r') < 0 {
 		return b
 	}
@@ -249,4 +249,11 @@ func oneLine(b []byte) []byte {
 		return b
 	}
 	return out.Bytes()
+}
+
+// PutError hands the reader an error about one message in place of that
+// message (a *wire.TooLongError): its Take returns the error, and the next
+// Take goes on.
+func (b *Inbox) PutError(ctx context.Context, err error) error {
+	return b.send(ctx, delivery{err: err})
 }

@@ -1,13 +1,13 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/storetest"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -41,7 +41,7 @@ func TestRelayRefusesClientMessagesNestedTooDeep(t *testing.T) {
 	if m := h.next(); m["id"] != "after" || !strings.Contains(mustJSON(m["result"]), "still here") {
 		t.Fatalf("the server did not go on: %v", m)
 	}
-	waitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
+	storetest.WaitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, "notifications/roots/list_changed")
 	})
 }
@@ -131,51 +131,4 @@ func serverRead(t *testing.T, got <-chan []byte, id string) string {
 			t.Fatalf("the server read nothing with id %s", id)
 		}
 	}
-}
-
-// Over HTTP a request nested too deep is answered 400 with -32600 and its
-// id; a client's answer nested too deep goes to the relay, which answers
-// the server's request with guard's error in its place (here it answers
-// no request, and is recorded as dropped).
-func TestHTTPRefusesMessagesNestedTooDeep(t *testing.T) {
-	f := newHTTPFront(t, nil)
-	session := f.start(t)
-	ctx := context.Background()
-	resp := f.post(t, ctx, session, `{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"x":`+nested(2000)+`}}`)
-	var m map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&m)
-	resp.Body.Close()
-	if e, _ := m["error"].(map[string]any); resp.StatusCode != 400 || e == nil || e["code"] != -32600.0 || m["id"] != "deep" {
-		t.Fatalf("deep request: %d %v", resp.StatusCode, m)
-	}
-	resp = f.post(t, ctx, session, `{"jsonrpc":"2.0","id":"nobody","result":{"x":`+nested(2000)+`}}`)
-	resp.Body.Close()
-	if resp.StatusCode != 202 {
-		t.Fatalf("deep answer: %d, want 202", resp.StatusCode)
-	}
-	waitRecord(t, f.db.Reader(), func(r *guard.Record) bool {
-		return r.Method == "guard/dropped" && strings.Contains(r.Detail, `"nobody"`)
-	})
-}
-
-// waitRecord waits until a record that match accepts is in db.
-func waitRecord(t *testing.T, db interface {
-	Records(context.Context, func(*guard.Record) error) error
-}, match func(*guard.Record) bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		found := false
-		if err := db.Records(context.Background(), func(r *guard.Record) error {
-			found = found || match(r)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if found {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no such record within 10s")
 }

@@ -128,27 +128,28 @@ func (hs *holds) endReason() string {
 	return "the call's session ended"
 }
 
-// departure is some requests' client gone while the session goes on: their
+// Departure is some requests' client gone while the session goes on: their
 // id keys, and why.
-type departure struct {
-	keys   []string
-	reason string
+type Departure struct {
+	Keys   []string // the requests' id keys (wire.IDKey of the client's ids)
+	Reason string   // why their client counts as gone
 }
 
-// departures is a client Conn that also tells when the client of some of
+// Departures is a client Conn that also tells when the client of some of
 // its requests went away without cancelling them (an HTTP response stream
 // that dropped and was not resumed in time).
-type departures interface {
-	departed() <-chan departure
+type Departures interface {
+	// Departed delivers the requests whose client went away.
+	Departed() <-chan Departure
 }
 
 // watchDepartures settles the holds of the requests whose client went away,
 // until the session ends.
-func (s *Session) watchDepartures(d departures) {
+func (s *Session) watchDepartures(d Departures) {
 	for {
 		select {
-		case dep := <-d.departed():
-			s.holds.clientGoneFor(dep.keys, dep.reason)
+		case dep := <-d.Departed():
+			s.holds.clientGoneFor(dep.Keys, dep.Reason)
 		case <-s.ctx.Done():
 			return
 		}
@@ -159,6 +160,8 @@ func (s *Session) watchDepartures(d departures) {
 // that means its client is gone (an HTTP session deleted or expired) or not
 // (guard serve stopping: its clients are still there).
 type InputEnder interface {
+	// InputEnded says why the input ended, and whether its client is
+	// gone.
 	InputEnded() (reason string, gone bool)
 }
 

@@ -24,7 +24,7 @@ type sentAs[T any] struct {
 }
 
 // NewIDMap returns an empty IDMap whose ids of guard's are mint's, and
-// that gives every request one of them when renameAll is set.
+// that renames every request when renameAll is set.
 func NewIDMap[T any](mint func(n uint64) []byte, renameAll bool) *IDMap[T] {
 	return &IDMap[T]{mint: mint, rename: renameAll, sent: map[string]sentAs[T]{}}
 }
@@ -57,7 +57,7 @@ func (m *IDMap[T]) Add(orig []byte, v T) (sent []byte, key string, renamed bool)
 	return sent, key, true
 }
 
-// Put registers v under an id of guard's it was sent with (Own's).
+// Put registers v under an id of guard's it was sent with (own's).
 func (m *IDMap[T]) Put(key string, v T) { m.sent[key] = sentAs[T]{v: v} }
 
 // Get returns the request sent with the id of key.

@@ -211,5 +211,5 @@ func withoutParams(msg wire.Message, keys ...string) []byte {
 	for _, k := range keys {
 		delete(p, k)
 	}
-	return replaceParams(msg, p)
+	return ReplaceParams(msg, p)
 }

@@ -307,7 +307,7 @@ func (ls *lister) relist() {
 	}
 	// 2026-07-28: on the subscriptions/listen streams that asked for it.
 	for _, id := range listens {
-		n := wire.SetMember(listChanged, "params", []byte(`{"_meta":{"`+metaSubscription+`":`+string(id)+`}}`))
+		n := wire.SetMember(listChanged, "params", []byte(`{"_meta":{"`+MetaSubscription+`":`+string(id)+`}}`))
 		s.toClient.push(item{msg: built(n)})
 	}
 }
@@ -347,7 +347,7 @@ func (ls *lister) noteListen(msg wire.Message, c *call) {
 // sends them itself.
 func (ls *lister) acknowledged(msg wire.Message) wire.Message {
 	s := ls.s
-	sub := wire.MetaMember(msg.Params, metaSubscription)
+	sub := wire.MetaMember(msg.Params, MetaSubscription)
 	if sub == nil {
 		return msg
 	}

@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/internal/storetest"
 )
 
 // rugPull is a scripted server whose tools the test changes while it runs,
@@ -239,7 +240,7 @@ func TestARetryWaitsForTheDecisionAcceptingLeftToAPerson(t *testing.T) {
 	if text := resultText(h.next()); !strings.HasPrefix(text, "Waiting for approval") {
 		t.Fatalf("the call of a changed tool: %q", text)
 	}
-	a := pendingIn(t, h.db)
+	a := storetest.PendingIn(t, h.db)
 	_, settled, err := approvals.DecideDefinition(context.Background(), h.db.Catalog(), h.db.Holds(), h.holds, "notes", "wipe_notes", a.Pin, true, approvals.Named("erin"), "")
 	if err != nil || settled.Kept != 1 {
 		t.Fatalf("accepting the weakening change: %+v %v", settled, err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/storetest"
 )
 
 // A valid call of 17 MB ended the go-sdk server behind guard, which reads
@@ -26,7 +27,7 @@ func TestRelayRefusesRequestsOverMaxRequest(t *testing.T) {
 	if m := h.next(); m["id"] != "after" || !strings.Contains(mustJSON(m["result"]), "still here") {
 		t.Fatalf("the server did not go on: %v", m)
 	}
-	waitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
+	storetest.WaitRecord(t, h.db.Reader(), func(r *guard.Record) bool {
 		return r.Method == "guard/dropped" && strings.Contains(r.Detail, "notifications/progress")
 	})
 }

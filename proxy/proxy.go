@@ -129,7 +129,7 @@ func aboutOne(err error) bool {
 // whose client went away, for a client Conn that tells.
 func (s *Session) ServeClient(client Conn) error {
 	s.toClient.failed = func(error) { s.clientGone(goneWriteFailed) }
-	if d, ok := client.(departures); ok {
+	if d, ok := client.(Departures); ok {
 		go s.watchDepartures(d)
 	}
 	return s.toClient.run(client)

@@ -174,7 +174,7 @@ func (q *queue) deliver(it item) {
 		if len(it.batch.parts) < it.batch.want || it.batch.want == 0 {
 			return
 		}
-		msg = Unparsed(joinBatch(it.batch.parts))
+		msg = Unparsed(JoinBatch(it.batch.parts))
 	}
 	if msg.Raw == nil || q.werr != nil {
 		return
@@ -199,7 +199,8 @@ func (q *queue) fail(err error) {
 	}
 }
 
-func joinBatch(parts [][]byte) []byte {
+// JoinBatch is a JSON-RPC batch of the messages given.
+func JoinBatch(parts [][]byte) []byte {
 	n := 1
 	for _, p := range parts {
 		n += len(p) + 1

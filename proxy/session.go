@@ -22,13 +22,13 @@ import (
 	"github.com/guard-mcp/guard/wire"
 )
 
-// metaProtocol and metaClientInfo are the per-request _meta members that
+// MetaProtocol and metaClientInfo are the per-request _meta members that
 // carry the revision and the client on 2026-07-28, where there is no
 // initialize.
 const (
-	metaProtocol     = "io.modelcontextprotocol/protocolVersion"
+	MetaProtocol     = "io.modelcontextprotocol/protocolVersion"
 	metaClientInfo   = "io.modelcontextprotocol/clientInfo"
-	metaCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	MetaCapabilities = "io.modelcontextprotocol/clientCapabilities"
 )
 
 // call is one request in flight through guard, in either direction, or one
@@ -439,9 +439,9 @@ func (s *Session) overMaxRequest(msg wire.Message, b *batch) {
 	}
 }
 
-// batchRefused answers a JSON-RPC batch of a session whose revision does
+// BatchRefused answers a JSON-RPC batch of a session whose revision does
 // not take batches.
-func batchRefused() wire.Refusal {
+func BatchRefused() wire.Refusal {
 	return wire.InvalidRequest("JSON-RPC batches are allowed only under protocol revision 2025-03-26")
 }
 
@@ -451,7 +451,7 @@ func (s *Session) clientBatch(raw []byte) {
 	s.mu.Unlock()
 	if proto != guard.Rev20250326 {
 		s.event("guard/refused", guard.ClientToServer, map[string]any{"error": "batch outside 2025-03-26", "protocol": proto})
-		s.toClient.push(item{msg: built(batchRefused().Answer(nil))})
+		s.toClient.push(item{msg: built(BatchRefused().Answer(nil))})
 		return
 	}
 	parts, err := wire.SplitBatch(raw)
@@ -506,7 +506,7 @@ type requestMeta struct {
 // readMeta finds the members of a _meta object guard reads, in one pass.
 func readMeta(meta []byte) requestMeta {
 	var m [4][]byte
-	wire.Members(meta, []string{metaProtocol, metaCapabilities, metaClientInfo, "progressToken"}, m[:])
+	wire.Members(meta, []string{MetaProtocol, MetaCapabilities, metaClientInfo, "progressToken"}, m[:])
 	return requestMeta{protocol: m[0], caps: m[1], info: m[2], progressToken: m[3]}
 }
 
@@ -797,7 +797,7 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	case c == nil:
 		s.toServer.push(item{msg: msg})
 	case c.sentID != nil:
-		s.toServer.push(item{msg: Unparsed(rewriteParamsMember(msg, "requestId", c.sentID))})
+		s.toServer.push(item{msg: Unparsed(RewriteParamsMember(msg, "requestId", c.sentID))})
 	default:
 		s.toServer.push(item{msg: msg})
 	}

@@ -352,9 +352,9 @@ func (pl *pipeline) refreshTools() (err error) {
 	proto := s.protocol
 	var meta map[string]any
 	if proto >= guard.Rev20260728 {
-		meta = map[string]any{metaProtocol: proto, metaCapabilities: json.RawMessage(`{}`)}
+		meta = map[string]any{MetaProtocol: proto, MetaCapabilities: json.RawMessage(`{}`)}
 		if s.meta.caps != nil {
-			meta[metaCapabilities] = s.meta.caps
+			meta[MetaCapabilities] = s.meta.caps
 		}
 		if s.meta.info != nil {
 			meta[metaClientInfo] = s.meta.info
@@ -452,21 +452,22 @@ func shiftProgress(msg wire.Message, base float64) []byte {
 			p[k], _ = json.Marshal(v + base)
 		}
 	}
-	return replaceParams(msg, p)
+	return ReplaceParams(msg, p)
 }
 
-// rewriteParamsMember returns the message with one member of its params
+// RewriteParamsMember returns the message with one member of its params
 // replaced (a cancellation's requestId, when guard rewrote the id).
-func rewriteParamsMember(msg wire.Message, key string, value []byte) []byte {
+func RewriteParamsMember(msg wire.Message, key string, value []byte) []byte {
 	var p map[string]json.RawMessage
 	if json.Unmarshal(msg.Params, &p) != nil {
 		return msg.Raw
 	}
 	p[key] = value
-	return replaceParams(msg, p)
+	return ReplaceParams(msg, p)
 }
 
-func replaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
+// ReplaceParams returns the message with its params replaced.
+func ReplaceParams(msg wire.Message, params map[string]json.RawMessage) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(msg.Raw, &m) != nil {
 		return msg.Raw

@@ -252,7 +252,7 @@ var (
 func (p *placeholders) out(l string) string {
 	if parts, err := wire.SplitBatch([]byte(l)); err == nil && len(parts) > 1 {
 		sort.Slice(parts, func(i, j int) bool { return bytes.Compare(parts[i], parts[j]) < 0 })
-		l = string(joinBatch(parts))
+		l = string(JoinBatch(parts))
 	}
 	l = stateRE.ReplaceAllStringFunc(l, func(m string) string {
 		v := stateRE.FindStringSubmatch(m)[1]

@@ -98,7 +98,7 @@ func RefuseStart(client proxy.Conn, err error) error {
 		if err := client.Write(ctx, wire.Message{Raw: answer}); err != nil {
 			return err
 		}
-		if f, ok := client.(flusher); ok {
+		if f, ok := client.(Flusher); ok {
 			if err := f.Flush(); err != nil {
 				return err
 			}
@@ -213,7 +213,7 @@ func Run(ctx context.Context, opts proxy.Options, sc Stdio, client proxy.Conn) (
 }
 
 // Serve runs sc's server for one session of the HTTP front
-// (proxy.HTTPOptions.Child), as Run does, and sends on started, once,
+// (streamable.Options.Child), as Run does, and sends on started, once,
 // nil when the server runs or the error that kept it from starting.
 func (sc Stdio) Serve(ctx context.Context, opts proxy.Options, client proxy.Conn, started chan<- error) (int, error) {
 	sc.started = started
@@ -221,7 +221,7 @@ func (sc Stdio) Serve(ctx context.Context, opts proxy.Options, client proxy.Conn
 }
 
 // flusher is a Conn that buffers what is written to it until flushed.
-type flusher interface {
+type Flusher interface {
 	Flush() error
 }
 
@@ -269,7 +269,7 @@ func (c *childConn) Read(ctx context.Context) (wire.Message, error) {
 // Flush flushes what is buffered for the server (the relay writes a run of
 // messages, then flushes).
 func (c *childConn) Flush() error {
-	if f, ok := c.Conn.(flusher); ok {
+	if f, ok := c.Conn.(Flusher); ok {
 		return f.Flush()
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	"github.com/guard-mcp/guard/auth"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
-	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/streamable"
 )
 
 // frontAuth is how guard serve's HTTP front knows its callers. With
@@ -64,24 +64,24 @@ func (f *frontAuth) enabled() bool { return f.static != nil || f.verifier != nil
 
 // endpoint returns the Authenticate of the endpoint at path (/mcp/NAME,
 // /mcp), or nil when requests need no token.
-func (f *frontAuth) endpoint(path string) func(*http.Request) (proxy.Caller, *proxy.AuthError) {
+func (f *frontAuth) endpoint(path string) func(*http.Request) (streamable.Caller, *streamable.AuthError) {
 	if !f.enabled() {
 		return nil
 	}
 	resource, meta := f.base+path, f.base+auth.MetadataPath(path)
-	return func(r *http.Request) (proxy.Caller, *proxy.AuthError) { return f.check(r, resource, meta) }
+	return func(r *http.Request) (streamable.Caller, *streamable.AuthError) { return f.check(r, resource, meta) }
 }
 
 // check finds the caller of a request to the endpoint whose URL is
 // resource and whose metadata is at meta.
-func (f *frontAuth) check(r *http.Request, resource, meta string) (proxy.Caller, *proxy.AuthError) {
+func (f *frontAuth) check(r *http.Request, resource, meta string) (streamable.Caller, *streamable.AuthError) {
 	if f.static != nil {
 		if name, ok := f.static(r); ok {
-			return proxy.Caller{Client: name}, nil
+			return streamable.Caller{Client: name}, nil
 		}
 	}
 	if f.verifier == nil {
-		return proxy.Caller{}, &proxy.AuthError{Status: http.StatusUnauthorized, Challenge: `Bearer realm="guard"`,
+		return streamable.Caller{}, &streamable.AuthError{Status: http.StatusUnauthorized, Challenge: `Bearer realm="guard"`,
 			Message: "Unauthorized: a bearer token configured in guard's clients is needed"}
 	}
 	raw := auth.BearerToken(r)
@@ -108,9 +108,9 @@ func (f *frontAuth) check(r *http.Request, resource, meta string) (proxy.Caller,
 		if meta != "" {
 			challenge = f.verifier.Challenge(meta, e)
 		}
-		return proxy.Caller{}, &proxy.AuthError{Status: e.Status, Challenge: challenge, Message: msg}
+		return streamable.Caller{}, &streamable.AuthError{Status: e.Status, Challenge: challenge, Message: msg}
 	}
-	c := proxy.Caller{Client: tok.ClientID, User: tok.User}
+	c := streamable.Caller{Client: tok.ClientID, User: tok.User}
 	if f.keepTokens {
 		c.Token = func() string { return raw }
 	}
@@ -123,7 +123,7 @@ func (f *frontAuth) metadata(mux *http.ServeMux, hosts []string, path, name stri
 	if f.verifier == nil {
 		return
 	}
-	mux.Handle(auth.MetadataPath(path), proxy.CheckHosts(hosts, f.verifier.MetadataHandler(f.base+path, name)))
+	mux.Handle(auth.MetadataPath(path), streamable.CheckHosts(hosts, f.verifier.MetadataHandler(f.base+path, name)))
 }
 
 // protect serves next only to a request with a static token or an access
@@ -142,16 +142,16 @@ func (f *frontAuth) protect(next http.Handler) http.Handler {
 	})
 }
 
-// upstreamAuth is the UpstreamAuth of a remote server with a token
-// exchange: its credentials for a caller are an exchange of the caller's
+// upstreamAuth gives the credentials of a remote server with a token
+// exchange for a caller (see remoteRun): an exchange of the caller's
 // access token.
-func (f *frontAuth) upstreamAuth(x *policy.TokenExchange) func(ctx context.Context, c proxy.Caller) (string, error) {
+func (f *frontAuth) upstreamAuth(x *policy.TokenExchange) func(ctx context.Context, c streamable.Caller) (string, error) {
 	if x == nil {
 		return nil
 	}
 	ex := &auth.Exchanger{TokenURL: x.TokenURL, Verifier: f.verifier, ClientID: x.ClientID, ClientSecret: x.ClientSecret,
 		Audience: x.Audience, Scope: x.Scope, Resource: x.Resource}
-	return func(ctx context.Context, c proxy.Caller) (string, error) {
+	return func(ctx context.Context, c streamable.Caller) (string, error) {
 		var tok string
 		if c.Token != nil {
 			tok = c.Token()

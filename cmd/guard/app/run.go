@@ -15,6 +15,7 @@ import (
 
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/remote"
 	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/store"
 	"golang.org/x/net/http/httpguts"
@@ -84,7 +85,7 @@ func (m *Main) Run(ctx context.Context, st *Settings, o RunOptions, argv []strin
 	if o.Upstream != "" {
 		// A remote server for a stdio client: headers (credentials) come
 		// from the configuration of the server of that name.
-		rm := proxy.Remote{URL: o.Upstream, SSE: o.SSE}
+		rm := remote.Remote{URL: o.Upstream, SSE: o.SSE}
 		if srv := cfg.Servers[server]; srv != nil {
 			rm.Headers, rm.SSE = maps.Clone(srv.Headers), o.SSE || srv.Transport == "sse"
 		}
@@ -103,7 +104,7 @@ func (m *Main) Run(ctx context.Context, st *Settings, o RunOptions, argv []strin
 		}
 		rt.iso.settled.Store(true) // no server of its own
 		opts := rt.options(server, logger)
-		err := proxy.RunRemote(context.WithoutCancel(ctx), opts,
+		err := remote.Run(context.WithoutCancel(ctx), opts,
 			rm, proxy.NewStreamConn(m.clientIn(), m.clientOut(), opts.MaxMessage))
 		if err != nil {
 			logger.Debug("writing to the client", "err", err)

@@ -16,7 +16,9 @@ import (
 	"github.com/guard-mcp/guard/httplimit"
 	"github.com/guard-mcp/guard/proxy"
 	aggregate "github.com/guard-mcp/guard/proxy/mux"
+	"github.com/guard-mcp/guard/proxy/remote"
 	"github.com/guard-mcp/guard/proxy/stdio"
+	"github.com/guard-mcp/guard/proxy/streamable"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -88,15 +90,15 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}
-	mux.Handle("GET /metrics", proxy.CheckHosts(hosts, front.protect(metricsHandler(reg))))
-	var fronts []*proxy.HTTPServer
+	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(metricsHandler(reg))))
+	var fronts []*streamable.Server
 	// Every endpoint's sessions count against one bound: each runs a
 	// server process.
-	sessions := proxy.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
+	sessions := streamable.NewSessionLimit(cfg.MaxSessions.Total, cfg.MaxSessions.PerClient)
 	bounds := httplimit.Limits{Header: o.UI.Limits.Header, Body: o.UI.Limits.Body, Conns: httplimit.Conns(4)}
 	warnDescriptors(cfg, bounds.Conns, logger)
-	sessionOptions := func(name string, log *slog.Logger) func(c proxy.Caller) proxy.Options {
-		return func(c proxy.Caller) proxy.Options {
+	sessionOptions := func(name string, log *slog.Logger) func(c streamable.Caller) proxy.Options {
+		return func(c streamable.Caller) proxy.Options {
 			o := rt.options(name, log)
 			o.ClientName = c.Client
 			o.Caller = c.User
@@ -106,12 +108,12 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			return o
 		}
 	}
-	endpoint := func(name string, log *slog.Logger) proxy.HTTPOptions {
+	endpoint := func(name string, log *slog.Logger) streamable.Options {
 		path := "/mcp"
 		if name != "" {
 			path += "/" + name
 		}
-		return proxy.HTTPOptions{
+		return streamable.Options{
 			Name:         name,
 			AllowedHosts: hosts,
 			Authenticate: front.endpoint(path),
@@ -124,7 +126,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	}
 	type served struct {
 		name string
-		run  func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error
+		run  func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error
 	}
 	var members []served
 	var children []string // servers with a command
@@ -140,10 +142,12 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			o.Child = stdio.Stdio{Argv: srv.Command, Start: rt.iso.start(name, srv), Env: cfg.ServerEnv(m.Environ(), srv), Stderr: m.Stderr}.Serve
 			children = append(children, name)
 		}
-		o.Remote = proxy.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: proxy.NewUpstreamClient()}
-		o.UpstreamAuth = front.upstreamAuth(srv.TokenExchange)
+		if srv.URL != "" {
+			o.Remote = remoteRun(remote.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: remote.NewClient()},
+				front.upstreamAuth(srv.TokenExchange))
+		}
 		o.Session = sessionOptions(name, log)
-		h := proxy.NewHTTPServer(o)
+		h := streamable.NewServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp/"+name, h)
 		front.metadata(mux, hosts, "/mcp/"+name, "guard: "+name)
@@ -159,7 +163,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		}
 		log := logger.With("server", "(aggregate)")
 		o := endpoint("", log)
-		o.Run = func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+		o.Run = func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
 			ms := make([]aggregate.Member, len(members))
 			for i, mb := range members {
 				run := mb.run
@@ -168,7 +172,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			return aggregate.Run(ctx, aggregate.Options{Members: ms, Separator: cfg.Aggregate.Separator,
 				Version: m.Version, Logger: log}, conn)
 		}
-		h := proxy.NewHTTPServer(o)
+		h := streamable.NewServer(o)
 		fronts = append(fronts, h)
 		mux.Handle("/mcp", h)
 		front.metadata(mux, hosts, "/mcp", "guard: every server")
@@ -235,17 +239,31 @@ func warnDescriptors(cfg *config.Config, conns int, logger *slog.Logger) {
 
 // memberRun runs one client session of a server as a member of the
 // aggregate endpoint: the same relay session as at /mcp/NAME.
-func memberRun(o proxy.HTTPOptions) func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
-	return func(ctx context.Context, c proxy.Caller, conn proxy.Conn) error {
+func memberRun(o streamable.Options) func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, c streamable.Caller, conn proxy.Conn) error {
 		opts := o.Session(c)
-		if o.Remote.URL != "" {
-			return proxy.RunRemote(ctx, opts, o.RemoteFor(c), conn)
+		if o.Remote != nil {
+			return o.Remote(ctx, opts, c, conn)
 		}
 		if o.Child == nil {
 			return fmt.Errorf("%w: no command", stdio.ErrStart)
 		}
 		_, err := o.Child(ctx, opts, conn, nil)
 		return err
+	}
+}
+
+// remoteRun is the streamable.Options.Remote of a server reached over HTTP: each
+// client session gets an upstream session of its own, whose requests carry
+// rm's headers or, with a token exchange (auth), credentials obtained for
+// the session's caller c in place of the Authorization they configure.
+func remoteRun(rm remote.Remote, auth func(ctx context.Context, c streamable.Caller) (string, error)) func(ctx context.Context, opts proxy.Options, c streamable.Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, opts proxy.Options, c streamable.Caller, conn proxy.Conn) error {
+		rm := rm
+		if auth != nil {
+			rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }
+		}
+		return remote.Run(ctx, opts, rm, conn)
 	}
 }
 

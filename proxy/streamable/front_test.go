@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"context"
@@ -8,18 +8,21 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/stdio"
 	"github.com/guard-mcp/guard/wire"
 )
 
-// holdingRun is a session (HTTPOptions.Run) that answers every request
+// holdingRun is a session (Options.Run) that answers every request
 // with an empty result, except those of method hold, which it never
 // answers; received gets the method of each request it reads.
-func holdingRun(hold string, received chan<- string) func(ctx context.Context, c Caller, conn Conn) error {
-	return func(ctx context.Context, _ Caller, conn Conn) error {
+func holdingRun(hold string, received chan<- string) func(ctx context.Context, c Caller, conn proxy.Conn) error {
+	return func(ctx context.Context, _ Caller, conn proxy.Conn) error {
 		for {
 			m, err := conn.Read(ctx)
 			if err != nil {
@@ -38,16 +41,16 @@ func holdingRun(hold string, received chan<- string) func(ctx context.Context, c
 			if m.Method == "initialize" {
 				result = `{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"t","version":"1"}}`
 			}
-			if err := conn.Write(ctx, built([]byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+result+`}`))); err != nil {
+			if err := conn.Write(ctx, proxy.Unparsed([]byte(`{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+result+`}`))); err != nil {
 				return nil
 			}
 		}
 	}
 }
 
-// callerFront serves o behind an HTTPServer whose callers are named by
+// callerFront serves o behind an Server whose callers are named by
 // the X-Client header (a request without one is refused, 401).
-func callerFront(t *testing.T, o HTTPOptions) (*HTTPServer, string) {
+func callerFront(t *testing.T, o Options) (*Server, string) {
 	t.Helper()
 	front := httptest.NewUnstartedServer(nil)
 	o.Name = "x"
@@ -58,7 +61,7 @@ func callerFront(t *testing.T, o HTTPOptions) (*HTTPServer, string) {
 		}
 		return Caller{Client: r.Header.Get("X-Client")}, nil
 	}
-	h := NewHTTPServer(o)
+	h := NewServer(o)
 	front.Config.Handler = h
 	front.Start()
 	t.Cleanup(func() { h.Close(); front.Close() })
@@ -112,7 +115,7 @@ func errorOf(t *testing.T, body string) (string, int, string) {
 // reached the session's handling were bounded, so a client without a
 // token could hold connections, and descriptors, for as long as it liked.
 func TestARefusedRequestsBodyIsBoundedToo(t *testing.T) {
-	_, url := callerFront(t, HTTPOptions{BodyTimeout: 200 * time.Millisecond, Run: holdingRun("", nil)})
+	_, url := callerFront(t, Options{BodyTimeout: 200 * time.Millisecond, Run: holdingRun("", nil)})
 	host := strings.TrimPrefix(url, "http://")
 	conn, err := net.Dial("tcp", host)
 	if err != nil {
@@ -132,5 +135,19 @@ func TestARefusedRequestsBodyIsBoundedToo(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(got), "HTTP/1.1 401") {
 		t.Fatalf("guard answered %q, want 401", got)
+	}
+}
+
+// Over HTTP, a session whose server could not be started has its
+// initialize answered with an error that says why, under its own id.
+func TestHTTPInitializeSaysWhyTheServerDidNotStart(t *testing.T) {
+	refused := errors.New("the server could not be isolated from guard's files, so guard did not start it: too many open files")
+	sc := stdio.Stdio{Argv: []string{"/bin/true"}, Start: func(*exec.Cmd) (*exec.Cmd, error) { return nil, refused }}
+	_, url := callerFront(t, Options{Child: sc.Serve, Session: func(Caller) proxy.Options { return proxy.Options{} }})
+	status, body, session := postAs(t, context.Background(), url, "alice", initialize, nil)
+	id, code, msg := errorOf(t, body)
+	if status != http.StatusInternalServerError || session != "" || id != `"init-1"` || code != -32603 ||
+		msg != "The server could not be started: "+refused.Error() {
+		t.Fatalf("initialize: %d %s (session %q)", status, body, session)
 	}
 }

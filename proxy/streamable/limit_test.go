@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // gives its place back. One token opening sessions without end used to
 // start a server process for each.
 func TestSessionsAreBounded(t *testing.T) {
-	h, url := callerFront(t, HTTPOptions{Sessions: NewSessionLimit(3, 2), Run: holdingRun("", nil)})
+	h, url := callerFront(t, Options{Sessions: NewSessionLimit(3, 2), Run: holdingRun("", nil)})
 	ctx := context.Background()
 	open := func(client string, want int, says string) string {
 		t.Helper()
@@ -53,7 +53,7 @@ func TestSessionsAreBounded(t *testing.T) {
 // client's requests in flight.
 func TestRequestsInFlightAreBoundedOn20260728(t *testing.T) {
 	received := make(chan string, 8)
-	_, url := callerFront(t, HTTPOptions{Sessions: NewSessionLimit(10, 2), Run: holdingRun("tools/list", received)})
+	_, url := callerFront(t, Options{Sessions: NewSessionLimit(10, 2), Run: holdingRun("tools/list", received)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const meta = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}`

@@ -1,4 +1,15 @@
-package proxy
+// Package streamable is guard's Streamable HTTP front: the endpoint MCP
+// clients reach over HTTP. It keeps their sessions (Mcp-Session-Id, each
+// with a relay session of its own, and on 2026-07-28, where there are no
+// sessions, one relay session per caller), routes what the relay writes to
+// the response streams of the requests it answers, writes those streams as
+// server-sent events (resumable by event id), applies the 2026-07-28 rules
+// for headers, status codes and cancellation, checks Host and Origin
+// against DNS rebinding, and bounds sessions, bodies and the time a body
+// may take. It imports proxy, and tells the relay when a client went away
+// (proxy.Departures, proxy.InputEnder); what runs a session's server is a
+// hook (package proxy/stdio, proxy/remote, the aggregate).
+package streamable
 
 import (
 	"bytes"
@@ -17,12 +28,14 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/hosts"
 	"github.com/guard-mcp/guard/httplimit"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
-// HTTPOptions configure an HTTPServer: one wrapped server, reached by
+// Options configure a Server: one wrapped server, reached by
 // clients over Streamable HTTP, run as a stdio child per client session.
-type HTTPOptions struct {
+type Options struct {
 	// Name is the server's name; its endpoint is /mcp/Name.
 	Name string
 	// Child runs each client session's server as a child process
@@ -31,25 +44,24 @@ type HTTPOptions struct {
 	// until it exits. It sends on started, once, nil when the server runs
 	// or the error that kept it from starting, and returns the server's
 	// exit status, or an error when it did not run.
-	Child func(ctx context.Context, opts Options, conn Conn, started chan<- error) (int, error)
-	// Remote, when its URL is set, is a server reached over Streamable
-	// HTTP instead: each client session gets its own upstream session.
-	Remote Remote
+	Child func(ctx context.Context, opts proxy.Options, conn proxy.Conn, started chan<- error) (int, error)
+	// Remote, when set, serves each client session with a server reached
+	// over HTTP instead (package proxy/remote: remote.Run), relaying
+	// between it and conn, the session's client, through a relay session
+	// with options opts, until conn's input ends: each client session
+	// gets its own upstream session, with the credentials of c, the
+	// caller that started it, where the upstream takes a caller's.
+	Remote func(ctx context.Context, opts proxy.Options, c Caller, conn proxy.Conn) error
 	// Run, when set, serves a new client session itself (the aggregate
 	// endpoint) instead of Child or Remote, relaying with conn until its
 	// input ends.
-	Run func(ctx context.Context, c Caller, conn Conn) error
+	Run func(ctx context.Context, c Caller, conn proxy.Conn) error
 	// Session returns the relay options of a new client session, which
 	// belongs to caller c (zero without authentication).
-	Session func(c Caller) Options
+	Session func(c Caller) proxy.Options
 	// Authenticate, when set, finds who sent a request from its
 	// Authorization header, or refuses it.
 	Authenticate func(r *http.Request) (Caller, *AuthError)
-	// UpstreamAuth, when set, gives the Authorization header of each
-	// request to Remote made for a session of caller c (an exchange of
-	// c's access token at the identity provider), in place of the one
-	// Remote's Headers configure. An error fails that request.
-	UpstreamAuth func(ctx context.Context, c Caller) (string, error)
 	// AllowedHosts are the Host headers answered (entries of package
 	// hosts: names, name:port, *.suffix); any other gets 403.
 	// Origins, when a request carries one, must be http(s)://HOST of one.
@@ -76,7 +88,8 @@ type HTTPOptions struct {
 	// then withdrawn, or marked as its client gone under approval.scope:
 	// any.
 	ResumeWithin time.Duration
-	Logger       *slog.Logger
+	// Logger gets the front's log (default: discarded).
+	Logger *slog.Logger
 }
 
 // Caller is who sent a request to the HTTP front, as Authenticate found
@@ -107,27 +120,17 @@ type AuthError struct {
 	Message   string
 }
 
+// Error is what the body says.
 func (e *AuthError) Error() string { return e.Message }
 
-// RemoteFor is the Remote of a session of caller c: with UpstreamAuth,
-// its credentials are c's.
-func (o *HTTPOptions) RemoteFor(c Caller) Remote {
-	rm := o.Remote
-	if o.UpstreamAuth != nil {
-		auth := o.UpstreamAuth
-		rm.Authorization = func(ctx context.Context) (string, error) { return auth(ctx, c) }
-	}
-	return rm
-}
-
-// HTTPServer serves one wrapped server over Streamable HTTP: POST carries
+// Server serves one wrapped server over Streamable HTTP: POST carries
 // the client's messages (answered as JSON or as an SSE stream), GET opens
 // the stream of the server's messages that belong to no request, DELETE
 // ends the session. Each session (Mcp-Session-Id) runs its own server
 // process behind its own relay session, so policy, holds and the audit
 // work exactly as on stdio.
-type HTTPServer struct {
-	opts    HTTPOptions
+type Server struct {
+	opts    Options
 	hosts   hostCheck
 	handler http.Handler // serve, its reading bounded (BodyTimeout)
 
@@ -137,11 +140,11 @@ type HTTPServer struct {
 	closed   bool
 
 	reapOnce sync.Once
-	headers  toolHeaders // x-mcp-header arguments, for 2026-07-28 requests
+	headers  mcpheader.Tools // x-mcp-header arguments, for 2026-07-28 requests
 }
 
-// NewHTTPServer returns the handler of one server's endpoint.
-func NewHTTPServer(o HTTPOptions) *HTTPServer {
+// NewServer returns the handler of one server's endpoint.
+func NewServer(o Options) *Server {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 64 << 20
 	}
@@ -154,7 +157,7 @@ func NewHTTPServer(o HTTPOptions) *HTTPServer {
 	if o.BodyTimeout <= 0 {
 		o.BodyTimeout = 30 * time.Second
 	}
-	h := &HTTPServer{opts: o, hosts: newHostCheck(o.AllowedHosts), sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
+	h := &Server{opts: o, hosts: newHostCheck(o.AllowedHosts), sessions: map[string]*httpSession{}, shared: map[string]*httpSession{}}
 	h.handler = httplimit.Bound(o.BodyTimeout, http.HandlerFunc(h.serve))
 	return h
 }
@@ -185,7 +188,7 @@ type httpSession struct {
 	caller Caller // who started it; its Token reads token
 	token  atomic.Pointer[string]
 	writeM sync.Mutex
-	in     *Inbox // the client's messages, in the order POSTed
+	in     *proxy.Inbox // the client's messages, in the order POSTed
 	router *router
 	done   chan struct{} // the session's relay ended
 	// ended is why its input was ended (see end).
@@ -207,9 +210,15 @@ func (c frontConn) Write(_ context.Context, m wire.Message) error {
 // Close does nothing: the session's streams end when its relay returns.
 func (c frontConn) Close() error { return nil }
 
-// departed reports requests whose response stream dropped and was not
+// The relay learns from the client Conn when its client went away.
+var (
+	_ proxy.Departures = frontConn{}
+	_ proxy.InputEnder = frontConn{}
+)
+
+// Departed reports requests whose response stream dropped and was not
 // resumed in time: their client is gone.
-func (c frontConn) departed() <-chan departure { return c.s.router.gone }
+func (c frontConn) Departed() <-chan proxy.Departure { return c.s.router.gone }
 
 // InputEnded says why the session's input ended: its client went (DELETE,
 // expiry), or guard serve is stopping, which is not the client's going.
@@ -220,9 +229,6 @@ func (c frontConn) InputEnded() (string, bool) {
 	return "", false
 }
 
-// The relay asks a front's Conn why its input ended.
-var _ InputEnder = frontConn{}
-
 // end ends the session's input; reason says why its client is gone, ""
 // when it is not (guard serve stops).
 func (s *httpSession) end(reason string) {
@@ -231,7 +237,7 @@ func (s *httpSession) end(reason string) {
 }
 
 // Close ends every session: their servers get their stdin closed.
-func (h *HTTPServer) Close() {
+func (h *Server) Close() {
 	h.mu.Lock()
 	h.closed = true
 	ss := make([]*httpSession, 0, len(h.sessions)+len(h.shared))
@@ -270,9 +276,9 @@ type callerKey struct{}
 // ServeHTTP serves one request, the reading of its body bounded from the
 // start: a request refused before its body is read (a foreign Host, no
 // token) must not hold its connection either.
-func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
+func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
 
-func (h *HTTPServer) serve(w http.ResponseWriter, r *http.Request) {
+func (h *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if !h.hosts.allow(w, r) {
 		return
 	}
@@ -332,7 +338,7 @@ func jsonRPCError(w http.ResponseWriter, status, code int, msg string) {
 // session returns the request's session; a session belongs to the caller
 // (a static token's client, an access token's client and subject) that
 // started it, and is not found for another.
-func (h *HTTPServer) session(r *http.Request) *httpSession {
+func (h *Server) session(r *http.Request) *httpSession {
 	id := r.Header.Get("Mcp-Session-Id")
 	if id == "" {
 		return nil
@@ -374,13 +380,13 @@ func (s *httpSession) latestToken() string {
 
 // start runs a new session's server behind a relay session, within the
 // sessions' limit (a *LimitError past it).
-func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (*httpSession, error) {
+func (h *Server) start(ctx context.Context, caller Caller, stateless bool) (*httpSession, error) {
 	release, err := h.opts.Sessions.session(caller.key())
 	if err != nil {
 		h.opts.Logger.Warn("session refused", "err", err, "client", caller.Client)
 		return nil, err
 	}
-	s := &httpSession{id: uuid.NewString(), in: NewInbox(), router: newRouter(), done: make(chan struct{})}
+	s := &httpSession{id: uuid.NewString(), in: proxy.NewInbox(), router: newRouter(), done: make(chan struct{})}
 	if caller.Token != nil {
 		s.noteToken(caller)
 		caller.Token = s.latestToken
@@ -426,9 +432,9 @@ func (h *HTTPServer) start(ctx context.Context, caller Caller, stateless bool) (
 		if stateless {
 			opts.HoldScope = guard.ClientHold + strings.ReplaceAll(caller.key(), "\x00", "/")
 		}
-		if h.opts.Remote.URL != "" {
+		if h.opts.Remote != nil {
 			started <- nil
-			if err := RunRemote(context.WithoutCancel(ctx), opts, h.opts.RemoteFor(caller), conn); err != nil {
+			if err := h.opts.Remote(context.WithoutCancel(ctx), opts, caller, conn); err != nil {
 				h.opts.Logger.Info("session ended", "session", s.id, "err", err)
 			}
 			return
@@ -468,7 +474,7 @@ func (s *httpSession) send(msgs []wire.Message) error {
 	return nil
 }
 
-func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
+func (h *Server) post(w http.ResponseWriter, r *http.Request) {
 	// A body that trickles in is cut (ServeHTTP bounds the reading): only
 	// reading it is bounded, and the response (an SSE stream may last
 	// long) is not.
@@ -509,14 +515,14 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	msgs := make([]wire.Message, len(parts))
 	for i, p := range parts {
 		// One line: the relay may pass it to a server on stdio.
-		m, err := wire.Parse(oneLine(p))
+		m, err := wire.Parse(proxy.OneLine(p))
 		msgs[i] = m
 		if err != nil {
-			if TooDeep(err) == wire.KindResponse {
+			if proxy.TooDeep(err) == wire.KindResponse {
 				// An answer to a server's request: the relay answers
 				// that request with guard's error in its place (it
 				// parses the message again, and refuses it).
-				msgs[i] = Unparsed(m.Raw)
+				msgs[i] = proxy.Unparsed(m.Raw)
 				continue
 			}
 			if inv := (*wire.InvalidError)(nil); errors.As(err, &inv) {
@@ -582,7 +588,7 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 	case batch && (s == nil || !s.router.batches()):
 		// As on stdio. Without a session the revision is not known
 		// yet, and 2025-03-26 does not allow initialize in a batch.
-		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, batchRefused().Text)
+		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, proxy.BatchRefused().Text)
 		return
 	case s == nil && !initialize:
 		jsonRPCError(w, http.StatusBadRequest, wire.CodeInvalidRequest, "Bad Request: no Mcp-Session-Id (send initialize first)")
@@ -664,10 +670,10 @@ func (h *HTTPServer) post(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(answers[0])
 		return
 	}
-	_, _ = w.Write(joinBatch(answers))
+	_, _ = w.Write(proxy.JoinBatch(answers))
 }
 
-func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
+func (h *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !acceptsSSE(r) {
 		http.Error(w, "Not Acceptable: GET opens an event stream", http.StatusNotAcceptable)
 		return
@@ -696,7 +702,7 @@ func (h *HTTPServer) get(w http.ResponseWriter, r *http.Request) {
 	h.streamSSE(w, r, st, nil)
 }
 
-func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
+func (h *Server) delete(w http.ResponseWriter, r *http.Request) {
 	s := h.session(r)
 	if s == nil {
 		jsonRPCError(w, http.StatusNotFound, wire.CodeInvalidRequest, "Session not found")
@@ -711,7 +717,7 @@ func (h *HTTPServer) delete(w http.ResponseWriter, r *http.Request) {
 
 // reap ends sessions idle for longer than SessionIdle, unless a stream of
 // theirs is still open (a held call, a GET stream).
-func (h *HTTPServer) reap() {
+func (h *Server) reap() {
 	every := min(h.opts.SessionIdle/4, time.Minute)
 	for {
 		time.Sleep(every)

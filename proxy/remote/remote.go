@@ -1,4 +1,11 @@
-package proxy
+// Package remote is guard's side of a server reached over HTTP: the
+// Streamable HTTP transport, and the legacy HTTP+SSE one (2024-11-05), as a
+// proxy.Conn that a relay session runs against its client. Each message the
+// relay writes is POSTed; what comes back (a JSON body, an event stream,
+// the session's GET stream) is what the relay reads, each message parsed
+// once. Upstream credentials come from guard's configuration, or from a
+// token exchange for the session's caller; a client's own never travel.
+package remote
 
 import (
 	"bytes"
@@ -10,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -24,7 +33,7 @@ type Remote struct {
 	// Headers are sent with every request (upstream credentials come from
 	// guard's configuration; a client's own never travel upstream).
 	Headers map[string]string
-	// Client makes the requests (default: NewUpstreamClient's, for this
+	// Client makes the requests (default: NewClient's, for this
 	// session alone). Sessions of one server share one, so that its
 	// connections are reused.
 	Client *http.Client
@@ -39,33 +48,34 @@ type Remote struct {
 	Authorization func(ctx context.Context) (string, error)
 }
 
-// NewUpstreamClient returns the HTTP client of a server reached over HTTP,
+// NewClient returns the HTTP client of a server reached over HTTP,
 // for the sessions of every client at once: it keeps an idle connection for
 // each of them (net/http's default keeps two per host, and the rest would
 // open a connection per request), and has no overall timeout (a held call
 // or an event stream lasts).
-func NewUpstreamClient() *http.Client {
+func NewClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 256
 	return &http.Client{Transport: t}
 }
 
-// RunRemote relays between the client and a server reached over
-// Streamable HTTP (or the legacy HTTP+SSE transport), until the client ends
-// its input. It ends the upstream session (DELETE) when done.
-func RunRemote(ctx context.Context, opts Options, rm Remote, client Conn) error {
-	opts.fill()
+// Run relays between the client and a server reached over Streamable
+// HTTP (or the legacy HTTP+SSE transport), through a relay session with
+// options opts, until the client ends its input. It ends the upstream
+// session (DELETE) when done.
+func Run(ctx context.Context, opts proxy.Options, rm Remote, client proxy.Conn) error {
+	opts = opts.WithDefaults()
 	if rm.Client == nil {
-		rm.Client = NewUpstreamClient()
+		rm.Client = NewClient()
 		defer rm.Client.CloseIdleConnections()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up := &upstream{ctx: ctx, rm: rm, in: NewInbox(), max: opts.MaxMessage, logger: opts.Logger,
+	up := &upstream{ctx: ctx, rm: rm, in: proxy.NewInbox(), max: opts.MaxMessage, logger: opts.Logger,
 		work: workers{jobs: make(chan func([]byte)), done: ctx.Done()}}
 	up.cancel = cancel
-	return Run(ctx, client, up, NewSession(ctx, opts))
+	return proxy.Run(ctx, client, up, proxy.NewSession(ctx, opts))
 }
 
 // upstream is the Conn of a server reached over HTTP: each message the
@@ -78,8 +88,8 @@ type upstream struct {
 	logger interface {
 		Warn(string, ...any)
 	}
-	in  *Inbox // the server's messages, for Read
-	max int    // the largest message relayed (Options.MaxMessage)
+	in  *proxy.Inbox // the server's messages, for Read
+	max int          // the largest message relayed (Options.MaxMessage)
 
 	mu       sync.Mutex
 	session  string
@@ -93,7 +103,7 @@ type upstream struct {
 
 	// x-mcp-header arguments of each tool, from the tools lists relayed
 	// (2026-07-28 requests mirror them in Mcp-Param-* headers).
-	headers toolHeaders
+	headers mcpheader.Tools
 
 	// The goroutines that wait for requests' answers.
 	work workers
@@ -108,7 +118,7 @@ type upstream struct {
 // Write sends one message to the server; a request's answer comes back
 // through Read.
 func (u *upstream) Write(_ context.Context, msg wire.Message) error {
-	if m := parsed(msg); m.Kind != 0 {
+	if m := proxy.Parsed(msg); m.Kind != 0 {
 		u.post(m)
 	}
 	return nil
@@ -145,12 +155,12 @@ func (u *upstream) wait() { u.inflight.Wait() }
 // tooLong tells the relay that the server sent a message over max_message,
 // which is not relayed.
 func (u *upstream) tooLong(size int) {
-	_ = u.in.send(context.Background(), delivery{err: &wire.TooLongError{Size: int64(size), Max: u.max}})
+	_ = u.in.PutError(context.Background(), &wire.TooLongError{Size: int64(size), Max: u.max})
 }
 
 // emit hands one message to the relay.
 func (u *upstream) emit(line []byte) {
-	line = oneLine(bytes.TrimSpace(line))
+	line = proxy.OneLine(bytes.TrimSpace(line))
 	if len(line) == 0 {
 		return
 	}
@@ -161,10 +171,10 @@ func (u *upstream) emit(line []byte) {
 	m, err := wire.Parse(line)
 	if err != nil {
 		// Delivered unparsed: Read reports why it does not parse.
-		_ = u.in.Put(context.Background(), Unparsed(line))
+		_ = u.in.Put(context.Background(), proxy.Unparsed(line))
 		return
 	}
-	u.headers.learn(line, m)
+	u.headers.Learn(line, m)
 	u.mu.Lock()
 	if m.Kind == wire.KindResponse && u.initID != "" && wire.IDKey(m.ID) == u.initID {
 		u.initID = ""

@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"fmt"
@@ -32,6 +32,7 @@ func NewSessionLimit(total, perClient int) *SessionLimit {
 // limit: HTTP 503, and Message says which bound, and what to do.
 type LimitError struct{ Message string }
 
+// Error is Message.
 func (e *LimitError) Error() string { return e.Message }
 
 // session takes a session for caller key, or says why not; release gives

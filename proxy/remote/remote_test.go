@@ -1,4 +1,4 @@
-package proxy
+package remote
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/relaytest"
+	"github.com/guard-mcp/guard/proxy"
 )
 
 // A remote server whose answers span several lines (a pretty-printed JSON
@@ -42,9 +44,9 @@ func TestRemoteMultiLineAnswers(t *testing.T) {
 	cr, cw := io.Pipe()
 	ar, aw := io.Pipe()
 	done := make(chan error, 1)
-	opts, _, _ := testOptions(t, context.Background(), "policy: {default: allow}\n", time.Second)
+	opts, _, _ := relaytest.Options(t, context.Background(), "policy: {default: allow}\n", time.Second)
 	go func() {
-		done <- RunRemote(context.Background(), opts, Remote{URL: srv.URL}, NewStreamConn(cr, aw, 0))
+		done <- Run(context.Background(), opts, Remote{URL: srv.URL}, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	lines := bufio.NewScanner(ar)
@@ -111,11 +113,11 @@ func TestRemoteMessageOverMaxMessageIsDropped(t *testing.T) {
 	defer srv.Close()
 	cr, cw := io.Pipe()
 	ar, aw := io.Pipe()
-	opts, db, _ := testOptions(t, context.Background(), "policy: {default: allow}\n", time.Second)
+	opts, db, _ := relaytest.Options(t, context.Background(), "policy: {default: allow}\n", time.Second)
 	opts.MaxMessage = 1000
 	done := make(chan error, 1)
 	go func() {
-		done <- RunRemote(context.Background(), opts, Remote{URL: srv.URL}, NewStreamConn(cr, aw, 0))
+		done <- Run(context.Background(), opts, Remote{URL: srv.URL}, proxy.NewStreamConn(cr, aw, 0))
 		aw.Close()
 	}()
 	lines := bufio.NewScanner(ar)

@@ -1,4 +1,4 @@
-package proxy
+package remote
 
 import (
 	"context"
@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/exampleserver"
+	"github.com/guard-mcp/guard/internal/relaytest"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/streamable"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -26,18 +30,30 @@ func BenchmarkHTTPRemoteCall(b *testing.B) {
 	}
 }
 
+// nopRecorder commits nothing: the relay's cost without the audit log.
+type nopRecorder struct{}
+
+func (nopRecorder) AppendAsync(...*guard.Record) <-chan error {
+	ch := make(chan error, 1)
+	ch <- nil
+	return ch
+}
+
 func benchHTTPCalls(b *testing.B, clients int) {
 	ctx := context.Background()
 	srv := exampleserver.New(nil)
 	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	defer up.Close()
-	opts, _, _ := testOptions(b, ctx, "policy:\n  default: allow\n", time.Second)
+	opts, _, _ := relaytest.Options(b, ctx, "policy:\n  default: allow\n", time.Second)
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Recorder = nopRecorder{}
 	front := httptest.NewUnstartedServer(nil)
-	h := NewHTTPServer(HTTPOptions{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
-		Remote:  Remote{URL: up.URL, Client: NewUpstreamClient()},
-		Session: func(Caller) Options { return opts }})
+	rm := Remote{URL: up.URL, Client: NewClient()}
+	h := streamable.NewServer(streamable.Options{Name: "notes", AllowedHosts: []string{front.Listener.Addr().String()},
+		Remote: func(ctx context.Context, opts proxy.Options, _ streamable.Caller, conn proxy.Conn) error {
+			return Run(ctx, opts, rm, conn)
+		},
+		Session: func(streamable.Caller) proxy.Options { return opts }})
 	front.Config.Handler = h
 	front.Start()
 	defer front.Close()

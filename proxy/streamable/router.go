@@ -1,4 +1,4 @@
-package proxy
+package streamable
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/proxy"
+	"github.com/guard-mcp/guard/proxy/mcpheader"
 	"github.com/guard-mcp/guard/wire"
 )
 
@@ -32,13 +34,13 @@ type router struct {
 	ended    bool
 	// renamed are the requests of the session-less revision (2026-07-28),
 	// each sent under an id of guard's; their answers get the client's.
-	renamed *IDMap[*stream]
+	renamed *proxy.IDMap[*stream]
 	// initKey is the id of the session's initialize while it waits for
 	// its answer; protocol is the revision that answer negotiated.
 	initKey  string
 	protocol string
-	modern   bool         // the session-less revision: nothing unsolicited
-	headers  *toolHeaders // what tools lists teach, when set
+	modern   bool             // the session-less revision: nothing unsolicited
+	headers  *mcpheader.Tools // what tools lists teach, when set
 	// reading counts the streams a client reads now (a POST's, the GET
 	// stream, a resumed one); idleSince is when the last one let go.
 	reading   int
@@ -47,7 +49,7 @@ type router struct {
 	// unanswered waits to be resumed before their client counts as gone,
 	// reported on gone.
 	resumeWithin time.Duration
-	gone         chan departure
+	gone         chan proxy.Departure
 }
 
 // defaultResumeWithin is how long a dropped response stream of a request
@@ -57,8 +59,8 @@ const defaultResumeWithin = 10 * time.Second
 
 func newRouter() *router {
 	return &router{byID: map[string]*stream{}, byToken: map[string]*stream{}, all: map[string]*stream{},
-		renamed:      NewIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
-		resumeWithin: defaultResumeWithin, gone: make(chan departure, 16), idleSince: time.Now()}
+		renamed:      proxy.NewIDMap[*stream](func(n uint64) []byte { return []byte(`"guard-http-` + strconv.FormatUint(n, 10) + `"`) }, true),
+		resumeWithin: defaultResumeWithin, gone: make(chan proxy.Departure, 16), idleSince: time.Now()}
 }
 
 // attach counts a reader of a stream. The caller holds rt.mu.
@@ -108,7 +110,7 @@ func (rt *router) lapsed(st *stream, n int) {
 	if len(keys) == 0 {
 		return
 	}
-	d := departure{keys: keys, reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", guard.ClientGoneReason, rt.resumeWithin)}
+	d := proxy.Departure{Keys: keys, Reason: fmt.Sprintf("%s: its response stream dropped and was not resumed within %v", guard.ClientGoneReason, rt.resumeWithin)}
 	go func() { rt.gone <- d }()
 }
 
@@ -234,7 +236,7 @@ func (rt *router) end() {
 
 // deliver takes one message the relay writes to the client.
 func (rt *router) deliver(m wire.Message) {
-	m = parsed(m)
+	m = proxy.Parsed(m)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	rt.route(m)
@@ -268,7 +270,7 @@ func (rt *router) route(m wire.Message) {
 			rt.protocol, _ = wire.String(wire.ParamsMember(m.Result, "protocolVersion"))
 		}
 		if rt.headers != nil {
-			rt.headers.learn(line, m)
+			rt.headers.Learn(line, m)
 		}
 		if st := rt.byID[k]; st != nil {
 			if _, o, ok := rt.renamed.Take(k); ok {
@@ -279,13 +281,13 @@ func (rt *router) route(m wire.Message) {
 		}
 		return
 	}
-	if sub := wire.MetaMember(m.Params, metaSubscription); sub != nil {
+	if sub := wire.MetaMember(m.Params, proxy.MetaSubscription); sub != nil {
 		// A subscriptions/listen stream's notification: to that stream,
 		// naming the subscription by the client's id.
 		k := wire.IDKey(sub)
 		if st := rt.byID[k]; st != nil {
 			if o, ok := rt.renamed.Sender(k); ok {
-				m = Unparsed(withMeta(m, metaSubscription, o))
+				m = proxy.Unparsed(withMeta(m, proxy.MetaSubscription, o))
 			}
 			st.push(m)
 		}
@@ -296,7 +298,7 @@ func (rt *router) route(m wire.Message) {
 			k := wire.IDKey(rid)
 			if st := rt.byID[k]; st != nil {
 				if _, o, ok := rt.renamed.Take(k); ok {
-					m = Unparsed(rewriteParamsMember(m, "requestId", o))
+					m = proxy.Unparsed(proxy.RewriteParamsMember(m, "requestId", o))
 				}
 				st.push(m)
 				rt.answered(st, k)
@@ -397,7 +399,7 @@ func (rt *router) clientCancelled(parts []wire.Message, at []int, modern bool) (
 			drop[i] = true
 			continue
 		}
-		parts[i] = Unparsed(rewriteParamsMember(m, "requestId", uniqueID(u)))
+		parts[i] = proxy.Unparsed(proxy.RewriteParamsMember(m, "requestId", uniqueID(u)))
 		keys = append(keys, u)
 	}
 	if len(drop) == 0 {
