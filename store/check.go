@@ -155,14 +155,14 @@ type offlineKey struct {
 
 // open reads a file's checkpoint; signed reports that its signature was
 // checked.
-func (k offlineKey) open(file string, msg []byte) (c *Checkpoint, signed bool, err error) {
+func (k offlineKey) open(file string, msg []byte) (c *audit.Checkpoint, signed bool, err error) {
 	if k.v != nil {
-		if other := originOfNote(msg); other == "" || other == k.v.Name() {
-			c, err = OpenCheckpoint(msg, k.v)
+		if other := audit.OriginOfNote(msg); other == "" || other == k.v.Name() {
+			c, err = audit.OpenCheckpoint(msg, k.v)
 			return c, err == nil, err
 		}
 	}
-	if c, err = readUnsigned(msg); err != nil {
+	if c, err = audit.ReadUnsigned(msg); err != nil {
 		return nil, false, err
 	}
 	if k.v == nil {
@@ -330,7 +330,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 // cover yet: its hash and leaf hash from its fields, and its link to the
 // record before it in the export, which must be the one before it in the
 // chain. No checkpoint proves it is in the log.
-func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
+func checkAfter(c *audit.Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
 	switch {
 	case unchained > 0:
 		return fmt.Errorf("record %d (id %s) is in the chain but comes after records that are not", r.Seq, r.ID)

@@ -63,14 +63,14 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if err := db.Reader().Export(ctx, &before, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(before.String())}}); err != nil {
+	if _, err := checkFiles(db.signer.Verifier(), []File{{"whole", []byte(before.String())}}); err != nil {
 		t.Fatal(err)
 	}
 	forged := editExportRow(t, before.String(), 3, func(m map[string]json.RawMessage) {
 		m["decision"] = json.RawMessage(`"denied"`)
 		m["pruned"] = json.RawMessage(`true`)
 	})
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", forged}}); err == nil ||
+	if lines, err := checkFiles(db.signer.Verifier(), []File{{"whole", forged}}); err == nil ||
 		!strings.Contains(err.Error(), "record 3 (id") || !strings.Contains(err.Error(), "marked as pruned but holds a body") {
 		t.Fatalf("a changed record marked as pruned: %v %q", err, lines)
 	}
@@ -85,7 +85,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if err := db.Reader().Export(ctx, &after, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(after.String())}})
+	lines, err := checkFiles(db.signer.Verifier(), []File{{"whole", []byte(after.String())}})
 	if err != nil || !strings.Contains(lines[0], "ok: all 13 records") ||
 		!strings.Contains(lines[0], "6 of them pruned by retention: only their leaves are proved, 6 matched to the retention record") {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
@@ -102,7 +102,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := editExportRow(t, after.String(), tc.seq, tc.edit)
-			if lines, err := checkFiles(db.signer.verifier, []File{{"whole", b}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if lines, err := checkFiles(db.signer.Verifier(), []File{{"whole", b}}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v %q, want %q", err, lines, tc.want)
 			}
 		})
@@ -146,7 +146,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	if err := db.Reader().Export(ctx, &b, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(b.String())}}); err == nil ||
+	if lines, err := checkFiles(db.signer.Verifier(), []File{{"whole", []byte(b.String())}}); err == nil ||
 		!strings.Contains(err.Error(), "retention record 13 (id") || !strings.Contains(err.Error(), "is not signed by the checkpoint key") {
 		t.Fatalf("%v %q", err, lines)
 	}
@@ -190,7 +190,7 @@ func TestCheckFilesProofIDs(t *testing.T) {
 	if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v := db.signer.verifier
+	v := db.signer.Verifier()
 	lines, err := checkFiles(v, []File{{"p", proof}})
 	if err != nil || len(lines) != 1 || !strings.Contains(lines[0], "p: ok: the leaf at position 3 is in the checkpoint of 4 records") ||
 		strings.Contains(lines[0], "ok: record") {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
@@ -116,7 +117,7 @@ type content struct {
 	Cursor     int64
 	Verified   *Verification
 	Retention  *Retention
-	Checkpoint *Checkpoint
+	Checkpoint *audit.Checkpoint
 }
 
 func contentOf(t *testing.T, db *DB) content {

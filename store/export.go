@@ -301,7 +301,7 @@ func (rd Reader) exportPending(ctx context.Context, w io.Writer, o ExportOptions
 // keep accepts, when it is set) in an export of the format against the
 // checkpoint c, with each record's proof unless complete. A pruned
 // record's leaf hash is the tree's: its body is no longer there to hash.
-func (rd Reader) exportRecords(ctx context.Context, w io.Writer, format string, c *Checkpoint, complete bool,
+func (rd Reader) exportRecords(ctx context.Context, w io.Writer, format string, c *audit.Checkpoint, complete bool,
 	q string, args []any, keep func(seq int64) bool) error {
 	rows, err := rd.db.r.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -78,11 +78,11 @@ type tailAuth struct {
 
 // newTailAuth is the MAC state of a database whose checkpoint key is s
 // (nil: none, or only its public key).
-func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
+func newTailAuth(s *audit.Signer, logger *slog.Logger) *tailAuth {
 	a := &tailAuth{logger: logger, alerted: map[int64]string{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
-		a.key = s.derive(macPurpose)
-		a.jkey = s.derive(journalPurpose)
+		a.key = s.Derive(macPurpose)
+		a.jkey = s.Derive(journalPurpose)
 	}
 	return a
 }
@@ -149,7 +149,7 @@ func (a *tailAuth) start(s int64) {
 }
 
 // learn notes where a checkpoint signed by the log's key says MACs start.
-func (a *tailAuth) learn(c *Checkpoint) {
+func (a *tailAuth) learn(c *audit.Checkpoint) {
 	if c != nil {
 		a.start(c.MACsFrom)
 	}
@@ -186,16 +186,16 @@ func (cp *checkpointState) learnMACs(ctx context.Context) (empty bool, err error
 	if _, err := a.macsFrom(ctx, cp.db.r); err != nil {
 		return false, err
 	}
-	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.verifier)
+	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.Verifier())
 	if err != nil {
 		return false, err
 	}
 	a.learn(c)
-	if c, err := readCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.verifier); err == nil {
+	if c, err := audit.ReadCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.Verifier()); err == nil {
 		a.learn(c)
 	}
 	if cp.witness != nil {
-		for _, c := range cp.witness.latestHeld(cp.db.signer.verifier) {
+		for _, c := range cp.witness.latestHeld(cp.db.signer.Verifier()) {
 			a.learn(c)
 		}
 	}
@@ -290,7 +290,7 @@ func (cp *checkpointState) macsWait(ctx context.Context) (string, error) {
 // latestSigned is the largest checkpoint kept in the database that v
 // signed, or nil: the table's rows are only what they say once their
 // signature is checked.
-func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*Checkpoint, error) {
+func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*audit.Checkpoint, error) {
 	rows, err := q.QueryContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
@@ -301,7 +301,7 @@ func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*Checkpoi
 		if err := rows.Scan(&text); err != nil {
 			return nil, fmt.Errorf("checkpoints: %w", err)
 		}
-		if c, err := OpenCheckpoint([]byte(text), v); err == nil {
+		if c, err := audit.OpenCheckpoint([]byte(text), v); err == nil {
 			return c, nil
 		}
 	}

@@ -43,7 +43,7 @@ func (vr Verifier) newMACWalk(ctx context.Context, v note.Verifier, others []anc
 	if err != nil {
 		return nil, err
 	}
-	var cs []*Checkpoint
+	var cs []*audit.Checkpoint
 	if c != nil {
 		cs = append(cs, c)
 	}
@@ -63,7 +63,7 @@ func (vr Verifier) newMACWalk(ctx context.Context, v note.Verifier, others []anc
 // log's key file, when v, the key verify trusts, is that file's.
 func (vr Verifier) verifyMACer(v note.Verifier) *audit.MACer {
 	if v == nil || vr.db.signer == nil || vr.db.auth.key == nil ||
-		v.KeyHash() != vr.db.signer.verifier.KeyHash() || v.Name() != vr.db.signer.verifier.Name() {
+		v.KeyHash() != vr.db.signer.Verifier().KeyHash() || v.Name() != vr.db.signer.Verifier().Name() {
 		return nil // none, or a pinned key that is not this key file's
 	}
 	return audit.NewMACer(vr.db.auth.key)

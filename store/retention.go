@@ -154,7 +154,7 @@ func (rn Pruning) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, erro
 }
 
 // pruneBatch archives, records and blanks the records seqs (steps 2 to 4).
-func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
+func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *audit.Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
 	path, sum, err := rn.writeArchive(ctx, o.ArchiveDir, c, seqs)
 	if err != nil {
 		return fmt.Errorf("retention: archive of records %d to %d: %w", p.First, p.Last, err)
@@ -169,7 +169,7 @@ func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpo
 	// The checkpoint key signs what the record says: whoever can append
 	// to the log without the key cannot name records retention did not
 	// prune.
-	sig, err := note.Sign(&note.Note{Text: d.statement(rn.db.signer.verifier.Name())}, rn.db.signer.note)
+	sig, err := note.Sign(&note.Note{Text: d.statement(rn.db.signer.Verifier().Name())}, rn.db.signer.NoteSigner())
 	if err != nil {
 		return fmt.Errorf("retention: sign the record of records %d to %d: %w", p.First, p.Last, err)
 	}
@@ -338,7 +338,7 @@ func (rn Pruning) callPrunable(ctx context.Context, callID string, size int64, b
 // writeArchive writes the records seqs, with the checkpoint c and their
 // proofs, to a new file in dir, synced with the directory, checks the
 // file as guard audit check would, and returns its path and SHA-256.
-func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs []int64) (string, string, error) {
+func (rn Pruning) writeArchive(ctx context.Context, dir string, c *audit.Checkpoint, seqs []int64) (string, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
@@ -378,7 +378,7 @@ func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, s
 // checkArchive reads an archive back and checks it offline against the
 // log's key: every record's hashes, its proof in the checkpoint c, and
 // that it holds exactly the records seqs.
-func (rn Pruning) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error {
+func (rn Pruning) checkArchive(path, sum string, c *audit.Checkpoint, seqs []int64) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -391,7 +391,7 @@ func (rn Pruning) checkArchive(path, sum string, c *Checkpoint, seqs []int64) er
 	}
 	n := 0
 	var fs Findings
-	if _, err := checkExport(offlineKey{v: rn.db.signer.verifier, f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
+	if _, err := checkExport(offlineKey{v: rn.db.signer.Verifier(), f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}
 	if len(fs.Unverifiable) > 0 {

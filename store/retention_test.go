@@ -137,7 +137,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
 		t.Fatalf("archive sha256 %s, reported %s", hex.EncodeToString(sum[:]), p.SHA256)
 	}
-	lines, err := checkFiles(db.signer.verifier, []File{{"archive", b}, {"proof", before}})
+	lines, err := checkFiles(db.signer.Verifier(), []File{{"archive", b}, {"proof", before}})
 	if err != nil {
 		t.Fatalf("offline check of the archive: %v (%q)", err, lines)
 	}
@@ -187,12 +187,12 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
+	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.Verifier(), Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
 	for _, k := range kept {
-		if lines, err := checkFiles(db.signer.verifier, []File{{k.Name, k.Note}}); err != nil {
+		if lines, err := checkFiles(db.signer.Verifier(), []File{{k.Name, k.Note}}); err != nil {
 			t.Fatalf("checkpoint %s: %v %q", k.Name, err, lines)
 		}
 	}
@@ -203,7 +203,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
 		t.Fatal("the export does not mark pruned records, or holds their bodies")
 	}
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
+	if lines, err := checkFiles(db.signer.Verifier(), []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
 	}
 	if pruned, failures, err := db.Pruning().RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {
@@ -714,7 +714,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}}
+	o := VerifyOptions{Key: db.signer.Verifier(), Kept: []KeptCheckpoint{{"kept", kept.Note}}}
 	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
 		t.Fatalf("verify after pruning: %+v %v", rep, err)
@@ -724,7 +724,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d retentionDetail
-	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil || !d.signedBy(db.signer.verifier) {
+	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil || !d.signedBy(db.signer.Verifier()) {
 		t.Fatalf("the retention record is not signed: %v %s", err, ret.Detail)
 	}
 
@@ -739,7 +739,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 		// past the cutoff the record states.
 		{"signed, a record younger than its cutoff", func(db *DB, d *retentionDetail) {
 			d.Before = fmtTime(retentionStart)
-			sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+			sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.Verifier().Name())}, db.signer.NoteSigner())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -784,7 +784,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.Verifier(), Kept: []KeptCheckpoint{{"kept", kept.Note}}})
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

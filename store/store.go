@@ -98,11 +98,11 @@ func (o *Options) defaults() {
 // DB is an open guard database.
 type DB struct {
 	opts   Options
-	aw     *sql.DB   // the audit writer's own connection (nil when read-only)
-	w      *sql.DB   // the connection of every other write (readers when read-only)
-	r      *sql.DB   // readers
-	signer *signer   // nil when read-only and there is no key
-	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
+	aw     *sql.DB       // the audit writer's own connection (nil when read-only)
+	w      *sql.DB       // the connection of every other write (readers when read-only)
+	r      *sql.DB       // readers
+	signer *audit.Signer // nil when read-only and there is no key
+	hold   *sql.Conn     // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
 	// listen hears of other replicas' changes on PostgreSQL (notify.go);
@@ -180,7 +180,7 @@ type checkpointState struct {
 
 	// lastSigned is the last checkpoint this process signed: the next
 	// must extend it.
-	lastSigned atomic.Pointer[Checkpoint]
+	lastSigned atomic.Pointer[audit.Checkpoint]
 }
 
 // schemaGaps are the columns and the migrations a database opened
@@ -321,7 +321,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	// The key first: the records of an earlier version's journals get
 	// their MACs as they are moved in (upgrade).
-	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
+	if db.signer, err = audit.LoadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
@@ -621,7 +621,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
 	}
-	sg, err := readSigner(opts.KeyPath)
+	sg, err := audit.ReadSigner(opts.KeyPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)

@@ -114,14 +114,14 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var prev *Checkpoint
+	var prev *audit.Checkpoint
 	for rows.Next() {
 		var size int64
 		var text string
 		if err := rows.Scan(&size, &text); err != nil {
 			t.Fatal(err)
 		}
-		c, err := OpenCheckpoint([]byte(text), db.signer.verifier)
+		c, err := audit.OpenCheckpoint([]byte(text), db.signer.Verifier())
 		if err != nil || c.Size != size {
 			t.Fatalf("checkpoint %d: %+v %v", size, c, err)
 		}
@@ -341,13 +341,13 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		}
 	}
 	db.Close() // delivers what is queued
-	v := db.signer.verifier
+	v := db.signer.Verifier()
 	if len(got) < 2 {
 		t.Fatalf("the HTTP witness got %d checkpoints", len(got))
 	}
 	mu.Lock()
 	for i, b := range posted {
-		if c, err := OpenCheckpoint(b, v); err != nil || c.Size != int64(i+1) {
+		if c, err := audit.OpenCheckpoint(b, v); err != nil || c.Size != int64(i+1) {
 			t.Fatalf("posted checkpoint %d: %+v %v", i, c, err)
 		}
 	}
@@ -358,7 +358,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 	if len(notes) != 4 {
 		t.Fatalf("appended witness file: %q", b)
 	}
-	if c, err := OpenCheckpoint([]byte(notes[2]+"\n\n"+notes[3]+"\n"), v); err != nil || c.Size != 2 {
+	if c, err := audit.OpenCheckpoint([]byte(notes[2]+"\n\n"+notes[3]+"\n"), v); err != nil || c.Size != 2 {
 		t.Fatalf("last appended checkpoint: %+v %v", c, err)
 	}
 	for _, name := range []string{"00000000000000000001.checkpoint", "00000000000000000002.checkpoint"} {
@@ -366,7 +366,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := OpenCheckpoint(b, v); err != nil {
+		if _, err := audit.OpenCheckpoint(b, v); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -382,7 +382,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		t.Fatalf("syslog message: %q", msg)
 	}
 	text := strings.ReplaceAll(strings.TrimSpace(msg[i+len("audit checkpoint "):]), `\n`, "\n") + "\n"
-	if c, err := OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
+	if c, err := audit.OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
 		t.Fatalf("checkpoint from syslog %q: %+v %v", text, c, err)
 	}
 	if n := db.Integrity().WitnessFailures(); n != 2 {

@@ -133,7 +133,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 	if len(lines) != 11+len(journal) || len(unchained) != len(journal) || unchained[0] != out5.ID {
 		t.Errorf("the export holds %d records, %d of them not in the chain (%v), want 11 and %d", len(lines), len(unchained), unchained, len(journal))
 	}
-	key := ro.signer.verifier
+	key := ro.signer.Verifier()
 	out, f := CheckFiles(key, []File{{Name: "export", Data: exp.Bytes()}})
 	if f.Verdict() != VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
 		len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], fmt.Sprintf("export: %d acknowledged records not yet in the chain", len(journal))) {
@@ -187,7 +187,7 @@ func TestAnExportRightAfterACrashHoldsEveryRecord(t *testing.T) {
 		}
 		// The records of the chain after the checkpoint are a note; those
 		// not yet in it cannot be checked.
-		out, f := CheckFiles(note.Verifier(ro.signer.verifier), []File{{Name: "export", Data: exp.Bytes()}})
+		out, f := CheckFiles(note.Verifier(ro.signer.Verifier()), []File{{Name: "export", Data: exp.Bytes()}})
 		if f.Verdict() != VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
 			t.Errorf("%s: check: %v %+v", format, out, f)
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -108,35 +109,15 @@ type checkpoints struct {
 }
 
 // open reads a checkpoint of the log.
-func (cs checkpoints) open(msg []byte) (*Checkpoint, error) {
+func (cs checkpoints) open(msg []byte) (*audit.Checkpoint, error) {
 	if cs.v != nil {
-		return OpenCheckpoint(msg, cs.v)
+		return audit.OpenCheckpoint(msg, cs.v)
 	}
-	c, err := readUnsigned(msg)
+	c, err := audit.ReadUnsigned(msg)
 	if err == nil && cs.origin != "" && c.Origin != cs.origin {
 		return nil, fmt.Errorf("it is of %s, and this log's checkpoints of %s: if it was kept from this log, the log was replaced", c.Origin, cs.origin)
 	}
 	return c, err
-}
-
-// readUnsigned parses a signed checkpoint without checking its signature.
-func readUnsigned(msg []byte) (*Checkpoint, error) {
-	_, err := note.Open(msg, note.VerifierList())
-	var u *note.UnverifiedNoteError
-	if !errors.As(err, &u) {
-		return nil, fmt.Errorf("it is not a signed note: %w", err)
-	}
-	return parseCheckpoint(u.Note.Text, msg)
-}
-
-// originOfNote is the origin a checkpoint names (its first line), whoever
-// signed it; "" for what is not a signed note.
-func originOfNote(msg []byte) string {
-	c, err := readUnsigned(msg)
-	if err != nil {
-		return ""
-	}
-	return c.Origin
 }
 
 // logOrigin names the log this database holds: the origin of the first
@@ -148,14 +129,14 @@ func (db *DB) logOrigin(ctx context.Context) (origin, where string, err error) {
 	err = db.r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size LIMIT 1`).Scan(&text)
 	switch {
 	case err == nil:
-		if o := originOfNote([]byte(text)); o != "" {
+		if o := audit.OriginOfNote([]byte(text)); o != "" {
 			return o, "its first checkpoint, kept in the database", nil
 		}
 	case !errors.Is(err, sql.ErrNoRows):
 		return "", "", fmt.Errorf("checkpoints: %w", err)
 	}
 	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil {
-		if o := originOfNote(b); o != "" {
+		if o := audit.OriginOfNote(b); o != "" {
 			return o, "its checkpoint file " + db.opts.CheckpointPath, nil
 		}
 	}
@@ -172,7 +153,7 @@ func (db *DB) logOrigin(ctx context.Context) (origin, where string, err error) {
 func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *Findings) (v note.Verifier, had bool) {
 	v, which := pinned, "the key given"
 	if v == nil && vr.db.signer != nil {
-		v, which = vr.db.signer.verifier, "the checkpoint key at "+vr.db.opts.KeyPath
+		v, which = vr.db.signer.Verifier(), "the checkpoint key at "+vr.db.opts.KeyPath
 	}
 	if v == nil || origin == "" || v.Name() == origin {
 		return v, v != nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -56,7 +57,7 @@ func signedLog(t *testing.T, key string, n int) (path, origin string) {
 			t.Fatal(err)
 		}
 	}
-	origin = db.signer.verifier.Name()
+	origin = db.signer.Verifier().Name()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +74,10 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 	keys := t.TempDir()
 	own, other := filepath.Join(keys, "own", "audit.key"), filepath.Join(keys, "other", "audit.key")
 	path, origin := signedLog(t, own, 6)
-	if err := createKey(other); err != nil {
+	if err := audit.CreateKey(other); err != nil {
 		t.Fatal(err)
 	}
-	otherKey, err := VerifierKeyOf(other)
+	otherKey, err := audit.VerifierKeyOf(other)
 	if err != nil {
 		t.Fatal(err)
 	}

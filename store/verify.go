@@ -81,7 +81,7 @@ func (vr Verifier) Verify(ctx context.Context) (Report, error) {
 
 // anchor is a checkpoint the log is checked against while it is walked.
 type anchor struct {
-	c     *Checkpoint
+	c     *audit.Checkpoint
 	where string
 	kept  bool // from outside guard's files, its signature checked
 }
@@ -132,7 +132,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 	// PostgreSQL it lies beside whichever key was read) and tells
 	// nothing about it.
 	if b, err := os.ReadFile(vr.db.opts.CheckpointPath); err == nil {
-		if other := originOfNote(b); origin != "" && other != "" && other != origin {
+		if other := audit.OriginOfNote(b); origin != "" && other != "" && other != origin {
 			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
 		} else if c, err := cs.open(b); err != nil {
 			rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -41,7 +42,7 @@ const witnessTimeout = 10 * time.Second
 
 type witnessTarget interface {
 	name() string
-	write(ctx context.Context, c *Checkpoint) error
+	write(ctx context.Context, c *audit.Checkpoint) error
 	close() error
 }
 
@@ -52,8 +53,8 @@ type witnesses struct {
 	// must extend them. Later ones are the process's own (DB.lastSigned)
 	// or kept in the database.
 	heldOnce sync.Once
-	held     []*Checkpoint
-	ch       chan *Checkpoint
+	held     []*audit.Checkpoint
+	ch       chan *audit.Checkpoint
 	done     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -64,7 +65,7 @@ type witnesses struct {
 // newWitnesses parses the witnesses' addresses; syslogSocket is the local
 // syslog socket ("": the system's).
 func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*witnesses, error) {
-	w := &witnesses{ch: make(chan *Checkpoint, witnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
+	w := &witnesses{ch: make(chan *audit.Checkpoint, witnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
 	for _, s := range list {
 		switch u, err := url.Parse(s); {
 		case s == "syslog":
@@ -83,7 +84,7 @@ func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failu
 }
 
 // send queues a checkpoint for the witnesses without waiting.
-func (w *witnesses) send(c *Checkpoint) {
+func (w *witnesses) send(c *audit.Checkpoint) {
 	select {
 	case w.ch <- c:
 	default:
@@ -137,10 +138,10 @@ type fileWitness string
 func (f fileWitness) name() string { return "file://" + string(f) }
 func (f fileWitness) close() error { return nil }
 
-func (f fileWitness) write(_ context.Context, c *Checkpoint) error {
+func (f fileWitness) write(_ context.Context, c *audit.Checkpoint) error {
 	path := string(f)
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return writeFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
+		return audit.WriteFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
 	}
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -167,7 +168,7 @@ type localSyslog interface {
 
 func (s *syslogWitness) name() string { return "syslog" }
 
-func (s *syslogWitness) write(_ context.Context, c *Checkpoint) error {
+func (s *syslogWitness) write(_ context.Context, c *audit.Checkpoint) error {
 	if s.w == nil {
 		w, err := dialSyslog(s.socket)
 		if err != nil {
@@ -202,7 +203,7 @@ type httpWitness struct {
 func (h *httpWitness) name() string { return guard.DisplayURL(h.url) }
 func (h *httpWitness) close() error { h.client.CloseIdleConnections(); return nil }
 
-func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
+func (h *httpWitness) write(ctx context.Context, c *audit.Checkpoint) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(c.Note))
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
 
 // latestHeld returns the latest checkpoint of the log (signed by v) that
 // each file witness holds, read once per process.
-func (w *witnesses) latestHeld(v note.Verifier) []*Checkpoint {
+func (w *witnesses) latestHeld(v note.Verifier) []*audit.Checkpoint {
 	w.heldOnce.Do(func() {
 		for _, t := range w.targets {
 			f, ok := t.(fileWitness)
@@ -248,7 +249,7 @@ func (w *witnesses) latestHeld(v note.Verifier) []*Checkpoint {
 // latest is the largest checkpoint signed by v the witness holds, or nil:
 // the file of the largest size in a directory that opens, or the last
 // note in an appended file that does.
-func (f fileWitness) latest(v note.Verifier) (*Checkpoint, error) {
+func (f fileWitness) latest(v note.Verifier) (*audit.Checkpoint, error) {
 	path := string(f)
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -264,7 +265,7 @@ func (f fileWitness) latest(v note.Verifier) (*Checkpoint, error) {
 		}
 		notes := SplitWitnessed(b)
 		for i := len(notes) - 1; i >= 0; i-- {
-			if c, err := OpenCheckpoint(notes[i], v); err == nil {
+			if c, err := audit.OpenCheckpoint(notes[i], v); err == nil {
 				return c, nil
 			}
 		}
@@ -279,7 +280,7 @@ func (f fileWitness) latest(v note.Verifier) (*Checkpoint, error) {
 		if err != nil {
 			continue
 		}
-		if c, err := OpenCheckpoint(b, v); err == nil {
+		if c, err := audit.OpenCheckpoint(b, v); err == nil {
 			return c, nil
 		}
 	}

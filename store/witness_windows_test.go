@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+
+	"github.com/guard-mcp/guard/audit"
 )
 
 // A syslog witness on Windows says, at each checkpoint, that there is no
@@ -18,7 +20,7 @@ func TestWitnessesOnWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	if err := w.targets[0].write(context.Background(), &Checkpoint{Size: 1}); !errors.Is(err, errNoSyslog) {
+	if err := w.targets[0].write(context.Background(), &audit.Checkpoint{Size: 1}); !errors.Is(err, errNoSyslog) {
 		t.Fatalf("the syslog witness on Windows: %v", err)
 	}
 	for raw, want := range map[string]string{
