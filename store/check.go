@@ -75,9 +75,9 @@ func parseProof(b []byte) ([]proved, []byte, error) {
 // (the check stops there), and why signatures could not be checked. With
 // no key (v nil), or a key of another log than a file's checkpoint names
 // (used for nothing), everything but the signatures is still checked.
-func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
+func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 	var out []string
-	var fs Findings
+	var fs audit.Findings
 	key := offlineKey{v: v, f: &fs}
 	leaves := map[string]exported{} // id → the record's seq and leaf hash, from exports
 	where := map[string]string{}
@@ -91,14 +91,14 @@ func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 				leaves[id], where[id] = exported{seq, leaf}, f.Name
 			})
 			if err != nil {
-				fs.fail("%s: %v", f.Name, err)
+				fs.Fail("%s: %v", f.Name, err)
 				return out, fs
 			}
 			out = append(out, f.Name+": "+line)
 		default:
 			c, signed, err := key.open(f.Name, b)
 			if err != nil {
-				fs.fail("%s: %v", f.Name, err)
+				fs.Fail("%s: %v", f.Name, err)
 				return out, fs
 			}
 			out = append(out, fmt.Sprintf("%s: %s: a checkpoint of %d records of %s", f.Name, holds(signed), c.Size, c.Origin))
@@ -107,24 +107,24 @@ func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 	for _, f := range proofs {
 		recs, cp, err := parseProof(f.Data)
 		if err != nil {
-			fs.fail("%s: not a proof: %v", f.Name, err)
+			fs.Fail("%s: not a proof: %v", f.Name, err)
 			return out, fs
 		}
 		c, signed, err := key.open(f.Name, cp)
 		if err != nil {
-			fs.fail("%s: its checkpoint: %v", f.Name, err)
+			fs.Fail("%s: its checkpoint: %v", f.Name, err)
 			return out, fs
 		}
 		for _, p := range recs {
 			if p.seq > c.Size {
-				fs.fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+				fs.Fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
 				return out, fs
 			}
 			// The proof names the record's id, but only its leaf hash
 			// is proved: the id is claimed only when an export holds
 			// the record with that leaf.
 			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				fs.fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+				fs.Fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
 				return out, fs
 			}
 			e, ok := leaves[p.id]
@@ -134,7 +134,7 @@ func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 				continue
 			}
 			if e.leaf != p.leaf || e.seq != p.seq {
-				fs.fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+				fs.Fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
 				return out, fs
 			}
 			out = append(out, fmt.Sprintf("%s: %s: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
@@ -150,7 +150,7 @@ func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 // the checkpoint names, and is used for nothing.
 type offlineKey struct {
 	v note.Verifier
-	f *Findings
+	f *audit.Findings
 }
 
 // open reads a file's checkpoint; signed reports that its signature was
@@ -166,9 +166,9 @@ func (k offlineKey) open(file string, msg []byte) (c *audit.Checkpoint, signed b
 		return nil, false, err
 	}
 	if k.v == nil {
-		k.f.cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", passKey)
+		k.f.Cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", audit.PassKey)
 	} else {
-		k.f.cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
+		k.f.Cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
 			k.v.Name(), file, c.Origin)
 	}
 	return c, false, nil
@@ -352,12 +352,12 @@ func checkAfter(c *audit.Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq in
 // covers: records of the chain after it (a note: what could be checked
 // holds, nothing signs them yet), and records not yet in the chain,
 // which cannot be checked until a writable guard has moved them in.
-func pendingFindings(f *Findings, name string, size, after, unchained int64) {
+func pendingFindings(f *audit.Findings, name string, size, after, unchained int64) {
 	if after > 0 {
-		f.note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
+		f.Note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
 	}
 	if unchained > 0 {
-		f.cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)
+		f.Cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // every file verified.
 func checkFiles(v note.Verifier, files []File) ([]string, error) {
 	lines, f := CheckFiles(v, files)
-	if f.Verdict() != VerdictVerified {
+	if f.Verdict() != audit.VerdictVerified {
 		return lines, errors.New(f.Why())
 	}
 	return lines, nil

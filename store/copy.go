@@ -86,7 +86,7 @@ type CopyReport struct {
 	// Verified is the destination's verification, after the move,
 	// against Checkpoint as a checkpoint kept elsewhere: Witnessed, and
 	// Extends is its size.
-	Verified Report
+	Verified audit.Report
 	// Learned is how many rules of CopyOptions.Learned were added.
 	Learned int
 }
@@ -226,9 +226,9 @@ func sameKey(from, to Options) error {
 // checkpoint in the destination's checkpoint file when there is one:
 // guard on the destination will hold the log to it.
 func verifyForCopy(ctx context.Context, v Verifier, checkpointPath string) error {
-	var o VerifyOptions
+	var o audit.VerifyOptions
 	if b, err := os.ReadFile(checkpointPath); err == nil {
-		o.Kept = append(o.Kept, KeptCheckpoint{Name: "in " + checkpointPath + " (the destination's checkpoint file)", Note: b})
+		o.Kept = append(o.Kept, audit.KeptCheckpoint{Name: "in " + checkpointPath + " (the destination's checkpoint file)", Note: b})
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("the destination's checkpoint file: %w", err)
 	}
@@ -477,9 +477,9 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 	if err != nil {
 		return fmt.Errorf("it does not open: %w", err)
 	}
-	var o VerifyOptions
+	var o audit.VerifyOptions
 	if rep.Checkpoint != nil {
-		o.Kept = []KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
+		o.Kept = []audit.KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
 	}
 	rep.Verified, err = dst.Verifier().VerifyWith(ctx, o)
 	if cerr := dst.Close(); err == nil {

@@ -390,7 +390,7 @@ func (rn Pruning) checkArchive(path, sum string, c *audit.Checkpoint, seqs []int
 		return fmt.Errorf("it is not against the checkpoint of %d records", c.Size)
 	}
 	n := 0
-	var fs Findings
+	var fs audit.Findings
 	if _, err := checkExport(offlineKey{v: rn.db.signer.Verifier(), f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}

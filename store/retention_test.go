@@ -78,7 +78,7 @@ func rawConn(t *testing.T, path string) *sql.DB {
 	return r
 }
 
-func verifyPruned(t *testing.T, db *DB) Report {
+func verifyPruned(t *testing.T, db *DB) audit.Report {
 	t.Helper()
 	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
@@ -101,7 +101,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept []KeptCheckpoint
+	var kept []audit.KeptCheckpoint
 	rows, err := db.r.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		if err := rows.Scan(&size, &text); err != nil {
 			t.Fatal(err)
 		}
-		kept = append(kept, KeptCheckpoint{fmt.Sprintf("of %d records", size), []byte(text)})
+		kept = append(kept, audit.KeptCheckpoint{Name: fmt.Sprintf("of %d records", size), Note: []byte(text)})
 	}
 	rows.Close()
 	if len(kept) != 5 {
@@ -187,7 +187,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.Verifier(), Kept: kept})
+	rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Key: db.signer.Verifier(), Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
@@ -714,7 +714,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := VerifyOptions{Key: db.signer.Verifier(), Kept: []KeptCheckpoint{{"kept", kept.Note}}}
+	o := audit.VerifyOptions{Key: db.signer.Verifier(), Kept: []audit.KeptCheckpoint{{Name: "kept", Note: kept.Note}}}
 	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
 		t.Fatalf("verify after pruning: %+v %v", rep, err)
@@ -784,7 +784,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.Verifier(), Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Key: db.signer.Verifier(), Kept: []audit.KeptCheckpoint{{Name: "kept", Note: kept.Note}}})
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

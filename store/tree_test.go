@@ -261,7 +261,7 @@ func TestTheTreeIsCompletedAndItsHashesVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	verify := func() Report {
+	verify := func() audit.Report {
 		t.Helper()
 		ro, err := OpenReadOnly(ctx, Options{Path: path})
 		if err != nil {
@@ -507,7 +507,7 @@ func TestVerifyOfALogWithoutATree(t *testing.T) {
 	}
 	defer ro.Close()
 	rep, err := ro.Verifier().Verify(context.Background())
-	if err != nil || rep.Verdict() != VerdictUnverifiable || !strings.Contains(rep.Why(), "no Merkle tree yet") {
+	if err != nil || rep.Verdict() != audit.VerdictUnverifiable || !strings.Contains(rep.Why(), "no Merkle tree yet") {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	// A writable open builds it over the records there.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -135,7 +136,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 	}
 	key := ro.signer.Verifier()
 	out, f := CheckFiles(key, []File{{Name: "export", Data: exp.Bytes()}})
-	if f.Verdict() != VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
+	if f.Verdict() != audit.VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
 		len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], fmt.Sprintf("export: %d acknowledged records not yet in the chain", len(journal))) {
 		t.Errorf("check: %v %+v", out, f)
 	}
@@ -188,7 +189,7 @@ func TestAnExportRightAfterACrashHoldsEveryRecord(t *testing.T) {
 		// The records of the chain after the checkpoint are a note; those
 		// not yet in it cannot be checked.
 		out, f := CheckFiles(note.Verifier(ro.signer.Verifier()), []File{{Name: "export", Data: exp.Bytes()}})
-		if f.Verdict() != VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
+		if f.Verdict() != audit.VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
 			t.Errorf("%s: check: %v %+v", format, out, f)
 		}
 	}

@@ -396,7 +396,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends == 0 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
@@ -666,7 +666,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 
 	db := openDB(t, path)
 	defer db.Close()
-	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 {
 		t.Fatalf("verify after the migration: %+v %v", rep, err)
 	}
@@ -687,7 +687,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}

@@ -11,58 +11,8 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
-	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
-
-// Report is what Verify found: its Findings (Problem names the first
-// record that was altered, removed or reordered, a tree hash that does
-// not match, or a checkpoint the log does not extend; Unverifiable why
-// some of it could not be checked here) and what it checked.
-type Report struct {
-	Records int64
-	// OK is set when the log verified: Verdict() is VerdictVerified.
-	OK bool
-	Findings
-	// Witnessed is set when the log was checked against a checkpoint
-	// kept elsewhere (VerifyOptions.Kept: an auditor's, or a witness's),
-	// which its own files cannot forge, its signature checked with this
-	// log's key. Extends is then the size of the largest such
-	// checkpoint. A pinned key alone does not witness the log: whoever
-	// truncates it and lets guard go on signing gets checkpoints of a
-	// new history signed by that key.
-	Witnessed bool
-	Extends   int64
-	// Pruned is how many records lost their bodies to retention: their
-	// leaves and links are checked, and that a retention record signed
-	// by the checkpoint key names them, but not their contents.
-	Pruned int64
-	// Unauthenticated is how many records after the checkpoint of
-	// TailAfter records (the last one the log was checked against) no
-	// signature and no MAC authenticated here (macverify.go): the
-	// verifier holds only the public key, or they came before MACs
-	// started. Anyone who can write the database may have written them;
-	// a note says so.
-	Unauthenticated int64
-	TailAfter       int64
-}
-
-// KeptCheckpoint is a checkpoint held outside guard's files: kept by an
-// auditor, or by a witness.
-type KeptCheckpoint struct {
-	Name string // where it comes from, for people
-	Note []byte
-}
-
-// VerifyOptions are what VerifyWith checks the log against beyond its own
-// files.
-type VerifyOptions struct {
-	// Key is the pinned verifier of the checkpoints (nil: the log's own
-	// key, from its key file).
-	Key note.Verifier
-	// Kept are checkpoints kept elsewhere, which the log must extend.
-	Kept []KeptCheckpoint
-}
 
 // Verifier verifies the audit log (its chain, its tree, its checkpoints,
 // its MACs and the indexes made from it), on a schedule too, keeping the
@@ -75,8 +25,8 @@ type Verifier struct{ db *DB }
 func (db *DB) Verifier() Verifier { return Verifier{db} }
 
 // Verify is VerifyWith against the log's own files only.
-func (vr Verifier) Verify(ctx context.Context) (Report, error) {
-	return vr.VerifyWith(ctx, VerifyOptions{})
+func (vr Verifier) Verify(ctx context.Context) (audit.Report, error) {
+	return vr.VerifyWith(ctx, audit.VerifyOptions{})
 }
 
 // anchor is a checkpoint the log is checked against while it is walked.
@@ -99,16 +49,16 @@ type anchor struct {
 // the checkpoints' sizes and roots are still compared with the log, and
 // the report fails on whatever fails, and is unverifiable only when all
 // it could check holds.
-func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err error) {
+func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep audit.Report, err error) {
 	defer func() {
 		if err != nil && damaged(err) {
-			rep.fail("the database is damaged: %v", err)
+			rep.Fail("the database is damaged: %v", err)
 			err = nil
 		}
-		rep.OK = rep.Verdict() == VerdictVerified
+		rep.OK = rep.Verdict() == audit.VerdictVerified
 	}()
 	if vr.db.hold != nil {
-		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", vr.db.opts.Path)
+		rep.Cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", vr.db.opts.Path)
 		return rep, nil
 	}
 	vr.db.ing.caughtUp(ctx)
@@ -117,7 +67,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {
-		rep.cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
+		rep.Cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
 		return rep, nil
 	}
 	origin, originAt, err := vr.db.logOrigin(ctx)
@@ -125,7 +75,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	v, hadKey := vr.verifyKey(o.Key, origin, originAt, &rep.Findings)
-	cs := checkpoints{v: v, origin: origin}
+	cs := audit.Checkpoints{V: v, Origin: origin}
 	var extra []anchor
 	// The file beside the database is guard's own copy of the latest
 	// checkpoint; one that names another log is not this log's (on
@@ -133,19 +83,19 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 	// nothing about it.
 	if b, err := os.ReadFile(vr.db.opts.CheckpointPath); err == nil {
 		if other := audit.OriginOfNote(b); origin != "" && other != "" && other != origin {
-			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
-		} else if c, err := cs.open(b); err != nil {
-			rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
+			rep.Cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
+		} else if c, err := cs.Open(b); err != nil {
+			rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 		} else {
 			extra = append(extra, anchor{c, "in " + vr.db.opts.CheckpointPath, false})
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
+		rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 	}
 	for _, k := range o.Kept {
-		c, err := cs.open(k.Note)
+		c, err := cs.Open(k.Note)
 		if err != nil {
-			rep.fail("the checkpoint %s: %v", k.Name, err)
+			rep.Fail("the checkpoint %s: %v", k.Name, err)
 			continue
 		}
 		extra = append(extra, anchor{c, k.Name, v != nil})
@@ -173,7 +123,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 	var prev *guard.Record
 	checked := 0
 	// Checkpoints of size 0 hold nothing to check.
-	for cps.peek(rep.fail) != nil && cps.peek(rep.fail).c.Size == 0 {
+	for cps.peek(rep.Fail) != nil && cps.peek(rep.Fail).c.Size == 0 {
 		cps.next()
 	}
 	for w.recs.Next() {
@@ -201,16 +151,16 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		}
 		switch {
 		case r.Pruned && hasBody(r):
-			rep.fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
+			rep.Fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
 		case !r.Pruned && h != r.Hash:
-			rep.fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
+			rep.Fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
 		case r.Seq != wantSeq:
-			rep.fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
+			rep.Fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
 		case r.PrevHash != prevHash:
 			if s := vr.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
-				rep.fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
+				rep.Fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
 			} else {
-				rep.fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
+				rep.Fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
 			}
 		}
 		prev = r
@@ -218,11 +168,11 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 			continue
 		}
 		if p := macs.record(r, mac); p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 			continue
 		}
 		if p := ret.record(ctx, r); p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 			continue
 		}
 		var leaf *tlog.Hash
@@ -234,23 +184,23 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 			continue
 		}
 		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
-			if w.endedAt == r.Seq && cps.peek(rep.fail) == nil {
+			if w.endedAt == r.Seq && cps.peek(rep.Fail) == nil {
 				// The tree stops after the last checkpoint, as guard
 				// stops it before a record whose MAC fails (mac.go):
 				// the records from there on are in no tree yet.
 				macs.treeless = true
 				continue
 			}
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 			continue
 		}
-		for a := cps.peek(rep.fail); a != nil && a.c.Size == edge.Size() && rep.Problem == ""; a = cps.peek(rep.fail) {
+		for a := cps.peek(rep.Fail); a != nil && a.c.Size == edge.Size() && rep.Problem == ""; a = cps.peek(rep.Fail) {
 			root, err := edge.Root()
 			if err != nil {
 				return rep, fmt.Errorf("verify: %w", err)
 			}
 			if root != a.c.Root {
-				rep.fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
+				rep.Fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
 			}
 			macs.checkpointed(a.c.Size)
 			if a.kept {
@@ -269,11 +219,11 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		var h []byte
 		if err := w.tree.Scan(&idx, &h); err == nil {
 			level, n := tlog.SplitStoredHashIndex(idx)
-			rep.fail("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
+			rep.Fail("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
 		}
 	}
-	if a := cps.peek(rep.fail); a != nil && rep.Problem == "" {
-		rep.fail("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
+	if a := cps.peek(rep.Fail); a != nil && rep.Problem == "" {
+		rep.Fail("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
 	}
 	if err := cps.err(); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
@@ -282,7 +232,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		vr.noKey(&rep.Findings)
 	}
 	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
-		rep.fail("no checkpoint covers the log: its truncation cannot be ruled out")
+		rep.Fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
 		p, err := vr.checkCallIndex(ctx, macs.authenticated(rep.Records))
@@ -290,7 +240,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
 		if p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 		}
 	}
 	if rep.Problem == "" {
@@ -299,7 +249,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 			return rep, fmt.Errorf("verify: text index: %w", err)
 		}
 		if p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 		}
 	}
 	if err := vr.journalFindings(ctx, &rep.Findings); err != nil {
@@ -307,7 +257,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 	}
 	if rep.Problem == "" && macs.unauth > 0 {
 		rep.Unauthenticated, rep.TailAfter = macs.unauth, macs.covered
-		rep.note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
+		rep.Note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
 			rep.Unauthenticated, rep.TailAfter)
 	}
 	return rep, nil
@@ -455,7 +405,7 @@ func hasBody(r *guard.Record) bool {
 // size order, each read by cs as it is read) with the others, by size.
 type checkpointStream struct {
 	rows  *sql.Rows
-	cs    checkpoints
+	cs    audit.Checkpoints
 	extra []anchor
 	head  *anchor
 	done  bool
@@ -479,7 +429,7 @@ func (s *checkpointStream) peek(problem func(string, ...any)) *anchor {
 			break
 		}
 		s.seen = true
-		c, err := s.cs.open([]byte(text))
+		c, err := s.cs.Open([]byte(text))
 		if err == nil && c.Size != size {
 			err = fmt.Errorf("it is filed under %d records", size)
 		}

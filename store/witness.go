@@ -325,8 +325,8 @@ func SplitWitnessed(b []byte) [][]byte {
 // list hold (file:///PATH: every checkpoint file of a directory, every
 // note appended to a file), to check the log against. The others
 // (syslog, HTTP) hold nothing guard can read.
-func WitnessedCheckpoints(list []string) ([]KeptCheckpoint, error) {
-	var out []KeptCheckpoint
+func WitnessedCheckpoints(list []string) ([]audit.KeptCheckpoint, error) {
+	var out []audit.KeptCheckpoint
 	for _, w := range list {
 		u, err := url.Parse(w)
 		if err != nil || u.Scheme != "file" || u.Path == "" {
@@ -351,7 +351,7 @@ func WitnessedCheckpoints(list []string) ([]KeptCheckpoint, error) {
 				if err != nil {
 					return out, fmt.Errorf("witness %s: %w", w, err)
 				}
-				out = append(out, KeptCheckpoint{Name: "witnessed in " + p, Note: b})
+				out = append(out, audit.KeptCheckpoint{Name: "witnessed in " + p, Note: b})
 			}
 			continue
 		}
@@ -360,7 +360,7 @@ func WitnessedCheckpoints(list []string) ([]KeptCheckpoint, error) {
 			return out, fmt.Errorf("witness %s: %w", w, err)
 		}
 		for i, n := range SplitWitnessed(b) {
-			out = append(out, KeptCheckpoint{Name: fmt.Sprintf("witnessed in %s (note %d)", path, i+1), Note: n})
+			out = append(out, audit.KeptCheckpoint{Name: fmt.Sprintf("witnessed in %s (note %d)", path, i+1), Note: n})
 		}
 	}
 	return out, nil

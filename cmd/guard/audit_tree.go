@@ -69,7 +69,7 @@ func auditVerifyCommand(a *app) *cobra.Command {
 	cpFile := fs.String("checkpoint", "", "a checkpoint kept elsewhere (`FILE`, as guard audit checkpoint printed it) that the log must extend")
 	key := fs.String("key", "", "the pinned verifier `KEY` (as guard audit key printed it, or a file holding it); default: the log's own key")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
-		var o store.VerifyOptions
+		var o audit.VerifyOptions
 		if *key != "" {
 			v, err := audit.ParseVerifier(*key)
 			if err != nil {
@@ -84,7 +84,7 @@ func auditVerifyCommand(a *app) *cobra.Command {
 				fmt.Fprintf(a.stderr, "guard audit verify: --checkpoint: %v\n", err)
 				return exitUsage
 			}
-			o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
+			o.Kept = append(o.Kept, audit.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
 		}
 		// A log that cannot be opened or read here (a database that cannot
 		// be reached, a file that is not a guard database) is not one that
