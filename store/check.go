@@ -1,15 +1,12 @@
 package store
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
@@ -24,45 +21,6 @@ import (
 type File struct {
 	Name string
 	Data []byte
-}
-
-// proved is one record of a proof.
-type proved struct {
-	seq   int64
-	id    string
-	leaf  tlog.Hash
-	proof tlog.RecordProof
-}
-
-// parseProof reads a proof's records and its checkpoint's note.
-func parseProof(b []byte) ([]proved, []byte, error) {
-	body, cp, ok := bytes.Cut(b[len(proofHeader):], []byte("\n\n"))
-	if !ok {
-		return nil, nil, errors.New("no checkpoint after the records")
-	}
-	var out []proved
-	for i, l := range strings.Split(string(body), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 4 && f[0] == "record" {
-			seq, err := strconv.ParseInt(f[1], 10, 64)
-			leaf, herr := tlog.ParseHash(f[3])
-			if err != nil || herr != nil || seq < 1 {
-				return nil, nil, fmt.Errorf("line %d: a malformed record line", i+2)
-			}
-			out = append(out, proved{seq: seq, id: f[2], leaf: leaf})
-			continue
-		}
-		h, err := tlog.ParseHash(l)
-		if err != nil || len(out) == 0 {
-			return nil, nil, fmt.Errorf("line %d: neither a record line nor a hash", i+2)
-		}
-		p := &out[len(out)-1]
-		p.proof = append(p.proof, h)
-	}
-	if len(out) == 0 {
-		return nil, nil, errors.New("no record")
-	}
-	return out, cp, nil
 }
 
 // CheckFiles verifies files offline against the verifier: each proof's records
@@ -84,9 +42,9 @@ func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 	var proofs []File
 	for _, f := range files {
 		switch b := f.Data; {
-		case bytes.HasPrefix(b, []byte(proofHeader)):
+		case audit.IsProof(b):
 			proofs = append(proofs, f) // after the exports
-		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
+		case audit.IsExport(b):
 			line, err := checkExport(key, f.Name, b, func(seq int64, id string, leaf tlog.Hash) {
 				leaves[id], where[id] = exported{seq, leaf}, f.Name
 			})
@@ -105,7 +63,7 @@ func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 		}
 	}
 	for _, f := range proofs {
-		recs, cp, err := parseProof(f.Data)
+		recs, cp, err := audit.ParseProof(f.Data)
 		if err != nil {
 			fs.Fail("%s: not a proof: %v", f.Name, err)
 			return out, fs
@@ -116,29 +74,29 @@ func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 			return out, fs
 		}
 		for _, p := range recs {
-			if p.seq > c.Size {
-				fs.Fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+			if p.Seq > c.Size {
+				fs.Fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.Seq, c.Size)
 				return out, fs
 			}
 			// The proof names the record's id, but only its leaf hash
 			// is proved: the id is claimed only when an export holds
 			// the record with that leaf.
-			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				fs.Fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+			if err := tlog.CheckRecord(p.Proof, c.Size, c.Root, p.Seq-1, p.Leaf); err != nil {
+				fs.Fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.Seq, p.ID, c.Size, err)
 				return out, fs
 			}
-			e, ok := leaves[p.id]
+			e, ok := leaves[p.ID]
 			if !ok {
 				out = append(out, fmt.Sprintf("%s: %s: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
-					f.Name, holds(signed), p.seq, c.Size, c.Origin, p.id))
+					f.Name, holds(signed), p.Seq, c.Size, c.Origin, p.ID))
 				continue
 			}
-			if e.leaf != p.leaf || e.seq != p.seq {
-				fs.Fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+			if e.leaf != p.Leaf || e.seq != p.Seq {
+				fs.Fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.ID, where[p.ID])
 				return out, fs
 			}
 			out = append(out, fmt.Sprintf("%s: %s: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
-				f.Name, holds(signed), p.seq, p.id, c.Size, c.Origin, where[p.id]))
+				f.Name, holds(signed), p.Seq, p.ID, c.Size, c.Origin, where[p.ID]))
 		}
 	}
 	return out, fs
@@ -192,11 +150,11 @@ type exported struct {
 // checkExport checks an export, the file name; seen is called with each
 // record's seq, id and leaf hash.
 func checkExport(key offlineKey, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
-	e, err := newExportReader(b)
+	e, err := audit.NewExportReader(b)
 	if err != nil {
 		return "", err
 	}
-	c, signed, err := key.open(name, e.checkpoint)
+	c, signed, err := key.open(name, e.Checkpoint)
 	if err != nil {
 		return "", fmt.Errorf("its checkpoint: %w", err)
 	}
@@ -214,22 +172,22 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	var after, unchained int64 // records after the checkpoint, and not yet in the chain
 	ret := newKeptCheck(v)
 	for {
-		cell, err := e.next()
+		cell, err := e.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return "", err
 		}
-		r, leaf, proof, err := fromRow(cell)
+		r, leaf, proof, err := audit.FromRow(cell)
 		if err != nil {
 			return "", fmt.Errorf("record %d: %w", n+after+unchained+1, err)
 		}
 		switch pending := cell("pending"); {
-		case pending == pendingJournal:
+		case pending == audit.PendingJournal:
 			unchained++
 			continue
-		case pending == pendingCheckpoint:
+		case pending == audit.PendingCheckpoint:
 			if err := checkAfter(c, r, leaf, prevSeq, prevHash, unchained); err != nil {
 				return "", err
 			}
@@ -237,7 +195,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 			prevSeq, prevHash = r.Seq, r.Hash
 			continue
 		case pending != "":
-			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, pendingCheckpoint, pendingJournal)
+			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, audit.PendingCheckpoint, audit.PendingJournal)
 		case after > 0 || unchained > 0:
 			return "", fmt.Errorf("record %d (id %s) is under the checkpoint but comes after records that are not", r.Seq, r.ID)
 		}
@@ -247,7 +205,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 		// given, and the proof or the tree's root checks it; the fields
 		// it keeps are checked against the retention record that names
 		// it, when the export holds that record.
-		if r.Pruned && hasBody(r) {
+		if r.Pruned && audit.HasBody(r) {
 			return "", fmt.Errorf("record %d (id %s) is marked as pruned but holds a body: it was altered", r.Seq, r.ID)
 		}
 		if !r.Pruned {

@@ -158,12 +158,12 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		t.Fatalf("%d records, want 19 (18 and the retention record)", len(recs))
 	}
 	for _, r := range recs[:12] {
-		if !r.Pruned || hasBody(r) || r.ID == "" || r.CallID == "" || r.Kind == "" || r.Time.IsZero() || r.Hash == "" {
+		if !r.Pruned || audit.HasBody(r) || r.ID == "" || r.CallID == "" || r.Kind == "" || r.Time.IsZero() || r.Hash == "" {
 			t.Fatalf("record %d after pruning: %+v", r.Seq, r)
 		}
 	}
 	for _, r := range recs[12:18] {
-		if r.Pruned || !hasBody(r) {
+		if r.Pruned || !audit.HasBody(r) {
 			t.Fatalf("a young record was pruned: %+v", r)
 		}
 	}
@@ -392,7 +392,7 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 	}
 	n := 0
 	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
-		if r.Pruned || r.Kind == guard.KindRetention || !hasBody(r) {
+		if r.Pruned || r.Kind == guard.KindRetention || !audit.HasBody(r) {
 			t.Fatalf("record %d after a failed round: %+v", r.Seq, r)
 		}
 		n++

@@ -127,7 +127,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m["pending"] == pendingJournal {
+		if m["pending"] == audit.PendingJournal {
 			unchained = append(unchained, m["id"].(string))
 		}
 	}

@@ -256,20 +256,20 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		if _, err := checkFiles(db.signer.Verifier(), []File{{format, b.Bytes()}}); err != nil {
 			t.Fatalf("%s export does not check: %v", format, err)
 		}
-		e, err := newExportReader(b.Bytes())
+		e, err := audit.NewExportReader(b.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for {
-			cell, err := e.next()
+			cell, err := e.Next()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, _, _, err := fromRow(cell)
+			r, _, _, err := audit.FromRow(cell)
 			if err != nil {
 				t.Fatal(err)
 			}

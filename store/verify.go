@@ -150,7 +150,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 			h, buf = audit.HashInto(buf, r)
 		}
 		switch {
-		case r.Pruned && hasBody(r):
+		case r.Pruned && audit.HasBody(r):
 			rep.Fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
 		case !r.Pruned && h != r.Hash:
 			rep.Fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
@@ -387,18 +387,6 @@ func (w *walk) checkLeaf(edge *audit.Edge, seq int64, leaf *tlog.Hash) string {
 		}
 	}
 	return ""
-}
-
-// hasBody reports whether a record holds anything retention removes.
-func hasBody(r *guard.Record) bool {
-	for _, s := range []string{r.Session, r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool,
-		r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result, r.Detail, r.Approval,
-		r.User, r.UserEmail} {
-		if s != "" {
-			return true
-		}
-	}
-	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0 || len(r.UserGroups) > 0
 }
 
 // checkpointStream merges the checkpoints kept in the database (rows, in
