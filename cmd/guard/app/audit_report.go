@@ -22,7 +22,7 @@ import (
 // auditReport is what guard audit report prints: the activity of a period
 // and whether the whole log verifies.
 type auditReport struct {
-	*store.Activity
+	*audit.Activity
 	Database  string
 	Generated time.Time
 	Verified  audit.Report
@@ -104,7 +104,7 @@ func stamp(t time.Time) string {
 
 // waited is how a report writes a wait: to the second, or to the
 // millisecond under one; "" when the call is undecided.
-func waited(h store.HeldCall) string {
+func waited(h audit.HeldCall) string {
 	switch {
 	case h.DecidedAt.IsZero():
 		return ""
