@@ -67,7 +67,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 		if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
 			t.Fatalf("verify with the public key notes %q, want %q", rep.Notes, want)
 		}
-		lines, f := CheckFiles(v, []File{{Name: "audit.jsonl", Data: []byte(export.String())}})
+		lines, f := audit.CheckFiles(v, []audit.File{{Name: "audit.jsonl", Data: []byte(export.String())}})
 		if f.Verdict() != audit.VerdictVerified || len(lines) != 1 || len(f.Notes) != 1 || !strings.Contains(f.Notes[0], want) {
 			t.Fatalf("check of the export: %q %+v, want it to note %q", lines, f, want)
 		}

@@ -135,7 +135,7 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 		t.Errorf("the export holds %d records, %d of them not in the chain (%v), want 11 and %d", len(lines), len(unchained), unchained, len(journal))
 	}
 	key := ro.signer.Verifier()
-	out, f := CheckFiles(key, []File{{Name: "export", Data: exp.Bytes()}})
+	out, f := audit.CheckFiles(key, []audit.File{{Name: "export", Data: exp.Bytes()}})
 	if f.Verdict() != audit.VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
 		len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], fmt.Sprintf("export: %d acknowledged records not yet in the chain", len(journal))) {
 		t.Errorf("check: %v %+v", out, f)
@@ -188,7 +188,7 @@ func TestAnExportRightAfterACrashHoldsEveryRecord(t *testing.T) {
 		}
 		// The records of the chain after the checkpoint are a note; those
 		// not yet in it cannot be checked.
-		out, f := CheckFiles(note.Verifier(ro.signer.Verifier()), []File{{Name: "export", Data: exp.Bytes()}})
+		out, f := audit.CheckFiles(note.Verifier(ro.signer.Verifier()), []audit.File{{Name: "export", Data: exp.Bytes()}})
 		if f.Verdict() != audit.VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
 			t.Errorf("%s: check: %v %+v", format, out, f)
 		}

@@ -253,7 +253,7 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		if err := db.Reader().Export(ctx, &b, ExportOptions{Format: format}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := checkFiles(db.signer.Verifier(), []File{{format, b.Bytes()}}); err != nil {
+		if _, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: format, Data: b.Bytes()}}); err != nil {
 			t.Fatalf("%s export does not check: %v", format, err)
 		}
 		e, err := audit.NewExportReader(b.Bytes())
@@ -511,7 +511,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 	if n := strings.Count(string(b), `"user":"user-7f3a","user_email":"alice@example.com"`); n != 4 {
 		t.Errorf("the archive names alice on %d records, want 4", n)
 	}
-	if _, err := checkFiles(db.signer.Verifier(), []File{{"archive", b}}); err != nil {
+	if _, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "archive", Data: b}}); err != nil {
 		t.Fatalf("the archive does not check: %v", err)
 	}
 	kept := 0

@@ -171,7 +171,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 			rep.Fail("%s", p)
 			continue
 		}
-		if p := ret.record(ctx, r); p != "" {
+		if p := ret.Record(ctx, r); p != "" {
 			rep.Fail("%s", p)
 			continue
 		}

@@ -99,16 +99,16 @@ func prunedNote(rep audit.Report) string {
 // checkpoints in the files named, offline, against v (nil: none), the key
 // read from the file local when no --key was given.
 func (m *Main) AuditCheck(v note.Verifier, local string, names []string) int {
-	var files []store.File
+	var files []audit.File
 	for _, name := range names {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard audit check: %v\n", err)
 			return ExitUsage
 		}
-		files = append(files, store.File{Name: name, Data: b})
+		files = append(files, audit.File{Name: name, Data: b})
 	}
-	lines, f := store.CheckFiles(v, files)
+	lines, f := audit.CheckFiles(v, files)
 	for _, l := range lines {
 		fmt.Fprintln(m.Stdout, l)
 	}

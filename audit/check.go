@@ -1,4 +1,4 @@
-package store
+package audit
 
 import (
 	"crypto/sha256"
@@ -9,7 +9,6 @@ import (
 	"io"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -19,7 +18,7 @@ import (
 
 // File is one input of CheckFiles.
 type File struct {
-	Name string
+	Name string // for people: the lines and problems name it
 	Data []byte
 }
 
@@ -33,18 +32,18 @@ type File struct {
 // (the check stops there), and why signatures could not be checked. With
 // no key (v nil), or a key of another log than a file's checkpoint names
 // (used for nothing), everything but the signatures is still checked.
-func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
+func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 	var out []string
-	var fs audit.Findings
+	var fs Findings
 	key := offlineKey{v: v, f: &fs}
 	leaves := map[string]exported{} // id → the record's seq and leaf hash, from exports
 	where := map[string]string{}
 	var proofs []File
 	for _, f := range files {
 		switch b := f.Data; {
-		case audit.IsProof(b):
+		case IsProof(b):
 			proofs = append(proofs, f) // after the exports
-		case audit.IsExport(b):
+		case IsExport(b):
 			line, err := checkExport(key, f.Name, b, func(seq int64, id string, leaf tlog.Hash) {
 				leaves[id], where[id] = exported{seq, leaf}, f.Name
 			})
@@ -63,7 +62,7 @@ func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 		}
 	}
 	for _, f := range proofs {
-		recs, cp, err := audit.ParseProof(f.Data)
+		recs, cp, err := ParseProof(f.Data)
 		if err != nil {
 			fs.Fail("%s: not a proof: %v", f.Name, err)
 			return out, fs
@@ -108,23 +107,23 @@ func CheckFiles(v note.Verifier, files []File) ([]string, audit.Findings) {
 // the checkpoint names, and is used for nothing.
 type offlineKey struct {
 	v note.Verifier
-	f *audit.Findings
+	f *Findings
 }
 
 // open reads a file's checkpoint; signed reports that its signature was
 // checked.
-func (k offlineKey) open(file string, msg []byte) (c *audit.Checkpoint, signed bool, err error) {
+func (k offlineKey) open(file string, msg []byte) (c *Checkpoint, signed bool, err error) {
 	if k.v != nil {
-		if other := audit.OriginOfNote(msg); other == "" || other == k.v.Name() {
-			c, err = audit.OpenCheckpoint(msg, k.v)
+		if other := OriginOfNote(msg); other == "" || other == k.v.Name() {
+			c, err = OpenCheckpoint(msg, k.v)
 			return c, err == nil, err
 		}
 	}
-	if c, err = audit.ReadUnsigned(msg); err != nil {
+	if c, err = ReadUnsigned(msg); err != nil {
 		return nil, false, err
 	}
 	if k.v == nil {
-		k.f.Cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", audit.PassKey)
+		k.f.Cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", PassKey)
 	} else {
 		k.f.Cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
 			k.v.Name(), file, c.Origin)
@@ -147,10 +146,18 @@ type exported struct {
 	leaf tlog.Hash
 }
 
+// CheckExport checks an export offline against the verifier v, as
+// CheckFiles does, adding to f why it could not check its checkpoint's
+// signature; name is the file's, for people. seen is called with each
+// record's seq, id and leaf hash. It returns the file's line.
+func CheckExport(v note.Verifier, f *Findings, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
+	return checkExport(offlineKey{v: v, f: f}, name, b, seen)
+}
+
 // checkExport checks an export, the file name; seen is called with each
 // record's seq, id and leaf hash.
 func checkExport(key offlineKey, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
-	e, err := audit.NewExportReader(b)
+	e, err := NewExportReader(b)
 	if err != nil {
 		return "", err
 	}
@@ -164,7 +171,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	if signed {
 		v = key.v
 	}
-	edge := &audit.Edge{}
+	edge := &Edge{}
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
@@ -179,15 +186,15 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 		if err != nil {
 			return "", err
 		}
-		r, leaf, proof, err := audit.FromRow(cell)
+		r, leaf, proof, err := FromRow(cell)
 		if err != nil {
 			return "", fmt.Errorf("record %d: %w", n+after+unchained+1, err)
 		}
 		switch pending := cell("pending"); {
-		case pending == audit.PendingJournal:
+		case pending == PendingJournal:
 			unchained++
 			continue
-		case pending == audit.PendingCheckpoint:
+		case pending == PendingCheckpoint:
 			if err := checkAfter(c, r, leaf, prevSeq, prevHash, unchained); err != nil {
 				return "", err
 			}
@@ -195,7 +202,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 			prevSeq, prevHash = r.Seq, r.Hash
 			continue
 		case pending != "":
-			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, audit.PendingCheckpoint, audit.PendingJournal)
+			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, PendingCheckpoint, PendingJournal)
 		case after > 0 || unchained > 0:
 			return "", fmt.Errorf("record %d (id %s) is under the checkpoint but comes after records that are not", r.Seq, r.ID)
 		}
@@ -205,14 +212,14 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 		// given, and the proof or the tree's root checks it; the fields
 		// it keeps are checked against the retention record that names
 		// it, when the export holds that record.
-		if r.Pruned && audit.HasBody(r) {
+		if r.Pruned && HasBody(r) {
 			return "", fmt.Errorf("record %d (id %s) is marked as pruned but holds a body: it was altered", r.Seq, r.ID)
 		}
 		if !r.Pruned {
 			if HashRecord(r) != r.Hash {
 				return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
 			}
-			if audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf {
+			if LeafHash(AppendCanonical(nil, r)) != leaf {
 				return "", fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 			}
 		}
@@ -288,7 +295,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 // cover yet: its hash and leaf hash from its fields, and its link to the
 // record before it in the export, which must be the one before it in the
 // chain. No checkpoint proves it is in the log.
-func checkAfter(c *audit.Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
+func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, prevHash string, unchained int64) error {
 	switch {
 	case unchained > 0:
 		return fmt.Errorf("record %d (id %s) is in the chain but comes after records that are not", r.Seq, r.ID)
@@ -296,7 +303,7 @@ func checkAfter(c *audit.Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq in
 		return fmt.Errorf("record %d (id %s) is marked as after the checkpoint of %d records, which covers it", r.Seq, r.ID, c.Size)
 	case HashRecord(r) != r.Hash:
 		return fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
-	case audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf:
+	case LeafHash(AppendCanonical(nil, r)) != leaf:
 		return fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 	case prevSeq > 0 && r.Seq != prevSeq+1:
 		return fmt.Errorf("records %d to %d are not in the export: record %d (id %s) follows record %d", prevSeq+1, r.Seq-1, r.Seq, r.ID, prevSeq)
@@ -310,7 +317,7 @@ func checkAfter(c *audit.Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq in
 // covers: records of the chain after it (a note: what could be checked
 // holds, nothing signs them yet), and records not yet in the chain,
 // which cannot be checked until a writable guard has moved them in.
-func pendingFindings(f *audit.Findings, name string, size, after, unchained int64) {
+func pendingFindings(f *Findings, name string, size, after, unchained int64) {
 	if after > 0 {
 		f.Note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
 	}
@@ -339,7 +346,7 @@ func newKeptCheck(v note.Verifier) *keptCheck {
 // add takes a record whose hash, or for a pruned one emptiness, was
 // checked.
 func (k *keptCheck) add(r *guard.Record) {
-	k.lines[r.Seq] = keptLine(nil, r)
+	k.lines[r.Seq] = KeptLine(nil, r)
 	if r.Pruned {
 		k.pruned[r.Seq] = true
 	}
@@ -352,11 +359,11 @@ func (k *keptCheck) add(r *guard.Record) {
 // it names, once they are all read.
 func (k *keptCheck) check() error {
 	for _, r := range k.runs {
-		var d retentionDetail
+		var d RetentionDetail
 		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
 			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
 		}
-		if k.v != nil && !d.signedBy(k.v) {
+		if k.v != nil && !d.SignedBy(k.v) {
 			return fmt.Errorf("retention record %d (id %s) is not signed by the checkpoint key %s: it was forged", r.Seq, r.ID, k.v.Name())
 		}
 		h := sha256.New()
