@@ -64,7 +64,7 @@ func (cp *checkpointState) writeCheckpoint() (err error) {
 	cp.lastCheckpoint.Store(time.Now().UnixNano())
 	cp.signedSize.Store(c.Size)
 	if fresh && cp.witness != nil {
-		cp.witness.send(c)
+		cp.witness.Send(c)
 	}
 	return nil
 }
@@ -184,7 +184,7 @@ func (cp *checkpointState) signIn(ctx context.Context, conn *sql.Conn, path stri
 		prev = append(prev, p)
 	}
 	if cp.witness != nil {
-		prev = append(prev, cp.witness.latestHeld(cp.db.signer.Verifier())...)
+		prev = append(prev, cp.witness.LatestHeld(cp.db.signer.Verifier())...)
 	}
 	var after int64
 	for _, p := range prev {
@@ -242,3 +242,6 @@ func (db *DB) LatestCheckpoint(ctx context.Context) (*audit.Checkpoint, error) {
 // CheckpointRefusals is how many times a checkpoint was not signed because
 // the log did not extend the last one (it was truncated or rewritten).
 func (ig Integrity) CheckpointRefusals() int64 { return ig.db.stats.refused.Load() }
+
+// WitnessFailures is how many checkpoints a witness did not get.
+func (ig Integrity) WitnessFailures() int64 { return ig.db.stats.witness.Load() }

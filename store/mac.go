@@ -195,7 +195,7 @@ func (cp *checkpointState) learnMACs(ctx context.Context) (empty bool, err error
 		a.learn(c)
 	}
 	if cp.witness != nil {
-		for _, c := range cp.witness.latestHeld(cp.db.signer.Verifier()) {
+		for _, c := range cp.witness.LatestHeld(cp.db.signer.Verifier()) {
 			a.learn(c)
 		}
 	}

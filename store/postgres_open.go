@@ -77,7 +77,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	close(db.ing.synced) // no journal to sync
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
-			db.ckpt.witness.close()
+			db.ckpt.witness.Close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
@@ -93,7 +93,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
 	if len(opts.Witnesses) > 0 {
-		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}

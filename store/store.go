@@ -169,14 +169,14 @@ type ingestion struct {
 
 // checkpointState is what this process knows of the log's signed checkpoints.
 type checkpointState struct {
-	db             *DB          // the database whose log they sign
-	holder         string       // this process's name for the leases it takes
-	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
-	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
-	lastCheckpoint atomic.Int64 // unix nanoseconds
-	dirty          atomic.Bool  // records were committed since the last checkpoint
-	refusedLogged  atomic.Bool  // a refused checkpoint was logged as an error
-	witness        *witnesses   // where each new checkpoint is also sent; nil: nowhere
+	db             *DB              // the database whose log they sign
+	holder         string           // this process's name for the leases it takes
+	signedSize     atomic.Int64     // the size of the last checkpoint this process signed or found kept
+	lastTurn       atomic.Int64     // unix nanoseconds: when this process last sought the checkpoint lease
+	lastCheckpoint atomic.Int64     // unix nanoseconds
+	dirty          atomic.Bool      // records were committed since the last checkpoint
+	refusedLogged  atomic.Bool      // a refused checkpoint was logged as an error
+	witness        *audit.Witnesses // where each new checkpoint is also sent; nil: nowhere
 
 	// lastSigned is the last checkpoint this process signed: the next
 	// must extend it.
@@ -314,7 +314,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
-			db.ckpt.witness.close()
+			db.ckpt.witness.Close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
@@ -331,7 +331,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
 	if len(opts.Witnesses) > 0 {
-		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
@@ -516,7 +516,7 @@ func (db *DB) Close() error {
 			close(db.ing.stop)
 			<-db.ing.closed
 			if db.ckpt.witness != nil {
-				db.ckpt.witness.close()
+				db.ckpt.witness.Close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.Writing().PeakBacklog())

@@ -410,7 +410,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range witnessQueue + 10 {
+	for i := range audit.WitnessQueue + 10 {
 		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
@@ -426,7 +426,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 		t.Fatalf("witness failures: %d", n)
 	}
 	c, err := db.LatestCheckpoint(ctx)
-	if err != nil || c.Size != witnessQueue+10 {
+	if err != nil || c.Size != audit.WitnessQueue+10 {
 		t.Fatalf("latest checkpoint: %+v %v", c, err)
 	}
 	close(release) // the witness answers: Close delivers what is queued

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/guard-mcp/guard/audit"
-	"github.com/guard-mcp/guard/store"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -26,7 +25,7 @@ func (m *Main) AuditVerify(ctx context.Context, st *Settings, o audit.VerifyOpti
 	defer db.Close()
 	// Every checkpoint a file witness holds, not only its latest: a
 	// history signed after a truncation gets witnessed too.
-	held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
+	held, err := audit.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
 	if err != nil {
 		return cannot(err)
 	}

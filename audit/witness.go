@@ -1,4 +1,4 @@
-package store
+package audit
 
 import (
 	"bytes"
@@ -18,11 +18,10 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
-// Each new checkpoint is also handed to witnesses (Options.Witnesses), so
+// Each new checkpoint is also handed to witnesses (NewWitnesses), so
 // that someone outside the machine holds it: a file (file:///PATH: one file
 // per checkpoint, named by its size, when PATH is a directory; else
 // appended to PATH, each note followed by a blank line), the local syslog
@@ -30,31 +29,34 @@ import (
 // characters \n), or an HTTP endpoint (http:// or https://: a POST of the
 // note, text/plain). Witnesses are written by a goroutine of their own:
 // the writer never waits for them. A checkpoint a witness did not get is
-// logged and counted (Integrity.WitnessFailures); the next one supersedes it.
+// logged and counted (NewWitnesses' failures); the next one supersedes it.
 
-// witnessQueue bounds the checkpoints waiting for the witnesses; past it
+// WitnessQueue bounds the checkpoints waiting for the witnesses; past it
 // a checkpoint is not sent (and counted as failed).
-const witnessQueue = 64
+const WitnessQueue = 64
 
 // witnessTimeout bounds one delivery, and what Close waits for those still
 // queued.
 const witnessTimeout = 10 * time.Second
 
+// witnessTarget is one witness.
 type witnessTarget interface {
 	name() string
-	write(ctx context.Context, c *audit.Checkpoint) error
+	write(ctx context.Context, c *Checkpoint) error
 	close() error
 }
 
-type witnesses struct {
+// Witnesses hand each new checkpoint to the witnesses, from a goroutine
+// of their own.
+type Witnesses struct {
 	targets []witnessTarget
 	// heldOnce reads, at the first checkpoint this process signs, the
 	// latest checkpoint each file witness holds (held): a new checkpoint
-	// must extend them. Later ones are the process's own (DB.lastSigned)
-	// or kept in the database.
+	// must extend them. Later ones are the signer's own, or kept in
+	// the log.
 	heldOnce sync.Once
-	held     []*audit.Checkpoint
-	ch       chan *audit.Checkpoint
+	held     []*Checkpoint
+	ch       chan *Checkpoint
 	done     chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -62,16 +64,17 @@ type witnesses struct {
 	failures *atomic.Int64
 }
 
-// newWitnesses parses the witnesses' addresses; syslogSocket is the local
-// syslog socket ("": the system's).
-func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*witnesses, error) {
-	w := &witnesses{ch: make(chan *audit.Checkpoint, witnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
+// NewWitnesses parses the witnesses' addresses; syslogSocket is the local
+// syslog socket ("": the system's). failures counts the checkpoints a
+// witness did not get.
+func NewWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*Witnesses, error) {
+	w := &Witnesses{ch: make(chan *Checkpoint, WitnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
 	for _, s := range list {
 		switch u, err := url.Parse(s); {
 		case s == "syslog":
 			w.targets = append(w.targets, &syslogWitness{socket: syslogSocket})
 		case err == nil && u.Scheme == "file" && u.Path != "":
-			w.targets = append(w.targets, fileWitness(fileURLPath(u)))
+			w.targets = append(w.targets, FileWitness(fileURLPath(u)))
 		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 			w.targets = append(w.targets, &httpWitness{url: s, client: &http.Client{Timeout: witnessTimeout}})
 		default:
@@ -83,8 +86,8 @@ func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failu
 	return w, nil
 }
 
-// send queues a checkpoint for the witnesses without waiting.
-func (w *witnesses) send(c *audit.Checkpoint) {
+// Send queues a checkpoint for the witnesses without waiting.
+func (w *Witnesses) Send(c *Checkpoint) {
 	select {
 	case w.ch <- c:
 	default:
@@ -93,7 +96,7 @@ func (w *witnesses) send(c *audit.Checkpoint) {
 	}
 }
 
-func (w *witnesses) run() {
+func (w *Witnesses) run() {
 	defer close(w.done)
 	for c := range w.ch {
 		for _, t := range w.targets {
@@ -108,9 +111,9 @@ func (w *witnesses) run() {
 	}
 }
 
-// close delivers what is queued, waiting up to witnessTimeout, and
+// Close delivers what is queued, waiting up to witnessTimeout, and
 // closes the targets.
-func (w *witnesses) close() {
+func (w *Witnesses) Close() {
 	close(w.ch)
 	t := time.NewTimer(witnessTimeout)
 	defer t.Stop()
@@ -128,20 +131,17 @@ func (w *witnesses) close() {
 	}
 }
 
-// WitnessFailures is how many checkpoints a witness did not get.
-func (ig Integrity) WitnessFailures() int64 { return ig.db.stats.witness.Load() }
-
-// fileWitness writes a file per checkpoint into a directory, or appends
+// FileWitness writes a file per checkpoint into a directory, or appends
 // each to one file.
-type fileWitness string
+type FileWitness string
 
-func (f fileWitness) name() string { return "file://" + string(f) }
-func (f fileWitness) close() error { return nil }
+func (f FileWitness) name() string { return "file://" + string(f) }
+func (f FileWitness) close() error { return nil }
 
-func (f fileWitness) write(_ context.Context, c *audit.Checkpoint) error {
+func (f FileWitness) write(_ context.Context, c *Checkpoint) error {
 	path := string(f)
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return audit.WriteFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
+		return WriteFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
 	}
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -168,7 +168,7 @@ type localSyslog interface {
 
 func (s *syslogWitness) name() string { return "syslog" }
 
-func (s *syslogWitness) write(_ context.Context, c *audit.Checkpoint) error {
+func (s *syslogWitness) write(_ context.Context, c *Checkpoint) error {
 	if s.w == nil {
 		w, err := dialSyslog(s.socket)
 		if err != nil {
@@ -203,7 +203,7 @@ type httpWitness struct {
 func (h *httpWitness) name() string { return guard.DisplayURL(h.url) }
 func (h *httpWitness) close() error { h.client.CloseIdleConnections(); return nil }
 
-func (h *httpWitness) write(ctx context.Context, c *audit.Checkpoint) error {
+func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(c.Note))
 	if err != nil {
 		return err
@@ -224,16 +224,16 @@ func (h *httpWitness) write(ctx context.Context, c *audit.Checkpoint) error {
 	return nil
 }
 
-// latestHeld returns the latest checkpoint of the log (signed by v) that
+// LatestHeld returns the latest checkpoint of the log (signed by v) that
 // each file witness holds, read once per process.
-func (w *witnesses) latestHeld(v note.Verifier) []*audit.Checkpoint {
+func (w *Witnesses) LatestHeld(v note.Verifier) []*Checkpoint {
 	w.heldOnce.Do(func() {
 		for _, t := range w.targets {
-			f, ok := t.(fileWitness)
+			f, ok := t.(FileWitness)
 			if !ok {
 				continue
 			}
-			c, err := f.latest(v)
+			c, err := f.Latest(v)
 			if err != nil {
 				w.logger.Warn("audit checkpoint witness: its latest checkpoint cannot be read", "witness", f.name(), "err", err)
 				continue
@@ -246,10 +246,10 @@ func (w *witnesses) latestHeld(v note.Verifier) []*audit.Checkpoint {
 	return w.held
 }
 
-// latest is the largest checkpoint signed by v the witness holds, or nil:
+// Latest is the largest checkpoint signed by v the witness holds, or nil:
 // the file of the largest size in a directory that opens, or the last
 // note in an appended file that does.
-func (f fileWitness) latest(v note.Verifier) (*audit.Checkpoint, error) {
+func (f FileWitness) Latest(v note.Verifier) (*Checkpoint, error) {
 	path := string(f)
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -265,7 +265,7 @@ func (f fileWitness) latest(v note.Verifier) (*audit.Checkpoint, error) {
 		}
 		notes := SplitWitnessed(b)
 		for i := len(notes) - 1; i >= 0; i-- {
-			if c, err := audit.OpenCheckpoint(notes[i], v); err == nil {
+			if c, err := OpenCheckpoint(notes[i], v); err == nil {
 				return c, nil
 			}
 		}
@@ -280,7 +280,7 @@ func (f fileWitness) latest(v note.Verifier) (*audit.Checkpoint, error) {
 		if err != nil {
 			continue
 		}
-		if c, err := audit.OpenCheckpoint(b, v); err == nil {
+		if c, err := OpenCheckpoint(b, v); err == nil {
 			return c, nil
 		}
 	}
@@ -325,8 +325,8 @@ func SplitWitnessed(b []byte) [][]byte {
 // list hold (file:///PATH: every checkpoint file of a directory, every
 // note appended to a file), to check the log against. The others
 // (syslog, HTTP) hold nothing guard can read.
-func WitnessedCheckpoints(list []string) ([]audit.KeptCheckpoint, error) {
-	var out []audit.KeptCheckpoint
+func WitnessedCheckpoints(list []string) ([]KeptCheckpoint, error) {
+	var out []KeptCheckpoint
 	for _, w := range list {
 		u, err := url.Parse(w)
 		if err != nil || u.Scheme != "file" || u.Path == "" {
@@ -351,7 +351,7 @@ func WitnessedCheckpoints(list []string) ([]audit.KeptCheckpoint, error) {
 				if err != nil {
 					return out, fmt.Errorf("witness %s: %w", w, err)
 				}
-				out = append(out, audit.KeptCheckpoint{Name: "witnessed in " + p, Note: b})
+				out = append(out, KeptCheckpoint{Name: "witnessed in " + p, Note: b})
 			}
 			continue
 		}
@@ -360,7 +360,7 @@ func WitnessedCheckpoints(list []string) ([]audit.KeptCheckpoint, error) {
 			return out, fmt.Errorf("witness %s: %w", w, err)
 		}
 		for i, n := range SplitWitnessed(b) {
-			out = append(out, audit.KeptCheckpoint{Name: fmt.Sprintf("witnessed in %s (note %d)", path, i+1), Note: n})
+			out = append(out, KeptCheckpoint{Name: fmt.Sprintf("witnessed in %s (note %d)", path, i+1), Note: n})
 		}
 	}
 	return out, nil
