@@ -39,7 +39,7 @@ import (
 // checkpoint signed says so ("guard macs from 1", an extension line of
 // the signed note). A log written before MACs has records without them,
 // which stay valid: MACs start at a lifecycle record "MACs from seq N"
-// (LifecycleMACs), which the process holding the checkpoint lease
+// (audit.LifecycleMACs), which the process holding the checkpoint lease
 // appends once no process of an earlier release (which writes records
 // without MACs) writes to the database (macsWait), and the checkpoints
 // say so from then on. From that record on every record must carry a
@@ -49,10 +49,6 @@ import (
 // macPurpose is the label the MAC key is derived from the checkpoint key
 // with (signer.derive).
 const macPurpose = "guard: the audit records' MACs"
-
-// LifecycleMACs is the event of the lifecycle record from which on every
-// record carries a MAC: its reason says "MACs from seq N", N its own seq.
-const LifecycleMACs = "macs"
 
 // selectMACsFrom finds the first LifecycleMACs record (index
 // records_macs).
@@ -66,7 +62,7 @@ const macMigration = 21
 type tailAuth struct {
 	key    []byte       // the MAC key; nil without the checkpoint key's secret
 	jkey   []byte       // the journal frames' MAC key (journalauth.go); nil likewise
-	from   atomic.Int64 // the seq of the first LifecycleMACs record, once known (0: none yet)
+	from   atomic.Int64 // the seq of the first audit.LifecycleMACs record, once known (0: none yet)
 	alerts atomic.Int64 // records found without a valid MAC, and journal frames refused, each counted once
 	logger *slog.Logger
 
@@ -247,7 +243,7 @@ func (cp *checkpointState) startMACs(ctx context.Context) {
 		}
 		return
 	}
-	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
+	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: audit.LifecycleMACs,
 		Time: cp.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
 	cp.db.ing.commitMu.Lock()

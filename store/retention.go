@@ -271,7 +271,7 @@ func (rn Pruning) choosePrunable(ctx context.Context, from, size int64, cutoff t
 	// (mac.go): verify reads both to know what the rest must be.
 	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
 		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? AND NOT (kind = ? AND decision = ?) ORDER BY seq`,
-		from, last, guard.KindRetention, guard.KindLifecycle, LifecycleMACs)
+		from, last, guard.KindRetention, guard.KindLifecycle, audit.LifecycleMACs)
 	if err != nil {
 		return sel, fmt.Errorf("retention: %w", err)
 	}

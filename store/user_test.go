@@ -466,7 +466,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 17 || got[14].ID != old1.ID || got[15].ID != old2.ID || got[15].Approval != "ap-1" || got[15].Result != old2.Result ||
-		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != LifecycleMACs {
+		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != audit.LifecycleMACs {
 		t.Fatalf("the old journal's records came in as %+v", got[14:])
 	}
 	if v := string(audit.AppendCanonical(nil, got[15])); !strings.HasSuffix(v, `"v":2}`) {

@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
-	"golang.org/x/mod/sumdb/tlog"
 )
 
 // Verifier verifies the audit log (its chain, its tree, its checkpoints,
@@ -27,13 +27,6 @@ func (db *DB) Verifier() Verifier { return Verifier{db} }
 // Verify is VerifyWith against the log's own files only.
 func (vr Verifier) Verify(ctx context.Context) (audit.Report, error) {
 	return vr.VerifyWith(ctx, audit.VerifyOptions{})
-}
-
-// anchor is a checkpoint the log is checked against while it is walked.
-type anchor struct {
-	c     *audit.Checkpoint
-	where string
-	kept  bool // from outside guard's files, its signature checked
 }
 
 // VerifyWith walks the log in order, recomputing every record's hash and
@@ -76,7 +69,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 	}
 	v, hadKey := vr.verifyKey(o.Key, origin, originAt, &rep.Findings)
 	cs := audit.Checkpoints{V: v, Origin: origin}
-	var extra []anchor
+	var extra []audit.Anchor
 	// The file beside the database is guard's own copy of the latest
 	// checkpoint; one that names another log is not this log's (on
 	// PostgreSQL it lies beside whichever key was read) and tells
@@ -87,7 +80,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 		} else if c, err := cs.Open(b); err != nil {
 			rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 		} else {
-			extra = append(extra, anchor{c, "in " + vr.db.opts.CheckpointPath, false})
+			extra = append(extra, audit.Anchor{C: c, Where: "in " + vr.db.opts.CheckpointPath})
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
@@ -98,9 +91,9 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 			rep.Fail("the checkpoint %s: %v", k.Name, err)
 			continue
 		}
-		extra = append(extra, anchor{c, k.Name, v != nil})
+		extra = append(extra, audit.Anchor{C: c, Where: k.Name, Kept: v != nil})
 	}
-	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
+	slices.SortStableFunc(extra, func(a, b audit.Anchor) int { return int(a.C.Size - b.C.Size) })
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
@@ -113,129 +106,22 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 		return rep, err
 	}
 	defer w.close()
-	cps := &checkpointStream{rows: w.cps, cs: cs, extra: extra}
 	macs, err := vr.newMACWalk(ctx, v, extra)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	edge := &audit.Edge{}
-	var buf []byte
-	var prev *guard.Record
-	checked := 0
-	// Checkpoints of size 0 hold nothing to check.
-	for cps.peek(rep.Fail) != nil && cps.peek(rep.Fail).c.Size == 0 {
-		cps.next()
-	}
-	for w.recs.Next() {
-		var mac []byte
-		r, err := scanRecord(w.recs, &mac)
-		if err != nil {
-			return rep, fmt.Errorf("verify: %w", err)
-		}
-		rep.Records++
-		if r.Pruned {
-			rep.Pruned++
-		}
-		if rep.Problem != "" {
-			continue
-		}
-		wantSeq, prevHash := int64(1), ""
-		if prev != nil {
-			wantSeq, prevHash = prev.Seq+1, prev.Hash
-		}
-		// A pruned record's hash is not recomputed (its body is in an
-		// archive): its link is checked, and its leaf is the tree's.
-		var h string
-		if !r.Pruned {
-			h, buf = audit.HashInto(buf, r)
-		}
-		switch {
-		case r.Pruned && audit.HasBody(r):
-			rep.Fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
-		case !r.Pruned && h != r.Hash:
-			rep.Fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
-		case r.Seq != wantSeq:
-			rep.Fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
-		case r.PrevHash != prevHash:
-			if s := vr.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
-				rep.Fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
-			} else {
-				rep.Fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
-			}
-		}
-		prev = r
-		if rep.Problem != "" {
-			continue
-		}
-		if p := macs.record(r, mac); p != "" {
-			rep.Fail("%s", p)
-			continue
-		}
-		if p := ret.Record(ctx, r); p != "" {
-			rep.Fail("%s", p)
-			continue
-		}
-		var leaf *tlog.Hash
-		if !r.Pruned {
-			l := audit.LeafHash(buf)
-			leaf = &l
-		}
-		if macs.treeless {
-			continue
-		}
-		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
-			if w.endedAt == r.Seq && cps.peek(rep.Fail) == nil {
-				// The tree stops after the last checkpoint, as guard
-				// stops it before a record whose MAC fails (mac.go):
-				// the records from there on are in no tree yet.
-				macs.treeless = true
-				continue
-			}
-			rep.Fail("%s", p)
-			continue
-		}
-		for a := cps.peek(rep.Fail); a != nil && a.c.Size == edge.Size() && rep.Problem == ""; a = cps.peek(rep.Fail) {
-			root, err := edge.Root()
-			if err != nil {
-				return rep, fmt.Errorf("verify: %w", err)
-			}
-			if root != a.c.Root {
-				rep.Fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
-			}
-			macs.checkpointed(a.c.Size)
-			if a.kept {
-				rep.Witnessed = true
-				rep.Extends = max(rep.Extends, a.c.Size)
-			}
-			checked++
-			cps.next()
-		}
-	}
-	if err := w.recs.Err(); err != nil {
+	wk := &audit.Walk{Checkpoints: cs, Extra: extra, Retention: ret, MACs: macs}
+	if err := wk.Run(ctx, w, &rep); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	if rep.Problem == "" && w.tree.Next() {
-		var idx int64
-		var h []byte
-		if err := w.tree.Scan(&idx, &h); err == nil {
-			level, n := tlog.SplitStoredHashIndex(idx)
-			rep.Fail("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
-		}
-	}
-	if a := cps.peek(rep.Fail); a != nil && rep.Problem == "" {
-		rep.Fail("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
-	}
-	if err := cps.err(); err != nil {
-		return rep, fmt.Errorf("verify: %w", err)
-	}
-	if !hadKey && (rep.Records > 0 || cps.seen || len(o.Kept) > 0) {
+	if !hadKey && (rep.Records > 0 || wk.SeenCheckpoint || len(o.Kept) > 0) {
 		vr.noKey(&rep.Findings)
 	}
-	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
+	if rep.Problem == "" && rep.Records > 0 && wk.Checked == 0 {
 		rep.Fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
-		p, err := vr.checkCallIndex(ctx, macs.authenticated(rep.Records))
+		p, err := vr.checkCallIndex(ctx, macs.Authenticated(rep.Records))
 		if err != nil {
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
@@ -255,26 +141,28 @@ func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep a
 	if err := vr.journalFindings(ctx, &rep.Findings); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	if rep.Problem == "" && macs.unauth > 0 {
-		rep.Unauthenticated, rep.TailAfter = macs.unauth, macs.covered
+	if n, after := macs.Unauthenticated(); rep.Problem == "" && n > 0 {
+		rep.Unauthenticated, rep.TailAfter = n, after
 		rep.Note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
 			rep.Unauthenticated, rep.TailAfter)
 	}
 	return rep, nil
 }
 
-// walk holds the cursors VerifyWith reads the log with, each in order,
-// all in one read transaction: the records, the tree and the checkpoints
-// are read as of one moment (a commit between them would read as a
+// walk is the log as VerifyWith walks it (audit.Log): the cursors it
+// reads the records, the tree and the checkpoints with, each in order,
+// all as of one moment (a commit between them would read as a
 // truncation), on one connection of the readers' pool.
 type walk struct {
+	db              *DB
 	txs             []*sql.Tx
 	recs, tree, cps *sql.Rows
-	endedAt         int64 // the record before whose leaf the stored tree ended
 }
 
+var _ audit.Log = (*walk)(nil)
+
 func (vr Verifier) openWalk(ctx context.Context) (*walk, error) {
-	w := &walk{}
+	w := &walk{db: vr.db}
 	queries := []struct {
 		rows **sql.Rows
 		q    string
@@ -335,122 +223,56 @@ func (w *walk) close() {
 	}
 }
 
-// checkLeaf adds record seq's leaf to the tree rebuilt from the records
-// and compares the hashes it adds with the stored ones; it returns a
-// problem, or "". A nil leaf is a pruned record's: the stored one is
-// taken, and only the hashes it completes are compared.
-func (w *walk) checkLeaf(edge *audit.Edge, seq int64, leaf *tlog.Hash) string {
-	first := tlog.StoredHashIndex(0, edge.Size())
-	next := func(j int) ([]byte, string) {
-		if !w.tree.Next() {
-			if j == 0 {
-				w.endedAt = seq
-			}
-			return nil, fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
+// NextRecord reads the next record and its MAC.
+func (w *walk) NextRecord() (*guard.Record, []byte, error) {
+	if !w.recs.Next() {
+		if err := w.recs.Err(); err != nil {
+			return nil, nil, err
 		}
-		var idx int64
-		var got []byte
-		if err := w.tree.Scan(&idx, &got); err != nil {
-			return nil, fmt.Sprintf("the tree's hashes at record %d: %v", seq, err)
-		}
-		if idx != first+int64(j) {
-			return nil, fmt.Sprintf("the tree's hashes at record %d were removed or reordered", seq)
-		}
-		return got, ""
+		return nil, nil, io.EOF
 	}
-	from := 0
-	if leaf == nil {
-		got, p := next(0)
-		if p != "" {
-			return p
-		}
-		if len(got) != tlog.HashSize {
-			return fmt.Sprintf("the tree's leaf of pruned record %d is malformed: the tree was altered", seq)
-		}
-		leaf = new(tlog.Hash)
-		copy(leaf[:], got)
-		from = 1
-	}
-	hs, err := edge.Append(*leaf)
+	var mac []byte
+	r, err := scanRecord(w.recs, &mac)
 	if err != nil {
-		return err.Error()
+		return nil, nil, err
 	}
-	for j := from; j < len(hs); j++ {
-		got, p := next(j)
-		switch {
-		case p != "":
-			return p
-		case string(got) != string(hs[j][:]) && j == 0:
-			return fmt.Sprintf("the tree's leaf of record %d does not match the record: the record or the tree was altered", seq)
-		case string(got) != string(hs[j][:]):
-			return fmt.Sprintf("the tree's hashes at record %d do not match the records before it: the tree was altered", seq)
-		}
-	}
-	return ""
+	return r, mac, nil
 }
 
-// checkpointStream merges the checkpoints kept in the database (rows, in
-// size order, each read by cs as it is read) with the others, by size.
-type checkpointStream struct {
-	rows  *sql.Rows
-	cs    audit.Checkpoints
-	extra []anchor
-	head  *anchor
-	done  bool
-	seen  bool // the database keeps a checkpoint
-	rerr  error
+// NextTreeHash reads the next stored tree hash; the end of its rows is
+// the tree's end.
+func (w *walk) NextTreeHash() (int64, []byte, error) {
+	if !w.tree.Next() {
+		return 0, nil, io.EOF
+	}
+	var idx int64
+	var h []byte
+	if err := w.tree.Scan(&idx, &h); err != nil {
+		return 0, nil, err
+	}
+	return idx, h, nil
 }
 
-// peek returns the next checkpoint by size, or nil.
-func (s *checkpointStream) peek(problem func(string, ...any)) *anchor {
-	for s.head == nil && !s.done {
-		if !s.rows.Next() {
-			s.done = true
-			s.rerr = s.rows.Err()
-			break
+// NextCheckpoint reads the next checkpoint kept in the database.
+func (w *walk) NextCheckpoint() (int64, []byte, error) {
+	if !w.cps.Next() {
+		if err := w.cps.Err(); err != nil {
+			return 0, nil, err
 		}
-		var size int64
-		var text string
-		if err := s.rows.Scan(&size, &text); err != nil {
-			s.rerr = err
-			s.done = true
-			break
-		}
-		s.seen = true
-		c, err := s.cs.Open([]byte(text))
-		if err == nil && c.Size != size {
-			err = fmt.Errorf("it is filed under %d records", size)
-		}
-		if err != nil {
-			problem("the checkpoint of %d records kept in the database: %v", size, err)
-			continue
-		}
-		s.head = &anchor{c, "kept in the database", false}
+		return 0, nil, io.EOF
 	}
-	switch {
-	case len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size):
-		return &s.extra[0]
-	case s.head != nil:
-		return s.head
+	var size int64
+	var text string
+	if err := w.cps.Scan(&size, &text); err != nil {
+		return 0, nil, err
 	}
-	return nil
+	return size, []byte(text), nil
 }
 
-// next drops the checkpoint peek returned.
-func (s *checkpointStream) next() {
-	if len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size) {
-		s.extra = s.extra[1:]
-		return
-	}
-	s.head = nil
-}
-
-func (s *checkpointStream) err() error { return s.rerr }
-
-// seqOf is the seq of the record with chain hash h, or 0 (a full scan:
+// SeqOf is the seq of the record with chain hash h, or 0 (a full scan:
 // it is asked only once a link is broken).
-func (vr Verifier) seqOf(ctx context.Context, h string) int64 {
+func (w *walk) SeqOf(ctx context.Context, h string) int64 {
 	var s int64
-	_ = vr.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
+	_ = w.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
 	return s
 }
