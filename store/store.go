@@ -65,7 +65,7 @@ type Options struct {
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
 	CheckpointEvery time.Duration
-	// Witnesses are where each new checkpoint is also sent (witness.go):
+	// Witnesses are where each new checkpoint is also sent (audit.NewWitnesses):
 	// file:///PATH, syslog, or an http(s) URL.
 	Witnesses []string
 	// SyslogSocket is the local syslog socket the syslog witness writes
