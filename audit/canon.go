@@ -1,7 +1,11 @@
 // Package audit is guard's ledger without SQL: a record's canonical form
 // and chain hash, the records' MACs, the Merkle tree over them, and the
 // rows a batch of records becomes (Batch: chain, MACs, tree hashes, call
-// index) computed once for every engine, which only writes them.
+// index) computed once for every engine, which only writes them; the
+// checkpoint key and its signed checkpoints, their witnesses, the walk
+// that verifies a log (over Log) and its findings, exports and proofs
+// and their offline check, a report's figures, and retention's signed
+// statements. The engines (package store) read and write the rows.
 package audit
 
 import (

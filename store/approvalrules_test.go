@@ -12,6 +12,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // People of the approval rules' tests: the caller whose call is held, two
@@ -371,7 +372,7 @@ func TestAReportNamesTheReviewThatDecided(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(act.Approvals) != 1 || act.Approvals[0].Verdict != HeldApproved || act.Approvals[0].DecidedBy != "bob@example.com" {
+	if len(act.Approvals) != 1 || act.Approvals[0].Verdict != audit.HeldApproved || act.Approvals[0].DecidedBy != "bob@example.com" {
 		t.Fatalf("held calls: %+v", act.Approvals)
 	}
 }

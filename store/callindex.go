@@ -383,7 +383,7 @@ func (ci CallIndex) fillFrom(ctx context.Context, dc any) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	latest, err := latestSigned(ctx, ci.db.r, ci.db.signer.verifier)
+	latest, err := latestSigned(ctx, ci.db.r, ci.db.signer.Verifier())
 	if err != nil {
 		return 0, err
 	}

@@ -17,9 +17,9 @@ import (
 
 // checkFiles is CheckFiles with its findings as an error: nil only when
 // every file verified.
-func checkFiles(v note.Verifier, files []File) ([]string, error) {
-	lines, f := CheckFiles(v, files)
-	if f.Verdict() != VerdictVerified {
+func checkFiles(v note.Verifier, files []audit.File) ([]string, error) {
+	lines, f := audit.CheckFiles(v, files)
+	if f.Verdict() != audit.VerdictVerified {
 		return lines, errors.New(f.Why())
 	}
 	return lines, nil
@@ -63,14 +63,14 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if err := db.Reader().Export(ctx, &before, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(before.String())}}); err != nil {
+	if _, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: []byte(before.String())}}); err != nil {
 		t.Fatal(err)
 	}
 	forged := editExportRow(t, before.String(), 3, func(m map[string]json.RawMessage) {
 		m["decision"] = json.RawMessage(`"denied"`)
 		m["pruned"] = json.RawMessage(`true`)
 	})
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", forged}}); err == nil ||
+	if lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: forged}}); err == nil ||
 		!strings.Contains(err.Error(), "record 3 (id") || !strings.Contains(err.Error(), "marked as pruned but holds a body") {
 		t.Fatalf("a changed record marked as pruned: %v %q", err, lines)
 	}
@@ -85,7 +85,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	if err := db.Reader().Export(ctx, &after, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(after.String())}})
+	lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: []byte(after.String())}})
 	if err != nil || !strings.Contains(lines[0], "ok: all 13 records") ||
 		!strings.Contains(lines[0], "6 of them pruned by retention: only their leaves are proved, 6 matched to the retention record") {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
@@ -102,7 +102,7 @@ func TestCheckFilesPrunedRows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := editExportRow(t, after.String(), tc.seq, tc.edit)
-			if lines, err := checkFiles(db.signer.verifier, []File{{"whole", b}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: b}}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v %q, want %q", err, lines, tc.want)
 			}
 		})
@@ -124,7 +124,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := json.Marshal(retentionDetail{First: 9, Last: 9, Count: 1, Records: [][2]int64{{9, 9}}, KeptSHA256: sum,
+	d, err := json.Marshal(audit.RetentionDetail{First: 9, Last: 9, Count: 1, Records: [][2]int64{{9, 9}}, KeptSHA256: sum,
 		Archive: "audit-forged.jsonl", SHA256: strings.Repeat("0", 64), Checkpoint: 12, Before: fmtTime(now), Retention: "1d"})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestCheckFilesRefusesAForgedRetentionRecord(t *testing.T) {
 	if err := db.Reader().Export(ctx, &b, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(b.String())}}); err == nil ||
+	if lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: []byte(b.String())}}); err == nil ||
 		!strings.Contains(err.Error(), "retention record 13 (id") || !strings.Contains(err.Error(), "is not signed by the checkpoint key") {
 		t.Fatalf("%v %q", err, lines)
 	}
@@ -190,24 +190,24 @@ func TestCheckFilesProofIDs(t *testing.T) {
 	if err := db.Reader().Export(ctx, &export, ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v := db.signer.verifier
-	lines, err := checkFiles(v, []File{{"p", proof}})
+	v := db.signer.Verifier()
+	lines, err := checkFiles(v, []audit.File{{Name: "p", Data: proof}})
 	if err != nil || len(lines) != 1 || !strings.Contains(lines[0], "p: ok: the leaf at position 3 is in the checkpoint of 4 records") ||
 		strings.Contains(lines[0], "ok: record") {
 		t.Fatalf("a proof alone: %v %q", err, lines)
 	}
 	forged := []byte(strings.Replace(string(proof), recs[2], "forged-id", 1))
-	lines, err = checkFiles(v, []File{{"x", []byte(export.String())}, {"p", forged}})
+	lines, err = checkFiles(v, []audit.File{{Name: "x", Data: []byte(export.String())}, {Name: "p", Data: forged}})
 	if err != nil || !strings.Contains(lines[1], "p: ok: the leaf at position 3 is in") || strings.Contains(lines[1], "ok: record") {
 		t.Fatalf("a proof giving an id no export holds: %v %q", err, lines)
 	}
-	lines, err = checkFiles(v, []File{{"x", []byte(export.String())}, {"p", proof}})
+	lines, err = checkFiles(v, []audit.File{{Name: "x", Data: []byte(export.String())}, {Name: "p", Data: proof}})
 	if err != nil || !strings.Contains(lines[1], "p: ok: record 3 (id "+recs[2]+") is in the checkpoint of 4 records") ||
 		!strings.Contains(lines[1], "its contents are those in x") {
 		t.Fatalf("a proof with the export: %v %q", err, lines)
 	}
 	swapped := []byte(strings.Replace(string(proof), recs[2], recs[1], 1))
-	if lines, err := checkFiles(v, []File{{"x", []byte(export.String())}, {"p", swapped}}); err == nil ||
+	if lines, err := checkFiles(v, []audit.File{{Name: "x", Data: []byte(export.String())}, {Name: "p", Data: swapped}}); err == nil ||
 		!strings.Contains(err.Error(), "is not the record proved") {
 		t.Fatalf("a proof giving another record's id: %v %q", err, lines)
 	}

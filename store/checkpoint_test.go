@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // truncateAll empties the log in the file and its kept checkpoints, and
@@ -81,7 +82,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 			if err := db.Close(); err != nil { // the checkpoint of 5 records, witnessed
 				t.Fatal(err)
 			}
-			held, err := fileWitness(witness).latest(db.signer.verifier)
+			held, err := audit.FileWitness(witness).Latest(db.signer.Verifier())
 			if err != nil || held == nil || held.Size != 5 {
 				t.Fatalf("the witness holds %+v (%v), want the checkpoint of 5 records", held, err)
 			}
@@ -100,7 +101,7 @@ func TestNoCheckpointAfterATruncationOfEveryCheckpoint(t *testing.T) {
 			if db.Integrity().CheckpointRefusals() < 2 || !strings.Contains(logs.String(), "does not extend the last checkpoint") {
 				t.Fatalf("the refusal was not counted and logged: %d %s", db.Integrity().CheckpointRefusals(), logs.String())
 			}
-			if c, _ := fileWitness(witness).latest(db.signer.verifier); c == nil || c.Size != 5 {
+			if c, _ := audit.FileWitness(witness).Latest(db.signer.Verifier()); c == nil || c.Size != 5 {
 				t.Fatalf("the witness got %+v", c)
 			}
 		})

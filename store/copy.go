@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -77,7 +78,7 @@ type CopyReport struct {
 	Rows []TableRows
 	// Checkpoint is the latest checkpoint of the log moved; nil when it
 	// had none.
-	Checkpoint *Checkpoint
+	Checkpoint *audit.Checkpoint
 	// KeyPath is the checkpoint key, the log's: guard on PostgreSQL
 	// needs it (audit.key_file). CheckpointPath is the destination's
 	// checkpoint file, which holds Checkpoint or a later one.
@@ -85,7 +86,7 @@ type CopyReport struct {
 	// Verified is the destination's verification, after the move,
 	// against Checkpoint as a checkpoint kept elsewhere: Witnessed, and
 	// Extends is its size.
-	Verified Report
+	Verified audit.Report
 	// Learned is how many rules of CopyOptions.Learned were added.
 	Learned int
 }
@@ -201,22 +202,22 @@ func Copy(ctx context.Context, from, to Options, o CopyOptions) (*CopyReport, er
 // sameKey checks that the source's checkpoint key exists and that the
 // destination's is the same.
 func sameKey(from, to Options) error {
-	s, err := readSigner(from.KeyPath)
+	s, err := audit.ReadSigner(from.KeyPath)
 	if err != nil {
 		return fmt.Errorf("the source's %w", err)
 	}
 	d := s
 	switch {
 	case to.Key != "":
-		d, err = signerFromHex("the destination's checkpoint key", to.Key)
+		d, err = audit.SignerFromHex("the destination's checkpoint key", to.Key)
 	case to.KeyPath != from.KeyPath:
-		d, err = readSigner(to.KeyPath)
+		d, err = audit.ReadSigner(to.KeyPath)
 	}
 	if err != nil {
 		return err
 	}
-	if d.vkey != s.vkey {
-		return fmt.Errorf("the destination's checkpoint key signs as %s, the log's (%s) as %s: a log keeps its key", d.verifier.Name(), from.KeyPath, s.verifier.Name())
+	if d.VerifierKey() != s.VerifierKey() {
+		return fmt.Errorf("the destination's checkpoint key signs as %s, the log's (%s) as %s: a log keeps its key", d.Verifier().Name(), from.KeyPath, s.Verifier().Name())
 	}
 	return nil
 }
@@ -225,9 +226,9 @@ func sameKey(from, to Options) error {
 // checkpoint in the destination's checkpoint file when there is one:
 // guard on the destination will hold the log to it.
 func verifyForCopy(ctx context.Context, v Verifier, checkpointPath string) error {
-	var o VerifyOptions
+	var o audit.VerifyOptions
 	if b, err := os.ReadFile(checkpointPath); err == nil {
-		o.Kept = append(o.Kept, KeptCheckpoint{Name: "in " + checkpointPath + " (the destination's checkpoint file)", Note: b})
+		o.Kept = append(o.Kept, audit.KeptCheckpoint{Name: "in " + checkpointPath + " (the destination's checkpoint file)", Note: b})
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("the destination's checkpoint file: %w", err)
 	}
@@ -318,7 +319,7 @@ func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *Co
 		case err != nil:
 			return fmt.Errorf("checkpoints: %w", err)
 		default:
-			if rep.Checkpoint, err = OpenCheckpoint([]byte(note), src.signer.verifier); err != nil {
+			if rep.Checkpoint, err = audit.OpenCheckpoint([]byte(note), src.signer.Verifier()); err != nil {
 				return fmt.Errorf("the latest checkpoint: %w", err)
 			}
 		}
@@ -476,9 +477,9 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 	if err != nil {
 		return fmt.Errorf("it does not open: %w", err)
 	}
-	var o VerifyOptions
+	var o audit.VerifyOptions
 	if rep.Checkpoint != nil {
-		o.Kept = []KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
+		o.Kept = []audit.KeptCheckpoint{{Name: "moved from the source", Note: rep.Checkpoint.Note}}
 	}
 	rep.Verified, err = dst.Verifier().VerifyWith(ctx, o)
 	if cerr := dst.Close(); err == nil {
@@ -493,7 +494,7 @@ func checkCopy(ctx context.Context, to Options, rep *CopyReport) error {
 	if rep.Checkpoint == nil {
 		return nil
 	}
-	c, err := readCheckpointFile(to.CheckpointPath, dst.signer.verifier)
+	c, err := audit.ReadCheckpointFile(to.CheckpointPath, dst.signer.Verifier())
 	if err != nil || c.Size < rep.Checkpoint.Size {
 		return fmt.Errorf("its checkpoint file %s does not hold the latest checkpoint (%v): copy the source's there", to.CheckpointPath, err)
 	}

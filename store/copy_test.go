@@ -13,6 +13,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
@@ -116,7 +117,7 @@ type content struct {
 	Cursor     int64
 	Verified   *Verification
 	Retention  *Retention
-	Checkpoint *Checkpoint
+	Checkpoint *audit.Checkpoint
 }
 
 func contentOf(t *testing.T, db *DB) content {
@@ -254,7 +255,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ro.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err := ro.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || !v.Witnessed || v.Records != int64(len(want.Records)) || v.Extends != want.Checkpoint.Size {
 		t.Errorf("read-only verify: %+v %v", v, err)
 	}
@@ -322,7 +323,7 @@ func TestCopyToPostgres(t *testing.T) {
 	if err := dst.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	v, err = dst.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
+	v, err = dst.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the source's", Note: want.Checkpoint.Note}}})
 	if err != nil || !v.OK || v.Records != int64(len(want.Records))+2 || v.Extends != want.Checkpoint.Size {
 		t.Fatalf("verify after appending on PostgreSQL: %+v %v", v, err)
 	}

@@ -157,7 +157,7 @@ func (jn journals) journalKey(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mine := jn.db.signer.verifier.Name(); origin != "" && origin != mine {
+	if mine := jn.db.signer.Verifier().Name(); origin != "" && origin != mine {
 		return nil, fmt.Errorf("%w: %s signs as %s, and this log's checkpoints as %s (%s): journals are checked, and moved in, only with this log's key",
 			errForeignKey, jn.db.opts.KeyPath, mine, origin, where)
 	}

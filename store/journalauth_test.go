@@ -43,12 +43,12 @@ func TestJournalFramesCarryTheirMACs(t *testing.T) {
 	if !bytes.HasPrefix(b, []byte("guard-journal-3\n")) {
 		t.Fatalf("the segment begins %q", b[:16])
 	}
-	key := db.signer.derive("guard: the journal frames' MACs")
+	key := db.signer.Derive("guard: the journal frames' MACs")
 	sc, err := scanJournal(b, key)
 	if err != nil || len(sc.frames) != 6 || len(sc.forged) != 0 || len(sc.damage) != 0 || !sc.checked {
 		t.Fatalf("read with the key: %d frames, %d forged, %d damaged, %v", len(sc.frames), len(sc.forged), len(sc.damage), err)
 	}
-	for _, other := range [][]byte{forgersKey(), db.signer.derive(macPurpose)} {
+	for _, other := range [][]byte{forgersKey(), db.signer.Derive(macPurpose)} {
 		if sc, err := scanJournal(b, other); err != nil || len(sc.frames) != 0 || len(sc.forged) != 6 {
 			t.Errorf("read with another key: %d frames, %d forged, %v", len(sc.frames), len(sc.forged), err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // appendMarkedFrame appends r's frame in a segment of formatMarked to b:
@@ -63,11 +64,11 @@ func appendSealedFrame(b []byte, r *guard.Record, key, id []byte, off int64) []b
 // journalKeyOf is the journal's MAC key of the checkpoint key at keyPath.
 func journalKeyOf(t testing.TB, keyPath string) []byte {
 	t.Helper()
-	s, err := readSigner(keyPath)
+	s, err := audit.ReadSigner(keyPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.derive(journalPurpose)
+	return s.Derive(journalPurpose)
 }
 
 // forgersKey is a key that is not the log's: what someone who cannot read

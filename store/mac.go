@@ -39,7 +39,7 @@ import (
 // checkpoint signed says so ("guard macs from 1", an extension line of
 // the signed note). A log written before MACs has records without them,
 // which stay valid: MACs start at a lifecycle record "MACs from seq N"
-// (LifecycleMACs), which the process holding the checkpoint lease
+// (audit.LifecycleMACs), which the process holding the checkpoint lease
 // appends once no process of an earlier release (which writes records
 // without MACs) writes to the database (macsWait), and the checkpoints
 // say so from then on. From that record on every record must carry a
@@ -49,10 +49,6 @@ import (
 // macPurpose is the label the MAC key is derived from the checkpoint key
 // with (signer.derive).
 const macPurpose = "guard: the audit records' MACs"
-
-// LifecycleMACs is the event of the lifecycle record from which on every
-// record carries a MAC: its reason says "MACs from seq N", N its own seq.
-const LifecycleMACs = "macs"
 
 // selectMACsFrom finds the first LifecycleMACs record (index
 // records_macs).
@@ -66,7 +62,7 @@ const macMigration = 21
 type tailAuth struct {
 	key    []byte       // the MAC key; nil without the checkpoint key's secret
 	jkey   []byte       // the journal frames' MAC key (journalauth.go); nil likewise
-	from   atomic.Int64 // the seq of the first LifecycleMACs record, once known (0: none yet)
+	from   atomic.Int64 // the seq of the first audit.LifecycleMACs record, once known (0: none yet)
 	alerts atomic.Int64 // records found without a valid MAC, and journal frames refused, each counted once
 	logger *slog.Logger
 
@@ -78,11 +74,11 @@ type tailAuth struct {
 
 // newTailAuth is the MAC state of a database whose checkpoint key is s
 // (nil: none, or only its public key).
-func newTailAuth(s *signer, logger *slog.Logger) *tailAuth {
+func newTailAuth(s *audit.Signer, logger *slog.Logger) *tailAuth {
 	a := &tailAuth{logger: logger, alerted: map[int64]string{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
-		a.key = s.derive(macPurpose)
-		a.jkey = s.derive(journalPurpose)
+		a.key = s.Derive(macPurpose)
+		a.jkey = s.Derive(journalPurpose)
 	}
 	return a
 }
@@ -149,7 +145,7 @@ func (a *tailAuth) start(s int64) {
 }
 
 // learn notes where a checkpoint signed by the log's key says MACs start.
-func (a *tailAuth) learn(c *Checkpoint) {
+func (a *tailAuth) learn(c *audit.Checkpoint) {
 	if c != nil {
 		a.start(c.MACsFrom)
 	}
@@ -186,16 +182,16 @@ func (cp *checkpointState) learnMACs(ctx context.Context) (empty bool, err error
 	if _, err := a.macsFrom(ctx, cp.db.r); err != nil {
 		return false, err
 	}
-	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.verifier)
+	c, err := latestSigned(ctx, cp.db.r, cp.db.signer.Verifier())
 	if err != nil {
 		return false, err
 	}
 	a.learn(c)
-	if c, err := readCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.verifier); err == nil {
+	if c, err := audit.ReadCheckpointFile(cp.db.opts.CheckpointPath, cp.db.signer.Verifier()); err == nil {
 		a.learn(c)
 	}
 	if cp.witness != nil {
-		for _, c := range cp.witness.latestHeld(cp.db.signer.verifier) {
+		for _, c := range cp.witness.LatestHeld(cp.db.signer.Verifier()) {
 			a.learn(c)
 		}
 	}
@@ -247,7 +243,7 @@ func (cp *checkpointState) startMACs(ctx context.Context) {
 		}
 		return
 	}
-	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: LifecycleMACs,
+	r := &guard.Record{ID: guard.NewID(), Kind: guard.KindLifecycle, Decision: audit.LifecycleMACs,
 		Time: cp.db.opts.Now().UTC().Truncate(time.Millisecond)}
 	r.CallID = r.ID
 	cp.db.ing.commitMu.Lock()
@@ -290,7 +286,7 @@ func (cp *checkpointState) macsWait(ctx context.Context) (string, error) {
 // latestSigned is the largest checkpoint kept in the database that v
 // signed, or nil: the table's rows are only what they say once their
 // signature is checked.
-func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*Checkpoint, error) {
+func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*audit.Checkpoint, error) {
 	rows, err := q.QueryContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
@@ -301,7 +297,7 @@ func latestSigned(ctx context.Context, q sqlQueryer, v note.Verifier) (*Checkpoi
 		if err := rows.Scan(&text); err != nil {
 			return nil, fmt.Errorf("checkpoints: %w", err)
 		}
-		if c, err := OpenCheckpoint([]byte(text), v); err == nil {
+		if c, err := audit.OpenCheckpoint([]byte(text), v); err == nil {
 			return c, nil
 		}
 	}

@@ -251,7 +251,7 @@ func TestRecordsCarryTheirMACs(t *testing.T) {
 	if err != nil || from != 1 {
 		t.Fatalf("MACs from %d (%v), want 1: a new log has them from its first record", from, err)
 	}
-	m := audit.NewMACer(db.signer.derive("guard: the audit records' MACs"))
+	m := audit.NewMACer(db.signer.Derive("guard: the audit records' MACs"))
 	rows, err := db.r.QueryContext(ctx, `SELECT seq, hash, mac FROM records ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -52,7 +53,7 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ro.Close()
-		rep, err = ro.Verifier().VerifyWith(ctx, VerifyOptions{Key: v})
+		rep, err = ro.Verifier().VerifyWith(ctx, audit.VerifyOptions{Key: v})
 		if err != nil || !rep.OK || rep.TailAfter != c.Size || rep.Unauthenticated != tail {
 			t.Fatalf("verify with the public key: %+v %v, want ok with a tail of %d records after checkpoint %d", rep, err, tail, c.Size)
 		}
@@ -66,8 +67,8 @@ func TestVerifyNamesAForgedRecordOrTheUnauthenticatedTail(t *testing.T) {
 		if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
 			t.Fatalf("verify with the public key notes %q, want %q", rep.Notes, want)
 		}
-		lines, f := CheckFiles(v, []File{{Name: "audit.jsonl", Data: []byte(export.String())}})
-		if f.Verdict() != VerdictVerified || len(lines) != 1 || len(f.Notes) != 1 || !strings.Contains(f.Notes[0], want) {
+		lines, f := audit.CheckFiles(v, []audit.File{{Name: "audit.jsonl", Data: []byte(export.String())}})
+		if f.Verdict() != audit.VerdictVerified || len(lines) != 1 || len(f.Notes) != 1 || !strings.Contains(f.Notes[0], want) {
 			t.Fatalf("check of the export: %q %+v, want it to note %q", lines, f, want)
 		}
 	})

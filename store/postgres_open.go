@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"crypto/ed25519"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/migrations"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,14 +77,14 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	close(db.ing.synced) // no journal to sync
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
-			db.ckpt.witness.close()
+			db.ckpt.witness.Close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
 	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestPostgresMigration())
 	if opts.Key != "" {
-		db.signer, err = signerFromHex("audit key", opts.Key)
+		db.signer, err = audit.SignerFromHex("audit key", opts.Key)
 	} else {
 		db.signer, err = pgSigner(ctx, db.r, db.opts.KeyPath)
 	}
@@ -94,7 +93,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
 	if len(opts.Witnesses) > 0 {
-		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
@@ -153,9 +152,9 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		}
 		return nil, fmt.Errorf("store: %s: %w", name, err) // not reached, refused, ...
 	}
-	var sg *signer
+	var sg *audit.Signer
 	if opts.KeyPath != "" {
-		if sg, err = readSigner(opts.KeyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if sg, err = audit.ReadSigner(opts.KeyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			r.Close()
 			return nil, fmt.Errorf("store: %w", err)
 		}
@@ -189,40 +188,27 @@ func (o *Options) pgFiles() error {
 // a new database): a replica that made a key of its own for a log others
 // sign would fork it. A key that is not the one the log's checkpoints are
 // signed with is refused. keyPath is the key's file; r reads the log.
-func pgSigner(ctx context.Context, r *sql.DB, keyPath string) (*signer, error) {
+func pgSigner(ctx context.Context, r *sql.DB, keyPath string) (*audit.Signer, error) {
 	var origin sql.NullString
 	err := r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&origin)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
-	var s *signer
+	var s *audit.Signer
 	if origin.Valid {
-		s, err = readSigner(keyPath)
+		s, err = audit.ReadSigner(keyPath)
 		if err != nil {
 			return nil, fmt.Errorf("%w: every replica needs the key the log's checkpoints are signed with", err)
 		}
-	} else if s, err = loadSigner(keyPath); err != nil {
+	} else if s, err = audit.LoadSigner(keyPath); err != nil {
 		return nil, err
 	}
 	if origin.Valid {
 		logOrigin, _, _ := strings.Cut(origin.String, "\n")
-		if mine := originOf(s.key.Public().(ed25519.PublicKey)); logOrigin != mine {
+		if mine := s.Verifier().Name(); logOrigin != mine {
 			return nil, fmt.Errorf("checkpoint key %s is not the log's: its checkpoints are signed as %s, this key signs as %s (every replica needs the same key)",
 				keyPath, logOrigin, mine)
 		}
-	}
-	return s, nil
-}
-
-// signerFromHex is a signer of a hex ed25519 seed given as text.
-func signerFromHex(what, text string) (*signer, error) {
-	seed, err := hex.DecodeString(strings.TrimSpace(text))
-	if err != nil || len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("%s: not a hex ed25519 seed", what)
-	}
-	s, err := newSigner(seed)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 )
 
 // synthCalls appends n tool calls through the store's append path, a
@@ -138,12 +139,12 @@ func TestActivityHeldCalls(t *testing.T) {
 		id, verdict, by, approval string
 		waited                    time.Duration
 	}{
-		{"approved-state", HeldApproved, "alice", "a-1", time.Minute},
-		{"denied", HeldDenied, "bob", "denied", time.Minute},
-		{"expired-state", HeldExpired, "", "expired-state", time.Minute},
-		{"withdrawn", HeldWithdrawn, "", "withdrawn", 3 * time.Second},
-		{"waiting", HeldUndecided, "", "waiting", 0},
-		{"in-flight", HeldUndecided, "", "in-flight", 0},
+		{"approved-state", audit.HeldApproved, "alice", "a-1", time.Minute},
+		{"denied", audit.HeldDenied, "bob", "denied", time.Minute},
+		{"expired-state", audit.HeldExpired, "", "expired-state", time.Minute},
+		{"withdrawn", audit.HeldWithdrawn, "", "withdrawn", 3 * time.Second},
+		{"waiting", audit.HeldUndecided, "", "waiting", 0},
+		{"in-flight", audit.HeldUndecided, "", "in-flight", 0},
 	}
 	if len(a.Approvals) != len(want) || a.Held != int64(len(want)) {
 		t.Fatalf("%d held calls, %d counted: %+v", len(a.Approvals), a.Held, a.Approvals)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -10,11 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"time"
 
@@ -154,7 +151,7 @@ func (rn Pruning) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, erro
 }
 
 // pruneBatch archives, records and blanks the records seqs (steps 2 to 4).
-func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
+func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *audit.Checkpoint, cutoff time.Time, seqs []int64, p *Pruned) error {
 	path, sum, err := rn.writeArchive(ctx, o.ArchiveDir, c, seqs)
 	if err != nil {
 		return fmt.Errorf("retention: archive of records %d to %d: %w", p.First, p.Last, err)
@@ -164,16 +161,14 @@ func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *Checkpo
 	if err != nil {
 		return fmt.Errorf("retention: records %d to %d: %w", p.First, p.Last, err)
 	}
-	d := retentionDetail{First: p.First, Last: p.Last, Count: p.Count, Records: spans(seqs), KeptSHA256: kept,
+	d := audit.RetentionDetail{First: p.First, Last: p.Last, Count: p.Count, Records: audit.Spans(seqs), KeptSHA256: kept,
 		Archive: filepath.Base(path), SHA256: sum, Checkpoint: c.Size, Before: fmtTime(cutoff), Retention: days(o.Retention)}
 	// The checkpoint key signs what the record says: whoever can append
 	// to the log without the key cannot name records retention did not
 	// prune.
-	sig, err := note.Sign(&note.Note{Text: d.statement(rn.db.signer.verifier.Name())}, rn.db.signer.note)
-	if err != nil {
+	if err := d.Sign(rn.db.signer); err != nil {
 		return fmt.Errorf("retention: sign the record of records %d to %d: %w", p.First, p.Last, err)
 	}
-	d.Signature = string(sig)
 	text, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("retention: %w", err)
@@ -210,7 +205,7 @@ func days(d time.Duration) string {
 	return d.String()
 }
 
-// keptSum is the kept_sha256 of the records seqs (keptLine).
+// keptSum is the kept_sha256 of the records seqs (audit.KeptLine).
 func (rn Pruning) keptSum(ctx context.Context, seqs []int64) (string, error) {
 	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, id, call_id, kind, time, hash FROM records
 		WHERE seq >= ? AND seq <= ? ORDER BY seq`, seqs[0], seqs[len(seqs)-1])
@@ -232,7 +227,7 @@ func (rn Pruning) keptSum(ctx context.Context, seqs []int64) (string, error) {
 		}
 		i++
 		r.Time = parseTime(at)
-		b = keptLine(b[:0], &r)
+		b = audit.KeptLine(b[:0], &r)
 		h.Write(b)
 	}
 	if err := rows.Err(); err != nil {
@@ -276,7 +271,7 @@ func (rn Pruning) choosePrunable(ctx context.Context, from, size int64, cutoff t
 	// (mac.go): verify reads both to know what the rest must be.
 	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, call_id, time FROM records
 		WHERE seq >= ? AND seq <= ? AND pruned = 0 AND kind != ? AND NOT (kind = ? AND decision = ?) ORDER BY seq`,
-		from, last, guard.KindRetention, guard.KindLifecycle, LifecycleMACs)
+		from, last, guard.KindRetention, guard.KindLifecycle, audit.LifecycleMACs)
 	if err != nil {
 		return sel, fmt.Errorf("retention: %w", err)
 	}
@@ -338,7 +333,7 @@ func (rn Pruning) callPrunable(ctx context.Context, callID string, size int64, b
 // writeArchive writes the records seqs, with the checkpoint c and their
 // proofs, to a new file in dir, synced with the directory, checks the
 // file as guard audit check would, and returns its path and SHA-256.
-func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, seqs []int64) (string, string, error) {
+func (rn Pruning) writeArchive(ctx context.Context, dir string, c *audit.Checkpoint, seqs []int64) (string, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", err
 	}
@@ -378,7 +373,7 @@ func (rn Pruning) writeArchive(ctx context.Context, dir string, c *Checkpoint, s
 // checkArchive reads an archive back and checks it offline against the
 // log's key: every record's hashes, its proof in the checkpoint c, and
 // that it holds exactly the records seqs.
-func (rn Pruning) checkArchive(path, sum string, c *Checkpoint, seqs []int64) error {
+func (rn Pruning) checkArchive(path, sum string, c *audit.Checkpoint, seqs []int64) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -390,8 +385,8 @@ func (rn Pruning) checkArchive(path, sum string, c *Checkpoint, seqs []int64) er
 		return fmt.Errorf("it is not against the checkpoint of %d records", c.Size)
 	}
 	n := 0
-	var fs Findings
-	if _, err := checkExport(offlineKey{v: rn.db.signer.verifier, f: &fs}, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
+	var fs audit.Findings
+	if _, err := audit.CheckExport(rn.db.signer.Verifier(), &fs, path, b, func(int64, string, tlog.Hash) { n++ }); err != nil {
 		return err
 	}
 	if len(fs.Unverifiable) > 0 {
@@ -626,213 +621,6 @@ func (rn Pruning) RunRetention(ctx context.Context, o RetentionOptions, every ti
 	}
 }
 
-// keptLine appends the line a retention record's kept_sha256 covers for
-// one record it names: what its row keeps once its body is gone, which
-// its hash no longer covers in the database.
-func keptLine(b []byte, r *guard.Record) []byte {
-	b = strconv.AppendInt(append(b, '['), r.Seq, 10)
-	for _, s := range []string{r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Hash} {
-		b = audit.AppendString(append(b, ','), s)
-	}
-	return append(b, ']', '\n')
-}
-
-// spans are the runs of consecutive seqs in seqs (sorted).
-func spans(seqs []int64) [][2]int64 {
-	var out [][2]int64
-	for _, s := range seqs {
-		if n := len(out); n > 0 && out[n-1][1] == s-1 {
-			out[n-1][1] = s
-			continue
-		}
-		out = append(out, [2]int64{s, s})
-	}
-	return out
-}
-
-// retentionDetail is the detail of a retention record.
-type retentionDetail struct {
-	First      int64      `json:"first"`
-	Last       int64      `json:"last"`
-	Count      int64      `json:"count"`
-	Records    [][2]int64 `json:"records"`     // the runs of records named, first and last seq
-	KeptSHA256 string     `json:"kept_sha256"` // of their keptLine, in seq order
-	Archive    string     `json:"archive"`
-	SHA256     string     `json:"sha256"`
-	Checkpoint int64      `json:"checkpoint"`
-	Before     string     `json:"before"`
-	Retention  string     `json:"retention"`
-	// Signature is a signed note, by the checkpoint key, of statement.
-	Signature string `json:"signature"`
-}
-
-// retentionStatementHeader opens the text a retention record's signature
-// covers.
-const retentionStatementHeader = "guard audit retention v1\n"
-
-// statement is the text the checkpoint key signs for a retention record
-// of the log named origin: every field that says what was pruned.
-func (d *retentionDetail) statement(origin string) string {
-	b := []byte(retentionStatementHeader + origin + "\n")
-	b = fmt.Appendf(b, "first %d\nlast %d\ncount %d\nrecords", d.First, d.Last, d.Count)
-	for _, sp := range d.Records {
-		b = fmt.Appendf(b, " %d-%d", sp[0], sp[1])
-	}
-	b = fmt.Appendf(b, "\nkept_sha256 %s\narchive %s\nsha256 %s\ncheckpoint %d\nbefore %s\n",
-		d.KeptSHA256, d.Archive, d.SHA256, d.Checkpoint, d.Before)
-	return string(b)
-}
-
-// signedBy reports whether the record's signature is a note of its
-// statement signed by v.
-func (d *retentionDetail) signedBy(v note.Verifier) bool {
-	if v == nil || d.Signature == "" {
-		return false
-	}
-	n, err := note.Open([]byte(d.Signature), note.VerifierList(v))
-	return err == nil && n.Text == d.statement(v.Name())
-}
-
-// retentionRun is a retention record as Verify checks it.
-type retentionRun struct {
-	seq  int64
-	d    retentionDetail
-	h    hash.Hash // over the keptLine of each record it names, as the walk meets them
-	n    int64
-	late bool // read once the walk had passed records it names: they were not hashed
-	// signed: its detail is signed by the key Verify trusts; only such a
-	// record accounts for a pruned record.
-	signed bool
-}
-
-// retentionSpan is a run of records a retention record names.
-type retentionSpan struct {
-	first, last int64
-	run         *retentionRun
-}
-
-// retentionCheck follows Verify's walk: every pruned record must be named
-// by a retention record after it, and the rows of the records each one
-// names must still be those it hashed (kept_sha256).
-type retentionCheck struct {
-	db     *DB
-	v      note.Verifier           // the key the retention records must be signed by; nil: none at hand
-	runs   map[int64]*retentionRun // by the retention record's seq
-	spans  []retentionSpan         // not yet reached, by first
-	active []retentionSpan         // reached, not yet passed
-	read   int64                   // the last retention record read
-	at     int64                   // the walk's record
-	buf    []byte
-}
-
-func (rn Pruning) newRetentionCheck(ctx context.Context, v note.Verifier) (*retentionCheck, error) {
-	c := &retentionCheck{db: rn.db, v: v, runs: map[int64]*retentionRun{}}
-	if rn.db.schema.noPruned {
-		return c, nil
-	}
-	return c, c.load(ctx)
-}
-
-// load reads the retention records after those read before.
-func (c *retentionCheck) load(ctx context.Context) error {
-	rows, err := c.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+indexedBy(c.db.pg, "records_retention")+`
-		WHERE kind = 'retention' AND seq > ? ORDER BY seq`, c.read)
-	if err != nil {
-		return fmt.Errorf("retention records: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		run := &retentionRun{h: sha256.New()}
-		var text string
-		if err := rows.Scan(&run.seq, &text); err != nil {
-			return fmt.Errorf("retention records: %w", err)
-		}
-		c.read = run.seq
-		if json.Unmarshal([]byte(text), &run.d) != nil {
-			continue // Verify finds it altered, or pruned
-		}
-		// Without a key of this log no signature is checked (the
-		// verification says it could not be): the rest still is.
-		run.signed = c.v == nil || run.d.signedBy(c.v)
-		c.runs[run.seq] = run
-		for _, s := range run.d.Records {
-			sp := retentionSpan{s[0], s[1], run}
-			switch {
-			case s[1] < c.at:
-				run.late = true
-			case s[0] <= c.at:
-				run.late = run.late || s[0] < c.at
-				c.active = append(c.active, sp)
-			default:
-				c.spans = append(c.spans, sp)
-			}
-		}
-	}
-	slices.SortFunc(c.spans, func(a, b retentionSpan) int { return cmp.Compare(a.first, b.first) })
-	return rows.Err()
-}
-
-// record checks the walk's next record, returning a problem or "".
-func (c *retentionCheck) record(ctx context.Context, r *guard.Record) string {
-	c.at = r.Seq
-	for len(c.spans) > 0 && c.spans[0].first <= r.Seq {
-		c.active = append(c.active, c.spans[0])
-		c.spans = c.spans[1:]
-	}
-	c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq })
-	if r.Pruned && !c.signedActive(r) {
-		// A retention record appended since the walk began names it?
-		if err := c.load(ctx); err != nil {
-			return err.Error()
-		}
-		c.active = slices.DeleteFunc(c.active, func(s retentionSpan) bool { return s.last < r.Seq || s.first > r.Seq })
-		switch {
-		case len(c.active) == 0:
-			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record names it: it was removed outside retention", r.Seq, r.ID)
-		case !slices.ContainsFunc(c.active, func(s retentionSpan) bool { return s.run.signed }):
-			return fmt.Sprintf("record %d (id %s) lost its body, but no retention record signed by the checkpoint key (%s) names it: it was removed outside retention, and a retention record forged",
-				r.Seq, r.ID, c.keyName())
-		case !c.signedActive(r):
-			return fmt.Sprintf("record %d (id %s) lost its body, but it was not past the retention of the retention record that names it, or not in its checkpoint",
-				r.Seq, r.ID)
-		}
-	}
-	for _, s := range c.active {
-		if s.run.seq < r.Seq {
-			return fmt.Sprintf("retention record %d names record %d, which comes after it: it was altered", s.run.seq, r.Seq)
-		}
-		c.buf = keptLine(c.buf[:0], r)
-		s.run.h.Write(c.buf)
-		s.run.n++
-	}
-	run := c.runs[r.Seq]
-	if run == nil || r.Kind != guard.KindRetention || run.late {
-		return ""
-	}
-	if run.n != run.d.Count || hex.EncodeToString(run.h.Sum(nil)) != run.d.KeptSHA256 {
-		return fmt.Sprintf("the records retention record %d (id %s) names, %d to %d, were changed since it archived them: their ids, calls, kinds, times or hashes are not those it hashed",
-			r.Seq, r.ID, run.d.First, run.d.Last)
-	}
-	return ""
-}
-
-// signedActive reports whether a signed retention record names the walk's
-// record r, which was in its checkpoint and older than its cutoff.
-func (c *retentionCheck) signedActive(r *guard.Record) bool {
-	at := fmtTime(r.Time)
-	return slices.ContainsFunc(c.active, func(s retentionSpan) bool {
-		return s.run.signed && r.Seq <= s.run.d.Checkpoint && at < s.run.d.Before
-	})
-}
-
-// keyName names the key the retention records must be signed by.
-func (c *retentionCheck) keyName() string {
-	if c.v == nil {
-		return "none: there is no key"
-	}
-	return c.v.Name()
-}
-
 // Pruning prunes the audit log's old records, archiving them first, and
 // tells how the last run went; DB.Pruning returns it.
 type Pruning struct{ db *DB }
@@ -847,4 +635,32 @@ func (rn Pruning) archiveDirDefault() string {
 		return filepath.Join(filepath.Dir(rn.db.opts.KeyPath), "archive")
 	}
 	return ArchiveDir(rn.db.opts.Path)
+}
+
+// newRetentionCheck is the check of the retention records a verification
+// walks the log with, reading them from the database.
+func (rn Pruning) newRetentionCheck(ctx context.Context, v note.Verifier) (*audit.RetentionCheck, error) {
+	if rn.db.schema.noPruned {
+		return audit.NewRetentionCheck(ctx, v, nil)
+	}
+	return audit.NewRetentionCheck(ctx, v, rn.retentionRecords)
+}
+
+// retentionRecords reads the retention records after seq after, in order.
+func (rn Pruning) retentionRecords(ctx context.Context, after int64) ([]audit.RetentionRecord, error) {
+	rows, err := rn.db.r.QueryContext(ctx, `SELECT seq, detail FROM records`+indexedBy(rn.db.pg, "records_retention")+`
+		WHERE kind = 'retention' AND seq > ? ORDER BY seq`, after)
+	if err != nil {
+		return nil, fmt.Errorf("retention records: %w", err)
+	}
+	defer rows.Close()
+	var out []audit.RetentionRecord
+	for rows.Next() {
+		var r audit.RetentionRecord
+		if err := rows.Scan(&r.Seq, &r.Detail); err != nil {
+			return out, fmt.Errorf("retention records: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }

@@ -78,7 +78,7 @@ func rawConn(t *testing.T, path string) *sql.DB {
 	return r
 }
 
-func verifyPruned(t *testing.T, db *DB) Report {
+func verifyPruned(t *testing.T, db *DB) audit.Report {
 	t.Helper()
 	rep, err := db.Verifier().Verify(context.Background())
 	if err != nil || !rep.OK {
@@ -101,7 +101,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept []KeptCheckpoint
+	var kept []audit.KeptCheckpoint
 	rows, err := db.r.QueryContext(ctx, `SELECT size, note FROM checkpoints ORDER BY size`)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		if err := rows.Scan(&size, &text); err != nil {
 			t.Fatal(err)
 		}
-		kept = append(kept, KeptCheckpoint{fmt.Sprintf("of %d records", size), []byte(text)})
+		kept = append(kept, audit.KeptCheckpoint{Name: fmt.Sprintf("of %d records", size), Note: []byte(text)})
 	}
 	rows.Close()
 	if len(kept) != 5 {
@@ -137,7 +137,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != p.SHA256 {
 		t.Fatalf("archive sha256 %s, reported %s", hex.EncodeToString(sum[:]), p.SHA256)
 	}
-	lines, err := checkFiles(db.signer.verifier, []File{{"archive", b}, {"proof", before}})
+	lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "archive", Data: b}, {Name: "proof", Data: before}})
 	if err != nil {
 		t.Fatalf("offline check of the archive: %v (%q)", err, lines)
 	}
@@ -158,12 +158,12 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 		t.Fatalf("%d records, want 19 (18 and the retention record)", len(recs))
 	}
 	for _, r := range recs[:12] {
-		if !r.Pruned || hasBody(r) || r.ID == "" || r.CallID == "" || r.Kind == "" || r.Time.IsZero() || r.Hash == "" {
+		if !r.Pruned || audit.HasBody(r) || r.ID == "" || r.CallID == "" || r.Kind == "" || r.Time.IsZero() || r.Hash == "" {
 			t.Fatalf("record %d after pruning: %+v", r.Seq, r)
 		}
 	}
 	for _, r := range recs[12:18] {
-		if r.Pruned || !hasBody(r) {
+		if r.Pruned || !audit.HasBody(r) {
 			t.Fatalf("a young record was pruned: %+v", r)
 		}
 	}
@@ -187,12 +187,12 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: kept})
+	rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Key: db.signer.Verifier(), Kept: kept})
 	if err != nil || !rep.OK || rep.Extends != 18 {
 		t.Fatalf("verify against the checkpoints kept before pruning: %+v %v", rep, err)
 	}
 	for _, k := range kept {
-		if lines, err := checkFiles(db.signer.verifier, []File{{k.Name, k.Note}}); err != nil {
+		if lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: k.Name, Data: k.Note}}); err != nil {
 			t.Fatalf("checkpoint %s: %v %q", k.Name, err, lines)
 		}
 	}
@@ -203,7 +203,7 @@ func TestPruneArchivesThenBlanks(t *testing.T) {
 	if !strings.Contains(whole.String(), `"pruned":true`) || strings.Contains(whole.String(), "secret 0") {
 		t.Fatal("the export does not mark pruned records, or holds their bodies")
 	}
-	if lines, err := checkFiles(db.signer.verifier, []File{{"whole", []byte(whole.String())}, {"proof", before}}); err != nil {
+	if lines, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "whole", Data: []byte(whole.String())}, {Name: "proof", Data: before}}); err != nil {
 		t.Fatalf("whole export after pruning: %v %q", err, lines)
 	}
 	if pruned, failures, err := db.Pruning().RetentionTotals(ctx); err != nil || pruned != 12 || failures != 0 {
@@ -392,7 +392,7 @@ func TestPruneArchiveFailureBlanksNothing(t *testing.T) {
 	}
 	n := 0
 	_ = db.Reader().Records(ctx, func(r *guard.Record) error {
-		if r.Pruned || r.Kind == guard.KindRetention || !hasBody(r) {
+		if r.Pruned || r.Kind == guard.KindRetention || !audit.HasBody(r) {
 			t.Fatalf("record %d after a failed round: %+v", r.Seq, r)
 		}
 		n++
@@ -714,7 +714,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}}
+	o := audit.VerifyOptions{Key: db.signer.Verifier(), Kept: []audit.KeptCheckpoint{{Name: "kept", Note: kept.Note}}}
 	rep, err := db.Verifier().VerifyWith(ctx, o)
 	if err != nil || !rep.OK || rep.Pruned != 6 || rep.Records != 13 {
 		t.Fatalf("verify after pruning: %+v %v", rep, err)
@@ -723,23 +723,23 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 	if err := db.r.QueryRowContext(ctx, `SELECT detail FROM records WHERE kind = 'retention'`).Scan(&ret.Detail); err != nil {
 		t.Fatal(err)
 	}
-	var d retentionDetail
-	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil || !d.signedBy(db.signer.verifier) {
+	var d audit.RetentionDetail
+	if err := json.Unmarshal([]byte(ret.Detail), &d); err != nil || !d.SignedBy(db.signer.Verifier()) {
 		t.Fatalf("the retention record is not signed: %v %s", err, ret.Detail)
 	}
 
 	for _, tc := range []struct {
 		name      string
-		signature func(db *DB, d *retentionDetail)
+		signature func(db *DB, d *audit.RetentionDetail)
 		want      string
 	}{
-		{"unsigned", func(_ *DB, d *retentionDetail) { d.Signature = "" }, "no retention record signed by the checkpoint key"},
-		{"a real record's signature", func(*DB, *retentionDetail) {}, "no retention record signed by the checkpoint key"},
+		{"unsigned", func(_ *DB, d *audit.RetentionDetail) { d.Signature = "" }, "no retention record signed by the checkpoint key"},
+		{"a real record's signature", func(*DB, *audit.RetentionDetail) {}, "no retention record signed by the checkpoint key"},
 		// Signed, as by a job whose clock was wrong: its record was not
 		// past the cutoff the record states.
-		{"signed, a record younger than its cutoff", func(db *DB, d *retentionDetail) {
+		{"signed, a record younger than its cutoff", func(db *DB, d *audit.RetentionDetail) {
 			d.Before = fmtTime(retentionStart)
-			sig, err := note.Sign(&note.Note{Text: d.statement(db.signer.verifier.Name())}, db.signer.note)
+			sig, err := note.Sign(&note.Note{Text: d.Statement(db.signer.Verifier().Name())}, db.signer.NoteSigner())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -764,7 +764,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var real retentionDetail
+			var real audit.RetentionDetail
 			var text string
 			if err := raw.QueryRow(`SELECT detail FROM records WHERE kind = 'retention'`).Scan(&text); err != nil {
 				t.Fatal(err)
@@ -772,7 +772,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if err := json.Unmarshal([]byte(text), &real); err != nil {
 				t.Fatal(err)
 			}
-			f := retentionDetail{First: victim, Last: victim, Count: 1, Records: [][2]int64{{victim, victim}}, KeptSHA256: sum,
+			f := audit.RetentionDetail{First: victim, Last: victim, Count: 1, Records: [][2]int64{{victim, victim}}, KeptSHA256: sum,
 				Archive: "audit-forged.jsonl", SHA256: strings.Repeat("0", 64), Checkpoint: kept.Size, Before: fmtTime(now), Retention: "1d",
 				Signature: real.Signature}
 			tc.signature(db, &f)
@@ -784,7 +784,7 @@ func TestVerifyRefusesAForgedRetentionRecord(t *testing.T) {
 			if _, err := raw.Exec(strings.Replace(blankBody, "WHERE seq = ?", fmt.Sprintf("WHERE seq = %d", victim), 1)); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Key: db.signer.verifier, Kept: []KeptCheckpoint{{"kept", kept.Note}}})
+			rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Key: db.signer.Verifier(), Kept: []audit.KeptCheckpoint{{Name: "kept", Note: kept.Note}}})
 			if err != nil || rep.OK || !strings.Contains(rep.Problem, "record 9 (id") || !strings.Contains(rep.Problem, tc.want) {
 				t.Fatalf("verify: %+v %v", rep, err)
 			}

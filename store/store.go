@@ -65,7 +65,7 @@ type Options struct {
 	// CheckpointEvery is the least time between two checkpoints written
 	// after commits (default 1s). Close always writes one.
 	CheckpointEvery time.Duration
-	// Witnesses are where each new checkpoint is also sent (witness.go):
+	// Witnesses are where each new checkpoint is also sent (audit.NewWitnesses):
 	// file:///PATH, syslog, or an http(s) URL.
 	Witnesses []string
 	// SyslogSocket is the local syslog socket the syslog witness writes
@@ -98,11 +98,11 @@ func (o *Options) defaults() {
 // DB is an open guard database.
 type DB struct {
 	opts   Options
-	aw     *sql.DB   // the audit writer's own connection (nil when read-only)
-	w      *sql.DB   // the connection of every other write (readers when read-only)
-	r      *sql.DB   // readers
-	signer *signer   // nil when read-only and there is no key
-	hold   *sql.Conn // keeps the in-memory stand-in of a missing database (openEmpty)
+	aw     *sql.DB       // the audit writer's own connection (nil when read-only)
+	w      *sql.DB       // the connection of every other write (readers when read-only)
+	r      *sql.DB       // readers
+	signer *audit.Signer // nil when read-only and there is no key
+	hold   *sql.Conn     // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
 	// listen hears of other replicas' changes on PostgreSQL (notify.go);
@@ -169,18 +169,18 @@ type ingestion struct {
 
 // checkpointState is what this process knows of the log's signed checkpoints.
 type checkpointState struct {
-	db             *DB          // the database whose log they sign
-	holder         string       // this process's name for the leases it takes
-	signedSize     atomic.Int64 // the size of the last checkpoint this process signed or found kept
-	lastTurn       atomic.Int64 // unix nanoseconds: when this process last sought the checkpoint lease
-	lastCheckpoint atomic.Int64 // unix nanoseconds
-	dirty          atomic.Bool  // records were committed since the last checkpoint
-	refusedLogged  atomic.Bool  // a refused checkpoint was logged as an error
-	witness        *witnesses   // where each new checkpoint is also sent; nil: nowhere
+	db             *DB              // the database whose log they sign
+	holder         string           // this process's name for the leases it takes
+	signedSize     atomic.Int64     // the size of the last checkpoint this process signed or found kept
+	lastTurn       atomic.Int64     // unix nanoseconds: when this process last sought the checkpoint lease
+	lastCheckpoint atomic.Int64     // unix nanoseconds
+	dirty          atomic.Bool      // records were committed since the last checkpoint
+	refusedLogged  atomic.Bool      // a refused checkpoint was logged as an error
+	witness        *audit.Witnesses // where each new checkpoint is also sent; nil: nowhere
 
 	// lastSigned is the last checkpoint this process signed: the next
 	// must extend it.
-	lastSigned atomic.Pointer[Checkpoint]
+	lastSigned atomic.Pointer[audit.Checkpoint]
 }
 
 // schemaGaps are the columns and the migrations a database opened
@@ -314,14 +314,14 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	db.ing.frames.New = func() any { return new(appendFrames) }
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
-			db.ckpt.witness.close()
+			db.ckpt.witness.Close()
 		}
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", opts.Path, err)
 	}
 	// The key first: the records of an earlier version's journals get
 	// their MACs as they are moved in (upgrade).
-	if db.signer, err = loadSigner(opts.KeyPath); err != nil {
+	if db.signer, err = audit.LoadSigner(opts.KeyPath); err != nil {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
@@ -331,7 +331,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
 	if len(opts.Witnesses) > 0 {
-		if db.ckpt.witness, err = newWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
+		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
 		}
 	}
@@ -516,7 +516,7 @@ func (db *DB) Close() error {
 			close(db.ing.stop)
 			<-db.ing.closed
 			if db.ckpt.witness != nil {
-				db.ckpt.witness.close()
+				db.ckpt.witness.Close()
 			}
 			db.opts.Logger.Info("audit log closed", "batches", db.stats.batches.Count(),
 				"records", int64(db.stats.batches.Sum()), "peak_backlog", db.Writing().PeakBacklog())
@@ -621,7 +621,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
 	}
-	sg, err := readSigner(opts.KeyPath)
+	sg, err := audit.ReadSigner(opts.KeyPath)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		r.Close()
 		return nil, fmt.Errorf("store: %w", err)

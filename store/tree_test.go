@@ -114,14 +114,14 @@ func TestTheTreeIsTlogsTreeOfTheRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var prev *Checkpoint
+	var prev *audit.Checkpoint
 	for rows.Next() {
 		var size int64
 		var text string
 		if err := rows.Scan(&size, &text); err != nil {
 			t.Fatal(err)
 		}
-		c, err := OpenCheckpoint([]byte(text), db.signer.verifier)
+		c, err := audit.OpenCheckpoint([]byte(text), db.signer.Verifier())
 		if err != nil || c.Size != size {
 			t.Fatalf("checkpoint %d: %+v %v", size, c, err)
 		}
@@ -261,7 +261,7 @@ func TestTheTreeIsCompletedAndItsHashesVerified(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	verify := func() Report {
+	verify := func() audit.Report {
 		t.Helper()
 		ro, err := OpenReadOnly(ctx, Options{Path: path})
 		if err != nil {
@@ -341,13 +341,13 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		}
 	}
 	db.Close() // delivers what is queued
-	v := db.signer.verifier
+	v := db.signer.Verifier()
 	if len(got) < 2 {
 		t.Fatalf("the HTTP witness got %d checkpoints", len(got))
 	}
 	mu.Lock()
 	for i, b := range posted {
-		if c, err := OpenCheckpoint(b, v); err != nil || c.Size != int64(i+1) {
+		if c, err := audit.OpenCheckpoint(b, v); err != nil || c.Size != int64(i+1) {
 			t.Fatalf("posted checkpoint %d: %+v %v", i, c, err)
 		}
 	}
@@ -358,7 +358,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 	if len(notes) != 4 {
 		t.Fatalf("appended witness file: %q", b)
 	}
-	if c, err := OpenCheckpoint([]byte(notes[2]+"\n\n"+notes[3]+"\n"), v); err != nil || c.Size != 2 {
+	if c, err := audit.OpenCheckpoint([]byte(notes[2]+"\n\n"+notes[3]+"\n"), v); err != nil || c.Size != 2 {
 		t.Fatalf("last appended checkpoint: %+v %v", c, err)
 	}
 	for _, name := range []string{"00000000000000000001.checkpoint", "00000000000000000002.checkpoint"} {
@@ -366,7 +366,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := OpenCheckpoint(b, v); err != nil {
+		if _, err := audit.OpenCheckpoint(b, v); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -382,7 +382,7 @@ func TestWitnessesGetEachCheckpoint(t *testing.T) {
 		t.Fatalf("syslog message: %q", msg)
 	}
 	text := strings.ReplaceAll(strings.TrimSpace(msg[i+len("audit checkpoint "):]), `\n`, "\n") + "\n"
-	if c, err := OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
+	if c, err := audit.OpenCheckpoint([]byte(text), v); err != nil || c.Size != 1 {
 		t.Fatalf("checkpoint from syslog %q: %+v %v", text, c, err)
 	}
 	if n := db.Integrity().WitnessFailures(); n != 2 {
@@ -410,7 +410,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range witnessQueue + 10 {
+	for i := range audit.WitnessQueue + 10 {
 		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
 			t.Fatal(err)
 		}
@@ -426,7 +426,7 @@ func TestAHangingWitnessDoesNotBlock(t *testing.T) {
 		t.Fatalf("witness failures: %d", n)
 	}
 	c, err := db.LatestCheckpoint(ctx)
-	if err != nil || c.Size != witnessQueue+10 {
+	if err != nil || c.Size != audit.WitnessQueue+10 {
 		t.Fatalf("latest checkpoint: %+v %v", c, err)
 	}
 	close(release) // the witness answers: Close delivers what is queued
@@ -507,7 +507,7 @@ func TestVerifyOfALogWithoutATree(t *testing.T) {
 	}
 	defer ro.Close()
 	rep, err := ro.Verifier().Verify(context.Background())
-	if err != nil || rep.Verdict() != VerdictUnverifiable || !strings.Contains(rep.Why(), "no Merkle tree yet") {
+	if err != nil || rep.Verdict() != audit.VerdictUnverifiable || !strings.Contains(rep.Why(), "no Merkle tree yet") {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 	// A writable open builds it over the records there.

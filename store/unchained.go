@@ -440,7 +440,7 @@ func (o *overlay) mergeRecords(ctx context.Context, kind string, f Filter, query
 // guard processes that stopped hold outside the chain (the log cannot be
 // verified here until a writable guard has moved them in), and the losses
 // no one has acknowledged (a note: the log that records them holds).
-func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
+func (vr Verifier) journalFindings(ctx context.Context, f *audit.Findings) error {
 	u, err := vr.Unchained(ctx)
 	if err != nil {
 		return err
@@ -450,13 +450,13 @@ func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
 		if u.DamagedBytes > 0 {
 			s += fmt.Sprintf("; %d bytes of those journals cannot be read, which that command records as a possible loss", u.DamagedBytes)
 		}
-		f.cannot("%s", s)
+		f.Cannot("%s", s)
 	}
 	if u.Refused > 0 {
-		f.note("%d frames of journals of stopped processes were left out: their MAC does not verify (guard, which holds the checkpoint key, did not write them), or they are of an earlier format left after the log's MACs began; any writable guard command keeps those journals aside and records them", u.Refused)
+		f.Note("%d frames of journals of stopped processes were left out: their MAC does not verify (guard, which holds the checkpoint key, did not write them), or they are of an earlier format left after the log's MACs began; any writable guard command keeps those journals aside and records them", u.Refused)
 	}
 	if u.Unauthenticated > 0 {
-		f.note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
+		f.Note("the %d records of journals of stopped processes are unauthenticated: their MACs can be checked only with this log's checkpoint key's secret (the key file, or the configuration that names it), and anyone who can write the database's directory may have written them", u.Unauthenticated)
 	}
 	alerts, err := vr.db.Integrity().Alerts(ctx)
 	if err != nil {
@@ -467,7 +467,7 @@ func (vr Verifier) journalFindings(ctx context.Context, f *Findings) error {
 		if a.Kind == AlertJournalRefused {
 			what = "refused journal"
 		}
-		f.note("unacknowledged %s %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", what, a.ID, fmtTime(a.Time), a.Text, a.ID)
+		f.Note("unacknowledged %s %s (%s): %s; once seen to, record it: guard audit acknowledge-loss %s --reason TEXT", what, a.ID, fmtTime(a.Time), a.Text, a.ID)
 	}
 	return nil
 }

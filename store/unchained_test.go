@@ -14,6 +14,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -126,16 +127,16 @@ func TestReadersSeeTheJournalsOfStoppedProcesses(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m["pending"] == pendingJournal {
+		if m["pending"] == audit.PendingJournal {
 			unchained = append(unchained, m["id"].(string))
 		}
 	}
 	if len(lines) != 11+len(journal) || len(unchained) != len(journal) || unchained[0] != out5.ID {
 		t.Errorf("the export holds %d records, %d of them not in the chain (%v), want 11 and %d", len(lines), len(unchained), unchained, len(journal))
 	}
-	key := ro.signer.verifier
-	out, f := CheckFiles(key, []File{{Name: "export", Data: exp.Bytes()}})
-	if f.Verdict() != VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
+	key := ro.signer.Verifier()
+	out, f := audit.CheckFiles(key, []audit.File{{Name: "export", Data: exp.Bytes()}})
+	if f.Verdict() != audit.VerdictUnverifiable || len(out) != 1 || !strings.HasPrefix(out[0], "export: ok: all 11 records") ||
 		len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], fmt.Sprintf("export: %d acknowledged records not yet in the chain", len(journal))) {
 		t.Errorf("check: %v %+v", out, f)
 	}
@@ -187,8 +188,8 @@ func TestAnExportRightAfterACrashHoldsEveryRecord(t *testing.T) {
 		}
 		// The records of the chain after the checkpoint are a note; those
 		// not yet in it cannot be checked.
-		out, f := CheckFiles(note.Verifier(ro.signer.verifier), []File{{Name: "export", Data: exp.Bytes()}})
-		if f.Verdict() != VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
+		out, f := audit.CheckFiles(note.Verifier(ro.signer.Verifier()), []audit.File{{Name: "export", Data: exp.Bytes()}})
+		if f.Verdict() != audit.VerdictUnverifiable || len(f.Unverifiable) != 1 || !strings.Contains(f.Unverifiable[0], "export: 5 acknowledged records not yet in the chain") {
 			t.Errorf("%s: check: %v %+v", format, out, f)
 		}
 	}

@@ -253,23 +253,23 @@ func TestUserFieldsAreKeptQueriedAndExported(t *testing.T) {
 		if err := db.Reader().Export(ctx, &b, ExportOptions{Format: format}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := checkFiles(db.signer.verifier, []File{{format, b.Bytes()}}); err != nil {
+		if _, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: format, Data: b.Bytes()}}); err != nil {
 			t.Fatalf("%s export does not check: %v", format, err)
 		}
-		e, err := newExportReader(b.Bytes())
+		e, err := audit.NewExportReader(b.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for {
-			cell, err := e.next()
+			cell, err := e.Next()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, _, _, err := fromRow(cell)
+			r, _, _, err := audit.FromRow(cell)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -396,7 +396,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err := db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends == 0 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}
@@ -466,7 +466,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 17 || got[14].ID != old1.ID || got[15].ID != old2.ID || got[15].Approval != "ap-1" || got[15].Result != old2.Result ||
-		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != LifecycleMACs {
+		got[15].User != "" || got[15].UserGroups != nil || got[16].Decision != audit.LifecycleMACs {
 		t.Fatalf("the old journal's records came in as %+v", got[14:])
 	}
 	if v := string(audit.AppendCanonical(nil, got[15])); !strings.HasSuffix(v, `"v":2}`) {
@@ -511,7 +511,7 @@ func TestRetentionRemovesTheUser(t *testing.T) {
 	if n := strings.Count(string(b), `"user":"user-7f3a","user_email":"alice@example.com"`); n != 4 {
 		t.Errorf("the archive names alice on %d records, want 4", n)
 	}
-	if _, err := checkFiles(db.signer.verifier, []File{{"archive", b}}); err != nil {
+	if _, err := checkFiles(db.signer.Verifier(), []audit.File{{Name: "archive", Data: b}}); err != nil {
 		t.Fatalf("the archive does not check: %v", err)
 	}
 	kept := 0
@@ -666,7 +666,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 
 	db := openDB(t, path)
 	defer db.Close()
-	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 {
 		t.Fatalf("verify after the migration: %+v %v", rep, err)
 	}
@@ -687,7 +687,7 @@ func TestALogWrittenBeforeUsersVerifies(t *testing.T) {
 	if err := db.ckpt.writeCheckpoint(); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = db.Verifier().VerifyWith(ctx, VerifyOptions{Kept: []KeptCheckpoint{{Name: "the release before's", Note: cp}}})
+	rep, err = db.Verifier().VerifyWith(ctx, audit.VerifyOptions{Kept: []audit.KeptCheckpoint{{Name: "the release before's", Note: cp}}})
 	if err != nil || !rep.OK || rep.Extends != 14 || rep.Records <= 14 {
 		t.Fatalf("verify after alice's calls: %+v %v", rep, err)
 	}

@@ -6,138 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
-
-// Verdict is what a verification concludes from its findings. A failure
-// outweighs everything: a log that fails what could be checked fails,
-// whatever could not be. What could not be checked outweighs a pass.
-type Verdict int
-
-const (
-	// VerdictVerified: everything was checked, and all of it holds.
-	VerdictVerified Verdict = iota
-	// VerdictUnverifiable: all that could be checked holds, but not
-	// everything could be checked here (Findings.Unverifiable says why
-	// and what to do). Not a pass.
-	VerdictUnverifiable
-	// VerdictFailed: the log, or a file of it, fails verification
-	// (Findings.Problem): altered, removed, reordered, truncated.
-	VerdictFailed
-)
-
-// Findings are what a verification found besides "it holds". VerifyWith
-// and CheckFiles report in these terms, and whatever a check adds to them
-// (a record's MAC, the journals of a process that stopped) says which of
-// the three it is: a failure (fail), a reason the log cannot be verified
-// here (cannot), or a note that changes nothing (note).
-type Findings struct {
-	// Problem is the first failure found: the record altered, removed or
-	// reordered, the tree hash that does not match, the checkpoint the
-	// log does not extend. "" when nothing failed.
-	Problem string
-	// Unverifiable are the reasons the log, or part of it, could not be
-	// verified here, each saying what would let it be: no key of this
-	// log, a key of another log, no database at that path. Everything
-	// else is still checked.
-	Unverifiable []string
-	// Notes are what a reader should know and is no failure, such as
-	// records that only the checkpoint key's holder could authenticate.
-	Notes []string
-}
-
-// fail records a failure; only the first is kept, since what follows a
-// broken record is read in its light.
-func (f *Findings) fail(format string, args ...any) {
-	if f.Problem == "" {
-		f.Problem = fmt.Sprintf(format, args...)
-	}
-}
-
-// cannot records a reason the log cannot be verified here, once.
-func (f *Findings) cannot(format string, args ...any) {
-	if s := fmt.Sprintf(format, args...); !slices.Contains(f.Unverifiable, s) {
-		f.Unverifiable = append(f.Unverifiable, s)
-	}
-}
-
-// note records a note, once.
-func (f *Findings) note(format string, args ...any) {
-	if s := fmt.Sprintf(format, args...); !slices.Contains(f.Notes, s) {
-		f.Notes = append(f.Notes, s)
-	}
-}
-
-// Verdict concludes from the findings.
-func (f Findings) Verdict() Verdict {
-	switch {
-	case f.Problem != "":
-		return VerdictFailed
-	case len(f.Unverifiable) > 0:
-		return VerdictUnverifiable
-	}
-	return VerdictVerified
-}
-
-// Why is what stands between the findings and a pass, on one line (for
-// logs and the record of a scheduled verification): the failure, else
-// the reasons it cannot verify. "" when verified.
-func (f Findings) Why() string {
-	if f.Problem != "" {
-		return f.Problem
-	}
-	return strings.Join(f.Unverifiable, "; ")
-}
-
-// passKey says how to give verify or check this log's key.
-const passKey = "pass this log's verifier key (--key, as guard audit key prints it where the log's key is), or the configuration that names its key file (--config, audit.key_file)"
-
-// checkpoints reads the checkpoints of one log. With a key (v) each must
-// be signed by it; without one (none at hand, or one of another log,
-// which is used for nothing) each is read as it stands, and must name the
-// log's origin: its size and root are still compared with the log, which
-// catches a truncation or a rewrite, not a forgery.
-type checkpoints struct {
-	v      note.Verifier
-	origin string // the log's origin; "" when unknown
-}
-
-// open reads a checkpoint of the log.
-func (cs checkpoints) open(msg []byte) (*Checkpoint, error) {
-	if cs.v != nil {
-		return OpenCheckpoint(msg, cs.v)
-	}
-	c, err := readUnsigned(msg)
-	if err == nil && cs.origin != "" && c.Origin != cs.origin {
-		return nil, fmt.Errorf("it is of %s, and this log's checkpoints of %s: if it was kept from this log, the log was replaced", c.Origin, cs.origin)
-	}
-	return c, err
-}
-
-// readUnsigned parses a signed checkpoint without checking its signature.
-func readUnsigned(msg []byte) (*Checkpoint, error) {
-	_, err := note.Open(msg, note.VerifierList())
-	var u *note.UnverifiedNoteError
-	if !errors.As(err, &u) {
-		return nil, fmt.Errorf("it is not a signed note: %w", err)
-	}
-	return parseCheckpoint(u.Note.Text, msg)
-}
-
-// originOfNote is the origin a checkpoint names (its first line), whoever
-// signed it; "" for what is not a signed note.
-func originOfNote(msg []byte) string {
-	c, err := readUnsigned(msg)
-	if err != nil {
-		return ""
-	}
-	return c.Origin
-}
 
 // logOrigin names the log this database holds: the origin of the first
 // checkpoint kept in it, else of the checkpoint file beside it; "" when
@@ -148,14 +22,14 @@ func (db *DB) logOrigin(ctx context.Context) (origin, where string, err error) {
 	err = db.r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size LIMIT 1`).Scan(&text)
 	switch {
 	case err == nil:
-		if o := originOfNote([]byte(text)); o != "" {
+		if o := audit.OriginOfNote([]byte(text)); o != "" {
 			return o, "its first checkpoint, kept in the database", nil
 		}
 	case !errors.Is(err, sql.ErrNoRows):
 		return "", "", fmt.Errorf("checkpoints: %w", err)
 	}
 	if b, err := os.ReadFile(db.opts.CheckpointPath); err == nil {
-		if o := originOfNote(b); o != "" {
+		if o := audit.OriginOfNote(b); o != "" {
 			return o, "its checkpoint file " + db.opts.CheckpointPath, nil
 		}
 	}
@@ -169,10 +43,10 @@ func (db *DB) logOrigin(ctx context.Context) (origin, where string, err error) {
 // so, naming both logs and how to pass the right key. A missing key is
 // reported by the caller, which knows whether there was anything to check
 // with it.
-func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *Findings) (v note.Verifier, had bool) {
+func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *audit.Findings) (v note.Verifier, had bool) {
 	v, which := pinned, "the key given"
 	if v == nil && vr.db.signer != nil {
-		v, which = vr.db.signer.verifier, "the checkpoint key at "+vr.db.opts.KeyPath
+		v, which = vr.db.signer.Verifier(), "the checkpoint key at "+vr.db.opts.KeyPath
 	}
 	if v == nil || origin == "" || v.Name() == origin {
 		return v, v != nil
@@ -181,8 +55,8 @@ func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *Find
 	if pinned != nil {
 		hint = "; if it is the key you pinned for this log, the log was signed with another key since: check it against a checkpoint you kept (--checkpoint)"
 	}
-	f.cannot("%s is another log's key: it signs as %s, and this log's checkpoints as %s (%s). Nothing was checked with it: %s%s",
-		which, v.Name(), origin, where, passKey, hint)
+	f.Cannot("%s is another log's key: it signs as %s, and this log's checkpoints as %s (%s). Nothing was checked with it: %s%s",
+		which, v.Name(), origin, where, audit.PassKey, hint)
 	return nil, true
 }
 
@@ -207,6 +81,6 @@ func sqliteCode(err error) int {
 
 // noKey is why a log's signatures could not be checked when there is no
 // key at all.
-func (vr Verifier) noKey(f *Findings) {
-	f.cannot("there is no key for this log (none at %s, and none given): the checkpoints' signatures were not checked: %s", vr.db.opts.KeyPath, passKey)
+func (vr Verifier) noKey(f *audit.Findings) {
+	f.Cannot("there is no key for this log (none at %s, and none given): the checkpoints' signatures were not checked: %s", vr.db.opts.KeyPath, audit.PassKey)
 }

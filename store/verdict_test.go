@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -56,7 +57,7 @@ func signedLog(t *testing.T, key string, n int) (path, origin string) {
 			t.Fatal(err)
 		}
 	}
-	origin = db.signer.verifier.Name()
+	origin = db.signer.Verifier().Name()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +74,10 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 	keys := t.TempDir()
 	own, other := filepath.Join(keys, "own", "audit.key"), filepath.Join(keys, "other", "audit.key")
 	path, origin := signedLog(t, own, 6)
-	if err := createKey(other); err != nil {
+	if err := audit.CreateKey(other); err != nil {
 		t.Fatal(err)
 	}
-	otherKey, err := VerifierKeyOf(other)
+	otherKey, err := audit.VerifierKeyOf(other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	stray := pinned.Name()
-	verify := func(keyPath string, o VerifyOptions) Report {
+	verify := func(keyPath string, o audit.VerifyOptions) audit.Report {
 		t.Helper()
 		ro, err := OpenReadOnly(ctx, Options{Path: path, KeyPath: keyPath, CheckpointPath: filepath.Join(filepath.Dir(own), "audit.checkpoint")})
 		if err != nil {
@@ -98,24 +99,24 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 		}
 		return rep
 	}
-	if rep := verify(own, VerifyOptions{}); rep.Verdict() != VerdictVerified || !rep.OK || rep.Records != 6 {
+	if rep := verify(own, audit.VerifyOptions{}); rep.Verdict() != audit.VerdictVerified || !rep.OK || rep.Records != 6 {
 		t.Fatalf("with the log's key: %+v", rep)
 	}
 	for _, tc := range []struct {
 		what string
 		key  string
-		o    VerifyOptions
+		o    audit.VerifyOptions
 		want string
 	}{
-		{"no key", filepath.Join(keys, "none", "audit.key"), VerifyOptions{},
+		{"no key", filepath.Join(keys, "none", "audit.key"), audit.VerifyOptions{},
 			"there is no key for this log (none at " + filepath.Join(keys, "none", "audit.key") + ", and none given)"},
-		{"a stray key", other, VerifyOptions{},
+		{"a stray key", other, audit.VerifyOptions{},
 			"the checkpoint key at " + other + " is another log's key: it signs as " + stray + ", and this log's checkpoints as " + origin + " (its first checkpoint, kept in the database). Nothing was checked with it"},
-		{"a pinned key of another log", own, VerifyOptions{Key: pinned},
+		{"a pinned key of another log", own, audit.VerifyOptions{Key: pinned},
 			"the key given is another log's key: it signs as " + stray + ", and this log's checkpoints as " + origin},
 	} {
 		rep := verify(tc.key, tc.o)
-		if rep.Verdict() != VerdictUnverifiable || rep.OK || rep.Problem != "" || rep.Records != 6 ||
+		if rep.Verdict() != audit.VerdictUnverifiable || rep.OK || rep.Problem != "" || rep.Records != 6 ||
 			len(rep.Unverifiable) != 1 || !strings.Contains(rep.Unverifiable[0], tc.want) {
 			t.Errorf("%s: %+v, want it unverifiable, saying %q", tc.what, rep, tc.want)
 		}
@@ -124,8 +125,8 @@ func TestVerifyWithoutThisLogsKey(t *testing.T) {
 	// A record altered: a failure, whatever the key.
 	tamperWith(t, path, `UPDATE records SET tool = 'delete_all' WHERE seq = 3`)
 	for _, key := range []string{own, other, filepath.Join(keys, "none", "audit.key")} {
-		rep := verify(key, VerifyOptions{})
-		if rep.Verdict() != VerdictFailed || !strings.Contains(rep.Problem, "record 3 (id ") || !strings.Contains(rep.Problem, "was altered") {
+		rep := verify(key, audit.VerifyOptions{})
+		if rep.Verdict() != audit.VerdictFailed || !strings.Contains(rep.Problem, "record 3 (id ") || !strings.Contains(rep.Problem, "was altered") {
 			t.Errorf("an altered record, key %s: %+v", key, rep)
 		}
 	}
@@ -145,7 +146,7 @@ func TestVerifyWithoutAKeyCatchesATruncation(t *testing.T) {
 	}
 	defer ro.Close()
 	rep, err := ro.Verifier().Verify(ctx)
-	if err != nil || rep.Verdict() != VerdictFailed ||
+	if err != nil || rep.Verdict() != audit.VerdictFailed ||
 		!strings.Contains(rep.Problem, "the log was truncated: the checkpoint of 8 records kept in the database is ahead of the log's 6") {
 		t.Fatalf("verify without a key of a truncated log: %+v %v", rep, err)
 	}
@@ -162,7 +163,7 @@ func TestVerifyOfNoDatabase(t *testing.T) {
 	}
 	defer ro.Close()
 	rep, err := ro.Verifier().Verify(context.Background())
-	if err != nil || rep.Verdict() != VerdictUnverifiable || !strings.Contains(rep.Why(), "there is no database at "+path) {
+	if err != nil || rep.Verdict() != audit.VerdictUnverifiable || !strings.Contains(rep.Why(), "there is no database at "+path) {
 		t.Fatalf("verify of no database: %+v %v", rep, err)
 	}
 }

@@ -5,64 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
-	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/mod/sumdb/tlog"
 )
-
-// Report is what Verify found: its Findings (Problem names the first
-// record that was altered, removed or reordered, a tree hash that does
-// not match, or a checkpoint the log does not extend; Unverifiable why
-// some of it could not be checked here) and what it checked.
-type Report struct {
-	Records int64
-	// OK is set when the log verified: Verdict() is VerdictVerified.
-	OK bool
-	Findings
-	// Witnessed is set when the log was checked against a checkpoint
-	// kept elsewhere (VerifyOptions.Kept: an auditor's, or a witness's),
-	// which its own files cannot forge, its signature checked with this
-	// log's key. Extends is then the size of the largest such
-	// checkpoint. A pinned key alone does not witness the log: whoever
-	// truncates it and lets guard go on signing gets checkpoints of a
-	// new history signed by that key.
-	Witnessed bool
-	Extends   int64
-	// Pruned is how many records lost their bodies to retention: their
-	// leaves and links are checked, and that a retention record signed
-	// by the checkpoint key names them, but not their contents.
-	Pruned int64
-	// Unauthenticated is how many records after the checkpoint of
-	// TailAfter records (the last one the log was checked against) no
-	// signature and no MAC authenticated here (macverify.go): the
-	// verifier holds only the public key, or they came before MACs
-	// started. Anyone who can write the database may have written them;
-	// a note says so.
-	Unauthenticated int64
-	TailAfter       int64
-}
-
-// KeptCheckpoint is a checkpoint held outside guard's files: kept by an
-// auditor, or by a witness.
-type KeptCheckpoint struct {
-	Name string // where it comes from, for people
-	Note []byte
-}
-
-// VerifyOptions are what VerifyWith checks the log against beyond its own
-// files.
-type VerifyOptions struct {
-	// Key is the pinned verifier of the checkpoints (nil: the log's own
-	// key, from its key file).
-	Key note.Verifier
-	// Kept are checkpoints kept elsewhere, which the log must extend.
-	Kept []KeptCheckpoint
-}
 
 // Verifier verifies the audit log (its chain, its tree, its checkpoints,
 // its MACs and the indexes made from it), on a schedule too, keeping the
@@ -75,15 +25,8 @@ type Verifier struct{ db *DB }
 func (db *DB) Verifier() Verifier { return Verifier{db} }
 
 // Verify is VerifyWith against the log's own files only.
-func (vr Verifier) Verify(ctx context.Context) (Report, error) {
-	return vr.VerifyWith(ctx, VerifyOptions{})
-}
-
-// anchor is a checkpoint the log is checked against while it is walked.
-type anchor struct {
-	c     *Checkpoint
-	where string
-	kept  bool // from outside guard's files, its signature checked
+func (vr Verifier) Verify(ctx context.Context) (audit.Report, error) {
+	return vr.VerifyWith(ctx, audit.VerifyOptions{})
 }
 
 // VerifyWith walks the log in order, recomputing every record's hash and
@@ -99,16 +42,16 @@ type anchor struct {
 // the checkpoints' sizes and roots are still compared with the log, and
 // the report fails on whatever fails, and is unverifiable only when all
 // it could check holds.
-func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report, err error) {
+func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep audit.Report, err error) {
 	defer func() {
 		if err != nil && damaged(err) {
-			rep.fail("the database is damaged: %v", err)
+			rep.Fail("the database is damaged: %v", err)
 			err = nil
 		}
-		rep.OK = rep.Verdict() == VerdictVerified
+		rep.OK = rep.Verdict() == audit.VerdictVerified
 	}()
 	if vr.db.hold != nil {
-		rep.cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", vr.db.opts.Path)
+		rep.Cannot("there is no database at %s: nothing there to verify (is it the log's? --db, GUARD_DB or db: in the configuration names it)", vr.db.opts.Path)
 		return rep, nil
 	}
 	vr.db.ing.caughtUp(ctx)
@@ -117,7 +60,7 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	if has == 0 {
-		rep.cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
+		rep.Cannot("the log has no Merkle tree yet: a writable guard (guard run, guard serve) builds it when it opens the database")
 		return rep, nil
 	}
 	origin, originAt, err := vr.db.logOrigin(ctx)
@@ -125,32 +68,32 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		return rep, fmt.Errorf("verify: %w", err)
 	}
 	v, hadKey := vr.verifyKey(o.Key, origin, originAt, &rep.Findings)
-	cs := checkpoints{v: v, origin: origin}
-	var extra []anchor
+	cs := audit.Checkpoints{V: v, Origin: origin}
+	var extra []audit.Anchor
 	// The file beside the database is guard's own copy of the latest
 	// checkpoint; one that names another log is not this log's (on
 	// PostgreSQL it lies beside whichever key was read) and tells
 	// nothing about it.
 	if b, err := os.ReadFile(vr.db.opts.CheckpointPath); err == nil {
-		if other := originOfNote(b); origin != "" && other != "" && other != origin {
-			rep.cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
-		} else if c, err := cs.open(b); err != nil {
-			rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
+		if other := audit.OriginOfNote(b); origin != "" && other != "" && other != origin {
+			rep.Cannot("the checkpoint file %s is another log's (%s), not this log's (%s): it was not used", vr.db.opts.CheckpointPath, other, origin)
+		} else if c, err := cs.Open(b); err != nil {
+			rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 		} else {
-			extra = append(extra, anchor{c, "in " + vr.db.opts.CheckpointPath, false})
+			extra = append(extra, audit.Anchor{C: c, Where: "in " + vr.db.opts.CheckpointPath})
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		rep.fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
+		rep.Fail("the checkpoint at %s: %v", vr.db.opts.CheckpointPath, err)
 	}
 	for _, k := range o.Kept {
-		c, err := cs.open(k.Note)
+		c, err := cs.Open(k.Note)
 		if err != nil {
-			rep.fail("the checkpoint %s: %v", k.Name, err)
+			rep.Fail("the checkpoint %s: %v", k.Name, err)
 			continue
 		}
-		extra = append(extra, anchor{c, k.Name, v != nil})
+		extra = append(extra, audit.Anchor{C: c, Where: k.Name, Kept: v != nil})
 	}
-	slices.SortStableFunc(extra, func(a, b anchor) int { return int(a.c.Size - b.c.Size) })
+	slices.SortStableFunc(extra, func(a, b audit.Anchor) int { return int(a.C.Size - b.C.Size) })
 
 	// The retention records are read before the walk takes its
 	// connections (those appended since are read when needed).
@@ -163,134 +106,27 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 		return rep, err
 	}
 	defer w.close()
-	cps := &checkpointStream{rows: w.cps, cs: cs, extra: extra}
 	macs, err := vr.newMACWalk(ctx, v, extra)
 	if err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	edge := &audit.Edge{}
-	var buf []byte
-	var prev *guard.Record
-	checked := 0
-	// Checkpoints of size 0 hold nothing to check.
-	for cps.peek(rep.fail) != nil && cps.peek(rep.fail).c.Size == 0 {
-		cps.next()
-	}
-	for w.recs.Next() {
-		var mac []byte
-		r, err := scanRecord(w.recs, &mac)
-		if err != nil {
-			return rep, fmt.Errorf("verify: %w", err)
-		}
-		rep.Records++
-		if r.Pruned {
-			rep.Pruned++
-		}
-		if rep.Problem != "" {
-			continue
-		}
-		wantSeq, prevHash := int64(1), ""
-		if prev != nil {
-			wantSeq, prevHash = prev.Seq+1, prev.Hash
-		}
-		// A pruned record's hash is not recomputed (its body is in an
-		// archive): its link is checked, and its leaf is the tree's.
-		var h string
-		if !r.Pruned {
-			h, buf = audit.HashInto(buf, r)
-		}
-		switch {
-		case r.Pruned && hasBody(r):
-			rep.fail("record %d (id %s) was altered: it is marked as pruned but its row holds a body", r.Seq, r.ID)
-		case !r.Pruned && h != r.Hash:
-			rep.fail("record %d (id %s) was altered: its contents do not match its hash", r.Seq, r.ID)
-		case r.Seq != wantSeq:
-			rep.fail("records %d to %d were removed: record %d (id %s) follows record %d", wantSeq, r.Seq-1, r.Seq, r.ID, wantSeq-1)
-		case r.PrevHash != prevHash:
-			if s := vr.seqOf(ctx, r.PrevHash); r.PrevHash != "" && s > 0 {
-				rep.fail("records were reordered: record %d (id %s) belongs after record %d", r.Seq, r.ID, s)
-			} else {
-				rep.fail("record %d (id %s) does not follow record %d: the record before it was removed or replaced", r.Seq, r.ID, wantSeq-1)
-			}
-		}
-		prev = r
-		if rep.Problem != "" {
-			continue
-		}
-		if p := macs.record(r, mac); p != "" {
-			rep.fail("%s", p)
-			continue
-		}
-		if p := ret.record(ctx, r); p != "" {
-			rep.fail("%s", p)
-			continue
-		}
-		var leaf *tlog.Hash
-		if !r.Pruned {
-			l := audit.LeafHash(buf)
-			leaf = &l
-		}
-		if macs.treeless {
-			continue
-		}
-		if p := w.checkLeaf(edge, r.Seq, leaf); p != "" {
-			if w.endedAt == r.Seq && cps.peek(rep.fail) == nil {
-				// The tree stops after the last checkpoint, as guard
-				// stops it before a record whose MAC fails (mac.go):
-				// the records from there on are in no tree yet.
-				macs.treeless = true
-				continue
-			}
-			rep.fail("%s", p)
-			continue
-		}
-		for a := cps.peek(rep.fail); a != nil && a.c.Size == edge.Size() && rep.Problem == ""; a = cps.peek(rep.fail) {
-			root, err := edge.Root()
-			if err != nil {
-				return rep, fmt.Errorf("verify: %w", err)
-			}
-			if root != a.c.Root {
-				rep.fail("the checkpoint of %d records %s does not match the log: records up to %d were changed, removed or replaced", a.c.Size, a.where, a.c.Size)
-			}
-			macs.checkpointed(a.c.Size)
-			if a.kept {
-				rep.Witnessed = true
-				rep.Extends = max(rep.Extends, a.c.Size)
-			}
-			checked++
-			cps.next()
-		}
-	}
-	if err := w.recs.Err(); err != nil {
+	wk := &audit.Walk{Checkpoints: cs, Extra: extra, Retention: ret, MACs: macs}
+	if err := wk.Run(ctx, w, &rep); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	if rep.Problem == "" && w.tree.Next() {
-		var idx int64
-		var h []byte
-		if err := w.tree.Scan(&idx, &h); err == nil {
-			level, n := tlog.SplitStoredHashIndex(idx)
-			rep.fail("the log was truncated: the tree has a hash (level %d, node %d) beyond its %d records", level, n, rep.Records)
-		}
-	}
-	if a := cps.peek(rep.fail); a != nil && rep.Problem == "" {
-		rep.fail("the log was truncated: the checkpoint of %d records %s is ahead of the log's %d", a.c.Size, a.where, rep.Records)
-	}
-	if err := cps.err(); err != nil {
-		return rep, fmt.Errorf("verify: %w", err)
-	}
-	if !hadKey && (rep.Records > 0 || cps.seen || len(o.Kept) > 0) {
+	if !hadKey && (rep.Records > 0 || wk.SeenCheckpoint || len(o.Kept) > 0) {
 		vr.noKey(&rep.Findings)
 	}
-	if rep.Problem == "" && rep.Records > 0 && checked == 0 {
-		rep.fail("no checkpoint covers the log: its truncation cannot be ruled out")
+	if rep.Problem == "" && rep.Records > 0 && wk.Checked == 0 {
+		rep.Fail("no checkpoint covers the log: its truncation cannot be ruled out")
 	}
 	if rep.Problem == "" {
-		p, err := vr.checkCallIndex(ctx, macs.authenticated(rep.Records))
+		p, err := vr.checkCallIndex(ctx, macs.Authenticated(rep.Records))
 		if err != nil {
 			return rep, fmt.Errorf("verify: call index: %w", err)
 		}
 		if p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 		}
 	}
 	if rep.Problem == "" {
@@ -299,32 +135,34 @@ func (vr Verifier) VerifyWith(ctx context.Context, o VerifyOptions) (rep Report,
 			return rep, fmt.Errorf("verify: text index: %w", err)
 		}
 		if p != "" {
-			rep.fail("%s", p)
+			rep.Fail("%s", p)
 		}
 	}
 	if err := vr.journalFindings(ctx, &rep.Findings); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}
-	if rep.Problem == "" && macs.unauth > 0 {
-		rep.Unauthenticated, rep.TailAfter = macs.unauth, macs.covered
-		rep.note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
+	if n, after := macs.Unauthenticated(); rep.Problem == "" && n > 0 {
+		rep.Unauthenticated, rep.TailAfter = n, after
+		rep.Note("tail of %d records after checkpoint %d unauthenticated: no checkpoint signs them yet, and their MACs can be checked only with the checkpoint key's secret (the key file, or the configuration that names it)",
 			rep.Unauthenticated, rep.TailAfter)
 	}
 	return rep, nil
 }
 
-// walk holds the cursors VerifyWith reads the log with, each in order,
-// all in one read transaction: the records, the tree and the checkpoints
-// are read as of one moment (a commit between them would read as a
+// walk is the log as VerifyWith walks it (audit.Log): the cursors it
+// reads the records, the tree and the checkpoints with, each in order,
+// all as of one moment (a commit between them would read as a
 // truncation), on one connection of the readers' pool.
 type walk struct {
+	db              *DB
 	txs             []*sql.Tx
 	recs, tree, cps *sql.Rows
-	endedAt         int64 // the record before whose leaf the stored tree ended
 }
 
+var _ audit.Log = (*walk)(nil)
+
 func (vr Verifier) openWalk(ctx context.Context) (*walk, error) {
-	w := &walk{}
+	w := &walk{db: vr.db}
 	queries := []struct {
 		rows **sql.Rows
 		q    string
@@ -385,134 +223,56 @@ func (w *walk) close() {
 	}
 }
 
-// checkLeaf adds record seq's leaf to the tree rebuilt from the records
-// and compares the hashes it adds with the stored ones; it returns a
-// problem, or "". A nil leaf is a pruned record's: the stored one is
-// taken, and only the hashes it completes are compared.
-func (w *walk) checkLeaf(edge *audit.Edge, seq int64, leaf *tlog.Hash) string {
-	first := tlog.StoredHashIndex(0, edge.Size())
-	next := func(j int) ([]byte, string) {
-		if !w.tree.Next() {
-			if j == 0 {
-				w.endedAt = seq
-			}
-			return nil, fmt.Sprintf("the tree ends before record %d: its hashes from record %d on were removed", seq, seq)
+// NextRecord reads the next record and its MAC.
+func (w *walk) NextRecord() (*guard.Record, []byte, error) {
+	if !w.recs.Next() {
+		if err := w.recs.Err(); err != nil {
+			return nil, nil, err
 		}
-		var idx int64
-		var got []byte
-		if err := w.tree.Scan(&idx, &got); err != nil {
-			return nil, fmt.Sprintf("the tree's hashes at record %d: %v", seq, err)
-		}
-		if idx != first+int64(j) {
-			return nil, fmt.Sprintf("the tree's hashes at record %d were removed or reordered", seq)
-		}
-		return got, ""
+		return nil, nil, io.EOF
 	}
-	from := 0
-	if leaf == nil {
-		got, p := next(0)
-		if p != "" {
-			return p
-		}
-		if len(got) != tlog.HashSize {
-			return fmt.Sprintf("the tree's leaf of pruned record %d is malformed: the tree was altered", seq)
-		}
-		leaf = new(tlog.Hash)
-		copy(leaf[:], got)
-		from = 1
-	}
-	hs, err := edge.Append(*leaf)
+	var mac []byte
+	r, err := scanRecord(w.recs, &mac)
 	if err != nil {
-		return err.Error()
+		return nil, nil, err
 	}
-	for j := from; j < len(hs); j++ {
-		got, p := next(j)
-		switch {
-		case p != "":
-			return p
-		case string(got) != string(hs[j][:]) && j == 0:
-			return fmt.Sprintf("the tree's leaf of record %d does not match the record: the record or the tree was altered", seq)
-		case string(got) != string(hs[j][:]):
-			return fmt.Sprintf("the tree's hashes at record %d do not match the records before it: the tree was altered", seq)
-		}
-	}
-	return ""
+	return r, mac, nil
 }
 
-// hasBody reports whether a record holds anything retention removes.
-func hasBody(r *guard.Record) bool {
-	for _, s := range []string{r.Session, r.Client, r.Protocol, r.Server, r.Direction, r.Method, r.Tool,
-		r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result, r.Detail, r.Approval,
-		r.User, r.UserEmail} {
-		if s != "" {
-			return true
-		}
+// NextTreeHash reads the next stored tree hash; the end of its rows is
+// the tree's end.
+func (w *walk) NextTreeHash() (int64, []byte, error) {
+	if !w.tree.Next() {
+		return 0, nil, io.EOF
 	}
-	return r.RequestSize != 0 || r.ResponseSize != 0 || r.DurationMS != 0 || len(r.UserGroups) > 0
+	var idx int64
+	var h []byte
+	if err := w.tree.Scan(&idx, &h); err != nil {
+		return 0, nil, err
+	}
+	return idx, h, nil
 }
 
-// checkpointStream merges the checkpoints kept in the database (rows, in
-// size order, each read by cs as it is read) with the others, by size.
-type checkpointStream struct {
-	rows  *sql.Rows
-	cs    checkpoints
-	extra []anchor
-	head  *anchor
-	done  bool
-	seen  bool // the database keeps a checkpoint
-	rerr  error
+// NextCheckpoint reads the next checkpoint kept in the database.
+func (w *walk) NextCheckpoint() (int64, []byte, error) {
+	if !w.cps.Next() {
+		if err := w.cps.Err(); err != nil {
+			return 0, nil, err
+		}
+		return 0, nil, io.EOF
+	}
+	var size int64
+	var text string
+	if err := w.cps.Scan(&size, &text); err != nil {
+		return 0, nil, err
+	}
+	return size, []byte(text), nil
 }
 
-// peek returns the next checkpoint by size, or nil.
-func (s *checkpointStream) peek(problem func(string, ...any)) *anchor {
-	for s.head == nil && !s.done {
-		if !s.rows.Next() {
-			s.done = true
-			s.rerr = s.rows.Err()
-			break
-		}
-		var size int64
-		var text string
-		if err := s.rows.Scan(&size, &text); err != nil {
-			s.rerr = err
-			s.done = true
-			break
-		}
-		s.seen = true
-		c, err := s.cs.open([]byte(text))
-		if err == nil && c.Size != size {
-			err = fmt.Errorf("it is filed under %d records", size)
-		}
-		if err != nil {
-			problem("the checkpoint of %d records kept in the database: %v", size, err)
-			continue
-		}
-		s.head = &anchor{c, "kept in the database", false}
-	}
-	switch {
-	case len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size):
-		return &s.extra[0]
-	case s.head != nil:
-		return s.head
-	}
-	return nil
-}
-
-// next drops the checkpoint peek returned.
-func (s *checkpointStream) next() {
-	if len(s.extra) > 0 && (s.head == nil || s.extra[0].c.Size < s.head.c.Size) {
-		s.extra = s.extra[1:]
-		return
-	}
-	s.head = nil
-}
-
-func (s *checkpointStream) err() error { return s.rerr }
-
-// seqOf is the seq of the record with chain hash h, or 0 (a full scan:
+// SeqOf is the seq of the record with chain hash h, or 0 (a full scan:
 // it is asked only once a link is broken).
-func (vr Verifier) seqOf(ctx context.Context, h string) int64 {
+func (w *walk) SeqOf(ctx context.Context, h string) int64 {
 	var s int64
-	_ = vr.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
+	_ = w.db.r.QueryRowContext(ctx, `SELECT seq FROM records WHERE hash = ?`, h).Scan(&s)
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/store"
 	"github.com/spf13/cobra"
@@ -27,7 +28,7 @@ func auditKeyCommand(a *app) *cobra.Command {
 		if !ok {
 			return status
 		}
-		k, err := store.VerifierKeyOf(st.KeyPath())
+		k, err := audit.VerifierKeyOf(st.KeyPath())
 		if err != nil {
 			fmt.Fprintf(a.stderr, "guard audit key: %v\n", err)
 			return exitFailure
@@ -68,9 +69,9 @@ func auditVerifyCommand(a *app) *cobra.Command {
 	cpFile := fs.String("checkpoint", "", "a checkpoint kept elsewhere (`FILE`, as guard audit checkpoint printed it) that the log must extend")
 	key := fs.String("key", "", "the pinned verifier `KEY` (as guard audit key printed it, or a file holding it); default: the log's own key")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
-		var o store.VerifyOptions
+		var o audit.VerifyOptions
 		if *key != "" {
-			v, err := store.ParseVerifier(*key)
+			v, err := audit.ParseVerifier(*key)
 			if err != nil {
 				fmt.Fprintf(a.stderr, "guard audit verify: --key: %v\n", err)
 				return exitUsage
@@ -83,7 +84,7 @@ func auditVerifyCommand(a *app) *cobra.Command {
 				fmt.Fprintf(a.stderr, "guard audit verify: --checkpoint: %v\n", err)
 				return exitUsage
 			}
-			o.Kept = append(o.Kept, store.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
+			o.Kept = append(o.Kept, audit.KeptCheckpoint{Name: "in " + *cpFile, Note: b})
 		}
 		// A log that cannot be opened or read here (a database that cannot
 		// be reached, a file that is not a guard database) is not one that
@@ -176,7 +177,7 @@ func auditCheckCommand(a *app) *cobra.Command {
 		local := "" // the key file read for want of --key
 		if *key != "" {
 			var err error
-			if v, err = store.ParseVerifier(*key); err != nil {
+			if v, err = audit.ParseVerifier(*key); err != nil {
 				fmt.Fprintf(a.stderr, "guard audit check: --key: %v\n", err)
 				return exitUsage
 			}
@@ -188,7 +189,7 @@ func auditCheckCommand(a *app) *cobra.Command {
 			if !ok {
 				return status
 			}
-			if k, err := store.VerifierKeyOf(st.KeyPath()); err == nil {
+			if k, err := audit.VerifierKeyOf(st.KeyPath()); err == nil {
 				v, _ = note.NewVerifier(k) // guard's own form: it parses
 				local = st.KeyPath()
 			} else if !errors.Is(err, os.ErrNotExist) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store"
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", to tamper with PostgreSQL
@@ -111,7 +112,7 @@ func strayKey(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	writeFile(t, path, string(b))
-	k, err := store.VerifierKeyOf(path)
+	k, err := audit.VerifierKeyOf(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestAuditVerifyExitCodes(t *testing.T) {
 		t.Errorf("verify with a stray key reads as a failure:\n%s", out)
 	}
 	// The same key pinned.
-	otherKey, err := store.VerifierKeyOf(l.defaultKey())
+	otherKey, err := audit.VerifierKeyOf(l.defaultKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestAuditCheckExitCodes(t *testing.T) {
 	out = l.guard(t, exitUnverifiable, "audit", "check", file)
 	wantOutput(t, "check with a stray key", out, "CANNOT VERIFY: the key is another log's: it signs as "+stray+", and the checkpoint of "+file+" is of "+l.origin)
 	wantOutput(t, "check with a stray key", out, "note: the key was this machine's checkpoint key, at "+l.defaultKey()+": no --key was given")
-	otherKey, err := store.VerifierKeyOf(l.defaultKey())
+	otherKey, err := audit.VerifierKeyOf(l.defaultKey())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,16 +15,17 @@ import (
 	"unicode"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/store"
 )
 
 // auditReport is what guard audit report prints: the activity of a period
 // and whether the whole log verifies.
 type auditReport struct {
-	*store.Activity
+	*audit.Activity
 	Database  string
 	Generated time.Time
-	Verified  store.Report
+	Verified  audit.Report
 	Changes   changeCounts
 }
 
@@ -103,7 +104,7 @@ func stamp(t time.Time) string {
 
 // waited is how a report writes a wait: to the second, or to the
 // millisecond under one; "" when the call is undecided.
-func waited(h store.HeldCall) string {
+func waited(h audit.HeldCall) string {
 	switch {
 	case h.DecidedAt.IsZero():
 		return ""
@@ -134,9 +135,9 @@ func thousands(n int64) string {
 // verification is the report's statement on the log's integrity.
 func (r *auditReport) verification() string {
 	switch r.Verified.Verdict() {
-	case store.VerdictFailed:
+	case audit.VerdictFailed:
 		return fmt.Sprintf("FAILED after %s records: %s", thousands(r.Verified.Records), r.Verified.Problem)
-	case store.VerdictUnverifiable:
+	case audit.VerdictUnverifiable:
 		return fmt.Sprintf("NOT VERIFIED: %s records were checked, and all that could be holds, but: %s", thousands(r.Verified.Records), r.Verified.Why())
 	}
 	return fmt.Sprintf("ok: all %s records of the log verify: each matches its hash, and the chain of hashes between them is unbroken", thousands(r.Verified.Records))
@@ -146,9 +147,9 @@ func (r *auditReport) verification() string {
 // report's summary: ok, FAILED, NOT VERIFIED.
 func (r *auditReport) VerifiedAs() string {
 	switch r.Verified.Verdict() {
-	case store.VerdictFailed:
+	case audit.VerdictFailed:
 		return "FAILED"
-	case store.VerdictUnverifiable:
+	case audit.VerdictUnverifiable:
 		return "NOT VERIFIED"
 	}
 	return "ok"
@@ -339,7 +340,7 @@ func writeReportCSV(w io.Writer, r *auditReport) error {
 		put("policy_changes", map[string]string{"item": c.Kind, "state": c.What, "time": stamp(c.Time), "decided_by": c.DecidedBy,
 			"reason": c.Reason, "server": c.Server, "tool": c.Tool})
 	}
-	verdict := map[store.Verdict]string{store.VerdictVerified: "ok", store.VerdictFailed: "failed", store.VerdictUnverifiable: "unverifiable"}[r.Verified.Verdict()]
+	verdict := map[audit.Verdict]string{audit.VerdictVerified: "ok", audit.VerdictFailed: "failed", audit.VerdictUnverifiable: "unverifiable"}[r.Verified.Verdict()]
 	put("verification", map[string]string{"item": "records", "count": n(r.Verified.Records), "verdict": verdict, "reason": r.Verified.Why()})
 	cw.Flush()
 	return cw.Error()

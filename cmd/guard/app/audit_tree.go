@@ -6,14 +6,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 )
 
 // AuditVerify is guard audit verify: it verifies the log of st's database,
 // its tree and checkpoints, against what o gives and what its file
 // witnesses hold, and returns 0 verified, 1 failed, 3 cannot verify here.
-func (m *Main) AuditVerify(ctx context.Context, st *Settings, o store.VerifyOptions) int {
+func (m *Main) AuditVerify(ctx context.Context, st *Settings, o audit.VerifyOptions) int {
 	cannot := func(err error) int {
 		fmt.Fprintf(m.Stdout, "CANNOT VERIFY: %v\n", err)
 		return ExitUnverifiable
@@ -25,7 +25,7 @@ func (m *Main) AuditVerify(ctx context.Context, st *Settings, o store.VerifyOpti
 	defer db.Close()
 	// Every checkpoint a file witness holds, not only its latest: a
 	// history signed after a truncation gets witnessed too.
-	held, err := store.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
+	held, err := audit.WitnessedCheckpoints(st.Config.Audit.Checkpoints.Witness)
 	if err != nil {
 		return cannot(err)
 	}
@@ -39,11 +39,11 @@ func (m *Main) AuditVerify(ctx context.Context, st *Settings, o store.VerifyOpti
 }
 
 // verdictStatus is the exit status of a verification's verdict.
-func verdictStatus(v store.Verdict) int {
+func verdictStatus(v audit.Verdict) int {
 	switch v {
-	case store.VerdictFailed:
+	case audit.VerdictFailed:
 		return ExitFailure
-	case store.VerdictUnverifiable:
+	case audit.VerdictUnverifiable:
 		return ExitUnverifiable
 	}
 	return ExitOK
@@ -52,13 +52,13 @@ func verdictStatus(v store.Verdict) int {
 // verifiedLine is what guard audit verify says of a verification: its
 // verdict first (ok, FAILED, CANNOT VERIFY), then one line for each
 // reason it could not verify and each note.
-func verifiedLine(rep store.Report) string {
+func verifiedLine(rep audit.Report) string {
 	var lines []string
 	switch rep.Verdict() {
-	case store.VerdictFailed:
+	case audit.VerdictFailed:
 		lines = append(lines, fmt.Sprintf("FAILED after %d records: %s", rep.Records, rep.Problem))
-	case store.VerdictUnverifiable:
-	case store.VerdictVerified:
+	case audit.VerdictUnverifiable:
+	case audit.VerdictVerified:
 		if rep.Witnessed {
 			lines = append(lines, fmt.Sprintf("ok: %d records%s, extends checkpoint %d", rep.Records, prunedNote(rep), rep.Extends))
 		} else {
@@ -66,7 +66,7 @@ func verifiedLine(rep store.Report) string {
 		}
 	}
 	lines = append(lines, unverifiedLines(rep.Findings)...)
-	if rep.Verdict() == store.VerdictUnverifiable && rep.Records > 0 {
+	if rep.Verdict() == audit.VerdictUnverifiable && rep.Records > 0 {
 		lines = append(lines, fmt.Sprintf("all else holds: %d records%s, each record's hash, link and leaf, the tree, and the size and root of each checkpoint",
 			rep.Records, prunedNote(rep)))
 	}
@@ -75,7 +75,7 @@ func verifiedLine(rep store.Report) string {
 
 // unverifiedLines are the lines of what could not be verified, and of
 // the notes.
-func unverifiedLines(f store.Findings) []string {
+func unverifiedLines(f audit.Findings) []string {
 	var lines []string
 	for _, r := range f.Unverifiable {
 		lines = append(lines, "CANNOT VERIFY: "+r)
@@ -87,7 +87,7 @@ func unverifiedLines(f store.Findings) []string {
 }
 
 // prunedNote says how many of the records verified retention pruned.
-func prunedNote(rep store.Report) string {
+func prunedNote(rep audit.Report) string {
 	if rep.Pruned == 0 {
 		return ""
 	}
@@ -98,16 +98,16 @@ func prunedNote(rep store.Report) string {
 // checkpoints in the files named, offline, against v (nil: none), the key
 // read from the file local when no --key was given.
 func (m *Main) AuditCheck(v note.Verifier, local string, names []string) int {
-	var files []store.File
+	var files []audit.File
 	for _, name := range names {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard audit check: %v\n", err)
 			return ExitUsage
 		}
-		files = append(files, store.File{Name: name, Data: b})
+		files = append(files, audit.File{Name: name, Data: b})
 	}
-	lines, f := store.CheckFiles(v, files)
+	lines, f := audit.CheckFiles(v, files)
 	for _, l := range lines {
 		fmt.Fprintln(m.Stdout, l)
 	}

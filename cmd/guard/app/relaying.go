@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/health"
@@ -148,7 +149,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 		}
 		return nil, ExitUsage, false
 	}
-	if k, err := store.DerivedSecret(st.KeyPath(), "guard: the requestState of guard's own input requests"); err == nil {
+	if k, err := audit.DerivedSecret(st.KeyPath(), "guard: the requestState of guard's own input requests"); err == nil {
 		rt.stateKey = []byte(k)
 	} else {
 		logger.Warn("each session signs guard's own requestState with a key of its own: a later round that reaches another replica is refused", "err", err)

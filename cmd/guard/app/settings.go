@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
@@ -61,7 +62,7 @@ func (st *Settings) uiToken() (string, error) {
 	if !st.Postgres {
 		return uiToken(st.DataDir)
 	}
-	tok, err := store.DerivedSecret(st.KeyPath(), "guard: the UI's login token")
+	tok, err := audit.DerivedSecret(st.KeyPath(), "guard: the UI's login token")
 	if err != nil {
 		return "", fmt.Errorf("ui token: %w", err)
 	}

@@ -1,18 +1,14 @@
-package store
+package audit
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
 	guard "github.com/guard-mcp/guard"
-	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -22,47 +18,8 @@ import (
 
 // File is one input of CheckFiles.
 type File struct {
-	Name string
+	Name string // for people: the lines and problems name it
 	Data []byte
-}
-
-// proved is one record of a proof.
-type proved struct {
-	seq   int64
-	id    string
-	leaf  tlog.Hash
-	proof tlog.RecordProof
-}
-
-// parseProof reads a proof's records and its checkpoint's note.
-func parseProof(b []byte) ([]proved, []byte, error) {
-	body, cp, ok := bytes.Cut(b[len(proofHeader):], []byte("\n\n"))
-	if !ok {
-		return nil, nil, errors.New("no checkpoint after the records")
-	}
-	var out []proved
-	for i, l := range strings.Split(string(body), "\n") {
-		f := strings.Fields(l)
-		if len(f) == 4 && f[0] == "record" {
-			seq, err := strconv.ParseInt(f[1], 10, 64)
-			leaf, herr := tlog.ParseHash(f[3])
-			if err != nil || herr != nil || seq < 1 {
-				return nil, nil, fmt.Errorf("line %d: a malformed record line", i+2)
-			}
-			out = append(out, proved{seq: seq, id: f[2], leaf: leaf})
-			continue
-		}
-		h, err := tlog.ParseHash(l)
-		if err != nil || len(out) == 0 {
-			return nil, nil, fmt.Errorf("line %d: neither a record line nor a hash", i+2)
-		}
-		p := &out[len(out)-1]
-		p.proof = append(p.proof, h)
-	}
-	if len(out) == 0 {
-		return nil, nil, errors.New("no record")
-	}
-	return out, cp, nil
 }
 
 // CheckFiles verifies files offline against the verifier: each proof's records
@@ -84,61 +41,61 @@ func CheckFiles(v note.Verifier, files []File) ([]string, Findings) {
 	var proofs []File
 	for _, f := range files {
 		switch b := f.Data; {
-		case bytes.HasPrefix(b, []byte(proofHeader)):
+		case IsProof(b):
 			proofs = append(proofs, f) // after the exports
-		case bytes.HasPrefix(b, []byte(`{"checkpoint":`)) || bytes.HasPrefix(b, []byte("seq,")):
+		case IsExport(b):
 			line, err := checkExport(key, f.Name, b, func(seq int64, id string, leaf tlog.Hash) {
 				leaves[id], where[id] = exported{seq, leaf}, f.Name
 			})
 			if err != nil {
-				fs.fail("%s: %v", f.Name, err)
+				fs.Fail("%s: %v", f.Name, err)
 				return out, fs
 			}
 			out = append(out, f.Name+": "+line)
 		default:
 			c, signed, err := key.open(f.Name, b)
 			if err != nil {
-				fs.fail("%s: %v", f.Name, err)
+				fs.Fail("%s: %v", f.Name, err)
 				return out, fs
 			}
 			out = append(out, fmt.Sprintf("%s: %s: a checkpoint of %d records of %s", f.Name, holds(signed), c.Size, c.Origin))
 		}
 	}
 	for _, f := range proofs {
-		recs, cp, err := parseProof(f.Data)
+		recs, cp, err := ParseProof(f.Data)
 		if err != nil {
-			fs.fail("%s: not a proof: %v", f.Name, err)
+			fs.Fail("%s: not a proof: %v", f.Name, err)
 			return out, fs
 		}
 		c, signed, err := key.open(f.Name, cp)
 		if err != nil {
-			fs.fail("%s: its checkpoint: %v", f.Name, err)
+			fs.Fail("%s: its checkpoint: %v", f.Name, err)
 			return out, fs
 		}
 		for _, p := range recs {
-			if p.seq > c.Size {
-				fs.fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.seq, c.Size)
+			if p.Seq > c.Size {
+				fs.Fail("%s: record %d is beyond its checkpoint of %d records", f.Name, p.Seq, c.Size)
 				return out, fs
 			}
 			// The proof names the record's id, but only its leaf hash
 			// is proved: the id is claimed only when an export holds
 			// the record with that leaf.
-			if err := tlog.CheckRecord(p.proof, c.Size, c.Root, p.seq-1, p.leaf); err != nil {
-				fs.fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.seq, p.id, c.Size, err)
+			if err := tlog.CheckRecord(p.Proof, c.Size, c.Root, p.Seq-1, p.Leaf); err != nil {
+				fs.Fail("%s: the leaf at position %d (given as record id %s) is not in the checkpoint of %d records: %v", f.Name, p.Seq, p.ID, c.Size, err)
 				return out, fs
 			}
-			e, ok := leaves[p.id]
+			e, ok := leaves[p.ID]
 			if !ok {
 				out = append(out, fmt.Sprintf("%s: %s: the leaf at position %d is in the checkpoint of %d records of %s (the proof gives it as record id %s: an export holding the record shows it is)",
-					f.Name, holds(signed), p.seq, c.Size, c.Origin, p.id))
+					f.Name, holds(signed), p.Seq, c.Size, c.Origin, p.ID))
 				continue
 			}
-			if e.leaf != p.leaf || e.seq != p.seq {
-				fs.fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.id, where[p.id])
+			if e.leaf != p.Leaf || e.seq != p.Seq {
+				fs.Fail("%s: record %d (id %s) in %s is not the record proved", f.Name, e.seq, p.ID, where[p.ID])
 				return out, fs
 			}
 			out = append(out, fmt.Sprintf("%s: %s: record %d (id %s) is in the checkpoint of %d records of %s, and its contents are those in %s",
-				f.Name, holds(signed), p.seq, p.id, c.Size, c.Origin, where[p.id]))
+				f.Name, holds(signed), p.Seq, p.ID, c.Size, c.Origin, where[p.ID]))
 		}
 	}
 	return out, fs
@@ -157,18 +114,18 @@ type offlineKey struct {
 // checked.
 func (k offlineKey) open(file string, msg []byte) (c *Checkpoint, signed bool, err error) {
 	if k.v != nil {
-		if other := originOfNote(msg); other == "" || other == k.v.Name() {
+		if other := OriginOfNote(msg); other == "" || other == k.v.Name() {
 			c, err = OpenCheckpoint(msg, k.v)
 			return c, err == nil, err
 		}
 	}
-	if c, err = readUnsigned(msg); err != nil {
+	if c, err = ReadUnsigned(msg); err != nil {
 		return nil, false, err
 	}
 	if k.v == nil {
-		k.f.cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", passKey)
+		k.f.Cannot("there is no key to check the signatures with: the checkpoints' signatures were not checked: %s", PassKey)
 	} else {
-		k.f.cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
+		k.f.Cannot("the key is another log's: it signs as %s, and the checkpoint of %s is of %s. Nothing was checked with it: pass the key of the log the files come from (--key, as guard audit key prints it where that log's key is); if it is that log's key, the files are not of that log",
 			k.v.Name(), file, c.Origin)
 	}
 	return c, false, nil
@@ -189,14 +146,22 @@ type exported struct {
 	leaf tlog.Hash
 }
 
+// CheckExport checks an export offline against the verifier v, as
+// CheckFiles does, adding to f why it could not check its checkpoint's
+// signature; name is the file's, for people. seen is called with each
+// record's seq, id and leaf hash. It returns the file's line.
+func CheckExport(v note.Verifier, f *Findings, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
+	return checkExport(offlineKey{v: v, f: f}, name, b, seen)
+}
+
 // checkExport checks an export, the file name; seen is called with each
 // record's seq, id and leaf hash.
 func checkExport(key offlineKey, name string, b []byte, seen func(int64, string, tlog.Hash)) (string, error) {
-	e, err := newExportReader(b)
+	e, err := NewExportReader(b)
 	if err != nil {
 		return "", err
 	}
-	c, signed, err := key.open(name, e.checkpoint)
+	c, signed, err := key.open(name, e.Checkpoint)
 	if err != nil {
 		return "", fmt.Errorf("its checkpoint: %w", err)
 	}
@@ -206,7 +171,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	if signed {
 		v = key.v
 	}
-	edge := &audit.Edge{}
+	edge := &Edge{}
 	var prevSeq int64
 	var prevHash string
 	var n, proved int64
@@ -214,22 +179,22 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 	var after, unchained int64 // records after the checkpoint, and not yet in the chain
 	ret := newKeptCheck(v)
 	for {
-		cell, err := e.next()
+		cell, err := e.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return "", err
 		}
-		r, leaf, proof, err := fromRow(cell)
+		r, leaf, proof, err := FromRow(cell)
 		if err != nil {
 			return "", fmt.Errorf("record %d: %w", n+after+unchained+1, err)
 		}
 		switch pending := cell("pending"); {
-		case pending == pendingJournal:
+		case pending == PendingJournal:
 			unchained++
 			continue
-		case pending == pendingCheckpoint:
+		case pending == PendingCheckpoint:
 			if err := checkAfter(c, r, leaf, prevSeq, prevHash, unchained); err != nil {
 				return "", err
 			}
@@ -237,7 +202,7 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 			prevSeq, prevHash = r.Seq, r.Hash
 			continue
 		case pending != "":
-			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, pendingCheckpoint, pendingJournal)
+			return "", fmt.Errorf("record %d (id %s): pending %q: want %s or %s", r.Seq, r.ID, pending, PendingCheckpoint, PendingJournal)
 		case after > 0 || unchained > 0:
 			return "", fmt.Errorf("record %d (id %s) is under the checkpoint but comes after records that are not", r.Seq, r.ID)
 		}
@@ -247,14 +212,14 @@ func checkExport(key offlineKey, name string, b []byte, seen func(int64, string,
 		// given, and the proof or the tree's root checks it; the fields
 		// it keeps are checked against the retention record that names
 		// it, when the export holds that record.
-		if r.Pruned && hasBody(r) {
+		if r.Pruned && HasBody(r) {
 			return "", fmt.Errorf("record %d (id %s) is marked as pruned but holds a body: it was altered", r.Seq, r.ID)
 		}
 		if !r.Pruned {
 			if HashRecord(r) != r.Hash {
 				return "", fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
 			}
-			if audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf {
+			if LeafHash(AppendCanonical(nil, r)) != leaf {
 				return "", fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 			}
 		}
@@ -338,7 +303,7 @@ func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, p
 		return fmt.Errorf("record %d (id %s) is marked as after the checkpoint of %d records, which covers it", r.Seq, r.ID, c.Size)
 	case HashRecord(r) != r.Hash:
 		return fmt.Errorf("record %d (id %s) does not match its hash: it was altered", r.Seq, r.ID)
-	case audit.LeafHash(audit.AppendCanonical(nil, r)) != leaf:
+	case LeafHash(AppendCanonical(nil, r)) != leaf:
 		return fmt.Errorf("record %d (id %s) does not match its leaf hash", r.Seq, r.ID)
 	case prevSeq > 0 && r.Seq != prevSeq+1:
 		return fmt.Errorf("records %d to %d are not in the export: record %d (id %s) follows record %d", prevSeq+1, r.Seq-1, r.Seq, r.ID, prevSeq)
@@ -354,10 +319,10 @@ func checkAfter(c *Checkpoint, r *guard.Record, leaf tlog.Hash, prevSeq int64, p
 // which cannot be checked until a writable guard has moved them in.
 func pendingFindings(f *Findings, name string, size, after, unchained int64) {
 	if after > 0 {
-		f.note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
+		f.Note("%s: tail of %d records after checkpoint %d unauthenticated: their hashes and links check, but no checkpoint signs them yet (and their MACs are not in an export)", name, after, size)
 	}
 	if unchained > 0 {
-		f.cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)
+		f.Cannot("%s: %d acknowledged records not yet in the chain (in journals of guard processes that stopped) cannot be checked: export again once a writable guard has moved them in", name, unchained)
 	}
 }
 
@@ -381,7 +346,7 @@ func newKeptCheck(v note.Verifier) *keptCheck {
 // add takes a record whose hash, or for a pruned one emptiness, was
 // checked.
 func (k *keptCheck) add(r *guard.Record) {
-	k.lines[r.Seq] = keptLine(nil, r)
+	k.lines[r.Seq] = KeptLine(nil, r)
 	if r.Pruned {
 		k.pruned[r.Seq] = true
 	}
@@ -394,11 +359,11 @@ func (k *keptCheck) add(r *guard.Record) {
 // it names, once they are all read.
 func (k *keptCheck) check() error {
 	for _, r := range k.runs {
-		var d retentionDetail
+		var d RetentionDetail
 		if err := json.Unmarshal([]byte(r.Detail), &d); err != nil {
 			return fmt.Errorf("retention record %d (id %s): its detail: %w", r.Seq, r.ID, err)
 		}
-		if k.v != nil && !d.signedBy(k.v) {
+		if k.v != nil && !d.SignedBy(k.v) {
 			return fmt.Errorf("retention record %d (id %s) is not signed by the checkpoint key %s: it was forged", r.Seq, r.ID, k.v.Name())
 		}
 		h := sha256.New()

@@ -1,4 +1,4 @@
-package store
+package audit
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 )
 
-// Each new checkpoint is also handed to witnesses (Options.Witnesses), so
+// Each new checkpoint is also handed to witnesses (NewWitnesses), so
 // that someone outside the machine holds it: a file (file:///PATH: one file
 // per checkpoint, named by its size, when PATH is a directory; else
 // appended to PATH, each note followed by a blank line), the local syslog
@@ -29,28 +29,31 @@ import (
 // characters \n), or an HTTP endpoint (http:// or https://: a POST of the
 // note, text/plain). Witnesses are written by a goroutine of their own:
 // the writer never waits for them. A checkpoint a witness did not get is
-// logged and counted (Integrity.WitnessFailures); the next one supersedes it.
+// logged and counted (NewWitnesses' failures); the next one supersedes it.
 
-// witnessQueue bounds the checkpoints waiting for the witnesses; past it
+// WitnessQueue bounds the checkpoints waiting for the witnesses; past it
 // a checkpoint is not sent (and counted as failed).
-const witnessQueue = 64
+const WitnessQueue = 64
 
 // witnessTimeout bounds one delivery, and what Close waits for those still
 // queued.
 const witnessTimeout = 10 * time.Second
 
+// witnessTarget is one witness.
 type witnessTarget interface {
 	name() string
 	write(ctx context.Context, c *Checkpoint) error
 	close() error
 }
 
-type witnesses struct {
+// Witnesses hand each new checkpoint to the witnesses, from a goroutine
+// of their own.
+type Witnesses struct {
 	targets []witnessTarget
 	// heldOnce reads, at the first checkpoint this process signs, the
 	// latest checkpoint each file witness holds (held): a new checkpoint
-	// must extend them. Later ones are the process's own (DB.lastSigned)
-	// or kept in the database.
+	// must extend them. Later ones are the signer's own, or kept in
+	// the log.
 	heldOnce sync.Once
 	held     []*Checkpoint
 	ch       chan *Checkpoint
@@ -61,16 +64,17 @@ type witnesses struct {
 	failures *atomic.Int64
 }
 
-// newWitnesses parses the witnesses' addresses; syslogSocket is the local
-// syslog socket ("": the system's).
-func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*witnesses, error) {
-	w := &witnesses{ch: make(chan *Checkpoint, witnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
+// NewWitnesses parses the witnesses' addresses; syslogSocket is the local
+// syslog socket ("": the system's). failures counts the checkpoints a
+// witness did not get.
+func NewWitnesses(list []string, syslogSocket string, logger *slog.Logger, failures *atomic.Int64) (*Witnesses, error) {
+	w := &Witnesses{ch: make(chan *Checkpoint, WitnessQueue), done: make(chan struct{}), logger: logger, failures: failures}
 	for _, s := range list {
 		switch u, err := url.Parse(s); {
 		case s == "syslog":
 			w.targets = append(w.targets, &syslogWitness{socket: syslogSocket})
 		case err == nil && u.Scheme == "file" && u.Path != "":
-			w.targets = append(w.targets, fileWitness(fileURLPath(u)))
+			w.targets = append(w.targets, FileWitness(fileURLPath(u)))
 		case err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "":
 			w.targets = append(w.targets, &httpWitness{url: s, client: &http.Client{Timeout: witnessTimeout}})
 		default:
@@ -82,8 +86,8 @@ func newWitnesses(list []string, syslogSocket string, logger *slog.Logger, failu
 	return w, nil
 }
 
-// send queues a checkpoint for the witnesses without waiting.
-func (w *witnesses) send(c *Checkpoint) {
+// Send queues a checkpoint for the witnesses without waiting.
+func (w *Witnesses) Send(c *Checkpoint) {
 	select {
 	case w.ch <- c:
 	default:
@@ -92,7 +96,7 @@ func (w *witnesses) send(c *Checkpoint) {
 	}
 }
 
-func (w *witnesses) run() {
+func (w *Witnesses) run() {
 	defer close(w.done)
 	for c := range w.ch {
 		for _, t := range w.targets {
@@ -107,9 +111,9 @@ func (w *witnesses) run() {
 	}
 }
 
-// close delivers what is queued, waiting up to witnessTimeout, and
+// Close delivers what is queued, waiting up to witnessTimeout, and
 // closes the targets.
-func (w *witnesses) close() {
+func (w *Witnesses) Close() {
 	close(w.ch)
 	t := time.NewTimer(witnessTimeout)
 	defer t.Stop()
@@ -127,20 +131,17 @@ func (w *witnesses) close() {
 	}
 }
 
-// WitnessFailures is how many checkpoints a witness did not get.
-func (ig Integrity) WitnessFailures() int64 { return ig.db.stats.witness.Load() }
-
-// fileWitness writes a file per checkpoint into a directory, or appends
+// FileWitness writes a file per checkpoint into a directory, or appends
 // each to one file.
-type fileWitness string
+type FileWitness string
 
-func (f fileWitness) name() string { return "file://" + string(f) }
-func (f fileWitness) close() error { return nil }
+func (f FileWitness) name() string { return "file://" + string(f) }
+func (f FileWitness) close() error { return nil }
 
-func (f fileWitness) write(_ context.Context, c *Checkpoint) error {
+func (f FileWitness) write(_ context.Context, c *Checkpoint) error {
 	path := string(f)
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return writeFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
+		return WriteFileAtomic(filepath.Join(path, fmt.Sprintf("%020d.checkpoint", c.Size)), c.Note)
 	}
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -223,16 +224,16 @@ func (h *httpWitness) write(ctx context.Context, c *Checkpoint) error {
 	return nil
 }
 
-// latestHeld returns the latest checkpoint of the log (signed by v) that
+// LatestHeld returns the latest checkpoint of the log (signed by v) that
 // each file witness holds, read once per process.
-func (w *witnesses) latestHeld(v note.Verifier) []*Checkpoint {
+func (w *Witnesses) LatestHeld(v note.Verifier) []*Checkpoint {
 	w.heldOnce.Do(func() {
 		for _, t := range w.targets {
-			f, ok := t.(fileWitness)
+			f, ok := t.(FileWitness)
 			if !ok {
 				continue
 			}
-			c, err := f.latest(v)
+			c, err := f.Latest(v)
 			if err != nil {
 				w.logger.Warn("audit checkpoint witness: its latest checkpoint cannot be read", "witness", f.name(), "err", err)
 				continue
@@ -245,10 +246,10 @@ func (w *witnesses) latestHeld(v note.Verifier) []*Checkpoint {
 	return w.held
 }
 
-// latest is the largest checkpoint signed by v the witness holds, or nil:
+// Latest is the largest checkpoint signed by v the witness holds, or nil:
 // the file of the largest size in a directory that opens, or the last
 // note in an appended file that does.
-func (f fileWitness) latest(v note.Verifier) (*Checkpoint, error) {
+func (f FileWitness) Latest(v note.Verifier) (*Checkpoint, error) {
 	path := string(f)
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {

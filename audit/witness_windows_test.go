@@ -1,4 +1,4 @@
-package store
+package audit
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 // local syslog there; a file URL names a drive's path or a share.
 func TestWitnessesOnWindows(t *testing.T) {
 	var failures atomic.Int64
-	w, err := newWitnesses([]string{"syslog"}, "", slog.New(slog.DiscardHandler), &failures)
+	w, err := NewWitnesses([]string{"syslog"}, "", slog.New(slog.DiscardHandler), &failures)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.close()
+	defer w.Close()
 	if err := w.targets[0].write(context.Background(), &Checkpoint{Size: 1}); !errors.Is(err, errNoSyslog) {
 		t.Fatalf("the syslog witness on Windows: %v", err)
 	}
