@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // dropMACColumns is the SQL that takes an SQLite database opened with
@@ -343,9 +344,9 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	ctx := context.Background()
 	path := testPath(t)
 	if IsPostgres(path) {
-		cfg, err := pgConfig(path)
+		cfg, err := postgres.Config(path)
 		if err == nil {
-			err = migratePostgres(ctx, cfg)
+			err = postgres.Migrate(ctx, cfg)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // A batch whose COMMIT was sent but whose answer never came (the server
@@ -143,27 +143,12 @@ func (in *ingestion) settleDoubts(final bool) {
 	}
 }
 
-// committedAt reports whether record id is at seq in the chain, asked
-// under the audit lock, once every transaction that held it has ended.
+// committedAt reports whether record id is at seq in the chain
+// (postgres.CommittedAt), asked within doubtAsk.
 func (in *ingestion) committedAt(seq int64, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), doubtAsk)
 	defer cancel()
-	tx, err := in.db.aw.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockAudit); err != nil {
-		return false, fmt.Errorf("audit lock: %w", err)
-	}
-	var got string
-	switch err := tx.QueryRowContext(ctx, "SELECT id FROM records WHERE seq = $1", seq).Scan(&got); {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("record %d: %w", seq, err)
-	}
-	return got == id, nil
+	return postgres.CommittedAt(ctx, in.db.aw, seq, id)
 }
 
 // reply answers appends held in doubt.

@@ -8,6 +8,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -156,7 +157,7 @@ func (p *pgCalls) Keys(_ context.Context, base int64) (next, last int64, err err
 // their tree and call index (see above): audit.Batch works out the rows,
 // sent at once. dc is the driver's connection.
 func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (err error) {
-	conn := dc.(*pgConn).Conn.Conn()
+	conn, _ := postgres.PgxConn(dc)
 	var ids []string
 	var bases []int64
 	seen := map[int64]bool{}
@@ -172,7 +173,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	// 1. Begin, lock, read.
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT pg_advisory_xact_lock($1)", lockAudit)
+	b.Queue("SELECT pg_advisory_xact_lock($1)", postgres.LockAudit)
 	b.Queue(pgSelectTail)
 	b.Queue(pgSelectCalls, ids)
 	b.Queue(pgSelectKeys, bases)

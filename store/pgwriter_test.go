@@ -15,6 +15,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/pgtest"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // callIndexRows reads the call index and its words' presence, row by row.
@@ -220,7 +221,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 	db := openDB(t, path)
 	latest := latestMigration()
 	if db.pg {
-		latest = latestPostgresMigration()
+		latest = postgres.LatestMigration()
 	}
 	// What the next release's migration might do.
 	if _, err := db.w.ExecContext(ctx, `ALTER TABLE records ADD COLUMN future TEXT NOT NULL DEFAULT ''`); err != nil {

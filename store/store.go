@@ -7,12 +7,13 @@
 // transaction, and a writer takes the tail it committed last only while
 // SQLite's data version shows that no one else has committed since.
 //
-// A postgres:// name opens a PostgreSQL database instead (postgres.go),
-// which several replicas of guard serve share: records are acknowledged
-// once committed there, and each replica hears of the others' changes to
-// held calls, tool reviews and configuration changes as they commit
-// (LISTEN/NOTIFY, notify.go), where processes sharing an SQLite file read
-// it again every few milliseconds.
+// A postgres:// name opens a PostgreSQL database instead (postgres_open.go,
+// and package store/postgres below it), which several replicas of guard
+// serve share: records are acknowledged once committed there, and each
+// replica hears of the others' changes to held calls, tool reviews and
+// configuration changes as they commit (LISTEN/NOTIFY, postgres.Listener),
+// where processes sharing an SQLite file read it again every few
+// milliseconds.
 //
 // What a batch of records becomes (their chain hashes, MACs, Merkle tree
 // hashes and call index rows) is worked out by package audit, the same
@@ -37,6 +38,7 @@ import (
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/migrations"
+	"github.com/guard-mcp/guard/store/postgres"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
 
@@ -105,9 +107,9 @@ type DB struct {
 	hold   *sql.Conn     // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
-	// listen hears of other replicas' changes on PostgreSQL (notify.go);
+	// listen hears of other replicas' changes on PostgreSQL (postgres.Listener);
 	// nil on SQLite.
-	listen *listener
+	listen *postgres.Listener
 	// deciding holds a value while a decision of this process holds or
 	// asks for the decisions lock on PostgreSQL (lockDecisions);
 	// lockWaiters counts the decisions waiting for their turn.
@@ -444,19 +446,19 @@ func migrate(ctx context.Context, w *sql.DB, skip int) error {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	mfs := migrations.SQLite()
-	names, err := migrationNames(mfs)
+	names, err := migrations.List(mfs)
 	if err != nil {
 		return err
 	}
 	for _, m := range names {
-		if m.version == skip {
+		if m.Version == skip {
 			continue
 		}
-		body, err := fs.ReadFile(mfs, m.name)
+		body, err := fs.ReadFile(mfs, m.Name)
 		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		if err := applyOne(ctx, w, m.version, m.name, string(body)); err != nil {
+		if err := applyOne(ctx, w, m.Version, m.Name, string(body)); err != nil {
 			return err
 		}
 	}
@@ -530,7 +532,7 @@ func (db *DB) Close() error {
 // -wal and -shm files for read-only openers (persistWAL).
 func (db *DB) closeAll() error {
 	if db.listen != nil {
-		db.listen.close()
+		db.listen.Close()
 	}
 	var errs []error
 	if db.hold != nil {
@@ -659,9 +661,9 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 
 // latestMigration is the version of the last embedded migration.
 func latestMigration() int64 {
-	names, _ := migrationNames(migrations.SQLite())
+	names, _ := migrations.List(migrations.SQLite())
 	if len(names) == 0 {
 		return 0
 	}
-	return int64(names[len(names)-1].version)
+	return int64(names[len(names)-1].Version)
 }

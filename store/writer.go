@@ -16,6 +16,7 @@ import (
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/metrics"
+	"github.com/guard-mcp/guard/store/postgres"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -940,7 +941,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 			if !ok {
 				return errors.New("the driver cannot prepare statements")
 			}
-			_, wc.pg = dc.(*pgConn)
+			_, wc.pg = postgres.PgxConn(dc)
 			for _, p := range []struct {
 				s *driverStmt
 				q string
