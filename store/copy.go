@@ -295,7 +295,7 @@ func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *Co
 			}
 			rep.Rows = append(rep.Rows, TableRows{t, n})
 			if t == "call_index" {
-				tag, err := tx.Exec(ctx, pgInsertWords)
+				tag, err := tx.Exec(ctx, postgres.InsertWords)
 				if err != nil {
 					return fmt.Errorf("call_text: %w", err)
 				}

@@ -10,6 +10,8 @@ import (
 	"hash/maphash"
 	"io"
 	"math"
+
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // The words of the text index (call_text: a call's redacted arguments
@@ -66,12 +68,12 @@ func (vr Verifier) checkCallWords(ctx context.Context) (string, error) {
 }
 
 // pgWordsDiffer finds the first call of a batch (keys after ?1, up to
-// ?2) whose words are not those its records make, as pgInsertWords makes
+// ?2) whose words are not those its records make, as postgres.InsertWords makes
 // them (a call without text has no row).
 var pgWordsDiffer = `SELECT c.call_id FROM call_index c
  JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq LEFT JOIN call_text t ON t.k = c.k
  WHERE c.k > ?1 AND c.k <= ?2 AND coalesce(t.words, ''::tsvector) IS DISTINCT FROM
-  CASE WHEN q.arguments <> '' OR coalesce(o.result, '') <> '' THEN ` + pgWords(`q.arguments || ' ' || coalesce(o.result, '')`) + ` ELSE ''::tsvector END
+  CASE WHEN q.arguments <> '' OR coalesce(o.result, '') <> '' THEN ` + postgres.Words(`q.arguments || ' ' || coalesce(o.result, '')`) + ` ELSE ''::tsvector END
  ORDER BY c.k LIMIT 1`
 
 func (vr Verifier) checkCallWordsPG(ctx context.Context) (string, error) {
