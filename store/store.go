@@ -39,6 +39,7 @@ import (
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/migrations"
 	"github.com/guard-mcp/guard/store/postgres"
+	"github.com/guard-mcp/guard/store/sqlite"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
 
@@ -139,22 +140,22 @@ type ingestion struct {
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
 	jmu        sync.Mutex
-	room       *sync.Cond      // on jmu: the backlog went down, or the ingester failed
-	seg        *segment        // where appends go
-	appended   int64           // appends written to the journal
-	unsynced   []*appendReq    // durability full: written, not yet synced
-	syncing    bool            // durability full: a sync is under way
-	pend       []*appendReq    // durable, not yet in the database, in order
-	frames     sync.Pool       // *appendFrames, to build an append's frames in
-	jmac       *frameMACer     // under jmu: seals the frames appended (journalauth.go)
-	work       chan struct{}   // there are appends pending
-	urgent     chan struct{}   // ingest now, without lingering
-	syncWork   chan struct{}   // there are appends to sync
-	segs       []*segment      // the ingester's: segments not yet removed, oldest first
-	own        map[string]bool // under jmu: the paths of this DB's segments, which readers do not wait for
-	settled    atomic.Int64    // appends in the database (or refused)
-	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
-	doubtAsked time.Time       // the ingester's: when the database was last asked about them
+	room       *sync.Cond         // on jmu: the backlog went down, or the ingester failed
+	seg        *sqlite.Segment    // where appends go
+	appended   int64              // appends written to the journal
+	unsynced   []*appendReq       // durability full: written, not yet synced
+	syncing    bool               // durability full: a sync is under way
+	pend       []*appendReq       // durable, not yet in the database, in order
+	frames     sync.Pool          // *appendFrames, to build an append's frames in
+	jmac       *sqlite.FrameMACer // under jmu: seals the frames appended (journalauth.go)
+	work       chan struct{}      // there are appends pending
+	urgent     chan struct{}      // ingest now, without lingering
+	syncWork   chan struct{}      // there are appends to sync
+	segs       []*sqlite.Segment  // the ingester's: segments not yet removed, oldest first
+	own        map[string]bool    // under jmu: the paths of this DB's segments, which readers do not wait for
+	settled    atomic.Int64       // appends in the database (or refused)
+	doubts     []*doubt           // the ingester's: batches whose commit is in doubt (pgdoubt.go)
+	doubtAsked time.Time          // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
 	writes     writability // whether appends succeed (writable.go)
 	// unmoved are the ingester's: journals of processes that stopped
@@ -313,7 +314,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.ing.db, db.ckpt.db = db, db
 	db.ing.room = sync.NewCond(&db.ing.jmu)
-	db.ing.frames.New = func() any { return new(appendFrames) }
+	db.ing.frames.New = func() any { return new(sqlite.AppendFrames) }
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
 			db.ckpt.witness.Close()
@@ -327,7 +328,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
-	db.ing.jmac = newFrameMACer(db.auth.jkey)
+	db.ing.jmac = sqlite.NewFrameMACer(db.auth.jkey)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
@@ -361,17 +362,17 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		_ = persistWAL(ctx, conn)
 		conn.Close()
 	}
-	if err := os.MkdirAll(journalsDir(opts.Path), 0o700); err != nil {
+	if err := os.MkdirAll(sqlite.JournalsDir(opts.Path), 0o700); err != nil {
 		return fail(fmt.Errorf("journal: %w", err))
 	}
 	if err := db.ing.recoverJournals(ctx); err != nil {
 		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
 	}
-	if db.ing.seg, err = newSegment(journalsDir(opts.Path), db.ing.fsync); err != nil {
+	if db.ing.seg, err = sqlite.NewSegment(sqlite.JournalsDir(opts.Path), db.ing.fsync); err != nil {
 		return fail(err)
 	}
-	db.ing.segs = []*segment{db.ing.seg}
-	db.ing.own = map[string]bool{db.ing.seg.path: true}
+	db.ing.segs = []*sqlite.Segment{db.ing.seg}
+	db.ing.own = map[string]bool{db.ing.seg.Path: true}
 	// A checkpoint of the log as it is (the file may be older, or of an
 	// earlier version's form), by the process whose turn it is; nothing
 	// is kept twice.
@@ -617,8 +618,8 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %s: %w (schema version %d, this version's is %d): run a command that writes to it once (guard run, guard serve) to upgrade it",
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
 	}
-	if n := orphanJournals(opts.Path); n > 0 {
-		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
+	if n := sqlite.OrphanJournals(opts.Path); n > 0 {
+		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", sqlite.JournalsDir(opts.Path))
 	}
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
