@@ -15,7 +15,7 @@ import (
 )
 
 // A journal that cannot be read whole loses nothing silently. Its
-// recovery moves every frame it can read into the log (journalscan.go),
+// recovery moves every frame it can read into the log (sqlite.ScanJournal),
 // keeps the file aside (renamed with damagedSuffix, never read again),
 // and appends an event record that names the file and every run of bytes
 // it could not read: where, how long, how many records, and the records

@@ -1,8 +1,9 @@
 // Package store keeps guard's state in SQLite (modernc.org/sqlite): the
 // append-only, hash-chained audit log with its signed checkpoint, the tool
 // catalog, and held calls. Records become durable in a journal of the
-// process's own before they reach the database (journal.go, writer.go);
-// readers wait for the journals to be moved in. Several guard processes
+// process's own before they reach the database (the journal's format and
+// files are package store/sqlite's; journal.go and writer.go move them
+// in); readers wait for the journals to be moved in. Several guard processes
 // share one database: the chain's tail is found inside every write
 // transaction, and a writer takes the tail it committed last only while
 // SQLite's data version shows that no one else has committed since.
@@ -17,7 +18,8 @@
 //
 // What a batch of records becomes (their chain hashes, MACs, Merkle tree
 // hashes and call index rows) is worked out by package audit, the same
-// for both engines; each engine only writes it (writer.go, pgwriter.go).
+// for both engines; each engine only writes it (writer.go; pgwriter.go
+// with package store/postgres's statements).
 package store
 
 import (

@@ -19,7 +19,7 @@ import (
 // within a tick (recoverOrphans), else the next writable open does
 // (recoverJournals), but a reader must not wait for that to see it. A
 // reader (a read-only open above all) reads the journals whose owner is
-// gone without moving or marking anything (journalscan.go), and shows the
+// gone without moving or marking anything (sqlite.ScanJournal), and shows the
 // records in them that the database does not hold yet beside those it
 // holds: Query and QueryRecords through an overlay, a database in memory
 // that holds these records and the records already in the log of the

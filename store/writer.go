@@ -861,7 +861,7 @@ const insertArgs = 30
 // connection is.
 type writerConn struct {
 	conn   *sql.Conn
-	pg     bool // on PostgreSQL (postgres.go)
+	pg     bool // on PostgreSQL (package postgres)
 	begin  driverStmt
 	commit driverStmt
 	tail   driverStmt
