@@ -59,6 +59,9 @@ type Listener struct {
 	// they wait).
 	PollEvery, RecheckEvery time.Duration
 	Waiting                 func(id string)
+	// loggedPoll is PollEvery as Listen was given it, which the logs name
+	// (run reads it while tests change PollEvery).
+	loggedPoll time.Duration
 
 	mu      sync.Mutex
 	dial    func(ctx context.Context) (*pgx.Conn, error)
@@ -85,6 +88,7 @@ func Listen(cfg *pgx.ConnConfig, log *slog.Logger, pollEvery time.Duration) *Lis
 		done:         make(chan struct{}),
 		PollEvery:    pollEvery,
 		RecheckEvery: recheckEvery,
+		loggedPoll:   pollEvery,
 		dial:         func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) },
 		idle:         listenIdle,
 		turned:       make(chan struct{}),
@@ -123,7 +127,7 @@ func (l *Listener) run(ctx context.Context) {
 		if err != nil {
 			if !lost {
 				l.log.Warn("store: cannot listen for changes from other replicas; held calls wait by reading the database until it can",
-					"err", err, "poll", l.PollEvery)
+					"err", err, "poll", l.loggedPoll)
 			} else {
 				l.log.Debug("store: listening for changes: connecting again failed", "err", err, "next_in", nextBackoff(wait))
 			}
@@ -147,7 +151,7 @@ func (l *Listener) run(ctx context.Context) {
 			return
 		}
 		l.log.Warn("store: lost the connection that listens for changes from other replicas; held calls wait by reading the database until it is back",
-			"err", err, "poll", l.PollEvery)
+			"err", err, "poll", l.loggedPoll)
 		lost = true
 		if time.Since(began) >= listenBackoffMax {
 			wait = 0
