@@ -58,3 +58,30 @@ func List(set fs.FS) ([]Migration, error) {
 	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
 	return out, nil
 }
+
+// Latest is the version of a set's last migration (0 for none).
+func Latest(set fs.FS) int64 {
+	names, _ := List(set)
+	if len(names) == 0 {
+		return 0
+	}
+	return int64(names[len(names)-1].Version)
+}
+
+// Apply calls apply with each migration of set, in order, and its SQL.
+func Apply(set fs.FS, apply func(m Migration, body string) error) error {
+	names, err := List(set)
+	if err != nil {
+		return err
+	}
+	for _, m := range names {
+		body, err := fs.ReadFile(set, m.Name)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if err := apply(m, string(body)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

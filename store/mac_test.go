@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/store/postgres"
@@ -351,7 +353,7 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	} else if err := migrate(ctx, rawConn(t, path), 0); err != nil {
+	} else if err := sqlite.Migrate(ctx, rawConn(t, path), 0); err != nil {
 		t.Fatal(err)
 	}
 	// The release before beats without saying macs.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/pgtest"
 	"github.com/guard-mcp/guard/store/postgres"
@@ -219,7 +221,7 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 	ctx := context.Background()
 	path := testPath(t)
 	db := openDB(t, path)
-	latest := latestMigration()
+	latest := sqlite.LatestMigration()
 	if db.pg {
 		latest = postgres.LatestMigration()
 	}

@@ -27,7 +27,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,7 +38,6 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
-	"github.com/guard-mcp/guard/migrations"
 	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/guard-mcp/guard/store/sqlite"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
@@ -334,7 +332,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
-	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, sqlite.LatestMigration())
 	if len(opts.Witnesses) > 0 {
 		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
@@ -361,7 +359,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
-		_ = persistWAL(ctx, conn)
+		_ = sqlite.PersistWAL(ctx, conn)
 		conn.Close()
 	}
 	if err := os.MkdirAll(sqlite.JournalsDir(opts.Path), 0o700); err != nil {
@@ -427,7 +425,7 @@ const journalsDropped = 5
 // offsets (which alone waits: the import needs the records table as the
 // other migrations leave it).
 func (db *DB) upgrade(ctx context.Context) error {
-	if err := migrate(ctx, db.w, journalsDropped); err != nil {
+	if err := sqlite.Migrate(ctx, db.w, journalsDropped); err != nil {
 		return err
 	}
 	done, err := db.journals().importJournals(ctx)
@@ -437,60 +435,7 @@ func (db *DB) upgrade(ctx context.Context) error {
 	if !done {
 		return nil // the journals table stays until they are
 	}
-	return migrate(ctx, db.w, 0)
-}
-
-// migrate applies the migrations not yet applied but version skip (0:
-// all), each in a transaction. Several processes may open a new database
-// at once: the IMMEDIATE transaction serialises them, and each checks
-// again inside it.
-func migrate(ctx context.Context, w *sql.DB, skip int) error {
-	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	mfs := migrations.SQLite()
-	names, err := migrations.List(mfs)
-	if err != nil {
-		return err
-	}
-	for _, m := range names {
-		if m.Version == skip {
-			continue
-		}
-		body, err := fs.ReadFile(mfs, m.Name)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		if err := applyOne(ctx, w, m.Version, m.Name, string(body)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func applyOne(ctx context.Context, w *sql.DB, v int, name, body string) error {
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, body); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)`, v, name, fmtTime(time.Now())); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	return nil
+	return sqlite.Migrate(ctx, db.w, 0)
 }
 
 // lockFile takes an exclusive advisory lock on path, waiting for it.
@@ -532,7 +477,7 @@ func (db *DB) Close() error {
 }
 
 // closeAll closes the connections, the audit writer's last: it keeps the
-// -wal and -shm files for read-only openers (persistWAL).
+// -wal and -shm files for read-only openers (sqlite.PersistWAL).
 func (db *DB) closeAll() error {
 	if db.listen != nil {
 		db.listen.Close()
@@ -580,7 +525,7 @@ const readableFrom = 3
 // read if it exists, to check the checkpoint.
 //
 // SQLite needs the -wal and -shm files of a WAL database to read it; every
-// writable open keeps them when it closes (persistWAL), so they are there
+// writable open keeps them when it closes (sqlite.PersistWAL), so they are there
 // for any database this version has written. Without them (a database last
 // closed by an older version), SQLite creates them, which needs the disk.
 func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
@@ -615,7 +560,7 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %s is %w: %w", opts.Path, ErrNotGuardDatabase, err)
 	}
-	if latest := latestMigration(); v.Int64 < readableFrom {
+	if latest := sqlite.LatestMigration(); v.Int64 < readableFrom {
 		r.Close()
 		return nil, fmt.Errorf("store: %s: %w (schema version %d, this version's is %d): run a command that writes to it once (guard run, guard serve) to upgrade it",
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
@@ -651,7 +596,7 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 	// The database lives as long as a connection to it: one is held.
 	hold, err := r.Conn(ctx)
 	if err == nil {
-		err = migrate(ctx, r, 0)
+		err = sqlite.Migrate(ctx, r, 0)
 	}
 	if err != nil {
 		r.Close()
@@ -660,13 +605,4 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}
 	db.ing.db, db.ckpt.db = db, db
 	return db, nil
-}
-
-// latestMigration is the version of the last embedded migration.
-func latestMigration() int64 {
-	names, _ := migrations.List(migrations.SQLite())
-	if len(names) == 0 {
-		return 0
-	}
-	return int64(names[len(names)-1].Version)
 }

@@ -18,8 +18,6 @@ import (
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/guard-mcp/guard/store/sqlite"
-	sqlitedriver "modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // The audit log is written in two steps. An append makes its records
@@ -759,7 +757,7 @@ func (in *ingestion) commitRetrying(batch []*appendReq) error {
 	deadline := time.Now().Add(in.db.opts.BusyWait)
 	for {
 		err := in.commit(batch)
-		if err == nil || !isBusy(err) {
+		if err == nil || !sqlite.IsBusy(err) {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -768,13 +766,6 @@ func (in *ingestion) commitRetrying(batch []*appendReq) error {
 		in.db.opts.Logger.Debug("audit commit waits for another process", "err", err)
 		time.Sleep(retryPause)
 	}
-}
-
-// isBusy reports whether err is SQLite's "busy" or "locked": another
-// connection holds a lock, which goes away.
-func isBusy(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
 func (in *ingestion) commit(batch []*appendReq) (err error) {
@@ -936,7 +927,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 	for i := range wc.manyArgs {
 		wc.manyArgs[i].Ordinal = i + 1
 	}
-	if err = persistWAL(ctx, conn); err == nil {
+	if err = sqlite.PersistWAL(ctx, conn); err == nil {
 		err = conn.Raw(func(dc any) error {
 			pc, ok := dc.(driver.ConnPrepareContext)
 			if !ok {
@@ -1023,7 +1014,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 	}
 	last, hash := b.Tail()
 	wc.tree.Edge = nil
-	if v, err := dataVersion(dc); err == nil || wc.pg {
+	if v, err := sqlite.DataVersion(dc); err == nil || wc.pg {
 		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, last, hash, v
 		wc.tree.Edge = edge
 	}
@@ -1038,7 +1029,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 	known := wc.known
 	wc.known = false // until this transaction commits
 	if known {
-		if v, err := dataVersion(dc); err == nil && v == wc.version {
+		if v, err := sqlite.DataVersion(dc); err == nil && v == wc.version {
 			return wc.tailSeq, wc.tailHash, nil
 		}
 	}
@@ -1079,21 +1070,6 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		wc.tree.Edge = edge
 	}
 	return seq, hash, nil
-}
-
-// dataVersion is SQLite's data version of the main database on the
-// driver's connection dc (SQLITE_FCNTL_DATA_VERSION): it changes with
-// every commit the connection has seen, its own and those of others.
-func dataVersion(dc any) (uint32, error) {
-	fc, ok := dc.(sqlitedriver.FileControl)
-	if !ok {
-		return 0, errors.New("data version: the driver has no file control")
-	}
-	v, err := fc.FileControlDataVersion("main")
-	if err != nil {
-		return 0, fmt.Errorf("data version: %w", err)
-	}
-	return v, nil
 }
 
 // insert inserts a record with its MAC.
@@ -1148,20 +1124,4 @@ func (wc *writerConn) discard() error {
 		return driver.ErrBadConn
 	})
 	return wc.conn.Close()
-}
-
-// persistWAL keeps the -wal and -shm files when the last connection
-// closes, so that a reader opening the database read-only (on a full disk,
-// say) finds them and creates nothing.
-func persistWAL(ctx context.Context, conn *sql.Conn) error {
-	return conn.Raw(func(dc any) error {
-		fc, ok := dc.(sqlitedriver.FileControl)
-		if !ok {
-			return nil
-		}
-		if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
-			return fmt.Errorf("persist WAL: %w", err)
-		}
-		return nil
-	})
 }

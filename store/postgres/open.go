@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"time"
 
@@ -98,22 +97,13 @@ func Migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
 	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	mfs := migrations.Postgres()
-	names, err := migrations.List(mfs)
-	if err != nil {
-		return err
-	}
-	for _, m := range names {
-		body, err := fs.ReadFile(mfs, m.Name)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+	return migrations.Apply(migrations.Postgres(), func(m migrations.Migration, body string) error {
+		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 			var n int
 			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.Version).Scan(&n); err != nil || n > 0 {
 				return err
 			}
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
+			if _, err := tx.Exec(ctx, body); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES ($1, $2, $3)`, m.Version, m.Name, audit.FormatTime(time.Now()))
@@ -122,16 +112,10 @@ func Migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // LatestMigration is the version of the last embedded PostgreSQL
 // migration.
-func LatestMigration() int64 {
-	names, _ := migrations.List(migrations.Postgres())
-	if len(names) == 0 {
-		return 0
-	}
-	return int64(names[len(names)-1].Version)
-}
+func LatestMigration() int64 { return migrations.Latest(migrations.Postgres()) }

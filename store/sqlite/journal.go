@@ -1,8 +1,10 @@
 // Package sqlite is what only guard's SQLite engine does, below package
 // store: the private journal in which records become durable before they
 // reach the database (its segments, their frames and format, the frames'
-// MACs, the scan that reads a damaged segment frame by frame) and the
-// durability of files (fdatasync, a directory's entries). It works on
+// MACs, the scan that reads a damaged segment frame by frame), the
+// durability of files (fdatasync, a directory's entries), and what only
+// SQLite's connections have (its migrations, the data version, the WAL
+// files kept for read-only opens, its error codes). It works on
 // files and bytes and takes what it needs as parameters: it knows
 // nothing of package store or its callers, which moves what a journal
 // holds into the database and records what was damaged or refused.
