@@ -308,7 +308,7 @@ func (jn journals) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Re
 		if !ok {
 			return errors.New("the driver cannot prepare statements")
 		}
-		insert, err := prepare(ctx, pc, insertRecord)
+		insert, err := sqlite.Prepare(ctx, pc, insertRecord)
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,8 @@
 // MACs, the scan that reads a damaged segment frame by frame), the
 // durability of files (fdatasync, a directory's entries), and what only
 // SQLite's connections have (its migrations, the data version, the WAL
-// files kept for read-only opens, its error codes). It works on
+// files kept for read-only opens, its error codes, the check of the FTS5
+// text index's words). It works on
 // files and bytes and takes what it needs as parameters: it knows
 // nothing of package store or its callers, which moves what a journal
 // holds into the database and records what was damaged or refused.
