@@ -477,12 +477,12 @@ func (hs Holds) MarkSessionEnded(ctx context.Context, id string, at time.Time) (
 // decided: this process, another sharing the SQLite file, or another
 // replica on PostgreSQL. On SQLite it reads the approval every pollEvery.
 // On PostgreSQL it reads it, then waits for the notification of its
-// change (notify.go), which comes within milliseconds of the commit; it
+// change (postgres.Listener), which comes within milliseconds of the commit; it
 // reads it again every second in case a notification was lost, and every
 // pollEvery while the connection that listens is down.
 func (hs Holds) WaitApproval(ctx context.Context, id string) (*guard.Approval, error) {
 	if hs.db.listen != nil {
-		return hs.db.awaitNotified(ctx, id)
+		return hs.db.listen.Await(ctx, id, hs.Approval)
 	}
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
@@ -500,6 +500,20 @@ func (hs Holds) WaitApproval(ctx context.Context, id string) (*guard.Approval, e
 		case <-t.C:
 		}
 	}
+}
+
+// Changes returns a channel that receives a value after each change to
+// held calls, tool reviews or configuration changes that any replica
+// commits (this one's too), and when the notifications resume after an
+// interruption (what changed meanwhile is not known), until ctx ends.
+// Changes close together may come as one value. Audit records are not
+// announced. Changes returns nil on SQLite, which has no notifications:
+// the caller reads the database to find changes.
+func (db *DB) Changes(ctx context.Context) <-chan struct{} {
+	if db.listen == nil {
+		return nil
+	}
+	return db.listen.Subscribe(ctx)
 }
 
 // Holds keeps the held calls (approvals) and their reviews; DB.Holds

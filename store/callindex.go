@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // The calls of the audit log are queried through an index the ingester
@@ -43,24 +44,9 @@ const (
 	deleteText    = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
 
-// pgSeparators is what separates words for the text index on
-// PostgreSQL, as for SQLite's FTS5 (unicode61): whitespace and ASCII
-// punctuation, the underscore among it, so that /etc/passwd, delete_all
-// and user@example.com are each several words. It is replaced by spaces
-// before PostgreSQL's parser reads the text, which would otherwise take
-// such a string as one word (a file name, an e-mail address). A bracket
-// expression of ranges, not a character class, so that the database's
-// locale does not change it.
-const pgSeparators = "[[:space:]!-/:-@[-`{-~]+"
-
-// pgWords is the SQL of the words of the text expr, for the text index.
-func pgWords(expr string) string {
-	return "to_tsvector('simple', regexp_replace(" + expr + ", '" + pgSeparators + "', ' ', 'g'))"
-}
-
 // The text index on PostgreSQL: a call's words as a tsvector (postgres
 // migration 0012), replaced whole.
-var pgInsertText = `INSERT INTO call_text (k, words) VALUES (?1, ` + pgWords(`?2 || ' ' || ?3`) + `)
+var pgInsertText = `INSERT INTO call_text (k, words) VALUES (?1, ` + postgres.Words(`?2 || ' ' || ?3`) + `)
  ON CONFLICT (k) DO UPDATE SET words = excluded.words`
 
 const (

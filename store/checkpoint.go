@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -118,7 +120,7 @@ func (cp *checkpointState) writerTx(ctx context.Context, fn func(*sql.Conn) (boo
 	}
 	same := false
 	_ = wc.conn.Raw(func(dc any) error {
-		v, err := dataVersion(dc)
+		v, err := sqlite.DataVersion(dc)
 		same = err == nil && wc.known && v == wc.version
 		return nil
 	})
@@ -133,7 +135,7 @@ func (cp *checkpointState) writerTx(ctx context.Context, fn func(*sql.Conn) (boo
 	}
 	if same {
 		_ = wc.conn.Raw(func(dc any) error {
-			if v, err := dataVersion(dc); err == nil {
+			if v, err := sqlite.DataVersion(dc); err == nil {
 				wc.version = v
 			}
 			return nil

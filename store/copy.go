@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -164,7 +165,7 @@ func Copy(ctx context.Context, from, to Options, o CopyOptions) (*CopyReport, er
 		return nil, fmt.Errorf("store: copy: %w", err)
 	}
 	name := guard.DisplayURL(to.Path)
-	cfg, err := pgConfig(to.Path)
+	cfg, err := postgres.Config(to.Path)
 	if err != nil {
 		return nil, fmt.Errorf("store: copy: %w", err)
 	}
@@ -186,7 +187,7 @@ func Copy(ctx context.Context, from, to Options, o CopyOptions) (*CopyReport, er
 	if err := verifyForCopy(ctx, src.Verifier(), to.CheckpointPath); err != nil {
 		return nil, fmt.Errorf("store: copy: %w", err)
 	}
-	if err := migratePostgres(ctx, cfg); err != nil {
+	if err := postgres.Migrate(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("store: copy: %s: %w", name, err)
 	}
 	rep := &CopyReport{KeyPath: to.KeyPath, CheckpointPath: to.CheckpointPath}
@@ -279,7 +280,7 @@ func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *Co
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		// The locks of guard's writers, in their order: a guard that
 		// starts on the destination meanwhile waits for the move.
-		for _, l := range []int64{lockState, lockAudit} {
+		for _, l := range []int64{postgres.LockState, postgres.LockAudit} {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", l); err != nil {
 				return fmt.Errorf("advisory lock: %w", err)
 			}
@@ -294,7 +295,7 @@ func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *Co
 			}
 			rep.Rows = append(rep.Rows, TableRows{t, n})
 			if t == "call_index" {
-				tag, err := tx.Exec(ctx, pgInsertWords)
+				tag, err := tx.Exec(ctx, postgres.InsertWords)
 				if err != nil {
 					return fmt.Errorf("call_text: %w", err)
 				}
@@ -308,7 +309,7 @@ func copyTo(ctx context.Context, src *DB, conn *pgx.Conn, o CopyOptions, rep *Co
 			if r.Added.IsZero() {
 				r.Added = src.opts.Now()
 			}
-			if _, err := tx.Exec(ctx, rebind(insertLearnedRule), r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(r.Added)); err != nil {
+			if _, err := tx.Exec(ctx, postgres.Rebind(insertLearnedRule), r.Name, r.Server, r.Tool, r.Method, r.URI, r.When, r.Action, r.Reason, fmtTime(r.Added)); err != nil {
 				return fmt.Errorf("learned rule %s: %w", r.Name, err)
 			}
 			rep.Learned++

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // A journal that cannot be read whole loses nothing silently. Its
-// recovery moves every frame it can read into the log (journalscan.go),
+// recovery moves every frame it can read into the log (sqlite.ScanJournal),
 // keeps the file aside (renamed with damagedSuffix, never read again),
 // and appends an event record that names the file and every run of bytes
 // it could not read: where, how long, how many records, and the records
@@ -104,7 +105,7 @@ func heldAlready(ctx context.Context, q *sql.DB, recs []*guard.Record) ([]bool, 
 // beside the damage have their seqs); aside is where the file will be
 // kept. A record of the same file from an earlier attempt (one that could
 // not rename it) is not written again.
-func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *journalScan, held []bool, moved int) error {
+func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *sqlite.JournalScan, held []bool, moved int) error {
 	done, err := jn.journalRecorded(ctx, MethodJournalDamaged, aside)
 	if err != nil {
 		return fmt.Errorf("damaged journal: %w", err)
@@ -112,21 +113,21 @@ func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *jou
 	if done {
 		return nil
 	}
-	d := damageDetail{Journal: aside, Marked: sc.marked, Read: len(sc.frames), Moved: moved}
+	d := damageDetail{Journal: aside, Marked: sc.Marked, Read: len(sc.Frames), Moved: moved}
 	edge := func(i int) *damageEdge {
-		if i < 0 || i >= len(sc.frames) {
+		if i < 0 || i >= len(sc.Frames) {
 			return nil
 		}
-		r := sc.frames[i].rec
+		r := sc.Frames[i].Rec
 		e := &damageEdge{ID: r.ID, Time: fmtTime(r.Time)}
 		_ = jn.db.w.QueryRowContext(ctx, `SELECT seq FROM records WHERE call_id = ? AND id = ?`, r.CallID, r.ID).Scan(&e.Seq)
 		return e
 	}
-	for _, s := range sc.damage {
-		run := damageRun{Offset: s.off, Bytes: s.end - s.off, Frames: s.frames, After: edge(s.before - 1), Before: edge(s.before)}
+	for _, s := range sc.Damage {
+		run := damageRun{Offset: s.Off, Bytes: s.End - s.Off, Frames: s.Frames, After: edge(s.Before - 1), Before: edge(s.Before)}
 		// The ingester moves a journal's records in order: a run
 		// followed by a record the database held is in it too.
-		run.Lost = s.before >= len(held) || !held[s.before]
+		run.Lost = s.Before >= len(held) || !held[s.Before]
 		d.Lost = d.Lost || run.Lost
 		d.Runs = append(d.Runs, run)
 	}
@@ -137,10 +138,10 @@ func (jn journals) recordDamage(ctx context.Context, path, aside string, sc *jou
 	if d.Lost {
 		jn.db.integrityAlert()
 		jn.db.opts.Logger.Error("a journal left by a process that stopped is damaged: acknowledged records may be lost; it is kept aside and the loss is recorded until a person acknowledges it",
-			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes(), "records_read", len(sc.frames))
+			"journal", aside, "record", rec.ID, "damaged_bytes", sc.DamagedBytes(), "records_read", len(sc.Frames))
 	} else {
 		jn.db.opts.Logger.Warn("a journal left by a process that stopped is damaged where the database already held its records; it is kept aside",
-			"journal", aside, "record", rec.ID, "damaged_bytes", sc.damagedBytes())
+			"journal", aside, "record", rec.ID, "damaged_bytes", sc.DamagedBytes())
 	}
 	return nil
 }

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // journalBytes is a journal segment as a process of this release that
 // stopped left it (segmentBytes), its frames sealed with key.
 func journalBytes(recs []*guard.Record, key []byte) (b []byte, offs []int) {
-	return segmentBytes(recs, formatSealed, key)
+	return segmentBytes(recs, sqlite.FormatSealed, key)
 }
 
 // journalRecs are n requests of distinct calls, a millisecond apart.
@@ -39,10 +40,10 @@ func journalRecs(n int) []*guard.Record {
 // the frames.
 func TestAScanSkipsOnlyTheDamagedFrame(t *testing.T) {
 	recs := journalRecs(40)
-	ids := func(s *journalScan) []string {
+	ids := func(s *sqlite.JournalScan) []string {
 		var out []string
-		for _, f := range s.frames {
-			out = append(out, f.rec.ID)
+		for _, f := range s.Frames {
+			out = append(out, f.Rec.ID)
 		}
 		return out
 	}
@@ -56,43 +57,43 @@ func TestAScanSkipsOnlyTheDamagedFrame(t *testing.T) {
 		return out
 	}
 	key := forgersKey()
-	for _, format := range []journalFormat{formatSealed, formatMarked, formatUnmarked} {
-		marked := format.marked()
+	for _, format := range []sqlite.JournalFormat{sqlite.FormatSealed, sqlite.FormatMarked, sqlite.FormatUnmarked} {
+		marked := format.Marked()
 		b, offs := segmentBytes(recs, format, key)
 		end := offs[len(offs)-1]
 		for _, c := range []struct {
 			name   string
 			change func(b []byte) []byte
 			want   []string
-			damage []journalDamage
+			damage []sqlite.JournalDamage
 		}{
 			{"whole", func(b []byte) []byte { return b }, all(), nil},
 			{"a byte of a frame's body", func(b []byte) []byte { b[offs[7]+20] ^= 0x40; return b }, all(7),
-				[]journalDamage{{off: int64(offs[7]), end: int64(offs[8]), frames: 1, before: 7}}},
+				[]sqlite.JournalDamage{{Off: int64(offs[7]), End: int64(offs[8]), Frames: 1, Before: 7}}},
 			{"a frame's length", func(b []byte) []byte {
 				at := offs[12]
 				if marked {
-					at += len(frameMark)
+					at += len(sqlite.FrameMark)
 				}
 				b[at] ^= 0x03
 				return b
-			}, all(12), []journalDamage{{off: int64(offs[12]), end: int64(offs[13]), before: 12}}},
+			}, all(12), []sqlite.JournalDamage{{Off: int64(offs[12]), End: int64(offs[13]), Before: 12}}},
 			{"the last frame", func(b []byte) []byte { b[offs[39]+20] ^= 0x01; return b }, all(39),
-				[]journalDamage{{off: int64(offs[39]), end: int64(end), frames: 1, before: 39}}},
+				[]sqlite.JournalDamage{{Off: int64(offs[39]), End: int64(end), Frames: 1, Before: 39}}},
 			{"the last frame cut short", func(b []byte) []byte { clear(b[offs[39]+30 : end]); return b }, all(39), nil},
 			{"the last frame cut short by the file's end", func(b []byte) []byte { return b[:offs[39]+30] }, all(39), nil},
 			{"a byte past the frames", func(b []byte) []byte { b[end+100] = 7; return b }, all(), nil},
 		} {
 			t.Run(format.String()+"/"+c.name, func(t *testing.T) {
-				s, err := scanJournal(c.change(slices.Clone(b)), key)
+				s, err := sqlite.ScanJournal(c.change(slices.Clone(b)), key)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got := ids(s); !slices.Equal(got, c.want) {
 					t.Errorf("read %d records, want %d: %v", len(got), len(c.want), got)
 				}
-				if !slices.Equal(s.damage, c.damage) {
-					t.Errorf("damage %+v, want %+v", s.damage, c.damage)
+				if !slices.Equal(s.Damage, c.damage) {
+					t.Errorf("damage %+v, want %+v", s.Damage, c.damage)
 				}
 			})
 		}
@@ -104,7 +105,7 @@ func TestAScanSkipsOnlyTheDamagedFrame(t *testing.T) {
 // and returns the journal's path.
 func damagedJournal(t *testing.T, path string, recs []*guard.Record, i int) string {
 	t.Helper()
-	return orphanJournal(t, path, recs, func(b []byte, offs []int) { b[offs[i]+len(frameMark)+10] ^= 0x20 })
+	return orphanJournal(t, path, recs, func(b []byte, offs []int) { b[offs[i]+len(sqlite.FrameMark)+10] ^= 0x20 })
 }
 
 // orphanJournal writes recs as the journal of a process of this release
@@ -124,8 +125,8 @@ func orphanJournal(t *testing.T, path string, recs []*guard.Record, change func(
 // whoever can write the database's directory can, and returns its path.
 func plantJournal(t *testing.T, path string, b []byte) string {
 	t.Helper()
-	j := filepath.Join(journalsDir(path), guard.NewID()+".log")
-	if err := os.MkdirAll(journalsDir(path), 0o700); err != nil {
+	j := filepath.Join(sqlite.JournalsDir(path), guard.NewID()+".log")
+	if err := os.MkdirAll(sqlite.JournalsDir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(j, b, 0o600); err != nil {

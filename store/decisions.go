@@ -10,6 +10,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // A decision (a person's approve or deny, an expiry, a withdrawal, a tool
@@ -64,7 +65,7 @@ func (db *DB) lockDecisions(ctx context.Context) (unlock func(), err error) {
 		db.lockWaiters.Add(-1)
 		return nil, fmt.Errorf("decisions lock: %w", ctx.Err())
 	}
-	unlockPG, _, err := db.pgLock(ctx, lockDecisions, false)
+	unlockPG, _, err := db.pgLock(ctx, postgres.LockDecisions, false)
 	if err != nil {
 		<-db.deciding
 		return nil, fmt.Errorf("decisions lock: %w", err)

@@ -2,19 +2,13 @@ package store
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"hash/crc32"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
-	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // Whoever can write the database's directory can put a segment in
@@ -22,8 +16,8 @@ import (
 // recovery would move them in as guard's own records, giving them their
 // chain hashes and MACs as it does: the tail of the log could be forged
 // without the key after all. So every frame of a sealed segment
-// (journalSealed) carries a MAC: HMAC-SHA256, under a key derived from the
-// checkpoint key (journalPurpose), of the segment's id (random, in its
+// (sqlite.JournalSealed) carries a MAC: HMAC-SHA256, under a key derived from the
+// checkpoint key (sqlite.JournalPurpose), of the segment's id (random, in its
 // header), the frame's offset in the segment (where its mark begins) and
 // the SHA-256 of its fields. The id and the offset bind a frame to its
 // place: one copied into another segment, or elsewhere in its own, does
@@ -44,13 +38,6 @@ import (
 // hold the key, and say that what they read is unauthenticated when they
 // do not.
 
-// journalPurpose is the label the journal frames' MAC key is derived from
-// the checkpoint key with (signer.derive).
-const journalPurpose = "guard: the journal frames' MACs"
-
-// macSize is the size of a frame's MAC.
-const macSize = sha256.Size
-
 // MethodJournalRefused is the method of the event record of a journal
 // whose recovery refused frames: their MAC does not verify, or the
 // journal is of an earlier format, left after the log's MACs began.
@@ -64,81 +51,6 @@ const AlertJournalRefused = "journal_refused"
 // one (it counts them all): whoever plants a journal chooses how many
 // frames it holds.
 const maxNamedFrames = 64
-
-// frameMACer makes and checks the MACs of journal frames under one key;
-// it is not safe for concurrent use (the writer's is used under DB.jmu,
-// and each scan makes its own).
-type frameMACer struct {
-	h   hash.Hash
-	in  [segmentIDSize + 8 + sha256.Size]byte
-	out [macSize]byte
-}
-
-// newFrameMACer returns a frameMACer for key.
-func newFrameMACer(key []byte) *frameMACer {
-	return &frameMACer{h: hmac.New(sha256.New, key)}
-}
-
-// sum is the MAC of the frame at off in the segment id whose fields have
-// the SHA-256 digest; it is valid until the next call.
-func (m *frameMACer) sum(id []byte, off int64, digest *[sha256.Size]byte) []byte {
-	copy(m.in[:segmentIDSize], id)
-	binary.BigEndian.PutUint64(m.in[segmentIDSize:], uint64(off))
-	copy(m.in[segmentIDSize+8:], digest[:])
-	m.h.Reset()
-	m.h.Write(m.in[:])
-	return m.h.Sum(m.out[:0])
-}
-
-// valid reports whether mac is the MAC of the frame at off in the segment
-// id whose fields are fields.
-func (m *frameMACer) valid(id []byte, off int64, fields, mac []byte) bool {
-	d := sha256.Sum256(fields)
-	return hmac.Equal(m.sum(id, off, &d), mac)
-}
-
-// appendFrames are an append's sealed frames, built before the journal's
-// lock is taken: a frame's MAC binds its offset, known only once the lock
-// is held, and its checksum covers the MAC, so both wait for seal. What
-// is costly (the fields' digest and checksum) is done before.
-type appendFrames struct {
-	b     []byte
-	seals []frameSeal
-}
-
-// frameSeal is what seal needs of one frame.
-type frameSeal struct {
-	at, end int    // where the frame begins and ends in b
-	crc     uint32 // the checksum of its fields, which seal continues over the MAC
-	digest  [sha256.Size]byte
-}
-
-// reset empties f for another append.
-func (f *appendFrames) reset() {
-	f.b, f.seals = f.b[:0], f.seals[:0]
-}
-
-// add appends r's frame, its MAC and checksum left for seal.
-func (f *appendFrames) add(r *guard.Record) {
-	at := len(f.b)
-	b, start := appendFrameFields(append(f.b, frameMark...), r, macSize)
-	s := frameSeal{at: at, crc: crc32.ChecksumIEEE(b[start:]), digest: sha256.Sum256(b[start:])}
-	n := len(b)
-	b = slices.Grow(b, macSize+4)[:n+macSize+4]
-	s.end = len(b)
-	f.b, f.seals = b, append(f.seals, s)
-}
-
-// seal writes each frame's MAC and checksum, for the frames to be written
-// at off in the segment id.
-func (f *appendFrames) seal(m *frameMACer, id []byte, off int64) {
-	for i := range f.seals {
-		s := &f.seals[i]
-		mac := m.sum(id, off+int64(s.at), &s.digest)
-		copy(f.b[s.end-4-macSize:], mac)
-		binary.BigEndian.PutUint32(f.b[s.end-4:], crc32.Update(s.crc, crc32.IEEETable, mac))
-	}
-}
 
 // errForeignKey is why journals are not moved in with a checkpoint key of
 // another log: every frame's MAC would fail, and genuine records would be
@@ -195,24 +107,24 @@ type refusalDetail struct {
 // or, for a segment of an earlier format after MACs began (macsFrom > 0),
 // every frame whose record the database does not hold.
 type refusal struct {
-	frames   []scannedFrame
+	frames   []sqlite.ScannedFrame
 	macsFrom int64
 }
 
 // refuse says what the recovery of a segment scanned as sc refuses, held
 // saying which of its records the database holds; macsFrom is where the
 // log's MACs start (0: not yet).
-func refuse(sc *journalScan, held []bool, macsFrom int64) refusal {
-	if sc.format >= formatSealed || macsFrom == 0 {
-		return refusal{frames: sc.forged}
+func refuse(sc *sqlite.JournalScan, held []bool, macsFrom int64) refusal {
+	if sc.Format >= sqlite.FormatSealed || macsFrom == 0 {
+		return refusal{frames: sc.Forged}
 	}
 	var r refusal
-	for i, f := range sc.frames {
+	for i, f := range sc.Frames {
 		if !held[i] {
 			r.frames = append(r.frames, f)
 		}
 	}
-	if len(r.frames) > 0 || len(sc.damage) > 0 {
+	if len(r.frames) > 0 || len(sc.Damage) > 0 {
 		r.macsFrom = macsFrom
 	}
 	return r
@@ -232,7 +144,7 @@ func (r refusal) offsets() []int64 {
 	}
 	offs := make([]int64, len(r.frames))
 	for i, f := range r.frames {
-		offs[i] = f.off
+		offs[i] = f.Off
 	}
 	return offs
 }
@@ -242,7 +154,7 @@ func (r refusal) offsets() []int64 {
 // log; aside is where the file will be kept. A record of the same file
 // from an earlier attempt (one that could not rename it) is not written
 // again.
-func (jn journals) recordRefusal(ctx context.Context, path, aside string, sc *journalScan, r refusal, moved int) error {
+func (jn journals) recordRefusal(ctx context.Context, path, aside string, sc *sqlite.JournalScan, r refusal, moved int) error {
 	done, err := jn.journalRecorded(ctx, MethodJournalRefused, aside)
 	if err != nil {
 		return fmt.Errorf("refused journal: %w", err)
@@ -250,12 +162,12 @@ func (jn journals) recordRefusal(ctx context.Context, path, aside string, sc *jo
 	if done {
 		return nil
 	}
-	d := refusalDetail{Journal: aside, Format: sc.format.String(), MACsFrom: r.macsFrom, Refused: len(r.frames),
-		Read: len(sc.frames), Moved: moved, Damaged: sc.damagedBytes(), Frames: []refusedFrame{}}
+	d := refusalDetail{Journal: aside, Format: sc.Format.String(), MACsFrom: r.macsFrom, Refused: len(r.frames),
+		Read: len(sc.Frames), Moved: moved, Damaged: sc.DamagedBytes(), Frames: []refusedFrame{}}
 	for _, f := range r.frames[:min(len(r.frames), maxNamedFrames)] {
-		rf := refusedFrame{Offset: f.off, Bytes: f.end - f.off}
-		if f.rec != nil && plainID(f.rec.ID) {
-			rf.ID, rf.Time = f.rec.ID, fmtTime(f.rec.Time)
+		rf := refusedFrame{Offset: f.Off, Bytes: f.End - f.Off}
+		if f.Rec != nil && plainID(f.Rec.ID) {
+			rf.ID, rf.Time = f.Rec.ID, fmtTime(f.Rec.Time)
 		}
 		d.Frames = append(d.Frames, rf)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // The frames guard writes carry a MAC under the key derived from the
@@ -36,7 +37,7 @@ func TestJournalFramesCarryTheirMACs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(db.ing.seg.path)
+	b, err := os.ReadFile(db.ing.seg.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +45,13 @@ func TestJournalFramesCarryTheirMACs(t *testing.T) {
 		t.Fatalf("the segment begins %q", b[:16])
 	}
 	key := db.signer.Derive("guard: the journal frames' MACs")
-	sc, err := scanJournal(b, key)
-	if err != nil || len(sc.frames) != 6 || len(sc.forged) != 0 || len(sc.damage) != 0 || !sc.checked {
-		t.Fatalf("read with the key: %d frames, %d forged, %d damaged, %v", len(sc.frames), len(sc.forged), len(sc.damage), err)
+	sc, err := sqlite.ScanJournal(b, key)
+	if err != nil || len(sc.Frames) != 6 || len(sc.Forged) != 0 || len(sc.Damage) != 0 || !sc.Checked {
+		t.Fatalf("read with the key: %d frames, %d forged, %d damaged, %v", len(sc.Frames), len(sc.Forged), len(sc.Damage), err)
 	}
 	for _, other := range [][]byte{forgersKey(), db.signer.Derive(macPurpose)} {
-		if sc, err := scanJournal(b, other); err != nil || len(sc.frames) != 0 || len(sc.forged) != 6 {
-			t.Errorf("read with another key: %d frames, %d forged, %v", len(sc.frames), len(sc.forged), err)
+		if sc, err := sqlite.ScanJournal(b, other); err != nil || len(sc.Frames) != 0 || len(sc.Forged) != 6 {
+			t.Errorf("read with another key: %d frames, %d forged, %v", len(sc.Frames), len(sc.Forged), err)
 		}
 	}
 }
@@ -66,9 +67,9 @@ func TestAScanTellsForgedFramesFromDamage(t *testing.T) {
 	recs := journalRecs(12)
 	// Record 8's arguments hold a whole frame, its checksum right.
 	fake := &guard.Record{ID: "fake", CallID: "fake", Kind: guard.KindDecision, Decision: guard.ApprovalApproved, DecidedBy: "alice@example.com"}
-	recs[8].Arguments = string(appendSealedFrame(nil, fake, other, make([]byte, segmentIDSize), 0))
+	recs[8].Arguments = string(appendSealedFrame(nil, fake, other, make([]byte, sqlite.SegmentIDSize), 0))
 	b, offs := journalBytes(recs, key)
-	id := b[segmentIDAt : segmentIDAt+segmentIDSize]
+	id := b[sqlite.SegmentIDAt : sqlite.SegmentIDAt+sqlite.SegmentIDSize]
 	// Frame 2 sealed with another key; frame 5 replaced by a copy of
 	// frame 4 (of the same size: the records differ only in their id).
 	copy(b[offs[2]:], appendSealedFrame(nil, recs[2], other, id, int64(offs[2])))
@@ -77,44 +78,44 @@ func TestAScanTellsForgedFramesFromDamage(t *testing.T) {
 	}
 	copy(b[offs[5]:offs[6]], b[offs[4]:offs[5]])
 	// Frame 8's length damaged: what follows its mark is read anew.
-	b[offs[8]+len(frameMark)] ^= 0x04
+	b[offs[8]+len(sqlite.FrameMark)] ^= 0x04
 	// A genuine frame of another segment at the same offset as frame 10.
 	b2, offs2 := journalBytes(recs, key)
 	copy(b[offs[10]:offs[11]], b2[offs2[10]:offs2[11]])
 
-	sc, err := scanJournal(b, key)
+	sc, err := sqlite.ScanJournal(b, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var read, forged []string
-	for _, f := range sc.frames {
-		read = append(read, f.rec.ID)
+	for _, f := range sc.Frames {
+		read = append(read, f.Rec.ID)
 	}
-	for _, f := range sc.forged {
-		forged = append(forged, f.rec.ID)
+	for _, f := range sc.Forged {
+		forged = append(forged, f.Rec.ID)
 	}
 	want := []string{recs[0].ID, recs[1].ID, recs[3].ID, recs[4].ID, recs[6].ID, recs[7].ID, recs[9].ID, recs[11].ID}
 	if !slices.Equal(read, want) {
 		t.Errorf("read %v, want %v", read, want)
 	}
-	if !slices.Equal(forged, []string{recs[2].ID, recs[4].ID, recs[10].ID}) || sc.forged[1].off != int64(offs[5]) {
+	if !slices.Equal(forged, []string{recs[2].ID, recs[4].ID, recs[10].ID}) || sc.Forged[1].Off != int64(offs[5]) {
 		t.Errorf("forged %v, want those of frames 2, 5 (a copy of 4) and 10", forged)
 	}
-	if len(sc.damage) != 1 || sc.damage[0].off != int64(offs[8]) || sc.damage[0].end != int64(offs[9]) {
-		t.Errorf("damage %+v, want frame 8 alone", sc.damage)
+	if len(sc.Damage) != 1 || sc.Damage[0].Off != int64(offs[8]) || sc.Damage[0].End != int64(offs[9]) {
+		t.Errorf("damage %+v, want frame 8 alone", sc.Damage)
 	}
 
 	// Without the key, the frames are read as a marked segment's: none
 	// is forged, and nothing tells the frame inside record 8's text from
 	// a record.
-	sc, err = scanJournal(b, nil)
-	if err != nil || sc.checked || len(sc.frames) != 12 || len(sc.forged) != 0 || !slices.ContainsFunc(sc.frames, func(f scannedFrame) bool { return f.rec.ID == "fake" }) {
-		t.Errorf("read without the key: %d frames, %d forged, %v", len(sc.frames), len(sc.forged), err)
+	sc, err = sqlite.ScanJournal(b, nil)
+	if err != nil || sc.Checked || len(sc.Frames) != 12 || len(sc.Forged) != 0 || !slices.ContainsFunc(sc.Frames, func(f sqlite.ScannedFrame) bool { return f.Rec.ID == "fake" }) {
+		t.Errorf("read without the key: %d frames, %d forged, %v", len(sc.Frames), len(sc.Forged), err)
 	}
 	// A changed byte in a sealed segment's id is damage to its header,
 	// not forgery of its frames.
-	b[segmentIDAt] ^= 1
-	if _, err := scanJournal(b, key); err == nil || !strings.Contains(err.Error(), "header is damaged") {
+	b[sqlite.SegmentIDAt] ^= 1
+	if _, err := sqlite.ScanJournal(b, key); err == nil || !strings.Contains(err.Error(), "header is damaged") {
 		t.Errorf("a damaged id: %v", err)
 	}
 }
@@ -130,7 +131,7 @@ func crashedProcess(t *testing.T, o Options) string {
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Fatalf("the child did not crash:\n%s", out)
 	}
-	left, _ := segments(journalsDir(o.Path))
+	left, _ := sqlite.Segments(sqlite.JournalsDir(o.Path))
 	if len(left) != 1 {
 		t.Fatalf("the crashed process left %d journals, want its own", len(left))
 	}
@@ -192,19 +193,19 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := scanJournal(b, journalKeyOf(t, o.KeyPath))
-	if err != nil || len(sc.frames) != 55 {
-		t.Fatalf("the killed process's journal: %d frames, %v", len(sc.frames), err)
+	sc, err := sqlite.ScanJournal(b, journalKeyOf(t, o.KeyPath))
+	if err != nil || len(sc.Frames) != 55 {
+		t.Fatalf("the killed process's journal: %d frames, %v", len(sc.Frames), err)
 	}
-	id := b[segmentIDAt : segmentIDAt+segmentIDSize]
-	f52, f53 := sc.frames[52], sc.frames[53]
-	changed := *f52.rec
+	id := b[sqlite.SegmentIDAt : sqlite.SegmentIDAt+sqlite.SegmentIDSize]
+	f52, f53 := sc.Frames[52], sc.Frames[53]
+	changed := *f52.Rec
 	changed.Arguments = strings.Replace(changed.Arguments, "/tmp/", "/etc/", 1)
-	copy(b[f52.off:f52.end], appendSealedFrame(nil, &changed, forgersKey(), id, f52.off))
-	end := int(sc.frames[54].end)
+	copy(b[f52.Off:f52.End], appendSealedFrame(nil, &changed, forgersKey(), id, f52.Off))
+	end := int(sc.Frames[54].End)
 	decision := forgedDecision("call-50")
 	b = appendSealedFrame(b[:end], decision, forgersKey(), id, int64(end))
-	b = append(b, b[f53.off:f53.end]...)
+	b = append(b, b[f53.Off:f53.End]...)
 	if err := os.WriteFile(real, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -213,11 +214,11 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 	for _, r := range planted[1:] {
 		r.ID, r.Time = guard.NewID(), time.Now().UTC().Truncate(time.Millisecond)
 	}
-	sealed, _ := segmentBytes(planted, formatSealed, forgersKey())
+	sealed, _ := segmentBytes(planted, sqlite.FormatSealed, forgersKey())
 	sealedPath := plantJournal(t, path, sealed)
 	older := []*guard.Record{forgedDecision("call-52"), rec(61, guard.KindRequest)}
 	older[1].ID, older[1].Time = guard.NewID(), time.Now().UTC().Truncate(time.Millisecond)
-	marked, _ := segmentBytes(older, formatMarked, nil)
+	marked, _ := segmentBytes(older, sqlite.FormatMarked, nil)
 	markedPath := plantJournal(t, path, marked)
 	forgedIDs := []string{decision.ID, planted[0].ID, planted[1].ID, planted[2].ID, older[0].ID, older[1].ID}
 
@@ -289,7 +290,7 @@ func TestAForgedJournalIsNotMovedIn(t *testing.T) {
 		byJournal[d.Journal] = i
 	}
 	if i, ok := byJournal[real+damagedSuffix]; !ok || ds[i].Refused != 3 || ds[i].Moved != 4 || len(ds[i].Frames) != 3 ||
-		ds[i].Frames[0].Offset != f52.off || ds[i].Frames[1].Offset != int64(end) || ds[i].Frames[1].ID != decision.ID ||
+		ds[i].Frames[0].Offset != f52.Off || ds[i].Frames[1].Offset != int64(end) || ds[i].Frames[1].ID != decision.ID ||
 		!strings.Contains(recs[i].Reason, "holds 3 frames whose MAC does not verify") {
 		t.Errorf("the killed process's journal's record: %s\n%s", recs[i].Detail, recs[i].Reason)
 	}
@@ -351,8 +352,8 @@ func TestARunningProcessRefusesAForgedJournal(t *testing.T) {
 	}
 	defer db.Close()
 	heldCall(t, db, "held-1")
-	sealed, _ := segmentBytes([]*guard.Record{forgedDecision("held-1")}, formatSealed, forgersKey())
-	marked, _ := segmentBytes([]*guard.Record{forgedDecision("held-1"), forgedDecision("held-1")}, formatMarked, nil)
+	sealed, _ := segmentBytes([]*guard.Record{forgedDecision("held-1")}, sqlite.FormatSealed, forgersKey())
+	marked, _ := segmentBytes([]*guard.Record{forgedDecision("held-1"), forgedDecision("held-1")}, sqlite.FormatMarked, nil)
 	plantJournal(t, path, sealed)
 	plantJournal(t, path, marked)
 	waitFor(t, "the refusals", func() bool { a, _ := db.Integrity().Alerts(ctx); return len(a) == 2 })
@@ -362,7 +363,7 @@ func TestARunningProcessRefusesAForgedJournal(t *testing.T) {
 	if ids := queryIDs(t, db, Filter{DecidedBy: "alice@example.com"}); len(ids) != 0 {
 		t.Errorf("calls alice approved: %v", ids)
 	}
-	if left, _ := segments(journalsDir(path)); len(left) != 1 {
+	if left, _ := sqlite.Segments(sqlite.JournalsDir(path)); len(left) != 1 {
 		t.Errorf("journals left: %v, want the process's own", left)
 	}
 	verifyOK(t, db)
@@ -375,11 +376,11 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	sqliteOnly(t)
 	ctx := context.Background()
 	path := logBeforeUsers(t) // 14 records, no MACs
-	if err := os.MkdirAll(journalsDir(path), 0o700); err != nil {
+	if err := os.MkdirAll(sqlite.JournalsDir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	recs := journalRecs(4)
-	b, _ := segmentBytes(recs[:2], formatUnmarked, nil)
+	b, _ := segmentBytes(recs[:2], sqlite.FormatUnmarked, nil)
 	plantJournal(t, path, b)
 	ro, err := OpenReadOnly(ctx, Options{Path: path})
 	if err != nil {
@@ -400,7 +401,7 @@ func TestAJournalOfAnEarlierFormatMovesInOnlyBeforeMACs(t *testing.T) {
 	}
 	db.Close()
 
-	b, _ = segmentBytes(recs[2:], formatUnmarked, nil)
+	b, _ = segmentBytes(recs[2:], sqlite.FormatUnmarked, nil)
 	j := plantJournal(t, path, b)
 	ro, err = OpenReadOnly(ctx, Options{Path: path})
 	if err != nil {
@@ -492,10 +493,10 @@ func TestAJournalWaitsForTheLogsKey(t *testing.T) {
 func FuzzScanJournal(f *testing.F) {
 	key := []byte("the journal key")
 	recs := journalRecs(6)
-	recs[3].Arguments = string(appendSealedFrame(nil, recs[0], []byte("another key"), make([]byte, segmentIDSize), 0))
+	recs[3].Arguments = string(appendSealedFrame(nil, recs[0], []byte("another key"), make([]byte, sqlite.SegmentIDSize), 0))
 	seg, offs := journalBytes(recs, key)
 	f.Add(uint16(offs[1]+9), []byte{0x01})
-	f.Add(uint16(offs[3]+len(frameMark)), []byte{0x7f})
+	f.Add(uint16(offs[3]+len(sqlite.FrameMark)), []byte{0x7f})
 	f.Add(uint16(offs[5]), seg[offs[4]:offs[5]])
 	f.Add(uint16(offs[6]), seg[offs[2]:offs[4]])
 	f.Fuzz(func(t *testing.T, at uint16, patch []byte) {
@@ -505,14 +506,14 @@ func FuzzScanJournal(f *testing.F) {
 		b := slices.Clone(seg)
 		n := copy(b[at:], patch)
 		b = append(b, patch[n:]...)
-		sc, err := scanJournal(b, key)
-		if err != nil || sc.format != formatSealed {
+		sc, err := sqlite.ScanJournal(b, key)
+		if err != nil || sc.Format != sqlite.FormatSealed {
 			return
 		}
-		for _, fr := range sc.frames {
-			i := slices.Index(offs, int(fr.off))
-			if i < 0 || i == len(recs) || fr.end != int64(offs[i+1]) || !reflect.DeepEqual(fr.rec, recs[i]) {
-				t.Fatalf("read a frame at %d-%d that guard did not write there: %+v", fr.off, fr.end, fr.rec)
+		for _, fr := range sc.Frames {
+			i := slices.Index(offs, int(fr.Off))
+			if i < 0 || i == len(recs) || fr.End != int64(offs[i+1]) || !reflect.DeepEqual(fr.Rec, recs[i]) {
+				t.Fatalf("read a frame at %d-%d that guard did not write there: %+v", fr.Off, fr.End, fr.Rec)
 			}
 		}
 	})
@@ -526,24 +527,24 @@ func BenchmarkAppendFrame(b *testing.B) {
 	r := &guard.Record{ID: guard.NewID(), CallID: guard.NewID(), Kind: guard.KindRequest, Session: "s1", Client: "claude-ai/0.1.0",
 		Server: "files", Method: "tools/call", Tool: "write_file", Decision: guard.DecisionAllowed, DecidedBy: "default", Time: time.Now(),
 		Arguments: `{"path":"/srv/data/project-7/report.txt","content":"quarterly revenue figures for the board, draft 7"}`}
-	m, id := newFrameMACer(forgersKey()), make([]byte, segmentIDSize)
+	m, id := sqlite.NewFrameMACer(forgersKey()), make([]byte, sqlite.SegmentIDSize)
 	var buf []byte
 	b.Run("marked", func(b *testing.B) {
 		for b.Loop() {
 			buf = appendMarkedFrame(buf[:0], r)
 		}
 	})
-	var f appendFrames
+	var f sqlite.AppendFrames
 	b.Run("sealed", func(b *testing.B) {
 		for b.Loop() {
-			f.reset()
-			f.add(r)
-			f.seal(m, id, journalHeader)
+			f.Reset()
+			f.Add(r)
+			f.Seal(m, id, sqlite.JournalHeader)
 		}
 	})
 	b.Run("sealed/locked", func(b *testing.B) {
 		for b.Loop() {
-			f.seal(m, id, journalHeader)
+			f.Seal(m, id, sqlite.JournalHeader)
 		}
 	})
 }

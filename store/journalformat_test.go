@@ -8,18 +8,19 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
-// appendMarkedFrame appends r's frame in a segment of formatMarked to b:
+// appendMarkedFrame appends r's frame in a segment of sqlite.FormatMarked to b:
 // how segments were written before frames carried a MAC.
 func appendMarkedFrame(b []byte, r *guard.Record) []byte {
-	return appendFrame(append(b, frameMark...), r)
+	return appendFrame(append(b, sqlite.FrameMark...), r)
 }
 
 // appendFrame appends r's frame without its mark to b: the form of the
-// release before (formatUnmarked), and the rest of a marked frame.
+// release before (sqlite.FormatUnmarked), and the rest of a marked frame.
 func appendFrame(b []byte, r *guard.Record) []byte {
-	b, start := appendFrameFields(b, r, 0)
+	b, start := sqlite.AppendFrameFields(b, r, 0)
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
 }
 
@@ -28,21 +29,21 @@ func appendFrame(b []byte, r *guard.Record) []byte {
 // where each frame begins, and the last offset is where the frames end. A
 // sealed segment's frames carry MACs under key, the journal's MAC key (or,
 // as whoever forges one has it, any other), and its id is random.
-func segmentBytes(recs []*guard.Record, format journalFormat, key []byte) (b []byte, offs []int) {
-	b = make([]byte, journalHeader)
-	copy(b, map[journalFormat]string{formatUnmarked: journalMagic, formatMarked: journalMarked, formatSealed: journalSealed}[format])
-	binary.LittleEndian.PutUint64(b[ingestedAt:], journalHeader)
-	id := b[segmentIDAt : segmentIDAt+segmentIDSize]
-	if format == formatSealed {
+func segmentBytes(recs []*guard.Record, format sqlite.JournalFormat, key []byte) (b []byte, offs []int) {
+	b = make([]byte, sqlite.JournalHeader)
+	copy(b, map[sqlite.JournalFormat]string{sqlite.FormatUnmarked: sqlite.JournalMagic, sqlite.FormatMarked: sqlite.JournalMarked, sqlite.FormatSealed: sqlite.JournalSealed}[format])
+	binary.LittleEndian.PutUint64(b[sqlite.IngestedAt:], sqlite.JournalHeader)
+	id := b[sqlite.SegmentIDAt : sqlite.SegmentIDAt+sqlite.SegmentIDSize]
+	if format == sqlite.FormatSealed {
 		rand.Read(id)
-		binary.BigEndian.PutUint32(b[segmentIDAt+segmentIDSize:], crc32.ChecksumIEEE(id))
+		binary.BigEndian.PutUint32(b[sqlite.SegmentIDAt+sqlite.SegmentIDSize:], crc32.ChecksumIEEE(id))
 	}
 	for _, r := range recs {
 		offs = append(offs, len(b))
 		switch format {
-		case formatSealed:
+		case sqlite.FormatSealed:
 			b = appendSealedFrame(b, r, key, id, int64(len(b)))
-		case formatMarked:
+		case sqlite.FormatMarked:
 			b = appendMarkedFrame(b, r)
 		default:
 			b = appendFrame(b, r)
@@ -55,10 +56,10 @@ func segmentBytes(recs []*guard.Record, format journalFormat, key []byte) (b []b
 // appendSealedFrame appends r's frame, sealed under key for the offset off
 // of the segment id, to b.
 func appendSealedFrame(b []byte, r *guard.Record, key, id []byte, off int64) []byte {
-	var f appendFrames
-	f.add(r)
-	f.seal(newFrameMACer(key), id, off)
-	return append(b, f.b...)
+	var f sqlite.AppendFrames
+	f.Add(r)
+	f.Seal(sqlite.NewFrameMACer(key), id, off)
+	return append(b, f.Bytes...)
 }
 
 // journalKeyOf is the journal's MAC key of the checkpoint key at keyPath.
@@ -68,7 +69,7 @@ func journalKeyOf(t testing.TB, keyPath string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Derive(journalPurpose)
+	return s.Derive(sqlite.JournalPurpose)
 }
 
 // forgersKey is a key that is not the log's: what someone who cannot read

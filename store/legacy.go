@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/guard-mcp/guard/internal/filelock"
+	"github.com/guard-mcp/guard/store/sqlite"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/guard-mcp/guard/audit"
@@ -88,7 +89,7 @@ func (jn journals) importJournal(ctx context.Context, path string) (int, error) 
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, err
 		}
-		recs, end, err := readJournal(path, offset)
+		recs, end, err := sqlite.ReadJournal(path, offset)
 		if err != nil || len(recs) == 0 {
 			return 0, err
 		}

@@ -17,6 +17,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/sqlite"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -78,7 +79,7 @@ func newTailAuth(s *audit.Signer, logger *slog.Logger) *tailAuth {
 	a := &tailAuth{logger: logger, alerted: map[int64]string{}, framesAlerted: map[journalFrame]bool{}}
 	if s != nil {
 		a.key = s.Derive(macPurpose)
-		a.jkey = s.Derive(journalPurpose)
+		a.jkey = s.Derive(sqlite.JournalPurpose)
 	}
 	return a
 }

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // dropMACColumns is the SQL that takes an SQLite database opened with
@@ -343,14 +346,14 @@ func TestMACsWaitForAProcessOfAnEarlierRelease(t *testing.T) {
 	ctx := context.Background()
 	path := testPath(t)
 	if IsPostgres(path) {
-		cfg, err := pgConfig(path)
+		cfg, err := postgres.Config(path)
 		if err == nil {
-			err = migratePostgres(ctx, cfg)
+			err = postgres.Migrate(ctx, cfg)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	} else if err := migrate(ctx, rawConn(t, path), 0); err != nil {
+	} else if err := sqlite.Migrate(ctx, rawConn(t, path), 0); err != nil {
 		t.Fatal(err)
 	}
 	// The release before beats without saying macs.

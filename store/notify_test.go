@@ -10,6 +10,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/pgtest"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -23,7 +24,7 @@ func listening(t testing.TB, db *DB, want bool) {
 	bound := time.NewTimer(eventWait)
 	defer bound.Stop()
 	for {
-		up, turned := db.listen.state()
+		up, turned := db.listen.State()
 		if up == want {
 			return
 		}
@@ -39,14 +40,14 @@ func listening(t testing.TB, db *DB, want bool) {
 // notification for; onlyNotified makes them wait for nothing else.
 func waits(db *DB, onlyNotified bool) <-chan string {
 	ch := make(chan string, 256)
-	db.listen.waiting = func(id string) {
+	db.listen.Waiting = func(id string) {
 		select {
 		case ch <- id:
 		default:
 		}
 	}
 	if onlyNotified {
-		db.listen.pollEvery, db.listen.recheckEvery = time.Hour, time.Hour
+		db.listen.PollEvery, db.listen.RecheckEvery = time.Hour, time.Hour
 	}
 	return ch
 }
@@ -99,13 +100,6 @@ func result(t testing.TB, ch <-chan released, id string) released {
 	return released{}
 }
 
-// backend is the server process that listens, 0 while none does.
-func (l *listener) backend() uint32 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.pid
-}
-
 // percentile is the p-th percentile of sorted durations.
 func percentile(d []time.Duration, p int) time.Duration {
 	return d[min(len(d)-1, len(d)*p/100)]
@@ -123,7 +117,7 @@ func TestEveryChangeIsAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+	if _, err := c.Exec(ctx, "LISTEN "+postgres.NotifyChannel); err != nil {
 		t.Fatal(err)
 	}
 	expect := func(what string, want ...string) {
@@ -237,7 +231,7 @@ func decisionsReleased(t testing.TB, a, b *DB, n int) (release, decide, added []
 	ctx := context.Background()
 	waiting := waits(a, true)
 	listening(t, a, true)
-	pid := a.listen.backend()
+	pid := a.listen.Backend()
 	for i := range n {
 		id := fmt.Sprintf("held-%d", i)
 		if err := a.Holds().CreateApproval(ctx, newApproval(id)); err != nil {
@@ -255,7 +249,7 @@ func decisionsReleased(t testing.TB, a, b *DB, n int) (release, decide, added []
 		decide = append(decide, decided)
 		added = append(added, r.at.Sub(start)-decided)
 	}
-	if a.listen.backend() != pid {
+	if a.listen.Backend() != pid {
 		t.Fatal("the listener connected again meanwhile: the releases may not all be notifications")
 	}
 	for _, d := range [][]time.Duration{release, decide, added} {
@@ -273,31 +267,30 @@ func TestAWaitOutlivesTheListenersConnection(t *testing.T) {
 	a, b := dbs[0], dbs[1]
 	ctx := context.Background()
 	waiting := waits(a, false)
-	a.listen.recheckEvery = time.Hour // between notifications, only polling while down
+	a.listen.RecheckEvery = time.Hour // between notifications, only polling while down
 	listening(t, a, true)
 	gate, dialing := make(chan struct{}), make(chan struct{}, 1)
-	a.listen.mu.Lock()
-	dial := a.listen.dial
-	a.listen.dial = func(ctx context.Context) (*pgx.Conn, error) {
-		select {
-		case dialing <- struct{}{}:
-		default:
+	a.listen.WrapDial(func(dial func(context.Context) (*pgx.Conn, error)) func(context.Context) (*pgx.Conn, error) {
+		return func(ctx context.Context) (*pgx.Conn, error) {
+			select {
+			case dialing <- struct{}{}:
+			default:
+			}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return dial(ctx)
 		}
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return dial(ctx)
-	}
-	a.listen.mu.Unlock()
+	})
 
 	if err := a.Holds().CreateApproval(ctx, newApproval("x1")); err != nil {
 		t.Fatal(err)
 	}
 	got := wait(a, "x1")
 	waitingFor(t, waiting, "x1")
-	pid := a.listen.backend()
+	pid := a.listen.Backend()
 	var name string
 	if err := b.w.QueryRowContext(ctx, `SELECT application_name FROM pg_stat_activity WHERE pid = ?`, pid).Scan(&name); err != nil || name != "guard listener" {
 		t.Errorf("the listener's backend is named %q (%v), want %q", name, err, "guard listener")
@@ -317,17 +310,17 @@ func TestAWaitOutlivesTheListenersConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := result(t, got, "x1")
-	if up, _ := a.listen.state(); up {
+	if up, _ := a.listen.State(); up {
 		t.Fatal("the listener came back before the wait ended: the test shows nothing of the fallback")
 	}
 	t.Logf("while the listener was down: released %v after the decision's start", r.at.Sub(start))
 
 	close(gate)
 	listening(t, a, true)
-	if a.listen.backend() == pid {
+	if a.listen.Backend() == pid {
 		t.Fatal("the listener is up on the connection that was killed")
 	}
-	a.listen.pollEvery = time.Hour // now only a notification releases a wait
+	a.listen.PollEvery = time.Hour // now only a notification releases a wait
 	if err := a.Holds().CreateApproval(ctx, newApproval("x2")); err != nil {
 		t.Fatal(err)
 	}
@@ -349,10 +342,8 @@ func TestAQuietListenerChecksItsConnection(t *testing.T) {
 	ctx := context.Background()
 	waiting := waits(a, true)
 	listening(t, a, true)
-	pid := a.listen.backend()
-	a.listen.mu.Lock()
-	a.listen.idle = time.Millisecond
-	a.listen.mu.Unlock()
+	pid := a.listen.Backend()
+	a.listen.SetIdle(time.Millisecond)
 	for _, id := range []string{"q1", "q2", "q3"} {
 		if err := a.Holds().CreateApproval(ctx, newApproval(id)); err != nil {
 			t.Fatal(err)
@@ -364,7 +355,7 @@ func TestAQuietListenerChecksItsConnection(t *testing.T) {
 		}
 		result(t, got, id)
 	}
-	if a.listen.backend() != pid {
+	if a.listen.Backend() != pid {
 		t.Fatal("the listener lost its connection")
 	}
 }

@@ -2,13 +2,13 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // A batch whose COMMIT was sent but whose answer never came (the server
@@ -43,17 +43,6 @@ const (
 // turned out to be committed.
 const MethodUnconfirmed = "guard/unconfirmed"
 
-// inDoubt is writePG's error when the COMMIT was sent and its answer not
-// read: seq and id are the batch's first record.
-type inDoubt struct {
-	seq int64
-	id  string
-	err error
-}
-
-func (e *inDoubt) Error() string { return e.err.Error() }
-func (e *inDoubt) Unwrap() error { return e.err }
-
 // doubt is a batch in doubt.
 type doubt struct {
 	waiting []*appendReq    // appends not yet answered
@@ -67,13 +56,13 @@ type doubt struct {
 
 // holdInDoubt keeps a batch whose commit is in doubt for settleDoubts. batch is
 // the ingester's (reused after ingest returns).
-func (in *ingestion) holdInDoubt(batch []*appendReq, e *inDoubt) {
-	err := fmt.Errorf("audit commit: %w", e.err)
+func (in *ingestion) holdInDoubt(batch []*appendReq, e *postgres.InDoubt) {
+	err := fmt.Errorf("audit commit: %w", e.Err)
 	in.noteWrite(err)
 	if in.failure.Swap(&err) == nil {
 		in.db.opts.Logger.Error("audit records cannot be committed to the database; calls are refused until they can", "err", err)
 	}
-	d := &doubt{seq: e.seq, id: e.id, err: err, until: time.Now().Add(doubtWait)}
+	d := &doubt{seq: e.Seq, id: e.ID, err: err, until: time.Now().Add(doubtWait)}
 	for _, r := range batch {
 		if r.fix {
 			d.fixes = append(d.fixes, r)
@@ -82,7 +71,7 @@ func (in *ingestion) holdInDoubt(batch []*appendReq, e *inDoubt) {
 		}
 	}
 	in.db.opts.Logger.Warn("audit commit in doubt: its callers wait until the database tells whether it was committed",
-		"seq", e.seq, "appends", len(batch), "err", e.err)
+		"seq", e.Seq, "appends", len(batch), "err", e.Err)
 	in.doubts = append(in.doubts, d)
 }
 
@@ -143,27 +132,12 @@ func (in *ingestion) settleDoubts(final bool) {
 	}
 }
 
-// committedAt reports whether record id is at seq in the chain, asked
-// under the audit lock, once every transaction that held it has ended.
+// committedAt reports whether record id is at seq in the chain
+// (postgres.CommittedAt), asked within doubtAsk.
 func (in *ingestion) committedAt(seq int64, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), doubtAsk)
 	defer cancel()
-	tx, err := in.db.aw.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockAudit); err != nil {
-		return false, fmt.Errorf("audit lock: %w", err)
-	}
-	var got string
-	switch err := tx.QueryRowContext(ctx, "SELECT id FROM records WHERE seq = $1", seq).Scan(&got); {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("record %d: %w", seq, err)
-	}
-	return got == id, nil
+	return postgres.CommittedAt(ctx, in.db.aw, seq, id)
 }
 
 // reply answers appends held in doubt.
@@ -228,8 +202,8 @@ func (in *ingestion) retryFixes(fixes []*appendReq) {
 }
 
 // doubtful reports whether err leaves a commit in doubt.
-func doubtful(err error) (*inDoubt, bool) {
-	var e *inDoubt
+func doubtful(err error) (*postgres.InDoubt, bool) {
+	var e *postgres.InDoubt
 	ok := errors.As(err, &e)
 	return e, ok
 }

@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/pgtest"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // callIndexRows reads the call index and its words' presence, row by row.
@@ -218,9 +221,9 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 	ctx := context.Background()
 	path := testPath(t)
 	db := openDB(t, path)
-	latest := latestMigration()
+	latest := sqlite.LatestMigration()
 	if db.pg {
-		latest = latestPostgresMigration()
+		latest = postgres.LatestMigration()
 	}
 	// What the next release's migration might do.
 	if _, err := db.w.ExecContext(ctx, `ALTER TABLE records ADD COLUMN future TEXT NOT NULL DEFAULT ''`); err != nil {

@@ -5,22 +5,24 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
-	"github.com/guard-mcp/guard/migrations"
-	"github.com/jackc/pgx/v5"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// IsPostgres reports whether a database name is a PostgreSQL URL
+// (postgres:// or postgresql://) rather than an SQLite file's path.
+func IsPostgres(name string) bool {
+	return strings.HasPrefix(name, "postgres://") || strings.HasPrefix(name, "postgresql://")
+}
 
 // pgCommitWait bounds an audit commit on PostgreSQL: past it the calls
 // whose records it carried are refused (a server that does not answer is
@@ -37,23 +39,23 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
 	opts.defaults()
-	cfg, err := pgConfig(opts.Path)
+	cfg, err := postgres.Config(opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	if err := checkSessionPooling(ctx, cfg); err != nil {
+	if err := postgres.CheckSessionPooling(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
-	if err := migratePostgres(ctx, cfg); err != nil {
+	if err := postgres.Migrate(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
-	sqls := &rebinder{}
+	sqls := &postgres.Rebinder{}
 	db := &DB{
 		opts:     opts,
 		pg:       true,
-		aw:       openPool(cfg, lockAudit, sqls),
-		w:        openPool(cfg, lockState, sqls),
-		r:        openReaders(cfg, sqls),
+		aw:       postgres.OpenPool(cfg, postgres.LockAudit, sqls),
+		w:        postgres.OpenPool(cfg, postgres.LockState, sqls),
+		r:        postgres.OpenReaders(cfg, sqls),
 		writable: true,
 		stats:    newAuditStats(),
 		deciding: make(chan struct{}, 1),
@@ -82,11 +84,11 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		db.closeAll()
 		return nil, fmt.Errorf("store: %s: %w", name, err)
 	}
-	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestPostgresMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, postgres.LatestMigration())
 	if opts.Key != "" {
 		db.signer, err = audit.SignerFromHex("audit key", opts.Key)
 	} else {
-		db.signer, err = pgSigner(ctx, db.r, db.opts.KeyPath)
+		db.signer, err = postgres.Signer(ctx, db.r, db.opts.KeyPath)
 	}
 	if err != nil {
 		return fail(err)
@@ -118,14 +120,10 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			db.ckpt.logCheckpoint(err)
 		}
 	}
-	db.listen = startListener(cfg, opts.Logger)
+	db.listen = postgres.Listen(cfg, opts.Logger, pollEvery)
 	go db.ing.ingester()
 	return db, nil
 }
-
-// undefinedTable is PostgreSQL's error code for a table that does not
-// exist (SQLSTATE 42P01).
-const undefinedTable = "42P01"
 
 // openPostgresReadOnly opens a PostgreSQL database for reading only: no
 // migration, no key made, every transaction read-only, so that a command
@@ -137,17 +135,17 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		_ = opts.pgFiles() // with a key file, it only names the checkpoint file
 	}
 	opts.defaults()
-	cfg, err := pgConfig(opts.Path)
+	cfg, err := postgres.Config(opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	r := openReaders(cfg, &rebinder{})
+	r := postgres.OpenReaders(cfg, &postgres.Rebinder{})
 	r.SetMaxOpenConns(4)
 	var v sql.NullInt64
 	if err := r.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&v); err != nil {
 		r.Close()
 		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == undefinedTable {
+		if errors.As(err, &pe) && pe.Code == postgres.UndefinedTable {
 			return nil, fmt.Errorf("store: %s is %w: %w", name, ErrNotGuardDatabase, err)
 		}
 		return nil, fmt.Errorf("store: %s: %w", name, err) // not reached, refused, ...
@@ -183,141 +181,6 @@ func (o *Options) pgFiles() error {
 	return nil
 }
 
-// pgSigner reads the checkpoint key from its file. A missing file is
-// created only for a log that has no checkpoint yet (the first replica of
-// a new database): a replica that made a key of its own for a log others
-// sign would fork it. A key that is not the one the log's checkpoints are
-// signed with is refused. keyPath is the key's file; r reads the log.
-func pgSigner(ctx context.Context, r *sql.DB, keyPath string) (*audit.Signer, error) {
-	var origin sql.NullString
-	err := r.QueryRowContext(ctx, `SELECT note FROM checkpoints ORDER BY size DESC LIMIT 1`).Scan(&origin)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("checkpoints: %w", err)
-	}
-	var s *audit.Signer
-	if origin.Valid {
-		s, err = audit.ReadSigner(keyPath)
-		if err != nil {
-			return nil, fmt.Errorf("%w: every replica needs the key the log's checkpoints are signed with", err)
-		}
-	} else if s, err = audit.LoadSigner(keyPath); err != nil {
-		return nil, err
-	}
-	if origin.Valid {
-		logOrigin, _, _ := strings.Cut(origin.String, "\n")
-		if mine := s.Verifier().Name(); logOrigin != mine {
-			return nil, fmt.Errorf("checkpoint key %s is not the log's: its checkpoints are signed as %s, this key signs as %s (every replica needs the same key)",
-				keyPath, logOrigin, mine)
-		}
-	}
-	return s, nil
-}
-
-// checkSessionPooling refuses a pooler that hands a client's statements
-// to whichever server process is free (PgBouncer's transaction or
-// statement pooling): guard's advisory locks and LISTEN belong to a
-// server session. Two connections of guard's, one after the other, are
-// served by two server processes in session mode; in transaction mode
-// the pooler gives the second the process the first just left.
-func checkSessionPooling(ctx context.Context, cfg *pgx.ConnConfig) error {
-	var pids [2]uint32
-	var conns []*pgx.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	// No prepared statement: a pooler that shares server processes would
-	// hand the second connection the first one's, and fail otherwise.
-	cfg = cfg.Copy()
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	for i := range pids {
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("connect: %w", err)
-		}
-		conns = append(conns, c)
-		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pids[i]); err != nil {
-			return fmt.Errorf("connect: %w", err)
-		}
-	}
-	if pids[0] == pids[1] {
-		return errors.New("two connections share one server process: the database is reached through a pooler in transaction or statement mode (PgBouncer's pool_mode), which breaks the advisory locks and LISTEN guard relies on; use session pooling or connect directly")
-	}
-	return nil
-}
-
-// migratePostgres applies the PostgreSQL migrations not yet applied, each
-// in a transaction, under an advisory lock that replicas starting at once
-// take in turn.
-func migratePostgres(ctx context.Context, cfg *pgx.ConnConfig) error {
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer c.Close(context.WithoutCancel(ctx))
-	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", lockMigrate); err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	defer c.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockMigrate)
-	if _, err := c.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	mfs := migrations.Postgres()
-	names, err := migrationNames(mfs)
-	if err != nil {
-		return err
-	}
-	for _, m := range names {
-		body, err := fs.ReadFile(mfs, m.name)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			var n int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.version).Scan(&n); err != nil || n > 0 {
-				return err
-			}
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES ($1, $2, $3)`, m.version, m.name, fmtTime(time.Now()))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-	}
-	return nil
-}
-
-// migration is one migration file.
-type migration struct {
-	version int
-	name    string
-}
-
-// migrationNames lists a set's migrations in order.
-func migrationNames(mfs fs.FS) ([]migration, error) {
-	entries, err := fs.ReadDir(mfs, ".")
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	var out []migration
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".sql") {
-			continue
-		}
-		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: the name must start with its number", e.Name())
-		}
-		out = append(out, migration{v, e.Name()})
-	}
-	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
-	return out, nil
-}
-
 // tableExists is a statement that counts the tables (or views) named name,
 // on PostgreSQL when pg, else on SQLite: 1 or 0.
 func tableExists(pg bool, name string) string {
@@ -336,16 +199,6 @@ func indexedBy(pg bool, index string) string {
 	return " INDEXED BY " + index
 }
 
-// latestPostgresMigration is the version of the last embedded PostgreSQL
-// migration.
-func latestPostgresMigration() int64 {
-	names, _ := migrationNames(migrations.Postgres())
-	if len(names) == 0 {
-		return 0
-	}
-	return int64(names[len(names)-1].version)
-}
-
 // Replicas are upgraded one at a time: the first of a new release applies
 // its migrations, and the others, of the release before, go on with a
 // schema newer than theirs. Every migration keeps what the release before
@@ -360,4 +213,25 @@ func (g *schemaGaps) noteNewerSchema(ctx context.Context, r *sql.DB, log *slog.L
 	g.newerSchema = v.Int64
 	log.Warn("the database's schema is newer than this guard's: another replica runs a newer release; this one goes on with the schema of the release before, and should be upgraded too",
 		"schema", v.Int64, "this_release", latest)
+}
+
+// pgLock takes the session advisory lock key on a connection of its own,
+// held until unlock: waiting for it, or, with try, only if no one holds
+// it (ok false then).
+func (db *DB) pgLock(ctx context.Context, key int64, try bool) (unlock func(), ok bool, err error) {
+	return postgres.Lock(ctx, db.r, key, try)
+}
+
+// tryLock takes the lock of a job that one process on the database runs
+// at a time (suffix names it: a file lock beside an SQLite database, an
+// advisory lock of a PostgreSQL one), if no one holds it.
+func (db *DB) tryLock(ctx context.Context, suffix string) (unlock func(), ok bool, err error) {
+	if !db.pg {
+		return tryLockFile(db.opts.Path + suffix)
+	}
+	unlock, ok, err = db.pgLock(ctx, postgres.AdvisoryKey("guard: "+suffix), true)
+	if err != nil {
+		return nil, false, fmt.Errorf("lock %s: %w", suffix, err)
+	}
+	return unlock, ok, nil
 }

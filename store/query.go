@@ -13,6 +13,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 )
 
 // Filter selects invocations for Query; each field set must match.
@@ -158,7 +159,7 @@ func matchTerms(words string) ([]matchTerm, error) {
 
 // pgMatch is MatchExpr on PostgreSQL: a tsquery expression over the
 // words of call_text, each term read as the text index reads a call's
-// text (pgWords: the same separators, then the same parser), a phrase in
+// text (postgres.Words: the same separators, then the same parser), a phrase in
 // order, a prefix as a prefix of its last word. Unlike SQLite's index,
 // PostgreSQL's does not fold diacritics.
 func pgMatch(words string) (string, []any, error) {
@@ -169,7 +170,7 @@ func pgMatch(words string) (string, []any, error) {
 	sep := regexp.MustCompile(pgSeparatorsRE)
 	var parts []string
 	var args []any
-	phrase := "phraseto_tsquery('simple', regexp_replace(?, '" + pgSeparators + "', ' ', 'g'))"
+	phrase := "phraseto_tsquery('simple', regexp_replace(?, '" + postgres.Separators + "', ' ', 'g'))"
 	for _, t := range ts {
 		if !t.prefix {
 			parts, args = append(parts, phrase), append(args, t.text)
@@ -189,7 +190,7 @@ func pgMatch(words string) (string, []any, error) {
 	return "(" + strings.Join(parts, " && ") + ")", args, nil
 }
 
-// pgSeparatorsRE is pgSeparators in Go's words.
+// pgSeparatorsRE is postgres.Separators in Go's words.
 const pgSeparatorsRE = "[\\s!-/:-@\\[-`{-~]+"
 
 // callSelect reads a call's row from the index and its records: q its

@@ -17,6 +17,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/sqlite"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
@@ -360,7 +361,7 @@ func (rn Pruning) writeArchive(ctx context.Context, dir string, c *audit.Checkpo
 	if err := os.Link(tmp.Name(), path); err != nil {
 		return "", "", err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := sqlite.SyncDir(dir); err != nil {
 		return "", "", err
 	}
 	sum := hex.EncodeToString(h.Sum(nil))

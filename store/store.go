@@ -1,22 +1,25 @@
 // Package store keeps guard's state in SQLite (modernc.org/sqlite): the
 // append-only, hash-chained audit log with its signed checkpoint, the tool
 // catalog, and held calls. Records become durable in a journal of the
-// process's own before they reach the database (journal.go, writer.go);
-// readers wait for the journals to be moved in. Several guard processes
+// process's own before they reach the database (the journal's format and
+// files are package store/sqlite's; journal.go and writer.go move them
+// in); readers wait for the journals to be moved in. Several guard processes
 // share one database: the chain's tail is found inside every write
 // transaction, and a writer takes the tail it committed last only while
 // SQLite's data version shows that no one else has committed since.
 //
-// A postgres:// name opens a PostgreSQL database instead (postgres.go),
-// which several replicas of guard serve share: records are acknowledged
-// once committed there, and each replica hears of the others' changes to
-// held calls, tool reviews and configuration changes as they commit
-// (LISTEN/NOTIFY, notify.go), where processes sharing an SQLite file read
-// it again every few milliseconds.
+// A postgres:// name opens a PostgreSQL database instead (postgres_open.go,
+// and package store/postgres below it), which several replicas of guard
+// serve share: records are acknowledged once committed there, and each
+// replica hears of the others' changes to held calls, tool reviews and
+// configuration changes as they commit (LISTEN/NOTIFY, postgres.Listener),
+// where processes sharing an SQLite file read it again every few
+// milliseconds.
 //
 // What a batch of records becomes (their chain hashes, MACs, Merkle tree
 // hashes and call index rows) is worked out by package audit, the same
-// for both engines; each engine only writes it (writer.go, pgwriter.go).
+// for both engines; each engine only writes it (writer.go; pgwriter.go
+// with package store/postgres's statements).
 package store
 
 import (
@@ -24,7 +27,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -36,7 +38,8 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
-	"github.com/guard-mcp/guard/migrations"
+	"github.com/guard-mcp/guard/store/postgres"
+	"github.com/guard-mcp/guard/store/sqlite"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
 
@@ -105,9 +108,9 @@ type DB struct {
 	hold   *sql.Conn     // keeps the in-memory stand-in of a missing database (openEmpty)
 
 	pg bool // a PostgreSQL database: no journal; records are acknowledged once committed
-	// listen hears of other replicas' changes on PostgreSQL (notify.go);
+	// listen hears of other replicas' changes on PostgreSQL (postgres.Listener);
 	// nil on SQLite.
-	listen *listener
+	listen *postgres.Listener
 	// deciding holds a value while a decision of this process holds or
 	// asks for the decisions lock on PostgreSQL (lockDecisions);
 	// lockWaiters counts the decisions waiting for their turn.
@@ -137,22 +140,22 @@ type ingestion struct {
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
 	jmu        sync.Mutex
-	room       *sync.Cond      // on jmu: the backlog went down, or the ingester failed
-	seg        *segment        // where appends go
-	appended   int64           // appends written to the journal
-	unsynced   []*appendReq    // durability full: written, not yet synced
-	syncing    bool            // durability full: a sync is under way
-	pend       []*appendReq    // durable, not yet in the database, in order
-	frames     sync.Pool       // *appendFrames, to build an append's frames in
-	jmac       *frameMACer     // under jmu: seals the frames appended (journalauth.go)
-	work       chan struct{}   // there are appends pending
-	urgent     chan struct{}   // ingest now, without lingering
-	syncWork   chan struct{}   // there are appends to sync
-	segs       []*segment      // the ingester's: segments not yet removed, oldest first
-	own        map[string]bool // under jmu: the paths of this DB's segments, which readers do not wait for
-	settled    atomic.Int64    // appends in the database (or refused)
-	doubts     []*doubt        // the ingester's: batches whose commit is in doubt (pgdoubt.go)
-	doubtAsked time.Time       // the ingester's: when the database was last asked about them
+	room       *sync.Cond         // on jmu: the backlog went down, or the ingester failed
+	seg        *sqlite.Segment    // where appends go
+	appended   int64              // appends written to the journal
+	unsynced   []*appendReq       // durability full: written, not yet synced
+	syncing    bool               // durability full: a sync is under way
+	pend       []*appendReq       // durable, not yet in the database, in order
+	frames     sync.Pool          // *appendFrames, to build an append's frames in
+	jmac       *sqlite.FrameMACer // under jmu: seals the frames appended (journalauth.go)
+	work       chan struct{}      // there are appends pending
+	urgent     chan struct{}      // ingest now, without lingering
+	syncWork   chan struct{}      // there are appends to sync
+	segs       []*sqlite.Segment  // the ingester's: segments not yet removed, oldest first
+	own        map[string]bool    // under jmu: the paths of this DB's segments, which readers do not wait for
+	settled    atomic.Int64       // appends in the database (or refused)
+	doubts     []*doubt           // the ingester's: batches whose commit is in doubt (pgdoubt.go)
+	doubtAsked time.Time          // the ingester's: when the database was last asked about them
 	failure    atomic.Pointer[error]
 	writes     writability // whether appends succeed (writable.go)
 	// unmoved are the ingester's: journals of processes that stopped
@@ -311,7 +314,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	}
 	db.ing.db, db.ckpt.db = db, db
 	db.ing.room = sync.NewCond(&db.ing.jmu)
-	db.ing.frames.New = func() any { return new(appendFrames) }
+	db.ing.frames.New = func() any { return new(sqlite.AppendFrames) }
 	fail := func(err error) (*DB, error) {
 		if db.ckpt.witness != nil {
 			db.ckpt.witness.Close()
@@ -325,11 +328,11 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	db.auth = newTailAuth(db.signer, opts.Logger)
-	db.ing.jmac = newFrameMACer(db.auth.jkey)
+	db.ing.jmac = sqlite.NewFrameMACer(db.auth.jkey)
 	if err := db.upgrade(ctx); err != nil {
 		return fail(err)
 	}
-	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, latestMigration())
+	db.schema.noteNewerSchema(ctx, db.r, db.opts.Logger, sqlite.LatestMigration())
 	if len(opts.Witnesses) > 0 {
 		if db.ckpt.witness, err = audit.NewWitnesses(opts.Witnesses, opts.SyslogSocket, opts.Logger, &db.stats.witness); err != nil {
 			return fail(err)
@@ -356,20 +359,20 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	if conn, err := w.Conn(ctx); err == nil {
-		_ = persistWAL(ctx, conn)
+		_ = sqlite.PersistWAL(ctx, conn)
 		conn.Close()
 	}
-	if err := os.MkdirAll(journalsDir(opts.Path), 0o700); err != nil {
+	if err := os.MkdirAll(sqlite.JournalsDir(opts.Path), 0o700); err != nil {
 		return fail(fmt.Errorf("journal: %w", err))
 	}
 	if err := db.ing.recoverJournals(ctx); err != nil {
 		opts.Logger.Error("records of journals left by processes that stopped could not all be moved into the database; they stay for the next start", "err", err)
 	}
-	if db.ing.seg, err = newSegment(journalsDir(opts.Path), db.ing.fsync); err != nil {
+	if db.ing.seg, err = sqlite.NewSegment(sqlite.JournalsDir(opts.Path), db.ing.fsync); err != nil {
 		return fail(err)
 	}
-	db.ing.segs = []*segment{db.ing.seg}
-	db.ing.own = map[string]bool{db.ing.seg.path: true}
+	db.ing.segs = []*sqlite.Segment{db.ing.seg}
+	db.ing.own = map[string]bool{db.ing.seg.Path: true}
 	// A checkpoint of the log as it is (the file may be older, or of an
 	// earlier version's form), by the process whose turn it is; nothing
 	// is kept twice.
@@ -422,7 +425,7 @@ const journalsDropped = 5
 // offsets (which alone waits: the import needs the records table as the
 // other migrations leave it).
 func (db *DB) upgrade(ctx context.Context) error {
-	if err := migrate(ctx, db.w, journalsDropped); err != nil {
+	if err := sqlite.Migrate(ctx, db.w, journalsDropped); err != nil {
 		return err
 	}
 	done, err := db.journals().importJournals(ctx)
@@ -432,60 +435,7 @@ func (db *DB) upgrade(ctx context.Context) error {
 	if !done {
 		return nil // the journals table stays until they are
 	}
-	return migrate(ctx, db.w, 0)
-}
-
-// migrate applies the migrations not yet applied but version skip (0:
-// all), each in a transaction. Several processes may open a new database
-// at once: the IMMEDIATE transaction serialises them, and each checks
-// again inside it.
-func migrate(ctx context.Context, w *sql.DB, skip int) error {
-	if _, err := w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	mfs := migrations.SQLite()
-	names, err := migrationNames(mfs)
-	if err != nil {
-		return err
-	}
-	for _, m := range names {
-		if m.version == skip {
-			continue
-		}
-		body, err := fs.ReadFile(mfs, m.name)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
-		}
-		if err := applyOne(ctx, w, m.version, m.name, string(body)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func applyOne(ctx context.Context, w *sql.DB, v int, name, body string) error {
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, body); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)`, v, name, fmtTime(time.Now())); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migration %s: %w", name, err)
-	}
-	return nil
+	return sqlite.Migrate(ctx, db.w, 0)
 }
 
 // lockFile takes an exclusive advisory lock on path, waiting for it.
@@ -527,10 +477,10 @@ func (db *DB) Close() error {
 }
 
 // closeAll closes the connections, the audit writer's last: it keeps the
-// -wal and -shm files for read-only openers (persistWAL).
+// -wal and -shm files for read-only openers (sqlite.PersistWAL).
 func (db *DB) closeAll() error {
 	if db.listen != nil {
-		db.listen.close()
+		db.listen.Close()
 	}
 	var errs []error
 	if db.hold != nil {
@@ -575,7 +525,7 @@ const readableFrom = 3
 // read if it exists, to check the checkpoint.
 //
 // SQLite needs the -wal and -shm files of a WAL database to read it; every
-// writable open keeps them when it closes (persistWAL), so they are there
+// writable open keeps them when it closes (sqlite.PersistWAL), so they are there
 // for any database this version has written. Without them (a database last
 // closed by an older version), SQLite creates them, which needs the disk.
 func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
@@ -610,13 +560,13 @@ func OpenReadOnly(ctx context.Context, opts Options) (*DB, error) {
 		r.Close()
 		return nil, fmt.Errorf("store: %s is %w: %w", opts.Path, ErrNotGuardDatabase, err)
 	}
-	if latest := latestMigration(); v.Int64 < readableFrom {
+	if latest := sqlite.LatestMigration(); v.Int64 < readableFrom {
 		r.Close()
 		return nil, fmt.Errorf("store: %s: %w (schema version %d, this version's is %d): run a command that writes to it once (guard run, guard serve) to upgrade it",
 			opts.Path, ErrSchemaTooOld, v.Int64, latest)
 	}
-	if n := orphanJournals(opts.Path); n > 0 {
-		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", journalsDir(opts.Path))
+	if n := sqlite.OrphanJournals(opts.Path); n > 0 {
+		opts.Logger.Warn("journals of guard processes that stopped are beside the database: their records are read from them, and are in the chain once a writable guard opens it", "journals", n, "dir", sqlite.JournalsDir(opts.Path))
 	}
 	if files, _ := legacyJournals(opts.Path); len(files) > 0 {
 		opts.Logger.Warn("an earlier version's journals are still beside the database: records in them appear once a writable guard opens it", "journals", legacyJournalDir(opts.Path))
@@ -646,7 +596,7 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 	// The database lives as long as a connection to it: one is held.
 	hold, err := r.Conn(ctx)
 	if err == nil {
-		err = migrate(ctx, r, 0)
+		err = sqlite.Migrate(ctx, r, 0)
 	}
 	if err != nil {
 		r.Close()
@@ -655,13 +605,4 @@ func openEmpty(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{opts: opts, w: r, r: r, hold: hold, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(nil, opts.Logger)}
 	db.ing.db, db.ckpt.db = db, db
 	return db, nil
-}
-
-// latestMigration is the version of the last embedded migration.
-func latestMigration() int64 {
-	names, _ := migrationNames(migrations.SQLite())
-	if len(names) == 0 {
-		return 0
-	}
-	return int64(names[len(names)-1].version)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 func openDB(t testing.TB, path string) *DB {
@@ -259,7 +260,7 @@ func TestAcknowledgedRecordsSurviveACrash(t *testing.T) {
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 				t.Fatalf("child: %v\n%s", err, out)
 			}
-			if left, _ := segments(journalsDir(path)); len(left) != 1 {
+			if left, _ := sqlite.Segments(sqlite.JournalsDir(path)); len(left) != 1 {
 				t.Fatalf("the crashed process left %d journals, want its own", len(left))
 			}
 			db := openDB(t, path)
@@ -268,7 +269,7 @@ func TestAcknowledgedRecordsSurviveACrash(t *testing.T) {
 			if err != nil || !rep.OK || rep.Records != 50 {
 				t.Fatalf("after a crash: %+v %v", rep, err)
 			}
-			if left, _ := segments(journalsDir(path)); len(left) != 1 {
+			if left, _ := sqlite.Segments(sqlite.JournalsDir(path)); len(left) != 1 {
 				t.Fatalf("%d journals after the next Open, want its own only", len(left))
 			}
 		})
@@ -471,21 +472,21 @@ func FuzzChain(f *testing.F) {
 		// An earlier version's journal frame gives the record back
 		// exactly, and says where it ends.
 		frame := appendFrame([]byte("x"), r)
-		back, n, err := readFrame(frame[1:])
+		back, n, err := sqlite.ReadFrame(frame[1:])
 		if err != nil || n != len(frame)-1 || !reflect.DeepEqual(back, r) {
 			t.Fatalf("frame round trip: %v %d/%d %+v", err, n, len(frame)-1, back)
 		}
-		if _, _, err := readFrame(frame[1 : len(frame)-1]); !errors.Is(err, errTorn) {
+		if _, _, err := sqlite.ReadFrame(frame[1 : len(frame)-1]); !errors.Is(err, sqlite.ErrTorn) {
 			t.Fatal("a frame cut short was read")
 		}
 		// This release's sealed frame gives it back with the key, and
 		// is forged under any other.
 		key := []byte("the journal key")
 		seg, _ := journalBytes([]*guard.Record{r}, key)
-		if sc, err := scanJournal(seg, key); err != nil || len(sc.frames) != 1 || len(sc.damage) != 0 || !reflect.DeepEqual(sc.frames[0].rec, r) {
+		if sc, err := sqlite.ScanJournal(seg, key); err != nil || len(sc.Frames) != 1 || len(sc.Damage) != 0 || !reflect.DeepEqual(sc.Frames[0].Rec, r) {
 			t.Fatalf("sealed frame round trip: %v %+v", err, sc)
 		}
-		if sc, err := scanJournal(seg, []byte("another key")); err != nil || len(sc.frames) != 0 || len(sc.forged) != 1 {
+		if sc, err := sqlite.ScanJournal(seg, []byte("another key")); err != nil || len(sc.Frames) != 0 || len(sc.Forged) != 1 {
 			t.Fatalf("a sealed frame read with another key: %v %+v", err, sc)
 		}
 		if err := db.Append(r); err != nil {

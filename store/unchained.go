@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // Right after a guard process is killed, what it acknowledged may still be
@@ -18,7 +19,7 @@ import (
 // within a tick (recoverOrphans), else the next writable open does
 // (recoverJournals), but a reader must not wait for that to see it. A
 // reader (a read-only open above all) reads the journals whose owner is
-// gone without moving or marking anything (journalscan.go), and shows the
+// gone without moving or marking anything (sqlite.ScanJournal), and shows the
 // records in them that the database does not hold yet beside those it
 // holds: Query and QueryRecords through an overlay, a database in memory
 // that holds these records and the records already in the log of the
@@ -41,7 +42,7 @@ func (db *DB) journals() journals { return journals{db} }
 // finds it.
 type unchainedJournal struct {
 	path  string
-	scan  *journalScan
+	scan  *sqlite.JournalScan
 	fresh []*guard.Record // the records the database does not hold yet
 	// refused is how many frames are left out, as recovery will refuse
 	// them (journalauth.go): their MAC does not verify, or the journal
@@ -60,7 +61,7 @@ func (jn journals) readUnchained(ctx context.Context) ([]unchainedJournal, error
 	if jn.db.pg || jn.db.hold != nil {
 		return nil, nil // no journals: what is acknowledged is committed, or nothing is
 	}
-	files, err := segments(journalsDir(jn.db.opts.Path))
+	files, err := sqlite.Segments(sqlite.JournalsDir(jn.db.opts.Path))
 	if err != nil {
 		return nil, fmt.Errorf("journals: %w", err)
 	}
@@ -86,17 +87,17 @@ func (jn journals) readUnchained(ctx context.Context) ([]unchainedJournal, error
 			}
 			keyRead = true
 		}
-		sc, err := scanJournal(b, key)
+		sc, err := sqlite.ScanJournal(b, key)
 		if err != nil {
 			continue // not a journal: left alone, as recovery leaves it
 		}
-		recs := sc.records()
+		recs := sc.Records()
 		held, err := heldAlready(ctx, jn.db.r, recs)
 		if err != nil {
 			return nil, fmt.Errorf("journal %s: %w", p, err)
 		}
 		j := unchainedJournal{path: p, scan: sc, unauth: key == nil}
-		refused := refusal{frames: sc.forged}
+		refused := refusal{frames: sc.Forged}
 		if key != nil {
 			refused = refuse(sc, held, from)
 		}
@@ -108,7 +109,7 @@ func (jn journals) readUnchained(ctx context.Context) ([]unchainedJournal, error
 		j.refused = len(refused.frames)
 		if refused.any() && jn.db.auth.alertJournal(p, refused.offsets()...) > 0 {
 			jn.db.opts.Logger.Error("a journal of a guard process that stopped holds frames that were not written by guard (their MAC does not verify, or it is of an earlier format left after the log's MACs began): they are left out of what is read, and the next writable guard keeps the journal aside and records it",
-				"journal", p, "frames", j.refused, "format", sc.format.String())
+				"journal", p, "frames", j.refused, "format", sc.Format.String())
 		}
 		out = append(out, j)
 	}
@@ -143,7 +144,7 @@ func readOrphan(path string) (b []byte, gone bool, err error) {
 		return nil, false, err
 	}
 	defer f.Close()
-	if ownerAlive(f) {
+	if sqlite.OwnerAlive(f) {
 		return nil, false, nil
 	}
 	st, err := f.Stat()
@@ -205,11 +206,11 @@ func (vr Verifier) Unchained(ctx context.Context) (Unchained, error) {
 	}
 	var u Unchained
 	for _, j := range js {
-		if len(j.fresh) > 0 || len(j.scan.damage) > 0 {
+		if len(j.fresh) > 0 || len(j.scan.Damage) > 0 {
 			u.Journals++
 		}
 		u.Records += len(j.fresh)
-		u.DamagedBytes += j.scan.damagedBytes()
+		u.DamagedBytes += j.scan.DamagedBytes()
 		u.Refused += j.refused
 		if j.unauth {
 			u.Unauthenticated += len(j.fresh)
@@ -307,7 +308,7 @@ func (jn journals) fillOverlay(ctx context.Context, o *overlay, recs []*guard.Re
 		if !ok {
 			return errors.New("the driver cannot prepare statements")
 		}
-		insert, err := prepare(ctx, pc, insertRecord)
+		insert, err := sqlite.Prepare(ctx, pc, insertRecord)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/migrations"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // dropUserColumns is the SQL that takes an SQLite database opened with
@@ -409,7 +410,7 @@ func TestALogOfTheReleaseBeforeVerifiesAfterTheMigration(t *testing.T) {
 // wrote it: the approval the only field after the numbers.
 func frameBeforeUsers(b []byte, r *guard.Record) []byte {
 	var body []byte
-	for _, f := range frameText(r) {
+	for _, f := range sqlite.FrameText(r) {
 		body = binary.AppendUvarint(body, uint64(len(*f)))
 		body = append(body, *f...)
 	}
@@ -434,7 +435,7 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 	sqliteOnly(t) // SQLite's journal
 	ctx := context.Background()
 	path := logBeforeUsers(t) // 14 records
-	if err := os.MkdirAll(journalsDir(path), 0o700); err != nil {
+	if err := os.MkdirAll(sqlite.JournalsDir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
@@ -448,13 +449,13 @@ func TestAJournalOfTheReleaseBeforeIsIngested(t *testing.T) {
 		recs = append(recs, r)
 	}
 	journal := func(b []byte) {
-		if err := os.WriteFile(filepath.Join(journalsDir(path), guard.NewID()+".log"), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(sqlite.JournalsDir(path), guard.NewID()+".log"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h := make([]byte, journalHeader)
-	copy(h, journalMagic)
-	binary.LittleEndian.PutUint64(h[ingestedAt:], journalHeader)
+	h := make([]byte, sqlite.JournalHeader)
+	copy(h, sqlite.JournalMagic)
+	binary.LittleEndian.PutUint64(h[sqlite.IngestedAt:], sqlite.JournalHeader)
 	journal(frameBeforeUsers(frameBeforeUsers(h, old1), old2))
 	if f := appendFrame(nil, old2); !bytes.Equal(f, frameBeforeUsers(nil, old2)) {
 		t.Fatal("a record without a user has another frame than the release before's")
@@ -740,7 +741,7 @@ func TestGroupsRoundTrip(t *testing.T) {
 			t.Errorf("%q came back as %q (column %q)", gs, got, text)
 		}
 		r := &guard.Record{Kind: guard.KindEvent, UserGroups: gs}
-		back, _, err := readFrame(appendFrame(nil, r))
+		back, _, err := sqlite.ReadFrame(appendFrame(nil, r))
 		if err != nil || !slices.Equal(back.UserGroups, gs) {
 			t.Errorf("%q came back from a frame as %q, %v", gs, back.UserGroups, err)
 		}

@@ -9,8 +9,6 @@ import (
 
 	"github.com/guard-mcp/guard/audit"
 	"golang.org/x/mod/sumdb/note"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // logOrigin names the log this database holds: the origin of the first
@@ -58,25 +56,6 @@ func (vr Verifier) verifyKey(pinned note.Verifier, origin, where string, f *audi
 	f.Cannot("%s is another log's key: it signs as %s, and this log's checkpoints as %s (%s). Nothing was checked with it: %s%s",
 		which, v.Name(), origin, where, audit.PassKey, hint)
 	return nil, true
-}
-
-// damaged reports whether err is SQLite's word that the database file is
-// corrupt, or not a database: a log that cannot be read because it was
-// damaged fails verification, while one that cannot be reached (a
-// refused connection) cannot be verified here.
-func damaged(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_CORRUPT || c == sqlite3.SQLITE_NOTADB
-}
-
-// sqliteCode is the primary result code of an SQLite error, -1 for any
-// other error.
-func sqliteCode(err error) int {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return -1
-	}
-	return se.Code() & 0xff
 }
 
 // noKey is why a log's signatures could not be checked when there is no

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/guard-mcp/guard/store/sqlite"
+
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 )
@@ -44,7 +46,7 @@ func (vr Verifier) Verify(ctx context.Context) (audit.Report, error) {
 // it could check holds.
 func (vr Verifier) VerifyWith(ctx context.Context, o audit.VerifyOptions) (rep audit.Report, err error) {
 	defer func() {
-		if err != nil && damaged(err) {
+		if err != nil && sqlite.Damaged(err) {
 			rep.Fail("the database is damaged: %v", err)
 			err = nil
 		}

@@ -123,7 +123,7 @@ func (in *ingestion) probeWrite(ctx context.Context) error {
 			return err
 		}
 		in.jmu.Lock()
-		bad := in.seg != nil && in.seg.bad
+		bad := in.seg != nil && in.seg.Bad
 		in.jmu.Unlock()
 		if bad {
 			return errors.New("the journal could not be synced; a new one is being made")

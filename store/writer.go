@@ -16,8 +16,8 @@ import (
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/internal/filelock"
 	"github.com/guard-mcp/guard/metrics"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/guard-mcp/guard/store/postgres"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // The audit log is written in two steps. An append makes its records
@@ -75,8 +75,8 @@ type appendReq struct {
 	recs  []*guard.Record
 	done  chan error
 	start time.Time
-	seg   *segment // the journal segment it was written to
-	end   int64    // the offset after its frames
+	seg   *sqlite.Segment // the journal segment it was written to
+	end   int64           // the offset after its frames
 	// refused is set by the syncer when the journal could not be synced:
 	// its caller was refused and the ingester only counts it.
 	refused bool
@@ -173,10 +173,10 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	fs := db.ing.frames.Get().(*appendFrames)
-	fs.reset()
+	fs := db.ing.frames.Get().(*sqlite.AppendFrames)
+	fs.Reset()
 	for _, r := range recs {
-		fs.add(r)
+		fs.Add(r)
 	}
 	req := &appendReq{recs: recs, done: done, start: time.Now()}
 	db.ing.jmu.Lock()
@@ -191,17 +191,17 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 	err := db.ing.failed()
 	switch {
 	case err != nil:
-	case seg.bad:
+	case seg.Bad:
 		err = errors.New("the journal could not be synced; a new one is being made")
 	default:
 		// One write, at the end the journal had: a frame cut short by
 		// a failure is written over by the next append. The frames'
 		// MACs bind them to that place.
-		fs.seal(db.ing.jmac, seg.id[:], seg.end)
-		_, err = seg.f.WriteAt(fs.b, seg.end)
+		fs.Seal(db.ing.jmac, seg.ID[:], seg.End)
+		_, err = seg.File.WriteAt(fs.Bytes, seg.End)
 	}
 	if err != nil {
-		bad := seg.bad
+		bad := seg.Bad
 		db.ing.jmu.Unlock()
 		db.ing.putFrames(fs)
 		if bad {
@@ -211,10 +211,10 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 		done <- fmt.Errorf("%w: journal: %w", guard.ErrAuditWrite, err)
 		return done
 	}
-	seg.end += int64(len(fs.b))
-	seg.appends++
+	seg.End += int64(len(fs.Bytes))
+	seg.Appends++
 	db.ing.appended++
-	req.seg, req.end = seg, seg.end
+	req.seg, req.end = seg, seg.End
 	db.stats.add(len(recs))
 	var n int
 	var sync []*appendReq
@@ -248,8 +248,8 @@ func (db *DB) AppendAsync(recs ...*guard.Record) <-chan error {
 
 // putFrames keeps a frame buffer for the next append, unless it grew
 // large.
-func (in *ingestion) putFrames(fs *appendFrames) {
-	if cap(fs.b) > maxFrameBuf {
+func (in *ingestion) putFrames(fs *sqlite.AppendFrames) {
+	if cap(fs.Bytes) > maxFrameBuf {
 		return
 	}
 	in.frames.Put(fs)
@@ -326,14 +326,14 @@ func (in *ingestion) syncJournal(batch []*appendReq) {
 	}
 	// The appends are in the order they were written: one sync per
 	// segment covers every append written to it before the sync began.
-	errs := map[*segment]error{}
+	errs := map[*sqlite.Segment]error{}
 	for i, r := range batch {
 		if i > 0 && r.seg == batch[i-1].seg {
 			continue
 		}
-		if err := datasync(r.seg.fd); err != nil {
+		if err := sqlite.Datasync(r.seg.FD); err != nil {
 			errs[r.seg] = err
-			in.db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.path, "err", err)
+			in.db.opts.Logger.Error("audit journal could not be synced; its appends are refused and a new journal is made", "journal", r.seg.Path, "err", err)
 		}
 	}
 	for _, r := range batch {
@@ -341,7 +341,7 @@ func (in *ingestion) syncJournal(batch []*appendReq) {
 	}
 	in.jmu.Lock()
 	for s := range errs {
-		s.bad = true
+		s.Bad = true
 	}
 	in.pend = append(in.pend, batch...)
 	in.syncing = false
@@ -515,18 +515,18 @@ func (in *ingestion) ingest(batch []*appendReq) error {
 		in.db.ckpt.dirty.Store(true)
 		in.db.stats.batches.Observe(float64(n))
 	}
-	var last *segment
+	var last *sqlite.Segment
 	for _, r := range batch {
-		r.seg.done++
-		r.seg.doneTill = r.end
+		r.seg.Done++
+		r.seg.DoneTill = r.end
 		in.db.stats.backlog.Add(-int64(len(r.recs)))
 		if last != nil && last != r.seg {
-			_ = last.noteIngested(last.doneTill)
+			_ = last.NoteIngested(last.DoneTill)
 		}
 		last = r.seg
 	}
-	if err := last.noteIngested(last.doneTill); err != nil {
-		in.db.opts.Logger.Warn("audit journal header", "journal", last.path, "err", err)
+	if err := last.NoteIngested(last.DoneTill); err != nil {
+		in.db.opts.Logger.Warn("audit journal header", "journal", last.Path, "err", err)
 	}
 	in.settled.Add(int64(len(batch)))
 	in.progressed()
@@ -554,17 +554,17 @@ func (in *ingestion) rotate() {
 	}
 	in.jmu.Lock()
 	cur := in.seg
-	full := cur.end >= segmentSize || cur.bad
+	full := cur.End >= sqlite.SegmentSize || cur.Bad
 	in.jmu.Unlock()
 	if full {
 		// Made without holding the journal: appends go on meanwhile.
-		s, err := newSegment(journalsDir(in.db.opts.Path), in.fsync)
+		s, err := sqlite.NewSegment(sqlite.JournalsDir(in.db.opts.Path), in.fsync)
 		if err != nil {
 			in.db.opts.Logger.Error("audit journal: a new segment could not be made; the current one goes on (or, if it could not be synced, appends are refused) until one can", "err", err)
 		} else {
 			in.jmu.Lock()
 			in.seg = s
-			in.own[s.path] = true
+			in.own[s.Path] = true
 			in.jmu.Unlock()
 			in.segs = append(in.segs, s)
 		}
@@ -573,7 +573,7 @@ func (in *ingestion) rotate() {
 	for len(in.segs) > 1 {
 		s := in.segs[0]
 		in.jmu.Lock()
-		all := s.done == s.appends // no append goes to it any more
+		all := s.Done == s.Appends // no append goes to it any more
 		in.jmu.Unlock()
 		if !all {
 			return
@@ -585,11 +585,11 @@ func (in *ingestion) rotate() {
 			}
 			synced = true
 		}
-		if err := s.close(true); err != nil {
-			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+		if err := s.Close(true); err != nil {
+			in.db.opts.Logger.Warn("audit journal", "journal", s.Path, "err", err)
 		}
 		in.jmu.Lock()
-		delete(in.own, s.path)
+		delete(in.own, s.Path)
 		in.jmu.Unlock()
 		in.segs = in.segs[1:]
 	}
@@ -647,12 +647,12 @@ func (in *ingestion) finish() {
 		}
 	}
 	for _, s := range in.segs {
-		keep := s.done != s.appends || !synced
+		keep := s.Done != s.Appends || !synced
 		if keep {
-			in.db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.path, "records", left)
+			in.db.opts.Logger.Error("audit records stay in the journal: the next start moves them into the database", "journal", s.Path, "records", left)
 		}
-		if err := s.close(!keep); err != nil {
-			in.db.opts.Logger.Warn("audit journal", "journal", s.path, "err", err)
+		if err := s.Close(!keep); err != nil {
+			in.db.opts.Logger.Warn("audit journal", "journal", s.Path, "err", err)
 		}
 	}
 	in.segs = nil
@@ -703,7 +703,7 @@ func (in *ingestion) awaitJournals(ctx context.Context) {
 	if in.db.pg || in.db.hold != nil {
 		return // no journals: what is acknowledged is committed, or nothing is
 	}
-	files, _ := segments(journalsDir(in.db.opts.Path))
+	files, _ := sqlite.Segments(sqlite.JournalsDir(in.db.opts.Path))
 	for _, p := range files {
 		in.jmu.Lock()
 		own := in.own[p]
@@ -724,21 +724,21 @@ func awaitJournal(ctx context.Context, path string) bool {
 		return true
 	}
 	defer f.Close()
-	if !ownerAlive(f) {
+	if !sqlite.OwnerAlive(f) {
 		return true // no one writes to it
 	}
-	off, marked, err := segmentIngested(f)
+	off, marked, err := sqlite.SegmentIngested(f)
 	if err != nil {
 		return true
 	}
-	end := framesEnd(f, off, marked)
+	end := sqlite.FramesEnd(f, off, marked)
 	for off < end {
 		select {
 		case <-time.After(journalPoll):
 		case <-ctx.Done():
 			return false
 		}
-		if off, _, err = segmentIngested(f); err != nil || !ownerAlive(f) {
+		if off, _, err = sqlite.SegmentIngested(f); err != nil || !sqlite.OwnerAlive(f) {
 			// An owner that is gone may have been another process
 			// moving in the journal of one that stopped: done.
 			return true
@@ -757,7 +757,7 @@ func (in *ingestion) commitRetrying(batch []*appendReq) error {
 	deadline := time.Now().Add(in.db.opts.BusyWait)
 	for {
 		err := in.commit(batch)
-		if err == nil || !isBusy(err) {
+		if err == nil || !sqlite.IsBusy(err) {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -766,13 +766,6 @@ func (in *ingestion) commitRetrying(batch []*appendReq) error {
 		in.db.opts.Logger.Debug("audit commit waits for another process", "err", err)
 		time.Sleep(retryPause)
 	}
-}
-
-// isBusy reports whether err is SQLite's "busy" or "locked": another
-// connection holds a lock, which goes away.
-func isBusy(err error) bool {
-	c := sqliteCode(err)
-	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
 func (in *ingestion) commit(batch []*appendReq) (err error) {
@@ -859,7 +852,7 @@ const insertArgs = 30
 // connection is.
 type writerConn struct {
 	conn   *sql.Conn
-	pg     bool // on PostgreSQL (postgres.go)
+	pg     bool // on PostgreSQL (package postgres)
 	begin  driverStmt
 	commit driverStmt
 	tail   driverStmt
@@ -934,13 +927,13 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 	for i := range wc.manyArgs {
 		wc.manyArgs[i].Ordinal = i + 1
 	}
-	if err = persistWAL(ctx, conn); err == nil {
+	if err = sqlite.PersistWAL(ctx, conn); err == nil {
 		err = conn.Raw(func(dc any) error {
 			pc, ok := dc.(driver.ConnPrepareContext)
 			if !ok {
 				return errors.New("the driver cannot prepare statements")
 			}
-			_, wc.pg = dc.(*pgConn)
+			_, wc.pg = postgres.PgxConn(dc)
 			for _, p := range []struct {
 				s *driverStmt
 				q string
@@ -1021,7 +1014,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 	}
 	last, hash := b.Tail()
 	wc.tree.Edge = nil
-	if v, err := dataVersion(dc); err == nil || wc.pg {
+	if v, err := sqlite.DataVersion(dc); err == nil || wc.pg {
 		wc.known, wc.tailSeq, wc.tailHash, wc.version = true, last, hash, v
 		wc.tree.Edge = edge
 	}
@@ -1036,7 +1029,7 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 	known := wc.known
 	wc.known = false // until this transaction commits
 	if known {
-		if v, err := dataVersion(dc); err == nil && v == wc.version {
+		if v, err := sqlite.DataVersion(dc); err == nil && v == wc.version {
 			return wc.tailSeq, wc.tailHash, nil
 		}
 	}
@@ -1077,21 +1070,6 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 		wc.tree.Edge = edge
 	}
 	return seq, hash, nil
-}
-
-// dataVersion is SQLite's data version of the main database on the
-// driver's connection dc (SQLITE_FCNTL_DATA_VERSION): it changes with
-// every commit the connection has seen, its own and those of others.
-func dataVersion(dc any) (uint32, error) {
-	fc, ok := dc.(sqlite.FileControl)
-	if !ok {
-		return 0, errors.New("data version: the driver has no file control")
-	}
-	v, err := fc.FileControlDataVersion("main")
-	if err != nil {
-		return 0, fmt.Errorf("data version: %w", err)
-	}
-	return v, nil
 }
 
 // insert inserts a record with its MAC.
@@ -1146,20 +1124,4 @@ func (wc *writerConn) discard() error {
 		return driver.ErrBadConn
 	})
 	return wc.conn.Close()
-}
-
-// persistWAL keeps the -wal and -shm files when the last connection
-// closes, so that a reader opening the database read-only (on a full disk,
-// say) finds them and creates nothing.
-func persistWAL(ctx context.Context, conn *sql.Conn) error {
-	return conn.Raw(func(dc any) error {
-		fc, ok := dc.(sqlite.FileControl)
-		if !ok {
-			return nil
-		}
-		if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
-			return fmt.Errorf("persist WAL: %w", err)
-		}
-		return nil
-	})
 }

@@ -17,6 +17,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/tmpfs"
+	"github.com/guard-mcp/guard/store/sqlite"
 )
 
 // waitFor polls a condition the writer reaches by itself (no event to wait
@@ -554,10 +555,10 @@ func TestJournalSegmentsAreReplacedAndRemoved(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first, _ := segments(journalsDir(path))
+			first, _ := sqlite.Segments(sqlite.JournalsDir(path))
 			big := string(bytes.Repeat([]byte("x"), 64<<10))
 			var acked []*guard.Record
-			for i := 0; i*len(big) < 2*segmentSize; i++ {
+			for i := 0; i*len(big) < 2*sqlite.SegmentSize; i++ {
 				r := rec(i, guard.KindRequest)
 				r.Result = big
 				if err := db.Append(r); err != nil {
@@ -567,11 +568,11 @@ func TestJournalSegmentsAreReplacedAndRemoved(t *testing.T) {
 			}
 			db.ing.caughtUp(context.Background())
 			waitFor(t, "the full segments to go", func() bool {
-				now, _ := segments(journalsDir(path))
+				now, _ := sqlite.Segments(sqlite.JournalsDir(path))
 				return len(now) == 1 && now[0] != first[0]
 			})
 			verifyAll(t, db, acked)
-			if left, _ := segments(journalsDir(path)); len(left) != 0 {
+			if left, _ := sqlite.Segments(sqlite.JournalsDir(path)); len(left) != 0 {
 				t.Fatalf("%d journals after Close", len(left))
 			}
 		})
@@ -595,7 +596,7 @@ func TestAJournalThatCannotBeSyncedIsReplaced(t *testing.T) {
 	}
 	db.ing.jmu.Lock()
 	broken := db.ing.seg
-	broken.fd = ^uintptr(0)
+	broken.FD = ^uintptr(0)
 	db.ing.jmu.Unlock()
 	if err := db.Append(rec(2, guard.KindRequest)); !errors.Is(err, guard.ErrAuditWrite) {
 		t.Fatalf("an append whose journal could not be synced: %v", err)
@@ -657,7 +658,7 @@ func TestAFileThatIsNotAJournalIsLeftAlone(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Fatalf("the child did not crash:\n%s", out)
 	}
-	stray := filepath.Join(journalsDir(path), "stray.log")
+	stray := filepath.Join(sqlite.JournalsDir(path), "stray.log")
 	if err := os.WriteFile(stray, []byte("not a journal at all, and long enough to have a header of sorts......"), 0o600); err != nil {
 		t.Fatal(err)
 	}

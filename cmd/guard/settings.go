@@ -7,6 +7,7 @@ import (
 	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/spf13/pflag"
 )
 
@@ -52,7 +53,7 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		cfg = c
 	}
 	db := cf.db
-	if db != "" && store.IsPostgres(db) && store.URLHasPassword(db) {
+	if db != "" && store.IsPostgres(db) && postgres.URLHasPassword(db) {
 		return nil, fmt.Errorf("--db: the URL holds a password, which every user of this machine can read in the process list: give it in PGPASSWORD, a .pgpass file, or the configuration's db (${NAME} expands an environment variable there)")
 	}
 	if db == "" {

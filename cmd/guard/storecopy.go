@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/spf13/cobra"
 )
 
@@ -35,7 +36,7 @@ func storeCopyCommand(a *app) *cobra.Command {
 	to := fs.String("to", "", "the empty PostgreSQL database, `postgres://USER@HOST/DB`, without its password: PGPASSWORD or ~/.pgpass gives it (default: the database --db or the configuration names, when it is a URL)")
 	c.RunE = a.runs(func(ctx context.Context, _ []string) int {
 		// A command line shows in the process list to every user.
-		if store.URLHasPassword(*to) {
+		if postgres.URLHasPassword(*to) {
 			fmt.Fprintln(a.stderr, "guard store copy: --to: the URL holds a password, which every user of this machine can read in the process list: give it in PGPASSWORD or a .pgpass file, or name the database in the configuration's db (where ${PGPASSWORD} is expanded) and leave --to out")
 			return exitUsage
 		}

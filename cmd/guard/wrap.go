@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/guard-mcp/guard/clients"
-	"github.com/guard-mcp/guard/store"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/spf13/cobra"
 )
 
@@ -237,7 +237,7 @@ func (a *app) entryFlags(st *settings) func(env map[string]string) ([]string, er
 			}
 		}
 		if own.DBPath != st.DBPath {
-			if st.Postgres && store.URLHasPassword(st.DBPath) {
+			if st.Postgres && postgres.URLHasPassword(st.DBPath) {
 				return nil, errors.New("the database URL holds a password, which an entry's arguments would show: give it in PGPASSWORD, a .pgpass file, or the configuration's db")
 			}
 			flags = append(flags, "--db", st.DBPath)

@@ -1,8 +1,8 @@
-package store
+package sqlite
 
 import "golang.org/x/sys/unix"
 
-// datasync makes what was written to the file fd durable. On Linux,
+// Datasync makes what was written to the file fd durable. On Linux,
 // fdatasync: the journal's segments are made full size up front, so a
 // sync after an append has only data to write, not the file's size.
-func datasync(fd uintptr) error { return unix.Fdatasync(int(fd)) }
+func Datasync(fd uintptr) error { return unix.Fdatasync(int(fd)) }

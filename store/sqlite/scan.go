@@ -1,4 +1,4 @@
-package store
+package sqlite
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // Reading a journal whose owner is gone (journal.go): every frame that
 // can be read is read, and one that cannot costs itself alone. The
 // reader then looks for the next frame: in a marked segment at the next
-// frameMark whose frame's checksum holds (and, in a sealed segment read
+// FrameMark whose frame's checksum holds (and, in a sealed segment read
 // with the key, whose MAC holds: a frame's worth of bytes inside a
 // record's text, which a client chose, is no frame); in an unmarked one
 // (the release before's) at the next offset where a frame's checksum
@@ -23,102 +23,102 @@ import (
 // does not was written whole by someone without the key (a changed byte
 // fails the checksum, which covers the MAC): it is forged, not damaged.
 
-// scannedFrame is one frame a scan read.
-type scannedFrame struct {
-	rec      *guard.Record
-	off, end int64
+// ScannedFrame is one frame a scan read.
+type ScannedFrame struct {
+	Rec      *guard.Record
+	Off, End int64
 }
 
-// journalDamage is a run of bytes that could not be read as frames.
-type journalDamage struct {
-	off, end int64
-	// frames is how many frames the run held, when the lengths in it
+// JournalDamage is a run of bytes that could not be read as frames.
+type JournalDamage struct {
+	Off, End int64
+	// Frames is how many frames the run held, when the lengths in it
 	// lead from its start to its end (0: not known).
-	frames int
-	// before is the index of the first frame read after the run (the
+	Frames int
+	// Before is the index of the first frame read after the run (the
 	// run follows frames[before-1]); len(frames) when none follows.
-	before int
+	Before int
 }
 
-// journalScan is what a scan read of a segment.
-type journalScan struct {
-	format journalFormat
-	marked bool
-	// checked reports whether the frames' MACs were checked: a sealed
+// JournalScan is what a scan read of a segment.
+type JournalScan struct {
+	Format JournalFormat
+	Marked bool
+	// Checked reports whether the frames' MACs were checked: a sealed
 	// segment read with the key. frames then holds only those whose MAC
 	// holds.
-	checked bool
-	frames  []scannedFrame
-	damage  []journalDamage
-	// forged are the frames whose checksum holds and whose MAC does not
+	Checked bool
+	Frames  []ScannedFrame
+	Damage  []JournalDamage
+	// Forged are the frames whose checksum holds and whose MAC does not
 	// (rec is what the frame says, nil when its fields do not fit it).
-	forged []scannedFrame
+	Forged []ScannedFrame
 }
 
-// records are the records of the frames read, in order.
-func (s *journalScan) records() []*guard.Record {
-	out := make([]*guard.Record, len(s.frames))
-	for i, f := range s.frames {
-		out[i] = f.rec
+// Records are the records of the frames read, in order.
+func (s *JournalScan) Records() []*guard.Record {
+	out := make([]*guard.Record, len(s.Frames))
+	for i, f := range s.Frames {
+		out[i] = f.Rec
 	}
 	return out
 }
 
-// damagedBytes is the number of bytes that could not be read.
-func (s *journalScan) damagedBytes() int64 {
+// DamagedBytes is the number of bytes that could not be read.
+func (s *JournalScan) DamagedBytes() int64 {
 	var n int64
-	for _, d := range s.damage {
-		n += d.end - d.off
+	for _, d := range s.Damage {
+		n += d.End - d.Off
 	}
 	return n
 }
 
-// scanFile reads the segment at path (scanJournal).
-func scanFile(path string, key []byte) (*journalScan, error) {
+// ScanFile reads the segment at path (ScanJournal).
+func ScanFile(path string, key []byte) (*JournalScan, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return scanJournal(b, key)
+	return ScanJournal(b, key)
 }
 
-// scanJournal reads every frame of a segment's bytes that can be read,
-// from the first (whatever the header says: see recoverJournal), and the
+// ScanJournal reads every frame of a segment's bytes that can be read,
+// from the first (whatever the header says: see store's recoverJournal), and the
 // runs of bytes between them that cannot. With key (the journal's MAC
 // key), the frames of a sealed segment are read only when their MAC
 // holds; without it, as those of a marked one.
-func scanJournal(b []byte, key []byte) (*journalScan, error) {
+func ScanJournal(b []byte, key []byte) (*JournalScan, error) {
 	format, err := segmentFormat(b)
 	if err != nil {
 		return nil, err
 	}
-	s := &journalScan{format: format, marked: format.marked()}
-	if len(b) < journalHeader {
+	s := &JournalScan{Format: format, Marked: format.Marked()}
+	if len(b) < JournalHeader {
 		return s, nil // a header cut short: no frame was written
 	}
-	fr := frameReader{b: b, marked: s.marked}
-	if format == formatSealed {
+	fr := frameReader{b: b, marked: s.Marked}
+	if format == FormatSealed {
 		if fr.id, err = segmentID(b); err != nil {
 			return nil, err
 		}
 		fr.sealed = true
 		if key != nil {
-			fr.m, s.checked = newFrameMACer(key), true
+			fr.m, s.Checked = NewFrameMACer(key), true
 		}
 	}
-	marked := s.marked
+	marked := s.Marked
 	// Whatever lies past the last byte that is not zero was never
 	// written (or is a frame's checksum's last zeros, which a frame
 	// read whole takes with it).
 	written := len(bytes.TrimRight(b, "\x00"))
-	for off := journalHeader; off < written; {
+	for off := JournalHeader; off < written; {
 		switch r, n, st := fr.at(off); st {
 		case frameRead:
-			s.frames = append(s.frames, scannedFrame{rec: r, off: int64(off), end: int64(off + n)})
+			s.Frames = append(s.Frames, ScannedFrame{Rec: r, Off: int64(off), End: int64(off + n)})
 			off += n
 			continue
 		case frameForged:
-			s.forged = append(s.forged, scannedFrame{rec: r, off: int64(off), end: int64(off + n)})
+			s.Forged = append(s.Forged, ScannedFrame{Rec: r, Off: int64(off), End: int64(off + n)})
 			off += n
 			continue
 		}
@@ -132,8 +132,8 @@ func scanJournal(b []byte, key []byte) (*journalScan, error) {
 			}
 			next = max(written, frameEnd(b, off, marked))
 		}
-		s.damage = append(s.damage, journalDamage{off: int64(off), end: int64(next),
-			frames: countFrames(b, off, next, marked), before: len(s.frames)})
+		s.Damage = append(s.Damage, JournalDamage{Off: int64(off), End: int64(next),
+			Frames: countFrames(b, off, next, marked), Before: len(s.Frames)})
 		off = next
 	}
 	return s, nil
@@ -145,7 +145,7 @@ type frameReader struct {
 	marked bool
 	sealed bool        // the frames carry a MAC
 	id     []byte      // a sealed segment's id
-	m      *frameMACer // checks the MACs; nil: they are not checked
+	m      *FrameMACer // checks the MACs; nil: they are not checked
 }
 
 // frameState is what frameReader.at found.
@@ -162,10 +162,10 @@ func (fr *frameReader) at(off int) (*guard.Record, int, frameState) {
 	p := fr.b[off:]
 	mark := 0
 	if fr.marked {
-		if !bytes.HasPrefix(p, []byte(frameMark)) {
+		if !bytes.HasPrefix(p, []byte(FrameMark)) {
 			return nil, 0, frameNone
 		}
-		mark = len(frameMark)
+		mark = len(FrameMark)
 	}
 	body, n, err := framePayload(p[mark:])
 	if err != nil {
@@ -195,7 +195,7 @@ func (fr *frameReader) resync(from, written int) int {
 	b := fr.b
 	if fr.marked {
 		for i := from; i < written; {
-			j := bytes.Index(b[i:written], []byte(frameMark))
+			j := bytes.Index(b[i:written], []byte(FrameMark))
 			if j < 0 {
 				return -1
 			}
@@ -230,11 +230,11 @@ func cutShort(b []byte, off, written int, marked bool) bool {
 	p := b[off:]
 	mark := 0
 	if marked {
-		k := min(len(p), len(frameMark))
-		if string(p[:k]) != frameMark[:k] {
+		k := min(len(p), len(FrameMark))
+		if string(p[:k]) != FrameMark[:k] {
 			return false
 		}
-		if k < len(frameMark) {
+		if k < len(FrameMark) {
 			return true
 		}
 		mark = k
@@ -255,7 +255,7 @@ func cutShort(b []byte, off, written int, marked bool) bool {
 func frameEnd(b []byte, off int, marked bool) int {
 	mark := 0
 	if marked {
-		mark = len(frameMark)
+		mark = len(FrameMark)
 	}
 	if off+mark > len(b) {
 		return 0
@@ -277,10 +277,10 @@ func countFrames(b []byte, off, end int, marked bool) int {
 	for p := off; p < end; n++ {
 		mark := 0
 		if marked {
-			if !bytes.HasPrefix(b[p:], []byte(frameMark)) {
+			if !bytes.HasPrefix(b[p:], []byte(FrameMark)) {
 				return 0
 			}
-			mark = len(frameMark)
+			mark = len(FrameMark)
 		}
 		l, k := binary.Uvarint(b[p+mark:])
 		if k <= 0 || l == 0 || l > uint64(len(b)) {

@@ -1,12 +1,12 @@
 //go:build unix
 
-package store
+package sqlite
 
 import "os"
 
-// syncDir makes a directory's entries durable: a file created, renamed or
+// SyncDir makes a directory's entries durable: a file created, renamed or
 // removed in it.
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -1,4 +1,12 @@
-package store
+// Package postgres is what only guard's PostgreSQL engine does, below
+// package store: the connections (placeholders rewritten, one writer at a
+// time through advisory locks), opening a database (its URL, a pooler's
+// mode, the migrations, the checkpoint key), the advisory locks, the
+// listener of other replicas' changes (LISTEN/NOTIFY), the batch writer's
+// statements and the question asked about a commit in doubt. It works on
+// *sql.DB, *sql.Conn and pgx connections and takes what it needs as
+// parameters: it knows nothing of package store or its callers.
+package postgres
 
 import (
 	"context"
@@ -38,12 +46,6 @@ import (
 // read-only opens of a file) has a PostgreSQL counterpart where it is
 // used.
 
-// IsPostgres reports whether a database name is a PostgreSQL URL
-// (postgres:// or postgresql://) rather than an SQLite file's path.
-func IsPostgres(name string) bool {
-	return strings.HasPrefix(name, "postgres://") || strings.HasPrefix(name, "postgresql://")
-}
-
 // URLHasPassword reports whether a PostgreSQL URL carries a password, in
 // its user information or as a password parameter: a command line that
 // names one shows it to every user of the machine (in /proc), where
@@ -73,16 +75,20 @@ func URLHasPassword(name string) bool {
 // 64-bit hashes of a name, so that they are unlikely to meet another
 // application's on a shared server.
 var (
-	lockState   = advisoryKey("guard: working tables")
-	lockAudit   = advisoryKey("guard: audit log")
-	lockMigrate = advisoryKey("guard: migrations")
-	// lockDecisions is the decisions lock (decisions.go): a session's,
-	// held across the record's append and the change it decides.
-	lockDecisions = advisoryKey("guard: decisions")
+	// LockState is the working tables' writers' lock.
+	LockState = AdvisoryKey("guard: working tables")
+	// LockAudit is the audit log's writer's lock.
+	LockAudit = AdvisoryKey("guard: audit log")
+	// LockMigrate is taken while migrations are applied.
+	LockMigrate = AdvisoryKey("guard: migrations")
+	// LockDecisions is the decisions lock (store's decisions.go): a
+	// session's, held across the record's append and the change it
+	// decides.
+	LockDecisions = AdvisoryKey("guard: decisions")
 )
 
-// advisoryKey is the advisory lock key of a name.
-func advisoryKey(name string) int64 {
+// AdvisoryKey is the advisory lock key of a name.
+func AdvisoryKey(name string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	return int64(h.Sum64())
@@ -93,7 +99,7 @@ func advisoryKey(name string) int64 {
 type pgConnector struct {
 	base driver.Connector
 	lock int64
-	sqls *rebinder
+	sqls *Rebinder
 }
 
 func (c *pgConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -115,7 +121,18 @@ func (c *pgConnector) Driver() driver.Driver { return c.base.Driver() }
 type pgConn struct {
 	*stdlib.Conn
 	lock int64
-	sqls *rebinder
+	sqls *Rebinder
+}
+
+// PgxConn is the pgx connection under dc, a driver connection of a pool
+// that OpenPool or OpenReaders opened (ok false for any other: an SQLite
+// connection).
+func PgxConn(dc any) (c *pgx.Conn, ok bool) {
+	pc, ok := dc.(*pgConn)
+	if !ok {
+		return nil, false
+	}
+	return pc.Conn.Conn(), true
 }
 
 // beginImmediate is SQLite's write transaction, which the writer's
@@ -306,8 +323,9 @@ func isWrite(query string) bool {
 	return false
 }
 
-// rebinder rewrites placeholders, remembering each statement's rewrite.
-type rebinder struct {
+// Rebinder rewrites placeholders, remembering each statement's rewrite:
+// the pools of one database share one.
+type Rebinder struct {
 	mu   sync.RWMutex
 	done map[string]string
 }
@@ -316,14 +334,14 @@ type rebinder struct {
 // query's filters vary; the store's are few).
 const maxRebound = 4096
 
-func (r *rebinder) rebind(q string) string {
+func (r *Rebinder) rebind(q string) string {
 	r.mu.RLock()
 	s, ok := r.done[q]
 	r.mu.RUnlock()
 	if ok {
 		return s
 	}
-	s = rebind(q)
+	s = Rebind(q)
 	r.mu.Lock()
 	if r.done == nil || len(r.done) >= maxRebound {
 		r.done = map[string]string{}
@@ -333,10 +351,10 @@ func (r *rebinder) rebind(q string) string {
 	return s
 }
 
-// rebind turns SQLite's placeholders (? numbered in order, and ?N) into
+// Rebind turns SQLite's placeholders (? numbered in order, and ?N) into
 // PostgreSQL's ($n, $N), leaving quoted text, quoted names and comments
 // alone.
-func rebind(q string) string {
+func Rebind(q string) string {
 	if !strings.Contains(q, "?") {
 		return q
 	}
@@ -386,11 +404,11 @@ func rebind(q string) string {
 	return b.String()
 }
 
-// pgConfig parses a PostgreSQL URL. The password comes from the URL, from
+// Config parses a PostgreSQL URL. The password comes from the URL, from
 // PGPASSWORD, or from a .pgpass file (PGPASSFILE, else ~/.pgpass), as
 // libpq reads them. A connection gives up after 10 s unless the URL says
 // otherwise (connect_timeout).
-func pgConfig(url string) (*pgx.ConnConfig, error) {
+func Config(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %w", guard.DisplayURL(url), err)
@@ -401,16 +419,16 @@ func pgConfig(url string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// openPool opens a database/sql pool on cfg whose connections take the
+// OpenPool opens a database/sql pool on cfg whose connections take the
 // advisory lock lock in their transactions (0: none).
-func openPool(cfg *pgx.ConnConfig, lock int64, sqls *rebinder) *sql.DB {
+func OpenPool(cfg *pgx.ConnConfig, lock int64, sqls *Rebinder) *sql.DB {
 	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg), lock: lock, sqls: sqls})
 }
 
-// openReaders opens the readers' pool on cfg: every transaction of its
+// OpenReaders opens the readers' pool on cfg: every transaction of its
 // connections is read-only. The setting is made once a connection is up,
 // not as a startup parameter, which PgBouncer refuses.
-func openReaders(cfg *pgx.ConnConfig, sqls *rebinder) *sql.DB {
+func OpenReaders(cfg *pgx.ConnConfig, sqls *Rebinder) *sql.DB {
 	readOnly := stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, "SET default_transaction_read_only = on")
 		return err
@@ -418,11 +436,11 @@ func openReaders(cfg *pgx.ConnConfig, sqls *rebinder) *sql.DB {
 	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg, readOnly), sqls: sqls})
 }
 
-// pgLock takes the session advisory lock key on a connection of its own,
-// held until unlock: waiting for it, or, with try, only if no one holds
-// it (ok false then).
-func (db *DB) pgLock(ctx context.Context, key int64, try bool) (unlock func(), ok bool, err error) {
-	c, err := db.r.Conn(ctx)
+// Lock takes the session advisory lock key on a connection of its own
+// of pool, held until unlock: waiting for it, or, with try, only if no
+// one holds it (ok false then).
+func Lock(ctx context.Context, pool *sql.DB, key int64, try bool) (unlock func(), ok bool, err error) {
+	c, err := pool.Conn(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -456,18 +474,4 @@ func (db *DB) pgLock(ctx context.Context, key int64, try bool) (unlock func(), o
 func dropSession(c *sql.Conn) {
 	_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	c.Close()
-}
-
-// tryLock takes the lock of a job that one process on the database runs
-// at a time (suffix names it: a file lock beside an SQLite database, an
-// advisory lock of a PostgreSQL one), if no one holds it.
-func (db *DB) tryLock(ctx context.Context, suffix string) (unlock func(), ok bool, err error) {
-	if !db.pg {
-		return tryLockFile(db.opts.Path + suffix)
-	}
-	unlock, ok, err = db.pgLock(ctx, advisoryKey("guard: "+suffix), true)
-	if err != nil {
-		return nil, false, fmt.Errorf("lock %s: %w", suffix, err)
-	}
-	return unlock, ok, nil
 }

@@ -1,4 +1,4 @@
-package store
+package postgres
 
 import (
 	"context"
@@ -13,21 +13,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// On PostgreSQL the replicas hear of each other's changes to held calls,
+// The replicas hear of each other's changes to held calls,
 // tool reviews and configuration changes as they commit: a trigger
-// (migration 0013) notifies notifyChannel in the transaction of each
-// change, with the table and the row's key as the payload. Each DB
-// listens on a connection of its own (listener). WaitApproval waits for
-// the notification that names its approval, and Changes wakes the UI.
-// While that connection is down notifications are missed: WaitApproval
-// then reads the database every pollEvery, as on SQLite, and once more
-// when the listener is back.
+// (migration 0013) notifies NotifyChannel in the transaction of each
+// change, with the table and the row's key as the payload. Each of
+// store's DBs listens on a connection of its own (Listener). A wait for a
+// held call's decision (Await) waits for the notification that names its
+// approval, and Subscribe wakes the UI. While that connection is down
+// notifications are missed: Await then reads the database every
+// PollEvery, as on SQLite, and once more when the listener is back.
 
-// notifyChannel is the channel migration 0013's triggers notify.
-const notifyChannel = "guard_changes"
+// NotifyChannel is the channel migration 0013's triggers notify.
+const NotifyChannel = "guard_changes"
 
 const (
-	// recheckEvery is how often WaitApproval reads the approval while the
+	// recheckEvery is how often Await reads the approval while the
 	// listener is up, in case a notification was lost on the way.
 	recheckEvery = time.Second
 	// listenIdle is how long the listener waits for a notification
@@ -44,21 +44,24 @@ const (
 	listenBackoffMax = 5 * time.Second
 )
 
-// listener keeps one connection that LISTENs on notifyChannel, connecting
-// again after a loss, and hands each notification to the waits it
-// concerns. Its lock is never held across I/O: sends to waiters do not
-// block.
-type listener struct {
+// Listener keeps one connection that LISTENs on the changes' channel,
+// connecting again after a loss, and hands each notification to the
+// waits it concerns. Its lock is never held across I/O: sends to waiters
+// do not block.
+type Listener struct {
 	log  *slog.Logger
 	stop context.CancelFunc
 	done chan struct{} // closed when run has returned
 
-	// pollEvery and recheckEvery are how often a wait reads its approval
-	// while the listener is down and up; waiting, when set, is called as
+	// PollEvery and RecheckEvery are how often a wait reads its approval
+	// while the listener is down and up; Waiting, when set, is called as
 	// a wait starts waiting for a notification (tests set these before
 	// they wait).
-	pollEvery, recheckEvery time.Duration
-	waiting                 func(id string)
+	PollEvery, RecheckEvery time.Duration
+	Waiting                 func(id string)
+	// loggedPoll is PollEvery as Listen was given it, which the logs name
+	// (run reads it while tests change PollEvery).
+	loggedPoll time.Duration
 
 	mu      sync.Mutex
 	dial    func(ctx context.Context) (*pgx.Conn, error)
@@ -70,21 +73,22 @@ type listener struct {
 	subs    map[chan struct{}]struct{}            // Changes' channels
 }
 
-// startListener starts listening with a connection of cfg's, named
-// "guard listener" in pg_stat_activity unless the URL names its
-// connections.
-func startListener(cfg *pgx.ConnConfig, log *slog.Logger) *listener {
+// Listen starts listening with a connection of cfg's, named "guard
+// listener" in pg_stat_activity unless the URL names its connections; a
+// wait reads its approval every pollEvery while the listener is down.
+func Listen(cfg *pgx.ConnConfig, log *slog.Logger, pollEvery time.Duration) *Listener {
 	cfg = cfg.Copy()
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "guard listener"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &listener{
+	l := &Listener{
 		log:          log,
 		stop:         cancel,
 		done:         make(chan struct{}),
-		pollEvery:    pollEvery,
-		recheckEvery: recheckEvery,
+		PollEvery:    pollEvery,
+		RecheckEvery: recheckEvery,
+		loggedPoll:   pollEvery,
 		dial:         func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) },
 		idle:         listenIdle,
 		turned:       make(chan struct{}),
@@ -95,14 +99,14 @@ func startListener(cfg *pgx.ConnConfig, log *slog.Logger) *listener {
 	return l
 }
 
-// close stops listening and closes the connection.
-func (l *listener) close() {
+// Close stops listening and closes the connection.
+func (l *Listener) Close() {
 	l.stop()
 	<-l.done
 }
 
 // run connects and listens until ctx ends, connecting again after a loss.
-func (l *listener) run(ctx context.Context) {
+func (l *Listener) run(ctx context.Context) {
 	defer close(l.done)
 	var wait time.Duration // before the next attempt
 	lost := false          // since the last connection that listened
@@ -123,7 +127,7 @@ func (l *listener) run(ctx context.Context) {
 		if err != nil {
 			if !lost {
 				l.log.Warn("store: cannot listen for changes from other replicas; held calls wait by reading the database until it can",
-					"err", err, "poll", pollEvery)
+					"err", err, "poll", l.loggedPoll)
 			} else {
 				l.log.Debug("store: listening for changes: connecting again failed", "err", err, "next_in", nextBackoff(wait))
 			}
@@ -147,7 +151,7 @@ func (l *listener) run(ctx context.Context) {
 			return
 		}
 		l.log.Warn("store: lost the connection that listens for changes from other replicas; held calls wait by reading the database until it is back",
-			"err", err, "poll", pollEvery)
+			"err", err, "poll", l.loggedPoll)
 		lost = true
 		if time.Since(began) >= listenBackoffMax {
 			wait = 0
@@ -164,7 +168,7 @@ func nextBackoff(wait time.Duration) time.Duration {
 
 // connect opens the listening connection, LISTENs, and marks the
 // listener up.
-func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	l.mu.Lock()
 	dial := l.dial
 	l.mu.Unlock()
@@ -172,7 +176,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = conn.Close(closeCtx)
@@ -183,7 +187,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // receive hands on notifications until the connection fails or ctx ends.
-func (l *listener) receive(ctx context.Context, conn *pgx.Conn) error {
+func (l *Listener) receive(ctx context.Context, conn *pgx.Conn) error {
 	for {
 		l.mu.Lock()
 		idle := l.idle
@@ -211,7 +215,7 @@ func (l *listener) receive(ctx context.Context, conn *pgx.Conn) error {
 
 // dispatch wakes the waits for the approval a notification names, and
 // every Changes channel.
-func (l *listener) dispatch(payload string) {
+func (l *Listener) dispatch(payload string) {
 	table, key, _ := strings.Cut(payload, ":")
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -228,7 +232,7 @@ func (l *listener) dispatch(payload string) {
 // turn records that the listener is up (LISTEN in force on the server
 // process pid) or down. Coming up wakes every Changes channel: what
 // changed while no one listened is not known.
-func (l *listener) turn(up bool, pid uint32) {
+func (l *Listener) turn(up bool, pid uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.up, l.pid = up, pid
@@ -241,9 +245,9 @@ func (l *listener) turn(up bool, pid uint32) {
 	}
 }
 
-// state reports whether the listener is up, and gives a channel closed
+// State reports whether the listener is up, and gives a channel closed
 // when that changes.
-func (l *listener) state() (up bool, turned <-chan struct{}) {
+func (l *Listener) State() (up bool, turned <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.up, l.turned
@@ -251,7 +255,7 @@ func (l *listener) state() (up bool, turned <-chan struct{}) {
 
 // watch registers a wait for approval id: the channel receives after a
 // notification about it. stop unregisters it.
-func (l *listener) watch(id string) (woken <-chan struct{}, stop func()) {
+func (l *Listener) watch(id string) (woken <-chan struct{}, stop func()) {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -271,9 +275,11 @@ func (l *listener) watch(id string) (woken <-chan struct{}, stop func()) {
 	}
 }
 
-// subscribe returns a channel that receives after each notification,
-// until ctx ends.
-func (l *listener) subscribe(ctx context.Context) <-chan struct{} {
+// Subscribe returns a channel that receives a value after each
+// notification, and when the notifications resume after an interruption
+// (what changed meanwhile is not known), until ctx ends. Notifications
+// close together may come as one value.
+func (l *Listener) Subscribe(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	l.subs[ch] = struct{}{}
@@ -286,39 +292,24 @@ func (l *listener) subscribe(ctx context.Context) <-chan struct{} {
 	return ch
 }
 
-// Changes returns a channel that receives a value after each change to
-// held calls, tool reviews or configuration changes that any replica
-// commits (this one's too), and when the notifications resume after an
-// interruption (what changed meanwhile is not known), until ctx ends.
-// Changes close together may come as one value. Audit records are not
-// announced. Changes returns nil on SQLite, which has no notifications:
-// the caller reads the database to find changes.
-func (db *DB) Changes(ctx context.Context) <-chan struct{} {
-	if db.listen == nil {
-		return nil
-	}
-	return db.listen.subscribe(ctx)
-}
-
-// awaitNotified is WaitApproval on PostgreSQL: it reads the approval, and
-// again after each notification about it, after each turn of the
-// listener, every recheckEvery while it is up and every pollEvery while it
-// is down.
-func (db *DB) awaitNotified(ctx context.Context, id string) (*guard.Approval, error) {
-	l := db.listen
+// Await waits for a decision on held call id: it reads the approval with
+// read, and again after each notification about it, after each turn of
+// the listener, every RecheckEvery while it is up and every PollEvery
+// while it is down, until it is no longer pending.
+func (l *Listener) Await(ctx context.Context, id string, read func(context.Context, string) (*guard.Approval, error)) (*guard.Approval, error) {
 	woken, stop := l.watch(id)
 	defer stop()
-	poll := time.NewTicker(l.pollEvery)
+	poll := time.NewTicker(l.PollEvery)
 	defer poll.Stop()
-	recheck := time.NewTicker(l.recheckEvery)
+	recheck := time.NewTicker(l.RecheckEvery)
 	defer recheck.Stop()
 	for {
 		// The listener's state is taken before the read: a decision
 		// committed before LISTEN took effect is seen by the read, one
 		// committed after is notified, and should the listener turn
 		// meanwhile, turned is closed and the approval read again.
-		up, turned := l.state()
-		a, err := db.Holds().Approval(ctx, id)
+		up, turned := l.State()
+		a, err := read(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -328,8 +319,8 @@ func (db *DB) awaitNotified(ctx context.Context, id string) (*guard.Approval, er
 		tick := poll.C
 		if up {
 			tick = recheck.C
-			if l.waiting != nil {
-				l.waiting(id)
+			if l.Waiting != nil {
+				l.Waiting(id)
 			}
 		}
 		select {
@@ -339,5 +330,37 @@ func (db *DB) awaitNotified(ctx context.Context, id string) (*guard.Approval, er
 		case <-turned:
 		case <-tick:
 		}
+	}
+}
+
+// Backend is the server process that listens, 0 while none does.
+func (l *Listener) Backend() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pid
+}
+
+// WrapDial replaces the function that opens the listening connection
+// with wrap's result, given the one in use (tests hold a connection back
+// with it).
+func (l *Listener) WrapDial(wrap func(dial func(context.Context) (*pgx.Conn, error)) func(context.Context) (*pgx.Conn, error)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dial = wrap(l.dial)
+}
+
+// SetIdle sets how long the listener waits for a notification before it
+// checks that its connection still answers (listenIdle unless set).
+func (l *Listener) SetIdle(idle time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.idle = idle
+}
+
+// signal wakes whoever waits on c, if no wake-up is pending already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }

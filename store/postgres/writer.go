@@ -1,0 +1,262 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/audit"
+	"github.com/jackc/pgx/v5"
+)
+
+// On PostgreSQL a batch is written in three round trips whatever its
+// size, rather than a few statements per record as on SQLite (where a
+// statement costs a function call, and here a round trip to the server):
+//
+//  1. BEGIN, the audit lock, the chain's tail, and what the call index
+//     holds of the batch's calls, sent together;
+//  2. (only when this writer's tree edge is stale) the edge;
+//  3. the records, the tree's hashes, the call index's rows and words,
+//     and COMMIT, sent together; arrays bound to unnest() make each
+//     statement one, whatever the batch's size.
+//
+// BeginBatch is step 1 and CommitBatch step 3; store reads the edge
+// (step 2) and works out, with package audit, the rows from what step 1
+// read (as its callIndexer does statement by statement on SQLite): each
+// call index row is written once, in its state after the batch.
+
+const (
+	selectTail  = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
+	selectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
+ user_subject, user_email FROM call_index WHERE call_id = ANY($1::text[])`
+	selectKeys = `SELECT b, (SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576) FROM unnest($1::bigint[]) AS b`
+	selectMaxK = `SELECT coalesce(max(k), 0) FROM call_index`
+	insertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
+ direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
+ request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups, mac)
+ SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+ $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], $17::text[],
+ $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[], $26::text[],
+ $27::text[], $28::text[], $29::text[], $30::bytea[])`
+	insertTree  = `INSERT INTO tree_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])`
+	upsertCalls = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
+ user_subject, user_email)
+ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[],
+ $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])
+ ON CONFLICT (k) DO UPDATE SET out_seq = excluded.out_seq, dec_seq = excluded.dec_seq, decision = excluded.decision,
+ decided_by = excluded.decided_by, outcome = excluded.outcome, approval = excluded.approval`
+)
+
+// upsertWords makes the words of the calls whose arguments or result
+// the batch set, read back from the records the same transaction
+// inserted.
+var upsertWords = InsertWords + ` AND c.k = ANY($1::bigint[])
+ ON CONFLICT (k) DO UPDATE SET words = excluded.words`
+
+// InsertWords makes the words of the call index's rows: each call's
+// request's arguments and its latest outcome's result (a call with
+// neither has no row). The batches add to its condition; store's Copy
+// fills the text index of a whole log with it.
+var InsertWords = `INSERT INTO call_text (k, words)
+ SELECT c.k, ` + Words(`q.arguments || ' ' || coalesce(o.result, '')`) + `
+ FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
+ WHERE (q.arguments <> '' OR coalesce(o.result, '') <> '')`
+
+// Calls is what BeginBatch read of the call index for a batch: every row
+// of its calls and the keys around its new calls' milliseconds.
+type Calls struct {
+	rows map[string]audit.Call
+	next map[int64]int64 // key base → the key after the largest in its range
+	last int64
+}
+
+var _ audit.CallReader = (*Calls)(nil)
+
+// Call returns a row read in step 1.
+func (p *Calls) Call(_ context.Context, id string) (audit.Call, bool, error) {
+	c, ok := p.rows[id]
+	return c, ok, nil
+}
+
+// Keys returns the keys read in step 1.
+func (p *Calls) Keys(_ context.Context, base int64) (next, last int64, err error) {
+	next, ok := p.next[base]
+	if !ok {
+		return 0, 0, fmt.Errorf("the keys of %d were not read", base)
+	}
+	return next, p.last, nil
+}
+
+// BeginBatch begins a batch's transaction on conn, the audit writer's
+// connection, takes the audit lock and reads the chain's tail (seq 0 and
+// prev "" for an empty log) and what the call index holds of the calls
+// ids and of the key bases (the milliseconds of the batch's new calls),
+// in one round trip (step 1). On error the transaction may be open: the
+// caller ends it as after a failed write.
+func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64) (seq int64, prev string, calls *Calls, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT pg_advisory_xact_lock($1)", LockAudit)
+	b.Queue(selectTail)
+	b.Queue(selectCalls, ids)
+	b.Queue(selectKeys, bases)
+	b.Queue(selectMaxK)
+	res := conn.SendBatch(ctx, b)
+	calls = &Calls{rows: map[string]audit.Call{}, next: map[int64]int64{}}
+	err = func() error {
+		for range 2 {
+			if _, err := res.Exec(); err != nil {
+				return fmt.Errorf("begin: %w", err)
+			}
+		}
+		if err := res.QueryRow().Scan(&seq, &prev); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("chain tail: %w", err)
+		}
+		rows, err := res.Query()
+		if err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
+		for rows.Next() {
+			var c audit.Call
+			if err := rows.Scan(&c.K, &c.ID, &c.ReqSeq, &c.OutSeq, &c.DecSeq, &c.Server, &c.Tool, &c.Client, &c.Session,
+				&c.Decision, &c.DecidedBy, &c.Outcome, &c.Approval, &c.User, &c.UserEmail); err != nil {
+				rows.Close()
+				return fmt.Errorf("call index: %w", err)
+			}
+			calls.rows[c.ID] = c
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
+		if rows, err = res.Query(); err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
+		for rows.Next() {
+			var base int64
+			var m *int64
+			if err := rows.Scan(&base, &m); err != nil {
+				rows.Close()
+				return fmt.Errorf("call index: %w", err)
+			}
+			calls.next[base] = base
+			if m != nil {
+				calls.next[base] = *m + 1
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
+		return res.QueryRow().Scan(&calls.last)
+	}()
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("begin: %w", cerr)
+	}
+	return seq, prev, calls, err
+}
+
+// InDoubt is CommitBatch's error when the COMMIT was sent and its answer
+// not read: the batch may be committed or not. Seq and ID are the
+// batch's first record.
+type InDoubt struct {
+	Seq int64
+	ID  string
+	Err error
+}
+
+func (e *InDoubt) Error() string { return e.Err.Error() }
+func (e *InDoubt) Unwrap() error { return e.Err }
+
+// CommitBatch writes a batch's records, its tree hashes (at idx), its
+// call index rows and the words of the rows keyed words, and commits, in
+// one round trip (step 3). A failure once records were sent is an
+// *InDoubt.
+func CommitBatch(ctx context.Context, conn *pgx.Conn, recs *RecordColumns, idx []int64, hashes [][]byte, calls *CallColumns, words []int64) error {
+	b := &pgx.Batch{}
+	b.Queue(insertRecs, recs.args()...)
+	b.Queue(insertTree, idx, hashes)
+	b.Queue(upsertCalls, calls.args()...)
+	b.Queue(upsertWords, words)
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if len(recs.seq) == 0 {
+			return fmt.Errorf("commit: %w", err)
+		}
+		// The COMMIT may have been carried out: the batch is in doubt.
+		return &InDoubt{Seq: recs.seq[0], ID: recs.text[0][0], Err: fmt.Errorf("commit: %w", err)}
+	}
+	return nil
+}
+
+// RecordColumns are a batch's records, column by column, for unnest().
+type RecordColumns struct {
+	seq, reqSize, respSize, dur []int64
+	text                        [25][]string
+	mac                         [][]byte
+}
+
+// NewRecordColumns makes the columns of n records.
+func NewRecordColumns(n int) *RecordColumns {
+	c := &RecordColumns{seq: make([]int64, 0, n), reqSize: make([]int64, 0, n), respSize: make([]int64, 0, n), dur: make([]int64, 0, n),
+		mac: make([][]byte, 0, n)}
+	for i := range c.text {
+		c.text[i] = make([]string, 0, n)
+	}
+	return c
+}
+
+// Add adds record r, with its MAC, to the columns.
+func (c *RecordColumns) Add(r *guard.Record, mac []byte) {
+	c.seq = append(c.seq, r.Seq)
+	c.mac = append(c.mac, mac)
+	c.reqSize = append(c.reqSize, r.RequestSize)
+	c.respSize = append(c.respSize, r.ResponseSize)
+	c.dur = append(c.dur, r.DurationMS)
+	for i, s := range [25]string{r.ID, r.CallID, r.Kind, audit.FormatTime(r.Time), r.Session, r.Client, r.Protocol, r.Server,
+		r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision, r.DecidedBy, r.Reason, r.Outcome, r.Result,
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups)} {
+		c.text[i] = append(c.text[i], s)
+	}
+}
+
+// args are the parameters of insertRecs, in its columns' order.
+func (c *RecordColumns) args() []any {
+	t := c.text
+	return []any{c.seq, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15], t[16], t[17],
+		c.reqSize, c.respSize, c.dur, t[18], t[19], t[20], t[21], t[22], t[23], t[24], c.mac}
+}
+
+// CallColumns are the call index's rows a batch writes, for unnest().
+type CallColumns struct {
+	k, req, out, dec []int64
+	text             [11][]string
+}
+
+// NewCallColumns makes the columns of n rows.
+func NewCallColumns(n int) *CallColumns {
+	c := &CallColumns{k: make([]int64, 0, n), req: make([]int64, 0, n), out: make([]int64, 0, n), dec: make([]int64, 0, n)}
+	for i := range c.text {
+		c.text[i] = make([]string, 0, n)
+	}
+	return c
+}
+
+// Add adds row r to the columns.
+func (c *CallColumns) Add(r *audit.Call) {
+	c.k = append(c.k, r.K)
+	c.req = append(c.req, r.ReqSeq)
+	c.out = append(c.out, r.OutSeq)
+	c.dec = append(c.dec, r.DecSeq)
+	for i, s := range [11]string{r.ID, r.Server, r.Tool, r.Client, r.Session, r.Decision, r.DecidedBy, r.Outcome, r.Approval,
+		r.User, r.UserEmail} {
+		c.text[i] = append(c.text[i], s)
+	}
+}
+
+// args are the parameters of upsertCalls, in its columns' order.
+func (c *CallColumns) args() []any {
+	t := c.text
+	return []any{c.k, t[0], c.req, c.out, c.dec, t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10]}
+}
