@@ -440,6 +440,10 @@ func NewExportReader(b []byte) (*ExportReader, error) {
 		col[c] = i
 	}
 	first, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		// An export made before any checkpoint, of an empty log.
+		return &ExportReader{next: func() (func(string) string, error) { return nil, io.EOF }}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the export has no checkpoint row: %w", err)
 	}

@@ -215,6 +215,11 @@ func (cp *checkpointState) signIn(ctx context.Context, conn *sql.Conn, path stri
 	return c, true, nil
 }
 
+// ErrNoCheckpoint is a log no checkpoint signs yet: it is empty, or its
+// first records are younger than the first checkpoint (a guard killed in
+// its first second leaves such a log).
+var ErrNoCheckpoint = errors.New("no checkpoint yet")
+
 // LatestCheckpoint is the latest checkpoint kept in the database (or, when
 // none is, the one in the file beside it), checked against the log's key.
 func (db *DB) LatestCheckpoint(ctx context.Context) (*audit.Checkpoint, error) {
@@ -227,7 +232,7 @@ func (db *DB) LatestCheckpoint(ctx context.Context) (*audit.Checkpoint, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		c, err := audit.ReadCheckpointFile(db.opts.CheckpointPath, db.signer.Verifier())
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, errors.New("no checkpoint yet: the log is empty")
+			return nil, ErrNoCheckpoint
 		}
 		return c, err
 	}

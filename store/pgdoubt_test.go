@@ -194,6 +194,7 @@ func TestACommitWhoseAnswerIsLostIsSettledByAskingTheDatabase(t *testing.T) {
 	if err := <-db.AppendAsync(rec(0, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
+	firstCheckpoint(t, db) // its COMMIT is not the one lost
 	lost := link.loseNextCommit(false)
 	r := rec(1, guard.KindRequest)
 	err := <-db.AppendAsync(r)
@@ -229,6 +230,7 @@ func TestACommittedAppendWhoseCallerWasRefusedIsRecordedAsSuch(t *testing.T) {
 	if err := <-db.AppendAsync(rec(0, guard.KindRequest)); err != nil {
 		t.Fatal(err)
 	}
+	firstCheckpoint(t, db) // its COMMIT is not the one lost
 	link.loseNextCommit(true)
 	req, out := rec(1, guard.KindRequest), rec(1, guard.KindOutcome)
 	out.Outcome = guard.OutcomeOK
@@ -320,5 +322,20 @@ CREATE CONSTRAINT TRIGGER refuse_marked AFTER INSERT ON records DEFERRABLE INITI
 	}
 	if u := unconfirmed(t, db); len(u) != 0 {
 		t.Fatalf("corrections for records not committed: %v", u)
+	}
+}
+
+// firstCheckpoint waits until the checkpoint the store writes after its
+// first records is kept.
+func firstCheckpoint(t *testing.T, db *DB) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := db.LatestCheckpoint(context.Background())
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrNoCheckpoint) || time.Now().After(deadline) {
+			t.Fatalf("the first checkpoint: %v", err)
+		}
 	}
 }

@@ -178,6 +178,7 @@ type checkpointState struct {
 	lastTurn       atomic.Int64     // unix nanoseconds: when this process last sought the checkpoint lease
 	lastCheckpoint atomic.Int64     // unix nanoseconds
 	dirty          atomic.Bool      // records were committed since the last checkpoint
+	eager          atomic.Bool      // the turn taken at once for this process's first records was taken
 	refusedLogged  atomic.Bool      // a refused checkpoint was logged as an error
 	witness        *audit.Witnesses // where each new checkpoint is also sent; nil: nowhere
 

@@ -809,10 +809,13 @@ func (in *ingestion) commit(batch []*appendReq) (err error) {
 // maybeCheckpoint signs a checkpoint when this process holds the
 // checkpoint lease (checkpointlease.go), the last one is older than
 // CheckpointEvery, and records were committed since, by this process or
-// another.
+// another. The first records this process commits do not wait for
+// CheckpointEvery: it seeks the lease once at once, so that a guard
+// killed in its first second leaves a log a checkpoint signs.
 func (cp *checkpointState) maybeCheckpoint() {
-	if time.Since(time.Unix(0, cp.lastCheckpoint.Load())) < cp.db.opts.CheckpointEvery ||
-		time.Since(time.Unix(0, cp.lastTurn.Load())) < cp.db.opts.CheckpointEvery {
+	first := cp.lastCheckpoint.Load() == 0 && cp.dirty.Load() && !cp.eager.Swap(true)
+	if !first && (time.Since(time.Unix(0, cp.lastCheckpoint.Load())) < cp.db.opts.CheckpointEvery ||
+		time.Since(time.Unix(0, cp.lastTurn.Load())) < cp.db.opts.CheckpointEvery) {
 		return
 	}
 	ctx := context.Background()
