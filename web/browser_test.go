@@ -95,6 +95,28 @@ func (p *page) open(path string) {
 	p.do(10*time.Second, chromedp.Navigate(p.e.ts.URL+path), chromedp.WaitVisible(chromedp.CSS(`body[data-live="open"]`)))
 }
 
+// follow clicks the link sel and waits for want on the page it leads to.
+// A live update that replaces the link between its being found and
+// clicked loses the click (the page's activity table is rendered again as
+// each record of a call arrives): the link is clicked again, unless the
+// page it leads to is already there.
+func (p *page) follow(sel, want string) {
+	p.t.Helper()
+	var err error
+	for range 5 {
+		if evaluate[bool](p, `document.querySelector(`+strconv.Quote(want)+`) !== null`) {
+			break
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, 3*time.Second)
+		err = chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)), chromedp.WaitVisible(chromedp.CSS(want)))
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	p.do(10*time.Second, chromedp.WaitVisible(chromedp.CSS(want)))
+}
+
 // submit clicks a button that sends a form, and waits for the page the
 // form leads to.
 func (p *page) submit(sel string) {
@@ -352,7 +374,7 @@ func TestBrowser(t *testing.T) {
 		id := appendCall(t, e.db, "files", "list_dir", "allowed", "read-files", "ok", `{"path":"/srv"}`, 5)
 		p.do(3*time.Second, chromedp.WaitVisible(chromedp.CSS(`tr[data-call-id="`+id+`"]`)))
 		t.Logf("a new call reached the activity page in %v", time.Since(start))
-		p.do(10*time.Second, chromedp.Click(chromedp.CSS(`tr[data-call-id="`+id+`"] a`)), chromedp.WaitVisible(chromedp.CSS(`.call`)))
+		p.follow(`tr[data-call-id="`+id+`"] a`, `.call`)
 		if got := evaluate[string](p, `document.querySelector('h1').textContent`); !strings.Contains(got, "list_dir") {
 			t.Fatalf("call page: %q", got)
 		}
