@@ -332,7 +332,7 @@ func TestRetentionTriggers(t *testing.T) {
 // outside retention, is caught.
 func TestVerifyCatchesTamperingAfterPrune(t *testing.T) {
 	for _, tc := range []struct{ name, sql, want string }{
-		{"a pruned record's hash", `UPDATE records SET hash = 'ab' || substr(hash, 3) WHERE seq = 3`, "does not follow record 3"},
+		{"a pruned record's hash", `UPDATE records SET hash = (CASE WHEN hash LIKE 'ab%' THEN 'cd' ELSE 'ab' END) || substr(hash, 3) WHERE seq = 3`, "does not follow record 3"},
 		{"a pruned record's body put back", `UPDATE records SET arguments = '{"path":"/tmp/x"}' WHERE seq = 3`, "marked as pruned but its row holds a body"},
 		{"a pruned record's leaf", `UPDATE tree_hashes SET hash = zeroblob(32) WHERE idx = 3`, "record"},
 		{"a kept record's body", `UPDATE records SET arguments = '{"path":"/etc/passwd"}' WHERE seq = 8`, "record 8 (id"},
