@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
@@ -60,6 +61,9 @@ func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 			in.db.ckpt.dirty.Store(true)
 			in.db.stats.batches.Observe(float64(n))
 		}
+		if in.wc != nil && in.wc.held > 0 {
+			in.db.stats.held.Observe(in.wc.held.Seconds())
+		}
 	}
 	in.reply(batch, err)
 	if err != nil {
@@ -93,10 +97,12 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 		}
 	}
 	// 1. Begin, lock, read.
+	wc.held = 0
 	seq, prev, calls, err := postgres.BeginBatch(ctx, conn, ids, bases)
 	if err != nil {
 		return err
 	}
+	locked := time.Now()
 	// 2. The tree's edge, read again only when someone else appended.
 	edge := wc.tree.Edge
 	wc.tree.Edge = nil
@@ -155,6 +161,7 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	if err := postgres.CommitBatch(ctx, conn, cols, idx, hashes, rows, words); err != nil {
 		return err
 	}
+	wc.held = time.Since(locked)
 	wc.tree.Written()
 	last, hash := ab.Tail()
 	wc.known, wc.tailSeq, wc.tailHash = true, last, hash
