@@ -333,14 +333,6 @@ const (
 	modelCores8, modelCores32 = 8, 32
 )
 
-// metOrNot says whether a target is met.
-func metOrNot(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "not met"
-}
-
 // pgReport writes what each row on PostgreSQL cost the cluster, the lines
 // of its targets, and the replicas' model.
 func (rep *Report) pgReport(w io.Writer, names []string, concurrency []int, uses map[string]*pgUse) {
@@ -359,7 +351,7 @@ func (rep *Report) pgReport(w io.Writer, names []string, concurrency []int, uses
 	if u := uses[rowPostgres+"/16"]; u != nil {
 		pg := u.cpu / time.Duration(max(u.calls, 1))
 		rep.target(w, "PostgreSQL, 1 replica, 16 clients: PostgreSQL CPU/call %s (target ≤ %s): %s; statements/call %.2f, round trips/call %.2f; guard CPU/call %s (on SQLite %s)",
-			fmtDur(pg), fmtDur(targetPGCPU), metOrNot(pg <= targetPGCPU), u.perCall(float64(u.statements())), u.perCall(float64(u.segs)),
+			fmtDur(pg), fmtDur(targetPGCPU), met(pg <= targetPGCPU), u.perCall(float64(u.statements())), u.perCall(float64(u.segs)),
 			fmtDur(guardCPU(rowPostgres, 16)), fmtDur(guardCPU(rowSQLite, 16)))
 	}
 	for _, name := range names[2:] {

@@ -912,6 +912,9 @@ type writerConn struct {
 
 	// held is how long the last batch held the audit lock (PostgreSQL).
 	held time.Duration
+	// pgArgs are the arguments of the calls awaiting their outcome whose
+	// request this connection committed (PostgreSQL, pgwriter.go).
+	pgArgs map[string]pgArgs
 }
 
 // driverStmt is what the writer needs of a driver's prepared statement.
