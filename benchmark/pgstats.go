@@ -36,8 +36,9 @@ import (
 // transactions: the calls of the statement that inserts records, and
 // guard's guard_audit_batch_records.
 
-// pgPreload is the cluster's setting that loads pg_stat_statements.
-const pgPreload = "shared_preload_libraries=pg_stat_statements"
+// pgSettings load pg_stat_statements in the cluster, and have it time
+// the planning of statements too.
+var pgSettings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track_planning=on"}
 
 // Guard's metrics the benchmark reads (cmd/guard/app/metrics.go).
 const (
@@ -77,6 +78,7 @@ type stmtCount struct {
 	query string
 	calls int64
 	exec  float64 // ms
+	plan  float64 // ms
 	rows  int64
 }
 
@@ -113,7 +115,7 @@ func (m *pgMeter) read(ctx context.Context, db string, urls []string, after bool
 			return r, err
 		}
 	}
-	rows, err := m.conn.Query(ctx, `SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.rows
+	rows, err := m.conn.Query(ctx, `SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.total_plan_time, s.rows
  FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 AND s.queryid IS NOT NULL`, db)
 	if err != nil {
 		return r, fmt.Errorf("pg_stat_statements: %w", err)
@@ -121,12 +123,12 @@ func (m *pgMeter) read(ctx context.Context, db string, urls []string, after bool
 	for rows.Next() {
 		var id int64
 		var s stmtCount
-		if err := rows.Scan(&id, &s.query, &s.calls, &s.exec, &s.rows); err != nil {
+		if err := rows.Scan(&id, &s.query, &s.calls, &s.exec, &s.plan, &s.rows); err != nil {
 			rows.Close()
 			return r, fmt.Errorf("pg_stat_statements: %w", err)
 		}
 		c := r.stmts[id]
-		c.query, c.calls, c.exec, c.rows = s.query, c.calls+s.calls, c.exec+s.exec, c.rows+s.rows
+		c.query, c.calls, c.exec, c.plan, c.rows = s.query, c.calls+s.calls, c.exec+s.exec, c.plan+s.plan, c.rows+s.rows
 		r.stmts[id] = c
 	}
 	rows.Close()
@@ -235,6 +237,7 @@ func (u *pgUse) add(a, b pgReading, calls int, elapsed, cpu time.Duration) {
 		c.query = s.query
 		c.calls += s.calls - a.stmts[id].calls
 		c.exec += s.exec - a.stmts[id].exec
+		c.plan += s.plan - a.stmts[id].plan
 		c.rows += s.rows - a.stmts[id].rows
 		u.stmts[id] = c
 	}
@@ -297,6 +300,11 @@ func (u *pgUse) write(w io.Writer, name string, callers int) {
 	if u.churned > 0 {
 		fmt.Fprintf(w, " (%d connections closed meanwhile)", u.churned)
 	}
+	var exec, plan float64
+	for _, s := range u.stmts {
+		exec, plan = exec+s.exec, plan+s.plan
+	}
+	fmt.Fprintf(w, "; executing %.0f µs/call, planning %.0f", u.perCall(exec*1000), u.perCall(plan*1000))
 	fmt.Fprintf(w, "; batches %.0f, %.1f calls and %.1f records each", b, float64(u.calls)/max(b, 1), u.records/max(u.batches, 1))
 	if u.holds > 0 {
 		hold := u.held / u.holds
@@ -312,17 +320,17 @@ func (u *pgUse) write(w io.Writer, name string, callers int) {
 			}
 		})
 		slices.SortFunc(ss, func(a, b stmtCount) int { return cmp.Compare(key(b), key(a)) })
-		fmt.Fprintf(w, "  top by %s: per call, exec µs per call, rows per call, statement\n", by)
+		fmt.Fprintf(w, "  top by %s: per call, exec and plan µs per call, rows per call, statement\n", by)
 		for _, s := range ss[:min(len(ss), 6)] {
 			q := strings.Join(strings.Fields(s.query), " ")
 			if len(q) > 90 {
 				q = q[:90] + "…"
 			}
-			fmt.Fprintf(w, "    %6.2f %8.1f %7.2f  %s\n", u.perCall(float64(s.calls)), u.perCall(s.exec*1000), u.perCall(float64(s.rows)), q)
+			fmt.Fprintf(w, "    %6.2f %8.1f %6.1f %7.2f  %s\n", u.perCall(float64(s.calls)), u.perCall(s.exec*1000), u.perCall(s.plan*1000), u.perCall(float64(s.rows)), q)
 		}
 	}
 	top("calls", func(s stmtCount) float64 { return float64(s.calls) })
-	top("time", func(s stmtCount) float64 { return s.exec })
+	top("time", func(s stmtCount) float64 { return s.exec + s.plan })
 }
 
 // The targets on PostgreSQL.

@@ -102,7 +102,7 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 		return nil, fmt.Errorf("fixture: %w", err)
 	}
 	fmt.Fprintln(w, "starting a PostgreSQL cluster of the benchmark's own (fsync on)")
-	pg, err := pgtest.New(pgtest.Options{Durable: true, Settings: []string{pgPreload}})
+	pg, err := pgtest.New(pgtest.Options{Durable: true, Settings: pgSettings})
 	if err != nil {
 		return nil, err
 	}
