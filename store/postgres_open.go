@@ -53,7 +53,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{
 		opts:     opts,
 		pg:       true,
-		aw:       postgres.OpenAuditPool(cfg, sqls),
+		aw:       postgres.OpenPool(cfg, postgres.LockAudit, sqls),
 		w:        postgres.OpenPool(cfg, postgres.LockState, sqls),
 		r:        postgres.OpenReaders(cfg, sqls),
 		writable: true,

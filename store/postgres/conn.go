@@ -425,23 +425,6 @@ func OpenPool(cfg *pgx.ConnConfig, lock int64, sqls *Rebinder) *sql.DB {
 	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg), lock: lock, sqls: sqls})
 }
 
-// OpenAuditPool opens the audit writer's pool: OpenPool with LockAudit,
-// whose connections plan each statement for the tables as they are when
-// it runs (plan_cache_mode force_custom_plan). A prepared statement's
-// generic plan is otherwise kept from its first runs until the tables are
-// analyzed again: the writer's, made while a new database's tables were
-// small, scanned them whole (the chain's tail, a call's row, its words)
-// as they grew, up to autovacuum's next analysis, a millisecond a call
-// after a few thousand calls. Planning costs a few microseconds a
-// statement, and the writer runs a few a batch.
-func OpenAuditPool(cfg *pgx.ConnConfig, sqls *Rebinder) *sql.DB {
-	custom := stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
-		return err
-	})
-	return sql.OpenDB(&pgConnector{base: stdlib.GetConnector(*cfg, custom), lock: LockAudit, sqls: sqls})
-}
-
 // OpenReaders opens the readers' pool on cfg: every transaction of its
 // connections is read-only. The setting is made once a connection is up,
 // not as a startup parameter, which PgBouncer refuses.

@@ -73,6 +73,21 @@ var InsertWords = `INSERT INTO call_text (k, words)
  FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
  WHERE (q.arguments <> '' OR coalesce(o.result, '') <> '')`
 
+// A batch's transaction runs with sequential scans off and generic plans
+// (set_config, local to the transaction), so that its statements'
+// plans look rows up by their indexes whatever the tables' statistics
+// say, and are made once. PostgreSQL keeps a prepared statement's
+// generic plan from its first runs until the tables are analyzed again:
+// plans made while a new database's tables were small scanned them whole
+// (a call's row, its words) as they grew, up to autovacuum's next
+// analysis, a millisecond of PostgreSQL's CPU a call after a few thousand
+// calls. Every statement of a batch reads by a key. Planning each anew
+// for the tables as they are (plan_cache_mode force_custom_plan) cost a
+// third of what the statements cost, and the statements that take an
+// array (= ANY, unnest) were planned anew each time all the same, their
+// generic plans' estimates being above their custom ones'.
+const indexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // Calls is what BeginBatch read of the call index for a batch: every row
 // of its calls and the keys around its new calls' milliseconds.
 type Calls struct {
@@ -108,6 +123,7 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SELECT pg_advisory_xact_lock($1)", LockAudit)
+	b.Queue(indexScans)
 	b.Queue(selectTail)
 	b.Queue(selectCalls, ids)
 	if len(bases) > 0 {
@@ -116,7 +132,7 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 	res := conn.SendBatch(ctx, b)
 	calls = &Calls{rows: map[string]audit.Call{}, next: map[int64]int64{}}
 	err = func() error {
-		for range 2 {
+		for range 3 {
 			if _, err := res.Exec(); err != nil {
 				return fmt.Errorf("begin: %w", err)
 			}
