@@ -155,9 +155,16 @@ func (m *pgMeter) segments(ctx context.Context, ports []int32) (map[string]int64
 	if err != nil {
 		return nil, fmt.Errorf("ss: %w", err)
 	}
+	return parseSegments(string(out), ports), nil
+}
+
+// parseSegments reads the output of ss -tinH: each connection's line (its
+// peer's address last) and then its information's (data_segs_in:N), for
+// the connections from the ports.
+func parseSegments(out string, ports []int32) map[string]int64 {
 	segs := map[string]int64{}
 	peer := ""
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		if line == "" || line[0] == ' ' || line[0] == '\t' {
 			for _, f := range strings.Fields(line) {
 				if v, ok := strings.CutPrefix(f, "data_segs_in:"); ok && peer != "" {
@@ -179,7 +186,7 @@ func (m *pgMeter) segments(ctx context.Context, ports []int32) (map[string]int64
 			peer = addr
 		}
 	}
-	return segs, nil
+	return segs
 }
 
 // scrape reads the plain series (name and value, no labels) of a guard's
@@ -379,10 +386,17 @@ func (rep *Report) pgReport(w io.Writer, names []string, concurrency []int, uses
 
 // replicasModel works out, from a row's measured costs, the calls per
 // second its replicas and PostgreSQL would make on machines with more
-// cores (docs/replicas.md, "How far replicas go"). Guard's and PostgreSQL's
-// CPU per call scale with the cores; the audit lock does not: each batch
-// holds it for h = a + b×n (n its calls), fitted over the rows measured,
-// so the lock alone allows at most n/(a+b×n) calls/s, 1/b as batches grow.
+// cores (docs/replicas.md, "How far replicas go"). Guard's and
+// PostgreSQL's CPU per call scale with the cores: C/(guard + PostgreSQL)
+// calls/s on C cores. The audit lock does not: each batch holds it for
+// h = a + b×n (n its calls), so the lock allows at most n/(a+b×n)
+// calls/s, which tends to 1/b as batches grow, and they grow as the
+// lock gets busy (the calls that come while a batch holds it go in the
+// next). b is fitted over the rows measured, where the writers wait for
+// these two cores while they hold the lock (an upper bound), and
+// bounded below by PostgreSQL's own time for the batch's statements under
+// the lock (pg_stat_statements: execution and planning, without the lock,
+// BEGIN and COMMIT).
 func (rep *Report) replicasModel(w io.Writer, name string, guard time.Duration, u *pgUse, uses map[string]*pgUse) {
 	var xs, ys []float64 // calls per batch, lock held per batch (s)
 	for _, v := range uses {
@@ -391,29 +405,43 @@ func (rep *Report) replicasModel(w io.Writer, name string, guard time.Duration, 
 			ys = append(ys, v.held/v.holds)
 		}
 	}
-	a, b := fitLine(xs, ys)
-	perCall := guard + u.cpu/time.Duration(max(u.calls, 1))
-	fmt.Fprintf(w, "model of %s: CPU/call %s (guard and PostgreSQL); audit lock held a + b×n per batch of n calls, a = %s, b = %s (fitted over %d rows)\n",
-		name, fmtDur(perCall), fmtDur(time.Duration(a*float64(time.Second))), fmtDur(time.Duration(b*float64(time.Second))), len(xs))
-	nMax := float64(maxBatchRecords) / max(u.records/max(float64(u.calls), 1), 1)
-	lock := 0.0
-	if a+b*nMax > 0 {
-		lock = nMax / (a + b*nMax)
+	if len(xs) < 2 {
+		return // guard has no lock figures (an older binary)
 	}
+	a, b := fitLine(xs, ys)
+	b = max(b, u.underLock())
+	perCall := guard + u.cpu/time.Duration(max(u.calls, 1))
+	us := func(s float64) string { return fmtDur(time.Duration(s * float64(time.Second))) }
+	fmt.Fprintf(w, "model of %s: CPU/call %s (guard and PostgreSQL); audit lock held a + b×n per batch of n calls: a = %s, b = %s fitted over %d rows, b ≥ %s (PostgreSQL's time under the lock)\n",
+		name, fmtDur(perCall), us(a), us(b), len(xs), us(u.underLock()))
 	for _, c := range []int{modelCores8, modelCores32} {
 		cpu := float64(c) / perCall.Seconds()
-		binds := "CPU"
-		if lock > 0 && lock < cpu {
-			binds = "the audit lock"
+		hi, lo := 1/u.underLock(), 1/b
+		binds := "CPU binds"
+		switch {
+		case hi < cpu:
+			binds = fmt.Sprintf("the audit lock binds: without its work per call, %.1f× as many", cpu/hi)
+		case lo < cpu:
+			binds = "the audit lock may bind"
 		}
-		rep.target(w, "model, %s on %d cores: %.0f calls/s by CPU, %.0f by the audit lock (batches of %.0f calls): %s binds",
-			name, c, cpu, lock, nMax, binds)
+		rep.target(w, "model, %s on %d cores: %.0f calls/s by CPU, %.0f to %.0f by the audit lock: %s", name, c, cpu, lo, hi, binds)
 	}
 }
 
-// maxBatchRecords is the most records the audit writer puts in one batch
-// (store's maxBatch).
-const maxBatchRecords = 2048
+// underLock is PostgreSQL's time per call for the audit batches'
+// statements under the lock (in s), but for the lock, BEGIN and COMMIT,
+// which a batch runs once whatever its calls.
+func (u *pgUse) underLock() float64 {
+	var ms float64
+	for _, s := range u.stmts {
+		q := strings.ToUpper(strings.TrimSpace(s.query))
+		if q == "BEGIN" || q == "COMMIT" || strings.Contains(q, "PG_ADVISORY_XACT_LOCK") {
+			continue
+		}
+		ms += s.exec + s.plan
+	}
+	return u.perCall(ms) / 1000
+}
 
 // fitLine fits y = a + b×x by least squares; with fewer than two distinct
 // x it is the mean of y over x.
