@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,8 +41,15 @@ const (
 	updateCall    = `UPDATE call_index SET out_seq = ?1, outcome = ?2, approval = ?3, dec_seq = ?4 WHERE k = ?5`
 	updateDecider = `UPDATE call_index SET decision = ?1, decided_by = ?2 WHERE k = ?3`
 	selectText    = `SELECT (SELECT arguments FROM records WHERE seq = ?1), coalesce((SELECT result FROM records WHERE seq = ?2), '')`
-	insertText    = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
-	deleteText    = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
+	// A batch's calls and key bases, read at once (prefetch): each a JSON
+	// array of the batch's call ids or bases. The keys' last row, with
+	// NULL as its base, is the largest key of all.
+	selectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, decision, decided_by, outcome, approval FROM call_index
+ WHERE call_id IN (SELECT value FROM json_each(?1))`
+	selectBases = `SELECT j.value, (SELECT max(k) FROM call_index WHERE k >= j.value AND k < j.value + 1048576) FROM json_each(?1) j
+ UNION ALL SELECT NULL, (SELECT max(k) FROM call_index)`
+	insertText = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
+	deleteText = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
 
 // The text index on PostgreSQL: a call's words as a tsvector (postgres
@@ -60,9 +68,13 @@ const (
 // batch changed (write).
 type callIndexer struct {
 	keys, ins, call, update, decider, args, text, untext driverStmt
+	calls, bases                                         driverStmt // prefetch's
 	vals                                                 [15]driver.NamedValue
-	row                                                  [8]driver.Value
+	row                                                  [9]driver.Value
 	changed                                              []*audit.CallChange // write's, sorted by key
+	batch                                                batchCalls
+	ids                                                  []string // prefetch's
+	bs                                                   []int64
 }
 
 var _ audit.CallReader = (*callIndexer)(nil)
@@ -80,7 +92,11 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 		s *driverStmt
 		q string
 	}{{&ix.keys, selectKeys}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.update, updateCall},
-		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext}} {
+		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext},
+		{&ix.calls, selectCalls}, {&ix.bases, selectBases}} {
+		if pg && (p.s == &ix.calls || p.s == &ix.bases) {
+			continue // PostgreSQL's batches read theirs in BeginBatch
+		}
 		st, err := pc.PrepareContext(ctx, p.q)
 		if err != nil {
 			_ = ix.close()
@@ -99,7 +115,7 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 
 func (ix *callIndexer) close() error {
 	var errs []error
-	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext} {
+	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext, ix.calls, ix.bases} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -136,6 +152,135 @@ func (ix *callIndexer) Keys(ctx context.Context, base int64) (next, last int64, 
 	}
 	last, _ = ix.row[1].(int64)
 	return next, last, nil
+}
+
+// batchCalls is what the call index holds of a batch's calls and key
+// bases, read at once before the batch is chained (prefetch) instead of a
+// query per call: the audit.CallReader of the batch. What it was not asked
+// for it reads from the index as it goes.
+type batchCalls struct {
+	ix    *callIndexer
+	rows  map[string]*audit.Call // nil: the call has no row
+	next  map[int64]int64        // key base → the key after the largest in its range
+	last  int64
+	valid bool // rows and next were read
+}
+
+var _ audit.CallReader = (*batchCalls)(nil)
+
+// Call returns a row read by prefetch, or reads it.
+func (bc *batchCalls) Call(ctx context.Context, id string) (audit.Call, bool, error) {
+	if c, ok := bc.rows[id]; ok && bc.valid {
+		if c == nil {
+			return audit.Call{}, false, nil
+		}
+		return *c, true, nil
+	}
+	return bc.ix.Call(ctx, id)
+}
+
+// Keys returns the keys read by prefetch, or reads them.
+func (bc *batchCalls) Keys(ctx context.Context, base int64) (next, last int64, err error) {
+	if n, ok := bc.next[base]; ok && bc.valid {
+		return n, bc.last, nil
+	}
+	return bc.ix.Keys(ctx, base)
+}
+
+// prefetch reads what the index holds of the batch's calls and of the key
+// bases of its requests, in two statements, inside the transaction that
+// writes the batch, and returns the batch's reader.
+func (ix *callIndexer) prefetch(ctx context.Context, batch []*appendReq) (*batchCalls, error) {
+	bc := &ix.batch
+	bc.ix, bc.valid = ix, false
+	if bc.rows == nil {
+		bc.rows, bc.next = map[string]*audit.Call{}, map[int64]int64{}
+	}
+	clear(bc.rows)
+	clear(bc.next)
+	ix.ids, ix.bs = ix.ids[:0], ix.bs[:0]
+	for _, req := range batch {
+		for _, r := range req.recs {
+			switch r.Kind {
+			case guard.KindRequest, guard.KindOutcome, guard.KindDecision:
+			default:
+				continue
+			}
+			if _, ok := bc.rows[r.CallID]; !ok {
+				bc.rows[r.CallID] = nil
+				ix.ids = append(ix.ids, r.CallID)
+			}
+			if b := audit.KeyMillis(r.Time); r.Kind == guard.KindRequest {
+				if _, ok := bc.next[b]; !ok {
+					bc.next[b] = b
+					ix.bs = append(ix.bs, b)
+				}
+			}
+		}
+	}
+	if len(ix.ids) == 0 {
+		return bc, nil
+	}
+	ids, err := json.Marshal(ix.ids)
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	bases, err := json.Marshal(ix.bs)
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	err = ix.each(ctx, ix.calls, string(ids), func(row []driver.Value) {
+		c := &audit.Call{}
+		c.K, _ = row[0].(int64)
+		c.ID, _ = row[1].(string)
+		c.ReqSeq, _ = row[2].(int64)
+		c.OutSeq, _ = row[3].(int64)
+		c.DecSeq, _ = row[4].(int64)
+		c.Decision, _ = row[5].(string)
+		c.DecidedBy, _ = row[6].(string)
+		c.Outcome, _ = row[7].(string)
+		c.Approval, _ = row[8].(string)
+		bc.rows[c.ID] = c
+	})
+	if err == nil {
+		err = ix.each(ctx, ix.bases, string(bases), func(row []driver.Value) {
+			m, ok := row[1].(int64)
+			base, isBase := row[0].(int64)
+			switch {
+			case !isBase:
+				bc.last = m // the largest key of all (0: none)
+			case ok:
+				bc.next[base] = m + 1
+			}
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	bc.valid = true
+	return bc, nil
+}
+
+// each runs a query with one argument and hands each row to f.
+func (ix *callIndexer) each(ctx context.Context, st driverStmt, arg any, f func([]driver.Value)) error {
+	defer ix.unbind()
+	rows, err := st.QueryContext(ctx, ix.bind([]any{arg}))
+	if err != nil {
+		return err
+	}
+	row := ix.row[:len(rows.Columns())]
+	for {
+		clear(ix.row[:])
+		if err = rows.Next(row); err != nil {
+			break
+		}
+		f(row)
+	}
+	cerr := rows.Close()
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	return cerr
 }
 
 // index indexes records already chained and inserted, in seq order.

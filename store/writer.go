@@ -987,8 +987,12 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 		}
 	}
 	wc.tree.Edge = edge
+	calls, err := wc.ix.prefetch(ctx, batch)
+	if err != nil {
+		return err
+	}
 	b := wc.batch
-	b.Begin(seq, prev, &wc.tree, wc.ix)
+	b.Begin(seq, prev, &wc.tree, calls)
 	defer b.End()
 	for _, req := range batch {
 		for _, r := range req.recs {
