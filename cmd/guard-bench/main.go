@@ -118,6 +118,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
 	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
 	haproxyConfig := fs.String("haproxy-config", "replicas/testdata/haproxy.cfg.tmpl", "with --replicas: the HAProxy configuration `template` (docs/haproxy.cfg with its addresses as placeholders)")
+	size := fs.Bool("size", false, "also build guard's release binary (linux/amd64, scripts/release's flags) into --dir, once the run is done, and compare its size with the target (a build of a minute or two)")
 	if status, ok := parse(fs, args); !ok {
 		return status
 	}
@@ -217,6 +218,11 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		return fail(err)
+	}
+	if *size {
+		if _, err := benchmark.ReleaseSize(ctx, d, stdout); err != nil {
+			return fail(err)
+		}
 	}
 	return exitOK
 }
