@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -31,9 +32,10 @@ import (
 // transaction makes FTS5 flush what it holds in memory to a new segment,
 // which cost more than all the rest.
 const (
-	selectKeys = `SELECT (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
-	insertCall = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by,
- outcome, approval, user_subject, user_email) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	selectKeys  = `SELECT (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
+	insertCall  = callColumns + `(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	callColumns = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by,
+ outcome, approval, user_subject, user_email) VALUES `
 	selectCall = `SELECT k, req_seq, out_seq, dec_seq, decision, decided_by, outcome, approval FROM call_index WHERE call_id = ?1`
 	// The columns that are not indexed are set in one statement, and
 	// decision and decided_by only when they change: an UPDATE that sets
@@ -52,6 +54,14 @@ const (
 	deleteText = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
 
+// callRows is how many new calls' rows insertCalls inserts: a
+// statement's fixed cost, a cursor opened on the table and on each of its
+// many indexes among it, is shared by that many rows.
+const callRows = 16
+
+// insertCalls inserts callRows rows.
+var insertCalls = callColumns + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, callRows), ", ")
+
 // The text index on PostgreSQL: a call's words as a tsvector (postgres
 // migration 0012), replaced whole.
 var pgInsertText = `INSERT INTO call_text (k, words) VALUES (?1, ` + postgres.Words(`?2 || ' ' || ?3`) + `)
@@ -69,7 +79,10 @@ const (
 type callIndexer struct {
 	keys, ins, call, update, decider, args, text, untext driverStmt
 	calls, bases                                         driverStmt // prefetch's
+	insMany                                              driverStmt // insertCalls
 	vals                                                 [15]driver.NamedValue
+	many                                                 [15 * callRows]driver.NamedValue
+	fresh                                                []*audit.CallChange // new rows not inserted yet
 	row                                                  [9]driver.Value
 	changed                                              []*audit.CallChange // write's, sorted by key
 	batch                                                batchCalls
@@ -88,14 +101,17 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 	for i := range ix.vals {
 		ix.vals[i].Ordinal = i + 1
 	}
+	for i := range ix.many {
+		ix.many[i].Ordinal = i + 1
+	}
 	for _, p := range []struct {
 		s *driverStmt
 		q string
 	}{{&ix.keys, selectKeys}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.update, updateCall},
 		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext},
-		{&ix.calls, selectCalls}, {&ix.bases, selectBases}} {
-		if pg && (p.s == &ix.calls || p.s == &ix.bases) {
-			continue // PostgreSQL's batches read theirs in BeginBatch
+		{&ix.calls, selectCalls}, {&ix.bases, selectBases}, {&ix.insMany, insertCalls}} {
+		if pg && (p.s == &ix.calls || p.s == &ix.bases || p.s == &ix.insMany) {
+			continue // SQLite's: PostgreSQL's batches read and write theirs at once (package postgres)
 		}
 		st, err := pc.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -115,7 +131,7 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 
 func (ix *callIndexer) close() error {
 	var errs []error
-	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext, ix.calls, ix.bases} {
+	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext, ix.calls, ix.bases, ix.insMany} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -308,7 +324,23 @@ func (t callText) empty() bool { return t.args == "" && t.result == "" }
 // that order makes it flush what it holds to a new segment first, which
 // cost more than everything else together.
 func (ix *callIndexer) write(ctx context.Context, changes []*audit.CallChange) error {
+	defer clear(ix.fresh)
+	ix.fresh = ix.fresh[:0]
 	for _, c := range changes {
+		if c.New && ix.insMany != nil {
+			ix.fresh = append(ix.fresh, c)
+			if len(ix.fresh) == callRows {
+				if err := ix.insertFresh(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := ix.writeRow(ctx, c); err != nil {
+			return fmt.Errorf("call index: call %s: %w", c.ID, err)
+		}
+	}
+	for _, c := range ix.fresh {
 		if err := ix.writeRow(ctx, c); err != nil {
 			return fmt.Errorf("call index: call %s: %w", c.ID, err)
 		}
@@ -352,11 +384,36 @@ func (ix *callIndexer) write(ctx context.Context, changes []*audit.CallChange) e
 	return nil
 }
 
+// insertFresh inserts callRows new calls' rows at once.
+func (ix *callIndexer) insertFresh(ctx context.Context) error {
+	defer func() {
+		for i := range ix.many {
+			ix.many[i].Value = nil
+		}
+	}()
+	for i, c := range ix.fresh {
+		for j, v := range newCallValues(c) {
+			ix.many[i*len(ix.vals)+j].Value = v
+		}
+	}
+	ix.fresh = ix.fresh[:0]
+	if _, err := ix.insMany.ExecContext(ctx, ix.many[:]); err != nil {
+		return fmt.Errorf("call index: %w", err)
+	}
+	return nil
+}
+
+// newCallValues are a new call's columns, as insertCall takes them.
+func newCallValues(c *audit.CallChange) [15]any {
+	return [15]any{c.K, c.ID, c.ReqSeq, c.OutSeq, c.DecSeq, c.Server, c.Tool, c.Client, c.Session,
+		c.Decision, c.DecidedBy, c.Outcome, c.Approval, c.User, c.UserEmail}
+}
+
 // writeRow inserts a new call's row, or updates what changed of one.
 func (ix *callIndexer) writeRow(ctx context.Context, c *audit.CallChange) error {
 	if c.New {
-		_, err := ix.exec(ctx, ix.ins, c.K, c.ID, c.ReqSeq, c.OutSeq, c.DecSeq, c.Server, c.Tool, c.Client, c.Session,
-			c.Decision, c.DecidedBy, c.Outcome, c.Approval, c.User, c.UserEmail)
+		v := newCallValues(c)
+		_, err := ix.exec(ctx, ix.ins, v[:]...)
 		return err
 	}
 	w := &c.Was
