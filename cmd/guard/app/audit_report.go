@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -359,16 +360,20 @@ func inert(v string) string {
 //go:embed audit_report.html
 var reportPage string
 
-var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"safe":      safe,
-	"stamp":     stamp,
-	"thousands": thousands,
-	"waited":    waited,
-}).Parse(reportPage))
+// reportTemplate is the page's template, parsed when a report is written:
+// not at the start of every guard process, which keeps it in memory.
+var reportTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"safe":      safe,
+		"stamp":     stamp,
+		"thousands": thousands,
+		"waited":    waited,
+	}).Parse(reportPage))
+})
 
 // writeReportHTML writes the report as one self-contained HTML page.
 func writeReportHTML(w io.Writer, r *auditReport) error {
-	if err := reportTemplate.Execute(w, r); err != nil {
+	if err := reportTemplate().Execute(w, r); err != nil {
 		return fmt.Errorf("html: %w", err)
 	}
 	return nil
