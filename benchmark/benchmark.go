@@ -42,8 +42,11 @@ type Config struct {
 	// Durability lists the audit durability modes to measure through guard.
 	Durability []string
 	// BigResult is the size of the result used for the memory measurement
-	// (0 skips it).
+	// (0 skips it, and in Run the whole memory measurement).
 	BigResult int
+	// Idle is how long a session stays idle before its memory is read
+	// (default 10 s, as in guard's target).
+	Idle time.Duration
 	// Rounds splits each measurement into interleaved rounds (default 1).
 	Rounds int
 	// Profile, when not "", is a directory where each guard process the
@@ -124,10 +127,11 @@ type Report struct {
 	// Fsync is the median time of a small append and sync in Dir, as the
 	// audit journal makes them (fsyncProbe), before and between rounds.
 	Fsync time.Duration
-	// IdleRSS is guard's resident memory after start-up and a few calls.
-	IdleRSS int64
+	// IdleRSS and IdleUIRSS are the resident memory of guard run without
+	// and with the UI, idle after initialize and tools/list (memory.go).
+	IdleRSS, IdleUIRSS int64
 	// BigRSS is guard's peak resident memory after relaying a BigResult
-	// result; BigBase is its peak before.
+	// result; BigBase is its resident memory before.
 	BigBase, BigRSS int64
 	// Targets are the lines that compare figures with guard's targets.
 	Targets []string
@@ -237,7 +241,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 	}
 	rep.stdioTargets(w)
 	if cfg.BigResult > 0 {
-		if err := bigResult(ctx, cfg, rep, w); err != nil {
+		if err := memory(ctx, cfg, rep, w); err != nil {
 			return nil, err
 		}
 	}
@@ -675,46 +679,6 @@ func treeCPU(pid int) time.Duration {
 		}
 	}
 	return total
-}
-
-// bigResult measures guard's resident memory while idle and its peak
-// around relaying one large result.
-func bigResult(ctx context.Context, cfg Config, rep *Report, w io.Writer) error {
-	cfgPath := filepath.Join(cfg.Dir, "bench-normal.yaml")
-	if err := os.WriteFile(cfgPath, []byte("durability: normal\npolicy:\n  default: allow\n"), 0o600); err != nil {
-		return err
-	}
-	db := filepath.Join(cfg.Dir, "bench-memory.db")
-	argv := []string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--", cfg.Guard, "example-server"}
-	cs, cmd, err := connect(ctx, argv, profileEnv(cfg.Profile, "guard memory", 0, 0))
-	if err != nil {
-		return err
-	}
-	defer cs.Close()
-	for range 50 {
-		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err != nil {
-			return err
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
-	pid := cmd.Process.Pid
-	rep.IdleRSS, _ = procStatus(pid, "VmRSS")
-	rep.BigBase, _ = procStatus(pid, "VmHWM")
-	// A small request with a large result: what a file read or a query
-	// returns.
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "0123456789abcdef", "times": cfg.BigResult / 16}})
-	if err != nil {
-		return fmt.Errorf("big result: %w", err)
-	}
-	if res.IsError {
-		return fmt.Errorf("big result: tool error")
-	}
-	rep.BigRSS, _ = procStatus(pid, "VmHWM")
-	fmt.Fprintf(w, "guard resident memory idle: %.1f MiB\n", float64(rep.IdleRSS)/(1<<20))
-	fmt.Fprintf(w, "guard peak memory around a %d MiB result: before %.1f MiB, after %.1f MiB, rise %.1f MiB = %.2f× the message\n",
-		cfg.BigResult>>20, float64(rep.BigBase)/(1<<20), float64(rep.BigRSS)/(1<<20),
-		float64(rep.BigRSS-rep.BigBase)/(1<<20), float64(rep.BigRSS-rep.BigBase)/float64(cfg.BigResult))
-	return nil
 }
 
 // procStatus reads a "kB" field of /proc/PID/status, in bytes.

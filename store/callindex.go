@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"database/sql/driver"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -30,9 +32,10 @@ import (
 // transaction makes FTS5 flush what it holds in memory to a new segment,
 // which cost more than all the rest.
 const (
-	selectKeys = `SELECT (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
-	insertCall = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by,
- outcome, approval, user_subject, user_email) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	selectKeys  = `SELECT (SELECT max(k) FROM call_index WHERE k >= ?1 AND k < ?1 + 1048576), (SELECT max(k) FROM call_index)`
+	insertCall  = callColumns + `(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)`
+	callColumns = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by,
+ outcome, approval, user_subject, user_email) VALUES `
 	selectCall = `SELECT k, req_seq, out_seq, dec_seq, decision, decided_by, outcome, approval FROM call_index WHERE call_id = ?1`
 	// The columns that are not indexed are set in one statement, and
 	// decision and decided_by only when they change: an UPDATE that sets
@@ -40,9 +43,24 @@ const (
 	updateCall    = `UPDATE call_index SET out_seq = ?1, outcome = ?2, approval = ?3, dec_seq = ?4 WHERE k = ?5`
 	updateDecider = `UPDATE call_index SET decision = ?1, decided_by = ?2 WHERE k = ?3`
 	selectText    = `SELECT (SELECT arguments FROM records WHERE seq = ?1), coalesce((SELECT result FROM records WHERE seq = ?2), '')`
-	insertText    = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
-	deleteText    = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
+	// A batch's calls and key bases, read at once (prefetch): each a JSON
+	// array of the batch's call ids or bases. The keys' last row, with
+	// NULL as its base, is the largest key of all.
+	selectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, decision, decided_by, outcome, approval FROM call_index
+ WHERE call_id IN (SELECT value FROM json_each(?1))`
+	selectBases = `SELECT j.value, (SELECT max(k) FROM call_index WHERE k >= j.value AND k < j.value + 1048576) FROM json_each(?1) j
+ UNION ALL SELECT NULL, (SELECT max(k) FROM call_index)`
+	insertText = `INSERT INTO call_text (rowid, arguments, result) VALUES (?1, ?2, ?3)`
+	deleteText = `INSERT INTO call_text (call_text, rowid, arguments, result) VALUES ('delete', ?1, ?2, ?3)`
 )
+
+// callRows is how many new calls' rows insertCalls inserts: a
+// statement's fixed cost, a cursor opened on the table and on each of its
+// many indexes among it, is shared by that many rows.
+const callRows = 16
+
+// insertCalls inserts callRows rows.
+var insertCalls = callColumns + strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, callRows), ", ")
 
 // The text index on PostgreSQL: a call's words as a tsvector (postgres
 // migration 0012), replaced whole.
@@ -60,9 +78,16 @@ const (
 // batch changed (write).
 type callIndexer struct {
 	keys, ins, call, update, decider, args, text, untext driverStmt
+	calls, bases                                         driverStmt // prefetch's
+	insMany                                              driverStmt // insertCalls
 	vals                                                 [15]driver.NamedValue
-	row                                                  [8]driver.Value
+	many                                                 [15 * callRows]driver.NamedValue
+	fresh                                                []*audit.CallChange // new rows not inserted yet
+	row                                                  [9]driver.Value
 	changed                                              []*audit.CallChange // write's, sorted by key
+	batch                                                batchCalls
+	ids                                                  []string // prefetch's
+	bs                                                   []int64
 }
 
 var _ audit.CallReader = (*callIndexer)(nil)
@@ -76,11 +101,18 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 	for i := range ix.vals {
 		ix.vals[i].Ordinal = i + 1
 	}
+	for i := range ix.many {
+		ix.many[i].Ordinal = i + 1
+	}
 	for _, p := range []struct {
 		s *driverStmt
 		q string
 	}{{&ix.keys, selectKeys}, {&ix.ins, insertCall}, {&ix.call, selectCall}, {&ix.update, updateCall},
-		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext}} {
+		{&ix.decider, updateDecider}, {&ix.args, selectText}, {&ix.text, text}, {&ix.untext, untext},
+		{&ix.calls, selectCalls}, {&ix.bases, selectBases}, {&ix.insMany, insertCalls}} {
+		if pg && (p.s == &ix.calls || p.s == &ix.bases || p.s == &ix.insMany) {
+			continue // SQLite's: PostgreSQL's batches read and write theirs at once (package postgres)
+		}
 		st, err := pc.PrepareContext(ctx, p.q)
 		if err != nil {
 			_ = ix.close()
@@ -99,7 +131,7 @@ func newCallIndexer(ctx context.Context, pc driver.ConnPrepareContext, pg bool) 
 
 func (ix *callIndexer) close() error {
 	var errs []error
-	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext} {
+	for _, s := range []driverStmt{ix.keys, ix.ins, ix.call, ix.update, ix.decider, ix.args, ix.text, ix.untext, ix.calls, ix.bases, ix.insMany} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -138,6 +170,135 @@ func (ix *callIndexer) Keys(ctx context.Context, base int64) (next, last int64, 
 	return next, last, nil
 }
 
+// batchCalls is what the call index holds of a batch's calls and key
+// bases, read at once before the batch is chained (prefetch) instead of a
+// query per call: the audit.CallReader of the batch. What it was not asked
+// for it reads from the index as it goes.
+type batchCalls struct {
+	ix    *callIndexer
+	rows  map[string]*audit.Call // nil: the call has no row
+	next  map[int64]int64        // key base → the key after the largest in its range
+	last  int64
+	valid bool // rows and next were read
+}
+
+var _ audit.CallReader = (*batchCalls)(nil)
+
+// Call returns a row read by prefetch, or reads it.
+func (bc *batchCalls) Call(ctx context.Context, id string) (audit.Call, bool, error) {
+	if c, ok := bc.rows[id]; ok && bc.valid {
+		if c == nil {
+			return audit.Call{}, false, nil
+		}
+		return *c, true, nil
+	}
+	return bc.ix.Call(ctx, id)
+}
+
+// Keys returns the keys read by prefetch, or reads them.
+func (bc *batchCalls) Keys(ctx context.Context, base int64) (next, last int64, err error) {
+	if n, ok := bc.next[base]; ok && bc.valid {
+		return n, bc.last, nil
+	}
+	return bc.ix.Keys(ctx, base)
+}
+
+// prefetch reads what the index holds of the batch's calls and of the key
+// bases of its requests, in two statements, inside the transaction that
+// writes the batch, and returns the batch's reader.
+func (ix *callIndexer) prefetch(ctx context.Context, batch []*appendReq) (*batchCalls, error) {
+	bc := &ix.batch
+	bc.ix, bc.valid = ix, false
+	if bc.rows == nil {
+		bc.rows, bc.next = map[string]*audit.Call{}, map[int64]int64{}
+	}
+	clear(bc.rows)
+	clear(bc.next)
+	ix.ids, ix.bs = ix.ids[:0], ix.bs[:0]
+	for _, req := range batch {
+		for _, r := range req.recs {
+			switch r.Kind {
+			case guard.KindRequest, guard.KindOutcome, guard.KindDecision:
+			default:
+				continue
+			}
+			if _, ok := bc.rows[r.CallID]; !ok {
+				bc.rows[r.CallID] = nil
+				ix.ids = append(ix.ids, r.CallID)
+			}
+			if b := audit.KeyMillis(r.Time); r.Kind == guard.KindRequest {
+				if _, ok := bc.next[b]; !ok {
+					bc.next[b] = b
+					ix.bs = append(ix.bs, b)
+				}
+			}
+		}
+	}
+	if len(ix.ids) == 0 {
+		return bc, nil
+	}
+	ids, err := json.Marshal(ix.ids)
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	bases, err := json.Marshal(ix.bs)
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	err = ix.each(ctx, ix.calls, string(ids), func(row []driver.Value) {
+		c := &audit.Call{}
+		c.K, _ = row[0].(int64)
+		c.ID, _ = row[1].(string)
+		c.ReqSeq, _ = row[2].(int64)
+		c.OutSeq, _ = row[3].(int64)
+		c.DecSeq, _ = row[4].(int64)
+		c.Decision, _ = row[5].(string)
+		c.DecidedBy, _ = row[6].(string)
+		c.Outcome, _ = row[7].(string)
+		c.Approval, _ = row[8].(string)
+		bc.rows[c.ID] = c
+	})
+	if err == nil {
+		err = ix.each(ctx, ix.bases, string(bases), func(row []driver.Value) {
+			m, ok := row[1].(int64)
+			base, isBase := row[0].(int64)
+			switch {
+			case !isBase:
+				bc.last = m // the largest key of all (0: none)
+			case ok:
+				bc.next[base] = m + 1
+			}
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("call index: %w", err)
+	}
+	bc.valid = true
+	return bc, nil
+}
+
+// each runs a query with one argument and hands each row to f.
+func (ix *callIndexer) each(ctx context.Context, st driverStmt, arg any, f func([]driver.Value)) error {
+	defer ix.unbind()
+	rows, err := st.QueryContext(ctx, ix.bind([]any{arg}))
+	if err != nil {
+		return err
+	}
+	row := ix.row[:len(rows.Columns())]
+	for {
+		clear(ix.row[:])
+		if err = rows.Next(row); err != nil {
+			break
+		}
+		f(row)
+	}
+	cerr := rows.Close()
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	return cerr
+}
+
 // index indexes records already chained and inserted, in seq order.
 func (ix *callIndexer) index(ctx context.Context, recs []*guard.Record) error {
 	var x audit.CallIndex
@@ -163,7 +324,23 @@ func (t callText) empty() bool { return t.args == "" && t.result == "" }
 // that order makes it flush what it holds to a new segment first, which
 // cost more than everything else together.
 func (ix *callIndexer) write(ctx context.Context, changes []*audit.CallChange) error {
+	defer clear(ix.fresh)
+	ix.fresh = ix.fresh[:0]
 	for _, c := range changes {
+		if c.New && ix.insMany != nil {
+			ix.fresh = append(ix.fresh, c)
+			if len(ix.fresh) == callRows {
+				if err := ix.insertFresh(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := ix.writeRow(ctx, c); err != nil {
+			return fmt.Errorf("call index: call %s: %w", c.ID, err)
+		}
+	}
+	for _, c := range ix.fresh {
 		if err := ix.writeRow(ctx, c); err != nil {
 			return fmt.Errorf("call index: call %s: %w", c.ID, err)
 		}
@@ -207,11 +384,36 @@ func (ix *callIndexer) write(ctx context.Context, changes []*audit.CallChange) e
 	return nil
 }
 
+// insertFresh inserts callRows new calls' rows at once.
+func (ix *callIndexer) insertFresh(ctx context.Context) error {
+	defer func() {
+		for i := range ix.many {
+			ix.many[i].Value = nil
+		}
+	}()
+	for i, c := range ix.fresh {
+		for j, v := range newCallValues(c) {
+			ix.many[i*len(ix.vals)+j].Value = v
+		}
+	}
+	ix.fresh = ix.fresh[:0]
+	if _, err := ix.insMany.ExecContext(ctx, ix.many[:]); err != nil {
+		return fmt.Errorf("call index: %w", err)
+	}
+	return nil
+}
+
+// newCallValues are a new call's columns, as insertCall takes them.
+func newCallValues(c *audit.CallChange) [15]any {
+	return [15]any{c.K, c.ID, c.ReqSeq, c.OutSeq, c.DecSeq, c.Server, c.Tool, c.Client, c.Session,
+		c.Decision, c.DecidedBy, c.Outcome, c.Approval, c.User, c.UserEmail}
+}
+
 // writeRow inserts a new call's row, or updates what changed of one.
 func (ix *callIndexer) writeRow(ctx context.Context, c *audit.CallChange) error {
 	if c.New {
-		_, err := ix.exec(ctx, ix.ins, c.K, c.ID, c.ReqSeq, c.OutSeq, c.DecSeq, c.Server, c.Tool, c.Client, c.Session,
-			c.Decision, c.DecidedBy, c.Outcome, c.Approval, c.User, c.UserEmail)
+		v := newCallValues(c)
+		_, err := ix.exec(ctx, ix.ins, v[:]...)
 		return err
 	}
 	w := &c.Was

@@ -49,8 +49,16 @@ func callIndexRows(t *testing.T, db *DB) []string {
 // it again from the records, one record at a time, gives the same rows.
 // The calls here have later rounds, held calls decided after their
 // outcome, approvals named only by a decision, outcomes and decisions
-// of calls that have no request, and many calls in one millisecond.
+// of calls that have no request, and many calls in one millisecond;
+// they are appended all at once (sharing transactions) and one append per
+// transaction (each reading what the ones before committed).
 func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
+	for _, apart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "together", true: "apart"}[apart], func(t *testing.T) { testCallIndexAsAppended(t, apart) })
+	}
+}
+
+func testCallIndexAsAppended(t *testing.T, apart bool) {
 	ctx := context.Background()
 	db := openDB(t, testPath(t))
 	defer db.Close()
@@ -98,6 +106,9 @@ func TestCallIndexAsAppendedIsAsRebuilt(t *testing.T) {
 	var pending []<-chan error
 	for _, b := range batches {
 		pending = append(pending, db.AppendAsync(b...))
+		if apart {
+			db.ing.caughtUp(ctx)
+		}
 	}
 	for _, p := range pending {
 		if err := <-p; err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -840,19 +841,48 @@ func (cp *checkpointState) maybeCheckpoint() {
 }
 
 // insertRecord inserts a record; a text parameter bound to NULL stands for
-// the empty string (see writerConn.insert). The last is the record's MAC
-// (NULL: none).
-const insertRecord = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
+// the empty string (see bindRecord). The last is the record's MAC (NULL:
+// none).
+const insertRecord = recordColumns + recordValues
+
+const (
+	recordColumns = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
  request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups, mac)
- VALUES (?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
+ VALUES `
+	recordValues = `(?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), ?, ?, ?, coalesce(?,''), coalesce(?,''), coalesce(?,''), coalesce(?,''),
  coalesce(?,''), coalesce(?,''), coalesce(?,''), ?)`
+)
 
 // insertArgs is the number of insertRecord's parameters.
 const insertArgs = 30
+
+// recordRows is how many records insertRecords inserts: a statement's
+// fixed cost, among it a cursor opened on the table and on each of its
+// indexes, is shared by that many rows. A batch's last records, fewer,
+// go in one at a time.
+const recordRows = 16
+
+// insertRecords inserts recordRows records.
+var insertRecords = recordColumns + recordValues + strings.Repeat(", "+recordValues, recordRows-1)
+
+// bindRecord sets dst's values (insertArgs of them, their ordinals set) to
+// r's columns and its MAC. An empty text is bound as NULL, which the
+// statement turns into ”: it is not copied into SQLite's memory.
+func bindRecord(dst []driver.NamedValue, r *guard.Record, mac []byte) {
+	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
+		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
+		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
+		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups), mac} {
+		if v == "" {
+			v = nil
+		}
+		dst[i].Value = v
+	}
+}
 
 // writerConn is the audit writer's connection with its statements
 // prepared once on the driver's connection: preparing them per commit
@@ -862,20 +892,26 @@ const insertArgs = 30
 // used only inside conn.Raw, and the statements are closed before the
 // connection is.
 type writerConn struct {
-	conn   *sql.Conn
-	pg     bool // on PostgreSQL (package postgres)
-	begin  driverStmt
-	commit driverStmt
-	tail   driverStmt
-	ins    driverStmt
-	ix     *callIndexer // keeps the call index in the same transaction
-	auth   *tailAuth    // the MAC key, and where MACs start (mac.go)
-	mac    *audit.MACer // checks MACs of records read back, under auth's key
-	batch  *audit.Batch // the rows each batch becomes
-	macs   driverStmt   // selectMACsFrom
-	args   [insertArgs]driver.NamedValue
-	row    [2]driver.Value
-	buf    []byte // the canonical forms of records read back
+	conn    *sql.Conn
+	pg      bool // on PostgreSQL (package postgres)
+	begin   driverStmt
+	commit  driverStmt
+	tail    driverStmt
+	ins     driverStmt
+	insMany driverStmt   // insertRecords
+	ix      *callIndexer // keeps the call index in the same transaction
+	auth    *tailAuth    // the MAC key, and where MACs start (mac.go)
+	mac     *audit.MACer // checks MACs of records read back, under auth's key
+	batch   *audit.Batch // the rows each batch becomes
+	macs    driverStmt   // selectMACsFrom
+	args    [insertArgs]driver.NamedValue
+	// The records chained and not yet inserted, fewer than recordRows,
+	// and their MACs (copies: Batch.Add's is valid until the next).
+	queued   []*guard.Record
+	recMACs  [recordRows][]byte
+	manyRecs [insertArgs * recordRows]driver.NamedValue
+	row      [2]driver.Value
+	buf      []byte // the canonical forms of records read back
 
 	// The chain's tail as this connection last committed it, and the
 	// database's data version right after that commit. SQLite changes a
@@ -944,6 +980,9 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 	for i := range wc.manyArgs {
 		wc.manyArgs[i].Ordinal = i + 1
 	}
+	for i := range wc.manyRecs {
+		wc.manyRecs[i].Ordinal = i + 1
+	}
 	if err = sqlite.PersistWAL(ctx, conn); err == nil {
 		err = conn.Raw(func(dc any) error {
 			pc, ok := dc.(driver.ConnPrepareContext)
@@ -954,7 +993,7 @@ func newWriterConn(ctx context.Context, aw *sql.DB, auth *tailAuth) (*writerConn
 			for _, p := range []struct {
 				s *driverStmt
 				q string
-			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord},
+			}{{&wc.begin, "BEGIN IMMEDIATE"}, {&wc.commit, "COMMIT"}, {&wc.tail, selectTail}, {&wc.ins, insertRecord}, {&wc.insMany, insertRecords},
 				{&wc.insTree, insertTreeHash}, {&wc.insTrees, insertTreeHashes}, {&wc.getTree, `SELECT hash FROM tree_hashes WHERE idx = ?`},
 				{&wc.treeMax, `SELECT max(idx) FROM tree_hashes`}, {&wc.recsFrom, selectRecordMAC + ` WHERE seq > ? ORDER BY seq LIMIT ?`},
 				{&wc.macs, selectMACsFrom}} {
@@ -991,6 +1030,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 			wc.tree.Edge = nil // it holds leaves that were not committed
 		}
 	}()
+	defer wc.dropQueued() // none left, unless the transaction failed
 	// The edge is set again only once this transaction commits.
 	edge := wc.tree.Edge
 	wc.tree.Edge = nil
@@ -1001,8 +1041,12 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 		}
 	}
 	wc.tree.Edge = edge
+	calls, err := wc.ix.prefetch(ctx, batch)
+	if err != nil {
+		return err
+	}
 	b := wc.batch
-	b.Begin(seq, prev, &wc.tree, wc.ix)
+	b.Begin(seq, prev, &wc.tree, calls)
 	defer b.End()
 	for _, req := range batch {
 		for _, r := range req.recs {
@@ -1010,7 +1054,7 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 			if err != nil {
 				return err
 			}
-			if err := wc.insert(ctx, r, mac); err != nil {
+			if err := wc.queue(ctx, r, mac); err != nil {
 				return err
 			}
 			if len(wc.tree.Hashes) >= 4*treeRows {
@@ -1019,6 +1063,9 @@ func (wc *writerConn) write(ctx context.Context, dc any, batch []*appendReq) (er
 				}
 			}
 		}
+	}
+	if err := wc.flushRecords(ctx); err != nil {
+		return err
 	}
 	if err := wc.flushTree(ctx); err != nil {
 		return err
@@ -1089,21 +1136,53 @@ func (wc *writerConn) chainTail(ctx context.Context, dc any) (int64, string, err
 	return seq, hash, nil
 }
 
+// queue adds a chained record with its MAC to those to insert, and
+// inserts recordRows of them at once when there are as many.
+func (wc *writerConn) queue(ctx context.Context, r *guard.Record, mac []byte) error {
+	n := len(wc.queued)
+	wc.recMACs[n] = append(wc.recMACs[n][:0], mac...)
+	wc.queued = append(wc.queued, r)
+	if len(wc.queued) < recordRows {
+		return nil
+	}
+	for i, q := range wc.queued {
+		bindRecord(wc.manyRecs[i*insertArgs:(i+1)*insertArgs], q, wc.recMACs[i])
+	}
+	_, err := wc.insMany.ExecContext(ctx, wc.manyRecs[:])
+	wc.dropQueued()
+	for i := range wc.manyRecs {
+		wc.manyRecs[i].Value = nil // the records' text is not kept
+	}
+	if err != nil {
+		return fmt.Errorf("insert records: %w", err)
+	}
+	return nil
+}
+
+// flushRecords inserts the records queued, one at a time.
+func (wc *writerConn) flushRecords(ctx context.Context) error {
+	defer wc.dropQueued()
+	for i, r := range wc.queued {
+		if err := wc.insert(ctx, r, wc.recMACs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropQueued forgets the records queued (after they were inserted, or
+// when the transaction failed).
+func (wc *writerConn) dropQueued() {
+	clear(wc.queued)
+	wc.queued = wc.queued[:0]
+}
+
 // insert inserts a record with its MAC.
 func (wc *writerConn) insert(ctx context.Context, r *guard.Record, mac []byte) error {
-	a := &wc.args
-	for i, v := range [insertArgs]any{r.Seq, r.ID, r.CallID, r.Kind, fmtTime(r.Time), r.Session, r.Client,
-		r.Protocol, r.Server, r.Direction, r.Method, r.Tool, r.Arguments, r.Pin, r.Decision,
-		r.DecidedBy, r.Reason, r.Outcome, r.Result, r.RequestSize, r.ResponseSize, r.DurationMS,
-		r.Detail, r.Approval, r.PrevHash, r.Hash, r.User, r.UserEmail, audit.GroupsText(r.UserGroups), mac} {
-		if v == "" {
-			v = nil // bound without copying an empty string into SQLite's memory
-		}
-		a[i].Value = v
-	}
-	_, err := wc.ins.ExecContext(ctx, a[:])
-	for i := range a {
-		a[i].Value = nil // the record's text is not kept
+	bindRecord(wc.args[:], r, mac)
+	_, err := wc.ins.ExecContext(ctx, wc.args[:])
+	for i := range wc.args {
+		wc.args[i].Value = nil // the record's text is not kept
 	}
 	if err != nil {
 		return fmt.Errorf("insert record: %w", err)
@@ -1115,7 +1194,7 @@ func (wc *writerConn) insert(ctx context.Context, r *guard.Record, mac []byte) e
 // conn.Raw.
 func (wc *writerConn) closeStmts() error {
 	var errs []error
-	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom, &wc.macs} {
+	for _, s := range []*driverStmt{&wc.begin, &wc.commit, &wc.tail, &wc.ins, &wc.insMany, &wc.insTree, &wc.insTrees, &wc.getTree, &wc.treeMax, &wc.recsFrom, &wc.macs} {
 		if *s != nil {
 			errs = append(errs, (*s).Close())
 			*s = nil

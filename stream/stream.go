@@ -371,7 +371,7 @@ func (f *follower) step(ctx context.Context, snd sender, final bool) (int, error
 // confirmsAtOnce reports whether a sender's receiver has the records as
 // soon as send returns (OTLP): its window is confirmed with every batch.
 func (s *Streamer) confirmsAtOnce(snd sender) bool {
-	_, ok := snd.(*otlp)
+	_, ok := snd.(*otlpSender)
 	return ok
 }
 

@@ -50,6 +50,9 @@ type Reader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
+	// parts are the copies of the reader's buffer that a line longer
+	// than it has filled so far.
+	parts [][]byte
 }
 
 // NewReader returns a reader of lines of at most max bytes.
@@ -87,48 +90,71 @@ func (r *Reader) NextOwned() ([]byte, error) {
 }
 
 func (r *Reader) line() ([]byte, error) {
-	r.buf = r.buf[:0]
-	var size int64
+	var size int // of the line's parts so far
+	var seen int64
 	over := false
 	for {
 		chunk, err := r.br.ReadSlice('\n')
-		size += int64(len(chunk))
+		seen += int64(len(chunk))
 		switch {
 		case err == nil:
 			if over {
-				return nil, &TooLongError{Size: size - 1, Max: r.max}
+				return nil, &TooLongError{Size: seen - 1, Max: r.max}
 			}
-			if len(r.buf) == 0 {
+			if size == 0 {
 				return trimEOL(chunk, r.max)
 			}
-			r.buf = grow(r.buf, len(chunk), len(r.buf)+len(chunk))
-			r.buf = append(r.buf, chunk...)
-			return trimEOL(r.buf, r.max)
+			return trimEOL(r.join(size, chunk), r.max)
 		case errors.Is(err, bufio.ErrBufferFull):
-			if !over && len(r.buf)+len(chunk) > r.max+1 {
+			if !over && size+len(chunk) > r.max+1 {
 				over = true
-				r.buf = r.buf[:0]
+				r.dropParts()
 			}
 			if !over {
-				r.buf = grow(r.buf, len(chunk), r.max+1)
-				r.buf = append(r.buf, chunk...)
+				r.parts = append(r.parts, bytes.Clone(chunk))
+				size += len(chunk)
 			}
 		case errors.Is(err, io.EOF):
 			if over {
-				return nil, &TooLongError{Size: size, Max: r.max}
+				return nil, &TooLongError{Size: seen, Max: r.max}
 			}
-			if len(r.buf)+len(chunk) == 0 {
+			if size+len(chunk) == 0 {
 				return nil, io.EOF
 			}
-			r.buf = append(r.buf, chunk...)
-			if len(r.buf) > r.max {
-				return nil, &TooLongError{Size: size, Max: r.max}
+			line := r.join(size, chunk)
+			if len(line) > r.max {
+				return nil, &TooLongError{Size: seen, Max: r.max}
 			}
-			return r.buf, nil
+			return line, nil
 		default:
+			r.dropParts()
 			return nil, err
 		}
 	}
+}
+
+// join makes the line of the parts read (size bytes) and last in r.buf,
+// allocated to the line's size unless it has room already: a long line
+// costs its parts and itself, the parts garbage at once, rather than a
+// buffer doubled until it holds the line, up to twice its size, with the
+// one before it.
+func (r *Reader) join(size int, last []byte) []byte {
+	if n := size + len(last); cap(r.buf) < n {
+		r.buf = make([]byte, 0, n)
+	}
+	b := r.buf[:0]
+	for _, p := range r.parts {
+		b = append(b, p...)
+	}
+	r.dropParts()
+	r.buf = append(b, last...)
+	return r.buf
+}
+
+// dropParts lets go of the parts of a line.
+func (r *Reader) dropParts() {
+	clear(r.parts)
+	r.parts = r.parts[:0]
 }
 
 func trimEOL(b []byte, max int) ([]byte, error) {
@@ -140,20 +166,6 @@ func trimEOL(b []byte, max int) ([]byte, error) {
 		return nil, &TooLongError{Size: int64(len(b)), Max: max}
 	}
 	return b, nil
-}
-
-// grow makes room for n more bytes, doubling the capacity (never past
-// limit), so that a long line costs a few copies rather than append's many
-// small steps.
-func grow(b []byte, n, limit int) []byte {
-	if len(b)+n <= cap(b) {
-		return b
-	}
-	c := max(2*cap(b), len(b)+n, 64<<10)
-	c = min(c, max(limit, len(b)+n))
-	nb := make([]byte, len(b), c)
-	copy(nb, b)
-	return nb
 }
 
 // Kind is what a message is.

@@ -710,3 +710,54 @@ func TestWithParamsIsWhatParseReads(t *testing.T) {
 		}
 	}
 }
+
+// A line longer than the reader's buffer is read whole, whatever falls at
+// the buffer's edges (here the \r of a \r\n), by Next (which reuses its
+// buffer) and NextOwned (which hands it over), and as the final line
+// without a newline.
+func TestReaderLongLines(t *testing.T) {
+	long := func(n int, c byte) string { return strings.Repeat(string(c), n) }
+	a, b, c := long(64<<10-1, 'a'), long(200<<10, 'b'), long(130<<10, 'c')
+	in := a + "\r\n" + b + "\nshort\n" + b + "\n" + c
+	for _, owned := range []bool{false, true} {
+		r := NewReader(strings.NewReader(in), 1<<20)
+		var got []string
+		for {
+			next := r.Next
+			if owned {
+				next = r.NextOwned
+			}
+			l, err := next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(l))
+		}
+		want := []string{a, b, "short", b, c}
+		if len(got) != len(want) {
+			t.Fatalf("owned %v: %d lines, want %d", owned, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("owned %v: line %d: %d bytes, want %d", owned, i, len(got[i]), len(want[i]))
+			}
+		}
+	}
+}
+
+// BenchmarkReaderLongLine reads a line of 10 MiB, a large tool result:
+// its allocations are what the line costs in memory.
+func BenchmarkReaderLongLine(b *testing.B) {
+	line := strings.Repeat("x", 10<<20) + "\n"
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := NewReader(strings.NewReader(line), 64<<20)
+		if l, err := r.NextOwned(); err != nil || len(l) != 10<<20 {
+			b.Fatal(len(l), err)
+		}
+	}
+}

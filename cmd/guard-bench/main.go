@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/guard-mcp/guard/benchmark"
 )
@@ -101,7 +102,9 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	guardBin := fs.String("guard", "", "the guard `binary` to measure (default: one built now from this checkout, with the go command)")
 	calls := fs.Int("calls", 3000, "calls per measurement")
 	dir := fs.String("dir", "", "`directory` for the benchmark databases (default: a temporary one)")
-	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips)")
+	big := fs.Int("big", 10<<20, "size in bytes of the large result used to measure memory (0 skips the memory measurement, or with --memory the large result)")
+	idle := fs.Duration("idle", 10*time.Second, "how long guard run stays idle after initialize and tools/list before its memory is read")
+	memOnly := fs.Bool("memory", false, "measure guard's memory only: idle, without and with the UI, and around the --big result")
 	rounds := fs.Int("rounds", 5, "interleaved rounds per measurement")
 	durability := fs.String("durability", "normal,full", "comma-separated audit `modes` to measure through guard")
 	callers := fs.String("callers", "", "comma-separated `counts` of concurrent callers (default 1,8; with --http 1,16)")
@@ -118,6 +121,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
 	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
 	haproxyConfig := fs.String("haproxy-config", "replicas/testdata/haproxy.cfg.tmpl", "with --replicas: the HAProxy configuration `template` (docs/haproxy.cfg with its addresses as placeholders)")
+	size := fs.Bool("size", false, "also build guard's release binary (linux/amd64, scripts/release's flags) into --dir, once the run is done, and compare its size with the target (a build of a minute or two)")
 	if status, ok := parse(fs, args); !ok {
 		return status
 	}
@@ -202,7 +206,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Calls: *calls, Concurrency: counts, Rounds: *rounds, Profile: *profile,
 		}, stdout)
 	default:
-		_, err = benchmark.Run(ctx, benchmark.Config{
+		cfg := benchmark.Config{
 			Guard:       g,
 			CopyRelay:   []string{self, benchmark.CopyRelayCommand},
 			Dir:         d,
@@ -210,13 +214,24 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Concurrency: counts,
 			Durability:  modes,
 			BigResult:   *big,
+			Idle:        *idle,
 			Rounds:      *rounds,
 			Profile:     *profile,
 			Stream:      *streamTo,
-		}, stdout)
+		}
+		if *memOnly {
+			_, err = benchmark.RunMemory(ctx, cfg, stdout)
+		} else {
+			_, err = benchmark.Run(ctx, cfg, stdout)
+		}
 	}
 	if err != nil {
 		return fail(err)
+	}
+	if *size {
+		if _, err := benchmark.ReleaseSize(ctx, d, stdout); err != nil {
+			return fail(err)
+		}
 	}
 	return exitOK
 }

@@ -38,6 +38,10 @@ type app struct {
 	// serve` write a CPU profile of their whole run to (GUARD_CPUPROFILE,
 	// set by guard-bench --profile).
 	cpuProfile string
+	// heapProfile, when not "", is the file that `guard run` and `guard
+	// serve` write a heap profile to when sent SIGUSR1
+	// (GUARD_HEAPPROFILE).
+	heapProfile string
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
@@ -100,11 +104,14 @@ func (a *app) runs(body func(ctx context.Context, args []string) int) func(*cobr
 }
 
 // profiled makes body write a CPU profile of its whole run when the app
-// has a cpuProfile.
+// has a cpuProfile, and heap profiles when asked with a heapProfile.
 func (a *app) profiled(body func(ctx context.Context, args []string) int) func(ctx context.Context, args []string) int {
 	return func(ctx context.Context, args []string) int {
 		if a.cpuProfile != "" {
 			defer a.profileCPU(a.cpuProfile)()
+		}
+		if a.heapProfile != "" {
+			defer a.profileHeapOnSignal(a.heapProfile)()
 		}
 		return body(ctx, args)
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -39,16 +41,15 @@ func (a *app) commandLine() *cobra.Command {
 	root := a.group("guard", "a security proxy for the Model Context Protocol",
 		"guard sits between an MCP client and its servers: it decides every tool call by policy,\n"+
 			"holds sensitive calls for a person, and records every invocation in a verifiable audit log.")
-	root.Version = versionText(thisBuild())
-	root.SetVersionTemplate("{{.Version}}")
 	root.Flags().Bool("version", false, "print guard's version, revision and platform")
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.CompletionOptions.DisableDefaultCmd = true // completion.go's own, exit statuses and all
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetUsageTemplate(usageTemplate)
+	root.SetUsageFunc(usage)
 	a.logFlags(root)
+	a.versionFlag(root)
 	for _, newCommand := range commandMakers {
 		root.AddCommand(newCommand(a))
 	}
@@ -62,26 +63,61 @@ func (a *app) commandLine() *cobra.Command {
 	return root
 }
 
-// usageTemplate is cobra's in guard's words: commands of subcommands are
-// commands too, and "COMMAND -h" is how guard's own usage lines send a
-// person on.
-const usageTemplate = `Usage:
-  {{.UseLine}}{{if .HasExample}}
+// usage writes c's usage, cobra's in guard's words: commands of
+// subcommands are commands too, and "COMMAND -h" is how guard's own usage
+// lines send a person on. It is Go rather than a cobra usage template:
+// a template executes through text/template, whose calls of methods by
+// name make the linker keep every exported method of every type in the
+// binary (4 MB of guard's).
+func usage(c *cobra.Command) error {
+	inherited := c.InheritedFlags() // merges the parents' flags into c's, which UseLine reads
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage:\n  %s", c.UseLine())
+	if c.HasExample() {
+		fmt.Fprintf(&b, "\n\nExamples:\n%s", c.Example)
+	}
+	if c.HasAvailableSubCommands() {
+		b.WriteString("\n\nCommands:")
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() || sub.Name() == "help" {
+				fmt.Fprintf(&b, "\n  %-*s %s", sub.NamePadding(), sub.Name(), sub.Short)
+			}
+		}
+	}
+	if c.HasAvailableLocalFlags() {
+		fmt.Fprintf(&b, "\n\nFlags:\n%s", strings.TrimRightFunc(c.LocalFlags().FlagUsages(), unicode.IsSpace))
+	}
+	if c.HasAvailableInheritedFlags() {
+		fmt.Fprintf(&b, "\n\nGlobal Flags:\n%s", strings.TrimRightFunc(inherited.FlagUsages(), unicode.IsSpace))
+	}
+	if c.HasAvailableSubCommands() {
+		fmt.Fprintf(&b, "\n\n\"%s COMMAND -h\" tells more about a command.", c.CommandPath())
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(c.OutOrStderr(), b.String())
+	return err
+}
 
-Examples:
-{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
-
-Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
-  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
-
-Flags:
-{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
-
-Global Flags:
-{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
-
-"{{.CommandPath}} COMMAND -h" tells more about a command.{{end}}
-`
+// versionFlag makes guard --version print what guard version prints,
+// before anything else runs (the log settings are not read). cobra's own
+// --version prints through a template (see usage).
+func (a *app) versionFlag(root *cobra.Command) {
+	asked := func() bool { v, _ := root.Flags().GetBool("version"); return v }
+	pre, run := root.PersistentPreRunE, root.RunE
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if c == root && asked() {
+			return nil
+		}
+		return pre(c, args)
+	}
+	root.RunE = func(c *cobra.Command, args []string) error {
+		if asked() {
+			fmt.Fprint(a.stdout, versionText(thisBuild()))
+			return nil
+		}
+		return run(c, args)
+	}
+}
 
 // markRequired adds "(required)" to the usage of every required flag of
 // c and its subcommands, so that -h says so.

@@ -25,6 +25,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	a := newApp(os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	a.cpuProfile = os.Getenv(cpuProfileEnv)
+	a.heapProfile = os.Getenv(heapProfileEnv)
 	code := a.main(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)

@@ -161,7 +161,8 @@ func CheckDelivery(t *testing.T, got []int64, n int64, exact bool) {
 	t.Logf("%d records received in order, %d duplicates", n, dups)
 }
 
-// Certs are a CA and a certificate for 127.0.0.1 it signed, in files.
+// Certs are a CA and a certificate for 127.0.0.1 it signed, in files; the
+// certificate serves a receiver, or identifies a client to one.
 type Certs struct {
 	Pool                      *x509.CertPool
 	CAFile, CertFile, KeyFile string
@@ -190,7 +191,7 @@ func NewCerts(t *testing.T) *Certs {
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"encoding/csv"
 	"fmt"
-	"html/template"
 	"io"
 	"strconv"
 	"strings"
@@ -356,19 +354,13 @@ func inert(v string) string {
 	return v
 }
 
-//go:embed audit_report.html
-var reportPage string
+// report.templ's Go code is generated and committed.
+//go:generate go tool templ generate -include-version=false
 
-var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"safe":      safe,
-	"stamp":     stamp,
-	"thousands": thousands,
-	"waited":    waited,
-}).Parse(reportPage))
-
-// writeReportHTML writes the report as one self-contained HTML page.
+// writeReportHTML writes the report as one self-contained HTML page
+// (report.templ).
 func writeReportHTML(w io.Writer, r *auditReport) error {
-	if err := reportTemplate.Execute(w, r); err != nil {
+	if err := reportPage(r).Render(context.Background(), w); err != nil {
 		return fmt.Errorf("html: %w", err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/health"
 	"github.com/guard-mcp/guard/httplimit"
+	"github.com/guard-mcp/guard/internal/footprint"
 	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/proxy"
@@ -227,6 +228,10 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	// And in removing the bodies of records past audit.retention, at start
 	// and then hourly, one process at a time (store.PruneIfDue).
 	bg.Go(func() { db.Pruning().RunRetention(ctx, st.RetentionOptions(), store.RetentionEvery, nil) })
+	// Once started, and at the first moment nothing is appended to the
+	// log (no session is busy), what start-up alone made resident goes
+	// back to the system: the process idles with its working set.
+	bg.Go(func() { footprint.WhenQuiet(ctx, quietEvery, db.Writing().Writes, logger) })
 	rt.engine, rt.holds, rt.own = engine, holds, own
 	rt.stop = func() {
 		cancel()
@@ -392,6 +397,10 @@ func watchListings(ctx context.Context, db *store.DB, engine *config.Engine, bea
 		}
 	}
 }
+
+// quietEvery is how long nothing is appended to the log before a relaying
+// process gives back what its start-up made resident (footprint.WhenQuiet).
+const quietEvery = time.Second
 
 // reloadEvery is how often a running process looks for configuration changes.
 const reloadEvery = time.Second
