@@ -86,7 +86,9 @@ var InsertWords = `INSERT INTO call_text (k, words)
 // third of what the statements cost, and the statements that take an
 // array (= ANY, unnest) were planned anew each time all the same, their
 // generic plans' estimates being above their custom ones'.
-const indexScans = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+// The lock is taken in the same statement.
+const lockIndexScans = `SELECT pg_advisory_xact_lock($1), set_config('enable_seqscan', 'off', true),
+ set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // Calls is what BeginBatch read of the call index for a batch: every row
 // of its calls and the keys around its new calls' milliseconds.
@@ -122,8 +124,7 @@ func (p *Calls) Keys(_ context.Context, base int64) (next, last int64, err error
 func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64) (seq int64, prev string, calls *Calls, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT pg_advisory_xact_lock($1)", LockAudit)
-	b.Queue(indexScans)
+	b.Queue(lockIndexScans, LockAudit)
 	b.Queue(selectTail)
 	b.Queue(selectCalls, ids)
 	if len(bases) > 0 {
@@ -132,7 +133,7 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 	res := conn.SendBatch(ctx, b)
 	calls = &Calls{rows: map[string]audit.Call{}, next: map[int64]int64{}}
 	err = func() error {
-		for range 3 {
+		for range 2 {
 			if _, err := res.Exec(); err != nil {
 				return fmt.Errorf("begin: %w", err)
 			}
