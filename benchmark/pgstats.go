@@ -24,8 +24,10 @@ import (
 // shared_preload_libraries), the round trips they took, and how long
 // each batch held the audit log's lock (guard's metrics).
 //
-// Statements are pg_stat_statements' calls of the row's database, its
-// utility statements (BEGIN, COMMIT, LOCK) included. Round trips are the
+// Statements are pg_stat_statements' calls of the row's database, and
+// each audit batch's BEGIN and COMMIT: pg_stat_statements (PostgreSQL 15)
+// counts a utility statement sent as a prepared statement, as pgx sends
+// them, once per connection, not each time it runs. Round trips are the
 // TCP segments with data that the server received on the connections of
 // the row's database (ss -ti, data_segs_in): a client sends its request,
 // one or several statements with their Sync, in one write and waits for
@@ -262,13 +264,26 @@ func (u *pgUse) add(a, b pgReading, calls int, elapsed, cpu time.Duration) {
 	u.holds += b.holds - a.holds
 }
 
-// statements is the statements run, in all.
+// statements is the statements run, in all: those pg_stat_statements
+// counts, but for BEGIN and COMMIT, and a BEGIN and a COMMIT for each
+// audit batch.
 func (u *pgUse) statements() int64 {
 	var n int64
 	for _, s := range u.stmts {
-		n += s.calls
+		if !txControl(s.query) {
+			n += s.calls
+		}
 	}
-	return n
+	return n + 2*u.recordInserts()
+}
+
+// txControl reports whether a statement begins or ends a transaction.
+func txControl(query string) bool {
+	switch strings.ToUpper(strings.TrimSpace(query)) {
+	case "BEGIN", "COMMIT", "ROLLBACK":
+		return true
+	}
+	return false
 }
 
 // recordInserts is the calls of the statements that insert records: one
@@ -305,7 +320,7 @@ func (u *pgUse) write(w io.Writer, name string, callers int) {
 	fmt.Fprintf(w, "%s, %s: PostgreSQL cpu/call %s; statements/call %.2f, per batch %.1f; round trips/call %.2f, per batch %.1f",
 		name, clients(callers), fmtDur(u.cpu/time.Duration(max(u.calls, 1))), u.perCall(stmts), stmts/max(b, 1), u.perCall(float64(u.segs)), float64(u.segs)/max(b, 1))
 	if u.churned > 0 {
-		fmt.Fprintf(w, " (%d connections closed meanwhile)", u.churned)
+		fmt.Fprintf(w, " (connections closed meanwhile: %d)", u.churned)
 	}
 	var exec, plan float64
 	for _, s := range u.stmts {
@@ -442,8 +457,7 @@ func (rep *Report) replicasModel(w io.Writer, name string, guard time.Duration, 
 func (u *pgUse) underLock() float64 {
 	var ms float64
 	for _, s := range u.stmts {
-		q := strings.ToUpper(strings.TrimSpace(s.query))
-		if q == "BEGIN" || q == "COMMIT" || strings.Contains(q, "PG_ADVISORY_XACT_LOCK") {
+		if txControl(s.query) || strings.Contains(strings.ToUpper(s.query), "PG_ADVISORY_XACT_LOCK") {
 			continue
 		}
 		ms += s.exec + s.plan
