@@ -52,6 +52,9 @@ func rowReplicas(n int) string { return fmt.Sprintf("%d replicas, HAProxy", n) }
 type guardSet struct {
 	url  string
 	pids []int
+	// On PostgreSQL: the database, and the guards' /metrics.
+	db      string
+	metrics []string
 }
 
 // RunReplicas measures as configured and writes a report to w as it goes.
@@ -99,15 +102,16 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 		return nil, fmt.Errorf("fixture: %w", err)
 	}
 	fmt.Fprintln(w, "starting a PostgreSQL cluster of the benchmark's own (fsync on)")
-	pg, err := pgtest.New(pgtest.Options{Durable: true})
+	pg, err := pgtest.New(pgtest.Options{Durable: true, Settings: pgSettings})
 	if err != nil {
 		return nil, err
 	}
 	defer pg.Stop()
-	pgPid, err := pg.Pid()
+	meter, err := newPGMeter(ctx, pg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, err
 	}
+	defer meter.close(ctx)
 	dbURL := func(name string) (string, error) {
 		c, err := pgx.Connect(ctx, pg.URL)
 		if err != nil {
@@ -165,7 +169,7 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 	if listen, _, pid, err = serve("postgres", conf, db); err != nil {
 		return nil, err
 	}
-	sets[rowPostgres] = &guardSet{url: "http://" + listen + "/mcp/upstream", pids: []int{pid}}
+	sets[rowPostgres] = &guardSet{url: "http://" + listen + "/mcp/upstream", pids: []int{pid}, db: "single", metrics: []string{"http://" + listen + "/metrics"}}
 	// Several on one PostgreSQL database, behind HAProxy.
 	if db, err = dbURL("replicas"); err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -179,7 +183,7 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 	}
 	type backend struct{ Name, MCP, UI string }
 	var backends []backend
-	rs := &guardSet{url: "http://" + bind + "/mcp/upstream"}
+	rs := &guardSet{url: "http://" + bind + "/mcp/upstream", db: "replicas"}
 	for i := range cfg.Replicas {
 		name := fmt.Sprintf("r%d", i+1)
 		listen, ui, pid, err := serve("replica-"+name, conf, db)
@@ -188,6 +192,7 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 		}
 		backends = append(backends, backend{name, listen, ui})
 		rs.pids = append(rs.pids, pid)
+		rs.metrics = append(rs.metrics, "http://"+listen+"/metrics")
 	}
 	hcfg := filepath.Join(cfg.Dir, "haproxy.cfg")
 	f, err := os.Create(hcfg)
@@ -210,21 +215,55 @@ func RunReplicas(ctx context.Context, cfg ReplicasConfig, w io.Writer) (*Report,
 	names := []string{rowSQLite, rowPostgres, rowReplicas(cfg.Replicas)}
 	rep := &Report{}
 	fmt.Fprintf(w, "cpu/call is guard's (all replicas); with children is PostgreSQL's (every server process of the cluster)\n")
+	uses := map[string]*pgUse{}
 	err = rep.rounds(w, names, cfg.Concurrency, cfg.Rounds, cfg.Calls, func(i, n, _, calls int) (sample, error) {
 		set := sets[names[i]]
+		// The cluster's counters are read outside the CPU readings:
+		// before guard's first, after the cluster's last.
+		var readings []pgReading
+		var rerr error
+		pgReads := 0
+		count := func(after bool) {
+			if set.db != "" && rerr == nil {
+				var r pgReading
+				r, rerr = meter.read(ctx, set.db, set.metrics, after)
+				readings = append(readings, r)
+			}
+		}
 		cpu := func() time.Duration {
+			if len(readings) == 0 {
+				count(false)
+			}
 			var d time.Duration
 			for _, p := range set.pids {
 				d += procCPU(p)
 			}
 			return d
 		}
-		pgCPU := func() time.Duration { return treeCPU(pgPid) }
-		return measureClients(ctx, target{name: names[i], url: set.url}, n, calls, cpu, pgCPU)
+		pgCPU := func() time.Duration {
+			d := treeCPU(meter.pid)
+			if pgReads++; pgReads == 2 {
+				count(true)
+			}
+			return d
+		}
+		sm, err := measureClients(ctx, target{name: names[i], url: set.url}, n, calls, cpu, pgCPU)
+		if err == nil && rerr != nil {
+			err = fmt.Errorf("%s: %w", names[i], rerr)
+		}
+		if err == nil && len(readings) == 2 {
+			key := fmt.Sprintf("%s/%d", names[i], n)
+			if uses[key] == nil {
+				uses[key] = &pgUse{}
+			}
+			uses[key].add(readings[0], readings[1], len(sm.lat), sm.elapsed, sm.tree)
+		}
+		return sm, err
 	})
 	if err != nil {
 		return nil, err
 	}
+	rep.pgReport(w, names, cfg.Concurrency, uses)
 	return rep, nil
 }
 

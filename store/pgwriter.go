@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
 	"github.com/guard-mcp/guard/store/postgres"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // On PostgreSQL an append is acknowledged once its records are committed
@@ -60,6 +63,9 @@ func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 			in.db.ckpt.dirty.Store(true)
 			in.db.stats.batches.Observe(float64(n))
 		}
+		if in.wc != nil && in.wc.held > 0 {
+			in.db.stats.held.Observe(in.wc.held.Seconds())
+		}
 	}
 	in.reply(batch, err)
 	if err != nil {
@@ -76,8 +82,8 @@ func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 
 // writePG appends the batch's records to the chain and commits them with
 // their tree and call index in three round trips (postgres.BeginBatch,
-// the tree's edge when it is stale, postgres.CommitBatch): audit.Batch
-// works out the rows. dc is the driver's connection.
+// the tree's edge in one statement when it is stale, postgres.CommitBatch):
+// audit.Batch works out the rows. dc is the driver's connection.
 func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (err error) {
 	conn, _ := postgres.PgxConn(dc)
 	var ids []string
@@ -93,10 +99,12 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 		}
 	}
 	// 1. Begin, lock, read.
+	wc.held = 0
 	seq, prev, calls, err := postgres.BeginBatch(ctx, conn, ids, bases)
 	if err != nil {
 		return err
 	}
+	locked := time.Now()
 	// 2. The tree's edge, read again only when someone else appended.
 	edge := wc.tree.Edge
 	wc.tree.Edge = nil
@@ -108,13 +116,18 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	}()
 	if !wc.known || seq != wc.tailSeq || prev != wc.tailHash || edge == nil || edge.Size() != seq {
 		wc.tailReads++
-		if edge, err = wc.loadTree(ctx, seq); err != nil {
+		if edge, err = wc.edgePG(ctx, conn, seq); err != nil {
 			return err
 		}
-		// loadTree completes a tree behind the records with hashes it
-		// leaves for flushTree.
-		if err := wc.flushTree(ctx); err != nil {
-			return err
+		if edge == nil {
+			if edge, err = wc.loadTree(ctx, seq); err != nil {
+				return err
+			}
+			// loadTree completes a tree behind the records with hashes
+			// it leaves for flushTree.
+			if err := wc.flushTree(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	wc.known = false // until this transaction commits
@@ -144,21 +157,113 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	}
 	changes := ab.Calls.Changes
 	rows := postgres.NewCallColumns(len(changes))
-	var words []int64
+	words := &postgres.CallWords{}
 	for _, c := range changes {
 		rows.Add(&c.Call)
 		if c.Words {
-			words = append(words, c.K)
+			wc.words(words, c)
 		}
 	}
 	wc.tree.Edge = nil
 	if err := postgres.CommitBatch(ctx, conn, cols, idx, hashes, rows, words); err != nil {
 		return err
 	}
+	wc.keepArgs(changes)
+	wc.held = time.Since(locked)
 	wc.tree.Written()
 	last, hash := ab.Tail()
 	wc.known, wc.tailSeq, wc.tailHash = true, last, hash
 	wc.tree.Edge = edge
 	wc.noteOwn(ownRun{first: seq + 1, leaves: ab.Leaves})
 	return nil
+}
+
+// edgePG reads the tree's right edge at seq leaves, the chain's length,
+// in one round trip (postgres.ReadEdge); it is nil when the tree is not
+// that long, which loadTree works out.
+func (wc *writerConn) edgePG(ctx context.Context, conn *pgx.Conn, seq int64) (*audit.Edge, error) {
+	short := false
+	edge, err := audit.LoadEdge(seq, func(idx []int64) ([]tlog.Hash, error) {
+		m, hs, err := postgres.ReadEdge(ctx, conn, idx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]tlog.Hash, len(idx))
+		if m < 0 || audit.TreeSize(m) != seq {
+			short = true
+			return out, nil
+		}
+		for i, h := range hs {
+			if len(h) != tlog.HashSize {
+				return nil, fmt.Errorf("tree hash %d is missing or malformed", idx[i])
+			}
+			copy(out[i][:], h)
+		}
+		return out, nil
+	})
+	if err != nil || short {
+		return nil, err
+	}
+	return edge, nil
+}
+
+// The words of a call are its request's arguments and its latest
+// outcome's result. The writer keeps the arguments of the calls whose
+// request it committed until their outcome comes (pgArgs), so that the
+// outcome's batch need not read them back from the request's record; the
+// words of a call whose arguments it does not hold (another writer's, or
+// past maxPGArgs) are made from the records, as before.
+
+// maxPGArgs bounds the calls whose arguments the writer holds: past it
+// it forgets them all, and their outcomes read them back.
+const maxPGArgs = 1 << 16
+
+// pgArgs are the arguments of a call's request, and that request's seq.
+type pgArgs struct {
+	req  int64
+	args string
+}
+
+// words adds the words of a call the batch changed to w.
+func (wc *writerConn) words(w *postgres.CallWords, c *audit.CallChange) {
+	args, ok := c.Args, c.New
+	if !ok {
+		var held pgArgs
+		held, ok = wc.pgArgs[c.ID]
+		args = held.args
+		ok = ok && held.req == c.ReqSeq
+	}
+	if !ok {
+		w.Read = append(w.Read, c.K)
+		return
+	}
+	var result string
+	if c.HasResult {
+		result = c.Result
+	}
+	if args == "" && result == "" {
+		return // no words: no row, as InsertWords makes none
+	}
+	w.K = append(w.K, c.K)
+	w.T = append(w.T, args+" "+result)
+}
+
+// keepArgs holds, once a batch is committed, the arguments of its new
+// calls that have no outcome yet, and forgets those of the calls whose
+// outcome it holds.
+func (wc *writerConn) keepArgs(changes []*audit.CallChange) {
+	for _, c := range changes {
+		switch {
+		case c.New && c.OutSeq == 0:
+			if len(wc.pgArgs) >= maxPGArgs {
+				clear(wc.pgArgs)
+			}
+			if wc.pgArgs == nil {
+				wc.pgArgs = map[string]pgArgs{}
+			}
+			wc.pgArgs[c.ID] = pgArgs{c.ReqSeq, c.Args}
+		case c.HasResult:
+			delete(wc.pgArgs, c.ID)
+		}
+	}
 }

@@ -272,3 +272,53 @@ func TestAReplicaGoesOnWithANewerSchema(t *testing.T) {
 		t.Errorf("%d calls read back, want 1", n)
 	}
 }
+
+// On PostgreSQL the writer makes the words of a call whose outcome comes
+// in a later batch from the arguments it held since it committed the
+// call's request, rather than from the request's record: the words are
+// those the records make, as the verification checks them, whether the
+// request went in an earlier batch of this writer, in the outcome's own
+// batch, or in another writer's (which this one does not hold), with and
+// without arguments.
+func TestWordsOfACallsOutcomeAreThoseOfItsRecords(t *testing.T) {
+	postgresOnly(t)
+	ctx := context.Background()
+	path := testPath(t)
+	db := openDB(t, path)
+	defer db.Close()
+	other := openDB(t, path) // another replica
+	defer other.Close()
+	for i := range 9 {
+		id := fmt.Sprintf("call-%d", i)
+		req := &guard.Record{CallID: id, Kind: guard.KindRequest, Server: "files", Tool: "read", Decision: guard.DecisionAllowed,
+			Arguments: fmt.Sprintf(`{"path":"alpha%d"}`, i)}
+		if i >= 6 {
+			req.Arguments = ""
+		}
+		out := &guard.Record{CallID: id, Kind: guard.KindOutcome, Server: "files", Tool: "read", Outcome: "ok", Result: fmt.Sprintf("beta%d", i)}
+		var err error
+		switch i % 3 {
+		case 0:
+			if err = db.Append(req); err == nil {
+				err = db.Append(out)
+			}
+		case 1:
+			err = db.Append(req, out)
+		case 2:
+			if err = other.Append(req); err == nil {
+				err = db.Append(out)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.ing.caughtUp(ctx)
+	if finding, err := db.Verifier().checkCallWords(ctx); err != nil || finding != "" {
+		t.Fatalf("the text index against the records: %q, %v", finding, err)
+	}
+	var n int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM call_text WHERE words @@ to_tsquery('simple', 'beta0 | beta3 | beta6')`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d calls found by their results' words (%v), want 3", n, err)
+	}
+}

@@ -93,6 +93,7 @@ type appendReq struct {
 type auditStats struct {
 	latency  *metrics.Histogram // until durable
 	batches  *metrics.Histogram // records per transaction
+	held     *metrics.Histogram // the audit lock, per batch (PostgreSQL)
 	backlog  atomic.Int64       // records appended, not yet in the database
 	peak     atomic.Int64       // the most backlog has been
 	attempts atomic.Int64       // transactions begun (retries included)
@@ -105,7 +106,8 @@ type auditStats struct {
 }
 
 func newAuditStats() *auditStats {
-	return &auditStats{latency: metrics.NewHistogram(metrics.LatencyBuckets), batches: metrics.NewHistogram(BatchBuckets)}
+	return &auditStats{latency: metrics.NewHistogram(metrics.LatencyBuckets), batches: metrics.NewHistogram(BatchBuckets),
+		held: metrics.NewHistogram(metrics.LatencyBuckets)}
 }
 
 func (s *auditStats) add(n int) {
@@ -265,6 +267,12 @@ func (w Writing) AppendLatency() *metrics.Histogram { return w.db.stats.latency 
 
 // BatchSizes is how many records each audit transaction committed.
 func (w Writing) BatchSizes() *metrics.Histogram { return w.db.stats.batches }
+
+// LockHeld is how long each batch held the audit log's lock on
+// PostgreSQL, from the answer to the statements that took it to that of
+// its COMMIT: the section of the writers of every replica that does not
+// run in parallel.
+func (w Writing) LockHeld() *metrics.Histogram { return w.db.stats.held }
 
 // Backlog is the number of records appended and not yet in the database.
 func (w Writing) Backlog() int64 { return w.db.stats.backlog.Load() }
@@ -943,6 +951,12 @@ type writerConn struct {
 	// checkpoint, with their leaves (checkTail), and how many leaves.
 	own       []ownRun
 	ownLeaves int
+
+	// held is how long the last batch held the audit lock (PostgreSQL).
+	held time.Duration
+	// pgArgs are the arguments of the calls awaiting their outcome whose
+	// request this connection committed (PostgreSQL, pgwriter.go).
+	pgArgs map[string]pgArgs
 }
 
 // driverStmt is what the writer needs of a driver's prepared statement.

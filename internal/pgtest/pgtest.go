@@ -90,6 +90,10 @@ type Options struct {
 	// what they do in production (a benchmark's). Tests' clusters run
 	// without it.
 	Durable bool
+	// Settings are more of the server's settings, each NAME=VALUE (pg_ctl
+	// -o "-c NAME=VALUE"): shared_preload_libraries=pg_stat_statements,
+	// say, for a benchmark that counts statements.
+	Settings []string
 }
 
 // New initialises and starts a cluster of PostgreSQL's programs in Bin
@@ -127,6 +131,9 @@ func launch(bin string, o Options) (*Cluster, error) {
 	opts := fmt.Sprintf("-k %s -h 127.0.0.1 -p %d -c max_connections=200", dir, c.Port)
 	if !o.Durable {
 		opts += " -c fsync=off -c full_page_writes=off"
+	}
+	for _, set := range o.Settings {
+		opts += " -c " + set
 	}
 	c.opts = opts
 	if err := c.run("pg_ctl", "start", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o", opts); err != nil {

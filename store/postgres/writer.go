@@ -16,10 +16,12 @@ import (
 //
 //  1. BEGIN, the audit lock, the chain's tail, and what the call index
 //     holds of the batch's calls, sent together;
-//  2. (only when this writer's tree edge is stale) the edge;
-//  3. the records, the tree's hashes, the call index's rows and words,
-//     and COMMIT, sent together; arrays bound to unnest() make each
-//     statement one, whatever the batch's size.
+//  2. (only when this writer's tree edge is stale: another replica
+//     appended) the edge, in one statement (ReadEdge);
+//  3. the records, the tree's hashes, the call index's rows and words
+//     (made from the text the writer holds, else from the records), and
+//     COMMIT, sent together; arrays bound to unnest() make each statement
+//     one, whatever the batch's size.
 //
 // BeginBatch is step 1 and CommitBatch step 3; store reads the edge
 // (step 2) and works out, with package audit, the rows from what step 1
@@ -30,8 +32,8 @@ const (
 	selectTail  = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
 	selectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
  user_subject, user_email FROM call_index WHERE call_id = ANY($1::text[])`
-	selectKeys = `SELECT b, (SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576) FROM unnest($1::bigint[]) AS b`
-	selectMaxK = `SELECT coalesce(max(k), 0) FROM call_index`
+	selectKeys = `SELECT b, (SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576), (SELECT coalesce(max(k), 0) FROM call_index)
+ FROM unnest($1::bigint[]) AS b`
 	insertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
  request_size, response_size, duration_ms, detail, approval, prev_hash, hash, user_subject, user_email, user_groups, mac)
@@ -49,9 +51,17 @@ const (
 )
 
 // upsertWords makes the words of the calls whose arguments or result
-// the batch set, read back from the records the same transaction
-// inserted.
+// the batch set and whose arguments the writer does not hold, read back
+// from the records: those of the same transaction, and a request an
+// earlier batch or another writer inserted.
 var upsertWords = InsertWords + ` AND c.k = ANY($1::bigint[])
+ ON CONFLICT (k) DO UPDATE SET words = excluded.words`
+
+// upsertText makes the words of calls from their text, as InsertWords
+// makes it (the request's arguments, a space, the latest result), which
+// the writer holds.
+var upsertText = `INSERT INTO call_text (k, words) SELECT u.k, ` + Words(`u.t`) + `
+ FROM unnest($1::bigint[], $2::text[]) AS u(k, t)
  ON CONFLICT (k) DO UPDATE SET words = excluded.words`
 
 // InsertWords makes the words of the call index's rows: each call's
@@ -62,6 +72,23 @@ var InsertWords = `INSERT INTO call_text (k, words)
  SELECT c.k, ` + Words(`q.arguments || ' ' || coalesce(o.result, '')`) + `
  FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
  WHERE (q.arguments <> '' OR coalesce(o.result, '') <> '')`
+
+// A batch's transaction runs with sequential scans off and generic plans
+// (set_config, local to the transaction), so that its statements'
+// plans look rows up by their indexes whatever the tables' statistics
+// say, and are made once. PostgreSQL keeps a prepared statement's
+// generic plan from its first runs until the tables are analyzed again:
+// plans made while a new database's tables were small scanned them whole
+// (a call's row, its words) as they grew, up to autovacuum's next
+// analysis, a millisecond of PostgreSQL's CPU a call after a few thousand
+// calls. Every statement of a batch reads by a key. Planning each anew
+// for the tables as they are (plan_cache_mode force_custom_plan) cost a
+// third of what the statements cost, and the statements that take an
+// array (= ANY, unnest) were planned anew each time all the same, their
+// generic plans' estimates being above their custom ones'.
+// The lock is taken in the same statement.
+const lockIndexScans = `SELECT pg_advisory_xact_lock($1), set_config('enable_seqscan', 'off', true),
+ set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // Calls is what BeginBatch read of the call index for a batch: every row
 // of its calls and the keys around its new calls' milliseconds.
@@ -97,11 +124,12 @@ func (p *Calls) Keys(_ context.Context, base int64) (next, last int64, err error
 func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64) (seq int64, prev string, calls *Calls, err error) {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT pg_advisory_xact_lock($1)", LockAudit)
+	b.Queue(lockIndexScans, LockAudit)
 	b.Queue(selectTail)
 	b.Queue(selectCalls, ids)
-	b.Queue(selectKeys, bases)
-	b.Queue(selectMaxK)
+	if len(bases) > 0 {
+		b.Queue(selectKeys, bases) // a batch with no new call needs no key
+	}
 	res := conn.SendBatch(ctx, b)
 	calls = &Calls{rows: map[string]audit.Call{}, next: map[int64]int64{}}
 	err = func() error {
@@ -130,13 +158,16 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
+		if len(bases) == 0 {
+			return nil
+		}
 		if rows, err = res.Query(); err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
 		for rows.Next() {
 			var base int64
 			var m *int64
-			if err := rows.Scan(&base, &m); err != nil {
+			if err := rows.Scan(&base, &m, &calls.last); err != nil {
 				rows.Close()
 				return fmt.Errorf("call index: %w", err)
 			}
@@ -149,7 +180,7 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}
-		return res.QueryRow().Scan(&calls.last)
+		return nil
 	}()
 	if cerr := res.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("begin: %w", cerr)
@@ -169,16 +200,33 @@ type InDoubt struct {
 func (e *InDoubt) Error() string { return e.Err.Error() }
 func (e *InDoubt) Unwrap() error { return e.Err }
 
+// CallWords are the words a batch makes: of the calls keyed k, from
+// their text t, and of the calls keyed read, from their records.
+type CallWords struct {
+	K    []int64
+	T    []string
+	Read []int64
+}
+
 // CommitBatch writes a batch's records, its tree hashes (at idx), its
-// call index rows and the words of the rows keyed words, and commits, in
-// one round trip (step 3). A failure once records were sent is an
-// *InDoubt.
-func CommitBatch(ctx context.Context, conn *pgx.Conn, recs *RecordColumns, idx []int64, hashes [][]byte, calls *CallColumns, words []int64) error {
+// call index rows and their words, and commits, in one round trip (step
+// 3); a statement with no rows to write is left out. A failure once
+// records were sent is an *InDoubt.
+func CommitBatch(ctx context.Context, conn *pgx.Conn, recs *RecordColumns, idx []int64, hashes [][]byte, calls *CallColumns, words *CallWords) error {
 	b := &pgx.Batch{}
 	b.Queue(insertRecs, recs.args()...)
-	b.Queue(insertTree, idx, hashes)
-	b.Queue(upsertCalls, calls.args()...)
-	b.Queue(upsertWords, words)
+	if len(idx) > 0 {
+		b.Queue(insertTree, idx, hashes)
+	}
+	if len(calls.k) > 0 {
+		b.Queue(upsertCalls, calls.args()...)
+	}
+	if len(words.K) > 0 {
+		b.Queue(upsertText, words.K, words.T)
+	}
+	if len(words.Read) > 0 {
+		b.Queue(upsertWords, words.Read)
+	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		if len(recs.seq) == 0 {
@@ -259,4 +307,45 @@ func (c *CallColumns) Add(r *audit.Call) {
 func (c *CallColumns) args() []any {
 	t := c.text
 	return []any{c.k, t[0], c.req, c.out, c.dec, t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10]}
+}
+
+// ReadEdge reads, in one round trip (step 2), the tree's largest stored
+// index (-1 for an empty tree) and the hashes at idx, in idx's order (nil
+// where there is none): the right edge of a tree the caller expects to be
+// as long as the chain, read in one statement rather than one a hash.
+func ReadEdge(ctx context.Context, conn *pgx.Conn, idx []int64) (maxIdx int64, hashes [][]byte, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT coalesce(max(idx), -1) FROM tree_hashes`)
+	b.Queue(`SELECT idx, hash FROM tree_hashes WHERE idx = ANY($1::bigint[])`, idx)
+	res := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := res.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("tree edge: %w", cerr)
+		}
+	}()
+	if err := res.QueryRow().Scan(&maxIdx); err != nil {
+		return 0, nil, fmt.Errorf("tree size: %w", err)
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return 0, nil, fmt.Errorf("tree edge: %w", err)
+	}
+	defer rows.Close()
+	hashes = make([][]byte, len(idx))
+	for rows.Next() {
+		var x int64
+		var h []byte
+		if err := rows.Scan(&x, &h); err != nil {
+			return 0, nil, fmt.Errorf("tree edge: %w", err)
+		}
+		for i := range idx {
+			if idx[i] == x {
+				hashes[i] = h
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, fmt.Errorf("tree edge: %w", err)
+	}
+	return maxIdx, hashes, nil
 }

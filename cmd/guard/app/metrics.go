@@ -39,6 +39,7 @@ func NewMetrics(db *store.DB) *metrics.Registry {
 	})
 	reg.Histogram("guard_audit_append_seconds", "How long an append to the audit log took until durable in the journal (waiting for room included).", db.Writing().AppendLatency())
 	reg.Histogram("guard_audit_batch_records", "Records moved into the database per audit transaction.", db.Writing().BatchSizes())
+	reg.Histogram("guard_audit_lock_held_seconds", "How long each audit transaction held the audit log's lock on PostgreSQL, which the writers of every replica take in turn (from the lock's answer to the COMMIT's).", db.Writing().LockHeld())
 	reg.Gauge("guard_audit_backlog_records", "Audit records appended by this process and not yet in the database.", func() (float64, error) {
 		return float64(db.Writing().Backlog()), nil
 	})
