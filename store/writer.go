@@ -378,12 +378,6 @@ func (in *ingestion) syncJournal(batch []*appendReq) {
 // database cannot take it, left in the journal for the next Open).
 func (in *ingestion) ingester() {
 	defer close(in.closed)
-	if !in.db.pg && !sqliteDirect {
-		// Calls wait for the journal, not for this: it yields to them.
-		// (Appends to PostgreSQL, or to SQLite without the journal,
-		// wait for its commits.)
-		background()
-	}
 	t := time.NewTicker(in.db.opts.CheckpointEvery)
 	defer t.Stop()
 	wait := time.NewTimer(time.Hour)
