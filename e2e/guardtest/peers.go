@@ -2,6 +2,7 @@ package guardtest
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,9 +95,11 @@ func Conformance(t testing.TB, suite, url string, args ...string) map[string]str
 	script := Peer(t, "", filepath.Join(NodeModules(t), ConformanceSuites[suite]))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, Node(t), append([]string{script, "server", "--url", url}, args...)...)
+	results := t.TempDir()
+	cmd := exec.CommandContext(ctx, Node(t), append([]string{script, "server", "--url", url, "--output-dir", results}, args...)...)
 	cmd.Dir = t.TempDir()
 	out, _ := cmd.CombinedOutput() // it exits non-zero when a check fails
+	logUnpassed(t, url, results)
 	got := map[string]string{}
 	for _, m := range scenarioLine.FindAllStringSubmatch(string(out), -1) {
 		got[m[2]] = m[1] + " " + m[3] + " passed, " + m[4] + " failed"
@@ -105,6 +108,33 @@ func Conformance(t testing.TB, suite, url string, args ...string) map[string]str
 		t.Fatalf("the conformance suite %s reported nothing:\n%s", suite, out)
 	}
 	return got
+}
+
+// logUnpassed logs every check of a run that did not pass (failed,
+// warned or skipped: a check that warns counts as neither passed nor
+// failed in the scenario's line), with the suite's reason, so that a run
+// whose counts differ from another's says which check made the
+// difference.
+func logUnpassed(t testing.TB, url, results string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(results, "*", "checks.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Logf("conformance results %s: %v", f, err)
+			continue
+		}
+		var checks []struct{ ID, Status, ErrorMessage string }
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Logf("conformance results %s: %v", f, err)
+			continue
+		}
+		for _, c := range checks {
+			if c.Status != "SUCCESS" {
+				t.Logf("conformance against %s, %s: %s %s: %s", url, filepath.Base(filepath.Dir(f)), c.Status, c.ID, c.ErrorMessage)
+			}
+		}
+	}
 }
 
 // Fixture starts go-sdk's conformance server over HTTP and returns its
