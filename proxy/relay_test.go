@@ -50,6 +50,7 @@ type harnessOpts struct {
 	maxMsg   int           // MaxMessage, when not 1 MiB
 
 	tracer trace.Tracer   // Options.Tracer
+	hashed bool           // Options.HashAtCommit
 	caller guard.Identity // Caller: who the front authenticated
 	scope  string         // approval.scope (default: session)
 	watch  ListingWatch   // Options.Watch
@@ -108,7 +109,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	if ho.maxMsg > 0 {
 		opts.MaxMessage = ho.maxMsg
 	}
-	opts.Caller, opts.Watch, opts.Tracer = ho.caller, ho.watch, ho.tracer
+	opts.Caller, opts.Watch, opts.Tracer, opts.HashAtCommit = ho.caller, ho.watch, ho.tracer, ho.hashed
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()

@@ -3,10 +3,14 @@ package proxy
 import (
 	"context"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/pgtest"
+	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream/streamtest"
 	"github.com/guard-mcp/guard/telemetry"
 	"github.com/guard-mcp/guard/wire"
@@ -38,8 +42,31 @@ const clientParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 // collector as spans of the client's trace: guard's span under the
 // client's, with the conventions' attributes and the call's records, and
 // guard's stages under it; the server receives the context of guard's
-// request to it, in the same trace.
+// request to it, in the same trace. On PostgreSQL the outcome record's
+// chain hash, known at commit, is on guard's span too.
 func TestTraceContinuesThroughGuard(t *testing.T) {
+	traceThroughGuard(t, nil)
+}
+
+func TestTraceCarriesTheHashOnPostgres(t *testing.T) {
+	if !pgtest.Postgres() {
+		t.Skip("PostgreSQL only (" + pgtest.EngineEnv + "=postgres)")
+	}
+	c := pgtest.Start(t)
+	url, err := c.CreateDatabase("traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(context.Background(), store.Options{Path: url, KeyPath: filepath.Join(t.TempDir(), "audit.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	traceThroughGuard(t, db)
+}
+
+// traceThroughGuard runs the call, its records in pg when not nil.
+func traceThroughGuard(t *testing.T, pg *store.DB) {
 	oc := streamtest.NewOtelcol(t, nil)
 	tr, err := telemetry.New(telemetry.Config{OTLP: oc.TracesURL(), Sample: 1},
 		telemetry.Options{Getenv: func(string) string { return "" }, BatchTimeout: 10 * time.Millisecond})
@@ -48,7 +75,11 @@ func TestTraceContinuesThroughGuard(t *testing.T) {
 	}
 	defer tr.Shutdown(context.Background())
 	got := make(chan string, 1)
-	h := newHarness(t, harnessOpts{tracer: tr.Tracer(), server: tracedServer(got)})
+	ho := harnessOpts{tracer: tr.Tracer(), server: tracedServer(got)}
+	if pg != nil {
+		ho.recorder, ho.hashed = pg, true
+	}
+	h := newHarness(t, ho)
 	cs := h.client(nil, "2025-06-18")
 	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"},
 		Meta: mcp.Meta{"traceparent": clientParent}})
@@ -74,18 +105,29 @@ func TestTraceContinuesThroughGuard(t *testing.T) {
 		root, fwd = fwd, root
 	}
 	var call *callRecord
-	for _, c := range h.calls() {
-		if c.Tool == "echo" {
-			call = &callRecord{id: c.ID}
+	recs := h.db
+	if pg != nil {
+		recs = pg
+	}
+	if err := recs.Reader().Records(context.Background(), func(r *guard.Record) error {
+		if r.Tool == "echo" && r.Kind == guard.KindOutcome {
+			call = &callRecord{id: r.CallID, record: r.ID, hash: r.Hash}
 		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	switch {
 	case root.ParentSpanID != "00f067aa0ba902b7" || root.Kind != 2:
 		t.Errorf("guard's span: parent %s kind %d", root.ParentSpanID, root.Kind)
 	case fwd.ParentSpanID != root.SpanID || fwd.Kind != 3 || parts[2] != fwd.SpanID:
 		t.Errorf("the request at the server: %+v; the server's parent %s", fwd, parts[2])
-	case call == nil || root.Attr("guard.call_id") != call.id:
-		t.Errorf("guard.call_id %q, the call %+v", root.Attr("guard.call_id"), call)
+	case call == nil || root.Attr("guard.call_id") != call.id || root.Attr("guard.record.id") != call.record:
+		t.Errorf("guard.call_id %q, guard.record.id %q, the call %+v", root.Attr("guard.call_id"), root.Attr("guard.record.id"), call)
+	case pg != nil && (call.hash == "" || root.Attr("guard.record.hash") != call.hash):
+		t.Errorf("guard.record.hash %q, the record's %q", root.Attr("guard.record.hash"), call.hash)
+	case pg == nil && root.Attr("guard.record.hash") != "":
+		t.Errorf("guard.record.hash %q on SQLite, where it is not known at commit", root.Attr("guard.record.hash"))
 	}
 	for k, want := range map[string]string{"mcp.method.name": "tools/call", "gen_ai.tool.name": "echo", "gen_ai.operation.name": "execute_tool",
 		"mcp.protocol.version": "2025-06-18", "mcp.session.id": h.sess.ID(), "guard.server": "notes", "guard.decision": "allowed",
@@ -94,7 +136,7 @@ func TestTraceContinuesThroughGuard(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, v, want)
 		}
 	}
-	if root.Attr("jsonrpc.request.id") == "" || root.Attr("guard.record.id") == "" || root.Attr("error.type") != "" {
+	if root.Attr("jsonrpc.request.id") == "" || root.Attr("error.type") != "" {
 		t.Errorf("attributes: %+v", root.Attributes)
 	}
 	for _, name := range []string{"guard.decide", "guard.record"} {
@@ -107,7 +149,9 @@ func TestTraceContinuesThroughGuard(t *testing.T) {
 	}
 }
 
-type callRecord struct{ id string }
+// callRecord is what the audit log has of the call: its id, its outcome
+// record's id and hash.
+type callRecord struct{ id, record, hash string }
 
 // Without a tracer nothing changes on the wire: the server receives the
 // client's own traceparent, or none.
