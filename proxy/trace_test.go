@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +18,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// tracedServer is a go-sdk server whose tool echo sends the trace context
-// it received in _meta on got.
+// tracedServer is a go-sdk server whose tools echo (read-only) and
+// archive (held by the default policy) send the trace context they
+// received in _meta on got.
 func tracedServer(got chan<- string) func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
 	return func(ctx context.Context, in io.ReadCloser, out io.WriteCloser) {
 		srv := mcp.NewServer(&mcp.Implementation{Name: "traced", Version: "1"}, nil)
@@ -30,6 +32,12 @@ func tracedServer(got chan<- string) func(ctx context.Context, in io.ReadCloser,
 				tp, _ := req.Params.Meta["traceparent"].(string)
 				got <- tp
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Text}}}, nil, nil
+			})
+		mcp.AddTool(srv, &mcp.Tool{Name: "archive"},
+			func(_ context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
+				tp, _ := req.Params.Meta["traceparent"].(string)
+				got <- tp
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "archived " + a.Text}}}, nil, nil
 			})
 		_ = srv.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
 		out.Close()
@@ -146,6 +154,42 @@ func traceThroughGuard(t *testing.T, pg *store.DB) {
 	}
 	if len(byName["guard.record"]) != 2 {
 		t.Errorf("record spans: %+v", byName["guard.record"])
+	}
+	heldCall(t, h, cs, oc, got)
+	if out := os.Getenv("GUARD_TRACE_OUT"); out != "" {
+		// The collector's file, for the README's picture (docs/tracetree).
+		b, err := os.ReadFile(oc.TracesFile())
+		if err == nil {
+			err = os.WriteFile(out, b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// heldCall makes a call the policy holds, which alice approves: its trace
+// has the hold, with who decided.
+func heldCall(t *testing.T, h *harness, cs *mcp.ClientSession, oc *streamtest.Otelcol, got <-chan string) {
+	const parent = "00-5af7183fb1d4cf5f05a3a1b4a2c0d2e1-0102030405060708-01"
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "archive", Arguments: map[string]any{"text": "q3 report"},
+			Meta: mcp.Meta{"traceparent": parent}})
+		done <- err
+	}()
+	id := waitPending(t, h, "archive")
+	if _, err := h.holds.Decide(context.Background(), id, true, "alice", "fine"); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	spans := oc.WaitSpans(1, func(s *streamtest.Span) bool { return s.Name == "guard.hold" })
+	if s := spans[0]; s.TraceID != "5af7183fb1d4cf5f05a3a1b4a2c0d2e1" || s.Attr("guard.decided_by") != "alice" ||
+		s.Attr("guard.approval.id") != id || s.Attr("guard.approval.state") != guard.ApprovalUsed {
+		t.Errorf("the hold's span: %+v", s)
 	}
 }
 
