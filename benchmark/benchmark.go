@@ -57,6 +57,10 @@ type Config struct {
 	// "http://HOST:PORT"}): each durability mode is measured again with
 	// the audit log streamed to it.
 	Stream string
+	// Traces measures each durability mode again with tracing on
+	// (telemetry: every call sampled), its spans sent to an OTLP/HTTP
+	// receiver of the benchmark's own that takes and discards them.
+	Traces bool
 }
 
 // ProfileEnv is the environment variable that makes `guard run` and
@@ -192,32 +196,38 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		{name: rowDirect, argv: server},
 		{name: rowCopyRelay, argv: append(append(slices.Clone(cfg.CopyRelay), "--"), server...)},
 	}
+	var sink *traceSink
+	if cfg.Traces {
+		if sink, err = startTraceSink(); err != nil {
+			return nil, err
+		}
+		defer sink.close()
+	}
 	for _, d := range cfg.Durability {
-		cfgPath := filepath.Join(cfg.Dir, "bench-"+d+".yaml")
-		conf := "durability: " + d + "\npolicy:\n  default: allow\n"
-		if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
-			return nil, fmt.Errorf("benchmark config: %w", err)
+		// Each mode's row, and its variants: the same with the audit
+		// log streamed, with tracing on.
+		base := "durability: " + d + "\npolicy:\n  default: allow\n"
+		rows := []struct{ name, file, conf string }{{"guard durability=" + d, "bench-" + d, base}}
+		if cfg.Stream != "" {
+			rows = append(rows, struct{ name, file, conf string }{"guard " + d + " +stream", "bench-" + d + "-stream",
+				base + "audit:\n  stream:\n    - " + cfg.Stream + "\n"})
 		}
-		db := filepath.Join(cfg.Dir, "bench-"+d+".db")
-		if err := removeDB(db); err != nil {
-			return nil, err
+		if sink != nil {
+			rows = append(rows, struct{ name, file, conf string }{"guard " + d + " +traces", "bench-" + d + "-traces",
+				base + "telemetry: {otlp: \"" + sink.url + "\", sample: 1.0}\n"})
 		}
-		configs = append(configs, config{name: "guard durability=" + d, guard: true,
-			argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
-		if cfg.Stream == "" {
-			continue
+		for _, r := range rows {
+			cfgPath := filepath.Join(cfg.Dir, r.file+".yaml")
+			if err := os.WriteFile(cfgPath, []byte(r.conf), 0o600); err != nil {
+				return nil, fmt.Errorf("benchmark config: %w", err)
+			}
+			db := filepath.Join(cfg.Dir, r.file+".db")
+			if err := removeDB(db); err != nil {
+				return nil, err
+			}
+			configs = append(configs, config{name: r.name, guard: true,
+				argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
 		}
-		cfgPath = filepath.Join(cfg.Dir, "bench-"+d+"-stream.yaml")
-		conf += "audit:\n  stream:\n    - " + cfg.Stream + "\n"
-		if err := os.WriteFile(cfgPath, []byte(conf), 0o600); err != nil {
-			return nil, fmt.Errorf("benchmark config: %w", err)
-		}
-		db = filepath.Join(cfg.Dir, "bench-"+d+"-stream.db")
-		if err := removeDB(db); err != nil {
-			return nil, err
-		}
-		configs = append(configs, config{name: "guard " + d + " +stream", guard: true,
-			argv: append([]string{cfg.Guard, "run", "--config", cfgPath, "--db", db, "--name", "bench", "--no-ui", "--"}, server...)})
 	}
 	names := make([]string, len(configs))
 	for i, c := range configs {
@@ -246,6 +256,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (*Report, error) {
 		fmt.Fprintf(w, "fsync (%s, median of %d, before and between the rounds): %s\n", fsyncProbe, len(syncs), fmtDur(rep.Fsync))
 	}
 	rep.stdioTargets(w)
+	if sink != nil {
+		rep.tracingCost(w, cfg.Durability, sink)
+	}
 	if cfg.BigResult > 0 {
 		if err := memory(ctx, cfg, rep, w); err != nil {
 			return nil, err

@@ -2,7 +2,7 @@
 // the sections that other packages own, each with its own type: policy's
 // (rules, servers, limits, review, redact, include), the UI's (web), the
 // resource server's (auth), the receivers of announcements (notify) and of
-// the audit log's stream (stream). config reads the file strictly (an
+// the audit log's stream (stream), and of traces (telemetry). config reads the file strictly (an
 // unknown key is an error, with its file and line), checks what spans
 // sections, and keeps the settings that are guard's own (the database,
 // approvals, sessions, the public address, its environment).
@@ -23,6 +23,7 @@ import (
 	"github.com/guard-mcp/guard/notify"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/stream"
+	"github.com/guard-mcp/guard/telemetry"
 	"github.com/guard-mcp/guard/web"
 	"go.yaml.in/yaml/v3"
 )
@@ -60,6 +61,8 @@ type Config struct {
 	Audit Audit
 	// Notify lists the receivers that new holds are announced to.
 	Notify []notify.Config
+	// Telemetry says where traces go (telemetry:); off while its OTLP is "".
+	Telemetry telemetry.Config
 	// PublicURL is the address clients and browsers use to reach guard
 	// when something stands in front of it (a load balancer, a TLS
 	// terminator): scheme and host, without a trailing slash; "" when
@@ -219,6 +222,7 @@ func Default() *Config {
 	c.MaxSessions.Total, c.MaxSessions.PerClient = 1000, 100
 	c.Approval.Scope = guard.ScopeSession
 	c.Aggregate.Separator = "__"
+	c.Telemetry.Sample = 1
 	return c
 }
 
@@ -283,6 +287,7 @@ func (c *Config) keys(r *read.Reader) map[string]func(*yaml.Node) error {
 		"auth":           func(n *yaml.Node) error { return readAuth(r, n, &c.Auth) },
 		"notify":         func(n *yaml.Node) error { return readNotify(r, n, &c.Notify) },
 		"audit":          func(n *yaml.Node) error { return r.Decode(n, &c.Audit) },
+		"telemetry":      func(n *yaml.Node) error { return readTelemetry(r, n, &c.Telemetry) },
 	} {
 		keys[k] = f
 	}

@@ -85,6 +85,11 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"max_sessions:\n  total: 10\n  per_client: 20\n", 2, "per_client (20) is more than total (10)"},
 		{"max_sessions: 1000\n", 1, "expected a mapping"},
 		{"servers:\n  files: {sandbox: always}\n", 2, `"always" is not one of on, off`},
+		{"telemetry: {otlp: h:4318}\n", 1, "use http(s)://HOST:PORT"},
+		{"telemetry:\n  otlp: http://h:4318\n  sample: 2\n", 2, "from 0 to 1"},
+		{"telemetry:\n  otlp: http://h:4318\n  sample: all\n", 3, "a number from 0 to 1"},
+		{"telemetry:\n  headers: {x: y}\n", 2, "headers without otlp"},
+		{"telemetry:\n  otlp: http://h:4318\n  sampling: 1\n", 3, `unknown key "sampling"`},
 	})
 }
 
@@ -223,5 +228,27 @@ func TestApprovalScopes(t *testing.T) {
 		if err != nil || c.Approval.Scope != scope || !c.Approval.CLISet || c.Approval.CLI {
 			t.Fatalf("%s: %+v %v", scope, c, err)
 		}
+	}
+}
+
+// telemetry: off by default; the receiver, the share sampled (1 unless
+// said) and the headers, whose variables are guard's own secrets.
+func TestTelemetry(t *testing.T) {
+	c, err := Parse([]byte(""), "cfg.yaml")
+	if err != nil || c.Telemetry.On() {
+		t.Fatalf("default: %+v, %v", c.Telemetry, err)
+	}
+	t.Setenv("GUARD_TEST_OTLP_KEY", "k1")
+	c, err = Parse([]byte("telemetry:\n  otlp: http://127.0.0.1:4318\n  headers: {X-Api-Key: \"${GUARD_TEST_OTLP_KEY}\"}\n"), "cfg.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.Telemetry
+	if !tc.On() || tc.OTLP != "http://127.0.0.1:4318" || tc.Sample != 1 || tc.Headers["X-Api-Key"] != "k1" || c.Expanded["GUARD_TEST_OTLP_KEY"] != "k1" {
+		t.Errorf("%+v, expanded %v", tc, c.Expanded)
+	}
+	c, err = Parse([]byte("telemetry: {otlp: http://h:4318, sample: 0.25}\n"), "cfg.yaml")
+	if err != nil || c.Telemetry.Sample != 0.25 {
+		t.Errorf("%+v, %v", c.Telemetry, err)
 	}
 }

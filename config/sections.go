@@ -5,12 +5,14 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/auth"
 	"github.com/guard-mcp/guard/config/read"
 	"github.com/guard-mcp/guard/notify"
+	"github.com/guard-mcp/guard/telemetry"
 	"github.com/guard-mcp/guard/web"
 	"go.yaml.in/yaml/v3"
 )
@@ -157,4 +159,44 @@ func (c *Config) PasskeyOrigin(listen string) (string, error) {
 		return "", fmt.Errorf("the UI's address %q: %w", listen, err)
 	}
 	return "http://" + net.JoinHostPort("localhost", port), nil
+}
+
+// readTelemetry reads telemetry: {otlp: URL, sample: 0..1, headers: {...}}
+// (telemetry.Config). The URL and the headers' values are expanded
+// (${NAME}) and their variables are guard's own secrets: a header is
+// usually an API key.
+func readTelemetry(r *read.Reader, n *yaml.Node, t *telemetry.Config) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if err := r.Mapping(n, map[string]func(*yaml.Node) error{
+		"otlp": r.Secret(&t.OTLP),
+		"sample": func(v *yaml.Node) error {
+			f, err := strconv.ParseFloat(v.Value, 64)
+			if v.Kind != yaml.ScalarNode || err != nil {
+				return r.Errf(v, "telemetry.sample: expected a number from 0 to 1")
+			}
+			t.Sample = f
+			return nil
+		},
+		"headers": func(v *yaml.Node) error {
+			if v.Kind != yaml.MappingNode {
+				return r.Errf(v, "telemetry.headers: expected a mapping of header names to values")
+			}
+			t.Headers = map[string]string{}
+			for i := 0; i+1 < len(v.Content); i += 2 {
+				if v.Content[i+1].Kind != yaml.ScalarNode {
+					return r.Errf(v.Content[i+1], "telemetry.headers.%s: expected a string", v.Content[i].Value)
+				}
+				t.Headers[v.Content[i].Value] = r.Expand(v.Content[i+1].Value)
+			}
+			return nil
+		},
+	}); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return r.Errf(n, "%v", err)
+	}
+	return nil
 }

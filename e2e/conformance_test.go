@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
 // serveThroughGuard runs guard serve with the conformance server as a stdio
@@ -151,4 +152,20 @@ func TestConformance20260728ThroughGuardServe(t *testing.T) {
 	viaHTTP := guardtest.Conformance(t, "0.2.0-alpha.12", serveThroughGuard(t, e2), args...)
 	guardtest.SameScenarios(t, direct, map[string]map[string]string{"through guard": guarded, "through guard to an HTTP upstream": viaHTTP})
 	t.Logf("%d scenarios, the same directly and through guard serve", len(direct))
+}
+
+// With telemetry on, the 2026-07-28 suite passes through guard serve as
+// it does directly (guard adds trace context to each request's _meta, a
+// rewrite the contracts allow), and the collector receives guard's spans.
+func TestConformance20260728WithTelemetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the conformance suite")
+	}
+	oc := streamtest.NewOtelcol(t, nil)
+	e := newEnv(t, "policy: {default: allow}\ntelemetry: {otlp: \""+oc.TracesURL()+"\"}\nservers:\n  conformance:\n    command: ["+guardtest.EverythingServer(t)+"]\n    new_tools: allow\n")
+	args := []string{"--requirements", "2026-07-28"}
+	direct := guardtest.Conformance(t, "0.2.0-alpha.12", guardtest.Fixture(t, true), args...)
+	guarded := guardtest.Conformance(t, "0.2.0-alpha.12", serveThroughGuard(t, e), args...)
+	guardtest.SameScenarios(t, direct, map[string]map[string]string{"through guard, traced": guarded})
+	oc.WaitSpans(1, func(s *streamtest.Span) bool { return s.Attr("mcp.method.name") == "tools/call" && s.Kind == 2 })
 }

@@ -47,7 +47,10 @@ func (pl *pipeline) gate(msg wire.Message, c *call, toServer bool) bool {
 			pc.ToolName, _ = wire.String(wire.ParamsMember(msg.Params, "name"))
 			pc.Arguments = wire.ParamsMember(msg.Params, "arguments")
 		}
-		c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Decided, Verdict: s.opts.Decider.Decide(pc)})
+		sp := c.decideSpan(s)
+		v := s.opts.Decider.Decide(pc)
+		decidedSpan(sp, v)
+		c.st, eff = intercept.Step(c.st, intercept.Event{Kind: intercept.Decided, Verdict: v})
 	}
 	if eff.Kind == intercept.Forward {
 		return true
@@ -68,6 +71,6 @@ func (pl *pipeline) refuseGated(c *call, toServer bool, eff intercept.Effect) {
 	}
 	out := s.record(guard.KindOutcome, c)
 	out.Outcome = eff.Outcome
-	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c), out)
+	wait := s.appendRecords(c, true, data, s.record(guard.KindRequest, c), out)
 	s.toServer.push(item{msg: built(data), wait: wait, fail: refusal(c.origID)})
 }

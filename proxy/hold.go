@@ -9,6 +9,8 @@ import (
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // held is a tools/call that policy holds for a person. It owns the steps
@@ -33,6 +35,10 @@ type held struct {
 func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict) {
 	s := hs.s
 	h := &held{s: s, c: c, msg: msg, v: v}
+	if c.tr != nil {
+		c.tr.hold = c.tr.stage(s, "guard.hold", trace.SpanKindInternal, attribute.String(attrRule, v.Rule))
+		defer h.endHold(nil)
+	}
 	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
 		return
 	}
@@ -249,7 +255,7 @@ func (h *held) record() bool {
 		return h.step(intercept.Event{Kind: intercept.Recorded})
 	}
 	c.heldOn = h.a.ID
-	if err := <-s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c)); err != nil {
+	if err := <-s.appendRecords(c, false, nil, s.record(guard.KindRequest, c)); err != nil {
 		return h.step(intercept.Event{Kind: intercept.RecordFailed})
 	}
 	return h.step(intercept.Event{Kind: intercept.Recorded})
@@ -345,12 +351,31 @@ func (h *held) settle(e intercept.Event) {
 	if e.Err != nil {
 		s.opts.Logger.Error("waiting for a decision failed", "approval", h.a.ID, "err", e.Err)
 	}
+	if c.tr != nil {
+		h.endHold(e.Wait.Approval)
+	}
 	if e.Err == nil && e.Wait.End == guard.WaitApproved && c.progress != nil {
 		s.mu.Lock()
 		s.progress[wire.IDKey(c.progress)] = c
 		s.mu.Unlock()
 	}
 	h.step(e)
+}
+
+// endHold ends the hold's span, with who decided (a, the approval as the
+// wait ended; nil when it did not end with a decision).
+func (h *held) endHold(a *guard.Approval) {
+	sp := h.c.tr.hold
+	if sp == nil {
+		return
+	}
+	if h.a != nil {
+		sp.SetAttributes(attribute.String(attrApproval, h.a.ID))
+	}
+	if a != nil {
+		sp.SetAttributes(attribute.String(attrApprovalEnd, a.State), attribute.String(attrDecidedBy, a.DecidedBy))
+	}
+	sp.End()
 }
 
 // sendProgress tells a client that set a progressToken that its call is

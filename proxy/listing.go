@@ -174,7 +174,7 @@ func (ls *lister) listed(msg wire.Message, c *call) {
 	go func() {
 		ans, out := s.lists.listing(msg, c)
 		*it.later = ans
-		done <- <-s.opts.Recorder.AppendAsync(out)
+		done <- <-s.appendRecords(c, true, ans.Raw, out)
 	}()
 }
 

@@ -16,6 +16,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/wire"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Interceptor stands between the two peers Run relays: it takes every
@@ -321,6 +322,14 @@ type Options struct {
 	MaxPending int
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// Tracer, when set, traces every relayed request (see trace.go) and
+	// passes its trace context on to the server in the request's _meta;
+	// nil traces nothing and changes nothing on the wire.
+	Tracer trace.Tracer
+	// HashAtCommit says that the Recorder's records carry their chain
+	// hash once durable (PostgreSQL): a record span and the call's then
+	// show it. (On SQLite it is computed later, and never waited for.)
+	HashAtCommit bool
 	// ProgressEvery is how often a held call with a progressToken gets a
 	// progress notification (default 5s).
 	ProgressEvery time.Duration

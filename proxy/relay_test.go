@@ -20,6 +20,7 @@ import (
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // harness runs one session in-process between a client the test drives and
@@ -48,6 +49,8 @@ type harnessOpts struct {
 	maxReq   int           // MaxRequest
 	maxMsg   int           // MaxMessage, when not 1 MiB
 
+	tracer trace.Tracer   // Options.Tracer
+	hashed bool           // Options.HashAtCommit
 	caller guard.Identity // Caller: who the front authenticated
 	scope  string         // approval.scope (default: session)
 	watch  ListingWatch   // Options.Watch
@@ -106,7 +109,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 	if ho.maxMsg > 0 {
 		opts.MaxMessage = ho.maxMsg
 	}
-	opts.Caller, opts.Watch = ho.caller, ho.watch
+	opts.Caller, opts.Watch, opts.Tracer, opts.HashAtCommit = ho.caller, ho.watch, ho.tracer, ho.hashed
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()

@@ -62,6 +62,8 @@ type call struct {
 	batch *batch
 
 	recorded atomic.Bool // its request record has been appended
+	// tr is its trace, nil without Options.Tracer.
+	tr *callTrace
 	// cancelled: the client cancelled it after it was forwarded (under
 	// Session.mu).
 	cancelled bool
@@ -591,6 +593,9 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 		reqSize: len(msg.Raw),
 		batch:   b,
 	}
+	if s.opts.Tracer != nil {
+		s.startTrace(msg, c, traceTarget(msg, p.name))
+	}
 	switch msg.Method {
 	case "tools/call":
 		s.pipe.toolCall(msg, c, p)
@@ -629,6 +634,9 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 	if _, dup := s.byClient[c.origKey]; !dup {
 		s.byClient[c.origKey] = c
 	}
+	if c.tr != nil {
+		msg = c.tr.forwarded(s, msg)
+	}
 	fwd := mapID(msg, c, s.up)
 	if !recorded {
 		// Marked before the lock goes: a cancellation that finds the
@@ -640,9 +648,10 @@ func (s *Session) forward(msg wire.Message, c *call, recorded bool) {
 		s.toServer.push(item{msg: fwd})
 		return
 	}
-	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
+	wait := s.appendRecords(c, false, nil, s.record(guard.KindRequest, c))
 	s.toServer.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
 		s.opts.Logger.Error("request refused: audit write failed", "method", c.st.Method, "err", err)
+		c.endTrace(err)
 		s.forget(c)
 		s.toClient.push(item{msg: refusal(c.origID)(err), batch: c.batch})
 		return wire.Message{}
@@ -719,7 +728,7 @@ func (s *Session) settle(c *call, e ending) {
 		out.Detail = string(d)
 	}
 	recs = append(recs, out)
-	wait := s.opts.Recorder.AppendAsync(recs...)
+	wait := s.appendRecords(c, true, e.answer, recs...)
 	if e.answer != nil {
 		s.toClient.push(item{msg: built(e.answer), wait: wait, fail: refusal(c.origID), batch: c.batch})
 		return
@@ -871,7 +880,7 @@ func (s *Session) clientResponse(msg wire.Message, refused string) {
 	if refused != "" {
 		invalidOutcome(out, size, refused)
 	}
-	wait := s.opts.Recorder.AppendAsync(out)
+	wait := s.appendRecords(c, true, ans.Raw, out)
 	s.toServer.push(item{msg: ans, wait: wait, fail: refusal(c.origID)})
 }
 
@@ -1037,6 +1046,9 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	if !c.end() {
 		return
 	}
+	if c.tr != nil {
+		c.tr.answered(msg)
+	}
 	switch c.st.Method {
 	case "initialize", "server/discover":
 		if v := wire.ParamsMember(msg.Result, "protocolVersion"); v != nil && c.st.Method == "initialize" {
@@ -1094,7 +1106,7 @@ func (s *Session) serverResponse(msg wire.Message, refused string) {
 	if len(data) != len(ans.Raw) || &data[0] != &ans.Raw[0] {
 		ans = built(data) // guard's own answer, or masked
 	}
-	wait := s.opts.Recorder.AppendAsync(out)
+	wait := s.appendRecords(c, true, ans.Raw, out)
 	s.toClient.push(item{msg: ans, wait: wait, fail: refusal(c.origID), batch: c.batch})
 }
 
@@ -1139,14 +1151,18 @@ func (s *Session) serverRequest(msg wire.Message) {
 		start:   s.now(),
 		reqSize: len(msg.Raw),
 	}
+	if s.opts.Tracer != nil {
+		s.startTrace(msg, c, "")
+	}
 	if gatedServer(msg.Method) && !s.pipe.gate(msg, c, true) {
 		return
 	}
 	s.mu.Lock()
 	fwd := mapID(msg, c, s.down)
 	s.mu.Unlock()
-	wait := s.opts.Recorder.AppendAsync(s.record(guard.KindRequest, c))
+	wait := s.appendRecords(c, false, nil, s.record(guard.KindRequest, c))
 	s.toClient.push(item{msg: fwd, wait: wait, fail: func(err error) wire.Message {
+		c.endTrace(err)
 		s.mu.Lock()
 		s.down.Drop(c.sentKey)
 		s.mu.Unlock()

@@ -151,6 +151,7 @@ func (pl *pipeline) do(msg wire.Message, c *call, eff intercept.Effect) (interce
 		s.holds.withdraw(c.st.Approval, "the call's request could not be recorded")
 		if c.end() {
 			s.forget(c)
+			c.endTrace(guard.ErrAuditWrite)
 			s.toClient.push(item{msg: refusal(c.origID)(nil), batch: c.batch})
 		}
 		c.decided()
@@ -222,7 +223,9 @@ func (pl *pipeline) decide(c *call, trusted bool) intercept.Event {
 	if trusted {
 		c.pc.Review, c.pc.Tool = nil, pl.trusted(c.pc.Tool)
 	}
+	sp := c.decideSpan(s)
 	v := s.opts.Decider.Decide(c.pc)
+	decidedSpan(sp, v)
 	e := intercept.Event{Kind: intercept.Decided, Verdict: v}
 	switch {
 	case v.Action == guard.ActionAllow:

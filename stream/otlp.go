@@ -5,8 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
@@ -38,17 +36,10 @@ const otlpTimeout = 30 * time.Second
 const otlpScope = "github.com/guard-mcp/guard/stream"
 
 func newOTLP(raw string, roots *x509.CertPool, hostname string, warn func(string, ...any)) (*otlpSender, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("otlp %q: use http(s)://HOST:PORT", guard.DisplayURL(raw))
+	endpoint, err := otlp.SignalURL(raw, "logs")
+	if err != nil {
+		return nil, fmt.Errorf("otlp %q: %w", guard.DisplayURL(raw), err)
 	}
-	path := strings.TrimSuffix(u.Path, "/")
-	if !strings.HasSuffix(path, "/v1/logs") {
-		path += "/v1/logs"
-	}
-	// Neither the user nor the query of the configured address is sent:
-	// the URL is the receiver's and the signal's.
-	endpoint := u.Scheme + "://" + u.Host + path
 	client, err := otlp.New(otlp.Config{URL: endpoint, Signal: "logs", RootCAs: roots, Timeout: otlpTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("otlp %s: %w", guard.DisplayURL(raw), err)

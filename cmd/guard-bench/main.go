@@ -117,6 +117,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"=DIR/ROW-CALLERS-ROUND.pprof (guard-serve.pprof with --http), which makes guard run and guard serve profile their whole run; "+
 		"the profiler's cost counts in the figures")
 	audit := fs.Bool("audit", false, "build an audit log of --calls calls (in --dir/audit.db; one there already is reused) and time guard audit query's filters and the Activity page on it")
+	traces := fs.Bool("traces", false, "also measure guard with tracing on (telemetry: every call sampled, spans sent to an OTLP/HTTP receiver of the benchmark's own that discards them), and print what a lone caller's call costs more")
 	streamTo := fs.String("stream", "", "also measure guard with the audit log streamed to `RECEIVER`, as in audit.stream: '{syslog: \"tcp://HOST:PORT\"}' or '{otlp: \"http://HOST:PORT\"}'")
 	replicas := fs.Int("replicas", 0, "measure guard serve on SQLite, on PostgreSQL, and `N` replicas on one PostgreSQL database behind HAProxy (a PostgreSQL cluster of the benchmark's own; callers default 16,64)")
 	haproxy := fs.String("haproxy", "/usr/sbin/haproxy", "with --replicas: the haproxy `binary`")
@@ -218,6 +219,7 @@ func bench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Rounds:      *rounds,
 			Profile:     *profile,
 			Stream:      *streamTo,
+			Traces:      *traces,
 		}
 		if *memOnly {
 			_, err = benchmark.RunMemory(ctx, cfg, stdout)

@@ -27,6 +27,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -38,6 +39,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -56,6 +58,10 @@ type Config struct {
 	Timeout time.Duration
 	// Getenv reads the environment (default os.Getenv).
 	Getenv func(string) string
+	// Headers are sent with every request, over those
+	// OTEL_EXPORTER_OTLP_HEADERS names (the configuration's come first).
+	// They may hold credentials: nothing here logs or shows them.
+	Headers map[string]string
 }
 
 // Client posts export requests to one receiver; it is safe for
@@ -96,6 +102,12 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	for k, v := range cfg.Headers {
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
+			return nil, fmt.Errorf("otlp: header %q is not a valid header", k)
+		}
+		header.Set(k, v)
+	}
 	header.Set("Content-Type", contentType)
 	header.Set("User-Agent", "guard")
 	c := &Client{url: cfg.URL, header: header}
@@ -115,6 +127,23 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.http = &http.Client{Transport: tr, Timeout: cfg.Timeout}
 	return c, nil
+}
+
+// SignalURL is the URL of a signal's export requests at the OTLP/HTTP
+// receiver whose base URL raw is (http://HOST:4318, or the signal's full
+// URL already: http://HOST:4318/v1/traces): neither the user nor the
+// query of raw is kept, the URL being the receiver's and the signal's.
+// signal is "logs", "traces" or "metrics".
+func SignalURL(raw, signal string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errors.New("use http(s)://HOST:PORT")
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	if !strings.HasSuffix(path, "/v1/"+signal) {
+		path += "/v1/" + signal
+	}
+	return u.Scheme + "://" + u.Host + path, nil
 }
 
 // PartialError is a partial success: the receiver took the request and

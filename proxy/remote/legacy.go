@@ -84,6 +84,7 @@ func (u *upstream) postLegacy(m wire.Message, line []byte) {
 		u.fail(m, err.Error())
 		return
 	}
+	u.traceHeaders(req, m)
 	resp, err := u.rm.Client.Do(req)
 	if err != nil {
 		u.fail(m, "the remote server could not be reached: "+err.Error())

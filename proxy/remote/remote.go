@@ -46,6 +46,10 @@ type Remote struct {
 	// exchange), in place of the one Headers configure. An error fails
 	// the request, and the client is told why.
 	Authorization func(ctx context.Context) (string, error)
+	// TraceHeaders sends a request's trace context (params._meta's
+	// traceparent and tracestate, which guard sets when it traces) as
+	// the W3C headers too, for a server whose HTTP stack reads those.
+	TraceHeaders bool
 }
 
 // NewClient returns the HTTP client of a server reached over HTTP,
@@ -186,6 +190,20 @@ func (u *upstream) emit(line []byte) {
 	_ = u.in.Put(context.Background(), m)
 }
 
+// traceHeaders sets the W3C trace context headers of a request m carries
+// in its _meta, with Remote.TraceHeaders.
+func (u *upstream) traceHeaders(req *http.Request, m wire.Message) {
+	if !u.rm.TraceHeaders || m.Kind != wire.KindRequest {
+		return
+	}
+	if tp, ts := proxy.TraceMeta(m.Params); tp != "" {
+		req.Header.Set("Traceparent", tp)
+		if ts != "" {
+			req.Header.Set("Tracestate", ts)
+		}
+	}
+}
+
 // newRequest is a request to url with the configured headers (the
 // upstream credentials; the client's own never travel).
 func (u *upstream) newRequest(method, url string, body []byte) (*http.Request, error) {
@@ -251,6 +269,7 @@ func (u *upstream) post(m wire.Message) {
 		u.fail(m, err.Error())
 		return
 	}
+	u.traceHeaders(req, m)
 	modern := u.modernHeaders(req, m)
 	if m.Kind == wire.KindRequest {
 		var key string

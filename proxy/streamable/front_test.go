@@ -22,6 +22,15 @@ import (
 // with an empty result, except those of method hold, which it never
 // answers; received gets the method of each request it reads.
 func holdingRun(hold string, received chan<- string) func(ctx context.Context, c Caller, conn proxy.Conn) error {
+	return readingRun(hold, func(m wire.Message) {
+		if received != nil {
+			received <- m.Method
+		}
+	})
+}
+
+// readingRun is holdingRun that calls read with each request it reads.
+func readingRun(hold string, read func(wire.Message)) func(ctx context.Context, c Caller, conn proxy.Conn) error {
 	return func(ctx context.Context, _ Caller, conn proxy.Conn) error {
 		for {
 			m, err := conn.Read(ctx)
@@ -31,9 +40,7 @@ func holdingRun(hold string, received chan<- string) func(ctx context.Context, c
 			if m.Kind != wire.KindRequest {
 				continue
 			}
-			if received != nil {
-				received <- m.Method
-			}
+			read(m)
 			if m.Method == hold {
 				continue
 			}

@@ -90,6 +90,11 @@ type Options struct {
 	ResumeWithin time.Duration
 	// Logger gets the front's log (default: discarded).
 	Logger *slog.Logger
+	// TraceContext, when set (guard traces), puts a request's W3C trace
+	// context headers (traceparent, tracestate) in the params._meta of
+	// each request of its body that carries none there, where the relay
+	// reads a request's trace context.
+	TraceContext bool
 }
 
 // Caller is who sent a request to the HTTP front, as Authenticate found
@@ -542,6 +547,15 @@ func (h *Server) post(w http.ResponseWriter, r *http.Request) {
 		}
 		if m.Kind == wire.KindNotification && m.Method == "notifications/cancelled" {
 			cancels = append(cancels, i)
+		}
+	}
+	if tp := r.Header.Get("Traceparent"); tp != "" && h.opts.TraceContext {
+		for i, m := range msgs {
+			if m.Kind == wire.KindRequest {
+				if own, _ := proxy.TraceMeta(m.Params); own == "" {
+					msgs[i] = proxy.WithTraceMeta(m, tp, r.Header.Get("Tracestate"))
+				}
+			}
 		}
 	}
 	s := h.session(r)

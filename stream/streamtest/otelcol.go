@@ -16,11 +16,12 @@ const OtelcolEnv = "GUARD_TEST_OTELCOL"
 // Otelcol is a real OpenTelemetry Collector, built with the collector's
 // builder (an OTLP receiver, a file exporter), run with its own
 // configuration: OTLP/HTTP on a loopback port, what it receives appended
-// to a file as OTLP JSON, one export request a line.
+// to a file as OTLP JSON, one export request a line (logs and traces each
+// to a file of their own).
 type Otelcol struct {
 	*Daemon
-	out   string
-	certs *Certs
+	out, traces string
+	certs       *Certs
 }
 
 // NewOtelcol starts one (over TLS with certs' certificate when certs is
@@ -37,7 +38,7 @@ func NewOtelcol(t *testing.T, certs *Certs) *Otelcol {
 	}
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	c := &Otelcol{out: filepath.Join(dir, "logs.jsonl"), certs: certs, Daemon: &Daemon{T: t, Name: "the collector", Addr: addr,
+	c := &Otelcol{out: filepath.Join(dir, "logs.jsonl"), traces: filepath.Join(dir, "traces.jsonl"), certs: certs, Daemon: &Daemon{T: t, Name: "the collector", Addr: addr,
 		Argv: []string{bin, "--config", filepath.Join(dir, "otelcol.yaml")}}}
 	tls := ""
 	if certs != nil {
@@ -53,6 +54,10 @@ exporters:
     path: %s
     flush_interval: 10ms
     append: true
+  file/traces:
+    path: %s
+    flush_interval: 10ms
+    append: true
 service:
   telemetry:
     metrics:
@@ -63,7 +68,10 @@ service:
     logs:
       receivers: [otlp]
       exporters: [file]
-`, addr, tls, c.out)
+    traces:
+      receivers: [otlp]
+      exporters: [file/traces]
+`, addr, tls, c.out, c.traces)
 	if err := os.WriteFile(filepath.Join(dir, "otelcol.yaml"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +107,7 @@ type keyValue struct {
 	Value struct {
 		StringValue string `json:"stringValue"`
 		IntValue    string `json:"intValue"`
+		BoolValue   bool   `json:"boolValue"`
 		ArrayValue  struct {
 			Values []struct {
 				StringValue string `json:"stringValue"`
@@ -182,4 +191,95 @@ func (c *Otelcol) Seqs() []int64 {
 func (c *Otelcol) WaitRecords(n int) {
 	c.T.Helper()
 	WaitFor(c.T, fmt.Sprintf("the collector to receive %d records", n), func() bool { return unique(c.Seqs()) >= n })
+}
+
+// TracesURL is the base URL of the collector's OTLP receiver, for
+// telemetry.otlp.
+func (c *Otelcol) TracesURL() string { return c.Receiver().OTLP }
+
+// TracesFile is the file the collector writes the spans it receives to,
+// one export request (OTLP JSON) a line.
+func (c *Otelcol) TracesFile() string { return c.traces }
+
+// Span is one span as the file exporter writes it.
+type Span struct {
+	TraceID           string     `json:"traceId"`
+	SpanID            string     `json:"spanId"`
+	ParentSpanID      string     `json:"parentSpanId"`
+	TraceState        string     `json:"traceState"`
+	Name              string     `json:"name"`
+	Kind              int        `json:"kind"`
+	StartTimeUnixNano string     `json:"startTimeUnixNano"`
+	EndTimeUnixNano   string     `json:"endTimeUnixNano"`
+	Attributes        []keyValue `json:"attributes"`
+	Status            struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"status"`
+	// Resource holds the attributes of the span's resource.
+	Resource map[string]string `json:"-"`
+}
+
+// Attr returns an attribute's value as text ("" when absent; a bool as
+// true or false).
+func (s *Span) Attr(k string) string {
+	for _, a := range s.Attributes {
+		if a.Key == k {
+			if a.Value.StringValue == "" && a.Value.IntValue == "" {
+				return strconv.FormatBool(a.Value.BoolValue)
+			}
+			return a.Value.StringValue + a.Value.IntValue
+		}
+	}
+	return ""
+}
+
+// Spans are the spans received, in order.
+func (c *Otelcol) Spans() []Span {
+	var spans []Span
+	for _, l := range lines(c.T, c.traces) {
+		var req struct {
+			ResourceSpans []struct {
+				Resource struct {
+					Attributes []keyValue `json:"attributes"`
+				} `json:"resource"`
+				ScopeSpans []struct {
+					Spans []Span `json:"spans"`
+				} `json:"scopeSpans"`
+			} `json:"resourceSpans"`
+		}
+		if err := json.Unmarshal(l, &req); err != nil {
+			c.T.Fatalf("the collector wrote %s: %v", l, err)
+		}
+		for _, rs := range req.ResourceSpans {
+			res := map[string]string{}
+			for _, a := range rs.Resource.Attributes {
+				res[a.Key] = a.Value.StringValue
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					s.Resource = res
+					spans = append(spans, s)
+				}
+			}
+		}
+	}
+	return spans
+}
+
+// WaitSpans waits until the spans received include n that match, and
+// returns those.
+func (c *Otelcol) WaitSpans(n int, match func(*Span) bool) []Span {
+	c.T.Helper()
+	var got []Span
+	WaitFor(c.T, fmt.Sprintf("the collector to receive %d spans", n), func() bool {
+		got = got[:0]
+		for _, s := range c.Spans() {
+			if match(&s) {
+				got = append(got, s)
+			}
+		}
+		return len(got) >= n
+	})
+	return got
 }

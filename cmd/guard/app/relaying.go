@@ -23,7 +23,9 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream"
+	"github.com/guard-mcp/guard/telemetry"
 	"github.com/guard-mcp/guard/web"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // relaying is what a process that relays sessions (guard run, guard serve)
@@ -68,6 +70,28 @@ type relaying struct {
 	// health answers /healthz and /readyz on guard serve's listener and
 	// the UI's, and probes the audit log while it cannot be written.
 	health *health.Checker
+	// tracing exports the sessions' traces where telemetry: says (nil:
+	// off); postgres says the records carry their chain hash at commit.
+	tracing  *telemetry.Tracing
+	postgres bool
+}
+
+// tracer is the sessions' tracer: nil (an interface holding nothing)
+// when tracing is off.
+func (rt *relaying) tracer() trace.Tracer {
+	if rt.tracing == nil {
+		return nil
+	}
+	return rt.tracing.Tracer()
+}
+
+// TracingStats counts the spans this process ended, exported and failed
+// to export (zero when tracing is off), for its metrics.
+func (rt *relaying) TracingStats() telemetry.Stats {
+	if rt.tracing == nil {
+		return telemetry.Stats{}
+	}
+	return rt.tracing.Stats()
 }
 
 // started records, in the audit log, that the process started and what it
@@ -120,7 +144,7 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 			return nil, ExitUsage, false
 		}
 	}
-	rt := &relaying{cfg: cfg, db: db, iso: m.newIsolation(st, m.Logger, true), process: cmd, version: m.Version, logger: logger}
+	rt := &relaying{cfg: cfg, db: db, iso: m.newIsolation(st, m.Logger, true), process: cmd, version: m.Version, logger: logger, postgres: st.Postgres}
 	rt.iso.probeAtStart()
 	if need := cfg.NeedVerified(); len(need) > 0 && cfg.UI.OIDC.Issuer == "" && cfg.UI.Passkey != web.PasskeyRequired {
 		for _, e := range need {
@@ -162,6 +186,13 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	}
 	if len(cfg.Audit.Stream) > 0 {
 		rt.streamer, err = stream.New(stream.Options{Log: db.Streams(), Receivers: cfg.Audit.Stream, Logger: logger.With("component", "stream")})
+		if err != nil {
+			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
+			return nil, ExitUsage, false
+		}
+	}
+	if cfg.Telemetry.On() {
+		rt.tracing, err = telemetry.New(cfg.Telemetry, telemetry.Options{Logger: logger.With("component", "telemetry"), Getenv: m.Getenv, Version: m.Version})
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "guard: %v\n", err)
 			return nil, ExitUsage, false
@@ -243,6 +274,14 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 		}
 		stopStream()
 		streaming.Wait()
+		if rt.tracing != nil {
+			// The spans still queued get a moment to leave.
+			ctx, cancel := context.WithTimeout(context.Background(), tracingGrace)
+			if err := rt.tracing.Shutdown(ctx); err != nil {
+				logger.Warn("spans not sent at stop", "err", err)
+			}
+			cancel()
+		}
 	}
 	rt.contracts = policy.NewContracts(cfg.AssertFormats)
 	rt.scan = toolScanner(ctx, db, logger)
@@ -353,6 +392,8 @@ func (rt *relaying) options(server string, logger *slog.Logger) proxy.Options {
 		Logger:           logger,
 		ApprovalTimeout:  cfg.Approval.Timeout,
 		ApprovalWait:     cfg.Approval.Wait,
+		Tracer:           rt.tracer(),
+		HashAtCommit:     rt.postgres,
 	}
 }
 
@@ -397,6 +438,10 @@ func watchListings(ctx context.Context, db *store.DB, engine *config.Engine, bea
 		}
 	}
 }
+
+// tracingGrace bounds how long a stopping process sends the spans still
+// queued.
+const tracingGrace = 5 * time.Second
 
 // quietEvery is how long nothing is appended to the log before a relaying
 // process gives back what its start-up made resident (footprint.WhenQuiet).

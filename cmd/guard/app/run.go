@@ -85,7 +85,7 @@ func (m *Main) Run(ctx context.Context, st *Settings, o RunOptions, argv []strin
 	if o.Upstream != "" {
 		// A remote server for a stdio client: headers (credentials) come
 		// from the configuration of the server of that name.
-		rm := remote.Remote{URL: o.Upstream, SSE: o.SSE}
+		rm := remote.Remote{URL: o.Upstream, SSE: o.SSE, TraceHeaders: rt.tracing != nil}
 		if srv := cfg.Servers[server]; srv != nil {
 			rm.Headers, rm.SSE = maps.Clone(srv.Headers), o.SSE || srv.Transport == "sse"
 		}

@@ -122,6 +122,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			Sessions:     sessions,
 			SessionIdle:  o.SessionIdle,
 			Logger:       log,
+			TraceContext: rt.tracing != nil,
 		}
 	}
 	type served struct {
@@ -143,7 +144,8 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 			children = append(children, name)
 		}
 		if srv.URL != "" {
-			o.Remote = remoteRun(remote.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: remote.NewClient()},
+			o.Remote = remoteRun(remote.Remote{URL: srv.URL, Headers: srv.Headers, SSE: srv.Transport == "sse", Client: remote.NewClient(),
+				TraceHeaders: rt.tracing != nil},
 				front.upstreamAuth(srv.TokenExchange))
 		}
 		o.Session = sessionOptions(name, log)
