@@ -83,14 +83,14 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	}
 	mux := http.NewServeMux()
 	rt.health.Routes(mux)
-	reg := NewMetrics(db)
+	reg := m.NewMetrics(db)
 	healthMetrics(reg, rt.health)
 	streamMetrics(reg, rt.streamer)
 	notifyMetrics(reg, rt.notifier)
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}
-	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(metricsHandler(reg))))
+	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(reg.Handler())))
 	var fronts []*streamable.Server
 	// Every endpoint's sessions count against one bound: each runs a
 	// server process.
