@@ -42,6 +42,9 @@ type app struct {
 	// serve` write a heap profile to when sent SIGUSR1
 	// (GUARD_HEAPPROFILE).
 	heapProfile string
+	// fromEnv maps the flags whose value came from their environment
+	// variable (flagsFromEnvironment) to it.
+	fromEnv map[string]string
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
