@@ -144,3 +144,22 @@ func TestHistogramSnapshot(t *testing.T) {
 		t.Errorf("snapshot: %d %g %v", count, sum, buckets)
 	}
 }
+
+// BenchmarkCall is what counting one finished call costs, outside a trace
+// and in one (with its exemplar), from several goroutines at once.
+func BenchmarkCall(b *testing.B) {
+	r := New(Build{Version: "devel"})
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"untraced", context.Background()}, {"traced", trace.ContextWithSpanContext(context.Background(), sc)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					r.Call(bc.ctx, "files", "read_file", "allowed", "ok", 0.0004)
+				}
+			})
+		})
+	}
+}
