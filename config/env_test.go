@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -29,7 +30,7 @@ servers:
 		cfg.Expanded["TOKEN"] != want["TOKEN"] || cfg.Expanded["OTHER"] != want["OTHER"] {
 		t.Errorf("Expanded = %v, want %v", cfg.Expanded, want)
 	}
-	environ := []string{"PATH=/bin", "HOME=/home/me", "TOKEN=t0ken-value-1", "OTHER=other-value-2", "ROOT=/srv/data", "GUARD_DB=/x.db", "GUARD_CONFIG=/g.yaml"}
+	environ := []string{"PATH=/bin", "HOME=/home/me", "TOKEN=t0ken-value-1", "OTHER=other-value-2", "ROOT=/srv/data", "GUARD_DB=/x.db", "GUARD_CONFIG=/g.yaml", "GUARD_LISTEN=0.0.0.0:8930", "GUARD_PUBLIC_URL=https://g.example.com"}
 	if got, want := cfg.ServerEnv(environ, cfg.Servers["files"]), []string{"PATH=/bin", "HOME=/home/me", "OTHER=other-value-2", "ROOT=/srv/data"}; !slices.Equal(got, want) {
 		t.Errorf("files' environment = %q, want %q", got, want)
 	}
@@ -55,6 +56,33 @@ func TestServerEnvTakesNamesOnly(t *testing.T) {
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.File != "guard.yaml" || ce.Line != 3 {
 			t.Errorf("%s: err = %v, want a config error at guard.yaml:3", bad, err)
+		}
+	}
+}
+
+// A variable's unusable value is an error naming it; set and usable, it
+// replaces the file's key; empty, it is not set.
+func TestApplyEnvironment(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	c := Default()
+	c.PublicURL, c.AllowedHosts = "https://file.example.com", []string{"file.internal"}
+	env["GUARD_PUBLIC_URL"] = ""
+	if err := c.ApplyEnvironment(getenv); err != nil || c.PublicURL != "https://file.example.com" || len(c.AllowedHosts) != 1 {
+		t.Fatalf("unset: %v %q %q", err, c.PublicURL, c.AllowedHosts)
+	}
+	for name, bad := range map[string]string{"GUARD_PUBLIC_URL": "guard.example.com", "GUARD_ALLOWED_HOSTS": " , "} {
+		env := map[string]string{name: bad}
+		var ve *VariableError
+		err := Default().ApplyEnvironment(func(k string) string { return env[k] })
+		if !errors.As(err, &ve) || ve.Name != name || !strings.HasPrefix(err.Error(), name+" ") {
+			t.Errorf("%s=%q: %v", name, bad, err)
+		}
+	}
+	for _, flag := range []string{"listen", "ui", "no-ui", "allow-remote"} {
+		v, _ := LookupVariable(flag)
+		if _, err := ReadVariable(v, func(string) string { return "x" }); err == nil {
+			t.Errorf("%s=x is usable", v.Name)
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bufio"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +151,51 @@ func TestHTTPSessionsAreBoundedPerClientAndInAll(t *testing.T) {
 		code, body := initialize(tc.token)
 		if code != tc.code || !strings.Contains(body, tc.says) {
 			t.Fatalf("session %d: %d %s, want %d %q", i+1, code, body, tc.code, tc.says)
+		}
+	}
+}
+
+// guard serve takes its addresses from the environment (GUARD_LISTEN,
+// GUARD_UI) and logs the ones it bound: asked for port 0, the logged
+// addresses are those that answer, front (with /metrics) and UI.
+func TestServeLogsTheAddressesItBound(t *testing.T) {
+	e := newEnv(t, "servers:\n  notes:\n    command: ["+guardBin+", example-server]\n")
+	cmd := exec.Command(guardBin, "serve", "--config", e.cfg, "--db", e.db)
+	cmd.Env = append(append(os.Environ(), e.environ...), "GUARD_LISTEN=127.0.0.1:0", "GUARD_UI=127.0.0.1:0", "GUARD_LOG_FORMAT=json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	bound := map[string]string{} // message: addr
+	lines := bufio.NewScanner(stderr)
+	for len(bound) < 2 && lines.Scan() {
+		var l struct{ Msg, Addr, Metrics string }
+		if json.Unmarshal(lines.Bytes(), &l) == nil && l.Addr != "" {
+			bound[l.Msg] = l.Addr
+			if l.Msg == "listening" && l.Metrics != "http://"+l.Addr+"/metrics" {
+				t.Errorf("the metrics' address %q, bound %s", l.Metrics, l.Addr)
+			}
+		}
+	}
+	front, ui := bound["listening"], bound["approval UI"]
+	for _, addr := range []string{front, ui} {
+		if host, port, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" || port == "0" {
+			t.Fatalf("addresses logged: %v", bound)
+		}
+	}
+	go io.Copy(io.Discard, stderr)
+	for _, url := range []string{"http://" + front + "/healthz", "http://" + front + "/metrics", "http://" + ui + "/healthz"} {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d", url, resp.StatusCode)
 		}
 	}
 }

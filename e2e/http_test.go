@@ -225,8 +225,9 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 	body := b.String()
 	for _, want := range []string{
-		`guard_calls_total{server="notes",tool="echo",decision="allowed",outcome="ok"} 3`,
-		`guard_calls_total{server="notes",tool="delete_note",decision="held",outcome="awaiting_approval"} 1`,
+		// Labels in the order client_golang writes them: by name.
+		`guard_calls_total{decision="allowed",outcome="ok",server="notes",tool="echo"} 3`,
+		`guard_calls_total{decision="held",outcome="awaiting_approval",server="notes",tool="delete_note"} 1`,
 		`guard_call_duration_seconds_count{server="notes"} 4`,
 		`guard_pending_approvals 1`,
 		`# TYPE guard_audit_append_seconds histogram`,

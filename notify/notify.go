@@ -35,6 +35,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/repeated"
 	"github.com/guard-mcp/guard/store"
 )
 
@@ -153,7 +154,10 @@ func New(ctx context.Context, opts Options) (*Notifier, error) {
 			// Its variable is not set here: nothing unsigned is sent.
 			return nil, fmt.Errorf("notify: %s: the secret is empty (is its variable set in guard's environment?)", r.Label())
 		}
-		n.receivers = append(n.receivers, &receiver{n: n, cfg: r, log: opts.Logger.With("receiver", r.Label())})
+		log := opts.Logger.With("receiver", r.Label())
+		n.receivers = append(n.receivers, &receiver{n: n, cfg: r, log: log,
+			failing: &repeated.Condition{Logger: log, Level: slog.LevelWarn, Msg: "notify: receiver failing; retrying with backoff", What: "notify: receiver"},
+			reading: &repeated.Condition{Logger: log, Level: slog.LevelWarn, Msg: "notify: cannot read the log; trying again", What: "notify: reading the log"}})
 	}
 	if len(n.receivers) > 0 {
 		opts.Store.Streams().CaughtUp(ctx)
@@ -252,6 +256,9 @@ type receiver struct {
 
 	mu   sync.Mutex
 	down bool // the last attempt failed
+	// failing is the receiver failing, reading the log failing: each
+	// logged as it starts, lasts and ends.
+	failing, reading *repeated.Condition
 }
 
 // follow reads the log after the receiver's cursor and delivers each hold
@@ -312,8 +319,11 @@ func (r *receiver) follow(ctx context.Context) {
 		full := false
 		if room > 0 {
 			recs, err := o.Store.Streams().RecordsAfter(ctx, read, batchRecords)
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("notify: cannot read the log; trying again", "err", err)
+			switch {
+			case err == nil:
+				r.reading.Ok()
+			case ctx.Err() == nil:
+				r.reading.Failed("err", err)
 			}
 			for _, rec := range recs {
 				if room == 0 {
@@ -484,12 +494,10 @@ func (r *receiver) failed(rec *guard.Record, err error, attempt int) {
 	was := r.down
 	r.down = true
 	r.mu.Unlock()
-	if was {
-		r.log.Debug("notify: receiver still failing", "approval", rec.Approval, "attempt", attempt, "err", err)
-		return
+	r.failing.Failed("approval", rec.Approval, "attempt", attempt, "err", err)
+	if !was {
+		r.record(rec, Failing, err, attempt)
 	}
-	r.log.Warn("notify: receiver failing; retrying with backoff", "approval", rec.Approval, "err", err)
-	r.record(rec, Failing, err, attempt)
 }
 
 // delivered notes a delivery, recorded when the receiver was failing.
@@ -498,8 +506,8 @@ func (r *receiver) delivered(rec *guard.Record) {
 	was := r.down
 	r.down = false
 	r.mu.Unlock()
+	r.failing.Ok("approval", rec.Approval)
 	if was {
-		r.log.Info("notify: receiver reachable again", "approval", rec.Approval)
 		r.record(rec, Recovered, nil, 0)
 	}
 }

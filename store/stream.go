@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/repeated"
 )
 
 // Lease takes or renews the lease called name for holder, for ttl from
@@ -82,10 +84,15 @@ func (s Streams) WithLease(ctx context.Context, name, holder string, ttl time.Du
 	every := ttl / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	taking := &repeated.Condition{Logger: s.db.opts.Logger.With("lease", name), Level: slog.LevelWarn,
+		Msg: "lease: cannot take it; trying again", What: "lease: taking it"}
 	for {
 		held, err := s.Lease(ctx, name, holder, ttl)
-		if err != nil && ctx.Err() == nil {
-			s.db.opts.Logger.Warn("lease: cannot take it; trying again", "lease", name, "err", err)
+		switch {
+		case err == nil:
+			taking.Ok()
+		case ctx.Err() == nil:
+			taking.Failed("err", err)
 		}
 		if held {
 			s.whileHeld(ctx, name, holder, ttl, t, fn)

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/repeated"
 )
 
 // Log is what the streamer needs of the database (store.Streams).
@@ -174,7 +175,9 @@ func (s *Streamer) Run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				f := &follower{s: s, name: r.Name(), log: s.opts.Logger.With("receiver", r.Label())}
+				log := s.opts.Logger.With("receiver", r.Label())
+				f := &follower{s: s, name: r.Name(), log: log, down: &repeated.Condition{Logger: log, Level: slog.LevelWarn,
+					Msg: "stream receiver failing; the records wait in the database and are sent once it is back, retrying", What: "stream receiver"}}
 				f.run(ctx, lctx, r)
 			}()
 		}
@@ -245,9 +248,9 @@ type follower struct {
 	pending int       // records in it
 	wrote   time.Time // when the cursor was last written
 
-	down    time.Time // since when the receiver has been failing
-	behind  bool      // said to be behind
-	checked time.Time // when the lag was last looked at
+	down    *repeated.Condition // the receiver failing
+	behind  bool                // said to be behind
+	checked time.Time           // when the lag was last looked at
 }
 
 // run follows the log until lctx ends (the lease lost, or ctx ended);
@@ -261,11 +264,13 @@ func (f *follower) run(ctx, lctx context.Context, r Config) {
 	}
 	defer snd.close()
 	backoff := backoffMin
+	reading := &repeated.Condition{Logger: f.log, Level: slog.LevelWarn, Msg: "stream cursor: cannot read it; trying again", What: "stream cursor"}
 	for {
 		if f.cursor, err = o.Log.StreamCursor(lctx, f.name); err == nil {
+			reading.Ok()
 			break
 		}
-		f.log.Warn("stream cursor: cannot read it; trying again", "err", err)
+		reading.Failed("err", err)
 		select {
 		case <-lctx.Done():
 			return
@@ -295,10 +300,7 @@ func (f *follower) run(ctx, lctx context.Context, r Config) {
 			backoff = min(2*backoff, backoffMax)
 			continue
 		}
-		if !f.down.IsZero() {
-			f.log.Info("stream receiver reachable again", "down", time.Since(f.down).Round(time.Millisecond))
-			f.down = time.Time{}
-		}
+		f.down.Ok()
 		backoff = backoffMin
 		f.checkLag(lctx)
 		if n == batchRecords {
@@ -382,15 +384,9 @@ func (f *follower) rewind(snd sender) {
 	f.sent, f.pending = f.acked, 0
 }
 
-// failed notes a failure, logged once per outage.
-func (f *follower) failed(err error) {
-	if f.down.IsZero() {
-		f.down = time.Now()
-		f.log.Warn("stream receiver failing; the records wait in the database and are sent once it is back, retrying", "err", err)
-		return
-	}
-	f.log.Debug("stream receiver still failing", "err", err)
-}
+// failed notes a failure: logged as the outage starts, then at most
+// every 30 s with how many failed meanwhile.
+func (f *follower) failed(err error) { f.down.Failed("err", err) }
 
 // checkLag logs when the stream falls behind, and when it has caught up.
 func (f *follower) checkLag(ctx context.Context) {

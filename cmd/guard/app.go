@@ -42,6 +42,9 @@ type app struct {
 	// serve` write a heap profile to when sent SIGUSR1
 	// (GUARD_HEAPPROFILE).
 	heapProfile string
+	// fromEnv maps the flags whose value came from their environment
+	// variable (flagsFromEnvironment) to it.
+	fromEnv map[string]string
 }
 
 func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) *app {
@@ -59,7 +62,7 @@ func newApp(stdin io.Reader, stdout, stderr io.Writer, getenv func(string) strin
 // with the logger the command line set.
 func (a *app) wiring() *guardapp.Main {
 	return &guardapp.Main{Stdin: a.stdin, Stdout: a.stdout, Stderr: a.stderr, Getenv: a.getenv, Environ: a.environ,
-		Logger: a.logger, Version: buildVersion()}
+		Logger: a.logger, Version: buildVersion(), Revision: thisBuild().Revision}
 }
 
 // main runs the command line args (without the program's name) and

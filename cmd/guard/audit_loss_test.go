@@ -123,15 +123,14 @@ func TestAStoppedProcessesJournalAndItsLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var metrics bytes.Buffer
-	guardapp.NewMetrics(db).Write(&metrics)
+	metrics := scrapeMetrics(t, db)
 	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(context.Background())
 	db.Close()
 	if status != 200 || !strings.Contains(body, "integrity alerts: 1 not acknowledged") {
 		t.Errorf("/readyz with a loss no one acknowledged: %d %q", status, body)
 	}
-	if !strings.Contains(metrics.String(), "\nguard_audit_integrity_alerts 1\n") {
-		t.Errorf("the metrics of the process that found the damage:\n%s", metrics.String())
+	if !strings.Contains(metrics, "\nguard_audit_integrity_alerts 1\n") {
+		t.Errorf("the metrics of the process that found the damage:\n%s", metrics)
 	}
 	if _, stderr, code := run(t, dir, "audit", "acknowledge-loss", "--db", path, "no-such-loss"); code != 1 || !strings.Contains(stderr, `no loss is recorded with the id "no-such-loss"`) {
 		t.Fatalf("acknowledge-loss of no loss: exit %d, %s", code, stderr)

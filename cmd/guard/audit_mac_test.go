@@ -99,13 +99,12 @@ func TestAForgedRecordAfterTheCheckpointAtTheCommandLine(t *testing.T) {
 	if err := db.Append(&guard.Record{Kind: guard.KindEvent, Server: "files", Reason: "after"}); err != nil {
 		t.Fatal(err)
 	}
-	var m strings.Builder
-	guardapp.NewMetrics(db).Write(&m)
+	m := scrapeMetrics(t, db)
 	// /readyz's body counts it, and stays 200: one forged row must not
 	// take a replica out of the balancer.
 	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(ctx)
 	db.Close()
-	wantOutput(t, "metrics", m.String(), "guard_audit_integrity_alerts 1\n")
+	wantOutput(t, "metrics", m, "guard_audit_integrity_alerts 1\n")
 	if status != 200 || !strings.Contains(body, "integrity alerts: 1 not acknowledged") {
 		t.Errorf("/readyz with a forged record: %d %q", status, body)
 	}
@@ -219,14 +218,13 @@ func TestAForgedJournalAtTheCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var metrics bytes.Buffer
-	guardapp.NewMetrics(db).Write(&metrics)
+	metrics := scrapeMetrics(t, db)
 	status, body := guardapp.NewHealth(db, "test", "", slog.New(slog.DiscardHandler)).Readiness(ctx)
 	db.Close()
 	if status != 200 || !strings.Contains(body, "integrity alerts: 2 not acknowledged") {
 		t.Errorf("/readyz with journals refused: %d %q", status, body)
 	}
-	wantOutput(t, "the metrics of the process that refused them", metrics.String(), "\nguard_audit_integrity_alerts 3\n")
+	wantOutput(t, "the metrics of the process that refused them", metrics, "\nguard_audit_integrity_alerts 3\n")
 	out = guardIn(t, dir, path, 0, "audit", "verify", "--config", cfg)
 	wantOutput(t, "verify after the recovery", out, "ok, unwitnessed: 23 records")
 	ids := regexp.MustCompile(`note: unacknowledged refused journal (\S+) `).FindAllStringSubmatch(out, -1)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
-	guardapp "github.com/guard-mcp/guard/cmd/guard/app"
 	"github.com/guard-mcp/guard/config"
 	"github.com/guard-mcp/guard/store"
 )
@@ -83,11 +82,10 @@ func TestAuditPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m strings.Builder
-	guardapp.NewMetrics(mdb).Write(&m)
+	m := scrapeMetrics(t, mdb)
 	mdb.Close()
-	wantOutput(t, "metrics", m.String(), "guard_audit_pruned_records_total 8\n")
-	wantOutput(t, "metrics", m.String(), "guard_audit_retention_failures_total 0\n")
+	wantOutput(t, "metrics", m, "guard_audit_pruned_records_total 8\n")
+	wantOutput(t, "metrics", m, "guard_audit_retention_failures_total 0\n")
 
 	// Off unless configured.
 	if r := config.Default().Audit.Retention; r != 0 {

@@ -60,6 +60,7 @@ func (a *app) commandLine() *cobra.Command {
 		help.Short = "print a command's usage: guard help COMMAND..."
 	}
 	markRequired(root)
+	mentionVariables(root)
 	return root
 }
 

@@ -337,14 +337,9 @@ func TestLogSettings(t *testing.T) {
 		// The flag wins over the environment.
 		{map[string]string{"GUARD_LOG_FORMAT": "yaml"}, []string{"policy", "check", "--log-format", "json"}, 0, ""},
 	} {
-		env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "XDG_DATA_HOME": filepath.Join(dir, "data")}
-		for k, v := range tc.env {
-			env[k] = v
-		}
-		var out, errb lockedBuffer
-		code := newApp(strings.NewReader(""), &out, &errb, func(k string) string { return env[k] }).main(t.Context(), tc.args)
-		if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
-			t.Errorf("%v %s: exit %d, %q; want %d with %q", tc.env, strings.Join(tc.args, " "), code, errb.String(), tc.code, tc.stderr)
+		_, stderr, code := runEnv(t, dir, tc.env, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("%v %s: exit %d, %q; want %d with %q", tc.env, strings.Join(tc.args, " "), code, stderr, tc.code, tc.stderr)
 		}
 	}
 }

@@ -18,6 +18,9 @@ func (a *app) logFlags(c *cobra.Command) {
 	oneOf(c, "log-format", "text", "json")
 	oneOf(c, "log-level", "debug", "info", "warn", "error")
 	c.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := a.flagsFromEnvironment(cmd.Flags()); err != nil {
+			return err
+		}
 		l, err := a.newLogger(cmd)
 		if err != nil {
 			return err
@@ -28,15 +31,12 @@ func (a *app) logFlags(c *cobra.Command) {
 }
 
 // newLogger is the logger cmd runs with: the flags, else the environment
-// (GUARD_LOG_FORMAT, GUARD_LOG_LEVEL), else text at the command's default
-// level.
+// (GUARD_LOG_FORMAT, GUARD_LOG_LEVEL: flagsFromEnvironment has put them in
+// the flags), else text at the command's default level.
 func (a *app) newLogger(cmd *cobra.Command) (*slog.Logger, error) {
-	setting := func(flag, env, def string) (string, string) {
-		if f := cmd.Flag(flag); f != nil && f.Changed {
-			return f.Value.String(), "--" + flag
-		}
-		if v := a.getenv(env); v != "" {
-			return v, env
+	setting := func(flag, def string) (string, string) {
+		if f := cmd.Flag(flag); f != nil && f.Value.String() != "" {
+			return f.Value.String(), a.source(flag)
 		}
 		return def, ""
 	}
@@ -46,13 +46,13 @@ func (a *app) newLogger(cmd *cobra.Command) (*slog.Logger, error) {
 			level = "info"
 		}
 	}
-	lv, from := setting("log-level", "GUARD_LOG_LEVEL", level)
+	lv, from := setting("log-level", level)
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(lv)); err != nil || strings.ContainsAny(lv, "+-") {
 		return nil, fmt.Errorf("%s %q: want debug, info, warn or error", from, lv)
 	}
 	opts := &slog.HandlerOptions{Level: l}
-	switch f, from := setting("log-format", "GUARD_LOG_FORMAT", "text"); f {
+	switch f, from := setting("log-format", "text"); f {
 	case "text":
 		return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
 	case "json":

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,14 @@ import (
 // run runs guard in-process with a clean environment rooted in dir.
 func run(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runEnv(t, dir, nil, args...)
+}
+
+// runEnv is run with more variables in guard's environment.
+func runEnv(t *testing.T, dir string, more map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "XDG_DATA_HOME": filepath.Join(dir, "data")}
+	maps.Copy(env, more)
 	var out, errb lockedBuffer
 	code = newApp(strings.NewReader(""), &out, &errb, func(k string) string { return env[k] }).main(context.Background(), args)
 	return out.String(), errb.String(), code

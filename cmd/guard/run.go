@@ -34,7 +34,7 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 	fs.SetInterspersed(false)
 	cf := addCommonFlags(fs)
 	name := fs.String("name", "", "the server's `name` in rules and records (default: derived from the command)")
-	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen, 127.0.0.1:8931)")
+	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default $GUARD_UI, else ui.listen, 127.0.0.1:8931)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	upstream := fs.String("upstream", "", "relay to a remote MCP server at `URL` instead of a command")
 	var headerEnv headerEnvFlags
@@ -61,7 +61,7 @@ Exit status: the server's once it has run (128+N when signal N ended it); before
 		if !ok {
 			return status
 		}
-		return a.wiring().Run(ctx, st, guardapp.RunOptions{Name: *name, UI: guardapp.UIFlags{Addr: *uiAddr, Off: *noUI}, Upstream: *upstream,
+		return a.wiring().Run(ctx, st, guardapp.RunOptions{Name: *name, UI: guardapp.UIFlags{Addr: *uiAddr, AddrFrom: a.source("ui"), Off: *noUI}, Upstream: *upstream,
 			HeaderEnv: headerEnv, BearerEnv: *bearerEnv, SSE: *sse}, argv)
 	}))
 	return c

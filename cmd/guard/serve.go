@@ -22,7 +22,7 @@ func serveCommand(a *app) *cobra.Command {
 	cf := addCommonFlags(fs)
 	listen := fs.String("listen", "127.0.0.1:8930", "`ADDR` to serve on")
 	allowRemote := fs.Bool("allow-remote", false, "allow a listen address other machines can reach")
-	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default: ui.listen)")
+	uiAddr := fs.String("ui", "", "serve the approval UI on `ADDR` (default $GUARD_UI, else ui.listen)")
 	noUI := fs.Bool("no-ui", false, "do not serve the approval UI")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "how long a client (of the UI too) may take to send its request headers")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "how long a client (of the UI too) may take to send a request's body")
@@ -30,14 +30,14 @@ func serveCommand(a *app) *cobra.Command {
 	aggregate := fs.Bool("aggregate", false, "also serve every server at /mcp, tools and prompts named SERVER__NAME (config: aggregate.enabled)")
 	c.RunE = a.runs(a.profiled(func(ctx context.Context, _ []string) int {
 		if !*allowRemote && !read.LoopbackAddr(*listen) {
-			fmt.Fprintf(a.stderr, "guard serve: --listen %s is reachable from other machines; use a loopback address, or --allow-remote\n", *listen)
+			fmt.Fprintf(a.stderr, "guard serve: %s %s is reachable from other machines; use a loopback address, or --allow-remote (GUARD_ALLOW_REMOTE=true)\n", a.source("listen"), *listen)
 			return exitUsage
 		}
 		st, status, ok := a.settingsOrExit(cf)
 		if !ok {
 			return status
 		}
-		return a.wiring().Serve(ctx, st, guardapp.ServeOptions{Listen: *listen, UI: guardapp.UIFlags{Addr: *uiAddr, Off: *noUI,
+		return a.wiring().Serve(ctx, st, guardapp.ServeOptions{Listen: *listen, UI: guardapp.UIFlags{Addr: *uiAddr, AddrFrom: a.source("ui"), Off: *noUI,
 			Limits: httplimit.Limits{Header: *headerTimeout, Body: *bodyTimeout}},
 			SessionIdle: *sessionIdle, Aggregate: *aggregate})
 	}))

@@ -26,13 +26,14 @@ func addCommonFlags(fs *pflag.FlagSet) *commonFlags {
 type settings = guardapp.Settings
 
 // settings resolves the configuration and database: flag, then
-// environment, then the config file's value, then the default. A config
-// that is named but missing is an error.
+// environment, then the config file's value, then the default; and the
+// configuration's keys that have a variable and no flag (public_url,
+// allowed_hosts). A config that is named but missing is an error.
 func (a *app) settings(cf *commonFlags) (*settings, error) {
 	defCfg, defDB := config.Paths(a.getenv)
-	cfgPath := cf.config
-	if cfgPath == "" {
-		cfgPath = a.getenv("GUARD_CONFIG")
+	cfgPath, err := a.flagOrVariable(cf.config, "config")
+	if err != nil {
+		return nil, err
 	}
 	if cfgPath == "" {
 		cfgPath = defCfg
@@ -42,7 +43,6 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		// Absolute, as every path guard hides from its servers must be:
 		// "g.yaml" means nothing to a server that runs elsewhere, and
 		// the sandbox refuses it.
-		var err error
 		if cfgPath, err = placedPath(config.ExpandHome(cfgPath, a.getenv)); err != nil {
 			return nil, fmt.Errorf("configuration path: %w", err)
 		}
@@ -52,12 +52,17 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		}
 		cfg = c
 	}
-	db := cf.db
-	if db != "" && store.IsPostgres(db) && postgres.URLHasPassword(db) {
+	if err := cfg.ApplyEnvironment(a.getenv); err != nil {
+		return nil, err
+	}
+	// A password in GUARD_DB is the environment's, which only the
+	// process's user reads.
+	if cf.db != "" && a.source("db") == "--db" && store.IsPostgres(cf.db) && postgres.URLHasPassword(cf.db) {
 		return nil, fmt.Errorf("--db: the URL holds a password, which every user of this machine can read in the process list: give it in PGPASSWORD, a .pgpass file, or the configuration's db (${NAME} expands an environment variable there)")
 	}
-	if db == "" {
-		db = a.getenv("GUARD_DB")
+	db, err := a.flagOrVariable(cf.db, "db")
+	if err != nil {
+		return nil, err
 	}
 	if db == "" && cfg.DB != "" {
 		db = cfg.DB
@@ -93,6 +98,18 @@ func (a *app) settings(cf *commonFlags) (*settings, error) {
 		st.RulesDir = filepath.Join(st.DataDir, "rules.d")
 	}
 	return st, nil
+}
+
+// flagOrVariable is a common flag's value when given (or set from its
+// variable as the command line was read), else its variable's: settings
+// is also called with flags no command line set (guard wrap asks what an
+// entry's guard would resolve).
+func (a *app) flagOrVariable(given, flag string) (string, error) {
+	v, ok := config.LookupVariable(flag)
+	if given != "" || !ok {
+		return given, nil
+	}
+	return config.ReadVariable(v, a.getenv)
 }
 
 // placedPath is p made absolute, its directory's links resolved

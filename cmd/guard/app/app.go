@@ -38,4 +38,7 @@ type Main struct {
 	// Version is the version guard records of itself (lifecycle records,
 	// replicas, the serverInfo of its HTTP front).
 	Version string
+	// Revision is the commit guard was built from, "" when unknown
+	// (guard_build_info).
+	Revision string
 }

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/health"
@@ -23,16 +22,19 @@ type countingRecorder struct {
 func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
 	for _, r := range recs {
 		if r.Kind == guard.KindOutcome && r.Method == "tools/call" && r.Outcome != guard.OutcomeInputRequired {
-			c.reg.Call(r.Server, r.Tool, r.Decision, r.Outcome, float64(r.DurationMS)/1000)
+			// A record carries no context: the per-call exemplars wait
+			// for a caller that passes the call's (Registry.Call).
+			c.reg.Call(context.Background(), r.Server, r.Tool, r.Decision, r.Outcome, float64(r.DurationMS)/1000)
 		}
 	}
 	return c.Recorder.AppendAsync(recs...)
 }
 
-// NewMetrics returns the registry of a serving process: call counters fed
-// by rec, pending approvals and the audit writer's latency from db.
-func NewMetrics(db *store.DB) *metrics.Registry {
-	reg := metrics.New()
+// NewMetrics returns the registry of a serving process: the build, call
+// counters fed by rec, pending approvals and the audit writer's latency
+// from db.
+func (m *Main) NewMetrics(db *store.DB) *metrics.Registry {
+	reg := metrics.New(metrics.Build{Version: m.Version, Revision: m.Revision})
 	reg.Gauge("guard_pending_approvals", "Calls waiting for a person's decision, in every process on this database.", func() (float64, error) {
 		n, _, err := db.Holds().CountApprovals(context.Background(), guard.ApprovalPending)
 		return float64(n), err
@@ -111,23 +113,20 @@ func streamMetrics(reg *metrics.Registry, s *stream.Streamer) {
 			lags, err := s.Lag(context.Background())
 			out := make([]metrics.Sample, len(lags))
 			for i, l := range lags {
-				out[i] = metrics.Sample{Labels: [][2]string{{"receiver", l.Receiver}}, Value: value(l)}
+				out[i] = metrics.Sample{Labels: []string{l.Receiver}, Value: value(l)}
 			}
 			return out, err
 		}
 	}
-	reg.GaugeVec("guard_stream_lag_records", "Audit records the receiver is not yet known to have.",
+	reg.GaugeVec("guard_stream_lag_records", "Audit records the receiver is not yet known to have.", []string{receiverLabel},
 		lag(func(l stream.Lag) float64 { return float64(l.Records) }))
-	reg.GaugeVec("guard_stream_lag_seconds", "Age of the oldest audit record the receiver is not yet known to have (0 when it has them all).",
+	reg.GaugeVec("guard_stream_lag_seconds", "Age of the oldest audit record the receiver is not yet known to have (0 when it has them all).", []string{receiverLabel},
 		lag(func(l stream.Lag) float64 { return l.Age.Seconds() }))
 }
 
-func metricsHandler(reg *metrics.Registry) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		reg.Write(w)
-	}
-}
+// receiverLabel names the series of a receiver (of the stream, of
+// announcements) by the receiver's name.
+const receiverLabel = "receiver"
 
 // retentionMetrics adds the retention job's counters, read from the
 // database: every process on it shows the same, whichever ran the job.
@@ -147,10 +146,10 @@ func retentionMetrics(reg *metrics.Registry, db *store.DB) {
 
 // treeMetrics adds the tree's counters to a serving process's metrics.
 func treeMetrics(reg *metrics.Registry, db *store.DB) {
-	reg.Gauge("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
+	reg.CounterFunc("guard_audit_checkpoints_refused_total", "Checkpoints not signed because the log did not extend the last one (it was truncated or rewritten).", func() (float64, error) {
 		return float64(db.Integrity().CheckpointRefusals()), nil
 	})
-	reg.Gauge("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
+	reg.CounterFunc("guard_audit_witness_failures_total", "Checkpoints a witness (file, syslog, HTTP) did not get.", func() (float64, error) {
 		return float64(db.Integrity().WitnessFailures()), nil
 	})
 }

@@ -20,16 +20,16 @@ func notifyMetrics(reg *metrics.Registry, n *notify.Notifier) {
 			stats := n.Stats()
 			out := make([]metrics.Sample, len(stats))
 			for i, s := range stats {
-				out[i] = metrics.Sample{Labels: [][2]string{{"receiver", s.Receiver}}, Value: float64(value(s))}
+				out[i] = metrics.Sample{Labels: []string{s.Receiver}, Value: float64(value(s))}
 			}
 			return out, nil
 		}
 	}
-	reg.CounterVec("guard_notify_sent_total", "Announcements of new holds delivered, by receiver.",
+	reg.CounterVec("guard_notify_sent_total", "Announcements of new holds delivered, by receiver.", []string{receiverLabel},
 		count(func(s notify.Stat) uint64 { return s.Sent }))
-	reg.CounterVec("guard_notify_failures_total", "Attempts to deliver an announcement of a new hold that failed, by receiver.",
+	reg.CounterVec("guard_notify_failures_total", "Attempts to deliver an announcement of a new hold that failed, by receiver.", []string{receiverLabel},
 		count(func(s notify.Stat) uint64 { return s.Failures }))
-	reg.CounterVec("guard_notify_given_up_total", "Announcements of new holds not delivered within their retries, by receiver.",
+	reg.CounterVec("guard_notify_given_up_total", "Announcements of new holds not delivered within their retries, by receiver.", []string{receiverLabel},
 		count(func(s notify.Stat) uint64 { return s.GivenUp }))
 }
 

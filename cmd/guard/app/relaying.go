@@ -127,9 +127,12 @@ func (rt *relaying) configDirReplaced() bool { return configDirReplaced(rt.confi
 // UIFlags say whether and where a relaying process serves the approval
 // UI, and what a browser's request may take.
 type UIFlags struct {
-	Addr   string // --ui: the address, instead of ui.listen
+	Addr   string // --ui (or GUARD_UI): the address, instead of ui.listen
 	Off    bool   // --no-ui
 	Limits httplimit.Limits
+	// AddrFrom names where Addr came from, for errors: "--ui" (when
+	// ""), or the variable.
+	AddrFrom string
 }
 
 // startRelaying starts it, or says why not and returns the status to exit
@@ -140,7 +143,11 @@ func (m *Main) startRelaying(st *Settings, db *store.DB, logger *slog.Logger, ui
 	if ui.Addr != "" {
 		listen = ui.Addr
 		if !cfg.UI.AllowRemote && !read.LoopbackAddr(listen) {
-			fmt.Fprintf(m.Stderr, "%s: --ui %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, listen)
+			from := ui.AddrFrom
+			if from == "" {
+				from = "--ui"
+			}
+			fmt.Fprintf(m.Stderr, "%s: %s %s is reachable from other machines; use a loopback address, or set ui.allow_remote: true\n", cmd, from, listen)
 			return nil, ExitUsage, false
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/approvals"
+	"github.com/guard-mcp/guard/internal/repeated"
 	"github.com/guard-mcp/guard/metrics"
 	"github.com/guard-mcp/guard/policy"
 	"github.com/guard-mcp/guard/store"
@@ -130,12 +131,17 @@ type replicaWatch struct {
 	differ  atomic.Int64 // of them, those whose configuration differs
 	said    string       // the differing replicas last logged
 	healthy bool
+	// beating is the heartbeat failing, logged as it starts, lasts and
+	// ends.
+	beating *repeated.Condition
 }
 
 func newReplicaWatch(db *store.DB, process, version string, every time.Duration, compare bool, digest func() (string, string), logger *slog.Logger) *replicaWatch {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	return &replicaWatch{db: db, every: every, compare: compare, digest: digest, logger: logger, healthy: true,
+		beating: &repeated.Condition{Logger: logger, Level: slog.LevelWarn, Msg: "replicas: cannot say in the database that this process runs",
+			What: "replicas: the heartbeat"},
 		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: version, Started: now,
 			Lapse: lapsesAfter * every}}
 }
@@ -184,12 +190,13 @@ func (w *replicaWatch) beat(ctx context.Context) {
 		all, err = w.db.Replicas().Replicas(ctx, w.me.Seen.Add(-w.me.Lapse))
 	}
 	if err != nil {
-		if w.healthy && ctx.Err() == nil {
-			w.logger.Warn("replicas: cannot say in the database that this process runs", "err", err)
+		if ctx.Err() == nil {
+			w.beating.Failed("err", err)
 		}
 		w.healthy = false
 		return
 	}
+	w.beating.Ok()
 	w.healthy = true
 	w.live.Store(int64(len(all)))
 	if w.compare {

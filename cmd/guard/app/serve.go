@@ -51,6 +51,16 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 
+	// Bound first: with port 0 asked, the port taken is what the Host
+	// checks, the printed addresses and the lifecycle record need.
+	l, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		fmt.Fprintf(m.Stderr, "guard serve: %v\n", err)
+		return ExitFailure
+	}
+	defer l.Close()
+	listen := l.Addr().String()
+	logger.Info("listening", "addr", listen, "metrics", "http://"+listen+"/metrics")
 	names := make([]string, 0, len(cfg.Servers))
 	for name := range cfg.Servers {
 		names = append(names, name)
@@ -62,8 +72,8 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	// public host is one of them, and allowed_hosts adds more. /healthz
 	// and /readyz answer any Host: a balancer's check sends what it
 	// likes, and they tell nothing a page could use.
-	hosts := append(append(allowedHosts(o.Listen), config.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
-	base := "http://" + o.Listen // what clients use, as printed
+	hosts := append(append(allowedHosts(listen), config.PublicHosts(cfg.PublicURL)...), cfg.AllowedHosts...)
+	base := "http://" + listen // what clients use, as printed
 	if cfg.PublicURL != "" {
 		base = cfg.PublicURL
 	}
@@ -83,14 +93,14 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	}
 	mux := http.NewServeMux()
 	rt.health.Routes(mux)
-	reg := NewMetrics(db)
+	reg := m.NewMetrics(db)
 	healthMetrics(reg, rt.health)
 	streamMetrics(reg, rt.streamer)
 	notifyMetrics(reg, rt.notifier)
 	if rt.replicas != nil {
 		rt.replicas.metrics(reg)
 	}
-	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(metricsHandler(reg))))
+	mux.Handle("GET /metrics", streamable.CheckHosts(hosts, front.protect(reg.Handler())))
 	var fronts []*streamable.Server
 	// Every endpoint's sessions count against one bound: each runs a
 	// server process.
@@ -185,17 +195,12 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 		return ExitUsage
 	}
 	go warnDuplicateTools(bg, db, logger)
-	l, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		fmt.Fprintf(m.Stderr, "guard serve: %v\n", err)
-		return ExitFailure
-	}
 	serves := make([]string, 0, len(members)+1)
 	for _, mb := range members {
-		serves = append(serves, "http://"+o.Listen+"/mcp/"+mb.name)
+		serves = append(serves, "http://"+listen+"/mcp/"+mb.name)
 	}
 	if (o.Aggregate || cfg.Aggregate.Enabled) && len(members) > 0 {
-		serves = append(serves, "http://"+o.Listen+"/mcp")
+		serves = append(serves, "http://"+listen+"/mcp")
 	}
 	rt.started("", serves)
 	// Every request's reading is bounded, the endpoints' (which lift the

@@ -89,7 +89,7 @@ func (m *Main) serveUI(ctx context.Context, st *Settings, db *store.DB, holds *a
 				logger.Error("approval UI not served", "err", err)
 				return
 			}
-			logger.Info("approval UI", "url", uiOrigin(st.Config, served)+" (guard ui url prints the login address)")
+			logger.Info("approval UI", "addr", served, "url", uiOrigin(st.Config, served)+" (guard ui url prints the login address)")
 			l := store.Lifecycle{Event: store.LifecycleStarted, Process: uiProcess, Version: m.Version,
 				Serves: []string{"http://" + served}, Reason: "the approval UI started"}
 			recordLifecycle(db, logger, l)
