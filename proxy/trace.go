@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/guard-mcp/guard/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -69,29 +69,68 @@ type callTrace struct {
 	errCode int
 }
 
-// traceCarrier holds a trace context as _meta or HTTP headers carry it.
-type traceCarrier struct{ parent, state string }
-
-func (c *traceCarrier) Get(k string) string {
-	switch k {
-	case metaTraceparent:
-		return c.parent
-	case metaTracestate:
-		return c.state
+// remoteParent is the span context a request's traceparent and
+// tracestate name, as W3C Trace Context reads them (the zero one when
+// traceparent is absent or malformed; a malformed tracestate is left
+// out): version 00 is exactly version-traceid-parentid-flags in lower-case
+// hex, neither id all zeros, flags of sampled (01) and random (02) only; a
+// later version may have more fields after a dash, version ff is invalid.
+// Only the sampled and random flags are kept.
+func remoteParent(parent, state string) trace.SpanContext {
+	const size = 55 // 00-{32}-{16}-01
+	if len(parent) < size || (len(parent) > size && (parent[0:2] == "00" || parent[size] != '-')) || parent[0:2] == "ff" {
+		return trace.SpanContext{}
 	}
-	return ""
+	var ver, flags [1]byte
+	var c trace.SpanContextConfig
+	for _, f := range [...]struct {
+		at  int
+		dst []byte
+	}{{0, ver[:]}, {3, c.TraceID[:]}, {36, c.SpanID[:]}, {53, flags[:]}} {
+		end := f.at + 2*len(f.dst)
+		if !lowerHex(parent[f.at:end]) || (end < size && parent[end] != '-') {
+			return trace.SpanContext{}
+		}
+		_, _ = hex.Decode(f.dst, []byte(parent[f.at:end]))
+	}
+	if ver[0] == 0 && flags[0] > 3 {
+		return trace.SpanContext{}
+	}
+	c.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	c.TraceState, _ = trace.ParseTraceState(state)
+	c.Remote = true
+	sc := trace.NewSpanContext(c)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
 }
 
-func (c *traceCarrier) Set(k, v string) {
-	switch k {
-	case metaTraceparent:
-		c.parent = v
-	case metaTracestate:
-		c.state = v
+func lowerHex(s string) bool {
+	for i := range len(s) {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
 	}
+	return true
 }
 
-func (c *traceCarrier) Keys() []string { return []string{metaTraceparent, metaTracestate} }
+// traceparent is sc as W3C Trace Context's traceparent (version 00, the
+// sampled and random flags), and its tracestate ("" when it has none).
+func traceparent(sc trace.SpanContext) (parent, state string) {
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	if sc.TraceState().Len() > 0 {
+		state = sc.TraceState().String()
+	}
+	return string(b), state
+}
 
 // TraceMeta returns a request's trace context from its params._meta.
 func TraceMeta(params []byte) (traceparent, tracestate string) {
@@ -137,9 +176,10 @@ func WithTraceMeta(msg wire.Message, traceparent, tracestate string) wire.Messag
 // startTrace starts the span of a request c that msg carries, in the
 // trace its _meta names (else a new one).
 func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
-	var car traceCarrier
-	car.parent, car.state = TraceMeta(msg.Params)
-	ctx := propagation.TraceContext{}.Extract(s.ctx, &car)
+	ctx := s.ctx
+	if parent := remoteParent(TraceMeta(msg.Params)); parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
 	name := msg.Method
 	if tool != "" {
 		name += " " + tool
@@ -202,12 +242,12 @@ func (t *callTrace) forwarded(s *Session, msg wire.Message) wire.Message {
 	ctx, fwd := s.opts.Tracer.Start(t.ctx, t.name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server)))
 	t.fwd = fwd
-	var car traceCarrier
-	propagation.TraceContext{}.Inject(ctx, &car)
-	if car.parent == "" {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return msg
 	}
-	return WithTraceMeta(msg, car.parent, car.state)
+	parent, state := traceparent(sc)
+	return WithTraceMeta(msg, parent, state)
 }
 
 // answered ends the span at the server with the server's answer.
