@@ -255,7 +255,7 @@ func (h *held) record() bool {
 		return h.step(intercept.Event{Kind: intercept.Recorded})
 	}
 	c.heldOn = h.a.ID
-	if err := <-s.appendRecords(c, false, nil, s.record(guard.KindRequest, c)); err != nil {
+	if err := s.appendRecords(c, false, nil, s.record(guard.KindRequest, c)).wait(); err != nil {
 		return h.step(intercept.Event{Kind: intercept.RecordFailed})
 	}
 	return h.step(intercept.Event{Kind: intercept.Recorded})

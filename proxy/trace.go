@@ -273,42 +273,81 @@ func errorMessage(errObj []byte) string {
 	return m
 }
 
+// appending is an append's result on its way (Recorder.AppendAsync's
+// channel) and, with tracing, the spans that end with it: whoever takes
+// the result passes it through done (wait does both), so that no
+// goroutine waits for a record only to end its span.
+type appending struct {
+	ch <-chan error
+	tr *recordTrace // nil without tracing
+}
+
+// wait waits for the result.
+func (a appending) wait() error { return a.done(<-a.ch) }
+
+// done ends the spans of the append whose result is err, and returns it.
+func (a appending) done(err error) error {
+	if a.tr != nil {
+		a.tr.end(err)
+	}
+	return err
+}
+
+// recordTrace is the span of a call's append, and what ends the call's
+// span with it when the call's outcome is among recs.
+type recordTrace struct {
+	s      *Session
+	c      *call
+	sp     trace.Span // nil when the call's span is not sampled
+	final  bool
+	answer []byte
+	recs   []*guard.Record
+}
+
 // appendRecords makes a call's records durable (Recorder.AppendAsync).
 // With tracing, a record span covers the append, and final (the call's
 // outcome is among recs) ends the call's span once it is durable, with
 // answer, what the client reads (nil: nothing).
-func (s *Session) appendRecords(c *call, final bool, answer []byte, recs ...*guard.Record) <-chan error {
+func (s *Session) appendRecords(c *call, final bool, answer []byte, recs ...*guard.Record) appending {
 	if c.tr == nil {
-		return s.opts.Recorder.AppendAsync(recs...)
+		return appending{ch: s.opts.Recorder.AppendAsync(recs...)}
 	}
 	t := c.tr
-	ids, kinds := make([]string, len(recs)), make([]string, len(recs))
-	for i, r := range recs {
-		ids[i], kinds[i] = r.ID, r.Kind
+	var sp trace.Span
+	if t.span.IsRecording() {
+		ids, kinds := make([]string, len(recs)), make([]string, len(recs))
+		for i, r := range recs {
+			ids[i], kinds[i] = r.ID, r.Kind
+		}
+		sp = t.stage(s, "guard.record", trace.SpanKindInternal, attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
 	}
-	sp := t.stage(s, "guard.record", trace.SpanKindInternal, attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
-	wait := s.opts.Recorder.AppendAsync(recs...)
-	done := make(chan error, 1)
-	go func() {
-		err := <-wait
-		var hash string
-		if err == nil && s.opts.HashAtCommit {
-			hash = recs[len(recs)-1].Hash
+	var ch <-chan error
+	if cr, ok := s.opts.Recorder.(ContextRecorder); ok {
+		ch = cr.AppendContext(t.ctx, recs...)
+	} else {
+		ch = s.opts.Recorder.AppendAsync(recs...)
+	}
+	return appending{ch: ch, tr: &recordTrace{s: s, c: c, sp: sp, final: final, answer: answer, recs: recs}}
+}
+
+// end ends the record's span, and the call's when final, once the
+// records are durable (err nil) or could not be.
+func (r *recordTrace) end(err error) {
+	var hash string
+	if err == nil && r.s.opts.HashAtCommit {
+		hash = r.recs[len(r.recs)-1].Hash
+	}
+	if r.sp != nil {
+		if err != nil {
+			r.sp.SetStatus(codes.Error, err.Error())
+		} else if hash != "" {
+			r.sp.SetAttributes(attribute.String(attrRecordHash, hash))
 		}
-		if sp != nil {
-			if err != nil {
-				sp.SetStatus(codes.Error, err.Error())
-			} else if hash != "" {
-				sp.SetAttributes(attribute.String(attrRecordHash, hash))
-			}
-			sp.End()
-		}
-		if final {
-			t.finish(c, recs[len(recs)-1], answer, hash, err)
-		}
-		done <- err
-	}()
-	return done
+		r.sp.End()
+	}
+	if r.final {
+		r.c.tr.finish(r.c, r.recs[len(r.recs)-1], r.answer, hash, err)
+	}
 }
 
 // finish ends the call's span (and a stage left open) with how the call
