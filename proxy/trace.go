@@ -67,6 +67,8 @@ type callTrace struct {
 	fwd, hold trace.Span
 	// errCode is the JSON-RPC error code of the server's answer, if any.
 	errCode int
+	// attrs are the span's from its start, set when it ends.
+	attrs []attribute.KeyValue
 }
 
 // remoteParent is the span context a request's traceparent and
@@ -187,7 +189,8 @@ func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
 	s.mu.Lock()
 	proto := s.protocol
 	s.mu.Unlock()
-	attrs := make([]attribute.KeyValue, 0, 10)
+	// Set with finish's, in one copy: the span is exported once ended.
+	attrs := make([]attribute.KeyValue, 0, 18)
 	attrs = append(attrs, attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server),
 		attribute.String(attrDirection, c.dir), attribute.String(attrRequestID, requestID(msg.ID)))
 	if proto != "" {
@@ -203,8 +206,8 @@ func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
 	case msg.Method == "prompts/get" && tool != "":
 		attrs = append(attrs, attribute.String(attrPrompt, tool))
 	}
-	ctx, span := s.opts.Tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-	c.tr = &callTrace{ctx: ctx, span: span, name: name}
+	ctx, span := s.opts.Tracer.Start(ctx, name, serverKind)
+	c.tr = &callTrace{ctx: ctx, span: span, name: name, attrs: attrs}
 }
 
 // traceTarget is the low-cardinality target of a request's span name: the
@@ -226,21 +229,33 @@ func requestID(id []byte) string {
 	return string(id)
 }
 
-// stage starts a child span of the call's (nil when the call's span is
-// not sampled: its stages are not either).
-func (t *callTrace) stage(s *Session, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) trace.Span {
+// stage starts a child span of the call's, of kind internal (nil when the
+// call's span is not sampled: its stages are not either). Attributes are
+// set on the span rather than passed as an option, which would copy them
+// once more.
+func (t *callTrace) stage(s *Session, name string, attrs ...attribute.KeyValue) trace.Span {
 	if !t.span.IsRecording() {
 		return nil
 	}
-	_, sp := s.opts.Tracer.Start(t.ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	_, sp := s.opts.Tracer.Start(t.ctx, name)
+	if len(attrs) > 0 {
+		sp.SetAttributes(attrs...)
+	}
 	return sp
 }
+
+// The span kinds of a call and of its request at the server, as options
+// made once.
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
 
 // forwarded starts the span of the request at the server and returns the
 // request carrying its context in _meta.
 func (t *callTrace) forwarded(s *Session, msg wire.Message) wire.Message {
-	ctx, fwd := s.opts.Tracer.Start(t.ctx, t.name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server)))
+	ctx, fwd := s.opts.Tracer.Start(t.ctx, t.name, clientKind)
+	fwd.SetAttributes(attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server))
 	t.fwd = fwd
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
@@ -319,7 +334,7 @@ func (s *Session) appendRecords(c *call, final bool, answer []byte, recs ...*gua
 		for i, r := range recs {
 			ids[i], kinds[i] = r.ID, r.Kind
 		}
-		sp = t.stage(s, "guard.record", trace.SpanKindInternal, attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
+		sp = t.stage(s, "guard.record", attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
 	}
 	var ch <-chan error
 	if cr, ok := s.opts.Recorder.(ContextRecorder); ok {
@@ -365,7 +380,7 @@ func (t *callTrace) finish(c *call, out *guard.Record, answer []byte, hash strin
 		sp.End()
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.String(attrCallID, c.id)}
+	attrs := append(t.attrs, attribute.String(attrCallID, c.id))
 	for _, kv := range [...]struct{ k, v string }{{attrDecision, c.st.Decision}, {attrDecidedBy, c.st.DecidedBy}, {attrApproval, c.st.Approval}} {
 		if kv.v != "" {
 			attrs = append(attrs, attribute.String(kv.k, kv.v))
@@ -427,7 +442,7 @@ func (c *call) decideSpan(s *Session) trace.Span {
 	if c.tr == nil {
 		return nil
 	}
-	return c.tr.stage(s, "guard.decide", trace.SpanKindInternal)
+	return c.tr.stage(s, "guard.decide")
 }
 
 func decidedSpan(sp trace.Span, v guard.Verdict) {
