@@ -19,6 +19,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/e2e/guardtest"
+	"github.com/guard-mcp/guard/stream/streamtest"
 )
 
 // serveExample runs guard serve with the example server as "notes".
@@ -203,27 +204,12 @@ func TestHTTPMetrics(t *testing.T) {
 	_, url := serveExample(t, "approval: {wait: 1s}\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "m", Version: "1"}, nil).
-		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := connectHTTP(ctx, t, url)
 	for range 3 {
 		cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
 	}
 	cs.CallTool(ctx, &mcp.CallToolParams{Name: "delete_note", Arguments: map[string]any{"title": "welcome"}}) // held, then "retry"
-	resp, err := http.Get(strings.TrimSuffix(url, "/mcp/notes") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		b.WriteString(sc.Text() + "\n")
-	}
-	body := b.String()
+	body := scrape(ctx, t, url, "")
 	for _, want := range []string{
 		// Labels in the order client_golang writes them: by name.
 		`guard_calls_total{decision="allowed",outcome="ok",server="notes",tool="echo"} 3`,
@@ -236,6 +222,35 @@ func TestHTTPMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
+}
+
+// connectHTTP connects a go-sdk client to url, closed when t ends.
+func connectHTTP(ctx context.Context, t *testing.T, url string) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "m", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// scrape reads /metrics of the guard serve whose endpoint url is (the
+// notes server's), asking for the format accept names ("": the default).
+func scrape(ctx context.Context, t *testing.T, url, accept string) string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(url, "/mcp/notes")+"/metrics", nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // newToken makes a client token with guard token: the token, and its
@@ -554,4 +569,33 @@ func awaitCall(t *testing.T, got <-chan callResult) *mcp.CallToolResult {
 		t.Fatal("the call never ended")
 	}
 	return nil
+}
+
+// A traced call through guard serve: its count and duration carry the
+// client's trace id as their exemplar in OpenMetrics, guard's spans reach
+// the collector in that trace, and the tracer's own counts are series.
+func TestHTTPTracedCallExemplar(t *testing.T) {
+	oc := streamtest.NewOtelcol(t, nil)
+	_, url := serveExample(t, "telemetry: {otlp: \""+oc.TracesURL()+"\"}\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := connectHTTP(ctx, t, url)
+	const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"},
+		Meta: mcp.Meta{"traceparent": "00-" + tid + "-00f067aa0ba902b7-01"}}); err != nil {
+		t.Fatal(err)
+	}
+	oc.WaitSpans(1, func(s *streamtest.Span) bool { return s.TraceID == tid && s.Attr("gen_ai.tool.name") == "echo" })
+	body := scrape(ctx, t, url, "application/openmetrics-text; version=1.0.0")
+	for _, want := range []string{
+		`guard_calls_total{decision="allowed",outcome="ok",server="notes",tool="echo"} 1.0 # {trace_id="` + tid + `"} 1.0`,
+		`guard_call_duration_seconds_bucket{server="notes",le="`, `# {trace_id="` + tid + `"}`,
+		"# TYPE guard_trace_spans_ended counter", "# TYPE guard_trace_spans_exported counter",
+		"# TYPE guard_trace_spans_failed counter", "# TYPE guard_trace_spans_dropped counter",
+		"guard_trace_spans_dropped_total 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
 }

@@ -59,14 +59,15 @@ func New(b Build) *Registry {
 }
 
 // Call counts one finished tool call and its duration. When ctx carries
-// a valid OpenTelemetry span context, the counter and the histogram keep
-// its trace id as their exemplar, so that a scraper taking OpenMetrics
-// leads from a rate or a slow bucket to the trace of a call.
+// a sampled OpenTelemetry span context, the counter and the histogram
+// keep its trace id as their exemplar, so that a scraper taking
+// OpenMetrics leads from a rate or a slow bucket to the trace of a call
+// (a trace not sampled was not exported: its id would lead nowhere).
 func (r *Registry) Call(ctx context.Context, server, tool, decision, outcome string, seconds float64) {
 	c := r.calls.WithLabelValues(server, tool, decision, outcome)
 	h := r.latency.WithLabelValues(server)
 	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
+	if !sc.IsSampled() || !sc.IsValid() {
 		c.Inc()
 		h.Observe(seconds)
 		return

@@ -4,12 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/exampleserver"
 	"github.com/guard-mcp/guard/policy"
+	"github.com/guard-mcp/guard/telemetry"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -67,10 +70,36 @@ func BenchmarkDirectCall(b *testing.B) {
 // 2026-07-28 and the example server exchange) are read from in-memory
 // streams, decided, recorded to nowhere and written to io.Discard, all on
 // the benchmark's goroutine.
-func BenchmarkSessionToolCall(b *testing.B) {
+func BenchmarkSessionToolCall(b *testing.B) { benchSessionToolCall(b, nil) }
+
+// BenchmarkSessionToolCallTraced is BenchmarkSessionToolCall with every
+// call traced (five spans) by guard's tracer, its spans sent to a receiver
+// in the process that discards them. cpu-ns/op is the process's CPU per
+// call, the tracer's goroutine (batching, encoding, sending) and the
+// receiver's included; the loop lets the queue drain when it fills, so
+// that no span is dropped (ns/op counts those pauses).
+func BenchmarkSessionToolCallTraced(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	defer srv.Close()
+	tr, err := telemetry.New(telemetry.Config{OTLP: srv.URL, Sample: 1}, telemetry.Options{Getenv: func(string) string { return "" }, BatchTimeout: 10 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchSessionToolCall(b, tr)
+	if st := tr.Stats(); st.Dropped > 0 || st.Failed > 0 || st.Exported != st.Ended {
+		b.Errorf("spans %+v", st)
+	}
+}
+
+// benchSessionToolCall is BenchmarkSessionToolCall, traced by tr when not
+// nil.
+func benchSessionToolCall(b *testing.B, tr *telemetry.Tracing) {
 	opts, _, _ := testOptions(b, context.Background(), "policy:\n  default: allow\n", time.Second)
 	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Recorder, opts.Catalog = nopRecorder{}, nil
+	if tr != nil {
+		opts.Tracer = tr.Tracer()
+	}
 	redactor := opts.Redactor.(*policy.Redactor).WithOwnSecrets([]string{"guard-own-secret-value"})
 	opts.Redactor, opts.MaskResults = redactor, redactor.MaskOwnSecrets
 	s := NewSession(context.Background(), opts)
@@ -94,8 +123,20 @@ func BenchmarkSessionToolCall(b *testing.B) {
 	client := newLoopConn(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{` + meta + `,"name":"echo","arguments":{"text":"hello"}}}`)
 	server := newLoopConn(`{"jsonrpc":"2.0","id":2,"result":{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"guard-example","version":"1.0.0"}},"content":[{"type":"text","text":"hello"}],"resultType":"complete"}}`)
 	b.ReportAllocs()
+	cpu := processCPU()
 	for b.Loop() {
 		relay(client, server)
+		for tr != nil && queued(tr.Stats()) > 1500 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if tr != nil {
+		if err := tr.Shutdown(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if cpu > 0 {
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 	}
 }
 
@@ -124,6 +165,9 @@ func BenchmarkSessionNotifications(b *testing.B) {
 		s.fromServer(msg, nil)
 	}
 }
+
+// queued are the spans waiting to be sent.
+func queued(s telemetry.Stats) int64 { return s.Ended - s.Exported - s.Failed - s.Dropped }
 
 // loopConn reads the same line over and over, as a Conn over a stream.
 type loopConn struct{ Conn }

@@ -10,7 +10,6 @@ import (
 	"github.com/guard-mcp/guard/proxy/intercept"
 	"github.com/guard-mcp/guard/wire"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // held is a tools/call that policy holds for a person. It owns the steps
@@ -36,7 +35,7 @@ func (hs *holds) hold(msg wire.Message, c *call, v guard.Verdict) {
 	s := hs.s
 	h := &held{s: s, c: c, msg: msg, v: v}
 	if c.tr != nil {
-		c.tr.hold = c.tr.stage(s, "guard.hold", trace.SpanKindInternal, attribute.String(attrRule, v.Rule))
+		c.tr.hold = c.tr.stage(s, "guard.hold", attribute.String(attrRule, v.Rule))
 		defer h.endHold(nil)
 	}
 	if !h.digestArgs() || h.usePrior() || !h.present() || !h.reserve() {
@@ -255,7 +254,7 @@ func (h *held) record() bool {
 		return h.step(intercept.Event{Kind: intercept.Recorded})
 	}
 	c.heldOn = h.a.ID
-	if err := <-s.appendRecords(c, false, nil, s.record(guard.KindRequest, c)); err != nil {
+	if err := s.appendRecords(c, false, nil, s.record(guard.KindRequest, c)).wait(); err != nil {
 		return h.step(intercept.Event{Kind: intercept.RecordFailed})
 	}
 	return h.step(intercept.Event{Kind: intercept.Recorded})

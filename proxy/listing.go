@@ -169,12 +169,12 @@ func (ls *lister) reviewed(ctx context.Context) (map[string]string, map[string]*
 func (ls *lister) listed(msg wire.Message, c *call) {
 	s := ls.s
 	done := make(chan error, 1)
-	it := item{wait: done, fail: refusal(c.origID), batch: c.batch, later: new(wire.Message)}
+	it := item{wait: appending{ch: done}, fail: refusal(c.origID), batch: c.batch, later: new(wire.Message)}
 	s.toClient.push(it)
 	go func() {
 		ans, out := s.lists.listing(msg, c)
 		*it.later = ans
-		done <- <-s.appendRecords(c, true, ans.Raw, out)
+		done <- s.appendRecords(c, true, ans.Raw, out).wait()
 	}()
 }
 

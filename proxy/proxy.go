@@ -177,6 +177,15 @@ type Recorder interface {
 	AppendAsync(recs ...*guard.Record) <-chan error
 }
 
+// ContextRecorder is a Recorder that is also given the context of the
+// call whose records it appends, which holds the call's span when the
+// call is traced: what it counts of the call can name the call's trace.
+// A traced call's records go through AppendContext.
+type ContextRecorder interface {
+	Recorder
+	AppendContext(ctx context.Context, recs ...*guard.Record) <-chan error
+}
+
 // CatalogStore keeps every tool definition a server has shown, and how each
 // stands: accepted (the baseline, or by a person), pending or rejected.
 type CatalogStore interface {

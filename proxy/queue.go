@@ -7,14 +7,14 @@ import (
 	"github.com/guard-mcp/guard/wire"
 )
 
-// item is one message on its way to a peer. When wait is set the message
-// goes out only after its audit records are durable; if they could not be
-// written, fail gives what to send instead (a message without Raw:
-// nothing). Items leave in the order they were queued, so a notification
+// item is one message on its way to a peer. When wait is set (wait.ch)
+// the message goes out only after its audit records are durable; if they
+// could not be written, fail gives what to send instead (a message
+// without Raw: nothing). Items leave in the order they were queued, so a notification
 // never overtakes the request queued before it.
 type item struct {
 	msg   wire.Message
-	wait  <-chan error
+	wait  appending
 	fail  func(error) wire.Message
 	batch *batch
 	// waited: the audit result was taken from wait already; it is err.
@@ -56,11 +56,15 @@ func newQueue() *queue {
 }
 
 // push queues an item, or writes it at once when it is ready and first in
-// line. Items pushed after close are dropped.
+// line. Items pushed after close are dropped (their audit result is still
+// taken, to end its spans).
 func (q *queue) push(it item) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
+		if it.wait.tr != nil {
+			go it.wait.wait() // its spans end all the same
+		}
 		return
 	}
 	if q.w != nil && !q.writing && len(q.items) == 0 && ready(&it) {
@@ -95,12 +99,12 @@ func ready(it *item) bool {
 	if it.batch != nil {
 		return false // batches are assembled by the queue's goroutine
 	}
-	if it.wait == nil {
+	if it.wait.ch == nil {
 		return true
 	}
 	select {
-	case it.err = <-it.wait:
-		it.waited = true
+	case err := <-it.wait.ch:
+		it.err, it.waited = it.wait.done(err), true
 		return true
 	default:
 		return false
@@ -150,10 +154,10 @@ func (q *queue) run(w Conn) error {
 // deliver writes one item (the writer of the moment has q.writing).
 func (q *queue) deliver(it item) {
 	msg := it.msg
-	if it.wait != nil {
+	if it.wait.ch != nil {
 		err := it.err
 		if !it.waited {
-			err = <-it.wait
+			err = it.wait.wait()
 		}
 		switch {
 		case err != nil:

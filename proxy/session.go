@@ -734,7 +734,7 @@ func (s *Session) settle(c *call, e ending) {
 		return
 	}
 	go func() {
-		if err := <-wait; err != nil {
+		if err := wait.wait(); err != nil {
 			s.opts.Logger.Error("audit record of a cancelled call failed", "method", c.st.Method, "err", err)
 		}
 	}()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"strconv"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/guard-mcp/guard/wire"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -67,31 +67,72 @@ type callTrace struct {
 	fwd, hold trace.Span
 	// errCode is the JSON-RPC error code of the server's answer, if any.
 	errCode int
+	// attrs are the span's from its start, set when it ends.
+	attrs []attribute.KeyValue
 }
 
-// traceCarrier holds a trace context as _meta or HTTP headers carry it.
-type traceCarrier struct{ parent, state string }
-
-func (c *traceCarrier) Get(k string) string {
-	switch k {
-	case metaTraceparent:
-		return c.parent
-	case metaTracestate:
-		return c.state
+// remoteParent is the span context a request's traceparent and
+// tracestate name, as W3C Trace Context reads them (the zero one when
+// traceparent is absent or malformed; a malformed tracestate is left
+// out): version 00 is exactly version-traceid-parentid-flags in lower-case
+// hex, neither id all zeros, flags of sampled (01) and random (02) only; a
+// later version may have more fields after a dash, version ff is invalid.
+// Only the sampled and random flags are kept.
+func remoteParent(parent, state string) trace.SpanContext {
+	const size = 55 // 00-{32}-{16}-01
+	if len(parent) < size || (len(parent) > size && (parent[0:2] == "00" || parent[size] != '-')) || parent[0:2] == "ff" {
+		return trace.SpanContext{}
 	}
-	return ""
-}
-
-func (c *traceCarrier) Set(k, v string) {
-	switch k {
-	case metaTraceparent:
-		c.parent = v
-	case metaTracestate:
-		c.state = v
+	var ver, flags [1]byte
+	var c trace.SpanContextConfig
+	for _, f := range [...]struct {
+		at  int
+		dst []byte
+	}{{0, ver[:]}, {3, c.TraceID[:]}, {36, c.SpanID[:]}, {53, flags[:]}} {
+		end := f.at + 2*len(f.dst)
+		if !lowerHex(parent[f.at:end]) || (end < size && parent[end] != '-') {
+			return trace.SpanContext{}
+		}
+		_, _ = hex.Decode(f.dst, []byte(parent[f.at:end]))
 	}
+	if ver[0] == 0 && flags[0] > 3 {
+		return trace.SpanContext{}
+	}
+	c.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	c.TraceState, _ = trace.ParseTraceState(state)
+	c.Remote = true
+	sc := trace.NewSpanContext(c)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
 }
 
-func (c *traceCarrier) Keys() []string { return []string{metaTraceparent, metaTracestate} }
+func lowerHex(s string) bool {
+	for i := range len(s) {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// traceparent is sc as W3C Trace Context's traceparent (version 00, the
+// sampled and random flags), and its tracestate ("" when it has none).
+func traceparent(sc trace.SpanContext) (parent, state string) {
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	if sc.TraceState().Len() > 0 {
+		state = sc.TraceState().String()
+	}
+	return string(b), state
+}
 
 // TraceMeta returns a request's trace context from its params._meta.
 func TraceMeta(params []byte) (traceparent, tracestate string) {
@@ -137,9 +178,10 @@ func WithTraceMeta(msg wire.Message, traceparent, tracestate string) wire.Messag
 // startTrace starts the span of a request c that msg carries, in the
 // trace its _meta names (else a new one).
 func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
-	var car traceCarrier
-	car.parent, car.state = TraceMeta(msg.Params)
-	ctx := propagation.TraceContext{}.Extract(s.ctx, &car)
+	ctx := s.ctx
+	if parent := remoteParent(TraceMeta(msg.Params)); parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
 	name := msg.Method
 	if tool != "" {
 		name += " " + tool
@@ -147,7 +189,8 @@ func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
 	s.mu.Lock()
 	proto := s.protocol
 	s.mu.Unlock()
-	attrs := make([]attribute.KeyValue, 0, 10)
+	// Set with finish's, in one copy: the span is exported once ended.
+	attrs := make([]attribute.KeyValue, 0, 18)
 	attrs = append(attrs, attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server),
 		attribute.String(attrDirection, c.dir), attribute.String(attrRequestID, requestID(msg.ID)))
 	if proto != "" {
@@ -163,8 +206,8 @@ func (s *Session) startTrace(msg wire.Message, c *call, tool string) {
 	case msg.Method == "prompts/get" && tool != "":
 		attrs = append(attrs, attribute.String(attrPrompt, tool))
 	}
-	ctx, span := s.opts.Tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
-	c.tr = &callTrace{ctx: ctx, span: span, name: name}
+	ctx, span := s.opts.Tracer.Start(ctx, name, serverKind)
+	c.tr = &callTrace{ctx: ctx, span: span, name: name, attrs: attrs}
 }
 
 // traceTarget is the low-cardinality target of a request's span name: the
@@ -186,28 +229,40 @@ func requestID(id []byte) string {
 	return string(id)
 }
 
-// stage starts a child span of the call's (nil when the call's span is
-// not sampled: its stages are not either).
-func (t *callTrace) stage(s *Session, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) trace.Span {
+// stage starts a child span of the call's, of kind internal (nil when the
+// call's span is not sampled: its stages are not either). Attributes are
+// set on the span rather than passed as an option, which would copy them
+// once more.
+func (t *callTrace) stage(s *Session, name string, attrs ...attribute.KeyValue) trace.Span {
 	if !t.span.IsRecording() {
 		return nil
 	}
-	_, sp := s.opts.Tracer.Start(t.ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	_, sp := s.opts.Tracer.Start(t.ctx, name)
+	if len(attrs) > 0 {
+		sp.SetAttributes(attrs...)
+	}
 	return sp
 }
+
+// The span kinds of a call and of its request at the server, as options
+// made once.
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
 
 // forwarded starts the span of the request at the server and returns the
 // request carrying its context in _meta.
 func (t *callTrace) forwarded(s *Session, msg wire.Message) wire.Message {
-	ctx, fwd := s.opts.Tracer.Start(t.ctx, t.name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server)))
+	ctx, fwd := s.opts.Tracer.Start(t.ctx, t.name, clientKind)
+	fwd.SetAttributes(attribute.String(attrMethod, msg.Method), attribute.String(attrServer, s.opts.Server))
 	t.fwd = fwd
-	var car traceCarrier
-	propagation.TraceContext{}.Inject(ctx, &car)
-	if car.parent == "" {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return msg
 	}
-	return WithTraceMeta(msg, car.parent, car.state)
+	parent, state := traceparent(sc)
+	return WithTraceMeta(msg, parent, state)
 }
 
 // answered ends the span at the server with the server's answer.
@@ -233,42 +288,81 @@ func errorMessage(errObj []byte) string {
 	return m
 }
 
+// appending is an append's result on its way (Recorder.AppendAsync's
+// channel) and, with tracing, the spans that end with it: whoever takes
+// the result passes it through done (wait does both), so that no
+// goroutine waits for a record only to end its span.
+type appending struct {
+	ch <-chan error
+	tr *recordTrace // nil without tracing
+}
+
+// wait waits for the result.
+func (a appending) wait() error { return a.done(<-a.ch) }
+
+// done ends the spans of the append whose result is err, and returns it.
+func (a appending) done(err error) error {
+	if a.tr != nil {
+		a.tr.end(err)
+	}
+	return err
+}
+
+// recordTrace is the span of a call's append, and what ends the call's
+// span with it when the call's outcome is among recs.
+type recordTrace struct {
+	s      *Session
+	c      *call
+	sp     trace.Span // nil when the call's span is not sampled
+	final  bool
+	answer []byte
+	recs   []*guard.Record
+}
+
 // appendRecords makes a call's records durable (Recorder.AppendAsync).
 // With tracing, a record span covers the append, and final (the call's
 // outcome is among recs) ends the call's span once it is durable, with
 // answer, what the client reads (nil: nothing).
-func (s *Session) appendRecords(c *call, final bool, answer []byte, recs ...*guard.Record) <-chan error {
+func (s *Session) appendRecords(c *call, final bool, answer []byte, recs ...*guard.Record) appending {
 	if c.tr == nil {
-		return s.opts.Recorder.AppendAsync(recs...)
+		return appending{ch: s.opts.Recorder.AppendAsync(recs...)}
 	}
 	t := c.tr
-	ids, kinds := make([]string, len(recs)), make([]string, len(recs))
-	for i, r := range recs {
-		ids[i], kinds[i] = r.ID, r.Kind
+	var sp trace.Span
+	if t.span.IsRecording() {
+		ids, kinds := make([]string, len(recs)), make([]string, len(recs))
+		for i, r := range recs {
+			ids[i], kinds[i] = r.ID, r.Kind
+		}
+		sp = t.stage(s, "guard.record", attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
 	}
-	sp := t.stage(s, "guard.record", trace.SpanKindInternal, attribute.StringSlice(attrRecordID, ids), attribute.StringSlice(attrRecordKind, kinds))
-	wait := s.opts.Recorder.AppendAsync(recs...)
-	done := make(chan error, 1)
-	go func() {
-		err := <-wait
-		var hash string
-		if err == nil && s.opts.HashAtCommit {
-			hash = recs[len(recs)-1].Hash
+	var ch <-chan error
+	if cr, ok := s.opts.Recorder.(ContextRecorder); ok {
+		ch = cr.AppendContext(t.ctx, recs...)
+	} else {
+		ch = s.opts.Recorder.AppendAsync(recs...)
+	}
+	return appending{ch: ch, tr: &recordTrace{s: s, c: c, sp: sp, final: final, answer: answer, recs: recs}}
+}
+
+// end ends the record's span, and the call's when final, once the
+// records are durable (err nil) or could not be.
+func (r *recordTrace) end(err error) {
+	var hash string
+	if err == nil && r.s.opts.HashAtCommit {
+		hash = r.recs[len(r.recs)-1].Hash
+	}
+	if r.sp != nil {
+		if err != nil {
+			r.sp.SetStatus(codes.Error, err.Error())
+		} else if hash != "" {
+			r.sp.SetAttributes(attribute.String(attrRecordHash, hash))
 		}
-		if sp != nil {
-			if err != nil {
-				sp.SetStatus(codes.Error, err.Error())
-			} else if hash != "" {
-				sp.SetAttributes(attribute.String(attrRecordHash, hash))
-			}
-			sp.End()
-		}
-		if final {
-			t.finish(c, recs[len(recs)-1], answer, hash, err)
-		}
-		done <- err
-	}()
-	return done
+		r.sp.End()
+	}
+	if r.final {
+		r.c.tr.finish(r.c, r.recs[len(r.recs)-1], r.answer, hash, err)
+	}
 }
 
 // finish ends the call's span (and a stage left open) with how the call
@@ -286,7 +380,7 @@ func (t *callTrace) finish(c *call, out *guard.Record, answer []byte, hash strin
 		sp.End()
 		return
 	}
-	attrs := []attribute.KeyValue{attribute.String(attrCallID, c.id)}
+	attrs := append(t.attrs, attribute.String(attrCallID, c.id))
 	for _, kv := range [...]struct{ k, v string }{{attrDecision, c.st.Decision}, {attrDecidedBy, c.st.DecidedBy}, {attrApproval, c.st.Approval}} {
 		if kv.v != "" {
 			attrs = append(attrs, attribute.String(kv.k, kv.v))
@@ -348,7 +442,7 @@ func (c *call) decideSpan(s *Session) trace.Span {
 	if c.tr == nil {
 		return nil
 	}
-	return c.tr.stage(s, "guard.decide", trace.SpanKindInternal)
+	return c.tr.stage(s, "guard.decide")
 }
 
 func decidedSpan(sp trace.Span, v guard.Verdict) {

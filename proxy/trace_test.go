@@ -242,3 +242,40 @@ func TestWithTraceMeta(t *testing.T) {
 		}
 	}
 }
+
+// A traceparent is read as W3C Trace Context has it, and written back the
+// same; a malformed tracestate is left out, not the parent.
+func TestRemoteParent(t *testing.T) {
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, c := range []struct {
+		parent, state string
+		want          string // traceparent written back, "" for none
+		wantState     string
+	}{
+		{"00-" + tid + "-" + sid + "-01", "a=1,b=2", "00-" + tid + "-" + sid + "-01", "a=1,b=2"},
+		{"00-" + tid + "-" + sid + "-00", "", "00-" + tid + "-" + sid + "-00", ""},
+		{"00-" + tid + "-" + sid + "-03", "not a state", "00-" + tid + "-" + sid + "-03", ""},
+		{"01-" + tid + "-" + sid + "-09-more", "", "00-" + tid + "-" + sid + "-01", ""}, // a later version: its flags' unknown bits go
+		{"01-" + tid + "-" + sid + "-01x", "", "", ""},
+		{"00-" + tid + "-" + sid + "-01-more", "", "", ""},
+		{"00-" + tid + "-" + sid + "-04", "", "", ""},
+		{"ff-" + tid + "-" + sid + "-01", "", "", ""},
+		{"00-" + strings.ToUpper(tid) + "-" + sid + "-01", "", "", ""},
+		{"00-00000000000000000000000000000000-" + sid + "-01", "", "", ""},
+		{"00-" + tid + "-0000000000000000-01", "", "", ""},
+		{"00-" + tid + "_" + sid + "-01", "", "", ""},
+		{"00-" + tid + "-" + sid, "", "", ""},
+		{"", "a=1", "", ""},
+	} {
+		sc := remoteParent(c.parent, c.state)
+		if c.want == "" {
+			if sc.IsValid() {
+				t.Errorf("%q: read as %v", c.parent, sc)
+			}
+			continue
+		}
+		if p, s := traceparent(sc); p != c.want || s != c.wantState || !sc.IsRemote() {
+			t.Errorf("%q %q: written back as %q %q (remote %v)", c.parent, c.state, p, s, sc.IsRemote())
+		}
+	}
+}

@@ -7,35 +7,48 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/otlp"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
-// exporter is the SDK's SpanExporter for OTLP/HTTP: it makes an export
-// request of each batch (ExportTraceServiceRequest) and posts it with
-// internal/otlp. The batch processor calls ExportSpans from one goroutine
-// at a time.
-type exporter struct {
+// Bounds of the pipeline: the spans waiting (past them, spans are
+// dropped), and the most in one export request (the SDK's defaults).
+const (
+	maxQueue = 2048
+	maxBatch = 512
+)
+
+// pipeline takes ended spans into a bounded queue and sends them, from
+// one goroutine, in batches: maxBatch spans, or what waited BatchTimeout.
+// Ending a span costs an append under a lock; the goroutine is woken by
+// the first span of a batch and by a full one only.
+type pipeline struct {
+	mu      sync.Mutex
+	queue   []*span
+	stopped bool // by Shutdown: spans that end now are dropped
+	left    int  // spans still queued when Shutdown's time was over
+
+	wake    chan struct{} // the queue got its first span, or a batch's worth
+	stop    chan struct{} // closed by Shutdown: send what is queued, and return
+	done    chan struct{} // closed by run as it returns
+	ctx     context.Context
+	cancel  context.CancelFunc // when Shutdown's grace is over
+	timeout time.Duration
+
 	endpoint string
 	client   *otlp.Client
-	resource *resourcepb.Resource
+	resource []byte // the encoded Resource
 	logger   *slog.Logger
-	req      []byte
+	req      []byte // the last request's buffer, reused
+	failing  bool   // the last export failed
 
-	exported, failed atomic.Int64
-	mu               sync.Mutex
-	failing          bool // the last export failed
+	ended, exported, failed, dropped atomic.Int64
 }
 
-func newExporter(cfg Config, o Options) (*exporter, error) {
+func newPipeline(cfg Config, o Options) (*pipeline, error) {
 	endpoint, err := otlp.SignalURL(cfg.OTLP, "traces")
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: otlp %q: %w", guard.DisplayURL(cfg.OTLP), err)
@@ -52,150 +65,160 @@ func newExporter(cfg Config, o Options) (*exporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	return &exporter{endpoint: endpoint, client: client, resource: res, logger: o.Logger}, nil
+	resource, err := proto.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: encoding the resource: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &pipeline{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel,
+		timeout: o.BatchTimeout, endpoint: endpoint, client: client, resource: resource, logger: o.Logger}, nil
 }
 
-// ExportSpans sends one batch. A failure is counted and logged here, not
-// returned: the SDK would hand it to the process's global error handler,
-// and it would not send the batch again either.
-func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	var err error
-	e.req, err = otlp.AppendRequest(e.req[:0], resourceSpans(e.resource, spans))
-	if err == nil {
-		err = e.client.Export(ctx, e.req)
+// enqueue takes an ended span, or drops it when the queue is full or the
+// pipeline stopped.
+func (p *pipeline) enqueue(s *span) {
+	p.ended.Add(1)
+	p.mu.Lock()
+	if p.stopped || len(p.queue) >= maxQueue {
+		p.mu.Unlock()
+		p.dropped.Add(1)
+		return
 	}
+	p.queue = append(p.queue, s)
+	n := len(p.queue)
+	p.mu.Unlock()
+	if n == 1 || n == maxBatch {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *pipeline) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
+
+// take moves up to maxBatch spans from the queue into batch.
+func (p *pipeline) take(batch []*span) []*span {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(len(p.queue), maxBatch)
+	batch = append(batch[:0], p.queue[:n]...)
+	rest := copy(p.queue, p.queue[n:])
+	clear(p.queue[rest:])
+	p.queue = p.queue[:rest]
+	return batch
+}
+
+// run sends batches until stop, then what is still queued.
+func (p *pipeline) run() {
+	defer close(p.done)
+	timer := time.NewTimer(p.timeout)
+	timer.Stop()
+	var batch []*span
+	for {
+		select {
+		case <-p.stop:
+			p.drain(batch)
+			return
+		default:
+		}
+		switch n := p.queued(); {
+		case n == 0:
+			select {
+			case <-p.wake:
+			case <-p.stop:
+				p.drain(batch)
+				return
+			}
+			continue
+		case n < maxBatch:
+			// Wait out the batch's time, or until it is full (a wake
+			// left from the batch before is only a look at the queue).
+			timer.Reset(p.timeout)
+		wait:
+			for p.queued() < maxBatch {
+				select {
+				case <-p.wake:
+				case <-timer.C:
+					break wait
+				case <-p.stop:
+					timer.Stop()
+					p.drain(batch)
+					return
+				}
+			}
+			timer.Stop()
+		}
+		batch = p.take(batch)
+		p.export(batch)
+		clear(batch)
+	}
+}
+
+// drain sends what is queued once stopped, until the queue is empty or
+// Shutdown's grace is over; what is left then is dropped.
+func (p *pipeline) drain(batch []*span) {
+	for p.ctx.Err() == nil {
+		if batch = p.take(batch); len(batch) == 0 {
+			return
+		}
+		p.export(batch)
+		clear(batch)
+	}
+	p.mu.Lock()
+	p.left = len(p.queue)
+	p.dropped.Add(int64(p.left))
+	p.queue = nil
+	p.mu.Unlock()
+}
+
+// export sends one batch. A failure is counted and logged, once when they
+// start and once when they end; the batch is not sent again.
+func (p *pipeline) export(spans []*span) {
+	p.req = appendRequest(p.req[:0], p.resource, spans)
+	err := p.client.Export(p.ctx, p.req)
 	if partial := (*otlp.PartialError)(nil); errors.As(err, &partial) {
-		e.exported.Add(int64(len(spans)) - partial.Rejected)
-		e.failed.Add(partial.Rejected)
+		p.exported.Add(int64(len(spans)) - partial.Rejected)
+		p.failed.Add(partial.Rejected)
 		if partial.Rejected > 0 {
-			e.logger.Warn("the OTLP receiver refused some spans", "receiver", guard.DisplayURL(e.endpoint), "err", err)
+			p.logger.Warn("the OTLP receiver refused some spans", "receiver", guard.DisplayURL(p.endpoint), "err", err)
 		}
 		err = nil
 	} else if err == nil {
-		e.exported.Add(int64(len(spans)))
+		p.exported.Add(int64(len(spans)))
 	} else {
-		e.failed.Add(int64(len(spans)))
+		p.failed.Add(int64(len(spans)))
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	switch {
-	case err != nil && !e.failing:
-		e.failing = true
-		e.logger.Warn("traces are not delivered: spans are dropped until the receiver takes them again", "receiver", guard.DisplayURL(e.endpoint), "err", err)
-	case err == nil && e.failing:
-		e.failing = false
-		e.logger.Info("traces are delivered again", "receiver", guard.DisplayURL(e.endpoint), "failed_spans", e.failed.Load())
+	case err != nil && !p.failing:
+		p.failing = true
+		p.logger.Warn("traces are not delivered: spans are dropped until the receiver takes them again", "receiver", guard.DisplayURL(p.endpoint), "err", err)
+	case err == nil && p.failing:
+		p.failing = false
+		p.logger.Info("traces are delivered again", "receiver", guard.DisplayURL(p.endpoint), "failed_spans", p.failed.Load())
+	}
+}
+
+// shutdown stops taking spans, sends those queued within ctx, and closes
+// the client. It reports the spans it could not send in time.
+func (p *pipeline) shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	already := p.stopped
+	p.stopped = true
+	p.mu.Unlock()
+	if !already {
+		close(p.stop)
+	}
+	stopCancel := context.AfterFunc(ctx, p.cancel)
+	<-p.done
+	stopCancel()
+	p.client.Close()
+	if p.left > 0 {
+		return fmt.Errorf("telemetry: %d spans not sent within the shutdown's time: %w", p.left, ctx.Err())
 	}
 	return nil
 }
-
-// Shutdown is the SDK's; the client is closed by Tracing.Shutdown.
-func (e *exporter) Shutdown(context.Context) error { return nil }
-
-// resourceSpans puts spans in one ResourceSpans of res, a ScopeSpans per
-// instrumentation scope, in the order they came.
-func resourceSpans(res *resourcepb.Resource, spans []sdktrace.ReadOnlySpan) *tracepb.ResourceSpans {
-	rs := &tracepb.ResourceSpans{Resource: res}
-	scopes := map[string]*tracepb.ScopeSpans{}
-	for _, s := range spans {
-		sc := s.InstrumentationScope()
-		ss := scopes[sc.Name+"\x00"+sc.Version]
-		if ss == nil {
-			ss = &tracepb.ScopeSpans{Scope: &commonpb.InstrumentationScope{Name: sc.Name, Version: sc.Version}}
-			scopes[sc.Name+"\x00"+sc.Version] = ss
-			rs.ScopeSpans = append(rs.ScopeSpans, ss)
-		}
-		ss.Spans = append(ss.Spans, span(s))
-	}
-	return rs
-}
-
-// OTLP's span flags: the context's trace flags, and whether the parent
-// was remote (and that this is known).
-const (
-	flagHasIsRemote = 0x100
-	flagIsRemote    = 0x200
-)
-
-// span is one span as OTLP has it.
-func span(s sdktrace.ReadOnlySpan) *tracepb.Span {
-	sc, parent := s.SpanContext(), s.Parent()
-	tid, sid := sc.TraceID(), sc.SpanID()
-	p := &tracepb.Span{
-		TraceId:                tid[:],
-		SpanId:                 sid[:],
-		TraceState:             sc.TraceState().String(),
-		Name:                   s.Name(),
-		Kind:                   tracepb.Span_SpanKind(s.SpanKind()), // the same numbers
-		StartTimeUnixNano:      unixNano(s.StartTime().UnixNano()),
-		EndTimeUnixNano:        unixNano(s.EndTime().UnixNano()),
-		Attributes:             attributes(s.Attributes()),
-		DroppedAttributesCount: uint32(s.DroppedAttributes()),
-		DroppedEventsCount:     uint32(s.DroppedEvents()),
-		DroppedLinksCount:      uint32(s.DroppedLinks()),
-		Flags:                  uint32(sc.TraceFlags()) | flagHasIsRemote,
-	}
-	if parent.IsValid() {
-		psid := parent.SpanID()
-		p.ParentSpanId = psid[:]
-		if parent.IsRemote() {
-			p.Flags |= flagIsRemote
-		}
-	}
-	for _, ev := range s.Events() {
-		p.Events = append(p.Events, &tracepb.Span_Event{Name: ev.Name, TimeUnixNano: unixNano(ev.Time.UnixNano()),
-			Attributes: attributes(ev.Attributes), DroppedAttributesCount: uint32(ev.DroppedAttributeCount)})
-	}
-	for _, l := range s.Links() {
-		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		p.Links = append(p.Links, &tracepb.Span_Link{TraceId: ltid[:], SpanId: lsid[:], TraceState: l.SpanContext.TraceState().String(),
-			Attributes: attributes(l.Attributes), Flags: uint32(l.SpanContext.TraceFlags()) | flagHasIsRemote})
-	}
-	switch st := s.Status(); st.Code {
-	case codes.Error:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: st.Description}
-	case codes.Ok:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_OK}
-	}
-	return p
-}
-
-func unixNano(n int64) uint64 { return uint64(max(n, 0)) }
-
-// attributes are kvs as OTLP has them.
-func attributes(kvs []attribute.KeyValue) []*commonpb.KeyValue {
-	if len(kvs) == 0 {
-		return nil
-	}
-	out := make([]*commonpb.KeyValue, len(kvs))
-	for i, kv := range kvs {
-		out[i] = &commonpb.KeyValue{Key: string(kv.Key), Value: value(kv.Value)}
-	}
-	return out
-}
-
-// value is an attribute's value as OTLP has it; kinds guard does not
-// set are sent as their text.
-func value(v attribute.Value) *commonpb.AnyValue {
-	switch v.Type() {
-	case attribute.BOOL:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_BoolValue{BoolValue: v.AsBool()}}
-	case attribute.INT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: v.AsInt64()}}
-	case attribute.FLOAT64:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}}
-	case attribute.STRING:
-		return otlp.StringValue(v.AsString())
-	case attribute.STRINGSLICE:
-		ss := v.AsStringSlice()
-		vals := make([]*commonpb.AnyValue, len(ss))
-		for i, s := range ss {
-			vals[i] = otlp.StringValue(s)
-		}
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}}
-	}
-	return otlp.StringValue(v.Emit())
-}
-
-// The SDK's span kinds and OTLP's have the same numbers.
-var _ = [1]struct{}{}[int(trace.SpanKindClient)-int(tracepb.Span_SPAN_KIND_CLIENT)]

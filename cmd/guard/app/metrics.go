@@ -10,21 +10,25 @@ import (
 	"github.com/guard-mcp/guard/proxy"
 	"github.com/guard-mcp/guard/store"
 	"github.com/guard-mcp/guard/stream"
+	"github.com/guard-mcp/guard/telemetry"
 )
 
 // countingRecorder counts every finished tool call as its outcome record
-// goes to the audit log.
+// goes to the audit log; a traced call's counts carry its trace id as
+// their exemplar (proxy.ContextRecorder).
 type countingRecorder struct {
 	proxy.Recorder
 	reg *metrics.Registry
 }
 
 func (c countingRecorder) AppendAsync(recs ...*guard.Record) <-chan error {
+	return c.AppendContext(context.Background(), recs...)
+}
+
+func (c countingRecorder) AppendContext(ctx context.Context, recs ...*guard.Record) <-chan error {
 	for _, r := range recs {
 		if r.Kind == guard.KindOutcome && r.Method == "tools/call" && r.Outcome != guard.OutcomeInputRequired {
-			// A record carries no context: the per-call exemplars wait
-			// for a caller that passes the call's (Registry.Call).
-			c.reg.Call(context.Background(), r.Server, r.Tool, r.Decision, r.Outcome, float64(r.DurationMS)/1000)
+			c.reg.Call(ctx, r.Server, r.Tool, r.Decision, r.Outcome, float64(r.DurationMS)/1000)
 		}
 	}
 	return c.Recorder.AppendAsync(recs...)
@@ -55,6 +59,25 @@ func (m *Main) NewMetrics(db *store.DB) *metrics.Registry {
 	treeMetrics(reg, db)
 	retentionMetrics(reg, db)
 	return reg
+}
+
+// tracingMetrics adds the tracer's counts of spans, read at scrape time
+// (none while tracing is off).
+func tracingMetrics(reg *metrics.Registry, t *telemetry.Tracing) {
+	if t == nil {
+		return
+	}
+	for _, c := range []struct {
+		name, help string
+		count      func(telemetry.Stats) int64
+	}{
+		{"guard_trace_spans_ended_total", "Sampled spans that ended in this process.", func(s telemetry.Stats) int64 { return s.Ended }},
+		{"guard_trace_spans_exported_total", "Spans the OTLP receiver took.", func(s telemetry.Stats) int64 { return s.Exported }},
+		{"guard_trace_spans_failed_total", "Spans of export requests that failed (the receiver unreachable, refusing or too slow), not sent again.", func(s telemetry.Stats) int64 { return s.Failed }},
+		{"guard_trace_spans_dropped_total", "Spans dropped unsent: the queue to the receiver was full, or guard was stopping.", func(s telemetry.Stats) int64 { return s.Dropped }},
+	} {
+		reg.CounterFunc(c.name, c.help, func() (float64, error) { return float64(c.count(t.Stats())), nil })
+	}
 }
 
 // healthMetrics adds readiness: what /readyz answers, for alerts that

@@ -85,15 +85,6 @@ func (rt *relaying) tracer() trace.Tracer {
 	return rt.tracing.Tracer()
 }
 
-// TracingStats counts the spans this process ended, exported and failed
-// to export (zero when tracing is off), for its metrics.
-func (rt *relaying) TracingStats() telemetry.Stats {
-	if rt.tracing == nil {
-		return telemetry.Stats{}
-	}
-	return rt.tracing.Stats()
-}
-
 // started records, in the audit log, that the process started and what it
 // serves; stop records that it stopped.
 func (rt *relaying) started(server string, serves []string) {

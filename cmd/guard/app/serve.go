@@ -95,6 +95,7 @@ func (m *Main) Serve(ctx context.Context, st *Settings, o ServeOptions) int {
 	rt.health.Routes(mux)
 	reg := m.NewMetrics(db)
 	healthMetrics(reg, rt.health)
+	tracingMetrics(reg, rt.tracing)
 	streamMetrics(reg, rt.streamer)
 	notifyMetrics(reg, rt.notifier)
 	if rt.replicas != nil {

@@ -1,0 +1,18 @@
+//go:build unix
+
+package proxy
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU is the CPU time the process has used so far, user and
+// system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
