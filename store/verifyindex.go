@@ -48,6 +48,11 @@ var indexChecks = []struct {
 // fails, which a verifier without the MAC key cannot tell, so the index
 // need not hold them.
 func (vr Verifier) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
+	if upTo > 0 {
+		if err := vr.db.completeIndex(ctx, upTo); err != nil {
+			return "", err
+		}
+	}
 	tx, err := vr.db.r.BeginTx(ctx, nil)
 	if err != nil {
 		return "", err
