@@ -122,6 +122,20 @@ func TestAReplicaKilledBeforeItsCallIndexLeavesNoCallOut(t *testing.T) {
 	if n := pendingBatches(t, other); n == 0 {
 		t.Fatal("the killed replica left no batch pending")
 	}
+	// A read-only verify checks the index before the batches pending,
+	// which it cannot write, and a read-only query says it cannot see
+	// them rather than miss them.
+	ro, err := OpenReadOnly(ctx, Options{Path: path, KeyPath: key.(string)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if rep, err := ro.Verifier().Verify(ctx); err != nil || !rep.OK || rep.Records != 50 {
+		t.Fatalf("a read-only verify with batches pending: %+v %v", rep, err)
+	}
+	if err := ro.Reader().Query(ctx, Filter{}, func(*Call) error { return nil }); err == nil {
+		t.Fatal("a read-only query with batches no one writes returned calls")
+	}
 	// The other replica's writer writes them with its next batch.
 	if err := other.Append(rec(50, guard.KindRequest)); err != nil {
 		t.Fatal(err)
@@ -190,7 +204,6 @@ func TestReplicasWriteTheCallIndexTogether(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
-
 
 // TestHelperUnindexed appends records on PostgreSQL without writing their
 // call index rows, and exits without closing the database: a replica
