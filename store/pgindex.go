@@ -32,23 +32,26 @@ const indexClaim = 64
 const indexPoll = time.Millisecond
 
 // indexer writes the call index's rows of pending batches when a batch
-// is committed, until the ingester has ended, and then once more.
+// is committed, until the ingester has ended, and then those left.
 func (in *ingestion) indexer() {
 	defer close(in.indexed)
 	for {
 		select {
 		case <-in.index:
 		case <-in.closed:
-			in.indexPending()
+			in.indexPending(true)
 			return
 		}
-		in.indexPending()
+		in.indexPending(false)
 	}
 }
 
 // indexPending writes the rows of the pending batches no one else is
-// writing. A failure is logged: the next batch, or a reader, writes them.
-func (in *ingestion) indexPending() {
+// writing: one claim of up to indexClaim batches, or, when drain, claims
+// until none is left (a batch committed meanwhile signals again: a claim
+// that found nothing would cost a transaction). A failure is logged: the
+// next batch, or a reader, writes them.
+func (in *ingestion) indexPending(drain bool) {
 	if in.noIndex.Load() {
 		return
 	}
@@ -60,7 +63,7 @@ func (in *ingestion) indexPending() {
 			in.db.opts.Logger.Warn("call index: the rows of committed calls are not written yet; the next batch or query writes them", "err", err)
 			return
 		}
-		if n == 0 {
+		if n == 0 || !drain {
 			return
 		}
 	}
