@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/guard-mcp/guard/internal/pgtest"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -453,11 +454,14 @@ func (rep *Report) replicasModel(w io.Writer, name string, guard time.Duration, 
 
 // underLock is PostgreSQL's time per call for the audit batches'
 // statements under the lock (in s), but for the lock, BEGIN and COMMIT,
-// which a batch runs once whatever its calls.
+// which a batch runs once whatever its calls, and the call index's
+// writers' statements, which run after the batch, outside the lock
+// (they carry postgres.OutsideLock).
 func (u *pgUse) underLock() float64 {
 	var ms float64
 	for _, s := range u.stmts {
-		if txControl(s.query) || strings.Contains(strings.ToUpper(s.query), "PG_ADVISORY_XACT_LOCK") {
+		if txControl(s.query) || strings.Contains(strings.ToUpper(s.query), "PG_ADVISORY_XACT_LOCK") ||
+			strings.Contains(s.query, postgres.OutsideLock) {
 			continue
 		}
 		ms += s.exec + s.plan

@@ -68,8 +68,10 @@ var pgInsertText = `INSERT INTO call_text (k, words) VALUES (?1, ` + postgres.Wo
  ON CONFLICT (k) DO UPDATE SET words = excluded.words`
 
 const (
-	pgDeleteText     = `DELETE FROM call_text WHERE k = ?1 AND ?2::text IS NOT NULL AND ?3::text IS NOT NULL`
-	pgClearCallIndex = `DELETE FROM call_index; DELETE FROM call_text`
+	pgDeleteText = `DELETE FROM call_text WHERE k = ?1 AND ?2::text IS NOT NULL AND ?3::text IS NOT NULL`
+	// The batches pending are written by the fill (pgindex.go): it waits
+	// for those being written.
+	pgClearCallIndex = `DELETE FROM call_pending; DELETE FROM call_index; DELETE FROM call_text`
 )
 
 // callIndexer keeps the call index on the audit writer's connection, with
@@ -505,9 +507,16 @@ func (ci CallIndex) RebuildCallIndex(ctx context.Context) error {
 func (ci CallIndex) fillCallIndex(ctx context.Context, rebuild bool) error {
 	if !rebuild {
 		var missing bool
-		err := ci.db.w.QueryRowContext(ctx, `SELECT NOT EXISTS (SELECT 1 FROM call_index WHERE call_id =
+		q := `SELECT NOT EXISTS (SELECT 1 FROM call_index WHERE call_id =
 			(SELECT call_id FROM records WHERE kind = 'request' ORDER BY seq DESC LIMIT 1))
-			AND EXISTS (SELECT 1 FROM records WHERE kind = 'request')`).Scan(&missing)
+			AND EXISTS (SELECT 1 FROM records WHERE kind = 'request')`
+		if ci.db.pg {
+			// A call of a batch whose rows are not written yet is not
+			// missing (pgindex.go).
+			q += ` AND NOT EXISTS (SELECT 1 FROM call_pending WHERE
+			(SELECT call_id FROM records WHERE kind = 'request' ORDER BY seq DESC LIMIT 1) = ANY(ids))`
+		}
+		err := ci.db.w.QueryRowContext(ctx, q).Scan(&missing)
 		if err != nil {
 			return fmt.Errorf("call index: %w", err)
 		}

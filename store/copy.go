@@ -39,6 +39,7 @@ var copyTables = []string{
 // Every table of either schema is in copyTables or here (a test holds
 // them to it), so that a table added later is moved or left on purpose.
 var notCopied = map[string]string{
+	"call_pending":       "the batches whose call index rows are not written yet, PostgreSQL's: the call index moved is whole",
 	"call_text":          "made again from the records in the destination: SQLite's is a contentless FTS5 index, whose words cannot be read back",
 	"leases":             "held by the processes of the old database; those of the new one take their own",
 	"passkey_enrolments": "one-time codes that last minutes: guard ui enroll gives another",

@@ -68,6 +68,9 @@ func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 		}
 	}
 	in.reply(batch, err)
+	if err == nil && in.wc != nil && in.wc.pending {
+		signal(in.index) // once the appends are answered
+	}
 	if err != nil {
 		var fixes []*appendReq
 		for _, r := range batch {
@@ -81,9 +84,11 @@ func (in *ingestion) answer(batch []*appendReq, n int, err error) error {
 }
 
 // writePG appends the batch's records to the chain and commits them with
-// their tree and call index in three round trips (postgres.BeginBatch,
-// the tree's edge in one statement when it is stale, postgres.CommitBatch):
-// audit.Batch works out the rows. dc is the driver's connection.
+// their tree and the keys of their calls in three round trips
+// (postgres.BeginBatch, the tree's edge in one statement when it is
+// stale, postgres.CommitBatch): audit.Batch works out the rows. The call
+// index's rows are the indexer's (pgindex.go). dc is the driver's
+// connection.
 func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (err error) {
 	conn, _ := postgres.PgxConn(dc)
 	var ids []string
@@ -155,20 +160,18 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	for i := range wc.tree.Hashes {
 		idx[i], hashes[i] = wc.tree.First+int64(i), wc.tree.Hashes[i][:]
 	}
+	// The keys of the calls the batch touched: their rows and words are
+	// written after the commit, outside the lock (pgindex.go).
 	changes := ab.Calls.Changes
-	rows := postgres.NewCallColumns(len(changes))
-	words := &postgres.CallWords{}
-	for _, c := range changes {
-		rows.Add(&c.Call)
-		if c.Words {
-			wc.words(words, c)
-		}
+	ids, ks := make([]string, len(changes)), make([]int64, len(changes))
+	for i, c := range changes {
+		ids[i], ks[i] = c.ID, c.K
 	}
 	wc.tree.Edge = nil
-	if err := postgres.CommitBatch(ctx, conn, cols, idx, hashes, rows, words); err != nil {
+	if err := postgres.CommitBatch(ctx, conn, cols, idx, hashes, ids, ks); err != nil {
 		return err
 	}
-	wc.keepArgs(changes)
+	wc.pending = len(ids) > 0
 	wc.held = time.Since(locked)
 	wc.tree.Written()
 	last, hash := ab.Tail()
@@ -205,65 +208,4 @@ func (wc *writerConn) edgePG(ctx context.Context, conn *pgx.Conn, seq int64) (*a
 		return nil, err
 	}
 	return edge, nil
-}
-
-// The words of a call are its request's arguments and its latest
-// outcome's result. The writer keeps the arguments of the calls whose
-// request it committed until their outcome comes (pgArgs), so that the
-// outcome's batch need not read them back from the request's record; the
-// words of a call whose arguments it does not hold (another writer's, or
-// past maxPGArgs) are made from the records, as before.
-
-// maxPGArgs bounds the calls whose arguments the writer holds: past it
-// it forgets them all, and their outcomes read them back.
-const maxPGArgs = 1 << 16
-
-// pgArgs are the arguments of a call's request, and that request's seq.
-type pgArgs struct {
-	req  int64
-	args string
-}
-
-// words adds the words of a call the batch changed to w.
-func (wc *writerConn) words(w *postgres.CallWords, c *audit.CallChange) {
-	args, ok := c.Args, c.New
-	if !ok {
-		var held pgArgs
-		held, ok = wc.pgArgs[c.ID]
-		args = held.args
-		ok = ok && held.req == c.ReqSeq
-	}
-	if !ok {
-		w.Read = append(w.Read, c.K)
-		return
-	}
-	var result string
-	if c.HasResult {
-		result = c.Result
-	}
-	if args == "" && result == "" {
-		return // no words: no row, as InsertWords makes none
-	}
-	w.K = append(w.K, c.K)
-	w.T = append(w.T, args+" "+result)
-}
-
-// keepArgs holds, once a batch is committed, the arguments of its new
-// calls that have no outcome yet, and forgets those of the calls whose
-// outcome it holds.
-func (wc *writerConn) keepArgs(changes []*audit.CallChange) {
-	for _, c := range changes {
-		switch {
-		case c.New && c.OutSeq == 0:
-			if len(wc.pgArgs) >= maxPGArgs {
-				clear(wc.pgArgs)
-			}
-			if wc.pgArgs == nil {
-				wc.pgArgs = map[string]pgArgs{}
-			}
-			wc.pgArgs[c.ID] = pgArgs{c.ReqSeq, c.Args}
-		case c.HasResult:
-			delete(wc.pgArgs, c.ID)
-		}
-	}
 }

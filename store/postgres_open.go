@@ -24,6 +24,10 @@ func IsPostgres(name string) bool {
 	return strings.HasPrefix(name, "postgres://") || strings.HasPrefix(name, "postgresql://")
 }
 
+// pgPendingMigration is PostgreSQL's migration that adds call_pending:
+// the call index written after the records (pgindex.go).
+const pgPendingMigration = 22
+
 // pgCommitWait bounds an audit commit on PostgreSQL: past it the calls
 // whose records it carried are refused (a server that does not answer is
 // one that cannot record), and the next batch tries a new connection.
@@ -69,10 +73,16 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 			syncWork: make(chan struct{}, 1),
 			progress: make(chan struct{}),
 			own:      map[string]bool{},
+			index:    make(chan struct{}, 1),
+			indexed:  make(chan struct{}),
 		},
 	}
 	db.ing.db, db.ckpt.db = db, db
 	db.aw.SetMaxOpenConns(2)
+	// The call index's writers have a pool of their own: a connection
+	// they leave idle is not the one the audit writer takes next.
+	db.ix = postgres.OpenPool(cfg, 0, sqls)
+	db.ix.SetMaxOpenConns(4)
 	db.w.SetMaxOpenConns(8)
 	db.r.SetMaxOpenConns(8)
 	db.ing.room = sync.NewCond(&db.ing.jmu)
@@ -121,6 +131,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	db.listen = postgres.Listen(cfg, opts.Logger, pollEvery)
+	go db.ing.indexer()
 	go db.ing.ingester()
 	return db, nil
 }
@@ -160,7 +171,7 @@ func openPostgresReadOnly(ctx context.Context, opts Options) (*DB, error) {
 	db := &DB{opts: opts, pg: true, w: r, r: r, signer: sg, ing: ingestion{closed: make(chan struct{})}, stats: newAuditStats(), auth: newTailAuth(sg, opts.Logger),
 		schema: schemaGaps{noRules: v.Int64 < approvalRulesMigration,
 			noScope: v.Int64 < approvalScopeMigration, noProcess: v.Int64 < processMigration, noUser: v.Int64 < userMigration,
-			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration}}
+			noVia: v.Int64 < requiredViaMigration, noMAC: v.Int64 < macMigration, noPending: v.Int64 < pgPendingMigration}}
 	db.ing.db, db.ckpt.db = db, db
 	return db, nil
 }

@@ -380,6 +380,9 @@ func (rd Reader) Query(ctx context.Context, f Filter, fn func(*Call) error) erro
 		return fmt.Errorf("query: %w", err)
 	}
 	rd.db.ing.caughtUp(ctx)
+	if err := rd.db.completeIndex(ctx, 0); err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
 	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("query: %w", err)
@@ -513,6 +516,9 @@ func (rd Reader) QueryRecords(ctx context.Context, kind string, f Filter, fn fun
 		return fmt.Errorf("records: %w", err)
 	}
 	rd.db.ing.caughtUp(ctx)
+	if err := rd.db.completeIndex(ctx, 0); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
 	ov, err := rd.db.journals().unchainedOverlay(ctx)
 	if err != nil {
 		return fmt.Errorf("records: %w", err)

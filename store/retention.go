@@ -17,6 +17,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/audit"
+	"github.com/guard-mcp/guard/store/postgres"
 	"github.com/guard-mcp/guard/store/sqlite"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -95,6 +96,9 @@ func (rn Pruning) Prune(ctx context.Context, o RetentionOptions) ([]Pruned, erro
 		o.Batch = 20000
 	}
 	rn.db.ing.caughtUp(ctx)
+	if err := rn.db.completeIndex(ctx, 0); err != nil {
+		return nil, fmt.Errorf("retention: %w", err)
+	}
 	var kept int
 	if err := rn.db.r.QueryRowContext(ctx, `SELECT count(*) FROM checkpoints`).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("retention: %w", err)
@@ -185,6 +189,9 @@ func (rn Pruning) pruneBatch(ctx context.Context, o RetentionOptions, c *audit.C
 	// never sees a pruned record that no retention record names.
 	bg := context.WithoutCancel(ctx)
 	rn.db.ing.caughtUp(bg)
+	if err := rn.db.completeIndex(bg, p.Last); err != nil {
+		return fmt.Errorf("retention: records %d to %d keep their bodies: %w", p.First, p.Last, err)
+	}
 	var n int
 	if err := rn.db.r.QueryRowContext(bg, `SELECT count(*) FROM records`+indexedBy(rn.db.pg, "records_retention")+`
 		WHERE kind = 'retention' AND id = ?`, rec.ID).Scan(&n); err != nil || n == 0 {
@@ -487,6 +494,17 @@ func clearDerived(ctx context.Context, tx *sql.Tx, seqs []int64, pg bool) error 
 	delText := deleteText
 	if pg {
 		delText = pgDeleteText
+		// A writer of these calls' rows (pgindex.go) that began
+		// before finishes first; one that begins after reads their
+		// records pruned, and writes no row.
+		ks := make([]int64, len(gone))
+		for i, r := range gone {
+			ks[i] = r.k
+		}
+		q, args := postgres.LockCalls(ks)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("call index: %w", err)
+		}
 	}
 	for _, r := range gone {
 		if r.args != "" || r.result != "" {

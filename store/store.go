@@ -102,6 +102,7 @@ func (o *Options) defaults() {
 type DB struct {
 	opts   Options
 	aw     *sql.DB       // the audit writer's own connection (nil when read-only)
+	ix     *sql.DB       // the call index's writers' (PostgreSQL, pgindex.go; nil when read-only)
 	w      *sql.DB       // the connection of every other write (readers when read-only)
 	r      *sql.DB       // readers
 	signer *audit.Signer // nil when read-only and there is no key
@@ -136,6 +137,15 @@ type ingestion struct {
 	stop    chan struct{} // closed by Close: the ingester and syncer finish
 	closed  chan struct{} // the ingester has ended
 	synced  chan struct{} // the syncer has ended (durability full)
+
+	// The call index's writer on PostgreSQL (pgindex.go): index is
+	// signalled once a batch that touched calls is committed; indexed is
+	// closed once the indexer has ended. noIndex, set by tests, leaves
+	// the batches unindexed, as a writer that stops between the two
+	// transactions does.
+	index   chan struct{}
+	indexed chan struct{}
+	noIndex atomic.Bool
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
@@ -200,6 +210,7 @@ type schemaGaps struct {
 	noVia       bool // read-only, before the required_via migration: approvals require no way of verifying
 	noUser      bool // read-only, before the user migration: records and calls have no user columns
 	noMAC       bool // read-only, before the MAC migration: records have no mac column
+	noPending   bool // read-only PostgreSQL, before the call_pending migration: the index is written with the records
 }
 
 // fmtTime is how times are stored (audit.FormatTime).
@@ -466,6 +477,9 @@ func (db *DB) Close() error {
 			db.ing.closeMu.Unlock()
 			close(db.ing.stop)
 			<-db.ing.closed
+			if db.ing.indexed != nil {
+				<-db.ing.indexed // the call index's rows of the last batches
+			}
 			if db.ckpt.witness != nil {
 				db.ckpt.witness.Close()
 			}
@@ -498,6 +512,9 @@ func (db *DB) closeAll() error {
 	}
 	if db.aw != nil {
 		errs = append(errs, db.aw.Close())
+	}
+	if db.ix != nil {
+		errs = append(errs, db.ix.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -48,6 +48,10 @@ var indexChecks = []struct {
 // fails, which a verifier without the MAC key cannot tell, so the index
 // need not hold them.
 func (vr Verifier) checkCallIndex(ctx context.Context, upTo int64) (string, error) {
+	upTo, err := vr.indexedUpTo(ctx, upTo)
+	if err != nil {
+		return "", err
+	}
 	tx, err := vr.db.r.BeginTx(ctx, nil)
 	if err != nil {
 		return "", err
@@ -91,4 +95,26 @@ func (vr Verifier) checkCallIndex(ctx context.Context, upTo int64) (string, erro
 		return fmt.Sprintf("the call index does not match the records: %d calls in the records, %d in the index, so queries would not show them all%s", calls, rows, indexRebuild), nil
 	}
 	return "", nil
+}
+
+// indexedUpTo is how far the call index must hold the records up to
+// upTo: on PostgreSQL a writable process first writes the rows of the
+// batches pending up to there (pgindex.go); a read-only one checks the
+// index only before the first batch still pending, whose rows a writable
+// guard writes.
+func (vr Verifier) indexedUpTo(ctx context.Context, upTo int64) (int64, error) {
+	if !vr.db.pg || vr.db.schema.noPending || upTo <= 0 {
+		return upTo, nil
+	}
+	if vr.db.writable {
+		return upTo, vr.db.completeIndex(ctx, upTo)
+	}
+	var first sql.NullInt64
+	if err := vr.db.r.QueryRowContext(ctx, `SELECT min(first_seq) FROM call_pending`).Scan(&first); err != nil {
+		return 0, fmt.Errorf("call index: %w", err)
+	}
+	if first.Valid {
+		upTo = min(upTo, first.Int64-1)
+	}
+	return upTo, nil
 }

@@ -669,9 +669,18 @@ func (in *ingestion) finish() {
 
 // caughtUp waits, up to a few seconds, until what this process and the
 // others writing to the database have appended is in the database, so
-// that a reader sees every record acknowledged before it began. It gives
-// up early when the ingester cannot commit, or a journal's owner is gone.
+// that a reader sees every record acknowledged before it began, and on
+// PostgreSQL in the call index (completeIndex, whose failure the readers
+// of the index that call it themselves report). It gives up early when
+// the ingester cannot commit, or a journal's owner is gone.
 func (in *ingestion) caughtUp(ctx context.Context) {
+	if in.db.pg {
+		defer func(ctx context.Context) { // once the records are in
+			if err := in.db.completeIndex(ctx, 0); err != nil {
+				in.db.opts.Logger.Debug("call index", "err", err)
+			}
+		}(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, caughtUpWait)
 	defer cancel()
 	if in.db.writable {
@@ -948,9 +957,9 @@ type writerConn struct {
 
 	// held is how long the last batch held the audit lock (PostgreSQL).
 	held time.Duration
-	// pgArgs are the arguments of the calls awaiting their outcome whose
-	// request this connection committed (PostgreSQL, pgwriter.go).
-	pgArgs map[string]pgArgs
+	// pending says the last batch left calls for the indexer
+	// (PostgreSQL, pgindex.go).
+	pending bool
 }
 
 // driverStmt is what the writer needs of a driver's prepared statement.

@@ -14,25 +14,32 @@ import (
 // size, rather than a few statements per record as on SQLite (where a
 // statement costs a function call, and here a round trip to the server):
 //
-//  1. BEGIN, the audit lock, the chain's tail, and what the call index
-//     holds of the batch's calls, sent together;
+//  1. BEGIN, the audit lock, the chain's tail, and the keys of the
+//     batch's calls (from the call index and the batches not yet in it),
+//     sent together;
 //  2. (only when this writer's tree edge is stale: another replica
 //     appended) the edge, in one statement (ReadEdge);
-//  3. the records, the tree's hashes, the call index's rows and words
-//     (made from the text the writer holds, else from the records), and
-//     COMMIT, sent together; arrays bound to unnest() make each statement
-//     one, whatever the batch's size.
+//  3. the records, the tree's hashes, the batch's row in call_pending
+//     (the keys it handed out), and COMMIT, sent together; arrays bound
+//     to unnest() make each statement one, whatever the batch's size.
 //
 // BeginBatch is step 1 and CommitBatch step 3; store reads the edge
-// (step 2) and works out, with package audit, the rows from what step 1
-// read (as its callIndexer does statement by statement on SQLite): each
-// call index row is written once, in its state after the batch.
+// (step 2) and hands out, with package audit, the keys of the batch's new
+// calls from what step 1 read. Only that is under the audit lock: the
+// call index's rows and words are written after the commit, outside it
+// (index.go).
 
 const (
-	selectTail  = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
-	selectCalls = `SELECT k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
- user_subject, user_email FROM call_index WHERE call_id = ANY($1::text[])`
-	selectKeys = `SELECT b, (SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576), (SELECT coalesce(max(k), 0) FROM call_index)
+	selectTail = `SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1`
+	// The keys of the batch's calls: from the call index, and from the
+	// batches whose rows are not written yet (call_pending), read in one
+	// statement, one snapshot, so that a batch whose rows were written
+	// meanwhile is seen in one or the other.
+	selectCalls = `SELECT k, call_id FROM call_index WHERE call_id = ANY($1::text[])
+ UNION ALL SELECT p.k, p.id FROM call_pending, unnest(ids, ks) AS p(id, k) WHERE p.id = ANY($1::text[])`
+	selectKeys = `SELECT b, greatest((SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576),
+ (SELECT max(p.k) FROM call_pending, unnest(ks) AS p(k) WHERE p.k >= b AND p.k < b + 1048576)),
+ greatest((SELECT coalesce(max(k), 0) FROM call_index), (SELECT coalesce(max(p.k), 0) FROM call_pending, unnest(ks) AS p(k)))
  FROM unnest($1::bigint[]) AS b`
 	insertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
@@ -42,7 +49,7 @@ const (
  $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::bigint[], $23::text[], $24::text[], $25::text[], $26::text[],
  $27::text[], $28::text[], $29::text[], $30::bytea[])`
 	insertTree  = `INSERT INTO tree_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])`
-	upsertCalls = `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
+	upsertCalls = OutsideLock + `INSERT INTO call_index (k, call_id, req_seq, out_seq, dec_seq, server, tool, client, session, decision, decided_by, outcome, approval,
  user_subject, user_email)
  SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[],
  $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])
@@ -50,24 +57,10 @@ const (
  decided_by = excluded.decided_by, outcome = excluded.outcome, approval = excluded.approval`
 )
 
-// upsertWords makes the words of the calls whose arguments or result
-// the batch set and whose arguments the writer does not hold, read back
-// from the records: those of the same transaction, and a request an
-// earlier batch or another writer inserted.
-var upsertWords = InsertWords + ` AND c.k = ANY($1::bigint[])
- ON CONFLICT (k) DO UPDATE SET words = excluded.words`
-
-// upsertText makes the words of calls from their text, as InsertWords
-// makes it (the request's arguments, a space, the latest result), which
-// the writer holds.
-var upsertText = `INSERT INTO call_text (k, words) SELECT u.k, ` + Words(`u.t`) + `
- FROM unnest($1::bigint[], $2::text[]) AS u(k, t)
- ON CONFLICT (k) DO UPDATE SET words = excluded.words`
-
 // InsertWords makes the words of the call index's rows: each call's
 // request's arguments and its latest outcome's result (a call with
-// neither has no row). The batches add to its condition; store's Copy
-// fills the text index of a whole log with it.
+// neither has no row). store's Copy fills the text index of a whole log
+// with it.
 var InsertWords = `INSERT INTO call_text (k, words)
  SELECT c.k, ` + Words(`q.arguments || ' ' || coalesce(o.result, '')`) + `
  FROM call_index c JOIN records q ON q.seq = c.req_seq LEFT JOIN records o ON o.seq = c.out_seq
@@ -87,11 +80,18 @@ var InsertWords = `INSERT INTO call_text (k, words)
 // array (= ANY, unnest) were planned anew each time all the same, their
 // generic plans' estimates being above their custom ones'.
 // The lock is taken in the same statement.
-const lockIndexScans = `SELECT pg_advisory_xact_lock($1), set_config('enable_seqscan', 'off', true),
- set_config('plan_cache_mode', 'force_generic_plan', true)`
+const lockIndexScans = `SELECT pg_advisory_xact_lock($1), ` + indexScans
 
-// Calls is what BeginBatch read of the call index for a batch: every row
-// of its calls and the keys around its new calls' milliseconds.
+// indexScans sets a transaction's plans as lockIndexScans says, and JIT
+// compilation off: a scan of call_pending, a table of a few rows that no
+// index serves, costs what a sequential scan costs with them off, far
+// above jit_above_cost, and compiling it cost 150 ms a statement.
+const indexScans = `set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+ set_config('jit', 'off', true)`
+
+// Calls is what BeginBatch read of the call index for a batch: the key
+// of each of its calls that has one (the call index's row or a pending
+// batch's) and the keys around its new calls' milliseconds.
 type Calls struct {
 	rows map[string]audit.Call
 	next map[int64]int64 // key base → the key after the largest in its range
@@ -100,7 +100,7 @@ type Calls struct {
 
 var _ audit.CallReader = (*Calls)(nil)
 
-// Call returns a row read in step 1.
+// Call returns a row read in step 1: its key and call id only.
 func (p *Calls) Call(_ context.Context, id string) (audit.Call, bool, error) {
 	c, ok := p.rows[id]
 	return c, ok, nil
@@ -119,7 +119,7 @@ func (p *Calls) Keys(_ context.Context, base int64) (next, last int64, err error
 // connection, takes the audit lock and reads the chain's tail (seq 0 and
 // prev "" for an empty log) and what the call index holds of the calls
 // ids and of the key bases (the milliseconds of the batch's new calls),
-// in one round trip (step 1). On error the transaction may be open: the
+// in one round trip (step 1). Of the calls, only the keys are read. On error the transaction may be open: the
 // caller ends it as after a failed write.
 func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64) (seq int64, prev string, calls *Calls, err error) {
 	b := &pgx.Batch{}
@@ -147,8 +147,7 @@ func BeginBatch(ctx context.Context, conn *pgx.Conn, ids []string, bases []int64
 		}
 		for rows.Next() {
 			var c audit.Call
-			if err := rows.Scan(&c.K, &c.ID, &c.ReqSeq, &c.OutSeq, &c.DecSeq, &c.Server, &c.Tool, &c.Client, &c.Session,
-				&c.Decision, &c.DecidedBy, &c.Outcome, &c.Approval, &c.User, &c.UserEmail); err != nil {
+			if err := rows.Scan(&c.K, &c.ID); err != nil {
 				rows.Close()
 				return fmt.Errorf("call index: %w", err)
 			}
@@ -200,32 +199,19 @@ type InDoubt struct {
 func (e *InDoubt) Error() string { return e.Err.Error() }
 func (e *InDoubt) Unwrap() error { return e.Err }
 
-// CallWords are the words a batch makes: of the calls keyed k, from
-// their text t, and of the calls keyed read, from their records.
-type CallWords struct {
-	K    []int64
-	T    []string
-	Read []int64
-}
-
-// CommitBatch writes a batch's records, its tree hashes (at idx), its
-// call index rows and their words, and commits, in one round trip (step
-// 3); a statement with no rows to write is left out. A failure once
-// records were sent is an *InDoubt.
-func CommitBatch(ctx context.Context, conn *pgx.Conn, recs *RecordColumns, idx []int64, hashes [][]byte, calls *CallColumns, words *CallWords) error {
+// CommitBatch writes a batch's records, its tree hashes (at idx) and its
+// pending row (the calls ids it touched and their keys ks; none when it
+// touched none), and commits, in one round trip (step 3); a statement
+// with no rows to write is left out. A failure once records were sent is
+// an *InDoubt.
+func CommitBatch(ctx context.Context, conn *pgx.Conn, recs *RecordColumns, idx []int64, hashes [][]byte, ids []string, ks []int64) error {
 	b := &pgx.Batch{}
 	b.Queue(insertRecs, recs.args()...)
 	if len(idx) > 0 {
 		b.Queue(insertTree, idx, hashes)
 	}
-	if len(calls.k) > 0 {
-		b.Queue(upsertCalls, calls.args()...)
-	}
-	if len(words.K) > 0 {
-		b.Queue(upsertText, words.K, words.T)
-	}
-	if len(words.Read) > 0 {
-		b.Queue(upsertWords, words.Read)
+	if len(ids) > 0 && len(recs.seq) > 0 {
+		b.Queue(insertPending, recs.seq[len(recs.seq)-1], recs.seq[0], ids, ks)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
