@@ -11,6 +11,7 @@ import (
 	"time"
 
 	guard "github.com/guard-mcp/guard"
+	"github.com/guard-mcp/guard/internal/repeated"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -45,6 +46,9 @@ type Engine[S Source] struct {
 	pending  string
 	// The version of the learned rules in force (Learned).
 	learnedVersion int64
+	// unread is the learned rules' version failing to be read (the
+	// database unreachable): logged as it starts, lasts and ends.
+	unread *repeated.Condition
 }
 
 // Learned is where rules learned from approvals are kept when they are
@@ -126,6 +130,8 @@ func NewEngine[S Source](file string, cfg S, load func(file string, getenv func(
 	}
 	e := &Engine[S]{file: file, load: load, rulesDir: o.RulesDir, prot: o.Protected, limiter: o.Limiter, getenv: o.Getenv, logger: o.Logger,
 		isolated: o.Isolated, gate: o.Gate, record: o.Record, learned: o.Learned}
+	e.unread = &repeated.Condition{Logger: o.Logger, Level: slog.LevelError,
+		Msg: "rules learned from approvals: cannot read whether they changed", What: "rules learned from approvals: reading their version"}
 	if e.learned != nil {
 		e.rulesDir = "" // the rules are not a file
 	}
@@ -267,10 +273,14 @@ func (e *Engine[S]) learnedChanged(ctx context.Context) {
 		return
 	}
 	v, err := e.learned.LearnedRulesVersion(ctx)
-	if err != nil || v == e.learnedVersion {
-		if err != nil && ctx.Err() == nil {
-			e.logger.Error("rules learned from approvals: cannot read whether they changed", "err", err)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.unread.Failed("err", err)
 		}
+		return
+	}
+	e.unread.Ok()
+	if v == e.learnedVersion {
 		return
 	}
 	approved, v, err := e.learned.LearnedRules(ctx)

@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -102,6 +105,7 @@ type learnedList struct {
 	mu      sync.Mutex
 	rules   []Rule
 	version int64
+	down    error // when set, what reading the version fails with
 }
 
 func (l *learnedList) add(r Rule) {
@@ -120,7 +124,39 @@ func (l *learnedList) LearnedRules(context.Context) ([]Rule, int64, error) {
 func (l *learnedList) LearnedRulesVersion(context.Context) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.version, nil
+	return l.version, l.down
+}
+
+// A database that cannot be read is logged once as the engine's
+// look at the learned rules starts failing, not once a look (every
+// second, on every replica), and once as it reads again.
+func TestEngineLogsLearnedRulesUnreadableOnce(t *testing.T) {
+	c, err := Parse([]byte("policy: {default: allow}\n"), "guard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	learned := &learnedList{}
+	e, err := NewEngine("", c, reload, EngineOptions{Learned: learned, Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned.mu.Lock()
+	learned.down = errors.New("connection refused")
+	learned.mu.Unlock()
+	for range 10 {
+		e.learnedChanged(context.Background())
+	}
+	if n := strings.Count(out.String(), "cannot read whether they changed"); n != 1 {
+		t.Fatalf("10 failed reads in a row logged %d times:\n%s", n, out.String())
+	}
+	learned.mu.Lock()
+	learned.down = nil
+	learned.mu.Unlock()
+	e.learnedChanged(context.Background())
+	if !strings.Contains(out.String(), "recovered after 10 failures") {
+		t.Fatalf("the end of the failures was not logged:\n%s", out.String())
+	}
 }
 
 // With learned rules that are not a file, the engine applies each change

@@ -134,6 +134,8 @@ type replicaWatch struct {
 	// beating is the heartbeat failing, logged as it starts, lasts and
 	// ends.
 	beating *repeated.Condition
+	// settling is the settling of gone processes' holds failing.
+	settling *repeated.Condition
 }
 
 func newReplicaWatch(db *store.DB, process, version string, every time.Duration, compare bool, digest func() (string, string), logger *slog.Logger) *replicaWatch {
@@ -142,6 +144,8 @@ func newReplicaWatch(db *store.DB, process, version string, every time.Duration,
 	return &replicaWatch{db: db, every: every, compare: compare, digest: digest, logger: logger, healthy: true,
 		beating: &repeated.Condition{Logger: logger, Level: slog.LevelWarn, Msg: "replicas: cannot say in the database that this process runs",
 			What: "replicas: the heartbeat"},
+		settling: &repeated.Condition{Logger: logger, Level: slog.LevelWarn, Msg: "the holds of guard processes that are gone were not all settled",
+			What: "settling the holds of guard processes that are gone"},
 		me: store.Replica{ID: guard.NewID(), Host: host, PID: os.Getpid(), Process: process, Version: version, Started: now,
 			Lapse: lapsesAfter * every}}
 }
@@ -173,8 +177,11 @@ func (w *replicaWatch) settleGone(ctx context.Context) {
 		return
 	}
 	n, err := w.holds.SettleGone(ctx)
-	if err != nil && ctx.Err() == nil {
-		w.logger.Warn("the holds of guard processes that are gone were not all settled", "err", err)
+	switch {
+	case err == nil:
+		w.settling.Ok()
+	case ctx.Err() == nil:
+		w.settling.Failed("err", err)
 	}
 	if n > 0 {
 		w.logger.Info("withdrew the holds of guard processes that are gone", "withdrawn", n)
