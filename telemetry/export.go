@@ -11,6 +11,7 @@ import (
 
 	guard "github.com/guard-mcp/guard"
 	"github.com/guard-mcp/guard/internal/otlp"
+	"github.com/guard-mcp/guard/internal/repeated"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -43,7 +44,8 @@ type pipeline struct {
 	resource []byte // the encoded Resource
 	logger   *slog.Logger
 	req      []byte // the last request's buffer, reused
-	failing  bool   // the last export failed
+	// down is exports failing: logged as it starts, lasts and ends.
+	down *repeated.Condition
 
 	ended, exported, failed, dropped atomic.Int64
 }
@@ -70,8 +72,10 @@ func newPipeline(cfg Config, o Options) (*pipeline, error) {
 		return nil, fmt.Errorf("telemetry: encoding the resource: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	down := &repeated.Condition{Logger: o.Logger, Level: slog.LevelWarn,
+		Msg: "traces are not delivered: spans are dropped until the receiver takes them again", What: "traces delivery"}
 	return &pipeline{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel,
-		timeout: o.BatchTimeout, endpoint: endpoint, client: client, resource: resource, logger: o.Logger}, nil
+		timeout: o.BatchTimeout, endpoint: endpoint, client: client, resource: resource, logger: o.Logger, down: down}, nil
 }
 
 // enqueue takes an ended span, or drops it when the queue is full or the
@@ -193,13 +197,10 @@ func (p *pipeline) export(spans []*span) {
 	} else {
 		p.failed.Add(int64(len(spans)))
 	}
-	switch {
-	case err != nil && !p.failing:
-		p.failing = true
-		p.logger.Warn("traces are not delivered: spans are dropped until the receiver takes them again", "receiver", guard.DisplayURL(p.endpoint), "err", err)
-	case err == nil && p.failing:
-		p.failing = false
-		p.logger.Info("traces are delivered again", "receiver", guard.DisplayURL(p.endpoint), "failed_spans", p.failed.Load())
+	if err != nil {
+		p.down.Failed("receiver", guard.DisplayURL(p.endpoint), "err", err)
+	} else {
+		p.down.Ok("receiver", guard.DisplayURL(p.endpoint), "failed_spans", p.failed.Load())
 	}
 }
 

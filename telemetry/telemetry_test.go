@@ -111,7 +111,7 @@ func TestReceiverDown(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	text := logs.String()
-	if strings.Count(text, "traces are not delivered") != 1 || !strings.Contains(text, "traces are delivered again") || strings.Contains(text, "s3cret") {
+	if strings.Count(text, "traces are not delivered") != 1 || !strings.Contains(text, "traces delivery recovered after") || strings.Contains(text, "s3cret") {
 		t.Errorf("logged:\n%s", text)
 	}
 	if len(got) != 1 || got[0] != "/v1/traces Bearer s3cret" {
