@@ -31,27 +31,48 @@ const indexClaim = 64
 // writing.
 const indexPoll = time.Millisecond
 
-// indexer writes the call index's rows of pending batches when a batch
-// is committed, until the ingester has ended, and then those left.
+// indexLinger is how long the indexer lets batches gather once one is
+// committed before it writes their rows. A call's request and its
+// outcome are committed in two batches (the request before the call is
+// forwarded); written one batch at a time, its row is inserted and then
+// updated, in each of the call index's indexes, and its words made
+// twice. Gathered, a call that ends within the linger gets its row and
+// words once, and a transaction (its claim, its locks, its commit)
+// serves the batches of the linger rather than one. A query does not
+// wait for the linger: it writes the pending batches itself first
+// (completeIndex).
+const indexLinger = 50 * time.Millisecond
+
+// indexer writes the call index's rows of pending batches once one is
+// committed and indexLinger has passed, until the ingester has ended,
+// and then those left.
 func (in *ingestion) indexer() {
 	defer close(in.indexed)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		select {
 		case <-in.index:
 		case <-in.closed:
-			in.indexPending(true)
+			in.indexPending()
 			return
 		}
-		in.indexPending(false)
+		linger.Reset(time.Duration(in.linger.Load()))
+		select {
+		case <-linger.C:
+		case <-in.closed:
+			linger.Stop()
+			in.indexPending()
+			return
+		}
+		in.indexPending()
 	}
 }
 
 // indexPending writes the rows of the pending batches no one else is
-// writing: one claim of up to indexClaim batches, or, when drain, claims
-// until none is left (a batch committed meanwhile signals again: a claim
-// that found nothing would cost a transaction). A failure is logged: the
-// next batch, or a reader, writes them.
-func (in *ingestion) indexPending(drain bool) {
+// writing, in claims of up to indexClaim batches until none is left. A
+// failure is logged: the next batch, or a reader, writes them.
+func (in *ingestion) indexPending() {
 	if in.noIndex.Load() {
 		return
 	}
@@ -63,7 +84,7 @@ func (in *ingestion) indexPending(drain bool) {
 			in.db.opts.Logger.Warn("call index: the rows of committed calls are not written yet; the next batch or query writes them", "err", err)
 			return
 		}
-		if n == 0 || !drain {
+		if n == 0 {
 			return
 		}
 	}

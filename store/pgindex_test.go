@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 
 	guard "github.com/guard-mcp/guard"
 )
@@ -224,4 +225,60 @@ func TestHelperUnindexed(t *testing.T) {
 		}
 	}
 	os.Exit(3) // no Close
+}
+
+// The indexer lets batches gather before it writes their rows: a call
+// whose request and outcome are committed in two batches within the
+// linger gets its row and words written once, with the other calls of
+// the linger, in one transaction; closing writes what waits.
+func TestTheIndexerWritesTheBatchesOfItsLingerAtOnce(t *testing.T) {
+	postgresOnly(t)
+	ctx := context.Background()
+	path := testPath(t)
+	db := openDB(t, path)
+	db.ing.linger.Store(int64(time.Hour))
+	// A query first, which writes the index itself: the call index's
+	// writers' connection is open, as on a busy day, and an indexer that
+	// did not linger would write each batch before the next.
+	if err := db.Append(rec(9, guard.KindRequest)); err != nil {
+		t.Fatal(err)
+	}
+	if got := queriedCalls(t, db, Filter{}); !slices.Equal(got, []string{"call-9"}) {
+		t.Fatalf("calls: %v", got)
+	}
+	for i := range 2 {
+		if err := db.Append(rec(i, guard.KindRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		o := rec(i, guard.KindOutcome)
+		o.Outcome, o.Result = "ok", fmt.Sprintf("done word%d", i)
+		if err := db.Append(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pendingBatches(t, db); n != 4 {
+		t.Fatalf("%d batches pending within the linger, want the 4 committed", n)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, path)
+	defer db.Close()
+	if n := pendingBatches(t, db); n != 0 {
+		t.Fatalf("%d batches pending once the writer closed", n)
+	}
+	for _, table := range []string{"call_index", "call_text"} {
+		var txns, rows int
+		if err := db.r.QueryRowContext(ctx, `SELECT count(DISTINCT xmin::text), count(*) FROM `+table).Scan(&txns, &rows); err != nil {
+			t.Fatal(err)
+		}
+		if txns != 2 || rows != 3 {
+			t.Errorf("%s: %d rows written by %d transactions, want 3 by 2 (the query's, and the linger's)", table, rows, txns)
+		}
+	}
+	if got := queriedCalls(t, db, Filter{Text: "word1"}); !slices.Equal(got, []string{"call-1"}) {
+		t.Fatalf("the words of a call whose request and outcome were written at once: %v", got)
+	}
 }

@@ -131,6 +131,7 @@ func openPostgres(ctx context.Context, opts Options) (*DB, error) {
 		}
 	}
 	db.listen = postgres.Listen(cfg, opts.Logger, pollEvery)
+	db.ing.linger.Store(int64(indexLinger))
 	go db.ing.indexer()
 	go db.ing.ingester()
 	return db, nil

@@ -142,10 +142,12 @@ type ingestion struct {
 	// signalled once a batch that touched calls is committed; indexed is
 	// closed once the indexer has ended. noIndex, set by tests, leaves
 	// the batches unindexed, as a writer that stops between the two
-	// transactions does.
+	// transactions does. linger, in nanoseconds, is how long the indexer
+	// lets batches gather (indexLinger; tests lengthen it).
 	index   chan struct{}
 	indexed chan struct{}
 	noIndex atomic.Bool
+	linger  atomic.Int64
 
 	// The journal (journal.go, writer.go). jmu is held to write an
 	// append's frames and to hand appends on, never across a wait.
