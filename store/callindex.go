@@ -548,10 +548,7 @@ func (ci CallIndex) fillCallIndex(ctx context.Context, rebuild bool) error {
 		return err
 	})
 	if err != nil {
-		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
-			ci.db.ing.wc = nil
-			_ = wc.discard()
-		}
+		ci.db.ing.endFailed(ctx, wc)
 		return fmt.Errorf("call index: %w", err)
 	}
 	ci.db.opts.Logger.Info("call index made from the audit records", "records", n, "took", time.Since(start).Round(time.Millisecond))

@@ -116,6 +116,7 @@ func (cp *checkpointState) writerTx(ctx context.Context, fn func(*sql.Conn) (boo
 	}
 	wc := cp.db.ing.wc
 	if _, err := wc.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		cp.db.ing.endFailed(ctx, wc) // a connection the server closed is given up
 		return fmt.Errorf("begin: %w", err)
 	}
 	same := false
@@ -125,12 +126,16 @@ func (cp *checkpointState) writerTx(ctx context.Context, fn func(*sql.Conn) (boo
 		return nil
 	})
 	commit, err := fn(wc.conn)
-	if err != nil || !commit {
-		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+	if err != nil {
+		cp.db.ing.endFailed(ctx, wc)
 		return err
 	}
-	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
+	if !commit {
 		_, _ = wc.conn.ExecContext(ctx, "ROLLBACK")
+		return nil
+	}
+	if _, err := wc.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		cp.db.ing.endFailed(ctx, wc)
 		return fmt.Errorf("commit: %w", err)
 	}
 	if same {

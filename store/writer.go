@@ -812,16 +812,27 @@ func (in *ingestion) commit(batch []*appendReq) (err error) {
 		begun = true
 		return wc.write(ctx, dc, batch)
 	})
-	if err != nil && begun {
-		if _, rerr := wc.conn.ExecContext(ctx, "ROLLBACK"); rerr != nil && wc.conn.PingContext(ctx) != nil {
-			// The connection is no use any more: the next batch opens
-			// another. (A ROLLBACK that fails because SQLite already
-			// rolled back, as after a full disk, leaves it usable.)
-			in.wc = nil
-			_ = wc.discard()
-		}
+	if err != nil && (begun || errors.Is(err, sql.ErrConnDone)) {
+		in.endFailed(ctx, wc)
 	}
 	return err
+}
+
+// endFailed ends the transaction a failure left open on the audit
+// writer's connection wc, under commitMu. When the connection is no use
+// any more (the server closed it; database/sql, told by the driver, let
+// it go), the writer gives it up and the next batch opens another: a
+// connection kept after that would fail every batch with "connection is
+// already closed", hiding the cause. A ROLLBACK that fails because SQLite
+// already rolled back, as after a full disk, leaves it usable.
+func (in *ingestion) endFailed(ctx context.Context, wc *writerConn) {
+	if _, err := wc.conn.ExecContext(ctx, "ROLLBACK"); err == nil || wc.conn.PingContext(ctx) == nil {
+		return
+	}
+	if in.wc == wc {
+		in.wc = nil
+	}
+	_ = wc.discard()
 }
 
 // maybeCheckpoint signs a checkpoint when this process holds the
