@@ -96,7 +96,9 @@ func (wc *writerConn) writePG(ctx context.Context, dc any, batch []*appendReq) (
 	seen := map[int64]bool{}
 	for _, req := range batch {
 		for _, r := range req.recs {
-			ids = append(ids, r.CallID)
+			if len(ids) == 0 || ids[len(ids)-1] != r.CallID { // a call's records, most often together
+				ids = append(ids, r.CallID)
+			}
 			if b := audit.KeyMillis(r.Time); r.Kind == guard.KindRequest && !seen[b] {
 				seen[b] = true
 				bases = append(bases, b)

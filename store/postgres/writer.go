@@ -34,12 +34,17 @@ const (
 	// The keys of the batch's calls: from the call index, and from the
 	// batches whose rows are not written yet (call_pending), read in one
 	// statement, one snapshot, so that a batch whose rows were written
-	// meanwhile is seen in one or the other.
+	// meanwhile is seen in one or the other. A pending batch's calls are
+	// unnested only when it has one of the batch's (&&).
 	selectCalls = `SELECT k, call_id FROM call_index WHERE call_id = ANY($1::text[])
- UNION ALL SELECT p.k, p.id FROM call_pending, unnest(ids, ks) AS p(id, k) WHERE p.id = ANY($1::text[])`
-	selectKeys = `SELECT b, greatest((SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576),
- (SELECT max(p.k) FROM call_pending, unnest(ks) AS p(k) WHERE p.k >= b AND p.k < b + 1048576)),
- greatest((SELECT coalesce(max(k), 0) FROM call_index), (SELECT coalesce(max(p.k), 0) FROM call_pending, unnest(ks) AS p(k)))
+ UNION ALL SELECT p.k, p.id FROM call_pending, unnest(ids, ks) AS p(id, k) WHERE ids && $1::text[] AND p.id = ANY($1::text[])`
+	// The keys of the batches pending are unnested once (p, a CTE read
+	// more than once is materialised), not once for each base and again
+	// for the largest.
+	selectKeys = `WITH p AS (SELECT unnest(ks) AS k FROM call_pending)
+ SELECT b, greatest((SELECT max(k) FROM call_index WHERE k >= b AND k < b + 1048576),
+ (SELECT max(k) FROM p WHERE k >= b AND k < b + 1048576)),
+ greatest((SELECT coalesce(max(k), 0) FROM call_index), (SELECT coalesce(max(k), 0) FROM p))
  FROM unnest($1::bigint[]) AS b`
 	insertRecs = `INSERT INTO records (seq, id, call_id, kind, time, session, client, protocol, server,
  direction, method, tool, arguments, pin, decision, decided_by, reason, outcome, result,
