@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/chromedp"
 
 	guard "github.com/guard-mcp/guard"
@@ -118,20 +120,39 @@ func (p *page) follow(sel, want string) {
 }
 
 // submit clicks a button that sends a form, and waits for the page the
-// form leads to.
+// form leads to. A live update that replaces the button between its being
+// found and clicked (the page renders a list again as events arrive)
+// fails the click before any mouse event is sent: the button, found
+// again, is clicked again, as long as the page has not begun to leave.
 func (p *page) submit(sel string) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
-	err := chromedp.Do(ctx,
-		chromedp.Evaluate[chromedp.Void](`document.body.dataset.old = "1"`),
-		chromedp.Click(chromedp.CSS(sel)),
-		chromedp.WaitVisible(chromedp.CSS(`body:not([data-old])[data-live="open"]`)),
-	)
+	err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.body.dataset.old = "1"`))
+	for range 5 {
+		if err = chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))); !replaced(err) {
+			break
+		}
+		if !evaluate[bool](p, `document.body.dataset.old === "1"`) {
+			err = nil
+			break
+		}
+	}
+	if err == nil {
+		err = chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`body:not([data-old])[data-live="open"]`)))
+	}
 	if err != nil {
 		state, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`location.href + " " + document.body.outerHTML.slice(0, 600)`))
 		p.t.Fatalf("browser: submit %s: %v (page: %s)", sel, err, state)
 	}
+}
+
+// replaced reports whether err is the browser's answer about a node that
+// left the document between the query that found it and the command
+// that used it.
+func replaced(err error) bool {
+	var pe *cdproto.Error
+	return errors.As(err, &pe) && pe.Message == "Could not find node with given id"
 }
 
 // loginAs logs in with the token, then gives a name, as a person does.
