@@ -351,6 +351,11 @@ type Options struct {
 	// tools/list it sends when a call names a tool it has not seen
 	// (default 30s).
 	RefreshTimeout time.Duration
+	// ShareListens says that the server's connection carries the
+	// requests of several clients (the session-less revision's relay to
+	// a process): guard then serves their list-change listens from one of
+	// its own (see listenHub).
+	ShareListens bool
 }
 
 // RoundStore keeps the 2026-07-28 calls that a server answered

@@ -136,6 +136,9 @@ type Session struct {
 	pipe  *pipeline
 	holds *holds
 	lists *lister
+	// hub serves the list-change listens of a shared connection (nil
+	// unless Options.ShareListens).
+	hub *listenHub
 }
 
 // clientMeta is who the client is as the session shows it.
@@ -208,6 +211,9 @@ func NewSession(ctx context.Context, opts Options) *Session {
 	s.pipe, s.holds, s.lists = &pipeline{s: s}, &holds{s: s}, &lister{s: s}
 	s.up, s.down = NewIDMap[*call](mint, false), NewIDMap[*call](mint, false)
 	s.persist.cond = sync.NewCond(&s.persist.mu)
+	if opts.ShareListens {
+		s.hub = newListenHub(s)
+	}
 	if opts.Watch != nil {
 		go s.lists.watchListing()
 	}
@@ -608,6 +614,9 @@ func (s *Session) clientRequest(msg wire.Message, b *batch) {
 	if gatedClient(msg.Method) && !s.pipe.gate(msg, c, false) {
 		return
 	}
+	if s.hub != nil && msg.Method == "subscriptions/listen" && s.hub.serve(msg, c) {
+		return
+	}
 	s.forward(msg, c, false)
 }
 
@@ -785,6 +794,12 @@ func (s *Session) clientCancelled(msg wire.Message) {
 	if rid == nil {
 		s.toServer.push(item{msg: msg})
 		return
+	}
+	if s.hub != nil {
+		why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
+		if s.hub.cancelled(wire.IDKey(rid), why) {
+			return
+		}
 	}
 	s.mu.Lock()
 	c := s.byClient[wire.IDKey(rid)]
@@ -1173,6 +1188,9 @@ func (s *Session) serverRequest(msg wire.Message) {
 
 func (s *Session) serverNotification(msg wire.Message) {
 	if s.requestAsNotification(msg, guard.ServerToClient) {
+		return
+	}
+	if s.hub != nil && s.hub.fromServer(msg) {
 		return
 	}
 	switch msg.Method {

@@ -448,6 +448,10 @@ func (h *Server) start(ctx context.Context, caller Caller, stateless bool) (*htt
 			h.opts.Logger.Error("session's server", "session", s.id, "err", errors.New("the server could not be started: no command"))
 			return
 		}
+		// One process serves every client of the caller here: a server
+		// that keeps one listen per connection would let one client's
+		// listen silence another's.
+		opts.ShareListens = stateless
 		code, err := h.opts.Child(context.WithoutCancel(ctx), opts, conn, started)
 		if err != nil {
 			h.opts.Logger.Error("session's server", "session", s.id, "err", err)
