@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,12 +72,8 @@ func listChangesOnly(params []byte) map[string]bool {
 	}
 	asked := map[string]bool{}
 	for k, v := range n {
-		known := false
-		for _, kind := range hubKinds {
-			known = known || k == kind
-		}
 		switch {
-		case !known:
+		case !slices.Contains(hubKinds, k):
 			return nil
 		case bytes.Equal(v, []byte("true")):
 			asked[k] = true
@@ -202,10 +199,12 @@ func (h *listenHub) acknowledge(msg wire.Message, c *call, ready chan struct{}) 
 	params := setIn(nil, "_meta", setIn(nil, MetaSubscription, c.origID))
 	ack = wire.SetMember(ack, "params", wire.SetMember(params, "notifications", notifications))
 	// Pushed under h.mu: no list change reaches the stream before it.
+	// push may deliver at once, fail included: fail must not take h.mu
+	// (ended keeps list changes from a listen refused meanwhile).
 	s.toClient.push(item{msg: built(ack), wait: wait, fail: func(err error) wire.Message {
 		s.opts.Logger.Error("request refused: audit write failed", "method", c.st.Method, "err", err)
-		h.drop(c)
 		c.end()
+		go h.drop(c)
 		return refusal(c.origID)(err)
 	}})
 	h.mu.Unlock()
@@ -247,6 +246,11 @@ func (h *listenHub) cancelled(key, why string) bool {
 // fromServer takes a notification of guard's listen, and reports whether
 // msg was one.
 func (h *listenHub) fromServer(msg wire.Message) bool {
+	const ack = "notifications/subscriptions/acknowledged"
+	kind := listKinds[msg.Method]
+	if kind == "" && msg.Method != ack {
+		return false // a notification guard's listen does not ask for
+	}
 	sub := wire.MetaMember(msg.Params, MetaSubscription)
 	if sub == nil {
 		return false
@@ -256,17 +260,13 @@ func (h *listenHub) fromServer(msg wire.Message) bool {
 	if h.own == nil || wire.IDKey(sub) != h.own.sentKey {
 		return false
 	}
-	if msg.Method == "notifications/subscriptions/acknowledged" {
+	if msg.Method == ack {
 		h.acknowledgedLocked(msg)
 		return true
 	}
-	kind := listKinds[msg.Method]
-	if kind == "" {
-		return true // nothing it asked for
-	}
 	meta := wire.ParamsMember(msg.Params, "_meta")
 	for _, hc := range h.clients {
-		if !hc.kinds[kind] {
+		if !hc.kinds[kind] || hc.c.ended.Load() {
 			continue
 		}
 		params := setIn(msg.Params, "_meta", setIn(meta, MetaSubscription, hc.c.origID))
@@ -279,8 +279,8 @@ func (h *listenHub) fromServer(msg wire.Message) bool {
 }
 
 // ended waits for the server to end guard's listen, then ends the client
-// listens it served: with the server's answer under each one's id, or as
-// for a server gone.
+// listens it served with the server's answer under each one's id. When
+// the server is gone instead, serverGone answers them.
 func (h *listenHub) ended(own *call) {
 	s := h.s
 	ans, ok := <-own.own
@@ -292,6 +292,10 @@ func (h *listenHub) ended(own *call) {
 		}
 		h.agreed = nil // a listen waiting for it goes to the server
 	}
+	if !ok {
+		h.mu.Unlock()
+		return
+	}
 	var served []*call
 	for k, hc := range h.clients {
 		if hc.kinds != nil {
@@ -302,10 +306,6 @@ func (h *listenHub) ended(own *call) {
 	h.mu.Unlock()
 	for _, c := range served {
 		h.drop(c)
-		if !ok {
-			s.pipe.serverGoneAnswer(c)
-			continue
-		}
 		out, _ := responseOutcome(&s.opts, ans)
 		answer := wire.WithID(ans, c.origID).Raw
 		if ans.Result != nil {
@@ -313,6 +313,22 @@ func (h *listenHub) ended(own *call) {
 			answer = wire.SetMember(answer, "result", result)
 		}
 		s.settle(c, ending{outcome: out, answer: answer})
+	}
+}
+
+// serverGone answers every client listen the hub holds as for a server
+// gone, before the session's output closes (Session.ServerGone).
+func (h *listenHub) serverGone() {
+	h.mu.Lock()
+	clients := make([]*call, 0, len(h.clients))
+	for k, hc := range h.clients {
+		clients = append(clients, hc.c)
+		delete(h.clients, k)
+	}
+	h.mu.Unlock()
+	for _, c := range clients {
+		h.drop(c)
+		h.s.pipe.serverGoneAnswer(c)
 	}
 }
 

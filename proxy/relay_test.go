@@ -54,6 +54,7 @@ type harnessOpts struct {
 	caller guard.Identity // Caller: who the front authenticated
 	scope  string         // approval.scope (default: session)
 	watch  ListingWatch   // Options.Watch
+	share  bool           // Options.ShareListens
 }
 
 // testOptions are relay options over a new database in t's temporary
@@ -110,6 +111,7 @@ func newHarness(t testing.TB, ho harnessOpts) *harness {
 		opts.MaxMessage = ho.maxMsg
 	}
 	opts.Caller, opts.Watch, opts.Tracer, opts.HashAtCommit = ho.caller, ho.watch, ho.tracer, ho.hashed
+	opts.ShareListens = ho.share
 	sess := NewSession(ctx, opts)
 	g2sR, g2sW := io.Pipe()
 	s2gR, s2gW := io.Pipe()

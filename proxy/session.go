@@ -1243,6 +1243,9 @@ func (s *Session) ServerGone(code int, status string) {
 		}
 		s.pipe.serverGoneAnswer(c)
 	}
+	if s.hub != nil {
+		s.hub.serverGone()
+	}
 	s.cancel()
 	s.holds.endHolds()
 }
