@@ -39,11 +39,18 @@ func post20260728(t *testing.T, ctx context.Context, url, method, name, body str
 // (promptsListChanged...), and returns once it is acknowledged.
 func listen(t *testing.T, ctx context.Context, url, id string, kinds ...string) *listenStream {
 	t.Helper()
-	sctx, stop := context.WithCancel(ctx)
-	n := map[string]bool{}
+	n := map[string]any{}
 	for _, k := range kinds {
 		n[k] = true
 	}
+	return listenFor(t, ctx, url, id, n)
+}
+
+// listenFor opens a subscriptions/listen with id for the notifications n
+// names, and returns once it is acknowledged.
+func listenFor(t *testing.T, ctx context.Context, url, id string, n map[string]any) *listenStream {
+	t.Helper()
+	sctx, stop := context.WithCancel(ctx)
 	nj, _ := json.Marshal(n)
 	resp := post20260728(t, sctx, url, "subscriptions/listen", "", `{"jsonrpc":"2.0","id":"`+id+`","method":"subscriptions/listen","params":{"_meta":{`+rawMeta+`},"notifications":`+string(nj)+`}}`)
 	if resp.StatusCode != http.StatusOK {
@@ -90,6 +97,18 @@ func (ls *listenStream) next(t *testing.T, ctx context.Context) map[string]any {
 	return nil
 }
 
+// listenCancelled waits until guard has recorded a listen cancelled.
+func listenCancelled(ctx context.Context, e *env) {
+	e.waitRecords(ctx, "the closed listen recorded cancelled", func(recs []*guard.Record) bool {
+		for _, r := range recs {
+			if r.Kind == guard.KindOutcome && r.Method == "subscriptions/listen" && r.Outcome == guard.OutcomeCancelled {
+				return true
+			}
+		}
+		return false
+	}, nil)
+}
+
 func subscriptionOf(m map[string]any) string {
 	params, _ := m["params"].(map[string]any)
 	meta, _ := params["_meta"].(map[string]any)
@@ -133,15 +152,42 @@ func TestConcurrentListensEachHearTheirListChanges(t *testing.T) {
 
 	// a ends; once guard has recorded it so, b still hears.
 	a.stop()
-	e.waitRecords(ctx, "the closed listen recorded cancelled", func(recs []*guard.Record) bool {
-		for _, r := range recs {
-			if r.Kind == guard.KindOutcome && r.Method == "subscriptions/listen" && r.Outcome == guard.OutcomeCancelled {
-				return true
-			}
-		}
-		return false
-	}, nil)
+	listenCancelled(ctx, e)
 	trigger()
+	heard(b)
+	b.stop()
+}
+
+// Two clients subscribed to one resource through guard serve both hear of
+// its changes, each under its own id, and one that ends leaves the other
+// subscribed: guard holds one subscription of its own for the resource on
+// the server's connection, where the go-sdk server keeps one per resource
+// (the second client's would replace the first's, and the end of either
+// would end both). The server tells of its watched resource every few
+// seconds.
+func TestConcurrentResourceSubscriptionsEachHearTheirUpdates(t *testing.T) {
+	e := newEnv(t, "policy: {default: allow}\nservers:\n  conformance:\n    command: ["+guardtest.EverythingServer(t)+"]\n    new_tools: allow\n")
+	url := serveThroughGuard(t, e)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const watched = "test://watched-resource"
+	n := map[string]any{"resourceSubscriptions": []string{watched}}
+	a := listenFor(t, ctx, url, "listen-a", n)
+	b := listenFor(t, ctx, url, "listen-b", n)
+	heard := func(ls *listenStream) {
+		t.Helper()
+		m := ls.next(t, ctx)
+		params, _ := m["params"].(map[string]any)
+		if m["method"] != "notifications/resources/updated" || params["uri"] != watched || subscriptionOf(m) != ls.id {
+			t.Fatalf("listen %s: %v, not its resource's update", ls.id, m)
+		}
+	}
+	heard(a)
+	heard(b)
+
+	// a ends; once guard has recorded it so, b still hears.
+	a.stop()
+	listenCancelled(ctx, e)
 	heard(b)
 	b.stop()
 }

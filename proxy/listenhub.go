@@ -15,16 +15,21 @@ import (
 // On the session-less revision (2026-07-28) guard serve relays the
 // requests of all a caller's clients over one connection to a server
 // process, and such a server may keep a single subscriptions/listen per
-// connection for each kind of list change: the go-sdk's does, where a
-// second listen replaces the first and the end of either ends both. Were
-// the clients' listens passed on, one client's would silence another's.
-// So on such a relay (Options.ShareListens) guard holds one listen of its
-// own for the list changes, and serves itself each client listen that asks
-// for list changes only: it acknowledges it with what the server agreed
-// to, passes every list change to each listen that asked for that kind,
-// under that listen's id, and records it as any other request. A listen
-// that asks for more (resource subscriptions) goes to the server as
-// before; so does every listen when the server refuses guard's.
+// connection for each kind of list change, and for each resource: the
+// go-sdk's does, where a second listen replaces the first and the end of
+// either ends both. Were the clients' listens passed on, one client's
+// would silence another's. So on such a relay (Options.ShareListens)
+// guard holds listens of its own, one for the list changes and one for
+// each resource a client subscribes to, and serves itself each client
+// listen that asks for these and nothing else: it acknowledges it with
+// what the server agreed to, passes every notification to each listen
+// that asked for it, under that listen's id, and records it as any other
+// request. A resource's listen is cancelled once no client listens to it;
+// a new one for the same resource waits for the server to end the old (a
+// go-sdk server unsubscribes the resource when a listen ends, whichever
+// listen holds it then). A listen that asks for something else goes to
+// the server as before; so does every listen when the server refuses
+// guard's.
 
 // listKinds are the list changes a subscriptions/listen can ask for, by
 // the notification that tells each.
@@ -37,86 +42,195 @@ var listKinds = map[string]string{
 // hubKinds is the order in which acknowledgements name them.
 var hubKinds = []string{"toolsListChanged", "promptsListChanged", "resourcesListChanged"}
 
-// listenHub is guard's own listen on a shared connection, and the client
-// listens it serves.
+const (
+	// resourceSubscriptions is the member of a listen's notifications that
+	// names the resources it subscribes to.
+	resourceSubscriptions = "resourceSubscriptions"
+	// resourceUpdated tells a subscribed resource's change.
+	resourceUpdated = "notifications/resources/updated"
+	// maxHubResources bounds the resources guard listens to at once on one
+	// connection: a client listen that would take it past goes to the
+	// server as it is.
+	maxHubResources = 1024
+)
+
+// listenHub is guard's own listens on a shared connection, and the client
+// listens they serve.
 type listenHub struct {
 	s  *Session
 	mu sync.Mutex
-	// own is guard's listen toward the server (nil until opened, and once
-	// it ended); ready is closed when the server acknowledged it (agreed
-	// then says to what) or ended it (agreed nil).
-	own    *call
-	ready  chan struct{}
-	agreed map[string]bool
-	// clients are the client listens served, by the client's id key;
-	// kinds is nil until the client was acknowledged.
+	// lists is guard's listen for list changes (nil until opened, and once
+	// it ended); resources are its listens for resources, by URI, a
+	// cancelled one until the server ended it; bySent are all of them by
+	// the id guard sent.
+	lists     *hubListen
+	resources map[string]*hubListen
+	bySent    map[string]*hubListen
+	// clients are the client listens served, by the client's id key.
 	clients map[string]*hubClient
+}
+
+// hubListen is one listen of guard's toward the server.
+type hubListen struct {
+	own *call  // nil until sent
+	uri string // the resource it subscribes to; "" for list changes
+	// ready is closed once the server acknowledged the listen (acked, and
+	// agreed says to what: list kinds, or the URI) or ended it; done once
+	// it ended (ended).
+	ready, done  chan struct{}
+	acked, ended bool
+	agreed       map[string]bool
+	users        int  // the client listens that count on a resource's
+	cancelled    bool // guard cancelled it: no client listens to it
 }
 
 type hubClient struct {
 	c     *call
-	asked map[string]bool
-	kinds map[string]bool
+	asked map[string]bool // the list kinds asked for
+	uris  []string        // the resources asked for
+	// on are the listens of guard's it waits for, then those it counts on.
+	on []*hubListen
+	// served says it was acknowledged: kinds and subscribed are then what
+	// it hears.
+	served     bool
+	kinds      map[string]bool
+	subscribed map[string]bool
 }
 
 func newListenHub(s *Session) *listenHub {
-	return &listenHub{s: s, clients: map[string]*hubClient{}}
+	return &listenHub{s: s, resources: map[string]*hubListen{}, bySent: map[string]*hubListen{}, clients: map[string]*hubClient{}}
 }
 
-// listChangesOnly returns the kinds a listen's notifications ask for when
-// it asks for list changes and nothing else; nil otherwise.
-func listChangesOnly(params []byte) map[string]bool {
+// hubRequest reads what a listen's notifications ask for: list kinds and
+// resources. ok is false unless they ask for these only, and for at least
+// one.
+func hubRequest(params []byte) (kinds map[string]bool, uris []string, ok bool) {
 	var n map[string]json.RawMessage
 	if json.Unmarshal(wire.ParamsMember(params, "notifications"), &n) != nil || len(n) == 0 {
-		return nil
+		return nil, nil, false
 	}
-	asked := map[string]bool{}
+	kinds = map[string]bool{}
 	for k, v := range n {
 		switch {
+		case k == resourceSubscriptions:
+			var list []string
+			if json.Unmarshal(v, &list) != nil {
+				return nil, nil, false
+			}
+			for _, u := range list {
+				if u == "" {
+					return nil, nil, false
+				}
+				if !slices.Contains(uris, u) {
+					uris = append(uris, u)
+				}
+			}
 		case !slices.Contains(hubKinds, k):
-			return nil
+			return nil, nil, false
 		case bytes.Equal(v, []byte("true")):
-			asked[k] = true
+			kinds[k] = true
 		case !bytes.Equal(v, []byte("false")):
-			return nil
+			return nil, nil, false
 		}
 	}
-	if len(asked) == 0 {
-		return nil
+	if len(kinds) == 0 && len(uris) == 0 {
+		return nil, nil, false
 	}
-	return asked
+	return kinds, uris, true
 }
 
 // serve takes a client's subscriptions/listen, already decided, when it
-// asks for list changes only, and reports whether it did.
+// asks only for what guard's listens serve, and reports whether it did.
 func (h *listenHub) serve(msg wire.Message, c *call) bool {
-	asked := listChangesOnly(msg.Params)
-	if asked == nil {
+	kinds, uris, ok := hubRequest(msg.Params)
+	if !ok {
 		return false
 	}
 	h.mu.Lock()
-	h.clients[c.origKey] = &hubClient{c: c, asked: asked}
+	fresh := 0
+	for _, u := range uris {
+		if h.resources[u] == nil {
+			fresh++
+		}
+	}
+	if len(h.resources)+fresh > maxHubResources {
+		h.mu.Unlock()
+		h.s.opts.Logger.Warn("a client listen goes to the server as it is: guard listens to as many resources as it may on this connection",
+			"resources", len(h.resources), "max", maxHubResources)
+		return false
+	}
+	hc := &hubClient{c: c, asked: kinds, uris: uris}
+	if len(kinds) > 0 {
+		hc.on = append(hc.on, h.listsLocked())
+	}
+	for _, u := range uris {
+		hc.on = append(hc.on, h.resourceLocked(u))
+	}
+	h.clients[c.origKey] = hc
 	h.mu.Unlock()
-	ready := h.open()
-	go h.acknowledge(msg, c, ready)
+	go h.acknowledge(msg, hc)
 	return true
 }
 
-// open opens guard's listen unless it is open, and returns the channel
-// closed once the server answered it.
-func (h *listenHub) open() chan struct{} {
-	s := h.s
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.own != nil {
-		return h.ready
+// listsLocked returns guard's listen for list changes, opening it unless
+// it is open. The caller holds h.mu.
+func (h *listenHub) listsLocked() *hubListen {
+	if h.lists != nil {
+		return h.lists
 	}
-	ready := make(chan struct{})
+	hl := &hubListen{ready: make(chan struct{}), done: make(chan struct{})}
+	h.lists = hl
+	all := map[string]bool{}
+	for _, k := range hubKinds {
+		all[k] = true
+	}
+	h.startLocked(hl, all)
+	return hl
+}
+
+// resourceLocked returns guard's listen for uri, counting one more client
+// listen on it, and opens it unless it is open. The caller holds h.mu.
+func (h *listenHub) resourceLocked(uri string) *hubListen {
+	prev := h.resources[uri]
+	if prev != nil && !prev.cancelled {
+		prev.users++
+		return prev
+	}
+	hl := &hubListen{uri: uri, users: 1, ready: make(chan struct{}), done: make(chan struct{})}
+	h.resources[uri] = hl
+	notifications := map[string]any{resourceSubscriptions: []string{uri}}
+	if prev == nil {
+		h.startLocked(hl, notifications)
+		return hl
+	}
+	// The server still holds the one cancelled: were the new one sent
+	// first, the old one's end would unsubscribe the resource from it.
+	go func() {
+		t := time.NewTimer(h.s.opts.RefreshTimeout)
+		defer t.Stop()
+		select {
+		case <-prev.done:
+		case <-t.C:
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if hl.users > 0 {
+			h.startLocked(hl, notifications)
+		} else {
+			h.endUnsentLocked(hl)
+		}
+	}()
+	return hl
+}
+
+// startLocked sends hl to the server. The caller holds h.mu.
+func (h *listenHub) startLocked(hl *hubListen, notifications any) {
+	s := h.s
 	s.mu.Lock()
 	if s.gone {
 		s.mu.Unlock()
-		close(ready)
-		return ready
+		h.endUnsentLocked(hl)
+		return
 	}
 	id := s.up.Own()
 	own := &call{st: intercept.New("subscriptions/listen"), sentID: id, sentKey: wire.IDKey(id), own: make(chan wire.Message, 1)}
@@ -129,85 +243,199 @@ func (h *listenHub) open() chan struct{} {
 		meta[metaClientInfo] = s.meta.info
 	}
 	s.mu.Unlock()
-	all := map[string]bool{}
-	for _, k := range hubKinds {
-		all[k] = true
-	}
-	data, err := wire.Request(id, "subscriptions/listen", map[string]any{"_meta": meta, "notifications": all})
+	data, err := wire.Request(id, "subscriptions/listen", map[string]any{"_meta": meta, "notifications": notifications})
 	if err != nil {
 		s.forget(own)
-		close(ready)
-		return ready
-	}
-	h.own, h.ready, h.agreed = own, ready, nil
-	s.toServer.push(item{msg: Unparsed(data)})
-	go h.ended(own)
-	return ready
-}
-
-// acknowledgedLocked reads the server's acknowledgement of guard's listen.
-// The caller holds h.mu.
-func (h *listenHub) acknowledgedLocked(msg wire.Message) {
-	if h.agreed != nil {
+		h.endUnsentLocked(hl)
 		return
 	}
-	var n map[string]json.RawMessage
-	_ = json.Unmarshal(wire.ParamsMember(msg.Params, "notifications"), &n)
-	h.agreed = map[string]bool{}
-	for _, k := range hubKinds {
-		h.agreed[k] = bytes.Equal(n[k], []byte("true"))
-	}
-	close(h.ready)
+	hl.own = own
+	h.bySent[own.sentKey] = hl
+	s.toServer.push(item{msg: Unparsed(data)})
+	go h.ended(hl)
 }
 
-// acknowledge waits for guard's listen to be acknowledged, then records
-// the client's listen and acknowledges it; when guard's listen is
-// refused, the client's goes to the server.
-func (h *listenHub) acknowledge(msg wire.Message, c *call, ready chan struct{}) {
-	s := h.s
+// endUnsentLocked ends a listen never sent. The caller holds h.mu.
+func (h *listenHub) endUnsentLocked(hl *hubListen) {
+	if hl.ended {
+		return
+	}
+	hl.ended = true
+	close(hl.ready)
+	close(hl.done)
+	h.forgetLocked(hl)
+}
+
+// forgetLocked takes an ended listen out of the hub. The caller holds h.mu.
+func (h *listenHub) forgetLocked(hl *hubListen) {
+	if h.lists == hl {
+		h.lists = nil
+	}
+	if hl.uri != "" && h.resources[hl.uri] == hl {
+		delete(h.resources, hl.uri)
+	}
+	if hl.own != nil && h.bySent[hl.own.sentKey] == hl {
+		delete(h.bySent, hl.own.sentKey)
+	}
+}
+
+// acknowledgedLocked reads the server's acknowledgement of one of guard's
+// listens. The caller holds h.mu.
+func (h *listenHub) acknowledgedLocked(hl *hubListen, msg wire.Message) {
+	if hl.acked || hl.ended {
+		return
+	}
+	notifications := wire.ParamsMember(msg.Params, "notifications")
+	hl.agreed = map[string]bool{}
+	if hl.uri != "" {
+		var list []string
+		_ = json.Unmarshal(wire.ParamsMember(notifications, resourceSubscriptions), &list)
+		hl.agreed[hl.uri] = slices.Contains(list, hl.uri)
+	} else {
+		var n map[string]json.RawMessage
+		_ = json.Unmarshal(notifications, &n)
+		for _, k := range hubKinds {
+			hl.agreed[k] = bytes.Equal(n[k], []byte("true"))
+		}
+	}
+	hl.acked = true
+	close(hl.ready)
+}
+
+// acknowledge waits for the listens of guard's a client listen needs to
+// be acknowledged, then records the client's listen and acknowledges it
+// with what they agreed to. When one of them was refused, or ended having
+// agreed to what the client asked, the client's listen goes to the server.
+func (h *listenHub) acknowledge(msg wire.Message, hc *hubClient) {
+	s, c := h.s, hc.c
 	t := time.NewTimer(s.opts.RefreshTimeout)
 	defer t.Stop()
-	select {
-	case <-ready:
-	case <-t.C:
+wait:
+	for _, hl := range hc.on {
+		select {
+		case <-hl.ready:
+		case <-t.C:
+			break wait
+		}
 	}
 	h.mu.Lock()
-	hc := h.clients[c.origKey]
-	if hc == nil || hc.c != c {
+	if h.clients[c.origKey] != hc {
 		h.mu.Unlock()
 		return // the client cancelled it meanwhile
 	}
-	if h.agreed == nil || h.ready != ready {
+	kinds, subscribed := map[string]bool{}, map[string]bool{}
+	var on []*hubListen
+	fallback := false
+	for _, hl := range hc.on {
+		if !hl.acked {
+			fallback = true
+			break
+		}
+		counts := false
+		if hl.uri == "" {
+			for _, k := range hubKinds {
+				// guard tells of tool list changes itself where it
+				// rewrites listings (relist).
+				if hc.asked[k] && (hl.agreed[k] || k == "toolsListChanged" && s.lists.rewritesListing()) {
+					kinds[k] = true
+					counts = counts || hl.agreed[k]
+				}
+			}
+		} else if hl.agreed[hl.uri] {
+			subscribed[hl.uri] = true
+			counts = true
+		}
+		if counts && hl.ended {
+			fallback = true
+			break
+		}
+		if counts || hl.uri == "" && len(kinds) > 0 {
+			on = append(on, hl)
+		}
+	}
+	if fallback {
 		delete(h.clients, c.origKey)
+		h.releaseLocked(hc)
 		h.mu.Unlock()
 		s.forward(msg, c, false)
 		return
 	}
-	hc.kinds = map[string]bool{}
+	for _, hl := range hc.on {
+		if !slices.Contains(on, hl) {
+			h.releaseOneLocked(hl)
+		}
+	}
+	hc.on, hc.served, hc.kinds, hc.subscribed = on, true, kinds, subscribed
 	notifications := []byte(`{}`)
 	for _, k := range hubKinds {
-		// guard tells of tool list changes itself where it rewrites
-		// listings (relist).
-		if hc.asked[k] && (h.agreed[k] || k == "toolsListChanged" && s.lists.rewritesListing()) {
-			hc.kinds[k] = true
+		if kinds[k] {
 			notifications = wire.SetMember(notifications, k, []byte("true"))
 		}
+	}
+	if len(subscribed) > 0 {
+		var list []string
+		for _, u := range hc.uris {
+			if subscribed[u] {
+				list = append(list, u)
+			}
+		}
+		b, _ := json.Marshal(list)
+		notifications = wire.SetMember(notifications, resourceSubscriptions, b)
 	}
 	c.recorded.Store(true)
 	wait := s.appendRecords(c, false, nil, s.record(guard.KindRequest, c))
 	ack := []byte(`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}`)
 	params := setIn(nil, "_meta", setIn(nil, MetaSubscription, c.origID))
 	ack = wire.SetMember(ack, "params", wire.SetMember(params, "notifications", notifications))
-	// Pushed under h.mu: no list change reaches the stream before it.
+	// Pushed under h.mu: no notification reaches the stream before it.
 	// push may deliver at once, fail included: fail must not take h.mu
-	// (ended keeps list changes from a listen refused meanwhile).
+	// (ended keeps notifications from a listen refused meanwhile).
 	s.toClient.push(item{msg: built(ack), wait: wait, fail: func(err error) wire.Message {
 		s.opts.Logger.Error("request refused: audit write failed", "method", c.st.Method, "err", err)
 		c.end()
 		go h.drop(c)
 		return refusal(c.origID)(err)
 	}})
+	nothing := len(on) == 0 && len(kinds) == 0
+	if nothing {
+		delete(h.clients, c.origKey)
+	}
 	h.mu.Unlock()
+	if nothing {
+		// As a server does, a listen that was agreed nothing ends at
+		// once.
+		h.drop(c)
+		result := setIn(nil, "_meta", setIn(nil, MetaSubscription, c.origID))
+		answer, _ := wire.Response(c.origID, json.RawMessage(result))
+		s.settle(c, ending{outcome: guard.OutcomeOK, answer: answer})
+	}
+}
+
+// releaseLocked takes a client listen off the resources' listens it
+// counted on, and cancels those no client listens to any more. The caller
+// holds h.mu.
+func (h *listenHub) releaseLocked(hc *hubClient) {
+	for _, hl := range hc.on {
+		h.releaseOneLocked(hl)
+	}
+	hc.on = nil
+}
+
+// releaseOneLocked takes one client listen off hl, and cancels it when it
+// was a resource's last. The caller holds h.mu.
+func (h *listenHub) releaseOneLocked(hl *hubListen) {
+	if hl.uri == "" {
+		return
+	}
+	if hl.users--; hl.users > 0 || hl.own == nil || hl.ended || hl.cancelled {
+		return
+	}
+	hl.cancelled = true
+	n, err := wire.Notification("notifications/cancelled", map[string]any{"requestId": json.RawMessage(hl.own.sentID),
+		"reason": "no client listens to this resource any more"})
+	if err == nil {
+		h.s.toServer.push(item{msg: Unparsed(n)})
+	}
 }
 
 // drop forgets a client listen.
@@ -216,6 +444,7 @@ func (h *listenHub) drop(c *call) {
 	h.mu.Lock()
 	if hc := h.clients[c.origKey]; hc != nil && hc.c == c {
 		delete(h.clients, c.origKey)
+		h.releaseLocked(hc)
 	}
 	h.mu.Unlock()
 	s.mu.Lock()
@@ -243,13 +472,13 @@ func (h *listenHub) cancelled(key, why string) bool {
 	return true
 }
 
-// fromServer takes a notification of guard's listen, and reports whether
-// msg was one.
+// fromServer takes a notification of one of guard's listens, and reports
+// whether msg was one.
 func (h *listenHub) fromServer(msg wire.Message) bool {
 	const ack = "notifications/subscriptions/acknowledged"
 	kind := listKinds[msg.Method]
-	if kind == "" && msg.Method != ack {
-		return false // a notification guard's listen does not ask for
+	if kind == "" && msg.Method != ack && msg.Method != resourceUpdated {
+		return false // a notification guard's listens do not ask for
 	}
 	sub := wire.MetaMember(msg.Params, MetaSubscription)
 	if sub == nil {
@@ -257,50 +486,57 @@ func (h *listenHub) fromServer(msg wire.Message) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.own == nil || wire.IDKey(sub) != h.own.sentKey {
+	hl := h.bySent[wire.IDKey(sub)]
+	if hl == nil {
 		return false
 	}
 	if msg.Method == ack {
-		h.acknowledgedLocked(msg)
+		h.acknowledgedLocked(hl, msg)
 		return true
+	}
+	if hl.cancelled {
+		return true // no client listens to it
 	}
 	meta := wire.ParamsMember(msg.Params, "_meta")
 	for _, hc := range h.clients {
-		if !hc.kinds[kind] || hc.c.ended.Load() {
+		if !hc.served || hc.c.ended.Load() {
+			continue
+		}
+		if hl.uri == "" && !hc.kinds[kind] || hl.uri != "" && (kind != "" || !hc.subscribed[hl.uri]) {
 			continue
 		}
 		params := setIn(msg.Params, "_meta", setIn(meta, MetaSubscription, hc.c.origID))
 		h.s.toClient.push(item{msg: built(wire.SetMember(msg.Raw, "params", params))})
 	}
-	if kind == "toolsListChanged" {
+	if kind == "toolsListChanged" && hl.uri == "" {
 		go h.s.pipe.refreshTools()
 	}
 	return true
 }
 
-// ended waits for the server to end guard's listen, then ends the client
-// listens it served with the server's answer under each one's id. When
-// the server is gone instead, serverGone answers them.
-func (h *listenHub) ended(own *call) {
+// ended waits for the server to end one of guard's listens, then ends the
+// client listens that counted on it with the server's answer under each
+// one's id. When the server is gone instead, serverGone answers them.
+func (h *listenHub) ended(hl *hubListen) {
 	s := h.s
-	ans, ok := <-own.own
+	ans, ok := <-hl.own.own
 	h.mu.Lock()
-	if h.own == own {
-		h.own = nil
-		if h.agreed == nil {
-			close(h.ready)
-		}
-		h.agreed = nil // a listen waiting for it goes to the server
+	if !hl.acked {
+		close(hl.ready)
 	}
-	if !ok {
+	hl.ended = true
+	close(hl.done)
+	h.forgetLocked(hl)
+	if !ok || hl.cancelled {
 		h.mu.Unlock()
 		return
 	}
 	var served []*call
 	for k, hc := range h.clients {
-		if hc.kinds != nil {
+		if hc.served && slices.Contains(hc.on, hl) {
 			served = append(served, hc.c)
 			delete(h.clients, k)
+			h.releaseLocked(hc)
 		}
 	}
 	h.mu.Unlock()
@@ -324,6 +560,7 @@ func (h *listenHub) serverGone() {
 	for k, hc := range h.clients {
 		clients = append(clients, hc.c)
 		delete(h.clients, k)
+		hc.on = nil // the server is gone: nothing to cancel
 	}
 	h.mu.Unlock()
 	for _, c := range clients {

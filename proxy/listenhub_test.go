@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,29 +19,36 @@ import (
 	"github.com/guard-mcp/guard/exampleserver"
 )
 
-// A listen asks for list changes only when its notifications name list
-// changes, at least one of them true, and nothing else.
-func TestListChangesOnly(t *testing.T) {
+// A listen is served by guard's when its notifications name list changes
+// and resources only, at least one of them asked for.
+func TestHubRequest(t *testing.T) {
 	for _, tc := range []struct {
 		params string
-		want   []string
+		kinds  []string
+		uris   []string
+		ok     bool
 	}{
-		{`{"notifications":{"toolsListChanged":true}}`, []string{"toolsListChanged"}},
-		{`{"notifications":{"promptsListChanged":true,"resourcesListChanged":false}}`, []string{"promptsListChanged"}},
-		{`{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["file:///a"]}}`, nil},
-		{`{"notifications":{"toolsListChanged":true,"somethingNew":true}}`, nil},
-		{`{"notifications":{"toolsListChanged":false}}`, nil},
-		{`{"notifications":{"toolsListChanged":"yes"}}`, nil},
-		{`{"notifications":{}}`, nil},
-		{`{}`, nil},
+		{`{"notifications":{"toolsListChanged":true}}`, []string{"toolsListChanged"}, nil, true},
+		{`{"notifications":{"promptsListChanged":true,"resourcesListChanged":false}}`, []string{"promptsListChanged"}, nil, true},
+		{`{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["file:///a","file:///b","file:///a"]}}`, []string{"toolsListChanged"}, []string{"file:///a", "file:///b"}, true},
+		{`{"notifications":{"resourceSubscriptions":["file:///a"]}}`, nil, []string{"file:///a"}, true},
+		{`{"notifications":{"resourceSubscriptions":[]}}`, nil, nil, false},
+		{`{"notifications":{"resourceSubscriptions":[""]}}`, nil, nil, false},
+		{`{"notifications":{"resourceSubscriptions":"file:///a"}}`, nil, nil, false},
+		{`{"notifications":{"resourceSubscriptions":[1]}}`, nil, nil, false},
+		{`{"notifications":{"toolsListChanged":true,"somethingNew":true}}`, nil, nil, false},
+		{`{"notifications":{"toolsListChanged":false}}`, nil, nil, false},
+		{`{"notifications":{"toolsListChanged":"yes"}}`, nil, nil, false},
+		{`{"notifications":{}}`, nil, nil, false},
+		{`{}`, nil, nil, false},
 	} {
-		got := listChangesOnly([]byte(tc.params))
+		kinds, uris, ok := hubRequest([]byte(tc.params))
 		want := map[string]bool{}
-		for _, k := range tc.want {
+		for _, k := range tc.kinds {
 			want[k] = true
 		}
-		if (got == nil) != (tc.want == nil) || got != nil && !maps.Equal(got, want) {
-			t.Errorf("%s: %v, want %v", tc.params, got, tc.want)
+		if ok != tc.ok || ok && (!maps.Equal(kinds, want) || !slices.Equal(uris, tc.uris)) {
+			t.Errorf("%s: %v %v %v, want %v %v %v", tc.params, kinds, uris, ok, tc.kinds, tc.uris, tc.ok)
 		}
 	}
 }
@@ -55,7 +65,27 @@ type listenServer struct {
 }
 
 func newListenServer(refuse func(int) bool) *listenServer {
-	ls := &listenServer{srv: exampleserver.New(nil), seen: make(chan string, 100), quit: make(chan struct{}), refuse: refuse}
+	return listenServerOf(exampleserver.New(nil), refuse)
+}
+
+// newResourceServer is a server whose resources test://a and test://b
+// may be subscribed to.
+func newResourceServer() *listenServer {
+	ok := func(context.Context, *mcp.SubscribeRequest) error { return nil }
+	srv := mcp.NewServer(&mcp.Implementation{Name: "resources", Version: "1"}, &mcp.ServerOptions{
+		SubscribeHandler:   ok,
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	for _, uri := range []string{"test://a", "test://b"} {
+		srv.AddResource(&mcp.Resource{URI: uri, Name: uri}, func(_ context.Context, r *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: r.Params.URI, Text: "x"}}}, nil
+		})
+	}
+	return listenServerOf(srv, nil)
+}
+
+func listenServerOf(srv *mcp.Server, refuse func(int) bool) *listenServer {
+	ls := &listenServer{srv: srv, seen: make(chan string, 100), quit: make(chan struct{}), refuse: refuse}
 	var mu sync.Mutex
 	listens := 0
 	ls.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -215,5 +245,144 @@ func TestSharedListensEndWithTheirServer(t *testing.T) {
 			t.Fatalf("the listen is not recorded upstream_failed: %v", h.calls())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// resourceListenLine is a client listen for the resources named, and the
+// list changes named, as a raw 2026-07-28 client sends it.
+func resourceListenLine(id string, uris []string, kinds ...string) string {
+	n := map[string]any{}
+	if uris != nil {
+		n["resourceSubscriptions"] = uris
+	}
+	for _, k := range kinds {
+		n[k] = true
+	}
+	b, _ := json.Marshal(n)
+	return `{"jsonrpc":"2.0","id":"` + id + `","method":"subscriptions/listen","params":{` + modernMeta + `,"notifications":` + string(b) + `}}`
+}
+
+// acknowledged reads a listen's acknowledgement and returns what it agreed to.
+func (h *harness) acknowledged(id string) map[string]any {
+	h.t.Helper()
+	m := h.next()
+	if m["method"] != "notifications/subscriptions/acknowledged" || subscription(m) != id {
+		h.t.Fatalf("listen %s: %v, not its acknowledgement", id, m)
+	}
+	n, _ := m["params"].(map[string]any)["notifications"].(map[string]any)
+	return n
+}
+
+// updated makes the server tell of uri's change, and returns the listens
+// that heard it once each of want did.
+func (h *harness) updated(ls *listenServer, uri string, want ...string) map[any]bool {
+	h.t.Helper()
+	if err := ls.srv.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: uri}); err != nil {
+		h.t.Fatal(err)
+	}
+	heard := map[any]bool{}
+	for !func() bool {
+		for _, id := range want {
+			if !heard[id] {
+				return false
+			}
+		}
+		return true
+	}() {
+		m := h.next()
+		if m["method"] != "notifications/resources/updated" {
+			h.t.Fatalf("%v, while waiting for %s's update", m, uri)
+		}
+		if p, _ := m["params"].(map[string]any); p["uri"] != uri {
+			h.t.Fatalf("%v, while waiting for %s's update", m, uri)
+		}
+		if heard[subscription(m)] {
+			h.t.Fatalf("listen %v heard %s's update twice", subscription(m), uri)
+		}
+		heard[subscription(m)] = true
+	}
+	return heard
+}
+
+// listensCancelled waits until n client listens are recorded cancelled,
+// and fails the test if they are not after a long while.
+func (h *harness) listensCancelled(n int) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cancelled := 0
+		for _, c := range h.calls() {
+			if c.Method == "subscriptions/listen" && c.Outcome == guard.OutcomeCancelled {
+				cancelled++
+			}
+		}
+		if cancelled == n {
+			return
+		}
+		if cancelled > n || time.Now().After(deadline) {
+			h.t.Fatalf("%d listens recorded cancelled, want %d", cancelled, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// On a shared connection two client listens subscribed to one resource
+// both hear of its change, each under its own id: guard holds one listen
+// of its own for each resource (the go-sdk server keeps one subscription
+// per resource per connection, so the second client's would replace the
+// first's). One that ends leaves the other subscribed, and a resource
+// no client listens to any more can be subscribed to again.
+func TestSharedResourceSubscriptionsEachHearTheirUpdates(t *testing.T) {
+	ls := newResourceServer()
+	h := newHarness(t, harnessOpts{raw: true, share: true, config: "policy:\n  default: allow\n", server: ls.run})
+	h.send(resourceListenLine("a", []string{"test://a"}))
+	if n := h.acknowledged("a"); fmt.Sprint(n) != "map[resourceSubscriptions:[test://a]]" {
+		t.Fatalf("a was agreed %v", n)
+	}
+	h.send(resourceListenLine("b", []string{"test://a", "test://b"}, "resourcesListChanged"))
+	if n := h.acknowledged("b"); fmt.Sprint(n) != "map[resourceSubscriptions:[test://a test://b] resourcesListChanged:true]" {
+		t.Fatalf("b was agreed %v", n)
+	}
+	if n := ls.listens(); n != 3 {
+		t.Fatalf("the server received %d listens, want guard's three (list changes, test://a, test://b)", n)
+	}
+	h.updated(ls, "test://a", "a", "b")
+	if heard := h.updated(ls, "test://b", "b"); heard["a"] {
+		t.Fatalf("a heard of test://b: %v", heard)
+	}
+
+	// a ends: once guard has recorded it so, b still hears of test://a.
+	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a"}}`)
+	h.listensCancelled(1)
+	h.updated(ls, "test://a", "b")
+
+	// b ends: guard's listens for the resources are cancelled; a new
+	// client listen to test://a is served by a new one of guard's, sent
+	// once the server ended the old.
+	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"b"}}`)
+	h.send(resourceListenLine("c", []string{"test://a"}))
+	if n := h.acknowledged("c"); fmt.Sprint(n) != "map[resourceSubscriptions:[test://a]]" {
+		t.Fatalf("c was agreed %v", n)
+	}
+	h.updated(ls, "test://a", "c")
+	if n := ls.listens(); n != 1 {
+		t.Fatalf("the server received %d more listens, want guard's new one for test://a", n)
+	}
+	h.listensCancelled(2)
+}
+
+// A listen the server agrees nothing of is acknowledged so and answered
+// at once, as the server would: here a subscription to a server that
+// offers none.
+func TestASharedListenAgreedNothingEndsAtOnce(t *testing.T) {
+	ls := newListenServer(nil)
+	h := newHarness(t, harnessOpts{raw: true, share: true, config: "policy:\n  default: allow\n", server: ls.run})
+	h.send(resourceListenLine("a", []string{"test://a"}))
+	if n := h.acknowledged("a"); len(n) != 0 {
+		t.Fatalf("a was agreed %v", n)
+	}
+	m := h.next()
+	if m["id"] != "a" || m["result"] == nil || subscription(m) != "a" {
+		t.Fatalf("got %v, want a's result", m)
 	}
 }

@@ -353,8 +353,8 @@ type Options struct {
 	RefreshTimeout time.Duration
 	// ShareListens says that the server's connection carries the
 	// requests of several clients (the session-less revision's relay to
-	// a process): guard then serves their list-change listens from one of
-	// its own (see listenHub).
+	// a process): guard then serves their listens for list changes and
+	// resources from listens of its own (see listenHub).
 	ShareListens bool
 }
 

@@ -136,8 +136,8 @@ type Session struct {
 	pipe  *pipeline
 	holds *holds
 	lists *lister
-	// hub serves the list-change listens of a shared connection (nil
-	// unless Options.ShareListens).
+	// hub serves the listens of a shared connection (nil unless
+	// Options.ShareListens).
 	hub *listenHub
 }
 
