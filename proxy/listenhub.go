@@ -74,14 +74,14 @@ type listenHub struct {
 type hubListen struct {
 	own *call  // nil until sent
 	uri string // the resource it subscribes to; "" for list changes
-	// ready is closed once the server acknowledged the listen (acked, and
-	// agreed says to what: list kinds, or the URI) or ended it; done once
-	// it ended (ended).
-	ready, done  chan struct{}
-	acked, ended bool
-	agreed       map[string]bool
-	users        int  // the client listens that count on a resource's
-	cancelled    bool // guard cancelled it: no client listens to it
+	// ready is closed once the server acknowledged the listen (agreed is
+	// then what it agreed to: list kinds, or the URI; nil before) or
+	// ended it; done once it ended (ended).
+	ready, done chan struct{}
+	ended       bool
+	agreed      map[string]bool
+	users       int  // the client listens that count on a resource's
+	cancelled   bool // guard cancelled it: no client listens to it
 }
 
 type hubClient struct {
@@ -90,9 +90,8 @@ type hubClient struct {
 	uris  []string        // the resources asked for
 	// on are the listens of guard's it waits for, then those it counts on.
 	on []*hubListen
-	// served says it was acknowledged: kinds and subscribed are then what
-	// it hears.
-	served     bool
+	// kinds and subscribed are what it hears, once acknowledged (nil
+	// before).
 	kinds      map[string]bool
 	subscribed map[string]bool
 }
@@ -282,7 +281,7 @@ func (h *listenHub) forgetLocked(hl *hubListen) {
 // acknowledgedLocked reads the server's acknowledgement of one of guard's
 // listens. The caller holds h.mu.
 func (h *listenHub) acknowledgedLocked(hl *hubListen, msg wire.Message) {
-	if hl.acked || hl.ended {
+	if hl.agreed != nil || hl.ended {
 		return
 	}
 	notifications := wire.ParamsMember(msg.Params, "notifications")
@@ -298,7 +297,6 @@ func (h *listenHub) acknowledgedLocked(hl *hubListen, msg wire.Message) {
 			hl.agreed[k] = bytes.Equal(n[k], []byte("true"))
 		}
 	}
-	hl.acked = true
 	close(hl.ready)
 }
 
@@ -327,7 +325,7 @@ wait:
 	var on []*hubListen
 	fallback := false
 	for _, hl := range hc.on {
-		if !hl.acked {
+		if hl.agreed == nil {
 			fallback = true
 			break
 		}
@@ -365,7 +363,7 @@ wait:
 			h.releaseOneLocked(hl)
 		}
 	}
-	hc.on, hc.served, hc.kinds, hc.subscribed = on, true, kinds, subscribed
+	hc.on, hc.kinds, hc.subscribed = on, kinds, subscribed
 	notifications := []byte(`{}`)
 	for _, k := range hubKinds {
 		if kinds[k] {
@@ -499,7 +497,7 @@ func (h *listenHub) fromServer(msg wire.Message) bool {
 	}
 	meta := wire.ParamsMember(msg.Params, "_meta")
 	for _, hc := range h.clients {
-		if !hc.served || hc.c.ended.Load() {
+		if hc.kinds == nil || hc.c.ended.Load() {
 			continue
 		}
 		if hl.uri == "" && !hc.kinds[kind] || hl.uri != "" && (kind != "" || !hc.subscribed[hl.uri]) {
@@ -521,7 +519,7 @@ func (h *listenHub) ended(hl *hubListen) {
 	s := h.s
 	ans, ok := <-hl.own.own
 	h.mu.Lock()
-	if !hl.acked {
+	if hl.agreed == nil {
 		close(hl.ready)
 	}
 	hl.ended = true
@@ -533,7 +531,7 @@ func (h *listenHub) ended(hl *hubListen) {
 	}
 	var served []*call
 	for k, hc := range h.clients {
-		if hc.served && slices.Contains(hc.on, hl) {
+		if hc.kinds != nil && slices.Contains(hc.on, hl) {
 			served = append(served, hc.c)
 			delete(h.clients, k)
 			h.releaseLocked(hc)

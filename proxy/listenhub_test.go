@@ -187,17 +187,39 @@ func TestSharedListensAreServedByOneListenOfGuards(t *testing.T) {
 	}
 }
 
-// When the server refuses guard's listen, the client's goes to the server
-// as it is, and the server acknowledges it.
+// When the server refuses guard's listen, for list changes or for a
+// resource, the client's goes to the server as it is, and the server
+// acknowledges it.
 func TestASharedListenGoesToTheServerWhenItRefusesGuards(t *testing.T) {
-	ls := newListenServer(func(n int) bool { return n == 1 })
-	h := newHarness(t, harnessOpts{raw: true, share: true, config: "policy:\n  default: allow\n", server: ls.run})
-	h.send(listenLine("a"))
-	if m := h.next(); m["method"] != "notifications/subscriptions/acknowledged" || subscription(m) != "a" {
-		t.Fatalf("listen a: %v", m)
+	for _, line := range []string{listenLine("a"), resourceListenLine("a", []string{"test://a"})} {
+		ls := newResourceServer()
+		ls.refuse = func(n int) bool { return n == 1 }
+		h := newHarness(t, harnessOpts{raw: true, share: true, config: "policy:\n  default: allow\n", server: ls.run})
+		h.send(line)
+		if m := h.next(); m["method"] != "notifications/subscriptions/acknowledged" || subscription(m) != "a" {
+			t.Fatalf("%s: %v", line, m)
+		}
+		if n := ls.listens(); n != 2 {
+			t.Fatalf("%s: the server received %d listens, want guard's, then the client's", line, n)
+		}
 	}
-	if n := ls.listens(); n != 2 {
-		t.Fatalf("the server received %d listens, want guard's, then the client's", n)
+}
+
+// A listen that would take guard past the resources it listens to at once
+// on a connection goes to the server as it is.
+func TestASharedListenPastTheResourcesBoundGoesToTheServer(t *testing.T) {
+	ls := newResourceServer()
+	h := newHarness(t, harnessOpts{raw: true, share: true, quiet: true, config: "policy:\n  default: allow\n", server: ls.run})
+	uris := make([]string, maxHubResources+1)
+	for i := range uris {
+		uris[i] = fmt.Sprintf("test://%d", i)
+	}
+	h.send(resourceListenLine("a", uris))
+	if n := h.acknowledged("a"); len(n["resourceSubscriptions"].([]any)) != len(uris) {
+		t.Fatalf("a was agreed %d resources, want %d", len(n["resourceSubscriptions"].([]any)), len(uris))
+	}
+	if n := ls.listens(); n != 1 {
+		t.Fatalf("the server received %d listens, want the client's only", n)
 	}
 }
 

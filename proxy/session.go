@@ -795,11 +795,9 @@ func (s *Session) clientCancelled(msg wire.Message) {
 		s.toServer.push(item{msg: msg})
 		return
 	}
-	if s.hub != nil {
-		why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
-		if s.hub.cancelled(wire.IDKey(rid), why) {
-			return
-		}
+	why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
+	if s.hub != nil && s.hub.cancelled(wire.IDKey(rid), why) {
+		return
 	}
 	s.mu.Lock()
 	c := s.byClient[wire.IDKey(rid)]
@@ -816,7 +814,6 @@ func (s *Session) clientCancelled(msg wire.Message) {
 		s.cancelInFlight(c)
 	}
 	s.mu.Unlock()
-	why, _ := wire.String(wire.ParamsMember(msg.Params, "reason"))
 	switch {
 	case c == nil:
 		s.toServer.push(item{msg: msg})
